@@ -1,0 +1,33 @@
+# The two commands a new user types: `make demo` and `make test`.
+# Both create .venv when it is missing and install the package into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo demo-quick test venv clean bench
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	# torch first, pinned, so nothing later pulls a CUDA build
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[dev,fast]' || $(PY) -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/interpscale demo --out runs/demo
+
+demo-quick: $(STAMP)
+	$(VENV)/bin/interpscale demo --quick --out runs/demo-quick
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -1,0 +1,1 @@
+"""One module per ``interpscale`` subcommand: ``add_arguments(parser)`` and ``run(args) -> int``."""
