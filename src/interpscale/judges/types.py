@@ -1,0 +1,74 @@
+"""Records the judges exchange with the rest of the package (no torch, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Optional
+
+# How a judge reply was (or was not) turned into a score.
+#   ok          parsed on the first answer
+#   reasked     unparseable first answer, the one re-ask parsed
+#   parse_error still unparseable after the re-ask (score is None, excluded from means)
+#   api_error   the call itself failed after the SDK's retries (score is None, excluded)
+#   lexical     scored by the offline lexical backend, not an LLM
+ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "lexical"]
+PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "lexical")
+
+
+@dataclass(frozen=True)
+class ConceptCard:
+    """The paper's semantic card for a concept: label, one-sentence description and
+    characteristic words (Steerling §4.5 / App. C)."""
+
+    label: str
+    description: str
+    words: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label.strip():
+            raise ValueError(f"ConceptCard.label must be a non-empty string, got {self.label!r}")
+        if not isinstance(self.description, str):
+            raise ValueError(f"ConceptCard.description must be a string, got {self.description!r}")
+        words = tuple(self.words)
+        bad = [w for w in words if not isinstance(w, str) or not w.strip()]
+        if bad:
+            raise ValueError(f"ConceptCard {self.label!r}: words must be non-empty strings, got {bad!r}")
+        object.__setattr__(self, "words", words)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ConceptCard":
+        """Build from ``{label, description, words}`` (the concepts.json row format)."""
+        if not isinstance(d, dict) or "label" not in d:
+            raise ValueError(f"concept card needs a 'label' key, got {d!r}")
+        return cls(str(d["label"]), str(d.get("description", "")), tuple(d.get("words", ()) or ()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "description": self.description, "words": list(self.words)}
+
+
+@dataclass(frozen=True)
+class JudgeRecord:
+    """One judged item. ``score`` is None whenever the reply could not be parsed or the
+    call failed — a failure is never a zero. ``expected`` is the probability-weighted
+    score from ``top_logprobs`` when the server returned them."""
+
+    score: Optional[float]
+    raw: str
+    status: ParseStatus
+    cached: bool = False
+    expected: Optional[float] = None
+    backend: str = "llm"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in PARSE_STATUSES:
+            raise ValueError(f"JudgeRecord.status must be one of {PARSE_STATUSES}, got {self.status!r}")
+        if self.score is None and self.status in ("ok", "reasked"):
+            raise ValueError(f"JudgeRecord with status {self.status!r} needs a score")
+
+    @property
+    def parsed(self) -> bool:
+        return self.score is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
