@@ -1,0 +1,103 @@
+"""Checkpoints: weights and config saved together, loaded with ``weights_only=True``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+
+from interpscale.models.registry import get_family
+
+FORMAT = "interpscale-model/1"
+
+
+def _config_dict(model: nn.Module) -> dict[str, Any]:
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        raise ValueError(f"{type(model).__name__} has no .config; cannot checkpoint it")
+    if hasattr(cfg, "to_dict"):
+        return dict(cfg.to_dict())
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    raise ValueError(f"{type(model).__name__}.config is neither a dataclass nor has to_dict()")
+
+
+def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None) -> Path:
+    """Write ``{format, family, config, class, state_dict, extra}`` atomically to ``path``.
+
+    ``extra`` must hold only plain data (numbers, strings, lists, dicts, tensors) so that
+    it loads under ``weights_only=True``.
+    """
+    path = Path(path)
+    cfg = _config_dict(model)
+    if "family" not in cfg or "size" not in cfg:
+        raise ValueError("model.config must have 'family' and 'size' fields to be checkpointed")
+    payload = {
+        "format": FORMAT,
+        "family": cfg["family"],
+        "config_json": json.dumps(cfg, sort_keys=True),
+        "class": f"{type(model).__module__}:{type(model).__qualname__}",
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "extra": dict(extra or {}),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _rebuild(family: str, cfg: dict[str, Any], cls_path: str) -> nn.Module:
+    # Prefer the class's own from_config (only for classes inside this package).
+    module, _, qualname = cls_path.partition(":")
+    if module.startswith("interpscale."):
+        try:
+            cls = getattr(importlib.import_module(module), qualname)
+        except (ImportError, AttributeError):
+            cls = None
+        if cls is not None and hasattr(cls, "from_config"):
+            return cls.from_config(cfg)
+    overrides = {k: v for k, v in cfg.items() if k not in ("family", "size")}
+    return get_family(family).builder(cfg["size"], **overrides)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple[nn.Module, dict]:
+    """Rebuild the model from its saved config and load the weights; returns ``(model, extra)``.
+
+    Raises ``ValueError`` when the file is not a model checkpoint or its weights do not
+    match its config (missing/unexpected keys or shape differences).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
+    cfg = json.loads(payload["config_json"])
+    model = _rebuild(payload["family"], cfg, payload.get("class", ""))
+    state = payload["state_dict"]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = [f"{k}: saved {tuple(state[k].shape)} vs config {tuple(own[k].shape)}"
+              for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"checkpoint {path} does not match its config ({payload['family']}/{cfg.get('size')}): "
+            f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}"
+        )
+    model.load_state_dict(state, strict=True)
+    model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
+    return model, dict(payload.get("extra") or {})

@@ -1,0 +1,197 @@
+"""Size presets (Table 23 plus tiny CPU sizes) and the one config record every Steerling family uses."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Optional
+
+from interpscale.models.types import MASK_ID
+
+PAPER_N_CONCEPTS = 33_732  # Table 25: n, shared across all sizes
+PAPER_VOCAB = 100_281  # §4.5.2: cl100k_base + special tokens
+
+
+@dataclass(frozen=True)
+class SizePreset:
+    """One backbone size. ``paper_params`` is Table 23's backbone P (None for CPU presets).
+
+    ``n_kv_heads`` reproduces Table 23's counts: its P values equal L·(14d² + 2d·d_kv),
+    i.e. SwiGLU (ratio 4) plus grouped-query attention with two KV heads of width 128
+    (three at 3B); see docs/models.md for the derivation and the 5B exception.
+    """
+
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    paper_params: Optional[int] = None
+    paper_concept_total: Optional[int] = None
+    # defaults that make sense at this scale (overridable per model)
+    vocab_size: int = PAPER_VOCAB
+    max_seq_len: int = 4096
+    block_size: int = 64
+    n_concepts: int = PAPER_N_CONCEPTS
+    concept_rank: int = 256
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> SizePreset:
+    # CPU demo sizes: MHA, small vocab/concept library, short blocks so a 64-token
+    # sequence still holds several diffusion blocks.
+    return SizePreset(name, n_layers, d_model, n_heads, n_heads, vocab_size=512, max_seq_len=512,
+                      block_size=16, n_concepts=32, concept_rank=16)
+
+
+SIZES: dict[str, SizePreset] = {
+    p.name: p
+    for p in (
+        _tiny("nano", 2, 32, 2),  # ≈ 33k non-embedding params
+        _tiny("micro", 2, 64, 2),  # ≈ 132k
+        _tiny("tiny", 3, 96, 3),  # ≈ 444k
+        _tiny("mini", 4, 128, 4),  # ≈ 1.05M
+        _tiny("small", 5, 160, 5),  # ≈ 2.05M
+        # Table 23 (L, d, backbone P, +Concept total P)
+        SizePreset("10M", 6, 320, 4, 2, 9_200_000, 82_800_000),
+        SizePreset("25M", 6, 512, 4, 2, 23_600_000, 110_200_000),
+        SizePreset("85M", 10, 768, 6, 2, 86_500_000, 190_500_000),
+        SizePreset("200M", 13, 1024, 8, 2, 197_700_000, 319_100_000),
+        SizePreset("400M", 17, 1280, 10, 2, 401_100_000, 540_000_000),
+        SizePreset("800M", 17, 1792, 14, 2, 779_900_000, 953_600_000),
+        SizePreset("1.5B", 20, 2304, 18, 2, 1_510_000_000, 1_718_000_000),
+        SizePreset("3B", 24, 3072, 24, 3, 3_228_000_000, 3_489_000_000),
+        # 5B: no KV-head count reproduces 5,694M at L=24, d=3840; full MHA is closest (-0.6%).
+        SizePreset("5B", 24, 3840, 30, 30, 5_694_000_000, 6_007_000_000),
+    )
+}
+PAPER_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is not None)
+TINY_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is None)
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to rebuild a Steerling-family model (asdict-able, JSON-able).
+
+    Defaults follow App. G: post-norm RMSNorm, QK-norm, RoPE base 5e5, SwiGLU ratio 4,
+    no biases, clip_qkv 10, tied embeddings, dropout 0; CDLM block 64, t ~ U(0.05, 0.95);
+    concept module per Table 25 (stable) and Table 26 (anneal).
+    """
+
+    family: str
+    size: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    max_seq_len: int = 4096
+    mlp_ratio: float = 4.0
+    rope_base: float = 5e5
+    clip_qkv: Optional[float] = 10.0
+    qk_norm: bool = True
+    norm_eps: float = 1e-6
+    dropout: float = 0.0
+    init_std: float = 0.02
+    mask_token_id: int = MASK_ID
+    # diffusion (CDLM families)
+    block_size: int = 64
+    t_min: float = 0.05
+    t_max: float = 0.95
+    mask_schedule: str = "uniform"  # "uniform" | "gaussian" (App. J.2 moving Gaussian)
+    per_block_t: bool = True  # §5.4.2: independent t_b per block
+    gauss_center: tuple[float, float] = (0.2, 0.8)
+    gauss_sigma: float = 0.3
+    # concept module (+concept families)
+    n_concepts: int = PAPER_N_CONCEPTS
+    unknown_ratio: int = 3  # m = 3n
+    concept_rank: Optional[int] = 256  # None -> dense U (m×d)
+    topk_known: Optional[int] = 16  # Table 25 (stable phase)
+    topk_unknown: Optional[int] = None
+    anneal_topk_known: Optional[int] = 32  # Table 26
+    anneal_topk_unknown: Optional[int] = 128
+    lambda_concept: float = 1.0
+    lambda_rec: float = 1.0
+    lambda_indep: float = 1.0
+    indep_terms: int = 1  # 2 = mid-training variant (§10.2.2)
+    p_cfg: float = 0.1
+    p_eps: float = 0.3
+    # teacher-forcing probabilities of substituting ground truth (§5.4.2, Tables 25-26)
+    alpha_known_start: float = 1.0
+    alpha_known_floor: float = 0.5
+    alpha_unknown_start: float = 1.0
+    alpha_unknown_floor: float = 0.5
+    alpha_ramp_frac: float = 0.10
+    anneal_alpha_known: tuple[float, float] = (0.5, 0.0)
+    anneal_alpha_unknown: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size", "max_seq_len", "block_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"head_dim={self.d_model // self.n_heads} must be even for RoPE")
+        if not 0.0 <= self.t_min < self.t_max <= 1.0:
+            raise ValueError(f"need 0 <= t_min < t_max <= 1, got t_min={self.t_min}, t_max={self.t_max}")
+        if self.mask_schedule not in ("uniform", "gaussian"):
+            raise ValueError(f"mask_schedule must be 'uniform' or 'gaussian', got {self.mask_schedule!r}")
+        if self.indep_terms not in (1, 2):
+            raise ValueError(f"indep_terms must be 1 or 2, got {self.indep_terms!r}")
+        if self.vocab_size <= self.mask_token_id:
+            raise ValueError(f"vocab_size={self.vocab_size} must exceed mask_token_id={self.mask_token_id}")
+        if self.n_concepts < 0:
+            raise ValueError(f"n_concepts must be >= 0, got {self.n_concepts}")
+        self.gauss_center = tuple(self.gauss_center)  # JSON round-trips tuples as lists
+        self.anneal_alpha_known = tuple(self.anneal_alpha_known)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def n_unknown(self) -> int:
+        return self.unknown_ratio * self.n_concepts
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.mlp_ratio * self.d_model)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields: {unknown}")
+        return cls(**data)
+
+
+def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
+    """The config of ``family`` at preset ``size`` with ``overrides`` applied (no allocation)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
+    p = SIZES[size]
+    base = ModelConfig(
+        family=family, size=size, n_layers=p.n_layers, d_model=p.d_model, n_heads=p.n_heads,
+        n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
+        block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank,
+    )
+    known = {f.name for f in fields(ModelConfig)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise ValueError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
+    if "d_model" in overrides and "n_heads" not in overrides:
+        # keep the preset's head width where it divides the new d_model (n_heads derived)
+        d, hd = int(overrides["d_model"]), p.head_dim
+        overrides["n_heads"] = d // hd if d % hd == 0 and d >= hd else max(1, d // 32) if d % 32 == 0 else 1
+    if "n_heads" in overrides and "n_kv_heads" not in overrides:
+        overrides["n_kv_heads"] = overrides["n_heads"]
+    return replace(base, **overrides)

@@ -1,0 +1,41 @@
+"""Registers the four Steerling families: ar, cdlm, ar+concept, cdlm+concept (§8.1)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from interpscale.models.accounting import backbone_params, concept_params, flops_per_token_cfg
+from interpscale.models.config import make_config
+from interpscale.models.registry import register_family
+
+STEERLING_FAMILIES = {
+    # name: (is_diffusion, is_concept, description)
+    "ar": (False, False, "autoregressive transformer (Eq. 1)"),
+    "cdlm": (True, False, "causal block diffusion (§5.2, Eq. 2)"),
+    "ar+concept": (False, True, "AR backbone + concept module (§5.3)"),
+    "cdlm+concept": (True, True, "CDLM backbone + concept module (Steerling)"),
+}
+
+
+def _build(family: str, size: str, **overrides: Any):
+    from interpscale.models.lm import SteerlingLM  # the nn code is imported only when building
+
+    return SteerlingLM(make_config(family, size, **overrides))
+
+
+def _params(family: str, size: str, **overrides: Any) -> int:
+    cfg = make_config(family, size, **overrides)
+    return backbone_params(cfg) + (concept_params(cfg) if STEERLING_FAMILIES[family][1] else 0)
+
+
+def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
+    cfg = make_config(family, size, **overrides)
+    return flops_per_token_cfg(cfg, seq_len, concept=STEERLING_FAMILIES[family][1])
+
+
+for _name, (_diff, _concept, _desc) in STEERLING_FAMILIES.items():
+    register_family(
+        _name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
+        is_diffusion=_diff, is_concept=_concept, description=_desc, overwrite=True,
+    )
