@@ -1,0 +1,94 @@
+"""Small helpers shared by the metric modules: model introspection, eval mode, input checks."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from interpscale.models.types import MASK_ID, Batch, ModelOutput
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+def family_name(model: nn.Module) -> str:
+    cfg = getattr(model, "config", None)
+    return str(getattr(cfg, "family", type(model).__name__))
+
+
+def is_diffusion(model: nn.Module) -> bool:
+    return bool(getattr(model, "is_diffusion", False))
+
+
+def mask_token_id(model: nn.Module) -> int:
+    cfg = getattr(model, "config", None)
+    mid = getattr(cfg, "mask_token_id", None)
+    return MASK_ID if mid is None else int(mid)
+
+
+def block_size(model: nn.Module, default: int = 64) -> int:
+    cfg = getattr(model, "config", None)
+    b = getattr(cfg, "block_size", None)
+    return default if not b else int(b)
+
+
+def logits_of(out: ModelOutput | torch.Tensor) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Inference mode with dropout off; restores the caller's train/eval state."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def require_family(model: nn.Module, *, diffusion: bool, what: str) -> None:
+    """Raise if ``what`` (an estimator / metric name) does not fit the model's family."""
+    if is_diffusion(model) != diffusion:
+        need = "a diffusion (CDLM-style) model" if diffusion else "an autoregressive model"
+        raise ValueError(
+            f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
+            f"(is_diffusion={is_diffusion(model)}); pick an estimator for its family "
+            f"({'ar_ce' if is_diffusion(model) else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})"
+        )
+
+
+def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> list[Batch]:
+    """Materialise ``batches`` (once) and validate them; raise on an empty validation set."""
+    out = list(batches)
+    if not out:
+        raise ValueError("validation set is empty: `batches` yielded no Batch")
+    n_tok = 0
+    for i, b in enumerate(out):
+        if not isinstance(b, Batch):
+            raise ValueError(f"batch {i}: expected interpscale.models.types.Batch, got {type(b).__name__}")
+        if b.tokens.dim() != 2 or b.tokens.numel() == 0:
+            raise ValueError(f"batch {i}: tokens must be a non-empty [B, T] tensor, got shape {tuple(b.tokens.shape)}")
+        if b.valid is not None and b.valid.shape != b.tokens.shape:
+            raise ValueError(f"batch {i}: valid has shape {tuple(b.valid.shape)}, tokens {tuple(b.tokens.shape)}")
+        if mask_id is not None and bool((b.tokens == mask_id).any()):
+            raise ValueError(f"batch {i}: clean validation tokens contain the [MASK] id {mask_id}")
+        n_tok += b.n_tokens
+    if n_tok == 0:
+        raise ValueError("validation set is empty: every token is marked invalid (padding)")
+    return out
+
+
+def valid_mask(batch: Batch) -> torch.Tensor:
+    if batch.valid is None:
+        return torch.ones_like(batch.tokens, dtype=torch.bool)
+    return batch.valid.bool()
