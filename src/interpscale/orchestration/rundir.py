@@ -1,0 +1,95 @@
+"""Run-directory layout and atomic file IO.
+
+RUN_DIR/spec.json          the RunSpec
+RUN_DIR/tokenizer.json     HF `tokenizers` JSON (special ids 0..3)
+RUN_DIR/concepts.json      concept cards {label, description, words}
+RUN_DIR/data.json          where the packed data lives and how it was built
+RUN_DIR/status.json        {state: pending|running|done|failed, step, segment, ...}
+RUN_DIR/metrics.jsonl      one JSON line per logged training step
+RUN_DIR/checkpoints/*.pt   evaluation checkpoints (models.save_checkpoint)
+RUN_DIR/state/*.pt         resume state (weights + optimiser + RNG + data position)
+RUN_DIR/results.parquet    this run's evaluated rows (+ results.csv)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STATES = ("pending", "running", "done", "failed")
+
+
+def _tmp(path: Path) -> Path:
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    return Path(name)
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temp file in the same directory + os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_path(path: Path):
+    """Context manager yielding a temp path that replaces ``path`` on clean exit."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def _cm():
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _tmp(p)
+        try:
+            yield tmp
+            os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    return _cm()
+
+
+def ensure_writable(directory: str | os.PathLike) -> Path:
+    """Create ``directory`` and check we can write into it; raise a clear error otherwise."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = _tmp(d / ".write-probe")
+        probe.unlink()
+    except OSError as exc:
+        raise PermissionError(f"output directory {d} is not writable: {exc.strerror or exc}") from exc
+    return d
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    p = Path(run_dir) / "status.json"
+    if not p.exists():
+        return {"state": "pending", "step": 0}
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p} is corrupt ({exc}); delete it to restart this run") from exc
+
+
+def write_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
+    if state not in STATES:
+        raise ValueError(f"unknown run state {state!r}; expected one of {STATES}")
+    status = {**read_status(run_dir), **fields, "state": state, "updated": time.time()}
+    atomic_write_text(Path(run_dir) / "status.json", json.dumps(status, indent=1))
+    return status
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")

@@ -1,0 +1,105 @@
+"""RunSpec: the unit a launcher runs; its id is a deterministic hash of its fields."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (family, size, slice) training run.  Field names follow the results table:
+    ``slice_flops`` is the slice target C, ``flops`` the achieved C = M·D, ``params`` the
+    non-embedding P, ``tokens`` D.  Training recipe fields follow App. G."""
+
+    family: str
+    size: str
+    slice_flops: float
+    flops: float
+    params: int
+    tokens: int
+    seq_len: int
+    batch_tokens: int
+    flops_per_token: float = 0.0
+    seed: int = 0
+    # App. G shared hyperparameters
+    lr: float = 4e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    warmup_max_steps: int = 2000
+    warmup_frac: float = 0.02
+    decay_frac: float = 0.2  # WSD: final 20% linear decay to zero (App. I anneal)
+    reservoir: int = 0  # extra stable checkpoints, each annealed independently (App. I)
+    model_overrides: dict = field(default_factory=dict)
+    data: dict = field(default_factory=lambda: {"kind": "synthetic"})
+    vocab_size: int = 512
+    val_fraction: float = 0.05
+    eval_batches: int = 8
+    log_every: int = 10
+    save_every_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.batch_tokens % self.seq_len:
+            raise ValueError(f"batch_tokens={self.batch_tokens} is not a multiple of seq_len={self.seq_len}")
+        if self.tokens < self.batch_tokens:
+            raise ValueError(
+                f"{self.family}/{self.size}: D={self.tokens} tokens is smaller than one batch "
+                f"({self.batch_tokens} tokens)")
+        if not 0.0 <= self.decay_frac < 1.0:
+            raise ValueError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+    @property
+    def steps(self) -> int:
+        return self.tokens // self.batch_tokens
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch_tokens // self.seq_len
+
+    @property
+    def stable_steps(self) -> int:
+        return self.steps - self.decay_steps
+
+    @property
+    def decay_steps(self) -> int:
+        return int(round(self.decay_frac * self.steps))
+
+    @property
+    def warmup_steps(self) -> int:
+        # App. G: min(2000 steps, 2% of total steps), at least one step
+        return max(1, min(self.warmup_max_steps, int(round(self.warmup_frac * self.steps))))
+
+    @property
+    def run_id(self) -> str:
+        digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:10]
+        return f"{self.family.replace('+', '_')}-{self.size}-C{self.slice_flops:.3g}-{digest}".replace("+", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunSpec":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown RunSpec field(s) {sorted(unknown)}")
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunSpec":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "spec.json"
+        try:
+            return cls.from_dict(json.loads(p.read_text()))
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ValueError(f"{p} is not a valid RunSpec: {exc}") from exc
