@@ -1,0 +1,143 @@
+"""What every zoo family shares: its config record and the autoregressive training protocol.
+
+A zoo model subclasses :class:`ZooLM`, implements ``forward(tokens) -> ModelOutput`` and
+the analytic ``params_nonembedding`` / ``flops_per_token`` (so the planner can plan sizes
+it never builds); the next-token loss, phase handling and greedy generation live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models.types import MASK_ID, Batch, LossOutput, ModelOutput, PhaseSchedule
+
+
+@dataclass
+class ZooConfig:
+    """Config of a zoo model; ``extra`` holds the family-specific knobs (all JSON-able)."""
+
+    family: str
+    size: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    max_seq_len: int
+    block_size: int = 64  # diffusion block of the protocol; unused by these AR families
+    n_concepts: int = 0
+    mask_token_id: int = MASK_ID
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"ZooConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_CORE = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "block_size", "n_concepts", "mask_token_id")
+
+
+def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **overrides: Any) -> ZooConfig:
+    """Config of a zoo ``family`` at a ``SIZES`` preset. ``overrides`` may name core fields
+    (``d_model``, ``n_layers``, ...), keys of the family's ``defaults`` (its extra knobs),
+    or pass ``extra={...}`` (the form ``to_dict`` round-trips through checkpoints)."""
+    from interpscale.models.config import SIZES  # no allocation; config only
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
+    p = SIZES[size]
+    core = {"vocab_size": p.vocab_size, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,
+            "max_seq_len": p.max_seq_len, "block_size": p.block_size, "n_concepts": 0}
+    extra = dict(defaults) | dict(overrides.pop("extra", None) or {})
+    overrides.pop("family", None), overrides.pop("size", None)
+    for key, value in overrides.items():
+        if key in _CORE:
+            core[key] = value
+        elif key in defaults:
+            extra[key] = value
+        else:
+            raise ValueError(f"unknown override {key!r} for family {family!r}; valid: {sorted(_CORE + tuple(defaults))}")
+    if "d_model" in overrides and "n_heads" not in overrides:
+        d, hd = int(core["d_model"]), p.head_dim
+        core["n_heads"] = d // hd if d % hd == 0 and d >= hd else 1
+    unknown = sorted(set(extra) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown extra key(s) {unknown} for family {family!r}; valid: {sorted(defaults)}")
+    return ZooConfig(family=family, size=size, extra=extra, **core)
+
+
+def attention_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> float:
+    """The 12·L·d·N context term of Eq. 23 (QKᵀ and AV, forward + backward)."""
+    return 12.0 * n_layers * d_model * seq_len
+
+
+def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Mean next-token cross-entropy in nats over valid (input, target) pairs."""
+    target = tokens[:, 1:]
+    keep = torch.ones_like(target, dtype=torch.bool) if valid is None else (valid[:, 1:] & valid[:, :-1])
+    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), target.reshape(-1), reduction="none")
+    n = int(keep.sum())
+    if n == 0:
+        raise ValueError("batch has no valid (input, target) pairs")
+    return (ce * keep.reshape(-1)).sum() / n, n
+
+
+class ZooLM(nn.Module):
+    """Base class: autoregressive LM protocol shared by the zoo families."""
+
+    is_diffusion = False
+
+    def __init__(self, config: ZooConfig):
+        super().__init__()
+        self.config = config
+        self.phase = PhaseSchedule()
+
+    # --- protocol -------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:  # noqa: D401
+        raise NotImplementedError
+
+    def set_phase(self, phase: PhaseSchedule) -> None:
+        self.phase = phase
+
+    def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept)."""
+        return {}
+
+    def loss(self, batch: Batch, step: int) -> LossOutput:
+        if batch.tokens.dim() != 2 or batch.tokens.size(1) < 2:
+            raise ValueError(f"Batch.tokens must be [B, T] with T >= 2, got shape {tuple(batch.tokens.shape)}")
+        out = self(batch.tokens)
+        lm, n = next_token_ce(out.logits, batch.tokens, batch.valid)
+        extras = self.extra_loss(out, batch, step)
+        total = lm + sum(extras.values()) if extras else lm
+        parts = {"lm": float(lm.detach())} | {k: float(v.detach()) for k, v in extras.items()}
+        return LossOutput(total=total, parts=parts, n_tokens=n)
+
+    def params_nonembedding(self) -> int:
+        raise NotImplementedError
+
+    def flops_per_token(self, seq_len: int) -> float:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0, seed: int = 0) -> torch.Tensor:
+        """Greedy (temperature 0) or sampled continuation, cropping to ``block_size``."""
+        gen = torch.Generator(device=tokens.device).manual_seed(seed)
+        for _ in range(max_new_tokens):
+            logits = self(tokens[:, -self.config.max_seq_len :]).logits[:, -1]
+            if temperature <= 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)
+            tokens = torch.cat([tokens, nxt], dim=1)
+        return tokens

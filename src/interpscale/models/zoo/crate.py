@@ -1,0 +1,133 @@
+"""CRATE language model (white-box transformer) and its parameter-matched GPT baseline.
+
+Per layer (CRATE-LM §4): Z ← Z + MSSA(LN₁ Z) with one shared Q = K = V projection per
+head and a causal mask (Eq. 8), then Z ← D·A₂ with A₂ the two-step ISTA code of LN₂ Z over
+an overcomplete dictionary D ∈ ℝ^{d×4d} (Eq. 9-13); no residual around ISTA.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token
+from interpscale.models.zoo.gpt2 import AbsPosLM
+
+# Table 1 of the CRATE-LM paper: name -> (d, K heads, L, h, CRATE params, GPT params).
+CRATE_TABLE1 = {
+    "1L": (128, 4, 1, 512, 6.54e6, 6.64e6),
+    "2L": (128, 4, 2, 512, 6.64e6, 6.83e6),
+    "3L": (128, 4, 3, 512, 6.74e6, 7.03e6),
+    "S": (768, 12, 6, 3072, 55.9e6, 81.1e6),
+    "B": (768, 12, 12, 3072, 81.2e6, 123.6e6),
+}
+GPT2_VOCAB = 50257
+CRATE_DEFAULTS = {"expansion": 4, "eta": 0.1, "lam": 0.1, "n_steps": 2}  # §4: h = 4d, η = λ = 0.1, t = 2
+
+
+def crate_params(vocab_size: int, d: int, n_layers: int) -> int:
+    """V·d + L(6d² + 5d): tied embedding, per layer U (d²), output projection (d² + d),
+    dictionary (4d²) and two LayerNorms (4d); positional table and final norm excluded."""
+    return vocab_size * d + n_layers * (6 * d * d + 5 * d)
+
+
+def gpt_params(vocab_size: int, d: int, n_layers: int) -> int:
+    """V·d + L(12d² + 13d): the GPT-2 block with biases and a 4d MLP, same exclusions."""
+    return vocab_size * d + n_layers * (12 * d * d + 13 * d)
+
+
+class MSSA(nn.Module):
+    """Multi-head subspace self-attention: Q = K = V = U_kᵀZ per head (Eq. 4, 8)."""
+
+    def __init__(self, d: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.U = nn.Linear(d, d, bias=False)  # [U_1 … U_K]ᵀ, one d×d matrix
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        q = self.U(x).view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2)  # [B, K, T, p]
+        y = F.scaled_dot_product_attention(q, q, q, is_causal=True)  # softmax(QQᵀ/√p) Q
+        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+
+
+class ISTA(nn.Module):
+    """Two proximal-gradient steps of the non-negative LASSO min_A ½‖Z − DA‖² + λ‖A‖₁, A ≥ 0,
+    from A₀ = 0 (Eq. 10-12), returning D·A₂ (Eq. 13)."""
+
+    def __init__(self, d: int, expansion: int = 4, *, eta: float = 0.1, lam: float = 0.1, n_steps: int = 2):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(expansion * d, d))  # Dᵀ: [h, d]
+        nn.init.kaiming_uniform_(self.weight)
+        self.eta, self.lam, self.n_steps = eta, lam, n_steps
+
+    def codes(self, z: torch.Tensor) -> torch.Tensor:
+        """A_t, the sparse code [..., h]."""
+        dtz = F.linear(z, self.weight)  # Dᵀz, reused by every step
+        a = F.relu(self.eta * dtz - self.eta * self.lam)  # A₁ (Eq. 10)
+        for _ in range(self.n_steps - 1):  # A_{k+1} = ReLU(A_k + η(Dᵀz − DᵀD A_k) − ηλ) (Eq. 11-12)
+            dtda = F.linear(F.linear(a, self.weight.t()), self.weight)
+            a = F.relu(a + self.eta * (dtz - dtda) - self.eta * self.lam)
+        return a
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.codes(z), self.weight.t())  # D·A_t
+
+
+class CRATEBlock(nn.Module):
+    def __init__(self, d: int, n_heads: int, expansion: int = 4, eta: float = 0.1, lam: float = 0.1, n_steps: int = 2):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(d), MSSA(d, n_heads)
+        self.ln_2, self.ista = nn.LayerNorm(d), ISTA(d, expansion, eta=eta, lam=lam, n_steps=n_steps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return self.ista(self.ln_2(x))  # no residual around ISTA
+
+
+class CRATELM(AbsPosLM):
+    """CRATE: E_sem + E_pos (Eq. 7), L CRATE blocks, final LayerNorm, head tied to E_sem."""
+
+    def make_block(self, i: int) -> nn.Module:
+        c, ex = self.config, self.config.extra
+        return CRATEBlock(c.d_model, c.n_heads, ex["expansion"], ex["eta"], ex["lam"], ex["n_steps"])
+
+    @torch.no_grad()
+    def neuron_activations(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """ISTA codes A₂ of every layer, each [B, T, h] (the units auto-interp reads)."""
+        x, acts = self.embed(tokens), []
+        for block in self.blocks:
+            x = x + block.attn(block.ln_1(x))
+            acts.append(block.ista.codes(block.ln_2(x)))
+            x = F.linear(acts[-1], block.ista.weight.t())
+        return acts
+
+    def params_nonembedding(self) -> int:
+        return crate_nonembedding_params(self.config)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return crate_flops_per_token(self.config, seq_len)
+
+
+def crate_nonembedding_params(c: ZooConfig) -> int:
+    """Blocks + final norm; token and positional tables are the embedding."""
+    d, e = c.d_model, c.extra.get("expansion", 4)
+    return c.n_layers * ((2 + e) * d * d + 5 * d) + 2 * d  # 6d² + 5d per layer at e = 4
+
+
+def crate_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    """6·P_eff + 12·L·d·N (Eq. 23) where CRATE's P_eff counts the dictionary once per
+    matmul it takes part in: Dᵀz, and per extra ISTA step DᵀD·A (two), then D·A_t,
+    i.e. (2 + 2·(t−1))·h·d instead of the 2·h·d of a GPT MLP."""
+    d, L = c.d_model, c.n_layers
+    h, t = c.extra.get("expansion", 4) * d, c.extra.get("n_steps", 2)
+    dict_uses = 2 + 2 * (t - 1)  # Dᵀz, D A₁, Dᵀ(D A₁), D A₂
+    p_eff = crate_nonembedding_params(c) + L * (dict_uses - 1) * h * d
+    return 6.0 * p_eff + attention_flops_per_token(L, d, seq_len)
+
+
+def activation_sparsity(acts: list[torch.Tensor], threshold: float = 0.0) -> list[float]:
+    """Fraction of units with |activation| <= threshold, one value per layer."""
+    return [float((a.abs() <= threshold).float().mean()) for a in acts]

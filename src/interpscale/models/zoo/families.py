@@ -1,0 +1,58 @@
+"""Registers the zoo families with the models registry (analytic params/FLOPs included).
+
+Each entry: family name -> (model class path, defaults of its ``extra`` knobs, params_fn,
+flops_fn, description). Builders import nothing heavy beyond the family's own module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import Any, Callable
+
+from interpscale.models.registry import register_family
+from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token, make_zoo_config
+from interpscale.models.zoo.crate import CRATE_DEFAULTS, crate_flops_per_token, crate_nonembedding_params
+from interpscale.models.zoo.gpt2 import gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
+
+MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
+
+
+def _gpt_flops(c: ZooConfig, seq_len: int) -> float:
+    return 6.0 * gpt_nonembedding_params(c) + attention_flops_per_token(c.n_layers, c.d_model, seq_len)
+
+
+# name -> (class path, extra defaults, params(cfg), flops(cfg, seq_len), description)
+ZOO_FAMILIES: dict[str, tuple[str, dict, Callable, Callable, str]] = {
+    "crate": ("interpscale.models.zoo.crate:CRATELM", CRATE_DEFAULTS, crate_nonembedding_params, crate_flops_per_token,
+              "CRATE-LM: MSSA attention + two-step overcomplete ISTA (white-box transformer)"),
+    "crate-gpt": ("interpscale.models.zoo.gpt2:GPTLM", {"expansion": 4}, gpt_nonembedding_params, _gpt_flops,
+                  "GPT-2 block baseline matched to CRATE (CRATE-LM Table 1)"),
+    "mxd": ("interpscale.models.zoo.gpt2:MxDLM", MXD_DEFAULTS, mxd_lm_params, mxd_lm_flops,
+            "GPT-2 blocks whose MLPs are Mixture-of-Decoders layers trained end to end"),
+}
+
+
+def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
+    return make_zoo_config(family, size, ZOO_FAMILIES[family][1], **overrides)
+
+
+def _build(family: str, size: str, **overrides: Any):
+    module, _, cls = ZOO_FAMILIES[family][0].partition(":")
+    return getattr(importlib.import_module(module), cls)(zoo_config(family, size, **overrides))
+
+
+def _params(family: str, size: str, **overrides: Any) -> int:
+    return int(ZOO_FAMILIES[family][2](zoo_config(family, size, **overrides)))
+
+
+def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
+    if int(seq_len) <= 0:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    return float(ZOO_FAMILIES[family][3](zoo_config(family, size, **overrides), int(seq_len)))
+
+
+def register() -> None:
+    for name, (_, _, _, _, desc) in ZOO_FAMILIES.items():
+        register_family(name, partial(_build, name), params_fn=partial(_params, name), flops_fn=partial(_flops, name),
+                        description=desc, overwrite=True)
