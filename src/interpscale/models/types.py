@@ -83,8 +83,11 @@ class LossOutput:
 class PhaseSchedule:
     """Where training is: ``phase`` (stable or anneal), ``max_steps`` (T_max of the stable
     run, used by the α ramps of Table 25) and, in the anneal phase, ``anneal_steps`` (the
-    length of the 20% linear decay, used by Table 26's α_known 0.5→0 ramp)."""
+    length of the 20% linear decay, used by Table 26's α_known 0.5→0 ramp).
+    ``anneal_start`` is the global step at which the anneal began (the anneal ramps use
+    ``step - anneal_start``; leave 0 if the loop counts anneal steps from zero)."""
 
     phase: Phase = "stable"
     max_steps: int = 1
     anneal_steps: int = 0
+    anneal_start: int = 0

@@ -1,0 +1,211 @@
+"""The shared transformer backbone (App. G): post-norm RMSNorm, QK-norm, RoPE, SwiGLU, GQA.
+
+Attention is causal (AR) or block-causal (CDLM: bidirectional inside a block of b tokens,
+causal across blocks, §5.2). A :class:`KVCache` serves both AR decoding and CDLM
+block-by-block denoising.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models.config import ModelConfig
+
+try:  # FlexAttention block masks on CUDA; dense boolean masks elsewhere
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - older torch
+    create_block_mask = flex_attention = None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+
+
+class KVCache:
+    """Per-layer keys/values [B, n_kv, T_max, hd]; ``length`` tokens are committed."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, max_len: int, device, dtype):
+        shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
+        self.length = 0
+        self.max_len = max_len
+
+
+def allowed_mask(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, block: int) -> torch.Tensor:
+    """[Tq, Tk] bool, True where query may attend key (absolute positions)."""
+    if kind == "causal":
+        return k_pos[None, :] <= q_pos[:, None]
+    return (k_pos[None, :] // block) <= (q_pos[:, None] // block)  # block-causal
+
+
+@lru_cache(maxsize=16)
+def _dense_block_mask(t: int, block: int, device: str) -> torch.Tensor:
+    pos = torch.arange(t, device=device)
+    return allowed_mask("block", pos, pos, block)
+
+
+@lru_cache(maxsize=16)
+def _flex_block_mask(t: int, block: int, device: str):
+    def mod(b, h, q, k):
+        return (k // block) <= (q // block)
+
+    return create_block_mask(mod, None, None, t, t, device=device)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, hd = cfg.d_model, cfg.head_dim
+        self.wq = nn.Linear(d, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.q_norm = RMSNorm(cfg.n_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.n_kv_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x, cos, sin, kind: str, layer: int, cache: Optional[KVCache], commit: bool):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        if cfg.clip_qkv is not None:  # App. G: clip_qkv = 10
+            q, k, v = (z.clamp(-cfg.clip_qkv, cfg.clip_qkv) for z in (q, k, v))
+        if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # [B, H, T, hd]
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        start = 0
+        if cache is not None:
+            start = cache.length
+            if commit:
+                cache.k[layer][:, :, start:start + T] = k
+                cache.v[layer][:, :, start:start + T] = v
+            if start:
+                k = torch.cat([cache.k[layer][:, :, :start], k], dim=2)
+                v = torch.cat([cache.v[layer][:, :, :start], v], dim=2)
+        y = self._attend(q, k, v, kind, start)
+        return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+
+    def _attend(self, q, k, v, kind: str, start: int) -> torch.Tensor:
+        cfg = self.cfg
+        Tq, Tk = q.size(2), k.size(2)
+        gqa = cfg.n_kv_heads != cfg.n_heads
+        if start == 0 and Tq == Tk and kind == "causal":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if start == 0 and Tq == Tk and q.is_cuda and flex_attention is not None:
+            if gqa:
+                k, v = (z.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=1) for z in (k, v))
+            return flex_attention(q, k, v, block_mask=_flex_block_mask(Tq, cfg.block_size, str(q.device)))
+        if start == 0 and Tq == Tk:
+            mask = _dense_block_mask(Tq, cfg.block_size, str(q.device))
+        else:
+            q_pos = torch.arange(start, start + Tq, device=q.device)
+            mask = allowed_mask(kind, q_pos, torch.arange(Tk, device=q.device), cfg.block_size)
+            if bool(mask.all()):
+                mask = None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)  # rotate-half convention
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    """Post-norm residual block: x + norm(attn(x)), then h + norm(mlp(h)) (OLMo-2 ordering)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn = Attention(cfg)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, cos, sin, kind, layer, cache, commit):
+        x = x + self.drop(self.attn_norm(self.attn(x, cos, sin, kind, layer, cache, commit)))
+        return x + self.drop(self.mlp_norm(self.mlp(x)))
+
+
+class Backbone(nn.Module):
+    """Token embedding (tied with the LM head), L blocks, final norm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        inv = 1.0 / cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
+        ang = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv)
+        self.register_buffer("rope_cos", ang.cos().float(), persistent=False)
+        self.register_buffer("rope_sin", ang.sin().float(), persistent=False)
+        self.apply(self._init)
+        for blk in self.blocks:  # scaled init of residual outputs (GPT-2)
+            for w in (blk.attn.wo.weight, blk.mlp.down.weight):
+                nn.init.normal_(w, std=cfg.init_std / math.sqrt(2 * cfg.n_layers))
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=self.cfg.init_std)
+
+    def forward(
+        self,
+        tokens: Optional[torch.Tensor],
+        *,
+        kind: str,
+        embeds: Optional[torch.Tensor] = None,
+        cache: Optional[KVCache] = None,
+        commit: bool = False,
+        steer_vec: Optional[torch.Tensor] = None,
+        steer_mask: Optional[torch.Tensor] = None,
+        steer_layer: int = 0,
+    ) -> torch.Tensor:
+        """Hidden states h [B, T, d]. Steering (Eq. 18) adds ``steer_vec`` at positions
+        ``steer_mask`` to h^(l) for l >= ``steer_layer`` (l = L is the final hidden state)."""
+        x = self.embed(tokens) if embeds is None else embeds
+        T = x.size(1)
+        start = cache.length if cache is not None else 0
+        if start + T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence of {start + T} tokens exceeds max_seq_len={self.cfg.max_seq_len}")
+        cos = self.rope_cos[start:start + T].to(x.dtype)
+        sin = self.rope_sin[start:start + T].to(x.dtype)
+        add = None
+        if steer_vec is not None and steer_mask is not None:
+            add = steer_mask.unsqueeze(-1).to(x.dtype) * steer_vec.to(x.dtype)  # [B, T, d]
+        for i, blk in enumerate(self.blocks):
+            if add is not None and i >= steer_layer:
+                x = x + add
+            x = blk(x, cos, sin, kind, i, cache, commit)
+        h = self.norm(x)
+        if add is not None and self.cfg.n_layers >= steer_layer:
+            h = h + add
+        if cache is not None and commit:
+            cache.length = start + T
+        return h

@@ -1,0 +1,227 @@
+"""SteerlingLM: one class for the four families ar, cdlm, ar+concept, cdlm+concept."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models import accounting
+from interpscale.models.backbone import Backbone, KVCache
+from interpscale.models.concept import ConceptModule, concept_loss, independence_loss, reconstruction_loss
+from interpscale.models.config import ModelConfig
+from interpscale.models.objectives import alpha_schedule, ar_loss, mask_tokens, mdm_loss, sample_noise_levels
+from interpscale.models.registry import get_family
+from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
+
+
+class SteerlingLM(nn.Module):
+    """Backbone (+ concept module) + tied LM head.
+
+    ``forward(tokens, *, chunk_ids=None, chunk_labels=None) -> ModelOutput``; for the
+    diffusion families the caller puts [MASK] (id 3) where tokens are masked and T must be
+    a multiple of ``config.block_size``. ``loss(batch, step)`` does the family's own
+    masking / teacher forcing. See :meth:`generate` for sampling and steering.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        spec = get_family(config.family)
+        self.config = config
+        self.is_diffusion = spec.is_diffusion
+        self.is_concept = spec.is_concept
+        self.backbone = Backbone(config)
+        self.concept = ConceptModule(config) if self.is_concept else None
+        self.phase = PhaseSchedule()
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any]) -> "SteerlingLM":
+        return cls(ModelConfig.from_dict(data))
+
+    @property
+    def attn_kind(self) -> str:
+        return "block" if self.is_diffusion else "causal"
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        return self.backbone.embed.weight  # tied embeddings: W = T
+
+    # --- accounting ---------------------------------------------------------------
+    def params_nonembedding(self) -> int:
+        """Backbone P (+ concept module for concept families), analytically; equals the
+        sum over every parameter except the tied token embedding."""
+        c = self.config
+        return accounting.backbone_params(c) + (accounting.concept_params(c) if self.is_concept else 0)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return accounting.flops_per_token_cfg(self.config, seq_len, concept=self.is_concept)
+
+    def set_phase(self, phase: PhaseSchedule) -> None:
+        """Stable or anneal (Tables 25/26): α schedules and anneal-phase top-k."""
+        if phase.phase not in ("stable", "anneal"):
+            raise ValueError(f"phase must be 'stable' or 'anneal', got {phase.phase!r}")
+        if phase.max_steps < 1:
+            raise ValueError(f"PhaseSchedule.max_steps must be >= 1, got {phase.max_steps}")
+        self.phase = phase
+        if self.concept is not None:
+            self.concept.anneal = phase.phase == "anneal"
+
+    # --- validation ---------------------------------------------------------------
+    def check_tokens(self, tokens: Any, *, need_blocks: bool = True) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor):
+            raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be int64 (or int32) ids, got dtype {tokens.dtype}")
+        if tokens.dim() != 2 or tokens.size(1) == 0:
+            raise ValueError(f"tokens must have shape [B, T] with T >= 1, got {tuple(tokens.shape)}")
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got min {lo} max {hi}")
+        T = tokens.size(1)
+        if need_blocks and self.is_diffusion and T % self.config.block_size:
+            raise ValueError(f"{self.config.family} needs T to be a multiple of block_size="
+                             f"{self.config.block_size}, got T={T}")
+        return tokens.long()
+
+    def check_concepts(self, tokens: torch.Tensor, chunk_ids, chunk_labels):
+        if chunk_ids is None and chunk_labels is None:
+            return None, None
+        if chunk_ids is None or chunk_labels is None:
+            raise ValueError("chunk_ids and chunk_labels must be given together")
+        if not self.is_concept:
+            raise ValueError(f"family {self.config.family!r} has no concept module; drop chunk_ids/chunk_labels")
+        if chunk_ids.shape != tokens.shape:
+            raise ValueError(f"chunk_ids shape {tuple(chunk_ids.shape)} != tokens shape {tuple(tokens.shape)}")
+        if chunk_labels.dim() != 3 or chunk_labels.size(0) != tokens.size(0):
+            raise ValueError(f"chunk_labels must be [B, C, n] with B={tokens.size(0)}, got {tuple(chunk_labels.shape)}")
+        if chunk_labels.size(2) != self.config.n_concepts:
+            raise ValueError(f"chunk_labels width {chunk_labels.size(2)} != n_concepts={self.config.n_concepts}")
+        C = chunk_labels.size(1)
+        if chunk_ids.numel() and (int(chunk_ids.min()) < -1 or int(chunk_ids.max()) >= C):
+            raise ValueError(f"chunk_ids must be in [-1, {C}), got [{int(chunk_ids.min())}, {int(chunk_ids.max())}]")
+        return chunk_ids.long(), chunk_labels
+
+    # --- forward ------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, *, chunk_ids: Optional[torch.Tensor] = None,
+                chunk_labels: Optional[torch.Tensor] = None) -> ModelOutput:
+        """Logits [B, T, V] (and the exact concept decomposition for concept families).
+        Chunk labels only change the output in training mode (teacher forcing)."""
+        tokens = self.check_tokens(tokens)
+        chunk_ids, chunk_labels = self.check_concepts(tokens, chunk_ids, chunk_labels)
+        return self.run(tokens, chunk_ids=chunk_ids, chunk_labels=chunk_labels)
+
+    def run(
+        self,
+        tokens: Optional[torch.Tensor],
+        *,
+        embeds: Optional[torch.Tensor] = None,
+        chunk_ids: Optional[torch.Tensor] = None,
+        chunk_labels: Optional[torch.Tensor] = None,
+        step: int = 0,
+        cache: Optional[KVCache] = None,
+        commit: bool = False,
+        steer_vec: Optional[torch.Tensor] = None,
+        steer_mask: Optional[torch.Tensor] = None,
+        steer_layer: int = 0,
+    ) -> ModelOutput:
+        """Unvalidated forward used by loss, generation, attribution and steering."""
+        h = self.backbone(tokens, kind=self.attn_kind, embeds=embeds, cache=cache, commit=commit,
+                          steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
+        if self.concept is None:
+            return ModelOutput(logits=F.linear(h, self.lm_head), hidden=h)
+        known_gt = tf_k = tf_u = None
+        if chunk_ids is not None and chunk_labels is not None:
+            known_gt = token_labels(chunk_ids, chunk_labels)
+            if self.training:
+                tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
+        p = self.concept(h, known_gt=known_gt, tf_known=tf_k, tf_unknown=tf_u)
+        h_bar = p.known + p.unknown + p.residual  # Eq. 5
+        out = ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
+                          residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act)
+        out.parts = p  # full ConceptParts for the loss (not part of the contract)
+        return out
+
+    def _teacher_forcing_masks(self, chunk_ids: torch.Tensor, step: int):
+        """Per-sequence Bernoulli(α) substitution, only where GT exists (tokens in a chunk)."""
+        a_known, a_unknown = alpha_schedule(self.config, self.phase, step)
+        B = chunk_ids.size(0)
+        inside = chunk_ids >= 0
+        rows_k = torch.rand(B, device=chunk_ids.device) < a_known
+        rows_u = torch.rand(B, device=chunk_ids.device) < a_unknown
+        return inside & rows_k[:, None], inside & rows_u[:, None]
+
+    # --- training loss ------------------------------------------------------------
+    def loss(self, batch: Batch, step: int) -> LossOutput:
+        """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15)."""
+        if not isinstance(batch, Batch):
+            raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
+        tokens = self.check_tokens(batch.tokens)
+        chunk_ids, chunk_labels = self.check_concepts(tokens, batch.chunk_ids, batch.chunk_labels)
+        valid = None if batch.valid is None else batch.valid.bool()
+        if valid is not None and valid.shape != tokens.shape:
+            raise ValueError(f"valid shape {tuple(valid.shape)} != tokens shape {tuple(tokens.shape)}")
+        if self.is_diffusion:
+            t = sample_noise_levels(self.config, tokens.size(0), tokens.size(1), step, self.phase.max_steps,
+                                    device=tokens.device)
+            x_t, masked = mask_tokens(tokens, t, self.config.mask_token_id, valid)
+        else:
+            x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid)
+        out = self.run(x_t, chunk_ids=chunk_ids, chunk_labels=chunk_labels, step=step)
+        if self.is_diffusion:
+            lm, n_tok = mdm_loss(out.logits, tokens, masked)
+        else:
+            lm, n_tok = ar_loss(out.logits, tokens, valid)
+        total, parts = lm, {"lm": float(lm.detach())}
+        if self.concept is not None:
+            total = total + self._concept_losses(out, chunk_ids, chunk_labels, masked, valid, parts)
+        parts["total"] = float(total.detach())
+        return LossOutput(total=total, parts=parts, n_tokens=n_tok)
+
+    def _concept_losses(self, out, chunk_ids, chunk_labels, masked, valid, parts) -> torch.Tensor:
+        c, p = self.config, out.parts
+        total = out.logits.new_zeros(())
+        if chunk_ids is not None:
+            l_c, _ = concept_loss(p.known_logits, chunk_ids, chunk_labels, valid)
+            k_gt = token_labels(chunk_ids, chunk_labels).to(p.hidden.dtype) @ self.concept.known_emb
+            parts["concept"] = float(l_c.detach())
+            total = total + c.lambda_concept * l_c
+        else:
+            k_gt = torch.zeros_like(p.hidden)
+        l_rec = reconstruction_loss(p.unknown_pred, p.hidden, k_gt, masked)  # Eqs. 11-12
+        if c.indep_terms == 1:
+            l_ind = independence_loss(p.unknown_pred, p.known_pred, masked)  # Eqs. 13-14
+        else:  # §10.2.2: L(û, k̂) + L(ε, k̂), half weight each
+            eps = p.hidden - p.known_pred - p.unknown_pred
+            l_ind = 0.5 * (independence_loss(p.unknown_pred, p.known_pred, masked)
+                           + independence_loss(eps, p.known_pred, masked))
+        parts["rec"], parts["indep"] = float(l_rec.detach()), float(l_ind.detach())
+        return total + c.lambda_rec * l_rec + c.lambda_indep * l_ind
+
+    # --- generation ---------------------------------------------------------------
+    def new_cache(self, batch: int, max_len: int) -> KVCache:
+        w = self.lm_head
+        return KVCache(self.config, batch, max_len, w.device, w.dtype)
+
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
+        """Sample a continuation; returns [B, P + max_new_tokens] ids.
+
+        ``generate(prompt_ids, max_new_tokens, *, temperature=1.0, top_k=None, steer=None,
+        use_cache=True, steps_per_block=None, seed=None, generator=None)``: AR sampling
+        with a KV cache, or CDLM block-by-block confidence-based denoising with the cache
+        across blocks. ``steer`` is a :class:`interpscale.models.steering.Steering`
+        (amplify or suppress a concept, Eqs. 18–21). ``temperature=0`` is greedy.
+        """
+        from interpscale.models.generation import generate
+
+        return generate(self, prompt_ids, max_new_tokens, **kwargs)
+
+
+def token_labels(chunk_ids: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
+    """Token-level GT activations [B, T, n]: the label of each token's chunk, 0 outside chunks."""
+    B, T = chunk_ids.shape
+    n = chunk_labels.size(-1)
+    idx = chunk_ids.clamp(min=0).unsqueeze(-1).expand(B, T, n)
+    lab = chunk_labels.float().gather(1, idx)
+    return lab * (chunk_ids >= 0).unsqueeze(-1)
