@@ -1,0 +1,52 @@
+"""``interpscale figures RESULTS --out DIR``: draw every paper figure the results table supports."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger("interpscale.figures")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", help="results table (.parquet or .csv), or 'example' for the bundled example table")
+    parser.add_argument("--out", required=True, type=Path, help="directory for the PNG and PDF files")
+    parser.add_argument("--run-dirs", nargs="*", type=Path, default=(),
+                        help="run directories whose metrics.jsonl loss curves to draw (a sweep directory works too)")
+    parser.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates for the CI bands (default 200)")
+
+
+def expand_run_dirs(paths) -> list[Path]:
+    """Run directories given directly, or every child holding a metrics.jsonl of a sweep directory."""
+    out = []
+    for p in map(Path, paths):
+        if (p / "metrics.jsonl").exists():
+            out.append(p)
+        elif p.is_dir():
+            out += sorted(d for d in p.iterdir() if (d / "metrics.jsonl").exists())
+    return out
+
+
+def load_table(spec: str):
+    from interpscale.analysis.example_data import example_results
+    from interpscale.analysis.report import load_results
+
+    return example_results() if spec == "example" else load_results(spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    from interpscale.analysis.figures import render_figures
+
+    try:
+        df = load_table(args.results)
+        result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
+    except ValueError as exc:
+        sys.stderr.write(f"interpscale figures: {exc}\n")
+        return 2
+    for title, paths in result.drawn.items():
+        sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
+    for title, reason in result.skipped.items():
+        sys.stdout.write(f"skipped {title}: {reason}\n")
+    return 0

@@ -1,0 +1,167 @@
+"""Paper figures from a results table: one function per figure, plus ``make_all_figures``.
+
+Every function returns a matplotlib ``Figure`` in the toolkit's style (colour per family,
+sized for a two-column paper); ``save_figure`` writes PNG and PDF. A table missing a column
+a figure needs raises ``ValueError`` naming the column and the figure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT
+from interpscale.analysis.figures._style import (
+    FAMILY_COLORS,
+    FAMILY_LABELS,
+    family_color,
+    paper_style,
+    require_columns,
+    save_figure,
+)
+from interpscale.analysis.figures.anneal import anneal_interp_figure, anneal_loss_figure
+from interpscale.analysis.figures.estimators import (
+    estimator_isoflop_figure,
+    estimator_power_law_figure,
+    mask_rate_isoflop_figure,
+    mask_rate_power_law_figure,
+)
+from interpscale.analysis.figures.extrapolation import extrapolation_figure, interp_extrapolation_figure
+from interpscale.analysis.figures.interp import interp_scaling_figure
+from interpscale.analysis.figures.isoflop import isoflop_figure, power_law_figure
+from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
+from interpscale.analysis.figures.overhead import concept_overhead_figure
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+CORE_COLUMNS = ("family", "slice_flops", "params", "loss")
+
+
+def __getattr__(name: str):
+    # Figure 14 lives in figures/human_study.py (owned by the human-study analysis); import it
+    # on first use so this package works before and without it.
+    if name == "forest_figure":
+        from interpscale.analysis.figures.human_study import forest_figure
+
+        return forest_figure
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str  # file stem, e.g. "fig22_isoflop"
+    title: str  # "Figure 22: IsoFLOP parabolas per family"
+    draw: Callable[..., object]  # (results, fits, n_boot) -> Figure
+
+
+def _families_with(results: pd.DataFrame, families: Iterable[str]) -> list[str]:
+    present = set(results["family"])
+    return [f for f in families if f in present]
+
+
+def _first_family(results: pd.DataFrame, preferred: Iterable[str]) -> str:
+    fams = _families_with(results, preferred)
+    if not fams:
+        raise ValueError(f"no rows for any of the families {list(preferred)}")
+    return fams[0]
+
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("fig21_concept_overhead", "Figure 21: concept-module parameter overhead vs backbone size",
+               lambda r, f, b: concept_overhead_figure()),
+    FigureSpec("fig22_isoflop", "Figure 22: per-slice IsoFLOP parabolas per family",
+               lambda r, f, b: isoflop_figure(r, fits=f, n_boot=b)),
+    FigureSpec("fig23_power_laws", "Figure 23: compute-optimal L*(C) and P*(C) power laws",
+               lambda r, f, b: power_law_figure(r, fits=f, n_boot=b)),
+    FigureSpec("fig24_extrapolation", "Figure 24: joint vs log-linear extrapolation to the target",
+               lambda r, f, b: extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")), n_boot=b)),
+    FigureSpec("fig25_interp_scaling", "Figure 25: interpretability metrics vs compute",
+               lambda r, f, b: interp_scaling_figure(r, n_boot=b)),
+    FigureSpec("fig26_interp_extrapolation", "Figure 26: interpretability extrapolation to the target",
+               lambda r, f, b: interp_extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")),
+                                                           n_boot=b)),
+    FigureSpec("fig34_estimator_isoflop", "Figure 34: IsoFLOP fits under four ELBO estimators",
+               lambda r, f, b: estimator_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+    FigureSpec("fig35_estimator_power_laws", "Figure 35: power laws under four ELBO estimators",
+               lambda r, f, b: estimator_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+    FigureSpec("fig36_mask_rate_isoflop", "Figure 36: IsoFLOP fits at fixed mask rates",
+               lambda r, f, b: mask_rate_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+    FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
+               lambda r, f, b: mask_rate_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+    FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
+               lambda r, f, b: anneal_loss_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept", "cdlm", "ar")),
+                                                  n_boot=b)),
+    FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
+               lambda r, f, b: anneal_interp_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")))),
+)
+
+
+@dataclass(frozen=True)
+class FigureSet:
+    """What ``render_figures`` drew (title -> files) and skipped (title -> reason)."""
+
+    drawn: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [p for ps in self.drawn.values() for p in ps]
+
+
+def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
+                   run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
+                   formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
+    """Draw every figure the table supports into ``out_dir``; record why others were skipped."""
+    require_columns(results_df, CORE_COLUMNS, "make_all_figures (Figures 22-24)")
+    if results_df.empty:
+        raise ValueError("make_all_figures: the results table has no rows")
+    drawn: dict[str, list[Path]] = {}
+    skipped: dict[str, str] = {}
+    for spec in FIGURES:
+        try:
+            fig = spec.draw(results_df, fits, n_boot)
+        except ValueError as exc:
+            skipped[spec.title] = str(exc)
+            log.warning("skipped %s: %s", spec.title, exc)
+            continue
+        drawn[spec.title] = save_figure(fig, out_dir, spec.name, formats=formats)
+    run_dirs = list(run_dirs or [])
+    title = "Loss curves of every run"
+    if run_dirs:
+        try:
+            drawn[title] = save_figure(loss_curves_figure(run_dirs), out_dir, "loss_curves", formats=formats)
+        except ValueError as exc:
+            skipped[title] = str(exc)
+            log.warning("skipped %s: %s", title, exc)
+    else:
+        skipped[title] = "no run directories given (run_dirs=...)"
+        log.info("skipped %s: no run directories given", title)
+    skipped["Figure 14: human-study forest plot"] = ("needs a human-rating study, not a results table; "
+                                                     "draw it with forest_figure(...)")
+    return FigureSet(drawn=drawn, skipped=skipped)
+
+
+def make_all_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
+                     run_dirs: Iterable[str | os.PathLike] | None = None,
+                     n_boot: int = DEFAULT_FIG_BOOT) -> list[Path]:
+    """Write PNG + PDF of every figure the results table supports; returns the files.
+
+    Figures whose data is absent (no estimator comparison, no pre-anneal rows, no run
+    directories...) are skipped with a logged reason; a table missing one of the core
+    columns (family, slice_flops, params, loss) raises ValueError naming it.
+    """
+    return render_figures(results_df, out_dir, fits=fits, run_dirs=run_dirs, n_boot=n_boot).paths
+
+
+__all__ = [
+    "FAMILY_COLORS", "FAMILY_LABELS", "FIGURES", "FigureSet", "anneal_interp_figure", "anneal_loss_figure",
+    "concept_overhead_figure", "estimator_isoflop_figure", "estimator_power_law_figure", "extrapolation_figure",
+    "family_color", "forest_figure", "interp_extrapolation_figure", "interp_scaling_figure", "isoflop_figure",
+    "loss_curves_figure", "make_all_figures", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
+    "paper_style", "power_law_figure", "read_metrics", "render_figures", "save_figure",
+]

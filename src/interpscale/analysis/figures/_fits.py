@@ -1,0 +1,110 @@
+"""What the figures need from ``interpscale.scaling``, in one place.
+
+The figures never fit anything themselves: every curve comes from the scaling fitters
+(``fit_isoflop`` for Eqs. 25-26, ``fit_chinchilla`` for Eq. 27, ``fit_bounded`` for Eq. 29,
+``fit_power_law`` for log-linear trends). This module turns a slice of the results table
+into those fits and exposes the few numbers a panel draws.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,000 belong in reports)
+
+
+@dataclass
+class SliceCurve:
+    """One IsoFLOP slice as drawn: the points, the fitted parabola and its minimum."""
+
+    compute: float
+    params: np.ndarray
+    loss: np.ndarray
+    p_star: float
+    l_star: float
+    curve: Callable[[np.ndarray], np.ndarray] | None
+    used: bool = True  # entered the Step 2 power laws
+
+
+@dataclass
+class IsoflopSummary:
+    """Steps 1-2 of §8.2.1 for one group of rows (a family, estimator, mask rate or state)."""
+
+    slices: list[SliceCurve]
+    power_P: Any = None  # PowerLawFit of P*(C), or None when fewer than two usable slices
+    power_L: Any = None  # PowerLawFit of L*(C)
+    fit: Any = None  # the scaling package's IsoFlopFit
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def minima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        used = [s for s in self.slices if s.used and math.isfinite(s.p_star)]
+        return (np.array([s.compute for s in used]), np.array([s.p_star for s in used]),
+                np.array([s.l_star for s in used]))
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if isinstance(obj, dict) and name in obj:
+            return obj[name]
+        if hasattr(obj, name):
+            return getattr(obj, name)
+    return default
+
+
+def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None) -> IsoflopSummary:
+    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``."""
+    from interpscale.scaling import fit_isoflop
+
+    if fit is None:
+        fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
+    slices = []
+    for s in _get(fit, "slices", default=[]):
+        compute = float(_get(s, "compute", "slice_flops", "C"))
+        sub = rows[np.isclose(rows["slice_flops"].astype(float), compute, rtol=1e-9)]
+        predict = getattr(s, "predict", None)
+        slices.append(SliceCurve(
+            compute=compute,
+            params=sub["params"].to_numpy(float),
+            loss=sub["loss"].to_numpy(float),
+            p_star=float(_get(s, "P_star", "p_star", default=math.nan)),
+            l_star=float(_get(s, "L_star", "l_star", default=math.nan)),
+            curve=predict,
+            used=bool(_get(s, "used", "included", default=True)),
+        ))
+    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute),
+                          power_P=_get(fit, "power_P", "p_fit"), power_L=_get(fit, "power_L", "l_fit"),
+                          fit=fit, warnings=list(_get(fit, "warnings", default=()) or ()))
+
+
+def chinchilla_fit(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):
+    """Joint Eq. 27 fit on every (P, D, L) of ``rows`` (coarse start grid: figures need speed)."""
+    from interpscale.scaling import fit_chinchilla
+
+    return fit_chinchilla(rows["params"].to_numpy(float), rows["tokens"].to_numpy(float),
+                          rows["loss"].to_numpy(float), grid="coarse", n_boot=n_boot, seed=seed)
+
+
+def bounded_fit(compute: np.ndarray, values: np.ndarray, metric: str, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):
+    """Eq. 29 fit of one interpretability metric against compute; the scaling package knows
+    each paper metric's direction and natural bound from its name."""
+    from interpscale.scaling import fit_bounded
+
+    return fit_bounded(compute, values, name=metric, n_boot=n_boot, seed=seed)
+
+
+def curve_band(fit: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fit's bootstrap band at ``x`` when it has one."""
+    band = getattr(fit, "band", None)
+    if band is None:
+        return None
+    lo, hi = band(x)
+    return np.asarray(lo, float), np.asarray(hi, float)

@@ -1,0 +1,162 @@
+"""One look for every figure: colours per family, column-width sizes, input checks, saving."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)  # headless unless the user already chose a backend
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
+PAGE_WIDTH = 7.0  # inches: full text width
+
+FAMILY_ORDER = ("ar", "ar+concept", "cdlm", "cdlm+concept")
+FAMILY_LABELS = {"ar": "AR", "ar+concept": "AR+Concept", "cdlm": "CDLM", "cdlm+concept": "CDLM+Concept"}
+# Okabe-Ito colour-blind-safe hues; each backbone's pair shares a hue family.
+FAMILY_COLORS = {"ar": "#0072B2", "ar+concept": "#56B4E9", "cdlm": "#D55E00", "cdlm+concept": "#E69F00"}
+FAMILY_MARKERS = {"ar": "o", "ar+concept": "s", "cdlm": "o", "cdlm+concept": "s"}
+ESTIMATOR_LABELS = {"fixed_rate": "Fixed-rate mask", "fixed_grid": "Fixed-grid ELBO", "mdlm_elbo": "MDLM ELBO",
+                    "per_block": "Per-block ELBO", "ar_ce": "AR cross-entropy"}
+ESTIMATOR_COLORS = {"fixed_rate": "#009E73", "fixed_grid": "#CC79A7", "mdlm_elbo": "#D55E00", "per_block": "#000000",
+                    "ar_ce": "#0072B2"}
+METRIC_LABELS = {"concept_loss": "Concept Loss ↓", "concept_independence": "Concept Independence Loss ↓",
+                 "concept_contribution": "Concept Contribution ↑", "known_concept_alignment": "Known Concept Alignment ↑"}
+_EXTRA_COLORS = ("#009E73", "#CC79A7", "#F0E442", "#000000", "#999999")
+
+STYLE = {
+    "font.size": 7.5, "axes.titlesize": 8, "axes.labelsize": 7.5, "legend.fontsize": 6.5,
+    "xtick.labelsize": 6.5, "ytick.labelsize": 6.5, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
+    "lines.markersize": 4, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.linewidth": 0.3, "grid.alpha": 0.5, "legend.frameon": False, "figure.dpi": 100,
+    "savefig.dpi": 200, "savefig.bbox": "tight", "savefig.pad_inches": 0.02, "pdf.fonttype": 42,
+    "font.family": "DejaVu Sans", "mathtext.default": "regular", "axes.titlepad": 3.0,
+}
+
+
+def family_color(family: str) -> str:
+    if family in FAMILY_COLORS:
+        return FAMILY_COLORS[family]
+    return _EXTRA_COLORS[sum(map(ord, family)) % len(_EXTRA_COLORS)]  # stable for zoo families
+
+
+def family_label(family: str) -> str:
+    return FAMILY_LABELS.get(family, family)
+
+
+def slice_colors(n: int) -> list:
+    """Sequential colours for IsoFLOP slices, light (small C) to dark (large C)."""
+    cmap = plt.get_cmap("viridis")
+    return [cmap(x) for x in np.linspace(0.85, 0.1, max(n, 1))][:n] if n > 1 else [cmap(0.4)]
+
+
+def ordered_families(families: Iterable[str]) -> list[str]:
+    fams = list(dict.fromkeys(families))
+    return [f for f in FAMILY_ORDER if f in fams] + sorted(f for f in fams if f not in FAMILY_ORDER)
+
+
+@contextmanager
+def paper_style() -> Iterator[None]:
+    """Temporarily apply the toolkit's matplotlib style (font sizes for column width)."""
+    with plt.rc_context(STYLE):
+        yield
+
+
+def new_figure(nrows: int, ncols: int, *, width: float | None = None, panel_height: float = 1.9,
+               sharex: bool = False, sharey: bool = False, squeeze: bool = False):
+    """A figure sized for print: one column up to two panels across, full width beyond."""
+    if width is None:
+        width = COLUMN_WIDTH if ncols <= 1 else PAGE_WIDTH if ncols > 2 else 0.75 * PAGE_WIDTH
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 0.35), sharex=sharex,
+                             sharey=sharey, squeeze=squeeze, constrained_layout=True)
+    return fig, axes
+
+
+def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> None:
+    """ValueError naming the first missing column and the figure that needed it."""
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{figure}: expected a pandas DataFrame results table, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{figure} needs column {missing[0]!r}, which the results table lacks"
+            + (f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else "")
+            + f"; present: {', '.join(map(str, df.columns))}"
+        )
+
+
+def select(df: pd.DataFrame, *, family: str | None = None, estimator: str | Sequence[str] | None = None,
+           annealed: bool | None = None, mask_rate: float | None = None) -> pd.DataFrame:
+    """Rows of one family / estimator / evaluation state; unspecified filters are skipped."""
+    keep = np.ones(len(df), dtype=bool)
+    if family is not None:
+        keep &= (df["family"] == family).to_numpy()
+    if estimator is not None and "estimator" in df.columns:
+        ests = [estimator] if isinstance(estimator, str) else list(estimator)
+        keep &= df["estimator"].isin(ests).to_numpy()
+    if annealed is not None and "annealed" in df.columns:
+        keep &= (df["annealed"].astype(bool) == bool(annealed)).to_numpy()
+    if mask_rate is not None and "mask_rate" in df.columns:
+        keep &= np.isclose(df["mask_rate"].astype(float).to_numpy(), mask_rate)
+    return df[keep]
+
+
+def headline_estimator(df: pd.DataFrame, family: str) -> str | None:
+    """The estimator a family's main-text fits use: MDLM ELBO for diffusion, CE otherwise."""
+    if "estimator" not in df.columns:
+        return None
+    present = set(df.loc[df["family"] == family, "estimator"].dropna())
+    for est in ("mdlm_elbo", "ar_ce"):
+        if est in present:
+            return est
+    return sorted(present)[0] if present else None
+
+
+def main_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
+    """Annealed rows (when the column exists) under the family's headline estimator."""
+    annealed = True if "annealed" in df.columns and df["annealed"].astype(bool).any() else None
+    return select(df, family=family, estimator=headline_estimator(df, family), annealed=annealed)
+
+
+def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Write ``name.png`` and ``name.pdf`` atomically into ``out_dir``; closes the figure."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    try:
+        for fmt in formats:
+            path = out / f"{name}.{fmt}"
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=f".{fmt}")
+            os.close(fd)
+            try:
+                fig.savefig(tmp, format=fmt)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            paths.append(path)
+    finally:
+        plt.close(fig)
+    return paths
+
+
+def log_axis_compute(ax, label: str = "Compute C (FLOPs)") -> None:
+    ax.set_xscale("log")
+    ax.set_xlabel(label)
+
+
+def legend_outside(fig, handles, labels, ncol: int | None = None) -> None:
+    """One figure-level legend below the panels (keeps panels uncluttered)."""
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(labels), 5))

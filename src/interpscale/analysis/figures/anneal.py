@@ -1,0 +1,85 @@
+"""Figures 38 and 39: one family evaluated before and after its per-checkpoint anneal (App. I)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary
+from interpscale.analysis.figures._style import (
+    METRIC_LABELS,
+    family_label,
+    headline_estimator,
+    new_figure,
+    paper_style,
+    require_columns,
+    select,
+)
+from interpscale.analysis.figures.interp import METRICS
+from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_panel, draw_power_law_panels
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
+STATE_COLORS = {False: "#999999", True: "#E69F00"}
+STATE_MARKERS = {False: "o", True: "s"}
+
+
+def _state_rows(results: pd.DataFrame, family: str, figure: str, extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
+    require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
+    est = headline_estimator(results, family)
+    out = {state: select(results, family=family, estimator=est, annealed=state) for state in (False, True)}
+    missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
+    if missing:
+        raise ValueError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
+                         "(column 'annealed' must hold both False and True)")
+    return out
+
+
+def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 38: top row, per-slice parabolas pre-anneal and annealed; bottom row, L*(C)
+    and P*(C) power laws of both states."""
+    figure = "Figure 38 (anneal_loss_figure)"
+    rows = _state_rows(results, family, figure)
+    summaries: dict[bool, IsoflopSummary] = {s: isoflop_summary(r, n_boot=n_boot) for s, r in rows.items()}
+    with paper_style():
+        fig, axes = new_figure(2, 2, panel_height=1.9)
+        for j, state in enumerate((False, True)):
+            draw_isoflop_panel(axes[0, j], summaries[state], legend=(j == 0))
+            axes[0, j].set_title(f"{family_label(family)}: {STATE_LABELS[state].lower()}")
+        draw_power_law_panels(axes[1, 0], axes[1, 1], {STATE_LABELS[s]: summaries[s] for s in (False, True)},
+                              {STATE_LABELS[s]: STATE_COLORS[s] for s in (False, True)},
+                              markers={STATE_LABELS[s]: STATE_MARKERS[s] for s in (False, True)})
+    return fig
+
+
+def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", metrics: Sequence[str] = METRICS):
+    """Figure 39: each metric vs compute in both states with its log-linear trend
+    (Table 30's β = slope against log10 C, R² in the legend)."""
+    figure = "Figure 39 (anneal_interp_figure)"
+    rows = _state_rows(results, family, figure, extra=("flops", *metrics))
+    with paper_style():
+        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
+        for ax, metric in zip(axes[0], metrics):
+            for state, sub in rows.items():
+                sub = sub[np.isfinite(sub[metric].astype(float))]
+                if len(sub) < 3:
+                    raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
+                                     f"{len(sub)} finite {metric!r} values; need at least 3")
+                x = np.log10(sub["flops"].to_numpy(float))
+                y = sub[metric].to_numpy(float)
+                # Table 30's descriptive trend: ordinary least squares of m on log10 C
+                slope, intercept = np.polyfit(x, y, 1)
+                r2 = 1.0 - float(np.sum((y - (intercept + slope * x)) ** 2)) / max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
+                ax.scatter(10**x, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
+                grid = np.linspace(x.min(), x.max(), 50)
+                ax.plot(10**grid, intercept + slope * grid, color=STATE_COLORS[state], lw=1.1,
+                        label=f"{STATE_LABELS[state]} β={slope:+.3g}, R²={r2:.2f}")
+            ax.set_xscale("log")
+            ax.set_xlabel("Compute C (FLOPs)")
+            ax.set_title(METRIC_LABELS.get(metric, metric))
+            ax.legend(loc="best", fontsize=5)
+    return fig

@@ -1,0 +1,104 @@
+"""Figures 24 and 26: extrapolating small-scale fits to a target run (Steerling-8B, §8.2.2, §8.3.2)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, chinchilla_fit, curve_band, isoflop_summary
+from interpscale.analysis.figures._style import (
+    family_color,
+    family_label,
+    main_rows,
+    new_figure,
+    paper_style,
+    require_columns,
+)
+from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+
+def default_target() -> dict:
+    """Steerling-8B: C = 7.6e22 FLOPs, L* = 2.72 and Table 7's measured 8B metrics."""
+    from interpscale.analysis.example_data import STEERLING_8B
+
+    return dict(STEERLING_8B)
+
+
+def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
+                         n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 24: the joint Chinchilla fit (Eq. 27, solid, L_inf dashed) and the log-linear
+    L*(C) fit (Eq. 26, dashed) on one family's small-scale runs, both extended to the
+    target compute; the target's measured loss is a filled star, with each fit's error.
+
+    ``target`` needs ``flops`` and may carry ``loss`` (default: Steerling-8B)."""
+    figure = "Figure 24 (extrapolation_figure)"
+    require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
+    target = dict(default_target() if target is None else target)
+    if "flops" not in target or not target["flops"] > 0:
+        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+    rows = main_rows(results, family)
+    if rows.empty:
+        raise ValueError(f"{figure}: no rows for family {family!r}")
+    summ = isoflop_summary(rows, n_boot=n_boot)
+    joint = chinchilla_fit(rows, n_boot=n_boot)
+    c, _, l_star = summ.minima
+    c_t = float(target["flops"])
+    grid = np.geomspace(min(c.min(), c_t) / 2, max(c.max(), c_t) * 2, 200)
+    color = family_color(family)
+    with paper_style():
+        fig, axes = new_figure(1, 1, panel_height=2.5, width=3.6)
+        ax = axes[0, 0]
+        ax.scatter(c, l_star, color=color, s=18, zorder=3, label="slice minima L*(C)")
+        joint_pred = float(joint.predict_optimal(c_t))
+        ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {joint_pred:.2f}")
+        lo, hi = joint.band_optimal(grid)
+        ax.fill_between(grid, lo, hi, color=color, alpha=0.15, lw=0)
+        ax.axhline(joint.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {joint.L_inf:.2f}")
+        if summ.power_L is not None:
+            ll_pred = float(summ.power_L.predict(c_t))
+            ax.plot(grid, summ.power_L.predict(grid), "--", color="0.3", lw=1.1, label=f"log-linear → {ll_pred:.2f}")
+            band = curve_band(summ.power_L, grid)
+            if band is not None:
+                ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
+        if "loss" in target and target["loss"] is not None:
+            y_t = float(target["loss"])
+            err = y_t - joint_pred
+            ax.scatter([c_t], [y_t], marker="*", s=110, color="k", zorder=5,
+                       label=f"target {y_t:.2f} (joint Δ={err:+.2f})")
+            ax.vlines(c_t, min(y_t, joint_pred), max(y_t, joint_pred), color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("Compute C (FLOPs)")
+        ax.set_ylabel("Validation loss (nats)")
+        ax.set_title(f"Extrapolating {family_label(family)}")
+        ax.legend(loc="upper right", fontsize=5.5)
+    return fig
+
+
+def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
+                                metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 26: Eq. 29 fits of each metric on one family's runs (open markers coloured by
+    slice, 90% band) extended to the target compute; filled stars at the target's values."""
+    figure = "Figure 26 (interp_extrapolation_figure)"
+    require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
+    target = dict(default_target() if target is None else target)
+    if "flops" not in target or not target["flops"] > 0:
+        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+    c_t = float(target["flops"])
+    with paper_style():
+        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
+        for ax, metric in zip(axes[0], metrics):
+            rows = metric_rows(results, family, metric, figure)
+            fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+            draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
+            pred = float(fit.predict(c_t))
+            if target.get(metric) is not None:
+                ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
+                           label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
+            ax.legend(loc="best", fontsize=5)
+        axes[0, 0].set_ylabel(family_label(family))
+    return fig

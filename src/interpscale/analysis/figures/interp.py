@@ -1,0 +1,82 @@
+"""Figure 25: interpretability metrics vs compute with Eq. 29 fits and 90% bootstrap bands (§8.3)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, curve_band
+from interpscale.analysis.figures._style import (
+    METRIC_LABELS,
+    family_color,
+    family_label,
+    main_rows,
+    new_figure,
+    paper_style,
+    require_columns,
+    slice_colors,
+)
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+METRICS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+CONCEPT_FAMILIES = ("ar+concept", "cdlm+concept")
+
+
+def metric_rows(results: pd.DataFrame, family: str, metric: str, figure: str) -> pd.DataFrame:
+    """The family's headline rows with a finite ``metric`` (ValueError when none)."""
+    rows = main_rows(results, family)
+    rows = rows[np.isfinite(rows[metric].astype(float))]
+    if len(rows) < 4:
+        raise ValueError(f"{figure}: family {family!r} has {len(rows)} rows with a finite {metric!r}; "
+                         "Eq. 29 needs at least 4")
+    return rows
+
+
+def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float | None = None,
+                      open_markers: bool = False, line_color: str = "k") -> None:
+    """Markers coloured by IsoFLOP slice, the fitted curve and its band out to ``x_max``."""
+    slices = np.sort(rows["slice_flops"].unique())
+    colors = dict(zip(slices, slice_colors(len(slices))))
+    for c in slices:
+        sub = rows[rows["slice_flops"] == c]
+        kw = {"facecolors": "none", "edgecolors": colors[c]} if open_markers else {"color": colors[c]}
+        ax.scatter(sub["flops"], sub[metric], s=12, linewidths=0.8, zorder=3, **kw)
+    x = rows["flops"].to_numpy(float)
+    grid = np.geomspace(x.min() / 1.2, (x_max or x.max()) * 1.2, 200)
+    band = curve_band(fit, grid)
+    if band is not None:
+        ax.fill_between(grid, *band, color=line_color, alpha=0.15, lw=0, label="90% bootstrap band")
+    ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1,
+            label=f"e={fit.e:.3g}, β={fit.beta:.3f}, R²={fit.r2:.2f}")
+    ax.set_xscale("log")
+    ax.set_xlabel("Compute C (FLOPs)")
+    ax.set_title(METRIC_LABELS.get(metric, metric))
+
+
+def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
+                          families: Sequence[str] = CONCEPT_FAMILIES, metrics: Sequence[str] = METRICS,
+                          n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 25: rows = +Concept families, columns = metrics; markers coloured by slice,
+    Eq. 29 fit (e ± A C^-β) with its shaded 90% bootstrap band."""
+    figure = "Figure 25 (interp_scaling_figure)"
+    require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
+    fams = [f for f in families if f in set(results["family"])]
+    if not fams:
+        raise ValueError(f"{figure}: none of the families {list(families)} is in the results table")
+    with paper_style():
+        fig, axes = new_figure(len(fams), len(metrics), panel_height=1.75)
+        for i, fam in enumerate(fams):
+            for j, metric in enumerate(metrics):
+                rows = metric_rows(results, fam, metric, figure)
+                fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+                draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
+                axes[i, j].legend(loc="best", fontsize=5)
+                if j == 0:
+                    axes[i, j].set_ylabel(family_label(fam))
+                if i < len(fams) - 1:
+                    axes[i, j].set_xlabel("")
+    return fig

@@ -1,0 +1,150 @@
+"""Figures 22 and 23: per-slice IsoFLOP parabolas and the compute-optimal power laws (§8.2).
+
+The panel drawers here are shared with the estimator (34-37) and annealing (38) figures.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, curve_band, isoflop_summary
+from interpscale.analysis.figures._style import (
+    family_color,
+    family_label,
+    main_rows,
+    new_figure,
+    ordered_families,
+    paper_style,
+    require_columns,
+    slice_colors,
+)
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+ISOFLOP_COLUMNS = ("family", "slice_flops", "params", "loss")
+POWER_LAW_COLUMNS = ISOFLOP_COLUMNS
+
+
+def fmt_compute(c: float) -> str:
+    """6e18 -> '6e18', 1.1e20 -> '1.1e20' (slice labels)."""
+    mant, exp = f"{c:.2e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None = None, label_prefix: str = "",
+                       marker: str = "o", mark_minima: bool = True, legend: bool = True) -> int:
+    """Points, parabola and × minimum for each slice of ``summary``; returns curves drawn."""
+    colors = list(colors) if colors is not None else slice_colors(len(summary.slices))
+    n_curves = 0
+    for sl, color in zip(summary.slices, colors):
+        label = f"{label_prefix}C={fmt_compute(sl.compute)}"
+        ax.scatter(sl.params, sl.loss, s=12, color=color, marker=marker, zorder=3, linewidths=0)
+        if sl.curve is not None and sl.params.size:
+            grid = np.geomspace(sl.params.min() / 1.3, sl.params.max() * 1.3, 120)
+            ax.plot(grid, sl.curve(grid), color=color, lw=1.0, label=label)
+            n_curves += 1
+        if mark_minima and np.isfinite(sl.p_star):
+            ax.scatter([sl.p_star], [sl.l_star], marker="x", s=28, color="k" if sl.used else "0.6",
+                       linewidths=1.1, zorder=4)
+    ax.set_xscale("log")
+    ax.set_xlabel("Parameters P")
+    ax.set_ylabel("Validation loss (nats)")
+    if legend and n_curves:
+        ax.legend(loc="upper center", fontsize=5.5, ncol=1)
+    return n_curves
+
+
+def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSummary], colors: Mapping[str, str],
+                          *, bands: bool = True, markers: Mapping[str, str] | None = None) -> int:
+    """(a) L*(C) and (b) P*(C): per-slice minima as markers, Eq. 26 fits as lines with
+    their bootstrap bands; one series per key of ``summaries``. Returns series drawn."""
+    n = 0
+    for key, summ in summaries.items():
+        c, p, l = summ.minima
+        if c.size == 0:
+            continue
+        color = colors[key]
+        mk = (markers or {}).get(key, "o")
+        grid = np.geomspace(c.min() / 1.5, c.max() * 1.5, 100)
+        for ax, y, fit, sym in ((ax_loss, l, summ.power_L, "α_L"), (ax_params, p, summ.power_P, "α_P")):
+            ax.scatter(c, y, color=color, marker=mk, s=16, zorder=3, linewidths=0)
+            if fit is not None:
+                ax.plot(grid, fit.predict(grid), color=color, lw=1.1, label=f"{key} ({sym}={fit.alpha:.3f})")
+                band = curve_band(fit, grid) if bands else None
+                if band is not None:
+                    ax.fill_between(grid, *band, color=color, alpha=0.15, lw=0)
+        n += 1
+    ax_loss.set_xscale("log")
+    ax_loss.set_yscale("log")
+    ax_params.set_xscale("log")
+    ax_params.set_yscale("log")
+    ax_loss.set_xlabel("Compute C (FLOPs)")
+    ax_params.set_xlabel("Compute C (FLOPs)")
+    ax_loss.set_ylabel("L*(C) (nats)")
+    ax_params.set_ylabel("P*(C)")
+    ax_loss.set_title("(a) compute-optimal loss")
+    ax_params.set_title("(b) compute-optimal size")
+    ax_loss.legend(loc="upper right", fontsize=5.5)
+    ax_params.legend(loc="upper left", fontsize=5.5)
+    return n
+
+
+def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, fits: Mapping | None,
+                     n_boot: int, figure: str) -> dict[str, IsoflopSummary]:
+    """IsoFLOP summaries of each family's headline rows (reusing ``fits[family]`` if given)."""
+    require_columns(results, ISOFLOP_COLUMNS, figure)
+    fams = ordered_families(results["family"].unique() if families is None else families)
+    out = {}
+    for fam in fams:
+        rows = main_rows(results, fam)
+        if rows.empty:
+            raise ValueError(f"{figure}: no rows for family {fam!r}")
+        given = _isoflop_from_fits(fits, fam)
+        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=given)
+    return out
+
+
+def _isoflop_from_fits(fits, family: str):
+    """A precomputed IsoFlopFit for ``family`` from a FamilyFits / dict, if present."""
+    if fits is None:
+        return None
+    per = fits.get(family) if isinstance(fits, Mapping) else getattr(fits, "families", {}).get(family)
+    if per is None:
+        return None
+    return getattr(per, "isoflop", per if hasattr(per, "slices") else None)
+
+
+def isoflop_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] | None = None,
+                   n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 22: one panel per family; per-slice parabolas (Eq. 25) over the measured
+    losses, × at each slice's minimum P*(C). Uses each family's annealed headline rows."""
+    figure = "Figure 22 (isoflop_figure)"
+    summaries = family_summaries(results, families, fits=fits, n_boot=n_boot, figure=figure)
+    with paper_style():
+        fig, axes = new_figure(1, len(summaries), panel_height=2.0)
+        for ax, (fam, summ) in zip(axes[0], summaries.items()):
+            draw_isoflop_panel(ax, summ)
+            ax.set_title(family_label(fam), color=family_color(fam))
+        for ax in axes[0][1:]:
+            ax.set_ylabel("")
+    return fig
+
+
+def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] | None = None,
+                     n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 23: (a) L*(C) and (b) P*(C) power laws (Eq. 26) per family, markers at the
+    per-slice minima of Figure 22, shaded 90% bootstrap bands."""
+    figure = "Figure 23 (power_law_figure)"
+    summaries = family_summaries(results, families, fits=fits, n_boot=n_boot, figure=figure)
+    labelled = {family_label(f): s for f, s in summaries.items()}
+    colors = {family_label(f): family_color(f) for f in summaries}
+    markers = {family_label(f): ("s" if f.endswith("+concept") else "o") for f in summaries}
+    with paper_style():
+        fig, axes = new_figure(1, 2, panel_height=2.3)
+        draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, colors, markers=markers)
+    return fig

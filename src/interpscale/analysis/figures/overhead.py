@@ -1,0 +1,79 @@
+"""Figure 21: concept-module share of total parameters vs backbone size (§8.1)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import numpy as np
+
+from interpscale.analysis.figures._style import family_color, new_figure, paper_style
+
+log = logging.getLogger("interpscale.analysis.figures")
+
+STEERLING_BACKBONE = 8.0e9  # §8.2.2: Steerling-8B
+
+
+def paper_size_params() -> dict[str, tuple[float, float]]:
+    """size -> (backbone P, +Concept total P) for Table 23's presets, from the model zoo's
+    analytic counts (Eq. 24 heads included); Table 23's printed values if the zoo is absent."""
+    try:
+        from interpscale.models import config as zoo_config
+        from interpscale.models.accounting import backbone_params, concept_params
+
+        out = {}
+        for name in zoo_config.PAPER_SIZES:
+            cfg = zoo_config.make_config("ar+concept", name)
+            out[name] = (float(backbone_params(cfg)), float(backbone_params(cfg) + concept_params(cfg)))
+        return out
+    except (ImportError, AttributeError, ValueError) as exc:  # zoo not importable in this install
+        log.info("Figure 21: model zoo unavailable (%s); using Table 23's printed counts", exc)
+        from interpscale.analysis.example_data import BACKBONES, total_params
+
+        return {s: (v[2], total_params(s, True)) for s, v in BACKBONES.items()}
+
+
+def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = None, *,
+                            extrapolate_to: float = 1e12):
+    """Concept-module fraction of the +Concept total, one marker per backbone preset.
+
+    The dashed curve extends the trend beyond the presets: the module's size is linear in
+    the hidden width d (O(d), §8.1), and d grows with backbone P as a power law fitted on
+    the presets, so overhead(P) = c(d(P)) / (c(d(P)) + P).
+    """
+    sizes = dict(paper_size_params() if sizes is None else sizes)
+    if len(sizes) < 2:
+        raise ValueError("Figure 21 (concept_overhead_figure) needs at least two sizes")
+    names = sorted(sizes, key=lambda s: sizes[s][0])
+    backbone = np.array([sizes[s][0] for s in names])
+    total = np.array([sizes[s][1] for s in names])
+    if (backbone <= 0).any() or (total < backbone).any():
+        bad = names[int(np.flatnonzero((backbone <= 0) | (total < backbone))[0])]
+        raise ValueError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
+    frac = (total - backbone) / total
+    # module size c is linear in d; d ~ k P^q from the presets' own (L, d, P)
+    module = total - backbone
+    q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)
+    grid = np.logspace(np.log10(backbone.min()), np.log10(max(extrapolate_to, backbone.max())), 200)
+    c_grid = np.exp(log_k) * grid**q
+    with paper_style():
+        fig, axes = new_figure(1, 1, panel_height=2.2)
+        ax = axes[0, 0]
+        color = family_color("cdlm+concept")
+        ax.plot(grid, 100 * c_grid / (c_grid + grid), "--", color="0.45", lw=1.0, label="trend (module ∝ d)")
+        ax.plot(backbone, 100 * frac, "o-", color=color, label="Table 23 backbones")
+        for name, x, y in zip(names, backbone, frac):
+            if name in (names[0], names[-1]):
+                ax.annotate(f"{name}: {100 * y:.0f}%", (x, 100 * y), textcoords="offset points",
+                            xytext=(6, 2) if name == names[0] else (-4, 9), fontsize=6.5,
+                            ha="left" if name == names[0] else "right")
+        c8 = np.exp(log_k) * STEERLING_BACKBONE**q
+        ax.plot([STEERLING_BACKBONE], [100 * c8 / (c8 + STEERLING_BACKBONE)], "*", ms=9, color="k",
+                label=f"Steerling-8B ({100 * c8 / (c8 + STEERLING_BACKBONE):.0f}%)")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("Backbone non-embedding parameters P")
+        ax.set_ylabel("Concept module share of params (%)")
+        ax.set_title("Concept-module parameter overhead")
+        ax.legend(loc="upper right")
+    return fig
