@@ -2,6 +2,23 @@
 relevance / auto-interp scorers) and the offline lexical backend. Imports nothing
 else from interpscale and never imports torch."""
 
+from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
+from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
+from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
+from interpscale.judges.scorers import (AlignmentResult, RelevanceResult, ScoreSummary, resolve_judge,
+                                        score_alignment, score_relevance)
+from interpscale.judges.steering import CONDITIONS, DEFAULT_PROMPTS, run_steering_benchmark
+from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
+                                                harmonic, select_strengths, table17)
+from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
 from interpscale.judges.types import PARSE_STATUSES, ConceptCard, JudgeRecord, ParseStatus
 
-__all__ = ["ConceptCard", "JudgeRecord", "ParseStatus", "PARSE_STATUSES"]
+__all__ = [
+    "ConceptCard", "JudgeRecord", "ParseStatus", "PARSE_STATUSES",
+    "JudgeClient", "JudgeTask", "Reply", "UsageStats", "LexicalJudge", "LEXICAL_LABEL", "resolve_judge",
+    "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",
+    "score_alignment", "AlignmentResult", "score_relevance", "RelevanceResult", "ScoreSummary",
+    "score_autointerp", "AutoInterpResult", "pearson",
+    "run_steering_benchmark", "SteeringResult", "SteeringSample", "ConditionScores", "aggregate",
+    "harmonic", "select_strengths", "table17", "CONDITIONS", "DEFAULT_PROMPTS",
+]

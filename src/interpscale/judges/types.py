@@ -11,8 +11,10 @@ from typing import Any, Literal, Optional
 #   parse_error still unparseable after the re-ask (score is None, excluded from means)
 #   api_error   the call itself failed after the SDK's retries (score is None, excluded)
 #   lexical     scored by the offline lexical backend, not an LLM
-ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "lexical"]
-PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "lexical")
+#   undefined   replies parsed but the score is undefined (e.g. a correlation with a
+#               constant series in the auto-interp scorer); excluded like a failure
+ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "lexical", "undefined"]
+PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "lexical", "undefined")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""OpenAI Batch API files: write the request JSONL, read the output JSONL.
+
+Request line: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}``.
+Output line: ``{"custom_id", "response": {"status_code", "body": <chat completion>},
+"error"}``. Lines are joined back to requests on ``custom_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+ENDPOINT = "/v1/chat/completions"
+
+
+def write_batch_requests(path: str | Path, bodies: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Atomically write one request line per ``custom_id -> body``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for cid in bodies:
+        if not isinstance(cid, str) or not cid or len(cid) > 64:
+            raise ValueError(f"batch custom_id must be a string of 1-64 characters, got {cid!r}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        for cid, body in bodies.items():
+            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": dict(body)},
+                               ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
+    """``custom_id -> {text, logprobs, prompt_tokens, completion_tokens, error}``;
+    ``error`` is None for a 200 response and a short description otherwise."""
+    out: dict[str, dict[str, Any]] = {}
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {lineno} is not JSON ({exc.msg})") from None
+            cid = row.get("custom_id") if isinstance(row, dict) else None
+            if not isinstance(cid, str):
+                raise ValueError(f"{path}: line {lineno} has no custom_id")
+            out[cid] = _result(row)
+    return out
+
+
+def _result(row: dict[str, Any]) -> dict[str, Any]:
+    res: dict[str, Any] = {"text": "", "logprobs": None, "prompt_tokens": 0, "completion_tokens": 0, "error": None}
+    err: Optional[Any] = row.get("error")
+    resp = row.get("response") or {}
+    code = resp.get("status_code")
+    if err or code != 200:
+        msg = err.get("message") if isinstance(err, dict) else err
+        res["error"] = f"batch error: {msg or ''} (status {code})".strip()
+        return res
+    body = resp.get("body") or {}
+    choices = body.get("choices") or []
+    if choices:
+        ch = choices[0]
+        res["text"] = ((ch.get("message") or {}).get("content")) or ""
+        content = (ch.get("logprobs") or {}).get("content")
+        if content:
+            res["logprobs"] = [{"token": t.get("token", ""), "top_logprobs": t.get("top_logprobs") or []}
+                               for t in content]
+    usage = body.get("usage") or {}
+    res["prompt_tokens"] = int(usage.get("prompt_tokens") or 0)
+    res["completion_tokens"] = int(usage.get("completion_tokens") or 0)
+    return res

@@ -1,0 +1,167 @@
+"""Offline lexical backend: scores from a concept card's characteristic words, no LLM.
+
+It is the default when no judge endpoint is configured, so demos and tests run end to
+end; every result it produces carries ``backend="lexical"`` and the label
+``LEXICAL_LABEL``. Its scores are a word-overlap proxy on the judges' scales, not a
+substitute for an LLM judge.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from interpscale.judges.client import JudgeTask, Reply, UsageStats
+from interpscale.judges.templates import TemplateSet
+from interpscale.judges.types import ConceptCard
+
+LEXICAL_LABEL = "offline lexical backend (word overlap with the concept card; not an LLM judge)"
+
+_STOP = frozenset("""a an and are as at be by for from has have in into is it its of on or that the their this
+to was were with about related relating concept concepts topic topics such other various including texts text
+general things discussion discussions""".split())
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _stem(w: str) -> str:
+    w = w.lower()
+    for suf in ("ations", "ation", "ings", "ing", "ies", "ied", "es", "ed", "ly", "s"):
+        if len(w) > len(suf) + 2 and w.endswith(suf):
+            return w[: -len(suf)]
+    return w
+
+
+def normalize_token(tok: str) -> str:
+    """A vocabulary item as a plain lower-case word (drops BPE markers such as Ġ / ▁ / ##)."""
+    return "".join(_WORD.findall(tok.replace("Ġ", " ").replace("▁", " ").replace("##", ""))).lower()
+
+
+def concept_vocabulary(card: ConceptCard) -> frozenset[str]:
+    """Stems of the card's characteristic words and label (the description's content words
+    only when the card lists no words)."""
+    words: list[str] = []
+    for w in card.words:
+        words += _WORD.findall(w)
+    words += _WORD.findall(card.label)
+    if not card.words:
+        words += _WORD.findall(card.description)
+    return frozenset(_stem(w) for w in words if w.lower() not in _STOP and len(w) > 1)
+
+
+def _matches(word: str, vocab: frozenset[str]) -> bool:
+    s = _stem(word)
+    if len(s) < 2:
+        return False
+    if s in vocab:
+        return True
+    return len(s) >= 4 and any(len(v) >= 4 and (s.startswith(v) or v.startswith(s)) for v in vocab)
+
+
+def _hits(text: str, vocab: frozenset[str]) -> tuple[int, int]:
+    """(distinct matching words, total matching occurrences) in ``text``."""
+    found = [w.lower() for w in _WORD.findall(text) if _matches(w, vocab)]
+    return len(set(found)), len(found)
+
+
+def alignment_score(card: ConceptCard, tokens: Sequence[str]) -> int:
+    """1–5 from the fraction of top tokens that are concept words (App. E scale)."""
+    vocab = concept_vocabulary(card)
+    toks = [normalize_token(t) for t in tokens]
+    toks = [t for t in toks if t]
+    if not toks:
+        return 1
+    frac = sum(_matches(t, vocab) for t in toks) / len(toks)
+    return 5 if frac >= 0.6 else 4 if frac >= 0.4 else 3 if frac >= 0.2 else 2 if frac > 0 else 1
+
+
+def presence_score(card: ConceptCard, text: str) -> int:
+    """0–2 concept presence (App. M scale): several concept words → 2, one → 1."""
+    distinct, total = _hits(text, concept_vocabulary(card))
+    return 2 if distinct >= 2 or total >= 3 else 1 if total >= 1 else 0
+
+
+def relevance_score(card: ConceptCard, text: str) -> int:
+    """1–5 relevance (App. C scale) from the number of distinct concept words."""
+    distinct, total = _hits(text, concept_vocabulary(card))
+    return 1 if total == 0 else 2 if distinct == 1 and total == 1 else 3 if distinct <= 2 else 4 if distinct <= 4 else 5
+
+
+def quality_score(text: str) -> int:
+    """0–2 fluency proxy: enough words, mostly alphabetic, little repetition."""
+    words = _WORD.findall(text.lower())
+    if len(words) < 3:
+        return 0
+    bigrams = list(zip(words, words[1:]))
+    distinct = len(set(bigrams)) / len(bigrams)
+    top_share = Counter(words).most_common(1)[0][1] / len(words)
+    alpha = sum(w.isalpha() for w in words) / len(words)
+    if distinct < 0.5 or top_share > 0.4 or alpha < 0.5:
+        return 0
+    return 2 if distinct >= 0.85 and alpha >= 0.8 else 1
+
+
+def instruction_score(prompt: str, text: str) -> int:
+    """0–2 overlap between the instruction's content words and the continuation."""
+    vocab = frozenset(_stem(w) for w in _WORD.findall(prompt) if w.lower() not in _STOP and len(w) > 2)
+    distinct, _ = _hits(text, vocab) if vocab else (0, 0)
+    return 2 if distinct >= 2 else 1 if distinct == 1 else 0
+
+
+def explain_tokens(records: Iterable[tuple[Sequence[str], Sequence[float]]], k: int = 5) -> str:
+    """The ``k`` distinct tokens carrying the most activation, as an explanation phrase."""
+    mass: Counter[str] = Counter()
+    for toks, acts in records:
+        for t, a in zip(toks, acts):
+            w = normalize_token(t)
+            if w and a > 0:
+                mass[w] += float(a)
+    return "tokens: " + ", ".join(w for w, _ in mass.most_common(k))
+
+
+def simulate_tokens(explanation: str, tokens: Sequence[str]) -> list[float]:
+    """10 on tokens named by the explanation, 0 elsewhere."""
+    body = explanation.split(":", 1)[1] if explanation.lower().startswith("tokens:") else explanation
+    vocab = frozenset(_stem(w) for w in _WORD.findall(body) if w.lower() not in _STOP)
+    return [10.0 if (w := normalize_token(t)) and _stem(w) in vocab else 0.0 for t in tokens]
+
+
+class LexicalJudge:
+    """Same ``run(tasks)`` interface as JudgeClient; scores from ``task.data``."""
+
+    backend = "lexical"
+    label = LEXICAL_LABEL
+
+    def __init__(self, templates: TemplateSet | None = None):
+        self.templates = templates or TemplateSet()
+        self.usage = UsageStats()
+
+    def __repr__(self) -> str:
+        return "LexicalJudge()"
+
+    def config(self) -> dict[str, Any]:
+        return {"backend": self.backend, "label": self.label}
+
+    def run(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
+        self.usage.tasks += len(tasks)
+        return [self._one(t) for t in tasks]
+
+    def _one(self, task: JudgeTask) -> Reply:
+        d, name = task.data, task.template.name
+        if name == "alignment":
+            v: Any = alignment_score(d["card"], d["tokens"])
+        elif name == "steer_concept":
+            v = presence_score(d["card"], d["continuation"])
+        elif name.startswith("steer_quality"):
+            v = quality_score(d["continuation"])
+        elif name == "steer_instruction":
+            v = instruction_score(d["prompt"], d["continuation"])
+        elif name == "relevance":
+            v = {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])}
+        elif name == "explain":
+            v = explain_tokens(d["records"])
+        elif name == "simulate":
+            v = simulate_tokens(d["explanation"], d["tokens"])
+        else:
+            raise ValueError(f"the lexical backend cannot score template {name!r}")
+        return Reply(v, f"[lexical] {v}", "lexical", False, None, self.backend)

@@ -1,0 +1,191 @@
+"""Known concept alignment (App. E) and concept relevance (App. C) scorers, the
+backend choice, and the summary every judge result reports (means over parsed items
+only, failures counted next to them)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import string
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from interpscale.judges.client import ENV_BASE_URL, ENV_MODEL, JudgeClient, JudgeTask, Reply
+from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
+from interpscale.judges.types import ConceptCard, JudgeRecord
+
+log = logging.getLogger(__name__)
+
+Judge = Any  # JudgeClient | LexicalJudge (anything with .run(tasks), .templates, .label, .backend)
+
+
+def resolve_judge(judge: Judge | None = None, *, base_url: str | None = None, model: str | None = None,
+                  **client_kwargs: Any) -> Judge:
+    """``judge`` if given; else a JudgeClient when an endpoint and model are configured
+    (arguments or $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL); else the
+    offline LexicalJudge, with a warning."""
+    if judge is not None:
+        return judge
+    base_url = base_url or os.environ.get(ENV_BASE_URL)
+    model = model or os.environ.get(ENV_MODEL)
+    if base_url and model:
+        return JudgeClient(base_url=base_url, model=model, **client_kwargs)
+    if base_url or model:
+        raise ValueError("a judge endpoint needs both base_url and model "
+                         f"(got base_url={base_url!r}, model={model!r})")
+    log.warning("no judge endpoint configured: scoring with the %s", LEXICAL_LABEL)
+    return LexicalJudge(templates=client_kwargs.get("templates"))
+
+
+def to_record(reply: Reply, value: Any = None, **meta: Any) -> JudgeRecord:
+    """A Reply (or one value out of a multi-score reply) as a JudgeRecord."""
+    v = reply.value if value is None else value
+    ok = reply.status in ("ok", "reasked", "lexical") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    return JudgeRecord(score=float(v) if ok else None, raw=reply.raw,
+                       status=reply.status if ok or reply.status in ("parse_error", "api_error") else "parse_error",
+                       cached=reply.cached, expected=reply.expected if ok else None, backend=reply.backend, meta=meta)
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """Mean over parsed records; failures are counted, never averaged in as zeros."""
+
+    mean: Optional[float]
+    n: int
+    n_parse_failures: int
+    n_api_errors: int
+    n_cached: int
+    expected_mean: Optional[float] = None
+
+    @classmethod
+    def of(cls, records: Sequence[JudgeRecord]) -> "ScoreSummary":
+        scores = [r.score for r in records if r.score is not None]
+        exp = [r.expected for r in records if r.expected is not None]
+        return cls(mean=sum(scores) / len(scores) if scores else None, n=len(scores),
+                   n_parse_failures=sum(r.status == "parse_error" for r in records),
+                   n_api_errors=sum(r.status == "api_error" for r in records),
+                   n_cached=sum(r.cached for r in records),
+                   expected_mean=sum(exp) / len(exp) if exp else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+@dataclass(frozen=True)
+class AlignmentResult:
+    """Known concept alignment: per-concept records and their mean (§7)."""
+
+    records: tuple[JudgeRecord, ...]
+    summary: ScoreSummary
+    backend: str
+    label: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> Optional[float]:
+        return self.summary.mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": "known_concept_alignment", "scale": [1, 5], "backend": self.backend,
+                "judge": self.label, "summary": self.summary.to_dict(), "usage": self.usage,
+                "records": [r.to_dict() for r in self.records]}
+
+    def to_markdown(self) -> str:
+        s = self.summary
+        return (f"Known concept alignment (1-5), judge: {self.label}\n\n"
+                f"| Concepts scored | Mean | Parse failures | API errors |\n|---|---|---|---|\n"
+                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+
+
+def _sample(n_total: int, n_sample: int | None, seed: int) -> list[int]:
+    idx = list(range(n_total))
+    if n_sample is not None and n_sample < n_total:
+        idx = sorted(random.Random(seed).sample(idx, n_sample))
+    return idx
+
+
+def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[str]], *,
+                    judge: Judge | None = None, n_sample: int | None = None, seed: int = 0) -> AlignmentResult:
+    """Rate how well each concept's top-K promoted tokens T_k(c) = TopK(W K_c) express its
+    label and description, 1–5 (App. E); the metric is the mean over a seeded random
+    subset of ``n_sample`` concepts (all when None)."""
+    if len(cards) != len(top_tokens):
+        raise ValueError(f"score_alignment: {len(cards)} cards but {len(top_tokens)} token lists")
+    judge = resolve_judge(judge)
+    tpl = judge.templates["alignment"]
+    idx = _sample(len(cards), n_sample, seed)
+    tasks = []
+    for i in idx:
+        toks = [str(t) for t in top_tokens[i]]
+        if not toks:
+            raise ValueError(f"score_alignment: concept {cards[i].label!r} (index {i}) has no tokens")
+        shown = "\n".join(t.strip() or repr(t) for t in toks)
+        tasks.append(JudgeTask(tpl, {"label": cards[i].label, "description": cards[i].description, "tokens": shown},
+                               data={"card": cards[i], "tokens": toks}))
+    replies = judge.run(tasks)
+    records = tuple(to_record(r, concept=cards[i].label, index=i) for i, r in zip(idx, replies))
+    return AlignmentResult(records, ScoreSummary.of(records), judge.backend, judge.label, judge.usage.to_dict())
+
+
+@dataclass(frozen=True)
+class RelevanceResult:
+    """Concept relevance per (chunk, candidate), 1–5 (App. C). ``success_rate`` is the
+    share of parsed scores ≥ 2, the paper's 'at least minimally present' threshold."""
+
+    records: tuple[tuple[JudgeRecord, ...], ...]  # [chunk][candidate]
+    summary: ScoreSummary
+    backend: str
+    label: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> Optional[float]:
+        s = [r.score for row in self.records for r in row if r.score is not None]
+        return sum(x >= 2 for x in s) / len(s) if s else None
+
+    def per_chunk_means(self) -> list[Optional[float]]:
+        return [ScoreSummary.of(row).mean for row in self.records]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": "concept_relevance", "scale": [1, 5], "backend": self.backend, "judge": self.label,
+                "summary": self.summary.to_dict(), "success_rate": self.success_rate, "usage": self.usage,
+                "records": [[r.to_dict() for r in row] for row in self.records]}
+
+    def to_markdown(self) -> str:
+        s = self.summary
+        return (f"Concept relevance (1-5), judge: {self.label}\n\n"
+                f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
+                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+
+
+def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,
+                    judge: Judge | None = None) -> RelevanceResult:
+    """Score each chunk against its candidate concepts in one call (letters A, B, ...),
+    reading back a JSON object of 1–5 scores (App. C)."""
+    if len(chunks) != len(candidates):
+        raise ValueError(f"score_relevance: {len(chunks)} chunks but {len(candidates)} candidate lists")
+    judge = resolve_judge(judge)
+    tpl = judge.templates["relevance"]
+    tasks = []
+    for i, (chunk, cards) in enumerate(zip(chunks, candidates)):
+        if not cards or len(cards) > 26:
+            raise ValueError(f"score_relevance: chunk {i} needs 1-26 candidate concepts, got {len(cards)}")
+        letters = list(string.ascii_uppercase[: len(cards)])
+        listing = "\n".join(f"{k}. {c.label}: {c.description}" for k, c in zip(letters, cards))
+        tasks.append(JudgeTask(tpl, {"chunk": chunk, "concepts": listing}, parse_kwargs={"keys": letters},
+                               data={"chunk": chunk, "cards": list(cards), "letters": letters}))
+    replies = judge.run(tasks)
+    rows = []
+    for i, (reply, cards) in enumerate(zip(replies, candidates)):
+        vals = reply.value or {}
+        rows.append(tuple(to_record(reply, vals.get(k), chunk=i, concept=c.label)
+                          if reply.value is not None else to_record(reply, None, chunk=i, concept=c.label)
+                          for k, c in zip(string.ascii_uppercase, cards)))
+    flat = [r for row in rows for r in row]
+    return RelevanceResult(tuple(rows), ScoreSummary.of(flat), judge.backend, judge.label, judge.usage.to_dict())

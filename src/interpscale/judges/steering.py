@@ -1,0 +1,215 @@
+"""Steering benchmark (§9.4.4, §10.3, App. M; protocol of AxBench, Wu et al. 2025).
+
+For a seeded sample of concepts and prompts, continuations are generated under the
+unsteered, prompting (concept label and description prepended) and steered conditions
+by a caller-supplied ``generate`` callable, scored by the concept and quality judges
+(optionally AxBench's instruction judge), and aggregated as in Tables 9 and 17. With
+several steering strengths, each concept's strength is chosen on held-out prompts
+(AxBench-style) and reported on the others. Aggregation lives in steering_tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from interpscale.judges.client import JudgeTask
+from interpscale.judges.scorers import Judge, resolve_judge, to_record
+from interpscale.judges.steering_tables import SteeringResult, SteeringSample, aggregate, select_strengths
+from interpscale.judges.types import ConceptCard
+
+log = logging.getLogger(__name__)
+
+CONDITIONS = ("unsteered", "prompting", "steered")
+# Neutral, concept-free prefixes (our own); the paper used one fixed prompt.
+DEFAULT_PROMPTS = (
+    "Here is a short piece of writing.",
+    "Let me tell you about my week.",
+    "The following passage was written for a general audience.",
+    "I want to share something I learned recently.",
+    "Write a few sentences about anything you like.",
+    "This is the opening of a story.",
+)
+# How the prompting condition prepends the concept (label and description, §9.4.4).
+PROMPTING_TEMPLATE = "Write about {label}: {description}\n\n{prompt}"
+
+
+class GenerateFn(Protocol):
+    def __call__(self, prompt: str, *, card: Optional[ConceptCard], strength: Optional[float],
+                 max_new_tokens: int, seed: int) -> str: ...
+
+
+def _seed(*parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256(json.dumps(parts).encode()).digest()[:4], "little")
+
+
+class _Generations:
+    """Continuations already generated, appended to a JSONL file as they are produced so
+    a killed benchmark does not regenerate them."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.done: dict[str, str] = {}
+        if self.path and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                    self.done[row["key"]] = row["continuation"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut short by a kill
+        self._f = None
+
+    def get_or_make(self, key: str, make: Callable[[], str]) -> str:
+        if key in self.done:
+            return self.done[key]
+        text = make()
+        if not isinstance(text, str):
+            raise ValueError(f"generate returned {type(text).__name__}, expected str (key {key})")
+        self.done[key] = text
+        if self.path is not None:
+            if self._f is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._f = open(self.path, "a")
+            self._f.write(json.dumps({"key": key, "continuation": text}) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        return text
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+
+
+@dataclass(frozen=True)
+class _Job:
+    ci: int
+    pi: int
+    condition: str
+    strength: Optional[float]
+    split: str
+
+
+def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
+                           prompts: Sequence[str] = DEFAULT_PROMPTS, *, judge: Judge | None = None,
+                           n_concepts: int | None = 72, strengths: Sequence[float] = (1.0,),
+                           conditions: Sequence[str] = CONDITIONS, seed: int = 0, max_new_tokens: int = 128,
+                           select_fraction: float = 0.5, instruction_judge: bool = False,
+                           quality_with_prefix: bool = False, prompting_template: str = PROMPTING_TEMPLATE,
+                           generations_path: str | Path | None = None, progress: bool = False) -> SteeringResult:
+    """Generate, judge and aggregate the steering benchmark.
+
+    ``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` is
+    called with ``card=None`` for the unsteered and prompting conditions and with the
+    concept and a strength (the calibrated target τ of Eq. 19) for the steered one.
+    Only the continuation is judged. ``n_concepts`` concepts are sampled with ``seed``
+    (all when None or larger than the library).
+    """
+    bad = set(conditions) - set(CONDITIONS)
+    if bad or not conditions:
+        raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}")
+    if not cards:
+        raise ValueError("run_steering_benchmark needs at least one concept card")
+    if not prompts:
+        raise ValueError("run_steering_benchmark needs at least one prompt")
+    strengths = [float(s) for s in strengths]
+    if "steered" in conditions and not strengths:
+        raise ValueError("the steered condition needs at least one strength")
+    if len(set(strengths)) != len(strengths):
+        raise ValueError(f"strengths must be distinct, got {strengths}")
+    judge = resolve_judge(judge)
+    rng = random.Random(seed)
+    cidx = list(range(len(cards)))
+    if n_concepts is not None and n_concepts < len(cards):
+        cidx = sorted(rng.sample(cidx, n_concepts))
+    pidx = list(range(len(prompts)))
+    selecting = "steered" in conditions and len(strengths) > 1
+    if selecting:
+        if len(prompts) < 2:
+            raise ValueError("choosing among several strengths needs at least 2 prompts (held-out selection)")
+        order = pidx[:]
+        random.Random(seed + 1).shuffle(order)
+        n_sel = min(max(1, math.ceil(select_fraction * len(order))), len(order) - 1)
+        sel, ev = sorted(order[:n_sel]), sorted(order[n_sel:])
+    else:
+        sel, ev = [], pidx
+    gens = _Generations(generations_path)
+    ctx = dict(cards=cards, prompts=prompts, judge=judge, gens=gens, generate=generate, seed=seed,
+               max_new_tokens=max_new_tokens, instruction=instruction_judge, with_prefix=quality_with_prefix,
+               prompting_template=prompting_template, progress=progress)
+    try:
+        samples: list[SteeringSample] = []
+        chosen: dict[str, float] = {}
+        if selecting:  # phase 1: every strength on the selection prompts
+            jobs = [_Job(c, p, "steered", s, "select") for c in cidx for p in sel for s in strengths]
+            samples += _run_jobs(jobs, **ctx)
+            chosen = select_strengths(samples, objective="harmonic3" if instruction_judge else "harmonic")
+        jobs = []
+        for c in cidx:
+            for p in ev:
+                for cond in conditions:
+                    if cond != "steered":
+                        jobs.append(_Job(c, p, cond, None, "eval"))
+                    else:
+                        s = chosen.get(cards[c].label, strengths[0]) if selecting else strengths[0]
+                        jobs.append(_Job(c, p, cond, s, "eval"))
+        samples += _run_jobs(jobs, **ctx)
+    finally:
+        gens.close()
+    per_cond = {cond: aggregate(samples, cond) for cond in conditions}
+    config = {"n_concepts": len(cidx), "n_prompts": len(prompts), "strengths": strengths, "seed": seed,
+              "max_new_tokens": max_new_tokens, "selection_prompts": sel, "eval_prompts": ev,
+              "instruction_judge": instruction_judge, "quality_with_prefix": quality_with_prefix,
+              "judge": judge.config()}
+    return SteeringResult(tuple(samples), per_cond, chosen, judge.backend, judge.label,
+                          judge.usage.to_dict(), config)
+
+
+def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequence[str], judge: Judge,
+              gens: _Generations, generate: GenerateFn, seed: int, max_new_tokens: int, instruction: bool,
+              with_prefix: bool, prompting_template: str, progress: bool) -> list[SteeringSample]:
+    it: Any = jobs
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(jobs, desc="generate", unit="continuation")
+    texts = []
+    for j in it:
+        card, prompt = cards[j.ci], prompts[j.pi]
+        full = prompting_template.format(label=card.label, description=card.description, prompt=prompt) \
+            if j.condition == "prompting" else prompt
+        s = _seed(seed, card.label, j.pi, j.condition, j.strength)
+        key = json.dumps([card.label, prompt, j.condition, j.strength, s, max_new_tokens])
+        steer_card = card if j.condition == "steered" else None
+        texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=j.strength,
+                                                            max_new_tokens=max_new_tokens, seed=s)))
+    t_c = judge.templates["steer_concept"]
+    t_q = judge.templates["steer_quality_prefix" if with_prefix else "steer_quality"]
+    t_i = judge.templates["steer_instruction"]
+    tasks = []
+    for j, text in zip(jobs, texts):
+        card, prompt = cards[j.ci], prompts[j.pi]
+        d = {"card": card, "prompt": prompt, "continuation": text}
+        tasks.append(JudgeTask(t_c, {"label": card.label, "description": card.description, "continuation": text}, data=d))
+        tasks.append(JudgeTask(t_q, {"prompt": prompt, "continuation": text} if with_prefix
+                               else {"continuation": text}, data=d))
+        if instruction:
+            tasks.append(JudgeTask(t_i, {"prompt": prompt, "continuation": text}, data=d))
+    replies = judge.run(tasks)
+    k = 3 if instruction else 2
+    out = []
+    for n, (j, text) in enumerate(zip(jobs, texts)):
+        r = replies[n * k: (n + 1) * k]
+        card = cards[j.ci]
+        out.append(SteeringSample(
+            concept=card.label, concept_index=j.ci, prompt_index=j.pi, prompt=prompts[j.pi],
+            condition=j.condition, strength=j.strength, split=j.split, continuation=text,
+            concept_score=to_record(r[0], axis="concept"), quality_score=to_record(r[1], axis="quality"),
+            instruction_score=to_record(r[2], axis="instruction") if instruction else None))
+    return out

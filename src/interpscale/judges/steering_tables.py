@@ -1,0 +1,189 @@
+"""Steering-benchmark aggregation: Eq. 30, per-sample harmonic, held-out strength
+selection, and the Table 9 / Table 17 layouts. Pure Python (no torch, no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from interpscale.judges.types import JudgeRecord
+
+
+def harmonic(*scores: Optional[float]) -> Optional[float]:
+    """Eq. 30: 2 / (1/concept + 1/quality), generalised to n scores (AxBench's three-judge
+    harmonic). None if any score is missing; 0 if any score is 0 (the limit)."""
+    if not scores or any(s is None for s in scores):
+        return None
+    if any(s < 0 for s in scores):
+        raise ValueError(f"harmonic mean needs non-negative scores, got {scores}")
+    if any(s == 0 for s in scores):
+        return 0.0
+    return len(scores) / sum(1.0 / s for s in scores)
+
+
+@dataclass(frozen=True)
+class SteeringSample:
+    """One judged continuation."""
+
+    concept: str
+    concept_index: int
+    prompt_index: int
+    prompt: str
+    condition: str
+    strength: Optional[float]
+    split: str  # "select" (held-out strength choice) or "eval"
+    continuation: str
+    concept_score: JudgeRecord
+    quality_score: JudgeRecord
+    instruction_score: Optional[JudgeRecord] = None
+
+    @property
+    def sample_harmonic(self) -> Optional[float]:
+        return harmonic(self.concept_score.score, self.quality_score.score)
+
+    @property
+    def sample_harmonic3(self) -> Optional[float]:
+        if self.instruction_score is None:
+            return None
+        return harmonic(self.concept_score.score, self.quality_score.score, self.instruction_score.score)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("concept", "concept_index", "prompt_index", "prompt", "condition",
+                                           "strength", "split", "continuation")}
+        for axis in ("concept", "quality", "instruction"):
+            r: Optional[JudgeRecord] = getattr(self, f"{axis}_score")
+            d[f"{axis}_score"] = None if r is None else r.score
+            d[f"{axis}_status"] = None if r is None else r.status
+            d[f"{axis}_cached"] = None if r is None else r.cached
+        d["sample_harmonic"] = self.sample_harmonic
+        return d
+
+
+def _mean(xs: Sequence[float]) -> Optional[float]:
+    return sum(xs) / len(xs) if xs else None
+
+
+@dataclass(frozen=True)
+class ConditionScores:
+    """Table 9 / 17 row. Means are over parsed scores only; the failure counts say how
+    many were left out (never counted as zeros)."""
+
+    condition: str
+    concept: Optional[float]
+    quality: Optional[float]
+    harmonic: Optional[float]  # Eq. 30 of the two means
+    sample_harmonic: Optional[float]  # per-sample Eq. 30, averaged
+    instruction: Optional[float] = None
+    n_samples: int = 0
+    n_concept: int = 0
+    n_quality: int = 0
+    concept_parse_failures: int = 0
+    quality_parse_failures: int = 0
+    instruction_parse_failures: int = 0
+    api_errors: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "eval") -> ConditionScores:
+    rows = [s for s in samples if s.condition == condition and s.split == split]
+    c = [s.concept_score.score for s in rows if s.concept_score.score is not None]
+    q = [s.quality_score.score for s in rows if s.quality_score.score is not None]
+    ins = [s.instruction_score.score for s in rows if s.instruction_score is not None and s.instruction_score.score is not None]
+    sh = [h for s in rows if (h := s.sample_harmonic) is not None]
+    mc, mq = _mean(c), _mean(q)
+    recs = [r for s in rows for r in (s.concept_score, s.quality_score, s.instruction_score) if r is not None]
+    return ConditionScores(
+        condition=condition, concept=mc, quality=mq, harmonic=harmonic(mc, mq), sample_harmonic=_mean(sh),
+        instruction=_mean(ins), n_samples=len(rows), n_concept=len(c), n_quality=len(q),
+        concept_parse_failures=sum(s.concept_score.status == "parse_error" for s in rows),
+        quality_parse_failures=sum(s.quality_score.status == "parse_error" for s in rows),
+        instruction_parse_failures=sum(s.instruction_score is not None and s.instruction_score.status == "parse_error"
+                                       for s in rows),
+        api_errors=sum(r.status == "api_error" for r in recs))
+
+
+def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmonic") -> dict[str, float]:
+    """Per concept, the steering strength with the best mean per-sample harmonic on the
+    held-out selection prompts (AxBench-style); ties go to the smaller strength."""
+    by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        if s.condition != "steered" or s.split != "select" or s.strength is None:
+            continue
+        h = s.sample_harmonic3 if objective == "harmonic3" else s.sample_harmonic
+        by[s.concept][s.strength]  # register the strength even when nothing parsed
+        if h is not None:
+            by[s.concept][s.strength].append(h)
+    out = {}
+    for concept, per in by.items():
+        scored = {st: sum(v) / len(v) for st, v in per.items() if v}
+        if scored:
+            best = max(scored.values())
+            out[concept] = min(st for st, v in scored.items() if v == best)
+        else:
+            out[concept] = min(per)  # nothing parsed: fall back to the gentlest strength
+    return out
+
+
+def _f(x: Optional[float]) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+_NAMES = {"unsteered": "Unsteered", "prompting": "Prompting", "steered": "Steered"}
+
+
+@dataclass(frozen=True)
+class SteeringResult:
+    samples: tuple[SteeringSample, ...]
+    conditions: Mapping[str, ConditionScores]
+    selected_strengths: Mapping[str, float]
+    backend: str
+    label: str
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def table9(self) -> str:
+        """Markdown in the layout of Table 9 (one row per condition), with the judge
+        label and the parse-failure counts underneath."""
+        lines = ["| Method | Concept ↑ | Quality ↑ | Harmonic ↑ |", "|---|---|---|---|"]
+        for name, c in self.conditions.items():
+            lines.append(f"| {_NAMES.get(name, name)} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} |")
+        return "\n".join(lines) + "\n\n" + self._footer()
+
+    def row17(self, checkpoint: str, condition: str = "steered") -> str:
+        c = self.conditions[condition]
+        return f"| {checkpoint} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} | {_f(c.sample_harmonic)} |"
+
+    def _footer(self) -> str:
+        parts = [f"judge: {self.label}"]
+        for name, c in self.conditions.items():
+            parts.append(f"{name}: n={c.n_samples}, concept parse failures {c.concept_parse_failures}, "
+                         f"quality parse failures {c.quality_parse_failures}, API errors {c.api_errors}")
+        if self.selected_strengths:
+            parts.append("steering strength chosen per concept on held-out prompts")
+        return "\n".join(f"- {p}" for p in parts) + "\n"
+
+    def to_markdown(self) -> str:
+        return "Steering benchmark (Table 9 layout)\n\n" + self.table9()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "judge": self.label,
+                "conditions": {k: v.to_dict() for k, v in self.conditions.items()},
+                "selected_strengths": dict(self.selected_strengths), "usage": dict(self.usage),
+                "config": dict(self.config), "samples": [s.to_dict() for s in self.samples]}
+
+    def to_dataframe(self):  # pandas imported lazily
+        import pandas as pd
+
+        return pd.DataFrame([s.to_dict() for s in self.samples])
+
+
+def table17(results: Mapping[str, SteeringResult], condition: str = "steered") -> str:
+    """Markdown in the layout of Table 17: one row per checkpoint."""
+    lines = ["| Checkpoint | Concept ↑ | Quality ↑ | Harmonic ↑ | Sample harmonic ↑ |", "|---|---|---|---|---|"]
+    lines += [r.row17(name, condition) for name, r in results.items()]
+    labels = sorted({r.label for r in results.values()})
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- judge: {lab}" for lab in labels) + "\n"
