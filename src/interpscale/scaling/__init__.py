@@ -1,1 +1,20 @@
-"""See DESIGN.md for what this subpackage owns."""
+"""Scaling-law fitters with bootstrap CIs (pure numpy/scipy/pandas; never imports torch).
+
+Steerling paper §8.2.1 / §8.3.1: per-slice IsoFLOP parabolas (Eq. 25), power laws (Eq. 26),
+the joint Chinchilla fit with a summed Huber loss (Eq. 27-28), bounded metric fits (Eq. 29),
+bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
+"""
+
+from ._base import ScalingFitWarning
+from .bounded import METRICS, BoundedFit, fit_bounded
+from .chinchilla import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
+from .extrapolate import STEERLING_COMPUTE, Extrapolation, extrapolate
+from .families import FamilyFit, FamilyFits, fit_families
+from .isoflop import IsoFlopFit, fit_isoflop
+from .power_law import PowerLawFit, fit_power_law
+
+__all__ = [
+    "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",
+    "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
+    "METRICS", "STEERLING_COMPUTE", "ScalingFitWarning", "epoch_grid", "coarse_grid",
+]

@@ -1,0 +1,165 @@
+"""Shared pieces of the scaling fitters: input checks, percentile intervals, result helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import warnings as _warnings
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+log = logging.getLogger("interpscale.scaling")
+
+DEFAULT_N_BOOT = 10_000  # paper §8.2.1 / §8.3.1: 10,000 bootstrap iterations
+DEFAULT_LEVEL = 0.90  # paper: 90% percentile intervals
+
+
+class ScalingFitWarning(UserWarning):
+    """Raised (as a Python warning) when a fit did not converge or sits on a boundary."""
+
+
+def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool = False) -> np.ndarray:
+    """1-D float array; ValueError naming ``name`` and the first bad row otherwise."""
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: values are not numeric ({exc})") from exc
+    if arr.ndim != 1:
+        arr = arr.reshape(-1) if arr.size == arr.shape[0] else arr
+        if arr.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D array, got shape {np.shape(values)}")
+    if not allow_nan:
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}: non-finite value {arr[i]!r} at row {i} ({int(bad.sum())} bad rows)")
+    if positive:
+        bad = ~(arr > 0)
+        if allow_nan:
+            bad &= ~np.isnan(arr)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}: non-positive value {arr[i]!r} at row {i}; a log-scale fit needs values > 0")
+    return arr
+
+
+def check_lengths(**arrays: np.ndarray) -> int:
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"mismatched lengths: {lengths}")
+    return next(iter(lengths.values()))
+
+
+def check_min_points(n: int, need: int, what: str) -> None:
+    if n < need:
+        raise ValueError(f"{what}: need at least {need} points, got {n}")
+
+
+def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
+    """ValueError naming the first pair of rows identical in every column of ``columns``."""
+    stacked = np.column_stack([np.asarray(v, dtype=float) for v in columns.values()])
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    inverse = np.asarray(inverse).reshape(-1)
+    if len(first) < len(stacked):
+        for i, grp in enumerate(inverse):
+            j = int(first[grp])
+            if j != i:
+                raise ValueError(
+                    f"{what}: duplicate rows {j} and {i} (identical {', '.join(columns)}); "
+                    "drop or aggregate repeated measurements first"
+                )
+
+
+def check_level(level: float) -> float:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    return float(level)
+
+
+def percentile_ci(samples: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval of the finite entries of ``samples`` (nan, nan when none)."""
+    s = np.asarray(samples, dtype=float)
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return (math.nan, math.nan)
+    q = (1.0 - level) / 2.0
+    lo, hi = np.quantile(s, [q, 1.0 - q])
+    return (float(lo), float(hi))
+
+
+def band_from_draws(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise percentile band over the bootstrap axis (axis 0) of ``draws``."""
+    q = (1.0 - check_level(level)) / 2.0
+    lo, hi = np.nanquantile(draws, [q, 1.0 - q], axis=0)
+    return lo, hi
+
+
+def resample_residuals(rng: np.random.Generator, resid: np.ndarray, n_boot: int, n_params: int) -> np.ndarray:
+    """(n_boot, n) residual draws with replacement, inflated by sqrt(n/(n-p)) for the
+    degrees of freedom the fit used (residuals of a least-squares fit are shrunk)."""
+    n = resid.size
+    scale = math.sqrt(n / (n - n_params)) if n > n_params else 1.0
+    idx = rng.integers(0, n, size=(n_boot, n))
+    return resid[idx] * scale
+
+
+def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:
+    """(n_boot, n) multiplicity counts of a pairs (case) bootstrap."""
+    idx = rng.integers(0, n, size=(n_boot, n))
+    w = np.zeros((n_boot, n))
+    np.add.at(w, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
+    return w
+
+
+def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:
+    """Record ``msg`` on the result and log it; ``warn`` also raises a ScalingFitWarning."""
+    messages.append(msg)
+    log.warning(msg)
+    if warn:
+        _warnings.warn(msg, ScalingFitWarning, stacklevel=3)
+
+
+def jsonable(value: Any) -> Any:
+    """Plain-JSON view of result fields (numpy scalars/arrays, tuples, nan -> None)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return value.to_dict()
+    return value
+
+
+def fields_dict(obj: Any, skip: Iterable[str] = ()) -> dict:
+    """JSON dict of a result dataclass's fields, skipping bootstrap draws and ``skip``."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        if f.name in skip or f.name.startswith("_") or not f.repr:
+            continue
+        out[f.name] = jsonable(getattr(obj, f.name))
+    return out
+
+
+def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:
+    """``0.528 [0.503, 0.551]`` style cell."""
+    if ci is None or not all(np.isfinite(ci)):
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:
+    """Paper Table 6/7 style: ``0.528_[-0.025,+0.023]`` (CI as offsets from the estimate)."""
+    if ci is None or not all(np.isfinite(ci)):
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f}_[{ci[0] - value:+.{digits}f},{ci[1] - value:+.{digits}f}]"

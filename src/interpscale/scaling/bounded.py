@@ -1,0 +1,298 @@
+"""Bounded metric fits m(C) = e +/- A C^(-beta) (paper Eq. 29) with e held to its natural bound.
+
+For a fixed beta the model is linear in (e, A), so each beta's best (e, A) under the
+constraints A >= 0 and e on the allowed side of its bound is a closed-form 2-variable
+constrained least squares; beta is then found by a log-spaced grid and a golden-section
+refinement. All bootstrap replicates are solved together the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    band_from_draws,
+    check_duplicates,
+    check_lengths,
+    check_level,
+    check_min_points,
+    emit,
+    fields_dict,
+    fmt_ci,
+    pairs_weights,
+    percentile_ci,
+    resample_residuals,
+)
+
+# metric -> (direction, natural bound); paper §8.3.1
+METRICS: dict[str, tuple[str, float]] = {
+    "concept_loss": ("lower", 0.0),
+    "concept_independence": ("lower", 0.0),
+    "concept_contribution": ("higher", 1.0),
+    "known_concept_alignment": ("higher", 5.0),
+}
+
+BETA_RANGE = (1e-3, 5.0)
+_GRID = np.geomspace(*BETA_RANGE, 241)
+_GOLD = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+@dataclass(frozen=True)
+class BoundedFit:
+    """m(C) = e + s*A*C^(-beta), s = +1 for lower-is-better metrics, -1 for higher-is-better.
+
+    ``e_at_bound`` flags an asymptote pinned to its natural bound (read it as a bound, not
+    an estimate, as the paper does). ``ci`` has ``e``, ``A``, ``beta``; ``boot`` the draws
+    (n_boot, 3) of (e, A, beta) used by ``band``.
+    """
+
+    e: float
+    A: float
+    beta: float
+    r2: float
+    n: int
+    direction: str
+    bound: float | None
+    e_at_bound: bool
+    converged: bool = True
+    metric: str | None = None
+    sse: float = math.nan
+    ci: dict = field(default_factory=dict)
+    level: float = DEFAULT_LEVEL
+    bootstrap: str = "residual"
+    warnings: tuple[str, ...] = ()
+    compute_range: tuple[float, float] = (math.nan, math.nan)
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def sign(self) -> float:
+        return 1.0 if self.direction == "lower" else -1.0
+
+    def predict(self, compute) -> np.ndarray:
+        C = np.asarray(compute, float)
+        return self.e + self.sign * self.A * C ** (-self.beta)
+
+    def band(self, compute, level: float | None = None):
+        """Bootstrap percentile band (lo, hi) of the fitted curve at ``compute``."""
+        C = np.atleast_1d(np.asarray(compute, float))
+        if self.boot is None or len(self.boot) == 0:
+            y = self.predict(C)
+            return y.reshape(np.shape(compute)), y.reshape(np.shape(compute))
+        e, A, b = self.boot[:, :1], self.boot[:, 1:2], self.boot[:, 2:3]
+        draws = e + self.sign * A * np.exp(-b * np.log(C)[None, :])
+        lo, hi = band_from_draws(draws, level or self.level)
+        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+
+    def to_dict(self) -> dict:
+        return fields_dict(self)
+
+    def summary(self) -> str:
+        s = "+" if self.direction == "lower" else "-"
+        pct = round(100 * self.level)
+        lines = [
+            f"bounded fit m(C) = e {s} A C^-beta   ({self.metric or 'metric'}, n = {self.n}, "
+            f"R^2 = {self.r2:.3f}, bound {self.bound}, {pct}% CI)",
+            f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}" + ("   (on its bound)" if self.e_at_bound else ""),
+            f"  beta  {fmt_ci(self.beta, self.ci.get('beta'), 4)}",
+            f"  A     {self.A:.4g}",
+        ]
+        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+
+
+def _solve_ea(z, sw, sm, smm, szm, sz, szz, side, bound):
+    """Best (e, A, sse) of m = e + A*z (z already signed) under A*sign >= 0 handled by caller.
+
+    Arguments are weighted sums over points: sw = sum w, sm = sum w m, smm = sum w m^2,
+    szm = sum w z m, sz = sum w z, szz = sum w z^2 (any broadcastable shapes).
+    ``side``: +1 means e >= bound, -1 means e <= bound, 0 means unconstrained.
+    Returns arrays e, A, sse with the constraint A*sign(z) >= 0 expressed as A >= 0 on |z|.
+    """
+
+    def sse(e, A):
+        return smm - 2 * e * sm - 2 * A * szm + sw * e * e + 2 * e * A * sz + A * A * szz
+
+    det = sw * szz - sz * sz
+    with np.errstate(divide="ignore", invalid="ignore"):
+        A_u = (sw * szm - sz * sm) / det
+        e_u = (sm - A_u * sz) / sw
+    # z carries the sign s; the constraint is A >= 0 in the signed parameterisation
+    feas_u = np.isfinite(A_u) & (A_u >= 0)
+    if side != 0:
+        feas_u &= side * (e_u - bound) >= 0
+    cands = []
+    big = np.inf
+    cands.append((np.where(feas_u, e_u, np.nan), np.where(feas_u, A_u, np.nan)))
+    if side != 0:  # e on its bound, A >= 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            A_b = np.maximum((szm - bound * sz) / szz, 0.0)
+        cands.append((np.full_like(A_b, bound), A_b))
+    e_0 = sm / sw  # A = 0: flat line at the (clipped) mean
+    if side != 0:
+        e_0 = np.maximum(e_0, bound) if side > 0 else np.minimum(e_0, bound)
+    cands.append((e_0 + 0 * szm, np.zeros_like(szm)))
+    best_e = best_A = None
+    best_s = None
+    for e, A in cands:
+        s = np.where(np.isfinite(e), sse(np.nan_to_num(e), np.nan_to_num(A)), big)
+        if best_s is None:
+            best_e, best_A, best_s = e, A, s
+        else:
+            take = s < best_s
+            best_e, best_A, best_s = np.where(take, e, best_e), np.where(take, A, best_A), np.where(take, s, best_s)
+    return best_e, best_A, best_s
+
+
+def _profile(lx, M, W, sgn, side, bound, betas):
+    """Profile sse over beta for each row of M: betas (S, G) or (G,) -> e, A, sse (S, G)."""
+    betas = np.atleast_1d(betas)
+    if betas.ndim == 1:  # shared grid: the sums are matrix products
+        Z = sgn * np.exp(-betas[:, None] * lx[None, :])  # (G, n)
+        WM = W * M
+        szm = WM @ Z.T
+        sz = W @ Z.T
+        szz = W @ (Z * Z).T
+    else:  # per-row betas (S, G)
+        Z = sgn * np.exp(-betas[:, :, None] * lx[None, None, :])  # (S, G, n)
+        WM = W * M
+        szm = np.einsum("sn,sgn->sg", WM, Z)
+        sz = np.einsum("sn,sgn->sg", W, Z)
+        szz = np.einsum("sn,sgn->sg", W, Z * Z)
+    sw = W.sum(axis=1, keepdims=True)
+    sm = WM.sum(axis=1, keepdims=True)
+    smm = (WM * M).sum(axis=1, keepdims=True)
+    # signed z: A >= 0 in m = e + A*z with z = s*x^-beta
+    return _solve_ea(None, sw, sm, smm, szm, sz, szz, side, bound)
+
+
+def _fit_many(lx, M, W, sgn, side, bound, n_golden=60):
+    """Fit every row of M (S, n); returns e, A (in scaled-x units), beta, sse (S,)."""
+    G = _GRID
+    _, _, sse = _profile(lx, M, W, sgn, side, bound, G)
+    k = np.argmin(sse, axis=1)
+    lg = np.log(G)
+    lo = lg[np.maximum(k - 1, 0)]
+    hi = lg[np.minimum(k + 1, len(G) - 1)]
+
+    def f(lb):
+        _, _, s = _profile(lx, M, W, sgn, side, bound, np.exp(lb)[:, None])
+        return s[:, 0]
+
+    c = hi - _GOLD * (hi - lo)
+    d = lo + _GOLD * (hi - lo)
+    fc, fd = f(c), f(d)
+    for _ in range(n_golden):  # golden-section search on log beta, one evaluation per step
+        left = fc < fd  # the minimum lies in [lo, d]
+        hi = np.where(left, d, hi)
+        lo = np.where(left, lo, c)
+        x = np.where(left, hi - _GOLD * (hi - lo), lo + _GOLD * (hi - lo))
+        fx = f(x)
+        c, d = np.where(left, x, d), np.where(left, c, x)
+        fc, fd = np.where(left, fx, fd), np.where(left, fc, fx)
+    beta = np.exp(0.5 * (lo + hi))
+    e, A, s = _profile(lx, M, W, sgn, side, bound, beta[:, None])
+    return e[:, 0], A[:, 0], beta, s[:, 0], k
+
+
+def fit_bounded(
+    compute,
+    metric,
+    *,
+    direction: Literal["lower", "higher"] | None = None,
+    bound: float | None = None,
+    name: str | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> BoundedFit:
+    """Fit m(C) = e + A C^-beta (``direction="lower"``: lower is better, e >= bound) or
+    m(C) = e - A C^-beta (``"higher"``: e <= bound) by least squares (Eq. 29), A >= 0, beta > 0.
+
+    ``name`` (one of ``METRICS``: concept_loss, concept_independence, concept_contribution,
+    known_concept_alignment) supplies the paper's direction and natural bound; explicit
+    ``direction``/``bound`` override it; ``bound=None`` with no name leaves e free.
+    """
+    if name is not None and name in METRICS:
+        d0, b0 = METRICS[name]
+        direction = direction or d0
+        bound = b0 if bound is None else bound
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
+    C = as_array(compute, "compute", positive=True)
+    m = as_array(metric, name or "metric")
+    n = check_lengths(compute=C, metric=m)
+    check_min_points(n, 4, f"fit_bounded({name or 'metric'})")
+    check_duplicates({"compute": C, name or "metric": m}, f"fit_bounded({name or 'metric'})")
+    level = check_level(level)
+    if np.ptp(C) == 0:
+        raise ValueError("compute: all values are equal; need at least two distinct compute values")
+    sgn = 1.0 if direction == "lower" else -1.0
+    side = 0 if bound is None else (1 if direction == "lower" else -1)
+    bnd = 0.0 if bound is None else float(bound)
+    if bound is not None and (side * (m - bnd) < 0).any():
+        i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
+        raise ValueError(f"{name or 'metric'}: value {m[i]!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
+    c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
+    lx = np.log(C / c_ref)
+    W1 = np.ones((1, n))
+    e, A, beta, sse, k = _fit_many(lx, m[None, :], W1, sgn, side, bnd)
+    e, A, beta, sse, k = float(e[0]), float(A[0]), float(beta[0]), float(sse[0]), int(k[0])
+    fitted = e + sgn * A * np.exp(-beta * lx)
+    sst = float(((m - m.mean()) ** 2).sum())
+    r2 = 1.0 - sse / sst if sst > 0 else math.nan
+    warnings: list[str] = []
+    converged = True
+    scale = max(abs(e), float(np.abs(m).max()), 1e-12)
+    at_bound = bound is not None and abs(e - bnd) <= 1e-9 * scale
+    if A <= 0:
+        converged = False
+        emit(warnings, f"fit_bounded({name or 'metric'}): best fit is flat (A = 0); the metric does not improve with compute", warn=True)
+    elif k in (0, len(_GRID) - 1):
+        converged = False
+        emit(warnings, f"fit_bounded({name or 'metric'}): beta ran to the edge of its search range {BETA_RANGE}", warn=True)
+    if at_bound:
+        emit(warnings, f"{name or 'metric'}: asymptote e sits on its natural bound {bnd}; read it as a bound")
+    ci: dict = {}
+    boot = None
+    if n_boot > 0:
+        rng = np.random.default_rng(seed)
+        if bootstrap == "residual":
+            M = fitted[None, :] + resample_residuals(rng, m - fitted, n_boot, 3)
+            if side != 0:  # resampled metrics cannot cross their natural bound
+                M = np.maximum(M, bnd) if side > 0 else np.minimum(M, bnd)
+            W = np.ones_like(M)
+        elif bootstrap == "pairs":
+            M = np.broadcast_to(m, (n_boot, n)).copy()
+            W = pairs_weights(rng, n, n_boot)
+        else:
+            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
+        be_, bA, bb, _, _ = _fit_many(lx, M, W, sgn, side, bnd, n_golden=40)
+        bA = bA * np.exp(bb * math.log(c_ref))  # back to raw-compute units
+        boot = np.column_stack([be_, bA, bb])
+        ci = {"e": percentile_ci(be_, level), "A": percentile_ci(bA, level), "beta": percentile_ci(bb, level)}
+    return BoundedFit(
+        e=e,
+        A=A * math.exp(beta * math.log(c_ref)),
+        beta=beta,
+        r2=float(r2),
+        n=n,
+        direction=direction,
+        bound=None if bound is None else bnd,
+        e_at_bound=bool(at_bound),
+        converged=converged,
+        metric=name,
+        sse=sse,
+        ci=ci,
+        level=level,
+        bootstrap=bootstrap,
+        warnings=tuple(warnings),
+        compute_range=(float(C.min()), float(C.max())),
+        boot=boot,
+    )

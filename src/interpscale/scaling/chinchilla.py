@@ -1,0 +1,343 @@
+"""Joint Chinchilla fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eq. 27-28).
+
+Huber loss (delta = 1e-3) on log residuals, *summed* over points (Eq. 28; an averaged loss
+makes L-BFGS-B stop early), in the log-sum-exp parameterisation of Hoffmann et al. / Epoch:
+log L = LSE(a - alpha log P, b - beta log D, e) with A_P = e^a, A_D = e^b, L_inf = e^e.
+All starts of the initialisation grid, and all bootstrap replicates, are minimised together
+by the batched BFGS of ``_optim`` with analytic gradients.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    band_from_draws,
+    check_duplicates,
+    check_lengths,
+    check_level,
+    check_min_points,
+    emit,
+    fields_dict,
+    fmt_ci,
+    pairs_weights,
+    percentile_ci,
+    resample_residuals,
+)
+from ._optim import STATUS, batched_bfgs
+
+PARAM_NAMES = ("L_inf", "A_P", "A_D", "alpha", "beta")
+
+
+def epoch_grid() -> np.ndarray:
+    """Hoffmann/Epoch initialisation grid as (a, b, e, alpha, beta) rows: 4,500 starts.
+
+    alpha, beta in {0, 0.5, ..., 2}; e in {-1, -0.5, ..., 1}; a, b in {0, 5, ..., 25}.
+    """
+    ab = np.arange(0.0, 25.0 + 1e-9, 5.0)
+    e = np.arange(-1.0, 1.0 + 1e-9, 0.5)
+    al = np.arange(0.0, 2.0 + 1e-9, 0.5)
+    rows = [(a, b, ee, x, y) for x, y, ee, a, b in itertools.product(al, al, e, ab, ab)]
+    return np.array(rows, dtype=float)
+
+
+def coarse_grid() -> np.ndarray:
+    """A 243-start grid (three values per parameter) for quick fits."""
+    vals = ([0.0, 10.0, 20.0], [0.0, 10.0, 20.0], [-1.0, 0.0, 1.0], [0.25, 0.75, 1.5], [0.25, 0.75, 1.5])
+    return np.array(list(itertools.product(*vals)), dtype=float)
+
+
+def log_pred(theta: np.ndarray, lP: np.ndarray, lD: np.ndarray) -> np.ndarray:
+    """log L-hat for rows of theta = (a, b, e, alpha, beta): shape (S, n)."""
+    a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
+    u1 = a - al * lP[None, :]
+    u2 = b - be * lD[None, :]
+    u3 = np.broadcast_to(e, u1.shape)
+    return np.logaddexp(np.logaddexp(u1, u2), u3)
+
+
+class _HuberLSE:
+    """Summed Huber objective (Eq. 28) and its analytic gradient, batched over rows.
+
+    Internally the exponent terms are centred (a' = a - alpha*mean(log P), likewise b),
+    a linear change of variables that leaves the minimisers unchanged but makes the
+    Hessian far better conditioned for BFGS.
+    """
+
+    def __init__(self, lP, lD, Y, W, delta):
+        self.cP, self.cD = float(lP.mean()), float(lD.mean())
+        self.xP, self.xD = lP - self.cP, lD - self.cD
+        self.Y, self.W, self.delta = Y, W, delta
+
+    def to_internal(self, theta):
+        z = theta.copy()
+        z[:, 0] = theta[:, 0] - theta[:, 3] * self.cP
+        z[:, 1] = theta[:, 1] - theta[:, 4] * self.cD
+        return z
+
+    def to_external(self, z):
+        theta = z.copy()
+        theta[:, 0] = z[:, 0] + z[:, 3] * self.cP
+        theta[:, 1] = z[:, 1] + z[:, 4] * self.cD
+        return theta
+
+    def __call__(self, Z, rows):
+        d = self.delta
+        a, b, e, al, be = (Z[:, i : i + 1] for i in range(5))
+        u1 = a - al * self.xP[None, :]
+        u2 = b - be * self.xD[None, :]
+        m = np.maximum(np.maximum(u1, u2), e)
+        e1, e2, e3 = np.exp(u1 - m), np.exp(u2 - m), np.exp(e - m)
+        s = e1 + e2 + e3
+        r = m + np.log(s) - (self.Y if self.Y.ndim == 1 else self.Y[rows])
+        ar = np.abs(r)
+        h = np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d))
+        hp = np.clip(r, -d, d) / s
+        if self.W is not None:
+            w = self.W[rows]
+            h, hp = h * w, hp * w
+        q1, q2 = hp * e1, hp * e2
+        g = np.empty((Z.shape[0], 5))
+        g[:, 0] = q1.sum(axis=1)
+        g[:, 1] = q2.sum(axis=1)
+        g[:, 2] = (hp * e3).sum(axis=1)
+        g[:, 3] = -(q1 @ self.xP)
+        g[:, 4] = -(q2 @ self.xD)
+        return h.sum(axis=1), g
+
+
+def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, gtol=1e-11, max_iter=2000):
+    """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n)."""
+    obj = _HuberLSE(lP, lD, Y, W, delta)
+    res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), gtol=gtol, max_iter=max_iter)
+    res.x = obj.to_external(res.x)
+    return res
+
+
+@dataclass(frozen=True)
+class ChinchillaFit:
+    """Result of the joint fit (Eq. 27). ``A_P``/``A_D`` are Epoch's ``A``/``B``, ``L_inf`` is ``E``.
+
+    ``ci`` maps every parameter (and ``alpha_D``, ``a``/``b``/``e``) to a percentile interval;
+    ``boot`` holds the bootstrap draws of (a, b, e, alpha, beta) used by ``band``.
+    """
+
+    L_inf: float
+    A_P: float
+    A_D: float
+    alpha: float
+    beta: float
+    objective: float
+    converged: bool
+    n: int
+    huber_delta: float = 1e-3
+    n_starts: int = 1
+    n_converged_starts: int = 1
+    best_start: tuple[float, ...] = ()
+    best_start_index: int = 0
+    status: str = ""
+    ci: dict = field(default_factory=dict)
+    level: float = DEFAULT_LEVEL
+    bootstrap: str = "residual"
+    n_boot_ok: int = 0
+    warnings: tuple[str, ...] = ()
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def alpha_D(self) -> float:
+        """Compute-optimal token exponent alpha/(alpha+beta) (D_opt ~ C^alpha_D)."""
+        return self.alpha / (self.alpha + self.beta)
+
+    @property
+    def alpha_P(self) -> float:
+        """Compute-optimal parameter exponent beta/(alpha+beta) implied by the joint fit."""
+        return self.beta / (self.alpha + self.beta)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """(a, b, e, alpha, beta) in the log-sum-exp parameterisation."""
+        return np.array([math.log(self.A_P), math.log(self.A_D), math.log(self.L_inf), self.alpha, self.beta])
+
+    def predict(self, params, tokens) -> np.ndarray:
+        """L(P, D) of Eq. 27."""
+        P, D = np.asarray(params, float), np.asarray(tokens, float)
+        return self.L_inf + self.A_P / P**self.alpha + self.A_D / D**self.beta
+
+    def optimal_allocation(self, compute, flops_per_token_per_param: float = 6.0):
+        """(P_opt, D_opt) minimising Eq. 27 subject to C = M*D with M = k*P (k = 6 by default).
+
+        Closed form (Hoffmann et al. 2022, App. D.2): P_opt = G (C/k)^(beta/(alpha+beta)),
+        D_opt = (C/k) / P_opt, G = (alpha A_P / (beta A_D))^(1/(alpha+beta)).
+        """
+        return _allocation(self.theta[None, :], np.asarray(compute, float), flops_per_token_per_param)
+
+    def predict_optimal(self, compute, flops_per_token_per_param: float = 6.0) -> np.ndarray:
+        """Compute-optimal loss L(P_opt(C), D_opt(C))."""
+        P, D = self.optimal_allocation(compute, flops_per_token_per_param)
+        return self.predict(P, D)
+
+    def band(self, params, tokens, level: float | None = None):
+        """Bootstrap percentile band (lo, hi) of L(P, D) at the given points."""
+        P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
+        if self.boot is None or len(self.boot) == 0:
+            y = self.predict(P, D)
+            return y, y
+        draws = np.exp(log_pred(self.boot, np.log(P.ravel()), np.log(D.ravel())))
+        lo, hi = band_from_draws(draws, level or self.level)
+        return lo.reshape(P.shape), hi.reshape(P.shape)
+
+    def band_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0):
+        """Bootstrap band of the compute-optimal loss curve (each replicate at its own optimum)."""
+        C = np.atleast_1d(np.asarray(compute, float))
+        if self.boot is None or len(self.boot) == 0:
+            y = self.predict_optimal(C, flops_per_token_per_param)
+            return y, y
+        P, D = _allocation(self.boot, C, flops_per_token_per_param)  # (S, m)
+        a, b, e, al, be = (self.boot[:, i : i + 1] for i in range(5))
+        draws = np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
+        lo, hi = band_from_draws(draws, level or self.level)
+        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+
+    def to_dict(self) -> dict:
+        d = fields_dict(self)
+        d["alpha_D"] = self.alpha_D
+        d["alpha_P"] = self.alpha_P
+        return d
+
+    def summary(self) -> str:
+        pct = round(100 * self.level)
+        lines = [
+            f"joint Chinchilla fit L = L_inf + A_P/P^alpha + A_D/D^beta   (n = {self.n}, "
+            f"Huber delta = {self.huber_delta:g}, objective = {self.objective:.10f})",
+            f"  converged: {self.converged} ({self.status}); best of {self.n_starts} starts "
+            f"(#{self.best_start_index}, {self.n_converged_starts} converged); {pct}% CI, "
+            f"{self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
+        ]
+        for name in ("L_inf", "alpha", "beta", "alpha_D"):
+            lines.append(f"  {name:<8}{fmt_ci(getattr(self, name), self.ci.get(name), 4)}")
+        for name in ("A_P", "A_D"):
+            lo, hi = self.ci.get(name, (math.nan, math.nan))
+            lines.append(f"  {name:<8}{getattr(self, name):.5g} [{lo:.5g}, {hi:.5g}]")
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _allocation(theta: np.ndarray, C: np.ndarray, k: float):
+    a, b, _, al, be = (theta[:, i : i + 1] for i in range(5))
+    G = np.exp((np.log(al * np.exp(a - b) / be)) / (al + be))
+    CK = np.atleast_1d(C)[None, :] / k
+    P = G * CK ** (be / (al + be))
+    D = CK / P
+    if theta.shape[0] == 1:
+        return P[0].reshape(np.shape(C)), D[0].reshape(np.shape(C))
+    return P, D
+
+
+def fit_chinchilla(
+    params,
+    tokens,
+    loss,
+    *,
+    delta: float = 1e-3,
+    grid: Literal["epoch", "coarse"] | np.ndarray = "epoch",
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    max_iter: int = 2000,
+) -> ChinchillaFit:
+    """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
+
+    Every start of ``grid`` (default: the 4,500-start Hoffmann/Epoch grid; ``"coarse"``:
+    243 starts; or an (S, 5) array of (a, b, e, alpha, beta)) is minimised; the lowest
+    objective among converged starts wins. Bootstrap replicates (``n_boot``; residual
+    resampling of log residuals by default, ``"pairs"`` resamples points) are refitted
+    together, warm-started from the point estimate, and give percentile intervals.
+    """
+    P = as_array(params, "params", positive=True)
+    D = as_array(tokens, "tokens", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    n = check_lengths(params=P, tokens=D, loss=L)
+    check_min_points(n, 6, "fit_chinchilla (5 free parameters)")
+    check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
+    level = check_level(level)
+    if not delta > 0:
+        raise ValueError(f"delta must be positive, got {delta}")
+    if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
+        raise ValueError("params/tokens: need at least two distinct values of each")
+    starts = {"epoch": epoch_grid, "coarse": coarse_grid}[grid]() if isinstance(grid, str) else np.asarray(grid, float)
+    if starts.ndim != 2 or starts.shape[1] != 5:
+        raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
+    lP, lD, lL = np.log(P), np.log(D), np.log(L)
+    res = minimize_huber_lse(lP, lD, lL, starts, delta=delta, max_iter=max_iter)
+    warnings: list[str] = []
+    ok = res.converged & np.isfinite(res.f)
+    pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
+    if pool.size == 0:
+        raise ValueError("fit_chinchilla: the objective is non-finite from every start")
+    best = int(pool[np.argmin(res.f[pool])])
+    theta = res.x[best]
+    converged = bool(ok[best])
+    if not converged:
+        emit(warnings, f"fit_chinchilla: no start converged; best start ended with '{STATUS[int(res.status[best])]}'", warn=True)
+    if np.allclose(theta, starts[best], rtol=0, atol=1e-12):
+        converged = False
+        emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
+    a, b, e, al, be = theta
+    if al <= 0 or be <= 0:
+        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
+    ci: dict = {}
+    boot = None
+    n_ok = 0
+    if n_boot > 0:
+        rng = np.random.default_rng(seed)
+        fitted = log_pred(theta[None, :], lP, lD)[0]
+        W = None
+        if bootstrap == "residual":
+            Y = fitted[None, :] + resample_residuals(rng, lL - fitted, n_boot, 5)
+        elif bootstrap == "pairs":
+            Y, W = lL, pairs_weights(rng, n, n_boot)
+        else:
+            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
+        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W, delta=delta, max_iter=max_iter)
+        good = br.converged & np.isfinite(br.x).all(axis=1)
+        n_ok = int(good.sum())
+        if n_ok < 0.99 * n_boot:
+            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates did not converge and were dropped")
+        boot = br.x[good]
+        draws = {
+            "a": boot[:, 0], "b": boot[:, 1], "e": boot[:, 2], "alpha": boot[:, 3], "beta": boot[:, 4],
+            "L_inf": np.exp(boot[:, 2]), "A_P": np.exp(boot[:, 0]), "A_D": np.exp(boot[:, 1]),
+            "alpha_D": boot[:, 3] / (boot[:, 3] + boot[:, 4]),
+        }
+        ci = {k: percentile_ci(v, level) for k, v in draws.items()}
+    return ChinchillaFit(
+        L_inf=float(math.exp(e)),
+        A_P=float(math.exp(a)),
+        A_D=float(math.exp(b)),
+        alpha=float(al),
+        beta=float(be),
+        objective=float(res.f[best]),
+        converged=converged,
+        n=n,
+        huber_delta=float(delta),
+        n_starts=int(len(starts)),
+        n_converged_starts=int(ok.sum()),
+        best_start=tuple(float(v) for v in starts[best]),
+        best_start_index=best,
+        status=STATUS[int(res.status[best])],
+        ci=ci,
+        level=level,
+        bootstrap=bootstrap,
+        n_boot_ok=n_ok,
+        warnings=tuple(warnings),
+        boot=boot,
+    )

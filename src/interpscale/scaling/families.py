@@ -1,0 +1,288 @@
+"""Fit every family of a results table: Table 6 (loss scaling) and Table 7 (metric scaling)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable
+from .bounded import METRICS, BoundedFit, fit_bounded
+from .chinchilla import ChinchillaFit, fit_chinchilla
+from .extrapolate import Extrapolation, extrapolate
+from .isoflop import IsoFlopFit, fit_isoflop
+
+ESTIMATOR_PREFERENCE = ("mdlm_elbo", "ar_ce", "fixed_rate", "fixed_grid", "per_block")  # paper §8.2.1
+METRIC_LABELS = {
+    "concept_loss": "Concept Loss",
+    "concept_independence": "Concept Independence Loss",
+    "concept_contribution": "Concept Contribution",
+    "known_concept_alignment": "Known Concept Alignment",
+}
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """All fits of one family: IsoFLOP (alpha_P, alpha_L), joint (alpha_D, L_inf), metric fits."""
+
+    family: str
+    estimator: str | None
+    n_rows: int
+    isoflop: IsoFlopFit | None
+    chinchilla: ChinchillaFit | None
+    bounded: dict = field(default_factory=dict)  # metric -> BoundedFit
+    extrapolation: Extrapolation | None = None
+    actual: dict = field(default_factory=dict)  # metric or "loss" -> observed value at the target
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def converged(self) -> bool:
+        fits = [self.isoflop, self.chinchilla, *self.bounded.values()]
+        return all(f.converged for f in fits if f is not None)
+
+    @property
+    def ci(self) -> dict:
+        out = {}
+        if self.isoflop is not None:
+            out.update(alpha_P=self.isoflop.ci.get("alpha_P"), alpha_L=self.isoflop.ci.get("alpha_L"))
+        if self.chinchilla is not None:
+            out.update(alpha_D=self.chinchilla.ci.get("alpha_D"), L_inf=self.chinchilla.ci.get("L_inf"))
+        return out
+
+    def predict(self, compute):
+        """Dict of predictions at ``compute``: L_star (log-linear), L_opt (joint), each metric."""
+        out = {}
+        if self.isoflop is not None:
+            out["L_star"] = self.isoflop.power_L.predict(compute)
+        if self.chinchilla is not None:
+            out["L_opt"] = self.chinchilla.predict_optimal(compute)
+        out.update({m: f.predict(compute) for m, f in self.bounded.items()})
+        return out
+
+    def to_dict(self) -> dict:
+        return jsonable({
+            "family": self.family, "estimator": self.estimator, "n_rows": self.n_rows,
+            "converged": self.converged, "warnings": list(self.warnings),
+            "isoflop": self.isoflop, "chinchilla": self.chinchilla,
+            "bounded": self.bounded, "extrapolation": self.extrapolation,
+        })
+
+    def summary(self) -> str:
+        parts = [f"== {self.family} ({self.n_rows} rows, estimator {self.estimator}) =="]
+        for f in (self.isoflop, self.chinchilla, *self.bounded.values(), self.extrapolation):
+            if f is not None:
+                parts.append(f.summary())
+        parts += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class FamilyFits:
+    """Per-family fits plus the paper's Table 6 / Table 7 layouts."""
+
+    families: dict  # family -> FamilyFit
+    estimator: str | None
+    annealed: bool | None
+    level: float = DEFAULT_LEVEL
+    target_compute: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    def __getitem__(self, family: str) -> FamilyFit:
+        return self.families[family]
+
+    def __iter__(self):
+        return iter(self.families)
+
+    @property
+    def converged(self) -> bool:
+        return all(f.converged for f in self.families.values())
+
+    @property
+    def ci(self) -> dict:
+        return {k: f.ci for k, f in self.families.items()}
+
+    def predict(self, compute):
+        return {k: f.predict(compute) for k, f in self.families.items()}
+
+    def table6(self) -> pd.DataFrame:
+        """One row per family: alpha_P, alpha_D, alpha_L, L_inf with ``_lo``/``_hi`` CI columns."""
+        rows = []
+        for name, f in self.families.items():
+            r = {"family": name}
+            iso, ch = f.isoflop, f.chinchilla
+            vals = {
+                "alpha_P": (iso.alpha_P, iso.ci.get("alpha_P")) if iso else None,
+                "alpha_D": (ch.alpha_D, ch.ci.get("alpha_D")) if ch else None,
+                "alpha_L": (iso.alpha_L, iso.ci.get("alpha_L")) if iso else None,
+                "L_inf": (ch.L_inf, ch.ci.get("L_inf")) if ch else None,
+            }
+            for k, v in vals.items():
+                est, ci = v if v else (math.nan, None)
+                lo, hi = ci if ci else (math.nan, math.nan)
+                r.update({k: est, f"{k}_lo": lo, f"{k}_hi": hi})
+            rows.append(r)
+        cols = ["family"] + [f"{k}{s}" for k in ("alpha_P", "alpha_D", "alpha_L", "L_inf") for s in ("", "_lo", "_hi")]
+        return pd.DataFrame(rows, columns=cols)
+
+    def table7(self) -> pd.DataFrame:
+        """One row per (metric, family): beta, e, e_lo, e_hi, e_at_bound, r2, prediction, actual, delta."""
+        rows = []
+        for metric in METRICS:
+            for name, f in self.families.items():
+                b: BoundedFit | None = f.bounded.get(metric)
+                if b is None:
+                    continue
+                lo, hi = b.ci.get("e", (math.nan, math.nan))
+                pred = float(b.predict(self.target_compute)) if self.target_compute else math.nan
+                actual = f.actual.get(metric, math.nan)
+                rows.append({
+                    "metric": metric, "family": name, "beta": b.beta, "e": b.e, "e_lo": lo, "e_hi": hi,
+                    "e_at_bound": b.e_at_bound, "r2": b.r2, "prediction": pred, "actual": actual,
+                    "delta": actual - pred if np.isfinite(actual) and np.isfinite(pred) else math.nan,
+                })
+        cols = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def to_markdown(self, digits: int = 3) -> str:
+        pct = round(100 * self.level)
+        out = [f"### Compute-optimal scaling (Table 6 layout; subscripts: {pct}% bootstrap CI offsets)", "",
+               "| Family | α_P | α_D | α_L | L_∞ |", "|---|---|---|---|---|"]
+        for r in self.table6().itertuples(index=False):
+            cells = [fmt_sub(getattr(r, k), (getattr(r, f"{k}_lo"), getattr(r, f"{k}_hi")), digits)
+                     if np.isfinite(getattr(r, k)) else "—" for k in ("alpha_P", "alpha_D", "alpha_L", "L_inf")]
+            out.append(f"| {r.family} | " + " | ".join(cells) + " |")
+        t7 = self.table7()
+        if len(t7):
+            out += ["", f"### Interpretability scaling (Table 7 layout; e with {pct}% bootstrap CI offsets)", "",
+                    "| Metric | Family | β | e [CI] | R² | pred | actual | Δ |", "|---|---|---|---|---|---|---|---|"]
+            for r in t7.itertuples(index=False):
+                f = lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "—"  # noqa: E731
+                e = fmt_sub(r.e, (r.e_lo, r.e_hi), digits) + (" (bound)" if r.e_at_bound else "")
+                out.append(f"| {METRIC_LABELS[r.metric]} | {r.family} | {f(r.beta)} | {e} | {f(r.r2)} | "
+                           f"{f(r.prediction)} | {f(r.actual)} | {('%+.' + str(digits) + 'f') % r.delta if np.isfinite(r.delta) else '—'} |")
+        ext = [(k, f.extrapolation) for k, f in self.families.items() if f.extrapolation is not None]
+        if ext:
+            out += ["", "### Loss extrapolation", "", "| Family | C | joint | log-linear | observed |", "|---|---|---|---|---|"]
+            for k, x in ext:
+                obs = f"{x.observed:.3f}" if x.observed is not None else "—"
+                out.append(f"| {k} | {x.compute:.3g} | {x.joint:.3f} [{x.joint_ci[0]:.3f}, {x.joint_ci[1]:.3f}] | "
+                           f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | {obs} |")
+        if self.warnings:
+            out += ["", "Warnings:", ""] + [f"- {w}" for w in self.warnings]
+        return "\n".join(out) + "\n"
+
+    def to_dict(self) -> dict:
+        return jsonable({
+            "estimator": self.estimator, "annealed": self.annealed, "level": self.level,
+            "target_compute": self.target_compute, "warnings": list(self.warnings),
+            "table6": self.table6().to_dict("records"), "table7": self.table7().to_dict("records"),
+            "families": {k: f.to_dict() for k, f in self.families.items()},
+        })
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    def summary(self) -> str:
+        return "\n\n".join(f.summary() for f in self.families.values())
+
+
+def _select(df: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str]) -> pd.DataFrame:
+    if col not in df.columns:
+        if want is not None:
+            raise ValueError(f"fit_families: {what}={want!r} requested but the table has no {col!r} column")
+        return df
+    if want is not None:
+        out = df[df[col] == want]
+        if out.empty:
+            raise ValueError(f"fit_families: no rows with {col} == {want!r}; values: {sorted(df[col].dropna().unique().tolist())}")
+        return out
+    vals = df[col].dropna().unique().tolist()
+    if len(vals) <= 1:
+        return df
+    pick = next((p for p in prefer if p in vals), sorted(vals, key=str)[0])
+    emit(warnings, f"{col} mixes {sorted(vals, key=str)}; using {col} == {pick!r} (pass {what}= to choose)")
+    return df[df[col] == pick]
+
+
+def fit_families(
+    results_df: pd.DataFrame,
+    *,
+    estimator: str | None = None,
+    annealed: bool | None = None,
+    families: list[str] | None = None,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    level: float = DEFAULT_LEVEL,
+    window: int | None = 5,
+    tolerance: float | None = 0.15,
+    grid: Literal["epoch", "coarse"] = "epoch",
+    target_compute: float | None = None,
+    actual: Mapping[str, Mapping[str, float]] | None = None,
+) -> FamilyFits:
+    """Fit every family of a results table (DESIGN.md columns; one row per checkpoint).
+
+    Loss fits use ``slice_flops, params, tokens, loss``: IsoFLOP parabolas on rows whose
+    achieved ``flops`` lies within ``tolerance`` of their slice target (App. G: +/-15%), the
+    joint fit on all rows. Each metric column present (concept_loss, concept_independence,
+    concept_contribution, known_concept_alignment) gets a bounded fit against ``flops``.
+    With ``target_compute``, metrics and losses are extrapolated there and compared to
+    ``actual[family][metric or "loss"]`` when given. A mixed ``annealed``/``estimator`` column
+    with no choice given falls back to annealed rows / the paper's estimator, with a warning.
+    """
+    if not isinstance(results_df, pd.DataFrame):
+        raise ValueError("fit_families: results_df must be a pandas DataFrame")
+    need = ["family", "slice_flops", "params", "tokens", "loss"]
+    missing = [c for c in need if c not in results_df.columns]
+    if missing:
+        raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results_df.columns)}")
+    warnings: list[str] = []
+    df = _select(results_df, "annealed", annealed, (True,), "annealed", warnings)
+    fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
+    unknown = [f for f in fams if f not in set(df["family"])]
+    if unknown:
+        raise ValueError(f"fit_families: family {unknown} not in the table; have {sorted(set(df['family']))}")
+    actual = actual or {}
+    out: dict = {}
+    for fam in fams:
+        fw: list[str] = []
+        sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
+        est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
+        lossy = sub.dropna(subset=["params", "tokens", "loss"])
+        iso = ch = ext = None
+        iso_rows = lossy.dropna(subset=["slice_flops"])
+        if tolerance is not None and "flops" in iso_rows.columns:
+            dev = (iso_rows["flops"] / iso_rows["slice_flops"] - 1).abs()
+            iso_rows = iso_rows[dev <= tolerance]
+        try:
+            iso = fit_isoflop(iso_rows, window=window, n_boot=n_boot, level=level, seed=seed)
+        except ValueError as exc:
+            emit(fw, f"{fam}: IsoFLOP fit skipped: {exc}")
+        try:
+            ch = fit_chinchilla(lossy["params"], lossy["tokens"], lossy["loss"], grid=grid, n_boot=n_boot, level=level, seed=seed)
+        except ValueError as exc:
+            emit(fw, f"{fam}: joint fit skipped: {exc}")
+        bounded = {}
+        ccol = "flops" if "flops" in sub.columns else "slice_flops"
+        for metric in METRICS:
+            if metric not in sub.columns or sub[metric].notna().sum() == 0:
+                continue
+            ms = sub.dropna(subset=[metric, ccol])
+            try:
+                bounded[metric] = fit_bounded(ms[ccol], ms[metric], name=metric, n_boot=n_boot, level=level, seed=seed)
+            except ValueError as exc:
+                emit(fw, f"{fam}: {metric} fit skipped: {exc}")
+        obs = dict(actual.get(fam, {}))
+        if target_compute is not None and iso is not None and ch is not None:
+            ext = extrapolate(ch, iso, target_compute, observed=obs.get("loss"), level=level)
+        ff = FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
+                       extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw))
+        out[fam] = ff
+        warnings += fw
+    if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):
+        raise ValueError("fit_families: no family could be fitted: " + "; ".join(warnings))
+    return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=level,
+                      target_compute=target_compute, warnings=tuple(warnings))
