@@ -90,3 +90,76 @@ def bigram():
 @pytest.fixture
 def make_batches():
     return sample_batches
+
+
+# --- tiny trained models on the bundled "animal sounds" facts (cached per session) -------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+SOUNDS = Path(__file__).resolve().parents[2] / "src/interpscale/metrics/tasks/data/sounds.jsonl"
+TRAIN_STEPS = 300
+SEQ = 64
+
+
+def sounds_sentences(seed: int, n: int) -> list[str]:
+    rows = [json.loads(line) for line in SOUNDS.read_text().splitlines() if line.strip()]
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(len(rows), (n,), generator=g).tolist()
+    return [f"{rows[i]['prompt']} {rows[i]['choices'][rows[i]['label']]}." for i in idx]
+
+
+def build_tokenizer(texts: list[str]):
+    """Byte-level BPE with the project's special ids 0..3 ([PAD] [EOS] [EOC] [MASK])."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from interpscale.models.types import SPECIAL_TOKENS
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    return tok
+
+
+def token_stream_batches(tok, seed: int, n_batches: int, B: int, T: int = SEQ) -> list[Batch]:
+    need = n_batches * B * T
+    ids = tok.encode(" ".join(sounds_sentences(seed, need // 4 + 50)), add_special_tokens=False).ids
+    assert len(ids) >= need, (len(ids), need)
+    x = torch.tensor(ids[:need]).reshape(n_batches, B, T)
+    return [Batch(x[i]) for i in range(n_batches)]
+
+
+def train_tiny(family: str, tok, steps: int = TRAIN_STEPS, seed: int = 0):
+    from interpscale.models import build_model
+
+    torch.manual_seed(seed)
+    model = build_model(family, "nano", vocab_size=tok.get_vocab_size(), max_seq_len=128)
+    data = token_stream_batches(tok, seed + 100, 64, 16)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    for s in range(steps):
+        loss = model.loss(data[s % len(data)], s).total
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def sounds_tok():
+    torch.set_num_threads(1)
+    return build_tokenizer(sounds_sentences(0, 2000))
+
+
+@pytest.fixture(scope="session")
+def trained_cdlm(sounds_tok):
+    return train_tiny("cdlm", sounds_tok)
+
+
+@pytest.fixture(scope="session")
+def trained_ar(sounds_tok):
+    return train_tiny("ar", sounds_tok)

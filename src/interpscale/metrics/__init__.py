@@ -1,9 +1,13 @@
 """Evaluation: validation-loss estimators, interpretability metrics, soft MMLU, lm-eval adapter.
 
 The lm-evaluation-harness adapter lives in :mod:`interpscale.metrics.lm_eval_adapter`
-(imported lazily: it pulls in lm_eval); :func:`run_lm_eval` here forwards to it.
+(imported lazily: it pulls in lm_eval and registers ``interpscale-ar`` /
+``interpscale-diffusion``); :func:`run_lm_eval` here forwards to it.
 """
 
+from interpscale.metrics.alignment import alignment_inputs, concept_top_tokens, known_concept_alignment
+from interpscale.metrics.interp import concept_contribution, concept_independence, interp_metrics
+from interpscale.metrics.likelihood import encode_pair, loglikelihood
 from interpscale.metrics.loss import (
     DIFFUSION_ESTIMATORS,
     ESTIMATORS,
@@ -14,14 +18,20 @@ from interpscale.metrics.loss import (
     per_mask_rate_losses,
 )
 from interpscale.metrics.masking import GRID_RATES
+from interpscale.metrics.mmlu import SoftScoreResult, mmlu_soft_score, soft_score
+
+
+def run_lm_eval(checkpoint, tasks, *, out_dir, limit=None, **kwargs):
+    """Run lm-evaluation-harness ``tasks`` on a checkpoint (see ``lm_eval_adapter.run_lm_eval``)."""
+    from interpscale.metrics.lm_eval_adapter import run_lm_eval as _run
+
+    return _run(checkpoint, tasks, out_dir=out_dir, limit=limit, **kwargs)
+
 
 __all__ = [
-    "DIFFUSION_ESTIMATORS",
-    "ESTIMATORS",
-    "GRID_RATES",
-    "LossEstimate",
-    "estimate_loss",
-    "estimate_losses",
-    "passes_per_batch",
-    "per_mask_rate_losses",
+    "DIFFUSION_ESTIMATORS", "ESTIMATORS", "GRID_RATES", "LossEstimate", "SoftScoreResult",
+    "alignment_inputs", "concept_contribution", "concept_independence", "concept_top_tokens",
+    "encode_pair", "estimate_loss", "estimate_losses", "interp_metrics", "known_concept_alignment",
+    "loglikelihood", "mmlu_soft_score", "passes_per_batch", "per_mask_rate_losses", "run_lm_eval",
+    "soft_score",
 ]

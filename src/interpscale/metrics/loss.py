@@ -161,13 +161,12 @@ def estimate_losses(
     mask_id = mask_token_id(model)
     data = checked_batches(batches, mask_id=mask_id)
     b = block or block_size(model)
-    if "per_block" in want:
-        short = min(bt.tokens.shape[1] for bt in data)
-        if short < b:
-            raise ValueError(
-                f"per_block ELBO needs sequences of at least one block: shortest sequence has "
-                f"{short} tokens, block size is {b}"
-            )
+    short = min(bt.tokens.shape[1] for bt in data)
+    if any(e != "ar_ce" for e in want) and short < b:
+        raise ValueError(
+            f"diffusion estimators need sequences of at least one block: the shortest sequence "
+            f"has {short} tokens, the model's block size is {b}"
+        )
     device = model_device(model)
     gens = {e: _generator(device, seed, e) for e in want}
     groups = n_passes // 2 if antithetic else n_passes

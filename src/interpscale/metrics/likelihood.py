@@ -1,0 +1,152 @@
+"""Log-likelihoods of continuations given contexts, for soft MMLU and the lm-eval adapter.
+
+AR models: exact sum of next-token log-probabilities.  Diffusion models: a Monte Carlo
+ELBO lower bound on log p(continuation | context) (Eq. 38 restricted to the continuation):
+draw l uniformly from 1..L, mask l of the L continuation tokens, weight the masked
+log-probabilities by L / l.  The draws (a stratified fraction and per-position priorities)
+come from a generator keyed by the context, so every choice of one question is scored
+under the same masks, which cancels most of the Monte Carlo noise in their differences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from interpscale.metrics._common import block_size, eval_mode, is_diffusion, logits_of, mask_token_id, model_device
+from interpscale.models.types import EOS_ID, PAD_ID
+
+Request = tuple[list[int], list[int]]  # (context ids, continuation ids)
+
+
+def encode_pair(tokenizer, context: str, continuation: str) -> Request:
+    """Token ids of ``context`` and ``continuation`` as they tokenize together (trailing
+    spaces of the context move to the continuation; the context prefix is kept exact)."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = tokenizer.encode(context + continuation, add_special_tokens=False).ids
+    ctx = tokenizer.encode(context, add_special_tokens=False).ids if context else []
+    if whole[: len(ctx)] != ctx:  # a merge crossed the boundary: encode the parts apart
+        return ctx, tokenizer.encode(continuation, add_special_tokens=False).ids
+    return ctx, whole[len(ctx):]
+
+
+def max_length(model: nn.Module, default: int = 2048) -> int:
+    cfg = getattr(model, "config", None)
+    return int(getattr(cfg, "max_seq_len", None) or default)
+
+
+def loglikelihood(
+    model: nn.Module,
+    requests: Sequence[Request],
+    *,
+    n_samples: int = 32,
+    seed: int = 0,
+    batch_size: int = 32,
+    prefix_id: int = EOS_ID,
+) -> list[tuple[float, bool]]:
+    """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion."""
+    for i, (ctx, cont) in enumerate(requests):
+        if not cont:
+            raise ValueError(f"request {i}: empty continuation")
+    if is_diffusion(model):
+        return _diffusion(model, requests, n_samples=n_samples, seed=seed, batch_size=batch_size, prefix_id=prefix_id)
+    return _ar(model, requests, batch_size=batch_size, prefix_id=prefix_id)
+
+
+def _ar(model, requests, *, batch_size, prefix_id):
+    limit = max_length(model)
+    device = model_device(model)
+    rows = []
+    for ctx, cont in requests:
+        full = ([prefix_id] if not ctx else list(ctx)) + list(cont)
+        inp = full[:-1][-limit:]
+        rows.append((inp, len(cont)))
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+    out: list = [None] * len(rows)
+    with eval_mode(model):
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            T = max(len(rows[i][0]) for i in idx)
+            x = torch.full((len(idx), T), PAD_ID, dtype=torch.long)
+            for r, i in enumerate(idx):
+                x[r, : len(rows[i][0])] = torch.tensor(rows[i][0])
+            logp = torch.log_softmax(logits_of(model(x.to(device))).float(), -1)
+            for r, i in enumerate(idx):
+                inp, L = rows[i]
+                cont = torch.tensor(requests[i][1], device=device)
+                lp = logp[r, len(inp) - L : len(inp)]  # position j predicts token j+1
+                out[i] = (float(lp.gather(-1, cont[:, None]).sum()), bool((lp.argmax(-1) == cont).all()))
+    return out
+
+
+def _draws(ctx: Sequence[int], n_samples: int, seed: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shared draws for one context: stratified fractions [S] and position priorities
+    [S, width]; a choice of length L masks its L positions with the lowest priorities."""
+    h = hashlib.blake2b(repr((seed, list(ctx))).encode(), digest_size=8).digest()
+    g = torch.Generator().manual_seed(int.from_bytes(h, "little") % (2**63))
+    frac = (torch.randperm(n_samples, generator=g) + torch.rand(n_samples, generator=g)) / n_samples
+    prio = torch.rand(n_samples, width, generator=g)
+    return frac, prio
+
+
+def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id):
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    limit = max_length(model)
+    mask_id = mask_token_id(model)
+    block = block_size(model, default=1)
+    device = model_device(model)
+    # Per request: n_samples masked copies plus one fully masked copy for is_greedy.
+    jobs = []  # (length, request index, sample index or -1, masked positions, weight)
+    seqs = []
+    draws: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+    for i, (ctx, cont) in enumerate(requests):
+        L = len(cont)
+        if L >= limit:
+            raise ValueError(f"request {i}: continuation of {L} tokens does not fit the model's {limit}-token context")
+        ctx = ([prefix_id] if not ctx else list(ctx))[-(limit - L):]
+        # block-causal models take whole blocks: the rest of the last block stays [MASK],
+        # exactly as when that block is being generated (never scored)
+        pad = -(len(ctx) + L) % block
+        seq = torch.tensor(ctx + list(cont) + [mask_id] * pad)
+        seqs.append(seq)
+        start = len(ctx)
+        key = tuple(requests[i][0])
+        if key not in draws:
+            draws[key] = _draws(key, n_samples, seed, limit)
+        frac, prio = draws[key]
+        for k in range(n_samples):
+            l = int(frac[k] * L) + 1  # uniform on 1..L
+            pos = start + torch.argsort(prio[k, :L])[:l]
+            jobs.append((len(seq), i, k, pos, L / l))
+        jobs.append((len(seq), i, -1, torch.arange(start, start + L), 0.0))
+    by_len = defaultdict(list)
+    for j in jobs:
+        by_len[j[0]].append(j)
+    est = torch.zeros(len(requests), dtype=torch.float64)
+    greedy = [False] * len(requests)
+    with eval_mode(model):
+        for T, group in by_len.items():
+            for s in range(0, len(group), batch_size):
+                chunk = group[s : s + batch_size]
+                x = torch.stack([seqs[i] for _, i, _, _, _ in chunk])
+                mask = torch.zeros_like(x, dtype=torch.bool)
+                for r, (_, _, _, pos, _) in enumerate(chunk):
+                    mask[r, pos] = True
+                x = x.to(device)
+                mask = mask.to(device)
+                logp = torch.log_softmax(logits_of(model(x.masked_fill(mask, mask_id))).float(), -1)
+                tok_lp = logp.gather(-1, x[..., None]).squeeze(-1)  # [R, T]
+                for r, (_, i, k, pos, w) in enumerate(chunk):
+                    if k < 0:
+                        greedy[i] = bool((logp[r, pos].argmax(-1) == x[r, pos]).all())
+                    else:
+                        est[i] += w * float(tok_lp[r, pos].sum()) / n_samples  # L/l * sum over masked
+    return [(float(est[i]), greedy[i]) for i in range(len(requests))]

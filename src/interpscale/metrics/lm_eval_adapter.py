@@ -1,0 +1,269 @@
+"""lm-evaluation-harness adapter: registered models ``interpscale-ar`` / ``interpscale-diffusion``.
+
+Importing this module registers both ``lm_eval.api.model.LM`` subclasses.  Model args:
+``pretrained`` (checkpoint path; ``checkpoint`` is an alias), ``tokenizer`` (tokenizer.json;
+default RUN_DIR/tokenizer.json next to RUN_DIR/checkpoints/), ``device``, ``batch_size``,
+``n_samples`` (diffusion MC samples per request), ``seed``.  Bundled offline tasks live in
+``tasks/`` next to this file (:func:`bundled_tasks_dir`); :func:`run_lm_eval` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing is fetched from a hub
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from lm_eval.api.model import LM  # noqa: E402
+from lm_eval.api.registry import register_model  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from interpscale.metrics._common import family_name, is_diffusion, model_device  # noqa: E402
+from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
+from interpscale.models.types import EOS_ID  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+TASKS_DIR = Path(__file__).with_name("tasks")
+
+
+def bundled_tasks_dir() -> Path:
+    """Folder of the offline task YAMLs (pass it as ``TaskManager(include_path=...)``)."""
+    return TASKS_DIR
+
+
+def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
+    """RUN_DIR/tokenizer.json for RUN_DIR/checkpoints/X.pt (or a tokenizer.json beside X.pt)."""
+    ck = Path(checkpoint)
+    for cand in (ck.parent / "tokenizer.json", ck.parent.parent / "tokenizer.json"):
+        if cand.is_file():
+            return cand
+    raise ValueError(
+        f"no tokenizer.json found next to {ck} or in its run directory {ck.parent.parent}; "
+        f"pass tokenizer=PATH in model_args"
+    )
+
+
+def _load_tokenizer(tok):
+    if isinstance(tok, (str, Path)):
+        from tokenizers import Tokenizer
+
+        if not Path(tok).is_file():
+            raise ValueError(f"tokenizer file {tok} does not exist")
+        return Tokenizer.from_file(str(tok))
+    return tok
+
+
+class _InterpscaleLM(LM):
+    DIFFUSION: bool = False
+    NAME: str = ""
+
+    def __init__(
+        self,
+        pretrained: Optional[str] = None,
+        *,
+        checkpoint: Optional[str] = None,
+        model: Optional[torch.nn.Module] = None,
+        tokenizer: Any = None,
+        device: Optional[str] = None,
+        batch_size: Union[int, str, None] = 16,
+        n_samples: Union[int, str] = 32,
+        seed: Union[int, str] = 0,
+        max_gen_toks: Union[int, str] = 64,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        path = checkpoint or pretrained
+        if model is None:
+            if path is None:
+                raise ValueError(f"{self.NAME}: give pretrained=CHECKPOINT (or a model object)")
+            from interpscale.models import load_checkpoint
+
+            model, _ = load_checkpoint(path, map_location=device or "cpu")
+        elif device:
+            model = model.to(device)
+        if is_diffusion(model) != self.DIFFUSION:
+            other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"
+            raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
+        if tokenizer is None:
+            if path is None:
+                raise ValueError(f"{self.NAME}: pass tokenizer= with a model object")
+            tokenizer = find_tokenizer(path)
+        self.model = model
+        self.tok = _load_tokenizer(tokenizer)
+        self._device = model_device(model)
+        self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
+        self.n_samples = int(n_samples)
+        self.seed = int(seed)
+        self.max_gen_toks = int(max_gen_toks)
+        if kwargs:
+            log.debug("%s ignores model args %s", self.NAME, sorted(kwargs))
+
+    # --- lm-eval API ------------------------------------------------------------
+    def _ll(self, reqs):
+        return loglikelihood(self.model, reqs, n_samples=self.n_samples, seed=self.seed, batch_size=self.batch_size)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        reqs = [encode_pair(self.tok, ctx, cont) for ctx, cont in (r.args for r in requests)]
+        out = []
+        step = max(self.batch_size * 8, 64)
+        for s in tqdm(range(0, len(reqs), step), desc=f"{self.NAME} loglikelihood", disable=disable_tqdm):
+            out += self._ll(reqs[s : s + step])
+        for r, res in zip(requests, out):
+            self.cache_hook.add_partial("loglikelihood", r.args, res)
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        # AR inputs hold max_len tokens (+1 predicted); diffusion inputs hold all of them.
+        width = max_length(self.model) - (1 if self.DIFFUSION else 0)
+        out = []
+        for r in tqdm(requests, desc=f"{self.NAME} rolling", disable=disable_tqdm):
+            (text,) = r.args[:1]
+            ids = self.tok.encode(text, add_special_tokens=False).ids
+            if not ids:
+                out.append(0.0)
+                continue
+            windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
+                token_list=ids, prefix_token=EOS_ID, max_seq_len=width, context_len=1)]
+            total = sum(ll for ll, _ in self._ll([(list(c), list(p)) for c, p in windows]))
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
+            out.append(total)
+        return out
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for r in tqdm(requests, desc=f"{self.NAME} generate", disable=disable_tqdm):
+            context, gen_kwargs = r.args
+            gen_kwargs = dict(gen_kwargs or {})
+            until = gen_kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            n_new = int(gen_kwargs.pop("max_gen_toks", self.max_gen_toks))
+            temperature = float(gen_kwargs.pop("temperature", 0.0))
+            if not gen_kwargs.pop("do_sample", temperature > 0):
+                temperature = 0.0
+            ids = self.tok.encode(context, add_special_tokens=False).ids or [EOS_ID]
+            ids = ids[-(max_length(self.model) - n_new):]
+            prompt = torch.tensor([ids], device=self._device)
+            seq = self.model.generate(prompt, n_new, temperature=temperature, seed=self.seed)
+            new = seq[0, len(ids):].tolist()
+            if EOS_ID in new:
+                new = new[: new.index(EOS_ID)]
+            text = self.tok.decode(new)
+            for stop in until:
+                if stop and stop in text:
+                    text = text[: text.index(stop)]
+            self.cache_hook.add_partial("generate_until", r.args, text)
+            out.append(text)
+        return out
+
+    @property
+    def tokenizer_name(self) -> str:
+        return "interpscale"
+
+
+@register_model("interpscale-ar")
+class InterpscaleAR(_InterpscaleLM):
+    """AR checkpoints: exact log-likelihoods."""
+
+    DIFFUSION = False
+    NAME = "interpscale-ar"
+
+
+@register_model("interpscale-diffusion")
+class InterpscaleDiffusion(_InterpscaleLM):
+    """Diffusion checkpoints: Monte Carlo ELBO log-likelihoods with shared mask draws."""
+
+    DIFFUSION = True
+    NAME = "interpscale-diffusion"
+
+
+def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _InterpscaleLM:
+    """The registered LM matching the checkpoint's (or model's) family."""
+    if model is None:
+        if checkpoint is None:
+            raise ValueError("give a checkpoint path or a model")
+        from interpscale.models import load_checkpoint
+
+        model, _ = load_checkpoint(checkpoint, map_location=kwargs.get("device") or "cpu")
+        if tokenizer is None:
+            tokenizer = find_tokenizer(checkpoint)
+    cls = InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR
+    return cls(model=model, tokenizer=tokenizer, **kwargs)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if hasattr(x, "item") and callable(x.item):
+        try:
+            return x.item()
+        except (ValueError, RuntimeError):
+            pass
+    return str(x)
+
+
+def run_lm_eval(
+    checkpoint: Union[str, Path, None],
+    tasks: Union[str, Sequence[str]],
+    *,
+    out_dir: Union[str, Path, None],
+    limit: Union[int, float, None] = None,
+    model: Optional[torch.nn.Module] = None,
+    tokenizer: Any = None,
+    include_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
+    num_fewshot: Optional[int] = None,
+    n_samples: int = 32,
+    batch_size: int = 16,
+    device: Optional[str] = None,
+    seed: int = 0,
+    bootstrap_iters: int = 100,
+) -> dict[str, Any]:
+    """Run lm-eval ``tasks`` (names or a comma list; bundled offline tasks are always
+    visible) on a checkpoint; writes ``out_dir/lm_eval_results.json`` atomically and
+    returns the harness's ``results`` dict (task -> metrics)."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
+    names = [t for t in names if t]
+    if not names:
+        raise ValueError("no lm-eval task named")
+    extra = [] if include_path is None else ([include_path] if isinstance(include_path, (str, Path)) else list(include_path))
+    tm = TaskManager(include_path=[str(TASKS_DIR)] + [str(p) for p in extra])
+    unknown = [t for t in names if t not in tm.all_tasks]
+    if unknown:
+        bundled = sorted(t for t in tm.all_tasks if t.startswith("interpscale"))
+        raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
+    lm = make_lm(checkpoint, model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size,
+                 device=device, seed=seed)
+    res = simple_evaluate(
+        model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
+        log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed,
+        torch_random_seed=seed, fewshot_random_seed=seed,
+    )
+    results = _jsonable(res["results"])
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {"checkpoint": None if checkpoint is None else str(checkpoint), "model": lm.NAME,
+                   "tasks": names, "limit": limit, "n_samples": n_samples, "seed": seed,
+                   "results": results, "versions": _jsonable(res.get("versions", {})),
+                   "n-samples": _jsonable(res.get("n-samples", {}))}
+        fd, tmp = tempfile.mkstemp(prefix="lm_eval_results.", suffix=".tmp", dir=out)
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2, sort_keys=True)
+        os.replace(tmp, out / "lm_eval_results.json")
+    return results
+
+

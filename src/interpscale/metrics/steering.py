@@ -1,0 +1,147 @@
+"""Glue between the zoo and the judges: generate steering-benchmark continuations with a
+model's own ``generate`` (unsteered / prompting / steered with calibrated τ, Eq. 19),
+read a concept's top promoted tokens T_k(c) = TopK(W K_c) (§7), and judge a checkpoint.
+``interpscale.judges`` itself never imports torch; this module is where the two meet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, resolve_judge,
+                                run_steering_benchmark, score_alignment)
+from interpscale.judges.steering import DEFAULT_PROMPTS
+from interpscale.models.steering import Steering
+from interpscale.models.types import EOS_ID, N_SPECIAL
+
+log = logging.getLogger(__name__)
+
+
+def load_concept_cards(path: str | Path) -> list[ConceptCard]:
+    """RUN_DIR/concepts.json (a list of {label, description, words}); list order = concept id."""
+    rows = json.loads(Path(path).read_text())
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a JSON list of concept cards")
+    cards = []
+    for i, row in enumerate(rows):
+        try:
+            cards.append(ConceptCard.from_dict(row))
+        except ValueError as exc:
+            raise ValueError(f"{path}: concept {i}: {exc}") from None
+    return cards
+
+
+def load_tokenizer(path: str | Path):
+    from tokenizers import Tokenizer
+
+    if not Path(path).is_file():
+        raise ValueError(f"no tokenizer at {path}")
+    return Tokenizer.from_file(str(path))
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+class ZooGenerator:
+    """``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` for
+    ``run_steering_benchmark``, backed by a zoo model and its tokenizer.
+
+    ``cards`` is the concept library in concept-id order (RUN_DIR/concepts.json), so a
+    card's position is the known-concept id that gets injected. ``strength`` is the target
+    peak logit shift τ; γ = τ / peak(e_c) is calibrated per concept by the model (Eq. 19).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, cards: Sequence[ConceptCard], *, temperature: float = 1.0,
+                 top_k: Optional[int] = None, layer: Optional[int] = None, steps_per_block: Optional[int] = None):
+        n = getattr(model.config, "n_concepts", 0) or 0
+        if len(cards) > n:
+            raise ValueError(f"{len(cards)} concept cards but the model has {n} known concepts")
+        self.model, self.tokenizer = model, tokenizer
+        self.index = {c.label: i for i, c in enumerate(cards)}
+        if len(self.index) != len(cards):
+            raise ValueError("concept labels must be unique to map cards to concept ids")
+        self.temperature, self.top_k, self.layer, self.steps = temperature, top_k, layer, steps_per_block
+
+    def __call__(self, prompt: str, *, card: Optional[ConceptCard], strength: Optional[float],
+                 max_new_tokens: int, seed: int) -> str:
+        ids = self.tokenizer.encode(prompt).ids
+        if not ids:
+            raise ValueError(f"prompt {prompt!r} encodes to no tokens")
+        room = int(self.model.config.max_seq_len) - int(max_new_tokens)
+        if room < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_seq_len={self.model.config.max_seq_len}")
+        ids = ids[-room:]
+        steer = None
+        if card is not None:
+            if card.label not in self.index:
+                raise ValueError(f"concept {card.label!r} is not in this model's concept library")
+            steer = Steering(concepts=(self.index[card.label],), tau=float(strength if strength is not None else 1.0),
+                             layer=self.layer)
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            out = self.model.generate(torch.tensor([ids], device=device), int(max_new_tokens),
+                                      temperature=self.temperature, top_k=self.top_k, steer=steer,
+                                      steps_per_block=self.steps, seed=int(seed))
+        new = out[0, len(ids):].tolist()
+        if EOS_ID in new:
+            new = new[: new.index(EOS_ID)]
+        return _decode(self.tokenizer, new)
+
+
+def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:
+    """T_k(c) = TopK(W K_c) for each known concept (§7), special tokens excluded, decoded."""
+    concept = getattr(model, "concept", None)
+    if concept is None or not hasattr(concept, "known_emb"):
+        raise ValueError(f"family {model.config.family!r} has no known-concept embeddings")
+    with torch.no_grad():
+        emb = concept.known_emb.detach()
+        if concepts is not None:
+            emb = emb[list(concepts)]
+        scores = F.linear(emb, model.lm_head.detach())  # [n, V]
+        scores[:, :N_SPECIAL] = float("-inf")
+        top = scores.topk(min(k, scores.size(1) - N_SPECIAL), dim=1).indices.tolist()
+    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row] for row in top]
+
+
+def _run_dir(checkpoint: Path, run_dir: str | Path | None) -> Path:
+    rd = Path(run_dir) if run_dir else checkpoint.parent.parent  # RUN_DIR/checkpoints/x.pt
+    for name in ("tokenizer.json", "concepts.json"):
+        if not (rd / name).is_file():
+            raise ValueError(f"run directory {rd} has no {name} (pass run_dir=...)")
+    return rd
+
+
+def judge_checkpoint_alignment(checkpoint: str | Path, *, run_dir: str | Path | None = None, k: int = 20,
+                               judge: Any = None, n_sample: Optional[int] = None, seed: int = 0) -> AlignmentResult:
+    """Known concept alignment of a checkpoint: its concepts' top-k tokens judged 1–5."""
+    from interpscale.models import load_checkpoint
+
+    ckpt = Path(checkpoint)
+    rd = _run_dir(ckpt, run_dir)
+    model, _ = load_checkpoint(ckpt)
+    cards = load_concept_cards(rd / "concepts.json")
+    tokens = concept_top_tokens(model, load_tokenizer(rd / "tokenizer.json"), k, concepts=range(len(cards)))
+    return score_alignment(cards, tokens, judge=resolve_judge(judge), n_sample=n_sample, seed=seed)
+
+
+def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | None = None,
+                              prompts: Sequence[str] = DEFAULT_PROMPTS, judge: Any = None,
+                              temperature: float = 1.0, top_k: Optional[int] = None, layer: Optional[int] = None,
+                              **bench_kwargs: Any) -> SteeringResult:
+    """The steering benchmark on a checkpoint (``bench_kwargs`` go to run_steering_benchmark)."""
+    from interpscale.models import load_checkpoint
+
+    ckpt = Path(checkpoint)
+    rd = _run_dir(ckpt, run_dir)
+    model, _ = load_checkpoint(ckpt)
+    cards = load_concept_cards(rd / "concepts.json")
+    gen = ZooGenerator(model, load_tokenizer(rd / "tokenizer.json"), cards, temperature=temperature,
+                       top_k=top_k, layer=layer)
+    return run_steering_benchmark(gen, cards, prompts, judge=resolve_judge(judge), **bench_kwargs)

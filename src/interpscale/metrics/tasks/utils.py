@@ -1,0 +1,32 @@
+"""Loader for the bundled offline lm-eval tasks: local JSONL files next to the YAMLs.
+
+The YAMLs declare ``dataset_path: json`` with ``data_files`` relative to this folder;
+``load_local`` resolves those paths here (not against the working directory) and builds
+the splits directly, so nothing touches a dataset hub or its cache.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_local(data_files: dict | None = None, **_ignored):
+    import datasets
+
+    if not data_files:
+        raise ValueError("bundled task YAML needs dataset_kwargs.data_files")
+    splits = {}
+    for split, rel in data_files.items():
+        path = Path(rel) if Path(rel).is_absolute() else HERE / rel
+        if not path.is_file():
+            raise ValueError(f"task data file {path} does not exist")
+        splits[split] = datasets.Dataset.from_list(_rows(path))
+    return datasets.DatasetDict(splits)
