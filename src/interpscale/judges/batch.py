@@ -73,3 +73,45 @@ def _result(row: dict[str, Any]) -> dict[str, Any]:
     res["prompt_tokens"] = int(usage.get("prompt_tokens") or 0)
     res["completion_tokens"] = int(usage.get("completion_tokens") or 0)
     return res
+
+
+class BatchWritten(Exception):
+    """Raised by BatchWriteJudge after writing a request file (the run stops there)."""
+
+    def __init__(self, path: Path, n: int):
+        super().__init__(f"wrote {n} Batch API requests to {path}")
+        self.path, self.n = path, n
+
+
+class BatchWriteJudge:
+    """Wraps a JudgeClient: cached tasks are answered from the cache; otherwise the
+    uncached ones are written as a Batch API request file and BatchWritten is raised."""
+
+    def __init__(self, client: Any, path: str | Path):
+        self.client, self.path = client, Path(path)
+        self.templates, self.usage, self.backend, self.label = client.templates, client.usage, client.backend, client.label
+
+    def config(self) -> dict[str, Any]:
+        return {**self.client.config(), "batch_write": str(self.path)}
+
+    def run(self, tasks: Any) -> list:
+        keys = [self.client.key(t) for t in tasks]
+        if len(self.client.cache.get_many(keys)) == len(set(keys)):
+            return self.client.run(tasks)  # everything cached: no network
+        self.client.write_batch(tasks, self.path)
+        n = sum(1 for line in open(self.path) if line.strip())
+        raise BatchWritten(self.path, n)
+
+
+class BatchReadJudge:
+    """Wraps a JudgeClient: answers from the cache and a Batch API output file."""
+
+    def __init__(self, client: Any, path: str | Path):
+        self.client, self.path = client, Path(path)
+        self.templates, self.usage, self.backend, self.label = client.templates, client.usage, client.backend, client.label
+
+    def config(self) -> dict[str, Any]:
+        return {**self.client.config(), "batch_read": str(self.path)}
+
+    def run(self, tasks: Any) -> list:
+        return self.client.read_batch(tasks, self.path)

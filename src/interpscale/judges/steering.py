@@ -189,12 +189,23 @@ def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequen
         steer_card = card if j.condition == "steered" else None
         texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=j.strength,
                                                             max_new_tokens=max_new_tokens, seed=s)))
+    items = [dict(card=cards[j.ci], concept_index=j.ci, prompt_index=j.pi, prompt=prompts[j.pi],
+                  condition=j.condition, strength=j.strength, split=j.split, continuation=text)
+             for j, text in zip(jobs, texts)]
+    return judge_continuations(items, judge=judge, instruction=instruction, with_prefix=with_prefix)
+
+
+def judge_continuations(items: Sequence[dict], *, judge: Judge, instruction: bool = False,
+                        with_prefix: bool = False) -> list[SteeringSample]:
+    """Concept, quality (and optionally instruction) judgements of given continuations.
+    Each item has ``card, prompt, continuation, condition`` and optionally ``strength,
+    split, concept_index, prompt_index``. All calls go to the judge in one concurrent run."""
     t_c = judge.templates["steer_concept"]
     t_q = judge.templates["steer_quality_prefix" if with_prefix else "steer_quality"]
     t_i = judge.templates["steer_instruction"]
     tasks = []
-    for j, text in zip(jobs, texts):
-        card, prompt = cards[j.ci], prompts[j.pi]
+    for it in items:
+        card, prompt, text = it["card"], it["prompt"], it["continuation"]
         d = {"card": card, "prompt": prompt, "continuation": text}
         tasks.append(JudgeTask(t_c, {"label": card.label, "description": card.description, "continuation": text}, data=d))
         tasks.append(JudgeTask(t_q, {"prompt": prompt, "continuation": text} if with_prefix
@@ -204,12 +215,33 @@ def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequen
     replies = judge.run(tasks)
     k = 3 if instruction else 2
     out = []
-    for n, (j, text) in enumerate(zip(jobs, texts)):
+    for n, it in enumerate(items):
         r = replies[n * k: (n + 1) * k]
-        card = cards[j.ci]
         out.append(SteeringSample(
-            concept=card.label, concept_index=j.ci, prompt_index=j.pi, prompt=prompts[j.pi],
-            condition=j.condition, strength=j.strength, split=j.split, continuation=text,
+            concept=it["card"].label, concept_index=int(it.get("concept_index", -1)),
+            prompt_index=int(it.get("prompt_index", -1)), prompt=it["prompt"], condition=it["condition"],
+            strength=it.get("strength"), split=it.get("split", "eval"), continuation=it["continuation"],
             concept_score=to_record(r[0], axis="concept"), quality_score=to_record(r[1], axis="quality"),
             instruction_score=to_record(r[2], axis="instruction") if instruction else None))
     return out
+
+
+def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = None, instruction_judge: bool = False,
+                                 quality_with_prefix: bool = False) -> SteeringResult:
+    """Judge and aggregate continuations generated elsewhere. Each row:
+    ``{label, description, prompt, continuation, condition[, strength, words]}``."""
+    judge = resolve_judge(judge)
+    items = []
+    for i, row in enumerate(rows):
+        missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]
+        if missing:
+            raise ValueError(f"steering row {i} lacks {missing}")
+        if row["condition"] not in CONDITIONS:
+            raise ValueError(f"steering row {i}: condition must be one of {CONDITIONS}, got {row['condition']!r}")
+        card = ConceptCard(str(row["label"]), str(row.get("description", "")), tuple(row.get("words", ()) or ()))
+        items.append(dict(card=card, prompt=str(row["prompt"]), continuation=str(row["continuation"]),
+                          condition=row["condition"], strength=row.get("strength"), prompt_index=i))
+    samples = judge_continuations(items, judge=judge, instruction=instruction_judge, with_prefix=quality_with_prefix)
+    conds = [c for c in CONDITIONS if any(s.condition == c for s in samples)]
+    return SteeringResult(tuple(samples), {c: aggregate(samples, c) for c in conds}, {}, judge.backend,
+                          judge.label, judge.usage.to_dict(), {"n_rows": len(rows), "judge": judge.config()})

@@ -1,0 +1,180 @@
+"""`interpscale judge alignment|steering|relevance`: LLM-judge scoring.
+
+Without --base-url/--model (or $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
+the offline lexical backend scores instead, and every output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("judge endpoint")
+    g.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    g.add_argument("--model", help="judge model name (the paper: Mistral-Small-3.1-24B-Instruct)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    g.add_argument("--cache", default=None,
+                   help="sqlite cache file (default: <out>/judge_cache.sqlite, else ~/.cache/interpscale/)")
+    g.add_argument("--concurrency", type=int, default=16)
+    g.add_argument("--max-retries", type=int, default=4)
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per call")
+    g.add_argument("--top-logprobs", type=int, default=None, help="request top_logprobs for an expected score")
+    g.add_argument("--templates", default=None, help="TOML/JSON file overriding prompt templates")
+    g.add_argument("--batch-write", default=None, help="write an OpenAI Batch API request file and stop")
+    g.add_argument("--batch-read", default=None, help="read an OpenAI Batch API output file instead of calling")
+    p.add_argument("--out", default=None, help="directory for <kind>.json and <kind>.md")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    a = sub.add_parser("alignment", help="known concept alignment 1-5 (App. E)")
+    src = a.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="RUN_DIR/checkpoints/*.pt of a concept model")
+    src.add_argument("--input", help="JSONL rows {label, description, tokens: [...]}")
+    a.add_argument("--run-dir", help="run directory (default: the checkpoint's grandparent)")
+    a.add_argument("--k", type=int, default=20, help="top-k tokens per concept")
+    a.add_argument("--n-sample", type=int, default=None, help="score a seeded random subset of concepts")
+    _common(a)
+    s = sub.add_parser("steering", help="steering benchmark: concept and quality 0-2 (App. M)")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="generate with this checkpoint, then judge")
+    src.add_argument("--input", help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
+    s.add_argument("--run-dir")
+    s.add_argument("--prompts", help="text file, one prompt per line (default: built-in neutral prompts)")
+    s.add_argument("--n-concepts", type=int, default=72)
+    s.add_argument("--strengths", default="1.0", help="comma-separated τ values; >1 value selects per concept on held-out prompts")
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--instruction-judge", action="store_true", help="add AxBench's instruction-relevance judge")
+    s.add_argument("--quality-with-prefix", action="store_true", help="show the prompt to the quality judge as context (paper App. M)")
+    _common(s)
+    r = sub.add_parser("relevance", help="concept relevance 1-5 per candidate, JSON (App. C)")
+    r.add_argument("--input", required=True, help="JSONL rows {text, candidates: [{label, description, words?}]}")
+    _common(r)
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: line {n} is not JSON ({exc.msg})") from None
+    return rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _judge(args: argparse.Namespace) -> Any:
+    from interpscale.judges import JudgeClient, load_templates, resolve_judge
+    from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
+    from interpscale.judges.client import ENV_BASE_URL, ENV_MODEL
+
+    templates = load_templates(args.templates)
+    base_url = args.base_url or os.environ.get(ENV_BASE_URL)
+    model = args.model or os.environ.get(ENV_MODEL)
+    if not (base_url and model) and not (args.batch_write or args.batch_read):
+        return resolve_judge(templates=templates)
+    cache = args.cache or (str(Path(args.out) / "judge_cache.sqlite") if args.out else None) or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "interpscale" / "judge_cache.sqlite")
+    client = JudgeClient(model=model, base_url=base_url or "batch://offline", api_key_env=args.api_key_env,
+                         cache_path=cache, concurrency=args.concurrency, max_retries=args.max_retries,
+                         timeout=args.timeout, top_logprobs=args.top_logprobs, templates=templates,
+                         progress=sys.stderr.isatty())
+    if args.batch_write:
+        return BatchWriteJudge(client, args.batch_write)
+    if args.batch_read:
+        return BatchReadJudge(client, args.batch_read)
+    return client
+
+
+def run(args: argparse.Namespace) -> int:
+    from interpscale.judges import ConceptCard
+    from interpscale.judges.batch import BatchWritten
+
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    try:
+        judge = _judge(args)
+        if args.kind == "alignment":
+            result = _alignment(args, judge)
+        elif args.kind == "steering":
+            result = _steering(args, judge)
+        else:
+            from interpscale.judges import score_relevance
+
+            rows = _read_jsonl(args.input)
+            bad = [i for i, r in enumerate(rows) if "text" not in r or not r.get("candidates")]
+            if bad:
+                raise ValueError(f"{args.input}: rows {bad[:5]} need 'text' and a non-empty 'candidates' list")
+            result = score_relevance([r["text"] for r in rows],
+                                     [[ConceptCard.from_dict(c) for c in r["candidates"]] for r in rows], judge=judge)
+    except BatchWritten as done:
+        sys.stdout.write(f"{done}; submit it, then rerun with --batch-read <output file>\n")
+        return 0
+    except ValueError as exc:
+        sys.stderr.write(f"interpscale judge {args.kind}: {exc}\n")
+        return 2
+    md = result.to_markdown()
+    if args.out:
+        out = Path(args.out)
+        _atomic_write(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
+        _atomic_write(out / f"{args.kind}.md", md)
+    sys.stdout.write(md)
+    return 0
+
+
+def _alignment(args: argparse.Namespace, judge: Any) -> Any:
+    from interpscale.judges import ConceptCard, score_alignment
+
+    if args.checkpoint:
+        from interpscale.metrics.steering import judge_checkpoint_alignment
+
+        return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, k=args.k, judge=judge,
+                                          n_sample=args.n_sample, seed=args.seed)
+    rows = _read_jsonl(args.input)
+    bad = [i for i, r in enumerate(rows) if "label" not in r or not r.get("tokens")]
+    if bad:
+        raise ValueError(f"{args.input}: rows {bad[:5]} need 'label' and a non-empty 'tokens' list")
+    cards = [ConceptCard.from_dict(r) for r in rows]
+    return score_alignment(cards, [r["tokens"] for r in rows], judge=judge, n_sample=args.n_sample, seed=args.seed)
+
+
+def _steering(args: argparse.Namespace, judge: Any) -> Any:
+    if args.input:
+        from interpscale.judges.steering import score_steering_continuations
+
+        return score_steering_continuations(_read_jsonl(args.input), judge=judge,
+                                            instruction_judge=args.instruction_judge,
+                                            quality_with_prefix=args.quality_with_prefix)
+    from interpscale.judges.steering import DEFAULT_PROMPTS
+    from interpscale.metrics.steering import judge_checkpoint_steering
+
+    try:
+        strengths = [float(x) for x in args.strengths.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--strengths must be comma-separated numbers, got {args.strengths!r}") from None
+    prompts = DEFAULT_PROMPTS
+    if args.prompts:
+        prompts = tuple(line.strip() for line in Path(args.prompts).read_text().splitlines() if line.strip())
+    gens = str(Path(args.out) / "generations.jsonl") if args.out else None
+    return judge_checkpoint_steering(args.checkpoint, run_dir=args.run_dir, prompts=prompts, judge=judge,
+                                     temperature=args.temperature, n_concepts=args.n_concepts, strengths=strengths,
+                                     seed=args.seed, max_new_tokens=args.max_new_tokens,
+                                     instruction_judge=args.instruction_judge,
+                                     quality_with_prefix=args.quality_with_prefix, generations_path=gens)
