@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
 from interpscale.models.types import MASK_ID, Batch, LossOutput, ModelOutput, PhaseSchedule
 
 
@@ -81,17 +82,6 @@ def attention_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> floa
     return 12.0 * n_layers * d_model * seq_len
 
 
-def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Mean next-token cross-entropy in nats over valid (input, target) pairs."""
-    target = tokens[:, 1:]
-    keep = torch.ones_like(target, dtype=torch.bool) if valid is None else (valid[:, 1:] & valid[:, :-1])
-    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), target.reshape(-1), reduction="none")
-    n = int(keep.sum())
-    if n == 0:
-        raise ValueError("batch has no valid (input, target) pairs")
-    return (ce * keep.reshape(-1)).sum() / n, n
-
-
 class ZooLM(nn.Module):
     """Base class: autoregressive LM protocol shared by the zoo families."""
 
@@ -109,16 +99,22 @@ class ZooLM(nn.Module):
     def set_phase(self, phase: PhaseSchedule) -> None:
         self.phase = phase
 
-    def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+    def forward_train(self, tokens: torch.Tensor) -> tuple[ModelOutput, dict[str, torch.Tensor]]:
+        """Forward pass for the loss: the output and any intermediates ``extra_loss`` needs."""
+        return self(tokens), {}
+
+    def extra_loss(self, out: ModelOutput, aux: dict[str, torch.Tensor], batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept)."""
         return {}
 
     def loss(self, batch: Batch, step: int) -> LossOutput:
+        if not isinstance(batch, Batch):
+            raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
         if batch.tokens.dim() != 2 or batch.tokens.size(1) < 2:
             raise ValueError(f"Batch.tokens must be [B, T] with T >= 2, got shape {tuple(batch.tokens.shape)}")
-        out = self(batch.tokens)
+        out, aux = self.forward_train(batch.tokens)
         lm, n = next_token_ce(out.logits, batch.tokens, batch.valid)
-        extras = self.extra_loss(out, batch, step)
+        extras = self.extra_loss(out, aux, batch, step)
         total = lm + sum(extras.values()) if extras else lm
         parts = {"lm": float(lm.detach())} | {k: float(v.detach()) for k, v in extras.items()}
         return LossOutput(total=total, parts=parts, n_tokens=n)
@@ -128,6 +124,11 @@ class ZooLM(nn.Module):
 
     def flops_per_token(self, seq_len: int) -> float:
         raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> "ZooLM":
+        """Rebuild from ``config.to_dict()`` (used by ``load_checkpoint``)."""
+        return cls(ZooConfig(**cfg))
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0, seed: int = 0) -> torch.Tensor:

@@ -14,6 +14,7 @@ from interpscale.models.registry import register_family
 from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token, make_zoo_config
 from interpscale.models.zoo.crate import CRATE_DEFAULTS, crate_flops_per_token, crate_nonembedding_params
 from interpscale.models.zoo.gpt2 import gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
+from interpscale.models.zoo.reetym import REETYM_DEFAULTS, reetym_flops_per_token, reetym_nonembedding_params
 
 MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
 
@@ -30,6 +31,8 @@ ZOO_FAMILIES: dict[str, tuple[str, dict, Callable, Callable, str]] = {
                   "GPT-2 block baseline matched to CRATE (CRATE-LM Table 1)"),
     "mxd": ("interpscale.models.zoo.gpt2:MxDLM", MXD_DEFAULTS, mxd_lm_params, mxd_lm_flops,
             "GPT-2 blocks whose MLPs are Mixture-of-Decoders layers trained end to end"),
+    "reetym": ("interpscale.models.zoo.reetym:ReEtymLM", REETYM_DEFAULTS, reetym_nonembedding_params,
+               reetym_flops_per_token, "Steerling backbone with the factorised recipe×basis tied embedding (reEtym)"),
 }
 
 

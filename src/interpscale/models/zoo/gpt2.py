@@ -8,8 +8,6 @@ compares against, so it is built here rather than borrowed from the Steerling ba
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -65,10 +63,6 @@ class AbsPosLM(ZooLM):
         self.ln_f = nn.LayerNorm(c.d_model)
         nn.init.normal_(self.wte.weight, std=0.02)
         nn.init.normal_(self.wpe.weight, std=0.02)
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "AbsPosLM":
-        return cls(ZooConfig(**cfg))
 
     def make_block(self, i: int) -> nn.Module:
         raise NotImplementedError

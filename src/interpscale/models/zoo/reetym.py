@@ -12,6 +12,12 @@ import math
 import torch
 import torch.nn as nn
 
+from interpscale.models.accounting import backbone_params, flops_per_token_cfg
+from interpscale.models.backbone import Backbone
+from interpscale.models.config import SIZES, ModelConfig, make_config
+from interpscale.models.types import ModelOutput
+from interpscale.models.zoo.common import ZooConfig, ZooLM
+
 # reEtym Table 5: name -> (layers, d_model, heads, kv_heads, d_ff, S, published params).
 # Vocabulary padded to 50,304 (App. B); backbone is "GPT-2-New" (RoPE, SwiGLU, RMSNorm).
 REETYM_TABLE5 = {
@@ -78,3 +84,67 @@ def head_flops_per_token(d: int, n_signals: int, vocab_size: int) -> float:
     """Forward+backward of the factorised head s = h·Bᵀ, logits = s·Rᵀ (6 × weights used),
     plus the input lookup's recipe·basis product (2·S·d forward, ×3)."""
     return 6.0 * (d * n_signals + n_signals * vocab_size) + 6.0 * n_signals * d
+
+
+# ---- the reetym family: the Steerling backbone with the factorised tied embedding -----
+REETYM_DEFAULTS = {"n_signals": None, "v_s": 0.02, "n_kv_heads": None, "mlp_ratio": 4.0, "qk_norm": True}
+
+
+def backbone_config(c: ZooConfig) -> ModelConfig:
+    """The backbone's ModelConfig (only the embedding differs from ``ar``)."""
+    ex = c.extra
+    preset = SIZES[c.size]
+    kv = ex["n_kv_heads"] or (preset.n_kv_heads if c.n_heads == preset.n_heads else c.n_heads)
+    return make_config(c.family, c.size, n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, n_kv_heads=kv,
+                       vocab_size=c.vocab_size, max_seq_len=c.max_seq_len, mlp_ratio=ex["mlp_ratio"], qk_norm=ex["qk_norm"])
+
+
+def n_signals(c: ZooConfig) -> int:
+    return c.extra["n_signals"] or c.d_model  # S = d in every paper config
+
+
+class ReEtymLM(ZooLM):
+    """Steerling backbone (RoPE, SwiGLU, RMSNorm — the paper's "GPT-2-New") whose token
+    embedding and tied head are :class:`EtymEmbedding`."""
+
+    def __init__(self, config: ZooConfig):
+        super().__init__(config)
+        self.backbone = Backbone(backbone_config(config))
+        del self.backbone.embed  # replaced by the factorised embedding
+        self.etym = EtymEmbedding(config.vocab_size, config.d_model, n_signals(config), v_s=config.extra["v_s"])
+
+    def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:
+        h = self.backbone(None, kind="causal", embeds=self.etym(tokens))
+        return ModelOutput(logits=self.etym.logits(h), hidden=h)
+
+    @torch.no_grad()
+    def signal_activations(self, tokens: torch.Tensor, layers: bool = False) -> torch.Tensor:
+        """s = h·W_basisᵀ of the final hidden state [B, T, S], or of every layer's output
+        [L+1, B, T, S] (embedding first) when ``layers`` (App. D Exp. 8)."""
+        if not layers:
+            return self.etym.signals(self(tokens).hidden)
+        states = [self.etym(tokens)]
+        hooks = [blk.register_forward_hook(lambda _m, _i, out: states.append(out)) for blk in self.backbone.blocks]
+        try:
+            self(tokens)
+        finally:
+            for hk in hooks:
+                hk.remove()
+        return self.etym.signals(torch.stack(states))
+
+    def params_nonembedding(self) -> int:
+        return reetym_nonembedding_params(self.config)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return reetym_flops_per_token(self.config, seq_len)
+
+
+def reetym_nonembedding_params(c: ZooConfig) -> int:
+    """The backbone's P; W_recipe and W_basis are the (tied) embedding."""
+    return backbone_params(backbone_config(c))
+
+
+def reetym_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    """Eq. 23 of the backbone plus the factorisation's extra matmuls: R[t]·B at the input
+    and h·Bᵀ at the head, 2·S·d each forward, ×3 with the backward: 12·S·d."""
+    return flops_per_token_cfg(backbone_config(c), seq_len, concept=False) + 12.0 * n_signals(c) * c.d_model
