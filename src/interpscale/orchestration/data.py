@@ -73,12 +73,13 @@ class Packed:
         with np.load(path, allow_pickle=False) as z:
             return cls(z["tokens"], z["chunk"], z["labels"])
 
-    def rows_to_batch(self, rows: np.ndarray) -> Batch:
-        """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels."""
+    def rows_to_batch(self, rows: np.ndarray, concepts: bool = True) -> Batch:
+        """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels
+        (``concepts=False``: tokens only, for families without a concept module)."""
         tok = torch.from_numpy(self.tokens[rows].astype(np.int64))
         gid = self.chunk[rows]
         n = self.labels.shape[1]
-        if n == 0:
+        if n == 0 or not concepts:
             return Batch(tokens=tok, valid=tok != PAD_ID)
         local = np.full(gid.shape, -1, dtype=np.int64)
         per_row = []
@@ -94,20 +95,21 @@ class Packed:
             lab[r, : len(ids)] = self.labels[ids]
         return Batch(tok, torch.from_numpy(local), torch.from_numpy(lab), tok != PAD_ID)
 
-    def batch(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1) -> Batch:
+    def batch(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1,
+              concepts: bool = True) -> Batch:
         """The batch of training ``step``: rows from a seeded per-epoch permutation."""
         idx = np.arange(step * batch_size, (step + 1) * batch_size)[rank::world]
         epochs, pos = np.divmod(idx, self.n_rows)
         rows = np.array([_perm(seed, int(e), self.n_rows)[p] for e, p in zip(epochs, pos)])
-        return self.rows_to_batch(rows)
+        return self.rows_to_batch(rows, concepts)
 
-    def eval_batches(self, batch_size: int, max_batches: int | None = None) -> list[Batch]:
+    def eval_batches(self, batch_size: int, max_batches: int | None = None, concepts: bool = True) -> list[Batch]:
         """Deterministic, in-order validation batches (a re-iterable list)."""
         out = []
         for start in range(0, self.n_rows, batch_size):
             if max_batches is not None and len(out) >= max_batches:
                 break
-            out.append(self.rows_to_batch(np.arange(start, min(start + batch_size, self.n_rows))))
+            out.append(self.rows_to_batch(np.arange(start, min(start + batch_size, self.n_rows)), concepts))
         return out
 
 

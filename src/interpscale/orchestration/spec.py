@@ -41,7 +41,6 @@ class RunSpec:
     val_fraction: float = 0.05
     eval_batches: int = 8
     log_every: int = 10
-    save_every_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.batch_tokens % self.seq_len:

@@ -1,0 +1,29 @@
+"""``interpscale demo [--quick] [--out DIR]``: the embedded sweep end to end (what `make demo` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="the small CI version (~2 minutes)")
+    p.add_argument("--out", default=None, help="output directory (default runs/demo or runs/demo-quick)")
+    p.add_argument("--max-parallel", type=int, help="jobs at once (default: the preset's, 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from interpscale.orchestration.demo import run_demo
+
+    logging.getLogger("interpscale").setLevel(min(logging.getLogger().level, logging.INFO))
+    out = args.out or ("runs/demo-quick" if args.quick else "runs/demo")
+    try:
+        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel)
+    except (ValueError, PermissionError, RuntimeError) as exc:
+        sys.stderr.write(f"interpscale demo: {exc}\n")
+        return 2
+    sys.stdout.write(json.dumps(summary, indent=1) + "\n")
+    return 0

@@ -1,0 +1,82 @@
+"""Evaluate every checkpoint of a run directory into RUN_DIR/results.parquet (resumable)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+
+from interpscale.orchestration.results import merge_results, read_results, write_results
+from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.trainer import open_data
+
+log = logging.getLogger(__name__)
+
+
+def default_estimators(family: str) -> tuple[str, ...]:
+    from interpscale.models import get_family
+
+    return ("mdlm_elbo",) if get_family(family).is_diffusion else ("ar_ce",)
+
+
+def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None = None,
+                 eval_batches: int | None = None, seed: int = 0, interp: bool = True) -> pd.DataFrame:
+    """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet.
+
+    Loss via ``metrics.estimate_loss`` (``ar_ce`` for AR families, ``mdlm_elbo`` for
+    diffusion unless ``estimators`` says otherwise) and, for concept families,
+    ``metrics.interp_metrics``.  The table is rewritten after every checkpoint, so a
+    killed evaluation resumes where it stopped.  Returns the run's full table.
+    """
+    from interpscale.metrics import estimate_loss
+    from interpscale.models import get_family, load_checkpoint
+
+    run_dir = Path(run_dir)
+    spec = RunSpec.load(run_dir)
+    ckpts = sorted((run_dir / "checkpoints").glob("*.pt"))
+    table_path = run_dir / "results.parquet"
+    table = read_results(table_path)
+    estimators = tuple(estimators or default_estimators(spec.family))
+    done = set(zip(table.get("checkpoint", []), table.get("estimator", [])))
+    todo = [(c, e) for c in ckpts for e in estimators if (c.name, e) not in done]
+    if not todo:
+        return table
+    concept = get_family(spec.family).is_concept
+    data = open_data(run_dir)
+    batches = data.val.eval_batches(spec.batch_size, eval_batches or spec.eval_batches, concepts=concept)
+    for ckpt in ckpts:
+        wanted = [e for e in estimators if (ckpt.name, e) not in done]
+        if not wanted:
+            continue
+        try:
+            model, extra = load_checkpoint(ckpt)
+        except Exception as exc:
+            raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
+                             f"rows already evaluated in {table_path} are kept") from exc
+        model.eval()
+        interp_vals: dict[str, float] = {}
+        if concept and interp:
+            from interpscale.metrics.interp import interp_metrics
+
+            with torch.no_grad():
+                interp_vals = dict(interp_metrics(model, batches, seed=seed))
+        rows = []
+        for est in wanted:
+            with torch.no_grad():
+                le = estimate_loss(model, batches, est, seed=seed)
+            step = int(extra.get("step", 0))
+            rows.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
+                         "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
+                         "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,
+                         "step": step, "annealed": bool(extra.get("annealed", False)), "estimator": est,
+                         "loss": float(le.value), "loss_se": float(le.se), **interp_vals,
+                         "checkpoint": ckpt.name, "anneal_from": extra.get("anneal_from"),
+                         "target_tokens": spec.tokens, "target_flops": spec.flops})
+        table = merge_results([table, pd.DataFrame(rows)])
+        write_results(table, table_path)
+        log.info("%s: evaluated %s", spec.run_id, ckpt.name)
+    return table

@@ -1,0 +1,202 @@
+"""IsoFLOP planner: slice targets x sizes -> RunSpecs with C = M·D within tolerance (§8.1, App. G).
+
+For each (family, slice C, size): M = flops_per_token (Eq. 23 / Eq. 24), D = C / M rounded
+to whole batches, achieved C = M·D.  A point is infeasible when D is under one batch, when
+the rounding misses the slice by more than ``tolerance``, or (when sizes are chosen
+automatically) when D/P lies outside ``tokens_per_param``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from interpscale.orchestration.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+_TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
+               "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
+    """A preset by name (``configs/<name>.toml``) or a path to any TOML file."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = CONFIG_DIR / f"{name_or_path}.toml"
+    if not p.is_file():
+        raise ValueError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
+    with open(p, "rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
+
+
+@dataclass
+class Plan:
+    """The planned RunSpecs plus the dry-run table (one row per candidate point)."""
+
+    runs: list[RunSpec]
+    table: pd.DataFrame
+    launch: dict[str, Any]
+
+    def summary(self) -> str:
+        cols = ["family", "size", "P", "M", "C_target", "D", "steps", "C_err_pct", "tokens_per_param",
+                "est_runtime_s", "status"]
+        t = self.table[cols].copy()
+        for c in ("P", "M", "C_target", "D"):
+            t[c] = t[c].map(lambda v: f"{v:.3g}")
+        t["C_err_pct"] = t["C_err_pct"].map(lambda v: f"{v:+.2f}")
+        t["tokens_per_param"] = t["tokens_per_param"].map(lambda v: f"{v:.3g}")
+        t["est_runtime_s"] = t["est_runtime_s"].map(_fmt_seconds)
+        total = self.table.loc[self.table.status == "ok", "est_runtime_s"].sum()
+        return f"{t.to_string(index=False)}\n{len(self.runs)} runs; estimated total {_fmt_seconds(total)}"
+
+
+def _fmt_seconds(s: float) -> str:
+    if not math.isfinite(s):
+        return "-"
+    for unit, div in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= div:
+            return f"{s / div:.1f}{unit}"
+    return f"{s:.1f}s"
+
+
+_MACHINE_FLOPS: float | None = None
+
+
+def machine_flops_per_s(efficiency: float = 0.3) -> float:
+    """A rough sustained training FLOP/s for this machine: a timed matmul x ``efficiency``."""
+    global _MACHINE_FLOPS
+    if _MACHINE_FLOPS is None:
+        import torch
+
+        a = torch.randn(512, 512)
+        torch.mm(a, a)
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.2:
+            torch.mm(a, a)
+            n += 1
+        _MACHINE_FLOPS = 2 * 512**3 * n / (time.perf_counter() - t0)
+    return _MACHINE_FLOPS * efficiency
+
+
+def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | None = None,
+         slices: dict[str, Sequence[float]] | Sequence[float] | None = None, sizes: Sequence[str] | None = None,
+         seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
+         tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
+         flops_per_s: float | None = None, strict: bool = True, **train: Any) -> Plan:
+    """Plan an IsoFLOP sweep.  Explicit arguments override the preset's values.
+
+    ``slices`` is a list of targets shared by all families or a ``{family: [C, ...]}``
+    dict.  ``sizes`` given explicitly are all planned (infeasible ones flagged); when
+    taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
+    ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  With ``strict``
+    a slice left with no feasible size raises ``ValueError``.
+    """
+    from interpscale.models import FAMILIES, SIZES, flops_per_token, params_nonembedding
+
+    cfg = load_preset(preset) if preset is not None else {}
+    p = dict(cfg.get("plan", {}))
+    explicit_sizes = sizes is not None
+    families = list(families or p.get("families") or [])
+    slices = slices if slices is not None else p.get("slices")
+    sizes = list(sizes or p.get("sizes") or [])
+    seq_len = int(seq_len or p.get("seq_len", 4096))
+    batch_tokens = int(batch_tokens or p.get("batch_tokens", 524_288))
+    tolerance = float(tolerance if tolerance is not None else p.get("tolerance", 0.15))
+    window = tuple(tokens_per_param or p.get("tokens_per_param", (0.0, math.inf)))
+    max_sizes = int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None
+    overrides = dict(cfg.get("model", {}))
+    train_kw = {**cfg.get("train", {}), **train}
+    bad = set(train_kw) - _TRAIN_KEYS
+    if bad:
+        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(_TRAIN_KEYS)}")
+    data = dict(cfg.get("data", {"kind": "synthetic"}))
+
+    if not families:
+        raise ValueError("no families to plan (pass families=... or a preset)")
+    for f in families:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
+    for s in sizes:
+        if s not in SIZES:
+            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES)}")
+    if not sizes:
+        raise ValueError("no sizes to plan (pass sizes=... or a preset)")
+    if slices is None:
+        raise ValueError("no slice targets (pass slices=... or a preset)")
+    if batch_tokens % seq_len:
+        raise ValueError(f"batch_tokens={batch_tokens} is not a multiple of seq_len={seq_len}")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
+    per_family = {f: list(slices[f] if isinstance(slices, dict) else slices) for f in families
+                  if not isinstance(slices, dict) or f in slices}
+    missing = [f for f in families if f not in per_family]
+    if missing:
+        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
+    rate = float(flops_per_s) if flops_per_s else machine_flops_per_s()
+
+    rows, runs = [], []
+    for family in families:
+        for c_target in per_family[family]:
+            c_target = float(c_target)
+            if not c_target > 0:
+                raise ValueError(f"{family}: slice target must be positive, got {c_target}")
+            cands = []
+            for size in sizes:
+                kw = overrides
+                P = params_nonembedding(family, size, **kw)
+                M = flops_per_token(family, size, seq_len, **kw)
+                steps = round(c_target / M / batch_tokens)
+                D = steps * batch_tokens
+                achieved = M * D
+                err = (achieved - c_target) / c_target
+                tpp = D / P
+                status = "ok"
+                if steps < 1:
+                    status = f"infeasible: D={c_target / M:.3g} < one batch ({batch_tokens})"
+                elif abs(err) > tolerance:
+                    status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * tolerance:.0f}%)"
+                elif not explicit_sizes and not window[0] <= tpp <= window[1]:
+                    status = f"skipped: D/P={tpp:.3g} outside {window}"
+                cands.append(dict(family=family, size=size, P=P, M=M, C_target=c_target, D=D, steps=steps,
+                                  C_achieved=achieved, C_err_pct=100 * err, tokens_per_param=tpp,
+                                  est_runtime_s=achieved / rate if steps else math.nan, status=status))
+            ok = [r for r in cands if r["status"] == "ok"]
+            if max_sizes and len(ok) > max_sizes:
+                centre = math.sqrt(max(window[0], 1e-9) * window[1]) if math.isfinite(window[1]) else 20.0
+                ok.sort(key=lambda r: abs(math.log(r["tokens_per_param"] / centre)))
+                for r in ok[max_sizes:]:
+                    r["status"] = f"skipped: more than {max_sizes} sizes in slice"
+                ok = ok[:max_sizes]
+            if not ok and strict:
+                raise ValueError(f"{family}: no size fits slice C={c_target:.3g} "
+                                 f"(sizes {sizes}; {[r['status'] for r in cands]})")
+            rows.extend(cands)
+            for r in ok:
+                runs.append(RunSpec(family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"],
+                                    params=r["P"], tokens=r["D"], seq_len=seq_len, batch_tokens=batch_tokens,
+                                    flops_per_token=r["M"], model_overrides=overrides, data=data, **train_kw))
+    return Plan(runs=runs, table=pd.DataFrame(rows), launch=dict(cfg.get("launch", {})))
+
+
+def specs_table(runs: Iterable[RunSpec]) -> pd.DataFrame:
+    """One row per RunSpec with the results-table column names (plus run_id, steps)."""
+    return pd.DataFrame([{"run_id": r.run_id, "family": r.family, "size": r.size, "slice_flops": r.slice_flops,
+                          "flops": r.flops, "params": r.params, "tokens": r.tokens, "seq_len": r.seq_len,
+                          "steps": r.steps} for r in runs])

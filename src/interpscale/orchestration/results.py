@@ -1,0 +1,68 @@
+"""The results table: one row per evaluated checkpoint, parquet + CSV twin, written atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from interpscale.orchestration.rundir import atomic_path
+
+# DESIGN.md columns (extra columns allowed, e.g. checkpoint, anneal_from, estimator-specific)
+RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
+                  "annealed", "estimator", "loss", "loss_se", "concept_loss", "concept_independence",
+                  "concept_contribution", "known_concept_alignment")
+KEY = ("run_id", "checkpoint", "estimator")
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    for c in RESULT_COLUMNS:
+        if c not in df.columns:
+            df[c] = pd.NA
+    extra = [c for c in df.columns if c not in RESULT_COLUMNS]
+    return df[list(RESULT_COLUMNS) + extra]
+
+
+def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``path`` (.parquet) and its ``.csv`` twin, each atomically."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise ValueError(f"results path must end in .parquet, got {path}")
+    df = _ordered(df.copy())
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(path.with_suffix(".csv")) as tmp:
+        df.to_csv(tmp, index=False)
+    return path
+
+
+def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        return _ordered(pd.DataFrame())
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except Exception as exc:  # pyarrow raises several types for a truncated file
+        raise ValueError(f"results table {path} is unreadable ({exc}); its CSV twin may still be intact") from exc
+
+
+def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate tables; for duplicate (run_id, checkpoint, estimator) keep the last."""
+    frames = [t for t in tables if len(t)]
+    if not frames:
+        return _ordered(pd.DataFrame())
+    df = pd.concat(frames, ignore_index=True)
+    key = [k for k in KEY if k in df.columns]
+    df = df.drop_duplicates(subset=key, keep="last")
+    return _ordered(df.sort_values(["family", "slice_flops", "params", "step", "annealed"], kind="stable")
+                    .reset_index(drop=True))
+
+
+def collect(run_dirs: Iterable[str | os.PathLike], out: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Merge every RUN_DIR/results.parquet; write to ``out`` (parquet + CSV) when given."""
+    df = merge_results(read_results(Path(d) / "results.parquet") for d in run_dirs)
+    if out is not None:
+        write_results(df, out)
+    return df

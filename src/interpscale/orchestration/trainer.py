@@ -1,0 +1,264 @@
+"""The training loop (App. G recipe), resumable bit-exactly from its last saved state.
+
+State saved in RUN_DIR/state/resume.pt: weights, AdamW state, torch RNG, the segment
+and the step (the step is the data position: batches are a pure function of it).
+Stable checkpoints at the reservoir steps and the end of the stable phase go to
+RUN_DIR/checkpoints/ (``annealed=False``); every anneal branch ends in an annealed one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from interpscale.models.types import PhaseSchedule
+from interpscale.orchestration.loaders import PreparedData, prepare_data
+from interpscale.orchestration.rundir import append_jsonl, atomic_write_text, ensure_writable, read_status, write_status
+from interpscale.orchestration.schedule import Segment, lr_at, reservoir_steps, segments
+from interpscale.orchestration.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+
+def _dist() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Path:
+    """Create RUN_DIR with spec.json, tokenizer.json, concepts.json and data.json."""
+    run_dir = ensure_writable(run_dir)
+    spec_path = run_dir / "spec.json"
+    if spec_path.exists():
+        old = RunSpec.load(spec_path)
+        if old != spec:
+            raise ValueError(f"{run_dir} already holds a different run ({old.run_id}); use another directory")
+    else:
+        atomic_write_text(spec_path, json.dumps(spec.to_dict(), indent=1))
+    if not (run_dir / "data.json").exists():
+        root = Path(data_root) if data_root else run_dir.parent / "_data"
+        data_dir = prepare_data(spec.data, root, seq_len=spec.seq_len, vocab_size=spec.vocab_size,
+                                val_fraction=spec.val_fraction, seed=spec.seed)
+        for name in ("tokenizer.json", "concepts.json"):
+            shutil.copyfile(data_dir / name, run_dir / name)
+        atomic_write_text(run_dir / "data.json", json.dumps({"path": str(data_dir.resolve())}))
+    return run_dir
+
+
+def open_data(run_dir: Path) -> PreparedData:
+    return PreparedData(json.loads((Path(run_dir) / "data.json").read_text())["path"])
+
+
+def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
+    """Model overrides: the data's concept count and the spec's vocabulary, then the spec's own."""
+    kw = {"vocab_size": spec.vocab_size, "n_concepts": data.n_concepts, **spec.model_overrides}
+    if kw["n_concepts"] != data.n_concepts:
+        raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
+    if kw["vocab_size"] < data.vocab_size:
+        raise ValueError(f"model vocab_size={kw['vocab_size']} < tokenizer vocabulary {data.vocab_size}")
+    return kw
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only: embeddings (and the tied head), norms, biases excluded."""
+    emb = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    decay, no_decay, seen = [], [], set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (no_decay if p.ndim < 2 or id(p) in emb or "norm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Trainer:
+    """Trains one RunSpec in its run directory; ``run()`` resumes wherever it stopped."""
+
+    def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, *, data_root: str | os.PathLike | None = None,
+                 device: str | None = None, progress: bool = True, save_every_s: float = 60.0,
+                 save_every_steps: int | None = None):
+        self.spec, self.progress = spec, progress
+        self.rank, self.world = _dist()
+        if self.rank == 0:
+            init_run_dir(spec, run_dir, data_root)
+        if self.world > 1:
+            torch.distributed.barrier()
+        self.run_dir = Path(run_dir)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.save_every_s, self.save_every_steps = save_every_s, save_every_steps
+        self.data = open_data(self.run_dir)
+        if spec.batch_size % self.world:
+            raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
+        self.segments = segments(spec)
+        from interpscale.models import get_family
+
+        self.concepts = get_family(spec.family).is_concept  # only concept families take labels
+        self._last_save = time.monotonic()
+
+    # -- state -----------------------------------------------------------------------------
+    def _fresh(self):
+        from interpscale.models import build_model
+
+        torch.manual_seed(self.spec.seed)
+        model = build_model(self.spec.family, self.spec.size, **model_kwargs(self.spec, self.data)).to(self.device)
+        return model, self._optimizer(model)
+
+    def _optimizer(self, model):
+        s = self.spec
+        return torch.optim.AdamW(param_groups(model, s.weight_decay), lr=s.lr, betas=s.betas, eps=s.eps)
+
+    def _load(self, path: Path):
+        from interpscale.models import load_checkpoint
+
+        try:
+            model, extra = load_checkpoint(path, map_location=self.device)
+        except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
+            raise ValueError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
+                             f"delete it to restart from the previous state (nothing else was changed)") from exc
+        opt = self._optimizer(model)
+        opt.load_state_dict(extra["optimizer"])
+        torch.set_rng_state(extra["rng"])
+        if self.device.type == "cuda" and "cuda_rng" in extra:
+            torch.cuda.set_rng_state(extra["cuda_rng"])
+        return model, opt, extra
+
+    def _save_state(self, path: Path, model, opt, seg: Segment, step: int) -> None:
+        from interpscale.models import save_checkpoint
+
+        if self.rank != 0:
+            return
+        extra = {"segment": seg.name, "step": step, "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            extra["cuda_rng"] = torch.cuda.get_rng_state()
+        save_checkpoint(model, path, extra=extra)
+        self._last_save = time.monotonic()
+
+    def _save_eval_checkpoint(self, model, seg: Segment, step: int) -> None:
+        from interpscale.models import save_checkpoint
+
+        if self.rank != 0:
+            return
+        annealed = seg.phase == "anneal" and step == seg.end
+        name = f"anneal{seg.start:07d}_step{step:07d}.pt" if annealed else f"stable_step{step:07d}.pt"
+        save_checkpoint(model, self.run_dir / "checkpoints" / name, extra={
+            "step": step, "phase": seg.phase, "tokens": step * self.spec.batch_tokens, "annealed": annealed,
+            "anneal_from": seg.start if annealed else None, "run_id": self.spec.run_id})
+
+    # -- loop ------------------------------------------------------------------------------
+    def run(self, stop_at_step: int | None = None) -> dict[str, Any]:
+        """Train every unfinished segment.  ``stop_at_step`` interrupts the stable phase
+        after that step has been saved (used by tests to simulate preemption)."""
+        status = read_status(self.run_dir)
+        if status.get("state") == "done":
+            return status
+        if self.rank == 0:
+            write_status(self.run_dir, "running", run_id=self.spec.run_id, host=os.uname().nodename,
+                         started=status.get("started", time.time()), attempts=status.get("attempts", 0) + 1)
+        done = set(status.get("segments_done", []))
+        state_dir = self.run_dir / "state"
+        for seg in self.segments:
+            if seg.name in done:
+                continue
+            resume = state_dir / "resume.pt"
+            extra: dict[str, Any] = {}
+            if resume.exists():
+                model, opt, extra = self._load(resume)
+                if extra.get("segment") != seg.name:  # a leftover from a finished segment
+                    extra = {}
+            if not extra:
+                if seg.phase == "stable":
+                    model, opt = self._fresh()
+                    step = 0
+                else:  # each anneal branch starts from its own stable state (App. I)
+                    model, opt, _ = self._load(state_dir / f"stable_{seg.start:07d}.pt")
+                    step = seg.start
+            else:
+                step = int(extra["step"])
+                log.info("%s: resuming %s at step %d", self.spec.run_id, seg.name, step)
+                if self.rank == 0:
+                    write_status(self.run_dir, "running", resumed_at=read_status(self.run_dir).get(
+                        "resumed_at", []) + [step])
+            finished = self._train_segment(model, opt, seg, step, stop_at_step)
+            if not finished:
+                return read_status(self.run_dir)
+            done.add(seg.name)
+            if self.rank == 0:
+                write_status(self.run_dir, "running", segments_done=sorted(done))
+        if self.rank == 0:
+            (state_dir / "resume.pt").unlink(missing_ok=True)
+            status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
+        return status
+
+    def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
+        spec, dev = self.spec, self.device
+        model.train()
+        model.set_phase(PhaseSchedule(seg.phase, max_steps=max(1, spec.stable_steps) if seg.phase == "stable"
+                                      else seg.start, anneal_steps=seg.length if seg.phase == "anneal" else 0))
+        keep = set(reservoir_steps(spec)) | {spec.stable_steps}
+        metrics = self.run_dir / "metrics.jsonl"
+        bar = tqdm(total=seg.length, initial=step - seg.start, desc=f"{spec.run_id} {seg.name}",
+                   disable=not self.progress or self.rank != 0, leave=False, mininterval=2.0)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
+        while step < seg.end:
+            lr = lr_at(spec, seg, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank,
+                                          world=self.world, concepts=self.concepts).to(dev)
+            with autocast:
+                out = model.loss(batch, step)
+            opt.zero_grad(set_to_none=True)
+            out.total.backward()
+            if self.world > 1:
+                _allreduce_grads(model, self.world)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
+            opt.step()
+            step += 1
+            bar.update(1)
+            if self.rank == 0 and (step % spec.log_every == 0 or step == seg.end):
+                append_jsonl(metrics, {"step": step, "segment": seg.name, "lr": lr, "loss": float(out.total),
+                                       "grad_norm": float(gnorm), "tokens": step * spec.batch_tokens,
+                                       **{k: float(v) for k, v in out.parts.items()}})
+            if seg.phase == "stable" and step in keep:
+                self._save_eval_checkpoint(model, seg, step)
+                self._save_state(self.run_dir / "state" / f"stable_{step:07d}.pt", model, opt, seg, step)
+            due = (self.save_every_steps and step % self.save_every_steps == 0) or \
+                (time.monotonic() - self._last_save > self.save_every_s)
+            if due and step < seg.end:
+                self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
+            if stop_at_step is not None and step >= stop_at_step and step < seg.end:
+                self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
+                bar.close()
+                return False
+        bar.close()
+        if seg.phase == "anneal":
+            self._save_eval_checkpoint(model, seg, step)
+        self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
+        self.final_model = model
+        return True
+
+
+def _allreduce_grads(model: torch.nn.Module, world: int) -> None:
+    """Average gradients across tasks (one flat buffer; works with gloo and nccl)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    torch.distributed.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def train_run(spec: RunSpec, run_dir: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
+    """Train (or resume, or skip if done) one run; returns its status dict."""
+    return Trainer(spec, run_dir, **kwargs).run()
