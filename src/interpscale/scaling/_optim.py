@@ -38,6 +38,7 @@ def batched_bfgs(
     *,
     gtol: float = 1e-10,
     ftol: float = 1e-13,
+    fscale: float = 1e-300,
     max_iter: int = 1000,
     max_ls: int = 40,
     c1: float = 1e-4,
@@ -45,7 +46,7 @@ def batched_bfgs(
     """Minimise S independent smooth objectives with BFGS + backtracking Armijo search.
 
     A row stops when its largest gradient entry is below ``gtol`` (status 0), when two
-    successive accepted steps each lower f by less than ``ftol * max(|f|, 1e-300)``
+    successive accepted steps each lower f by less than ``ftol * max(|f|, fscale)``
     (status 1), after ``max_iter`` iterations (2), when the line search finds no decrease
     (3; at a point of machine-precision stationarity this is how BFGS ends, so rows whose
     gradient is already tiny there count as converged by gradient), or on non-finite values (4).
@@ -120,7 +121,7 @@ def batched_bfgs(
             Hu = H[iu]
             V = eye[None] - rho[:, None, None] * su[:, :, None] * yu[:, None, :]
             H[iu] = V @ Hu @ V.transpose(0, 2, 1) + rho[:, None, None] * su[:, :, None] * su[:, None, :]
-        tiny = df <= ftol * np.maximum(np.abs(f[ag]), 1e-300)
+        tiny = df <= ftol * np.maximum(np.abs(f[ag]), fscale)
         slow[ag] = np.where(tiny, slow[ag] + 1, 0)
         status[ag[slow[ag] >= 2]] = 1
         status[ag[np.abs(g[ag]).max(axis=1) <= gtol]] = 0

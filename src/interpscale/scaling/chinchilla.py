@@ -89,35 +89,63 @@ class _HuberLSE:
         theta[:, 1] = z[:, 1] + z[:, 4] * self.cD
         return theta
 
-    def __call__(self, Z, rows):
-        d = self.delta
-        a, b, e, al, be = (Z[:, i : i + 1] for i in range(5))
-        u1 = a - al * self.xP[None, :]
-        u2 = b - be * self.xD[None, :]
-        m = np.maximum(np.maximum(u1, u2), e)
-        e1, e2, e3 = np.exp(u1 - m), np.exp(u2 - m), np.exp(e - m)
-        s = e1 + e2 + e3
-        r = m + np.log(s) - (self.Y if self.Y.ndim == 1 else self.Y[rows])
-        ar = np.abs(r)
-        h = np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d))
-        hp = np.clip(r, -d, d) / s
-        if self.W is not None:
-            w = self.W[rows]
-            h, hp = h * w, hp * w
-        q1, q2 = hp * e1, hp * e2
+    def __call__(self, Z, rows, chunk=64):
+        # Work in row blocks so the (block, n) temporaries stay in cache.
+        if Z.shape[0] <= chunk:
+            return self._eval(Z, rows)
+        f = np.empty(Z.shape[0])
         g = np.empty((Z.shape[0], 5))
-        g[:, 0] = q1.sum(axis=1)
-        g[:, 1] = q2.sum(axis=1)
-        g[:, 2] = (hp * e3).sum(axis=1)
-        g[:, 3] = -(q1 @ self.xP)
-        g[:, 4] = -(q2 @ self.xD)
-        return h.sum(axis=1), g
+        for i in range(0, Z.shape[0], chunk):
+            f[i : i + chunk], g[i : i + chunk] = self._eval(Z[i : i + chunk], rows[i : i + chunk])
+        return f, g
+
+    def _eval(self, Z, rows):
+        # log L-hat = e + log(1 + exp(v1) + exp(v2)), v1 = a' - alpha xP - e, v2 = b' - beta xD - e;
+        # overflow gives inf, which the line search rejects.
+        d = self.delta
+        e = Z[:, 2:3]
+        with np.errstate(over="ignore", invalid="ignore"):
+            ev1 = np.multiply.outer(-Z[:, 3], self.xP)
+            ev1 += Z[:, 0:1] - e
+            np.exp(ev1, out=ev1)
+            ev2 = np.multiply.outer(-Z[:, 4], self.xD)
+            ev2 += Z[:, 1:2] - e
+            np.exp(ev2, out=ev2)
+            t = ev1 + ev2
+            r = np.log1p(t)
+            r += e
+            r -= self.Y if self.Y.ndim == 1 else self.Y[rows]
+            c = np.clip(r, -d, d)  # Huber'(r)
+            r -= 0.5 * c
+            r *= c  # Huber(r) = c (r - c/2), c = clip(r, -delta, delta)
+            t += 1.0
+            c /= t  # Huber'(r) * (1 / s): softmax weights share the 1/s factor
+            if self.W is not None:
+                w = self.W[rows]
+                r *= w
+                c *= w
+            ev1 *= c
+            ev2 *= c
+            g = np.empty((Z.shape[0], 5))
+            g[:, 0] = ev1.sum(axis=1)
+            g[:, 1] = ev2.sum(axis=1)
+            g[:, 2] = c.sum(axis=1)
+            g[:, 3] = -(ev1 @ self.xP)
+            g[:, 4] = -(ev2 @ self.xD)
+            return r.sum(axis=1), g
 
 
-def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, gtol=1e-11, max_iter=2000):
+# Grid phase: scipy L-BFGS-B's default stopping rule (factr 1e7 -> ftol 2.2e-9 on
+# max(|f|, 1); pgtol 1e-5). Polish phase: run the best starts to machine precision.
+COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)
+FINE_TOL = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)
+BOOT_TOL = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
+
+
+def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, max_iter=1000, tol=None):
     """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n)."""
     obj = _HuberLSE(lP, lD, Y, W, delta)
-    res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), gtol=gtol, max_iter=max_iter)
+    res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), max_iter=max_iter, **(tol or FINE_TOL))
     res.x = obj.to_external(res.x)
     return res
 
@@ -252,7 +280,8 @@ def fit_chinchilla(
     bootstrap: Literal["residual", "pairs"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
-    max_iter: int = 2000,
+    max_iter: int = 1000,
+    n_polish: int = 20,
 ) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
 
@@ -277,17 +306,22 @@ def fit_chinchilla(
     if starts.ndim != 2 or starts.shape[1] != 5:
         raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
     lP, lD, lL = np.log(P), np.log(D), np.log(L)
-    res = minimize_huber_lse(lP, lD, lL, starts, delta=delta, max_iter=max_iter)
+    res = minimize_huber_lse(lP, lD, lL, starts, delta=delta, max_iter=max_iter, tol=COARSE_TOL)
     warnings: list[str] = []
     ok = res.converged & np.isfinite(res.f)
     pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
     if pool.size == 0:
         raise ValueError("fit_chinchilla: the objective is non-finite from every start")
-    best = int(pool[np.argmin(res.f[pool])])
-    theta = res.x[best]
-    converged = bool(ok[best])
+    # polish the best n_polish end points (distinct basins may differ by < the coarse ftol)
+    top = pool[np.argsort(res.f[pool])[:n_polish]]
+    pol = minimize_huber_lse(lP, lD, lL, res.x[top], delta=delta, max_iter=2 * max_iter, tol=FINE_TOL)
+    j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
+    best = int(top[j])
+    theta, objective = pol.x[j], float(pol.f[j])
+    converged = bool(ok[best]) and bool(pol.converged[j])
     if not converged:
-        emit(warnings, f"fit_chinchilla: no start converged; best start ended with '{STATUS[int(res.status[best])]}'", warn=True)
+        st = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
+        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{st}'", warn=True)
     if np.allclose(theta, starts[best], rtol=0, atol=1e-12):
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
@@ -307,7 +341,8 @@ def fit_chinchilla(
             Y, W = lL, pairs_weights(rng, n, n_boot)
         else:
             raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
-        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W, delta=delta, max_iter=max_iter)
+        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W, delta=delta,
+                                max_iter=max_iter, tol=BOOT_TOL)
         good = br.converged & np.isfinite(br.x).all(axis=1)
         n_ok = int(good.sum())
         if n_ok < 0.99 * n_boot:
@@ -325,7 +360,7 @@ def fit_chinchilla(
         A_D=float(math.exp(b)),
         alpha=float(al),
         beta=float(be),
-        objective=float(res.f[best]),
+        objective=objective,
         converged=converged,
         n=n,
         huber_delta=float(delta),
@@ -333,7 +368,7 @@ def fit_chinchilla(
         n_converged_starts=int(ok.sum()),
         best_start=tuple(float(v) for v in starts[best]),
         best_start_index=best,
-        status=STATUS[int(res.status[best])],
+        status=STATUS[int(pol.status[j])],
         ci=ci,
         level=level,
         bootstrap=bootstrap,
