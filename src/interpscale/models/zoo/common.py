@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from interpscale.models.config import SIZES, ModelConfig, make_config
 from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
 from interpscale.models.types import MASK_ID, Batch, LossOutput, ModelOutput, PhaseSchedule
 
@@ -52,8 +53,6 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **override
     """Config of a zoo ``family`` at a ``SIZES`` preset. ``overrides`` may name core fields
     (``d_model``, ``n_layers``, ...), keys of the family's ``defaults`` (its extra knobs),
     or pass ``extra={...}`` (the form ``to_dict`` round-trips through checkpoints)."""
-    from interpscale.models.config import SIZES  # no allocation; config only
-
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
     p = SIZES[size]
@@ -75,6 +74,19 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **override
     if unknown:
         raise ValueError(f"unknown extra key(s) {unknown} for family {family!r}; valid: {sorted(defaults)}")
     return ZooConfig(family=family, size=size, extra=extra, **core)
+
+
+# knobs of the Steerling backbone that zoo families built on it expose (reetym, cocomix)
+BACKBONE_DEFAULTS = {"n_kv_heads": None, "mlp_ratio": 4.0, "qk_norm": True}
+
+
+def backbone_config(c: ZooConfig) -> ModelConfig:
+    """The Steerling backbone's ModelConfig for a zoo config (KV heads default to the
+    preset's when the head count is the preset's, else to full multi-head attention)."""
+    preset, ex = SIZES[c.size], c.extra
+    kv = ex["n_kv_heads"] or (preset.n_kv_heads if c.n_heads == preset.n_heads else c.n_heads)
+    return make_config(c.family, c.size, n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, n_kv_heads=kv,
+                       vocab_size=c.vocab_size, max_seq_len=c.max_seq_len, mlp_ratio=ex["mlp_ratio"], qk_norm=ex["qk_norm"])
 
 
 def attention_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> float:

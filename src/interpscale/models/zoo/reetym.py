@@ -14,9 +14,8 @@ import torch.nn as nn
 
 from interpscale.models.accounting import backbone_params, flops_per_token_cfg
 from interpscale.models.backbone import Backbone
-from interpscale.models.config import SIZES, ModelConfig, make_config
 from interpscale.models.types import ModelOutput
-from interpscale.models.zoo.common import ZooConfig, ZooLM
+from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
 
 # reEtym Table 5: name -> (layers, d_model, heads, kv_heads, d_ff, S, published params).
 # Vocabulary padded to 50,304 (App. B); backbone is "GPT-2-New" (RoPE, SwiGLU, RMSNorm).
@@ -80,23 +79,8 @@ def reetym_params(n_layers: int, d: int, n_heads: int, kv_heads: int, d_ff: int,
     return {"embedding": emb, "nonembedding": non, "total": emb + non}
 
 
-def head_flops_per_token(d: int, n_signals: int, vocab_size: int) -> float:
-    """Forward+backward of the factorised head s = h·Bᵀ, logits = s·Rᵀ (6 × weights used),
-    plus the input lookup's recipe·basis product (2·S·d forward, ×3)."""
-    return 6.0 * (d * n_signals + n_signals * vocab_size) + 6.0 * n_signals * d
-
-
 # ---- the reetym family: the Steerling backbone with the factorised tied embedding -----
-REETYM_DEFAULTS = {"n_signals": None, "v_s": 0.02, "n_kv_heads": None, "mlp_ratio": 4.0, "qk_norm": True}
-
-
-def backbone_config(c: ZooConfig) -> ModelConfig:
-    """The backbone's ModelConfig (only the embedding differs from ``ar``)."""
-    ex = c.extra
-    preset = SIZES[c.size]
-    kv = ex["n_kv_heads"] or (preset.n_kv_heads if c.n_heads == preset.n_heads else c.n_heads)
-    return make_config(c.family, c.size, n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, n_kv_heads=kv,
-                       vocab_size=c.vocab_size, max_seq_len=c.max_seq_len, mlp_ratio=ex["mlp_ratio"], qk_norm=ex["qk_norm"])
+REETYM_DEFAULTS = {"n_signals": None, "v_s": 0.02, **BACKBONE_DEFAULTS}
 
 
 def n_signals(c: ZooConfig) -> int:
