@@ -14,6 +14,7 @@ from interpscale.models.registry import register_family
 from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token, make_zoo_config
 from interpscale.models.zoo.crate import CRATE_DEFAULTS, crate_flops_per_token, crate_nonembedding_params
 from interpscale.models.zoo.gpt2 import gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
+from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, cocomix_flops_per_token, cocomix_params
 from interpscale.models.zoo.reetym import REETYM_DEFAULTS, reetym_flops_per_token, reetym_nonembedding_params
 
 MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
@@ -33,7 +34,14 @@ ZOO_FAMILIES: dict[str, tuple[str, dict, Callable, Callable, str]] = {
             "GPT-2 blocks whose MLPs are Mixture-of-Decoders layers trained end to end"),
     "reetym": ("interpscale.models.zoo.reetym:ReEtymLM", REETYM_DEFAULTS, reetym_nonembedding_params,
                reetym_flops_per_token, "Steerling backbone with the factorised recipe×basis tied embedding (reEtym)"),
+    "cocomix": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS, cocomix_params, cocomix_flops_per_token,
+                "CoCoMix: predict a frozen teacher's SAE concepts and interleave them as continuous vectors"),
+    "cocomix-pause": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS | {"variant": "pause"}, cocomix_params,
+                      cocomix_flops_per_token, "CoCoMix's pause-token baseline (learned vector interleaved)"),
+    "cocomix-kd": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS | {"variant": "kd"}, cocomix_params,
+                   cocomix_flops_per_token, "CoCoMix's knowledge-distillation baseline (λ_KD·KL to the teacher)"),
 }
+FROZEN_OBJECTS = ("teacher", "sae")  # build_model("cocomix", size, teacher=model, sae=sae) passes objects through
 
 
 def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
@@ -42,16 +50,19 @@ def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
 
 def _build(family: str, size: str, **overrides: Any):
     module, _, cls = ZOO_FAMILIES[family][0].partition(":")
-    return getattr(importlib.import_module(module), cls)(zoo_config(family, size, **overrides))
+    objects = {k: overrides.pop(k) for k in FROZEN_OBJECTS if k in overrides}
+    return getattr(importlib.import_module(module), cls)(zoo_config(family, size, **overrides), **objects)
 
 
 def _params(family: str, size: str, **overrides: Any) -> int:
+    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
     return int(ZOO_FAMILIES[family][2](zoo_config(family, size, **overrides)))
 
 
 def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
     if int(seq_len) <= 0:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
     return float(ZOO_FAMILIES[family][3](zoo_config(family, size, **overrides), int(seq_len)))
 
 

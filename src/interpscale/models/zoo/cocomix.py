@@ -1,0 +1,273 @@
+"""CoCoMix (continuous concept mixing) and its pause-token and knowledge-distillation baselines.
+
+A frozen teacher from our own zoo (any model exposing ``.backbone.blocks`` or ``.blocks``)
+and a TopK SAE trained locally on its layer-L_con hidden states (no hub weights) give the
+targets: the top-K_attr SAE latents by activation × gradient of the teacher's next-token
+loss (Eq. 1). The student predicts them with a linear head at its insertion layer (Eq. 2,
+weight λ), compresses TopK(K_concept) of the logits to ĉ_t = W·TopK(z_t) + b (Eq. 3) and
+interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks (sequence 2T); x_{t+1} is
+predicted at ĉ_t's position. ``variant='pause'`` interleaves a learned pause vector
+instead; ``variant='kd'`` is a plain student with λ_KD·KL(teacher ‖ student).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models.accounting import backbone_params
+from interpscale.models.backbone import Backbone
+from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
+from interpscale.models.config import SIZES
+from interpscale.models.types import Batch, ModelOutput
+from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
+from interpscale.models.zoo.mxd import TopKSAE
+from interpscale.models.zoo.replace import capture_io, find_blocks, fit_sparse_layer, override_output
+
+log = logging.getLogger(__name__)
+
+COCOMIX_DEFAULTS = {
+    "variant": "cocomix",  # cocomix | pause | kd
+    "insert_layer": None,  # blocks run on T tokens before interleaving (default L // 2)
+    "k_concept": 32,  # TopK of the predicted logits (App. A)
+    "k_attr": 4,  # concept targets per token (App. A)
+    "lam": 0.1,  # λ of the concept loss (Eq. 4)
+    "lambda_kd": 0.1,  # KD baseline weight
+    "teacher_size": "tiny",  # SIZES preset of the teacher (an ``ar`` model); fixes analytic FLOPs
+    "teacher_layer": None,  # L_con (default: the teacher's middle layer)
+    "sae_width": None,  # C, the SAE's concept count (default 8·d_teacher)
+    "teacher_checkpoint": None,  # from prepare_cocomix_teacher
+    "sae_checkpoint": None,
+    "count_teacher": True,  # include the teacher's forward (+ attribution backward) in FLOPs
+    **BACKBONE_DEFAULTS,
+}
+VARIANTS = ("cocomix", "pause", "kd")
+
+
+def topk_keep(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest entries of the last axis, zero the rest (TopK of Eq. 3)."""
+    vals, idx = z.topk(k, dim=-1)
+    return torch.zeros_like(z).scatter(-1, idx, vals)
+
+
+# ---- teacher side: SAE and attribution targets -------------------------------------------
+def train_teacher_sae(teacher: nn.Module, layer: int, batches: list[Batch], *, width: int, k: int = 32,
+                      steps: int = 500, lr: float = 1e-3, seed: int = 0) -> TopKSAE:
+    """A TopK SAE on the output of the teacher's block ``layer - 1`` (L_con blocks in)."""
+    block = find_blocks(teacher)[layer - 1]
+    _, h = capture_io(teacher, block, batches)
+    torch.manual_seed(seed)
+    sae = TopKSAE(h.size(-1), width, min(k, width))
+    fit_sparse_layer(sae, h, h, steps=steps, lr=lr, seed=seed)
+    return sae.eval().requires_grad_(False)
+
+
+def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.Tensor, k_attr: int = 4) -> torch.Tensor:
+    """[B, T−1, k_attr] indices of the largest a_t = c_t ⊙ ∇_{c_t}(−log p(x_{t+1})) (Eq. 1).
+
+    The teacher's layer-L_con state is replaced by D(c) plus the (detached) SAE error, so
+    its outputs are unchanged while the gradient reaches the concepts c. The loss is the
+    summed next-token CE of the sequence, so ∇_{c_t} also carries c_t's effect on later
+    positions' predictions through attention.
+    """
+    store: dict[str, torch.Tensor] = {}
+
+    def through_sae(_inp, h):
+        c = sae.encode(h.detach()).requires_grad_(True)
+        store["c"] = c
+        rec = sae.decode(c)
+        return rec + (h - rec).detach()
+
+    with torch.enable_grad(), override_output(find_blocks(teacher)[layer - 1], through_sae):
+        logits = teacher(tokens).logits
+        ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
+        (grad,) = torch.autograd.grad(ce, store["c"])
+    attribution = store["c"].detach() * grad  # Eq. 1
+    return attribution[:, :-1].topk(k_attr, dim=-1).indices
+
+
+def save_sae(sae: TopKSAE, layer: int, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"d": sae.d_in, "width": sae.width, "k": sae.k, "layer": layer, "state_dict": sae.state_dict()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_sae(path: str | os.PathLike) -> tuple[TopKSAE, int]:
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    sae = TopKSAE(blob["d"], blob["width"], blob["k"])
+    sae.load_state_dict(blob["state_dict"])
+    return sae.eval().requires_grad_(False), int(blob["layer"])
+
+
+def prepare_cocomix_teacher(teacher: nn.Module, batches: list[Batch], out_dir: str | os.PathLike, *,
+                            layer: Optional[int] = None, width: Optional[int] = None, k: int = 32,
+                            steps: int = 500, seed: int = 0) -> dict[str, Any]:
+    """Save a trained zoo model as the frozen teacher and train its SAE locally; returns
+    the overrides that build a ``cocomix`` family on top of them."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    n_layers, d = len(find_blocks(teacher)), teacher.config.d_model
+    layer = layer or max(1, n_layers // 2)
+    sae = train_teacher_sae(teacher, layer, batches, width=width or 8 * d, k=k, steps=steps, seed=seed)
+    return {
+        "teacher_checkpoint": str(save_checkpoint(teacher, out / "teacher.pt")),
+        "sae_checkpoint": str(save_sae(sae, layer, out / "sae.pt")),
+        "teacher_size": teacher.config.size, "teacher_layer": layer, "sae_width": sae.width,
+    }
+
+
+# ---- the student -------------------------------------------------------------------
+def _dims(c: ZooConfig) -> tuple[int, int, int]:
+    """(insert_layer, C, L_con) with defaults resolved."""
+    ex, t = c.extra, SIZES[c.extra["teacher_size"]]
+    ins = ex["insert_layer"] if ex["insert_layer"] is not None else max(1, c.n_layers // 2)
+    if ex["variant"] not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {ex['variant']!r}")
+    if ex["variant"] != "kd" and not 0 < ins < c.n_layers:
+        raise ValueError(f"insert_layer={ins} must be in [1, n_layers={c.n_layers}) so that blocks remain after it")
+    return ins, ex["sae_width"] or 8 * t.d_model, ex["teacher_layer"] or max(1, t.n_layers // 2)
+
+
+class CoCoMixLM(ZooLM):
+    def __init__(self, config: ZooConfig, *, teacher: Optional[nn.Module] = None, sae: Optional[TopKSAE] = None):
+        super().__init__(config)
+        ex, d = config.extra, config.d_model
+        self.variant = ex["variant"]
+        self.insert_layer, self.n_sae, self.teacher_layer = _dims(config)
+        self.backbone = Backbone(backbone_config(config))
+        if self.variant == "cocomix":
+            if ex["k_concept"] > self.n_sae or ex["k_attr"] > self.n_sae:
+                raise ValueError(f"k_concept={ex['k_concept']} / k_attr={ex['k_attr']} exceed sae_width={self.n_sae}")
+            self.concept_head = nn.Linear(d, self.n_sae)  # M (Eq. 2)
+            self.compress = nn.Linear(self.n_sae, d)  # W, b (Eq. 3)
+        elif self.variant == "pause":
+            self.pause = nn.Parameter(torch.randn(d) * 0.02)
+        self._frozen: dict[str, Any] = {}  # teacher and SAE: not parameters, not in state_dict
+        if self.variant != "pause":
+            self.attach_teacher(teacher, sae)
+
+    def attach_teacher(self, teacher: Optional[nn.Module], sae: Optional[TopKSAE]) -> None:
+        ex = self.config.extra
+        if teacher is None:
+            if not ex["teacher_checkpoint"]:
+                raise ValueError(f"{self.config.family} needs a frozen teacher: pass teacher=/sae= or the "
+                                 "teacher_checkpoint/sae_checkpoint overrides from prepare_cocomix_teacher()")
+            teacher, _ = load_checkpoint(ex["teacher_checkpoint"])
+        if self.variant == "cocomix" and sae is None:
+            if not ex["sae_checkpoint"]:
+                raise ValueError("cocomix needs the teacher's SAE: pass sae= or the sae_checkpoint override")
+            sae, layer = load_sae(ex["sae_checkpoint"])
+            if layer != self.teacher_layer:
+                raise ValueError(f"SAE was trained at teacher layer {layer}, config says teacher_layer={self.teacher_layer}")
+        if teacher.config.vocab_size != self.config.vocab_size:
+            raise ValueError(f"teacher vocab_size={teacher.config.vocab_size} != student vocab_size={self.config.vocab_size}")
+        t = SIZES[ex["teacher_size"]]
+        if (teacher.config.d_model, teacher.config.n_layers) != (t.d_model, t.n_layers):
+            raise ValueError(f"teacher is d={teacher.config.d_model}, L={teacher.config.n_layers} but "
+                             f"teacher_size={ex['teacher_size']!r} is d={t.d_model}, L={t.n_layers}")
+        if sae is not None and sae.width != self.n_sae:
+            raise ValueError(f"SAE width {sae.width} != sae_width={self.n_sae}")
+        self._frozen = {"teacher": teacher.eval().requires_grad_(False), "sae": sae}
+
+    def _apply(self, fn, *args, **kwargs):  # .to()/.cuda() also move the frozen teacher and SAE
+        super()._apply(fn, *args, **kwargs)
+        for m in self._frozen.values():
+            if m is not None:
+                m._apply(fn, *args, **kwargs)
+        return self
+
+    def forward_train(self, tokens: torch.Tensor) -> tuple[ModelOutput, dict[str, torch.Tensor]]:
+        bb, L = self.backbone, self.config.n_layers
+        x = bb.embed(tokens)
+        B, T, d = x.shape
+        if T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len {self.config.max_seq_len}")
+        cos, sin = bb.rope_cos[:T].to(x.dtype), bb.rope_sin[:T].to(x.dtype)
+        aux: dict[str, torch.Tensor] = {}
+        for i in range(L):
+            if i == self.insert_layer and self.variant != "kd":
+                if self.variant == "cocomix":
+                    z = aux["concept_logits"] = self.concept_head(x)  # z_t = M(h_t)
+                    mix = self.compress(topk_keep(z, self.config.extra["k_concept"]))  # ĉ_t (Eq. 3)
+                else:
+                    mix = self.pause.expand(B, T, d)
+                x = torch.stack([x, mix], dim=2).reshape(B, 2 * T, d)  # (h_1, ĉ_1, …, h_T, ĉ_T)
+                # h_t and ĉ_t share RoPE position t, keeping the lower layers' relative distances
+                cos, sin = cos.repeat_interleave(2, 0), sin.repeat_interleave(2, 0)
+            x = bb.blocks[i](x, cos, sin, "causal", i, None, False)
+        h = bb.norm(x)
+        if h.size(1) == 2 * T:
+            h = h[:, 1::2]  # predict x_{t+1} after ĉ_t
+        return ModelOutput(logits=F.linear(h, bb.embed.weight), hidden=h), aux
+
+    def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:
+        return self.forward_train(tokens)[0]
+
+    def extra_loss(self, out: ModelOutput, aux: dict, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        ex = self.config.extra
+        if self.variant == "cocomix":
+            targets = concept_targets(self._frozen["teacher"], self._frozen["sae"], self.teacher_layer, batch.tokens,
+                                      ex["k_attr"])  # [B, T-1, k_attr]
+            z = aux["concept_logits"][:, :-1]
+            logp = F.log_softmax(z.float(), dim=-1)
+            ce = -logp.gather(-1, targets).mean(-1)  # (1/K_attr) Σ_i CE(z_t, i) (Eq. 2)
+            if batch.valid is not None:
+                keep = (batch.valid[:, 1:] & batch.valid[:, :-1]).float()
+                ce = (ce * keep).sum() / keep.sum().clamp_min(1)
+            else:
+                ce = ce.mean()
+            return {"concept": ex["lam"] * ce}
+        if self.variant == "kd":
+            with torch.no_grad():
+                p_teacher = F.log_softmax(self._frozen["teacher"](batch.tokens).logits.float(), -1)
+            kl = F.kl_div(F.log_softmax(out.logits.float(), -1), p_teacher, log_target=True, reduction="none").sum(-1)
+            return {"kd": ex["lambda_kd"] * kl.mean()}
+        return {}
+
+    def params_nonembedding(self) -> int:
+        return cocomix_params(self.config)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        return cocomix_flops_per_token(self.config, seq_len)
+
+
+def cocomix_params(c: ZooConfig) -> int:
+    """Trainable non-embedding parameters: backbone + concept head (d·C + C) and
+    compression (C·d + d) for cocomix, the pause vector (d) for pause; teacher excluded."""
+    _, C, _ = _dims(c)
+    d, v = c.d_model, c.extra["variant"]
+    extra = {"cocomix": 2 * d * C + C + d, "pause": d, "kd": 0}[v]
+    return backbone_params(backbone_config(c)) + extra
+
+
+def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    """Eq. 23 with the doubled sequence after the insertion layer: the upper L − L_ins
+    layers process 2 positions per token with a 2N context, so they cost 2·6·P_layer and
+    2·12·d·(2N); plus the dense concept head (6·d·C) and the TopK-sparse compression
+    (6·K·d); plus, when ``count_teacher``, the teacher's forward 2P_T + 4·L_T·d_T·N (and
+    for cocomix the same again for the attribution backward, and the SAE 6·d_T·C)."""
+    bcfg = backbone_config(c)
+    ins, C, _ = _dims(c)
+    d, L, N, v = c.d_model, c.n_layers, int(seq_len), c.extra["variant"]
+    per_layer = (backbone_params(bcfg) - d) / L
+    upper = 0 if v == "kd" else L - ins
+    m = 6.0 * per_layer * (L - upper) + 12.0 * per_layer * upper + 6.0 * d
+    m += 12.0 * d * N * (L - upper) + 48.0 * d * N * upper
+    if v == "cocomix":
+        m += 6.0 * d * C + 6.0 * c.extra["k_concept"] * d
+    if c.extra["count_teacher"] and v != "pause":
+        t = SIZES[c.extra["teacher_size"]]
+        tcfg = backbone_config(ZooConfig(family="ar", size=t.name, vocab_size=c.vocab_size, d_model=t.d_model,
+                                         n_layers=t.n_layers, n_heads=t.n_heads, max_seq_len=t.max_seq_len,
+                                         extra=dict(BACKBONE_DEFAULTS)))
+        fwd = 2.0 * backbone_params(tcfg) + 4.0 * t.n_layers * t.d_model * N
+        m += fwd if v == "kd" else 2.0 * fwd + 6.0 * t.d_model * C
+    return m
