@@ -16,16 +16,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-boot", type=int, default=1000,
                         help="bootstrap replicates for the fitted CIs (default 1000; the paper used 10000)")
     parser.add_argument("--no-figures", action="store_true", help="tables and warnings only")
+    parser.add_argument("--target-compute", type=float, default=None,
+                        help="extrapolate the fits to this compute (FLOPs); 'example' defaults to Steerling-8B's 7.6e22")
 
 
 def run(args: argparse.Namespace) -> int:
+    from interpscale.analysis.example_data import STEERLING_8B, steerling_actual
     from interpscale.analysis.report import write_report
 
+    example = args.results == "example"
+    target = args.target_compute if args.target_compute is not None else (STEERLING_8B["flops"] if example else None)
     try:
         df = load_table(args.results)
         path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot,
-                            figures=not args.no_figures,
-                            source="bundled example table" if args.results == "example" else args.results)
+                            figures=not args.no_figures, source="bundled example table" if example else args.results,
+                            target_compute=target, actual=steerling_actual() if example else None)
     except ValueError as exc:
         sys.stderr.write(f"interpscale report: {exc}\n")
         return 2

@@ -9,8 +9,9 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from interpscale.analysis.example_data import atomic_write_text
@@ -72,25 +73,66 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def collect_warnings(obj: Any, path: str = "") -> list[str]:
-    """Every ``warnings`` entry anywhere in a fit's ``to_dict()`` tree, prefixed by where it sits."""
-    out: list[str] = []
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            where = f"{path}.{k}" if path else str(k)
-            if k == "warnings" and isinstance(v, (list, tuple)):
-                out += [f"{path or 'fit'}: {w}" for w in v if w]
-            else:
-                out += collect_warnings(v, where)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            out += collect_warnings(v, f"{path}[{i}]")
-    return list(dict.fromkeys(out))
+    """Every ``warnings`` entry anywhere in a fit's ``to_dict()`` tree, prefixed by where it
+    sits; a message already listed under another path is not repeated."""
+    found: list[tuple[str, str]] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "warnings" and isinstance(v, (list, tuple)):
+                    found.extend((where or "fits", str(w)) for w in v if w)
+                else:
+                    walk(v, f"{where}.{k}" if where else str(k))
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{where}[{i}]")
+
+    walk(obj, path)
+    seen: set[str] = set()
+    out = []
+    for where, msg in found:
+        if msg not in seen:
+            seen.add(msg)
+            out.append(f"{where}: {msg}")
+    return out
 
 
-def _fit_families(df: pd.DataFrame, n_boot: int):
+def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
+    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style)."""
+    if not np.isfinite(value):
+        return "—"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{lo - value:+.{digits}f}, {hi - value:+.{digits}f}]"
+
+
+def table6_markdown(t6: pd.DataFrame) -> str:
+    """Table 6 layout: alpha_P, alpha_D, alpha_L, L_inf with CI offsets per family."""
+    rows = [{"Family": r["family"], **{sym: _ci_cell(r[k], r[f"{k}_lo"], r[f"{k}_hi"])
+                                       for k, sym in (("alpha_P", "α_P"), ("alpha_D", "α_D"),
+                                                      ("alpha_L", "α_L"), ("L_inf", "L∞"))}}
+            for r in t6.to_dict("records")]
+    return markdown_table(pd.DataFrame(rows))
+
+
+def table7_markdown(t7: pd.DataFrame) -> str:
+    """Table 7 layout: per metric and family, beta, e [CI] (flagged when on its bound), R²,
+    the prediction at the target compute, the observed value and their difference."""
+    rows = []
+    for r in t7.to_dict("records"):
+        rows.append({
+            "Metric": r["metric"], "Family": r["family"], "β": f"{r['beta']:.3f}",
+            "e [CI]": _ci_cell(r["e"], r["e_lo"], r["e_hi"]) + (" (bound)" if r["e_at_bound"] else ""),
+            "R²": f"{r['r2']:.3f}", "pred": r["prediction"], "actual": r["actual"], "Δ": r["delta"],
+        })
+    return markdown_table(pd.DataFrame(rows))
+
+
+def _fit_families(df: pd.DataFrame, n_boot: int, target_compute: float | None, actual: Mapping | None):
     from interpscale.scaling import fit_families
 
-    return fit_families(df, n_boot=n_boot, seed=0)
+    return fit_families(df, n_boot=n_boot, seed=0, grid="coarse", target_compute=target_compute, actual=actual)
 
 
 def _table(fits: Any, name: str) -> pd.DataFrame | None:
@@ -121,12 +163,22 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     t6 = _table(fits, "table6") if fits is not None else None
     parts += ["## Compute-optimal scaling (Table 6 layout)", "",
               "IsoFLOP parabolas per slice (Eq. 25), power laws P*(C), L*(C) (Eq. 26) and the joint fit (Eq. 27); "
-              "subscripts are bootstrap confidence intervals as offsets from the estimate.", ""]
-    parts += [markdown_table(t6) if t6 is not None else "_No compute-optimal fits could be made from this table._", ""]
+              "brackets are bootstrap confidence intervals as offsets from the estimate.", ""]
+    parts += [table6_markdown(t6) if t6 is not None else "_No compute-optimal fits could be made from this table._", ""]
     t7 = _table(fits, "table7") if fits is not None else None
     parts += ["## Interpretability scaling (Table 7 layout)", "",
               "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint.", ""]
-    parts += [markdown_table(t7) if t7 is not None else "_No interpretability metrics to fit in this table._", ""]
+    parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metrics to fit in this table._", ""]
+    ext = [(k, f.extrapolation) for k, f in getattr(fits, "families", {}).items() if f.extrapolation is not None]
+    if ext:
+        parts += ["## Loss extrapolation to the target compute", "",
+                  "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law, with bootstrap "
+                  "prediction intervals.", ""]
+        parts += [markdown_table(pd.DataFrame([{
+            "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
+            "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
+            "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
+        } for k, x in ext])), ""]
     warnings = collect_warnings(fits.to_dict()) if fits is not None and hasattr(fits, "to_dict") else []
     parts += ["## Fit warnings", ""]
     parts += [f"- {w}" for w in warnings] if warnings else ["None: every fit converged without boundary or quality flags."]
@@ -210,12 +262,14 @@ def markdown_to_html(md: str, *, title: str = "Scaling report") -> str:
 
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
-                 figures: bool = True, source: str | None = None) -> Path:
+                 figures: bool = True, source: str | None = None, target_compute: float | None = None,
+                 actual: Mapping[str, Mapping[str, float]] | None = None) -> Path:
     """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, embedded figures under
     ``out_dir/figures``) and its ``report.html`` twin; returns the markdown path.
 
     ``fits`` is a ``scaling.fit_families`` result; when omitted the families are fitted here
-    with ``n_boot`` bootstrap replicates. ``source`` names the table in the report's header."""
+    with ``n_boot`` bootstrap replicates, extrapolated to ``target_compute`` and compared with
+    ``actual[family][metric or "loss"]`` when given. ``source`` names the table in the header."""
     from interpscale.analysis.figures import CORE_COLUMNS, render_figures
     from interpscale.analysis.figures._style import require_columns
 
@@ -227,7 +281,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     out.mkdir(parents=True, exist_ok=True)
     if fits is None:
         try:
-            fits = _fit_families(df, n_boot)
+            fits = _fit_families(df, n_boot, target_compute, actual)
         except ValueError as exc:
             log.warning("report: family fits failed: %s", exc)
             fits = None

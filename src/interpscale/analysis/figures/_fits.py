@@ -51,38 +51,28 @@ class IsoflopSummary:
                 np.array([s.l_star for s in used]))
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
 def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None) -> IsoflopSummary:
-    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``."""
+    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``
+    (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is)."""
     from interpscale.scaling import fit_isoflop
 
     if fit is None:
         fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
+    target = rows["slice_flops"].to_numpy(float)
     slices = []
-    for s in _get(fit, "slices", default=[]):
-        compute = float(_get(s, "compute", "slice_flops", "C"))
-        sub = rows[np.isclose(rows["slice_flops"].astype(float), compute, rtol=1e-9)]
-        predict = getattr(s, "predict", None)
+    for rec in fit.slices.to_dict("records"):
+        compute = float(rec["compute"])
+        sub = rows[np.isclose(target, compute, rtol=1e-9)]
+        curve = None
+        if rec.get("convex") and math.isfinite(rec.get("P_star", math.nan)):
+            curve = (lambda c: (lambda p: fit.parabola(c, p)))(compute)
         slices.append(SliceCurve(
-            compute=compute,
-            params=sub["params"].to_numpy(float),
-            loss=sub["loss"].to_numpy(float),
-            p_star=float(_get(s, "P_star", "p_star", default=math.nan)),
-            l_star=float(_get(s, "L_star", "l_star", default=math.nan)),
-            curve=predict,
-            used=bool(_get(s, "used", "included", default=True)),
+            compute=compute, params=sub["params"].to_numpy(float), loss=sub["loss"].to_numpy(float),
+            p_star=float(rec.get("P_star", math.nan)), l_star=float(rec.get("L_star", math.nan)),
+            curve=curve, used=bool(rec.get("used", True)),
         ))
-    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute),
-                          power_P=_get(fit, "power_P", "p_fit"), power_L=_get(fit, "power_L", "l_fit"),
-                          fit=fit, warnings=list(_get(fit, "warnings", default=()) or ()))
+    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute), power_P=fit.power_P,
+                          power_L=fit.power_L, fit=fit, warnings=list(fit.warnings))
 
 
 def chinchilla_fit(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):

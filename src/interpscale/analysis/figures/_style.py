@@ -30,8 +30,11 @@ ESTIMATOR_LABELS = {"fixed_rate": "Fixed-rate mask", "fixed_grid": "Fixed-grid E
                     "per_block": "Per-block ELBO", "ar_ce": "AR cross-entropy"}
 ESTIMATOR_COLORS = {"fixed_rate": "#009E73", "fixed_grid": "#CC79A7", "mdlm_elbo": "#D55E00", "per_block": "#000000",
                     "ar_ce": "#0072B2"}
-METRIC_LABELS = {"concept_loss": "Concept Loss ↓", "concept_independence": "Concept Independence Loss ↓",
-                 "concept_contribution": "Concept Contribution ↑", "known_concept_alignment": "Known Concept Alignment ↑"}
+METRIC_LABELS = {"concept_loss": "Concept Loss ↓", "concept_independence": "Concept Indep. Loss ↓",
+                 "concept_contribution": "Concept Contribution ↑", "known_concept_alignment": "Known Concept Align. ↑"}
+# where a metric's points leave room for a legend: "lower is better" curves fall to the lower right
+METRIC_LEGEND_LOC = {"concept_loss": "upper right", "concept_independence": "upper right",
+                     "concept_contribution": "lower right", "known_concept_alignment": "lower right"}
 _EXTRA_COLORS = ("#009E73", "#CC79A7", "#F0E442", "#000000", "#999999")
 
 STYLE = {
@@ -151,12 +154,19 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence
     return paths
 
 
-def log_axis_compute(ax, label: str = "Compute C (FLOPs)") -> None:
-    ax.set_xscale("log")
-    ax.set_xlabel(label)
+def plain_log_axis(ax, which: str = "y") -> None:
+    """Log scale labelled with plain numbers (2.5, 3, 3.5 ...) — for losses spanning < 1 decade."""
+    from matplotlib import ticker
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def legend_outside(fig, handles, labels, ncol: int | None = None) -> None:
-    """One figure-level legend below the panels (keeps panels uncluttered)."""
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=ncol or min(len(labels), 5))
+def quiet_minor_labels(ax, which: str = "x") -> None:
+    """No labels on minor ticks of a log axis (they collide when the range is under a decade)."""
+    from matplotlib import ticker
+
+    (ax.xaxis if which == "x" else ax.yaxis).set_minor_formatter(ticker.NullFormatter())

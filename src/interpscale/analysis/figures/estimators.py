@@ -67,13 +67,15 @@ def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", est
                 if ax.lines:
                     ax.lines[-1].set_label(ESTIMATOR_LABELS.get(est, est))
             ax.set_title(f"C = {fmt_compute(c)}")
-            if j == 0:
-                ax.legend(loc="upper center", fontsize=5)
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=6)
         for j, (est, summ) in enumerate(summaries.items()):
             draw_isoflop_panel(axes[1, j], summ, legend=(j == 0))
             axes[1, j].set_title(ESTIMATOR_LABELS.get(est, est), color=ESTIMATOR_COLORS[est])
         for ax in list(axes[0, len(computes):]) + list(axes[1, len(summaries):]):
             ax.set_visible(False)
+        for ax in axes[:, 1:].ravel():
+            ax.set_ylabel("")
     return fig
 
 
@@ -134,6 +136,6 @@ def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", n
     with paper_style():
         fig, axes = new_figure(1, 2, panel_height=2.4)
         draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, {f"t={t:g}": c for t, c in colors.items()},
-                              bands=False)
+                              bands=False, fig=fig)
     return fig
 

@@ -8,8 +8,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale.scaling import extrapolate
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, chinchilla_fit, curve_band, isoflop_summary
 from interpscale.analysis.figures._style import (
+    METRIC_LEGEND_LOC,
     family_color,
     family_label,
     main_rows,
@@ -46,31 +48,29 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         raise ValueError(f"{figure}: no rows for family {family!r}")
     summ = isoflop_summary(rows, n_boot=n_boot)
     joint = chinchilla_fit(rows, n_boot=n_boot)
-    c, _, l_star = summ.minima
     c_t = float(target["flops"])
+    observed = target.get("loss")
+    ext = extrapolate(joint, summ.fit, c_t, observed=None if observed is None else float(observed))
+    c, _, l_star = summ.minima
     grid = np.geomspace(min(c.min(), c_t) / 2, max(c.max(), c_t) * 2, 200)
     color = family_color(family)
     with paper_style():
         fig, axes = new_figure(1, 1, panel_height=2.5, width=3.6)
         ax = axes[0, 0]
         ax.scatter(c, l_star, color=color, s=18, zorder=3, label="slice minima L*(C)")
-        joint_pred = float(joint.predict_optimal(c_t))
-        ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {joint_pred:.2f}")
-        lo, hi = joint.band_optimal(grid)
-        ax.fill_between(grid, lo, hi, color=color, alpha=0.15, lw=0)
+        ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {ext.joint:.2f}")
+        ax.fill_between(grid, *joint.band_optimal(grid), color=color, alpha=0.15, lw=0)
         ax.axhline(joint.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {joint.L_inf:.2f}")
-        if summ.power_L is not None:
-            ll_pred = float(summ.power_L.predict(c_t))
-            ax.plot(grid, summ.power_L.predict(grid), "--", color="0.3", lw=1.1, label=f"log-linear → {ll_pred:.2f}")
-            band = curve_band(summ.power_L, grid)
-            if band is not None:
-                ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
-        if "loss" in target and target["loss"] is not None:
-            y_t = float(target["loss"])
-            err = y_t - joint_pred
-            ax.scatter([c_t], [y_t], marker="*", s=110, color="k", zorder=5,
-                       label=f"target {y_t:.2f} (joint Δ={err:+.2f})")
-            ax.vlines(c_t, min(y_t, joint_pred), max(y_t, joint_pred), color="k", lw=0.8)
+        ax.plot(grid, summ.power_L.predict(grid), "--", color="0.3", lw=1.1, label=f"log-linear → {ext.loglinear:.2f}")
+        band = curve_band(summ.power_L, grid)
+        if band is not None:
+            ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
+        for pred, ci, mk in ((ext.joint, ext.joint_ci, color), (ext.loglinear, ext.loglinear_ci, "0.3")):
+            ax.errorbar([c_t], [pred], yerr=[[pred - ci[0]], [ci[1] - pred]], fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+        if ext.observed is not None:
+            ax.scatter([c_t], [ext.observed], marker="*", s=110, color="k", zorder=5,
+                       label=f"target {ext.observed:.2f} (Δ joint {ext.joint_error:+.2f}, "
+                             f"log-lin {ext.loglinear_error:+.2f})")
         ax.set_xscale("log")
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
@@ -99,6 +99,6 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
-            ax.legend(loc="best", fontsize=5)
+            ax.legend(loc=METRIC_LEGEND_LOC.get(metric, "best"), fontsize=5)
         axes[0, 0].set_ylabel(family_label(family))
     return fig

@@ -11,6 +11,7 @@ import pandas as pd
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, curve_band
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
+    METRIC_LEGEND_LOC,
     family_color,
     family_label,
     main_rows,
@@ -48,8 +49,8 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
     x = rows["flops"].to_numpy(float)
     grid = np.geomspace(x.min() / 1.2, (x_max or x.max()) * 1.2, 200)
     band = curve_band(fit, grid)
-    if band is not None:
-        ax.fill_between(grid, *band, color=line_color, alpha=0.15, lw=0, label="90% bootstrap band")
+    if band is not None:  # 90% bootstrap band of the fitted curve
+        ax.fill_between(grid, *band, color=line_color, alpha=0.15, lw=0)
     ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1,
             label=f"e={fit.e:.3g}, β={fit.beta:.3f}, R²={fit.r2:.2f}")
     ax.set_xscale("log")
@@ -74,7 +75,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                 rows = metric_rows(results, fam, metric, figure)
                 fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
-                axes[i, j].legend(loc="best", fontsize=5)
+                axes[i, j].legend(loc=METRIC_LEGEND_LOC.get(metric, "best"), fontsize=5)
                 if j == 0:
                     axes[i, j].set_ylabel(family_label(fam))
                 if i < len(fams) - 1:

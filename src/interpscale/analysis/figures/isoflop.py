@@ -19,6 +19,8 @@ from interpscale.analysis.figures._style import (
     new_figure,
     ordered_families,
     paper_style,
+    plain_log_axis,
+    quiet_minor_labels,
     require_columns,
     slice_colors,
 )
@@ -52,18 +54,22 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
             ax.scatter([sl.p_star], [sl.l_star], marker="x", s=28, color="k" if sl.used else "0.6",
                        linewidths=1.1, zorder=4)
     ax.set_xscale("log")
+    quiet_minor_labels(ax)
+    ax.margins(y=0.12)
     ax.set_xlabel("Parameters P")
     ax.set_ylabel("Validation loss (nats)")
     if legend and n_curves:
-        ax.legend(loc="upper center", fontsize=5.5, ncol=1)
+        ax.legend(loc="best", fontsize=5.5, ncol=1)
     return n_curves
 
 
 def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSummary], colors: Mapping[str, str],
-                          *, bands: bool = True, markers: Mapping[str, str] | None = None) -> int:
+                          *, bands: bool = True, markers: Mapping[str, str] | None = None, fig=None) -> int:
     """(a) L*(C) and (b) P*(C): per-slice minima as markers, Eq. 26 fits as lines with
-    their bootstrap bands; one series per key of ``summaries``. Returns series drawn."""
+    their bootstrap bands; one series per key of ``summaries``. With ``fig``, one legend
+    for both panels goes to the figure's right (for many series). Returns series drawn."""
     n = 0
+    handles, labels = [], []
     for key, summ in summaries.items():
         c, p, l = summ.minima
         if c.size == 0:
@@ -74,13 +80,16 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
         for ax, y, fit, sym in ((ax_loss, l, summ.power_L, "α_L"), (ax_params, p, summ.power_P, "α_P")):
             ax.scatter(c, y, color=color, marker=mk, s=16, zorder=3, linewidths=0)
             if fit is not None:
-                ax.plot(grid, fit.predict(grid), color=color, lw=1.1, label=f"{key} ({sym}={fit.alpha:.3f})")
+                (line,) = ax.plot(grid, fit.predict(grid), color=color, lw=1.1, label=f"{key} ({sym}={fit.alpha:.3f})")
                 band = curve_band(fit, grid) if bands else None
                 if band is not None:
-                    ax.fill_between(grid, *band, color=color, alpha=0.15, lw=0)
+                    ax.fill_between(grid, *band, color=color, alpha=0.12, lw=0)
+                if ax is ax_loss and fig is not None and summ.power_P is not None:
+                    handles.append(line)
+                    labels.append(f"{key}: α_L={fit.alpha:.3f}, α_P={summ.power_P.alpha:.3f}")
         n += 1
     ax_loss.set_xscale("log")
-    ax_loss.set_yscale("log")
+    plain_log_axis(ax_loss, "y")
     ax_params.set_xscale("log")
     ax_params.set_yscale("log")
     ax_loss.set_xlabel("Compute C (FLOPs)")
@@ -89,8 +98,11 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
     ax_params.set_ylabel("P*(C)")
     ax_loss.set_title("(a) compute-optimal loss")
     ax_params.set_title("(b) compute-optimal size")
-    ax_loss.legend(loc="upper right", fontsize=5.5)
-    ax_params.legend(loc="upper left", fontsize=5.5)
+    if fig is not None:
+        fig.legend(handles, labels, loc="outside right upper", fontsize=5.5)
+    else:
+        ax_loss.legend(loc="upper right", fontsize=5.5)
+        ax_params.legend(loc="upper left", fontsize=5.5)
     return n
 
 

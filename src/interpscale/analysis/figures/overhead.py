@@ -26,8 +26,9 @@ def paper_size_params() -> dict[str, tuple[float, float]]:
             cfg = zoo_config.make_config("ar+concept", name)
             out[name] = (float(backbone_params(cfg)), float(backbone_params(cfg) + concept_params(cfg)))
         return out
-    except (ImportError, AttributeError, ValueError) as exc:  # zoo not importable in this install
-        log.info("Figure 21: model zoo unavailable (%s); using Table 23's printed counts", exc)
+    except Exception as exc:  # noqa: BLE001 - any failure to import the zoo (torch missing, broken plugin)
+        log.warning("Figure 21: model zoo unavailable (%s: %s); using Table 23's printed counts",
+                    type(exc).__name__, exc)
         from interpscale.analysis.example_data import BACKBONES, total_params
 
         return {s: (v[2], total_params(s, True)) for s, v in BACKBONES.items()}
