@@ -26,6 +26,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-retries", type=int, default=4)
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per call")
     g.add_argument("--top-logprobs", type=int, default=None, help="request top_logprobs for an expected score")
+    g.add_argument("--price-in", type=float, default=None, help="price per 1M prompt tokens (for the cost estimate)")
+    g.add_argument("--price-out", type=float, default=None, help="price per 1M completion tokens")
     g.add_argument("--templates", default=None, help="TOML/JSON file overriding prompt templates")
     g.add_argument("--batch-write", default=None, help="write an OpenAI Batch API request file and stop")
     g.add_argument("--batch-read", default=None, help="read an OpenAI Batch API output file instead of calling")
@@ -95,6 +97,7 @@ def _judge(args: argparse.Namespace) -> Any:
     client = JudgeClient(model=model, base_url=base_url or "batch://offline", api_key_env=args.api_key_env,
                          cache_path=cache, concurrency=args.concurrency, max_retries=args.max_retries,
                          timeout=args.timeout, top_logprobs=args.top_logprobs, templates=templates,
+                         price_in_per_mtok=args.price_in, price_out_per_mtok=args.price_out,
                          progress=sys.stderr.isatty())
     if args.batch_write:
         return BatchWriteJudge(client, args.batch_write)
@@ -136,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
         _atomic_write(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
         _atomic_write(out / f"{args.kind}.md", md)
     sys.stdout.write(md)
+    u = result.usage
+    sys.stderr.write(f"judge usage: {u.get('tasks', 0)} tasks, {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cache hits, "
+                     f"{u.get('retries', 0)} retries, {u.get('reasks', 0)} re-asks, {u.get('parse_failures', 0)} parse "
+                     f"failures, {u.get('api_errors', 0)} API errors, {u.get('prompt_tokens', 0)}+"
+                     f"{u.get('completion_tokens', 0)} tokens" + (f", cost {u['cost']:.4f}" if u.get("cost") else "") + "\n")
     return 0
 
 

@@ -166,8 +166,19 @@ class SteeringResult:
             parts.append("steering strength chosen per concept on held-out prompts")
         return "\n".join(f"- {p}" for p in parts) + "\n"
 
+    def details(self) -> str:
+        """Per condition: the Table 17 columns plus sample counts and failures."""
+        lines = ["| Method | Concept | Quality | Harmonic | Sample harmonic | n | Concept failures | Quality failures |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for name, c in self.conditions.items():
+            lines.append(f"| {_NAMES.get(name, name)} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} | "
+                         f"{_f(c.sample_harmonic)} | {c.n_samples} | {c.concept_parse_failures} | "
+                         f"{c.quality_parse_failures} |")
+        return "\n".join(lines) + "\n"
+
     def to_markdown(self) -> str:
-        return "Steering benchmark (Table 9 layout)\n\n" + self.table9()
+        return ("Steering benchmark (Table 9 layout)\n\n" + self.table9() + "\nDetails (Table 17 columns)\n\n"
+                + self.details())
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "judge": self.label,
