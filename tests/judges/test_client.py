@@ -69,7 +69,15 @@ def test_persistent_failure_is_an_api_error_never_a_score_and_not_cached(serve, 
     (r,) = judge.run(_tasks(1))
     assert r.value is None and r.status == "api_error"
     assert judge.usage.api_errors == 1 and len(judge.cache) == 0  # retried on the next run
-    assert srv.n_requests == 2
+    assert srv.n_requests == 2 and judge.usage.retries == 1
+
+
+def test_bad_request_is_not_retried(serve):
+    srv = serve(lambda b, n: ServerReply(status=400))
+    judge = JudgeClient(model="m", base_url=srv.url, max_retries=3)
+    (r,) = judge.run(_tasks(1))
+    assert r.status == "api_error" and "400" in r.raw
+    assert srv.n_requests == 1 and judge.usage.retries == 0
 
 
 def test_empty_reply_gets_one_reask(serve):

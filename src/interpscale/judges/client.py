@@ -260,9 +260,10 @@ class JudgeClient:
                 status = "reasked" if parsed is not None else "parse_error"
         except _ConfigError:
             raise
-        except (openai.APIError, ValueError) as exc:  # after the SDK's own retries
+        except openai.APIError as exc:  # after the SDK's own retries
             self.usage.api_errors += 1
-            self.usage.retries += self.max_retries if isinstance(exc, (openai.APIStatusError, openai.APIConnectionError)) else 0
+            if _retryable(exc):  # the SDK spent its whole retry budget on this call
+                self.usage.retries += self.max_retries
             code = getattr(exc, "status_code", None)
             log.warning("judge call failed after retries: %s%s", type(exc).__name__, f" (HTTP {code})" if code else "")
             return Reply(None, f"{type(exc).__name__}" + (f": HTTP {code}" if code else ""), "api_error",
@@ -330,6 +331,16 @@ class JudgeClient:
 
     def close(self) -> None:
         self.cache.close()
+
+
+def _retryable(exc: Exception) -> bool:
+    """Errors the SDK retries (connection problems, timeouts, 408/409/429/5xx)."""
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        return True
+    code = getattr(exc, "status_code", None)
+    return isinstance(exc, openai.APIStatusError) and code is not None and (code in (408, 409, 429) or code >= 500)
 
 
 class _NoBar:

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, resolve_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
+from interpscale.metrics.alignment import concept_top_tokens as _top_ids
 from interpscale.models.steering import Steering
 from interpscale.models.types import EOS_ID, N_SPECIAL
 
@@ -96,18 +96,11 @@ class ZooGenerator:
 
 
 def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:
-    """T_k(c) = TopK(W K_c) for each known concept (§7), special tokens excluded, decoded."""
-    concept = getattr(model, "concept", None)
-    if concept is None or not hasattr(concept, "known_emb"):
-        raise ValueError(f"family {model.config.family!r} has no known-concept embeddings")
-    with torch.no_grad():
-        emb = concept.known_emb.detach()
-        if concepts is not None:
-            emb = emb[list(concepts)]
-        scores = F.linear(emb, model.lm_head.detach())  # [n, V]
-        scores[:, :N_SPECIAL] = float("-inf")
-        top = scores.topk(min(k, scores.size(1) - N_SPECIAL), dim=1).indices.tolist()
-    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row] for row in top]
+    """T_k(c) = TopK(W K_c) for each known concept (§7), decoded, special tokens excluded
+    (they are not words a judge can read); ids come from metrics.alignment."""
+    ids = _top_ids(model, k + N_SPECIAL, concepts)
+    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row if i >= N_SPECIAL][:k]
+            for row in ids.tolist()]
 
 
 def _run_dir(checkpoint: Path, run_dir: str | Path | None) -> Path:
