@@ -263,11 +263,16 @@ def test_api_key_appears_in_no_file_the_tool_writes(serve, tmp_path, monkeypatch
     out = tmp_path / "out"
     assert main(["judge", "alignment", "--input", str(inp), "--base-url", srv.url, "--model", "m",
                  "--out", str(out)]) == 0
+    steer = tmp_path / "steer.jsonl"
+    steer.write_text(json.dumps({"label": "volcanoes", "prompt": "p", "continuation": "lava", "condition": "steered"}))
+    assert main(["judge", "steering", "--input", str(steer), "--base-url", srv.url, "--model", "m",
+                 "--instruction-judge", "--out", str(out)]) == 0
     judge = JudgeClient(model="m", base_url=srv.url, cache_path=out / "judge_cache.sqlite")
     judge.write_batch(_tasks(3), out / "batch.jsonl")
     assert f"Bearer {secret}" in srv.auth_headers  # the key was used...
     written = [p for p in out.rglob("*") if p.is_file()]
-    assert {p.name for p in written} >= {"alignment.json", "alignment.md", "judge_cache.sqlite", "batch.jsonl"}
+    assert {p.name for p in written} >= {"alignment.json", "alignment.md", "steering.json", "steering.md",
+                                         "judge_cache.sqlite", "batch.jsonl"}
     for p in written:  # ...and written nowhere (sqlite WAL/SHM files included)
         assert secret.encode() not in p.read_bytes(), p
         assert b"sk-interpscale" not in p.read_bytes(), p

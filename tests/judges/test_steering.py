@@ -153,3 +153,15 @@ def test_score_given_continuations(cards):
     with pytest.raises(ValueError, match="condition"):
         score_steering_continuations([{**rows[0], "condition": "other"}], judge=LexicalJudge())
     json.dumps(res.to_dict())  # serialisable
+
+
+def test_expected_scores_are_averaged_when_the_server_returns_logprobs(serve, cards):
+    from interpscale.judges import JudgeClient
+    from interpscale.judges.localserver import ServerReply, digit_logprobs
+
+    srv = serve(lambda b, n: ServerReply("Rating: [[1]]", logprobs=digit_logprobs("Rating: [[1]]", {1: 0.5, 2: 0.5})))
+    rows = [{"label": c.label, "prompt": "p", "continuation": f"text {i}", "condition": "steered"}
+            for i, c in enumerate(cards)]
+    res = score_steering_continuations(rows, judge=JudgeClient(model="m", base_url=srv.url, top_logprobs=2))
+    s = res.conditions["steered"]
+    assert s.concept == 1.0 and s.concept_expected == pytest.approx(1.5) and s.quality_expected == pytest.approx(1.5)

@@ -7,7 +7,8 @@ from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
 from interpscale.judges.scorers import (AlignmentResult, RelevanceResult, ScoreSummary, resolve_judge,
                                         score_alignment, score_relevance)
-from interpscale.judges.steering import CONDITIONS, DEFAULT_PROMPTS, run_steering_benchmark
+from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_continuations, run_steering_benchmark,
+                                        score_steering_continuations)
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
 from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
@@ -19,6 +20,6 @@ __all__ = [
     "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",
     "score_alignment", "AlignmentResult", "score_relevance", "RelevanceResult", "ScoreSummary",
     "score_autointerp", "AutoInterpResult", "pearson",
-    "run_steering_benchmark", "SteeringResult", "SteeringSample", "ConditionScores", "aggregate",
+    "run_steering_benchmark", "judge_continuations", "score_steering_continuations", "SteeringResult", "SteeringSample", "ConditionScores", "aggregate",
     "harmonic", "select_strengths", "table17", "CONDITIONS", "DEFAULT_PROMPTS",
 ]

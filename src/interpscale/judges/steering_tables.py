@@ -76,6 +76,8 @@ class ConditionScores:
     harmonic: Optional[float]  # Eq. 30 of the two means
     sample_harmonic: Optional[float]  # per-sample Eq. 30, averaged
     instruction: Optional[float] = None
+    concept_expected: Optional[float] = None  # mean logprob-expected scores, when the server gave them
+    quality_expected: Optional[float] = None
     n_samples: int = 0
     n_concept: int = 0
     n_quality: int = 0
@@ -98,7 +100,10 @@ def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "e
     recs = [r for s in rows for r in (s.concept_score, s.quality_score, s.instruction_score) if r is not None]
     return ConditionScores(
         condition=condition, concept=mc, quality=mq, harmonic=harmonic(mc, mq), sample_harmonic=_mean(sh),
-        instruction=_mean(ins), n_samples=len(rows), n_concept=len(c), n_quality=len(q),
+        instruction=_mean(ins),
+        concept_expected=_mean([s.concept_score.expected for s in rows if s.concept_score.expected is not None]),
+        quality_expected=_mean([s.quality_score.expected for s in rows if s.quality_score.expected is not None]),
+        n_samples=len(rows), n_concept=len(c), n_quality=len(q),
         concept_parse_failures=sum(s.concept_score.status == "parse_error" for s in rows),
         quality_parse_failures=sum(s.quality_score.status == "parse_error" for s in rows),
         instruction_parse_failures=sum(s.instruction_score is not None and s.instruction_score.status == "parse_error"
