@@ -133,9 +133,19 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     for f in families:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
+    custom = {k: dict(v) for k, v in cfg.get("size_presets", {}).items()}
+    for name, c in custom.items():
+        if c.get("base") not in SIZES:
+            raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
     for s in sizes:
-        if s not in SIZES:
-            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES)}")
+        if s not in SIZES and s not in custom:
+            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES) + sorted(custom)}")
+
+    def size_args(size: str) -> tuple[str, dict]:
+        if size in custom:
+            c = custom[size]
+            return c["base"], {**overrides, **{k: v for k, v in c.items() if k != "base"}}
+        return size, overrides
     if not sizes:
         raise ValueError("no sizes to plan (pass sizes=... or a preset)")
     if slices is None:
@@ -159,9 +169,9 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
                 raise ValueError(f"{family}: slice target must be positive, got {c_target}")
             cands = []
             for size in sizes:
-                kw = overrides
-                P = params_nonembedding(family, size, **kw)
-                M = flops_per_token(family, size, seq_len, **kw)
+                base, kw = size_args(size)
+                P = params_nonembedding(family, base, **kw)
+                M = flops_per_token(family, base, seq_len, **kw)
                 steps = round(c_target / M / batch_tokens)
                 D = steps * batch_tokens
                 achieved = M * D
@@ -191,7 +201,8 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
             for r in ok:
                 runs.append(RunSpec(family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"],
                                     params=r["P"], tokens=r["D"], seq_len=seq_len, batch_tokens=batch_tokens,
-                                    flops_per_token=r["M"], model_overrides=overrides, data=data, **train_kw))
+                                    flops_per_token=r["M"], base_size=size_args(r["size"])[0] if r["size"] in custom
+                                    else "", model_overrides=size_args(r["size"])[1], data=data, **train_kw))
     return Plan(runs=runs, table=pd.DataFrame(rows), launch=dict(cfg.get("launch", {})))
 
 

@@ -31,7 +31,7 @@ def segments(spec: RunSpec) -> list[Segment]:
         segs.append(Segment(f"anneal@{S}", "anneal", S, S + A))
     ratio = spec.decay_frac / (1.0 - spec.decay_frac)
     for r in reservoir_steps(spec):
-        a = max(1, int(round(ratio * r)))
+        a = max(1, int(ratio * r + 0.5))
         segs.append(Segment(f"anneal@{r}", "anneal", r, r + a))
     return segs
 

@@ -35,6 +35,7 @@ class RunSpec:
     warmup_frac: float = 0.02
     decay_frac: float = 0.2  # WSD: final 20% linear decay to zero (App. I anneal)
     reservoir: int = 0  # extra stable checkpoints, each annealed independently (App. I)
+    base_size: str = ""  # the models.SIZES preset ``size`` is built from ("" = ``size`` itself)
     model_overrides: dict = field(default_factory=dict)
     data: dict = field(default_factory=lambda: {"kind": "synthetic"})
     vocab_size: int = 512
@@ -56,6 +57,10 @@ class RunSpec:
     @property
     def steps(self) -> int:
         return self.tokens // self.batch_tokens
+
+    @property
+    def model_size(self) -> str:
+        return self.base_size or self.size
 
     @property
     def batch_size(self) -> int:

@@ -109,7 +109,7 @@ class Trainer:
         from interpscale.models import build_model
 
         torch.manual_seed(self.spec.seed)
-        model = build_model(self.spec.family, self.spec.size, **model_kwargs(self.spec, self.data)).to(self.device)
+        model = build_model(self.spec.family, self.spec.model_size, **model_kwargs(self.spec, self.data)).to(self.device)
         return model, self._optimizer(model)
 
     def _optimizer(self, model):
@@ -225,7 +225,7 @@ class Trainer:
             step += 1
             bar.update(1)
             if self.rank == 0 and (step % spec.log_every == 0 or step == seg.end):
-                append_jsonl(metrics, {"step": step, "segment": seg.name, "lr": lr, "loss": float(out.total),
+                append_jsonl(metrics, {"step": step, "segment": seg.name, "lr": lr, "loss": float(out.total.detach()),
                                        "grad_norm": float(gnorm), "tokens": step * spec.batch_tokens,
                                        **{k: float(v) for k, v in out.parts.items()}})
             if seg.phase == "stable" and step in keep:

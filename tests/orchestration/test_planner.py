@@ -1,0 +1,105 @@
+"""IsoFLOP planner, presets, RunSpec and the WSD schedule."""
+
+import math
+
+import pytest
+
+from interpscale.orchestration import RunSpec, plan
+from interpscale.orchestration.schedule import lr_at, reservoir_steps, segments
+
+# Table 24 of the Steerling paper
+TABLE24 = {"ar": [6e18, 1e19, 3e19, 1e20], "cdlm": [6e18, 1e19, 3e19, 1e20],
+           "ar+concept": [1e19, 3e19, 1.1e20, 3.09e20], "cdlm+concept": [1e19, 3e19, 1.1e20, 3.09e20]}
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return plan("paper", flops_per_s=1e15)
+
+
+def test_paper_plan_reproduces_table24(paper):
+    for fam, targets in TABLE24.items():
+        runs = [r for r in paper.runs if r.family == fam]
+        assert sorted({r.slice_flops for r in runs}) == targets
+        for c in targets:
+            in_slice = [r for r in runs if r.slice_flops == c]
+            assert 4 <= len(in_slice) <= 6, (fam, c, [r.size for r in in_slice])  # §8.1: four to six sizes
+    for r in paper.runs:
+        assert abs(r.flops - r.slice_flops) / r.slice_flops <= 0.15
+        assert r.seq_len == 4096 and r.batch_tokens == 524_288 and r.batch_size == 128
+        assert r.tokens % r.batch_tokens == 0 and r.flops == pytest.approx(r.flops_per_token * r.tokens)
+        assert (r.lr, r.betas, r.eps, r.weight_decay, r.grad_clip) == (4e-4, (0.9, 0.95), 1e-8, 0.1, 1.0)
+
+
+def test_paper_plan_prices_table23_models(paper):
+    # Eq. 23 with Table 23's backbones: the 200M AR model has ~197.7M non-embedding params
+    r = next(r for r in paper.runs if r.family == "ar" and r.size == "200M")
+    assert r.params == pytest.approx(197.7e6, rel=0.01)
+    L, d, N = 13, 1024, 4096
+    assert r.flops_per_token == pytest.approx(6 * r.params + 12 * L * d * N, rel=1e-9)
+    # the dry-run table reports every point, including skipped ones, with an error column
+    t = paper.table
+    assert {"family", "size", "P", "M", "C_target", "D", "steps", "C_err_pct", "est_runtime_s", "status"} <= set(t)
+    assert (t.status != "ok").any() and t.loc[t.status == "ok", "C_err_pct"].abs().max() <= 15
+
+
+def test_run_ids_are_deterministic_and_distinct(paper):
+    ids = [r.run_id for r in paper.runs]
+    assert len(set(ids)) == len(ids)
+    r = paper.runs[0]
+    assert RunSpec.from_dict(r.to_dict()).run_id == r.run_id
+    assert RunSpec.from_dict({**r.to_dict(), "seed": 1}).run_id != r.run_id
+
+
+def test_demo_presets_have_the_required_grid():
+    for preset in ("demo", "demo-quick"):
+        p = plan(preset, flops_per_s=1e10)
+        fams = {r.family for r in p.runs}
+        assert fams == {"ar", "cdlm", "ar+concept", "cdlm+concept"}
+        for f in fams:
+            slices = {r.slice_flops for r in p.runs if r.family == f}
+            assert len(slices) >= 3
+            for c in slices:
+                assert len([r for r in p.runs if r.family == f and r.slice_flops == c]) >= 4
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+        plan("nope")
+    with pytest.raises(ValueError, match="unknown family 'gpt5'"):
+        plan("demo", families=["gpt5"])
+    with pytest.raises(ValueError, match="unknown size 'huge'"):
+        plan("demo", sizes=["huge"])
+    with pytest.raises(ValueError, match="no size fits slice C=1e\\+06"):
+        plan("demo", families=["ar"], slices=[1e6], flops_per_s=1e10)
+    with pytest.raises(ValueError, match="not a multiple of seq_len"):
+        plan("demo", batch_tokens=100, flops_per_s=1e10)
+    with pytest.raises(ValueError, match="unknown training option"):
+        plan("demo", learning_rate=1.0, flops_per_s=1e10)
+    # D below one batch: flagged in the table, not planned (strict=False keeps going)
+    p = plan("demo", families=["ar"], slices=[5e7, 5e10], strict=False, flops_per_s=1e10)
+    small = p.table[p.table.C_target == 5e7]
+    assert small.status.str.contains("one batch").all()
+    assert all(r.slice_flops == 5e10 for r in p.runs)
+    with pytest.raises(ValueError, match="smaller than one batch"):
+        RunSpec(family="ar", size="nano", slice_flops=1, flops=1, params=1, tokens=10, seq_len=8, batch_tokens=64)
+
+
+def test_wsd_schedule_and_segments():
+    base = dict(family="ar", size="nano", slice_flops=1.0, flops=1.0, params=1, seq_len=8, batch_tokens=64)
+    long = RunSpec(tokens=64 * 200_000, **base)
+    assert long.warmup_steps == 2000  # min(2000, 2% of 200k)
+    short = RunSpec(tokens=64 * 1000, lr=1e-3, reservoir=2, **base)
+    assert short.warmup_steps == 20 and short.stable_steps == 800 and short.decay_steps == 200
+    segs = segments(short)
+    assert [(s.name, s.start, s.end) for s in segs] == [
+        ("stable", 0, 800), ("anneal@800", 800, 1000), ("anneal@267", 267, 334), ("anneal@533", 533, 666)]
+    assert reservoir_steps(short) == [267, 533]
+    st, an = segs[0], segs[1]
+    assert lr_at(short, st, 0) == pytest.approx(1e-3 / 20) and lr_at(short, st, 19) == pytest.approx(1e-3)
+    assert lr_at(short, st, 799) == pytest.approx(1e-3)
+    assert lr_at(short, an, 800) == pytest.approx(1e-3) and lr_at(short, an, 999) == pytest.approx(1e-3 / 200)
+    # each anneal branch is itself an 80/20 run (App. I)
+    for s in segs[2:]:
+        assert s.length / s.end == pytest.approx(0.2, abs=0.01)
+    assert math.isclose(sum(lr_at(short, an, k) for k in range(800, 1000)), 1e-3 * 100.5)

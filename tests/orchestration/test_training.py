@@ -1,0 +1,164 @@
+"""Training loop: recipe, checkpoints, bit-exact resume after SIGKILL, evaluation, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from interpscale.models import load_checkpoint
+from interpscale.orchestration import RunSpec, Trainer, evaluate_run, read_results, train_run
+from interpscale.orchestration.rundir import read_status
+from interpscale.orchestration.trainer import param_groups
+
+
+
+def _final(run_dir: Path) -> dict[str, torch.Tensor]:
+    ck = sorted((run_dir / "checkpoints").glob("anneal*.pt"))[-1]
+    return load_checkpoint(ck)[0].state_dict()
+
+
+def test_run_writes_layout_and_anneals_each_reservoir_checkpoint(tmp_path, make_spec):
+    spec = make_spec("cdlm+concept", steps=25, reservoir=1)
+    d = tmp_path / "runs" / spec.run_id
+    status = train_run(spec, d, progress=False)
+    assert status["state"] == "done"
+    for name in ("spec.json", "tokenizer.json", "concepts.json", "status.json", "metrics.jsonl"):
+        assert (d / name).exists(), name
+    names = sorted(p.name for p in (d / "checkpoints").glob("*.pt"))
+    # stable 0..20, main anneal 20->25; reservoir at 10 annealed independently 10->13 (App. I)
+    assert names == ["anneal0000010_step0000013.pt", "anneal0000020_step0000025.pt",
+                     "stable_step0000010.pt", "stable_step0000020.pt"]
+    _, extra = load_checkpoint(d / "checkpoints" / "anneal0000020_step0000025.pt")
+    assert extra["annealed"] is True and extra["step"] == 25 and extra["tokens"] == 25 * spec.batch_tokens
+    lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    anneal = [r for r in lines if r["segment"] == "anneal@20"]
+    assert anneal and anneal[-1]["lr"] < spec.lr / 4  # linear decay towards zero
+    assert {"lm", "concept"} <= set(lines[0])  # loss parts logged
+    assert json.loads((d / "concepts.json").read_text())[0]["label"] == "astronomy"
+    # running again is a no-op
+    before = (d / "checkpoints" / "stable_step0000020.pt").stat().st_mtime_ns
+    assert train_run(spec, d, progress=False)["state"] == "done"
+    assert (d / "checkpoints" / "stable_step0000020.pt").stat().st_mtime_ns == before
+
+
+def test_weight_decay_excludes_embeddings_and_norms():
+    from interpscale.models import build_model
+
+    m = build_model("ar", "nano", vocab_size=64)
+    decay, no_decay = param_groups(m, 0.1)
+    emb = {id(mod.weight) for mod in m.modules() if isinstance(mod, torch.nn.Embedding)}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert emb and not emb & {id(p) for p in decay["params"]}
+    assert all(p.ndim >= 2 for p in decay["params"])
+    names = {id(p): n for n, p in m.named_parameters()}
+    assert not any("norm" in names[id(p)] for p in decay["params"])
+
+
+def test_interrupted_run_resumes_bit_exactly(tmp_path, make_spec):
+    spec = make_spec("cdlm", steps=30)
+    ref = tmp_path / "ref"
+    train_run(spec, ref, data_root=tmp_path / "_data", progress=False)
+    cut = tmp_path / "cut"
+    Trainer(spec, cut, data_root=tmp_path / "_data", progress=False).run(stop_at_step=13)
+    assert read_status(cut)["state"] == "running"
+    train_run(spec, cut, data_root=tmp_path / "_data", progress=False)
+    assert read_status(cut)["resumed_at"] == [13]
+    a, b = _final(ref), _final(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+_CHILD = """
+import sys, torch
+torch.set_num_threads(1)
+from interpscale.orchestration import RunSpec, Trainer
+spec = RunSpec.load(sys.argv[1])
+Trainer(spec, sys.argv[2], data_root=sys.argv[3], progress=False, save_every_steps=3).run()
+"""
+
+
+def test_sigkill_mid_training_then_relaunch_gives_identical_params(tmp_path, make_spec):
+    spec = make_spec("ar+concept", steps=400)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.to_json())
+    data = tmp_path / "_data"
+    ref = tmp_path / "ref"
+    train_run(spec, ref, data_root=data, progress=False)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(spec_file), str(killed), str(data)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        st = killed / "status.json"
+        if (killed / "state" / "resume.pt").exists() and st.exists() and "segments_done" not in json.loads(
+                st.read_text()):
+            lines = (killed / "metrics.jsonl").read_text().splitlines() if (killed / "metrics.jsonl").exists() else []
+            if len(lines) >= 4:  # >= 20 steps in, well before the end of the stable phase
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "child finished before it could be killed; make the run longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert read_status(killed)["state"] == "running"
+    train_run(spec, killed, data_root=data, progress=False)
+    status = read_status(killed)
+    assert status["state"] == "done" and status["resumed_at"][0] > 0
+    a, b = _final(ref), _final(killed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_evaluate_run_rows_and_resume(tmp_path, make_spec):
+    spec = make_spec("ar+concept", steps=15)
+    d = tmp_path / spec.run_id
+    train_run(spec, d, progress=False)
+    df = evaluate_run(d)
+    assert len(df) == 2 and set(df.annealed) == {True, False}
+    row = df[df.annealed].iloc[0]
+    assert row.estimator == "ar_ce" and row.family == "ar+concept" and row.step == 15
+    assert row.tokens == 15 * spec.batch_tokens and row.flops == pytest.approx(spec.flops)
+    assert 0 < row.loss < 10 and row.loss_se >= 0
+    assert {"concept_loss", "concept_independence", "concept_contribution"} <= set(df.columns)
+    assert df.concept_loss.notna().all()
+    assert (d / "results.csv").exists()
+    mtime = (d / "results.parquet").stat().st_mtime_ns
+    assert len(evaluate_run(d)) == 2 and (d / "results.parquet").stat().st_mtime_ns == mtime  # nothing redone
+    # a corrupt checkpoint: clear error naming the file, evaluated rows kept
+    (d / "checkpoints" / "stable_step0000099.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="stable_step0000099.pt is corrupt"):
+        evaluate_run(d)
+    assert len(read_results(d / "results.parquet")) == 2
+
+
+def test_diffusion_evaluates_with_elbo(tmp_path, make_spec):
+    spec = make_spec("cdlm", steps=10)
+    d = tmp_path / spec.run_id
+    train_run(spec, d, progress=False)
+    df = evaluate_run(d)
+    assert set(df.estimator) == {"mdlm_elbo"} and df.loss.notna().all()
+
+
+def test_bad_input_errors(tmp_path, make_spec):
+    spec = make_spec("ar", steps=10)
+    # corrupt resume state: clear error, the file is left for inspection
+    d = tmp_path / "run"
+    Trainer(spec, d, progress=False).run(stop_at_step=4)
+    (d / "state" / "resume.pt").write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match="cannot resume from .*resume.pt"):
+        train_run(spec, d, progress=False)
+    assert (d / "state" / "resume.pt").read_bytes() == b"\x00garbage"
+    assert (d / "spec.json").exists() and (d / "checkpoints").exists() is False or True
+    # an unwritable output directory (a path under a regular file)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="not writable"):
+        train_run(spec, blocker / "run", progress=False)
+    # a directory holding another run
+    with pytest.raises(ValueError, match="already holds a different run"):
+        train_run(make_spec("ar", steps=12), d, progress=False)
+    # model/data disagreement
+    with pytest.raises(ValueError, match="n_concepts"):
+        train_run(make_spec("ar", steps=10, model_overrides={"n_concepts": 9}), tmp_path / "r2", progress=False)
