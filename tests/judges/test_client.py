@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from interpscale.judges import ConceptCard, JudgeClient, JudgeTask, TemplateSet, score_alignment
+from interpscale.judges import JudgeClient, JudgeTask, TemplateSet, score_alignment
 from interpscale.judges.localserver import ServerReply, default_responder, digit_logprobs
 
 TS = TemplateSet()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from interpscale.judges import (ConceptCard, JudgeRecord, LexicalJudge, SteeringSample, aggregate, harmonic,
+from interpscale.judges import (JudgeRecord, LexicalJudge, SteeringSample, aggregate, harmonic,
                                 run_steering_benchmark, select_strengths, table17)
 from interpscale.judges.steering import score_steering_continuations
 
@@ -165,3 +165,23 @@ def test_expected_scores_are_averaged_when_the_server_returns_logprobs(serve, ca
     res = score_steering_continuations(rows, judge=JudgeClient(model="m", base_url=srv.url, top_logprobs=2))
     s = res.conditions["steered"]
     assert s.concept == 1.0 and s.concept_expected == pytest.approx(1.5) and s.quality_expected == pytest.approx(1.5)
+
+
+def test_saved_generations_are_keyed_by_generator(cards, tmp_path):
+    calls = []
+    path = tmp_path / "g.jsonl"
+    kw = dict(judge=LexicalJudge(), n_concepts=1, generations_path=path)
+    run_steering_benchmark(_toy_generate(calls), cards, ["A."], generator_id="model-1", **kw)
+    n = len(calls)
+    run_steering_benchmark(_toy_generate(calls), cards, ["A."], generator_id="model-1", **kw)
+    assert len(calls) == n  # same generator: nothing regenerated
+    run_steering_benchmark(_toy_generate(calls), cards, ["A."], generator_id="model-2", **kw)
+    assert len(calls) == 2 * n  # another model never re-uses the first one's text
+    with open(path, "a") as f:
+        f.write('{"key": "truncated by a ki')  # a line cut short by a kill is skipped
+    run_steering_benchmark(_toy_generate(calls), cards, ["A."], generator_id="model-2", **kw)
+    assert len(calls) == 2 * n
+    run_steering_benchmark(_toy_generate(calls), cards, ["B."], generator_id="model-2", **kw)  # appends after it
+    m = len(calls)
+    run_steering_benchmark(_toy_generate(calls), cards, ["B."], generator_id="model-2", **kw)
+    assert len(calls) == m  # the records written after the torn line are intact

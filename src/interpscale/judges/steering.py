@@ -76,7 +76,10 @@ class _Generations:
         if self.path is not None:
             if self._f is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                torn = self.path.exists() and self.path.stat().st_size > 0 and not self.path.read_bytes().endswith(b"\n")
                 self._f = open(self.path, "a")
+                if torn:  # a line cut short by a kill: start a fresh line
+                    self._f.write("\n")
             self._f.write(json.dumps({"key": key, "continuation": text}) + "\n")
             self._f.flush()
             os.fsync(self._f.fileno())
@@ -102,14 +105,18 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
                            conditions: Sequence[str] = CONDITIONS, seed: int = 0, max_new_tokens: int = 128,
                            select_fraction: float = 0.5, instruction_judge: bool = False,
                            quality_with_prefix: bool = False, prompting_template: str = PROMPTING_TEMPLATE,
-                           generations_path: str | Path | None = None, progress: bool = False) -> SteeringResult:
+                           generations_path: str | Path | None = None, generator_id: str = "",
+                           progress: bool = False) -> SteeringResult:
     """Generate, judge and aggregate the steering benchmark.
 
     ``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` is
     called with ``card=None`` for the unsteered and prompting conditions and with the
     concept and a strength (the calibrated target τ of Eq. 19) for the steered one.
     Only the continuation is judged. ``n_concepts`` concepts are sampled with ``seed``
-    (all when None or larger than the library).
+    (all when None or larger than the library). With ``generations_path`` every
+    continuation is appended to a JSONL file as it is made and re-used on a rerun;
+    ``generator_id`` (e.g. the checkpoint and sampling settings) is part of its key, so a
+    different model never re-uses another's text.
     """
     bad = set(conditions) - set(CONDITIONS)
     if bad or not conditions:
@@ -142,7 +149,7 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
     gens = _Generations(generations_path)
     ctx = dict(cards=cards, prompts=prompts, judge=judge, gens=gens, generate=generate, seed=seed,
                max_new_tokens=max_new_tokens, instruction=instruction_judge, with_prefix=quality_with_prefix,
-               prompting_template=prompting_template, progress=progress)
+               prompting_template=prompting_template, progress=progress, generator_id=generator_id)
     try:
         samples: list[SteeringSample] = []
         chosen: dict[str, float] = {}
@@ -173,7 +180,7 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
 
 def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequence[str], judge: Judge,
               gens: _Generations, generate: GenerateFn, seed: int, max_new_tokens: int, instruction: bool,
-              with_prefix: bool, prompting_template: str, progress: bool) -> list[SteeringSample]:
+              with_prefix: bool, prompting_template: str, progress: bool, generator_id: str) -> list[SteeringSample]:
     it: Any = jobs
     if progress:
         from tqdm.auto import tqdm
@@ -185,7 +192,7 @@ def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequen
         full = prompting_template.format(label=card.label, description=card.description, prompt=prompt) \
             if j.condition == "prompting" else prompt
         s = _seed(seed, card.label, j.pi, j.condition, j.strength)
-        key = json.dumps([card.label, prompt, j.condition, j.strength, s, max_new_tokens])
+        key = json.dumps([generator_id, card.label, full, j.condition, j.strength, s, max_new_tokens])
         steer_card = card if j.condition == "steered" else None
         texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=j.strength,
                                                             max_new_tokens=max_new_tokens, seed=s)))

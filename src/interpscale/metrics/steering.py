@@ -137,4 +137,6 @@ def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | N
     cards = load_concept_cards(rd / "concepts.json")
     gen = ZooGenerator(model, load_tokenizer(rd / "tokenizer.json"), cards, temperature=temperature,
                        top_k=top_k, layer=layer)
-    return run_steering_benchmark(gen, cards, prompts, judge=resolve_judge(judge), **bench_kwargs)
+    st = ckpt.stat()  # saved generations belong to this exact file and these sampling settings
+    gid = json.dumps([str(ckpt.resolve()), st.st_size, st.st_mtime_ns, temperature, top_k, layer])
+    return run_steering_benchmark(gen, cards, prompts, judge=resolve_judge(judge), generator_id=gid, **bench_kwargs)
