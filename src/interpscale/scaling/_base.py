@@ -34,14 +34,14 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
         bad = ~np.isfinite(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-finite value {arr[i]!r} at row {i} ({int(bad.sum())} bad rows)")
+            raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at row {i} ({int(bad.sum())} bad rows)")
     if positive:
         bad = ~(arr > 0)
         if allow_nan:
             bad &= ~np.isnan(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-positive value {arr[i]!r} at row {i}; a log-scale fit needs values > 0")
+            raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at row {i}; a log-scale fit needs values > 0")
     return arr
 
 

@@ -238,7 +238,7 @@ def fit_bounded(
     bnd = 0.0 if bound is None else float(bound)
     if bound is not None and (side * (m - bnd) < 0).any():
         i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
-        raise ValueError(f"{name or 'metric'}: value {m[i]!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
+        raise ValueError(f"{name or 'metric'}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
     c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
     lx = np.log(C / c_ref)
     W1 = np.ones((1, n))

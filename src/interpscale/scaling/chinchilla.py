@@ -282,6 +282,7 @@ def fit_chinchilla(
     seed: int = 0,
     max_iter: int = 1000,
     n_polish: int = 20,
+    smooth: bool = True,
 ) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
 
@@ -336,7 +337,13 @@ def fit_chinchilla(
         fitted = log_pred(theta[None, :], lP, lD)[0]
         W = None
         if bootstrap == "residual":
-            Y = fitted[None, :] + resample_residuals(rng, lL - fitted, n_boot, 5)
+            resid = lL - fitted
+            E = resample_residuals(rng, resid, n_boot, 5)
+            if smooth:  # smoothed residual bootstrap (variance-preserving Gaussian kernel)
+                sd = float(E.std())
+                h = 1.06 * sd * n ** (-0.2)
+                E = (E + rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2) if sd > 0 else E
+            Y = fitted[None, :] + E
         elif bootstrap == "pairs":
             Y, W = lL, pairs_weights(rng, n, n_boot)
         else:
@@ -355,9 +362,9 @@ def fit_chinchilla(
         }
         ci = {k: percentile_ci(v, level) for k, v in draws.items()}
     return ChinchillaFit(
-        L_inf=float(math.exp(e)),
-        A_P=float(math.exp(a)),
-        A_D=float(math.exp(b)),
+        L_inf=float(np.exp(e)),
+        A_P=float(np.exp(a)),
+        A_D=float(np.exp(b)),
         alpha=float(al),
         beta=float(be),
         objective=objective,
