@@ -146,3 +146,26 @@ def test_cli_inputs_relevance_and_errors(tmp_path, capsys):
     assert main(["judge", "steering", "--input", str(steer), "--model", "judge-m", "--batch-write", str(req),
                  "--cache", str(tmp_path / "c.sqlite")]) == 0
     assert len(req.read_text().splitlines()) == 2 and "--batch-read" in capsys.readouterr().out
+
+
+def test_predicted_concept_relevance_from_a_checkpoint(tmp_path, zoo, capsys):
+    from interpscale.metrics.steering import predicted_concepts
+
+    model, tok = zoo
+    model.eval()
+    preds = predicted_concepts(model, tok, ["the bicycle and the tour", "lava and ash"], top=2)
+    with torch.no_grad():
+        ids = tok.encode("lava and ash").ids
+        act = model(torch.tensor([ids])).known_act[0].max(0).values
+    assert preds[1] == act.topk(2).indices.tolist() and len(preds[0]) == 2
+    rd = _run_dir(tmp_path, zoo)
+    (rd / "concepts.json").write_text(json.dumps([{"label": f"concept {i}", "description": "d", "words": ["lava"]}
+                                                  for i in range(8)]))
+    rows = tmp_path / "chunks.jsonl"
+    rows.write_text(json.dumps({"text": "lava and ash"}) + "\n" + json.dumps({"text": "the tour"}) + "\n")
+    out = tmp_path / "out"
+    assert main(["judge", "relevance", "--checkpoint", str(rd / "checkpoints" / "step_10.pt"), "--input", str(rows),
+                 "--top", "2", "--out", str(out)]) == 0
+    res = json.loads((out / "relevance.json").read_text())
+    assert [[r["score"] for r in row] for row in res["records"]] == [[2.0, 2.0], [1.0, 1.0]]
+    assert [r["meta"]["concept"] for r in res["records"][0]] == [f"concept {i}" for i in preds[1]]

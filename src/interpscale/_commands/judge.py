@@ -59,7 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--quality-with-prefix", action="store_true", help="show the prompt to the quality judge as context (paper App. M)")
     _common(s)
     r = sub.add_parser("relevance", help="concept relevance 1-5 per candidate, JSON (App. C)")
-    r.add_argument("--input", required=True, help="JSONL rows {text, candidates: [{label, description, words?}]}")
+    r.add_argument("--input", required=True,
+                   help="JSONL rows {text, candidates: [{label, description, words?}]}; with --checkpoint only {text}")
+    r.add_argument("--checkpoint", help="judge this checkpoint's top predicted concepts for each text")
+    r.add_argument("--run-dir")
+    r.add_argument("--top", type=int, default=3, help="predicted concepts per chunk (with --checkpoint)")
     _common(r)
 
 
@@ -118,6 +122,15 @@ def run(args: argparse.Namespace) -> int:
             result = _alignment(args, judge)
         elif args.kind == "steering":
             result = _steering(args, judge)
+        elif args.checkpoint:
+            from interpscale.metrics.steering import judge_checkpoint_relevance
+
+            rows = _read_jsonl(args.input)
+            bad = [i for i, r in enumerate(rows) if not isinstance(r.get("text"), str)]
+            if bad:
+                raise ValueError(f"{args.input}: rows {bad[:5]} need a 'text' string")
+            result = judge_checkpoint_relevance(args.checkpoint, [r["text"] for r in rows], run_dir=args.run_dir,
+                                                top=args.top, judge=judge)
         else:
             from interpscale.judges import score_relevance
 

@@ -332,6 +332,12 @@ class JudgeClient:
     def close(self) -> None:
         self.cache.close()
 
+    def __enter__(self) -> "JudgeClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _retryable(exc: Exception) -> bool:
     """Errors the SDK retries (connection problems, timeouts, 408/409/429/5xx)."""

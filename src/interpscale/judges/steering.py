@@ -130,6 +130,10 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
         raise ValueError("the steered condition needs at least one strength")
     if len(set(strengths)) != len(strengths):
         raise ValueError(f"strengths must be distinct, got {strengths}")
+    if not 0 < select_fraction < 1:
+        raise ValueError(f"select_fraction must be in (0, 1), got {select_fraction}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     judge = resolve_judge(judge)
     rng = random.Random(seed)
     cidx = list(range(len(cards)))

@@ -140,3 +140,44 @@ def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | N
     st = ckpt.stat()  # saved generations belong to this exact file and these sampling settings
     gid = json.dumps([str(ckpt.resolve()), st.st_size, st.st_mtime_ns, temperature, top_k, layer])
     return run_steering_benchmark(gen, cards, prompts, judge=resolve_judge(judge), generator_id=gid, **bench_kwargs)
+
+
+def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top: int = 3) -> list[list[int]]:
+    """The ``top`` known concepts a model predicts for each text chunk: the sigmoid
+    activations k (Eq. 6) OR-aggregated over the chunk's tokens by a max (§4.5.2)."""
+    if top < 1:
+        raise ValueError(f"top must be >= 1, got {top}")
+    out = []
+    device = next(model.parameters()).device
+    block = int(model.config.block_size) if model.is_diffusion else 1
+    for i, text in enumerate(texts):
+        ids = tokenizer.encode(text).ids[: int(model.config.max_seq_len)]
+        if not ids:
+            raise ValueError(f"chunk {i} encodes to no tokens")
+        n = len(ids)
+        ids = ids + [0] * (-n % block)  # PAD to whole diffusion blocks; padded positions are ignored
+        with torch.no_grad():
+            act = model(torch.tensor([ids], device=device)).known_act
+        if act is None:
+            raise ValueError(f"family {model.config.family!r} predicts no known concepts")
+        out.append(act[0, :n].max(0).values.topk(min(top, act.size(-1))).indices.tolist())
+    return out
+
+
+def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, run_dir: str | Path | None = None,
+                               top: int = 3, judge: Any = None):
+    """Predicted-concept relevance (App. C): each chunk against the checkpoint's top
+    predicted concepts, 1–5 per concept."""
+    from interpscale.judges import score_relevance
+    from interpscale.models import load_checkpoint
+
+    ckpt = Path(checkpoint)
+    rd = _run_dir(ckpt, run_dir)
+    model, _ = load_checkpoint(ckpt)
+    model.eval()
+    cards = load_concept_cards(rd / "concepts.json")
+    preds = predicted_concepts(model, load_tokenizer(rd / "tokenizer.json"), texts, top=top)
+    bad = sorted({c for row in preds for c in row if c >= len(cards)})
+    if bad:
+        raise ValueError(f"concepts {bad[:5]} are predicted but {rd / 'concepts.json'} has only {len(cards)} cards")
+    return score_relevance(list(texts), [[cards[c] for c in row] for row in preds], judge=resolve_judge(judge))
