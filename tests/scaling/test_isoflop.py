@@ -1,0 +1,128 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from interpscale.scaling import fit_isoflop
+
+# Table 6 (AR, CDLM, AR+Concept, CDLM+Concept) alpha_P / alpha_L
+TABLE6 = [(0.528, -0.060), (0.632, -0.053), (0.621, -0.070), (0.503, -0.072)]
+
+
+@pytest.mark.parametrize("alpha_P, alpha_L", TABLE6)
+def test_recovers_table6_exponents(synth, alpha_P, alpha_L):
+    df, truth = synth.isoflop_grid(alpha_P, alpha_L, seed=1, noise=0.002)
+    fit = fit_isoflop(df, n_boot=300, seed=0)
+    assert fit.converged and fit.slices["used"].all()
+    assert fit.alpha_P == pytest.approx(alpha_P, abs=0.03)
+    assert fit.alpha_L == pytest.approx(alpha_L, abs=0.002)
+    assert fit.a_L == pytest.approx(truth["a_L"], rel=0.05)
+    lo, hi = fit.ci["alpha_P"]
+    assert lo < fit.alpha_P < hi
+    # per-slice minima and curvature (Eq. 25) are recovered
+    Ps = truth["a_P"] * fit.slices["compute"] ** alpha_P
+    np.testing.assert_allclose(fit.slices["P_star"], Ps, rtol=0.15)
+    np.testing.assert_allclose(fit.slices["curvature"], 0.06, rtol=0.3)
+
+
+def test_noise_free_parabolas_are_exact(synth):
+    df, truth = synth.isoflop_grid(0.55, -0.06, noise=0.0)
+    fit = fit_isoflop(df, window=None, n_boot=0)
+    assert fit.alpha_P == pytest.approx(0.55, abs=1e-8)
+    assert fit.alpha_L == pytest.approx(-0.06, abs=1e-10)
+    assert fit.power_P.r2 == pytest.approx(1.0)
+    P, L = fit.predict(1e21)
+    assert P == pytest.approx(truth["a_P"] * 1e21**0.55, rel=1e-6)
+    # the slice parabola of Eq. 25 reproduces the noise-free data
+    s = df[df.slice_flops == 1e19]
+    np.testing.assert_allclose(fit.parabola(1e19, s.params), s.loss, atol=1e-10)
+
+
+def test_ci_coverage_over_seeds(synth):
+    n, hits_P, hits_L = 25, 0, 0
+    for seed in range(n):
+        df, _ = synth.isoflop_grid(0.528, -0.060, seed=100 + seed, noise=0.004)
+        fit = fit_isoflop(df, n_boot=300, seed=seed)
+        hits_P += fit.ci["alpha_P"][0] <= 0.528 <= fit.ci["alpha_P"][1]
+        hits_L += fit.ci["alpha_L"][0] <= -0.060 <= fit.ci["alpha_L"][1]
+    assert hits_P / n >= 0.8 and hits_L / n >= 0.8, (hits_P, hits_L)
+
+
+def test_window_rule_uses_points_around_observed_minimum(synth):
+    df, _ = synth.isoflop_grid(0.55, -0.06, sizes=9, noise=0.0)
+    fit = fit_isoflop(df, window=5, n_boot=0)
+    assert (fit.slices["n_points"] == 9).all() and (fit.slices["n_window"] == 5).all()
+    few = df.groupby("slice_flops").head(4)
+    fit4 = fit_isoflop(few, window=5, n_boot=0, exclude_flagged=False)
+    assert (fit4.slices["n_window"] == 4).all()
+
+
+def test_window_rule_reduces_bias_on_non_parabolic_slices():
+    # A Chinchilla surface is not a parabola in log P far from the optimum; with one fixed
+    # set of model sizes for every slice the whole-slice parabola is biased, the window is not.
+    E, A, B, al, be = 1.8, 400.0, 2000.0, 0.34, 0.37
+    rows = [
+        dict(slice_flops=C, params=P, loss=E + A / P**al + B / (C / (6 * P)) ** be)
+        for C in (1e18, 6e18, 3e19, 1e20, 6e20)
+        for P in np.geomspace(3e6, 3e10, 13)
+    ]
+    df = pd.DataFrame(rows)
+    truth = be / (al + be)
+    whole = fit_isoflop(df, window=None, n_boot=0)
+    win = fit_isoflop(df, window=5, n_boot=0)
+    assert abs(whole.alpha_P - truth) > 0.005
+    assert abs(win.alpha_P - truth) < 0.002
+
+
+def test_flags_edge_and_nonconvex_slices(synth):
+    df, _ = synth.isoflop_grid(0.55, -0.06, noise=0.0)
+    # slice 1e20: keep only sizes below the optimum -> minimum at the edge
+    edge = df[(df.slice_flops != 1e20) | (df.params < df[df.slice_flops == 1e20].params.median())]
+    fit = fit_isoflop(edge, n_boot=0)
+    row = fit.slices.set_index("compute").loc[1e20]
+    assert not row["used"] and "edge" in row["reason"]
+    assert any("1e+20" in w for w in fit.warnings)
+    # slice 6e18: flip the losses -> concave parabola
+    bad = df.copy()
+    m = bad.slice_flops == 6e18
+    bad.loc[m, "loss"] = 6.0 - bad.loc[m, "loss"]
+    fit = fit_isoflop(bad, n_boot=0)
+    row = fit.slices.set_index("compute").loc[6e18]
+    assert not row["convex"] and not row["used"]
+    assert len(fit.slices) == 4 and fit.slices["used"].sum() == 3
+    kept = fit_isoflop(edge, n_boot=0, exclude_flagged=False)
+    assert kept.slices["used"].all()
+
+
+def test_bad_input(synth):
+    df, _ = synth.isoflop_grid(0.55, -0.06)
+    with pytest.raises(ValueError, match="single slice"):
+        fit_isoflop(df[df.slice_flops == 1e19])
+    d = df.copy()
+    d.loc[3, "loss"] = np.nan
+    with pytest.raises(ValueError, match="loss: non-finite value nan at row 3"):
+        fit_isoflop(d)
+    d = df.copy()
+    d.loc[5, "params"] = -1
+    with pytest.raises(ValueError, match="params: non-positive value -1.0 at row 5"):
+        fit_isoflop(d)
+    with pytest.raises(ValueError, match="duplicate rows 2 and 28"):
+        fit_isoflop(pd.concat([df, df.iloc[[2]]], ignore_index=True))
+    with pytest.raises(ValueError, match="missing column 'loss'"):
+        fit_isoflop(df.drop(columns="loss"))
+    with pytest.raises(ValueError, match="usable slice"):
+        fit_isoflop(df.groupby("slice_flops").head(2))
+
+
+def test_bands_and_serialisation(synth):
+    df, _ = synth.isoflop_grid(0.55, -0.06, noise=0.003)
+    fit = fit_isoflop(df, n_boot=200)
+    C = np.array([1e19, 1e21])
+    lo, hi = fit.band_L(C)
+    _, L = fit.predict(C)
+    assert np.all(lo <= L) and np.all(L <= hi) and np.all(hi - lo > 0)
+    assert (hi - lo)[1] > (hi - lo)[0]  # wider when extrapolating
+    s = fit.slices
+    assert (s.P_star_lo < s.P_star).all() and (s.P_star < s.P_star_hi).all()
+    d = fit.to_dict()
+    assert d["alpha_P"] == pytest.approx(fit.alpha_P) and len(d["slices"]) == 4
+    assert "alpha_P" in fit.summary()
