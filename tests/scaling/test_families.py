@@ -1,0 +1,98 @@
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from interpscale.scaling import fit_families
+
+FAMS = {"ar": (0.528, -0.060, "ar_ce"), "cdlm": (0.632, -0.053, "mdlm_elbo"),
+        "ar+concept": (0.621, -0.070, "ar_ce"), "cdlm+concept": (0.503, -0.072, "mdlm_elbo")}
+
+
+@pytest.fixture(scope="module")
+def results(synth):
+    """A results table in the DESIGN.md layout: annealed rows from known laws plus
+    pre-anneal rows (worse losses) and, for cdlm, a second estimator."""
+    frames = []
+    for k, (fam, (aP, aL, est)) in enumerate(FAMS.items()):
+        df, _ = synth.isoflop_grid(aP, aL, seed=k, noise=0.002)
+        rng = np.random.default_rng(k)
+        df["flops"] = df["slice_flops"] * rng.uniform(0.9, 1.1, len(df))
+        df = df.assign(family=fam, estimator=est, annealed=True, size="s", seq_len=64, step=100, loss_se=0.001,
+                       run_id=[f"{fam}-{i}" for i in range(len(df))])
+        if "concept" in fam:
+            C = df["flops"].to_numpy()
+            df["concept_loss"] = 0.001 + 3.0 * C**-0.2 + rng.normal(0, 2e-5, len(df))
+            df["concept_independence"] = 1.0 + 1e5 * C**-0.25 + rng.normal(0, 0.02, len(df))
+            df["concept_contribution"] = 0.93 - 2e3 * C**-0.2 + rng.normal(0, 0.005, len(df))
+            df["known_concept_alignment"] = 4.2 - 1e4 * C**-0.2 + rng.normal(0, 0.03, len(df))
+        pre = df.assign(annealed=False, loss=df["loss"] + 0.1)
+        frames += [df, pre]
+        if fam == "cdlm":
+            frames.append(df.assign(estimator="per_block", loss=df["loss"] + 0.7))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def fits(results):
+    actual = {"cdlm+concept": {"concept_loss": 0.002, "concept_contribution": 0.876, "loss": 2.72}}
+    return fit_families(results, annealed=True, n_boot=150, grid="coarse", target_compute=7.6e22, actual=actual)
+
+
+def test_table6_layout_and_values(fits):
+    t6 = fits.table6()
+    assert list(t6.columns) == ["family"] + [f"{k}{s}" for k in ("alpha_P", "alpha_D", "alpha_L", "L_inf") for s in ("", "_lo", "_hi")]
+    assert list(t6.family) == sorted(FAMS)
+    for r in t6.itertuples():
+        aP, aL, _ = FAMS[r.family]
+        assert r.alpha_P == pytest.approx(aP, abs=0.03)
+        assert r.alpha_L == pytest.approx(aL, abs=0.003)
+        assert r.alpha_P_lo < r.alpha_P < r.alpha_P_hi
+        assert math.isfinite(r.L_inf) and r.L_inf_lo <= r.L_inf <= r.L_inf_hi
+        assert 0 < r.alpha_D < 1
+
+
+def test_table7_layout_and_prediction(fits):
+    t7 = fits.table7()
+    assert list(t7.columns) == ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
+    assert set(t7.family) == {"ar+concept", "cdlm+concept"} and len(t7) == 8
+    row = t7[(t7.metric == "concept_contribution") & (t7.family == "cdlm+concept")].iloc[0]
+    b = fits["cdlm+concept"].bounded["concept_contribution"]
+    assert row.e == b.e <= 1.0 and row.beta == b.beta
+    C = np.geomspace(1e19, 1e20, 5)  # inside the data the fitted curve matches the law
+    np.testing.assert_allclose(b.predict(C), 0.93 - 2e3 * C**-0.2, atol=0.01)
+    assert row.prediction == pytest.approx(float(b.predict(7.6e22)))
+    assert row.actual == 0.876 and row.delta == pytest.approx(0.876 - row.prediction)
+    assert (t7.r2 > 0.5).all()
+
+
+def test_markdown_json_and_extrapolation(fits):
+    md = fits.to_markdown()
+    assert "| Family | α_P | α_D | α_L | L_∞ |" in md and "| cdlm+concept |" in md
+    assert "Concept Contribution" in md and "_[" in md
+    d = json.loads(fits.to_json())
+    assert d["table6"][0]["family"] == "ar" and len(d["table7"]) == 8
+    assert set(d["families"]) == set(FAMS)
+    ext = fits["cdlm+concept"].extrapolation
+    assert ext.observed == 2.72 and ext.joint_error == pytest.approx(2.72 - ext.joint)
+    assert ext.joint_ci[0] <= ext.joint <= ext.joint_ci[1]
+    assert "extrapolation" in fits.summary()
+
+
+def test_mixed_rows_fall_back_with_warning(results):
+    fits = fit_families(results[results.family.isin(["cdlm"])], n_boot=0, grid="coarse")
+    assert fits["cdlm"].estimator == "mdlm_elbo"
+    assert any("annealed" in w for w in fits.warnings) and any("estimator" in w for w in fits.warnings)
+    explicit = fit_families(results, families=["cdlm"], estimator="per_block", annealed=True, n_boot=0, grid="coarse")
+    assert explicit["cdlm"].isoflop.alpha_L != pytest.approx(fits["cdlm"].isoflop.alpha_L, abs=1e-3)
+
+
+def test_bad_tables(results):
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['tokens'\]"):
+        fit_families(results.drop(columns="tokens"))
+    with pytest.raises(ValueError, match="no rows with estimator == 'nope'"):
+        fit_families(results, estimator="nope")
+    with pytest.raises(ValueError, match="not in the table"):
+        fit_families(results, families=["gpt"])
