@@ -47,6 +47,13 @@ def test_429_with_retry_after_is_retried_by_the_sdk(serve):
     assert srv.n_requests == 2
 
 
+def test_retry_after_header_sets_the_wait(serve):
+    # the SDK's own backoff would retry after <= 0.5 s; a server asking for 1.5 s gets 1.5 s
+    srv = serve(lambda b, n: ServerReply(status=429, headers={"retry-after": "1.5"}) if n == 0 else ServerReply())
+    (r,) = JudgeClient(model="m", base_url=srv.url, max_retries=1).run(_tasks(1))
+    assert r.status == "ok" and srv.arrivals[1] - srv.arrivals[0] >= 1.4
+
+
 def test_500s_then_success(serve):
     srv = serve(lambda b, n: ServerReply(status=500) if n < 2 else ServerReply("Rating: [[0]]"))
     judge = JudgeClient(model="m", base_url=srv.url, max_retries=3)

@@ -67,6 +67,7 @@ class LocalJudgeServer:
         self.responder = responder or default_responder
         self.latency = latency
         self.requests: list[dict] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each request
         self.auth_headers: set[str] = set()
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -87,6 +88,7 @@ class LocalJudgeServer:
         key = json.dumps(body.get("messages"), sort_keys=True)
         with self._lock:
             self.requests.append(body)
+            self.arrivals.append(time.monotonic())
             n = self._seen.get(key, 0)
             self._seen[key] = n + 1
         return n
