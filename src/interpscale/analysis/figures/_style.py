@@ -9,12 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)  # headless unless the user already chose a backend
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 log = logging.getLogger("interpscale.analysis.figures")
 
