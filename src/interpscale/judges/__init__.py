@@ -1,6 +1,15 @@
 """LLM judges (OpenAI-compatible client, cache, prompts, alignment / steering /
 relevance / auto-interp scorers) and the offline lexical backend. Imports nothing
-else from interpscale and never imports torch."""
+else from interpscale and never imports torch.
+
+>>> judge = JudgeClient(model="mistral-small-3.1-24b-instruct", base_url="http://localhost:8000/v1",
+...                     cache_path="runs/judge_cache.sqlite")                       # doctest: +SKIP
+>>> score_alignment(cards, top_tokens, judge=judge).mean                            # doctest: +SKIP
+>>> run_steering_benchmark(generate, cards, judge=judge).table9()                   # doctest: +SKIP
+
+Without a judge (and without $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
+every scorer falls back to ``LexicalJudge`` and labels its output accordingly.
+"""
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
 from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats

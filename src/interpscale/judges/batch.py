@@ -99,7 +99,7 @@ class BatchWriteJudge:
         if len(self.client.cache.get_many(keys)) == len(set(keys)):
             return self.client.run(tasks)  # everything cached: no network
         self.client.write_batch(tasks, self.path)
-        n = sum(1 for line in open(self.path) if line.strip())
+        n = sum(1 for line in self.path.read_text().splitlines() if line.strip())
         raise BatchWritten(self.path, n)
 
 
