@@ -163,3 +163,63 @@ def trained_cdlm(sounds_tok):
 @pytest.fixture(scope="session")
 def trained_ar(sounds_tok):
     return train_tiny("ar", sounds_tok)
+
+
+class ToyConceptLM(nn.Module):
+    """Concept bottleneck with an explicit residual knob: h~ = k_hat + u_hat + eps_scale * eps,
+    logits = W h~ (Eq. 5, Eq. 8).  ``eps_scale = 0`` forces eps to zero."""
+
+    is_diffusion = False
+    is_concept = True
+
+    def __init__(self, vocab: int = 50, d: int = 16, n: int = 6, m: int = 12, eps_scale: float = 1.0, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(vocab, d)
+        self.f, self.g = nn.Linear(d, n), nn.Linear(d, m)
+        self.known_emb, self.U = nn.Parameter(torch.randn(n, d) * 0.3), nn.Parameter(torch.randn(m, d) * 0.3)
+        self.W = nn.Parameter(torch.randn(vocab, d))
+        self.eps_scale = eps_scale
+        self.config = ToyConfig("ar+concept", vocab, n_concepts=n)
+
+    @property
+    def lm_head(self):
+        return self.W
+
+    def forward(self, tokens, *, chunk_ids=None, chunk_labels=None):
+        h = self.embed(tokens)
+        k, u = torch.sigmoid(self.f(h)), torch.sigmoid(self.g(h))
+        known, unknown = k @ self.known_emb, u @ self.U
+        residual = self.eps_scale * (h - known - unknown)
+        logits = (known + unknown + residual) @ self.W.T
+        return ModelOutput(logits=logits, hidden=h, known=known, unknown=unknown, residual=residual,
+                           known_act=k, unknown_act=u)
+
+
+def annotated_batches(n_batches: int, B: int, T: int, vocab: int, n_concepts: int, chunk: int = 8, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        tok = torch.randint(4, vocab, (B, T), generator=g)
+        C = T // chunk
+        ids = torch.arange(T).div(chunk, rounding_mode="floor").expand(B, T).clone()
+        ids[:, :2] = -1  # a few tokens in no chunk
+        labels = (torch.rand(B, C, n_concepts, generator=g) < 0.2).float()
+        out.append(Batch(tok, chunk_ids=ids, chunk_labels=labels))
+    return out
+
+
+@pytest.fixture
+def toy_concept():
+    return ToyConceptLM
+
+
+@pytest.fixture
+def make_annotated():
+    return annotated_batches
+
+
+@pytest.fixture(scope="session")
+def sounds_val(sounds_tok):
+    """Held-out validation batches (8 x [8, 64]) from a different seed than training."""
+    return token_stream_batches(sounds_tok, 999, 8, 8)

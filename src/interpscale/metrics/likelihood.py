@@ -50,13 +50,17 @@ def loglikelihood(
     seed: int = 0,
     batch_size: int = 32,
     prefix_id: int = EOS_ID,
+    share_masks: bool = True,
 ) -> list[tuple[float, bool]]:
-    """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion."""
+    """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion
+    (``n_samples`` mask draws per request, shared by requests with the same context unless
+    ``share_masks=False``)."""
     for i, (ctx, cont) in enumerate(requests):
         if not cont:
             raise ValueError(f"request {i}: empty continuation")
     if is_diffusion(model):
-        return _diffusion(model, requests, n_samples=n_samples, seed=seed, batch_size=batch_size, prefix_id=prefix_id)
+        return _diffusion(model, requests, n_samples=n_samples, seed=seed, batch_size=batch_size,
+                          prefix_id=prefix_id, share_masks=share_masks)
     return _ar(model, requests, batch_size=batch_size, prefix_id=prefix_id)
 
 
@@ -96,7 +100,7 @@ def _draws(ctx: Sequence[int], n_samples: int, seed: int, width: int) -> tuple[t
     return frac, prio
 
 
-def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id):
+def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share_masks):
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     limit = max_length(model)
@@ -118,7 +122,7 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id):
         seq = torch.tensor(ctx + list(cont) + [mask_id] * pad)
         seqs.append(seq)
         start = len(ctx)
-        key = tuple(requests[i][0])
+        key = tuple(requests[i][0]) if share_masks else (tuple(requests[i][0]), tuple(cont), i)
         if key not in draws:
             draws[key] = _draws(key, n_samples, seed, limit)
         frac, prio = draws[key]
