@@ -183,3 +183,20 @@ def test_forest_figure_is_reexported_lazily():
             F.forest_figure  # noqa: B018
     else:
         assert callable(F.forest_figure)
+
+
+def test_loss_curves_one_line_per_segment(tmp_path):
+    import json
+
+    run = tmp_path / "r1"
+    run.mkdir()
+    recs = [{"step": s, "loss": 5.0 - 0.01 * s, "segment": "stable", "tokens": 100 * s} for s in range(1, 50)]
+    recs += [{"step": s, "loss": 4.4 - 0.02 * (s - 40), "segment": "anneal@40", "tokens": 100 * s} for s in range(41, 50)]
+    recs.append({"step": 50, "val_loss": 4.0})  # a record without a training loss is skipped
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    (run / "spec.json").write_text(json.dumps({"family": "cdlm", "size": "tiny", "params": 1000}))
+    m = F.read_metrics(run)
+    assert m["loss"].size == 58 and set(m["segment"]) == {"stable", "anneal@40"}
+    fig = F.loss_curves_figure([run])
+    assert len(fig.axes[0].get_lines()) == 2 and fig.axes[0].get_title() == "CDLM"
+    assert_drawn(fig, 1, [1])

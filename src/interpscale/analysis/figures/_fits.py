@@ -19,6 +19,17 @@ import pandas as pd
 log = logging.getLogger("interpscale.analysis.figures")
 
 DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,000 belong in reports)
+SLICE_TOLERANCE = 0.15  # App. G: a checkpoint belongs to a slice when its compute is within ±15% of the target
+
+
+def isoflop_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows usable in an IsoFLOP fit: finite slice target, params and loss, and (when the
+    achieved ``flops`` is known) within ±15% of the slice target, as in ``fit_families``."""
+    rows = rows.dropna(subset=["slice_flops", "params", "loss"])
+    if "flops" in rows.columns:
+        dev = (rows["flops"].astype(float) / rows["slice_flops"].astype(float) - 1.0).abs()
+        rows = rows[~(dev > SLICE_TOLERANCE)]
+    return rows
 
 
 @dataclass
@@ -56,6 +67,7 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
     (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is)."""
     from interpscale.scaling import fit_isoflop
 
+    rows = isoflop_rows(rows)
     if fit is None:
         fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
     target = rows["slice_flops"].to_numpy(float)
@@ -79,6 +91,7 @@ def chinchilla_fit(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: 
     """Joint Eq. 27 fit on every (P, D, L) of ``rows`` (coarse start grid: figures need speed)."""
     from interpscale.scaling import fit_chinchilla
 
+    rows = rows.dropna(subset=["params", "tokens", "loss"])
     return fit_chinchilla(rows["params"].to_numpy(float), rows["tokens"].to_numpy(float),
                           rows["loss"].to_numpy(float), grid="coarse", n_boot=n_boot, seed=seed)
 

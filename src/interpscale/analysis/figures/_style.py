@@ -151,6 +151,18 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence
     return paths
 
 
+def legend_with_room(ax, loc: str, *, room: float = 0.3, **kwargs) -> None:
+    """Place the legend at ``loc`` ("upper ..."/"lower ...") after widening the y-range on that
+    side by ``room`` of its span, so the legend never sits on the data."""
+    lo, hi = ax.get_ylim()
+    span = hi - lo
+    if loc.startswith("upper"):
+        ax.set_ylim(lo, hi + room * span)
+    elif loc.startswith("lower"):
+        ax.set_ylim(lo - room * span, hi)
+    ax.legend(loc=loc, **kwargs)
+
+
 def plain_log_axis(ax, which: str = "y") -> None:
     """Log scale labelled with plain numbers (2.5, 3, 3.5 ...) — for losses spanning < 1 decade."""
     from matplotlib import ticker

@@ -13,6 +13,7 @@ from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, ch
 from interpscale.analysis.figures._style import (
     METRIC_LEGEND_LOC,
     family_color,
+    legend_with_room,
     family_label,
     main_rows,
     new_figure,
@@ -99,6 +100,6 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
-            ax.legend(loc=METRIC_LEGEND_LOC.get(metric, "best"), fontsize=5)
+            legend_with_room(ax, METRIC_LEGEND_LOC.get(metric, "upper right"), fontsize=5)
         axes[0, 0].set_ylabel(family_label(family))
     return fig

@@ -13,6 +13,7 @@ from interpscale.analysis.figures._style import (
     METRIC_LABELS,
     METRIC_LEGEND_LOC,
     family_color,
+    legend_with_room,
     family_label,
     main_rows,
     new_figure,
@@ -75,7 +76,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                 rows = metric_rows(results, fam, metric, figure)
                 fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
-                axes[i, j].legend(loc=METRIC_LEGEND_LOC.get(metric, "best"), fontsize=5)
+                legend_with_room(axes[i, j], METRIC_LEGEND_LOC.get(metric, "upper right"), fontsize=5)
                 if j == 0:
                     axes[i, j].set_ylabel(family_label(fam))
                 if i < len(fams) - 1:

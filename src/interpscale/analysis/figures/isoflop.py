@@ -59,7 +59,9 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
     ax.set_xlabel("Parameters P")
     ax.set_ylabel("Validation loss (nats)")
     if legend and n_curves:
-        ax.legend(loc="best", fontsize=5.5, ncol=1)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi + 0.28 * (hi - lo))  # headroom so the legend sits above the curves
+        ax.legend(loc="upper center", fontsize=5.5, ncol=2, columnspacing=0.8, handlelength=1.2)
     return n_curves
 
 

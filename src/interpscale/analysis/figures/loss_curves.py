@@ -19,7 +19,8 @@ FIGURE = "Loss curves (loss_curves_figure)"
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
-    """``step``, ``loss`` (and ``tokens``/``lr`` when logged) from RUN_DIR/metrics.jsonl.
+    """``step``, ``loss``, ``tokens``, ``lr`` (NaN when not logged) and ``segment`` (the
+    training segment name, "" when not logged) from RUN_DIR/metrics.jsonl.
 
     Lines without a finite ``loss`` (e.g. evaluation-only records) are skipped; a line that
     is not JSON raises ValueError naming the file and line number.
@@ -28,6 +29,7 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     if not path.exists():
         raise ValueError(f"{FIGURE}: {path} does not exist")
     cols: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": []}
+    segments: list[str] = []
     with open(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -42,7 +44,10 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
             for key in cols:
                 val = rec.get(key)
                 cols[key].append(float(val) if isinstance(val, (int, float)) else math.nan)
-    return {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+            segments.append(str(rec.get("segment", "")))
+    out = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    out["segment"] = np.asarray(segments, dtype=object)
+    return out
 
 
 def _run_info(run_dir: Path) -> dict:
@@ -98,13 +103,17 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
             fam_runs.sort(key=lambda r: _size_key(r[2], r[0]))
             cmap = plt.get_cmap("viridis")
             for i, (name, _, info, m) in enumerate(fam_runs):
-                xs = m[x] if np.isfinite(m[x]).all() else m["step"]
-                ys = m["loss"]
-                if smooth > 1 and ys.size >= smooth:
-                    ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
-                    xs = xs[smooth - 1:]
                 color = cmap(0.85 - 0.75 * i / max(len(fam_runs) - 1, 1))
-                ax.plot(xs, ys, color=color, lw=0.9, label=str(info.get("size", name)))
+                # one line per training segment (stable phase, then each independently annealed tail)
+                for k, seg in enumerate(dict.fromkeys(m["segment"])):
+                    sel = m["segment"] == seg
+                    xs = m[x][sel] if np.isfinite(m[x][sel]).all() else m["step"][sel]
+                    ys = m["loss"][sel]
+                    if smooth > 1 and ys.size >= smooth:
+                        ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
+                        xs = xs[smooth - 1:]
+                    ax.plot(xs, ys, color=color, lw=0.9 if k == 0 else 0.6,
+                            label=str(info.get("size", name)) if k == 0 else "_nolegend_")
             ax.set_xscale("log")
             ax.set_xlabel("Tokens" if x == "tokens" else "Step")
             ax.set_ylabel("Training loss (nats)")
