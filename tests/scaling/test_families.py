@@ -96,3 +96,13 @@ def test_bad_tables(results):
         fit_families(results, estimator="nope")
     with pytest.raises(ValueError, match="not in the table"):
         fit_families(results, families=["gpt"])
+
+
+def test_pair_comparison(fits):
+    cmp = fits.compare("ar", "ar+concept")
+    assert list(cmp.param) == ["alpha_P", "alpha_D", "alpha_L", "L_inf"]
+    r = cmp.set_index("param").loc["alpha_L"]
+    assert r["shift"] == pytest.approx(-0.070 - -0.060, abs=0.004)
+    assert r.shift_lo < r["shift"] < r.shift_hi and r.shift_hi < 0  # steeper with the concept module
+    with pytest.raises(ValueError, match="unknown family"):
+        fits.compare("ar", "gpt")

@@ -27,9 +27,7 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: values are not numeric ({exc})") from exc
     if arr.ndim != 1:
-        arr = arr.reshape(-1) if arr.size == arr.shape[0] else arr
-        if arr.ndim != 1:
-            raise ValueError(f"{name}: expected a 1-D array, got shape {np.shape(values)}")
+        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if not allow_nan:
         bad = ~np.isfinite(arr)
         if bad.any():

@@ -106,13 +106,14 @@ class BoundedFit:
         return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
 
 
-def _solve_ea(z, sw, sm, smm, szm, sz, szz, side, bound):
-    """Best (e, A, sse) of m = e + A*z (z already signed) under A*sign >= 0 handled by caller.
+def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
+    """Best (e, A, sse) of m = e + A*z (z = s*x^-beta, already signed) with A >= 0.
 
     Arguments are weighted sums over points: sw = sum w, sm = sum w m, smm = sum w m^2,
     szm = sum w z m, sz = sum w z, szz = sum w z^2 (any broadcastable shapes).
-    ``side``: +1 means e >= bound, -1 means e <= bound, 0 means unconstrained.
-    Returns arrays e, A, sse with the constraint A*sign(z) >= 0 expressed as A >= 0 on |z|.
+    ``side``: +1 means e >= bound, -1 means e <= bound, 0 means unconstrained. The problem
+    is a convex QP in (e, A), so its optimum is the best feasible of: the unconstrained
+    solution, the best point on the edge e = bound, and the best point on the edge A = 0.
     """
 
     def sse(e, A):
@@ -168,7 +169,7 @@ def _profile(lx, M, W, sgn, side, bound, betas):
     sm = WM.sum(axis=1, keepdims=True)
     smm = (WM * M).sum(axis=1, keepdims=True)
     # signed z: A >= 0 in m = e + A*z with z = s*x^-beta
-    return _solve_ea(None, sw, sm, smm, szm, sz, szz, side, bound)
+    return _solve_ea(sw, sm, smm, szm, sz, szz, side, bound)
 
 
 def _fit_many(lx, M, W, sgn, side, bound, n_golden=60):

@@ -288,9 +288,14 @@ def fit_chinchilla(
 
     Every start of ``grid`` (default: the 4,500-start Hoffmann/Epoch grid; ``"coarse"``:
     243 starts; or an (S, 5) array of (a, b, e, alpha, beta)) is minimised; the lowest
-    objective among converged starts wins. Bootstrap replicates (``n_boot``; residual
-    resampling of log residuals by default, ``"pairs"`` resamples points) are refitted
-    together, warm-started from the point estimate, and give percentile intervals.
+    objective among converged starts wins. All starts run to scipy L-BFGS-B's default
+    stopping rule; the best ``n_polish`` end points are then refined to machine precision.
+    Bootstrap replicates (``n_boot``) are refitted together, warm-started from the point
+    estimate, and give percentile intervals. ``"residual"`` (default, the paper's) resamples
+    log residuals; with ``smooth`` a small variance-preserving Gaussian kernel is added to
+    each draw, because with delta far below the noise the Huber fit behaves like least
+    absolute deviations, whose plain residual bootstrap under-covers (De Angelis, Hall &
+    Young 1993). ``"pairs"`` resamples points (Epoch's choice).
     """
     P = as_array(params, "params", positive=True)
     D = as_array(tokens, "tokens", positive=True)

@@ -10,7 +10,7 @@ from typing import Literal, Mapping
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable, percentile_ci
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .extrapolate import Extrapolation, extrapolate
@@ -147,6 +147,28 @@ class FamilyFits:
         cols = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
         return pd.DataFrame(rows, columns=cols)
 
+    def compare(self, base: str, other: str) -> pd.DataFrame:
+        """Within-pair shifts other - base (e.g. ``compare("ar", "ar+concept")``, §8.2.2) of
+        alpha_P, alpha_D, alpha_L, L_inf with percentile intervals of the difference of the
+        two families' independent bootstrap draws."""
+        for k in (base, other):
+            if k not in self.families:
+                raise ValueError(f"compare: unknown family {k!r}; have {list(self.families)}")
+        rows = []
+        for name in ("alpha_P", "alpha_D", "alpha_L", "L_inf"):
+            est, draws = [], []
+            for k in (base, other):
+                v, d = _param_draws(self.families[k], name)
+                est.append(v)
+                draws.append(d)
+            diff = est[1] - est[0]
+            lo = hi = math.nan
+            if draws[0] is not None and draws[1] is not None:
+                m = min(len(draws[0]), len(draws[1]))
+                lo, hi = percentile_ci(draws[1][:m] - draws[0][:m], self.level) if m else (math.nan, math.nan)
+            rows.append({"param": name, base: est[0], other: est[1], "shift": diff, "shift_lo": lo, "shift_hi": hi})
+        return pd.DataFrame(rows)
+
     def to_markdown(self, digits: int = 3) -> str:
         pct = round(100 * self.level)
         out = [f"### Compute-optimal scaling (Table 6 layout; subscripts: {pct}% bootstrap CI offsets)", "",
@@ -188,6 +210,20 @@ class FamilyFits:
 
     def summary(self) -> str:
         return "\n\n".join(f.summary() for f in self.families.values())
+
+
+def _param_draws(f: FamilyFit, name: str):
+    """(estimate, bootstrap draws or None) of a Table 6 quantity of one family."""
+    iso, ch = f.isoflop, f.chinchilla
+    if name in ("alpha_P", "alpha_L") and iso is not None:
+        pl = iso.power_P if name == "alpha_P" else iso.power_L
+        return pl.alpha, None if pl.boot is None else pl.boot[:, 1]
+    if name in ("alpha_D", "L_inf") and ch is not None:
+        b = ch.boot
+        if name == "alpha_D":
+            return ch.alpha_D, None if b is None else b[:, 3] / (b[:, 3] + b[:, 4])
+        return ch.L_inf, None if b is None else np.exp(b[:, 2])
+    return math.nan, None
 
 
 def _select(df: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str]) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from ._base import (
     emit,
     fields_dict,
     fmt_ci,
+    jsonable,
     percentile_ci,
     resample_residuals,
 )
@@ -82,8 +83,6 @@ class IsoFlopFit:
         d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L)
         d["power_P"], d["power_L"] = self.power_P.to_dict(), self.power_L.to_dict()
         d["slices"] = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in self.slices.to_dict("records")]
-        from ._base import jsonable
-
         return jsonable(d)
 
     def summary(self) -> str:
