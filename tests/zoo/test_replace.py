@@ -57,3 +57,13 @@ def test_bad_layer_rejected(trained_gpt):
     model, *_ = trained_gpt
     with pytest.raises(ValueError, match="out of range"):
         find_mlp(model, 7)
+
+
+def test_swiglu_base_gets_the_glu_variant(make_batches, trainer):
+    torch.manual_seed(0)
+    ar = build_model("ar", "nano", vocab_size=64, max_seq_len=32)
+    train, val = make_batches(8), make_batches(2, seed=1)
+    trainer(ar, train, 40, lr=1e-2)
+    layer, r = train_replacement(ar, 0, "mxd", train, val, k=4, tc_width=512, steps=100, lr=1e-3)
+    assert layer.glu and layer.d_hidden == ar.config.mlp_hidden
+    assert r.nmse < 0.5 and r.l0 == pytest.approx(4.0) and r.expert_rank is not None
