@@ -94,9 +94,10 @@ class Sweep:
             return False
         if not self.evaluate:
             return True
-        res = d / "results.parquet"
-        return res.exists() and res.stat().st_mtime >= max(
-            (p.stat().st_mtime for p in (d / "checkpoints").glob("*.pt")), default=0)
+        from interpscale.orchestration.results import read_results
+
+        evaluated = set(read_results(d / "results.parquet").get("checkpoint", []))
+        return {p.name for p in (d / "checkpoints").glob("*.pt")} <= evaluated
 
     def _prepare(self) -> list[RunSpec]:
         from interpscale.orchestration.trainer import init_run_dir
@@ -156,9 +157,9 @@ class Sweep:
             errors = []
             for j in jobs:
                 try:
-                    j.result()
+                    j.results()
                 except Exception as exc:  # keep waiting for the others; report all at the end
-                    errors.append(f"job {j.job_id}: {exc}")
+                    errors.append(f"job {j.job_id}: {type(exc).__name__}: {exc}")
             if errors:
                 raise RuntimeError("some sweep jobs failed (finished runs are kept):\n" + "\n".join(errors))
         return jobs

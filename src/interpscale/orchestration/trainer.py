@@ -104,6 +104,10 @@ class Trainer:
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
         self._last_save = time.monotonic()
 
+    def _barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
     # -- state -----------------------------------------------------------------------------
     def _fresh(self):
         from interpscale.models import build_model
@@ -168,6 +172,7 @@ class Trainer:
         for seg in self.segments:
             if seg.name in done:
                 continue
+            self._barrier()  # rank 0's files for this segment are complete before anyone reads them
             resume = state_dir / "resume.pt"
             extra: dict[str, Any] = {}
             if resume.exists():
@@ -193,6 +198,7 @@ class Trainer:
             done.add(seg.name)
             if self.rank == 0:
                 write_status(self.run_dir, "running", segments_done=sorted(done))
+        self._barrier()
         if self.rank == 0:
             (state_dir / "resume.pt").unlink(missing_ok=True)
             status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
