@@ -23,12 +23,16 @@ class IGResult:
 
 def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int | torch.Tensor, *,
                          steps: int = 64, positions: Optional[torch.Tensor] = None,
-                         batch_size: int = 16) -> IGResult:
+                         method: str = "midpoint", batch_size: int = 16) -> IGResult:
     """Eq. 16: IG of the logit ℓ_y at ``position`` along T_[MASK] → T_x.
 
     ``positions`` [T] bool selects the tokens moved along the path (default: all); the
-    others stay at their own embedding. The Riemann sum uses s/S, s = 1..S, as in Eq. 16.
+    others stay at their own embedding. ``method="right"`` evaluates the path at s/S,
+    s = 1..S, exactly as Eq. 16 writes it; the default ``"midpoint"`` uses (s − ½)/S, the
+    same S gradient evaluations with O(1/S²) instead of O(1/S) quadrature error.
     """
+    if method not in ("midpoint", "right"):
+        raise ValueError(f"method must be 'midpoint' or 'right', got {method!r}")
     tokens = model.check_tokens(tokens)
     B, T = tokens.shape
     if not 0 <= position < T:
@@ -45,7 +49,8 @@ def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int
     model.eval()
     try:
         grads = torch.zeros_like(x)
-        alphas = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device) / steps
+        alphas = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device)
+        alphas = (alphas - 0.5 if method == "midpoint" else alphas) / steps
         for chunk in alphas.split(batch_size):
             path = (base[None] + chunk[:, None, None, None] * diff[None]).reshape(-1, T, x.size(-1))
             path.requires_grad_(True)

@@ -38,6 +38,7 @@ def _logits(model, tokens, st: Optional[SteerState], steer_mask, cache=None, com
     logits = out.logits
     if st is not None and st.logit_penalty is not None:
         logits = logits - st.logit_penalty * steer_mask.unsqueeze(-1).to(logits.dtype)  # Eq. 21
+    logits[..., model.config.mask_token_id] = float("-inf")  # [MASK] is never an output token
     return logits
 
 
