@@ -10,7 +10,7 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval")
 
 from interpscale.metrics import run_lm_eval  # noqa: E402
-from interpscale.metrics.lm_eval_adapter import bundled_tasks_dir, find_tokenizer  # noqa: E402
+from interpscale.metrics.lm_eval_adapter import find_tokenizer, task_manager  # noqa: E402
 from interpscale.models import save_checkpoint  # noqa: E402
 
 ALL = ["interpscale_sounds", "interpscale_sounds_gen", "interpscale_mmlu_mini", "interpscale_text_ppl"]
@@ -24,13 +24,11 @@ def _run_dir(tmp_path, model, tok, name):
 
 
 def test_simple_evaluate_with_registered_ar_model_beats_chance(tmp_path, trained_ar, sounds_tok):
-    from lm_eval.tasks import TaskManager
-
     _, ck = _run_dir(tmp_path, trained_ar, sounds_tok, "ar_run")
     assert os.environ.get("HF_DATASETS_OFFLINE") == "1"
     res = lm_eval.simple_evaluate(
         model="interpscale-ar", model_args=f"pretrained={ck},batch_size=8",
-        tasks=["interpscale_sounds"], task_manager=TaskManager(include_path=str(bundled_tasks_dir())),
+        tasks=["interpscale_sounds"], task_manager=task_manager(),
         bootstrap_iters=0, log_samples=False,
     )
     acc = res["results"]["interpscale_sounds"]["acc,none"]
@@ -53,7 +51,7 @@ def test_diffusion_model_through_the_harness(tmp_path, trained_cdlm, sounds_tok)
     _, ck = _run_dir(tmp_path, trained_cdlm, sounds_tok, "cdlm_run")
     res = lm_eval.simple_evaluate(
         model="interpscale-diffusion", model_args=f"pretrained={ck},n_samples=4,seed=1",
-        tasks=ALL, task_manager=lm_eval.tasks.TaskManager(include_path=str(bundled_tasks_dir())),
+        tasks=ALL, task_manager=task_manager(),
         limit=6, bootstrap_iters=0, log_samples=False,
     )["results"]
     assert 0 <= res["interpscale_sounds"]["acc,none"] <= 1
@@ -68,7 +66,7 @@ def test_adapter_errors(tmp_path, trained_cdlm, sounds_tok):
     with pytest.raises(ValueError, match="interpscale-diffusion"):
         InterpscaleAR(pretrained=str(ck))
     with pytest.raises(ValueError, match="bundled offline tasks"):
-        run_lm_eval(ck, "no_such_task", out_dir=None)
+        run_lm_eval(ck, "no_such_task", out_dir=None, allow_builtin=False)
     bare = tmp_path / "bare" / "model.pt"
     save_checkpoint(trained_cdlm, bare)
     with pytest.raises(ValueError, match="tokenizer"):

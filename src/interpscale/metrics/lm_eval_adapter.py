@@ -198,6 +198,19 @@ def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _Interp
     return cls(model=model, tokenizer=tokenizer, **kwargs)
 
 
+def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defaults: bool = False):
+    """A ``TaskManager`` over the bundled offline tasks (+ ``include_path``); lm-eval's
+    built-in tasks too when ``include_defaults`` (they need their datasets available)."""
+    import inspect
+
+    from lm_eval.tasks import TaskManager
+
+    paths = [str(TASKS_DIR)] + [str(p) for p in include_path]
+    if "include_defaults" in inspect.signature(TaskManager.__init__).parameters:
+        return TaskManager(include_path=paths, include_defaults=include_defaults)
+    return TaskManager(include_path=paths)
+
+
 def _jsonable(x):
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -228,20 +241,25 @@ def run_lm_eval(
     device: Optional[str] = None,
     seed: int = 0,
     bootstrap_iters: int = 100,
+    allow_builtin: bool = True,
 ) -> dict[str, Any]:
     """Run lm-eval ``tasks`` (names or a comma list; bundled offline tasks are always
-    visible) on a checkpoint; writes ``out_dir/lm_eval_results.json`` atomically and
-    returns the harness's ``results`` dict (task -> metrics)."""
+    visible, lm-eval's built-in ones when ``allow_builtin`` and their data is available
+    offline) on a checkpoint, or on ``model`` + ``tokenizer`` objects.  Writes
+    ``out_dir/lm_eval_results.json`` atomically and returns the harness's ``results``
+    dict (task -> metrics)."""
     from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
 
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
     names = [t for t in names if t]
     if not names:
         raise ValueError("no lm-eval task named")
     extra = [] if include_path is None else ([include_path] if isinstance(include_path, (str, Path)) else list(include_path))
-    tm = TaskManager(include_path=[str(TASKS_DIR)] + [str(p) for p in extra])
+    tm = task_manager(extra, include_defaults=False)  # indexing lm-eval's own tasks takes ~20 s
     unknown = [t for t in names if t not in tm.all_tasks]
+    if unknown and allow_builtin:
+        tm = task_manager(extra, include_defaults=True)
+        unknown = [t for t in names if t not in tm.all_tasks]
     if unknown:
         bundled = sorted(t for t in tm.all_tasks if t.startswith("interpscale"))
         raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
