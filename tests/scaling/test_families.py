@@ -106,3 +106,10 @@ def test_pair_comparison(fits):
     assert r.shift_lo < r["shift"] < r.shift_hi and r.shift_hi < 0  # steeper with the concept module
     with pytest.raises(ValueError, match="unknown family"):
         fits.compare("ar", "gpt")
+
+
+def test_paper_cell_format():
+    from interpscale.scaling._base import fmt_sub
+
+    assert fmt_sub(0.528, (0.503, 0.551)) == "0.528_[-0.025,+0.023]"  # Table 6, AR alpha_P
+    assert fmt_sub(0.0, (0.0, 0.002)) == "0.000_[-0.000,+0.002]"  # Table 7, e on its bound

@@ -160,4 +160,7 @@ def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3) -> st
     """Paper Table 6/7 style: ``0.528_[-0.025,+0.023]`` (CI as offsets from the estimate)."""
     if ci is None or not all(np.isfinite(ci)):
         return f"{value:.{digits}f}"
-    return f"{value:.{digits}f}_[{ci[0] - value:+.{digits}f},{ci[1] - value:+.{digits}f}]"
+    lo, hi = ci[0] - value, ci[1] - value
+    sl = "-" if lo <= 0 else "+"
+    sh = "+" if hi >= 0 else "-"
+    return f"{value:.{digits}f}_[{sl}{abs(lo):.{digits}f},{sh}{abs(hi):.{digits}f}]"
