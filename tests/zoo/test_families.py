@@ -77,8 +77,9 @@ def test_reetym_interventions_on_model():
     assert m.signal_activations(tokens, layers=True).shape == (m.config.n_layers + 1, 1, 8, m.config.d_model)
 
 
-def test_reetym_learns(make_batches, trainer):
+@pytest.mark.parametrize("family", ["reetym", "mxd"])
+def test_trains_end_to_end(family, make_batches, trainer):
     torch.manual_seed(0)
-    m = build_model("reetym", "nano", vocab_size=64, max_seq_len=32)
+    m = build_model(family, "nano", vocab_size=64, max_seq_len=32, **({"k": 8} if family == "mxd" else {}))
     losses = trainer(m, make_batches(10), 40, lr=1e-2)
     assert losses[-1] < losses[0] - 1.0
