@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from interpscale.models import build_model, flops_per_token, params_nonembedding
 from interpscale.models.zoo.crate import CRATE_TABLE1, GPT2_VOCAB, ISTA, MSSA, crate_params, gpt_params
