@@ -126,3 +126,18 @@ def test_bands_and_serialisation(synth):
     d = fit.to_dict()
     assert d["alpha_P"] == pytest.approx(fit.alpha_P) and len(d["slices"]) == 4
     assert "alpha_P" in fit.summary()
+
+
+def test_pairs_bootstrap_option(synth):
+    df, _ = synth.isoflop_grid(0.528, -0.060, seed=5, noise=0.003)
+    res = fit_isoflop(df, n_boot=400, seed=1)
+    pairs = fit_isoflop(df, n_boot=400, seed=1, bootstrap="pairs")
+    assert pairs.alpha_P == res.alpha_P  # same point estimate
+    lo, hi = pairs.ci["alpha_P"]
+    assert lo < pairs.alpha_P < hi
+    w_res = res.ci["alpha_P"][1] - res.ci["alpha_P"][0]
+    assert 0.3 * w_res < hi - lo < 3 * w_res
+    # with 5-point windows ~10% of per-slice resamples have < 3 distinct sizes: dropped, with a warning
+    assert 200 < pairs.n_boot_ok < 400 and any("dropped" in w for w in pairs.warnings)
+    with pytest.raises(ValueError, match="bootstrap must be"):
+        fit_isoflop(df, n_boot=10, bootstrap="wild")

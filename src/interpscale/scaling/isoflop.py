@@ -29,6 +29,7 @@ from ._base import (
     fmt_ci,
     jsonable,
     percentile_ci,
+    pairs_weights,
     resample_residuals,
 )
 from .power_law import PowerLawFit, fit_power_law, ols_lines
@@ -139,6 +140,7 @@ def fit_isoflop(
     exclude_flagged: bool = True,
     weights: Literal["none", "n_points"] = "none",
     n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
 ) -> IsoFlopFit:
@@ -149,7 +151,8 @@ def fit_isoflop(
     or edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power
     laws. ``weights="n_points"`` weights slices by their window size in the OLS. CIs: a
     residual bootstrap that resamples the pooled parabola residuals, refits every slice and
-    both power laws per replicate.
+    both power laws per replicate (``bootstrap="pairs"`` resamples each window's points;
+    replicates with fewer than 3 distinct sizes in a slice are dropped).
     """
     for col in (compute, params, loss):
         if col not in df.columns:
@@ -212,15 +215,26 @@ def fit_isoflop(
         slices[col] = math.nan
     if n_boot > 0:
         rng = np.random.default_rng(seed)
-        resid = np.concatenate([f[2] - f[3] for f in used])
-        n_par = 3 * len(used)
-        draws = resample_residuals(rng, resid, n_boot, n_par)  # (S, total window points)
+        if bootstrap == "residual":
+            resid = np.concatenate([f[2] - f[3] for f in used])
+            draws = resample_residuals(rng, resid, n_boot, 3 * len(used))  # (S, total window points)
+        elif bootstrap != "pairs":
+            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
         lps, lss, pos = [], [], 0
         for _, x, y, fitted, _ in used:
             k = len(x)
             xm = x.mean()
             X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-            Cf = (fitted[None, :] + draws[:, pos : pos + k]) @ np.linalg.pinv(X).T  # (S, 3)
+            if bootstrap == "residual":
+                Cf = (fitted[None, :] + draws[:, pos : pos + k]) @ np.linalg.pinv(X).T  # (S, 3)
+            else:  # pairs: resample the window's points, weighted least squares per replicate
+                Wt = pairs_weights(rng, k, n_boot)
+                _, inv = np.unique(x, return_inverse=True)
+                deg = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3  # < 3 distinct sizes
+                XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
+                XtWX[deg] = np.eye(3)
+                Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
+                Cf[deg] = np.nan
             pos += k
             xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
             bad = ~(Cf[:, 2] > 0)
@@ -231,7 +245,7 @@ def fit_isoflop(
         ok = np.isfinite(LP).all(axis=1) & (LS > 0).all(axis=1)
         n_ok = int(ok.sum())
         if n_ok < 0.99 * n_boot:
-            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates had a non-convex slice and were dropped")
+            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates had a degenerate or non-convex slice and were dropped")
         lC = np.log(Cu)
         WB = None if wts is None else np.broadcast_to(wts, (n_ok, len(used)))
         iP, sP = ols_lines(lC, LP[ok], WB)
