@@ -200,3 +200,29 @@ def test_loss_curves_one_line_per_segment(tmp_path):
     fig = F.loss_curves_figure([run])
     assert len(fig.axes[0].get_lines()) == 2 and fig.axes[0].get_title() == "CDLM"
     assert_drawn(fig, 1, [1])
+
+
+def test_make_all_figures_on_a_sweep_shaped_table(table, tmp_path):
+    """A table like `interpscale sweep collect` writes: several stable checkpoints per run at
+    40% and 80% of the budget (annealed=False, off-slice compute) next to each annealed one."""
+    import pandas as pd
+
+    final = table[table["annealed"] & table["estimator"].isin(["ar_ce", "mdlm_elbo"])].copy()
+    final["checkpoint"] = "final.pt"
+    stable = []
+    for frac, bump in ((0.4, 0.25), (0.8, 0.08)):
+        s = final.copy()
+        s["annealed"], s["checkpoint"] = False, f"step{frac}.pt"
+        s[["flops", "tokens"]] *= frac
+        s["step"] = (s["step"] * frac).astype(int)
+        s["loss"] += bump
+        stable.append(s)
+    sweep = pd.concat([final, *stable], ignore_index=True)
+    drawn = F.render_figures(sweep, tmp_path, n_boot=BOOT)
+    titles = " ".join(drawn.drawn)
+    for fig in ("Figure 22", "Figure 23", "Figure 24", "Figure 25", "Figure 38", "Figure 39"):
+        assert fig in titles, drawn.skipped
+    # the ±15% slice window keeps the 40%/80% checkpoints out of the annealed IsoFLOP fits
+    summ = F._fits.isoflop_summary(sweep[sweep["family"] == "ar"], n_boot=0)
+    assert all(len(s.params) == len(final[(final["family"] == "ar") & (final["slice_flops"] == s.compute)])
+               for s in summ.slices)

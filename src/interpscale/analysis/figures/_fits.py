@@ -22,13 +22,14 @@ DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,
 SLICE_TOLERANCE = 0.15  # App. G: a checkpoint belongs to a slice when its compute is within ±15% of the target
 
 
-def isoflop_rows(rows: pd.DataFrame) -> pd.DataFrame:
+def isoflop_rows(rows: pd.DataFrame, tolerance: float | None = SLICE_TOLERANCE) -> pd.DataFrame:
     """Rows usable in an IsoFLOP fit: finite slice target, params and loss, and (when the
-    achieved ``flops`` is known) within ±15% of the slice target, as in ``fit_families``."""
+    achieved ``flops`` is known and ``tolerance`` given) within ±15% of the slice target,
+    as in ``fit_families``."""
     rows = rows.dropna(subset=["slice_flops", "params", "loss"])
-    if "flops" in rows.columns:
+    if tolerance is not None and "flops" in rows.columns:
         dev = (rows["flops"].astype(float) / rows["slice_flops"].astype(float) - 1.0).abs()
-        rows = rows[~(dev > SLICE_TOLERANCE)]
+        rows = rows[~(dev > tolerance)]
     return rows
 
 
@@ -62,12 +63,14 @@ class IsoflopSummary:
                 np.array([s.l_star for s in used]))
 
 
-def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None) -> IsoflopSummary:
+def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
+                    tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
     """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``
-    (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is)."""
+    (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is;
+    ``tolerance``: the slice-membership window on achieved compute, None to keep all rows)."""
     from interpscale.scaling import fit_isoflop
 
-    rows = isoflop_rows(rows)
+    rows = isoflop_rows(rows, tolerance)
     if fit is None:
         fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
     target = rows["slice_flops"].to_numpy(float)

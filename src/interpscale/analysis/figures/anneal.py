@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, SLICE_TOLERANCE, IsoflopSummary, isoflop_summary
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
     family_label,
@@ -32,6 +32,12 @@ def _state_rows(results: pd.DataFrame, family: str, figure: str, extra: Sequence
     require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
     est = headline_estimator(results, family)
     out = {state: select(results, family=family, estimator=est, annealed=state) for state in (False, True)}
+    pre = out[False]
+    if {"run_id", "step"} <= set(pre.columns) and pre["run_id"].duplicated().any():
+        # several stable checkpoints per run: the pre-anneal state is each run's last one (the
+        # checkpoint its final anneal starts from, App. I)
+        keys = ["run_id", "estimator"] if "estimator" in pre.columns else ["run_id"]
+        out[False] = pre.sort_values("step").groupby(keys, dropna=False).tail(1)
     missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
     if missing:
         raise ValueError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
@@ -44,7 +50,10 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
     and P*(C) power laws of both states."""
     figure = "Figure 38 (anneal_loss_figure)"
     rows = _state_rows(results, family, figure)
-    summaries: dict[bool, IsoflopSummary] = {s: isoflop_summary(r, n_boot=n_boot) for s, r in rows.items()}
+    # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
+    # ±15% slice window applies to the annealed state only
+    summaries: dict[bool, IsoflopSummary] = {
+        s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None) for s, r in rows.items()}
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)
         for j, state in enumerate((False, True)):
