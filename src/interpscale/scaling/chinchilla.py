@@ -27,6 +27,7 @@ from ._base import (
     check_min_points,
     emit,
     fields_dict,
+    log,
     fmt_ci,
     pairs_weights,
     percentile_ci,
@@ -260,9 +261,10 @@ class ChinchillaFit:
 
 def _allocation(theta: np.ndarray, C: np.ndarray, k: float):
     a, b, _, al, be = (theta[:, i : i + 1] for i in range(5))
-    G = np.exp((np.log(al * np.exp(a - b) / be)) / (al + be))
     CK = np.atleast_1d(C)[None, :] / k
-    P = G * CK ** (be / (al + be))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # non-positive exponents -> nan
+        G = np.exp((np.log(al * np.exp(a - b) / be)) / (al + be))
+        P = G * CK ** (be / (al + be))
     D = CK / P
     if theta.shape[0] == 1:
         return P[0].reshape(np.shape(C)), D[0].reshape(np.shape(C))
@@ -332,6 +334,8 @@ def fit_chinchilla(
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
     a, b, e, al, be = theta
+    log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
+             len(starts), best, objective, int(ok.sum()))
     if al <= 0 or be <= 0:
         emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
     ci: dict = {}

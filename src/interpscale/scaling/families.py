@@ -9,6 +9,7 @@ from typing import Literal, Mapping
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable, percentile_ci
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -283,7 +284,7 @@ def fit_families(
         raise ValueError(f"fit_families: family {unknown} not in the table; have {sorted(set(df['family']))}")
     actual = actual or {}
     out: dict = {}
-    for fam in fams:
+    for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False):
         fw: list[str] = []
         sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
         est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
