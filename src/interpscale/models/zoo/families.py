@@ -1,21 +1,20 @@
 """Registers the zoo families with the models registry (analytic params/FLOPs included).
 
-Each entry: family name -> (model class path, defaults of its ``extra`` knobs, params_fn,
-flops_fn, description). Builders import nothing heavy beyond the family's own module.
+Each entry: family name -> (model class, defaults of its ``extra`` knobs, analytic params
+and FLOPs of a ``ZooConfig``, description). The analytic functions never allocate.
 """
 
 from __future__ import annotations
 
-import importlib
 from functools import partial
 from typing import Any, Callable
 
 from interpscale.models.registry import register_family
 from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token, make_zoo_config
-from interpscale.models.zoo.crate import CRATE_DEFAULTS, crate_flops_per_token, crate_nonembedding_params
-from interpscale.models.zoo.gpt2 import gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
-from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, cocomix_flops_per_token, cocomix_params
-from interpscale.models.zoo.reetym import REETYM_DEFAULTS, reetym_flops_per_token, reetym_nonembedding_params
+from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, CoCoMixLM, cocomix_flops_per_token, cocomix_params
+from interpscale.models.zoo.crate import CRATE_DEFAULTS, CRATELM, crate_flops_per_token, crate_nonembedding_params
+from interpscale.models.zoo.gpt2 import GPTLM, MxDLM, gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
+from interpscale.models.zoo.reetym import REETYM_DEFAULTS, ReEtymLM, reetym_flops_per_token, reetym_nonembedding_params
 
 MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
 
@@ -24,21 +23,21 @@ def _gpt_flops(c: ZooConfig, seq_len: int) -> float:
     return 6.0 * gpt_nonembedding_params(c) + attention_flops_per_token(c.n_layers, c.d_model, seq_len)
 
 
-# name -> (class path, extra defaults, params(cfg), flops(cfg, seq_len), description)
-ZOO_FAMILIES: dict[str, tuple[str, dict, Callable, Callable, str]] = {
-    "crate": ("interpscale.models.zoo.crate:CRATELM", CRATE_DEFAULTS, crate_nonembedding_params, crate_flops_per_token,
+# name -> (class, extra defaults, params(cfg), flops(cfg, seq_len), description)
+ZOO_FAMILIES: dict[str, tuple[type, dict, Callable, Callable, str]] = {
+    "crate": (CRATELM, CRATE_DEFAULTS, crate_nonembedding_params, crate_flops_per_token,
               "CRATE-LM: MSSA attention + two-step overcomplete ISTA (white-box transformer)"),
-    "crate-gpt": ("interpscale.models.zoo.gpt2:GPTLM", {"expansion": 4}, gpt_nonembedding_params, _gpt_flops,
+    "crate-gpt": (GPTLM, {"expansion": 4}, gpt_nonembedding_params, _gpt_flops,
                   "GPT-2 block baseline matched to CRATE (CRATE-LM Table 1)"),
-    "mxd": ("interpscale.models.zoo.gpt2:MxDLM", MXD_DEFAULTS, mxd_lm_params, mxd_lm_flops,
+    "mxd": (MxDLM, MXD_DEFAULTS, mxd_lm_params, mxd_lm_flops,
             "GPT-2 blocks whose MLPs are Mixture-of-Decoders layers trained end to end"),
-    "reetym": ("interpscale.models.zoo.reetym:ReEtymLM", REETYM_DEFAULTS, reetym_nonembedding_params,
+    "reetym": (ReEtymLM, REETYM_DEFAULTS, reetym_nonembedding_params,
                reetym_flops_per_token, "Steerling backbone with the factorised recipe×basis tied embedding (reEtym)"),
-    "cocomix": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS, cocomix_params, cocomix_flops_per_token,
+    "cocomix": (CoCoMixLM, COCOMIX_DEFAULTS, cocomix_params, cocomix_flops_per_token,
                 "CoCoMix: predict a frozen teacher's SAE concepts and interleave them as continuous vectors"),
-    "cocomix-pause": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS | {"variant": "pause"}, cocomix_params,
+    "cocomix-pause": (CoCoMixLM, COCOMIX_DEFAULTS | {"variant": "pause"}, cocomix_params,
                       cocomix_flops_per_token, "CoCoMix's pause-token baseline (learned vector interleaved)"),
-    "cocomix-kd": ("interpscale.models.zoo.cocomix:CoCoMixLM", COCOMIX_DEFAULTS | {"variant": "kd"}, cocomix_params,
+    "cocomix-kd": (CoCoMixLM, COCOMIX_DEFAULTS | {"variant": "kd"}, cocomix_params,
                    cocomix_flops_per_token, "CoCoMix's knowledge-distillation baseline (λ_KD·KL to the teacher)"),
 }
 FROZEN_OBJECTS = ("teacher", "sae")  # build_model("cocomix", size, teacher=model, sae=sae) passes objects through
@@ -49,9 +48,8 @@ def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
 
 
 def _build(family: str, size: str, **overrides: Any):
-    module, _, cls = ZOO_FAMILIES[family][0].partition(":")
     objects = {k: overrides.pop(k) for k in FROZEN_OBJECTS if k in overrides}
-    return getattr(importlib.import_module(module), cls)(zoo_config(family, size, **overrides), **objects)
+    return ZOO_FAMILIES[family][0](zoo_config(family, size, **overrides), **objects)
 
 
 def _params(family: str, size: str, **overrides: Any) -> int:
