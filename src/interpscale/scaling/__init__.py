@@ -3,6 +3,14 @@
 Steerling paper §8.2.1 / §8.3.1: per-slice IsoFLOP parabolas (Eq. 25), power laws (Eq. 26),
 the joint Chinchilla fit with a summed Huber loss (Eq. 27-28), bounded metric fits (Eq. 29),
 bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
+
+    fit = fit_chinchilla(params, tokens, loss)          # 4,500-start Epoch grid, 10,000 replicates
+    fit.L_inf, fit.alpha, fit.ci["alpha"], fit.band_optimal(compute)
+    fits = fit_families(results_df, annealed=True)      # one row per checkpoint (DESIGN.md)
+    fits.table6(), fits.table7(), fits.to_markdown(), fits.to_dict()
+
+Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``predict``,
+``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
 from ._base import ScalingFitWarning
