@@ -285,7 +285,12 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         except ValueError as exc:
             log.warning("report: family fits failed: %s", exc)
             fits = None
-    figure_set = render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot) if figures else None
+    target = None
+    if target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
+        observed = (actual or {}).get("cdlm+concept") or (actual or {}).get("ar+concept") or {}
+        target = {"flops": float(target_compute), **observed}
+    figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
+                  if figures else None)
     md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures")
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))

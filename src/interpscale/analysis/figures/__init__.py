@@ -11,9 +11,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT
 from interpscale.analysis.figures._style import (
@@ -56,7 +58,7 @@ def __getattr__(name: str):
 class FigureSpec:
     name: str  # file stem, e.g. "fig22_isoflop"
     title: str  # "Figure 22: IsoFLOP parabolas per family"
-    draw: Callable[..., object]  # (results, fits, n_boot) -> Figure
+    draw: Callable[..., object]  # (results, fits, n_boot, target) -> Figure
 
 
 def _families_with(results: pd.DataFrame, families: Iterable[str]) -> list[str]:
@@ -73,31 +75,32 @@ def _first_family(results: pd.DataFrame, preferred: Iterable[str]) -> str:
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig21_concept_overhead", "Figure 21: concept-module parameter overhead vs backbone size",
-               lambda r, f, b: concept_overhead_figure()),
+               lambda r, f, b, t: concept_overhead_figure()),
     FigureSpec("fig22_isoflop", "Figure 22: per-slice IsoFLOP parabolas per family",
-               lambda r, f, b: isoflop_figure(r, fits=f, n_boot=b)),
+               lambda r, f, b, t: isoflop_figure(r, fits=f, n_boot=b)),
     FigureSpec("fig23_power_laws", "Figure 23: compute-optimal L*(C) and P*(C) power laws",
-               lambda r, f, b: power_law_figure(r, fits=f, n_boot=b)),
+               lambda r, f, b, t: power_law_figure(r, fits=f, n_boot=b)),
     FigureSpec("fig24_extrapolation", "Figure 24: joint vs log-linear extrapolation to the target",
-               lambda r, f, b: extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")), n_boot=b)),
+               lambda r, f, b, t: extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")), target=t,
+                                                    n_boot=b)),
     FigureSpec("fig25_interp_scaling", "Figure 25: interpretability metrics vs compute",
-               lambda r, f, b: interp_scaling_figure(r, n_boot=b)),
+               lambda r, f, b, t: interp_scaling_figure(r, n_boot=b)),
     FigureSpec("fig26_interp_extrapolation", "Figure 26: interpretability extrapolation to the target",
-               lambda r, f, b: interp_extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")),
-                                                           n_boot=b)),
+               lambda r, f, b, t: interp_extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")),
+                                                              target=t, n_boot=b)),
     FigureSpec("fig34_estimator_isoflop", "Figure 34: IsoFLOP fits under four ELBO estimators",
-               lambda r, f, b: estimator_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               lambda r, f, b, t: estimator_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig35_estimator_power_laws", "Figure 35: power laws under four ELBO estimators",
-               lambda r, f, b: estimator_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               lambda r, f, b, t: estimator_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig36_mask_rate_isoflop", "Figure 36: IsoFLOP fits at fixed mask rates",
-               lambda r, f, b: mask_rate_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               lambda r, f, b, t: mask_rate_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
-               lambda r, f, b: mask_rate_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               lambda r, f, b, t: mask_rate_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
-               lambda r, f, b: anneal_loss_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept", "cdlm", "ar")),
+               lambda r, f, b, t: anneal_loss_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept", "cdlm", "ar")),
                                                   n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
-               lambda r, f, b: anneal_interp_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")))),
+               lambda r, f, b, t: anneal_interp_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")))),
 )
 
 
@@ -115,17 +118,20 @@ class FigureSet:
 
 def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                    run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
-                   formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
-    """Draw every figure the table supports into ``out_dir``; record why others were skipped."""
+                   target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
+    """Draw every figure the table supports into ``out_dir``; record why others were skipped.
+
+    ``target`` (``flops`` plus observed ``loss`` / metric values) is what Figures 24 and 26
+    extrapolate to; by default Steerling-8B for a paper-scale sweep (``default_target``)."""
     require_columns(results_df, CORE_COLUMNS, "make_all_figures (Figures 22-24)")
     if results_df.empty:
         raise ValueError("make_all_figures: the results table has no rows")
     drawn: dict[str, list[Path]] = {}
     skipped: dict[str, str] = {}
-    for spec in FIGURES:
+    for spec in tqdm(FIGURES, desc="figures", unit="fig", disable=None, leave=False):
         try:
-            fig = spec.draw(results_df, fits, n_boot)
-        except ValueError as exc:
+            fig = spec.draw(results_df, fits, n_boot, target)
+        except (ValueError, np.linalg.LinAlgError) as exc:  # the table cannot support this figure
             skipped[spec.title] = str(exc)
             log.warning("skipped %s: %s", spec.title, exc)
             continue
@@ -148,14 +154,14 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
 
 def make_all_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                      run_dirs: Iterable[str | os.PathLike] | None = None,
-                     n_boot: int = DEFAULT_FIG_BOOT) -> list[Path]:
+                     n_boot: int = DEFAULT_FIG_BOOT, target: Mapping | None = None) -> list[Path]:
     """Write PNG + PDF of every figure the results table supports; returns the files.
 
     Figures whose data is absent (no estimator comparison, no pre-anneal rows, no run
     directories...) are skipped with a logged reason; a table missing one of the core
     columns (family, slice_flops, params, loss) raises ValueError naming it.
     """
-    return render_figures(results_df, out_dir, fits=fits, run_dirs=run_dirs, n_boot=n_boot).paths
+    return render_figures(results_df, out_dir, fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target).paths
 
 
 __all__ = [

@@ -25,11 +25,16 @@ from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metr
 log = logging.getLogger("interpscale.analysis.figures")
 
 
-def default_target() -> dict:
-    """Steerling-8B: C = 7.6e22 FLOPs, L* = 2.72 and Table 7's measured 8B metrics."""
+def default_target(results: pd.DataFrame, family: str) -> dict:
+    """Steerling-8B (C = 7.6e22 FLOPs, L* = 2.72, Table 7's measured metrics) for a paper-scale
+    CDLM+Concept sweep (largest compute >= 1e18); otherwise 100x the family's largest compute,
+    with no observed values."""
     from interpscale.analysis.example_data import STEERLING_8B
 
-    return dict(STEERLING_8B)
+    c_max = float(results.loc[results["family"] == family, "slice_flops"].max())
+    if family == STEERLING_8B["family"] and c_max >= 1e18:
+        return dict(STEERLING_8B)
+    return {"flops": 100.0 * c_max}
 
 
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
@@ -38,15 +43,15 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     L*(C) fit (Eq. 26, dashed) on one family's small-scale runs, both extended to the
     target compute; the target's measured loss is a filled star, with each fit's error.
 
-    ``target`` needs ``flops`` and may carry ``loss`` (default: Steerling-8B)."""
+    ``target`` needs ``flops`` and may carry ``loss`` (default: see ``default_target``)."""
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
-    target = dict(default_target() if target is None else target)
-    if "flops" not in target or not target["flops"] > 0:
-        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     rows = main_rows(results, family)
     if rows.empty:
         raise ValueError(f"{figure}: no rows for family {family!r}")
+    target = dict(default_target(results, family) if target is None else target)
+    if not float(target.get("flops") or 0) > 0:
+        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     summ = isoflop_summary(rows, n_boot=n_boot)
     joint = chinchilla_fit(rows, n_boot=n_boot)
     c_t = float(target["flops"])
@@ -83,11 +88,14 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
 def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                                 metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 26: Eq. 29 fits of each metric on one family's runs (open markers coloured by
-    slice, 90% band) extended to the target compute; filled stars at the target's values."""
+    slice, 90% band) extended to the target compute; filled stars at the target's values
+    (``target``: ``flops`` plus any metric values; default: see ``default_target``)."""
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
-    target = dict(default_target() if target is None else target)
-    if "flops" not in target or not target["flops"] > 0:
+    if family not in set(results["family"]):
+        raise ValueError(f"{figure}: no rows for family {family!r}")
+    target = dict(default_target(results, family) if target is None else target)
+    if not float(target.get("flops") or 0) > 0:
         raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     c_t = float(target["flops"])
     with paper_style():
