@@ -113,3 +113,19 @@ def test_paper_cell_format():
 
     assert fmt_sub(0.528, (0.503, 0.551)) == "0.528_[-0.025,+0.023]"  # Table 6, AR alpha_P
     assert fmt_sub(0.0, (0.0, 0.002)) == "0.000_[-0.000,+0.002]"  # Table 7, e on its bound
+
+
+def test_slice_tolerance_and_partial_failures(synth):
+    df, _ = synth.isoflop_grid(0.55, -0.06, seed=2, noise=0.002)
+    df = df.assign(family="ar", annealed=True, estimator="ar_ce")
+    # an intermediate checkpoint at 60% of its slice target must not enter the parabolas
+    stray = df.iloc[[10]].assign(flops=df.iloc[10].slice_flops * 0.6, tokens=df.iloc[10].tokens * 0.6, loss=9.0)
+    one_slice, _ = synth.isoflop_grid(0.6, -0.05, seed=3, slices=(1e19,))
+    one_slice = one_slice.assign(family="tiny", annealed=True, estimator="ar_ce")
+    fits = fit_families(pd.concat([df, stray, one_slice], ignore_index=True), n_boot=0, grid="coarse")
+    clean = fit_families(df, n_boot=0, grid="coarse")
+    assert fits["ar"].isoflop.alpha_P == pytest.approx(clean["ar"].isoflop.alpha_P)
+    assert fits["ar"].chinchilla.n == len(df) + 1  # the joint fit uses every checkpoint
+    assert fits["tiny"].isoflop is None and any("single slice" in w for w in fits["tiny"].warnings)
+    t6 = fits.table6().set_index("family")
+    assert math.isnan(t6.loc["tiny", "alpha_P"]) and "| tiny | — |" in fits.to_markdown()
