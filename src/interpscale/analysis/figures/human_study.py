@@ -1,0 +1,49 @@
+"""Figure 14: mean Phase 2 fit score per candidate type with 95% intervals (forest plot)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+TYPE_LABELS = {"llm": "LLM label", "human": "human label", "embedding": "embedding distractor",
+               "taxonomy": "taxonomy distractor", "filler": "filler (floor)"}
+
+
+def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scale: tuple[float, float] = (1, 5),
+                  out_dir: str | os.PathLike | None = None, name: str = "fig14_human_study_forest"):
+    """Draw Figure 14 from ``type_summary(...)`` output (index = candidate type; columns
+    ``mean, ci_lo, ci_hi``; ``n`` is shown when present). Types run top to bottom in the
+    table's order; the dotted line marks the scale's neutral ``midpoint``. With ``out_dir``
+    the figure is saved (PNG + PDF, atomically) and the paths returned; else the Figure is.
+    """
+    from interpscale.analysis.figures._style import new_figure, paper_style, save_figure
+
+    missing = [c for c in ("mean", "ci_lo", "ci_hi") if c not in summary.columns]
+    if missing:
+        raise ValueError(f"Figure 14 needs column(s) {missing} (from type_summary); present: {list(summary.columns)}")
+    if summary.empty:
+        raise ValueError("Figure 14: the summary table has no rows")
+    with paper_style():
+        if ax is None:
+            fig, axes = new_figure(1, 1, panel_height=0.32 * len(summary) + 0.6)
+            ax = axes[0, 0]
+        else:
+            fig = ax.figure
+        y = list(range(len(summary)))[::-1]
+        lo = summary["mean"] - summary["ci_lo"]
+        hi = summary["ci_hi"] - summary["mean"]
+        ax.errorbar(summary["mean"], y, xerr=[lo, hi], fmt="o", color="#0072B2", ecolor="#0072B2",
+                    capsize=2.5, lw=1.0)
+        labels = [TYPE_LABELS.get(str(t), str(t)) for t in summary.index]
+        if "n" in summary.columns:
+            labels = [f"{lab} (n={int(n)})" for lab, n in zip(labels, summary["n"])]
+        ax.set_yticks(y, labels)
+        ax.axvline(midpoint, ls=":", color="0.4", lw=0.8)
+        ax.set_xlim(scale[0] - 0.1, scale[1] + 0.1)
+        ax.set_xlabel(f"mean fit score ({scale[0]}–{scale[1]}), 95% CI")
+        ax.grid(axis="y", visible=False)
+    if out_dir is not None:
+        return save_figure(fig, Path(out_dir), name)
+    return fig

@@ -1,0 +1,149 @@
+"""One call for the whole Phase 1 + Phase 2 analysis (Table 4, Table 21, App. D) and its files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ._validate import validate_phase1, validate_ratings
+from .bayes import OrdinalMixedResult, _jsonable, fit_ordinal_mixed
+from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal
+from .phase1 import coherence_dependence, phase1_agreement
+from .robust import PairedComparison, paired_comparison, type_summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HumanStudyReport:
+    """Every table of the analysis; ``write(out_dir)`` puts them on disk with Figure 14."""
+
+    contrast: str
+    reference: str
+    table4: pd.DataFrame
+    paired: PairedComparison
+    ordinal: OrdinalResult
+    gaussian: GaussianMixedResult
+    bayes: OrdinalMixedResult | None
+    phase1: dict | None
+    coherence: dict | None
+
+    def table21(self) -> pd.DataFrame:
+        """Robustness checks for the contrast vs the reference, as rows of Table 21."""
+        c, r, t4 = self.contrast, self.reference, self.table4
+        key = f"candidate_type[{c}]"
+        rows = [
+            ("Mean Phase 2 fit score", f"{c} {t4.loc[c, 'mean']:.2f} vs. {r} {t4.loc[r, 'mean']:.2f}"),
+            ("Top-two rating rate (>= 4)", f"{c} {t4.loc[c, 'top_two']:.0%} vs. {r} {t4.loc[r, 'top_two']:.0%}"),
+        ]
+        if self.bayes is not None:
+            b = self.bayes
+            lo, hi = b.odds_ratio_ci[key]
+            rows += [("Bayesian cumulative-link model", f"OR {b.odds_ratio[key]:.2f}, 95% CrI [{lo:.2f}, {hi:.2f}]"),
+                     (f"Posterior probability of {c} advantage", f"{b.prob_positive[key]:.2f}")]
+        lo, hi = self.ordinal.odds_ratio_ci[key]
+        rows += [
+            ("Cumulative-link model, no random effects", f"OR {self.ordinal.odds_ratio[key]:.2f}, "
+             f"95% CI [{lo:.2f}, {hi:.2f}]"),
+            ("Paired comparison probability", f"{self.paired.prob:.2f}, bootstrap 95% CI "
+             f"[{self.paired.ci[0]:.2f}, {self.paired.ci[1]:.2f}]"),
+            ("Gaussian mixed model", f"{self.gaussian.coef[key]:+.2f} points, 95% CI "
+             f"[{self.gaussian.ci[key][0]:.2f}, {self.gaussian.ci[key][1]:.2f}]"),
+        ]
+        return pd.DataFrame(rows, columns=["analysis", "result"])
+
+    def to_dict(self) -> dict:
+        return _jsonable({
+            "contrast": self.contrast, "reference": self.reference,
+            "table4": self.table4.reset_index().to_dict(orient="records"),
+            "table21": self.table21().to_dict(orient="records"),
+            "paired": self.paired.to_dict(), "ordinal": self.ordinal.to_dict(),
+            "gaussian_mixed": self.gaussian.to_dict(),
+            "bayes": None if self.bayes is None else self.bayes.to_dict(),
+            "phase1": self.phase1, "coherence": self.coherence,
+        })
+
+    def to_markdown(self) -> str:
+        t4 = self.table4.reset_index().rename(columns={"candidate_type": "candidate type"})
+        parts = ["# Human study analysis", "", "## Phase 2 fit by candidate type (Table 4)", "",
+                 t4.to_markdown(index=False, floatfmt=".3f"), "",
+                 f"## Robustness checks: {self.contrast} vs {self.reference} (Table 21)", "",
+                 self.table21().to_markdown(index=False), ""]
+        if self.bayes is not None:
+            parts += ["## Bayesian cumulative-link mixed model (App. D.3)", "", "```", self.bayes.summary(), "```", ""]
+        parts += ["## Frequentist cross-checks", "", "```", self.ordinal.summary(), "", self.gaussian.summary(),
+                  "```", ""]
+        if self.phase1 is not None:
+            p = pd.DataFrame([self.phase1]).T.reset_index()
+            p.columns = ["statistic", "value"]
+            parts += ["## Phase 1 agreement (App. D.2)", "", p.to_markdown(index=False, floatfmt=".3f"), ""]
+        if self.coherence is not None:
+            corr = ", ".join(f"{k} {v:+.2f}" for k, v in self.coherence["correlation"].items())
+            parts += ["## Dependence on coherence (App. D.5)", "", f"Correlation of coherence with fit: {corr}", "",
+                      pd.DataFrame(self.coherence["bins"]).to_markdown(index=False, floatfmt=".3f"), ""]
+        return "\n".join(parts)
+
+    def write(self, out_dir: str | os.PathLike) -> list[Path]:
+        """Write ``human_study.md``, ``human_study.json``, ``table4.csv`` and Figure 14 (PNG/PDF)."""
+        from interpscale.analysis.figures.human_study import forest_figure
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [_atomic_write(out / "human_study.md", self.to_markdown()),
+                 _atomic_write(out / "human_study.json", json.dumps(self.to_dict(), indent=2, default=str)),
+                 _atomic_write(out / "table4.csv", self.table4.to_csv())]
+        paths += forest_figure(self.table4, out_dir=out)
+        return paths
+
+
+def _atomic_write(path: Path, text: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def analyse_study(
+    ratings: pd.DataFrame,
+    phase1: pd.DataFrame | None = None,
+    *,
+    contrast: str = "llm",
+    reference: str = "human",
+    bayes: bool = True,
+    draws: int = 1000,
+    tune: int = 1000,
+    chains: int = 4,
+    n_boot: int = 2000,
+    min_rater_ratings: int = 2,
+    seed: int = 0,
+) -> HumanStudyReport:
+    """Validate the tables and run every analysis of App. D on them (``bayes=False`` skips
+    the MCMC fit). Ratings of concepts absent from Phase 1 are kept in every Phase 2 table and
+    reported as ``n_unmatched`` in the coherence analysis."""
+    r = validate_ratings(ratings, reference=reference, min_rater_ratings=min_rater_ratings)
+    if contrast not in set(r["candidate_type"]):
+        raise ValueError(f"contrast type {contrast!r} not in candidate_type levels {sorted(set(r['candidate_type']))}")
+    p1 = validate_phase1(phase1) if phase1 is not None else None
+    table4 = type_summary(r, seed=seed, n_boot=n_boot)
+    paired = paired_comparison(r, contrast, reference, n_boot=n_boot, seed=seed)
+    ordinal = fit_ordinal(r, reference={"candidate_type": reference}, cluster="concept")
+    gaussian = fit_gaussian_mixed(r, reference=reference)
+    fit = fit_ordinal_mixed(r, reference={"candidate_type": reference}, draws=draws, tune=tune,
+                            chains=chains, seed=seed) if bayes else None
+    return HumanStudyReport(
+        contrast=contrast, reference=reference, table4=table4, paired=paired, ordinal=ordinal,
+        gaussian=gaussian, bayes=fit, phase1=phase1_agreement(p1) if p1 is not None else None,
+        coherence=coherence_dependence(r, p1, types=(reference, contrast)) if p1 is not None else None,
+    )
