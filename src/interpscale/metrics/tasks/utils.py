@@ -30,3 +30,15 @@ def load_local(data_files: dict | None = None, **_ignored):
             raise ValueError(f"task data file {path} does not exist")
         splits[split] = datasets.Dataset.from_list(_rows(path))
     return datasets.DatasetDict(splits)
+
+
+def mc_soft_score(doc: dict, results: list) -> dict:
+    """Per-question accuracy and App. J soft score log P(gold) - log sum_c P(c) from the
+    harness's per-choice ``(loglikelihood, is_greedy)`` results."""
+    import math
+
+    lls = [float(r[0]) for r in results]
+    gold = int(doc["answer"])
+    top = max(lls)
+    lse = top + math.log(sum(math.exp(x - top) for x in lls))
+    return {"acc": float(lls.index(top) == gold), "soft_score": lls[gold] - lse}
