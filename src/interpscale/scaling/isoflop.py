@@ -9,7 +9,6 @@ least-squares quadratic (the two coincide at the optimum; LM certifies convergen
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -32,7 +31,7 @@ from ._base import (
     pairs_weights,
     resample_residuals,
 )
-from .power_law import PowerLawFit, fit_power_law, ols_lines
+from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
 
 
 @dataclass(frozen=True)
@@ -83,13 +82,14 @@ class IsoFlopFit:
         d = fields_dict(self, skip=("slices", "power_P", "power_L"))
         d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L)
         d["power_P"], d["power_L"] = self.power_P.to_dict(), self.power_L.to_dict()
-        d["slices"] = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in self.slices.to_dict("records")]
+        d["slices"] = self.slices.to_dict("records")
         return jsonable(d)
 
     def summary(self) -> str:
         pct = round(100 * self.level)
         lines = [
-            f"IsoFLOP fit: {int(self.slices['used'].sum())} of {len(self.slices)} slices used, window = {self.window} ({pct}% CI)",
+            f"IsoFLOP fit: {int(self.slices['used'].sum())} of {len(self.slices)} slices used, "
+            f"window = {self.window} ({pct}% CI)",
             f"  alpha_P  {fmt_ci(self.alpha_P, self.ci.get('alpha_P'), 4)}   R^2 {self.power_P.r2:.4f}",
             f"  alpha_L  {fmt_ci(self.alpha_L, self.ci.get('alpha_L'), 4)}   R^2 {self.power_L.r2:.4f}",
             "  slice C       n   P*          L*       curvature  flags",
@@ -183,9 +183,8 @@ def fit_isoflop(
         a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
         convex = a > 0
         interior = bool(convex and x.min() < xs < x.max())
-        reason = "; ".join(
-            r for r, bad in (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior)) if bad
-        )
+        flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
+        reason = "; ".join(r for r, bad in flags if bad)
         row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
                    interior=interior, reason=reason)
         rows.append(row)
@@ -245,13 +244,13 @@ def fit_isoflop(
         ok = np.isfinite(LP).all(axis=1) & (LS > 0).all(axis=1)
         n_ok = int(ok.sum())
         if n_ok < 0.99 * n_boot:
-            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates had a degenerate or non-convex slice and were dropped")
+            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates had a degenerate or "
+                           "non-convex slice and were dropped")
         lC = np.log(Cu)
         WB = None if wts is None else np.broadcast_to(wts, (n_ok, len(used)))
         iP, sP = ols_lines(lC, LP[ok], WB)
         iL, sL = ols_lines(lC, np.log(LS[ok]), WB)
-        pP = dataclasses.replace(pP, boot=np.column_stack([iP, sP]), ci={"alpha": percentile_ci(sP, level), "log_a": percentile_ci(iP, level), "a": tuple(np.exp(percentile_ci(iP, level)))})
-        pL = dataclasses.replace(pL, boot=np.column_stack([iL, sL]), ci={"alpha": percentile_ci(sL, level), "log_a": percentile_ci(iL, level), "a": tuple(np.exp(percentile_ci(iL, level)))})
+        pP, pL = attach_draws(pP, iP, sP), attach_draws(pL, iL, sL)
         ci = {"alpha_P": pP.ci["alpha"], "alpha_L": pL.ci["alpha"], "a_P": pP.ci["a"], "a_L": pL.ci["a"]}
         for j, c in enumerate(Cu):
             i = slices.index[slices.compute == c][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -77,6 +78,13 @@ class PowerLawFit:
         )
 
 
+def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray) -> PowerLawFit:
+    """``fit`` with bootstrap draws of (log a, alpha) and their percentile intervals."""
+    lo_hi = percentile_ci(log_a, fit.level)
+    ci = {"alpha": percentile_ci(alpha, fit.level), "log_a": lo_hi, "a": tuple(float(np.exp(v)) for v in lo_hi)}
+    return dataclasses.replace(fit, boot=np.column_stack([log_a, alpha]), ci=ci)
+
+
 def ols_lines(x: np.ndarray, Y: np.ndarray, W: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Batched weighted OLS of each row of Y (S, n) on x (n,): returns (intercepts, slopes)."""
     if W is None:
@@ -130,35 +138,27 @@ def fit_power_law(
     sst = float((ww * (ly - my) ** 2).sum())
     r2 = 1.0 - float((ww * resid**2).sum()) / sst if sst > 0 else 1.0
     warnings: list[str] = []
-    boot = None
-    ci: dict = {}
-    if n_boot > 0:
-        rng = np.random.default_rng(seed)
-        if n <= 2:
-            warnings.append("only 2 points: the fit is exact and bootstrap intervals have zero width")
-        if bootstrap == "residual":
-            Y = fitted[None, :] + resample_residuals(rng, resid, n_boot, 2)
-            WB = None if w is None else np.broadcast_to(w, Y.shape)
-        elif bootstrap == "pairs":
-            Y = np.broadcast_to(ly, (n_boot, n))
-            WB = pairs_weights(rng, n, n_boot) * (1.0 if w is None else w[None, :])
-        else:
-            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
-        i0, s0 = ols_lines(lx, Y, WB)
-        boot = np.column_stack([i0, s0])
-        ci = {
-            "alpha": percentile_ci(s0, level),
-            "log_a": percentile_ci(i0, level),
-        }
-        ci["a"] = tuple(float(np.exp(v)) for v in ci["log_a"])
-    return PowerLawFit(
+    fit = PowerLawFit(
         a=float(np.exp(b0)),
         alpha=float(b1),
         r2=float(r2),
         n=n,
-        ci=ci,
         level=level,
-        warnings=tuple(warnings),
+        warnings=(),
         x_range=(float(x.min()), float(x.max())),
-        boot=boot,
     )
+    if n_boot <= 0:
+        return fit
+    rng = np.random.default_rng(seed)
+    if n <= 2:
+        warnings.append("only 2 points: the fit is exact and bootstrap intervals have zero width")
+    if bootstrap == "residual":
+        Y = fitted[None, :] + resample_residuals(rng, resid, n_boot, 2)
+        WB = None if w is None else np.broadcast_to(w, Y.shape)
+    elif bootstrap == "pairs":
+        Y = np.broadcast_to(ly, (n_boot, n))
+        WB = pairs_weights(rng, n, n_boot) * (1.0 if w is None else w[None, :])
+    else:
+        raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
+    i0, s0 = ols_lines(lx, Y, WB)
+    return dataclasses.replace(attach_draws(fit, i0, s0), warnings=tuple(warnings))
