@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import zlib
 from typing import Iterable, Iterator
 
 import torch
@@ -92,3 +93,11 @@ def valid_mask(batch: Batch) -> torch.Tensor:
     if batch.valid is None:
         return torch.ones_like(batch.tokens, dtype=torch.bool)
     return batch.valid.bool()
+
+
+def seeded_generator(device: torch.device, seed: int, name: str) -> torch.Generator:
+    """A generator on ``device`` seeded from (seed, name): each estimator/metric draws its
+    own reproducible stream, independent of the others and of the global RNG."""
+    g = torch.Generator(device=device)
+    g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+    return g

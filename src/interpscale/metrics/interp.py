@@ -25,9 +25,9 @@ from interpscale.metrics._common import (
     is_diffusion,
     mask_token_id,
     model_device,
+    seeded_generator,
     valid_mask,
 )
-from interpscale.metrics.loss import _generator
 from interpscale.models.types import Batch, ModelOutput
 
 LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
@@ -125,7 +125,7 @@ def interp_metrics(
             raise ValueError(f"batch {i} has no concept annotations (chunk_ids / chunk_labels); interp metrics need annotated chunks")
     device = model_device(model)
     W = lm_head_weight(model)
-    gen = _generator(device, seed, "interp")
+    gen = seeded_generator(device, seed, "interp")
     cl_sum, n_chunks, indep, contrib_sum, n_pred = 0.0, 0, [], 0.0, 0
     with eval_mode(model):
         for i, batch in enumerate(tqdm(data, desc="interp metrics", disable=not progress)):

@@ -12,7 +12,6 @@ equal-sized).  The standard error treats each (batch, pass-group) as one Monte C
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -30,6 +29,7 @@ from interpscale.metrics._common import (
     mask_token_id,
     model_device,
     require_family,
+    seeded_generator,
     valid_mask,
 )
 from interpscale.models.types import Batch
@@ -94,12 +94,6 @@ def _ar_batch(model: nn.Module, batch: Batch) -> tuple[float, int]:
     keep = valid[:, 1:] & valid[:, :-1]
     nll = F.cross_entropy(logits[keep].float(), batch.tokens[:, 1:][keep], reduction="sum")
     return float(nll), int(keep.sum())
-
-
-def _generator(device: torch.device, seed: int, name: str) -> torch.Generator:
-    g = torch.Generator(device=device)
-    g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
-    return g
 
 
 class _Units:
@@ -168,11 +162,11 @@ def estimate_losses(
             f"has {short} tokens, the model's block size is {b}"
         )
     device = model_device(model)
-    gens = {e: _generator(device, seed, e) for e in want}
+    gens = {e: seeded_generator(device, seed, e) for e in want}
     groups = n_passes // 2 if antithetic else n_passes
     mdlm_plan = None
     if "mdlm_elbo" in want:  # one t per (batch, pass-group), Eq. 39
-        g_cpu = _generator(torch.device("cpu"), seed, "mdlm_elbo/t")
+        g_cpu = seeded_generator(torch.device("cpu"), seed, "mdlm_elbo/t")
         n_units = len(data) * groups
         flat = masking.stratified_uniform(n_units, lo, hi, g_cpu) if stratified else masking.uniform_levels((n_units,), lo, hi, g_cpu)
         mdlm_plan = flat.reshape(len(data), groups)
