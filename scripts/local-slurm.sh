@@ -134,12 +134,22 @@ start() {
   log "slurmd did not become idle; see $LOGS"; sinfo || true; exit 1
 }
 
+stop_pidfile() {  # stop one daemon by the pid it recorded, never by name
+  local pidfile=$1
+  if [ -s "$pidfile" ]; then
+    local pid
+    pid=$(cat "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then kill "$pid" || true; fi
+    rm -f "$pidfile"
+  fi
+}
+
 stop() {
-  for d in slurmd slurmctld slurmdbd; do
-    if running "$d"; then pkill -x "$d" || true; fi
-  done
-  if running mariadbd || running mysqld; then mysqladmin shutdown >/dev/null 2>&1 || true; fi
-  if running munged; then pkill -x munged || true; fi
+  stop_pidfile /run/slurm/slurmd.pid
+  stop_pidfile /run/slurm/slurmctld.pid
+  stop_pidfile /run/slurm/slurmdbd.pid
+  mysqladmin shutdown >/dev/null 2>&1 || true
+  stop_pidfile /run/munge/munged.pid
   log "stopped"
 }
 

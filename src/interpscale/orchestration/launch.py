@@ -30,7 +30,7 @@ class TrainJob(submitit.helpers.Checkpointable):
     """Train + evaluate a list of runs; re-submitted unchanged on preemption (each run resumes)."""
 
     def __call__(self, run_dirs: list[str], data_root: str, threads: int = 1, evaluate: bool = True,
-                 distributed: bool = False) -> list[dict]:
+                 distributed: bool = False, save_every_s: float = 60.0) -> list[dict]:
         import torch
 
         from interpscale.orchestration.evaluate import evaluate_run
@@ -46,7 +46,7 @@ class TrainJob(submitit.helpers.Checkpointable):
         try:
             for d in run_dirs:
                 spec = RunSpec.load(d)
-                status = train_run(spec, d, data_root=data_root, progress=False)
+                status = train_run(spec, d, data_root=data_root, progress=False, save_every_s=save_every_s)
                 if evaluate and rank == 0:
                     evaluate_run(d)
                 out.append(status)
@@ -73,6 +73,7 @@ class Sweep:
     evaluate: bool = True
     slurm: dict[str, Any] = field(default_factory=dict)  # partition, timeout_min, gpus_per_node, ...
     tasks_per_node: int = 1  # >1: one task per GPU with torch.distributed
+    save_every_s: float = 60.0  # resume-state cadence: the work a preemption can lose
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -147,7 +148,8 @@ class Sweep:
             return []
         groups = self._groups(todo)
         ex = self._executor()
-        args = (str(Path(self.out_dir) / "_data"), self.threads_per_job, self.evaluate, self.tasks_per_node > 1)
+        args = (str(Path(self.out_dir) / "_data"), self.threads_per_job, self.evaluate, self.tasks_per_node > 1,
+                self.save_every_s)
         log.info("sweep %s: %d runs in %d jobs (%s)", self.out_dir, len(todo), len(groups), self.executor)
         if self.executor == "local":
             jobs = self._local_pool(ex, groups, args)

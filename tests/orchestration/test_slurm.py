@@ -1,0 +1,81 @@
+"""Integration against a real SLURM cluster (scripts/local-slurm.sh start): arrays, sacct, requeue."""
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+import torch
+
+from interpscale.models import load_checkpoint
+from interpscale.orchestration import Sweep, read_results, train_run
+from interpscale.orchestration.rundir import read_status
+
+
+def _cluster_reason() -> str | None:
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no SLURM client installed (run scripts/local-slurm.sh start)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sinfo failed: {exc}"
+    if out.returncode != 0:
+        return f"no SLURM controller reachable: {out.stderr.strip()[:200]}"
+    if not any(s.strip("*") in ("idle", "mixed", "allocated") for s in out.stdout.split()):
+        return f"no usable SLURM node (states: {out.stdout.split()})"
+    return None
+
+
+_REASON = _cluster_reason()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_REASON is not None, reason=str(_REASON))]
+SLURM = {"timeout_min": 20, "cpus_per_task": 1, "mem_gb": 1}
+
+
+def _sacct(job_id: str) -> list[str]:
+    for _ in range(30):  # accounting lags the controller by a moment
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State"],
+                             capture_output=True, text=True).stdout.split()
+        if out and all("COMPLETED" in line for line in out):
+            return out
+        time.sleep(1)
+    return out
+
+
+def test_sweep_as_array_job(tmp_path, make_spec):
+    runs = [make_spec("ar", steps=s) for s in (6, 8, 10)]
+    sw = Sweep(runs, tmp_path / "sw", executor="slurm", slurm=SLURM, max_parallel=3)
+    jobs = sw.launch()
+    assert len(jobs) == 3 and len({j.job_id.split("_")[0] for j in jobs}) == 1  # one array
+    assert all("_" in j.job_id for j in jobs)
+    df = sw.collect()
+    assert len(df) == 6 and df.loss.notna().all()
+    rows = _sacct(jobs[0].job_id.split("_")[0])
+    assert len(rows) == 3 and all(r.endswith("|COMPLETED") for r in rows), rows
+    assert Sweep(runs, tmp_path / "sw", executor="slurm", slurm=SLURM).launch() == []
+
+
+def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
+    spec = make_spec("ar", steps=1500)
+    ref = tmp_path / "ref"
+    train_run(spec, ref, data_root=tmp_path / "sw" / "_data", progress=False)
+    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, save_every_s=0.5)
+    (job,) = sw.launch(wait=False)
+    d = sw.run_dir(spec)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        st = read_status(d)
+        if (d / "state" / "resume.pt").exists() and st.get("state") == "running" and not st.get("segments_done"):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"job {job.job_id} never started training: {read_status(d)}")
+    time.sleep(1.0)
+    job._interrupt()  # SIGTERM + USR2 as on preemption; submitit checkpoints and requeues
+    job.results()  # waits through the requeue
+    st = read_status(d)
+    assert st["state"] == "done" and st["attempts"] >= 2 and st.get("resumed_at"), st
+    a = load_checkpoint(ref / "checkpoints" / "anneal0001200_step0001500.pt")[0].state_dict()
+    b = load_checkpoint(d / "checkpoints" / "anneal0001200_step0001500.pt")[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert len(read_results(d / "results.parquet")) == 2
