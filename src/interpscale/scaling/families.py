@@ -289,6 +289,8 @@ def fit_families(
         sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
         est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
         lossy = sub.dropna(subset=["params", "tokens", "loss"])
+        if len(lossy) < len(sub):
+            emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/loss left out of the loss fits")
         iso = ch = ext = None
         iso_rows = lossy.dropna(subset=["slice_flops"])
         if tolerance is not None and "flops" in iso_rows.columns:
