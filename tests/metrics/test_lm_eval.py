@@ -68,6 +68,8 @@ def test_adapter_errors(tmp_path, trained_cdlm, sounds_tok):
     _, ck = _run_dir(tmp_path, trained_cdlm, sounds_tok, "cdlm_run")
     with pytest.raises(ValueError, match="interpscale-diffusion"):
         InterpscaleAR(pretrained=str(ck))
+    with pytest.raises(ValueError, match="n_sample"):
+        lm_eval.api.registry.get_model("interpscale-diffusion").create_from_arg_string(f"pretrained={ck},n_sample=4")
     with pytest.raises(ValueError, match="bundled offline tasks"):
         run_lm_eval(ck, "no_such_task", out_dir=None, allow_builtin=False)
     bare = tmp_path / "bare" / "model.pt"

@@ -61,6 +61,10 @@ def _load_tokenizer(tok):
     return tok
 
 
+# args the harness itself passes to every model class; they mean nothing here
+HARNESS_ARGS = frozenset({"max_batch_size", "dtype", "trust_remote_code", "parallelize"})
+
+
 class _InterpscaleLM(LM):
     DIFFUSION: bool = False
     NAME: str = ""
@@ -103,8 +107,12 @@ class _InterpscaleLM(LM):
         self.n_samples = int(n_samples)
         self.seed = int(seed)
         self.max_gen_toks = int(max_gen_toks)
-        if kwargs:
-            log.debug("%s ignores model args %s", self.NAME, sorted(kwargs))
+        unknown = sorted(set(kwargs) - HARNESS_ARGS)
+        if unknown:
+            raise ValueError(
+                f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, checkpoint, tokenizer, "
+                f"device, batch_size, n_samples, seed, max_gen_toks"
+            )
 
     # --- lm-eval API ------------------------------------------------------------
     def _ll(self, reqs):
