@@ -162,3 +162,16 @@ def test_bad_input_errors(tmp_path, make_spec):
     # model/data disagreement
     with pytest.raises(ValueError, match="n_concepts"):
         train_run(make_spec("ar", steps=10, model_overrides={"n_concepts": 9}), tmp_path / "r2", progress=False)
+
+
+def test_a_run_is_never_trained_by_two_processes_at_once(tmp_path, make_spec):
+    import fcntl
+
+    spec = make_spec("ar", steps=6)
+    d = tmp_path / "run"
+    d.mkdir()
+    with open(d / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RuntimeError, match="being trained by another process"):
+            train_run(spec, d, progress=False)
+    assert train_run(spec, d, progress=False)["state"] == "done"

@@ -56,21 +56,23 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         log.error("demo: scaling fits unavailable (%s: %s); results table written without fits",
                   type(exc).__name__, exc)
         summary["problems"].append(f"fits: {type(exc).__name__}: {exc}")
-    try:
-        from interpscale.analysis.figures import make_all_figures
-
-        figs = make_all_figures(results, out / "figures", fits=fits)
-        summary["figures"] = [str(f) for f in figs]
-    except Exception as exc:
-        log.error("demo: figures unavailable (%s: %s)", type(exc).__name__, exc)
-        summary["problems"].append(f"figures: {type(exc).__name__}: {exc}")
-    try:
+    run_dirs = [sweep.run_dir(r) for r in p.runs]
+    try:  # the report draws its figures into DIR/figures as well
         from interpscale.analysis.report import write_report
 
-        summary["report"] = str(write_report(results, out, fits=fits))
+        summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs,
+                                             n_boot=int(launch.get("n_boot", 100))))
     except Exception as exc:
-        log.error("demo: report unavailable (%s: %s)", type(exc).__name__, exc)
+        log.error("demo: report unavailable (%s: %s); drawing the figures alone", type(exc).__name__, exc)
         summary["problems"].append(f"report: {type(exc).__name__}: {exc}")
+        try:
+            from interpscale.analysis.figures import make_all_figures
+
+            make_all_figures(results, out / "figures", fits=fits, run_dirs=run_dirs)
+        except Exception as exc2:
+            log.error("demo: figures unavailable (%s: %s)", type(exc2).__name__, exc2)
+            summary["problems"].append(f"figures: {type(exc2).__name__}: {exc2}")
+    summary["figures"] = sorted(str(f) for f in (out / "figures").glob("*.png"))
     summary["interior_minima"] = interior_minima(results)
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     summary["train_eval_s"] = round(t_train, 1)

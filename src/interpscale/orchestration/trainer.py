@@ -104,6 +104,21 @@ class Trainer:
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
         self._last_save = time.monotonic()
 
+    def _lock(self) -> None:
+        """One trainer per run directory: an flock held for the process lifetime (released
+        by the kernel even on SIGKILL), so a relaunched sweep never trains a run twice at once."""
+        import fcntl
+
+        if getattr(self, "_lock_file", None) is not None:
+            return
+        f = open(self.run_dir / ".lock", "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise RuntimeError(f"{self.run_dir} is being trained by another process; not starting a second one")
+        self._lock_file = f
+
     def _barrier(self) -> None:
         if self.world > 1:
             torch.distributed.barrier()
@@ -164,6 +179,8 @@ class Trainer:
         status = read_status(self.run_dir)
         if status.get("state") == "done":
             return status
+        if self.rank == 0:
+            self._lock()
         if self.rank == 0:
             write_status(self.run_dir, "running", run_id=self.spec.run_id, host=os.uname().nodename,
                          started=status.get("started", time.time()), attempts=status.get("attempts", 0) + 1)
