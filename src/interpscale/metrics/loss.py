@@ -187,27 +187,23 @@ def estimate_losses(
                     ar_nll, ar_n = ar_nll + nll, ar_n + n
                     u.n_forward += 1
                     continue
+                twins = (False, True) if antithetic else (False,)
                 for grp in range(groups):
-                    twins = (False, True) if antithetic else (False,)
-                    if e == "fixed_grid":
-                        per = []
-                        for r in rates:
-                            vals = _twin_passes(model, tokens, valid, r, g, mask_id, twins, lo, hi)
-                            rate_units[r].add(sum(vals) / len(vals), weight)
-                            per.append(sum(vals) / len(vals))
-                        u.add(sum(per) / len(per), weight)
-                    elif e == "fixed_rate":
-                        vals = _twin_passes(model, tokens, valid, tau, g, mask_id, twins, lo, hi)
-                        u.add(sum(vals) / len(vals), weight)
-                    elif e == "mdlm_elbo":
+                    if e == "fixed_grid":  # Eq. 37: mean over the K rates
+                        per = [_mean(_twin_passes(model, tokens, valid, r, g, mask_id, twins, lo, hi)) for r in rates]
+                        for r, v in zip(rates, per):
+                            rate_units[r].add(v, weight)
+                        value = _mean(per)
+                    elif e == "fixed_rate":  # Eq. 36
+                        value = _mean(_twin_passes(model, tokens, valid, tau, g, mask_id, twins, lo, hi))
+                    elif e == "mdlm_elbo":  # Eq. 39: one t for the whole batch
                         t = float(mdlm_plan[i, grp])
-                        vals = _twin_passes(model, tokens, valid, t, g, mask_id, twins, lo, hi, reflect=True)
-                        u.add(sum(vals) / len(vals), weight)
-                    else:  # per_block, Eq. 40
+                        value = _mean(_twin_passes(model, tokens, valid, t, g, mask_id, twins, lo, hi, reflect=True))
+                    else:  # per_block, Eq. 40: one t_b per block of each row
                         lv = masking.block_levels(tokens.shape[0], tokens.shape[1], b, lo, hi, g, stratified=stratified)
                         rate = masking.expand_blocks(lv, tokens.shape[1], b)
-                        vals = _twin_passes(model, tokens, valid, rate, g, mask_id, twins, lo, hi, reflect=True)
-                        u.add(sum(vals) / len(vals), weight)
+                        value = _mean(_twin_passes(model, tokens, valid, rate, g, mask_id, twins, lo, hi, reflect=True))
+                    u.add(value, weight)
                     u.n_forward += len(twins) * (len(rates) if e == "fixed_grid" else 1)
     out: dict[str, LossEstimate] = {}
     for e in want:
@@ -223,6 +219,10 @@ def estimate_losses(
     if "fixed_grid" not in estimators:
         out.pop("fixed_grid", None)
     return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def _twin_passes(model, tokens, valid, rate, gen, mask_id, twins, lo, hi, *, reflect=False) -> list[float]:
