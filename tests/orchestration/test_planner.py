@@ -77,7 +77,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="unknown training option"):
         plan("demo", learning_rate=1.0, flops_per_s=1e10)
     # D below one batch: flagged in the table, not planned (strict=False keeps going)
-    p = plan("demo", families=["ar"], slices=[5e7, 5e10], strict=False, flops_per_s=1e10)
+    p = plan("demo", families=["ar"], sizes=["nano", "micro"], slices=[5e7, 5e10], strict=False, flops_per_s=1e10)
     small = p.table[p.table.C_target == 5e7]
     assert small.status.str.contains("one batch").all()
     assert all(r.slice_flops == 5e10 for r in p.runs)
