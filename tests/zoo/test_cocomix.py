@@ -119,3 +119,21 @@ def test_checkpoint_and_missing_teacher(teacher_setup, tmp_path):
         build_model("cocomix", "nano", vocab_size=V)
     with pytest.raises(ValueError, match="vocab_size"):
         build_model("cocomix", "nano", vocab_size=2 * V, k_concept=8, insert_layer=1, **ov)
+
+
+def test_cocomix_runs_through_the_training_pipeline(teacher_setup, tmp_path):
+    from interpscale.orchestration import RunSpec, evaluate_run, train_run
+
+    _, _, ov = teacher_setup
+    over = {"n_concepts": 6, "k_concept": 8, "insert_layer": 1, **ov}
+    seq, bt, steps = 32, 4 * 32, 10
+    M = flops_per_token("cocomix", "nano", seq, vocab_size=V, **over)
+    spec = RunSpec(family="cocomix", size="nano", slice_flops=M * steps * bt, flops=M * steps * bt,
+                   params=params_nonembedding("cocomix", "nano", vocab_size=V, **over), tokens=steps * bt,
+                   seq_len=seq, batch_tokens=bt, flops_per_token=M, vocab_size=V, lr=3e-3, log_every=5,
+                   eval_batches=2, model_overrides=over,
+                   data={"kind": "synthetic", "n_concepts": 6, "n_docs": 120, "entities_per_concept": 6})
+    d = tmp_path / "runs" / spec.run_id
+    assert train_run(spec, d, progress=False)["state"] == "done"
+    table = evaluate_run(d)
+    assert len(table) >= 1 and table["loss"].notna().all() and set(table["family"]) == {"cocomix"}
