@@ -70,9 +70,8 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         d, hd = cfg.d_model, cfg.head_dim
-        self.wq = nn.Linear(d, cfg.n_heads * hd, bias=False)
-        self.wk = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
-        self.wv = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
+        self.q_dim, self.kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
+        self.wqkv = nn.Linear(d, self.q_dim + 2 * self.kv_dim, bias=False)  # Wq, Wk, Wv fused
         self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(cfg.n_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.n_kv_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
@@ -80,9 +79,10 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, kind: str, layer: int, cache: Optional[KVCache], commit: bool):
         cfg = self.cfg
         B, T, _ = x.shape
-        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        qkv = self.wqkv(x)
         if cfg.clip_qkv is not None:  # App. G: clip_qkv = 10
-            q, k, v = (z.clamp(-cfg.clip_qkv, cfg.clip_qkv) for z in (q, k, v))
+            qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)
+        q, k, v = qkv.split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
             q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # [B, H, T, hd]
@@ -122,8 +122,9 @@ class Attention(nn.Module):
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)  # rotate-half convention
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    """Rotate-half RoPE; ``cos``/``sin`` [T, hd] hold each frequency twice."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 class SwiGLU(nn.Module):
@@ -163,7 +164,7 @@ class Backbone(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         inv = 1.0 / cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
-        ang = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv)
+        ang = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv).repeat(1, 2)  # [T, hd]
         self.register_buffer("rope_cos", ang.cos().float(), persistent=False)
         self.register_buffer("rope_sin", ang.sin().float(), persistent=False)
         self.apply(self._init)

@@ -21,7 +21,7 @@ def topk_sparsify(x: torch.Tensor, k: Optional[int]) -> torch.Tensor:
     """Keep the k largest entries of the last axis, zero the rest (k=None: dense)."""
     if k is None or k >= x.size(-1):
         return x
-    vals, idx = x.topk(k, dim=-1)
+    vals, idx = x.topk(k, dim=-1, sorted=False)
     return torch.zeros_like(x).scatter(-1, idx, vals)
 
 
@@ -36,6 +36,7 @@ class ConceptParts:
     known_pred: torch.Tensor  # k̂ from the head's own (top-k) activations
     unknown_pred: torch.Tensor  # û from the head's own activations
     hidden: torch.Tensor  # backbone h
+    known_gt: Optional[torch.Tensor] = None  # k̂^GT (Eq. 11) when labels were given
 
 
 class ConceptModule(nn.Module):
@@ -85,8 +86,20 @@ class ConceptModule(nn.Module):
         return topk_sparsify(k, self.topk[0]) @ self.known_emb  # Eq. 7
 
     def compose_unknown(self, u: torch.Tensor) -> torch.Tensor:
-        u = topk_sparsify(u, self.topk[1])
+        k = self.topk[1]
+        if self.unk_down is not None and k is not None and k < u.size(-1) and u.is_cuda:
+            # top-k compose through A touches k rows only (Eq. 24 counts 2dR + Rm, no m·R);
+            # on CPU the gather + scatter-add backward is slower than the dense R·m matmul
+            vals, idx = u.topk(k, dim=-1, sorted=False)
+            return torch.einsum("...k,...kr->...r", vals, self.unk_a[idx]) @ self.unk_b
+        u = topk_sparsify(u, k)
         return (u @ self.unk_a) @ self.unk_b if self.unk_down is not None else u @ self.unk_emb
+
+    def ground_truth(self, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
+        """k̂^GT = Σ_i k_i^GT K_i per token (Eq. 11), composed once per chunk then gathered."""
+        per_chunk = chunk_labels.to(self.known_emb.dtype) @ self.known_emb  # [B, C, d]
+        idx = chunk_ids.clamp(min=0).unsqueeze(-1).expand(*chunk_ids.shape, per_chunk.size(-1))
+        return per_chunk.gather(1, idx) * (chunk_ids >= 0).unsqueeze(-1).to(per_chunk.dtype)
 
     def unknown_matrix(self) -> torch.Tensor:
         """U [m, d] (materialised; only for attribution/steering, not the forward pass)."""
@@ -97,11 +110,11 @@ class ConceptModule(nn.Module):
         self,
         h: torch.Tensor,
         *,
-        known_gt: Optional[torch.Tensor] = None,
+        k_gt: Optional[torch.Tensor] = None,
         tf_known: Optional[torch.Tensor] = None,
         tf_unknown: Optional[torch.Tensor] = None,
     ) -> ConceptParts:
-        """``known_gt`` [B, T, n] token-level GT activations (0 outside chunks);
+        """``k_gt`` [B, T, d]: k̂^GT (Eq. 11) per token, 0 outside chunks;
         ``tf_known`` / ``tf_unknown`` [B, T] bool: positions that take k̂^GT / û^GT."""
         known_logits = self.known_head(h)
         k = torch.sigmoid(known_logits)  # Eq. 6
@@ -109,8 +122,7 @@ class ConceptModule(nn.Module):
         u = torch.sigmoid(self.unknown_logits(h.detach()))
         k_hat, u_hat = self.compose_known(k), self.compose_unknown(u)
         known, unknown = k_hat, u_hat
-        if known_gt is not None:
-            k_gt = known_gt.to(h.dtype) @ self.known_emb  # Eq. 11
+        if k_gt is not None:
             if tf_known is not None:
                 known = torch.where(tf_known.unsqueeze(-1), k_gt, known)
             if tf_unknown is not None:
@@ -119,7 +131,7 @@ class ConceptModule(nn.Module):
             keep = torch.rand(h.shape[:-1], device=h.device) >= self.cfg.p_cfg
             known = known * keep.unsqueeze(-1).to(h.dtype)
         residual = self.eps_drop(h - known - unknown)  # ε with dropout p_ε
-        return ConceptParts(known, unknown, residual, known_logits, k, u, k_hat, u_hat, h)
+        return ConceptParts(known, unknown, residual, known_logits, k, u, k_hat, u_hat, h, k_gt)
 
 
 # --- losses -----------------------------------------------------------------------

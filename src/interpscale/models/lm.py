@@ -131,12 +131,12 @@ class SteerlingLM(nn.Module):
                           steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
         if self.concept is None:
             return ModelOutput(logits=F.linear(h, self.lm_head), hidden=h)
-        known_gt = tf_k = tf_u = None
+        k_gt = tf_k = tf_u = None
         if chunk_ids is not None and chunk_labels is not None:
-            known_gt = token_labels(chunk_ids, chunk_labels)
+            k_gt = self.concept.ground_truth(chunk_ids, chunk_labels)
             if self.training:
                 tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
-        p = self.concept(h, known_gt=known_gt, tf_known=tf_k, tf_unknown=tf_u)
+        p = self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u)
         h_bar = p.known + p.unknown + p.residual  # Eq. 5
         out = ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
                           residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act)
@@ -184,7 +184,7 @@ class SteerlingLM(nn.Module):
         total = out.logits.new_zeros(())
         if chunk_ids is not None:
             l_c, _ = concept_loss(p.known_logits, chunk_ids, chunk_labels, valid)
-            k_gt = token_labels(chunk_ids, chunk_labels).to(p.hidden.dtype) @ self.concept.known_emb
+            k_gt = p.known_gt  # k̂^GT from the forward pass (Eq. 11)
             parts["concept"] = float(l_c.detach())
             total = total + c.lambda_concept * l_c
         else:
@@ -217,11 +217,3 @@ class SteerlingLM(nn.Module):
 
         return generate(self, prompt_ids, max_new_tokens, **kwargs)
 
-
-def token_labels(chunk_ids: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
-    """Token-level GT activations [B, T, n]: the label of each token's chunk, 0 outside chunks."""
-    B, T = chunk_ids.shape
-    n = chunk_labels.size(-1)
-    idx = chunk_ids.clamp(min=0).unsqueeze(-1).expand(B, T, n)
-    lab = chunk_labels.float().gather(1, idx)
-    return lab * (chunk_ids >= 0).unsqueeze(-1)

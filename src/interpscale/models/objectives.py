@@ -17,7 +17,9 @@ from interpscale.models.types import PhaseSchedule
 def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, int]:
     """Eq. 1: mean next-token CE over valid (input, target) pairs."""
     target = tokens[:, 1:]
-    keep = torch.ones_like(target, dtype=torch.bool) if valid is None else (valid[:, 1:] & valid[:, :-1])
+    if valid is None:  # fast path: every pair counts
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten()), target.numel()
+    keep = valid[:, 1:] & valid[:, :-1]
     ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten(), reduction="none")
     n = int(keep.sum())
     if n == 0:

@@ -1,0 +1,130 @@
+"""Training-step cost of the Steerling families, as ratios measured in one process.
+
+1. our AR step vs a minimal plain-PyTorch causal transformer of the same shape (written below);
+2. a CDLM step vs an AR step of the same shape (target <= 1.1x);
+3. the measured +concept overhead vs what Eq. 24 predicts (target: within 25%).
+
+Run: .venv/bin/python benchmarks/bench_models.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models import build_model
+from interpscale.models.accounting import backbone_params, concept_flops
+from interpscale.models.types import Batch, PhaseSchedule
+
+
+class PlainBlock(nn.Module):
+    """Pre-norm block: fused QKV, causal SDPA, SwiGLU (ratio 4), no biases."""
+
+    def __init__(self, d: int, n_heads: int):
+        super().__init__()
+        self.h = n_heads
+        self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, 4 * d, bias=False), nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):
+        B, T, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).split(d, dim=-1)
+        q, k, v = (z.view(B, T, self.h, -1).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, d))
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class PlainLM(nn.Module):
+    def __init__(self, vocab: int, d: int, n_layers: int, n_heads: int, max_len: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.blocks = nn.ModuleList(PlainBlock(d, n_heads) for _ in range(n_layers))
+        self.norm = nn.RMSNorm(d)
+
+    def loss(self, tokens):
+        x = self.tok(tokens) + self.pos(torch.arange(tokens.size(1)))
+        for b in self.blocks:
+            x = b(x)
+        logits = F.linear(self.norm(x), self.tok.weight)
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def make_step(model, batch_fn):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        loss = batch_fn()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller shape, fewer iterations")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # 2 shared cores: one thread keeps the ratios stable
+    torch.manual_seed(0)
+    L, d, H, T, B, V = (2, 128, 2, 128, 4, 512) if args.quick else (4, 256, 4, 256, 4, 512)
+    n_rounds = 5 if args.quick else 12
+    shape = dict(n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, vocab_size=V, max_seq_len=T, block_size=64)
+    tokens = torch.randint(4, V, (B, T))
+    n_concepts, rank = (256, 32) if args.quick else (1024, 64)
+    cid = (torch.arange(T) // 32).expand(B, T).clone()
+    labels = (torch.rand(B, T // 32, n_concepts) < 0.02).float()
+
+    plain = PlainLM(V, d, L, H, T)
+    models = {f: build_model(f, "nano", **shape, n_concepts=n_concepts, concept_rank=rank)
+              for f in ("ar", "cdlm", "ar+concept", "cdlm+concept")}
+    # "+anneal": Table 26 top-k on both heads, the selection Eq. 24 assumes for the unknown head
+    for f in ("ar+concept", "cdlm+concept"):
+        models[f + "+anneal"] = build_model(f, "nano", **shape, n_concepts=n_concepts, concept_rank=rank)
+        models[f + "+anneal"].set_phase(PhaseSchedule("anneal", 1000, 200))
+
+    def fam_step(f):
+        m = models[f]
+        b = Batch(tokens, cid, labels) if m.is_concept else Batch(tokens)
+        return make_step(m, lambda: m.loss(b, 500).total)
+
+    steps = {"plain": make_step(plain, lambda: plain.loss(tokens))} | {f: fam_step(f) for f in models}
+    # round-robin single steps so drift on the shared machine hits every variant alike;
+    # the minimum over rounds is the least contended measurement of each
+    for fn in steps.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(n_rounds):
+        for k, fn in steps.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    t = {k: min(v) for k, v in times.items()}
+
+    cfg = models["ar+concept"].config
+    base_m = 6 * backbone_params(cfg) + 12 * L * d * T  # Eq. 23
+    predicted = concept_flops(cfg) / base_m  # Eq. 24 extra over Eq. 23
+    print(f"shape: L={L} d={d} heads={H} T={T} B={B} V={V}; concept n={n_concepts} m={3 * n_concepts} R={rank}")
+    for k, v in t.items():
+        print(f"  {k:20s} {1e3 * v:8.1f} ms/step")
+    print(f"AR step / plain PyTorch step       : {t['ar'] / t['plain']:.3f}  (target <= 1.0)")
+    print(f"CDLM step / AR step                : {t['cdlm'] / t['ar']:.3f}  (target <= 1.1)")
+    for base in ("ar", "cdlm"):
+        for fam in (base + "+concept", base + "+concept+anneal"):
+            measured = t[fam] / t[base] - 1
+            print(f"{fam:20s} overhead measured {measured:.3f} vs Eq. 24 {predicted:.3f}"
+                  f"  -> ratio {measured / predicted:.2f} (target 0.75-1.25)")
+
+
+if __name__ == "__main__":
+    main()
