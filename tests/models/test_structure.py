@@ -62,3 +62,17 @@ def test_gqa_backbone_runs_and_is_causal(tiny):
     pert = tok.clone()
     pert[:, 20] = 5
     assert (model(pert).logits[:, :20] - base[:, :20]).abs().max() < 1e-6
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_flex_block_mask_matches_dense_mask():
+    # the CUDA path (FlexAttention) checked against the dense boolean mask, here in eager mode
+    import torch.nn.functional as F
+
+    from interpscale.models.backbone import _dense_block_mask, flex_attention, flex_block_attention
+
+    if flex_attention is None:
+        pytest.skip("this torch has no FlexAttention")
+    q, k, v = (torch.randn(2, 4, 64, 16) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=_dense_block_mask(64, 16, "cpu"))
+    torch.testing.assert_close(flex_block_attention(q, k, v, 16), ref, atol=1e-5, rtol=0)

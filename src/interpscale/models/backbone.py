@@ -57,6 +57,22 @@ def _dense_block_mask(t: int, block: int, device: str) -> torch.Tensor:
     return allowed_mask("block", pos, pos, block)
 
 
+_FLEX = {}
+
+
+def flex_block_attention(q, k, v, block: int) -> torch.Tensor:
+    """Block-causal attention through FlexAttention (compiled once on CUDA, eager elsewhere)."""
+    fn = flex_attention
+    if q.is_cuda:
+        if "cuda" not in _FLEX:
+            try:
+                _FLEX["cuda"] = torch.compile(flex_attention, dynamic=False)
+            except Exception:  # pragma: no cover - compile unavailable: eager flex still works
+                _FLEX["cuda"] = flex_attention
+        fn = _FLEX["cuda"]
+    return fn(q, k, v, block_mask=_flex_block_mask(q.size(2), block, str(q.device)))
+
+
 @lru_cache(maxsize=16)
 def _flex_block_mask(t: int, block: int, device: str):
     def mod(b, h, q, k):
@@ -110,7 +126,7 @@ class Attention(nn.Module):
         if start == 0 and Tq == Tk and q.is_cuda and flex_attention is not None:
             if gqa:
                 k, v = (z.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, dim=1) for z in (k, v))
-            return flex_attention(q, k, v, block_mask=_flex_block_mask(Tq, cfg.block_size, str(q.device)))
+            return flex_block_attention(q, k, v, cfg.block_size)
         if start == 0 and Tq == Tk:
             mask = _dense_block_mask(Tq, cfg.block_size, str(q.device))
         else:
