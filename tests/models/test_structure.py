@@ -76,3 +76,14 @@ def test_flex_block_mask_matches_dense_mask():
     q, k, v = (torch.randn(2, 4, 64, 16) for _ in range(3))
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=_dense_block_mask(64, 16, "cpu"))
     torch.testing.assert_close(flex_block_attention(q, k, v, 16), ref, atol=1e-5, rtol=0)
+
+
+def test_clip_qkv_clamps_only_when_needed(tiny):
+    model = tiny("ar").eval()
+    tok = torch.randint(4, 512, (1, 16))
+    loose = tiny("ar", clip_qkv=None).eval()
+    assert torch.equal(model(tok).logits, loose(tok).logits)  # small activations: clip is a no-op
+    with torch.no_grad():
+        for m in (model, loose):
+            m.backbone.blocks[0].attn.wqkv.weight.mul_(1e5)
+    assert (model(tok).logits - loose(tok).logits).abs().max() > 1e-3  # large ones are clipped

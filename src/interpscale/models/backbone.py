@@ -96,7 +96,9 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         qkv = self.wqkv(x)
-        if cfg.clip_qkv is not None:  # App. G: clip_qkv = 10
+        if cfg.clip_qkv is not None and (qkv.is_cuda or float(qkv.detach().abs().amax()) > cfg.clip_qkv):
+            # App. G: clip_qkv = 10. On CPU skip the clamp (and its backward mask) when it
+            # would change nothing: same values, same gradients, one cheap reduction.
             qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)
         q, k, v = qkv.split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
