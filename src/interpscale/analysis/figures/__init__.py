@@ -73,6 +73,21 @@ def _first_family(results: pd.DataFrame, preferred: Iterable[str]) -> str:
     return fams[0]
 
 
+def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferred: Iterable[str], **kwargs):
+    """``draw(results, family=f, **kwargs)`` for the first family of ``preferred`` that the table
+    supports (e.g. Figure 24 falls back to AR when CDLM+Concept has no usable slices)."""
+    errors = []
+    for fam in _families_with(results, preferred):
+        try:
+            return draw(results, family=fam, **kwargs)
+        except ValueError as exc:
+            errors.append(str(exc))
+    raise ValueError(errors[0] if errors else f"no rows for any of the families {list(preferred)}")
+
+
+_CONCEPT_FIRST = ("cdlm+concept", "ar+concept", "cdlm", "ar")
+
+
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig21_concept_overhead", "Figure 21: concept-module parameter overhead vs backbone size",
                lambda r, f, b, t: concept_overhead_figure()),
@@ -81,13 +96,12 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig23_power_laws", "Figure 23: compute-optimal L*(C) and P*(C) power laws",
                lambda r, f, b, t: power_law_figure(r, fits=f, n_boot=b)),
     FigureSpec("fig24_extrapolation", "Figure 24: joint vs log-linear extrapolation to the target",
-               lambda r, f, b, t: extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")), target=t,
-                                                    n_boot=b)),
+               lambda r, f, b, t: _first_drawable(extrapolation_figure, r, _CONCEPT_FIRST, target=t, n_boot=b)),
     FigureSpec("fig25_interp_scaling", "Figure 25: interpretability metrics vs compute",
                lambda r, f, b, t: interp_scaling_figure(r, n_boot=b)),
     FigureSpec("fig26_interp_extrapolation", "Figure 26: interpretability extrapolation to the target",
-               lambda r, f, b, t: interp_extrapolation_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")),
-                                                              target=t, n_boot=b)),
+               lambda r, f, b, t: _first_drawable(interp_extrapolation_figure, r, ("cdlm+concept", "ar+concept"),
+                                                 target=t, n_boot=b)),
     FigureSpec("fig34_estimator_isoflop", "Figure 34: IsoFLOP fits under four ELBO estimators",
                lambda r, f, b, t: estimator_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig35_estimator_power_laws", "Figure 35: power laws under four ELBO estimators",
@@ -97,10 +111,9 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
                lambda r, f, b, t: mask_rate_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
-               lambda r, f, b, t: anneal_loss_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept", "cdlm", "ar")),
-                                                  n_boot=b)),
+               lambda r, f, b, t: _first_drawable(anneal_loss_figure, r, _CONCEPT_FIRST, n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
-               lambda r, f, b, t: anneal_interp_figure(r, family=_first_family(r, ("cdlm+concept", "ar+concept")))),
+               lambda r, f, b, t: _first_drawable(anneal_interp_figure, r, ("cdlm+concept", "ar+concept"))),
 )
 
 

@@ -67,15 +67,31 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
                     tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
     """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``
     (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is;
-    ``tolerance``: the slice-membership window on achieved compute, None to keep all rows)."""
+    ``tolerance``: the slice-membership window on achieved compute, None to keep all rows).
+
+    When fewer than two slices pass ``fit_isoflop``'s checks (convex, converged, interior
+    minimum) there are no power laws (``power_P``/``power_L`` None, reason in ``warnings``),
+    but every convex parabola is still returned so the slices can be drawn."""
     from interpscale.scaling import fit_isoflop
 
     rows = isoflop_rows(rows, tolerance)
+    warnings: list[str] = []
+    strict = True
     if fit is None:
-        fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
-    target = rows["slice_flops"].to_numpy(float)
+        try:
+            fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
+        except ValueError as exc:
+            warnings.append(str(exc))
+            strict = False
+            try:  # keep flagged-but-convex slices, only to draw their parabolas
+                fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
+            except ValueError:
+                fit = None
     slices = []
-    for rec in fit.slices.to_dict("records"):
+    records = fit.slices.to_dict("records") if fit is not None else [
+        {"compute": float(c)} for c in np.unique(rows["slice_flops"].to_numpy(float))]
+    target = rows["slice_flops"].to_numpy(float)
+    for rec in records:
         compute = float(rec["compute"])
         sub = rows[np.isclose(target, compute, rtol=1e-9)]
         curve = None
@@ -84,10 +100,19 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
         slices.append(SliceCurve(
             compute=compute, params=sub["params"].to_numpy(float), loss=sub["loss"].to_numpy(float),
             p_star=float(rec.get("P_star", math.nan)), l_star=float(rec.get("L_star", math.nan)),
-            curve=curve, used=bool(rec.get("used", True)),
+            curve=curve, used=bool(rec.get("used", False)) and not rec.get("reason"),
         ))
-    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute), power_P=fit.power_P,
-                          power_L=fit.power_L, fit=fit, warnings=list(fit.warnings))
+    if fit is not None:
+        warnings += list(fit.warnings)
+    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute),
+                          power_P=fit.power_P if strict else None, power_L=fit.power_L if strict else None,
+                          fit=fit if strict else None, warnings=list(dict.fromkeys(warnings)))
+
+
+def require_power_laws(summary: IsoflopSummary, what: str) -> None:
+    """ValueError (with the IsoFLOP fit's reason) when ``summary`` has no power laws."""
+    if summary.power_L is None or summary.power_P is None:
+        raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(summary.warnings) or 'no usable slices'})")
 
 
 def chinchilla_fit(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):

@@ -174,8 +174,20 @@ def plain_log_axis(ax, which: str = "y") -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def quiet_minor_labels(ax, which: str = "x") -> None:
-    """No labels on minor ticks of a log axis (they collide when the range is under a decade)."""
+def compact_log_ticks(ax, which: str = "x", *, max_decades: float = 1.5) -> None:
+    """On a log axis spanning under ``max_decades`` decades, ticks at 1, 2 and 5 × 10^k labelled
+    ``2e10``-style (matplotlib's default labels every minor tick there and they collide)."""
     from matplotlib import ticker
 
-    (ax.xaxis if which == "x" else ax.yaxis).set_minor_formatter(ticker.NullFormatter())
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    if not (lo > 0 and hi > 0) or np.log10(hi / lo) >= max_decades:
+        return
+    axis = ax.xaxis if which == "x" else ax.yaxis
+
+    def fmt(v, _):
+        mant, exp = f"{v:.0e}".split("e")
+        return f"{mant}e{int(exp)}"
+
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(fmt))
+    axis.set_minor_formatter(ticker.NullFormatter())

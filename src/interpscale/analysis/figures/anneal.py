@@ -8,9 +8,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, SLICE_TOLERANCE, IsoflopSummary, isoflop_summary
+from interpscale.analysis.figures._fits import (
+    DEFAULT_FIG_BOOT,
+    SLICE_TOLERANCE,
+    IsoflopSummary,
+    isoflop_summary,
+    require_power_laws,
+)
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
+    compact_log_ticks,
     family_label,
     headline_estimator,
     new_figure,
@@ -18,7 +25,7 @@ from interpscale.analysis.figures._style import (
     require_columns,
     select,
 )
-from interpscale.analysis.figures.interp import METRICS
+from interpscale.analysis.figures.interp import METRICS, metrics_with_data
 from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_panel, draw_power_law_panels
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -54,6 +61,8 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
     # ±15% slice window applies to the annealed state only
     summaries: dict[bool, IsoflopSummary] = {
         s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None) for s, r in rows.items()}
+    if all(s.power_L is None for s in summaries.values()):
+        require_power_laws(summaries[True], figure)
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)
         for j, state in enumerate((False, True)):
@@ -70,6 +79,7 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     (Table 30's β = slope against log10 C, R² in the legend)."""
     figure = "Figure 39 (anneal_interp_figure)"
     rows = _state_rows(results, family, figure, extra=("flops", *metrics))
+    metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
     with paper_style():
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):
@@ -88,6 +98,7 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
                 ax.plot(10**grid, intercept + slope * grid, color=STATE_COLORS[state], lw=1.1,
                         label=f"{STATE_LABELS[state]} β={slope:+.3g}, R²={r2:.2f}")
             ax.set_xscale("log")
+            compact_log_ticks(ax, "x")
             ax.set_xlabel("Compute C (FLOPs)")
             ax.set_title(METRIC_LABELS.get(metric, metric))
             ax.legend(loc="best", fontsize=5)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary, require_power_laws
 from interpscale.analysis.figures._style import (
     ESTIMATOR_COLORS,
     ESTIMATOR_LABELS,
@@ -84,6 +84,8 @@ def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", e
     """Figure 35: (a) L*(C) and (b) P*(C) under each estimator."""
     figure = "Figure 35 (estimator_power_law_figure)"
     summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
+    if all(s.power_L is None for s in summaries.values()):
+        require_power_laws(next(iter(summaries.values())), figure)
     labelled = {ESTIMATOR_LABELS.get(e, e): s for e, s in summaries.items()}
     colors = {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}
     with paper_style():
@@ -131,6 +133,8 @@ def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", n
     """Figure 37: (a) L*(C) and (b) P*(C) at each fixed mask rate (colour: t)."""
     figure = "Figure 37 (mask_rate_power_law_figure)"
     summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
+    if all(s.power_L is None for s in summaries.values()):
+        require_power_laws(next(iter(summaries.values())), figure)
     colors = _rate_colors(list(summaries))
     labelled = {f"t={t:g}": s for t, s in summaries.items()}
     with paper_style():

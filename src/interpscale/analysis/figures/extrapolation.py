@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 
 from interpscale.scaling import extrapolate
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, chinchilla_fit, curve_band, isoflop_summary
+from interpscale.analysis.figures._fits import (
+    DEFAULT_FIG_BOOT,
+    bounded_fit,
+    chinchilla_fit,
+    curve_band,
+    isoflop_summary,
+    require_power_laws,
+)
 from interpscale.analysis.figures._style import (
     METRIC_LEGEND_LOC,
     family_color,
@@ -20,7 +27,7 @@ from interpscale.analysis.figures._style import (
     paper_style,
     require_columns,
 )
-from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows
+from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows, metrics_with_data
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -53,6 +60,7 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     if not float(target.get("flops") or 0) > 0:
         raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     summ = isoflop_summary(rows, n_boot=n_boot)
+    require_power_laws(summ, figure)
     joint = chinchilla_fit(rows, n_boot=n_boot)
     c_t = float(target["flops"])
     observed = target.get("loss")
@@ -98,6 +106,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
     if not float(target.get("flops") or 0) > 0:
         raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     c_t = float(target["flops"])
+    metrics = metrics_with_data(results, [family], metrics, figure)
     with paper_style():
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):

@@ -12,6 +12,7 @@ from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, cu
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
     METRIC_LEGEND_LOC,
+    compact_log_ticks,
     family_color,
     legend_with_room,
     family_label,
@@ -38,6 +39,24 @@ def metric_rows(results: pd.DataFrame, family: str, metric: str, figure: str) ->
     return rows
 
 
+def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: Sequence[str], figure: str,
+                      *, min_rows: int = 4, rows_of=None) -> list[str]:
+    """The metrics every family in ``families`` has at least ``min_rows`` finite values of
+    (e.g. known concept alignment needs a judge and may not have been scored); the others
+    are left out with a log line, and a ValueError is raised when none is left."""
+    rows_of = rows_of or (lambda fam: main_rows(results, fam))
+    keep, dropped = [], []
+    for metric in metrics:
+        counts = {fam: int(np.isfinite(rows_of(fam)[metric].astype(float)).sum()) for fam in families}
+        (keep if min(counts.values()) >= min_rows else dropped).append(metric)
+        if metric in dropped:
+            log.info("%s: %s left out (finite values per family: %s)", figure, metric, counts)
+    if not keep:
+        raise ValueError(f"{figure}: no interpretability metric has {min_rows}+ finite values for "
+                         f"{', '.join(map(str, families))} (columns {', '.join(metrics)} are empty)")
+    return keep
+
+
 def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float | None = None,
                       open_markers: bool = False, line_color: str = "k") -> None:
     """Markers coloured by IsoFLOP slice, the fitted curve and its band out to ``x_max``."""
@@ -55,6 +74,7 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
     ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1,
             label=f"e={fit.e:.3g}, β={fit.beta:.3f}, R²={fit.r2:.2f}")
     ax.set_xscale("log")
+    compact_log_ticks(ax, "x")
     ax.set_xlabel("Compute C (FLOPs)")
     ax.set_title(METRIC_LABELS.get(metric, metric))
 
@@ -63,12 +83,14 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                           families: Sequence[str] = CONCEPT_FAMILIES, metrics: Sequence[str] = METRICS,
                           n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 25: rows = +Concept families, columns = metrics; markers coloured by slice,
-    Eq. 29 fit (e ± A C^-β) with its shaded 90% bootstrap band."""
+    Eq. 29 fit (e ± A C^-β) with its shaded 90% bootstrap band. Metric columns that hold no
+    values (e.g. an unscored judge metric) are left out of the grid."""
     figure = "Figure 25 (interp_scaling_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     fams = [f for f in families if f in set(results["family"])]
     if not fams:
         raise ValueError(f"{figure}: none of the families {list(families)} is in the results table")
+    metrics = metrics_with_data(results, fams, metrics, figure)
     with paper_style():
         fig, axes = new_figure(len(fams), len(metrics), panel_height=1.75)
         for i, fam in enumerate(fams):

@@ -11,16 +11,22 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, curve_band, isoflop_summary
+from interpscale.analysis.figures._fits import (
+    DEFAULT_FIG_BOOT,
+    IsoflopSummary,
+    curve_band,
+    isoflop_summary,
+    require_power_laws,
+)
 from interpscale.analysis.figures._style import (
     family_color,
     family_label,
     main_rows,
     new_figure,
     ordered_families,
+    compact_log_ticks,
     paper_style,
     plain_log_axis,
-    quiet_minor_labels,
     require_columns,
     slice_colors,
 )
@@ -54,7 +60,7 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
             ax.scatter([sl.p_star], [sl.l_star], marker="x", s=28, color="k" if sl.used else "0.6",
                        linewidths=1.1, zorder=4)
     ax.set_xscale("log")
-    quiet_minor_labels(ax)
+    compact_log_ticks(ax, "x")
     ax.margins(y=0.12)
     ax.set_xlabel("Parameters P")
     ax.set_ylabel("Validation loss (nats)")
@@ -94,6 +100,9 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
     plain_log_axis(ax_loss, "y")
     ax_params.set_xscale("log")
     ax_params.set_yscale("log")
+    for ax in (ax_loss, ax_params):
+        compact_log_ticks(ax, "x")
+    compact_log_ticks(ax_params, "y")
     ax_loss.set_xlabel("Compute C (FLOPs)")
     ax_params.set_xlabel("Compute C (FLOPs)")
     ax_loss.set_ylabel("L*(C) (nats)")
@@ -144,6 +153,9 @@ def isoflop_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] 
         for ax, (fam, summ) in zip(axes[0], summaries.items()):
             draw_isoflop_panel(ax, summ)
             ax.set_title(family_label(fam), color=family_color(fam))
+            if summ.power_L is None:  # say why the × are grey / missing
+                ax.text(0.02, 0.02, "no power law: < 2 usable slices", transform=ax.transAxes, fontsize=5,
+                        color="0.4")
         for ax in axes[0][1:]:
             ax.set_ylabel("")
     return fig
@@ -155,6 +167,8 @@ def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str
     per-slice minima of Figure 22, shaded 90% bootstrap bands."""
     figure = "Figure 23 (power_law_figure)"
     summaries = family_summaries(results, families, fits=fits, n_boot=n_boot, figure=figure)
+    if all(s.power_L is None for s in summaries.values()):
+        require_power_laws(next(iter(summaries.values())), figure)
     labelled = {family_label(f): s for f, s in summaries.items()}
     colors = {family_label(f): family_color(f) for f in summaries}
     markers = {family_label(f): ("s" if f.endswith("+concept") else "o") for f in summaries}

@@ -75,9 +75,9 @@ def _size_key(info: dict, name: str) -> tuple:
 
 
 def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "tokens", smooth: int = 1):
-    """One line per run (loss vs ``x`` = "tokens" or "step", log axis), panels per family,
-    coloured by model size within a panel (light = small). ``smooth`` > 1 applies a
-    trailing moving average of that many logged points."""
+    """One line per run and training segment (loss vs ``x`` = "tokens" or "step", log axis),
+    panels per family, coloured by model size within a panel (light = small; one legend entry
+    per size). ``smooth`` > 1 applies a trailing moving average of that many logged points."""
     if x not in ("tokens", "step"):
         raise ValueError(f"{FIGURE}: x must be 'tokens' or 'step', got {x!r}")
     runs = []
@@ -102,8 +102,15 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
             fam_runs = [r for r in runs if r[1] == fam]
             fam_runs.sort(key=lambda r: _size_key(r[2], r[0]))
             cmap = plt.get_cmap("viridis")
-            for i, (name, _, info, m) in enumerate(fam_runs):
-                color = cmap(0.85 - 0.75 * i / max(len(fam_runs) - 1, 1))
+            # colour = model size (one legend entry per size; a size's runs at larger slices run longer)
+            sizes = list(dict.fromkeys(str(r[2].get("size", r[0])) for r in fam_runs))
+            shade = {sz: cmap(0.85 - 0.75 * i / max(len(sizes) - 1, 1)) for i, sz in enumerate(sizes)}
+            labelled: set[str] = set()
+            seen: list[np.ndarray] = []
+            for name, _, info, m in fam_runs:
+                size = str(info.get("size", name))
+                color = shade[size]
+                seen.append(m["loss"])
                 # one line per training segment (stable phase, then each independently annealed tail)
                 for k, seg in enumerate(dict.fromkeys(m["segment"])):
                     sel = m["segment"] == seg
@@ -112,11 +119,15 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
                     if smooth > 1 and ys.size >= smooth:
                         ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
                         xs = xs[smooth - 1:]
-                    ax.plot(xs, ys, color=color, lw=0.9 if k == 0 else 0.6,
-                            label=str(info.get("size", name)) if k == 0 else "_nolegend_")
+                    first = k == 0 and size not in labelled
+                    labelled.add(size)
+                    ax.plot(xs, ys, color=color, lw=0.9 if k == 0 else 0.6, label=size if first else "_nolegend_")
+            # the first few logged steps can sit an order of magnitude above the rest: clip them
+            allv = np.concatenate(seen)
+            ax.set_ylim(allv.min() * 0.97, np.quantile(allv, 0.97) * 1.05)
             ax.set_xscale("log")
             ax.set_xlabel("Tokens" if x == "tokens" else "Step")
             ax.set_ylabel("Training loss (nats)")
             ax.set_title(family_label(fam))
-            ax.legend(loc="lower left", fontsize=5.5, ncol=1 if len(fam_runs) < 6 else 2)
+            ax.legend(loc="lower left", fontsize=5.5, ncol=1 if len(sizes) < 6 else 2)
     return fig
