@@ -174,7 +174,7 @@ def plain_log_axis(ax, which: str = "y") -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def compact_log_ticks(ax, which: str = "x", *, max_decades: float = 1.5) -> None:
+def compact_log_ticks(ax, which: str = "x", *, max_decades: float = 1.2) -> None:
     """On a log axis spanning under ``max_decades`` decades, ticks at 1, 2 and 5 × 10^k labelled
     ``2e10``-style (matplotlib's default labels every minor tick there and they collide)."""
     from matplotlib import ticker

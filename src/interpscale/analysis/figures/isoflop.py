@@ -102,7 +102,7 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
     ax_params.set_yscale("log")
     for ax in (ax_loss, ax_params):
         compact_log_ticks(ax, "x")
-    compact_log_ticks(ax_params, "y")
+    compact_log_ticks(ax_params, "y", max_decades=2.5)  # vertical axis: room for 1-2-5 labels
     ax_loss.set_xlabel("Compute C (FLOPs)")
     ax_params.set_xlabel("Compute C (FLOPs)")
     ax_loss.set_ylabel("L*(C) (nats)")
