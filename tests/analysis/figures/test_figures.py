@@ -182,7 +182,11 @@ def test_forest_figure_is_reexported_lazily():
         with pytest.raises(ImportError):
             F.forest_figure  # noqa: B018
     else:
-        assert callable(F.forest_figure)
+        from interpscale.analysis.human_study import simulate_study, type_summary
+
+        fig = F.forest_figure(type_summary(simulate_study(seed=0).ratings, n_boot=50))
+        assert pixels(fig).std() > 10.0 and len(visible_axes(fig)) == 1
+        plt.close(fig)
 
 
 def test_loss_curves_one_line_per_segment(tmp_path):
