@@ -87,3 +87,12 @@ def test_clip_qkv_clamps_only_when_needed(tiny):
         for m in (model, loose):
             m.backbone.blocks[0].attn.wqkv.weight.mul_(1e5)
     assert (model(tok).logits - loose(tok).logits).abs().max() > 1e-3  # large ones are clipped
+
+
+def test_fused_qk_path_equals_separate_path(tiny):
+    model = tiny("cdlm").eval()
+    tok = torch.randint(4, 512, (2, 32))
+    fused = model(tok).logits
+    for blk in model.backbone.blocks:
+        blk.attn.fuse_qk = False
+    torch.testing.assert_close(model(tok).logits, fused, atol=1e-5, rtol=0)

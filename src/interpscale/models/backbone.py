@@ -89,6 +89,7 @@ class Attention(nn.Module):
         self.q_dim, self.kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
         self.wqkv = nn.Linear(d, self.q_dim + 2 * self.kv_dim, bias=False)  # Wq, Wk, Wv fused
         self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.fuse_qk = cfg.qk_norm and cfg.n_heads == cfg.n_kv_heads  # one norm/RoPE pass for q and k
         self.q_norm = RMSNorm(cfg.n_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.n_kv_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -100,13 +101,21 @@ class Attention(nn.Module):
             # App. G: clip_qkv = 10. On CPU skip the clamp (and its backward mask) when it
             # would change nothing: same values, same gradients, one cheap reduction.
             qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)
-        q, k, v = qkv.split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
-        if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)  # [B, H, T, hd]
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        v = qkv[..., self.q_dim + self.kv_dim:].view(B, T, Hkv, hd).transpose(1, 2)
+        if self.fuse_qk:
+            # MHA: QK-norm and RoPE on q and k in one pass each ([B, T, 2, d] view)
+            qk = qkv[..., : 2 * self.q_dim].unflatten(-1, (2, self.q_dim))
+            w = torch.stack([self.q_norm.weight, self.k_norm.weight])
+            qk = F.rms_norm(qk, (self.q_dim,), None, cfg.norm_eps) * w
+            qk = _rope(qk.view(B, T, 2 * H, hd).transpose(1, 2), cos, sin)  # [B, 2H, T, hd]
+            q, k = qk[:, :H], qk[:, H:]
+        else:
+            q, k = qkv[..., : self.q_dim], qkv[..., self.q_dim: self.q_dim + self.kv_dim]
+            if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
+                q, k = self.q_norm(q), self.k_norm(k)
+            q = _rope(q.reshape(B, T, H, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
+            k = _rope(k.reshape(B, T, Hkv, hd).transpose(1, 2), cos, sin)
         start = 0
         if cache is not None:
             start = cache.length
