@@ -39,8 +39,8 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
     """Concept-module fraction of the +Concept total, one marker per backbone preset.
 
     The dashed curve extends the trend beyond the presets: the module's size is linear in
-    the hidden width d (O(d), §8.1), and d grows with backbone P as a power law fitted on
-    the presets, so overhead(P) = c(d(P)) / (c(d(P)) + P).
+    the hidden width d (O(d), §8.1) while P grows like d²L, so the module size c is a power
+    law in P; it is fitted on the presets and overhead(P) = c(P) / (c(P) + P).
     """
     sizes = dict(paper_size_params() if sizes is None else sizes)
     if len(sizes) < 2:
@@ -52,7 +52,7 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
         bad = names[int(np.flatnonzero((backbone <= 0) | (total < backbone))[0])]
         raise ValueError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
     frac = (total - backbone) / total
-    # module size c is linear in d; d ~ k P^q from the presets' own (L, d, P)
+    # c(P) = k P^q on the presets (q ≈ 1/3 when L grows with d)
     module = total - backbone
     q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)
     grid = np.logspace(np.log10(backbone.min()), np.log10(max(extrapolate_to, backbone.max())), 200)
