@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ._common import category_probs, design_rows, text_table
+from ._validate import ordinal_codes
 from .design import Design, build_design
 
 log = logging.getLogger(__name__)
@@ -133,13 +134,18 @@ def _jsonable(obj):
 
 
 def build_model(design: Design, priors: Priors):
-    """The PyMC model of App. D.3: Pr(y <= k) = logit^-1(tau_k - eta), eta = X beta + sum_g u_g."""
+    """The PyMC model of App. D.3: Pr(y <= k) = logit^-1(tau_k - eta), eta = X beta + sum_g u_g.
+
+    The observed codes sit in ``pm.Data("y_obs")`` so a compiled model can be refitted to new
+    ratings on the same design (simulation studies) without recompiling.
+    """
     import pymc as pm
 
     K = len(design.levels)
     coords = {"coef": list(design.coef_names), "threshold": [f"{k}|{k + 1}" for k in range(1, K)]}
     coords.update({g: list(names) for g, (_, names) in design.groups.items()})
     with pm.Model(coords=coords) as model:
+        y_obs = pm.Data("y_obs", design.y)
         beta = pm.Normal("beta", 0.0, priors.beta_sd, dims="coef")
         tau = pm.Normal(
             "tau", 0.0, priors.threshold_sd, dims="threshold",
@@ -150,7 +156,7 @@ def build_model(design: Design, priors: Priors):
             sd = pm.HalfNormal(f"sd_{g}", priors.sd_scale)
             z = pm.Normal(f"z_{g}", 0.0, 1.0, dims=g)  # non-centred: u_g = sd_g * z_g
             eta = eta + sd * z[codes]
-        pm.OrderedLogistic("y", eta=eta, cutpoints=tau, observed=design.y, compute_p=False)
+        pm.OrderedLogistic("y", eta=eta, cutpoints=tau, observed=y_obs, compute_p=False)
     return model
 
 
@@ -164,6 +170,62 @@ def _resolve_sampler(sampler: str) -> str:
             return "pymc"
         return "nutpie"
     return sampler
+
+
+class OrdinalMixedModel:
+    """A cumulative-link mixed model bound to one design, compiled once, fitted many times.
+
+    ``OrdinalMixedModel(data, ...).fit()`` is ``fit_ordinal_mixed(data, ...)``; ``fit(y=...)``
+    refits new ratings for the same rows (same levels, same order) without recompiling —
+    what simulation-based coverage and power studies need.
+    """
+
+    def __init__(self, data: pd.DataFrame, *, response: str = "rating",
+                 fixed: Sequence[str] = ("candidate_type",), random: Sequence[str] = RANDOM,
+                 reference: Mapping[str, str] | None = None, levels: Sequence = (1, 2, 3, 4, 5),
+                 priors: Priors | None = None, sampler: str = "auto"):
+        if reference is None:
+            reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
+        self.response, self.levels = response, tuple(levels)
+        self.priors = priors or Priors()
+        self.design = build_design(data, response=response, fixed=fixed, random=random,
+                                   reference=reference, levels=levels)
+        self.model = build_model(self.design, self.priors)
+        self.sampler = _resolve_sampler(sampler)
+        self._compiled = None
+
+    def fit(self, y: Sequence | None = None, *, draws: int = 1000, tune: int = 1000, chains: int = 4,
+            cores: int | None = None, target_accept: float = 0.9, seed: int = 0, progressbar: bool = False,
+            rhat_max: float = 1.01, ess_min: float = 400.0, sampler_kwargs: Mapping[str, Any] | None = None,
+            ) -> "OrdinalMixedResult":
+        """Sample the posterior (of the original ratings, or of ``y`` on the same rows)."""
+        import time
+
+        import pymc as pm
+
+        ycodes = self.design.y
+        if y is not None:
+            ycodes = ordinal_codes(pd.Series(np.asarray(y), index=self.design.index), self.levels,
+                                   self.response, "y")
+        cores = cores or min(chains, 2)
+        t0 = time.perf_counter()
+        if self.sampler == "nutpie":
+            import nutpie
+
+            if self._compiled is None:
+                self._compiled = nutpie.compile_pymc_model(self.model)
+            kw = {"low_rank_modified_mass_matrix": True, **dict(sampler_kwargs or {})}
+            idata = nutpie.sample(self._compiled.with_data(y_obs=ycodes), draws=draws, tune=tune, chains=chains,
+                                  cores=cores, seed=seed, progress_bar=progressbar, target_accept=target_accept,
+                                  **kw)
+        else:
+            with self.model:
+                pm.set_data({"y_obs": ycodes})
+                idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, target_accept=target_accept,
+                                  random_seed=seed, progressbar=progressbar, compute_convergence_checks=False)
+        seconds = time.perf_counter() - t0
+        return _summarise(idata, self.design, self.priors, ycodes, seconds, self.sampler,
+                          draws=draws, chains=chains, rhat_max=rhat_max, ess_min=ess_min)
 
 
 def fit_ordinal_mixed(
@@ -189,37 +251,29 @@ def fit_ordinal_mixed(
 ) -> OrdinalMixedResult:
     """Fit the Bayesian cumulative-link mixed model of App. D.3 by NUTS.
 
-    ``reference`` defaults to ``{"candidate_type": "human"}`` when that column is a fixed
-    effect. ``sampler="auto"`` uses nutpie when installed, else PyMC's NUTS; both seeded.
+    Fixed effects are treatment-coded against ``reference`` (default
+    ``{"candidate_type": "human"}``); ``random`` factors get crossed non-centred intercepts.
+    ``sampler="auto"`` uses nutpie when installed (with its low-rank mass-matrix adaptation,
+    which decorrelates thresholds from the random intercepts), else PyMC's NUTS; both seeded.
     The fit is ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >= ``ess_min``
-    and there are no divergences; otherwise each failure is logged and listed in ``warnings``.
-    ``sampler_kwargs`` go to ``nutpie.sample`` (e.g. ``low_rank_modified_mass_matrix``).
+    and there are no divergences; each failure is logged and listed in ``warnings``.
+    ``sampler_kwargs`` go to ``nutpie.sample``.
     """
-    import time
+    model = OrdinalMixedModel(data, response=response, fixed=fixed, random=random, reference=reference,
+                              levels=levels, priors=priors, sampler=sampler)
+    return model.fit(draws=draws, tune=tune, chains=chains, cores=cores, target_accept=target_accept, seed=seed,
+                     progressbar=progressbar, rhat_max=rhat_max, ess_min=ess_min, sampler_kwargs=sampler_kwargs)
 
+
+def _summarise(idata, design: Design, priors: Priors, y: np.ndarray, seconds: float, sampler: str, *,
+               draws: int, chains: int, rhat_max: float, ess_min: float) -> OrdinalMixedResult:
     import arviz as az
-    import pymc as pm
 
-    if reference is None:
-        reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
-    priors = priors or Priors()
-    design = build_design(data, response=response, fixed=fixed, random=random,
-                          reference=reference, levels=levels)
+    levels = design.levels
     warnings_: list[str] = []
-    empty = [str(levels[k]) for k in range(len(levels)) if not np.any(design.y == k)]
+    empty = [str(levels[k]) for k in range(len(levels)) if not np.any(y == k)]
     if empty:
         warnings_.append(f"no observations at level(s) {empty}; their thresholds rest on the prior")
-    model = build_model(design, priors)
-    which = _resolve_sampler(sampler)
-    t0 = time.perf_counter()
-    with model:
-        idata = pm.sample(
-            draws=draws, tune=tune, chains=chains, cores=cores or min(chains, 2),
-            target_accept=target_accept, random_seed=seed, progressbar=progressbar,
-            nuts_sampler=which, compute_convergence_checks=False,
-            **({"nuts_sampler_kwargs": dict(sampler_kwargs)} if sampler_kwargs and which == "nutpie" else {}),
-        )
-    seconds = time.perf_counter() - t0
     post = idata.posterior
     names = ["beta", "tau", *[f"sd_{g}" for g in design.groups], *[f"z_{g}" for g in design.groups]]
     rhat = az.rhat(idata, var_names=names)
@@ -229,13 +283,16 @@ def fit_ordinal_mixed(
     max_rhat = float(max(np.nanmax(rhat[v].values) for v in rhat.data_vars))
     div = int(idata.sample_stats["diverging"].values.sum()) if "diverging" in idata.sample_stats else 0
     diag = Diagnostics(max_rhat=max_rhat, min_ess_bulk=as_min(ess_b), min_ess_tail=as_min(ess_t),
-                       divergences=div, n_draws=draws, chains=chains, sampling_seconds=seconds,
-                       sampler=which)
+                       divergences=div, n_draws=draws, chains=chains, sampling_seconds=seconds, sampler=sampler)
+    bad = False
     if max_rhat > rhat_max:
+        bad = True
         warnings_.append(f"max R-hat {max_rhat:.3f} > {rhat_max}: chains disagree; run longer")
     if diag.min_ess_bulk < ess_min:
+        bad = True
         warnings_.append(f"min bulk ESS {diag.min_ess_bulk:.0f} < {ess_min:.0f}: draw more samples")
     if div:
+        bad = True
         warnings_.append(f"{div} divergent transitions: raise target_accept or tighten priors")
     for w in warnings_:
         log.warning("fit_ordinal_mixed: %s", w)
@@ -258,8 +315,7 @@ def fit_ordinal_mixed(
         ci[f"sd_{g}"] = tuple(float(q) for q in np.quantile(s, [0.025, 0.975]))
     return OrdinalMixedResult(
         coef=coef, coef_sd=coef_sd, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, prob_positive=pp,
-        thresholds=tuple(float(t) for t in np.median(tau, axis=0)), random_sd=rsd,
-        random_sd_sd=rsd_sd, diagnostics=diag, converged=not warnings_ or (
-            max_rhat <= rhat_max and diag.min_ess_bulk >= ess_min and div == 0),
-        warnings=tuple(warnings_), priors=priors, n_obs=design.n, levels=tuple(levels), idata=idata,
+        thresholds=tuple(float(t) for t in np.median(tau, axis=0)), random_sd=rsd, random_sd_sd=rsd_sd,
+        diagnostics=diag, converged=not bad, warnings=tuple(warnings_), priors=priors, n_obs=design.n,
+        levels=tuple(levels), idata=idata,
     )

@@ -118,30 +118,48 @@ def simulate_study(
     for i, k in zip(partial, per):
         records += [(i, r) for r in rng.choice(raters, min(k, n_raters), replace=False)]
 
-    u = {g: {} for g in ("rater", "concept", "context", "label")}
-
-    def effect(group: str, key: str) -> float:
-        if key not in u[group]:
-            u[group][key] = sd[group] * rng.standard_normal()
-        return u[group][key]
-
     rows = []
     for i, r in records:
         c = concepts[i]
-        ctx = f"{c}|{r}"
-        u_c = sd["concept"] * (coherence_link * clarity[i]
-                               + np.sqrt(1 - coherence_link**2) * u["concept"].setdefault(c, rng.standard_normal()))
         others = [a for a in writers.get(c, []) if a != r]
         humans = list(rng.choice(others, min(2, len(others)), replace=False))
         cands = [("llm", f"{c}:llm")] + [("human", f"{c}:human:{a}") for a in humans]
         cands += [("filler", f"{c}:filler")] * (2 - len(humans))
         cands += [("embedding", f"{c}:embedding"), ("taxonomy", f"{c}:taxonomy")]
-        for t, lab in cands:
-            beta = effects.get(t, 0.0) + (gap_slope * clarity[i] if t == "llm" else 0.0)
-            eta = beta + effect("rater", r) + u_c + effect("context", ctx) + effect("label", lab)
-            cum = expit(np.asarray(thresholds) - eta)  # Eq. of App. D.3
-            rating = int(np.searchsorted(cum, rng.random()) + 1)
-            rows.append((r, c, t, lab, ctx, rating, f"s{strata[i]}"))
-    ratings = pd.DataFrame(rows, columns=["rater", "concept", "candidate_type", "label", "context",
-                                          "rating", "stratum"])
+        rows += [(r, c, t, lab, f"{c}|{r}", f"s{strata[i]}") for t, lab in cands]
+    ratings = pd.DataFrame(rows, columns=["rater", "concept", "candidate_type", "label", "context", "stratum"])
+    ratings.insert(5, "rating", draw_ratings(ratings, truth, rng, clarity=dict(zip(concepts, clarity))))
     return SimulatedStudy(ratings=ratings, phase1=phase1, truth=truth)
+
+
+def draw_ratings(rows: pd.DataFrame, truth: StudyTruth, rng: np.random.Generator, *,
+                 clarity: dict[str, float] | None = None) -> np.ndarray:
+    """Ratings 1..K for the design ``rows`` (rater, concept, candidate_type, label, context)
+    under the cumulative-logit model of App. D.3 with fresh crossed intercepts.
+
+    With ``clarity`` (latent Phase 1 clarity per concept) the concept intercept is
+    ``sd * (link * clarity + sqrt(1 - link^2) * e)`` and the LLM effect moves by
+    ``gap_slope * clarity``; without it both use a fresh standard-normal clarity.
+    """
+    sd, link = truth.sd, truth.coherence_link
+    u = {}
+    for g in ("rater", "concept", "context", "label"):
+        keys = pd.unique(rows[g])
+        u[g] = dict(zip(keys, sd.get(g, 0.0) * rng.standard_normal(len(keys))))
+    concepts = pd.unique(rows["concept"])
+    q = clarity or dict(zip(concepts, rng.standard_normal(len(concepts))))
+    qc = rows["concept"].map(q).to_numpy(float)
+    u_c = rows["concept"].map(u["concept"]).to_numpy(float)
+    eta = (rows["candidate_type"].map(lambda t: truth.effects.get(t, 0.0)).to_numpy(float)
+           + truth.gap_slope * qc * (rows["candidate_type"] == "llm").to_numpy()
+           + link * sd.get("concept", 0.0) * qc + np.sqrt(1 - link**2) * u_c
+           + sum(rows[g].map(u[g]).to_numpy(float) for g in ("rater", "context", "label")))
+    cum = expit(np.asarray(truth.thresholds)[None, :] - eta[:, None])  # Pr(y <= k), App. D.3
+    return (rng.random(len(rows))[:, None] > cum).sum(axis=1) + 1
+
+
+def resimulate(ratings: pd.DataFrame, truth: StudyTruth, *, seed: int = 0) -> pd.DataFrame:
+    """The same design rows with fresh random effects and ratings (for coverage / power runs)."""
+    out = ratings.copy()
+    out["rating"] = draw_ratings(ratings, truth, np.random.default_rng(seed))
+    return out
