@@ -46,3 +46,11 @@ def test_generation_is_seeded(tiny):
     p = torch.randint(4, 512, (1, 4))
     assert torch.equal(model.generate(p, 10, seed=7), model.generate(p, 10, seed=7))
     assert not torch.equal(model.generate(p, 30, seed=7), model.generate(p, 30, seed=8))
+
+
+@pytest.mark.parametrize("family", ["ar", "cdlm+concept"])
+def test_cached_equals_uncached_with_gqa(family, tiny):
+    model = tiny(family, d_model=64, n_heads=4, n_kv_heads=2).double()
+    prompt = torch.randint(4, 512, (2, 7))
+    a = model.generate(prompt, 25, seed=5)
+    assert torch.equal(a, model.generate(prompt, 25, seed=5, use_cache=False))
