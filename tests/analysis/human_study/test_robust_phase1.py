@@ -91,7 +91,8 @@ def test_power_increases_with_concepts():
     res = power_analysis(n_concepts=(2, 20), n_sims=12, seed=0)
     p = res.table.set_index("n_concepts")["power"]
     assert p[20] >= 0.9 and p[2] < p[20]  # App. D.6: > 0.99 at ~20 fully rated concepts
-    null = power_analysis({"llm": 0.0} and None, n_concepts=(20,), n_sims=4, seed=1)
-    assert null.table["n_ratings"].iloc[0] == 20 * 8 * 5
+    assert res.table.set_index("n_concepts")["n_ratings"][20] == 20 * 8 * 5
+    gm = power_analysis(n_concepts=(6,), n_sims=2, method="gaussian_mixed", seed=2)
+    assert gm.table["n_sims"].iloc[0] == 3 and np.isfinite(gm.table["mean_estimate"].iloc[0])
     with pytest.raises(ValueError, match="method must be"):
         power_analysis(method="magic")

@@ -11,7 +11,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .bayes import OrdinalMixedResult, _jsonable
-from .simulate import DEFAULT_EFFECTS, DEFAULT_SD, DEFAULT_THRESHOLDS, StudyTruth, simulate_study
+from .simulate import DEFAULT_EFFECTS, DEFAULT_SD, DEFAULT_THRESHOLDS, StudyTruth, resimulate, simulate_study
 
 log = logging.getLogger(__name__)
 METHODS = ("ordinal_cluster", "gaussian_mixed", "bayes")
@@ -42,26 +42,37 @@ class PowerResult:
                 f"excludes 0)\n{self.table.to_string(index=False, float_format=lambda v: f'{v:.3f}')}")
 
 
-def _refit(ratings: pd.DataFrame, method: str, level: float, seed: int, coef: str):
+def _refitter(design_rows: pd.DataFrame, method: str, level: float, coef: str):
+    """A function ratings -> (estimate, interval) for one fixed design (the Bayesian model is
+    compiled once per design and refitted)."""
+    from scipy.stats import norm
+
     if method == "ordinal_cluster":
         from .frequentist import fit_ordinal
 
-        r = fit_ordinal(ratings, cluster="concept")
-        from scipy.stats import norm
-
         z = norm.ppf(0.5 + level / 2)
-        est, se = r.coef[coef], r.se[coef]
-        return est, (est - z * se, est + z * se)
+
+        def refit(ratings, seed):
+            r = fit_ordinal(ratings, cluster="concept")
+            est, se = r.coef[coef], r.se[coef]
+            return est, (est - z * se, est + z * se)
+        return refit
     if method == "gaussian_mixed":
         from .frequentist import fit_gaussian_mixed
 
-        r = fit_gaussian_mixed(ratings)
-        return r.coef[coef], r.ci[coef]
-    from .bayes import fit_ordinal_mixed
+        def refit(ratings, seed):
+            r = fit_gaussian_mixed(ratings)
+            return r.coef[coef], r.ci[coef]
+        return refit
+    from .bayes import OrdinalMixedModel
 
-    r = fit_ordinal_mixed(ratings, draws=300, tune=300, chains=2, seed=seed, ess_min=0)
-    b = r.draws(coef)
-    return float(np.median(b)), tuple(np.quantile(b, [0.5 - level / 2, 0.5 + level / 2]))
+    model = OrdinalMixedModel(design_rows)
+
+    def refit(ratings, seed):
+        r = model.fit(ratings["rating"], draws=400, tune=400, chains=2, seed=seed, ess_min=0)
+        b = r.draws(coef)
+        return float(np.median(b)), tuple(np.quantile(b, [0.5 - level / 2, 0.5 + level / 2]))
+    return refit
 
 
 def power_analysis(
@@ -77,7 +88,9 @@ def power_analysis(
     progress: bool = False,
 ) -> PowerResult:
     """Power to detect ``contrast`` vs the human reference against the number of fully rated
-    concepts (each scored by all ``n_raters``), simulating the clustered generative model.
+    concepts (each scored by all ``n_raters``), simulating the clustered generative model:
+    one design per size, fresh rater / concept / context / label intercepts and ratings per
+    simulation.
 
     ``truth`` is a ``StudyTruth``, a fitted ``OrdinalMixedResult`` (its posterior medians) or
     None (the simulator's defaults: OR 2.38). A simulation counts as a detection when the
@@ -98,22 +111,24 @@ def power_analysis(
     rows = []
     ss = np.random.SeedSequence(seed)
     for n, child in zip(n_concepts, ss.spawn(len(n_concepts))):
+        seeds = child.generate_state(n_sims + 1)
+        design = simulate_study(n_concepts=max(100, n), n_rated_concepts=n, n_full_concepts=n,
+                                n_records=n * n_raters, n_raters=n_raters, n_annotators=max(9, n_raters + 1),
+                                effects=truth.effects, thresholds=truth.thresholds, sd=truth.sd,
+                                seed=int(seeds[0])).ratings
+        refit = _refitter(design, method, level, coef)
         hits, ests = [], []
-        seeds = child.generate_state(n_sims)
-        for s in tqdm(seeds, desc=f"power n={n}", disable=not progress):
-            study = simulate_study(n_concepts=max(100, n), n_rated_concepts=n, n_full_concepts=n,
-                                   n_records=n * n_raters, n_raters=n_raters, n_annotators=max(9, n_raters + 1),
-                                   effects=truth.effects, thresholds=truth.thresholds, sd=truth.sd,
-                                   coherence_link=truth.coherence_link, seed=int(s))
+        for s in tqdm(seeds[1:], desc=f"power n={n}", disable=not progress):
+            ratings = resimulate(design, truth, seed=int(s))
             try:
-                est, (lo, hi) = _refit(study.ratings, method, level, int(s), coef)
+                est, (lo, hi) = refit(ratings, int(s))
             except (ValueError, np.linalg.LinAlgError) as exc:  # e.g. an empty rating level
                 log.warning("power n=%d seed=%d: refit failed (%s); counted as a miss", n, s, exc)
                 est, lo, hi = np.nan, -np.inf, np.inf
             hits.append(lo > 0 or hi < 0)
             ests.append(est)
         p = float(np.mean(hits))
-        rows.append({"n_concepts": n, "n_ratings": n * n_raters * 5, "power": p,
+        rows.append({"n_concepts": n, "n_ratings": len(design), "power": p,
                      "power_se": float(np.sqrt(p * (1 - p) / n_sims)),
                      "mean_estimate": float(np.nanmean(ests)), "n_sims": n_sims})
     return PowerResult(table=pd.DataFrame(rows), contrast=contrast, method=method, level=level, truth=truth)
