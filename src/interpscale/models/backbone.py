@@ -102,20 +102,22 @@ class Attention(nn.Module):
             # would change nothing: same values, same gradients, one cheap reduction.
             qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        if cos.dim() == 2:  # [T, hd] from callers that slice the buffers themselves
+            cos, sin = cos[:, None], sin[:, None]
         v = qkv[..., self.q_dim + self.kv_dim:].view(B, T, Hkv, hd).transpose(1, 2)
         if self.fuse_qk:
             # MHA: QK-norm and RoPE on q and k in one pass each ([B, T, 2, d] view)
             qk = qkv[..., : 2 * self.q_dim].unflatten(-1, (2, self.q_dim))
             w = torch.stack([self.q_norm.weight, self.k_norm.weight])
             qk = F.rms_norm(qk, (self.q_dim,), None, cfg.norm_eps) * w
-            qk = _rope(qk.view(B, T, 2 * H, hd).transpose(1, 2), cos, sin)  # [B, 2H, T, hd]
+            qk = _rope(qk.view(B, T, 2 * H, hd), cos, sin).transpose(1, 2)  # [B, 2H, T, hd]
             q, k = qk[:, :H], qk[:, H:]
         else:
             q, k = qkv[..., : self.q_dim], qkv[..., self.q_dim: self.q_dim + self.kv_dim]
             if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
                 q, k = self.q_norm(q), self.k_norm(k)
-            q = _rope(q.reshape(B, T, H, hd).transpose(1, 2), cos, sin)  # [B, H, T, hd]
-            k = _rope(k.reshape(B, T, Hkv, hd).transpose(1, 2), cos, sin)
+            q = _rope(q.reshape(B, T, H, hd), cos, sin).transpose(1, 2)  # [B, H, T, hd]
+            k = _rope(k.reshape(B, T, Hkv, hd), cos, sin).transpose(1, 2)
         start = 0
         if cache is not None:
             start = cache.length
@@ -149,9 +151,10 @@ class Attention(nn.Module):
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE; ``cos``/``sin`` [T, hd] hold each frequency twice."""
+    """Rotate-half RoPE on [..., T, heads, hd]; ``cos`` [T, 1, hd] holds each frequency
+    twice and ``sin`` carries the rotation's sign (−sin on the first half)."""
     x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return x * cos + torch.cat([x2, x1], dim=-1) * sin
 
 
 class SwiGLU(nn.Module):
@@ -193,7 +196,9 @@ class Backbone(nn.Module):
         inv = 1.0 / cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
         ang = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv).repeat(1, 2)  # [T, hd]
         self.register_buffer("rope_cos", ang.cos().float(), persistent=False)
-        self.register_buffer("rope_sin", ang.sin().float(), persistent=False)
+        half = cfg.head_dim // 2
+        sign = torch.cat([-torch.ones(half, dtype=torch.float64), torch.ones(half, dtype=torch.float64)])
+        self.register_buffer("rope_sin", (ang.sin() * sign).float(), persistent=False)
         self.apply(self._init)
         for blk in self.blocks:  # scaled init of residual outputs (GPT-2)
             for w in (blk.attn.wo.weight, blk.mlp.down.weight):
@@ -222,8 +227,8 @@ class Backbone(nn.Module):
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {start + T} tokens exceeds max_seq_len={self.cfg.max_seq_len}")
-        cos = self.rope_cos[start:start + T].to(x.dtype)
-        sin = self.rope_sin[start:start + T].to(x.dtype)
+        cos = self.rope_cos[start:start + T, None].to(x.dtype)  # [T, 1, hd]
+        sin = self.rope_sin[start:start + T, None].to(x.dtype)
         add = None
         if steer_vec is not None and steer_mask is not None:
             add = steer_mask.unsqueeze(-1).to(x.dtype) * steer_vec.to(x.dtype)  # [B, T, d]
