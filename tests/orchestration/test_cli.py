@@ -31,3 +31,14 @@ def test_train_evaluate_and_sweep_status(tmp_path, capsys, make_spec):
     assert main(["sweep", "collect", "--out", str(tmp_path / "sweep")]) == 0
     assert (tmp_path / "sweep" / "results.csv").exists()
     assert main(["evaluate", str(tmp_path / "missing")]) == 2
+
+
+def test_interior_minima_summary():
+    import pandas as pd
+
+    from interpscale.orchestration.demo import interior_minima
+
+    df = pd.DataFrame({"family": ["ar"] * 6, "slice_flops": [1.0] * 3 + [2.0] * 3,
+                       "params": [1, 2, 3] * 2, "annealed": [True] * 6,
+                       "loss": [3.0, 2.0, 2.5, 1.0, 2.0, 3.0]})
+    assert interior_minima(df) == {"ar C=1": "interior", "ar C=2": "edge"}
