@@ -224,8 +224,11 @@ class Trainer:
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
         spec, dev = self.spec, self.device
         model.train()
-        model.set_phase(PhaseSchedule(seg.phase, max_steps=max(1, spec.stable_steps) if seg.phase == "stable"
-                                      else seg.start, anneal_steps=seg.length if seg.phase == "anneal" else 0))
+        if seg.phase == "stable":  # Table 25 ramps over T_max = the stable run's length
+            model.set_phase(PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
+        else:  # Table 26 ramps over this branch's decay, counted from its first step
+            model.set_phase(PhaseSchedule("anneal", max_steps=max(1, seg.start), anneal_steps=seg.length,
+                                          anneal_start=seg.start))
         keep = set(reservoir_steps(spec)) | {spec.stable_steps}
         metrics = self.run_dir / "metrics.jsonl"
         bar = tqdm(total=seg.length, initial=step - seg.start, desc=f"{spec.run_id} {seg.name}",
