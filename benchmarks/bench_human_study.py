@@ -80,7 +80,7 @@ def coverage(model, study, seeds: int) -> None:
           f"{(time.perf_counter() - t0) / seeds:.1f} s per refit")
 
 
-
+def mixed(study) -> None:
     from interpscale.analysis.human_study import fit_gaussian_mixed
 
     g, w_ours, _ = timed(lambda: fit_gaussian_mixed(study.ratings))
