@@ -73,6 +73,13 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
         pytest.fail(f"job {job.job_id} never started training: {read_status(d)}")
     time.sleep(1.0)
     job._interrupt()  # SIGTERM + USR2 as on preemption; submitit checkpoints and requeues
+    for _ in range(120):  # SLURM holds a requeued job ~2 min (BeginTime); release it now
+        state = subprocess.run(["squeue", "-h", "-j", job.job_id, "-o", "%T"], capture_output=True,
+                               text=True).stdout.strip()
+        if state == "PENDING":
+            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], capture_output=True)
+            break
+        time.sleep(0.5)
     job.results()  # waits through the requeue
     st = read_status(d)
     assert st["state"] == "done" and st["attempts"] >= 2 and st.get("resumed_at"), st
