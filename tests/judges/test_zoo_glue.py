@@ -146,6 +146,18 @@ def test_cli_inputs_relevance_and_errors(tmp_path, capsys):
     assert main(["judge", "steering", "--input", str(steer), "--model", "judge-m", "--batch-write", str(req),
                  "--cache", str(tmp_path / "c.sqlite")]) == 0
     assert len(req.read_text().splitlines()) == 2 and "--batch-read" in capsys.readouterr().out
+    # the Batch service's answers come back as an output file; --batch-read joins them on custom_id
+    lines = [json.loads(line) for line in req.read_text().splitlines()]
+    out_file = tmp_path / "batch_out.jsonl"
+    out_file.write_text("".join(json.dumps({
+        "custom_id": line["custom_id"], "error": None,
+        "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "Rating: [[2]]"}}]}}}) + "\n"
+        for line in lines))
+    out = tmp_path / "out"
+    assert main(["judge", "steering", "--input", str(steer), "--model", "judge-m", "--batch-read", str(out_file),
+                 "--cache", str(tmp_path / "c.sqlite"), "--out", str(out)]) == 0
+    res = json.loads((out / "steering.json").read_text())
+    assert res["conditions"]["steered"]["concept"] == 2.0 and res["conditions"]["steered"]["quality"] == 2.0
 
 
 def test_predicted_concept_relevance_from_a_checkpoint(tmp_path, zoo, capsys):
@@ -169,15 +181,3 @@ def test_predicted_concept_relevance_from_a_checkpoint(tmp_path, zoo, capsys):
     res = json.loads((out / "relevance.json").read_text())
     assert [[r["score"] for r in row] for row in res["records"]] == [[2.0, 2.0], [1.0, 1.0]]
     assert [r["meta"]["concept"] for r in res["records"][0]] == [f"concept {i}" for i in preds[1]]
-    # the Batch service's answers come back as an output file; --batch-read joins them on custom_id
-    lines = [json.loads(line) for line in req.read_text().splitlines()]
-    out_file = tmp_path / "batch_out.jsonl"
-    out_file.write_text("".join(json.dumps({
-        "custom_id": line["custom_id"], "error": None,
-        "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "Rating: [[2]]"}}]}}}) + "\n"
-        for line in lines))
-    out = tmp_path / "out"
-    assert main(["judge", "steering", "--input", str(steer), "--model", "judge-m", "--batch-read", str(out_file),
-                 "--cache", str(tmp_path / "c.sqlite"), "--out", str(out)]) == 0
-    res = json.loads((out / "steering.json").read_text())
-    assert res["conditions"]["steered"]["concept"] == 2.0 and res["conditions"]["steered"]["quality"] == 2.0
