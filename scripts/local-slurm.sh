@@ -95,13 +95,14 @@ start_munge() {
   fi
   chown munge:munge /etc/munge/munge.key
   chmod 0400 /etc/munge/munge.key
-  running munged || runuser -u munge -- /usr/sbin/munged
+  running munged || setsid runuser -u munge -- /usr/sbin/munged
 }
 
 start_mariadb() {
   if ! running mariadbd && ! running mysqld; then
     mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
-    (mysqld_safe >/dev/null 2>&1 &)
+    # setsid: the server must outlive the shell (and process group) that started it
+    (setsid mysqld_safe >/dev/null 2>&1 &)
   fi
   for _ in $(seq 60); do mysqladmin ping >/dev/null 2>&1 && break; sleep 1; done
   mysql -u root <<SQL
