@@ -38,13 +38,23 @@ def _load(name: str):
         raise
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interpscale", description=__doc__.splitlines()[0])
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand named in argv: its first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; only ``command``'s module is imported to add its arguments."""
+    parser = argparse.ArgumentParser(
+        prog="interpscale",
+        description="Plan, train, evaluate and fit IsoFLOP scaling sweeps of interpretable-by-design LMs.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
+        # -v is accepted after the subcommand too; SUPPRESS keeps a top-level -v from being reset
         p = sub.add_parser(name, help=help_text, description=help_text)
-        mod = _load(name) if name in sys.argv[1:2] else None
+        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        mod = _load(name) if name == command else None
         if mod is not None:
             mod.add_arguments(p)
         else:
@@ -54,12 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    saved = sys.argv
-    sys.argv = [saved[0], *argv]  # build_parser only imports the module being run
-    try:
-        parser = build_parser()
-    finally:
-        sys.argv = saved
+    parser = build_parser(_command_in(argv))
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
