@@ -1,7 +1,6 @@
 """Parameter and FLOP accounting against Table 23 and Eqs. 23/24 computed by hand."""
 
 import pytest
-import torch
 
 from interpscale.models import (
     FAMILIES, PAPER_SIZES, SIZES, TINY_SIZES, backbone_params, build_model, concept_overhead_fraction,

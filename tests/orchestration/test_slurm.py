@@ -1,6 +1,5 @@
 """Integration against a real SLURM cluster (scripts/local-slurm.sh start): arrays, sacct, requeue."""
 
-import json
 import shutil
 import subprocess
 import time

@@ -1,6 +1,5 @@
 """Launching through submitit: local pool with a concurrency limit, skip-finished, debug, distributed."""
 
-import json
 
 import pytest
 import torch

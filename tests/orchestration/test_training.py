@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from interpscale.models import load_checkpoint
-from interpscale.orchestration import RunSpec, Trainer, evaluate_run, read_results, train_run
+from interpscale.orchestration import Trainer, evaluate_run, read_results, train_run
 from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.trainer import param_groups
 

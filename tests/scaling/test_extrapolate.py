@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from interpscale.scaling import STEERLING_COMPUTE, extrapolate, fit_chinchilla, fit_isoflop

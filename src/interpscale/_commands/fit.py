@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
+from interpscale._atomic import atomic_write_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,17 +46,6 @@ def _read_table(path: Path):
     raise ValueError(f"{path}: unsupported table format {suffix!r} (use .parquet or .csv)")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _chinchilla(args, path: Path) -> int:
     from interpscale.scaling import fit_chinchilla
 
@@ -89,8 +77,8 @@ def _results(args, path: Path) -> int:
                         n_boot=args.n_boot, seed=args.seed, level=args.level, grid=args.grid,
                         target_compute=args.target_compute)
     args.out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(args.out / "fits.json", fits.to_json() + "\n")
-    _atomic_write(args.out / "tables.md", fits.to_markdown())
+    atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
+    atomic_write_text(args.out / "tables.md", fits.to_markdown())
     sys.stdout.write(f"wrote {args.out / 'fits.json'} and {args.out / 'tables.md'}\n")
     return 0
 

@@ -10,9 +10,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+from interpscale._atomic import atomic_write_text
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -79,13 +79,6 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _judge(args: argparse.Namespace) -> Any:
     from interpscale.judges import JudgeClient, load_templates, resolve_judge
     from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
@@ -149,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
     md = result.to_markdown()
     if args.out:
         out = Path(args.out)
-        _atomic_write(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
-        _atomic_write(out / f"{args.kind}.md", md)
+        atomic_write_text(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
+        atomic_write_text(out / f"{args.kind}.md", md)
     sys.stdout.write(md)
     u = result.usage
     sys.stderr.write(f"judge usage: {u.get('tasks', 0)} tasks, {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cache hits, "

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from interpscale._atomic import atomic_write_text  # noqa: F401  (re-exported)
 
 SEQ_LEN = 4096
 BATCH_TOKENS = 524_288  # App. G: 128 sequences x 4096 tokens
@@ -372,21 +372,6 @@ def write_example_runs(out_dir: str | os.PathLike, *, seed: int = EXAMPLE_SEED, 
                                                           "slice_flops": row.slice_flops}) + "\n")
         dirs.append(run_dir)
     return dirs
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` via a temp file in the same directory and ``os.replace`` (readable 0644)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def main() -> None:  # pragma: no cover - regeneration helper

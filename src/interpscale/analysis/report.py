@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.example_data import atomic_write_text
+from interpscale._atomic import atomic_write_text
 
 log = logging.getLogger("interpscale.analysis.report")
 

@@ -8,10 +8,10 @@ Output line: ``{"custom_id", "response": {"status_code", "body": <chat completio
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional
+
+from interpscale._atomic import atomic_path
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -23,12 +23,10 @@ def write_batch_requests(path: str | Path, bodies: Mapping[str, Mapping[str, Any
     for cid in bodies:
         if not isinstance(cid, str) or not cid or len(cid) > 64:
             raise ValueError(f"batch custom_id must be a string of 1-64 characters, got {cid!r}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for cid, body in bodies.items():
             f.write(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": dict(body)},
                                ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
     return path
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -25,6 +24,7 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from interpscale._atomic import atomic_write_text
 from interpscale.metrics._common import family_name, is_diffusion, model_device  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 from interpscale.models.types import EOS_ID  # noqa: E402
@@ -286,10 +286,7 @@ def run_lm_eval(
                    "tasks": names, "limit": limit, "n_samples": n_samples, "seed": seed,
                    "results": results, "versions": _jsonable(res.get("versions", {})),
                    "n-samples": _jsonable(res.get("n-samples", {}))}
-        fd, tmp = tempfile.mkstemp(prefix="lm_eval_results.", suffix=".tmp", dir=out)
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=True)
-        os.replace(tmp, out / "lm_eval_results.json")
+        atomic_write_text(out / "lm_eval_results.json", json.dumps(payload, indent=2, sort_keys=True))
     return results
 
 

@@ -6,13 +6,13 @@ import dataclasses
 import importlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.nn as nn
 
+from interpscale._atomic import atomic_path
 from interpscale.models.registry import get_family
 
 FORMAT = "interpscale-model/1"
@@ -47,15 +47,8 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[d
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "extra": dict(extra or {}),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from interpscale.orchestration.launch import Sweep

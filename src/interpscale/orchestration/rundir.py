@@ -19,45 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from interpscale._atomic import atomic_path, atomic_write_text  # noqa: F401  (re-exported)
 
 STATES = ("pending", "running", "done", "failed")
-
-
-def _tmp(path: Path) -> Path:
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    return Path(name)
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory + os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def atomic_path(path: Path):
-    """Context manager yielding a temp path that replaces ``path`` on clean exit."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def _cm():
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp(p)
-        try:
-            yield tmp
-            os.replace(tmp, p)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    return _cm()
 
 
 def ensure_writable(directory: str | os.PathLike) -> Path:
@@ -65,8 +29,9 @@ def ensure_writable(directory: str | os.PathLike) -> Path:
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        probe = _tmp(d / ".write-probe")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".write-probe.")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise PermissionError(f"output directory {d} is not writable: {exc.strerror or exc}") from exc
     return d

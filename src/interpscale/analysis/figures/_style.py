@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -12,6 +11,8 @@ from typing import Iterable, Iterator, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+
+from interpscale._atomic import atomic_path
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -136,15 +137,8 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence
     try:
         for fmt in formats:
             path = out / f"{name}.{fmt}"
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=f".{fmt}")
-            os.close(fd)
-            try:
+            with atomic_path(path, suffix=f".{fmt}") as tmp:
                 fig.savefig(tmp, format=fmt)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
             paths.append(path)
     finally:
         plt.close(fig)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from interpscale._atomic import atomic_write_text
 
 from ._validate import validate_phase1, validate_ratings
 from .bayes import OrdinalMixedResult, _jsonable, fit_ordinal_mixed
@@ -95,24 +95,11 @@ class HumanStudyReport:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = [_atomic_write(out / "human_study.md", self.to_markdown()),
-                 _atomic_write(out / "human_study.json", json.dumps(self.to_dict(), indent=2, default=str)),
-                 _atomic_write(out / "table4.csv", self.table4.to_csv())]
+        paths = [atomic_write_text(out / "human_study.md", self.to_markdown()),
+                 atomic_write_text(out / "human_study.json", json.dumps(self.to_dict(), indent=2, default=str)),
+                 atomic_write_text(out / "table4.csv", self.table4.to_csv())]
         paths += forest_figure(self.table4, out_dir=out)
         return paths
-
-
-def _atomic_write(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def analyse_study(

@@ -21,14 +21,25 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from interpscale._atomic import atomic_path
 from interpscale.models.accounting import backbone_params
 from interpscale.models.backbone import Backbone
 from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.models.config import SIZES
 from interpscale.models.types import Batch, ModelOutput
-from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
+from interpscale.models.zoo.common import (
+    BACKBONE_DEFAULTS,
+    ZooConfig,
+    ZooLM,
+    backbone_config,
+)
 from interpscale.models.zoo.mxd import TopKSAE
-from interpscale.models.zoo.replace import capture_io, find_blocks, fit_sparse_layer, override_output
+from interpscale.models.zoo.replace import (
+    capture_io,
+    find_blocks,
+    fit_sparse_layer,
+    override_output,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +104,9 @@ def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.
 
 
 def save_sae(sae: TopKSAE, layer: int, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"d": sae.d_in, "width": sae.width, "k": sae.k, "layer": layer, "state_dict": sae.state_dict()}, tmp)
-    os.replace(tmp, path)
-    return path
+    with atomic_path(path) as tmp:
+        torch.save({"d": sae.d_in, "width": sae.width, "k": sae.k, "layer": layer, "state_dict": sae.state_dict()}, tmp)
+    return Path(path)
 
 
 def load_sae(path: str | os.PathLike) -> tuple[TopKSAE, int]:
