@@ -149,3 +149,12 @@ def test_to_dict_and_summary(epoch_fit):
     assert "boot" not in d
     s = epoch_fit.summary()
     assert "L_inf" in s and "alpha" in s and "objective" in s
+
+
+def test_collapsed_asymptote_is_flagged(synth, epoch_fit):
+    # losses with no irreducible term (E = 0): L_inf is not identified and must be said so
+    df, _ = synth.chinchilla_grid(E=0.0, seed=1, noise=0.002)
+    f = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0)
+    assert f.L_inf < 0.01 * df.loss.min()
+    assert any("not identified" in w for w in f.warnings)
+    assert not any("not identified" in w for w in epoch_fit.warnings)

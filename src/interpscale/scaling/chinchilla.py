@@ -271,6 +271,10 @@ def _allocation(theta: np.ndarray, C: np.ndarray, k: float):
     return P, D
 
 
+# L_inf below this fraction of the smallest observed loss is reported as not identified
+L_INF_COLLAPSE = 0.01
+
+
 def fit_chinchilla(
     params,
     tokens,
@@ -338,6 +342,10 @@ def fit_chinchilla(
              len(starts), best, objective, int(ok.sum()))
     if al <= 0 or be <= 0:
         emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
+    if math.exp(e) < L_INF_COLLAPSE * float(L.min()):
+        # e = log L_inf ran off towards -inf: the data carry no information on the asymptote
+        emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
+                       "observed loss); the irreducible loss is not identified by these points")
     ci: dict = {}
     boot = None
     n_ok = 0
