@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-EPOCH_CSV = "/work/shared/data/epoch_chinchilla_svg_extracted_data.csv"
+EPOCH_CSV = "epoch_chinchilla_svg_extracted_data.csv"  # in shared/data (see the shared_data fixture)
 SLICES = (6e18, 1e19, 3e19, 1e20)  # paper Table 24 (AR / CDLM)
 
 
@@ -42,9 +42,9 @@ def chinchilla_grid(*, E=1.8, A=400.0, B=2000.0, alpha=0.34, beta=0.37, seed=0, 
     return pd.DataFrame(rows), dict(L_inf=E, A_P=A, A_D=B, alpha=alpha, beta=beta)
 
 
-def epoch_data():
+def epoch_data(path):
     """Epoch's recipe: N = Model Size, D = FLOP / (6N), drop the 5 highest-loss rows."""
-    d = pd.read_csv(EPOCH_CSV)
+    d = pd.read_csv(path)
     thr = np.sort(d["loss"].to_numpy())[-5]
     d = d[d["loss"] < thr]
     N = d["Model Size"].to_numpy()
@@ -52,17 +52,25 @@ def epoch_data():
 
 
 @pytest.fixture(scope="session")
-def epoch_fit():
+def epoch_csv(shared_data):
+    return shared_data(EPOCH_CSV)
+
+
+@pytest.fixture(scope="session")
+def epoch_arrays(epoch_csv):
+    return epoch_data(epoch_csv)
+
+
+@pytest.fixture(scope="session")
+def epoch_fit(epoch_arrays):
     from interpscale.scaling import fit_chinchilla
 
-    N, D, L = epoch_data()
-    return fit_chinchilla(N, D, L, n_boot=0)
+    return fit_chinchilla(*epoch_arrays, n_boot=0)
 
 
 class _Synth:
     isoflop_grid = staticmethod(isoflop_grid)
     chinchilla_grid = staticmethod(chinchilla_grid)
-    epoch_data = staticmethod(epoch_data)
     SLICES = SLICES
 
 

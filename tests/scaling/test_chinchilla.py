@@ -30,8 +30,8 @@ def test_epoch_replication(epoch_fit):
     assert len(f.best_start) == 5 and 0 <= f.best_start_index < 4500
 
 
-def test_epoch_pairs_bootstrap_matches_published_widths(epoch_fit, synth):
-    N, D, L = synth.epoch_data()
+def test_epoch_pairs_bootstrap_matches_published_widths(epoch_fit, epoch_arrays):
+    N, D, L = epoch_arrays
     f = fit_chinchilla(N, D, L, grid=epoch_fit.theta[None, :], n_boot=400, bootstrap="pairs", level=0.95, seed=1)
     assert f.objective == pytest.approx(epoch_fit.objective, rel=1e-9)
     assert f.n_boot_ok >= 396
@@ -42,8 +42,8 @@ def test_epoch_pairs_bootstrap_matches_published_widths(epoch_fit, synth):
         assert 0.6 * pub < width < 1.6 * pub, (k, f.ci[k])
 
 
-def test_epoch_residual_bootstrap_brackets_estimate(epoch_fit, synth):
-    N, D, L = synth.epoch_data()
+def test_epoch_residual_bootstrap_brackets_estimate(epoch_fit, epoch_arrays):
+    N, D, L = epoch_arrays
     f = fit_chinchilla(N, D, L, grid=epoch_fit.theta[None, :], n_boot=300, seed=2)
     for k in ("L_inf", "A_P", "A_D", "alpha", "beta", "alpha_D"):
         lo, hi = f.ci[k]

@@ -8,17 +8,14 @@ import pytest
 
 from interpscale.cli import main
 
-EPOCH_CSV = "/work/shared/data/epoch_chinchilla_svg_extracted_data.csv"
-
-
 def test_scaling_never_imports_torch():
     code = "import sys, interpscale.scaling, interpscale._commands.fit; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-def test_fit_chinchilla_cli_reproduces_epoch(capsys):
-    rc = main(["fit", "chinchilla", EPOCH_CSV, "--params", "Model Size", "--flops", "Training FLOP",
+def test_fit_chinchilla_cli_reproduces_epoch(capsys, epoch_csv):
+    rc = main(["fit", "chinchilla", str(epoch_csv), "--params", "Model Size", "--flops", "Training FLOP",
                "--loss", "loss", "--drop-highest-loss", "5", "--n-boot", "50"])
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
@@ -27,8 +24,8 @@ def test_fit_chinchilla_cli_reproduces_epoch(capsys):
     assert d["ci"]["alpha"][0] < d["alpha"] < d["ci"]["alpha"][1]
 
 
-def test_fit_chinchilla_cli_errors(capsys, tmp_path):
-    rc = main(["fit", "chinchilla", EPOCH_CSV, "--params", "nope", "--flops", "Training FLOP", "--loss", "loss"])
+def test_fit_chinchilla_cli_errors(capsys, tmp_path, epoch_csv):
+    rc = main(["fit", "chinchilla", str(epoch_csv), "--params", "nope", "--flops", "Training FLOP", "--loss", "loss"])
     assert rc == 2 and "missing column(s) ['nope']" in capsys.readouterr().err
     bad = tmp_path / "t.xlsx"
     bad.write_text("x")

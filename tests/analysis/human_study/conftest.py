@@ -1,18 +1,12 @@
 """Shared fixtures: the R `ordinal` wine data and a small simulated study."""
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-WINE = Path(__file__).resolve().parents[4] / "shared" / "data" / "wine.csv"
-
-
 @pytest.fixture(scope="session")
-def wine() -> pd.DataFrame:
-    if not WINE.exists():
-        pytest.skip(f"reference data {WINE} not present")
-    return pd.read_csv(WINE)
+def wine(shared_data) -> pd.DataFrame:
+    return pd.read_csv(shared_data("wine.csv"))
 
 
 @pytest.fixture(scope="session")
