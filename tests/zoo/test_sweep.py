@@ -70,3 +70,13 @@ def test_isoflop_sweep_with_zoo_families_fits_and_draws(tmp_path):
     run_dirs = [sweep.run_dir(r) for r in p.runs]
     figs = make_all_figures(results, tmp_path / "figures", fits=fits, n_boot=10, run_dirs=run_dirs)
     assert any(f.name.startswith("loss_curves") for f in figs)
+
+
+def test_demo_zoo_preset_prices_crate_and_reetym_on_the_demo_grid():
+    # `interpscale demo --preset demo-zoo` runs this grid through the demo pipeline
+    from interpscale.orchestration import plan
+
+    p = plan("demo-zoo")
+    assert {r.family for r in p.runs} == {"ar", "crate", "reetym"}
+    assert len(p.runs) == 45
+    assert all(abs(r.flops - r.slice_flops) / r.slice_flops <= 0.15 for r in p.runs)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the small CI version (~2 minutes)")
     p.add_argument("--out", default=None, help="output directory (default runs/demo or runs/demo-quick)")
     p.add_argument("--max-parallel", type=int, help="jobs at once (default: the preset's, 2)")
+    p.add_argument("--preset", default=None,
+                   help="run another preset (name or TOML path) through the same pipeline, e.g. demo-zoo")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,9 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from interpscale.orchestration.demo import run_demo
 
     logging.getLogger("interpscale").setLevel(min(logging.getLogger().level, logging.INFO))
-    out = args.out or ("runs/demo-quick" if args.quick else "runs/demo")
+    name = Path(args.preset).stem if args.preset else ("demo-quick" if args.quick else "demo")
+    out = args.out or f"runs/{name}"
     try:
-        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel)
+        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel, preset=args.preset)
     except (ValueError, PermissionError, RuntimeError) as exc:
         sys.stderr.write(f"interpscale demo: {exc}\n")
         return 2

@@ -16,8 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, max_parallel: int | None = None,
-             executor: str | None = None) -> dict[str, Any]:
+             executor: str | None = None, preset: str | os.PathLike | None = None) -> dict[str, Any]:
     """Run the embedded demo sweep end to end; returns a summary dict (also DIR/demo.json).
+
+    ``preset`` replaces the embedded grid (``demo``, or ``demo-quick`` with ``quick``) by any
+    preset name or TOML path, e.g. ``demo-zoo`` (CRATE and reEtym next to AR).
 
     Every stage after training degrades gracefully: if the scaling fitter or the
     report/figure builders are unavailable or fail, the error is logged and recorded in
@@ -25,7 +28,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     """
     t0 = time.monotonic()
     out = ensure_writable(out_dir)
-    preset = "demo-quick" if quick else "demo"
+    preset = str(preset) if preset is not None else ("demo-quick" if quick else "demo")
     p = plan(preset)
     launch = p.launch
     sweep = Sweep(p.runs, out / "sweep", executor=executor or launch.get("executor", "local"),

@@ -244,3 +244,20 @@ def test_isoflop_figure_draws_slices_even_without_power_law(table):
     plt.close(fig)
     with pytest.raises(ValueError, match=r"Figure 23.*no compute-optimal power law"):
         F.power_law_figure(small, n_boot=BOOT)
+
+
+def test_log_axis_of_a_decade_and_a_bit_labels_only_powers_of_ten():
+    # the demo-zoo CRATE panel spans ~1.3 decades: matplotlib labelled every minor tick there
+    import matplotlib.pyplot as plt
+
+    from interpscale.analysis.figures._style import compact_log_ticks
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(1.5e3, 3.2e4)
+    compact_log_ticks(ax, "x")
+    fig.canvas.draw()
+    minor = [t.get_text() for t in ax.get_xticklabels(minor=True)]
+    major = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    plt.close(fig)
+    assert all(m == "" for m in minor) and major

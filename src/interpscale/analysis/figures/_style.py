@@ -174,9 +174,15 @@ def compact_log_ticks(ax, which: str = "x", *, max_decades: float = 1.2) -> None
     from matplotlib import ticker
 
     lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
-    if not (lo > 0 and hi > 0) or np.log10(hi / lo) >= max_decades:
+    if not (lo > 0 and hi > 0):
         return
     axis = ax.xaxis if which == "x" else ax.yaxis
+    if np.log10(hi / lo) >= max_decades:
+        # a span of a few decades always holds a power of ten: label only those (matplotlib
+        # would also label the 2..9 minor ticks between them, and they collide)
+        if np.log10(hi / lo) < 3:
+            axis.set_minor_formatter(ticker.NullFormatter())
+        return
 
     def fmt(v, _):
         mant, exp = f"{v:.0e}".split("e")
