@@ -12,7 +12,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
 from interpscale._atomic import atomic_write_text
+from interpscale._jsonl import iter_jsonl
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,15 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: line {n} is not JSON ({exc.msg})") from None
-    return rows
+    return [row for _, row in iter_jsonl(path)]
 
 
 def _judge(args: argparse.Namespace) -> Any:

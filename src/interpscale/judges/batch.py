@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from interpscale._atomic import atomic_path
+from interpscale._jsonl import iter_jsonl
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -34,18 +35,11 @@ def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
     """``custom_id -> {text, logprobs, prompt_tokens, completion_tokens, error}``;
     ``error`` is None for a 200 response and a short description otherwise."""
     out: dict[str, dict[str, Any]] = {}
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {lineno} is not JSON ({exc.msg})") from None
-            cid = row.get("custom_id") if isinstance(row, dict) else None
-            if not isinstance(cid, str):
-                raise ValueError(f"{path}: line {lineno} has no custom_id")
-            out[cid] = _result(row)
+    for lineno, row in iter_jsonl(path):
+        cid = row.get("custom_id") if isinstance(row, dict) else None
+        if not isinstance(cid, str):
+            raise ValueError(f"{path}: line {lineno} has no custom_id")
+        out[cid] = _result(row)
     return out
 
 

@@ -8,7 +8,6 @@ models (shared masks across the letters of one question, see ``likelihood``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Iterable, Sequence, Union
 import torch
 from torch import nn
 
+from interpscale._jsonl import iter_jsonl
 from interpscale.metrics.likelihood import encode_pair, loglikelihood
 
 LETTERS = "ABCDEFGHIJ"
@@ -53,16 +53,7 @@ class SoftScoreResult:
 
 def load_mc_jsonl(path: Union[str, Path]) -> list[dict]:
     """Rows of a multiple-choice JSONL, validated; ``answer`` normalised to an int index."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{ln}: not JSON ({e})") from None
-            rows.append(_normalise(r, f"{path}:{ln}"))
+    rows = [_normalise(r, f"{path}:{ln}") for ln, r in iter_jsonl(path)]
     if not rows:
         raise ValueError(f"{path}: no questions")
     return rows

@@ -20,8 +20,22 @@ from pathlib import Path
 
 import numpy as np
 
-from interpscale.orchestration.corpus import CorpusConfig, Document, generate_documents, read_concepts, write_concepts
-from interpscale.orchestration.data import Packed, data_key, load_tokenizer, pack, split_docs, train_tokenizer
+from interpscale._jsonl import iter_jsonl
+from interpscale.orchestration.corpus import (
+    CorpusConfig,
+    Document,
+    generate_documents,
+    read_concepts,
+    write_concepts,
+)
+from interpscale.orchestration.data import (
+    Packed,
+    data_key,
+    load_tokenizer,
+    pack,
+    split_docs,
+    train_tokenizer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,28 +52,21 @@ def _labels_of(value, where: str) -> list[str]:
 
 def read_jsonl_documents(path: str | os.PathLike) -> list[list[tuple[str, list[str]]]]:
     docs = []
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from exc
-            if "chunks" in rec:
-                chunks = rec["chunks"]
-                if not isinstance(chunks, list) or not chunks:
-                    raise ValueError(f"{path}: line {i}: 'chunks' must be a non-empty list")
-                doc = []
-                for j, ch in enumerate(chunks):
-                    if not isinstance(ch, dict) or not isinstance(ch.get("text"), str):
-                        raise ValueError(f"{path}: line {i}, chunk {j}: needs a string 'text'")
-                    doc.append((ch["text"], _labels_of(ch.get("concepts"), f"{path}: line {i}, chunk {j}")))
-            elif isinstance(rec.get("text"), str):
-                doc = [(rec["text"], _labels_of(rec.get("concepts"), f"{path}: line {i}"))]
-            else:
-                raise ValueError(f"{path}: line {i} has neither 'chunks' nor a string 'text'")
-            docs.append(doc)
+    for i, rec in iter_jsonl(path):
+        if "chunks" in rec:
+            chunks = rec["chunks"]
+            if not isinstance(chunks, list) or not chunks:
+                raise ValueError(f"{path}: line {i}: 'chunks' must be a non-empty list")
+            doc = []
+            for j, ch in enumerate(chunks):
+                if not isinstance(ch, dict) or not isinstance(ch.get("text"), str):
+                    raise ValueError(f"{path}: line {i}, chunk {j}: needs a string 'text'")
+                doc.append((ch["text"], _labels_of(ch.get("concepts"), f"{path}: line {i}, chunk {j}")))
+        elif isinstance(rec.get("text"), str):
+            doc = [(rec["text"], _labels_of(rec.get("concepts"), f"{path}: line {i}"))]
+        else:
+            raise ValueError(f"{path}: line {i} has neither 'chunks' nor a string 'text'")
+        docs.append(doc)
     if not docs:
         raise ValueError(f"{path}: no documents")
     return docs

@@ -12,7 +12,13 @@ from typing import Iterable
 import matplotlib.pyplot as plt
 import numpy as np
 
-from interpscale.analysis.figures._style import family_label, new_figure, ordered_families, paper_style
+from interpscale._jsonl import iter_jsonl
+from interpscale.analysis.figures._style import (
+    family_label,
+    new_figure,
+    ordered_families,
+    paper_style,
+)
 
 log = logging.getLogger("interpscale.analysis.figures")
 FIGURE = "Loss curves (loss_curves_figure)"
@@ -30,21 +36,18 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
         raise ValueError(f"{FIGURE}: {path} does not exist")
     cols: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": []}
     segments: list[str] = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{FIGURE}: {path} line {lineno} is not JSON ({exc.msg})") from exc
-            loss = rec.get("loss")
-            if not isinstance(loss, (int, float)) or not math.isfinite(loss) or "step" not in rec:
-                continue
-            for key in cols:
-                val = rec.get(key)
-                cols[key].append(float(val) if isinstance(val, (int, float)) else math.nan)
-            segments.append(str(rec.get("segment", "")))
+    try:
+        records = [rec for _, rec in iter_jsonl(path)]
+    except ValueError as exc:
+        raise ValueError(f"{FIGURE}: {exc}") from None
+    for rec in records:
+        loss = rec.get("loss")
+        if not isinstance(loss, (int, float)) or not math.isfinite(loss) or "step" not in rec:
+            continue
+        for key in cols:
+            val = rec.get(key)
+            cols[key].append(float(val) if isinstance(val, (int, float)) else math.nan)
+        segments.append(str(rec.get("segment", "")))
     out = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
     out["segment"] = np.asarray(segments, dtype=object)
     return out
