@@ -71,7 +71,13 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     else:
         pytest.fail(f"job {job.job_id} never started training: {read_status(d)}")
     time.sleep(1.0)
-    job._interrupt()  # SIGTERM + USR2 as on preemption; submitit checkpoints and requeues
+    # Preemption as submitit's Job._interrupt() does it (SIGTERM, then USR2 -> checkpoint and
+    # `scontrol requeue`), but with a pause between the two: sent back to back, slurmd can
+    # deliver the SIGTERM after the USR2 handler has started scontrol and kill it (seen on
+    # a freshly started cluster).
+    subprocess.run(["scancel", job.job_id, "--signal", "SIGTERM"], check=True)
+    time.sleep(1.0)
+    subprocess.run(["scancel", job.job_id, "--signal", "USR2"], check=True)
     for _ in range(120):  # SLURM holds a requeued job ~2 min (BeginTime); release it now
         state = subprocess.run(["squeue", "-h", "-j", job.job_id, "-o", "%T"], capture_output=True,
                                text=True).stdout.strip()
