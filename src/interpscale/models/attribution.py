@@ -8,7 +8,6 @@ from typing import Optional
 
 import torch
 
-from interpscale.models.concept import topk_sparsify
 
 
 @dataclass(frozen=True)
@@ -103,8 +102,7 @@ def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, 
     if targets is None:
         targets = out.logits.argmax(-1)
     W_y = model.lm_head[targets]  # [B, T, d]
-    k = topk_sparsify(out.known_act, cm.topk[0])
-    u = topk_sparsify(out.unknown_act, cm.topk[1])
+    k, u = out.parts.sparse_acts()  # the activations that entered k̂ and û
     per_known = k * (W_y @ cm.known_emb.T)  # [B, T, n]
     if cm.unk_down is not None:
         per_unknown = u * ((W_y @ cm.unk_b.T) @ cm.unk_a.T)  # U_jᵀ W_y through the factors

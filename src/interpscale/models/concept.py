@@ -15,14 +15,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.config import ModelConfig
+from interpscale.models.sparse import (Pattern, compose_rows, scatter_selection, select_topk, selected_logits,
+                                      topk_indices)
 
 
-def topk_sparsify(x: torch.Tensor, k: Optional[int]) -> torch.Tensor:
-    """Keep the k largest entries of the last axis, zero the rest (k=None: dense)."""
-    if k is None or k >= x.size(-1):
+def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout; the mask comes from one uniform draw (CPU bernoulli_ is ~3x slower)."""
+    if not training or p <= 0:
         return x
-    vals, idx = x.topk(k, dim=-1, sorted=False)
-    return torch.zeros_like(x).scatter(-1, idx, vals)
+    return x * (torch.rand_like(x) >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 @dataclass
@@ -31,12 +32,21 @@ class ConceptParts:
     unknown: torch.Tensor  # û used in h̃
     residual: torch.Tensor  # ε after dropout
     known_logits: torch.Tensor  # f(h) [B, T, n]
-    known_act: torch.Tensor  # k = σ(f(h)) (dense)
-    unknown_act: torch.Tensor  # u = σ(g(h)) (dense)
+    known_act: Optional[torch.Tensor]  # k = σ(f(h)) (dense; None when need_acts=False)
+    unknown_act: Optional[torch.Tensor]  # u = σ(g(h)) (dense; no gradient under unknown top-k)
     known_pred: torch.Tensor  # k̂ from the head's own (top-k) activations
     unknown_pred: torch.Tensor  # û from the head's own activations
     hidden: torch.Tensor  # backbone h
     known_gt: Optional[torch.Tensor] = None  # k̂^GT (Eq. 11) when labels were given
+    known_sel: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # top-k (σ values, ids); None: dense
+    unknown_sel: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+    unknown_coords: Optional[torch.Tensor] = None  # z with û = z·B (factorised U = A·B) [B, T, R]
+
+    def sparse_acts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The activations that enter k̂ and û: dense, or zero outside the top-k."""
+        k = self.known_act if self.known_sel is None else scatter_selection(self.known_sel, self.known_act.size(-1))
+        u = self.unknown_act if self.unknown_sel is None else scatter_selection(self.unknown_sel, self.unknown_act.size(-1))
+        return k, u
 
 
 class ConceptModule(nn.Module):
@@ -69,7 +79,6 @@ class ConceptModule(nn.Module):
         else:
             nn.init.normal_(self.unk_pred.weight, std=std)
             nn.init.normal_(self.unk_emb, std=std)
-        self.eps_drop = nn.Dropout(cfg.p_eps)
         self.anneal = False  # set by the model's set_phase: anneal-phase top-k
 
     # --- pieces -------------------------------------------------------------------
@@ -78,22 +87,34 @@ class ConceptModule(nn.Module):
         c = self.cfg
         return (c.anneal_topk_known, c.anneal_topk_unknown) if self.anneal else (c.topk_known, c.topk_unknown)
 
+    def unknown_features(self, h: torch.Tensor) -> torch.Tensor:
+        # "Unknown decomposition: MLP" (App. K): down-projection, GELU, then the predictor over m
+        return F.gelu(self.unk_down(h)) if self.unk_down is not None else h
+
     def unknown_logits(self, h: torch.Tensor) -> torch.Tensor:
-        # "Unknown decomposition: MLP" (App. K): down-projection, GELU, predictor over m
-        return self.unk_pred(F.gelu(self.unk_down(h))) if self.unk_down is not None else self.unk_pred(h)
+        return self.unk_pred(self.unknown_features(h))
 
-    def compose_known(self, k: torch.Tensor) -> torch.Tensor:
-        return topk_sparsify(k, self.topk[0]) @ self.known_emb  # Eq. 7
-
-    def compose_unknown(self, u: torch.Tensor) -> torch.Tensor:
+    def _unknown(self, h: torch.Tensor, need_acts: bool):
+        """(û, selection, z with û = z·B or None, dense u or None) for the unknown head."""
+        feats = self.unknown_features(h)
+        emb = self.unk_a if self.unk_down is not None else self.unk_emb
         k = self.topk[1]
-        if self.unk_down is not None and k is not None and k < u.size(-1) and u.is_cuda:
-            # top-k compose through A touches k rows only (Eq. 24 counts 2dR + Rm, no m·R);
-            # on CPU the gather + scatter-add backward is slower than the dense R·m matmul
-            vals, idx = u.topk(k, dim=-1, sorted=False)
-            return torch.einsum("...k,...kr->...r", vals, self.unk_a[idx]) @ self.unk_b
-        u = topk_sparsify(u, k)
-        return (u @ self.unk_a) @ self.unk_b if self.unk_down is not None else u @ self.unk_emb
+        if k is None or k >= self.cfg.n_unknown:
+            u = torch.sigmoid(self.unk_pred(feats))
+            coords, sel = u @ emb, None
+        else:
+            # only the k selected logits receive gradient: select on logits computed without
+            # autograd, then differentiate just those k through the predictor (Eq. 24: Rm)
+            with torch.no_grad():
+                logits = self.unk_pred(feats)
+            idx = topk_indices(logits, k)
+            pattern = Pattern(idx, self.cfg.n_unknown)  # shared by the predictor's and A's backward
+            sel = (torch.sigmoid(selected_logits(feats, self.unk_pred.weight, idx, logits, pattern)), idx)
+            coords = compose_rows(*sel, emb, pattern)
+            u = torch.sigmoid(logits) if need_acts else None
+        if self.unk_down is None:
+            return coords, sel, None, u
+        return coords @ self.unk_b, sel, coords, u
 
     def ground_truth(self, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
         """k̂^GT = Σ_i k_i^GT K_i per token (Eq. 11), composed once per chunk then gathered."""
@@ -113,14 +134,17 @@ class ConceptModule(nn.Module):
         k_gt: Optional[torch.Tensor] = None,
         tf_known: Optional[torch.Tensor] = None,
         tf_unknown: Optional[torch.Tensor] = None,
+        need_acts: bool = True,
     ) -> ConceptParts:
         """``k_gt`` [B, T, d]: k̂^GT (Eq. 11) per token, 0 outside chunks;
-        ``tf_known`` / ``tf_unknown`` [B, T] bool: positions that take k̂^GT / û^GT."""
+        ``tf_known`` / ``tf_unknown`` [B, T] bool: positions that take k̂^GT / û^GT.
+        ``need_acts=False`` (the training loss) skips the dense activations nothing reads."""
         known_logits = self.known_head(h)
-        k = torch.sigmoid(known_logits)  # Eq. 6
+        k_sel = select_topk(known_logits, self.topk[0])
+        k = torch.sigmoid(known_logits) if (need_acts or k_sel is None) else None  # Eq. 6
+        k_hat = k @ self.known_emb if k_sel is None else compose_rows(*k_sel, self.known_emb)  # Eq. 7
         # gradient detachment (App. K): the unknown head reads h but does not train the backbone
-        u = torch.sigmoid(self.unknown_logits(h.detach()))
-        k_hat, u_hat = self.compose_known(k), self.compose_unknown(u)
+        u_hat, u_sel, z, u = self._unknown(h.detach(), need_acts)
         known, unknown = k_hat, u_hat
         if k_gt is not None:
             if tf_known is not None:
@@ -130,11 +154,14 @@ class ConceptModule(nn.Module):
         if self.training and self.cfg.p_cfg > 0:  # known-head dropout p_cfg (per token)
             keep = torch.rand(h.shape[:-1], device=h.device) >= self.cfg.p_cfg
             known = known * keep.unsqueeze(-1).to(h.dtype)
-        residual = self.eps_drop(h - known - unknown)  # ε with dropout p_ε
-        return ConceptParts(known, unknown, residual, known_logits, k, u, k_hat, u_hat, h, k_gt)
+        residual = _dropout(h - known - unknown, self.cfg.p_eps, self.training)  # ε with dropout p_ε
+        return ConceptParts(known, unknown, residual, known_logits, k, u, k_hat, u_hat, h, k_gt, k_sel, u_sel, z)
 
 
 # --- losses -----------------------------------------------------------------------
+_MEMBERSHIP_MAX_CHUNKS = 64  # above this, chunk sums use scatter_add
+
+
 def concept_loss(known_logits: torch.Tensor, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor,
                  valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, int]:
     """OR-aggregated chunk BCE (Eqs. 9–10), summed over concepts, mean over chunks.
@@ -146,10 +173,18 @@ def concept_loss(known_logits: torch.Tensor, chunk_ids: torch.Tensor, chunk_labe
     inside = chunk_ids >= 0
     if valid is not None:
         inside = inside & valid
-    idx = chunk_ids.clamp(min=0).unsqueeze(-1).expand(B, T, n)
-    log_not = -F.softplus(known_logits.float()) * inside.unsqueeze(-1)  # log(1 − k_{c,t})
-    s = torch.zeros(B, C, n, device=known_logits.device).scatter_add(1, idx, log_not)  # log(1 − k^chunk)
-    count = torch.zeros(B, C, device=known_logits.device).scatter_add(1, chunk_ids.clamp(min=0), inside.float())
+    softplus = F.softplus(known_logits.float())  # −log(1 − k_{c,t}) per token
+    if C <= _MEMBERSHIP_MAX_CHUNKS:
+        # sum over each chunk's tokens as a [B, C, T] (−1 / 0) membership matmul: 2·C·n per
+        # token, cheaper than scatter_add (and its gather backward) when chunks are few
+        member = (chunk_ids.unsqueeze(1) == torch.arange(C, device=chunk_ids.device)[:, None]) & inside.unsqueeze(1)
+        s = torch.bmm(-member.float(), softplus)  # log(1 − k^chunk) [B, C, n]
+        count = member.sum(-1)
+    else:
+        idx = chunk_ids.clamp(min=0).unsqueeze(-1).expand(B, T, n)
+        s = torch.zeros(B, C, n, device=known_logits.device).scatter_add(
+            1, idx, softplus * -inside.unsqueeze(-1).float())
+        count = torch.zeros(B, C, device=known_logits.device).scatter_add(1, chunk_ids.clamp(min=0), inside.float())
     present = count > 0
     if not bool(present.any()):
         return known_logits.sum() * 0.0, 0
@@ -169,13 +204,27 @@ def reconstruction_loss(u_hat: torch.Tensor, h: torch.Tensor, k_gt_hat: torch.Te
     return (err * positions).sum() / n
 
 
-def independence_loss(a: torch.Tensor, b_fixed: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Eqs. 13–14: ‖Ψᵀ Φ‖²_F / (d²(B−1)) over the selected tokens; Φ (``b_fixed``) is detached."""
-    psi = a[positions]
-    phi = b_fixed[positions].detach()
-    nb, d = psi.shape
+def _rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[N_selected, ·] rows of x [B, T, ·] (a view when every position is selected)."""
+    return x.flatten(0, -2) if bool(positions.all()) else x[positions]
+
+
+def independence_loss(a: torch.Tensor, b_fixed: torch.Tensor, positions: torch.Tensor,
+                      basis: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Eqs. 13–14: ‖Ψᵀ Φ‖²_F / (d²(B−1)) over the selected tokens; Φ (``b_fixed``) is detached.
+
+    With ``basis`` [R, d], ``a`` holds coordinates z [B, T, R] of Ψ = z·basis (û = z·B for
+    the factorised U = A·B): centring commutes with ·B, so ΨᵀΦ = Bᵀ(z̄ᵀΦ̄), the same value
+    for 2NRd instead of 2Nd² FLOPs.
+    """
+    psi = _rows(a, positions)
+    phi = _rows(b_fixed, positions).detach()
+    nb, d = phi.shape
     if nb < 2:
         return a.sum() * 0.0
     psi = psi - psi.mean(0, keepdim=True)
     phi = phi - phi.mean(0, keepdim=True)
-    return (psi.T @ phi).pow(2).sum() / (d * d * (nb - 1))
+    cross = psi.T @ phi  # [d, d], or [R, d] in coordinates
+    if basis is not None:
+        cross = basis.T @ cross
+    return cross.pow(2).sum() / (d * d * (nb - 1))

@@ -125,8 +125,10 @@ class SteerlingLM(nn.Module):
         steer_vec: Optional[torch.Tensor] = None,
         steer_mask: Optional[torch.Tensor] = None,
         steer_layer: int = 0,
+        need_acts: bool = True,
     ) -> ModelOutput:
-        """Unvalidated forward used by loss, generation, attribution and steering."""
+        """Unvalidated forward used by loss, generation, attribution and steering
+        (``need_acts=False``: skip the dense concept activations, as the loss does)."""
         h = self.backbone(tokens, kind=self.attn_kind, embeds=embeds, cache=cache, commit=commit,
                           steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
         if self.concept is None:
@@ -136,7 +138,7 @@ class SteerlingLM(nn.Module):
             k_gt = self.concept.ground_truth(chunk_ids, chunk_labels)
             if self.training:
                 tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
-        p = self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u)
+        p = self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u, need_acts=need_acts)
         h_bar = p.known + p.unknown + p.residual  # Eq. 5
         out = ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
                           residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act)
@@ -168,7 +170,7 @@ class SteerlingLM(nn.Module):
             x_t, masked = mask_tokens(tokens, t, self.config.mask_token_id, valid)
         else:
             x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid)
-        out = self.run(x_t, chunk_ids=chunk_ids, chunk_labels=chunk_labels, step=step)
+        out = self.run(x_t, chunk_ids=chunk_ids, chunk_labels=chunk_labels, step=step, need_acts=False)
         if self.is_diffusion:
             lm, n_tok = mdm_loss(out.logits, tokens, masked)
         else:
@@ -190,12 +192,13 @@ class SteerlingLM(nn.Module):
         else:
             k_gt = torch.zeros_like(p.hidden)
         l_rec = reconstruction_loss(p.unknown_pred, p.hidden, k_gt, masked)  # Eqs. 11-12
-        if c.indep_terms == 1:
+        if p.unknown_coords is not None:  # û = z·B: the same loss through the R-dim coordinates
+            l_ind = independence_loss(p.unknown_coords, p.known_pred, masked, basis=self.concept.unk_b)
+        else:
             l_ind = independence_loss(p.unknown_pred, p.known_pred, masked)  # Eqs. 13-14
-        else:  # §10.2.2: L(û, k̂) + L(ε, k̂), half weight each
+        if c.indep_terms != 1:  # §10.2.2: L(û, k̂) + L(ε, k̂), half weight each
             eps = p.hidden - p.known_pred - p.unknown_pred
-            l_ind = 0.5 * (independence_loss(p.unknown_pred, p.known_pred, masked)
-                           + independence_loss(eps, p.known_pred, masked))
+            l_ind = 0.5 * (l_ind + independence_loss(eps, p.known_pred, masked))
         parts["rec"], parts["indep"] = float(l_rec.detach()), float(l_ind.detach())
         return total + c.lambda_rec * l_rec + c.lambda_indep * l_ind
 
