@@ -91,9 +91,6 @@ class ConceptModule(nn.Module):
         # "Unknown decomposition: MLP" (App. K): down-projection, GELU, then the predictor over m
         return F.gelu(self.unk_down(h)) if self.unk_down is not None else h
 
-    def unknown_logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.unk_pred(self.unknown_features(h))
-
     def _unknown(self, h: torch.Tensor, need_acts: bool):
         """(û, selection, z with û = z·B or None, dense u or None) for the unknown head."""
         feats = self.unknown_features(h)
