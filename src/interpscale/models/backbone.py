@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.config import ModelConfig
+from interpscale.models.fused import add_rms_norm, qk_norm_rope, rms_norm
 
 try:  # FlexAttention block masks on CUDA; dense boolean masks elsewhere
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -30,7 +31,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)  # F.rms_norm's values, fewer passes (fused.py)
+
+    def residual(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """x + self(y) in one pass (no forward hooks on this module fire)."""
+        return add_rms_norm(x, y, self.weight, self.eps)
 
 
 class KVCache:
@@ -89,7 +94,7 @@ class Attention(nn.Module):
         self.q_dim, self.kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
         self.wqkv = nn.Linear(d, self.q_dim + 2 * self.kv_dim, bias=False)  # Wq, Wk, Wv fused
         self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
-        self.fuse_qk = cfg.qk_norm and cfg.n_heads == cfg.n_kv_heads  # one norm/RoPE pass for q and k
+        self.fuse_qk = cfg.qk_norm  # QK-norm + RoPE in one autograd Function (fused.py)
         self.q_norm = RMSNorm(cfg.n_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.n_kv_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -97,27 +102,22 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         qkv = self.wqkv(x)
-        if cfg.clip_qkv is not None and (qkv.is_cuda or float(qkv.detach().abs().amax()) > cfg.clip_qkv):
+        if cfg.clip_qkv is not None and (qkv.is_cuda or _exceeds(qkv.detach(), cfg.clip_qkv)):
             # App. G: clip_qkv = 10. On CPU skip the clamp (and its backward mask) when it
             # would change nothing: same values, same gradients, one cheap reduction.
             qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)
         H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        if cos.dim() == 2:  # [T, hd] from callers that slice the buffers themselves
-            cos, sin = cos[:, None], sin[:, None]
-        v = qkv[..., self.q_dim + self.kv_dim:].view(B, T, Hkv, hd).transpose(1, 2)
-        if self.fuse_qk:
-            # MHA: QK-norm and RoPE on q and k in one pass each ([B, T, 2, d] view)
-            qk = qkv[..., : 2 * self.q_dim].unflatten(-1, (2, self.q_dim))
-            w = torch.stack([self.q_norm.weight, self.k_norm.weight])
-            qk = F.rms_norm(qk, (self.q_dim,), None, cfg.norm_eps) * w
-            qk = _rope(qk.view(B, T, 2 * H, hd), cos, sin).transpose(1, 2)  # [B, 2H, T, hd]
-            q, k = qk[:, :H], qk[:, H:]
-        else:
-            q, k = qkv[..., : self.q_dim], qkv[..., self.q_dim: self.q_dim + self.kv_dim]
+        if cos.dim() != 2 or cos.size(-1) != self.q_dim:  # [T, hd] from callers that slice the buffers
+            cos, sin = (t.reshape(T, hd).repeat(1, H) for t in (cos, sin))
+        if self.fuse_qk:  # QK-norm + RoPE with a hand-written backward (fused.py)
+            q, k, v = qk_norm_rope(qkv, self.q_norm.weight, self.k_norm.weight, cos, sin, H, Hkv, cfg.norm_eps)
+        else:  # reference path (and qk_norm=False)
+            q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
             if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
                 q, k = self.q_norm(q), self.k_norm(k)
             q = _rope(q.reshape(B, T, H, hd), cos, sin).transpose(1, 2)  # [B, H, T, hd]
-            k = _rope(k.reshape(B, T, Hkv, hd), cos, sin).transpose(1, 2)
+            k = _rope(k.reshape(B, T, Hkv, hd), cos[:, : self.kv_dim], sin[:, : self.kv_dim]).transpose(1, 2)
+            v = v.reshape(B, T, Hkv, hd).transpose(1, 2)
         start = 0
         if cache is not None:
             start = cache.length
@@ -150,9 +150,15 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
+def _exceeds(x: torch.Tensor, bound: float) -> bool:
+    lo, hi = torch.aminmax(x)  # one pass, no |x| temporary
+    return max(-float(lo), float(hi)) > bound
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on [..., T, heads, hd]; ``cos`` [T, 1, hd] holds each frequency
-    twice and ``sin`` carries the rotation's sign (−sin on the first half)."""
+    """Rotate-half RoPE on [..., T, heads, hd]; ``cos`` [T, heads·hd] holds each frequency
+    twice per head and ``sin`` carries the rotation's sign (−sin on the first half)."""
+    cos, sin = (t.unflatten(-1, x.shape[-2:]) for t in (cos, sin))
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + torch.cat([x2, x1], dim=-1) * sin
 
@@ -180,8 +186,13 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, cos, sin, kind, layer, cache, commit):
-        x = x + self.drop(self.attn_norm(self.attn(x, cos, sin, kind, layer, cache, commit)))
-        return x + self.drop(self.mlp_norm(self.mlp(x)))
+        x = self._update(x, self.attn_norm, self.attn(x, cos, sin, kind, layer, cache, commit))
+        return self._update(x, self.mlp_norm, self.mlp(x))
+
+    def _update(self, x, norm: RMSNorm, y):
+        if self.drop.p and self.training:  # dropout sits between the norm and the add
+            return x + self.drop(norm(y))
+        return norm.residual(x, y)
 
 
 class Backbone(nn.Module):
@@ -227,8 +238,9 @@ class Backbone(nn.Module):
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {start + T} tokens exceeds max_seq_len={self.cfg.max_seq_len}")
-        cos = self.rope_cos[start:start + T, None].to(x.dtype)  # [T, 1, hd]
-        sin = self.rope_sin[start:start + T, None].to(x.dtype)
+        # [T, H·hd]: repeated across heads once here, so every layer's RoPE reads dense tables
+        H = self.cfg.n_heads
+        cos, sin = (t[start:start + T].to(x.dtype).repeat(1, H) for t in (self.rope_cos, self.rope_sin))
         add = None
         if steer_vec is not None and steer_mask is not None:
             add = steer_mask.unsqueeze(-1).to(x.dtype) * steer_vec.to(x.dtype)  # [B, T, d]

@@ -15,16 +15,24 @@ from interpscale.models.types import PhaseSchedule
 
 
 def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """Eq. 1: mean next-token CE over valid (input, target) pairs."""
-    target = tokens[:, 1:]
+    """Eq. 1: mean next-token CE over valid (input, target) pairs.
+
+    The CE runs over the full [B·T, V] view of ``logits`` (no copy of ``logits[:, :-1]``,
+    nor of its gradient) with the targets shifted left and ``ignore_index`` where there is no
+    pair: each row's last position and, with ``valid``, pairs with an invalid end."""
+    B, T = tokens.shape
+    target = torch.empty_like(tokens)
+    target[:, :-1] = tokens[:, 1:]
+    target[:, -1] = -100
     if valid is None:  # fast path: every pair counts
-        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten()), target.numel()
-    keep = valid[:, 1:] & valid[:, :-1]
-    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), target.flatten(), reduction="none")
-    n = int(keep.sum())
-    if n == 0:
-        raise ValueError("batch has no valid (input, target) pairs for the AR loss")
-    return (ce * keep.flatten()).sum() / n, n
+        n = B * (T - 1)
+    else:
+        keep = valid[:, 1:] & valid[:, :-1]
+        target[:, :-1].masked_fill_(~keep, -100)
+        n = int(keep.sum())
+        if n == 0:
+            raise ValueError("batch has no valid (input, target) pairs for the AR loss")
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=-100), n
 
 
 def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, int]:
