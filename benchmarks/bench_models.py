@@ -78,7 +78,7 @@ def main() -> None:
     torch.set_num_threads(1)  # 2 shared cores: one thread keeps the ratios stable
     torch.manual_seed(0)
     L, d, H, T, B, V = (2, 128, 2, 128, 4, 512) if args.quick else (4, 256, 4, 256, 4, 512)
-    n_rounds = 5 if args.quick else 12
+    n_rounds = 5 if args.quick else 20
     shape = dict(n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, vocab_size=V, max_seq_len=T, block_size=64)
     tokens = torch.randint(4, V, (B, T))
     n_concepts, rank = (256, 32) if args.quick else (1024, 64)
