@@ -103,3 +103,30 @@ def test_wsd_schedule_and_segments():
     for s in segs[2:]:
         assert s.length / s.end == pytest.approx(0.2, abs=0.01)
     assert math.isclose(sum(lr_at(short, an, k) for k in range(800, 1000)), 1e-3 * 100.5)
+
+
+def test_presets_fall_back_to_the_installed_copy(tmp_path, monkeypatch):
+    """Outside a source checkout the planner reads <prefix>/share/interpscale/configs."""
+    from interpscale.orchestration import planner
+
+    (tmp_path / "mine.toml").write_text('[sweep]\nfamilies = ["ar"]\n')
+    monkeypatch.setattr(planner, "CONFIG_DIR", tmp_path / "no-checkout")
+    monkeypatch.setattr(planner, "INSTALLED_CONFIG_DIR", tmp_path)
+    assert planner.list_presets() == ["mine"]
+    assert planner.load_preset("mine")["sweep"]["families"] == ["ar"]
+    with pytest.raises(ValueError, match="unknown preset 'demo'.*mine"):
+        planner.load_preset("demo")
+
+
+def test_wheel_ships_every_preset(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(root)], check=True, capture_output=True)
+    (whl,) = tmp_path.glob("interpscale-*.whl")
+    shipped = {Path(n).name for n in zipfile.ZipFile(whl).namelist() if "/share/interpscale/configs/" in n}
+    assert shipped == {p.name for p in (root / "configs").glob("*.toml")} and "demo.toml" in shipped

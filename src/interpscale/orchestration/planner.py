@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sysconfig
 import time
 import tomllib
 from dataclasses import dataclass
@@ -23,20 +24,27 @@ from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
+# presets: the checkout's configs/ (source tree, editable install), else the copy a wheel
+# installs under <prefix>/share/interpscale/configs (pyproject data-files)
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
+INSTALLED_CONFIG_DIR = Path(sysconfig.get_path("data")) / "share" / "interpscale" / "configs"
+
+
+def _config_dir() -> Path:
+    return CONFIG_DIR if CONFIG_DIR.is_dir() else INSTALLED_CONFIG_DIR
 _TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
                "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
 
 
 def list_presets() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+    return sorted(p.stem for p in _config_dir().glob("*.toml"))
 
 
 def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """A preset by name (``configs/<name>.toml``) or a path to any TOML file."""
     p = Path(name_or_path)
     if not p.suffix:
-        p = CONFIG_DIR / f"{name_or_path}.toml"
+        p = _config_dir() / f"{name_or_path}.toml"
     if not p.is_file():
         raise ValueError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
     with open(p, "rb") as f:
