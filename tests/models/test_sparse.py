@@ -85,6 +85,27 @@ def test_gather_fallback_agrees_with_csr_path():
     assert torch.allclose(got, compose_rows(vals, idx, emb), atol=0.05, rtol=0.02)
 
 
+@pytest.mark.parametrize("n,k,r", [(300, 5, 16), (40, 8, 16)])  # gathered rows / dense product
+def test_non_csr_fallbacks_match_the_csr_path(n, k, r, monkeypatch):
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(3, 10, r, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(n, r, generator=g, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        logits = x @ w.t()
+    idx = topk_indices(logits, k)
+
+    def run():
+        vals = torch.sigmoid(selected_logits(x, w, idx, logits))
+        out = compose_rows(vals, idx, w)
+        return (out, *torch.autograd.grad(out.square().sum(), (x, w)))
+
+    want = run()
+    monkeypatch.setattr(sparse, "_csr_ok", lambda *ts: False)
+    assert sparse._gather_is_smaller(k, w) == (k * r < n)
+    for a, b in zip(run(), want):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
 @pytest.mark.parametrize("all_positions", [True, False])
 def test_independence_loss_through_coordinates_equals_dense(all_positions):
     g = torch.Generator().manual_seed(3)

@@ -4,7 +4,8 @@ Eq. 24 prices the composition of a top-k head at k rows, not all n (or m): the k
 "composes ... via top-k_known selection" and the unknown head's "top-k_unknown selection"
 leaves only 2dR + Rm. Scattering the k winners into a dense [.., n] tensor and multiplying
 by E would cost the full 2nd. On CPU the k winners form a CSR matrix (MKL SpMM forward,
-SDDMM and a transposed SpMM backward); elsewhere (CUDA, bf16) rows of E are gathered.
+SDDMM and a transposed SpMM backward); elsewhere (CUDA, bf16) the k rows of E are gathered
+or, when k·r exceeds n, the zero-filled dense product is used (whichever holds less).
 """
 
 from __future__ import annotations
@@ -153,6 +154,13 @@ class _SelectedLogits(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
+def _gather_is_smaller(k: int, emb: torch.Tensor) -> bool:
+    """Gathered rows take k·r values per token, the dense route n: at the paper's sizes the
+    known head (k = 32, r = d up to 3,840, n = 33,732) must go dense, the unknown head
+    (k = 128, r = R = 256, m = 101,196) gathers."""
+    return k * emb.size(1) < emb.size(0)
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.size(-1))
 
@@ -161,8 +169,10 @@ def selected_logits(x: torch.Tensor, weight: torch.Tensor, idx: torch.Tensor, lo
                     pattern: Optional[Pattern] = None) -> torch.Tensor:
     """``logits.gather(-1, idx)`` where logits = x @ weightᵀ was computed without autograd;
     gradients reach x and weight through the selected entries only."""
-    if not _csr_ok(x, weight, logits):  # gather the k rows of W (CUDA, bf16)
-        return torch.einsum("...r,...kr->...k", x, weight[idx])
+    if not _csr_ok(x, weight, logits):  # CUDA, bf16: gathered rows or a dense recompute
+        if _gather_is_smaller(idx.size(-1), weight):
+            return torch.einsum("...r,...kr->...k", x, weight[idx])
+        return (x @ weight.t()).gather(-1, idx)
     pattern = pattern or Pattern(idx, weight.size(0))
     return _SelectedLogits.apply(_flat(x), weight, _flat(logits), pattern).view(idx.shape)
 
@@ -170,7 +180,9 @@ def selected_logits(x: torch.Tensor, weight: torch.Tensor, idx: torch.Tensor, lo
 def compose_rows(vals: torch.Tensor, idx: torch.Tensor, emb: torch.Tensor,
                  pattern: Optional[Pattern] = None) -> torch.Tensor:
     """Σ_j vals[.., j] · emb[idx[.., j]] -> [.., r] (vals, idx [.., k]; emb [n, r])."""
-    if not _csr_ok(vals, emb):
-        return torch.einsum("...k,...kr->...r", vals, emb[idx])
+    if not _csr_ok(vals, emb):  # CUDA, bf16: gathered rows or the zero-filled dense product
+        if _gather_is_smaller(idx.size(-1), emb):
+            return torch.einsum("...k,...kr->...r", vals, emb[idx])
+        return scatter_selection((vals, idx), emb.size(0)) @ emb
     pattern = pattern or Pattern(idx, emb.size(0))
     return _Compose.apply(_flat(vals), emb, pattern).view(*vals.shape[:-1], emb.size(-1))
