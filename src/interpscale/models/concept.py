@@ -44,9 +44,8 @@ class ConceptParts:
 
     def sparse_acts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The activations that enter k̂ and û: dense, or zero outside the top-k."""
-        k = self.known_act if self.known_sel is None else scatter_selection(self.known_sel, self.known_act.size(-1))
-        u = self.unknown_act if self.unknown_sel is None else scatter_selection(self.unknown_sel, self.unknown_act.size(-1))
-        return k, u
+        return tuple(act if sel is None else scatter_selection(sel, act.size(-1))
+                     for act, sel in ((self.known_act, self.known_sel), (self.unknown_act, self.unknown_sel)))
 
 
 class ConceptModule(nn.Module):

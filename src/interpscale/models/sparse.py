@@ -127,9 +127,8 @@ class _Compose(torch.autograd.Function):
         vals, emb = ctx.saved_tensors
         p = ctx.pattern
         grad_vals = grad_emb = None
-        if ctx.needs_input_grad[0]:  # ⟨grad_t, E_i⟩ only at the selected (t, i): SDDMM
-            pat = p.csr(torch.zeros_like(vals))
-            grad_vals = torch.sparse.sampled_addmm(pat, grad, emb.t(), beta=0.0).values().view_as(vals)
+        if ctx.needs_input_grad[0]:  # ⟨grad_t, E_i⟩ only at the selected (t, i): SDDMM (beta=0: pattern only)
+            grad_vals = torch.sparse.sampled_addmm(p.csr(vals), grad, emb.t(), beta=0.0).values().view_as(vals)
         if ctx.needs_input_grad[1]:
             grad_emb = p.csr_t(vals) @ grad
         return grad_vals, grad_emb, None
@@ -148,9 +147,9 @@ class _SelectedLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        p = ctx.pattern
-        grad_x = p.csr(grad.contiguous()) @ weight if ctx.needs_input_grad[0] else None
-        grad_w = p.csr_t(grad.contiguous()) @ x if ctx.needs_input_grad[1] else None
+        p, grad = ctx.pattern, grad.contiguous()
+        grad_x = p.csr(grad) @ weight if ctx.needs_input_grad[0] else None
+        grad_w = p.csr_t(grad) @ x if ctx.needs_input_grad[1] else None
         return grad_x, grad_w, None, None
 
 
