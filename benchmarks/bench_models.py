@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from interpscale._malloc import retain_freed_memory
 from interpscale.models import build_model
 from interpscale.models.accounting import backbone_params, concept_flops
 from interpscale.models.types import Batch, PhaseSchedule
@@ -74,7 +76,12 @@ def make_step(model, batch_fn):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller shape, fewer iterations")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="skip the glibc thresholds training workers set (interpscale._malloc)")
     args = ap.parse_args()
+    if not args.default_malloc:
+        retain_freed_memory()  # as TrainJob does: measure the step the trainer runs
+    warnings.filterwarnings("ignore", "TF32 acceleration on top of oneDNN")  # from mkldnn.flags()
     torch.set_num_threads(1)  # 2 shared cores: one thread keeps the ratios stable
     torch.manual_seed(0)
     L, d, H, T, B, V = (2, 128, 2, 128, 4, 512) if args.quick else (4, 256, 4, 256, 4, 512)
@@ -99,6 +106,13 @@ def main() -> None:
         return make_step(m, lambda: m.loss(b, 500).total)
 
     steps = {"plain": make_step(plain, lambda: plain.loss(tokens))} | {f: fam_step(f) for f in models}
+    ar_mkl = make_step(models["ar"], lambda: models["ar"].loss(Batch(tokens), 500).total)
+
+    def like_for_like():  # our AR step with every GEMM on MKL, as in the plain model (models/gemm.py)
+        with torch.backends.mkldnn.flags(enabled=False):
+            ar_mkl()
+
+    steps["ar (MKL GEMM)"] = like_for_like
     # round-robin single steps so drift on the shared machine hits every variant alike;
     # CPU time of this (single-threaded) process ignores time spent descheduled by other
     # users of the box, and the minimum over rounds is the least disturbed measurement
@@ -119,6 +133,8 @@ def main() -> None:
     for k, v in t.items():
         print(f"  {k:20s} {1e3 * v:8.1f} ms CPU/step")
     print(f"AR step / plain PyTorch step       : {t['ar'] / t['plain']:.3f}  (target <= 1.0)")
+    print(f"  same, all GEMMs on MKL like plain : {t['ar (MKL GEMM)'] / t['plain']:.3f}"
+          "  (the QK-norm + RoPE the plain model lacks, net of fused norms)")
     print(f"CDLM step / AR step                : {t['cdlm'] / t['ar']:.3f}  (target <= 1.1)")
     # Table 25 has no unknown top-k in the stable phase, so û = (u·A)·B composes all m rows:
     # 6·R·m FLOPs per token that Eq. 24 (which assumes top-k selection) does not count

@@ -97,7 +97,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 SOUNDS = Path(__file__).resolve().parents[2] / "src/interpscale/metrics/tasks/data/sounds.jsonl"
-TRAIN_STEPS = 300
+TRAIN_STEPS = 400  # 300 left greedy sounds_gen at 0.71-0.79 depending on GEMM rounding; 400 gives 1.0
 SEQ = 64
 
 

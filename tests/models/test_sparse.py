@@ -30,6 +30,27 @@ def test_topk_indices_with_ties_returns_k_distinct_largest():
     assert torch.equal(got, x.topk(40, dim=-1).values.sort(-1).values)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_topk_indices_tie_at_kth_value_falls_back_exactly(dtype):
+    # distinct values except that ranks k and k+1 are equal in every row: the value-threshold
+    # fast path sees k+1 entries >= the k-th value and must hand over to exact selection
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 3072, generator=g, dtype=dtype)
+    order = x.argsort(-1, descending=True)
+    x.scatter_(-1, order[:, 128:129], x.gather(-1, order[:, 127:128]))
+    idx = topk_indices(x, 128)
+    assert all(len(set(r.tolist())) == 128 for r in idx)
+    torch.testing.assert_close(x.gather(-1, idx).sort(-1).values, x.topk(128, -1).values.sort(-1).values)
+
+
+def test_topk_indices_with_nan_treats_nan_as_largest():
+    x = torch.randn(32, 1024, generator=torch.Generator().manual_seed(4))
+    x[:, 5] = float("nan")
+    idx = topk_indices(x, 32)
+    assert bool((idx == 5).any(-1).all())
+    assert torch.equal(idx.sort(-1).values, x.topk(32, -1).indices.sort(-1).values)
+
+
 def _sel(N, n, k, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(N, n, generator=g, dtype=dtype)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from interpscale.models.config import ModelConfig
 from interpscale.models.fused import add_rms_norm, qk_norm_rope, rms_norm
+from interpscale.models.gemm import Linear
 
 try:  # FlexAttention block masks on CUDA; dense boolean masks elsewhere
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -92,8 +93,8 @@ class Attention(nn.Module):
         self.cfg = cfg
         d, hd = cfg.d_model, cfg.head_dim
         self.q_dim, self.kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
-        self.wqkv = nn.Linear(d, self.q_dim + 2 * self.kv_dim, bias=False)  # Wq, Wk, Wv fused
-        self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.wqkv = Linear(d, self.q_dim + 2 * self.kv_dim)  # Wq, Wk, Wv fused
+        self.wo = Linear(cfg.n_heads * hd, d)
         self.fuse_qk = cfg.qk_norm  # QK-norm + RoPE in one autograd Function (fused.py)
         self.q_norm = RMSNorm(cfg.n_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.n_kv_heads * hd, cfg.norm_eps) if cfg.qk_norm else None
@@ -166,9 +167,9 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 class SwiGLU(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
-        self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
-        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+        self.gate = Linear(cfg.d_model, cfg.mlp_hidden)
+        self.up = Linear(cfg.d_model, cfg.mlp_hidden)
+        self.down = Linear(cfg.mlp_hidden, cfg.d_model)
 
     def forward(self, x):
         return self.down(F.silu(self.gate(x)) * self.up(x))

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.config import ModelConfig
+from interpscale.models.gemm import Linear, linear
 from interpscale.models.sparse import (Pattern, compose_rows, scatter_selection, select_topk, selected_logits,
                                       topk_indices)
 
@@ -55,16 +56,16 @@ class ConceptModule(nn.Module):
         d, n, m, r = cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank
         if n <= 0:
             raise ValueError("concept families need n_concepts > 0")
-        self.known_head = nn.Linear(d, n, bias=False)  # f, predictor d×n
+        self.known_head = Linear(d, n)  # f, predictor d×n
         self.known_emb = nn.Parameter(torch.empty(n, d))  # K
         if r:
-            self.unk_down = nn.Linear(d, r, bias=False)  # d → R
-            self.unk_pred = nn.Linear(r, m, bias=False)  # R → m
+            self.unk_down = Linear(d, r)  # d → R
+            self.unk_pred = Linear(r, m)  # R → m
             self.unk_a = nn.Parameter(torch.empty(m, r))  # U = A·B
             self.unk_b = nn.Parameter(torch.empty(r, d))
         else:
             self.unk_down = None
-            self.unk_pred = nn.Linear(d, m, bias=False)
+            self.unk_pred = Linear(d, m)
             self.unk_emb = nn.Parameter(torch.empty(m, d))
         std = cfg.init_std
         nn.init.normal_(self.known_head.weight, std=std)
@@ -97,7 +98,7 @@ class ConceptModule(nn.Module):
         k = self.topk[1]
         if k is None or k >= self.cfg.n_unknown:
             u = torch.sigmoid(self.unk_pred(feats))
-            coords, sel = u @ emb, None
+            coords, sel = linear(u, emb.t()), None
         else:
             # only the k selected logits receive gradient: select on logits computed without
             # autograd, then differentiate just those k through the predictor (Eq. 24: Rm)
@@ -110,7 +111,7 @@ class ConceptModule(nn.Module):
             u = torch.sigmoid(logits) if need_acts else None
         if self.unk_down is None:
             return coords, sel, None, u
-        return coords @ self.unk_b, sel, coords, u
+        return linear(coords, self.unk_b.t()), sel, coords, u
 
     def ground_truth(self, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
         """k̂^GT = Σ_i k_i^GT K_i per token (Eq. 11), composed once per chunk then gathered."""
@@ -138,7 +139,7 @@ class ConceptModule(nn.Module):
         known_logits = self.known_head(h)
         k_sel = select_topk(known_logits, self.topk[0])
         k = torch.sigmoid(known_logits) if (need_acts or k_sel is None) else None  # Eq. 6
-        k_hat = k @ self.known_emb if k_sel is None else compose_rows(*k_sel, self.known_emb)  # Eq. 7
+        k_hat = linear(k, self.known_emb.t()) if k_sel is None else compose_rows(*k_sel, self.known_emb)  # Eq. 7
         # gradient detachment (App. K): the unknown head reads h but does not train the backbone
         u_hat, u_sel, z, u = self._unknown(h.detach(), need_acts)
         known, unknown = k_hat, u_hat

@@ -12,6 +12,7 @@ from interpscale.models import accounting
 from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import ConceptModule, concept_loss, independence_loss, reconstruction_loss
 from interpscale.models.config import ModelConfig
+from interpscale.models.gemm import linear
 from interpscale.models.objectives import alpha_schedule, ar_loss, mask_tokens, mdm_loss, sample_noise_levels
 from interpscale.models.registry import get_family
 from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
@@ -132,7 +133,7 @@ class SteerlingLM(nn.Module):
         h = self.backbone(tokens, kind=self.attn_kind, embeds=embeds, cache=cache, commit=commit,
                           steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
         if self.concept is None:
-            return ModelOutput(logits=F.linear(h, self.lm_head), hidden=h)
+            return ModelOutput(logits=linear(h, self.lm_head), hidden=h)
         k_gt = tf_k = tf_u = None
         if chunk_ids is not None and chunk_labels is not None:
             k_gt = self.concept.ground_truth(chunk_ids, chunk_labels)
@@ -140,7 +141,7 @@ class SteerlingLM(nn.Module):
                 tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
         p = self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u, need_acts=need_acts)
         h_bar = p.known + p.unknown + p.residual  # Eq. 5
-        out = ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
+        out = ModelOutput(logits=linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
                           residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act)
         out.parts = p  # full ConceptParts for the loss (not part of the contract)
         return out

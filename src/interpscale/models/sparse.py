@@ -28,10 +28,22 @@ def _argtopk(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.topk(k, dim=-1, sorted=False).indices
 
 
+def _threshold_pick(a: np.ndarray, k: int) -> Optional[np.ndarray]:
+    """Column ids [N, k] of the k largest entries of each row of ``a`` [N, C], from the k-th
+    largest value (a value-only partition, ~2x cheaper than an index-carrying one) and one
+    compare; None when a row ties at that value (or holds NaN), so ``>=`` keeps != k."""
+    N, C = a.shape
+    kth = np.partition(a, C - k, axis=-1)[:, C - k, None]
+    pos = np.flatnonzero(a >= kth)
+    if pos.size != N * k:
+        return None
+    return pos.reshape(N, k) - (np.arange(N) * C)[:, None]
+
+
 def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     """Indices [.., k] of the k largest entries of the last axis (exact; order unspecified).
 
-    Selection costs ~10 ns per entry on CPU whatever k is, so it runs on fewer entries: split
+    Selection costs ~5-10 ns per entry on CPU whatever k is, so it runs on fewer entries: split
     the n entries into G strided groups of s; the groups that hold the top-k elements are
     among the k groups with the largest maxima (any other group's maximum is below all k),
     so the answer lies in those k·s entries. With s ≈ √(n/k) selection sees G + k·s ≈ 2√(nk)
@@ -45,12 +57,15 @@ def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor:
     x2 = x.detach().reshape(-1, n)
     N = x2.size(0)
     body = x2[:, : G * s].view(N, s, G)  # group g = {g, g+G, …, g+(s−1)G}
-    top_groups = _argtopk(body.amax(1), k)  # [N, k]
+    fast = x2.dtype in (torch.float32, torch.float64)  # else (and on ties) index-carrying selection
+    top_groups = _threshold_pick(body.amax(1).numpy(), k) if fast else None
+    top_groups = torch.from_numpy(top_groups) if top_groups is not None else _argtopk(body.amax(1), k)  # [N, k]
     cand = body.gather(2, top_groups.unsqueeze(1).expand(N, s, k)).reshape(N, s * k)  # [N, s·k]
     tail = n - G * s  # entries that fit no group are always candidates
     if tail:
         cand = torch.cat([cand, x2[:, G * s:]], 1)
-    pick = _argtopk(cand, k)
+    pick = _threshold_pick(cand.numpy(), k) if fast else None
+    pick = torch.from_numpy(pick) if pick is not None else _argtopk(cand, k)
     idx = top_groups.gather(1, pick.remainder(k)) + G * pick.div(k, rounding_mode="floor")
     if tail:
         idx = torch.where(pick >= s * k, pick - s * k + G * s, idx)
