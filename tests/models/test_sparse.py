@@ -51,6 +51,31 @@ def test_topk_indices_with_nan_treats_nan_as_largest():
     assert torch.equal(idx.sort(-1).values, x.topk(32, -1).indices.sort(-1).values)
 
 
+def _pool_in_child(q):
+    q.put(sparse._POOL is None)
+
+
+def test_topk_indices_row_parallel_matches_and_survives_fork():
+    import multiprocessing as mp
+    x = torch.randn(2048, 3072, generator=torch.Generator().manual_seed(5))
+    want = x.topk(128, -1).indices.sort(-1).values
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # rows split over 3 workers (uneven chunks)
+        assert torch.equal(topk_indices(x, 128).sort(-1).values, want)
+        assert sparse._POOL is not None
+        # a forked child must not submit to the parent's pool, whose threads it lacks (its
+        # OpenMP would hang anyway after the parent's parallel regions, so only the reset is checked)
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        child = ctx.Process(target=_pool_in_child, args=(q,))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0 and q.get(timeout=5)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _sel(N, n, k, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(N, n, generator=g, dtype=dtype)
