@@ -3,7 +3,7 @@
 On CPU, ``F.linear`` and its backward call MKL's sgemm. On this project's machines (AMD
 EPYC, AVX-512) oneDNN's JIT GEMM computes the forward product and the input gradient 5-20%
 faster for the shapes a training step produces, and lopsided weight gradients (one side
-≥ 8x the other) 15-30% faster; the other weight gradients stay on MKL, which is as fast
+≥ 4x the other) 3-30% faster; the other weight gradients stay on MKL, which is as fast
 there (figures in ``benchmarks/README.md``). Values are the same float32 products up to
 summation order.
 
@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 _MIN_MACS = 1 << 23
+_LOPSIDED = 4  # weight gradients with one side >= 4x the other go through oneDNN
 
 
 def _probe() -> bool:
@@ -69,12 +70,13 @@ class _Linear(torch.autograd.Function):
 
 def _weight_grad(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """gᵀx [M, K] for g [N, M], x [N, K]. oneDNN is fastest when its output is wide, so a
-    lopsided product (one side ≥ 8x the other: R = 64 vs m = 3,072 in the unknown head)
-    goes through it in the orientation with the wide side last; MKL takes the rest."""
+    lopsided product (one side ≥ 4x the other: SwiGLU's d↔4d, R = 64 vs m = 3,072 in the
+    unknown head) goes through it in the orientation with the wide side last; MKL takes the
+    rest (at 3x, W_qkv, the transposed result's copy into .grad eats the gain)."""
     M, K = w.shape
-    if _use_onednn(x, w) and M >= 8 * K:
+    if _use_onednn(x, w) and M >= _LOPSIDED * K:
         return _onednn(x.t(), g.t()).t()  # (xᵀg)ᵀ
-    if _use_onednn(x, w) and K >= 8 * M:
+    if _use_onednn(x, w) and K >= _LOPSIDED * M:
         return _onednn(g.t(), x.t())
     return torch.mm(g.t(), x)
 
