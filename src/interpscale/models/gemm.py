@@ -52,9 +52,9 @@ def _onednn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx, x, w):  # linear() already chose the oneDNN route
         ctx.save_for_backward(x, w)
-        return _mm(x, w)
+        return _onednn(x, w)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -74,11 +74,9 @@ def _weight_grad(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Ten
     unknown head) goes through it in the orientation with the wide side last; MKL takes the
     rest (at 3x, W_qkv, the transposed result's copy into .grad eats the gain)."""
     M, K = w.shape
-    if _use_onednn(x, w) and M >= _LOPSIDED * K:
-        return _onednn(x.t(), g.t()).t()  # (xᵀg)ᵀ
-    if _use_onednn(x, w) and K >= _LOPSIDED * M:
-        return _onednn(g.t(), x.t())
-    return torch.mm(g.t(), x)
+    if not _use_onednn(x, w) or max(M, K) < _LOPSIDED * min(M, K):
+        return torch.mm(g.t(), x)
+    return _onednn(x.t(), g.t()).t() if M > K else _onednn(g.t(), x.t())  # (xᵀg)ᵀ or gᵀx
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
