@@ -9,7 +9,6 @@ from typing import Optional
 import torch
 
 
-
 @dataclass(frozen=True)
 class IGResult:
     """Per-token scores φ [B, T]; ``delta`` = ℓ_y(x) − ℓ_y(baseline) [B]; ``completeness_error``

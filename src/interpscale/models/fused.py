@@ -182,4 +182,3 @@ def qk_norm_rope(qkv: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, cos: tor
     tables repeated across heads, ``sin`` signed (−sin on each head's first half).
     Returns q [B, H, T, hd] and k, v [B, Hkv, T, hd]; v is a view of ``qkv``."""
     return _QKNormRoPE.apply(qkv, wq, wk, cos, sin, heads, kv_heads, eps)
-

@@ -6,7 +6,6 @@ from typing import Any, Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from interpscale.models import accounting
 from interpscale.models.backbone import Backbone, KVCache
@@ -220,4 +219,3 @@ class SteerlingLM(nn.Module):
         from interpscale.models.generation import generate
 
         return generate(self, prompt_ids, max_new_tokens, **kwargs)
-

@@ -32,6 +32,8 @@ INSTALLED_CONFIG_DIR = Path(sysconfig.get_path("data")) / "share" / "interpscale
 
 def _config_dir() -> Path:
     return CONFIG_DIR if CONFIG_DIR.is_dir() else INSTALLED_CONFIG_DIR
+
+
 _TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
                "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
 
