@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	# torch first, pinned, so nothing later pulls a CUDA build
+	# torch first, pinned to the tested wheel (the library itself needs torch>=2.6), so nothing later pulls a CUDA build
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e '.[dev,fast]' || $(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)

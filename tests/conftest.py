@@ -13,27 +13,25 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO_ROOT / "tests" / "data"  # reference data, indexed in tests/data/README.md
 
 
-def _shared_data_dirs() -> list[Path]:
-    env = os.environ.get("INTERPSCALE_SHARED_DATA")
-    return ([Path(env)] if env else []) + [REPO_ROOT.parent / "shared" / "data", Path("/work/shared/data")]
+def find_reference_data(name: str) -> Path:
+    """``tests/data/NAME`` or ``tests/data/*/NAME``; a missing file is a failure, never a skip."""
+    hits = [DATA_DIR / name] + sorted(DATA_DIR.glob(f"*/{name}"))
+    for p in hits:
+        if p.is_file():
+            return p
+    pytest.fail(f"reference data {name} is not in {DATA_DIR} (see tests/data/README.md)")
 
 
 @pytest.fixture(scope="session")
-def shared_data():
-    """``shared_data(name)`` -> path of an external reference file (``shared/data`` beside the
-    repo, or $INTERPSCALE_SHARED_DATA). Missing data fails under CI, where the acceptance
-    tests against published numbers must never be skipped, and skips elsewhere."""
+def reference_data():
+    """``reference_data(name)`` -> path of a file under ``tests/data/`` (see its README)."""
+    return find_reference_data
 
-    def find(name: str) -> Path:
-        dirs = _shared_data_dirs()
-        for d in dirs:
-            if (d / name).is_file():
-                return d / name
-        msg = f"reference data {name} not found in {[str(d) for d in dirs]} (set INTERPSCALE_SHARED_DATA)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
 
-    return find
+@pytest.fixture(scope="session")
+def shared_data(reference_data):
+    """Old name of :func:`reference_data`; it now looks only inside the repository."""
+    return reference_data

@@ -34,16 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read_table(path: Path):
-    import pandas as pd
+    from interpscale.results_table import read_results
 
-    if not path.exists():
-        raise ValueError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        return pd.read_parquet(path)
-    if suffix in (".csv", ".tsv"):
-        return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
-    raise ValueError(f"{path}: unsupported table format {suffix!r} (use .parquet or .csv)")
+    return read_results(path)
 
 
 def _chinchilla(args, path: Path) -> int:

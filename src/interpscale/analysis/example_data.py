@@ -331,9 +331,9 @@ def example_results() -> pd.DataFrame:
     path = _data_path()
     if not path.exists():  # a source checkout before the CSV was generated
         return generate_example_results()
-    df = pd.read_csv(path)
-    df["annealed"] = df["annealed"].astype(bool)
-    return df
+    from interpscale.results_table import read_results
+
+    return read_results(path)
 
 
 def example_fit_table(df: pd.DataFrame | None = None) -> pd.DataFrame:

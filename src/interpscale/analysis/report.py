@@ -22,21 +22,10 @@ REPORT_BOOT = 1000  # bootstrap replicates for the report's fits (pass n_boot=10
 
 
 def load_results(results: pd.DataFrame | str | os.PathLike) -> pd.DataFrame:
-    """A results table from a DataFrame, a ``.parquet`` or a ``.csv`` path."""
-    if isinstance(results, pd.DataFrame):
-        return results
-    path = Path(results)
-    if not path.exists():
-        raise ValueError(f"results table {path} does not exist")
-    if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-    elif path.suffix in (".csv", ".tsv"):
-        df = pd.read_csv(path, sep="," if path.suffix == ".csv" else "\t")
-    else:
-        raise ValueError(f"results table {path}: expected a .parquet or .csv file")
-    if "annealed" in df.columns and df["annealed"].dtype == object:
-        df["annealed"] = df["annealed"].astype(str).str.lower().isin(["true", "1", "yes"])
-    return df
+    """A results table from a DataFrame, a ``.parquet``, ``.csv`` or ``.tsv`` path (validated)."""
+    from interpscale.results_table import read_results
+
+    return read_results(results)
 
 
 def markdown_table(df: pd.DataFrame, *, floatfmt: str = ".4g") -> str:

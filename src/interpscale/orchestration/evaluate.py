@@ -39,7 +39,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     spec = RunSpec.load(run_dir)
     ckpts = sorted((run_dir / "checkpoints").glob("*.pt"))
     table_path = run_dir / "results.parquet"
-    table = read_results(table_path)
+    table = read_results(table_path, missing_ok=True)
     estimators = tuple(estimators or default_estimators(spec.family))
     done = set(zip(table.get("checkpoint", []), table.get("estimator", [])))
     todo = [(c, e) for c in ckpts for e in estimators if (c.name, e) not in done]

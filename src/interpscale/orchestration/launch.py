@@ -99,7 +99,7 @@ class Sweep:
             return True
         from interpscale.orchestration.results import read_results
 
-        evaluated = set(read_results(d / "results.parquet").get("checkpoint", []))
+        evaluated = set(read_results(d / "results.parquet", missing_ok=True).get("checkpoint", []))
         return {p.name for p in (d / "checkpoints").glob("*.pt")} <= evaluated
 
     def _prepare(self) -> list[RunSpec]:

@@ -9,11 +9,9 @@ from typing import Iterable
 import pandas as pd
 
 from interpscale.orchestration.rundir import atomic_path
+from interpscale.results_table import RESULT_COLUMNS, read_results  # noqa: F401  (the one reader, re-exported)
 
-# DESIGN.md columns (extra columns allowed, e.g. checkpoint, anneal_from, estimator-specific)
-RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
-                  "annealed", "estimator", "loss", "loss_se", "concept_loss", "concept_independence",
-                  "concept_contribution", "known_concept_alignment")
+# extra columns allowed, e.g. checkpoint, anneal_from, estimator-specific
 KEY = ("run_id", "checkpoint", "estimator")
 
 
@@ -38,16 +36,6 @@ def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     return path
 
 
-def read_results(path: str | os.PathLike) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        return _ordered(pd.DataFrame())
-    try:
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    except Exception as exc:  # pyarrow raises several types for a truncated file
-        raise ValueError(f"results table {path} is unreadable ({exc}); its CSV twin may still be intact") from exc
-
-
 def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate tables; for duplicate (run_id, checkpoint, estimator) keep the last."""
     frames = [t for t in tables if len(t)]
@@ -62,7 +50,7 @@ def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
 
 def collect(run_dirs: Iterable[str | os.PathLike], out: str | os.PathLike | None = None) -> pd.DataFrame:
     """Merge every RUN_DIR/results.parquet; write to ``out`` (parquet + CSV) when given."""
-    df = merge_results(read_results(Path(d) / "results.parquet") for d in run_dirs)
+    df = merge_results(read_results(Path(d) / "results.parquet", missing_ok=True) for d in run_dirs)
     if out is not None:
         write_results(df, out)
     return df

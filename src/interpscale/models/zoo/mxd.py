@@ -1,7 +1,7 @@
 """Mixture of Decoders (MxD) and the sparse-MLP baselines it is compared against.
 
-Notation follows the MxD paper (see ``shared/seeds/README.md`` for the equations the
-extracted text lost): input x ∈ ℝᴵ (the MLP input after the block's norm), target y ∈ ℝᴼ
+Notation follows the MxD paper (``docs/zoo.md`` restates the layer's equations, which the
+paper's extracted text lost): input x ∈ ℝᴵ (the MLP input after the block's norm), target y ∈ ℝᴼ
 (the MLP output), dense hidden z ∈ ℝᴴ, expert coefficients a ∈ ℝᴺ.
 
 Every layer returns ``SparseOut(y_hat, codes)`` where ``codes`` are the sparse units that

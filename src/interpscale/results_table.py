@@ -1,0 +1,118 @@
+"""The results table's columns and its one reader, :func:`read_results`, with one validation.
+
+A bottom-level module (pandas only, nothing else from the package), so that orchestration
+(which writes and collects the table) and analysis / the CLI (which fit and draw it) read it
+the same way. Every problem is a ``ValueError`` naming the file, the column, the row as the
+user sees it in the file (CSV/TSV: the line number, header = line 1; parquet: the 1-based
+row) and the offending value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+# The columns of one row per evaluated checkpoint (docs/architecture.md); extra columns allowed.
+RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
+                  "annealed", "estimator", "loss", "loss_se", "concept_loss", "concept_independence",
+                  "concept_contribution", "known_concept_alignment")
+NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se",
+                   "concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment",
+                   "bpb", "bytes")
+BOOLEAN_COLUMNS = ("annealed",)
+SUFFIXES = (".parquet", ".csv", ".tsv")
+TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
+FALSE = frozenset({"false", "f", "no", "n", "0", "0.0"})
+
+
+def empty_results() -> pd.DataFrame:
+    """A table with the standard columns and no rows."""
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
+
+
+def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool = False) -> pd.DataFrame:
+    """The results table at ``source`` (``.parquet``, ``.csv`` or ``.tsv``), validated.
+
+    ``source`` may also be a DataFrame (validated the same way; rows numbered from 1). A
+    missing file raises, unless ``missing_ok`` (then: :func:`empty_results`). Booleans in
+    ``annealed`` may be written true/false, yes/no, t/f, y/n or 1/0 (any case); a column with
+    no value at all means "not annealed". Numeric columns must hold numbers or be empty.
+    """
+    if isinstance(source, pd.DataFrame):
+        return validate_results(source.copy(), where="results table", row_offset=1)
+    path = Path(source)
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"results table {path}: unsupported format {path.suffix or '(no suffix)'!r}; "
+                         "use .parquet or .csv (or .tsv)")
+    if not path.is_file():
+        if missing_ok and not path.exists():
+            return empty_results()
+        raise ValueError(f"results table {path} does not exist" if not path.exists()
+                         else f"results table {path} is not a file")
+    try:
+        if suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+    except Exception as exc:  # pyarrow / the C parser raise several types for a damaged file
+        hint = "; its CSV twin may still be intact" if suffix == ".parquet" else ""
+        raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
+    # CSV/TSV: data row i (0-based) is line i + 2 of the file; parquet: row i + 1
+    return validate_results(df, where=str(path), row_offset=1 if suffix == ".parquet" else 2,
+                            unit="row" if suffix == ".parquet" else "line")
+
+
+def parse_bool(value) -> bool | None:
+    """True/False for a recognised boolean spelling, None for a missing value; raises otherwise."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text == "" or text == "nan":
+        return None
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    raise ValueError(value)
+
+
+def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offset: int = 1,
+                     unit: str = "row") -> pd.DataFrame:
+    """Parse the boolean columns and check the numeric ones of ``df`` (modified and returned)."""
+    df = df.reset_index(drop=True)
+    dup = [c for c in set(df.columns) if list(df.columns).count(c) > 1]
+    if dup:
+        raise ValueError(f"{where}: column(s) {sorted(map(str, dup))} appear more than once")
+    for col in BOOLEAN_COLUMNS:
+        if col not in df.columns:
+            continue
+        parsed: list[bool | None] = []
+        for i, v in enumerate(df[col].tolist()):
+            try:
+                parsed.append(parse_bool(v))
+            except ValueError:
+                raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: {v!r} is not a boolean "
+                                 f"(write true/false, yes/no or 1/0)") from None
+        missing = [i for i, v in enumerate(parsed) if v is None]
+        if missing and len(missing) < len(parsed):
+            i = missing[0]
+            raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: empty, while other rows "
+                             f"say true/false; fill it in ({len(missing)} empty cell(s))")
+        df[col] = pd.Series([bool(v) for v in parsed], index=df.index, dtype=bool)
+    for col in NUMERIC_COLUMNS:
+        if col not in df.columns or pd.api.types.is_numeric_dtype(df[col]):
+            continue
+        raw = df[col]
+        num = pd.to_numeric(raw.map(lambda v: (v.strip() or None) if isinstance(v, str) else v), errors="coerce")
+        bad = num.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: {raw.iloc[i]!r} is not a number")
+        df[col] = num.astype(float)
+    return df

@@ -1,0 +1,88 @@
+"""The one results reader: formats, boolean parsing, errors that name file, column and row."""
+
+import pandas as pd
+import pytest
+
+from interpscale.results_table import RESULT_COLUMNS, read_results
+
+
+def _table(n=4):
+    return pd.DataFrame({"run_id": [f"r{i}" for i in range(n)], "family": "ar", "slice_flops": 1e19,
+                         "flops": [1e19 * (1 + i / 10) for i in range(n)], "params": 1e6, "tokens": 1e9,
+                         "annealed": [True, False] * (n // 2), "estimator": "ar_ce", "loss": 3.0, "loss_se": 0.0})
+
+
+@pytest.mark.parametrize("name", ["r.parquet", "r.csv", "r.tsv"])
+def test_formats_round_trip(tmp_path, name):
+    df = _table()
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        df.to_parquet(path, index=False)
+    else:
+        df.to_csv(path, index=False, sep="\t" if name.endswith(".tsv") else ",")
+    got = read_results(path)
+    assert got["annealed"].dtype == bool and got["annealed"].tolist() == [True, False, True, False]
+    assert got["flops"].tolist() == df["flops"].tolist()
+
+
+def test_boolean_spellings(tmp_path):
+    p = tmp_path / "r.csv"
+    p.write_text("run_id,annealed,loss\na,yes,1\nb,No,2\nc,TRUE,3\nd,0,4\ne,1,5\nf,f,6\n")
+    assert read_results(p)["annealed"].tolist() == [True, False, True, False, True, False]
+
+
+def test_bad_boolean_names_file_column_and_line(tmp_path):
+    p = tmp_path / "r.csv"
+    p.write_text("run_id,annealed,loss\na,yes,1\nb,maybe,2\n")
+    with pytest.raises(ValueError, match=r"r\.csv: column 'annealed', line 3: 'maybe' is not a boolean"):
+        read_results(p)
+
+
+def test_half_empty_boolean_column_is_an_error_all_empty_means_false(tmp_path):
+    p = tmp_path / "r.csv"
+    p.write_text("run_id,annealed,loss\na,true,1\nb,,2\n")
+    with pytest.raises(ValueError, match=r"column 'annealed', line 3: empty"):
+        read_results(p)
+    p.write_text("run_id,annealed,loss\na,,1\nb,,2\n")
+    assert read_results(p)["annealed"].tolist() == [False, False]
+
+
+def test_bad_number_names_row(tmp_path):
+    df = _table()
+    df["loss"] = ["3.1", "3.0", "three", "2.9"]
+    p = tmp_path / "r.parquet"
+    df.to_parquet(p, index=False)
+    with pytest.raises(ValueError, match=r"r\.parquet: column 'loss', row 3: 'three' is not a number"):
+        read_results(p)
+    q = tmp_path / "r.tsv"
+    df.to_csv(q, sep="\t", index=False)
+    with pytest.raises(ValueError, match=r"column 'loss', line 4: 'three'"):
+        read_results(q)
+
+
+def test_missing_unsupported_and_damaged_files(tmp_path):
+    with pytest.raises(ValueError, match=r"nope\.csv does not exist"):
+        read_results(tmp_path / "nope.csv")
+    empty = read_results(tmp_path / "nope.parquet", missing_ok=True)
+    assert len(empty) == 0 and tuple(empty.columns) == RESULT_COLUMNS
+    (tmp_path / "r.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"r\.txt: unsupported format '\.txt'"):
+        read_results(tmp_path / "r.txt")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(ValueError, match=r"bad\.parquet is unreadable.*CSV twin"):
+        read_results(tmp_path / "bad.parquet")
+
+
+def test_dataframe_source_and_callers_share_the_reader(tmp_path):
+    from interpscale._commands.fit import _read_table
+    from interpscale.analysis.report import load_results
+    from interpscale.orchestration import read_results as orch_read
+
+    assert orch_read is read_results
+    p = tmp_path / "r.csv"
+    p.write_text("run_id,annealed,loss\na,maybe,1\n")
+    for reader in (load_results, _read_table):
+        with pytest.raises(ValueError, match="'maybe' is not a boolean"):
+            reader(p)
+    got = read_results(pd.DataFrame({"annealed": ["yes", "no"], "loss": [1, 2]}))
+    assert got["annealed"].tolist() == [True, False]
