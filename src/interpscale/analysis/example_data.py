@@ -25,79 +25,23 @@ import numpy as np
 import pandas as pd
 from interpscale._atomic import atomic_write_text  # noqa: F401  (re-exported)
 
-SEQ_LEN = 4096
-BATCH_TOKENS = 524_288  # App. G: 128 sequences x 4096 tokens
+from interpscale import paper
+from interpscale.paper import N_KNOWN, N_UNKNOWN, RANK, SEQ_LEN, BATCH_TOKENS  # noqa: F401  (App. G, Table 25)
+
 FAMILIES = ("ar", "ar+concept", "cdlm", "cdlm+concept")
 
 # Table 23: size -> (layers L, hidden d, backbone non-embedding params)
-BACKBONES: dict[str, tuple[int, int, float]] = {
-    "10M": (6, 320, 9.2e6),
-    "25M": (6, 512, 23.6e6),
-    "85M": (10, 768, 86.5e6),
-    "200M": (13, 1024, 197.7e6),
-    "400M": (17, 1280, 401.1e6),
-    "800M": (17, 1792, 779.9e6),
-    "1.5B": (20, 2304, 1510e6),
-    "3B": (24, 3072, 3228e6),
-    "5B": (24, 3840, 5694e6),
-}
-# Table 25: concept module settings shared by the +Concept families
-N_KNOWN = 33_732
-N_UNKNOWN = 3 * N_KNOWN
-RANK = 256
-
-# Table 24: IsoFLOP slice targets per family
-SLICES: dict[str, tuple[float, ...]] = {
-    "ar": (6e18, 1e19, 3e19, 1e20),
-    "cdlm": (6e18, 1e19, 3e19, 1e20),
-    "ar+concept": (1e19, 3e19, 1.1e20, 3.09e20),
-    "cdlm+concept": (1e19, 3e19, 1.1e20, 3.09e20),
-}
-
-# Table 6 (alpha_P, alpha_D, alpha_L, L_inf) — the published fits the example is built from.
-PAPER_TABLE6: dict[str, dict[str, float]] = {
-    "ar": {"alpha_P": 0.528, "alpha_D": 0.445, "alpha_L": -0.060, "L_inf": 1.857},
-    "ar+concept": {"alpha_P": 0.621, "alpha_D": 0.524, "alpha_L": -0.070, "L_inf": 1.193},
-    "cdlm": {"alpha_P": 0.632, "alpha_D": 0.481, "alpha_L": -0.053, "L_inf": 2.658},
-    "cdlm+concept": {"alpha_P": 0.503, "alpha_D": 0.374, "alpha_L": -0.072, "L_inf": 1.942},
-}
+BACKBONES: dict[str, tuple[int, int, float]] = {s: (L, d, float(p)) for s, (L, d, p, _) in paper.TABLE23.items()}
+SLICES = paper.TABLE24  # Table 24: IsoFLOP slice targets per family
+PAPER_TABLE6 = paper.TABLE6  # (alpha_P, alpha_D, alpha_L, L_inf) — the published fits the example is built from
 # Table 7: (beta, e, 8B prediction) per metric and +Concept family; sign +1 for "lower is better".
 METRICS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
 METRIC_SIGN = {"concept_loss": 1, "concept_independence": 1, "concept_contribution": -1, "known_concept_alignment": -1}
-PAPER_TABLE7: dict[str, dict[str, dict[str, float]]] = {
-    "ar+concept": {
-        "concept_loss": {"beta": 0.385, "e": 0.002, "pred_8b": 0.0021},
-        "concept_independence": {"beta": 0.279, "e": 1.310, "pred_8b": 1.550},
-        "concept_contribution": {"beta": 0.212, "e": 0.937, "pred_8b": 0.915},
-        "known_concept_alignment": {"beta": 0.099, "e": 5.000, "pred_8b": 4.200},
-    },
-    "cdlm+concept": {
-        "concept_loss": {"beta": 0.054, "e": 0.000, "pred_8b": 0.002},
-        "concept_independence": {"beta": 0.216, "e": 0.000, "pred_8b": 2.190},
-        "concept_contribution": {"beta": 0.141, "e": 1.000, "pred_8b": 0.919},
-        "known_concept_alignment": {"beta": 0.349, "e": 3.920, "pred_8b": 3.870},
-    },
-}
-# Table 27 (CDLM, four ELBO estimators) and Table 28 (CDLM, fixed mask rate t).
-PAPER_TABLE27 = {
-    "fixed_rate": {"alpha_P": 0.602, "alpha_L": -0.071, "L_inf": 1.927},
-    "fixed_grid": {"alpha_P": 0.611, "alpha_L": -0.054, "L_inf": 2.416},
-    "mdlm_elbo": {"alpha_P": 0.632, "alpha_L": -0.053, "L_inf": 2.658},
-    "per_block": {"alpha_P": 0.615, "alpha_L": -0.039, "L_inf": 3.353},
-}
-PAPER_TABLE28 = {  # t -> (alpha_P, alpha_L)
-    0.1: (0.612, -0.120), 0.2: (0.612, -0.110), 0.3: (0.612, -0.099),
-    0.4: (0.609, -0.086), 0.5: (0.609, -0.071), 0.6: (0.605, -0.057),
-    0.7: (0.604, -0.042), 0.8: (0.624, -0.026), 0.9: (0.623, -0.013),
-}
-# Table 29: CDLM+Concept pre-anneal vs annealed
-PAPER_TABLE29 = {False: {"alpha_P": 0.574, "alpha_L": -0.073}, True: {"alpha_P": 0.503, "alpha_L": -0.072}}
-# §8.2.2 / Table 7: the deployed Steerling-8B (CDLM+Concept) — 8B params, 1.35T tokens.
-STEERLING_8B = {
-    "family": "cdlm+concept", "flops": 7.6e22, "params": 8e9, "tokens": 1.35e12, "loss": 2.72,
-    "concept_loss": 0.002, "concept_independence": 1.55, "concept_contribution": 0.876,
-    "known_concept_alignment": 3.77,
-}
+PAPER_TABLE7 = paper.TABLE7
+PAPER_TABLE27 = paper.TABLE27  # CDLM, four ELBO estimators
+PAPER_TABLE28 = paper.TABLE28  # CDLM, fixed mask rate t -> (alpha_P, alpha_L)
+PAPER_TABLE29 = paper.TABLE29  # CDLM+Concept pre-anneal vs annealed
+STEERLING_8B = paper.STEERLING_8B  # §8.2.2 / Table 7: the deployed Steerling-8B
 
 # The seed of the bundled table: with it the IsoFLOP fits of the noisy table land inside (or at
 # the edge of) Table 6's 90% intervals; any other seed is an equally valid draw.
@@ -113,24 +57,10 @@ def steerling_actual() -> dict[str, dict[str, float]]:
 C_REF = 1e19  # reference compute at which the synthetic loss level and P* are pinned
 
 
-def concept_module_params(d: int, n_known: int = N_KNOWN, n_unknown: int = N_UNKNOWN, rank: int = RANK) -> float:
-    """Concept-module heads counted in Table 23's +Concept totals: known predictor and
-    embeddings (2dn), unknown down-projection (dR), predictor and factorised compose (2Rm)."""
-    return 2.0 * d * n_known + d * rank + 2.0 * rank * n_unknown
-
-
-def flops_per_token(size: str, concept: bool, seq_len: int = SEQ_LEN) -> float:
-    """Eq. 23 for the backbone, plus Eq. 24's known/unknown head terms for +Concept."""
-    layers, d, p = BACKBONES[size]
-    m = 6.0 * p + 12.0 * layers * d * seq_len
-    if concept:
-        m += 6.0 * (2 * d * N_KNOWN) + 6.0 * (2 * d * RANK + RANK * N_UNKNOWN)
-    return m
-
-
 def total_params(size: str, concept: bool) -> float:
+    """Backbone P, plus the concept module (``paper.concept_module_params``) for +Concept."""
     layers, d, p = BACKBONES[size]
-    return p + (concept_module_params(d) if concept else 0.0)
+    return p + (paper.concept_module_params(d) if concept else 0.0)
 
 
 @dataclass(frozen=True)
@@ -176,7 +106,7 @@ def _slice_sizes(law: _Law, target: float, concept: bool, n_max: int = 6) -> lis
     """The (up to) six Table 23 sizes nearest the slice's optimum in log P (4-6 per slice)."""
     sizes = list(BACKBONES)
     params = np.array([total_params(s, concept) for s in sizes])
-    tokens = target / np.array([flops_per_token(s, concept) for s in sizes])
+    tokens = target / np.array([paper.paper_flops_per_token(s, concept=concept) for s in sizes])
     p_opt = params[int(np.argmin(law(params, tokens)))]
     order = np.argsort(np.abs(np.log10(params) - math.log10(p_opt)), kind="stable")
     keep = sorted(int(i) for i in order[:n_max] if abs(math.log10(params[i] / p_opt)) < 1.0)
@@ -191,7 +121,7 @@ def _noiseless_exponents(law: _Law, family: str, sizes_law: _Law) -> tuple[float
     for target in SLICES[family]:
         sizes = _slice_sizes(sizes_law, target, concept)
         params = np.array([total_params(s, concept) for s in sizes])
-        tokens = target / np.array([flops_per_token(s, concept) for s in sizes])
+        tokens = target / np.array([paper.paper_flops_per_token(s, concept=concept) for s in sizes])
         loss = law(params, tokens)
         lo = min(max(int(np.argmin(loss)) - 2, 0), max(len(loss) - 5, 0))  # the 5 points around the minimum
         c2, c1, c0 = np.polyfit(np.log(params[lo:lo + 5]), loss[lo:lo + 5], 2)
@@ -223,7 +153,7 @@ def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate
         sizes = _slice_sizes(sizes_from or law, target, concept)
         for size in sizes:
             flops = target * (1.0 + noise * float(rng.uniform(-0.05, 0.05)))  # achieved C near the target (±15% allowed)
-            m = flops_per_token(size, concept)
+            m = paper.paper_flops_per_token(size, concept=concept)
             tokens = flops / m
             params = total_params(size, concept)
             loss = float(law(np.array(params), np.array(tokens))) + noise * float(rng.normal(0.0, sigma))

@@ -2,11 +2,14 @@
 
 These never allocate, so the planner can price 5B models; the built model's
 ``params_nonembedding()`` / ``flops_per_token()`` call the same functions, and a test
-checks them against ``sum(p.numel())`` of the real modules.
+checks them against ``sum(p.numel())`` of the real modules. The formulas themselves live
+once in :mod:`interpscale.paper` (``concept_module_params``, ``concept_module_flops``,
+``flops_per_token``); this module reads a ModelConfig's fields into them.
 """
 
 from __future__ import annotations
 
+from interpscale import paper
 from interpscale.models.config import ModelConfig
 
 
@@ -24,36 +27,25 @@ def backbone_params(cfg: ModelConfig) -> int:
 
 
 def concept_params(cfg: ModelConfig) -> int:
-    """Concept-module parameters: known predictor + K (2dn), unknown head and U.
-
-    Factorised (rank R): down-projection d·R, predictor R·m, U = A·B with A m×R, B R×d,
-    i.e. 2dn + 2dR + 2Rm, which reproduces Table 23's "+Concept total" column.
-    Dense U: predictor d·m and U m×d.
-    """
-    d, n, m, r = cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank
-    known = 2 * d * n
-    unknown = (2 * d * r + 2 * r * m) if r else 2 * d * m
-    return known + unknown
+    """Concept-module parameters, 2dn + 2dR + 2Rm (factorised U) or 2dn + 2dm (dense U);
+    see ``paper.concept_module_params``, which reproduces Table 23's "+Concept total"."""
+    return paper.concept_module_params(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
 
 
 def attention_context_flops(cfg: ModelConfig, seq_len: int) -> float:
     """The 12·L·d·N term of Eq. 23 (attention scores and values, forward + backward)."""
-    return 12.0 * cfg.n_layers * cfg.d_model * seq_len
+    return paper.attention_flops(cfg.n_layers, cfg.d_model, seq_len)
 
 
 def concept_flops(cfg: ModelConfig) -> float:
     """Eq. 24's concept terms: 6(2dn) + 6(2dR + Rm) (dense U: 6(2dm))."""
-    d, n, m, r = cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank
-    unknown = (2 * d * r + r * m) if r else 2 * d * m
-    return 6.0 * (2 * d * n) + 6.0 * unknown
+    return paper.concept_module_flops(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
 
 
 def flops_per_token_cfg(cfg: ModelConfig, seq_len: int, *, concept: bool) -> float:
     """M = 6P + 12·L·d·N (Eq. 23), plus the concept terms of Eq. 24 when ``concept``."""
-    if int(seq_len) <= 0:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    m = 6.0 * backbone_params(cfg) + attention_context_flops(cfg, int(seq_len))
-    return m + (concept_flops(cfg) if concept else 0.0)
+    return paper.flops_per_token(backbone_params(cfg), cfg.n_layers, cfg.d_model, seq_len, concept=concept,
+                                 n=cfg.n_concepts, m=cfg.n_unknown, rank=cfg.concept_rank)
 
 
 def concept_overhead_fraction(cfg: ModelConfig) -> float:

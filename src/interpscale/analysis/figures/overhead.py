@@ -15,23 +15,12 @@ STEERLING_BACKBONE = 8.0e9  # §8.2.2: Steerling-8B
 
 
 def paper_size_params() -> dict[str, tuple[float, float]]:
-    """size -> (backbone P, +Concept total P) for Table 23's presets, from the model zoo's
-    analytic counts (Eq. 24 heads included); Table 23's printed values if the zoo is absent."""
-    try:
-        from interpscale.models import config as zoo_config
-        from interpscale.models.accounting import backbone_params, concept_params
+    """size -> (backbone P, +Concept total P) for Table 23's sizes: the printed backbone P plus
+    the concept module's count (``paper.concept_module_params``, Eq. 24's heads). Numbers in,
+    no models built: pass your own ``sizes`` to :func:`concept_overhead_figure` for other zoos."""
+    from interpscale import paper
 
-        out = {}
-        for name in zoo_config.PAPER_SIZES:
-            cfg = zoo_config.make_config("ar+concept", name)
-            out[name] = (float(backbone_params(cfg)), float(backbone_params(cfg) + concept_params(cfg)))
-        return out
-    except Exception as exc:  # noqa: BLE001 - any failure to import the zoo (torch missing, broken plugin)
-        log.warning("Figure 21: model zoo unavailable (%s: %s); using Table 23's printed counts",
-                    type(exc).__name__, exc)
-        from interpscale.analysis.example_data import BACKBONES, total_params
-
-        return {s: (v[2], total_params(s, True)) for s, v in BACKBONES.items()}
+    return {s: (float(p), float(p + paper.concept_module_params(d))) for s, (_, d, p, _) in paper.TABLE23.items()}
 
 
 def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = None, *,
