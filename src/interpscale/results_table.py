@@ -16,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 # The columns of one row per evaluated checkpoint (docs/architecture.md); extra columns allowed.
+# loss in nats per token; bpb the same loss in bits per UTF-8 byte (metrics.bpb).
 RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
-                  "annealed", "estimator", "loss", "loss_se", "concept_loss", "concept_independence",
+                  "annealed", "estimator", "loss", "loss_se", "bpb", "concept_loss", "concept_independence",
                   "concept_contribution", "known_concept_alignment")
 NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se",
                    "concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment",

@@ -10,12 +10,15 @@ from interpscale.metrics.interp import concept_contribution, concept_independenc
 from interpscale.metrics.likelihood import encode_pair, loglikelihood
 from interpscale.metrics.loss import (
     DIFFUSION_ESTIMATORS,
+    ESTIMATOR_REGISTRY,
     ESTIMATORS,
     LossEstimate,
     estimate_loss,
     estimate_losses,
+    get_estimator,
     passes_per_batch,
     per_mask_rate_losses,
+    register_estimator,
 )
 from interpscale.metrics.masking import GRID_RATES
 from interpscale.metrics.mmlu import SoftScoreResult, mmlu_soft_score, soft_score
@@ -29,7 +32,7 @@ def run_lm_eval(checkpoint, tasks, *, out_dir, limit=None, **kwargs):
 
 
 __all__ = [
-    "DIFFUSION_ESTIMATORS", "ESTIMATORS", "GRID_RATES", "LossEstimate", "SoftScoreResult",
+    "DIFFUSION_ESTIMATORS", "ESTIMATORS", "ESTIMATOR_REGISTRY", "GRID_RATES", "get_estimator", "register_estimator", "LossEstimate", "SoftScoreResult",
     "alignment_inputs", "concept_contribution", "concept_independence", "concept_top_tokens",
     "encode_pair", "estimate_loss", "estimate_losses", "interp_metrics", "known_concept_alignment",
     "loglikelihood", "mmlu_soft_score", "passes_per_batch", "per_mask_rate_losses", "run_lm_eval",

@@ -7,13 +7,17 @@ number) and per-block ELBO with an independent t per block (Eq. 40).  Each batch
 is the mean cross-entropy over the positions masked in that batch; batches are averaged
 weighted by their valid-token count (the paper's plain batch average when batches are
 equal-sized).  The standard error treats each (batch, pass-group) as one Monte Carlo unit.
+
+Estimators are chosen by name from a registry, like the model families:
+``register_estimator(name, unit, ...)`` adds one; each built-in is a small ``unit``
+function computing one Monte Carlo value of one batch (``_mdlm_elbo`` ... below).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Iterable, Optional, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +38,6 @@ from interpscale.metrics._common import (
 )
 from interpscale.models.types import Batch
 
-DIFFUSION_ESTIMATORS: tuple[str, ...] = ("mdlm_elbo", "fixed_rate", "fixed_grid", "per_block")
-ESTIMATORS: tuple[str, ...] = ("ar_ce",) + DIFFUSION_ESTIMATORS
 FIXED_RATE_TAU = 0.5  # Eq. 36
 
 
@@ -59,17 +61,92 @@ class LossEstimate:
         return asdict(self)
 
 
+# ---- the registry --------------------------------------------------------------------
+@dataclass
+class EstimationContext:
+    """What an estimator's ``unit`` function sees: the model, the options of this call and
+    the per-estimator random streams. ``rate_units`` collects Table 28's per-rate values."""
+
+    model: nn.Module
+    mask_id: int
+    n_batches: int
+    groups: int  # Monte Carlo pass-groups per batch (n_passes, halved when antithetic)
+    twins: tuple[bool, ...]  # (False,) or (False, True) for an antithetic pair
+    seed: int
+    stratified: bool
+    tau: float
+    rates: tuple[float, ...]
+    block: int
+    lo: float
+    hi: float
+    gens: dict[str, torch.Generator] = field(default_factory=dict)
+    plans: dict[str, torch.Tensor] = field(default_factory=dict)
+    rate_units: dict[float, "_Units"] = field(default_factory=dict)
+
+
+# unit(ctx, batch, i, group, weight) -> one Monte Carlo value (nats/token) of batch i, pass-group ``group``;
+# an exact estimator's unit returns (summed NLL, positions scored) once per batch instead.
+UnitFn = Callable[[EstimationContext, Batch, int, int, float], "float | tuple[float, int]"]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered loss estimator (like a model family: a name -> how to compute it).
+
+    ``diffusion``: needs a diffusion model (else an AR one). ``exact``: deterministic, one
+    unit per batch, no standard error. ``forward_passes(rates)``: forward passes of one Monte
+    Carlo pass over a batch. ``prepare(ctx)``: draws shared before the sweep (e.g. Eq. 39's
+    one t per batch). ``scored(batch)``: the positions whose loss is averaged (for bits per
+    byte). ``rate``: the mask rate reported with the estimate, if fixed."""
+
+    name: str
+    unit: UnitFn
+    diffusion: bool = True
+    exact: bool = False
+    forward_passes: Callable[[Sequence[float]], int] = lambda rates: 1
+    prepare: Optional[Callable[[EstimationContext], None]] = None
+    scored: Optional[Callable[[Batch], torch.Tensor]] = None
+    rate: Optional[Callable[[EstimationContext], Optional[float]]] = None
+    equation: str = ""
+
+
+ESTIMATOR_REGISTRY: dict[str, EstimatorSpec] = {}
+
+
+def register_estimator(name: str, unit: UnitFn, *, overwrite: bool = False, **options) -> EstimatorSpec:
+    """Register ``name`` -> ``EstimatorSpec(name, unit, **options)``; re-registering needs ``overwrite``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"estimator name must be a non-empty string, got {name!r}")
+    if name in ESTIMATOR_REGISTRY and not overwrite:
+        raise ValueError(f"estimator {name!r} is already registered (pass overwrite=True to replace it)")
+    spec = EstimatorSpec(name, unit, **options)
+    ESTIMATOR_REGISTRY[name] = spec
+    return spec
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    try:
+        return ESTIMATOR_REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATOR_REGISTRY)}") from None
+
+
 def passes_per_batch(estimator: str, *, rates: Sequence[float] = masking.GRID_RATES) -> int:
     """Forward passes one batch costs under ``estimator`` for one MC pass."""
-    _check_name(estimator)
-    return len(rates) if estimator == "fixed_grid" else 1
+    return int(get_estimator(estimator).forward_passes(rates))
+
+
+def scored_positions(batch: Batch, estimator: str) -> torch.Tensor:
+    """[B, T] bool: the positions whose loss ``estimator`` averages (``n_tokens`` of its estimate)."""
+    spec = get_estimator(estimator)
+    return spec.scored(batch) if spec.scored is not None else valid_mask(batch)
 
 
 def _check_name(estimator: str) -> None:
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    get_estimator(estimator)
 
 
+# ---- small pieces ----------------------------------------------------------------------
 def _weighted_mean_se(values: list[float], weights: list[float]) -> tuple[float, float]:
     v = torch.tensor(values, dtype=torch.float64)
     w = torch.tensor(weights, dtype=torch.float64)
@@ -87,11 +164,18 @@ def _masked_ce(model: nn.Module, tokens: torch.Tensor, mask: torch.Tensor, mask_
     return float(F.cross_entropy(logits[mask].float(), tokens[mask], reduction="mean"))
 
 
+def _ar_scored(batch: Batch) -> torch.Tensor:
+    """Positions predicted by the previous one (Eq. 1): i >= 1 with i and i-1 valid."""
+    valid = valid_mask(batch)
+    keep = torch.zeros_like(valid)
+    keep[:, 1:] = valid[:, 1:] & valid[:, :-1]
+    return keep
+
+
 def _ar_batch(model: nn.Module, batch: Batch) -> tuple[float, int]:
     """Summed next-token NLL (Eq. 1) and the number of predicted positions."""
-    valid = valid_mask(batch)
     logits = logits_of(model(batch.tokens))[:, :-1]  # position i predicts token i+1
-    keep = valid[:, 1:] & valid[:, :-1]
+    keep = _ar_scored(batch)[:, 1:]
     nll = F.cross_entropy(logits[keep].float(), batch.tokens[:, 1:][keep], reduction="sum")
     return float(nll), int(keep.sum())
 
@@ -107,6 +191,131 @@ class _Units:
     def add(self, value: float, weight: float) -> None:
         self.values.append(value)
         self.weights.append(weight)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _twin_passes(ctx: EstimationContext, batch: Batch, rate, gen, *, reflect=False) -> list[float]:
+    """One pass, or an antithetic pair: the twin uses 1 - U (and lo + hi - t when ``reflect``)."""
+    vals, uniforms, valid = [], None, valid_mask(batch)
+    for twin in ctx.twins:
+        r = rate
+        if twin:
+            uniforms = 1.0 - uniforms
+            if reflect:
+                r = ctx.lo + ctx.hi - rate
+        mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
+        vals.append(_masked_ce(ctx.model, batch.tokens, mask, ctx.mask_id))
+    return vals
+
+
+# ---- the estimators (App. H) -----------------------------------------------------------
+def _ar_ce(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> tuple[float, int]:
+    return _ar_batch(ctx.model, batch)  # Eq. 1, exact
+
+
+def _fixed_rate(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
+    return _mean(_twin_passes(ctx, batch, ctx.tau, ctx.gens["fixed_rate"]))  # Eq. 36
+
+
+def _fixed_grid(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
+    per = [_mean(_twin_passes(ctx, batch, r, ctx.gens["fixed_grid"])) for r in ctx.rates]
+    for r, v in zip(ctx.rates, per):
+        ctx.rate_units[r].add(v, weight)  # Table 28's per-rate losses come from the same passes
+    return _mean(per)  # Eq. 37: mean over the K rates
+
+
+def _mdlm_plan(ctx: EstimationContext) -> None:
+    """Eq. 39: one t per (batch, pass-group), drawn up front (stratified over all units if asked)."""
+    g_cpu = seeded_generator(torch.device("cpu"), ctx.seed, "mdlm_elbo/t")
+    n_units = ctx.n_batches * ctx.groups
+    flat = (masking.stratified_uniform(n_units, ctx.lo, ctx.hi, g_cpu) if ctx.stratified
+            else masking.uniform_levels((n_units,), ctx.lo, ctx.hi, g_cpu))
+    ctx.plans["mdlm_elbo"] = flat.reshape(ctx.n_batches, ctx.groups)
+
+
+def _mdlm_elbo(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
+    t = float(ctx.plans["mdlm_elbo"][i, group])  # Eq. 39: one t for the whole batch
+    return _mean(_twin_passes(ctx, batch, t, ctx.gens["mdlm_elbo"], reflect=True))
+
+
+def _per_block(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
+    tokens, g = batch.tokens, ctx.gens["per_block"]  # Eq. 40: one t_b per block of each row
+    lv = masking.block_levels(tokens.shape[0], tokens.shape[1], ctx.block, ctx.lo, ctx.hi, g, stratified=ctx.stratified)
+    rate = masking.expand_blocks(lv, tokens.shape[1], ctx.block)
+    return _mean(_twin_passes(ctx, batch, rate, g, reflect=True))
+
+
+register_estimator("ar_ce", _ar_ce, diffusion=False, exact=True, scored=_ar_scored, equation="Eq. 1")
+register_estimator("mdlm_elbo", _mdlm_elbo, prepare=_mdlm_plan, equation="Eq. 39")
+register_estimator("fixed_rate", _fixed_rate, rate=lambda ctx: ctx.tau, equation="Eq. 36")
+register_estimator("fixed_grid", _fixed_grid, forward_passes=lambda rates: len(rates), equation="Eq. 37")
+register_estimator("per_block", _per_block, equation="Eq. 40")
+
+DIFFUSION_ESTIMATORS: tuple[str, ...] = ("mdlm_elbo", "fixed_rate", "fixed_grid", "per_block")
+ESTIMATORS: tuple[str, ...] = ("ar_ce",) + DIFFUSION_ESTIMATORS  # the built-in ones
+
+
+# ---- one sweep, several estimators -----------------------------------------------------
+def _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_rate) -> None:
+    for e in estimators:
+        _check_name(e)
+    if not estimators and not per_rate:
+        raise ValueError("no estimator requested")
+    if n_passes < 1:
+        raise ValueError(f"n_passes must be >= 1, got {n_passes}")
+    if antithetic and n_passes % 2:
+        raise ValueError(f"antithetic sampling pairs passes, so n_passes must be even (got {n_passes})")
+    lo, hi = t_range
+    if not 0.0 < lo < hi < 1.0:
+        raise ValueError(f"t_range must satisfy 0 < lo < hi < 1, got {t_range}")
+    if not 0.0 < tau < 1.0 or any(not 0.0 < r < 1.0 for r in rates):
+        raise ValueError(f"mask rates must lie in (0, 1); got tau={tau}, rates={tuple(rates)}")
+
+
+def _sweep(ctx: EstimationContext, data: list[Batch], want: list[str], progress: bool) -> tuple[dict, int]:
+    """Every requested estimator on every batch (each batch moved to the device once)."""
+    device = model_device(ctx.model)
+    units = {e: _Units() for e in want}
+    exact = {e: [0.0, 0] for e in want if get_estimator(e).exact}
+    n_tokens = 0
+    with eval_mode(ctx.model):
+        for i, batch in enumerate(tqdm(data, desc="validation loss", disable=not progress)):
+            batch = batch.to(device)
+            weight = float(valid_mask(batch).sum())
+            n_tokens += int(weight)
+            for e in want:
+                spec, u = get_estimator(e), units[e]
+                if spec.exact:
+                    nll, n = spec.unit(ctx, batch, i, 0, weight)
+                    exact[e][0] += nll
+                    exact[e][1] += n
+                    u.n_forward += 1
+                    continue
+                for grp in range(ctx.groups):
+                    u.add(spec.unit(ctx, batch, i, grp, weight), weight)
+                    u.n_forward += len(ctx.twins) * spec.forward_passes(ctx.rates)
+    return {"units": units, "exact": exact}, n_tokens
+
+
+def _estimates(ctx: EstimationContext, want: list[str], swept: dict, n_tokens: int, n_passes: int,
+               per_rate: bool) -> dict[str, LossEstimate]:
+    out: dict[str, LossEstimate] = {}
+    for e in want:
+        spec, u = get_estimator(e), swept["units"][e]
+        if spec.exact:
+            nll, n = swept["exact"][e]
+            out[e] = LossEstimate(nll / max(n, 1), 0.0, n, e, 1, u.n_forward)
+            continue
+        value, se = _weighted_mean_se(u.values, u.weights)
+        out[e] = LossEstimate(value, se, n_tokens, e, n_passes, u.n_forward, spec.rate(ctx) if spec.rate else None)
+    if per_rate:
+        for r in ctx.rates:
+            value, se = _weighted_mean_se(ctx.rate_units[r].values, ctx.rate_units[r].weights)
+            out[f"rate_{r:g}"] = LossEstimate(value, se, n_tokens, "fixed_rate", n_passes, 0, float(r))
+    return out
 
 
 def estimate_losses(
@@ -125,7 +334,7 @@ def estimate_losses(
     t_range: tuple[float, float] = masking.T_RANGE,
     progress: bool = False,
 ) -> dict[str, LossEstimate]:
-    """Several estimators in one sweep over ``batches`` (each batch moved to the device once).
+    """Several registered estimators in one sweep over ``batches``.
 
     ``n_passes``: Monte Carlo passes per batch (even when ``antithetic``).  ``antithetic``
     pairs each pass with its twin ``(lo+hi-t, 1-U)``; ``stratified`` spreads the MDLM
@@ -134,109 +343,37 @@ def estimate_losses(
     Table 28 per-mask-rate losses at ``rates``), computed from the fixed-grid passes.
     ``block`` defaults to ``model.config.block_size``.
     """
-    for e in estimators:
-        _check_name(e)
-    if not estimators and not per_rate:
-        raise ValueError("no estimator requested")
-    if n_passes < 1:
-        raise ValueError(f"n_passes must be >= 1, got {n_passes}")
-    if antithetic and n_passes % 2:
-        raise ValueError(f"antithetic sampling pairs passes, so n_passes must be even (got {n_passes})")
-    lo, hi = t_range
-    if not 0.0 < lo < hi < 1.0:
-        raise ValueError(f"t_range must satisfy 0 < lo < hi < 1, got {t_range}")
-    if not 0.0 < tau < 1.0 or any(not 0.0 < r < 1.0 for r in rates):
-        raise ValueError(f"mask rates must lie in (0, 1); got tau={tau}, rates={tuple(rates)}")
+    _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_rate)
     want = list(dict.fromkeys(estimators))
     if per_rate and "fixed_grid" not in want:
         want.append("fixed_grid")
     for e in want:
-        require_family(model, diffusion=e != "ar_ce", what=e)
+        require_family(model, diffusion=get_estimator(e).diffusion, what=e)
     mask_id = mask_token_id(model)
     data = checked_batches(batches, mask_id=mask_id)
     b = block or block_size(model)
     short = min(bt.tokens.shape[1] for bt in data)
-    if any(e != "ar_ce" for e in want) and short < b:
+    if any(get_estimator(e).diffusion for e in want) and short < b:
         raise ValueError(
             f"diffusion estimators need sequences of at least one block: the shortest sequence "
             f"has {short} tokens, the model's block size is {b}"
         )
     device = model_device(model)
-    gens = {e: seeded_generator(device, seed, e) for e in want}
-    groups = n_passes // 2 if antithetic else n_passes
-    mdlm_plan = None
-    if "mdlm_elbo" in want:  # one t per (batch, pass-group), Eq. 39
-        g_cpu = seeded_generator(torch.device("cpu"), seed, "mdlm_elbo/t")
-        n_units = len(data) * groups
-        flat = masking.stratified_uniform(n_units, lo, hi, g_cpu) if stratified else masking.uniform_levels((n_units,), lo, hi, g_cpu)
-        mdlm_plan = flat.reshape(len(data), groups)
-    units = {e: _Units() for e in want}
-    rate_units = {r: _Units() for r in rates}
-    n_tokens = 0
-    ar_nll, ar_n = 0.0, 0
-    with eval_mode(model):
-        for i, batch in enumerate(tqdm(data, desc="validation loss", disable=not progress)):
-            batch = batch.to(device)
-            tokens, valid = batch.tokens, valid_mask(batch)
-            weight = float(valid.sum())
-            n_tokens += int(weight)
-            for e in want:
-                u, g = units[e], gens[e]
-                if e == "ar_ce":
-                    nll, n = _ar_batch(model, batch)
-                    ar_nll, ar_n = ar_nll + nll, ar_n + n
-                    u.n_forward += 1
-                    continue
-                twins = (False, True) if antithetic else (False,)
-                for grp in range(groups):
-                    if e == "fixed_grid":  # Eq. 37: mean over the K rates
-                        per = [_mean(_twin_passes(model, tokens, valid, r, g, mask_id, twins, lo, hi)) for r in rates]
-                        for r, v in zip(rates, per):
-                            rate_units[r].add(v, weight)
-                        value = _mean(per)
-                    elif e == "fixed_rate":  # Eq. 36
-                        value = _mean(_twin_passes(model, tokens, valid, tau, g, mask_id, twins, lo, hi))
-                    elif e == "mdlm_elbo":  # Eq. 39: one t for the whole batch
-                        t = float(mdlm_plan[i, grp])
-                        value = _mean(_twin_passes(model, tokens, valid, t, g, mask_id, twins, lo, hi, reflect=True))
-                    else:  # per_block, Eq. 40: one t_b per block of each row
-                        lv = masking.block_levels(tokens.shape[0], tokens.shape[1], b, lo, hi, g, stratified=stratified)
-                        rate = masking.expand_blocks(lv, tokens.shape[1], b)
-                        value = _mean(_twin_passes(model, tokens, valid, rate, g, mask_id, twins, lo, hi, reflect=True))
-                    u.add(value, weight)
-                    u.n_forward += len(twins) * (len(rates) if e == "fixed_grid" else 1)
-    out: dict[str, LossEstimate] = {}
+    lo, hi = t_range
+    ctx = EstimationContext(
+        model=model, mask_id=mask_id, n_batches=len(data), groups=n_passes // 2 if antithetic else n_passes,
+        twins=(False, True) if antithetic else (False,), seed=seed, stratified=stratified, tau=tau,
+        rates=tuple(rates), block=b, lo=lo, hi=hi, gens={e: seeded_generator(device, seed, e) for e in want},
+        rate_units={r: _Units() for r in rates},
+    )
     for e in want:
-        if e == "ar_ce":
-            out[e] = LossEstimate(ar_nll / max(ar_n, 1), 0.0, ar_n, e, 1, units[e].n_forward)
-            continue
-        value, se = _weighted_mean_se(units[e].values, units[e].weights)
-        out[e] = LossEstimate(value, se, n_tokens, e, n_passes, units[e].n_forward, tau if e == "fixed_rate" else None)
-    if per_rate:
-        for r in rates:
-            value, se = _weighted_mean_se(rate_units[r].values, rate_units[r].weights)
-            out[f"rate_{r:g}"] = LossEstimate(value, se, n_tokens, "fixed_rate", n_passes, 0, float(r))
+        if get_estimator(e).prepare is not None:
+            get_estimator(e).prepare(ctx)
+    swept, n_tokens = _sweep(ctx, data, want, progress)
+    out = _estimates(ctx, want, swept, n_tokens, n_passes, per_rate)
     if "fixed_grid" not in estimators:
         out.pop("fixed_grid", None)
     return out
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _twin_passes(model, tokens, valid, rate, gen, mask_id, twins, lo, hi, *, reflect=False) -> list[float]:
-    """One pass, or an antithetic pair: the twin uses 1 - U (and lo + hi - t when ``reflect``)."""
-    vals, uniforms = [], None
-    for twin in twins:
-        r = rate
-        if twin:
-            uniforms = 1.0 - uniforms
-            if reflect:
-                r = lo + hi - rate
-        mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
-        vals.append(_masked_ce(model, tokens, mask, mask_id))
-    return vals
 
 
 def estimate_loss(

@@ -33,6 +33,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     killed evaluation resumes where it stopped.  Returns the run's full table.
     """
     from interpscale.metrics import estimate_loss
+    from interpscale.metrics.bpb import bits_per_byte, scored_bytes
     from interpscale.models import get_family, load_checkpoint
 
     run_dir = Path(run_dir)
@@ -48,6 +49,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     concept = get_family(spec.family).is_concept
     data = open_data(run_dir)
     batches = data.val.eval_batches(spec.batch_size, eval_batches or spec.eval_batches, concepts=concept)
+    n_bytes = {e: scored_bytes(batches, data.tokenizer, e) for e in estimators}  # for bits per byte
     for ckpt in ckpts:
         wanted = [e for e in estimators if (ckpt.name, e) not in done]
         if not wanted:
@@ -73,7 +75,8 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
                          "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
                          "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,
                          "step": step, "annealed": bool(extra.get("annealed", False)), "estimator": est,
-                         "loss": float(le.value), "loss_se": float(le.se), **interp_vals,
+                         "loss": float(le.value), "loss_se": float(le.se),
+                         "bpb": bits_per_byte(le.value, le.n_tokens, n_bytes[est]), **interp_vals,
                          "checkpoint": ckpt.name, "anneal_from": extra.get("anneal_from"),
                          "target_tokens": spec.tokens, "target_flops": spec.flops})
         table = merge_results([table, pd.DataFrame(rows)])

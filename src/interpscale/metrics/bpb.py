@@ -1,0 +1,44 @@
+"""Bits per byte: a loss in nats per token put on a tokenizer-free scale.
+
+bpb = (nats/token) × tokens / (bytes × ln 2), where ``tokens`` are the positions the loss
+averages (``LossEstimate.n_tokens``) and ``bytes`` the UTF-8 length of those same tokens
+decoded by the run's tokenizer, row by row (special tokens decode to nothing). Families with
+different tokenizers, and AR next-token vs diffusion ELBO losses, then compare on one scale.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Union
+
+from interpscale.metrics.loss import scored_positions
+from interpscale.models.types import Batch
+
+Decoder = Union[Callable[[list[int]], str], Any]  # a callable ids -> text, or a tokenizer with .decode
+
+
+def _decode_fn(decoder: Decoder) -> Callable[[list[int]], str]:
+    if hasattr(decoder, "decode"):  # tokenizers.Tokenizer / transformers tokenizer
+        return lambda ids: decoder.decode(ids, skip_special_tokens=True)
+    if callable(decoder):
+        return decoder
+    raise ValueError(f"decoder must be a tokenizer with .decode or a callable ids -> text, got {type(decoder).__name__}")
+
+
+def scored_bytes(batches: Iterable[Batch], decoder: Decoder, estimator: str) -> int:
+    """UTF-8 bytes of the tokens whose loss ``estimator`` averages, decoded row by row."""
+    decode = _decode_fn(decoder)
+    n = 0
+    for batch in batches:
+        keep = scored_positions(batch, estimator).cpu()
+        tokens = batch.tokens.cpu()
+        for row, mask in zip(tokens, keep):
+            n += len(decode(row[mask].tolist()).encode("utf-8"))
+    return n
+
+
+def bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
+    """(nats/token) × tokens / (bytes × ln 2); NaN when nothing decodes to text."""
+    if n_bytes <= 0:
+        return float("nan")
+    return float(nats_per_token) * int(n_tokens) / (int(n_bytes) * math.log(2))
