@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from interpscale.models import build_model, flops_per_token, load_checkpoint, params_nonembedding, save_checkpoint
-from interpscale.models.zoo.cocomix import concept_targets, prepare_cocomix_teacher, topk_keep
+from interpscale.models.zoo.cocomix import concept_targets, topk_keep
 from interpscale.models.zoo.replace import override_output
+from interpscale.orchestration.teachers import attach_frozen, prepare_cocomix_teacher
 
 V = 128
 
@@ -23,7 +24,9 @@ def teacher_setup(tmp_path_factory, make_batches, trainer):
 
 
 def _student(overrides, **kw):
-    return build_model("cocomix", "nano", vocab_size=V, max_seq_len=64, k_concept=8, insert_layer=1, **overrides, **kw)
+    """Built from the overrides (no file read), then the teacher attached the trainer's way."""
+    return attach_frozen(build_model("cocomix", "nano", vocab_size=V, max_seq_len=64, k_concept=8, insert_layer=1,
+                                     **overrides, **kw))
 
 
 def test_sequence_is_doubled_after_the_insertion_layer(teacher_setup):
@@ -89,7 +92,7 @@ def test_baselines_and_accounting(teacher_setup):
     _, batches, ov = teacher_setup
     base_kw = dict(vocab_size=V, max_seq_len=64, insert_layer=1)
     pause = build_model("cocomix-pause", "nano", **base_kw)  # no teacher needed
-    kd = build_model("cocomix-kd", "nano", **base_kw, **ov)
+    kd = attach_frozen(build_model("cocomix-kd", "nano", **base_kw, **ov))
     for m in (pause, kd):
         out = m.loss(batches[0], 0)
         out.total.backward()
@@ -115,10 +118,15 @@ def test_checkpoint_and_missing_teacher(teacher_setup, tmp_path):
     x = batches[0].tokens[:2]
     assert torch.allclose(m(x).logits, m2(x).logits)
     assert not any(k.startswith("_frozen") or "teacher" in k for k in m.state_dict())
+    bare = build_model("cocomix", "nano", vocab_size=V, max_seq_len=64, k_concept=8, insert_layer=1, **ov)
+    assert bare.needs_teacher and not m.needs_teacher  # building read no file
+    assert bare(x).logits.shape == (2, x.size(1), V)  # forward (evaluation) needs no teacher
     with pytest.raises(ValueError, match="needs a frozen teacher"):
-        build_model("cocomix", "nano", vocab_size=V)
+        bare.loss(batches[0], 0)
+    with pytest.raises(ValueError, match="no teacher_checkpoint"):
+        attach_frozen(build_model("cocomix", "nano", vocab_size=V))
     with pytest.raises(ValueError, match="vocab_size"):
-        build_model("cocomix", "nano", vocab_size=2 * V, k_concept=8, insert_layer=1, **ov)
+        attach_frozen(build_model("cocomix", "nano", vocab_size=2 * V, k_concept=8, insert_layer=1, **ov))
 
 
 def test_cocomix_runs_through_the_training_pipeline(teacher_setup, tmp_path):

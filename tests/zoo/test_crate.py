@@ -98,7 +98,8 @@ def test_crate_trains_and_is_sparse():
 
 def test_autointerp_on_ista_codes_with_offline_judge(make_batches, trainer):
     from interpscale.judges import LexicalJudge
-    from interpscale.models.zoo.crate_interp import crate_autointerp, unit_activations
+    from interpscale.metrics.autointerp import crate_autointerp
+    from interpscale.models.zoo.crate_interp import unit_activations
 
     torch.manual_seed(0)
     m = build_model("crate", "nano", vocab_size=128, max_seq_len=32)

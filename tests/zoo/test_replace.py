@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from interpscale.models import build_model
-from interpscale.models.zoo.replace import capture_io, find_mlp, override_output, train_replacement
+from interpscale.models.zoo.replace import capture_io, find_mlp, override_output
+from interpscale.orchestration.replacement import train_replacement
 
 
 @pytest.fixture(scope="module")

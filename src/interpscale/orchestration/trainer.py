@@ -126,9 +126,11 @@ class Trainer:
     # -- state -----------------------------------------------------------------------------
     def _fresh(self):
         from interpscale.models import build_model
+        from interpscale.orchestration.teachers import attach_frozen
 
         torch.manual_seed(self.spec.seed)
-        model = build_model(self.spec.family, self.spec.model_size, **model_kwargs(self.spec, self.data)).to(self.device)
+        model = build_model(self.spec.family, self.spec.model_size, **model_kwargs(self.spec, self.data))
+        model = attach_frozen(model).to(self.device)  # CoCoMix teachers: loaded here, never by the model
         return model, self._optimizer(model)
 
     def _optimizer(self, model):
@@ -137,9 +139,11 @@ class Trainer:
 
     def _load(self, path: Path):
         from interpscale.models import load_checkpoint
+        from interpscale.orchestration.teachers import attach_frozen
 
         try:
             model, extra = load_checkpoint(path, map_location=self.device)
+            model = attach_frozen(model, self.device)
         except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
             raise ValueError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
                              f"delete it to restart from the previous state (nothing else was changed)") from exc

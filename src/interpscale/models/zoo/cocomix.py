@@ -8,23 +8,25 @@ weight λ), compresses TopK(K_concept) of the logits to ĉ_t = W·TopK(z_t) + b 
 interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks (sequence 2T); x_{t+1} is
 predicted at ĉ_t's position. ``variant='pause'`` interleaves a learned pause vector
 instead; ``variant='kd'`` is a plain student with λ_KD·KL(teacher ‖ student).
+
+Building a model reads no file: the teacher and SAE are passed in (``teacher=``, ``sae=``)
+or attached later with :meth:`CoCoMixLM.attach_teacher`. Training the SAE, saving them and
+loading them for a run are orchestration's job (``interpscale.orchestration.teachers``:
+``prepare_cocomix_teacher``, ``attach_frozen``); a student without them still runs forward
+(evaluation), and asks for them only when its training loss needs the teacher.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from interpscale._atomic import atomic_path
 from interpscale.models.accounting import backbone_params
 from interpscale.models.backbone import Backbone
-from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.models.config import SIZES
 from interpscale.models.types import Batch, ModelOutput
 from interpscale.models.zoo.common import (
@@ -34,12 +36,7 @@ from interpscale.models.zoo.common import (
     backbone_config,
 )
 from interpscale.models.zoo.mxd import TopKSAE
-from interpscale.models.zoo.replace import (
-    capture_io,
-    find_blocks,
-    fit_sparse_layer,
-    override_output,
-)
+from interpscale.models.zoo.replace import find_blocks, override_output
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +50,8 @@ COCOMIX_DEFAULTS = {
     "teacher_size": "tiny",  # SIZES preset of the teacher (an ``ar`` model); fixes analytic FLOPs
     "teacher_layer": None,  # L_con (default: the teacher's middle layer)
     "sae_width": None,  # C, the SAE's concept count (default 8·d_teacher)
-    "teacher_checkpoint": None,  # from prepare_cocomix_teacher
-    "sae_checkpoint": None,
+    "teacher_checkpoint": None,  # paths recorded by orchestration.teachers.prepare_cocomix_teacher;
+    "sae_checkpoint": None,  # read by orchestration.teachers.attach_frozen, never by the model
     "count_teacher": True,  # include the teacher's forward (+ attribution backward) in FLOPs
     **BACKBONE_DEFAULTS,
 }
@@ -68,17 +65,6 @@ def topk_keep(z: torch.Tensor, k: int) -> torch.Tensor:
 
 
 # ---- teacher side: SAE and attribution targets -------------------------------------------
-def train_teacher_sae(teacher: nn.Module, layer: int, batches: list[Batch], *, width: int, k: int = 32,
-                      steps: int = 500, lr: float = 1e-3, seed: int = 0) -> TopKSAE:
-    """A TopK SAE on the output of the teacher's block ``layer - 1`` (L_con blocks in)."""
-    block = find_blocks(teacher)[layer - 1]
-    _, h = capture_io(teacher, block, batches)
-    torch.manual_seed(seed)
-    sae = TopKSAE(h.size(-1), width, min(k, width))
-    fit_sparse_layer(sae, h, h, steps=steps, lr=lr, seed=seed)
-    return sae.eval().requires_grad_(False)
-
-
 def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.Tensor, k_attr: int = 4) -> torch.Tensor:
     """[B, T−1, k_attr] indices of the largest a_t = c_t ⊙ ∇_{c_t}(−log p(x_{t+1})) (Eq. 1).
 
@@ -101,36 +87,6 @@ def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.
         (grad,) = torch.autograd.grad(ce, store["c"])
     attribution = store["c"].detach() * grad  # Eq. 1
     return attribution[:, :-1].topk(k_attr, dim=-1).indices
-
-
-def save_sae(sae: TopKSAE, layer: int, path: str | os.PathLike) -> Path:
-    with atomic_path(path) as tmp:
-        torch.save({"d": sae.d_in, "width": sae.width, "k": sae.k, "layer": layer, "state_dict": sae.state_dict()}, tmp)
-    return Path(path)
-
-
-def load_sae(path: str | os.PathLike) -> tuple[TopKSAE, int]:
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    sae = TopKSAE(blob["d"], blob["width"], blob["k"])
-    sae.load_state_dict(blob["state_dict"])
-    return sae.eval().requires_grad_(False), int(blob["layer"])
-
-
-def prepare_cocomix_teacher(teacher: nn.Module, batches: list[Batch], out_dir: str | os.PathLike, *,
-                            layer: Optional[int] = None, width: Optional[int] = None, k: int = 32,
-                            steps: int = 500, seed: int = 0) -> dict[str, Any]:
-    """Save a trained zoo model as the frozen teacher and train its SAE locally; returns
-    the overrides that build a ``cocomix`` family on top of them."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    n_layers, d = len(find_blocks(teacher)), teacher.config.d_model
-    layer = layer or max(1, n_layers // 2)
-    sae = train_teacher_sae(teacher, layer, batches, width=width or 8 * d, k=k, steps=steps, seed=seed)
-    return {
-        "teacher_checkpoint": str(save_checkpoint(teacher, out / "teacher.pt")),
-        "sae_checkpoint": str(save_sae(sae, layer, out / "sae.pt")),
-        "teacher_size": teacher.config.size, "teacher_layer": layer, "sae_width": sae.width,
-    }
 
 
 # ---- the student -------------------------------------------------------------------
@@ -160,22 +116,30 @@ class CoCoMixLM(ZooLM):
         elif self.variant == "pause":
             self.pause = nn.Parameter(torch.randn(d) * 0.02)
         self._frozen: dict[str, Any] = {}  # teacher and SAE: not parameters, not in state_dict
-        if self.variant != "pause":
+        if self.variant != "pause" and (teacher is not None or sae is not None):
             self.attach_teacher(teacher, sae)
 
-    def attach_teacher(self, teacher: Optional[nn.Module], sae: Optional[TopKSAE]) -> None:
-        ex = self.config.extra
+    @property
+    def needs_teacher(self) -> bool:
+        """True while a variant that trains against the teacher has none attached."""
+        return self.variant != "pause" and not self._frozen
+
+    def _require_teacher(self) -> None:
+        if self.needs_teacher:
+            raise ValueError(f"{self.config.family} needs a frozen teacher for its training loss: build it with "
+                             "teacher=/sae=, call attach_teacher(), or let the trainer attach the "
+                             "teacher_checkpoint/sae_checkpoint of orchestration.teachers.prepare_cocomix_teacher()")
+
+    def attach_teacher(self, teacher: Optional[nn.Module], sae: Optional[TopKSAE], *,
+                       sae_layer: Optional[int] = None) -> None:
+        """Attach the frozen teacher (and, for ``cocomix``, its SAE trained at ``sae_layer``)."""
         if teacher is None:
-            if not ex["teacher_checkpoint"]:
-                raise ValueError(f"{self.config.family} needs a frozen teacher: pass teacher=/sae= or the "
-                                 "teacher_checkpoint/sae_checkpoint overrides from prepare_cocomix_teacher()")
-            teacher, _ = load_checkpoint(ex["teacher_checkpoint"])
+            raise ValueError(f"{self.config.family} needs a frozen teacher: pass teacher= (and sae= for cocomix)")
+        ex = self.config.extra
         if self.variant == "cocomix" and sae is None:
-            if not ex["sae_checkpoint"]:
-                raise ValueError("cocomix needs the teacher's SAE: pass sae= or the sae_checkpoint override")
-            sae, layer = load_sae(ex["sae_checkpoint"])
-            if layer != self.teacher_layer:
-                raise ValueError(f"SAE was trained at teacher layer {layer}, config says teacher_layer={self.teacher_layer}")
+            raise ValueError("cocomix needs the teacher's SAE: pass sae=")
+        if sae_layer is not None and sae_layer != self.teacher_layer:
+            raise ValueError(f"SAE was trained at teacher layer {sae_layer}, config says teacher_layer={self.teacher_layer}")
         if teacher.config.vocab_size != self.config.vocab_size:
             raise ValueError(f"teacher vocab_size={teacher.config.vocab_size} != student vocab_size={self.config.vocab_size}")
         t = SIZES[ex["teacher_size"]]
@@ -222,6 +186,7 @@ class CoCoMixLM(ZooLM):
 
     def extra_loss(self, out: ModelOutput, aux: dict, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         ex = self.config.extra
+        self._require_teacher()
         if self.variant == "cocomix":
             targets = concept_targets(self._frozen["teacher"], self._frozen["sae"], self.teacher_layer, batch.tokens,
                                       ex["k_attr"])  # [B, T-1, k_attr]
