@@ -1,6 +1,6 @@
 """interpscale: scaling studies of interpretable-by-design language models.
 
-Subpackages (see DESIGN.md): ``models``, ``orchestration``, ``metrics``, ``judges``,
+Subpackages (see docs/architecture.md): ``models``, ``orchestration``, ``metrics``, ``judges``,
 ``scaling``, ``analysis``.  Import them explicitly; this top-level module stays light so
 ``import interpscale.scaling`` never pulls in torch.
 """
