@@ -1,1 +1,1 @@
-"""See DESIGN.md for what this subpackage owns."""
+"""See docs/architecture.md for what this subpackage owns."""
