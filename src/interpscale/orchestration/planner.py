@@ -118,6 +118,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  With ``strict``
     a slice left with no feasible size raises ``ValueError``.
     """
+    from interpscale import paper
     from interpscale.models import FAMILIES, SIZES, flops_per_token, params_nonembedding
 
     cfg = load_preset(preset) if preset is not None else {}
@@ -126,9 +127,9 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     families = list(families or p.get("families") or [])
     slices = slices if slices is not None else p.get("slices")
     sizes = list(sizes or p.get("sizes") or [])
-    seq_len = int(seq_len or p.get("seq_len", 4096))
-    batch_tokens = int(batch_tokens or p.get("batch_tokens", 524_288))
-    tolerance = float(tolerance if tolerance is not None else p.get("tolerance", 0.15))
+    seq_len = int(seq_len or p.get("seq_len", paper.SEQ_LEN))
+    batch_tokens = int(batch_tokens or p.get("batch_tokens", paper.BATCH_TOKENS))
+    tolerance = float(tolerance if tolerance is not None else p.get("tolerance", paper.SLICE_TOLERANCE))
     window = tuple(tokens_per_param or p.get("tokens_per_param", (0.0, math.inf)))
     max_sizes = int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None
     overrides = dict(cfg.get("model", {}))
