@@ -27,10 +27,10 @@ def test_builtins_are_registered_with_their_equations():
 def test_a_registered_estimator_runs_by_name(unigram, make_batches):
     """A quarter-rate mask loss registered from outside: for a context-free model every mask
     rate has the same expectation, the exact per-token NLL."""
-    from interpscale.metrics.loss import _mean, _twin_passes
+    from interpscale.metrics.loss import masked_loss
 
     def quarter(ctx, batch, i, group, weight):
-        return _mean(_twin_passes(ctx, batch, 0.25, ctx.gens["quarter_rate"]))
+        return masked_loss(ctx, batch, 0.25, ctx.gens["quarter_rate"])
 
     register_estimator("quarter_rate", quarter, rate=lambda ctx: 0.25, overwrite=True)
     try:

@@ -211,17 +211,24 @@ def _twin_passes(ctx: EstimationContext, batch: Batch, rate, gen, *, reflect=Fal
     return vals
 
 
+def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator, *, reflect: bool = False) -> float:
+    """Masked cross-entropy of one batch at noise level ``rate`` (scalar or [B, T]), averaged
+    over the antithetic pair when the call asked for one — the building block of a diffusion
+    estimator's ``unit`` (``reflect``: the twin's level is lo + hi - t, as for a drawn t)."""
+    return _mean(_twin_passes(ctx, batch, rate, gen, reflect=reflect))
+
+
 # ---- the estimators (App. H) -----------------------------------------------------------
 def _ar_ce(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> tuple[float, int]:
     return _ar_batch(ctx.model, batch)  # Eq. 1, exact
 
 
 def _fixed_rate(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
-    return _mean(_twin_passes(ctx, batch, ctx.tau, ctx.gens["fixed_rate"]))  # Eq. 36
+    return masked_loss(ctx, batch, ctx.tau, ctx.gens["fixed_rate"])  # Eq. 36
 
 
 def _fixed_grid(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
-    per = [_mean(_twin_passes(ctx, batch, r, ctx.gens["fixed_grid"])) for r in ctx.rates]
+    per = [masked_loss(ctx, batch, r, ctx.gens["fixed_grid"]) for r in ctx.rates]
     for r, v in zip(ctx.rates, per):
         ctx.rate_units[r].add(v, weight)  # Table 28's per-rate losses come from the same passes
     return _mean(per)  # Eq. 37: mean over the K rates
@@ -238,14 +245,14 @@ def _mdlm_plan(ctx: EstimationContext) -> None:
 
 def _mdlm_elbo(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
     t = float(ctx.plans["mdlm_elbo"][i, group])  # Eq. 39: one t for the whole batch
-    return _mean(_twin_passes(ctx, batch, t, ctx.gens["mdlm_elbo"], reflect=True))
+    return masked_loss(ctx, batch, t, ctx.gens["mdlm_elbo"], reflect=True)
 
 
 def _per_block(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
     tokens, g = batch.tokens, ctx.gens["per_block"]  # Eq. 40: one t_b per block of each row
     lv = masking.block_levels(tokens.shape[0], tokens.shape[1], ctx.block, ctx.lo, ctx.hi, g, stratified=ctx.stratified)
     rate = masking.expand_blocks(lv, tokens.shape[1], ctx.block)
-    return _mean(_twin_passes(ctx, batch, rate, g, reflect=True))
+    return masked_loss(ctx, batch, rate, g, reflect=True)
 
 
 register_estimator("ar_ce", _ar_ce, diffusion=False, exact=True, scored=_ar_scored, equation="Eq. 1")
