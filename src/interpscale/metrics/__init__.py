@@ -5,6 +5,7 @@ The lm-evaluation-harness adapter lives in :mod:`interpscale.metrics.lm_eval_ada
 ``interpscale-diffusion``); :func:`run_lm_eval` here forwards to it.
 """
 
+from interpscale.metrics.bpb import bits_per_byte, scored_bytes
 from interpscale.metrics.alignment import alignment_inputs, concept_top_tokens, known_concept_alignment
 from interpscale.metrics.interp import concept_contribution, concept_independence, interp_metrics
 from interpscale.metrics.likelihood import encode_pair, loglikelihood
@@ -33,7 +34,7 @@ def run_lm_eval(checkpoint, tasks, *, out_dir, limit=None, **kwargs):
 
 __all__ = [
     "DIFFUSION_ESTIMATORS", "ESTIMATORS", "ESTIMATOR_REGISTRY", "GRID_RATES", "get_estimator", "register_estimator", "LossEstimate", "SoftScoreResult",
-    "alignment_inputs", "concept_contribution", "concept_independence", "concept_top_tokens",
+    "alignment_inputs", "bits_per_byte", "scored_bytes", "concept_contribution", "concept_independence", "concept_top_tokens",
     "encode_pair", "estimate_loss", "estimate_losses", "interp_metrics", "known_concept_alignment",
     "loglikelihood", "mmlu_soft_score", "passes_per_batch", "per_mask_rate_losses", "run_lm_eval",
     "soft_score",
