@@ -73,5 +73,4 @@ def test_example_table_uses_the_paper():
     assert E.SLICES is paper.TABLE24 and E.PAPER_TABLE6 is paper.TABLE6 and E.STEERLING_8B is paper.STEERLING_8B
     L, d, p, _ = paper.TABLE23["85M"]
     assert E.total_params("85M", True) == p + paper.concept_module_params(d)
-    assert math.isclose(paper.paper_flops_per_token("85M", concept=True),
-                        paper.flops_per_token(p, L, d, 4096, concept=True))
+    assert math.isclose(E._flops_per_token("85M", True), 6 * p + 12 * L * d * 4096 + paper.concept_module_flops(d))

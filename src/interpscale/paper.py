@@ -136,18 +136,3 @@ def flops_per_token(params: float, n_layers: int, d: int, seq_len: int = SEQ_LEN
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
     M = 6.0 * params + attention_flops(n_layers, d, int(seq_len))
     return M + (concept_module_flops(d, n, m, rank) if concept else 0.0)
-
-
-def table23_params(size: str, *, concept: bool = False) -> int:
-    """Table 23's printed backbone P (or +Concept total P) of ``size``."""
-    try:
-        L, d, p, total = TABLE23[size]
-    except KeyError:
-        raise ValueError(f"unknown Table 23 size {size!r}; sizes: {', '.join(TABLE23)}") from None
-    return total if concept else p
-
-
-def paper_flops_per_token(size: str, *, concept: bool = False, seq_len: int = SEQ_LEN) -> float:
-    """Eq. 23/24 for a Table 23 size, from its printed backbone P."""
-    L, d, p, _ = TABLE23[size]
-    return flops_per_token(p, L, d, seq_len, concept=concept)

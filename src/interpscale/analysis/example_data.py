@@ -57,6 +57,12 @@ def steerling_actual() -> dict[str, dict[str, float]]:
 C_REF = 1e19  # reference compute at which the synthetic loss level and P* are pinned
 
 
+def _flops_per_token(size: str, concept: bool) -> float:
+    """Eq. 23 (+ Eq. 24 for +Concept) of a Table 23 backbone (``paper.flops_per_token``)."""
+    layers, d, p = BACKBONES[size]
+    return paper.flops_per_token(p, layers, d, SEQ_LEN, concept=concept)
+
+
 def total_params(size: str, concept: bool) -> float:
     """Backbone P, plus the concept module (``paper.concept_module_params``) for +Concept."""
     layers, d, p = BACKBONES[size]
@@ -106,7 +112,7 @@ def _slice_sizes(law: _Law, target: float, concept: bool, n_max: int = 6) -> lis
     """The (up to) six Table 23 sizes nearest the slice's optimum in log P (4-6 per slice)."""
     sizes = list(BACKBONES)
     params = np.array([total_params(s, concept) for s in sizes])
-    tokens = target / np.array([paper.paper_flops_per_token(s, concept=concept) for s in sizes])
+    tokens = target / np.array([_flops_per_token(s, concept) for s in sizes])
     p_opt = params[int(np.argmin(law(params, tokens)))]
     order = np.argsort(np.abs(np.log10(params) - math.log10(p_opt)), kind="stable")
     keep = sorted(int(i) for i in order[:n_max] if abs(math.log10(params[i] / p_opt)) < 1.0)
@@ -121,7 +127,7 @@ def _noiseless_exponents(law: _Law, family: str, sizes_law: _Law) -> tuple[float
     for target in SLICES[family]:
         sizes = _slice_sizes(sizes_law, target, concept)
         params = np.array([total_params(s, concept) for s in sizes])
-        tokens = target / np.array([paper.paper_flops_per_token(s, concept=concept) for s in sizes])
+        tokens = target / np.array([_flops_per_token(s, concept) for s in sizes])
         loss = law(params, tokens)
         lo = min(max(int(np.argmin(loss)) - 2, 0), max(len(loss) - 5, 0))  # the 5 points around the minimum
         c2, c1, c0 = np.polyfit(np.log(params[lo:lo + 5]), loss[lo:lo + 5], 2)
@@ -153,7 +159,7 @@ def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate
         sizes = _slice_sizes(sizes_from or law, target, concept)
         for size in sizes:
             flops = target * (1.0 + noise * float(rng.uniform(-0.05, 0.05)))  # achieved C near the target (±15% allowed)
-            m = paper.paper_flops_per_token(size, concept=concept)
+            m = _flops_per_token(size, concept)
             tokens = flops / m
             params = total_params(size, concept)
             loss = float(law(np.array(params), np.array(tokens))) + noise * float(rng.normal(0.0, sigma))
