@@ -34,7 +34,8 @@ def timed(url: str, cache: Path, ts: list[JudgeTask], concurrency: int) -> tuple
 
 
 def main() -> int:
-    server = subprocess.Popen([sys.executable, "-m", "interpscale.judges.localserver", "--latency", str(LATENCY)],
+    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "tests" / "judges" / "judge_server.py"),
+                               "--latency", str(LATENCY)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from interpscale.judges import JudgeClient, JudgeTask, TemplateSet, score_alignment
-from interpscale.judges.localserver import ServerReply, default_responder, digit_logprobs
+from judge_server import ServerReply, default_responder, digit_logprobs
 
 TS = TemplateSet()
 

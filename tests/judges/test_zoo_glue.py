@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from interpscale.cli import main  # noqa: E402
 from interpscale.judges import ConceptCard, LexicalJudge, run_steering_benchmark  # noqa: E402
-from interpscale.judges.localserver import ServerReply  # noqa: E402
+from judge_server import ServerReply  # noqa: E402
 
 WORDS = ("the a and of to in we it was is on bicycle peloton cyclist sprint tour bread flour yeast oven dough "
          "volcano lava magma eruption ash").split()

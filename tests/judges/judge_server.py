@@ -1,10 +1,15 @@
-"""A small scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only).
+"""A small scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only), for tests
+and benchmarks: the real ``openai`` client talks real HTTP to it.
 
-Used by the tests and benchmarks (and handy for dry runs): the real ``openai`` client
-talks real HTTP to it. A ``responder(body, attempt) -> ServerReply`` decides each answer;
-``attempt`` counts earlier requests with the same messages, so "429 first, then 200" or
-"garbage first, valid on the re-ask" are one-liners. The default responder answers every
-judge template in its expected format.
+A ``responder(body, attempt) -> ServerReply`` decides each answer; ``attempt`` counts
+earlier requests with the same messages, so "429 first, then 200" or "garbage first,
+valid on the re-ask" are one-liners. ``raw_body`` sends any bytes as the reply body, so a
+test can send every malformed shape a real provider or local inference server has sent.
+
+The server listens on the loopback interface only and stops by itself: its request loop
+ends after ``lifetime`` seconds or ``max_requests`` requests, whichever comes first.
+It records every request body, arrival time and the largest number of requests it was
+handling at once (``max_in_flight``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
 
+HOST = "127.0.0.1"  # loopback only
+
 
 @dataclass
 class ServerReply:
@@ -28,6 +35,9 @@ class ServerReply:
     delay: float = 0.0
     logprobs: Optional[list[dict[str, Any]]] = None  # choices[0].logprobs.content
     raw_body: Optional[bytes] = None  # sent verbatim (malformed-body tests)
+    usage: Any = "auto"  # "auto": counted from the texts; anything else is sent as is
+    refusal: Optional[str] = None  # message.refusal (OpenAI's refusal field)
+    finish_reason: str = "stop"
 
 
 Responder = Callable[[dict, int], ServerReply]
@@ -35,7 +45,7 @@ Responder = Callable[[dict, int], ServerReply]
 
 def default_responder(body: dict, attempt: int) -> ServerReply:
     """A well-behaved judge: a valid reply in whatever format the prompt asks for."""
-    text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
+    text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []) if isinstance(m, dict))
     if "ALIGNMENT:" in text:
         return ServerReply("ALIGNMENT: 4")
     if "EXPLANATION:" in text:
@@ -63,26 +73,35 @@ def digit_logprobs(text: str, probs: dict[int, float]) -> list[dict[str, Any]]:
 class LocalJudgeServer:
     """``with LocalJudgeServer(responder, latency=0.1) as srv: JudgeClient(base_url=srv.url, ...)``."""
 
-    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0):
+    def __init__(self, responder: Responder | None = None, *, latency: float = 0.0, lifetime: float = 300.0,
+                 max_requests: int = 100_000):
         self.responder = responder or default_responder
         self.latency = latency
+        self.lifetime, self.max_requests = lifetime, max_requests
         self.requests: list[dict] = []
         self.arrivals: list[float] = []  # time.monotonic() of each request
         self.auth_headers: set[str] = set()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
     @property
     def url(self) -> str:
         assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://{HOST}:{self._httpd.server_address[1]}/v1"
 
     @property
     def n_requests(self) -> int:
         with self._lock:
             return len(self.requests)
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.max_in_flight = self.in_flight
 
     def _attempt(self, body: dict) -> int:
         key = json.dumps(body.get("messages"), sort_keys=True)
@@ -92,6 +111,15 @@ class LocalJudgeServer:
             n = self._seen.get(key, 0)
             self._seen[key] = n + 1
         return n
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def start(self) -> "LocalJudgeServer":
         server = self
@@ -107,10 +135,19 @@ class LocalJudgeServer:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
+                server._enter()
+                try:
+                    self._answer()
+                finally:
+                    server._leave()
+
+            def _answer(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 try:
                     body = json.loads(self.rfile.read(n) or b"{}")
                 except json.JSONDecodeError:
+                    body = {}
+                if not isinstance(body, dict):
                     body = {}
                 with server._lock:
                     server.auth_headers.add(self.headers.get("Authorization") or "")
@@ -136,15 +173,32 @@ class LocalJudgeServer:
         class Server(ThreadingHTTPServer):
             request_queue_size = 256  # the stdlib default (5) drops connections under bursts
             daemon_threads = True
+            timeout = 0.05  # handle_request() returns after this long without a connection
 
-        self._httpd = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._httpd = Server((HOST, 0), Handler)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         return self
 
+    def _serve(self) -> None:
+        """Bounded request loop: ends on stop(), after ``lifetime`` s or ``max_requests``."""
+        deadline = time.monotonic() + self.lifetime
+        httpd = self._httpd
+        assert httpd is not None
+        while not self._stop.is_set() and time.monotonic() < deadline and self.n_requests < self.max_requests:
+            httpd.handle_request()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the request loop has ended by itself (lifetime or request budget)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
         if self._httpd is not None:
-            self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
 
@@ -156,32 +210,41 @@ class LocalJudgeServer:
 
 
 def _completion(body: dict, reply: ServerReply) -> dict[str, Any]:
-    prompt_chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
+    prompt_chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []) if isinstance(m, dict))
     out_tokens = len((reply.text or "").split())
-    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": reply.text}}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.refusal is not None:
+        message["refusal"] = reply.refusal
+    choice: dict[str, Any] = {"index": 0, "finish_reason": reply.finish_reason, "message": message}
     if reply.logprobs is not None and body.get("logprobs"):
         choice["logprobs"] = {"content": reply.logprobs}
+    usage = reply.usage if reply.usage != "auto" else {
+        "prompt_tokens": prompt_chars // 4, "completion_tokens": out_tokens, "total_tokens": prompt_chars // 4 + out_tokens}
     return {"id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "local"), "choices": [choice],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": out_tokens,
-                      "total_tokens": prompt_chars // 4 + out_tokens}}
+            "model": body.get("model", "local"), "choices": [choice], "usage": usage}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m interpscale.judges.localserver --latency 0.1``: serve the default
-    responder until killed; the first stdout line is the base URL."""
+    """``python tests/judges/judge_server.py --latency 0.1 --lifetime 600``: serve the
+    default responder until the lifetime ends (or the process is terminated); the first
+    stdout line is the base URL, and the largest number of requests handled at once is
+    printed as ``max_in_flight N`` after each ``peak`` line read from stdin."""
     import argparse
     import sys
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
+    p.add_argument("--lifetime", type=float, default=600.0, help="seconds after which the server stops by itself")
     a = p.parse_args(argv)
-    srv = LocalJudgeServer(latency=a.latency).start()
+    srv = LocalJudgeServer(latency=a.latency, lifetime=a.lifetime).start()
     sys.stdout.write(srv.url + "\n")
     sys.stdout.flush()
     try:
-        threading.Event().wait()
+        for line in sys.stdin:  # ends when the parent closes stdin
+            if line.strip() == "peak":
+                sys.stdout.write(f"max_in_flight {srv.max_in_flight}\n")
+                sys.stdout.flush()
+                srv.reset_peak()
     except KeyboardInterrupt:
         pass
     finally:
