@@ -47,7 +47,7 @@ def main() -> int:
             t_conc, judge = timed(url, cache, tasks("concurrent", n_conc), 32)
             seq_rate, conc_rate = n_seq / t_seq, n_conc / t_conc
             t_cached, again = timed(url, cache, tasks("concurrent", n_conc), 32)
-            assert again.usage.cache_hits == n_conc and again.usage.calls == 0
+            assert again.usage.cache_hits == n_conc and again.usage.requests == 0
         print(f"server latency per call      : {LATENCY * 1000:.0f} ms")
         print(f"sequential (concurrency 1)   : {seq_rate:7.1f} calls/s  ({n_seq} calls in {t_seq:.2f} s)")
         print(f"concurrency 32               : {conc_rate:7.1f} calls/s  ({n_conc} calls in {t_conc:.2f} s, "

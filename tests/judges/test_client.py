@@ -141,7 +141,7 @@ def test_second_identical_run_is_served_entirely_from_cache(serve, tmp_path):
     again = JudgeClient(model="m", base_url=srv.url, cache_path=path, concurrency=8)
     second = again.run(_tasks(30))
     assert srv.n_requests == 30  # no new HTTP request
-    assert all(r.cached for r in second) and again.usage.cache_hits == 30 and again.usage.calls == 0
+    assert all(r.cached for r in second) and again.usage.cache_hits == 30 and again.usage.requests == 0
     assert [r.value for r in second] == [r.value for r in first]
 
 

@@ -85,6 +85,7 @@ class ConditionScores:
     quality_parse_failures: int = 0
     instruction_parse_failures: int = 0
     api_errors: int = 0
+    refused: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,7 +109,7 @@ def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "e
         quality_parse_failures=sum(s.quality_score.status == "parse_error" for s in rows),
         instruction_parse_failures=sum(s.instruction_score is not None and s.instruction_score.status == "parse_error"
                                        for s in rows),
-        api_errors=sum(r.status == "api_error" for r in recs))
+        api_errors=sum(r.status == "api_error" for r in recs), refused=sum(r.status == "refused" for r in recs))
 
 
 def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmonic") -> dict[str, float]:
