@@ -166,7 +166,7 @@ def _unit_record(exp_reply: Any, sims: list[Any], true: np.ndarray, meta: dict) 
     failed = [r for r in [exp_reply, *sims] if r is None or r.value is None]
     if failed:
         seen = {r.status for r in failed if r is not None}
-        status = "api_error" if "api_error" in seen or None in failed else "refused" if "refused" in seen \
+        status = "api_error" if "api_error" in seen else "refused" if "refused" in seen \
             else "parse_error"
         raw = "; ".join(r.raw for r in failed if r is not None)[:2000]
         return JudgeRecord(None, raw, status, cached, None, exp_reply.backend, meta)
