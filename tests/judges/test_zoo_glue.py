@@ -138,7 +138,7 @@ def test_cli_inputs_relevance_and_errors(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"label": "x"}\n')
     assert main(["judge", "alignment", "--input", str(bad)]) == 2
-    assert "need 'label' and a non-empty 'tokens'" in capsys.readouterr().err
+    assert f"{bad}: line 1: 'tokens' must be a non-empty list of strings" in capsys.readouterr().err
     steer = tmp_path / "s.jsonl"
     steer.write_text(json.dumps({"label": "volcanoes", "prompt": "p", "continuation": "lava lava ash",
                                  "condition": "steered"}) + "\n")
