@@ -59,6 +59,20 @@ def default_responder(body: dict, attempt: int) -> ServerReply:
     return ServerReply("Rating: [[1]]")
 
 
+def throttled(responder: Responder, fraction: float, wait: float = 0.3) -> Responder:
+    """``responder``, except that the first request of a ``fraction`` of the distinct
+    message lists (chosen by hash, so reproducibly) gets a 429 asking to wait ``wait`` s."""
+    import hashlib
+
+    def respond(body: dict, attempt: int) -> ServerReply:
+        h = int(hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True).encode()).hexdigest()[:8], 16)
+        if attempt == 0 and h % 1000 < fraction * 1000:
+            return ServerReply(status=429, headers={"retry-after": str(wait)})
+        return responder(body, attempt)
+
+    return respond
+
+
 def digit_logprobs(text: str, probs: dict[int, float]) -> list[dict[str, Any]]:
     """Per-character tokens for ``text``; the last digit token carries ``probs`` as its
     top_logprobs (so a server can return an expected score)."""
@@ -235,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
     p.add_argument("--lifetime", type=float, default=600.0, help="seconds after which the server stops by itself")
+    p.add_argument("--throttle", type=float, default=0.0,
+                   help="fraction of distinct requests answered 429 (retry-after 0.3 s) the first time")
     a = p.parse_args(argv)
-    srv = LocalJudgeServer(latency=a.latency, lifetime=a.lifetime).start()
+    responder = throttled(default_responder, a.throttle) if a.throttle > 0 else default_responder
+    srv = LocalJudgeServer(responder, latency=a.latency, lifetime=a.lifetime).start()
     sys.stdout.write(srv.url + "\n")
     sys.stdout.flush()
     try:
