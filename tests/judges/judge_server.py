@@ -38,6 +38,7 @@ class ServerReply:
     usage: Any = "auto"  # "auto": counted from the texts; anything else is sent as is
     refusal: Optional[str] = None  # message.refusal (OpenAI's refusal field)
     finish_reason: str = "stop"
+    trickle: float = 0.0  # seconds between body bytes (a server that never finishes replying)
 
 
 Responder = Callable[[dict, int], ServerReply]
@@ -180,7 +181,13 @@ class LocalJudgeServer:
                     for k, v in reply.headers.items():
                         self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if reply.trickle:
+                        for i in range(len(payload)):  # bounded: one byte per step
+                            self.wfile.write(payload[i: i + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):  # client gave up (timeout test)
                     pass
 

@@ -306,6 +306,15 @@ def test_a_timeout_is_one_request_per_attempt(serve):
     assert judge.usage.requests == 2 and judge.usage.retries == 1
 
 
+def test_a_server_trickling_its_reply_is_cut_off_by_the_total_timeout(serve):
+    srv = serve(lambda b, n: ServerReply(trickle=0.1) if n == 0 else ServerReply())  # ~20 s for the body
+    judge = JudgeClient(model="m", base_url=srv.url, max_retries=1, timeout=0.5)
+    t0 = time.monotonic()
+    (r,) = judge.run([_task(0)])
+    assert r.status == "ok" and judge.usage.retries == 1 and srv.n_requests == 2
+    assert time.monotonic() - t0 < 6
+
+
 _OPENER = """
 import sys, time
 from interpscale.judges.cache import JudgeCache
@@ -323,7 +332,7 @@ def test_many_processes_create_and_fill_one_fresh_cache(tmp_path):
     n = 6
     for round_ in range(2):
         path = tmp_path / f"fresh{round_}.sqlite"
-        t0 = time.time() + 1.5  # every process opens the fresh file at the same instant
+        t0 = time.time() + 1.0  # every process opens the fresh file at the same instant
         procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(path), str(k), str(t0)],
                                   stderr=subprocess.PIPE, text=True) for k in range(n)]
         errs = [p.communicate(timeout=120)[1] for p in procs]

@@ -125,6 +125,10 @@ class JudgeConfigError(RuntimeError):
     """An error no retry can fix (bad key, no access, unknown model or path): stops the run."""
 
 
+class _TotalTimeout(Exception):
+    """A request that took longer than the client's timeout from start to end."""
+
+
 class _CallFailed(Exception):
     """One task's request failed for good (after the retries it was allowed)."""
 
@@ -336,10 +340,12 @@ class JudgeClient:
                 self.usage.requests += 1
                 self._ledger.add(requests=1)
                 try:
-                    resp = await client.chat.completions.with_raw_response.create(
-                        model=self.model, messages=messages, timeout=self.timeout, **sampling)
-                    content = resp.http_response.content
+                    # the SDK's timeout bounds each connect/read; wait_for bounds the whole
+                    # request, so a server trickling bytes cannot hold a slot forever
+                    content = await asyncio.wait_for(self._post(client, messages, sampling), self.timeout + 1.0)
                     error: Optional[BaseException] = None
+                except asyncio.TimeoutError:
+                    error = _TotalTimeout(f"no complete reply within {self.timeout + 1.0:g} s")
                 except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
                     raise JudgeConfigError(
                         f"judge endpoint {self.base_url} refused the request ({_describe(exc)}); "
@@ -360,6 +366,11 @@ class JudgeClient:
                 raise _CallFailed(_describe(error) + (f" after {attempt} retries" if attempt else ""))
             attempt += 1
             await asyncio.sleep(wait)  # outside the slot
+
+    async def _post(self, client: Any, messages: list[dict], sampling: dict) -> bytes:
+        resp = await client.chat.completions.with_raw_response.create(
+            model=self.model, messages=messages, timeout=self.timeout, **sampling)
+        return resp.http_response.content
 
     def _retry_wait(self, exc: BaseException, attempt: int) -> Optional[float]:
         """Seconds to wait before retrying ``exc``, or None when it is not retried."""
@@ -452,7 +463,7 @@ def _retryable(exc: BaseException) -> bool:
     header overrides the status code, as the SDK does."""
     import openai
 
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+    if isinstance(exc, (openai.APIConnectionError, _TotalTimeout)):  # includes APITimeoutError
         return True
     if not isinstance(exc, openai.APIStatusError):
         return False
