@@ -225,6 +225,18 @@ def test_usage_counts_exactly_what_was_sent(serve, tmp_path):
 U = {"prompt_tokens": 11, "completion_tokens": 5}
 
 
+def test_a_stray_404_after_answers_is_that_items_error_not_the_runs(serve):
+    def resp(body, n):
+        kind, i = _item(body)
+        return ServerReply(status=404) if i == 5 else ServerReply()
+
+    srv = serve(resp)
+    judge = JudgeClient(model="m", base_url=srv.url, concurrency=1, max_retries=3)
+    replies = judge.run([_task(i) for i in range(8)])
+    assert [r.status for r in replies] == ["ok"] * 5 + ["api_error"] + ["ok"] * 2
+    assert replies[5].raw == "NotFoundError: HTTP 404" and srv.n_requests == 8  # not retried
+
+
 def test_a_wait_longer_than_we_honour_is_not_retried(serve):
     srv = serve(lambda b, n: ServerReply(status=429, headers={"retry-after": "1e308"}))
     judge = JudgeClient(model="m", base_url=srv.url, max_retries=3)

@@ -2,8 +2,9 @@
 
 Every task ends as one ``Reply`` whatever the server does: a parsed value, or ``None``
 with a status (``parse_error``, ``api_error``, ``refused``). Nothing that happens to one
-task reaches the others; only an error no retry can fix (bad key, unknown model) stops
-the run, as ``JudgeConfigError``.
+task reaches the others. Only an error no retry can fix (401/403/404: bad key, unknown
+model or path) stops the run, as ``JudgeConfigError``, and only while no request of the
+run has been answered; after that, such an error is the item's own ``api_error``.
 
 - Transport errors (429 honouring ``retry-after``/``retry-after-ms``, 408/409/5xx,
   timeouts, dropped connections) are retried here, up to ``max_retries`` times with
@@ -248,6 +249,7 @@ class JudgeClient:
         from openai import AsyncOpenAI  # imported lazily: `interpscale judge --help` stays fast
 
         slots = asyncio.Semaphore(self.concurrency)
+        self._answered = False  # set by the first 2xx reply of this run
         api_key = os.environ.get(self.api_key_env) or "unused"  # local servers need none
         out: dict[str, Reply] = {}
         bar = _progress(len(todo), self.progress)
@@ -347,12 +349,15 @@ class JudgeClient:
                 except asyncio.TimeoutError:
                     error = _TotalTimeout(f"no complete reply within {self.timeout + 1.0:g} s")
                 except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
-                    raise JudgeConfigError(
-                        f"judge endpoint {self.base_url} refused the request ({_describe(exc)}); "
-                        f"check --base-url, --model and ${self.api_key_env}") from None
+                    if not self._answered:  # nothing got through yet: the settings are wrong, stop
+                        raise JudgeConfigError(
+                            f"judge endpoint {self.base_url} refused the request ({_describe(exc)}); "
+                            f"check --base-url, --model and ${self.api_key_env}") from None
+                    error = exc  # others got through: this item's own failure, not retried
                 except openai.APIError as exc:
                     error = exc
             if error is None:
+                self._answered = True
                 ans = read_completion(decode_body(content))
                 if ans.usage_reported:
                     self.usage.add_tokens(self.model, ans.prompt_tokens, ans.completion_tokens)
