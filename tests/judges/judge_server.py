@@ -39,6 +39,7 @@ class ServerReply:
     refusal: Optional[str] = None  # message.refusal (OpenAI's refusal field)
     finish_reason: str = "stop"
     trickle: float = 0.0  # seconds between body bytes (a server that never finishes replying)
+    drop: bool = False  # send half the body, then close the connection
 
 
 Responder = Callable[[dict, int], ServerReply]
@@ -181,7 +182,12 @@ class LocalJudgeServer:
                     for k, v in reply.headers.items():
                         self.send_header(k, v)
                     self.end_headers()
-                    if reply.trickle:
+                    if reply.drop:
+                        self.wfile.write(payload[: len(payload) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    elif reply.trickle:
                         for i in range(len(payload)):  # bounded: one byte per step
                             self.wfile.write(payload[i: i + 1])
                             self.wfile.flush()

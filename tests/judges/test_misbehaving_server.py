@@ -98,6 +98,15 @@ def test_malformed_replies_are_per_item_api_errors_and_the_batch_survives(serve,
     assert srv.n_requests == 2 * len(names) + 6
 
 
+def test_lone_surrogates_and_nul_in_a_reply_are_stored_not_fatal(serve, tmp_path):
+    srv = serve(lambda b, n: ServerReply(raw_body=b'{"choices": [{"message": {"content": "Rating: [[2]] \\ud800\\u0000"}}]}'))
+    path = tmp_path / "c.sqlite"
+    (r,) = JudgeClient(model="m", base_url=srv.url, cache_path=path).run([_task(0)])
+    assert (r.value, r.status) == (2, "ok") and r.raw == "Rating: [[2]] \ufffd\x00"
+    (again,) = JudgeClient(model="m", base_url=srv.url, cache_path=path).run([_task(0)])
+    assert again.cached and again.raw == r.raw
+
+
 def test_malformed_usage_never_counts_tokens(serve):
     srv = serve(lambda b, n: ServerReply(raw_body=MALFORMED["usage 1e400"]))
     judge = JudgeClient(model="m", base_url=srv.url)
@@ -223,6 +232,13 @@ def test_usage_counts_exactly_what_was_sent(serve, tmp_path):
 
 
 U = {"prompt_tokens": 11, "completion_tokens": 5}
+
+
+def test_a_connection_dropped_mid_reply_is_retried(serve):
+    srv = serve(lambda b, n: ServerReply(drop=True) if n < 2 else ServerReply("Rating: [[0]]"))
+    judge = JudgeClient(model="m", base_url=srv.url, max_retries=2)
+    (r,) = judge.run([_task(0)])
+    assert (r.value, r.status) == (0, "ok") and judge.usage.retries == 2 and srv.n_requests == 3
 
 
 def test_a_stray_404_after_answers_is_that_items_error_not_the_runs(serve):

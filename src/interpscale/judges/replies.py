@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 MAX_BODY_BYTES = 8_000_000  # a judge reply is a few kB; anything this large is not one
 MAX_TOKENS_FIELD = 10 ** 9  # a usage count above this is not a count
 MAX_LOGPROB_TOKENS = 100_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 RAW_CAP = 4_000  # characters of a reply kept in the cache, in results and in a re-ask
 
 
@@ -40,6 +42,16 @@ def cap(text: str, limit: int = RAW_CAP) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f" …[{len(text) - limit} more characters]"
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: lone surrogates (legal in JSON ``\\ud800`` escapes, not
+    storable as UTF-8) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def decode_body(content: bytes) -> Any:
@@ -122,5 +134,5 @@ def read_completion(body: Any) -> Answer:
         refusal = "finish_reason: content_filter"
     lp = _logprobs(choice.get("logprobs"))
     u = usage or {}
-    return Answer(text=text, logprobs=lp, refusal=refusal or None, prompt_tokens=_count(u, "prompt_tokens"),
+    return Answer(text=clean_text(text), logprobs=lp, refusal=clean_text(refusal) if refusal else None, prompt_tokens=_count(u, "prompt_tokens"),
                   completion_tokens=_count(u, "completion_tokens"), usage_reported=usage is not None)
