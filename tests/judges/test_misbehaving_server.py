@@ -186,6 +186,11 @@ def test_refusals_are_their_own_status_cached_and_not_reasked(serve, tmp_path, c
     assert res.records[2].raw == "I can't help with that."
     assert res.summary.n == 1 and res.summary.n_refused == 2 and res.summary.mean == 5.0
     assert judge.usage.refusals == 2 and judge.usage.reasks == 0 and srv.n_requests == 3
+    assert "The judge refused 2 item(s)" in res.to_markdown()
+    again = score_alignment(cards, [["bike"], ["bread"], ["lava"]], judge=JudgeClient(
+        model="m", base_url=srv.url, cache_path=tmp_path / "c.sqlite"))
+    assert [r.status for r in again.records] == ["ok", "refused", "refused"] and all(r.cached for r in again.records)
+    assert srv.n_requests == 3  # a refusal is an answer: cached
 
 
 def test_usage_counts_exactly_what_was_sent(serve, tmp_path):
@@ -358,7 +363,7 @@ c.close()
 
 def test_many_processes_create_and_fill_one_fresh_cache(tmp_path):
     n = 6
-    for round_ in range(2):
+    for round_ in range(1):
         path = tmp_path / f"fresh{round_}.sqlite"
         t0 = time.time() + 1.0  # every process opens the fresh file at the same instant
         procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(path), str(k), str(t0)],

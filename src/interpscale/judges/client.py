@@ -324,7 +324,7 @@ class JudgeClient:
         meta: dict[str, Any] = {}
         if first is not None and first != ans.text:
             meta["first_reply"] = cap(first)
-        if ans.refusal:
+        if ans.refusal and ans.text:  # otherwise the refusal is the raw reply itself
             meta["refusal"] = cap(ans.refusal)
         self.cache.put(key, raw=raw, value=value, status=status, expected=exp, meta=meta, ledger=self._ledger)
         return Reply(value, raw, status, False, exp, self.backend)

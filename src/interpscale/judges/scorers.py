@@ -102,7 +102,11 @@ class AlignmentResult:
         s = self.summary
         return (f"Known concept alignment (1-5), judge: {self.label}\n\n"
                 f"| Concepts scored | Mean | Parse failures | API errors |\n|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n" + _refused_note(s))
+
+
+def _refused_note(s: ScoreSummary) -> str:
+    return f"\nThe judge refused {s.n_refused} item(s) (not scored, excluded from the mean).\n" if s.n_refused else ""
 
 
 def _sample(n_total: int, n_sample: int | None, seed: int) -> list[int]:
@@ -163,7 +167,8 @@ class RelevanceResult:
         s = self.summary
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
                 f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n"
+                + _refused_note(s))
 
 
 def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,

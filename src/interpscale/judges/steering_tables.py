@@ -167,7 +167,8 @@ class SteeringResult:
         parts = [f"judge: {self.label}"]
         for name, c in self.conditions.items():
             parts.append(f"{name}: n={c.n_samples}, concept parse failures {c.concept_parse_failures}, "
-                         f"quality parse failures {c.quality_parse_failures}, API errors {c.api_errors}")
+                         f"quality parse failures {c.quality_parse_failures}, API errors {c.api_errors}"
+                         + (f", refused {c.refused}" if c.refused else ""))
         if self.selected_strengths:
             parts.append("steering strength chosen per concept on held-out prompts")
         return "\n".join(f"- {p}" for p in parts) + "\n"
