@@ -372,3 +372,18 @@ def test_many_processes_create_and_fill_one_fresh_cache(tmp_path):
         assert [p.returncode for p in procs] == [0] * n, errs
         with JudgeCache(path) as c:
             assert len(c) == n * 20
+
+
+def test_malformed_batch_output_lines_are_api_errors_not_cached(tmp_path):
+    judge = JudgeClient(model="m", base_url="http://127.0.0.1:9/v1", cache_path=tmp_path / "c.sqlite")
+    tasks = [_task(i) for i in range(4)]
+    lines = [json.loads(x) for x in judge.write_batch(tasks, tmp_path / "req.jsonl").read_text().splitlines()]
+    bodies = [json.loads(_body()), {"choices": {"0": OK}}, {"choices": [{"message": "Rating: [[2]]"}]},
+              json.loads(_body(usage={"prompt_tokens": -1}))]
+    (tmp_path / "out.jsonl").write_text("".join(
+        json.dumps({"custom_id": line["custom_id"], "response": {"status_code": 200, "body": b}}) + "\n"
+        for line, b in zip(lines, bodies)))
+    replies = judge.read_batch(tasks, tmp_path / "out.jsonl")
+    assert [r.status for r in replies] == ["ok", "api_error", "api_error", "api_error"]
+    assert replies[1].raw == "malformed reply: choices is missing or not a list"
+    assert len(judge.cache) == 1 and judge.usage.prompt_tokens == 7
