@@ -130,6 +130,7 @@ def test_missing_usage_and_null_content_are_not_malformed(serve):
 @pytest.mark.parametrize("text", [
     "Rating: [[" + "9" * 5000 + "]]",
     "Rating: [[1]] no wait, Rating: [[2]]",
+    "Rating: [[1]]. On reflection [[2]] fits better.",
     "Rating: [[1e400]]",
 ])
 def test_odd_answers_are_parse_failures_not_crashes(serve, text):
@@ -387,3 +388,23 @@ def test_malformed_batch_output_lines_are_api_errors_not_cached(tmp_path):
     assert [r.status for r in replies] == ["ok", "api_error", "api_error", "api_error"]
     assert replies[1].raw == "malformed reply: choices is missing or not a list"
     assert len(judge.cache) == 1 and judge.usage.prompt_tokens == 7
+
+
+def test_one_answer_rule_holds_for_every_parser():
+    from interpscale.judges.parsing import (MAX_PARSE_CHARS, parse_activations, parse_alignment, parse_explanation,
+                                            parse_json_scores, parse_rating)
+
+    cases = [  # (parser, kwargs, one answer, the same answer twice, two different answers)
+        (parse_alignment, {}, "ALIGNMENT: 4", "ALIGNMENT: 4\nALIGNMENT: 4", "ALIGNMENT: 4\nalignment = 2"),
+        (parse_rating, {}, "Rating: [[2]]", "Rating: [[2]] Rating: [[2]]", "Rating: [[2]] Rating: [[1]]"),
+        (parse_json_scores, {"keys": ["A"]}, '{"A": 3}', '{"A": 3} {"a": 3}', '{"A": 3} {"A": 2}'),
+        (parse_activations, {"n": 2}, "[0, 10]", "[0, 10]\n[0, 10]", "[0, 10]\n[10, 0]"),
+        (parse_explanation, {}, "EXPLANATION: bikes", "EXPLANATION: bikes\nEXPLANATION: bikes",
+         "EXPLANATION: bikes\nEXPLANATION: bread"),
+    ]
+    for parse, kw, one, same, two in cases:
+        assert parse(one, **kw) is not None and parse(same, **kw).value == parse(one, **kw).value, parse.__name__
+        assert parse(two, **kw) is None, parse.__name__
+        assert parse(one + " " * MAX_PARSE_CHARS, **kw) is None, parse.__name__  # too long to read
+        for odd in (None, 5, "9" * 5000, "[" * 50_000, "{" * 50_000, '{"A": 1' + "0" * 5000 + "}"):
+            assert parse(odd, **kw) is None, (parse.__name__, str(odd)[:20])

@@ -33,6 +33,7 @@ class Parsed:
 
 _ALIGN = re.compile(r"ALIGNMENT\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _RATING = re.compile(r"Rating\s*:\s*\[\[\s*(-?\d+(?:\.\d+)?)\s*\]\]", re.IGNORECASE)
+_BRACKETS = re.compile(r"\[\[\s*(-?\d+(?:\.\d+)?)\s*\]\]")
 _EXPLAIN = re.compile(r"EXPLANATION\s*:\s*(.+)", re.IGNORECASE)
 _INT_TEXT = re.compile(r"\s*-?\d{1,%d}\s*" % MAX_NUMBER_CHARS)
 
@@ -89,8 +90,15 @@ def parse_alignment(text: str, lo: float = 1, hi: float = 5) -> Optional[Parsed]
 
 
 def parse_rating(text: str, lo: float = 0, hi: float = 2) -> Optional[Parsed]:
+    """``Rating: [[n]]``; every other ``[[m]]`` in the reply (a correction without the
+    prefix) must agree with it."""
     text = _readable(text)
-    return None if text is None else _single_int(list(_RATING.finditer(text)), lo, hi)
+    if text is None:
+        return None
+    parsed = _single_int(list(_RATING.finditer(text)), lo, hi)
+    if parsed is None or any(_number(m.group(1)) != parsed.value for m in _BRACKETS.finditer(text)):
+        return None
+    return parsed
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
