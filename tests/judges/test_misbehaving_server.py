@@ -39,7 +39,9 @@ MALFORMED = {
     "message a string": _body(choices=[{"index": 0, "message": "Rating: [[2]]"}]),
     "message missing": _body(choices=[{"index": 0, "text": "Rating: [[2]]"}]),
     "content a number": _body(choices=[{"index": 0, "message": {"role": "assistant", "content": 2}}]),
-    "content a list": _body(choices=[{"index": 0, "message": {"role": "assistant", "content": ["Rating: [[2]]"]}}]),
+    "content a list of strings": _body(choices=[{"index": 0, "message": {"role": "assistant",
+                                                                           "content": ["Rating: [[2]]"]}}]),
+    "content part without text": _body(choices=[{"index": 0, "message": {"content": [{"type": "text"}]}}]),
     "refusal a number": _body(choices=[{"index": 0, "message": {"role": "assistant", "content": "x", "refusal": 1}}]),
     "usage a list": _body(usage=[7, 3]),
     "usage a string count": _body(usage={"prompt_tokens": "many", "completion_tokens": 3}),
@@ -105,6 +107,14 @@ def test_lone_surrogates_and_nul_in_a_reply_are_stored_not_fatal(serve, tmp_path
     assert (r.value, r.status) == (2, "ok") and r.raw == "Rating: [[2]] \ufffd\x00"
     (again,) = JudgeClient(model="m", base_url=srv.url, cache_path=path).run([_task(0)])
     assert again.cached and again.raw == r.raw
+
+
+def test_content_as_typed_parts_is_read_from_its_text_parts(serve):
+    parts = [{"type": "thinking", "thinking": [{"type": "text", "text": "Rating: [[0]]?"}]},
+             {"type": "text", "text": "Rating: "}, {"type": "text", "text": "[[2]]"}]
+    srv = serve(lambda b, n: ServerReply(raw_body=json.dumps({"choices": [{"message": {"content": parts}}]}).encode()))
+    (r,) = JudgeClient(model="m", base_url=srv.url).run([_task(0)])
+    assert (r.value, r.status, r.raw) == (2, "ok", "Rating: [[2]]")
 
 
 def test_malformed_usage_never_counts_tokens(serve):

@@ -4,7 +4,8 @@ Only the fields the judges use are read, and each must have the shape the OpenAI
 API documents; anything else raises ``MalformedReply`` (the item becomes an
 ``api_error``, never a score, and is not cached). Absent optional fields are fine:
 a reply without ``usage`` counts no tokens, one without ``logprobs`` has no expected
-score, ``content: null`` is an empty answer. A refusal (``message.refusal`` or
+score, ``content: null`` is an empty answer, and content given as a list of typed parts
+is read from its ``text`` parts. A refusal (``message.refusal`` or
 ``finish_reason: content_filter``) is an answer too: the judge declined to score.
 """
 
@@ -101,6 +102,27 @@ def _logprobs(lp: Any) -> Optional[list[dict[str, Any]]]:
     return out
 
 
+def _content(content: Any) -> str:
+    """A string, null (empty), or a list of typed parts whose ``text`` parts are joined
+    (some servers send reasoning and text parts; only the text is the answer)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                break
+            if part["type"] == "text":
+                if not isinstance(part.get("text"), str):
+                    break
+                texts.append(part["text"])
+        else:
+            return "".join(texts)
+    raise MalformedReply("choices[0].message.content is neither a string nor a list of typed parts")
+
+
 def read_completion(body: Any) -> Answer:
     """The checked answer of a chat completion body (already JSON-decoded)."""
     if not isinstance(body, dict):
@@ -119,11 +141,7 @@ def read_completion(body: Any) -> Answer:
     message = choice.get("message")
     if not isinstance(message, dict):
         raise MalformedReply("choices[0].message is missing or not an object")
-    text = message.get("content")
-    if text is None:
-        text = ""
-    if not isinstance(text, str):
-        raise MalformedReply("choices[0].message.content is not a string")
+    text = _content(message.get("content"))
     refusal = message.get("refusal")
     if refusal is not None and not isinstance(refusal, str):
         raise MalformedReply("choices[0].message.refusal is not a string")
