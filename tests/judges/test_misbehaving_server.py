@@ -117,6 +117,15 @@ def test_content_as_typed_parts_is_read_from_its_text_parts(serve):
     assert (r.value, r.status, r.raw) == (2, "ok", "Rating: [[2]]")
 
 
+def test_a_body_too_large_to_be_a_reply_is_refused_while_reading(serve):
+    from interpscale.judges.replies import MAX_BODY_BYTES
+
+    srv = serve(lambda b, n: ServerReply(raw_body=b" " * (MAX_BODY_BYTES + 10_000)))
+    judge = JudgeClient(model="m", base_url=srv.url)
+    (r,) = judge.run([_task(0)])
+    assert r.status == "api_error" and r.raw == f"malformed reply: reply body over {MAX_BODY_BYTES} bytes"
+
+
 def test_malformed_usage_never_counts_tokens(serve):
     srv = serve(lambda b, n: ServerReply(raw_body=MALFORMED["usage 1e400"]))
     judge = JudgeClient(model="m", base_url=srv.url)
@@ -255,6 +264,10 @@ def test_a_connection_dropped_mid_reply_is_retried(serve):
     judge = JudgeClient(model="m", base_url=srv.url, max_retries=2)
     (r,) = judge.run([_task(0)])
     assert (r.value, r.status) == (0, "ok") and judge.usage.retries == 2 and srv.n_requests == 3
+    srv.responder = lambda b, n: ServerReply(drop=True)
+    judge = JudgeClient(model="m", base_url=srv.url, max_retries=0)
+    (r,) = judge.run([_task(1)])
+    assert r.status == "api_error" and r.raw.startswith("BodyReadError: ") and "while reading the reply body" in r.raw
 
 
 def test_a_stray_404_after_answers_is_that_items_error_not_the_runs(serve):

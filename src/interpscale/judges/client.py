@@ -39,7 +39,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key
 from interpscale.judges.parsing import PARSERS, Parsed, expected_score
-from interpscale.judges.replies import Answer, MalformedReply, cap, decode_body, read_completion
+from interpscale.judges.replies import MAX_BODY_BYTES, Answer, MalformedReply, cap, decode_body, read_completion
 from interpscale.judges.templates import PromptTemplate, TemplateSet
 
 log = logging.getLogger(__name__)
@@ -130,11 +130,18 @@ class _TotalTimeout(Exception):
     """A request that took longer than the client's timeout from start to end."""
 
 
+class _BodyReadError(Exception):
+    """The connection failed while the reply body was being read (retried like a
+    connection error)."""
+
+
 class _CallFailed(Exception):
     """One task's request failed for good (after the retries it was allowed)."""
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (_TotalTimeout, _BodyReadError)):
+        return f"{type(exc).__name__.lstrip('_')}: {exc}"
     code = getattr(exc, "status_code", None)
     return f"{type(exc).__name__}" + (f": HTTP {code}" if code else "")
 
@@ -348,6 +355,8 @@ class JudgeClient:
                     error: Optional[BaseException] = None
                 except asyncio.TimeoutError:
                     error = _TotalTimeout(f"no complete reply within {self.timeout + 1.0:g} s")
+                except _BodyReadError as exc:
+                    error = exc
                 except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
                     if not self._answered:  # nothing got through yet: the settings are wrong, stop
                         raise JudgeConfigError(
@@ -373,9 +382,20 @@ class JudgeClient:
             await asyncio.sleep(wait)  # outside the slot
 
     async def _post(self, client: Any, messages: list[dict], sampling: dict) -> bytes:
-        resp = await client.chat.completions.with_raw_response.create(
-            model=self.model, messages=messages, timeout=self.timeout, **sampling)
-        return resp.http_response.content
+        """The reply body, read as a stream and refused beyond MAX_BODY_BYTES."""
+        async with client.chat.completions.with_streaming_response.create(
+                model=self.model, messages=messages, timeout=self.timeout, **sampling) as resp:
+            body = bytearray()
+            try:
+                async for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise MalformedReply(f"reply body over {MAX_BODY_BYTES} bytes")
+            except MalformedReply:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the HTTP library's transport errors (connection cut mid-body, ...)
+                raise _BodyReadError(f"{type(exc).__name__} while reading the reply body") from None
+            return bytes(body)
 
     def _retry_wait(self, exc: BaseException, attempt: int) -> Optional[float]:
         """Seconds to wait before retrying ``exc``, or None when it is not retried."""
@@ -468,7 +488,7 @@ def _retryable(exc: BaseException) -> bool:
     header overrides the status code, as the SDK does."""
     import openai
 
-    if isinstance(exc, (openai.APIConnectionError, _TotalTimeout)):  # includes APITimeoutError
+    if isinstance(exc, (openai.APIConnectionError, _TotalTimeout, _BodyReadError)):  # includes APITimeoutError
         return True
     if not isinstance(exc, openai.APIStatusError):
         return False
