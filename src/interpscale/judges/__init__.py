@@ -9,6 +9,10 @@ else from interpscale and never imports torch.
 
 Without a judge (and without $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
 every scorer falls back to ``LexicalJudge`` and labels its output accordingly.
+``build_judge(...)`` picks the backend and cache file from user settings (what the
+``interpscale judge`` command uses); ``outcome(result)`` counts failed items by status.
+Every item ends as a JudgeRecord: a score, or None with its status (``parse_error``,
+``api_error``, ``refused``, ``undefined``), never a zero.
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
