@@ -102,6 +102,7 @@ class LocalJudgeServer:
         self._seen: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._deadline = math.inf
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -151,6 +152,9 @@ class LocalJudgeServer:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
+                if not server._serving():  # past the lifetime or the request budget: hang up
+                    self.close_connection = True
+                    return
                 server._enter()
                 try:
                     self._answer()
@@ -202,17 +206,21 @@ class LocalJudgeServer:
             daemon_threads = True
             timeout = 0.05  # handle_request() returns after this long without a connection
 
+        self._deadline = time.monotonic() + self.lifetime
         self._httpd = Server((HOST, 0), Handler)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         return self
 
+    def _serving(self) -> bool:
+        return not self._stop.is_set() and time.monotonic() < self._deadline and self.n_requests < self.max_requests
+
     def _serve(self) -> None:
-        """Bounded request loop: ends on stop(), after ``lifetime`` s or ``max_requests``."""
-        deadline = time.monotonic() + self.lifetime
+        """Bounded request loop: ends on stop(), after ``lifetime`` s or ``max_requests``
+        (connections kept alive are hung up on at the same moment, see do_POST)."""
         httpd = self._httpd
         assert httpd is not None
-        while not self._stop.is_set() and time.monotonic() < deadline and self.n_requests < self.max_requests:
+        while self._serving():
             httpd.handle_request()
 
     def wait(self, timeout: float | None = None) -> None:

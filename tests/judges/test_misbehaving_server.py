@@ -431,3 +431,18 @@ def test_one_answer_rule_holds_for_every_parser():
         assert parse(one + " " * MAX_PARSE_CHARS, **kw) is None, parse.__name__  # too long to read
         for odd in (None, 5, "9" * 5000, "[" * 50_000, "{" * 50_000, '{"A": 1' + "0" * 5000 + "}"):
             assert parse(odd, **kw) is None, (parse.__name__, str(odd)[:20])
+
+
+def test_the_test_server_is_loopback_only_and_stops_by_itself():
+    from judge_server import LocalJudgeServer
+
+    with LocalJudgeServer(lifetime=0.3) as srv:
+        assert srv.url.startswith("http://127.0.0.1:") and srv._httpd.server_address[0] == "127.0.0.1"
+        srv.wait(5)
+        assert not srv._thread.is_alive()  # the lifetime ended the loop
+    with LocalJudgeServer(max_requests=2) as srv:
+        judge = JudgeClient(model="m", base_url=srv.url, max_retries=0, timeout=2, concurrency=1)
+        replies = judge.run([_task(i) for i in range(3)])
+        srv.wait(5)
+        assert not srv._thread.is_alive() and srv.n_requests == 2  # the request budget ended it
+        assert [r.status for r in replies] == ["ok", "ok", "api_error"]
