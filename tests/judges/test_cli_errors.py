@@ -111,6 +111,20 @@ def test_missing_input_file_and_bad_settings(tmp_path, capsys):
     assert "Batch API files need a judge model name" in capsys.readouterr().err
 
 
+def test_bad_template_file_and_missing_checkpoint(tmp_path, capsys):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"label": "a", "tokens": ["x"]}\n')
+    bad = tmp_path / "t.toml"
+    bad.write_text("not toml [[[")
+    assert main(["judge", "alignment", "--input", str(p), "--templates", str(bad)]) == 2
+    assert f"template file {bad}: Expected '='" in capsys.readouterr().err
+    bad.write_text("[alignment]\nbogus = 1\n")
+    assert main(["judge", "alignment", "--input", str(p), "--templates", str(bad)]) == 2
+    assert f"template file {bad}: template override 'alignment': unknown keys ['bogus']" in capsys.readouterr().err
+    assert main(["judge", "steering", "--checkpoint", str(tmp_path / "step_1.pt")]) == 2
+    assert f"{tmp_path / 'step_1.pt'}: no such checkpoint file" in capsys.readouterr().err
+
+
 def test_build_judge_policy(tmp_path, monkeypatch):
     monkeypatch.delenv("INTERPSCALE_JUDGE_BASE_URL", raising=False)
     monkeypatch.delenv("INTERPSCALE_JUDGE_MODEL", raising=False)

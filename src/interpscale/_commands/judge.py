@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
+        if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
+            raise ValueError(f"{args.checkpoint}: no such checkpoint file")
         judge = _judge(args)
         result = _score(args, judge)
     except BatchWritten as done:
