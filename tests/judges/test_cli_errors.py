@@ -125,6 +125,17 @@ def test_bad_template_file_and_missing_checkpoint(tmp_path, capsys):
     assert f"{tmp_path / 'step_1.pt'}: no such checkpoint file" in capsys.readouterr().err
 
 
+def test_a_cache_path_that_is_not_a_database(tmp_path, capsys):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"label": "a", "tokens": ["x"]}\n')
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("this is not sqlite " * 100)
+    for cache in (junk, tmp_path):
+        assert main(["judge", "alignment", "--input", str(p), "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                     "--cache", str(cache)]) == 2
+        assert f"judge cache {cache}: cannot use it as an sqlite database" in capsys.readouterr().err
+
+
 def test_build_judge_policy(tmp_path, monkeypatch):
     monkeypatch.delenv("INTERPSCALE_JUDGE_BASE_URL", raising=False)
     monkeypatch.delenv("INTERPSCALE_JUDGE_MODEL", raising=False)

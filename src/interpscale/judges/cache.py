@@ -58,6 +58,10 @@ def cache_key(*, model: str, base_url: str, messages: list[dict], sampling: Mapp
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+class JudgeCacheError(OSError):
+    """The cache file cannot be opened as a judge cache."""
+
+
 class JudgeCache:
     """``get_many(keys)`` / ``put(key, ...)`` over one sqlite file (WAL mode, so a killed
     run loses at most the call in flight and a reader never blocks the writer)."""
@@ -66,7 +70,10 @@ class JudgeCache:
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = _open(str(path), busy_timeout)
+        try:
+            self._db = _open(str(path), busy_timeout)
+        except sqlite3.Error as exc:  # a directory, another kind of file, no permission, ...
+            raise JudgeCacheError(f"judge cache {path}: cannot use it as an sqlite database ({exc})") from None
 
     def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
         keys = list(dict.fromkeys(keys))

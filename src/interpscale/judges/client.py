@@ -294,7 +294,7 @@ class JudgeClient:
             return self._failed(f"malformed reply: {exc}")
         except Exception as exc:  # noqa: BLE001 - anything a reply can provoke ends as this task's api_error
             log.warning("judge task failed: %s", _describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
-            return self._failed(f"error reading the reply: {_describe(exc)}")
+            return self._failed(f"error handling the reply: {_describe(exc)}")
 
     def _failed(self, why: str) -> Reply:
         self.usage.api_errors += 1
