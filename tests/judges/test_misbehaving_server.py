@@ -446,3 +446,29 @@ def test_the_test_server_is_loopback_only_and_stops_by_itself():
         srv.wait(5)
         assert not srv._thread.is_alive() and srv.n_requests == 2  # the request budget ended it
         assert [r.status for r in replies] == ["ok", "ok", "api_error"]
+
+
+def test_an_unexpected_error_in_one_item_stays_with_that_item(serve, monkeypatch):
+    import interpscale.judges.client as client_mod
+
+    real = client_mod.expected_score
+
+    def flaky(lp, span, lo, hi):
+        if lp and lp[0]["token"] == "X":
+            raise KeyError("something nobody foresaw")
+        return real(lp, span, lo, hi)
+
+    monkeypatch.setattr(client_mod, "expected_score", flaky)
+
+    def resp(body, n):
+        kind, i = _item(body)
+        text = "Rating: [[1]]"
+        lp = [{"token": "X" if i == 2 else "R", "logprob": 0.0, "top_logprobs": []}]
+        return ServerReply(text, logprobs=lp)
+
+    srv = serve(resp)
+    judge = JudgeClient(model="m", base_url=srv.url, top_logprobs=2, concurrency=4)
+    replies = judge.run([JudgeTask(TS["steer_concept"], {"label": "l", "description": "d",
+                                                          "continuation": f"item {i} body"}) for i in range(5)])
+    assert [r.status for r in replies] == ["ok", "ok", "api_error", "ok", "ok"]
+    assert replies[2].raw == "error handling the reply: KeyError"
