@@ -185,6 +185,7 @@ class JudgeClient:
         self.usage = UsageStats(price_in_per_mtok=price_in_per_mtok, price_out_per_mtok=price_out_per_mtok)
         self.run_id = uuid.uuid4().hex[:16]  # this client's row in the cache's cost ledger
         self._ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok, price_out_per_mtok)
+        self._answered = False  # whether a request of the current run got a 2xx reply
 
     # ---- description (never includes the key) ------------------------------------------
     @property
