@@ -109,13 +109,17 @@ class JudgeCache:
         if counts is None:
             return
         now = time.time()
-        self._db.execute(
-            "INSERT INTO ledger (run, model, base_url, started, updated, price_in_per_mtok, price_out_per_mtok) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, model) DO NOTHING",
-            (delta.run, delta.model, delta.base_url, now, now, delta.price_in, delta.price_out))
-        sets = ", ".join(f"{c} = {c} + ?" for c in _LEDGER_COUNTS)
-        self._db.execute(f"UPDATE ledger SET {sets}, updated = ? WHERE run = ? AND model = ?",
-                         (*(counts[c] for c in _LEDGER_COUNTS), now, delta.run, delta.model))
+        try:
+            self._db.execute(
+                "INSERT INTO ledger (run, model, base_url, started, updated, price_in_per_mtok, price_out_per_mtok) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, model) DO NOTHING",
+                (delta.run, delta.model, delta.base_url, now, now, delta.price_in, delta.price_out))
+            sets = ", ".join(f"{c} = {c} + ?" for c in _LEDGER_COUNTS)
+            self._db.execute(f"UPDATE ledger SET {sets}, updated = ? WHERE run = ? AND model = ?",
+                             (*(counts[c] for c in _LEDGER_COUNTS), now, delta.run, delta.model))
+        except BaseException:
+            delta.add(**counts)  # not written: counted again with the next write
+            raise
 
     def ledger(self) -> list[dict[str, Any]]:
         """Every run's row (oldest first), with its cost where both prices are known."""
