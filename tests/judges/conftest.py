@@ -1,9 +1,14 @@
 """Fixtures: a scripted OpenAI-compatible server on 127.0.0.1 (real HTTP) and concept cards."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from interpscale.judges import ConceptCard
-from interpscale.judges.localserver import LocalJudgeServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the test server module beside this file
+from judge_server import LocalJudgeServer  # noqa: E402
 
 
 @pytest.fixture

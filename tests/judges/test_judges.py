@@ -9,7 +9,7 @@ import pytest
 
 from interpscale.judges import (LEXICAL_LABEL, ConceptCard, JudgeClient, LexicalJudge, TemplateSet, load_templates,
                                 pearson, resolve_judge, score_alignment, score_autointerp, score_relevance)
-from interpscale.judges.localserver import ServerReply
+from judge_server import ServerReply
 from interpscale.judges.parsing import expected_score, parse_activations, parse_alignment, parse_json_scores, parse_rating
 from interpscale.judges.steering import judge_continuations
 

@@ -157,7 +157,7 @@ def test_score_given_continuations(cards):
 
 def test_expected_scores_are_averaged_when_the_server_returns_logprobs(serve, cards):
     from interpscale.judges import JudgeClient
-    from interpscale.judges.localserver import ServerReply, digit_logprobs
+    from judge_server import ServerReply, digit_logprobs
 
     srv = serve(lambda b, n: ServerReply("Rating: [[1]]", logprobs=digit_logprobs("Rating: [[1]]", {1: 0.5, 2: 0.5})))
     rows = [{"label": c.label, "prompt": "p", "continuation": f"text {i}", "condition": "steered"}

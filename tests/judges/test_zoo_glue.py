@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from interpscale.cli import main  # noqa: E402
 from interpscale.judges import ConceptCard, LexicalJudge, run_steering_benchmark  # noqa: E402
-from interpscale.judges.localserver import ServerReply  # noqa: E402
+from judge_server import ServerReply  # noqa: E402
 
 WORDS = ("the a and of to in we it was is on bicycle peloton cyclist sprint tour bread flour yeast oven dough "
          "volcano lava magma eruption ash").split()
@@ -138,7 +138,7 @@ def test_cli_inputs_relevance_and_errors(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"label": "x"}\n')
     assert main(["judge", "alignment", "--input", str(bad)]) == 2
-    assert "need 'label' and a non-empty 'tokens'" in capsys.readouterr().err
+    assert f"{bad}: line 1: 'tokens' must be a non-empty list of strings" in capsys.readouterr().err
     steer = tmp_path / "s.jsonl"
     steer.write_text(json.dumps({"label": "volcanoes", "prompt": "p", "continuation": "lava lava ash",
                                  "condition": "steered"}) + "\n")

@@ -1,20 +1,20 @@
 """`interpscale judge alignment|steering|relevance`: LLM-judge scoring.
 
 Without --base-url/--model (or $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
-the offline lexical backend scores instead, and every output says so.
+the offline lexical backend scores instead, and every output says so. Exit status: 0
+when at least one score parsed, 1 when every judged item failed (the outputs are still
+written, with each failure's status), 2 for bad input or an endpoint that refuses us.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from interpscale._atomic import atomic_write_text
-from interpscale._jsonl import iter_jsonl
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="judge model name (the paper: Mistral-Small-3.1-24B-Instruct)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     g.add_argument("--cache", default=None,
-                   help="sqlite cache file (default: <out>/judge_cache.sqlite, else ~/.cache/interpscale/)")
+                   help="sqlite cache file (default: <out>/judge_cache.sqlite, else $XDG_CACHE_HOME/interpscale/)")
     g.add_argument("--concurrency", type=int, default=16)
     g.add_argument("--max-retries", type=int, default=4)
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per call")
@@ -69,69 +69,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(r)
 
 
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    return [row for _, row in iter_jsonl(path)]
-
-
 def _judge(args: argparse.Namespace) -> Any:
-    from interpscale.judges import JudgeClient, load_templates, resolve_judge
-    from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
-    from interpscale.judges.client import ENV_BASE_URL, ENV_MODEL
+    from interpscale.judges.build import build_judge
 
-    templates = load_templates(args.templates)
-    base_url = args.base_url or os.environ.get(ENV_BASE_URL)
-    model = args.model or os.environ.get(ENV_MODEL)
-    if not (base_url and model) and not (args.batch_write or args.batch_read):
-        return resolve_judge(templates=templates)
-    cache = args.cache or (str(Path(args.out) / "judge_cache.sqlite") if args.out else None) or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "interpscale" / "judge_cache.sqlite")
-    client = JudgeClient(model=model, base_url=base_url or "batch://offline", api_key_env=args.api_key_env,
-                         cache_path=cache, concurrency=args.concurrency, max_retries=args.max_retries,
-                         timeout=args.timeout, top_logprobs=args.top_logprobs, templates=templates,
-                         price_in_per_mtok=args.price_in, price_out_per_mtok=args.price_out,
-                         progress=sys.stderr.isatty())
-    if args.batch_write:
-        return BatchWriteJudge(client, args.batch_write)
-    if args.batch_read:
-        return BatchReadJudge(client, args.batch_read)
-    return client
+    return build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
+                       templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
+                       api_key_env=args.api_key_env, concurrency=args.concurrency, max_retries=args.max_retries,
+                       timeout=args.timeout, top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,
+                       price_out_per_mtok=args.price_out, progress=sys.stderr.isatty())
+
+
+def _score(args: argparse.Namespace, judge: Any) -> Any:
+    from interpscale.judges import inputs
+
+    if args.kind == "alignment":
+        return _alignment(args, judge)
+    if args.kind == "steering":
+        return _steering(args, judge)
+    if args.checkpoint:
+        from interpscale.metrics.steering import judge_checkpoint_relevance
+
+        return judge_checkpoint_relevance(args.checkpoint, inputs.read_texts(args.input), run_dir=args.run_dir,
+                                          top=args.top, judge=judge)
+    from interpscale.judges import score_relevance
+
+    texts, candidates = inputs.read_relevance_input(args.input)
+    return score_relevance(texts, candidates, judge=judge)
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.judges import ConceptCard
     from interpscale.judges.batch import BatchWritten
+    from interpscale.judges.client import JudgeConfigError
 
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+    name = f"interpscale judge {args.kind}"
     try:
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
+            raise ValueError(f"{args.checkpoint}: no such checkpoint file")
         judge = _judge(args)
-        if args.kind == "alignment":
-            result = _alignment(args, judge)
-        elif args.kind == "steering":
-            result = _steering(args, judge)
-        elif args.checkpoint:
-            from interpscale.metrics.steering import judge_checkpoint_relevance
-
-            rows = _read_jsonl(args.input)
-            bad = [i for i, r in enumerate(rows) if not isinstance(r.get("text"), str)]
-            if bad:
-                raise ValueError(f"{args.input}: rows {bad[:5]} need a 'text' string")
-            result = judge_checkpoint_relevance(args.checkpoint, [r["text"] for r in rows], run_dir=args.run_dir,
-                                                top=args.top, judge=judge)
-        else:
-            from interpscale.judges import score_relevance
-
-            rows = _read_jsonl(args.input)
-            bad = [i for i, r in enumerate(rows) if "text" not in r or not r.get("candidates")]
-            if bad:
-                raise ValueError(f"{args.input}: rows {bad[:5]} need 'text' and a non-empty 'candidates' list")
-            result = score_relevance([r["text"] for r in rows],
-                                     [[ConceptCard.from_dict(c) for c in r["candidates"]] for r in rows], judge=judge)
+        result = _score(args, judge)
     except BatchWritten as done:
         sys.stdout.write(f"{done}; submit it, then rerun with --batch-read <output file>\n")
         return 0
-    except ValueError as exc:
-        sys.stderr.write(f"interpscale judge {args.kind}: {exc}\n")
+    except JudgeConfigError as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
+        return 2
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
         return 2
     md = result.to_markdown()
     if args.out:
@@ -139,35 +124,60 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
         atomic_write_text(out / f"{args.kind}.md", md)
     sys.stdout.write(md)
-    u = result.usage
-    sys.stderr.write(f"judge usage: {u.get('tasks', 0)} tasks, {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cache hits, "
-                     f"{u.get('retries', 0)} retries, {u.get('reasks', 0)} re-asks, {u.get('parse_failures', 0)} parse "
-                     f"failures, {u.get('api_errors', 0)} API errors, {u.get('prompt_tokens', 0)}+"
-                     f"{u.get('completion_tokens', 0)} tokens" + (f", cost {u['cost']:.4f}" if u.get("cost") else "") + "\n")
+    sys.stderr.write(_usage_line(result.usage, judge) + "\n")
+    return _report_outcome(name, result)
+
+
+def _usage_line(u: dict[str, Any], judge: Any) -> str:
+    from interpscale.judges.build import cache_of
+
+    line = (f"judge usage: {u.get('tasks', 0)} tasks, {u.get('cache_hits', 0)} cached, {u.get('requests', 0)} requests "
+            f"({u.get('retries', 0)} retries, {u.get('reasks', 0)} re-asks), {u.get('parse_failures', 0)} parse "
+            f"failures, {u.get('api_errors', 0)} API errors, {u.get('refusals', 0)} refusals, "
+            f"{u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens")
+    if u.get("cost") is not None:
+        line += f", cost {u['cost']:.4f}"
+    cache = cache_of(judge)
+    if cache is not None and str(cache.path) != ":memory:":
+        total = cache.ledger_totals()["total"]
+        cost = "" if total["cost"] is None else f", cost {total['cost']:.4f}"
+        line += (f"\njudge ledger ({cache.path}): {total['requests']} requests, "
+                 f"{total['prompt_tokens']}+{total['completion_tokens']} tokens over all runs{cost}")
+    return line
+
+
+def _report_outcome(name: str, result: Any) -> int:
+    from interpscale.judges.outcome import outcome
+
+    o = outcome(result)
+    if o.n_failed:
+        sys.stderr.write(f"{name}: {o.summary()}\n")
+    if o.all_failed:
+        sys.stderr.write(f"{name}: no item could be scored (exit status 1)\n")
+        return 1
     return 0
 
 
 def _alignment(args: argparse.Namespace, judge: Any) -> Any:
-    from interpscale.judges import ConceptCard, score_alignment
+    from interpscale.judges import score_alignment
 
     if args.checkpoint:
         from interpscale.metrics.steering import judge_checkpoint_alignment
 
         return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, k=args.k, judge=judge,
                                           n_sample=args.n_sample, seed=args.seed)
-    rows = _read_jsonl(args.input)
-    bad = [i for i, r in enumerate(rows) if "label" not in r or not r.get("tokens")]
-    if bad:
-        raise ValueError(f"{args.input}: rows {bad[:5]} need 'label' and a non-empty 'tokens' list")
-    cards = [ConceptCard.from_dict(r) for r in rows]
-    return score_alignment(cards, [r["tokens"] for r in rows], judge=judge, n_sample=args.n_sample, seed=args.seed)
+    from interpscale.judges.inputs import read_alignment_input
+
+    cards, tokens = read_alignment_input(args.input)
+    return score_alignment(cards, tokens, judge=judge, n_sample=args.n_sample, seed=args.seed)
 
 
 def _steering(args: argparse.Namespace, judge: Any) -> Any:
     if args.input:
+        from interpscale.judges.inputs import read_steering_input
         from interpscale.judges.steering import score_steering_continuations
 
-        return score_steering_continuations(_read_jsonl(args.input), judge=judge,
+        return score_steering_continuations(read_steering_input(args.input), judge=judge,
                                             instruction_judge=args.instruction_judge,
                                             quality_with_prefix=args.quality_with_prefix)
     from interpscale.judges.steering import DEFAULT_PROMPTS
@@ -179,7 +189,10 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
         raise ValueError(f"--strengths must be comma-separated numbers, got {args.strengths!r}") from None
     prompts = DEFAULT_PROMPTS
     if args.prompts:
-        prompts = tuple(line.strip() for line in Path(args.prompts).read_text().splitlines() if line.strip())
+        prompts = tuple(line.strip() for line in Path(args.prompts).read_text(encoding="utf-8").splitlines()
+                        if line.strip())
+        if not prompts:
+            raise ValueError(f"{args.prompts}: no prompts (the file is empty)")
     gens = str(Path(args.out) / "generations.jsonl") if args.out else None
     return judge_checkpoint_steering(args.checkpoint, run_dir=args.run_dir, prompts=prompts, judge=judge,
                                      temperature=args.temperature, n_concepts=args.n_concepts, strengths=strengths,

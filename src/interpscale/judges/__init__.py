@@ -9,11 +9,17 @@ else from interpscale and never imports torch.
 
 Without a judge (and without $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
 every scorer falls back to ``LexicalJudge`` and labels its output accordingly.
+``build_judge(...)`` picks the backend and cache file from user settings (what the
+``interpscale judge`` command uses); ``outcome(result)`` counts failed items by status.
+Every item ends as a JudgeRecord: a score, or None with its status (``parse_error``,
+``api_error``, ``refused``, ``undefined``), never a zero.
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
-from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
+from interpscale.judges.build import build_judge, default_cache_path
+from interpscale.judges.client import JudgeClient, JudgeConfigError, JudgeTask, Reply, UsageStats
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
+from interpscale.judges.outcome import Outcome, outcome
 from interpscale.judges.scorers import (AlignmentResult, RelevanceResult, ScoreSummary, resolve_judge,
                                         score_alignment, score_relevance)
 from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_continuations, run_steering_benchmark,
@@ -21,11 +27,12 @@ from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_cont
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
 from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
-from interpscale.judges.types import PARSE_STATUSES, ConceptCard, JudgeRecord, ParseStatus
+from interpscale.judges.types import FAILED_STATUSES, PARSE_STATUSES, ConceptCard, JudgeRecord, ParseStatus
 
 __all__ = [
-    "ConceptCard", "JudgeRecord", "ParseStatus", "PARSE_STATUSES",
-    "JudgeClient", "JudgeTask", "Reply", "UsageStats", "LexicalJudge", "LEXICAL_LABEL", "resolve_judge",
+    "ConceptCard", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",
+    "JudgeClient", "JudgeConfigError", "JudgeTask", "Reply", "UsageStats", "LexicalJudge", "LEXICAL_LABEL",
+    "resolve_judge", "build_judge", "default_cache_path", "outcome", "Outcome",
     "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",
     "score_alignment", "AlignmentResult", "score_relevance", "RelevanceResult", "ScoreSummary",
     "score_autointerp", "AutoInterpResult", "pearson",

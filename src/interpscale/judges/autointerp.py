@@ -165,7 +165,9 @@ def _unit_record(exp_reply: Any, sims: list[Any], true: np.ndarray, meta: dict) 
     cached = bool(exp_reply.cached) and all(s is not None and s.cached for s in sims)
     failed = [r for r in [exp_reply, *sims] if r is None or r.value is None]
     if failed:
-        status = "api_error" if any(r is not None and r.status == "api_error" for r in failed) else "parse_error"
+        seen = {r.status for r in failed if r is not None}
+        status = "api_error" if "api_error" in seen else "refused" if "refused" in seen \
+            else "parse_error"
         raw = "; ".join(r.raw for r in failed if r is not None)[:2000]
         return JudgeRecord(None, raw, status, cached, None, exp_reply.backend, meta)
     rho = pearson(true.ravel(), np.concatenate([np.asarray(s.value, float) for s in sims]))

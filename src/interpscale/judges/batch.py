@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 
 from interpscale._atomic import atomic_path
 from interpscale._jsonl import iter_jsonl
+from interpscale.judges.replies import MalformedReply, cap, read_completion
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -32,8 +33,8 @@ def write_batch_requests(path: str | Path, bodies: Mapping[str, Mapping[str, Any
 
 
 def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
-    """``custom_id -> {text, logprobs, prompt_tokens, completion_tokens, error}``;
-    ``error`` is None for a 200 response and a short description otherwise."""
+    """``custom_id -> {text, logprobs, refusal, prompt_tokens, completion_tokens, error}``;
+    ``error`` is None for a well-formed 200 response and a short description otherwise."""
     out: dict[str, dict[str, Any]] = {}
     for lineno, row in iter_jsonl(path):
         cid = row.get("custom_id") if isinstance(row, dict) else None
@@ -44,26 +45,22 @@ def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def _result(row: dict[str, Any]) -> dict[str, Any]:
-    res: dict[str, Any] = {"text": "", "logprobs": None, "prompt_tokens": 0, "completion_tokens": 0, "error": None}
+    res: dict[str, Any] = {"text": "", "logprobs": None, "refusal": None, "prompt_tokens": 0,
+                           "completion_tokens": 0, "error": None}
     err: Optional[Any] = row.get("error")
-    resp = row.get("response") or {}
-    code = resp.get("status_code")
+    resp = row.get("response")
+    code = resp.get("status_code") if isinstance(resp, dict) else None
     if err or code != 200:
         msg = err.get("message") if isinstance(err, dict) else err
-        res["error"] = f"batch error: {msg or ''} (status {code})".strip()
+        res["error"] = cap(f"batch error: {msg or ''} (status {code})".strip(), 500)
         return res
-    body = resp.get("body") or {}
-    choices = body.get("choices") or []
-    if choices:
-        ch = choices[0]
-        res["text"] = ((ch.get("message") or {}).get("content")) or ""
-        content = (ch.get("logprobs") or {}).get("content")
-        if content:
-            res["logprobs"] = [{"token": t.get("token", ""), "top_logprobs": t.get("top_logprobs") or []}
-                               for t in content]
-    usage = body.get("usage") or {}
-    res["prompt_tokens"] = int(usage.get("prompt_tokens") or 0)
-    res["completion_tokens"] = int(usage.get("completion_tokens") or 0)
+    try:
+        ans = read_completion(resp.get("body"))
+    except MalformedReply as exc:
+        res["error"] = f"malformed reply: {exc}"
+        return res
+    res.update(text=ans.text, logprobs=ans.logprobs, refusal=ans.refusal, prompt_tokens=ans.prompt_tokens,
+               completion_tokens=ans.completion_tokens)
     return res
 
 

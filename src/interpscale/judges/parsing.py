@@ -2,6 +2,13 @@
 
 Every parser returns ``Parsed(value, span)`` or None. ``span`` is the character span of
 the score digit in the reply, used to read its ``top_logprobs`` for an expected score.
+
+One strict rule for every judge: a reply is read only when it gives one answer. Two
+different scores, a later answer that "corrects" an earlier one, duplicate keys or keys
+that differ only in case or spacing make the reply a parse failure; repeating the same
+answer is fine. Numbers are bounded in length before they are converted (no huge
+integers, no NaN/Infinity), and replies longer than ``MAX_PARSE_CHARS`` are not read.
+No parser raises on any input.
 """
 
 from __future__ import annotations
@@ -12,6 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+MAX_PARSE_CHARS = 20_000  # a longer reply is a parse failure (templates ask for <= 512 tokens)
+MAX_NUMBER_CHARS = 12  # digits (sign and decimals included) a score may have
+MAX_JSON_STARTS = 256  # candidate JSON openings tried per reply
+MAX_EXPLANATION_CHARS = 500
+
 
 @dataclass(frozen=True)
 class Parsed:
@@ -21,79 +33,174 @@ class Parsed:
 
 _ALIGN = re.compile(r"ALIGNMENT\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _RATING = re.compile(r"Rating\s*:\s*\[\[\s*(-?\d+(?:\.\d+)?)\s*\]\]", re.IGNORECASE)
+_BRACKETS = re.compile(r"\[\[\s*(-?\d+(?:\.\d+)?)\s*\]\]")
 _EXPLAIN = re.compile(r"EXPLANATION\s*:\s*(.+)", re.IGNORECASE)
+_INT_TEXT = re.compile(r"\s*-?\d{1,%d}\s*" % MAX_NUMBER_CHARS)
 
 
-def _single_int(matches: list[re.Match], lo: float, hi: float) -> Optional[Parsed]:
-    """One integer in [lo, hi]; several matches must all agree (an echoed rubric such as
-    'Rating: [[0]] or Rating: [[1]]' is ambiguous and therefore a failure)."""
-    if not matches:
+class _Reject(ValueError):
+    """A reply that breaks the one-answer rule (raised inside JSON decoding)."""
+
+
+def _number(text: str) -> Optional[float]:
+    """A finite number from a short decimal string; None for anything longer or odd."""
+    if len(text) > MAX_NUMBER_CHARS:
         return None
-    values = {m.group(1) for m in matches}
-    if len(values) != 1:
-        return None
-    text = values.pop()
     try:
         v = float(text)
     except ValueError:
         return None
-    if not v.is_integer() or not lo <= v <= hi:
+    return v if math.isfinite(v) else None
+
+
+def _score(v: Any, lo: float, hi: float) -> Optional[int]:
+    """An integer score in [lo, hi] from a JSON value (int, integral float or digit string)."""
+    if isinstance(v, str):
+        if not _INT_TEXT.fullmatch(v):
+            return None
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
+        return None
+    return int(v) if lo <= v <= hi else None
+
+
+def _single_int(matches: list[re.Match], lo: float, hi: float) -> Optional[Parsed]:
+    """One integer in [lo, hi]; several matches must all agree (an echoed rubric such as
+    'Rating: [[0]] or Rating: [[1]]' or a later correction is ambiguous: a failure)."""
+    if not matches:
+        return None
+    values = {_number(m.group(1)) for m in matches}
+    if len(values) != 1:
+        return None
+    v = values.pop()
+    if v is None or not v.is_integer() or not lo <= v <= hi:
         return None
     return Parsed(int(v), matches[-1].span(1))
 
 
+def _readable(text: Any) -> Optional[str]:
+    return text if isinstance(text, str) and len(text) <= MAX_PARSE_CHARS else None
+
+
 def parse_alignment(text: str, lo: float = 1, hi: float = 5) -> Optional[Parsed]:
-    return _single_int(list(_ALIGN.finditer(text or "")), lo, hi)
+    text = _readable(text)
+    return None if text is None else _single_int(list(_ALIGN.finditer(text)), lo, hi)
 
 
 def parse_rating(text: str, lo: float = 0, hi: float = 2) -> Optional[Parsed]:
-    return _single_int(list(_RATING.finditer(text or "")), lo, hi)
+    """``Rating: [[n]]``; every other ``[[m]]`` in the reply (a correction without the
+    prefix) must agree with it."""
+    text = _readable(text)
+    if text is None:
+        return None
+    parsed = _single_int(list(_RATING.finditer(text)), lo, hi)
+    if parsed is None or any(_number(m.group(1)) != parsed.value for m in _BRACKETS.finditer(text)):
+        return None
+    return parsed
 
 
-def _json_blob(text: str, opener: str, closer: str) -> Any:
-    """The first decodable JSON value starting with ``opener`` (code fences allowed)."""
-    dec = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch == opener:
-            try:
-                obj, _ = dec.raw_decode(text[i:])
-                return obj
-            except json.JSONDecodeError:
-                continue
-    return None
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k.strip().upper() for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _Reject("duplicate or case-variant keys")
+    return dict(zip(keys, (v for _, v in pairs)))
+
+
+def _json_int(s: str) -> int:
+    if len(s) > MAX_NUMBER_CHARS:
+        raise _Reject("integer too long")
+    return int(s)
+
+
+def _json_float(s: str) -> float:
+    v = _number(s)
+    if v is None:
+        raise _Reject("number too long or not finite")
+    return v
+
+
+def _json_constant(s: str) -> Any:
+    raise _Reject(f"{s} is not a score")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_json_int, parse_float=_json_float,
+                            parse_constant=_json_constant)
+
+
+def _json_values(text: str, opener: str) -> Optional[list[Any]]:
+    """Every JSON value in ``text`` starting with ``opener`` (code fences and prose around
+    them allowed), outermost only; None when one of them breaks the one-answer rule
+    (duplicate keys, huge numbers, NaN) or there are too many candidates to try."""
+    out: list[Any] = []
+    i, tries = text.find(opener), 0
+    while i != -1:
+        tries += 1
+        if tries > MAX_JSON_STARTS:
+            return None
+        try:
+            obj, end = _DECODER.raw_decode(text, i)
+        except _Reject:
+            return None
+        except (json.JSONDecodeError, RecursionError):
+            i = text.find(opener, i + 1)
+            continue
+        except ValueError:  # anything else the decoder refuses
+            return None
+        out.append(obj)
+        i = text.find(opener, end)
+    return out
+
+
+def _one_answer(values: Optional[list[Any]], kind: type) -> Any:
+    """The single answer of type ``kind`` (repeats must be identical), else None."""
+    if not values:
+        return None
+    first = values[0]
+    if not isinstance(first, kind) or any(v != first for v in values[1:]):
+        return None
+    return first
 
 
 def parse_json_scores(text: str, lo: float = 1, hi: float = 5, keys: Sequence[str] = ()) -> Optional[Parsed]:
-    """A JSON object ``{"A": 3, ...}``: every expected key present, integer values in range."""
-    obj = _json_blob(text or "", "{", "}")
-    if not isinstance(obj, dict):
+    """A JSON object ``{"A": 3, ...}``: exactly the expected keys, integer values in range."""
+    text = _readable(text)
+    if text is None:
         return None
-    norm = {str(k).strip().upper(): v for k, v in obj.items()}
+    obj = _one_answer(_json_values(text, "{"), dict)
+    if not obj:
+        return None
+    want = [str(k).strip().upper() for k in keys] or sorted(obj)
+    if set(obj) != set(want):
+        return None
     out = {}
-    for k in keys or sorted(norm):
-        v = norm.get(k)
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-            v = int(v.strip())
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or not lo <= v <= hi:
+    for k in want:
+        v = _score(obj[k], lo, hi)
+        if v is None:
             return None
-        out[k] = int(v)
-    if not out:
-        return None
+        out[k] = v
     return Parsed(out)
 
 
 def parse_explanation(text: str, lo: float = 0, hi: float = 0) -> Optional[Parsed]:
-    m = _EXPLAIN.search(text or "")
-    if not m:
+    text = _readable(text)
+    if text is None:
         return None
-    phrase = m.group(1).strip().strip('"').strip()
-    return Parsed(phrase) if phrase else None
+    phrases = {m.group(1).strip().strip('"').strip() for m in _EXPLAIN.finditer(text)}
+    if len(phrases) != 1:
+        return None
+    phrase = phrases.pop()
+    return Parsed(phrase) if phrase and len(phrase) <= MAX_EXPLANATION_CHARS else None
 
 
 def parse_activations(text: str, lo: float = 0, hi: float = 10, n: int | None = None) -> Optional[Parsed]:
     """A JSON list of ``n`` numbers in [lo, hi] (one simulated activation per token)."""
-    obj = _json_blob(text or "", "[", "]")
-    if not isinstance(obj, list) or (n is not None and len(obj) != n) or not obj:
+    text = _readable(text)
+    if text is None:
+        return None
+    obj = _one_answer(_json_values(text, "["), list)
+    if not obj or (n is not None and len(obj) != n):
         return None
     vals = []
     for v in obj:
@@ -123,18 +230,27 @@ def expected_score(logprobs: Optional[list[dict]], span: Optional[tuple[int, int
         return None
     pos = 0
     for tok in logprobs:
-        text = tok.get("token") or ""
+        text = tok.get("token") if isinstance(tok, dict) else None
+        if not isinstance(text, str):
+            return None
         start, end = pos, pos + len(text)
         pos = end
         if start <= span[0] < end:
             if text.strip() != _digit_text(text, span[0] - start, span[1] - span[0]):
                 return None
             num, den = 0.0, 0.0
-            for alt in tok.get("top_logprobs") or []:
-                t = (alt.get("token") or "").strip()
-                if t.lstrip("-").isdigit() and lo <= int(t) <= hi and alt.get("logprob") is not None:
-                    p = math.exp(alt["logprob"])
-                    num += p * int(t)
+            alts = tok.get("top_logprobs") or []
+            for alt in alts if isinstance(alts, list) else []:
+                t = alt.get("token") if isinstance(alt, dict) else None
+                lp = alt.get("logprob") if isinstance(alt, dict) else None
+                if not isinstance(t, str) or not _INT_TEXT.fullmatch(t):
+                    continue
+                if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not -1e4 < lp <= 1e-6:
+                    continue  # log-probabilities are <= 0 (a hair above 0 is rounding)
+                k = int(t)
+                if lo <= k <= hi:
+                    p = math.exp(lp)
+                    num += p * k
                     den += p
             return num / den if den > 0 else None
     return None

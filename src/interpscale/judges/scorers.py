@@ -44,7 +44,7 @@ def to_record(reply: Reply, value: Any = None, **meta: Any) -> JudgeRecord:
     v = reply.value if value is None else value
     ok = reply.status in ("ok", "reasked", "lexical") and isinstance(v, (int, float)) and not isinstance(v, bool)
     return JudgeRecord(score=float(v) if ok else None, raw=reply.raw,
-                       status=reply.status if ok or reply.status in ("parse_error", "api_error") else "parse_error",
+                       status=reply.status if ok or reply.status in ("parse_error", "api_error", "refused") else "parse_error",
                        cached=reply.cached, expected=reply.expected if ok else None, backend=reply.backend, meta=meta)
 
 
@@ -58,6 +58,7 @@ class ScoreSummary:
     n_api_errors: int
     n_cached: int
     expected_mean: Optional[float] = None
+    n_refused: int = 0
 
     @classmethod
     def of(cls, records: Sequence[JudgeRecord]) -> "ScoreSummary":
@@ -67,7 +68,8 @@ class ScoreSummary:
                    n_parse_failures=sum(r.status == "parse_error" for r in records),
                    n_api_errors=sum(r.status == "api_error" for r in records),
                    n_cached=sum(r.cached for r in records),
-                   expected_mean=sum(exp) / len(exp) if exp else None)
+                   expected_mean=sum(exp) / len(exp) if exp else None,
+                   n_refused=sum(r.status == "refused" for r in records))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -100,7 +102,11 @@ class AlignmentResult:
         s = self.summary
         return (f"Known concept alignment (1-5), judge: {self.label}\n\n"
                 f"| Concepts scored | Mean | Parse failures | API errors |\n|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n" + _refused_note(s))
+
+
+def _refused_note(s: ScoreSummary) -> str:
+    return f"\nThe judge refused {s.n_refused} item(s) (not scored, excluded from the mean).\n" if s.n_refused else ""
 
 
 def _sample(n_total: int, n_sample: int | None, seed: int) -> list[int]:
@@ -161,7 +167,8 @@ class RelevanceResult:
         s = self.summary
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
                 f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n")
+                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n"
+                + _refused_note(s))
 
 
 def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,

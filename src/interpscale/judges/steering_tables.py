@@ -85,6 +85,7 @@ class ConditionScores:
     quality_parse_failures: int = 0
     instruction_parse_failures: int = 0
     api_errors: int = 0
+    refused: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,7 +109,7 @@ def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "e
         quality_parse_failures=sum(s.quality_score.status == "parse_error" for s in rows),
         instruction_parse_failures=sum(s.instruction_score is not None and s.instruction_score.status == "parse_error"
                                        for s in rows),
-        api_errors=sum(r.status == "api_error" for r in recs))
+        api_errors=sum(r.status == "api_error" for r in recs), refused=sum(r.status == "refused" for r in recs))
 
 
 def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmonic") -> dict[str, float]:
@@ -166,7 +167,8 @@ class SteeringResult:
         parts = [f"judge: {self.label}"]
         for name, c in self.conditions.items():
             parts.append(f"{name}: n={c.n_samples}, concept parse failures {c.concept_parse_failures}, "
-                         f"quality parse failures {c.quality_parse_failures}, API errors {c.api_errors}")
+                         f"quality parse failures {c.quality_parse_failures}, API errors {c.api_errors}"
+                         + (f", refused {c.refused}" if c.refused else ""))
         if self.selected_strengths:
             parts.append("steering strength chosen per concept on held-out prompts")
         return "\n".join(f"- {p}" for p in parts) + "\n"

@@ -291,7 +291,14 @@ def load_templates(path: str | Path | None = None) -> TemplateSet:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"template file {p} does not exist")
-    data = tomllib.loads(p.read_text()) if p.suffix == ".toml" else json.loads(p.read_text())
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"template file {p}: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"template file {p}: expected a table of tables {{name: {{user: ...}}}}")
-    return ts.override(data)
+    try:
+        return ts.override(data)
+    except ValueError as exc:
+        raise ValueError(f"template file {p}: {exc}") from None

@@ -9,12 +9,15 @@ from typing import Any, Literal, Optional
 #   ok          parsed on the first answer
 #   reasked     unparseable first answer, the one re-ask parsed
 #   parse_error still unparseable after the re-ask (score is None, excluded from means)
-#   api_error   the call itself failed after the SDK's retries (score is None, excluded)
+#   api_error   the call failed after its retries, or the reply body was malformed
+#               (score is None, excluded; never cached, so a rerun asks again)
+#   refused     the judge declined to answer (message.refusal or a content filter)
 #   lexical     scored by the offline lexical backend, not an LLM
 #   undefined   replies parsed but the score is undefined (e.g. a correlation with a
 #               constant series in the auto-interp scorer); excluded like a failure
-ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "lexical", "undefined"]
-PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "lexical", "undefined")
+ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "refused", "lexical", "undefined"]
+PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "refused", "lexical", "undefined")
+FAILED_STATUSES: tuple[str, ...] = ("parse_error", "api_error", "refused", "undefined")
 
 
 @dataclass(frozen=True)
