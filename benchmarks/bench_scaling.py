@@ -24,7 +24,10 @@ from scipy.optimize import minimize
 
 from interpscale.scaling import epoch_grid, fit_bounded, fit_chinchilla, fit_isoflop
 
-EPOCH_CSV = "/work/shared/data/epoch_chinchilla_svg_extracted_data.csv"
+from pathlib import Path
+
+# reference data inside the repository (provenance and licence: tests/data/epoch/README.md)
+EPOCH_CSV = Path(__file__).resolve().parents[1] / "tests" / "data" / "epoch" / "epoch_chinchilla_svg_extracted_data.csv"
 
 
 def epoch_data():
