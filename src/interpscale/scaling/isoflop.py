@@ -96,9 +96,10 @@ class IsoFlopFit:
         slice's estimate (the larger of the slices' bootstrap spread and the power laws'
         residual scatter). ``band_P``/``band_L`` are the narrower confidence bands."""
         lv = level or self.level
+        df = self.noise_sd.get("df")
         return {
-            "P_star": self.power_P.predict_interval(compute, lv, noise_sd=self.noise_sd.get("P"), seed=seed),
-            "L_star": self.power_L.predict_interval(compute, lv, noise_sd=self.noise_sd.get("L"), seed=seed),
+            "P_star": self.power_P.predict_interval(compute, lv, noise_sd=self.noise_sd.get("P"), seed=seed, df=df),
+            "L_star": self.power_L.predict_interval(compute, lv, noise_sd=self.noise_sd.get("L"), seed=seed, df=df),
         }
 
     def parabola(self, slice_compute: float, params) -> np.ndarray:
@@ -424,6 +425,8 @@ def fit_isoflop(
                 within = float(np.nanmean(np.nanvar(fin, axis=0, ddof=1)))
             scatter = pl.resid_sd ** 2 if len(used) > 2 else 0.0
             noise_sd[key] = math.sqrt(max(within, scatter))
+        # residual degrees of freedom behind those scales: pooled window points - 3 per slice
+        noise_sd["df"] = float(max(sum(len(f["x"]) for f in used) - 3 * len(used), 1))
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
     converged = bool(all(slices.loc[slices.used, "converged"]))

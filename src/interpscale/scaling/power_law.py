@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from ._base import (
     DEFAULT_LEVEL,
@@ -64,10 +66,14 @@ class PowerLawFit:
         lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
 
-    def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0):
+    def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
+                         df: float | None = None):
         """Prediction interval (lo, hi) for a new observation at ``x``: bootstrap draws of the
         line plus observation noise on the log scale, either Gaussian with ``noise_sd`` or
-        resampled residuals of the fit (df-inflated). Wider than ``band`` (curve only)."""
+        resampled residuals of the fit (df-inflated). Wider than ``band`` (curve only).
+        ``df``: degrees of freedom behind the noise estimate; the draws' spread about the
+        prediction is widened by t_df / z at the interval's level (the bootstrap alone
+        ignores that the noise scale itself is estimated)."""
         lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
         boot = self.boot if self.boot is not None and len(self.boot) else np.array([[self.log_a, self.alpha]])
         if len(boot) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
@@ -78,7 +84,12 @@ class PowerLawFit:
             noise = rng.normal(0.0, float(noise_sd), curve.shape)
         else:
             noise = resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), curve.shape, 2)
-        lo, hi = band_from_draws(np.exp(curve + noise), level or self.level)
+        dev = curve + noise - (self.log_a + self.alpha * lx)[None, :]
+        lv = level or self.level
+        if df is not None and df > 0:
+            q = 0.5 + lv / 2
+            dev = dev * (student_t.ppf(q, df) / norm.ppf(q))
+        lo, hi = band_from_draws(np.exp((self.log_a + self.alpha * lx)[None, :] + dev), lv)
         return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
 
     @property
