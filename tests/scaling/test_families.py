@@ -56,7 +56,8 @@ def test_table6_layout_and_values(fits):
 
 def test_table7_layout_and_prediction(fits):
     t7 = fits.table7()
-    assert list(t7.columns) == ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
+    assert list(t7.columns) == ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction",
+                                "pred_lo", "pred_hi", "actual", "delta"]
     assert set(t7.family) == {"ar+concept", "cdlm+concept"} and len(t7) == 8
     row = t7[(t7.metric == "concept_contribution") & (t7.family == "cdlm+concept")].iloc[0]
     b = fits["cdlm+concept"].bounded["concept_contribution"]
@@ -64,6 +65,7 @@ def test_table7_layout_and_prediction(fits):
     C = np.geomspace(1e19, 1e20, 5)  # inside the data the fitted curve matches the law
     np.testing.assert_allclose(b.predict(C), 0.93 - 2e3 * C**-0.2, atol=0.01)
     assert row.prediction == pytest.approx(float(b.predict(7.6e22)))
+    assert row.pred_lo < row.prediction < row.pred_hi <= 1.0  # a prediction interval, inside the bound
     assert row.actual == 0.876 and row.delta == pytest.approx(0.876 - row.prediction)
     assert (t7.r2 > 0.5).all()
 

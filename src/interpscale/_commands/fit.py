@@ -11,15 +11,26 @@ from interpscale._atomic import atomic_write_text
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = (
-        "interpscale fit RESULTS.{parquet,csv} [--family F ...] --out DIR\n"
-        "       interpscale fit chinchilla FILE --params COL (--tokens COL | --flops COL) --loss COL"
+        "interpscale fit RESULTS.{parquet,csv} [--family F ...] [--metric COL] [--backtest] --out DIR\n"
+        "       interpscale fit chinchilla FILE --params COL (--tokens COL | --flops COL) --loss COL [--out DIR]"
     )
     p.add_argument("inputs", nargs="+", metavar="RESULTS", help="results table, or `chinchilla FILE`")
-    p.add_argument("--out", type=Path, help="output directory for fits.json and tables.md")
+    p.add_argument("--out", type=Path, help="output directory for fits.json and tables.md "
+                   "(chinchilla: chinchilla.json, or the .json file named)")
     p.add_argument("--family", action="append", help="fit only this family (repeatable)")
     p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
     p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None, help="use (non-)annealed rows only")
     p.add_argument("--target-compute", type=float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22")
+    p.add_argument("--metric", default="loss", metavar="COL",
+                   help="column the loss fits use (default: loss); e.g. a bits-per-byte column to compare "
+                        "families with different tokenizers on one scale")
+    p.add_argument("--backtest", action="store_true",
+                   help="also forecast each held-out budget (rollout and leave-one-out) and score every "
+                        "method: backtest.json and backtest.md in --out")
+    p.add_argument("--backtest-boot", type=int, default=200, metavar="N",
+                   help="bootstrap replicates per backtest fit (default 200)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 even when some family's fit could not be made (listed in tables.md)")
     p.add_argument("--params", help="[chinchilla] column with parameter counts")
     p.add_argument("--tokens", help="[chinchilla] column with training tokens")
     p.add_argument("--flops", help="[chinchilla] column with training FLOPs (tokens = FLOPs / (6 params) when --tokens is absent)")
@@ -63,7 +74,12 @@ def _chinchilla(args, path: Path) -> int:
     D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
     fit = fit_chinchilla(P, D, df[args.loss], delta=args.delta, grid=args.grid, n_boot=args.n_boot,
                          bootstrap=args.bootstrap, level=args.level, seed=args.seed)
-    sys.stdout.write(json.dumps(fit.to_dict(), indent=2) + "\n")
+    text = json.dumps(fit.to_dict(), indent=2) + "\n"
+    sys.stdout.write(text)
+    if args.out is not None:
+        dest = args.out if args.out.suffix.lower() == ".json" else args.out / "chinchilla.json"
+        atomic_write_text(dest, text)
+        sys.stderr.write(f"wrote {dest}\n")
     return 0 if fit.converged else 1
 
 
@@ -73,13 +89,34 @@ def _results(args, path: Path) -> int:
     if args.out is None:
         raise ValueError("fit RESULTS needs --out DIR")
     df = _read_table(path)
+    if args.metric not in df.columns:
+        raise ValueError(f"{path}: --metric {args.metric!r} is not a column; have {list(df.columns)}")
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
                         n_boot=args.n_boot, seed=args.seed, level=args.level, grid=args.grid,
-                        target_compute=args.target_compute)
+                        target_compute=args.target_compute, loss=args.metric)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
     atomic_write_text(args.out / "tables.md", fits.to_markdown())
     sys.stdout.write(f"wrote {args.out / 'fits.json'} and {args.out / 'tables.md'}\n")
+    if args.backtest:
+        from interpscale.scaling import backtest
+
+        bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=args.metric,
+                      methods=("isoflop", "joint", "bounded"), n_boot=args.backtest_boot, level=args.level,
+                      seed=args.seed, target_compute=args.target_compute)
+        atomic_write_text(args.out / "backtest.json", json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n")
+        atomic_write_text(args.out / "backtest.md", bt.to_markdown())
+        sys.stdout.write(bt.summary() + "\n")
+        sys.stdout.write(f"wrote {args.out / 'backtest.json'} and {args.out / 'backtest.md'}\n")
+    dropped = fits.dropped
+    if dropped:
+        for fam, why in dropped.items():
+            for name, reason in why.items():
+                sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
+        if not args.allow_partial:
+            sys.stderr.write("interpscale fit: error: some fits could not be made (outputs written; "
+                             "--allow-partial to accept)\n")
+            return 1
     return 0
 
 
