@@ -131,3 +131,29 @@ def test_slice_tolerance_and_partial_failures(synth):
     assert fits["tiny"].isoflop is None and any("single slice" in w for w in fits["tiny"].warnings)
     t6 = fits.table6().set_index("family")
     assert math.isnan(t6.loc["tiny", "alpha_P"]) and "| tiny | — |" in fits.to_markdown()
+
+
+def test_approaches_dropped_and_options(fits, results, synth):
+    cmp = fits.approaches()
+    assert set(cmp) == set(FAMS)
+    # the rows carry flops = k P D with k = 6 x uniform(0.9, 1.1): k is read off the data
+    assert all(5.0 < c.flops_per_token_per_param < 7.0 for c in cmp.values())
+    md = fits.to_markdown()
+    assert "Approach 2 (IsoFLOP) vs Approach 3 (joint)" in md and fits.to_dict()["approaches"]
+    assert fits.dropped == {} and "could not be made" not in md
+    # cluster bootstrap by run and joint-fit options reach the fitters
+    sub = results[(results.family == "ar") & results.annealed]
+    f = fit_families(sub, n_boot=50, grid="coarse", cluster="run_id", joint_options={"bound_L_inf": True})
+    assert f["ar"].isoflop.bootstrap == "cluster" and f["ar"].chinchilla.bootstrap == "cluster"
+    assert f["ar"].chinchilla.L_inf_bounded and f["ar"].chinchilla.L_inf <= sub["loss"].min() + 1e-9
+    with pytest.raises(ValueError, match="lacks column"):
+        fit_families(sub.drop(columns="run_id"), n_boot=0, cluster="run_id")
+
+
+def test_flagged_isoflop_intervals_are_marked(synth):
+    df, _ = synth.isoflop_grid(0.528, -0.060, seed=5, noise=0.02)
+    df = df.assign(family="noisy", run_id=np.arange(len(df)) // 2)
+    f = fit_families(df, n_boot=100, grid="coarse", cluster="run_id")
+    iso = f["noisy"].isoflop
+    assert iso.flagged and iso.degenerate_fraction > 0.1
+    assert "†" in f.to_markdown() and "more than 10%" in f.to_markdown()

@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "method: backtest.json and backtest.md in --out")
     p.add_argument("--backtest-boot", type=int, default=200, metavar="N",
                    help="bootstrap replicates per backtest fit (default 200)")
+    p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column (e.g. run_id, "
+                   "when several checkpoints share a run)")
+    p.add_argument("--bound-l-inf", action="store_true", help="joint fit: constrain L_inf <= the smallest loss")
+    p.add_argument("--overestimate-penalty", type=float, default=1.0, metavar="K",
+                   help="joint fit: weight K >= 1 on points whose loss the fit over-estimates")
+    p.add_argument("--weights", metavar="COL", help="[chinchilla] column of per-point weights")
     p.add_argument("--allow-partial", action="store_true",
                    help="exit 0 even when some family's fit could not be made (listed in tables.md)")
     p.add_argument("--params", help="[chinchilla] column with parameter counts")
@@ -72,8 +78,15 @@ def _chinchilla(args, path: Path) -> int:
         df = df[df[args.loss] < thr]
     P = df[args.params].to_numpy(float)
     D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
+    if args.weights and args.weights not in df.columns:
+        raise ValueError(f"{path}: --weights column {args.weights!r} not found; have {list(df.columns)}")
+    if args.cluster and args.cluster not in df.columns:
+        raise ValueError(f"{path}: --cluster column {args.cluster!r} not found; have {list(df.columns)}")
     fit = fit_chinchilla(P, D, df[args.loss], delta=args.delta, grid=args.grid, n_boot=args.n_boot,
-                         bootstrap=args.bootstrap, level=args.level, seed=args.seed)
+                         bootstrap="cluster" if args.cluster else args.bootstrap, level=args.level, seed=args.seed,
+                         groups=df[args.cluster].to_numpy() if args.cluster else None,
+                         weights=df[args.weights] if args.weights else None, bound_L_inf=args.bound_l_inf,
+                         overestimate_penalty=args.overestimate_penalty)
     text = json.dumps(fit.to_dict(), indent=2) + "\n"
     sys.stdout.write(text)
     if args.out is not None:
@@ -93,7 +106,8 @@ def _results(args, path: Path) -> int:
         raise ValueError(f"{path}: --metric {args.metric!r} is not a column; have {list(df.columns)}")
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
                         n_boot=args.n_boot, seed=args.seed, level=args.level, grid=args.grid,
-                        target_compute=args.target_compute, loss=args.metric)
+                        target_compute=args.target_compute, loss=args.metric, cluster=args.cluster,
+                        joint_options=dict(bound_L_inf=args.bound_l_inf, overestimate_penalty=args.overestimate_penalty))
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
     atomic_write_text(args.out / "tables.md", fits.to_markdown())
@@ -103,7 +117,7 @@ def _results(args, path: Path) -> int:
 
         bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=args.metric,
                       methods=("isoflop", "joint", "bounded"), n_boot=args.backtest_boot, level=args.level,
-                      seed=args.seed, target_compute=args.target_compute)
+                      seed=args.seed, target_compute=args.target_compute, cluster=args.cluster)
         atomic_write_text(args.out / "backtest.json", json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n")
         atomic_write_text(args.out / "backtest.md", bt.to_markdown())
         sys.stdout.write(bt.summary() + "\n")

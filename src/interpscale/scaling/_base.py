@@ -107,6 +107,10 @@ def _quantile_sorted(s: np.ndarray, q: float) -> float:
     j = min(i + 1, s.size - 1)
     if s[i] == s[j] or pos == i:
         return float(s[i])
+    if not np.isfinite(s[i]):  # interpolating towards a missing (-inf) replicate: stay conservative
+        return float(s[i])
+    if not np.isfinite(s[j]):
+        return float(s[j])
     return float(s[i] + (pos - i) * (s[j] - s[i]))
 
 

@@ -32,7 +32,7 @@ import pandas as pd
 from ._base import DEFAULT_LEVEL, check_level, jsonable, log
 from .bounded import METRICS, fit_bounded
 from .chinchilla import fit_chinchilla
-from .families import ESTIMATOR_PREFERENCE, _select
+from .families import ESTIMATOR_PREFERENCE, _flops_per_param_token, _select
 from .isoflop import fit_isoflop, slice_minimum
 
 METHODS = ("isoflop", "joint", "bounded")
@@ -133,15 +133,6 @@ class Backtest:
         if n_bad:
             lines.append(f"  {n_bad} forecast(s) not scored (see to_frame()['status'])")
         return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
-
-
-def _flops_per_param_token(d: pd.DataFrame, compute: str) -> float:
-    """k in C = k P D, read off the data (median over runs); 6 when there is no compute column."""
-    if compute not in d.columns or "tokens" not in d.columns:
-        return 6.0
-    k = (d[compute] / (d["params"] * d["tokens"])).to_numpy(float)
-    k = k[np.isfinite(k) & (k > 0)]
-    return float(np.median(k)) if k.size else 6.0
 
 
 def _row(**kw) -> dict:

@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level, jsonable
-from .backtest import _flops_per_param_token
 from .chinchilla import fit_chinchilla
-from .families import ESTIMATOR_PREFERENCE, _select
+from .families import ESTIMATOR_PREFERENCE, _flops_per_param_token, _select
 from .isoflop import fit_isoflop
 
 
