@@ -23,13 +23,14 @@ dropping one budget moves each method's forecast (a stability diagnostic).
 from __future__ import annotations
 
 import math
+import warnings as _warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, check_level, jsonable, log
+from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
 from .bounded import METRICS, fit_bounded
 from .chinchilla import fit_chinchilla
 from .families import ESTIMATOR_PREFERENCE, _flops_per_param_token, _select
@@ -185,8 +186,9 @@ class _Fitter:
     def isoflop(self, train, test, C):
         fit = fit_isoflop(self.iso_rows(train), compute=self.budget, loss=self.loss, window=self.window,
                           n_boot=self.n_boot, level=self.level, seed=self.seed)
-        obs = slice_minimum(*(self.iso_rows(test)[c].to_numpy() for c in ("params", self.loss)), window=self.window) \
-            if len(self.iso_rows(test)) else dict(P_star=math.nan, L_star=math.nan, reason="no rows within tolerance")
+        held = self.iso_rows(test)
+        obs = slice_minimum(held["params"].to_numpy(), held[self.loss].to_numpy(), window=self.window) if len(held) \
+            else dict(P_star=math.nan, L_star=math.nan, reason="no rows within tolerance")
         pi = fit.predict_interval(np.array([C]), self.level, seed=self.seed)
         P, Lp = (float(v[0]) for v in fit.predict(np.array([C])))
         status = "ok" if not obs["reason"] else f"held-out slice not scored: {obs['reason']}"
@@ -319,7 +321,9 @@ def backtest(
                 base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
                             n_train_budgets=len(train_b), compute=float(test_b))
                 try:
-                    out, tgt = getattr(fitter, method)(train, test, float(test_b))
+                    with _warnings.catch_warnings():  # a fit's trouble is recorded in its rows' status
+                        _warnings.simplefilter("ignore", ScalingFitWarning)
+                        out, tgt = getattr(fitter, method)(train, test, float(test_b))
                 except ValueError as exc:
                     out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
                 rows += [_row(**base, **r) for r in out]
@@ -330,7 +334,9 @@ def backtest(
                 if method not in methods or not loo_target[method]:
                     continue
                 try:
-                    _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
+                    with _warnings.catch_warnings():
+                        _warnings.simplefilter("ignore", ScalingFitWarning)
+                        _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
                 except ValueError as exc:
                     warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")
                     continue
