@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bootstrap replicates per backtest fit (default 200)")
     p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column (e.g. run_id, "
                    "when several checkpoints share a run)")
+    p.add_argument("--minimum", choices=("parabola", "akima"), default="parabola",
+                   help="IsoFLOP slice minima: Eq. 25 parabola vertex or Akima interpolant (Porian et al.)")
     p.add_argument("--bound-l-inf", action="store_true", help="joint fit: constrain L_inf <= the smallest loss")
     p.add_argument("--overestimate-penalty", type=float, default=1.0, metavar="K",
                    help="joint fit: weight K >= 1 on points whose loss the fit over-estimates")
@@ -107,7 +109,8 @@ def _results(args, path: Path) -> int:
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
                         n_boot=args.n_boot, seed=args.seed, level=args.level, grid=args.grid,
                         target_compute=args.target_compute, loss=args.metric, cluster=args.cluster,
-                        joint_options=dict(bound_L_inf=args.bound_l_inf, overestimate_penalty=args.overestimate_penalty))
+                        joint_options=dict(bound_L_inf=args.bound_l_inf, overestimate_penalty=args.overestimate_penalty),
+                        minimum=args.minimum)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
     atomic_write_text(args.out / "tables.md", fits.to_markdown())
@@ -117,7 +120,8 @@ def _results(args, path: Path) -> int:
 
         bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=args.metric,
                       methods=("isoflop", "joint", "bounded"), n_boot=args.backtest_boot, level=args.level,
-                      seed=args.seed, target_compute=args.target_compute, cluster=args.cluster)
+                      seed=args.seed, target_compute=args.target_compute, cluster=args.cluster,
+                      minimum=args.minimum)
         atomic_write_text(args.out / "backtest.json", json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n")
         atomic_write_text(args.out / "backtest.md", bt.to_markdown())
         sys.stdout.write(bt.summary() + "\n")

@@ -81,6 +81,6 @@ def _list(args) -> int:
 def run(args) -> int:
     try:
         return {"record": _record, "check": _check, "list": _list}[args.action](args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # bad input or an unwritable registry: a message, no traceback
         sys.stderr.write(f"interpscale forecast: error: {exc}\n")
         return 2

@@ -166,8 +166,9 @@ class _Fitter:
     """Fits one method on the rows of some budgets and forecasts another budget's rows."""
 
     def __init__(self, *, budget, compute, loss, tolerance, window, grid, n_boot, level, seed, cluster, metrics,
-                 target=None, k=6.0):
+                 target=None, k=6.0, minimum="parabola"):
         self.budget, self.compute, self.loss, self._target = budget, compute, loss, target
+        self.minimum = minimum
         self.k = k  # FLOPs per token per parameter of the data (C = k P D)
         self.tolerance, self.window, self.grid = tolerance, window, grid
         self.n_boot, self.level, self.seed, self.cluster, self.metrics = n_boot, level, seed, cluster, metrics
@@ -185,9 +186,10 @@ class _Fitter:
 
     def isoflop(self, train, test, C):
         fit = fit_isoflop(self.iso_rows(train), compute=self.budget, loss=self.loss, window=self.window,
-                          n_boot=self.n_boot, level=self.level, seed=self.seed)
+                          n_boot=self.n_boot, level=self.level, seed=self.seed, minimum=self.minimum)
         held = self.iso_rows(test)
-        obs = slice_minimum(held["params"].to_numpy(), held[self.loss].to_numpy(), window=self.window) if len(held) \
+        obs = slice_minimum(held["params"].to_numpy(), held[self.loss].to_numpy(), window=self.window,
+                            minimum=self.minimum) if len(held) \
             else dict(P_star=math.nan, L_star=math.nan, reason="no rows within tolerance")
         pi = fit.predict_interval(np.array([C]), self.level, seed=self.seed)
         P, Lp = (float(v[0]) for v in fit.predict(np.array([C])))
@@ -275,12 +277,14 @@ def backtest(
     cluster: str | None = None,
     metrics: Sequence[str] | None = None,
     target_compute: float | None = None,
+    minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
     """Backtest each method on each family of ``results`` (one row per checkpoint; the
     columns of ``fit_families`` plus ``budget``). ``min_train`` is the smallest number of
     budgets a rollout fits on. ``cluster`` (e.g. ``"run_id"``) switches the joint fit to a
     cluster bootstrap. ``metrics``: metric columns for the ``bounded`` method (default:
     every METRICS column present). ``loss`` may name another column (e.g. bits per byte).
+    ``minimum``: how slice minima are read, for the fits and the held-out observations alike.
     Fits that fail are recorded with their reason in ``status``, never dropped silently."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("backtest: results must be a pandas DataFrame")
@@ -308,7 +312,8 @@ def backtest(
         ms = [m for m in (metrics or METRICS) if m in sub.columns and sub[m].notna().any()]
         fitter = _Fitter(budget=budget, compute=compute if compute in sub.columns else budget, loss=loss,
                          tolerance=tolerance, window=window, grid=grid, n_boot=n_boot, level=level, seed=seed,
-                         cluster=cluster, metrics=ms, target=target_compute, k=_flops_per_param_token(sub, compute))
+                         cluster=cluster, metrics=ms, target=target_compute, k=_flops_per_param_token(sub, compute),
+                         minimum=minimum)
         budgets = np.sort(sub[budget].dropna().unique())
         if len(budgets) <= min_train and "rollout" in schemes:
             warnings.append(f"{fam}: {len(budgets)} budget(s); a rollout needs more than min_train = {min_train}")

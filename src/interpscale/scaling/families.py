@@ -336,6 +336,7 @@ def fit_families(
     loss: str = "loss",
     cluster: str | None = None,
     joint_options: Mapping | None = None,
+    minimum: Literal["parabola", "akima"] = "parabola",
 ) -> FamilyFits:
     """Fit every family of a results table (DESIGN.md columns; one row per checkpoint).
 
@@ -350,7 +351,8 @@ def fit_families(
     with different tokenizers compare on one scale). Fits that fail are listed in
     ``FamilyFits.dropped``. ``cluster`` (e.g. ``"run_id"``) resamples whole runs in the
     IsoFLOP and joint bootstraps; ``joint_options`` go to ``fit_chinchilla`` (e.g.
-    ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``).
+    ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``); ``minimum="akima"`` reads slice
+    minima off Akima interpolants instead of parabolas.
     """
     if not isinstance(results_df, pd.DataFrame):
         raise ValueError("fit_families: results_df must be a pandas DataFrame")
@@ -381,7 +383,8 @@ def fit_families(
             iso_rows = iso_rows[dev <= tolerance]
         try:
             ckw = dict(bootstrap="cluster", cluster=cluster) if cluster else {}
-            iso = fit_isoflop(iso_rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed, **ckw)
+            iso = fit_isoflop(iso_rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed,
+                              minimum=minimum, **ckw)
         except ValueError as exc:
             emit(fw, f"{fam}: IsoFLOP fit skipped: {exc}")
             skipped["isoflop"] = str(exc)

@@ -170,12 +170,27 @@ def _fit_slice(x: np.ndarray, y: np.ndarray):
     return float(a), float(xs), float(Ls), bool(res.success), a * (x - xs) ** 2 + Ls
 
 
+AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
+
+
+def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
+    """Average the columns of Y (S, k) whose sorted x lie within ``tol`` of the previous one:
+    an interpolant through two nearly equal sizes with different losses has a near-vertical
+    secant and overshoots wildly (seen on the Epoch data)."""
+    grp = np.concatenate([[0], np.cumsum(np.diff(x) > tol)])
+    if grp[-1] == len(x) - 1:
+        return x, Y
+    M = np.eye(grp[-1] + 1)[grp]  # (k, g)
+    M = M / M.sum(axis=0, keepdims=True)
+    return x @ M, Y @ M
+
+
 def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
     """Minimum of the Akima interpolant of each row of Y (S, k) over [lo, hi] (default: the
     range of x): returns (x*, L*, interior) arrays of shape (S,). A dense grid locates the
-    minimum; a 3-point parabola through the grid minimum refines it."""
-    x = np.asarray(x, float)
-    Y = np.atleast_2d(np.asarray(Y, float))
+    minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
+    log P) are averaged first."""
+    x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
     lo = float(x.min()) if lo is None else lo
     hi = float(x.max()) if hi is None else hi
     g = np.linspace(lo, hi, _AKIMA_GRID)
