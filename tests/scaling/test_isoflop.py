@@ -221,3 +221,15 @@ def test_prediction_interval_wider_than_confidence_band(synth):
     plo, phi = pi["L_star"]
     assert plo[0] < blo[0] and bhi[0] < phi[0]
     assert fit.noise_sd["L"] > 0 and fit.noise_sd["P"] > 0
+
+
+def test_akima_merges_nearly_equal_sizes():
+    from interpscale.scaling.isoflop import akima_minimum
+
+    x = np.log([1e8, 2e8, 2.01e8, 4e8, 8e8])  # two sizes 0.5% apart with different losses
+    y = 0.05 * (x - np.log(3e8)) ** 2 + 2.5
+    y[2] += 0.02
+    xs, Ls, inner = akima_minimum(x, y[None, :])
+    assert inner[0] and abs(Ls[0] - 2.5) < 0.02 and abs(xs[0] - np.log(3e8)) < 0.3
+    xs1, Ls1, inner1 = akima_minimum(np.log([1e8, 1.001e8]), np.array([[3.0, 2.9]]))
+    assert not inner1[0] and Ls1[0] == pytest.approx(2.95)  # one size left: no minimum to read

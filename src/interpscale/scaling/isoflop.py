@@ -112,7 +112,7 @@ class IsoFlopFit:
 
     def to_dict(self) -> dict:
         d = fields_dict(self, skip=("slices", "power_P", "power_L"))
-        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L)
+        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged)
         d["power_P"], d["power_L"] = self.power_P.to_dict(), self.power_L.to_dict()
         d["slices"] = self.slices.to_dict("records")
         return jsonable(d)
@@ -191,6 +191,8 @@ def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: flo
     minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
     log P) are averaged first."""
     x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
+    if len(x) < 2:  # every size merged into one: no shape to read a minimum from
+        return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
     lo = float(x.min()) if lo is None else lo
     hi = float(x.max()) if hi is None else hi
     g = np.linspace(lo, hi, _AKIMA_GRID)
