@@ -10,7 +10,7 @@ least-squares quadratic (the two coincide at the optimum; LM certifies convergen
 
 Bootstrap replicates are never dropped. A replicate whose slice degenerates (fewer than 3
 distinct sizes, a non-convex parabola, or a vertex outside the slice's sizes) takes that
-replicate's minimum over the slice's size range instead -- the censored optimum, at an edge --
+replicate's minimum over its window instead -- the censored optimum, at an edge --
 so it lands in the tails where it belongs rather than vanishing from them; the fraction of
 such replicates is reported and the intervals are flagged when it exceeds 10%.
 """
@@ -173,11 +173,16 @@ def _fit_slice(x: np.ndarray, y: np.ndarray):
 AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
 
 
+def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
+    """Group ids of sorted log sizes: a size within ``tol`` of the previous one joins its group."""
+    return np.concatenate([[0], np.cumsum(np.diff(x) > tol)]).astype(int)
+
+
 def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
     """Average the columns of Y (S, k) whose sorted x lie within ``tol`` of the previous one:
     an interpolant through two nearly equal sizes with different losses has a near-vertical
     secant and overshoots wildly (seen on the Epoch data)."""
-    grp = np.concatenate([[0], np.cumsum(np.diff(x) > tol)])
+    grp = _size_groups(x, tol)
     if grp[-1] == len(x) - 1:
         return x, Y
     M = np.eye(grp[-1] + 1)[grp]  # (k, g)
@@ -215,14 +220,17 @@ def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: flo
     return xs, Ls, inner
 
 
-def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float):
-    """Minimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm) over [lo, hi]:
-    the vertex when convex and inside, else the lower end point. Returns (x*, L*, censored)."""
+def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float, w_lo: float, w_hi: float):
+    """Optimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex when
+    convex and inside the slice's sizes (lo, hi), as for the point estimate; otherwise the
+    lower end of the sizes [w_lo, w_hi] it was fitted on (censored: the parabola is not
+    extrapolated past its data; w_lo, w_hi may be per-replicate arrays). Returns (x*, L*, censored)."""
     xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
     inside = (Cf[:, 2] > 0) & (xs > lo) & (xs < hi)
     q = lambda t: Cf[:, 0] + Cf[:, 1] * (t - xm) + Cf[:, 2] * (t - xm) ** 2  # noqa: E731
-    f_lo, f_hi = q(lo), q(hi)
-    x_e = np.where(f_lo <= f_hi, lo, hi)
+    with np.errstate(invalid="ignore"):  # a cluster replicate may draw no size of a slice: nan, missing
+        f_lo, f_hi = q(w_lo), q(w_hi)
+    x_e = np.where(f_lo <= f_hi, w_lo, w_hi)
     L_e = np.minimum(f_lo, f_hi)
     return np.where(inside, xs, x_e), np.where(inside, Ls, L_e), ~inside
 
@@ -388,15 +396,20 @@ def fit_isoflop(
                     deg = ~inner
                 else:
                     Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
-                    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"])
+                    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
             else:  # pairs (within the window) or cluster (whole runs), weighted least squares
                 Wt = pairs_weights(rng, k, n_boot) if bootstrap == "pairs" else Wall[:, f["idx"]]
-                _, inv = np.unique(x, return_inverse=True)
-                few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3  # < 3 distinct sizes
+                # < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
+                # through two nearly equal sizes has an absurd curvature and vertex)
+                inv = _size_groups(x)
+                few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
                 XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
                 XtWX[few] = np.eye(3)
                 Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
-                xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"])
+                drawn = Wt > 0  # censor within the sizes this replicate actually drew
+                w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
+                w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
+                xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
                 if few.any():  # no parabola: the lowest mean loss among the sizes drawn
                     xd, Ld = _discrete_min(x, y, Wt[few])
                     xs[few], Ls[few] = xd, Ld
