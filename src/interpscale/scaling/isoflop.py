@@ -246,26 +246,37 @@ def _discrete_min(x: np.ndarray, y: np.ndarray, Wt: np.ndarray):
     return ux[j], mean[np.arange(len(j)), j]
 
 
+def _slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str):
+    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields
+    (n_window, P_star, L_star, curvature, converged, convex, interior, reason), the window,
+    and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
+    w = _window(y, window)
+    row = dict(n_window=int(w.stop - w.start))
+    if row["n_window"] < 3 or np.unique(x[w]).size < 3:
+        row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
+                   interior=False, reason="fewer than 3 distinct sizes")
+        return row, w, None
+    a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
+    convex = a > 0
+    interior = bool(convex and x.min() < xs < x.max())
+    if minimum == "akima":  # the interpolant always has a minimum; it must be interior
+        xa, La, inner = akima_minimum(x[w], y[w][None, :])
+        xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
+        interior = bool(inner[0]) and x.min() < xs < x.max()
+    flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
+    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
+               interior=interior, reason="; ".join(r for r, bad in flags if bad))
+    return row, w, ((a, xs, Ls, fitted) if convex else None)
+
+
 def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parabola") -> dict:
     """The optimum of one IsoFLOP slice as ``fit_isoflop`` finds it: dict with P_star, L_star,
     interior, reason ("" when usable). Used to score held-out slices in backtests."""
     P = as_array(params, "params", positive=True)
     L = as_array(loss, "loss", positive=True)
     order = np.argsort(P)
-    x, y = np.log(P[order]), L[order]
-    w = _window(y, window)
-    if w.stop - w.start < 3 or np.unique(x[w]).size < 3:
-        return dict(P_star=math.nan, L_star=math.nan, interior=False, reason="fewer than 3 distinct sizes")
-    a, xs, Ls, conv, _ = _fit_slice(x[w], y[w])
-    if minimum == "akima":
-        xa, La, inner = akima_minimum(x[w], y[w][None, :])
-        xs, Ls, conv, a = float(xa[0]), float(La[0]), True, max(a, 1.0)
-        interior = bool(inner[0]) and x.min() < xs < x.max()
-    else:
-        interior = bool(a > 0 and x.min() < xs < x.max())
-    reason = "; ".join(r for r, bad in (("not converged", not conv), ("non-convex", not a > 0),
-                                        ("minimum at edge", a > 0 and not interior)) if bad)
-    return dict(P_star=math.exp(xs) if a > 0 else math.nan, L_star=Ls, interior=interior, reason=reason)
+    row, _, _ = _slice_optimum(np.log(P[order]), L[order], window, minimum)
+    return {k: row[k] for k in ("P_star", "L_star", "interior", "reason")}
 
 
 def fit_isoflop(
@@ -329,28 +340,12 @@ def fit_isoflop(
         m = np.flatnonzero(Cs == c)
         order = np.argsort(P[m])
         x, y = np.log(P[m][order]), L[m][order]
-        w = _window(y, window)
-        row = dict(compute=float(c), n_points=int(m.size), n_window=int(w.stop - w.start))
-        if row["n_window"] < 3 or np.unique(x[w]).size < 3:
-            row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
-                       interior=False, reason="fewer than 3 distinct sizes")
-            rows.append(row)
-            continue
-        a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
-        convex = a > 0
-        interior = bool(convex and x.min() < xs < x.max())
-        if minimum == "akima":  # the interpolant always has a minimum; it must be interior
-            xa, La, inner = akima_minimum(x[w], y[w][None, :])
-            xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
-            interior = bool(inner[0]) and x.min() < xs < x.max()
-        flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
-        reason = "; ".join(r for r, bad in flags if bad)
-        row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
-                   interior=interior, reason=reason)
-        rows.append(row)
-        if convex:
+        row, w, opt = _slice_optimum(x, y, window, minimum)
+        rows.append(dict(compute=float(c), n_points=int(m.size), **row))
+        if opt is not None:
+            a, xs, Ls, fitted = opt
             coef[float(c)] = (a, xs, Ls)
-            fits.append(dict(c=float(c), x=x[w], y=y[w], fitted=fitted, ok=not reason, idx=m[order][w],
+            fits.append(dict(c=float(c), x=x[w], y=y[w], fitted=fitted, ok=not row["reason"], idx=m[order][w],
                              lo=float(x.min()), hi=float(x.max())))
     slices = pd.DataFrame(rows)
     slices["used"] = [bool(r["reason"] == "" or (not exclude_flagged and r["convex"])) for r in rows]
