@@ -94,3 +94,18 @@ def test_per_family_and_metric_column(synth):
 def test_nearest_budget():
     out = nearest_budget([5.5e18, 1.2e19, 2.2e21])
     np.testing.assert_array_equal(out, [6e18, 1e19, 3e21])
+
+
+def test_bounded_metrics_and_cluster_bootstrap(synth):
+    df, _ = synth.chinchilla_grid(seed=2, noise=0.01, sizes=6)
+    rng = np.random.default_rng(0)
+    df["concept_contribution"] = 0.93 - 2e3 * df["flops"] ** -0.2 + rng.normal(0, 0.005, len(df))
+    df["run_id"] = np.arange(len(df)) // 2  # two checkpoints per run
+    bt = backtest(df, methods=("joint", "bounded"), schemes=("loo",), n_boot=30, cluster="run_id")
+    t = bt.to_frame()
+    m = t[(t.method == "bounded") & (t.status == "ok")]
+    assert set(m["quantity"]) == {"concept_contribution"} and len(m) == len(df)
+    assert (m["hi"] <= 1.0).all()  # prediction intervals respect the natural bound
+    assert m["rel_error"].abs().median() < 0.05
+    j = t[(t.method == "joint") & (t.quantity == "loss")]
+    assert (j.status == "ok").all() and len(j) == len(df)
