@@ -6,14 +6,20 @@
    15th start (300 starts) and its time is extrapolated x15; ``--full-baseline`` runs all.
 2. 10,000-replicate residual bootstrap of the joint fit (warm-started, batched) vs a loop
    of L-BFGS-B calls, one per replicate (a 200-replicate subset, extrapolated x50).
-3. Bounded-fit (Eq. 29) and IsoFLOP bootstraps with 10,000 replicates (absolute times).
+3. Bounded-fit (Eq. 29) and IsoFLOP bootstraps with 10,000 replicates (absolute times), and
+   the IsoFLOP pairs bootstrap keeping degenerate replicates vs the old drop (interval widths).
+4. Backtests (issue 17): held-out error and prediction-interval coverage of each method on
+   the Epoch data (runs labelled by the nearest Chinchilla IsoFLOP budget) and on the bundled
+   example table; time of a backtest as a multiple of one fit of each method (same process);
+   coverage of 90% prediction intervals on synthetic laws over ``--coverage-seeds`` seeds.
 
-Usage: .venv/bin/python benchmarks/bench_scaling.py [--full-baseline]
+Usage: .venv/bin/python benchmarks/bench_scaling.py [--full-baseline] [--skip-grid] [--coverage-seeds N]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 import warnings
@@ -22,9 +28,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from interpscale.scaling import epoch_grid, fit_bounded, fit_chinchilla, fit_isoflop
+from interpscale.scaling import backtest, epoch_grid, fit_bounded, fit_chinchilla, fit_isoflop, nearest_budget
 
-EPOCH_CSV = "/work/shared/data/epoch_chinchilla_svg_extracted_data.csv"
+from pathlib import Path
+
+# reference data inside the repository (provenance and licence: tests/data/epoch/README.md)
+EPOCH_CSV = Path(__file__).resolve().parents[1] / "tests" / "data" / "epoch" / "epoch_chinchilla_svg_extracted_data.csv"
 
 
 def epoch_data():
@@ -68,9 +77,81 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full-baseline", action="store_true", help="run the baseline on all 4,500 starts")
     ap.add_argument("--n-boot", type=int, default=10_000)
+    ap.add_argument("--skip-grid", action="store_true", help="only the resampling and backtest sections")
+    ap.add_argument("--coverage-seeds", type=int, default=30)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)  # overflow in the baseline's wild starts
+    logging.getLogger("interpscale.scaling").setLevel(logging.ERROR)  # fit warnings are in the results
     N, D, L = epoch_data()
+    if not args.skip_grid:
+        grid_and_bootstrap(N, D, L, args)
+    resampling(args)
+    backtests(N, D, L, args)
+    return 0
+
+
+def resampling(args) -> None:
+    """IsoFLOP pairs bootstrap: degenerate replicates kept (censored) vs dropped."""
+    rows = [dict(slice_flops=c, params=p, loss=1.8 + 400 / p**0.34 + 2000 / (c / (6 * p)) ** 0.37
+                 + np.random.default_rng(int(p) % 997).normal(0, 0.004))
+            for c in (6e18, 1e19, 3e19, 1e20) for p in np.geomspace(2e7, 2e9, 7)]
+    df = pd.DataFrame(rows)
+    for mode in ("censor", "drop"):
+        t0 = time.perf_counter()
+        f = fit_isoflop(df, n_boot=args.n_boot, bootstrap="pairs", degenerate=mode)
+        lo, hi = f.ci["alpha_P"]
+        print(f"[resampling] IsoFLOP pairs bootstrap, {args.n_boot} replicates, degenerate={mode}: "
+              f"{time.perf_counter() - t0:.2f} s; {100 * f.degenerate_fraction:.1f}% degenerate; "
+              f"alpha_P {f.alpha_P:.4f} 90% CI [{lo:.4f}, {hi:.4f}] (width {hi - lo:.4f}); replicates used {f.n_boot_ok}")
+
+
+def _bt_print(name: str, bt) -> None:
+    for r in bt.errors().itertuples(index=False):
+        print(f"[backtest] {name} {r.family} {r.method} {r.quantity} {r.scheme}: n={r.n} MAPE {r.mape:.2f}% "
+              f"max {r.max_ape:.2f}% bias {r.bias:+.2f}% coverage {r.coverage:.2f} PI width {r.pi_width:.2f}%")
+    if bt.shifts is not None:
+        for r in bt.shifts.itertuples(index=False):
+            print(f"[backtest] {name} {r.family} {r.method}: forecast at C={bt.target_compute:.3g} {r.forecast:.4f}, "
+                  f"max leave-one-budget-out shift {r.max_shift:.2f}%")
+
+
+def backtests(N, D, L, args) -> None:
+    from pathlib import Path as _P
+
+    C = 6 * N * D
+    epoch = pd.DataFrame(dict(params=N, tokens=D, loss=L, flops=C, slice_flops=nearest_budget(C)))
+    with Timer() as t_one:
+        fit_chinchilla(N, D, L, grid="coarse", n_boot=200)
+        fit_isoflop(epoch[(epoch.flops / epoch.slice_flops - 1).abs() <= 0.15]
+                    .groupby(["slice_flops", "params"], as_index=False)["loss"].mean(), n_boot=200)
+    with Timer() as t_bt:
+        bt = backtest(epoch, n_boot=200, target_compute=5.76e23)  # Chinchilla's budget
+    print(f"[backtest] Epoch data: {len(bt.table)} forecasts in {t_bt.wall:.1f} s wall = "
+          f"x{t_bt.wall / t_one.wall:.1f} one joint + one IsoFLOP fit ({t_one.wall:.2f} s)")
+    _bt_print("epoch", bt)
+    example = pd.read_csv(_P(__file__).resolve().parents[1] / "src" / "interpscale" / "analysis" / "data"
+                          / "example_results.csv")
+    with Timer() as t_ex:
+        bt = backtest(example, n_boot=200, target_compute=7.6e22, methods=("isoflop", "joint", "bounded"))
+    print(f"[backtest] example table: {len(bt.table)} forecasts in {t_ex.wall:.1f} s")
+    _bt_print("example", bt)
+    sys.path.insert(0, str(_P(__file__).resolve().parents[1] / "tests" / "scaling"))
+    from conftest import chinchilla_grid, isoflop_grid  # noqa: PLC0415 (the tests' synthetic laws)
+
+    frames = []
+    for s in range(args.coverage_seeds):
+        df, _ = isoflop_grid(0.528, -0.060, seed=300 + s, noise=0.004, slices=(3e18, 6e18, 1e19, 3e19, 1e20))
+        frames.append(backtest(df, methods=("isoflop",), n_boot=200, seed=s).to_frame())
+        df, _ = chinchilla_grid(seed=300 + s, noise=0.01)
+        frames.append(backtest(df, methods=("joint",), n_boot=200, seed=s).to_frame())
+    t = pd.concat(frames)
+    t = t[t.status == "ok"]
+    for (m, q, sc), g in t.groupby(["method", "quantity", "scheme"]):
+        print(f"[coverage] synthetic law, {args.coverage_seeds} seeds, {m} {q} {sc}: 90% PI covered "
+              f"{g.covered.mean():.3f} of {len(g)} held-out forecasts")
+
+
+def grid_and_bootstrap(N, D, L, args) -> None:
     grid = epoch_grid()
 
     with Timer() as t_ours:
@@ -116,7 +197,6 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     fit_isoflop(pd.DataFrame(rows), n_boot=args.n_boot)
     print(f"[isoflop] {args.n_boot}-replicate bootstrap of slice parabolas + power laws: {time.perf_counter() - t0:.2f} s")
-    return 0
 
 
 if __name__ == "__main__":

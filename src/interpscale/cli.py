@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train", "train one run from a RunSpec / run directory"),
     "evaluate": ("evaluate", "evaluate every checkpoint of a run directory"),
     "fit": ("fit", "fit scaling laws to a results table, or `fit chinchilla` on any CSV"),
+    "forecast": ("forecast", "record a loss forecast before a run; check it against the observed loss later"),
     "judge": ("judge", "LLM-judge scoring: alignment | steering | relevance"),
     "human-study": ("human_study", "analyse a human-rating study (ordinal mixed models)"),
     "figures": ("figures", "draw the paper figures from a results table"),

@@ -1,10 +1,13 @@
 """Synthetic scaling data from known laws (shared by the scaling tests)."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
-EPOCH_CSV = "epoch_chinchilla_svg_extracted_data.csv"  # in shared/data (see the shared_data fixture)
+# reference data inside the repository (provenance and licence: tests/data/epoch/README.md)
+EPOCH_CSV = Path(__file__).resolve().parents[1] / "data" / "epoch" / "epoch_chinchilla_svg_extracted_data.csv"
 SLICES = (6e18, 1e19, 3e19, 1e20)  # paper Table 24 (AR / CDLM)
 
 
@@ -52,8 +55,9 @@ def epoch_data(path):
 
 
 @pytest.fixture(scope="session")
-def epoch_csv(shared_data):
-    return shared_data(EPOCH_CSV)
+def epoch_csv():
+    assert EPOCH_CSV.is_file(), f"reference data missing from the repository: {EPOCH_CSV}"
+    return EPOCH_CSV
 
 
 @pytest.fixture(scope="session")

@@ -89,3 +89,21 @@ def test_bad_input():
         fit_bounded(C[:3], [1, 2, 3], direction="lower")
     with pytest.raises(ValueError, match="duplicate rows 0 and 30"):
         fit_bounded(np.r_[C, C[0]], np.r_[np.linspace(1, 0.5, C.size), 1.0], direction="lower")
+
+
+def test_prediction_interval_covers_new_observations():
+    rng = np.random.default_rng(7)
+    C = np.repeat(np.geomspace(1e18, 1e20, 6), 4)
+    true = lambda c: 0.9 - 3e3 * c**-0.2  # noqa: E731  (higher is better, bound 1)
+    hits = n = 0
+    for seed in range(6):
+        m = true(C) + rng.normal(0, 0.01, C.size)
+        f = fit_bounded(C, m, name="concept_contribution", n_boot=200, seed=seed)
+        new_C = np.array([2e20, 3e20])
+        lo, hi = f.predict_interval(new_C)
+        blo, bhi = f.band(new_C)
+        assert np.all(lo < blo) and np.all(bhi < hi) and np.all(hi <= 1.0)
+        obs = true(new_C)[None, :] + rng.normal(0, 0.01, (20, 2))
+        hits += ((lo <= obs) & (obs <= hi)).sum()
+        n += obs.size
+    assert 0.8 <= hits / n <= 0.99, hits / n

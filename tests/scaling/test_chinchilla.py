@@ -158,3 +158,54 @@ def test_collapsed_asymptote_is_flagged(synth, epoch_fit):
     assert f.L_inf < 0.01 * df.loss.min()
     assert any("not identified" in w for w in f.warnings)
     assert not any("not identified" in w for w in epoch_fit.warnings)
+
+
+def test_L_inf_bound_binds_below_the_smallest_loss(synth):
+    df, _ = synth.chinchilla_grid(seed=3, noise=0.005)
+    i = int(df.loss.idxmin())
+    df.loc[i, "loss"] = 1.70  # one low outlier below the true E = 1.8
+    free = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0)
+    assert free.L_inf > 1.70  # the Huber fit ignores the outlier: L_inf above the smallest loss
+    bnd = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=50, bound_L_inf=True)
+    assert bnd.L_inf <= 1.70 + 1e-9 and bnd.L_inf_bounded and "L_inf <= min(loss)" in bnd.summary()
+    assert all(np.exp(bnd.boot[:, 2]) <= 1.70 + 1e-9)
+    assert bnd.objective >= free.objective - 1e-12
+
+
+def test_overestimate_penalty_and_weights(synth):
+    df, _ = synth.chinchilla_grid(seed=4, noise=0.02)
+    base = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0)
+    asym = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0, overestimate_penalty=5.0)
+    r_base = np.log(base.predict(df.params, df.tokens) / df.loss)
+    r_asym = np.log(asym.predict(df.params, df.tokens) / df.loss)
+    assert (r_asym > 0).mean() < (r_base > 0).mean()  # fewer over-estimates when they cost more
+    # integer weights are the same as repeating points
+    w = np.where(np.arange(len(df)) % 3 == 0, 2.0, 1.0)
+    wf = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0, weights=w)
+    rep = df.loc[df.index.repeat(w.astype(int))]
+    jitter = np.where(rep.index.duplicated(), 1 + 1e-12, 1.0)  # duplicates are refused; perturb them
+    rf = fit_chinchilla(rep.params * jitter, rep.tokens, rep.loss, grid="coarse", n_boot=0)
+    assert wf.alpha == pytest.approx(rf.alpha, rel=1e-4) and wf.L_inf == pytest.approx(rf.L_inf, rel=1e-4)
+    assert wf.weighted and not base.weighted
+    with pytest.raises(ValueError, match="overestimate_penalty"):
+        fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0, overestimate_penalty=0.5)
+    with pytest.raises(ValueError, match="weights"):
+        fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=0, weights=-w)
+
+
+def test_cluster_bootstrap_and_prediction_interval(synth):
+    df, truth = synth.chinchilla_grid(seed=5, noise=0.01)
+    runs = np.arange(len(df)) // 2  # two checkpoints per run
+    with pytest.raises(ValueError, match="needs groups"):
+        fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=10, bootstrap="cluster")
+    f = fit_chinchilla(df.params, df.tokens, df.loss, grid="coarse", n_boot=200, bootstrap="cluster", groups=runs)
+    assert f.bootstrap == "cluster" and f.n_boot_ok >= 190
+    lo, hi = f.ci["alpha"]
+    assert lo < f.alpha < hi
+    P, D = np.array([1e9, 3e9]), np.array([2e10, 6e10])
+    blo, bhi = f.band(P, D)
+    plo, phi = f.predict_interval(P, D)
+    assert np.all(plo < blo) and np.all(bhi < phi)  # a prediction interval adds the noise
+    olo, ohi = f.predict_interval_optimal(1e21)
+    cl, ch = f.band_optimal(1e21)
+    assert olo < cl <= ch < ohi

@@ -9,7 +9,8 @@ import pytest
 from interpscale.cli import main
 
 def test_scaling_never_imports_torch():
-    code = "import sys, interpscale.scaling, interpscale._commands.fit; print('torch' in sys.modules)"
+    code = ("import sys, interpscale.scaling, interpscale._commands.fit, interpscale._commands.forecast; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -48,3 +49,73 @@ def test_fit_results_cli_writes_outputs(tmp_path, synth, fmt):
     assert list(d["families"]) == ["cdlm"]
     assert np.isclose(d["table6"][0]["alpha_P"], 0.632, atol=0.03)
     assert "| cdlm |" in (out / "tables.md").read_text()
+
+
+def test_scaling_imports_nothing_else_from_interpscale():
+    import ast
+    from pathlib import Path
+
+    import interpscale.scaling as pkg
+
+    for f in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert not node.module.startswith("interpscale"), (f.name, node.module)
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                raise AssertionError(f"{f.name}: relative import out of the package")
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("interpscale") for a in node.names), f.name
+
+
+def test_fit_chinchilla_out_writes_the_result(tmp_path, capsys, epoch_csv):
+    args = ["fit", "chinchilla", str(epoch_csv), "--params", "Model Size", "--flops", "Training FLOP",
+            "--loss", "loss", "--drop-highest-loss", "5", "--n-boot", "0", "--grid", "coarse"]
+    assert main(args + ["--out", str(tmp_path / "d")]) == 0
+    d = json.loads((tmp_path / "d" / "chinchilla.json").read_text())
+    assert d == json.loads(capsys.readouterr().out)
+    assert main(args + ["--out", str(tmp_path / "fit.json")]) == 0
+    assert json.loads((tmp_path / "fit.json").read_text())["n"] == 240
+
+
+def _two_families(synth, tmp_path):
+    frames = []
+    for fam, (aP, aL) in {"ar": (0.528, -0.06), "cdlm": (0.632, -0.053)}.items():
+        df, _ = synth.isoflop_grid(aP, aL, seed=3, noise=0.002, slices=(3e18, 6e18, 1e19, 3e19, 1e20))
+        frames.append(df.assign(family=fam, run_id=[f"{fam}-{i}" for i in range(len(df))],
+                                bpb=df["loss"] / (4.2 * np.log(2))))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_fit_exits_nonzero_when_a_family_is_dropped(tmp_path, capsys, synth):
+    table = _two_families(synth, tmp_path)
+    table.loc[table.family == "cdlm", "loss"] = -1.0  # one family unusable: both loss fits fail
+    path = tmp_path / "r.csv"
+    table.to_csv(path, index=False)
+    out = tmp_path / "fits"
+    rc = main(["fit", str(path), "--out", str(out), "--n-boot", "0", "--grid", "coarse"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "cdlm: isoflop fit not made" in err and "--allow-partial" in err
+    assert (out / "fits.json").exists()  # nothing computed is lost
+    assert "Fits that could not be made" in (out / "tables.md").read_text()
+    assert json.loads((out / "fits.json").read_text())["dropped"]["cdlm"]
+    assert main(["fit", str(path), "--out", str(out), "--n-boot", "0", "--grid", "coarse", "--allow-partial"]) == 0
+
+
+def test_fit_metric_and_backtest(tmp_path, capsys, synth):
+    table = _two_families(synth, tmp_path)
+    path = tmp_path / "r.csv"
+    table.to_csv(path, index=False)
+    out = tmp_path / "fits"
+    rc = main(["fit", str(path), "--out", str(out), "--n-boot", "30", "--grid", "coarse", "--metric", "bpb",
+               "--family", "ar", "--backtest", "--backtest-boot", "20"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    d = json.loads((out / "fits.json").read_text())
+    L_inf = d["table6"][0]["L_inf"]
+    assert L_inf < table.loc[table.family == "ar", "bpb"].min()  # fitted on bits per byte
+    assert np.isclose(d["table6"][0]["alpha_L"], -0.06, atol=0.01)  # a rescaled loss keeps its exponent
+    bt = json.loads((out / "backtest.json").read_text())
+    assert {r["method"] for r in bt["errors"]} == {"isoflop", "joint"} and all(r["family"] == "ar" for r in bt["errors"])
+    assert "MAPE" in text and "| ar | isoflop | L_star |" in (out / "backtest.md").read_text()
+    assert main(["fit", str(path), "--out", str(out), "--metric", "nope"]) == 2
+    assert "--metric 'nope' is not a column" in capsys.readouterr().err

@@ -46,3 +46,12 @@ def test_given_allocation(fits):
         extrapolate(joint, iso, 1e22, params=P)
     with pytest.raises(ValueError, match="compute must be positive"):
         extrapolate(joint, iso, -1.0)
+
+
+def test_prediction_intervals_contain_confidence_intervals(fits):
+    joint, iso, _ = fits
+    x = extrapolate(joint, iso, STEERLING_COMPUTE)
+    for name in ("joint", "loglinear"):
+        (clo, chi), (plo, phi) = x.ci[name], x.pi[name]
+        assert plo < clo <= chi < phi, name  # PI = curve uncertainty + observation noise
+    assert "PI [" in x.summary() and x.to_dict()["joint_pi"] == list(x.joint_pi)

@@ -56,7 +56,8 @@ def test_table6_layout_and_values(fits):
 
 def test_table7_layout_and_prediction(fits):
     t7 = fits.table7()
-    assert list(t7.columns) == ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
+    assert list(t7.columns) == ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction",
+                                "pred_lo", "pred_hi", "actual", "delta"]
     assert set(t7.family) == {"ar+concept", "cdlm+concept"} and len(t7) == 8
     row = t7[(t7.metric == "concept_contribution") & (t7.family == "cdlm+concept")].iloc[0]
     b = fits["cdlm+concept"].bounded["concept_contribution"]
@@ -64,6 +65,7 @@ def test_table7_layout_and_prediction(fits):
     C = np.geomspace(1e19, 1e20, 5)  # inside the data the fitted curve matches the law
     np.testing.assert_allclose(b.predict(C), 0.93 - 2e3 * C**-0.2, atol=0.01)
     assert row.prediction == pytest.approx(float(b.predict(7.6e22)))
+    assert row.pred_lo < row.prediction < row.pred_hi <= 1.0  # a prediction interval, inside the bound
     assert row.actual == 0.876 and row.delta == pytest.approx(0.876 - row.prediction)
     assert (t7.r2 > 0.5).all()
 
@@ -129,3 +131,29 @@ def test_slice_tolerance_and_partial_failures(synth):
     assert fits["tiny"].isoflop is None and any("single slice" in w for w in fits["tiny"].warnings)
     t6 = fits.table6().set_index("family")
     assert math.isnan(t6.loc["tiny", "alpha_P"]) and "| tiny | — |" in fits.to_markdown()
+
+
+def test_approaches_dropped_and_options(fits, results, synth):
+    cmp = fits.approaches()
+    assert set(cmp) == set(FAMS)
+    # the rows carry flops = k P D with k = 6 x uniform(0.9, 1.1): k is read off the data
+    assert all(5.0 < c.flops_per_token_per_param < 7.0 for c in cmp.values())
+    md = fits.to_markdown()
+    assert "Approach 2 (IsoFLOP) vs Approach 3 (joint)" in md and fits.to_dict()["approaches"]
+    assert fits.dropped == {} and "could not be made" not in md
+    # cluster bootstrap by run and joint-fit options reach the fitters
+    sub = results[(results.family == "ar") & results.annealed]
+    f = fit_families(sub, n_boot=50, grid="coarse", cluster="run_id", joint_options={"bound_L_inf": True})
+    assert f["ar"].isoflop.bootstrap == "cluster" and f["ar"].chinchilla.bootstrap == "cluster"
+    assert f["ar"].chinchilla.L_inf_bounded and f["ar"].chinchilla.L_inf <= sub["loss"].min() + 1e-9
+    with pytest.raises(ValueError, match="lacks column"):
+        fit_families(sub.drop(columns="run_id"), n_boot=0, cluster="run_id")
+
+
+def test_flagged_isoflop_intervals_are_marked(synth):
+    df, _ = synth.isoflop_grid(0.528, -0.060, seed=5, noise=0.02)
+    df = df.assign(family="noisy", run_id=np.arange(len(df)) // 2)
+    f = fit_families(df, n_boot=100, grid="coarse", cluster="run_id")
+    iso = f["noisy"].isoflop
+    assert iso.flagged and iso.degenerate_fraction > 0.1
+    assert "†" in f.to_markdown() and "more than 10%" in f.to_markdown()

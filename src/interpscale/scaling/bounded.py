@@ -28,6 +28,7 @@ from ._base import (
     fmt_ci,
     pairs_weights,
     percentile_ci,
+    resample_noise,
     resample_residuals,
 )
 
@@ -70,6 +71,7 @@ class BoundedFit:
     warnings: tuple[str, ...] = ()
     compute_range: tuple[float, float] = (math.nan, math.nan)
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # m - fitted
 
     @property
     def sign(self) -> float:
@@ -87,6 +89,22 @@ class BoundedFit:
             return y.reshape(np.shape(compute)), y.reshape(np.shape(compute))
         e, A, b = self.boot[:, :1], self.boot[:, 1:2], self.boot[:, 2:3]
         draws = e + self.sign * A * np.exp(-b * np.log(C)[None, :])
+        lo, hi = band_from_draws(draws, level or self.level)
+        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+
+    def predict_interval(self, compute, level: float | None = None, *, seed: int = 0):
+        """Prediction interval (lo, hi) of a new observation at ``compute``: bootstrap curve
+        draws plus resampled residuals, kept on the allowed side of the natural bound."""
+        C = np.atleast_1d(np.asarray(compute, float))
+        boot = self.boot if self.boot is not None and len(self.boot) else np.array([[self.e, self.A, self.beta]])
+        if len(boot) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
+            boot = np.repeat(boot, -(-200 // len(boot)), axis=0)
+        e, A, b = boot[:, :1], boot[:, 1:2], boot[:, 2:3]
+        draws = e + self.sign * A * np.exp(-b * np.log(C)[None, :])
+        rng = np.random.default_rng(seed)
+        draws = draws + resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), draws.shape, 3)
+        if self.bound is not None:
+            draws = np.maximum(draws, self.bound) if self.direction == "lower" else np.minimum(draws, self.bound)
         lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
 
@@ -296,4 +314,5 @@ def fit_bounded(
         warnings=tuple(warnings),
         compute_range=(float(C.min()), float(C.max())),
         boot=boot,
+        resid=m - fitted,
     )

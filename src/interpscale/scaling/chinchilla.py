@@ -29,8 +29,10 @@ from ._base import (
     fields_dict,
     log,
     fmt_ci,
+    cluster_weights,
     pairs_weights,
     percentile_ci,
+    resample_noise,
     resample_residuals,
 )
 from ._optim import STATUS, batched_bfgs
@@ -73,21 +75,29 @@ class _HuberLSE:
     Hessian far better conditioned for BFGS.
     """
 
-    def __init__(self, lP, lD, Y, W, delta):
+    def __init__(self, lP, lD, Y, W, delta, *, overestimate=1.0, e_max=None):
         self.cP, self.cD = float(lP.mean()), float(lD.mean())
         self.xP, self.xD = lP - self.cP, lD - self.cD
         self.Y, self.W, self.delta = Y, W, delta
+        self.over = float(overestimate)  # factor on terms where the fit over-estimates the loss
+        # L_inf <= exp(e_max): e = e_max - softplus(-u) with u free (a smooth one-sided bound)
+        self.e_max = None if e_max is None else float(e_max)
 
     def to_internal(self, theta):
         z = theta.copy()
         z[:, 0] = theta[:, 0] - theta[:, 3] * self.cP
         z[:, 1] = theta[:, 1] - theta[:, 4] * self.cD
+        if self.e_max is not None:  # starts above the bound are moved just below it
+            gap = np.maximum(self.e_max - theta[:, 2], 1e-3)
+            z[:, 2] = -np.log(np.expm1(gap))
         return z
 
     def to_external(self, z):
         theta = z.copy()
         theta[:, 0] = z[:, 0] + z[:, 3] * self.cP
         theta[:, 1] = z[:, 1] + z[:, 4] * self.cD
+        if self.e_max is not None:
+            theta[:, 2] = self.e_max - np.logaddexp(0.0, -z[:, 2])
         return theta
 
     def __call__(self, Z, rows, chunk=64):
@@ -105,6 +115,9 @@ class _HuberLSE:
         # overflow gives inf, which the line search rejects.
         d = self.delta
         e = Z[:, 2:3]
+        if self.e_max is not None:
+            u = e
+            e = self.e_max - np.logaddexp(0.0, -u)
         with np.errstate(over="ignore", invalid="ignore"):
             ev1 = np.multiply.outer(-Z[:, 3], self.xP)
             ev1 += Z[:, 0:1] - e
@@ -116,13 +129,18 @@ class _HuberLSE:
             r = np.log1p(t)
             r += e
             r -= self.Y if self.Y.ndim == 1 else self.Y[rows]
+            over = r > 0 if self.over != 1.0 else None  # r = log L-hat - log L > 0: over-estimate
             c = np.clip(r, -d, d)  # Huber'(r)
             r -= 0.5 * c
             r *= c  # Huber(r) = c (r - c/2), c = clip(r, -delta, delta)
             t += 1.0
             c /= t  # Huber'(r) * (1 / s): softmax weights share the 1/s factor
+            if over is not None:  # asymmetric penalty: over-estimates cost `over` times more
+                k = np.where(over, self.over, 1.0)
+                r *= k
+                c *= k
             if self.W is not None:
-                w = self.W[rows]
+                w = self.W if self.W.ndim == 1 else self.W[rows]
                 r *= w
                 c *= w
             ev1 *= c
@@ -133,6 +151,8 @@ class _HuberLSE:
             g[:, 2] = c.sum(axis=1)
             g[:, 3] = -(ev1 @ self.xP)
             g[:, 4] = -(ev2 @ self.xD)
+            if self.e_max is not None:  # chain rule through e = e_max - softplus(-u)
+                g[:, 2] *= np.exp(-np.logaddexp(0.0, u[:, 0]))
             return r.sum(axis=1), g
 
 
@@ -143,9 +163,11 @@ FINE_TOL = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)
 BOOT_TOL = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
 
 
-def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, max_iter=1000, tol=None):
-    """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n)."""
-    obj = _HuberLSE(lP, lD, Y, W, delta)
+def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, max_iter=1000, tol=None,
+                       overestimate=1.0, e_max=None):
+    """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n);
+    W per-point weights (n,) or per-row weights (S, n)."""
+    obj = _HuberLSE(lP, lD, Y, W, delta, overestimate=overestimate, e_max=e_max)
     res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), max_iter=max_iter, **(tol or FINE_TOL))
     res.x = obj.to_external(res.x)
     return res
@@ -178,7 +200,11 @@ class ChinchillaFit:
     bootstrap: str = "residual"
     n_boot_ok: int = 0
     warnings: tuple[str, ...] = ()
+    overestimate_penalty: float = 1.0
+    L_inf_bounded: bool = False
+    weighted: bool = False
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log L - log L-hat
 
     @property
     def alpha_D(self) -> float:
@@ -235,6 +261,39 @@ class ChinchillaFit:
         lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
 
+    def _noisy_draws(self, log_curve: np.ndarray, seed: int) -> np.ndarray:
+        """Curve draws (S, m) on the log scale plus resampled log residuals, back in loss units."""
+        rng = np.random.default_rng(seed)
+        noise = resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), log_curve.shape, 5)
+        return np.exp(log_curve + noise)
+
+    def predict_interval(self, params, tokens, level: float | None = None, *, seed: int = 0):
+        """Prediction interval (lo, hi) for a *new observed* loss at (P, D): the bootstrap
+        curve draws plus resampled residual noise (a confidence band, ``band``, covers the
+        curve only and is narrower)."""
+        P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
+        theta = self.boot if self.boot is not None and len(self.boot) else self.theta[None, :]
+        if len(theta) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
+            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
+        draws = self._noisy_draws(log_pred(theta, np.log(P.ravel()), np.log(D.ravel())), seed)
+        lo, hi = band_from_draws(draws, level or self.level)
+        return lo.reshape(P.shape), hi.reshape(P.shape)
+
+    def predict_interval_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0,
+                                 *, seed: int = 0):
+        """Prediction interval of a new run's loss at the compute-optimal allocation of ``compute``."""
+        C = np.atleast_1d(np.asarray(compute, float))
+        theta = self.boot if self.boot is not None and len(self.boot) else self.theta[None, :]
+        if len(theta) < 200:
+            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
+        P, D = _allocation(theta, C, flops_per_token_per_param)
+        P, D = np.atleast_2d(P), np.atleast_2d(D)
+        a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            curve = np.log(np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be)
+        lo, hi = band_from_draws(self._noisy_draws(curve, seed), level or self.level)
+        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+
     def to_dict(self) -> dict:
         d = fields_dict(self)
         d["alpha_D"] = self.alpha_D
@@ -250,6 +309,10 @@ class ChinchillaFit:
             f"(#{self.best_start_index}, {self.n_converged_starts} converged); {pct}% CI, "
             f"{self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
         ]
+        opts = [o for o, on in (("per-point weights", self.weighted), ("L_inf <= min(loss)", self.L_inf_bounded),
+                                (f"over-estimate penalty x{self.overestimate_penalty:g}", self.overestimate_penalty != 1.0)) if on]
+        if opts:
+            lines.append("  options: " + ", ".join(opts))
         for name in ("L_inf", "alpha", "beta", "alpha_D"):
             lines.append(f"  {name:<8}{fmt_ci(getattr(self, name), self.ci.get(name), 4)}")
         for name in ("A_P", "A_D"):
@@ -283,12 +346,16 @@ def fit_chinchilla(
     delta: float = 1e-3,
     grid: Literal["epoch", "coarse"] | np.ndarray = "epoch",
     n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs"] = "residual",
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
     max_iter: int = 1000,
     n_polish: int = 20,
     smooth: bool = True,
+    weights=None,
+    overestimate_penalty: float = 1.0,
+    bound_L_inf: bool = False,
+    groups=None,
 ) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
 
@@ -301,7 +368,13 @@ def fit_chinchilla(
     log residuals; with ``smooth`` a small variance-preserving Gaussian kernel is added to
     each draw, because with delta far below the noise the Huber fit behaves like least
     absolute deviations, whose plain residual bootstrap under-covers (De Angelis, Hall &
-    Young 1993). ``"pairs"`` resamples points (Epoch's choice).
+    Young 1993). ``"pairs"`` resamples points (Epoch's choice); ``"cluster"`` resamples
+    whole ``groups`` (e.g. ``run_id``: the checkpoints of one run are not independent).
+
+    Options from the ladder literature: ``weights`` (n,) multiply each point's Huber term
+    (e.g. inverse seed variance); ``overestimate_penalty`` k >= 1 multiplies the terms where
+    the fit predicts a higher loss than observed; ``bound_L_inf`` constrains
+    L_inf <= min(loss) (a smooth reparameterisation, so BFGS stays unconstrained).
     """
     P = as_array(params, "params", positive=True)
     D = as_array(tokens, "tokens", positive=True)
@@ -314,11 +387,27 @@ def fit_chinchilla(
         raise ValueError(f"delta must be positive, got {delta}")
     if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
         raise ValueError("params/tokens: need at least two distinct values of each")
+    w = None
+    if weights is not None:
+        w = as_array(weights, "weights")
+        check_lengths(params=P, weights=w)
+        if (w < 0).any() or not w.sum() > 0:
+            i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
+            raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
+    if not overestimate_penalty >= 1.0:
+        raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
+    if bootstrap == "cluster":
+        if groups is None:
+            raise ValueError("bootstrap='cluster' needs groups (one label per row, e.g. run_id)")
+        if len(groups) != n:
+            raise ValueError(f"groups: {len(groups)} labels for {n} rows")
+    e_max = float(np.log(L.min())) if bound_L_inf else None
+    opts = dict(delta=delta, overestimate=overestimate_penalty, e_max=e_max)
     starts = {"epoch": epoch_grid, "coarse": coarse_grid}[grid]() if isinstance(grid, str) else np.asarray(grid, float)
     if starts.ndim != 2 or starts.shape[1] != 5:
         raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
     lP, lD, lL = np.log(P), np.log(D), np.log(L)
-    res = minimize_huber_lse(lP, lD, lL, starts, delta=delta, max_iter=max_iter, tol=COARSE_TOL)
+    res = minimize_huber_lse(lP, lD, lL, starts, W=w, max_iter=max_iter, tol=COARSE_TOL, **opts)
     warnings: list[str] = []
     ok = res.converged & np.isfinite(res.f)
     pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
@@ -326,7 +415,7 @@ def fit_chinchilla(
         raise ValueError("fit_chinchilla: the objective is non-finite from every start")
     # polish the best n_polish end points (distinct basins may differ by < the coarse ftol)
     top = pool[np.argsort(res.f[pool])[:n_polish]]
-    pol = minimize_huber_lse(lP, lD, lL, res.x[top], delta=delta, max_iter=2 * max_iter, tol=FINE_TOL)
+    pol = minimize_huber_lse(lP, lD, lL, res.x[top], W=w, max_iter=2 * max_iter, tol=FINE_TOL, **opts)
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
     best = int(top[j])
     theta, objective = pol.x[j], float(pol.f[j])
@@ -334,6 +423,9 @@ def fit_chinchilla(
     if not converged:
         st = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
         emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{st}'", warn=True)
+    if e_max is not None:
+        starts = starts.copy()
+        starts[:, 2] = np.minimum(starts[:, 2], e_max - 1e-3)  # what the optimiser started from
     if np.allclose(theta, starts[best], rtol=0, atol=1e-12):
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
@@ -349,10 +441,10 @@ def fit_chinchilla(
     ci: dict = {}
     boot = None
     n_ok = 0
+    fitted = log_pred(theta[None, :], lP, lD)[0]
     if n_boot > 0:
         rng = np.random.default_rng(seed)
-        fitted = log_pred(theta[None, :], lP, lD)[0]
-        W = None
+        W = w
         if bootstrap == "residual":
             resid = lL - fitted
             E = resample_residuals(rng, resid, n_boot, 5)
@@ -361,12 +453,13 @@ def fit_chinchilla(
                 h = 1.06 * sd * n ** (-0.2)
                 E = (E + rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2) if sd > 0 else E
             Y = fitted[None, :] + E
-        elif bootstrap == "pairs":
-            Y, W = lL, pairs_weights(rng, n, n_boot)
+        elif bootstrap in ("pairs", "cluster"):
+            Wb = pairs_weights(rng, n, n_boot) if bootstrap == "pairs" else cluster_weights(rng, groups, n_boot)
+            Y, W = lL, Wb if w is None else Wb * w[None, :]
         else:
-            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
-        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W, delta=delta,
-                                max_iter=max_iter, tol=BOOT_TOL)
+            raise ValueError(f"bootstrap must be 'residual', 'pairs' or 'cluster', got {bootstrap!r}")
+        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W,
+                                max_iter=max_iter, tol=BOOT_TOL, **opts)
         good = br.converged & np.isfinite(br.x).all(axis=1)
         n_ok = int(good.sum())
         if n_ok < 0.99 * n_boot:
@@ -398,5 +491,9 @@ def fit_chinchilla(
         bootstrap=bootstrap,
         n_boot_ok=n_ok,
         warnings=tuple(warnings),
+        overestimate_penalty=float(overestimate_penalty),
+        L_inf_bounded=bool(bound_L_inf),
+        weighted=w is not None,
         boot=boot,
+        resid=lL - fitted,
     )

@@ -21,7 +21,8 @@ STEERLING_COMPUTE = 7.6e22  # FLOPs used to train Steerling-8B (8B params, 1.35T
 
 @dataclass(frozen=True)
 class Extrapolation:
-    """Joint-form and log-linear predictions at ``compute`` with bootstrap prediction intervals."""
+    """Joint-form and log-linear predictions at ``compute``: ``*_ci`` are confidence intervals
+    of the curve, ``*_pi`` prediction intervals for an observed run (curve + residual noise)."""
 
     compute: float
     joint: float
@@ -32,6 +33,8 @@ class Extrapolation:
     tokens: float
     allocation: str  # "compute-optimal" or "given"
     observed: float | None = None
+    joint_pi: tuple[float, float] = (math.nan, math.nan)
+    loglinear_pi: tuple[float, float] = (math.nan, math.nan)
     level: float = DEFAULT_LEVEL
     converged: bool = True
     warnings: tuple[str, ...] = ()
@@ -49,6 +52,10 @@ class Extrapolation:
     def ci(self) -> dict:
         return {"joint": self.joint_ci, "loglinear": self.loglinear_ci}
 
+    @property
+    def pi(self) -> dict:
+        return {"joint": self.joint_pi, "loglinear": self.loglinear_pi}
+
     def predict(self) -> dict:
         return {"joint": self.joint, "loglinear": self.loglinear}
 
@@ -61,9 +68,10 @@ class Extrapolation:
         pct = round(100 * self.level)
         lines = [
             f"extrapolation to C = {self.compute:.3g} FLOPs ({self.allocation}: P = {self.params:.3g}, "
-            f"D = {self.tokens:.3g}; {pct}% prediction intervals)",
-            f"  joint Chinchilla  {fmt_ci(self.joint, self.joint_ci)}",
-            f"  log-linear L*(C)  {fmt_ci(self.loglinear, self.loglinear_ci)}",
+            f"D = {self.tokens:.3g}; {pct}% confidence | prediction intervals)",
+            f"  joint Chinchilla  {fmt_ci(self.joint, self.joint_ci)}  PI [{self.joint_pi[0]:.3f}, {self.joint_pi[1]:.3f}]",
+            f"  log-linear L*(C)  {fmt_ci(self.loglinear, self.loglinear_ci)}  "
+            f"PI [{self.loglinear_pi[0]:.3f}, {self.loglinear_pi[1]:.3f}]",
         ]
         if self.observed is not None:
             lines.append(
@@ -96,13 +104,19 @@ def extrapolate(
         P, D = (float(v) for v in joint.optimal_allocation(compute, flops_per_token_per_param))
         j = float(joint.predict_optimal(compute, flops_per_token_per_param))
         jlo, jhi = joint.band_optimal(np.array([compute]), level, flops_per_token_per_param)
+        jpl, jph = joint.predict_interval_optimal(np.array([compute]), level, flops_per_token_per_param)
         allocation = "compute-optimal"
     else:
         P, D = float(params), float(tokens)
         j = float(joint.predict(P, D))
         jlo, jhi = joint.band(np.array([P]), np.array([D]), level)
+        jpl, jph = joint.predict_interval(np.array([P]), np.array([D]), level)
         allocation = "given"
     llo, lhi = pl.band(np.array([compute]), level)
+    if isinstance(loglinear, IsoFlopFit):
+        lpl, lph = loglinear.predict_interval(np.array([compute]), level)["L_star"]
+    else:
+        lpl, lph = pl.predict_interval(np.array([compute]), level)
     warnings = list(joint.warnings) + list(pl.warnings)
     lo_c = pl.x_range[1]
     if math.isfinite(lo_c) and compute > 100 * lo_c:
@@ -117,6 +131,8 @@ def extrapolate(
         tokens=D,
         allocation=allocation,
         observed=None if observed is None else float(observed),
+        joint_pi=(float(jpl[0]), float(jph[0])),
+        loglinear_pi=(float(lpl[0]), float(lph[0])),
         level=level,
         converged=bool(joint.converged and pl.converged),
         warnings=tuple(warnings),

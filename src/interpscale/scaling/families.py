@@ -12,6 +12,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable, percentile_ci
+from .approaches import compare_approaches
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .extrapolate import Extrapolation, extrapolate
@@ -39,6 +40,16 @@ class FamilyFit:
     extrapolation: Extrapolation | None = None
     actual: dict = field(default_factory=dict)  # metric or "loss" -> observed value at the target
     warnings: tuple[str, ...] = ()
+    skipped: dict = field(default_factory=dict)  # fit name -> why it could not be fitted
+    flops_per_token_per_param: float = 6.0  # k in C = k P D, read off the rows (median)
+
+    def approaches(self, compute, *, level: float | None = None, flops_per_token_per_param: float | None = None):
+        """Approach 2 vs Approach 3 at ``compute`` (``compare_approaches``; C = k P D with the
+        data's k unless given); None without both fits."""
+        if self.isoflop is None or self.chinchilla is None:
+            return None
+        return compare_approaches(self.isoflop, self.chinchilla, compute, level=level,
+                                  flops_per_token_per_param=flops_per_token_per_param or self.flops_per_token_per_param)
 
     @property
     def converged(self) -> bool:
@@ -67,7 +78,7 @@ class FamilyFit:
     def to_dict(self) -> dict:
         return jsonable({
             "family": self.family, "estimator": self.estimator, "n_rows": self.n_rows,
-            "converged": self.converged, "warnings": list(self.warnings),
+            "converged": self.converged, "warnings": list(self.warnings), "skipped": self.skipped,
             "isoflop": self.isoflop, "chinchilla": self.chinchilla,
             "bounded": self.bounded, "extrapolation": self.extrapolation,
         })
@@ -103,6 +114,11 @@ class FamilyFits:
         return all(f.converged for f in self.families.values())
 
     @property
+    def dropped(self) -> dict:
+        """family -> {fit: reason} for every family with a loss or metric fit that could not be made."""
+        return {k: dict(f.skipped) for k, f in self.families.items() if f.skipped}
+
+    @property
     def ci(self) -> dict:
         return {k: f.ci for k, f in self.families.items()}
 
@@ -130,7 +146,8 @@ class FamilyFits:
         return pd.DataFrame(rows, columns=cols)
 
     def table7(self) -> pd.DataFrame:
-        """One row per (metric, family): beta, e, e_lo, e_hi, e_at_bound, r2, prediction, actual, delta."""
+        """One row per (metric, family): beta, e, e_lo, e_hi, e_at_bound, r2, prediction with its
+        prediction interval (pred_lo, pred_hi), actual, delta."""
         rows = []
         for metric in METRICS:
             for name, f in self.families.items():
@@ -139,13 +156,16 @@ class FamilyFits:
                     continue
                 lo, hi = b.ci.get("e", (math.nan, math.nan))
                 pred = float(b.predict(self.target_compute)) if self.target_compute else math.nan
+                plo, phi = (float(v) for v in b.predict_interval(self.target_compute, self.level)) \
+                    if self.target_compute else (math.nan, math.nan)
                 actual = f.actual.get(metric, math.nan)
                 rows.append({
                     "metric": metric, "family": name, "beta": b.beta, "e": b.e, "e_lo": lo, "e_hi": hi,
-                    "e_at_bound": b.e_at_bound, "r2": b.r2, "prediction": pred, "actual": actual,
-                    "delta": actual - pred if np.isfinite(actual) and np.isfinite(pred) else math.nan,
+                    "e_at_bound": b.e_at_bound, "r2": b.r2, "prediction": pred, "pred_lo": plo, "pred_hi": phi,
+                    "actual": actual, "delta": actual - pred if np.isfinite(actual) and np.isfinite(pred) else math.nan,
                 })
-        cols = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "actual", "delta"]
+        cols = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "pred_lo",
+                "pred_hi", "actual", "delta"]
         return pd.DataFrame(rows, columns=cols)
 
     def compare(self, base: str, other: str) -> pd.DataFrame:
@@ -174,34 +194,79 @@ class FamilyFits:
         pct = round(100 * self.level)
         out = [f"### Compute-optimal scaling (Table 6 layout; subscripts: {pct}% bootstrap CI offsets)", "",
                "| Family | α_P | α_D | α_L | L_∞ |", "|---|---|---|---|---|"]
+        flagged = []
         for r in self.table6().itertuples(index=False):
             cells = [fmt_sub(getattr(r, k), (getattr(r, f"{k}_lo"), getattr(r, f"{k}_hi")), digits)
                      if np.isfinite(getattr(r, k)) else "—" for k in ("alpha_P", "alpha_D", "alpha_L", "L_inf")]
+            iso = self.families[r.family].isoflop
+            if iso is not None and iso.flagged:  # > 10% degenerate bootstrap replicates
+                cells[0] += " †"
+                cells[2] += " †"
+                flagged.append(f"{r.family} ({100 * iso.degenerate_fraction:.0f}%)")
             out.append(f"| {r.family} | " + " | ".join(cells) + " |")
+        if flagged:
+            out += ["", "† IsoFLOP intervals flagged: more than 10% of bootstrap replicates had a degenerate slice "
+                        "(kept, censored at the slice edge): " + ", ".join(flagged)]
         t7 = self.table7()
         if len(t7):
             out += ["", f"### Interpretability scaling (Table 7 layout; e with {pct}% bootstrap CI offsets)", "",
-                    "| Metric | Family | β | e [CI] | R² | pred | actual | Δ |", "|---|---|---|---|---|---|---|---|"]
+                    f"| Metric | Family | β | e [CI] | R² | pred [{pct}% PI] | actual | Δ |", "|---|---|---|---|---|---|---|---|"]
             for r in t7.itertuples(index=False):
                 f = lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "—"  # noqa: E731
                 e = fmt_sub(r.e, (r.e_lo, r.e_hi), digits) + (" (bound)" if r.e_at_bound else "")
+                pred = f(r.prediction) + (f" [{f(r.pred_lo)}, {f(r.pred_hi)}]" if np.isfinite(r.pred_lo) else "")
                 out.append(f"| {METRIC_LABELS[r.metric]} | {r.family} | {f(r.beta)} | {e} | {f(r.r2)} | "
-                           f"{f(r.prediction)} | {f(r.actual)} | {('%+.' + str(digits) + 'f') % r.delta if np.isfinite(r.delta) else '—'} |")
+                           f"{pred} | {f(r.actual)} | {('%+.' + str(digits) + 'f') % r.delta if np.isfinite(r.delta) else '—'} |")
         ext = [(k, f.extrapolation) for k, f in self.families.items() if f.extrapolation is not None]
         if ext:
-            out += ["", "### Loss extrapolation", "", "| Family | C | joint | log-linear | observed |", "|---|---|---|---|---|"]
+            out += ["", f"### Loss extrapolation ({pct}% CI of the curve; {pct}% PI of an observed run)", "",
+                    "| Family | C | joint [CI] | joint PI | log-linear [CI] | log-linear PI | observed |",
+                    "|---|---|---|---|---|---|---|"]
             for k, x in ext:
                 obs = f"{x.observed:.3f}" if x.observed is not None else "—"
                 out.append(f"| {k} | {x.compute:.3g} | {x.joint:.3f} [{x.joint_ci[0]:.3f}, {x.joint_ci[1]:.3f}] | "
-                           f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | {obs} |")
+                           f"[{x.joint_pi[0]:.3f}, {x.joint_pi[1]:.3f}] | "
+                           f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | "
+                           f"[{x.loglinear_pi[0]:.3f}, {x.loglinear_pi[1]:.3f}] | {obs} |")
+        cmp = self.approaches()
+        if cmp:
+            ks = ", ".join(f"{k} {c.flops_per_token_per_param:.3g}" for k, c in cmp.items())
+            out += ["", f"### Approach 2 (IsoFLOP) vs Approach 3 (joint) at C = {self.target_compute:.3g} "
+                        f"({pct}% CI)", "", f"Joint allocation with C = k N D, k read off the runs: {ks}.", "",
+                    "| Family | N* IsoFLOP | N* joint | L* IsoFLOP | L* joint | L* difference | disagree |",
+                    "|---|---|---|---|---|---|---|"]
+            for fam, c in cmp.items():
+                t = c.table.set_index("approach")
+                d = c.disagreement.iloc[0]
+                out.append(f"| {fam} | {t.loc['isoflop', 'N_opt']:.3g} | {t.loc['joint', 'N_opt']:.3g} | "
+                           f"{t.loc['isoflop', 'L_opt']:.3f} | {t.loc['joint', 'L_opt']:.3f} | "
+                           f"{d['L_diff']:+.3f} [{d['L_diff_lo']:+.3f}, {d['L_diff_hi']:+.3f}] | "
+                           f"{'yes' if d['disagree'] else 'no'} |")
+        if self.dropped:
+            out += ["", "### Fits that could not be made", ""]
+            out += [f"- {fam} {fit}: {why}" for fam, d in self.dropped.items() for fit, why in d.items()]
         if self.warnings:
             out += ["", "Warnings:", ""] + [f"- {w}" for w in self.warnings]
         return "\n".join(out) + "\n"
 
+    def approaches(self, compute: float | None = None) -> dict:
+        """family -> ``ApproachComparison`` at ``compute`` (default: ``target_compute``) for
+        every family with both an IsoFLOP and a joint fit; {} without a compute."""
+        C = compute or self.target_compute
+        if not C:
+            return {}
+        out = {}
+        for k, f in self.families.items():
+            c = f.approaches(C, level=self.level)
+            if c is not None:
+                out[k] = c
+        return out
+
     def to_dict(self) -> dict:
         return jsonable({
+            "approaches": {k: c.to_dict() for k, c in self.approaches().items()},
             "estimator": self.estimator, "annealed": self.annealed, "level": self.level,
-            "target_compute": self.target_compute, "warnings": list(self.warnings),
+            "target_compute": self.target_compute, "warnings": list(self.warnings), "dropped": self.dropped,
             "table6": self.table6().to_dict("records"), "table7": self.table7().to_dict("records"),
             "families": {k: f.to_dict() for k, f in self.families.items()},
         })
@@ -225,6 +290,15 @@ def _param_draws(f: FamilyFit, name: str):
             return ch.alpha_D, None if b is None else b[:, 3] / (b[:, 3] + b[:, 4])
         return ch.L_inf, None if b is None else np.exp(b[:, 2])
     return math.nan, None
+
+
+def _flops_per_param_token(d: pd.DataFrame, compute: str) -> float:
+    """k in C = k P D, read off the data (median over runs); 6 when there is no compute column."""
+    if compute not in d.columns or "tokens" not in d.columns:
+        return 6.0
+    k = (d[compute] / (d["params"] * d["tokens"])).to_numpy(float)
+    k = k[np.isfinite(k) & (k > 0)]
+    return float(np.median(k)) if k.size else 6.0
 
 
 def _select(df: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str]) -> pd.DataFrame:
@@ -259,6 +333,10 @@ def fit_families(
     grid: Literal["epoch", "coarse"] = "epoch",
     target_compute: float | None = None,
     actual: Mapping[str, Mapping[str, float]] | None = None,
+    loss: str = "loss",
+    cluster: str | None = None,
+    joint_options: Mapping | None = None,
+    minimum: Literal["parabola", "akima"] = "parabola",
 ) -> FamilyFits:
     """Fit every family of a results table (DESIGN.md columns; one row per checkpoint).
 
@@ -269,10 +347,16 @@ def fit_families(
     With ``target_compute``, metrics and losses are extrapolated there and compared to
     ``actual[family][metric or "loss"]`` when given. A mixed ``annealed``/``estimator`` column
     with no choice given falls back to annealed rows / the paper's estimator, with a warning.
+    ``loss`` names the column the loss fits use (e.g. a bits-per-byte column, so families
+    with different tokenizers compare on one scale). Fits that fail are listed in
+    ``FamilyFits.dropped``. ``cluster`` (e.g. ``"run_id"``) resamples whole runs in the
+    IsoFLOP and joint bootstraps; ``joint_options`` go to ``fit_chinchilla`` (e.g.
+    ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``); ``minimum="akima"`` reads slice
+    minima off Akima interpolants instead of parabolas.
     """
     if not isinstance(results_df, pd.DataFrame):
         raise ValueError("fit_families: results_df must be a pandas DataFrame")
-    need = ["family", "slice_flops", "params", "tokens", "loss"]
+    need = ["family", "slice_flops", "params", "tokens", loss] + ([cluster] if cluster else [])
     missing = [c for c in need if c not in results_df.columns]
     if missing:
         raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results_df.columns)}")
@@ -288,22 +372,31 @@ def fit_families(
         fw: list[str] = []
         sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
         est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
-        lossy = sub.dropna(subset=["params", "tokens", "loss"])
+        lossy = sub.dropna(subset=["params", "tokens", loss])
         if len(lossy) < len(sub):
-            emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/loss left out of the loss fits")
+            emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/{loss} left out of the loss fits")
         iso = ch = ext = None
+        skipped: dict = {}
         iso_rows = lossy.dropna(subset=["slice_flops"])
         if tolerance is not None and "flops" in iso_rows.columns:
             dev = (iso_rows["flops"] / iso_rows["slice_flops"] - 1).abs()
             iso_rows = iso_rows[dev <= tolerance]
         try:
-            iso = fit_isoflop(iso_rows, window=window, n_boot=n_boot, level=level, seed=seed)
+            ckw = dict(bootstrap="cluster", cluster=cluster) if cluster else {}
+            iso = fit_isoflop(iso_rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed,
+                              minimum=minimum, **ckw)
         except ValueError as exc:
             emit(fw, f"{fam}: IsoFLOP fit skipped: {exc}")
+            skipped["isoflop"] = str(exc)
         try:
-            ch = fit_chinchilla(lossy["params"], lossy["tokens"], lossy["loss"], grid=grid, n_boot=n_boot, level=level, seed=seed)
+            jkw = dict(joint_options or {})
+            if cluster:
+                jkw.update(bootstrap="cluster", groups=lossy[cluster].to_numpy())
+            ch = fit_chinchilla(lossy["params"], lossy["tokens"], lossy[loss], grid=grid, n_boot=n_boot, level=level,
+                                seed=seed, **jkw)
         except ValueError as exc:
             emit(fw, f"{fam}: joint fit skipped: {exc}")
+            skipped["joint"] = str(exc)
         bounded = {}
         ccol = "flops" if "flops" in sub.columns else "slice_flops"
         for metric in METRICS:
@@ -314,11 +407,13 @@ def fit_families(
                 bounded[metric] = fit_bounded(ms[ccol], ms[metric], name=metric, n_boot=n_boot, level=level, seed=seed)
             except ValueError as exc:
                 emit(fw, f"{fam}: {metric} fit skipped: {exc}")
+                skipped[metric] = str(exc)
         obs = dict(actual.get(fam, {}))
         if target_compute is not None and iso is not None and ch is not None:
             ext = extrapolate(ch, iso, target_compute, observed=obs.get("loss"), level=level)
         ff = FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
-                       extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw))
+                       extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw),
+                       skipped=skipped, flops_per_token_per_param=_flops_per_param_token(lossy, "flops"))
         out[fam] = ff
         warnings += fw
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):

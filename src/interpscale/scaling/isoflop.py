@@ -5,16 +5,26 @@ the observed minimum-loss model (shifted to stay inside the slice; all points wh
 has fewer). Whole-slice parabolas are biased when the slice spans sizes far from the optimum.
 The parabola is L = a (ln P - ln P*)^2 + L*, fitted by Levenberg-Marquardt from the exact
 least-squares quadratic (the two coincide at the optimum; LM certifies convergence).
+``minimum="akima"`` reads the slice minimum off an Akima interpolant of the window instead
+(Porian et al. 2024), which does not assume a parabola.
+
+Bootstrap replicates are never dropped. A replicate whose slice degenerates (fewer than 3
+distinct sizes, a non-convex parabola, or a vertex outside the slice's sizes) takes that
+replicate's minimum over its window instead -- the censored optimum, at an edge --
+so it lands in the tails where it belongs rather than vanishing from them; the fraction of
+such replicates is reported and the intervals are flagged when it exceeds 10%.
 """
 
 from __future__ import annotations
 
 import math
+import warnings as _warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy.interpolate import Akima1DInterpolator
 from scipy.optimize import least_squares
 
 from ._base import (
@@ -27,6 +37,7 @@ from ._base import (
     fields_dict,
     fmt_ci,
     jsonable,
+    cluster_weights,
     percentile_ci,
     pairs_weights,
     resample_residuals,
@@ -53,7 +64,16 @@ class IsoFlopFit:
     converged: bool = True
     warnings: tuple[str, ...] = ()
     n_boot_ok: int = 0
+    minimum: str = "parabola"
+    bootstrap: str = "residual"
+    degenerate_fraction: float = 0.0  # share of replicates with at least one degenerate slice
+    noise_sd: dict = field(default_factory=dict)  # log-scale sd of one slice's P*, L* estimate
     _coef: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def flagged(self) -> bool:
+        """True when more than 10% of replicates had a degenerate slice (intervals less reliable)."""
+        return self.degenerate_fraction > DEGENERATE_FLAG
 
     alpha_P = property(lambda self: self.power_P.alpha, doc="exponent of P*(C)")
     alpha_L = property(lambda self: self.power_L.alpha, doc="exponent of L*(C)")
@@ -70,6 +90,18 @@ class IsoFlopFit:
     def band_L(self, compute, level: float | None = None):
         return self.power_L.band(compute, level)
 
+    def predict_interval(self, compute, level: float | None = None, *, seed: int = 0) -> dict:
+        """Prediction intervals of a *new slice's* observed optimum at ``compute``:
+        {"P_star": (lo, hi), "L_star": (lo, hi)} -- power-law draws plus the noise of one
+        slice's estimate (the larger of the slices' bootstrap spread and the power laws'
+        residual scatter). ``band_P``/``band_L`` are the narrower confidence bands."""
+        lv = level or self.level
+        df = self.noise_sd.get("df")
+        return {
+            "P_star": self.power_P.predict_interval(compute, lv, noise_sd=self.noise_sd.get("P"), seed=seed, df=df),
+            "L_star": self.power_L.predict_interval(compute, lv, noise_sd=self.noise_sd.get("L"), seed=seed, df=df),
+        }
+
     def parabola(self, slice_compute: float, params) -> np.ndarray:
         """The fitted Eq. 25 parabola of the slice with target ``slice_compute``, at ``params``."""
         key = min(self._coef, key=lambda c: abs(math.log(c / slice_compute)), default=None)
@@ -80,7 +112,7 @@ class IsoFlopFit:
 
     def to_dict(self) -> dict:
         d = fields_dict(self, skip=("slices", "power_P", "power_L"))
-        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L)
+        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged)
         d["power_P"], d["power_L"] = self.power_P.to_dict(), self.power_L.to_dict()
         d["slices"] = self.slices.to_dict("records")
         return jsonable(d)
@@ -89,7 +121,7 @@ class IsoFlopFit:
         pct = round(100 * self.level)
         lines = [
             f"IsoFLOP fit: {int(self.slices['used'].sum())} of {len(self.slices)} slices used, "
-            f"window = {self.window} ({pct}% CI)",
+            f"window = {self.window}, {self.minimum} minima ({pct}% CI, {self.bootstrap} bootstrap)",
             f"  alpha_P  {fmt_ci(self.alpha_P, self.ci.get('alpha_P'), 4)}   R^2 {self.power_P.r2:.4f}",
             f"  alpha_L  {fmt_ci(self.alpha_L, self.ci.get('alpha_L'), 4)}   R^2 {self.power_L.r2:.4f}",
             "  slice C       n   P*          L*       curvature  flags",
@@ -97,7 +129,15 @@ class IsoFlopFit:
         for r in self.slices.itertuples():
             flags = "ok" if r.used else r.reason
             lines.append(f"  {r.compute:<12.4g}{r.n_points:<4d}{r.P_star:<12.4g}{r.L_star:<9.4f}{r.curvature:<11.4g}{flags}")
+        if self.n_boot_ok:
+            flag = "  ** FLAGGED: intervals less reliable **" if self.flagged else ""
+            lines.append(f"  degenerate bootstrap replicates: {100 * self.degenerate_fraction:.1f}% "
+                         f"(kept, censored at the slice edge){flag}")
         return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+
+
+DEGENERATE_FLAG = 0.10  # issue 17: intervals are flagged above 10% degenerate replicates
+_AKIMA_GRID = 801
 
 
 def _window(y: np.ndarray, k: int | None) -> slice:
@@ -130,6 +170,115 @@ def _fit_slice(x: np.ndarray, y: np.ndarray):
     return float(a), float(xs), float(Ls), bool(res.success), a * (x - xs) ** 2 + Ls
 
 
+AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
+
+
+def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
+    """Group ids of sorted log sizes: a size within ``tol`` of the previous one joins its group."""
+    return np.concatenate([[0], np.cumsum(np.diff(x) > tol)]).astype(int)
+
+
+def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
+    """Average the columns of Y (S, k) whose sorted x lie within ``tol`` of the previous one:
+    an interpolant through two nearly equal sizes with different losses has a near-vertical
+    secant and overshoots wildly (seen on the Epoch data)."""
+    grp = _size_groups(x, tol)
+    if grp[-1] == len(x) - 1:
+        return x, Y
+    M = np.eye(grp[-1] + 1)[grp]  # (k, g)
+    M = M / M.sum(axis=0, keepdims=True)
+    return x @ M, Y @ M
+
+
+def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
+    """Minimum of the Akima interpolant of each row of Y (S, k) over [lo, hi] (default: the
+    range of x): returns (x*, L*, interior) arrays of shape (S,). A dense grid locates the
+    minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
+    log P) are averaged first."""
+    x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
+    if len(x) < 2:  # every size merged into one: no shape to read a minimum from
+        return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
+    lo = float(x.min()) if lo is None else lo
+    hi = float(x.max()) if hi is None else hi
+    g = np.linspace(lo, hi, _AKIMA_GRID)
+    h = g[1] - g[0]
+    xs, Ls, inner = np.empty(len(Y)), np.empty(len(Y)), np.empty(len(Y), bool)
+    for i in range(0, len(Y), 2000):  # (grid, block) temporaries stay small
+        V = Akima1DInterpolator(x, Y[i : i + 2000].T)(g)  # (G, s)
+        k = np.argmin(V, axis=0)
+        cols = np.arange(V.shape[1])
+        edge = (k == 0) | (k == len(g) - 1)
+        kk = np.clip(k, 1, len(g) - 2)
+        f0, f1, f2 = V[kk - 1, cols], V[kk, cols], V[kk + 1, cols]
+        den = f0 - 2 * f1 + f2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            off = np.where(~edge & (den > 0), 0.5 * (f0 - f2) / den, 0.0)
+        off = np.clip(off, -1.0, 1.0)
+        xs[i : i + 2000] = np.where(edge, g[k], g[kk] + off * h)
+        Ls[i : i + 2000] = np.where(edge, V[k, cols], f1 - 0.25 * (f0 - f2) * off)
+        inner[i : i + 2000] = ~edge
+    return xs, Ls, inner
+
+
+def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float, w_lo: float, w_hi: float):
+    """Optimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex when
+    convex and inside the slice's sizes (lo, hi), as for the point estimate; otherwise the
+    lower end of the sizes [w_lo, w_hi] it was fitted on (censored: the parabola is not
+    extrapolated past its data; w_lo, w_hi may be per-replicate arrays). Returns (x*, L*, censored)."""
+    xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
+    inside = (Cf[:, 2] > 0) & (xs > lo) & (xs < hi)
+    q = lambda t: Cf[:, 0] + Cf[:, 1] * (t - xm) + Cf[:, 2] * (t - xm) ** 2  # noqa: E731
+    with np.errstate(invalid="ignore"):  # a cluster replicate may draw no size of a slice: nan, missing
+        f_lo, f_hi = q(w_lo), q(w_hi)
+    x_e = np.where(f_lo <= f_hi, w_lo, w_hi)
+    L_e = np.minimum(f_lo, f_hi)
+    return np.where(inside, xs, x_e), np.where(inside, Ls, L_e), ~inside
+
+
+def _discrete_min(x: np.ndarray, y: np.ndarray, Wt: np.ndarray):
+    """Per replicate: the size with the lowest weighted-mean loss among the sizes drawn."""
+    ux, inv = np.unique(x, return_inverse=True)
+    onehot = np.eye(len(ux))[inv]  # (k, u)
+    cnt = Wt @ onehot
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(cnt > 0, (Wt * y[None, :]) @ onehot / cnt, np.inf)
+    j = np.argmin(mean, axis=1)
+    return ux[j], mean[np.arange(len(j)), j]
+
+
+def _slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str):
+    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields
+    (n_window, P_star, L_star, curvature, converged, convex, interior, reason), the window,
+    and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
+    w = _window(y, window)
+    row = dict(n_window=int(w.stop - w.start))
+    if row["n_window"] < 3 or np.unique(x[w]).size < 3:
+        row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
+                   interior=False, reason="fewer than 3 distinct sizes")
+        return row, w, None
+    a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
+    convex = a > 0
+    interior = bool(convex and x.min() < xs < x.max())
+    if minimum == "akima":  # the interpolant always has a minimum; it must be interior
+        xa, La, inner = akima_minimum(x[w], y[w][None, :])
+        xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
+        interior = bool(inner[0]) and x.min() < xs < x.max()
+    flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
+    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
+               interior=interior, reason="; ".join(r for r, bad in flags if bad))
+    return row, w, ((a, xs, Ls, fitted) if convex else None)
+
+
+def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parabola") -> dict:
+    """The optimum of one IsoFLOP slice as ``fit_isoflop`` finds it: dict with P_star, L_star,
+    interior, reason ("" when usable). Used to score held-out slices in backtests."""
+    P = as_array(params, "params", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    order = np.argsort(P)
+    row, _, _ = _slice_optimum(np.log(P[order]), L[order], window, minimum)
+    return {k: row[k] for k in ("P_star", "L_star", "interior", "reason")}
+
+
 def fit_isoflop(
     df: pd.DataFrame,
     *,
@@ -140,25 +289,43 @@ def fit_isoflop(
     exclude_flagged: bool = True,
     weights: Literal["none", "n_points"] = "none",
     n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs"] = "residual",
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    minimum: Literal["parabola", "akima"] = "parabola",
+    cluster: str | None = None,
+    degenerate: Literal["censor", "drop"] = "censor",
 ) -> IsoFlopFit:
     """Steps 1-2 of §8.2.1 on a table with one row per (model, slice).
 
     ``compute`` names the slice column (target C, shared by all rows of a slice); ``params``
     the non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged
     or edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power
-    laws. ``weights="n_points"`` weights slices by their window size in the OLS. CIs: a
-    residual bootstrap that resamples the pooled parabola residuals, refits every slice and
-    both power laws per replicate (``bootstrap="pairs"`` resamples each window's points;
-    replicates with fewer than 3 distinct sizes in a slice are dropped).
+    laws. ``weights="n_points"`` weights slices by their window size in the OLS. ``minimum``:
+    the vertex of Eq. 25 (``"parabola"``) or the minimum of an Akima interpolant (``"akima"``).
+
+    CIs: a residual bootstrap that resamples the pooled parabola residuals, refits every slice
+    and both power laws per replicate; ``"pairs"`` resamples each window's points;
+    ``"cluster"`` resamples whole groups named by the ``cluster`` column (e.g. ``run_id``,
+    when several checkpoints share a run). Degenerate replicates are kept (module docstring);
+    ``degenerate_fraction`` reports how many there were. ``degenerate="drop"`` restores the
+    old behaviour (drop them; biased towards narrow intervals) for comparison only.
     """
-    for col in (compute, params, loss):
+    for col in (compute, params, loss) + ((cluster,) if cluster else ()):
         if col not in df.columns:
             raise ValueError(f"fit_isoflop: missing column {col!r}; have {list(df.columns)}")
     if window is not None and window < 3:
         raise ValueError(f"window must be >= 3 (a parabola has 3 parameters), got {window}")
+    if minimum not in ("parabola", "akima"):
+        raise ValueError(f"minimum must be 'parabola' or 'akima', got {minimum!r}")
+    if bootstrap not in ("residual", "pairs", "cluster"):
+        raise ValueError(f"bootstrap must be 'residual', 'pairs' or 'cluster', got {bootstrap!r}")
+    if bootstrap == "cluster" and cluster is None:
+        raise ValueError("bootstrap='cluster' needs cluster=COLUMN (e.g. 'run_id')")
+    if degenerate not in ("censor", "drop"):
+        raise ValueError(f"degenerate must be 'censor' or 'drop', got {degenerate!r}")
+    if minimum == "akima" and bootstrap != "residual" and n_boot > 0:
+        raise ValueError("minimum='akima' supports the residual bootstrap only")
     level = check_level(level)
     Cs = as_array(df[compute], compute, positive=True)
     P = as_array(df[params], params, positive=True)
@@ -170,92 +337,121 @@ def fit_isoflop(
     warnings: list[str] = []
     rows, coef, fits = [], {}, []
     for c in keys:
-        m = Cs == c
+        m = np.flatnonzero(Cs == c)
         order = np.argsort(P[m])
         x, y = np.log(P[m][order]), L[m][order]
-        w = _window(y, window)
-        row = dict(compute=float(c), n_points=int(m.sum()), n_window=int(w.stop - w.start))
-        if row["n_window"] < 3 or np.unique(x[w]).size < 3:
-            row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
-                       interior=False, reason="fewer than 3 distinct sizes")
-            rows.append(row)
-            continue
-        a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
-        convex = a > 0
-        interior = bool(convex and x.min() < xs < x.max())
-        flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
-        reason = "; ".join(r for r, bad in flags if bad)
-        row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
-                   interior=interior, reason=reason)
-        rows.append(row)
-        if convex:
+        row, w, opt = _slice_optimum(x, y, window, minimum)
+        rows.append(dict(compute=float(c), n_points=int(m.size), **row))
+        if opt is not None:
+            a, xs, Ls, fitted = opt
             coef[float(c)] = (a, xs, Ls)
-            fits.append((float(c), x[w], y[w], fitted, not reason))
+            fits.append(dict(c=float(c), x=x[w], y=y[w], fitted=fitted, ok=not row["reason"], idx=m[order][w],
+                             lo=float(x.min()), hi=float(x.max())))
     slices = pd.DataFrame(rows)
     slices["used"] = [bool(r["reason"] == "" or (not exclude_flagged and r["convex"])) for r in rows]
     for r in rows:
         if r["reason"]:
             emit(warnings, f"slice C={r['compute']:g}: {r['reason']}" + ("; excluded" if exclude_flagged else ""))
-    used = [f for f in fits if slices.loc[slices.compute == f[0], "used"].item()]
+    used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
         raise ValueError(
             f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
             + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"])
         )
-    Cu = np.array([f[0] for f in used])
-    Pu = np.array([coef[f[0]][1] for f in used])
-    Lu = np.array([coef[f[0]][2] for f in used])
-    wts = np.array([len(f[1]) for f in used], float) if weights == "n_points" else None
+    Cu = np.array([f["c"] for f in used])
+    Pu = np.array([coef[f["c"]][1] for f in used])
+    Lu = np.array([coef[f["c"]][2] for f in used])
+    wts = np.array([len(f["x"]) for f in used], float) if weights == "n_points" else None
     pP = fit_power_law(Cu, np.exp(Pu), weights=wts, n_boot=0, level=level)
     pL = fit_power_law(Cu, Lu, weights=wts, n_boot=0, level=level)
     ci: dict = {}
     n_ok = 0
-    for col in ("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi"):
+    deg_frac = 0.0
+    noise_sd: dict = {}
+    for col in ("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"):
         slices[col] = math.nan
     if n_boot > 0:
         rng = np.random.default_rng(seed)
         if bootstrap == "residual":
-            resid = np.concatenate([f[2] - f[3] for f in used])
+            resid = np.concatenate([f["y"] - f["fitted"] for f in used])
             draws = resample_residuals(rng, resid, n_boot, 3 * len(used))  # (S, total window points)
-        elif bootstrap != "pairs":
-            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
-        lps, lss, pos = [], [], 0
-        for _, x, y, fitted, _ in used:
+        elif bootstrap == "cluster":
+            Wall = cluster_weights(rng, df[cluster].to_numpy(), n_boot)  # (S, rows of df)
+        lps, lss, degs, pos = [], [], [], 0
+        for f in used:
+            x, y = f["x"], f["y"]
             k = len(x)
             xm = x.mean()
             X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
             if bootstrap == "residual":
-                Cf = (fitted[None, :] + draws[:, pos : pos + k]) @ np.linalg.pinv(X).T  # (S, 3)
-            else:  # pairs: resample the window's points, weighted least squares per replicate
-                Wt = pairs_weights(rng, k, n_boot)
-                _, inv = np.unique(x, return_inverse=True)
-                deg = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3  # < 3 distinct sizes
+                Yb = f["fitted"][None, :] + draws[:, pos : pos + k]
+                pos += k
+                if minimum == "akima":
+                    xs, Ls, inner = akima_minimum(x, Yb)
+                    deg = ~inner
+                else:
+                    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
+                    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
+            else:  # pairs (within the window) or cluster (whole runs), weighted least squares
+                Wt = pairs_weights(rng, k, n_boot) if bootstrap == "pairs" else Wall[:, f["idx"]]
+                # < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
+                # through two nearly equal sizes has an absurd curvature and vertex)
+                inv = _size_groups(x)
+                few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
                 XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
-                XtWX[deg] = np.eye(3)
+                XtWX[few] = np.eye(3)
                 Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
-                Cf[deg] = np.nan
-            pos += k
-            xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
-            bad = ~(Cf[:, 2] > 0)
-            xs[bad], Ls[bad] = np.nan, np.nan
+                drawn = Wt > 0  # censor within the sizes this replicate actually drew
+                w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
+                w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
+                xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
+                if few.any():  # no parabola: the lowest mean loss among the sizes drawn
+                    xd, Ld = _discrete_min(x, y, Wt[few])
+                    xs[few], Ls[few] = xd, Ld
+                deg = deg | few
             lps.append(xs)
             lss.append(Ls)
-        LP, LS = np.column_stack(lps), np.column_stack(lss)
-        ok = np.isfinite(LP).all(axis=1) & (LS > 0).all(axis=1)
-        n_ok = int(ok.sum())
-        if n_ok < 0.99 * n_boot:
-            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates had a degenerate or "
-                           "non-convex slice and were dropped")
+            degs.append(deg)
+        LP, LS, DG = np.column_stack(lps), np.column_stack(lss), np.column_stack(degs)
+        deg_frac = float(DG.any(axis=1).mean())
+        missing = "bound"
+        if degenerate == "drop":
+            keep = ~DG.any(axis=1)
+            LP, LS, DG, missing = LP[keep], LS[keep], DG[keep], "drop"
+            emit(warnings, f"bootstrap: {int((~keep).sum())} of {n_boot} replicates had a degenerate slice and "
+                           "were dropped (degenerate='drop': intervals biased narrow)")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lLS = np.log(np.where(LS > 0, LS, np.nan))
+        n_ok = int((np.isfinite(LP).all(axis=1) & np.isfinite(lLS).all(axis=1)).sum())
+        if deg_frac > 0 and degenerate == "censor":
+            msg = (f"bootstrap: {100 * deg_frac:.1f}% of {n_boot} replicates had a degenerate slice (kept, "
+                   "optimum censored at the slice edge)")
+            if deg_frac > DEGENERATE_FLAG:
+                msg += f"; above {100 * DEGENERATE_FLAG:.0f}%: the intervals are flagged as less reliable"
+            emit(warnings, msg)
         lC = np.log(Cu)
-        WB = None if wts is None else np.broadcast_to(wts, (n_ok, len(used)))
-        iP, sP = ols_lines(lC, LP[ok], WB)
-        iL, sL = ols_lines(lC, np.log(LS[ok]), WB)
-        pP, pL = attach_draws(pP, iP, sP), attach_draws(pL, iL, sL)
+        WB = None if wts is None else np.broadcast_to(wts, LP.shape)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iP, sP = ols_lines(lC, LP, WB)
+            iL, sL = ols_lines(lC, lLS, WB)
+        pP, pL = attach_draws(pP, iP, sP, missing=missing), attach_draws(pL, iL, sL, missing=missing)
         ci = {"alpha_P": pP.ci["alpha"], "alpha_L": pL.ci["alpha"], "a_P": pP.ci["a"], "a_L": pL.ci["a"]}
         for j, c in enumerate(Cu):
             i = slices.index[slices.compute == c][0]
-            slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[ok, j], level))
-            slices.loc[i, ["L_star_lo", "L_star_hi"]] = percentile_ci(LS[ok, j], level)
+            slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[:, j], level, missing=missing))
+            slices.loc[i, ["L_star_lo", "L_star_hi"]] = percentile_ci(LS[:, j], level, missing=missing)
+            slices.loc[i, "degenerate_frac"] = float(DG[:, j].mean())
+        # noise of one slice's estimate (for prediction intervals): bootstrap spread within
+        # slices, or the power laws' scatter about the line when that is larger (misfit)
+        for key, D, pl in (("P", LP, pP), ("L", lLS, pL)):
+            fin = np.where(np.isfinite(D), D, np.nan)
+            with np.errstate(invalid="ignore", divide="ignore"), _warnings.catch_warnings():
+                _warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns -> nan noise
+                within = float(np.nanmean(np.nanvar(fin, axis=0, ddof=1)))
+            scatter = pl.resid_sd ** 2 if len(used) > 2 else 0.0
+            noise_sd[key] = math.sqrt(max(within, scatter))
+        # residual degrees of freedom behind those scales: pooled window points - 3 per slice
+        noise_sd["df"] = float(max(sum(len(f["x"]) for f in used) - 3 * len(used), 1))
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
     converged = bool(all(slices.loc[slices.used, "converged"]))
@@ -269,5 +465,9 @@ def fit_isoflop(
         converged=converged,
         warnings=tuple(warnings),
         n_boot_ok=n_ok,
+        minimum=minimum,
+        bootstrap=bootstrap,
+        degenerate_fraction=deg_frac,
+        noise_sd=noise_sd,
         _coef=coef,
     )

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from ._base import (
     DEFAULT_LEVEL,
@@ -20,6 +22,7 @@ from ._base import (
     fmt_ci,
     pairs_weights,
     percentile_ci,
+    resample_noise,
     resample_residuals,
 )
 
@@ -42,6 +45,7 @@ class PowerLawFit:
     warnings: tuple[str, ...] = ()
     x_range: tuple[float, float] = (float("nan"), float("nan"))
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log y - fitted
 
     @property
     def log_a(self) -> float:
@@ -62,6 +66,39 @@ class PowerLawFit:
         lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
 
+    def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
+                         df: float | None = None):
+        """Prediction interval (lo, hi) for a new observation at ``x``: bootstrap draws of the
+        line plus observation noise on the log scale, either Gaussian with ``noise_sd`` or
+        resampled residuals of the fit (df-inflated). Wider than ``band`` (curve only).
+        ``df``: degrees of freedom behind the noise estimate; the draws' spread about the
+        prediction is widened by t_df / z at the interval's level (the bootstrap alone
+        ignores that the noise scale itself is estimated)."""
+        lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
+        boot = self.boot if self.boot is not None and len(self.boot) else np.array([[self.log_a, self.alpha]])
+        if len(boot) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
+            boot = np.repeat(boot, -(-200 // len(boot)), axis=0)
+        curve = boot[:, :1] + boot[:, 1:2] * lx[None, :]
+        rng = np.random.default_rng(seed)
+        if noise_sd is not None:
+            noise = rng.normal(0.0, float(noise_sd), curve.shape)
+        else:
+            noise = resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), curve.shape, 2)
+        dev = curve + noise - (self.log_a + self.alpha * lx)[None, :]
+        lv = level or self.level
+        if df is not None and df > 0:
+            q = 0.5 + lv / 2
+            dev = dev * (student_t.ppf(q, df) / norm.ppf(q))
+        lo, hi = band_from_draws(np.exp((self.log_a + self.alpha * lx)[None, :] + dev), lv)
+        return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
+
+    @property
+    def resid_sd(self) -> float:
+        """Residual standard deviation on the log scale, sqrt(SSR / (n - 2)) (nan for n <= 2)."""
+        if self.resid is None or self.n <= 2:
+            return float("nan")
+        return float(np.sqrt((self.resid**2).sum() / (self.n - 2)))
+
     def to_dict(self) -> dict:
         return fields_dict(self)
 
@@ -78,10 +115,12 @@ class PowerLawFit:
         )
 
 
-def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray) -> PowerLawFit:
-    """``fit`` with bootstrap draws of (log a, alpha) and their percentile intervals."""
-    lo_hi = percentile_ci(log_a, fit.level)
-    ci = {"alpha": percentile_ci(alpha, fit.level), "log_a": lo_hi, "a": tuple(float(np.exp(v)) for v in lo_hi)}
+def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray, *, missing: str = "drop") -> PowerLawFit:
+    """``fit`` with bootstrap draws of (log a, alpha) and their percentile intervals
+    (``missing``: how non-finite draws count, see ``percentile_ci``)."""
+    lo_hi = percentile_ci(log_a, fit.level, missing=missing)
+    ci = {"alpha": percentile_ci(alpha, fit.level, missing=missing), "log_a": lo_hi,
+          "a": tuple(float(np.exp(v)) for v in lo_hi)}
     return dataclasses.replace(fit, boot=np.column_stack([log_a, alpha]), ci=ci)
 
 
@@ -146,6 +185,7 @@ def fit_power_law(
         level=level,
         warnings=(),
         x_range=(float(x.min()), float(x.max())),
+        resid=resid,
     )
     if n_boot <= 0:
         return fit
