@@ -128,3 +128,20 @@ def test_fit_ordinal_mixed_function_and_refit_validation(small_study):
     bad[3] = 7
     with pytest.raises(ValueError, match="rating"):
         model.fit(bad, draws=10, tune=10, chains=1)
+
+
+def test_random_slopes_sample_and_predict(wine):
+    """(contact | judge): correlated judge intercepts and contact slopes (LKJ), sampled."""
+    m = OrdinalMixedModel(wine, fixed=["temp", "contact"], random="contact|judge",
+                          reference={"temp": "cold", "contact": "no"})
+    fit = m.fit(draws=150, tune=150, chains=2, seed=0, ess_min=0)
+    assert set(fit.random_sd) == {"judge", "judge:contact[yes]"} and "sd_judge:contact[yes]" in fit.ci
+    assert fit.idata.posterior["u_judge"].shape[2:] == (9, 2)
+    for k, v in {"temp[warm]": 3.0630, "contact[yes]": 1.8349}.items():  # R clmm, intercepts only
+        assert abs(fit.coef[k] - v) < 1.0
+    assert fit.idata.log_likelihood["y"].shape == (2, 150, 72) and np.isfinite(fit.loo().elpd_loo)
+    rows = pd.DataFrame({"temp": ["cold", "warm"], "contact": ["no", "yes"], "judge": ["1", "7"]})
+    for kind in ("zero", "conditional", "marginal"):
+        p = fit.predict(rows, kind=kind)
+        assert p.shape == (2, 5) and np.allclose(p.sum(1), 1)
+    assert "judge:contact[yes]" in fit.summary()
