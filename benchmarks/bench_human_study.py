@@ -5,6 +5,9 @@
    compiled model): wall time, CPU time, max R-hat, divergences, min bulk ESS per second.
 2. Coverage: the 95% CrI of the LLM-vs-human log-odds ratio over N resimulated studies.
 3. Gaussian crossed mixed model: our REML engine vs statsmodels MixedLM (baseline).
+4. Maximum-likelihood cumulative-link mixed model (R clmm equivalent, Laplace) at the paper's
+   size: wall time vs the cumulative-link model without random effects (baseline, statsmodels
+   OrderedModel), same process. ``--only-laplace`` runs just this line.
 
     .venv/bin/python benchmarks/bench_human_study.py [--seeds 20] [--quick]
 """
@@ -29,9 +32,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20, help="coverage replications")
     ap.add_argument("--quick", action="store_true", help="fewer draws / seeds (smoke run)")
     ap.add_argument("--no-mixedlm", action="store_true", help="skip the (slow) statsmodels MixedLM baseline")
+    ap.add_argument("--only-laplace", action="store_true", help="only the Laplace clmm timing (section 4)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     from interpscale.analysis.human_study import simulate_study
+
+    if args.only_laplace:
+        laplace(simulate_study(seed=0))
+        return
     from interpscale.analysis.human_study.bayes import OrdinalMixedModel
 
     draws, tune, seeds = (500, 500, 4) if args.quick else (2000, 1000, args.seeds)
@@ -88,6 +96,21 @@ def mixed(study) -> None:
     k = "candidate_type[llm]"
     print(f"\nGaussian mixed model, 4 crossed effects: REML engine {w_ours:.1f} s vs statsmodels MixedLM "
           f"{w_sm:.1f} s ({w_sm / w_ours:.1f}x); LLM contrast {g.coef[k]:+.3f} vs {sm.coef[k]:+.3f}")
+
+
+def laplace(study) -> None:
+    from interpscale.analysis.human_study import fit_ordinal
+
+    fit_ordinal(study.ratings.head(200), random="rater")  # imports and warm-up outside the timing
+    clm, w_clm, _ = timed(lambda: fit_ordinal(study.ratings))
+    k = "candidate_type[llm]"
+    print(f"\nLaplace clmm, {len(study.ratings)} ratings; baseline clm (no random effects) {w_clm:.2f} s, "
+          f"LLM log-OR {clm.coef[k]:.3f}")
+    for random in ("rater,concept", "rater,concept,context,label"):
+        f, w, c = timed(lambda: fit_ordinal(study.ratings, random=random))
+        sds = ", ".join(f"{g} {v:.3f}" for g, v in f.random_sd.items())
+        print(f"  ({random}): {w:.2f} s wall, {c:.2f} s cpu ({w / w_clm:.1f}x clm); LLM log-OR {f.coef[k]:.3f} "
+              f"(SE {f.se[k]:.3f}); SDs {sds}; logLik {f.loglik:.2f}; converged {f.converged}")
 
 
 if __name__ == "__main__":

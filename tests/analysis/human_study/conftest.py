@@ -1,12 +1,16 @@
-"""Shared fixtures: the R `ordinal` wine data and a small simulated study."""
+"""Shared fixtures: the R `ordinal` wine data (in the repository) and a small simulated study."""
 
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+WINE = Path(__file__).resolve().parents[2] / "data" / "wine" / "wine.csv"  # tests/data/wine/README.md
+
+
 @pytest.fixture(scope="session")
-def wine(shared_data) -> pd.DataFrame:
-    return pd.read_csv(shared_data("wine.csv"))
+def wine() -> pd.DataFrame:
+    return pd.read_csv(WINE)
 
 
 @pytest.fixture(scope="session")

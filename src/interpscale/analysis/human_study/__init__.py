@@ -9,7 +9,8 @@
 from ._validate import validate_phase1, validate_ratings
 from .bayes import Diagnostics, OrdinalMixedModel, OrdinalMixedResult, Priors, build_model, fit_ordinal_mixed
 from .design import Design, build_design
-from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal
+from .design import parse_random
+from .frequentist import GaussianMixedResult, OrdinalResult, compare, fit_gaussian_mixed, fit_ordinal
 from .phase1 import coherence_dependence, icc1, phase1_agreement
 from .power import PowerResult, power_analysis, truth_from_fit
 from .robust import PairedComparison, paired_comparison, type_summary
@@ -19,7 +20,7 @@ from .study import HumanStudyReport, analyse_study
 __all__ = [
     "Design", "Diagnostics", "GaussianMixedResult", "HumanStudyReport", "OrdinalMixedModel", "OrdinalMixedResult", "OrdinalResult",
     "PairedComparison", "PowerResult", "Priors", "SimulatedStudy", "StudyTruth", "analyse_study", "build_design",
-    "build_model", "coherence_dependence", "draw_ratings", "fit_gaussian_mixed", "fit_ordinal", "fit_ordinal_mixed", "icc1",
-    "paired_comparison", "phase1_agreement", "power_analysis", "resimulate", "simulate_study", "truth_from_fit", "type_summary",
+    "build_model", "coherence_dependence", "compare", "draw_ratings", "fit_gaussian_mixed", "fit_ordinal", "fit_ordinal_mixed", "icc1",
+    "paired_comparison", "parse_random", "phase1_agreement", "power_analysis", "resimulate", "simulate_study", "truth_from_fit", "type_summary",
     "validate_phase1", "validate_ratings",
 ]

@@ -37,6 +37,37 @@ def coef_name(factor: str, level: str) -> str:
     return f"{factor}[{level}]"
 
 
+def parse_random(spec: str | Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Random-effect terms -> ``{group: slope factors}`` (empty tuple: intercept only).
+
+    Each term is ``"rater"`` (or R's ``"1|rater"`` / ``"(1|rater)"``): a random intercept,
+    or ``"candidate_type|rater"``: intercept plus random slopes of the fixed factor
+    ``candidate_type`` by rater (``(candidate_type | rater)`` in R). A string is split on
+    commas, as on the command line (``--random rater,concept``).
+    """
+    terms = [t for t in spec.split(",")] if isinstance(spec, str) else list(spec)
+    out: dict[str, tuple[str, ...]] = {}
+    for raw in terms:
+        term = str(raw).strip().strip("()").replace(" ", "")
+        if not term:
+            continue
+        lhs, _, group = term.rpartition("|")
+        slopes = tuple(s for s in lhs.split("+") if s and s not in ("1", "0"))
+        if not group or "|" in lhs:
+            raise ValueError(f"random-effect term {raw!r} not understood; use 'group', '1|group' or 'factor|group'")
+        if group in out:
+            raise ValueError(f"grouping factor {group!r} appears twice in the random effects {list(terms)}")
+        out[group] = slopes
+    return out
+
+
+def random_formula(response: str, fixed: Sequence[str], random: Mapping[str, Sequence[str]]) -> str:
+    """The R formula of a model, e.g. ``rating ~ temp + contact + (1|judge)``."""
+    terms = [*fixed] or ["1"]
+    terms += [f"({' + '.join(s) if s else '1'}|{g})" for g, s in random.items()]
+    return f"{response} ~ " + " + ".join(terms)
+
+
 def build_design(
     data: pd.DataFrame,
     *,

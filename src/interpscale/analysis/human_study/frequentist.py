@@ -1,33 +1,45 @@
-"""Frequentist cross-checks: cumulative-link model (OrderedModel) and Gaussian crossed MixedLM."""
+"""Frequentist fits: cumulative-link models (R clm / clmm) and the Gaussian crossed mixed model."""
 
 from __future__ import annotations
 
 import logging
 import warnings as _warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.stats import chi2, norm
 
-from ._common import category_probs, design_rows, text_table
+from ._common import category_probs, design_rows, marginal_category_probs, text_table
 from .bayes import RANDOM, _jsonable
-from .design import build_design, coef_name
+from .design import build_design, coef_name, parse_random, random_formula
 
 log = logging.getLogger(__name__)
-Z95 = float(norm.ppf(0.975))
+
+
+def z_value(level: float) -> float:
+    """Two-sided normal quantile for a ``level`` interval (0.95 -> 1.96)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    return float(norm.ppf(0.5 + level / 2))
 
 
 @dataclass(frozen=True)
 class OrdinalResult:
-    """Maximum-likelihood cumulative-link (proportional-odds) model, R ``clm`` conventions:
-    Pr(y <= k) = logit^-1(tau_k - x'beta), thresholds reported on the tau scale."""
+    """Maximum-likelihood cumulative-link model, R ``clm`` / ``clmm`` conventions:
+    Pr(y <= k | u) = F(tau_k - x'beta - sum_g u_g), thresholds reported on the tau scale.
+
+    Without random effects (``clm``) ``random_sd`` is empty. With them (``clmm``),
+    ``random_sd`` holds each grouping factor's SD, ``random_effects`` the conditional modes
+    of the intercepts (R ``ranef``) and ``random_effects_sd`` their conditional SDs
+    (``condVar``); ``ci["sd_<group>"]`` is a Wald interval on the log-SD scale.
+    """
 
     coef: dict[str, float]
     se: dict[str, float]
-    ci: dict[str, tuple[float, float]]  # Wald 95% for coefficients and thresholds
-    odds_ratio: dict[str, float]
+    ci: dict[str, tuple[float, float]]  # Wald ``level`` intervals for coefficients, thresholds, SDs
+    odds_ratio: dict[str, float]  # exp(beta); logit link only (empty for probit)
     odds_ratio_ci: dict[str, tuple[float, float]]
     p_value: dict[str, float]
     thresholds: tuple[float, ...]
@@ -39,22 +51,104 @@ class OrdinalResult:
     converged: bool
     warnings: tuple[str, ...]
     levels: tuple
+    link: str = "logit"
+    level: float = 0.95
+    method: str = "ML"  # "ML" (clm), "Laplace" or "AGQ(n)" (clmm)
+    n_params: int = 0
+    formula: str = ""
+    random_sd: dict[str, float] = field(default_factory=dict)
+    random_effects: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
+    random_effects_sd: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
-    def predict(self, data: pd.DataFrame) -> np.ndarray:
-        """Pr(y = k) for the rows of ``data``, shape (n, K)."""
+    @property
+    def random_variance(self) -> dict[str, float]:
+        return {g: s * s for g, s in self.random_sd.items()}
+
+    def predict(self, data: pd.DataFrame, kind: str = "zero") -> np.ndarray:
+        """Pr(y = k) for the rows of ``data``, shape (n, K).
+
+        ``kind="zero"``: at zero random effects (a typical rater / concept; R ``predict``);
+        ``"conditional"``: at the conditional modes of the levels in ``data`` (0 for levels
+        not in the fit); ``"marginal"``: population-averaged, integrated over the
+        random-effect distribution. Without random effects the three agree.
+        """
         X = design_rows(data, list(self.coef))
-        return category_probs(X @ np.array(list(self.coef.values())), np.asarray(self.thresholds))
+        eta = X @ np.array(list(self.coef.values()), float) if len(self.coef) else np.zeros(len(data))
+        tau = np.asarray(self.thresholds)
+        if kind == "zero" or not self.random_sd:
+            if kind not in ("zero", "conditional", "marginal"):
+                raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
+            return category_probs(eta, tau, self.link)
+        if kind == "conditional":
+            for g, modes in self.random_effects.items():
+                if g not in data.columns:
+                    raise ValueError(f"data needs column {g!r} for conditional predictions")
+                eta = eta + data[g].astype(str).map(modes).fillna(0.0).to_numpy(float)
+            return category_probs(eta, tau, self.link)
+        if kind == "marginal":
+            total = float(np.sqrt(sum(self.random_variance.values())))
+            return marginal_category_probs(eta, tau, total, self.link)
+        raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
+
+    def lr_test(self, other: "OrdinalResult") -> dict:
+        """Likelihood-ratio test against a nested model (either order), like R ``anova``.
+
+        A zero variance lies on the boundary of the parameter space, so for one random
+        effect the chi-square p-value is conservative (the exact null is a 50:50 mixture
+        of chi2(0) and chi2(1): halve it); ``p_value_boundary`` gives that halved value.
+        """
+        small, big = sorted((self, other), key=lambda r: r.n_params)
+        if small.n_obs != big.n_obs:
+            raise ValueError(f"models fitted to different data (n={small.n_obs} vs n={big.n_obs})")
+        df = big.n_params - small.n_params
+        if df <= 0:
+            raise ValueError("the models have the same number of parameters; they are not nested")
+        stat = max(2.0 * (big.loglik - small.loglik), 0.0)
+        p = float(chi2.sf(stat, df))
+        extra_sd = len(big.random_sd) - len(small.random_sd)
+        pb = 0.5 * p if (df == 1 and extra_sd == 1) else p
+        return {"statistic": stat, "df": df, "p_value": p, "p_value_boundary": pb}
 
     def to_dict(self) -> dict:
         return _jsonable({**self.__dict__, "levels": [str(v) for v in self.levels]})
 
     def summary(self) -> str:
-        rows = [(k, self.coef[k], self.se[k], *self.ci[k], self.odds_ratio[k], self.p_value[k]) for k in self.coef]
-        rows += [(f"tau_{k + 1}", t, s, *self.ci[f"tau_{k + 1}"], "", "")
+        lvl = f"{self.level:.0%}"
+        lo_h, hi_h = f"{(1 - self.level) / 2:.1%}", f"{(1 + self.level) / 2:.1%}"
+        is_logit = self.link == "logit"
+        rows = [(k, self.coef[k], self.se[k], *self.ci[k], *((self.odds_ratio[k],) if is_logit else ()),
+                 self.p_value[k]) for k in self.coef]
+        rows += [(f"tau_{k + 1}", t, s, *self.ci[f"tau_{k + 1}"], *(("",) if is_logit else ()), "")
                  for k, (t, s) in enumerate(zip(self.thresholds, self.threshold_se))]
-        head = ("term", "estimate", "se", "2.5%", "97.5%", "OR", "p")
+        head = ("term", "estimate", "se", lo_h, hi_h, *(("OR",) if is_logit else ()), "p")
+        kind = "mixed model" if self.random_sd else "model"
+        title = f"Cumulative-link {kind} ({self.link}, {self.method}; {lvl} Wald intervals)"
+        if self.formula:
+            title += f"\n{self.formula}"
+        out = text_table(head, rows, title)
+        if self.random_sd:
+            out += "\n" + text_table(("random intercept", "variance", "sd", f"sd {lo_h}", f"sd {hi_h}"),
+                                     [(g, s * s, s, *self.ci[f"sd_{g}"]) for g, s in self.random_sd.items()])
         tail = f"\nn={self.n_obs}  logLik={self.loglik:.3f}  AIC={self.aic:.2f}  cov={self.cov_type}"
-        return text_table(head, rows, "Cumulative-link model (logit, ML)") + tail
+        warn = "".join(f"\nWARNING: {w}" for w in self.warnings)
+        return out + tail + warn
+
+
+def compare(*fits: OrdinalResult) -> pd.DataFrame:
+    """R ``anova(m1, m2, ...)`` for nested ordinal fits: one row per model in order of size,
+    with AIC, logLik and the likelihood-ratio test against the row above."""
+    if len(fits) < 2:
+        raise ValueError("compare() needs at least two fitted models")
+    ordered = sorted(fits, key=lambda r: r.n_params)
+    rows = []
+    for i, f in enumerate(ordered):
+        row = {"model": f.formula or f"model {i + 1}", "method": f.method, "n_params": f.n_params,
+               "AIC": f.aic, "logLik": f.loglik, "LR_stat": np.nan, "df": np.nan, "p_value": np.nan}
+        if i:
+            t = f.lr_test(ordered[i - 1])
+            row.update(LR_stat=t["statistic"], df=t["df"], p_value=t["p_value"])
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def fit_ordinal(
@@ -62,30 +156,110 @@ def fit_ordinal(
     *,
     response: str = "rating",
     fixed: Sequence[str] = ("candidate_type",),
+    random: str | Sequence[str] = (),
     reference: Mapping[str, str] | None = None,
     levels: Sequence = (1, 2, 3, 4, 5),
     cluster: str | None = None,
+    link: str = "logit",
+    nagq: int = 1,
+    level: float = 0.95,
 ) -> OrdinalResult:
-    """Proportional-odds logit model without random effects (statsmodels ``OrderedModel``).
+    """Maximum-likelihood cumulative-link model: R ``clm`` or, with ``random``, ``clmm``.
 
-    statsmodels parameterises the thresholds as (tau_1, log(tau_2 - tau_1), ...); they are
-    converted to tau_k with delta-method standard errors, so the numbers match R
-    ``clm(response ~ fixed)``. ``cluster`` names a column for cluster-robust (sandwich)
-    standard errors, e.g. ``"concept"``.
+    Without ``random``: statsmodels ``OrderedModel``; statsmodels parameterises the
+    thresholds as (tau_1, log(tau_2 - tau_1), ...); they are converted to tau_k with
+    delta-method standard errors, so the numbers match R ``clm(response ~ fixed)``.
+    ``cluster`` names a column for cluster-robust (sandwich) standard errors, e.g. ``"concept"``.
+
+    With ``random`` (e.g. ``("rater", "concept")`` or ``"rater,concept"``): crossed random
+    intercepts, marginal likelihood by the Laplace approximation, or for a single grouping
+    factor by adaptive Gauss-Hermite quadrature with ``nagq`` nodes (R's ``nAGQ``); see
+    ``clmm.py``. Matches R ``clmm(response ~ fixed + (1|g1) + (1|g2))``.
+    ``link`` is ``"logit"`` or ``"probit"``; every interval is a Wald ``level`` interval.
     """
-    from statsmodels.miscmodels.ordinal_model import OrderedModel
+    from .clmm import fit_clmm
 
+    zq = z_value(level)
+    if link not in ("logit", "probit"):
+        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
     if reference is None:
         reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
-    design = build_design(data, response=response, fixed=fixed, reference=reference, levels=levels)
+    rand = parse_random(random)
+    slopes = {g: s for g, s in rand.items() if s}
+    if slopes:
+        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
+                         "the maximum-likelihood fit takes random intercepts")
+    if rand and cluster is not None:
+        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
+    design = build_design(data, response=response, fixed=fixed, random=list(rand), reference=reference,
+                          levels=levels)
     K, p = len(levels), len(design.coef_names)
     observed = np.unique(design.y)
     if len(observed) < K:
         raise ValueError(f"{response!r} has no observations at level(s) "
                          f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
+    formula = random_formula(response, fixed, rand)
+    if rand:
+        fit = fit_clmm(design.y, design.X, [c for c, _ in design.groups.values()], K, link=link, nagq=nagq)
+        se_all = np.sqrt(np.diag(fit.cov))
+        params = np.concatenate([fit.beta, fit.tau])
+        ses = np.concatenate([se_all[K - 1 : K - 1 + p], se_all[: K - 1]])
+        loglik, converged = fit.loglik, fit.converged
+        warn = [] if converged else [f"optimizer did not converge: {fit.message}"]
+        warn += [f"SD of {g!r} at the boundary (~0): the model is singular; drop the term"
+                 for g, sd in zip(design.groups, fit.sigma) if sd < 1e-4]
+        method = "Laplace" if nagq == 1 else f"AGQ({nagq})"
+        n_params = K - 1 + p + len(rand)
+    else:
+        params, ses, loglik, converged, warn = _fit_clm(design, data, cluster, link)
+        method, n_params = "ML", K - 1 + p
+    coef, se, ci, orr, or_ci, pv = {}, {}, {}, {}, {}, {}
+    for j, name in enumerate(design.coef_names):
+        b, s = float(params[j]), float(ses[j])
+        coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
+        if link == "logit":
+            with np.errstate(over="ignore"):  # a separated level has |beta| and SE huge: OR inf
+                orr[name], or_ci[name] = float(np.exp(b)), (float(np.exp(b - zq * s)), float(np.exp(b + zq * s)))
+        pv[name] = float(2 * norm.sf(abs(b / s)))
+    tau, tau_se = params[p:], ses[p:]
+    for k in range(K - 1):
+        ci[f"tau_{k + 1}"] = (float(tau[k] - zq * tau_se[k]), float(tau[k] + zq * tau_se[k]))
+    rsd, modes, mode_sd = {}, {}, {}
+    if rand:
+        start = 0
+        for gi, (g, (_, names)) in enumerate(design.groups.items()):
+            sd = float(fit.sigma[gi])
+            rsd[g] = sd
+            s_sd = float(se_all[K - 1 + p + gi])
+            if sd > 1e-4 and np.isfinite(s_sd):  # Wald on log(sd): se(log sd) = se(sd) / sd
+                half = zq * s_sd / sd
+                ci[f"sd_{g}"] = (sd * float(np.exp(-half)), sd * float(np.exp(half)))
+            else:
+                ci[f"sd_{g}"] = (0.0, float("nan"))
+            sl = slice(start, start + len(names))
+            modes[g] = dict(zip(names, map(float, fit.modes[sl])))
+            mode_sd[g] = dict(zip(names, map(float, fit.mode_sd[sl])))
+            start += len(names)
+    for w in warn:
+        log.warning("fit_ordinal: %s", w)
+    return OrdinalResult(
+        coef=coef, se=se, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, p_value=pv,
+        thresholds=tuple(float(t) for t in tau), threshold_se=tuple(float(s) for s in tau_se),
+        loglik=float(loglik), aic=float(-2 * loglik + 2 * n_params), n_obs=design.n,
+        cov_type="cluster" if cluster else "nonrobust", converged=converged, warnings=tuple(warn),
+        levels=tuple(levels), link=link, level=level, method=method, n_params=n_params, formula=formula,
+        random_sd=rsd, random_effects=modes, random_effects_sd=mode_sd,
+    )
+
+
+def _fit_clm(design, data, cluster, link):
+    """statsmodels ``OrderedModel``: (beta, tau), their SEs, logLik, converged, warnings."""
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    K, p = len(design.levels), len(design.coef_names)
     endog = pd.Series(pd.Categorical(design.y, categories=range(K), ordered=True))
     exog = pd.DataFrame(design.X, columns=list(design.coef_names))
-    model = OrderedModel(endog, exog, distr="logit")
+    model = OrderedModel(endog, exog, distr=link)
     fit_kw = {"method": "bfgs", "disp": False, "maxiter": 2000}
     if cluster is not None:
         groups = pd.factorize(data[cluster].astype(str))[0]
@@ -107,21 +281,8 @@ def fit_ordinal(
     for k in range(1, K - 1):
         J[k, 1 : k + 1] = np.exp(raw[1 : k + 1])
     tau_se = np.sqrt(np.diag(J @ cov[p:, p:] @ J.T))
-    coef, se, ci, orr, or_ci, pv = {}, {}, {}, {}, {}, {}
-    for j, name in enumerate(design.coef_names):
-        b, s = float(params[j]), float(np.sqrt(cov[j, j]))
-        coef[name], se[name], ci[name] = b, s, (b - Z95 * s, b + Z95 * s)
-        orr[name], or_ci[name] = float(np.exp(b)), (float(np.exp(b - Z95 * s)), float(np.exp(b + Z95 * s)))
-        pv[name] = float(2 * norm.sf(abs(b / s)))
-    for k in range(K - 1):
-        ci[f"tau_{k + 1}"] = (float(tau[k] - Z95 * tau_se[k]), float(tau[k] + Z95 * tau_se[k]))
-    return OrdinalResult(
-        coef=coef, se=se, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, p_value=pv,
-        thresholds=tuple(float(t) for t in tau), threshold_se=tuple(float(s) for s in tau_se),
-        loglik=float(res.llf), aic=float(res.aic), n_obs=design.n,
-        cov_type="cluster" if cluster else "nonrobust", converged=converged, warnings=tuple(warn),
-        levels=tuple(levels),
-    )
+    beta_se = np.sqrt(np.diag(cov)[:p])
+    return (np.concatenate([params[:p], tau]), np.concatenate([beta_se, tau_se]), float(res.llf), converged, warn)
 
 
 @dataclass(frozen=True)
@@ -161,6 +322,7 @@ def fit_gaussian_mixed(
     reference: str = "human",
     random: Sequence[str] = RANDOM,
     engine: str = "reml",
+    level: float = 0.95,
 ) -> GaussianMixedResult:
     """REML linear mixed model ``response ~ factor`` with crossed random intercepts (App. D.4).
 
@@ -168,10 +330,12 @@ def fit_gaussian_mixed(
     variance components inside one all-encompassing group (slow: minutes for 1,025 ratings
     on 2 cores); ``engine="reml"`` (default) maximises the same restricted likelihood with a
     dense Cholesky of the marginal covariance (seconds) and agrees with it to optimizer
-    tolerance. Contrasts carry Wald 95% intervals.
+    tolerance. Contrasts carry Wald ``level`` intervals.
     """
     if engine not in ("reml", "statsmodels"):
         raise ValueError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
+    zq = z_value(level)
+    random = list(parse_random(random))
     design = build_design(data, response=response, fixed=[factor], random=random,
                           reference={factor: reference},
                           levels=sorted(pd.unique(data[response].dropna())))
@@ -185,17 +349,17 @@ def fit_gaussian_mixed(
         coef, se, ci = {}, {}, {}
         for j, name in enumerate(design.coef_names, start=1):
             b, s = float(fit.beta[j]), float(se_all[j])
-            coef[name], se[name], ci[name] = b, s, (b - Z95 * s, b + Z95 * s)
+            coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
         vcomp = {g: float(v) for g, v in zip(design.groups, fit.variances)}
         warn = [] if fit.converged else ["REML optimizer did not converge"]
         warn += [f"variance of {g!r} at the boundary (~0)" for g, v in vcomp.items() if v < 1e-6]
         return GaussianMixedResult(coef=coef, se=se, ci=ci, intercept=float(fit.beta[0]),
                                    variance_components=vcomp, residual_variance=fit.residual,
                                    n_obs=design.n, converged=fit.converged, warnings=tuple(warn))
-    return _fit_mixedlm(data, response, factor, reference, list(random))
+    return _fit_mixedlm(data, response, factor, reference, list(random), zq)
 
 
-def _fit_mixedlm(data, response, factor, reference, random) -> GaussianMixedResult:
+def _fit_mixedlm(data, response, factor, reference, random, zq) -> GaussianMixedResult:
     import statsmodels.formula.api as smf
 
     df = pd.DataFrame({"y": data[response].astype(float), "t": data[factor].astype(str), "one": 1})
@@ -215,7 +379,7 @@ def _fit_mixedlm(data, response, factor, reference, random) -> GaussianMixedResu
         level = name.rsplit("[T.", 1)[1].rstrip("]")
         key = coef_name(factor, level)
         b, s = float(res.fe_params[name]), float(res.bse_fe[name])
-        coef[key], se[key], ci[key] = b, s, (b - Z95 * s, b + Z95 * s)
+        coef[key], se[key], ci[key] = b, s, (b - zq * s, b + zq * s)
     names = list(res.model.exog_vc.names)  # statsmodels sorts the components by key
     vcomp = {g: float(res.vcomp[names.index(g)]) for g in random}
     return GaussianMixedResult(

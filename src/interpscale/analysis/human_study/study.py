@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pandas as pd
 from interpscale._atomic import atomic_write_text
 
 from ._validate import validate_phase1, validate_ratings
-from .bayes import OrdinalMixedResult, _jsonable, fit_ordinal_mixed
-from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal
+from .bayes import RANDOM, OrdinalMixedResult, Priors, _jsonable, fit_ordinal_mixed
+from .design import parse_random
+from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal, z_value
 from .phase1 import coherence_dependence, phase1_agreement
 from .robust import PairedComparison, paired_comparison, type_summary
 
@@ -33,6 +35,7 @@ class HumanStudyReport:
     bayes: OrdinalMixedResult | None
     phase1: dict | None
     coherence: dict | None
+    ordinal_mixed: OrdinalResult | None = None  # ML cumulative-link mixed model (R clmm, Laplace)
 
     def table21(self) -> pd.DataFrame:
         """Robustness checks for the contrast vs the reference, as rows of Table 21."""
@@ -47,13 +50,18 @@ class HumanStudyReport:
             lo, hi = b.odds_ratio_ci[key]
             rows += [("Bayesian cumulative-link model", f"OR {b.odds_ratio[key]:.2f}, 95% CrI [{lo:.2f}, {hi:.2f}]"),
                      (f"Posterior probability of {c} advantage", f"{b.prob_positive[key]:.2f}")]
+        if self.ordinal_mixed is not None and key in self.ordinal_mixed.odds_ratio:
+            m = self.ordinal_mixed
+            lo, hi = m.odds_ratio_ci[key]
+            rows += [(f"Cumulative-link mixed model ({m.method})", f"OR {m.odds_ratio[key]:.2f}, "
+                      f"{m.level:.0%} CI [{lo:.2f}, {hi:.2f}]")]
         lo, hi = self.ordinal.odds_ratio_ci[key]
         rows += [
             ("Cumulative-link model, no random effects", f"OR {self.ordinal.odds_ratio[key]:.2f}, "
-             f"95% CI [{lo:.2f}, {hi:.2f}]"),
+             f"{self.ordinal.level:.0%} CI [{lo:.2f}, {hi:.2f}]"),
             ("Paired comparison probability", f"{self.paired.prob:.2f}, bootstrap 95% CI "
              f"[{self.paired.ci[0]:.2f}, {self.paired.ci[1]:.2f}]"),
-            ("Gaussian mixed model", f"{self.gaussian.coef[key]:+.2f} points, 95% CI "
+            ("Gaussian mixed model", f"{self.gaussian.coef[key]:+.2f} points, {self.ordinal.level:.0%} CI "
              f"[{self.gaussian.ci[key][0]:.2f}, {self.gaussian.ci[key][1]:.2f}]"),
         ]
         return pd.DataFrame(rows, columns=["analysis", "result"])
@@ -64,6 +72,7 @@ class HumanStudyReport:
             "table4": self.table4.reset_index().to_dict(orient="records"),
             "table21": self.table21().to_dict(orient="records"),
             "paired": self.paired.to_dict(), "ordinal": self.ordinal.to_dict(),
+            "ordinal_mixed": None if self.ordinal_mixed is None else self.ordinal_mixed.to_dict(),
             "gaussian_mixed": self.gaussian.to_dict(),
             "bayes": None if self.bayes is None else self.bayes.to_dict(),
             "phase1": self.phase1, "coherence": self.coherence,
@@ -77,8 +86,9 @@ class HumanStudyReport:
                  self.table21().to_markdown(index=False), ""]
         if self.bayes is not None:
             parts += ["## Bayesian cumulative-link mixed model (App. D.3)", "", "```", self.bayes.summary(), "```", ""]
-        parts += ["## Frequentist cross-checks", "", "```", self.ordinal.summary(), "", self.gaussian.summary(),
-                  "```", ""]
+        mixed = [self.ordinal_mixed.summary(), ""] if self.ordinal_mixed is not None else []
+        parts += ["## Frequentist cross-checks", "", "```", *mixed, self.ordinal.summary(), "",
+                  self.gaussian.summary(), "```", ""]
         if self.phase1 is not None:
             p = pd.DataFrame([self.phase1]).T.reset_index()
             p.columns = ["statistic", "value"]
@@ -109,28 +119,52 @@ def analyse_study(
     contrast: str = "llm",
     reference: str = "human",
     bayes: bool = True,
+    clmm: bool = True,
+    random: str | Sequence[str] = RANDOM,
+    level: float = 0.95,
     draws: int = 1000,
     tune: int = 1000,
     chains: int = 4,
+    sampler: str = "auto",
+    mass_matrix: str = "low-rank",
+    target_accept: float = 0.95,
+    priors: Priors | None = None,
     n_boot: int = 2000,
     min_rater_ratings: int = 2,
     seed: int = 0,
 ) -> HumanStudyReport:
-    """Validate the tables and run every analysis of App. D on them (``bayes=False`` skips
-    the MCMC fit). Ratings of concepts absent from Phase 1 are kept in every Phase 2 table and
-    reported as ``n_unmatched`` in the coherence analysis."""
+    """Validate the tables and run every analysis of App. D on them.
+
+    ``random`` picks the random-effect terms of the mixed models (default: rater, concept,
+    context and label intercepts; ``"rater,concept"``; ``"candidate_type|rater"`` adds
+    random slopes to the Bayesian model, whose intercept groups the maximum-likelihood and
+    Gaussian models use). ``bayes=False`` skips the MCMC fit, ``clmm=False`` the Laplace
+    fit. Every interval is at ``level``. Ratings of concepts absent from Phase 1 are kept in
+    every Phase 2 table and reported as ``n_unmatched`` in the coherence analysis."""
+    terms = parse_random(random)
+    if not terms:
+        raise ValueError("random needs at least one grouping factor, e.g. 'rater,concept'")
+    z_value(level)
     r = validate_ratings(ratings, reference=reference, min_rater_ratings=min_rater_ratings)
+    missing = [g for g in terms if g not in r.columns]
+    if missing:
+        raise ValueError(f"random-effect factor(s) {missing} are not columns of ratings ({list(r.columns)})")
     if contrast not in set(r["candidate_type"]):
         raise ValueError(f"contrast type {contrast!r} not in candidate_type levels {sorted(set(r['candidate_type']))}")
     p1 = validate_phase1(phase1) if phase1 is not None else None
     table4 = type_summary(r, seed=seed, n_boot=n_boot)
     paired = paired_comparison(r, contrast, reference, n_boot=n_boot, seed=seed)
-    ordinal = fit_ordinal(r, reference={"candidate_type": reference}, cluster="concept")
-    gaussian = fit_gaussian_mixed(r, reference=reference)
-    fit = fit_ordinal_mixed(r, reference={"candidate_type": reference}, draws=draws, tune=tune,
-                            chains=chains, seed=seed) if bayes else None
+    ref = {"candidate_type": reference}
+    ordinal = fit_ordinal(r, reference=ref, cluster="concept", level=level)
+    mixed = fit_ordinal(r, reference=ref, random=list(terms), level=level) if clmm else None
+    gaussian = fit_gaussian_mixed(r, reference=reference, random=list(terms), level=level)
+    fit = fit_ordinal_mixed(r, reference=ref, random=[f"{'+'.join(s)}|{g}" if s else g for g, s in terms.items()],
+                            draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,
+                            mass_matrix=mass_matrix, target_accept=target_accept, priors=priors,
+                            level=level) if bayes else None
     return HumanStudyReport(
         contrast=contrast, reference=reference, table4=table4, paired=paired, ordinal=ordinal,
         gaussian=gaussian, bayes=fit, phase1=phase1_agreement(p1) if p1 is not None else None,
         coherence=coherence_dependence(r, p1, types=(reference, contrast)) if p1 is not None else None,
+        ordinal_mixed=mixed,
     )
