@@ -108,10 +108,16 @@ def test_user_jsonl_and_parquet_loaders(tmp_path):
     pq = tmp_path / "docs.parquet"
     pd.DataFrame({"doc_id": [1, 1, 2], "text": ["a b", "c d", "e"], "concepts": ["x", "x,y", ""]}).to_parquet(pq)
     cards, docs = load_source({"kind": "parquet", "path": str(pq)})
-    assert [c["label"] for c in cards] == ["x", "y"] and docs[0][1] == ("c d", (0, 1))
+    assert [c["label"] for c in cards] == ["x", "y"] and docs[0][1] == ("c d", (0, 1)) and docs[1] == [("e", ())]
+    pd.DataFrame({"text": ["a b", "c d"]}).to_parquet(pq)  # no doc_id: a row is a document
+    assert load_source({"kind": "parquet", "path": str(pq)})[1] == [[("a b", ())], [("c d", ())]]
+    with jl.open("a") as f:  # enough documents for both sides of the hash split
+        for i in range(30):
+            f.write(json.dumps({"chunks": [{"text": f"doc {i} apples", "concepts": ["fruit"]}]}) + "\n")
     out = prepare_data({"kind": "jsonl", "path": str(jl)}, tmp_path / "cache", seq_len=16, vocab_size=60,
-                       val_fraction=0.5)
-    assert PreparedData(out).n_concepts == 2
+                       val_fraction=0.3)
+    data = PreparedData(out)
+    assert data.n_concepts == 2 and data.val.n_tokens > 0 and data.train.n_tokens > 0
 
 
 @pytest.mark.parametrize("content,match", [
@@ -129,11 +135,13 @@ def test_bad_jsonl_names_the_line(tmp_path, content, match):
 def test_bad_sources(tmp_path):
     with pytest.raises(ValueError, match="unknown data kind"):
         load_source({"kind": "csv", "path": "x"})
+    with pytest.raises(ValueError, match="unknown data kind"):
+        prepare_data({"kind": "csv", "path": "x"}, tmp_path, seq_len=8)
     with pytest.raises(ValueError, match="not found"):
         load_source({"kind": "jsonl", "path": str(tmp_path / "missing.jsonl")})
     pq = tmp_path / "nocol.parquet"
-    pd.DataFrame({"text": ["a"]}).to_parquet(pq)
-    with pytest.raises(ValueError, match=r"missing column\(s\) \['doc_id'\]"):
+    pd.DataFrame({"body": ["a"]}).to_parquet(pq)
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['text'\]"):
         load_source({"kind": "parquet", "path": str(pq)})
     cards = tmp_path / "concepts.json"
     write_concepts([{"label": "x", "description": "", "words": []}], cards)

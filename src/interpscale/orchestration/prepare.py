@@ -399,8 +399,9 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
     if not tok_path and not sample_bytes > 0:
         raise ValueError(f"tokenizer sample must be > 0 bytes, got {sample_bytes}")
     return _json_roundtrip({"format_version": FORMAT, "inputs": inputs, "format": fmt, "tokenizer": tok_path,
-            "vocab_size": int(vocab_size), "vocab_size_requested": None if tok_path else int(vocab_size),
-            "sample_bytes": int(sample_bytes), "val_fraction": float(val_fraction), "seed": int(seed),
+            "vocab_size": None if tok_path else int(vocab_size),
+            "vocab_size_requested": None if tok_path else int(vocab_size),
+            "sample_bytes": None if tok_path else int(sample_bytes), "val_fraction": float(val_fraction), "seed": int(seed),
             "concepts": str(conc.resolve()) if conc else None,
             "concepts_sha": _file_sha(conc) if conc else None, "fixed_concepts": bool(conc or synthetic),
             "batch_bytes": int(batch_bytes), "token_dtype": None, "extra": extra or {}})
@@ -431,7 +432,7 @@ def _start(out: Path, req: dict) -> bool:
             raise ValueError(f"{out} holds an unfinished preparation of other data; choose another --out "
                              f"or delete it")
         return False
-    if out.exists() and any(p.name not in (PARTS, ".lock") for p in out.iterdir()):
+    if out.exists() and any(p.name not in (PARTS, ".lock", ".submitit") for p in out.iterdir()):
         raise ValueError(f"{out} is not empty and holds no preparation; choose another --out")
     (out / PARTS).mkdir(parents=True, exist_ok=True)
     atomic_write_text(old_path, json.dumps(req, indent=1))
@@ -513,12 +514,13 @@ def _prepare_head(out: str) -> None:
     _set_dtype(Path(out))
 
 
-def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: int) -> dict:
-    """Steps 2-4 as submitit jobs: the tokenizer, then an array of one task per input file,
-    then the finalization (nothing heavy runs in the submitting process)."""
+def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: int) -> None:
+    """Step 3 as submitit jobs, one task per input file.  On SLURM steps 2 and 4 (the
+    tokenizer, the finalization) are jobs too, so nothing heavy runs on the login node;
+    ``local`` runs them in this process."""
     import submitit
 
-    folder = out / PARTS / "submitit" / "%j"
+    folder = out / ".submitit" / "%j"
     if executor == "local":
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(timeout_min=int(slurm.get("timeout_min", 24 * 60)))
@@ -536,7 +538,10 @@ def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: i
         if errors:
             raise ValueError(f"{what} failed (finished parts are kept; rerun to resume):\n" + "\n".join(errors))
 
-    wait([ex.submit(_prepare_head, str(out))], "tokenizer job")
+    if executor == "local":
+        _prepare_head(str(out))
+    else:
+        wait([ex.submit(_prepare_head, str(out))], "tokenizer job")
     req = read_request(out)
     todo = [i for i in range(n) if not part_done(out, i, req)]
     if todo:
@@ -551,9 +556,11 @@ def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: i
         else:
             jobs = ex.map_array(tokenize_part, [str(out)] * len(todo), todo)
         wait(jobs, f"{len(todo)} tokenization task(s)")
-    job = ex.submit(finalize, str(out))
-    wait([job], "finalization job")
-    return job.result()
+    if executor == "local":
+        finalize(out)
+    else:
+        wait([ex.submit(finalize, str(out))], "finalization job")
+    shutil.rmtree(out / ".submitit", ignore_errors=True)
 
 
 def _job_error(exc: Exception) -> str:
