@@ -207,17 +207,25 @@ def tokenize_part(out: str | os.PathLike, i: int) -> dict:
             return sorted({fixed[lab] for lab in labs})
         return sorted({local.setdefault(lab, len(local)) for lab in labs})
 
-    def encode(batch: list[RawDoc]):
-        texts = [t for d in batch for t, _ in d.chunks]
-        enc = encode_texts(tok, texts)
+    def parse(doc: RawDoc) -> tuple[str, list[list[int]]]:
+        """Validate a document; its split and each chunk's concept ids (in the reading thread)."""
+        multi = len(doc.chunks) > 1
+        labels = []
+        for j, (text, labs) in enumerate(doc.chunks):
+            if not text:
+                raise ValueError(f"{doc.where}" + (f", chunk {j}" if multi else "") + ": empty 'text'")
+            labels.append(label_ids(labs, f"{doc.where}, chunk {j}" if multi else doc.where) if labs else [])
+        held = is_validation([t for t, _ in doc.chunks], req["val_fraction"], req["seed"])
+        return ("val" if held else "train"), labels
+
+    def write(parsed: list[tuple[str, list[list[int]]]], enc: list[list[int]]):
         k = 0
-        for d in batch:
-            w = writers["val" if is_validation([t for t, _ in d.chunks], req["val_fraction"], req["seed"]) else "train"]
-            for j, (_, labs) in enumerate(d.chunks):
+        for split, labels in parsed:
+            w = writers[split]
+            for lab in labels:
                 w.flat.extend(enc[k])
                 w.flat.append(eoc)
                 w.eoc.append(len(w.flat) - 1)
-                lab = label_ids(labs, f"{d.where}, chunk {j}" if len(d.chunks) > 1 else d.where) if labs else []
                 w.count.append(len(lab))
                 w.labels.extend(lab)
                 k += 1
@@ -226,20 +234,33 @@ def tokenize_part(out: str | os.PathLike, i: int) -> dict:
         for w in writers.values():
             w.flush()
 
+    # reading / parsing the next batch overlaps the encoding of the last one (the
+    # tokenizers encoder releases the GIL)
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gc
+
+    pending = None
+    gc_was = gc.isenabled()
+    gc.disable()  # millions of acyclic token lists: the cyclic collector only costs time here
     try:
-        batch, size = [], 0
-        for doc in _input_docs(inp, req["format"]):
-            for j, (text, _) in enumerate(doc.chunks):
-                if not text:
-                    raise ValueError(f"{doc.where}" + (f", chunk {j}" if len(doc.chunks) > 1 else "")
-                                     + ": empty 'text'")
-            batch.append(doc)
-            size += sum(len(t) for t, _ in doc.chunks)
-            if size >= req["batch_bytes"]:
-                encode(batch)
-                batch, size = [], 0
-        encode(batch)
+        with ThreadPoolExecutor(1) as pool:
+            texts, parsed, size = [], [], 0
+            for doc in _input_docs(inp, req["format"]):
+                parsed.append(parse(doc))
+                texts += [t for t, _ in doc.chunks]
+                size += sum(len(t) for t, _ in doc.chunks)
+                if size >= req["batch_bytes"]:
+                    if pending is not None:
+                        write(*pending[0], pending[1].result())
+                    pending = ((parsed,), pool.submit(encode_texts, tok, texts))
+                    texts, parsed, size = [], [], 0
+            if pending is not None:
+                write(*pending[0], pending[1].result())
+            write(parsed, encode_texts(tok, texts))
     finally:
+        if gc_was:
+            gc.enable()
         for w in writers.values():
             w.close()
     marker = {"input": inp, "stat": stat, "tokenizer": _file_sha(out / "tokenizer.json"),
@@ -358,7 +379,7 @@ def read_request(out: Path) -> dict:
 
 def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLike | None = None,
                  vocab_size: int = 512, sample_bytes: int = 100_000_000, val_fraction: float = 0.05,
-                 seed: int = 0, concepts: str | os.PathLike | None = None, batch_bytes: int = 1 << 20,
+                 seed: int = 0, concepts: str | os.PathLike | None = None, batch_bytes: int = 1 << 18,
                  base_dir: str | os.PathLike | None = None, extra: dict | None = None) -> dict:
     """What ``prepare`` builds, as a JSON-able dict.  ``sources``: paths / globs, or
     ``{"kind": "synthetic", ...}`` dicts (the bundled corpus)."""

@@ -1,0 +1,173 @@
+"""Data preparation at scale, as ratios against baselines run in the same process (issue 21).
+
+- throughput: ``prepare`` (read JSONL, split by hash, encode, write shards, finalize) on a
+  concept-labelled JSONL vs the ``tokenizers`` batch encoder alone (``encode_batch`` and
+  ``encode_batch_fast``) on the same chunk texts already in memory; target >= 0.7x;
+- memory: peak RSS of ``prepare`` and of reading batches, each in its own subprocess, for
+  a corpus and one 10x larger; target <= 1.25x (also shown net of the import-only RSS);
+- legacy: the old in-memory path (read all, pack in memory) on the small corpus, RSS per token;
+- disk: bytes per token of tokens + chunk index + CSR labels at 33,732 concepts and
+  10 labels per ~150-token chunk; target <= 8.
+
+``python benchmarks/bench_data.py [--docs 4000]`` (the small corpus has --docs documents).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _write_corpus(path: Path, n_docs: int, copies: int, seed: int = 0) -> None:
+    from interpscale.orchestration.corpus import CorpusConfig, generate_documents
+
+    concepts, docs = generate_documents(CorpusConfig(n_concepts=32, n_docs=n_docs, seed=seed))
+    with open(path, "w") as f:
+        for c in range(copies):  # copies differ by a tag so each document hashes anew
+            for d, doc in enumerate(docs):
+                chunks = [{"text": (f"copy {c} doc {d} " if j == 0 else "") + text,
+                           "concepts": [concepts[k].label for k in labs]} for j, (text, labs) in enumerate(doc)]
+                f.write(json.dumps({"chunks": chunks}) + "\n")
+
+
+def _child(argv: list[str]) -> None:
+    """Subprocess body: one measured action, then print peak RSS (MiB) as JSON."""
+    what = argv[0]
+    if what == "import":
+        import interpscale.orchestration  # noqa: F401
+    elif what == "prepare":
+        from interpscale.orchestration import prepare
+
+        prepare(argv[1], argv[2], tokenizer=argv[3], val_fraction=0.05)
+    elif what == "batches":
+        from interpscale.orchestration import open_data
+
+        data = open_data(argv[1], seq_len=256)
+        for step in range(0, 4000, 20):
+            data.train.batch(step, 16, seed=0)
+    elif what == "legacy":
+        from interpscale.orchestration.data import pack, split_docs
+        from interpscale.orchestration.loaders import load_source
+        from interpscale.orchestration.tokenizer import load_tokenizer
+
+        cards, docs = load_source({"kind": "jsonl", "path": argv[1]})
+        train, _ = split_docs(docs, 0.05, 0)
+        packed = pack(train, load_tokenizer(argv[2]), len(cards), 256)
+        print(json.dumps({"tokens": int(packed.tokens.size)}))
+    print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def _run_child(*args: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    res: dict = {}
+    for line in out.splitlines():
+        res.update(json.loads(line))
+    return res
+
+
+def _texts(path: Path) -> list[str]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            out += [c["text"] for c in json.loads(line)["chunks"]]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=4000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    if args.child:
+        return _child(args.child)
+    from interpscale.orchestration import prepare
+    from interpscale.orchestration.tokenizer import train_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        small, large = tmp / "small.jsonl", tmp / "large.jsonl"
+        _write_corpus(small, args.docs, 1)
+        _write_corpus(large, args.docs, 10)
+        texts = _texts(small)
+        tok = train_tokenizer(texts[:20000], 4096)
+        tok.save(str(tmp / "tok.json"))
+        mb = small.stat().st_size / 2**20
+        print(f"corpus: {mb:.1f} MiB JSONL ({len(texts):,} chunks), 10x: {large.stat().st_size / 2**20:.1f} MiB; "
+              f"byte-level BPE, {tok.get_vocab_size()} tokens; cores: {os.cpu_count()}")
+
+        # -- throughput, interleaved repeats, best of each ----------------------------------------
+        best = {"encode_batch": 1e9, "encode_batch_fast": 1e9, "prepare": 1e9}
+        n_tok = 0
+        for r in range(args.repeats):
+            t0 = time.perf_counter()
+            enc = tok.encode_batch(texts, add_special_tokens=False)
+            best["encode_batch"] = min(best["encode_batch"], time.perf_counter() - t0)
+            n_tok = sum(len(e.ids) for e in enc)
+            del enc
+            t0 = time.perf_counter()
+            tok.encode_batch_fast(texts, add_special_tokens=False)
+            best["encode_batch_fast"] = min(best["encode_batch_fast"], time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            out = prepare(small, tmp / f"p{r}", tokenizer=tmp / "tok.json", val_fraction=0.05)
+            best["prepare"] = min(best["prepare"], time.perf_counter() - t0)
+        meta = json.loads((out / "meta.json").read_text())
+        stream = sum(s["tokens"] for s in meta["splits"].values())
+        print(f"throughput ({n_tok:,} text tokens, {stream:,} in the stream with [EOC]/[EOS]):")
+        for k, v in best.items():
+            print(f"  {k:18s} {v:6.2f} s  {n_tok / v / 1e3:8.0f} k tok/s")
+        print(f"  prepare / encode_batch      = {best['encode_batch'] / best['prepare']:.2f}x  (target >= 0.7)")
+        print(f"  prepare / encode_batch_fast = {best['encode_batch_fast'] / best['prepare']:.2f}x")
+
+        # -- memory, one subprocess per measurement -------------------------------------------------
+        base = _run_child("import")["rss_mib"]
+        rs = _run_child("prepare", str(small), str(tmp / "ms"), str(tmp / "tok.json"))["rss_mib"]
+        rl = _run_child("prepare", str(large), str(tmp / "ml"), str(tmp / "tok.json"))["rss_mib"]
+        bs = _run_child("batches", str(tmp / "ms"))["rss_mib"]
+        bl = _run_child("batches", str(tmp / "ml"))["rss_mib"]
+        n_small = json.loads((tmp / "ms" / "meta.json").read_text())["splits"]["train"]["tokens"]
+        n_large = json.loads((tmp / "ml" / "meta.json").read_text())["splits"]["train"]["tokens"]
+        print(f"peak RSS (MiB; import-only process {base:.0f}); train tokens {n_small:,} vs {n_large:,}:")
+        print(f"  prepare  {rs:7.0f} vs 10x {rl:7.0f}: {rl / rs:.2f}x (target <= 1.25); net of import "
+              f"{rs - base:.0f} vs {rl - base:.0f}")
+        print(f"  batches  {bs:7.0f} vs 10x {bl:7.0f}: {bl / bs:.2f}x; net of import {bs - base:.0f} vs {bl - base:.0f}")
+        leg = _run_child("legacy", str(small), str(tmp / "tok.json"))
+        print(f"  legacy in-memory pack of the small corpus: {leg['rss_mib']:.0f} MiB, "
+              f"{(leg['rss_mib'] - base) * 2**20 / leg['tokens']:.0f} bytes/token net of import; "
+              f"prepare: {(rs - base) * 2**20 / n_small:.0f}")
+
+        # -- disk bytes per token at the paper's concept count --------------------------------------
+        rng = np.random.default_rng(0)
+        words = [w for t in texts[:2000] for w in t.split()]
+        n_conc = 33_732
+        cards = [{"label": f"c{i}", "description": "", "words": []} for i in range(n_conc)]
+        (tmp / "cards.json").write_text(json.dumps(cards))
+        with open(tmp / "dense.jsonl", "w") as f:
+            for d in range(400):
+                chunks = [{"text": " ".join(rng.choice(words, 110)),
+                           "concepts": [f"c{i}" for i in rng.choice(n_conc, 10, replace=False)]} for _ in range(5)]
+                f.write(json.dumps({"chunks": chunks}) + "\n")
+        out = prepare(tmp / "dense.jsonl", tmp / "dense", tokenizer=tmp / "tok.json", concepts=tmp / "cards.json",
+                      val_fraction=0.05)
+        meta = json.loads((out / "meta.json").read_text())
+        tr = meta["splits"]["train"]
+        size = sum((out / f"train.{f}").stat().st_size
+                   for f in ("tokens.bin", "chunk_end.npy", "label_offsets.npy", "label_ids.npy"))
+        print(f"disk: {n_conc:,} concepts, {tr['labels'] / tr['chunks']:.0f} labels per {tr['tokens'] / tr['chunks']:.0f}"
+              f"-token chunk: {size / tr['tokens']:.2f} bytes/token (target <= 8; dense bool labels would be "
+              f"{n_conc / (tr['tokens'] / tr['chunks']):.0f})")
+
+
+if __name__ == "__main__":
+    main()
