@@ -176,7 +176,8 @@ def test_resume_after_a_killed_prepare(tmp_path, caplog):
     ('{"text": "fine"}\n{not json\n', r"bad\.jsonl: line 2 is not valid JSON"),
     ('{"text": "fine"}\n{"chunks": [{"text": "a"}, {"concepts": ["fruit"]}]}\n',
      r"bad\.jsonl: line 2, chunk 1: needs a string 'text'"),
-    ('{"text": "fine"}\n\n{"text": "b", "concepts": ["nope"]}\n', r"bad\.jsonl: line 3: unknown concept label\(s\) \['nope'\]"),
+    ('{"text": "fine"}\n\n{"text": "b", "concepts": ["nope"]}\n',
+     r"bad\.jsonl: line 3: unknown concept label\(s\) \['nope'\]"),
     ("", r"bad\.jsonl: empty file"),
 ])
 def test_bad_input_names_file_and_line_and_keeps_finished_parts(tmp_path, bad, match, caplog):
@@ -226,8 +227,9 @@ def test_submitit_local_executor_one_task_per_file(tmp_path):
     files = [_jsonl(tmp_path / f"s{i}.jsonl", _docs(25, tag=f"s{i}")) for i in range(2)]
     a = prepare(files, tmp_path / "a", executor="local", vocab_size=100, val_fraction=0.2)
     b = prepare(files, tmp_path / "b", vocab_size=100, val_fraction=0.2)
+    c = prepare(files, tmp_path / "c", vocab_size=100, val_fraction=0.2, workers=2)  # worker processes
     for f in ("tokenizer.json", "train.tokens.bin", "val.label_ids.npy", "concepts.json"):
-        assert (a / f).read_bytes() == (b / f).read_bytes()
+        assert (a / f).read_bytes() == (b / f).read_bytes() == (c / f).read_bytes()
 
 
 def test_toml_relative_paths_and_prepared_kind_in_a_run(tmp_path, make_spec):

@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pr.add_argument("--seed", type=int, default=0, help="key of the validation-split hash")
     pr.add_argument("--executor", choices=("inline", "local", "slurm"), default="inline",
                     help="inline: this process; local / slurm: submitit jobs, one array task per input file")
+    pr.add_argument("--workers", type=int, default=1, help="inline: processes tokenizing input files side by "
+                                                            "side (default 1: one process, multi-threaded encoder)")
     pr.add_argument("--max-parallel", type=int, default=2, help="local / slurm: tasks running at once")
     pr.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                     help="submitit SLURM parameter, e.g. --slurm slurm_partition=cpu --slurm timeout_min=120")
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         from interpscale.orchestration.prepare import prepare
 
         out = prepare(args.sources, args.out, executor=args.executor, slurm=_slurm_params(args.slurm),
-                      max_parallel=args.max_parallel, progress=True, fmt=args.format, tokenizer=args.tokenizer,
+                      max_parallel=args.max_parallel, workers=args.workers, progress=True, fmt=args.format,
+                      tokenizer=args.tokenizer,
                       vocab_size=args.vocab_size, sample_bytes=args.tokenizer_sample_bytes,
                       concepts=args.concepts, val_fraction=args.val_fraction, seed=args.seed)
     except (ValueError, FileNotFoundError, PermissionError) as exc:

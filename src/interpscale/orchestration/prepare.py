@@ -422,7 +422,8 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
     return _json_roundtrip({"format_version": FORMAT, "inputs": inputs, "format": fmt, "tokenizer": tok_path,
             "vocab_size": None if tok_path else int(vocab_size),
             "vocab_size_requested": None if tok_path else int(vocab_size),
-            "sample_bytes": None if tok_path else int(sample_bytes), "val_fraction": float(val_fraction), "seed": int(seed),
+            "sample_bytes": None if tok_path else int(sample_bytes), "val_fraction": float(val_fraction),
+            "seed": int(seed),
             "concepts": str(conc.resolve()) if conc else None,
             "concepts_sha": _file_sha(conc) if conc else None, "fixed_concepts": bool(conc or synthetic),
             "batch_bytes": int(batch_bytes), "token_dtype": None, "extra": extra or {}})
@@ -475,9 +476,13 @@ def _locked(out: Path):
 
 
 def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm: dict | None = None,
-            max_parallel: int = 2, progress: bool = False, **options: Any) -> Path:
+            max_parallel: int = 2, workers: int = 1, progress: bool = False, **options: Any) -> Path:
     """Prepare ``sources`` into the data directory ``out`` and return it (see ``make_request``
-    for ``options``).  Rerunning after a crash or a kill resumes: finished parts are kept."""
+    for ``options``).  Rerunning after a crash or a kill resumes: finished parts are kept.
+
+    ``executor="inline"`` works in this process, with ``workers`` processes tokenizing
+    input files side by side (each with a single-threaded encoder); ``local`` / ``slurm``
+    run one submitit task per input file, at most ``max_parallel`` at once."""
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; expected one of {EXECUTORS}")
     out = Path(out)
@@ -492,14 +497,41 @@ def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm:
         if executor == "inline":
             build_tokenizer(out)
             _set_dtype(out)
-            from tqdm.auto import tqdm
-
-            for i in tqdm(range(n), desc="prepare", disable=not progress or n < 2):
-                tokenize_part(out, i)
+            _inline_parts(out, n, workers, progress)
             finalize(out)
         else:
             _run_submitit(out, n, executor, slurm or {}, max_parallel)
     return out
+
+
+def _single_threaded_encoder() -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
+
+
+def _inline_parts(out: Path, n: int, workers: int, progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=n, desc="prepare", disable=not progress or n < 2)
+    if workers <= 1 or n < 2:
+        for i in range(n):
+            tokenize_part(out, i)
+            bar.update(1)
+        bar.close()
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    errors: dict[int, BaseException] = {}
+    ctx = multiprocessing.get_context("fork")  # workers start in milliseconds, nothing re-imported
+    with ProcessPoolExecutor(min(workers, n), mp_context=ctx, initializer=_single_threaded_encoder) as pool:
+        futures = {pool.submit(tokenize_part, str(out), i): i for i in range(n)}
+        for f in as_completed(futures):
+            if f.exception() is not None:  # the other files go on; their parts are kept
+                errors[futures[f]] = f.exception()
+            bar.update(1)
+    bar.close()
+    if errors:
+        raise errors[min(errors)]
 
 
 def _write_fixed_concepts(out: Path, req: dict) -> None:
