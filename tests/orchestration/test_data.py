@@ -151,3 +151,24 @@ def test_bad_sources(tmp_path):
         load_source({"kind": "jsonl", "path": str(jl), "concepts": str(cards)})
     with pytest.raises(ValueError, match="bad synthetic corpus option"):
         load_source({"kind": "synthetic", "n_topics": 3})
+
+
+def test_directories_packed_before_the_shards_still_open(tmp_path):
+    """A run prepared by the in-memory packing (train.npz) resumes with the same rows."""
+    from interpscale.orchestration import open_data
+
+    concepts, docs = generate_documents(CFG)
+    tok = train_tokenizer((t for d in docs for t, _ in d), vocab_size=200)
+    train, val = split_docs(docs, 0.1, seed=0)
+    old = tmp_path / "old"
+    old.mkdir()
+    tok.save(str(old / "tokenizer.json"))
+    write_concepts(concepts, old / "concepts.json")
+    ref = pack(train, tok, len(concepts), seq_len=32)
+    ref.save(old / "train.npz")
+    pack(val, tok, len(concepts), seq_len=32).save(old / "val.npz")
+    (old / "meta.json").write_text(json.dumps({"seq_len": 32, "n_concepts": len(concepts)}))
+    data = open_data(old)
+    assert data.special_ids == {"pad": 0, "eos": 1, "eoc": 2, "mask": 3} and data.n_concepts == 20
+    a, b = data.train.batch(3, 4, seed=2), ref.batch(3, 4, seed=2)
+    assert (a.tokens == b.tokens).all() and (a.chunk_labels == b.chunk_labels).all()
