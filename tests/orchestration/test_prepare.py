@@ -34,12 +34,20 @@ def _same(a, b):
         assert torch.equal(a.chunk_ids, b.chunk_ids) and torch.equal(a.chunk_labels, b.chunk_labels)
 
 
-@pytest.mark.parametrize("vocab", [100, 300])  # character-level BPE, byte-level BPE
-def test_shards_give_the_batches_of_the_in_memory_packing(tmp_path, vocab):
+@pytest.mark.parametrize("via", ["synthetic", "jsonl"])  # character-level BPE; byte-level BPE from a file
+def test_shards_give_the_batches_of_the_in_memory_packing(tmp_path, via):
     T = 24
-    data = open_data(prepare_data(CFG, tmp_path, seq_len=T, vocab_size=vocab))
-    assert isinstance(data.train.tokens, np.memmap) and isinstance(data.val.tokens, np.memmap)
     concepts, docs = generate_documents(CorpusConfig(**{k: v for k, v in CFG.items() if k != "kind"}))
+    if via == "synthetic":
+        data = open_data(prepare_data(CFG, tmp_path, seq_len=T, vocab_size=100))
+    else:
+        src = _jsonl(tmp_path / "syn.jsonl", [{"chunks": [{"text": t, "concepts": [concepts[c].label for c in labs]}
+                                                          for t, labs in d]} for d in docs])
+        data = open_data(prepare(src, tmp_path / "d", vocab_size=300), seq_len=T)
+        assert data.tokenizer.get_vocab_size() == 300 and data.tokenizer.token_to_id("Ġ") is not None  # byte-level
+        order = {c["label"]: k for k, c in enumerate(data.concepts)}  # labels sorted by name
+        docs = [[(t, tuple(sorted(order[concepts[c].label] for c in labs))) for t, labs in d] for d in docs]
+    assert isinstance(data.train.tokens, np.memmap) and isinstance(data.val.tokens, np.memmap)
     held = [is_validation([t for t, _ in d], 0.05, 0) for d in docs]
     assert 0 < sum(held) < len(docs)
     # the reference: today's packing of the same documents with the same tokenizer

@@ -120,7 +120,9 @@ def build_tokenizer(out: str | os.PathLike) -> None:
         tok = load_tokenizer(req["tokenizer"])
     else:
         t0 = time.perf_counter()
-        tok = train_tokenizer(_sample_texts(req), req["vocab_size"])
+        # the synthetic corpus has a closed alphabet: the character-level BPE it always had
+        closed = all(i.get("kind") == "synthetic" for i in req["inputs"])
+        tok = train_tokenizer(_sample_texts(req), req["vocab_size"], byte_level=False if closed else None)
         log.info("trained a %d-token BPE in %.1f s", tok.get_vocab_size(), time.perf_counter() - t0)
     special_ids(tok)  # all four present and distinct
     with atomic_path(out / "tokenizer.json") as tmp:

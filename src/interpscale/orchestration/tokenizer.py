@@ -22,26 +22,30 @@ SPECIALS = {"pad": "[PAD]", "eos": "[EOS]", "eoc": "[EOC]", "mask": "[MASK]"}
 BYTE_LEVEL_MIN_VOCAB = 256 + len(SPECIAL_TOKENS) + 28
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 512):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, byte_level: bool | None = None):
     """Train a BPE tokenizer on ``texts``; [PAD] [EOS] [EOC] [MASK] get ids 0..3.
 
-    From ``BYTE_LEVEL_MIN_VOCAB`` ids up it is a byte-level BPE (GPT-2 style): all 256
-    bytes are in the vocabulary, so no character is ever dropped.  Smaller (toy)
-    vocabularies cannot hold the byte alphabet; they get a character-level BPE over the
-    characters of ``texts`` (characters never seen there are dropped, with a warning).
+    ``byte_level`` (default: when ``vocab_size >= BYTE_LEVEL_MIN_VOCAB``): a byte-level BPE
+    (GPT-2 style) whose vocabulary holds all 256 bytes, so no character is ever dropped.
+    Otherwise a character-level BPE over the characters of ``texts`` (right for a closed
+    alphabet such as the synthetic corpus, and the only choice for toy vocabularies that
+    cannot hold the bytes; characters never seen in ``texts`` are then dropped).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size <= len(SPECIAL_TOKENS) + 16:
         raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS) + 16}, got {vocab_size}")
-    byte_level = vocab_size >= BYTE_LEVEL_MIN_VOCAB
+    auto = byte_level is None
+    byte_level = vocab_size >= BYTE_LEVEL_MIN_VOCAB if auto else byte_level
+    if byte_level and vocab_size < BYTE_LEVEL_MIN_VOCAB:
+        raise ValueError(f"a byte-level BPE needs vocab_size >= {BYTE_LEVEL_MIN_VOCAB}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token=None))
     if byte_level:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         alphabet = pre_tokenizers.ByteLevel.alphabet()
     else:
-        log.warning("vocab_size=%d < %d cannot hold the byte alphabet: character-level BPE, characters "
+        (log.warning if auto else log.info)("vocab_size=%d < %d cannot hold the byte alphabet: character-level BPE, characters "
                     "unseen in the tokenizer sample will be dropped", vocab_size, BYTE_LEVEL_MIN_VOCAB)
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
