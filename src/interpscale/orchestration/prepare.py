@@ -54,10 +54,9 @@ def is_validation(texts, val_fraction: float, seed: int) -> bool:
     number in [0, 1), is below ``val_fraction``."""
     if val_fraction <= 0:
         return False
-    h = hashlib.blake2b(digest_size=8, key=int(seed).to_bytes(8, "little", signed=True))
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\x1e")
+    key = int(seed).to_bytes(8, "little", signed=True)
+    data = "\x1e".join(texts).encode("utf-8", "surrogatepass") + b"\x1e"  # each text then a separator
+    h = hashlib.blake2b(data, digest_size=8, key=key)
     return int.from_bytes(h.digest(), "little") / 2.0**64 < val_fraction
 
 
@@ -201,23 +200,35 @@ def tokenize_part(out: str | os.PathLike, i: int) -> dict:
         p.unlink()
     writers = {s: _PartWriter(f"{prefix}.{s}", dtype) for s in SPLITS}
 
-    def label_ids(labs, where):
+    seen: dict[tuple, list[int]] = {}  # label combinations recur: map each one once
+
+    def label_ids(labs, doc: RawDoc, j: int) -> list[int]:
+        key = tuple(labs)
+        ids = seen.get(key)
+        if ids is not None:
+            return ids
+        where = f"{doc.where}, chunk {j}" if len(doc.chunks) > 1 else doc.where
         if fixed is not None:
             unknown = [lab for lab in labs if lab not in fixed]
             if unknown:
                 raise ValueError(f"{where}: unknown concept label(s) {unknown} (not in concepts.json)")
-            return sorted({fixed[lab] for lab in labs})
-        return sorted({local.setdefault(lab, len(local)) for lab in labs})
+            ids = sorted({fixed[lab] for lab in labs})
+        else:
+            ids = sorted({local.setdefault(lab, len(local)) for lab in labs})
+        if len(seen) < 1 << 20:
+            seen[key] = ids
+        return ids
+
+    val_fraction, seed = req["val_fraction"], req["seed"]
 
     def parse(doc: RawDoc) -> tuple[str, list[list[int]]]:
         """Validate a document; its split and each chunk's concept ids (in the reading thread)."""
-        multi = len(doc.chunks) > 1
         labels = []
         for j, (text, labs) in enumerate(doc.chunks):
             if not text:
-                raise ValueError(f"{doc.where}" + (f", chunk {j}" if multi else "") + ": empty 'text'")
-            labels.append(label_ids(labs, f"{doc.where}, chunk {j}" if multi else doc.where) if labs else [])
-        held = is_validation([t for t, _ in doc.chunks], req["val_fraction"], req["seed"])
+                raise ValueError(f"{doc.where}" + (f", chunk {j}" if len(doc.chunks) > 1 else "") + ": empty 'text'")
+            labels.append(label_ids(labs, doc, j) if labs else [])
+        held = is_validation([t for t, _ in doc.chunks], val_fraction, seed)
         return ("val" if held else "train"), labels
 
     def write(parsed: list[tuple[str, list[list[int]]]], enc: list[list[int]]):
