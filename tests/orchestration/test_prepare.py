@@ -206,6 +206,16 @@ def test_bad_input_names_file_and_line_and_keeps_finished_parts(tmp_path, bad, m
     assert open_data(out).meta["splits"]["train"]["docs"] + open_data(out).meta["splits"]["val"]["docs"] == 21
 
 
+def test_a_changed_input_is_prepared_again(tmp_path):
+    src = _jsonl(tmp_path / "c.jsonl", _docs(30))
+    out = prepare(src, tmp_path / "d", vocab_size=100, val_fraction=0.2)
+    assert prepare(src, out, vocab_size=100, val_fraction=0.2) == out  # unchanged: nothing to do
+    with src.open("a") as f:
+        f.write(json.dumps({"text": "one more document"}) + "\n")
+    meta = open_data(prepare(src, out, vocab_size=100, val_fraction=0.2)).meta
+    assert meta["splits"]["train"]["docs"] + meta["splits"]["val"]["docs"] == 31
+
+
 def test_cli_prepare_info_help_and_errors(tmp_path, capsys):
     txt = tmp_path / "a.txt.gz"
     import gzip

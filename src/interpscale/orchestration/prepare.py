@@ -460,8 +460,11 @@ def _start(out: Path, req: dict) -> bool:
             return True
         if meta.get("request") != _comparable(req):
             raise ValueError(f"{out} already holds other prepared data; choose another --out or delete it")
-        log.info("%s: an input changed since it was prepared; preparing again", out)
-        (out / "meta.json").unlink()
+        log.warning("%s: an input changed since it was prepared; preparing it again", out)
+        (out / "meta.json").unlink()  # first: a kill during the cleanup leaves no half directory
+        for p in out.iterdir():
+            if p.name != ".lock":
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
     if old_path.exists():
         if _comparable(json.loads(old_path.read_text())) != _comparable(req):
             raise ValueError(f"{out} holds an unfinished preparation of other data; choose another --out "
