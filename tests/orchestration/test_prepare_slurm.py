@@ -32,7 +32,7 @@ def test_prepare_as_slurm_jobs_equals_inline(tmp_path):
         files.append(tmp_path / f"in{i}.jsonl")
         docs = [{"chunks": [{"text": f"file {i} doc {d} about rain", "concepts": ["rain"]}]} for d in range(30)]
         files[-1].write_text("".join(json.dumps(doc) + "\n" for doc in docs))
-    slurm = {"timeout_min": 10, "cpus_per_task": 1, "mem_gb": 1}
+    slurm = {"timeout_min": 10, "cpus_per_task": 1, "mem_gb": 1, "max_array_size": 1}  # two arrays
     a = prepare(files, tmp_path / "a", executor="slurm", slurm=slurm, max_parallel=2, vocab_size=100,
                 val_fraction=0.2)
     b = prepare(files, tmp_path / "b", vocab_size=100, val_fraction=0.2)

@@ -595,7 +595,8 @@ def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: i
         ex.update_parameters(timeout_min=int(slurm.get("timeout_min", 24 * 60)))
     else:
         ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        ex.update_parameters(**{"timeout_min": 60, "slurm_array_parallelism": max_parallel, **slurm})
+        params = {k: v for k, v in slurm.items() if k != "max_array_size"}
+        ex.update_parameters(**{"timeout_min": 60, "slurm_array_parallelism": max_parallel, **params})
 
     def wait(jobs, what):
         errors = []
@@ -622,8 +623,12 @@ def _run_submitit(out: Path, n: int, executor: str, slurm: dict, max_parallel: i
                 time.sleep(0.2)
                 jobs += [j for j in running if j.done()]
                 running = [j for j in running if not j.done()]
-        else:
-            jobs = ex.map_array(tokenize_part, [str(out)] * len(todo), todo)
+        else:  # one array per MaxArraySize indices
+            step = int(slurm.get("max_array_size") or 1000)
+            jobs = []
+            for k in range(0, len(todo), step):
+                chunk = todo[k: k + step]
+                jobs += ex.map_array(tokenize_part, [str(out)] * len(chunk), chunk)
         wait(jobs, f"{len(todo)} tokenization task(s)")
     if executor == "local":
         finalize(out)
