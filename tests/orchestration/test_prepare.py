@@ -265,3 +265,19 @@ def test_toml_relative_paths_and_prepared_kind_in_a_run(tmp_path, make_spec):
     data = open_run_data(run)
     assert data.path == out and data.seq_len == spec.seq_len and data.train.batch(1, 4, seed=0).tokens.shape == (4, 32)
     assert open_data(run).train.n_rows == data.train.n_rows
+
+
+def test_parquet_documents_span_row_batches_and_prepare_streams_them(tmp_path):
+    import pandas as pd
+
+    from interpscale.orchestration.sources import iter_parquet_docs
+
+    pq = tmp_path / "c.parquet"
+    pd.DataFrame({"doc_id": [7, 7, 7, 8, 9, 9], "text": [f"chunk {i} of rain" for i in range(6)],
+                  "concepts": ["rain", "", "rain,sun", "sun", "", "rain"]}).to_parquet(pq, row_group_size=2)
+    docs = list(iter_parquet_docs(pq, batch_rows=2))  # a document split over row batches stays whole
+    assert [len(d.chunks) for d in docs] == [3, 1, 2] and docs[1].where.endswith("row 3")
+    assert docs[0].chunks[2] == ("chunk 2 of rain", ["rain", "sun"])
+    data = open_data(prepare([pq, pq], tmp_path / "d", vocab_size=100, val_fraction=0.0), seq_len=8)
+    assert data.n_concepts == 2 and data.meta["splits"]["train"]["docs"] == 6
+    assert data.train.label_offsets[-1] == 2 * 5 and data.train.n_chunks == 12
