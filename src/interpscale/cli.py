@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "plan an IsoFLOP sweep and print the dry-run table"),
     "sweep": ("sweep", "launch, inspect (status) or collect (collect) a sweep"),
     "train": ("train", "train one run from a RunSpec / run directory"),
+    "data": ("data", "prepare a corpus into memory-mapped token shards (data prepare / data info)"),
     "evaluate": ("evaluate", "evaluate every checkpoint of a run directory"),
     "fit": ("fit", "fit scaling laws to a results table, or `fit chinchilla` on any CSV"),
     "forecast": ("forecast", "record a loss forecast before a run; check it against the observed loss later"),

@@ -108,10 +108,16 @@ def test_user_jsonl_and_parquet_loaders(tmp_path):
     pq = tmp_path / "docs.parquet"
     pd.DataFrame({"doc_id": [1, 1, 2], "text": ["a b", "c d", "e"], "concepts": ["x", "x,y", ""]}).to_parquet(pq)
     cards, docs = load_source({"kind": "parquet", "path": str(pq)})
-    assert [c["label"] for c in cards] == ["x", "y"] and docs[0][1] == ("c d", (0, 1))
+    assert [c["label"] for c in cards] == ["x", "y"] and docs[0][1] == ("c d", (0, 1)) and docs[1] == [("e", ())]
+    pd.DataFrame({"text": ["a b", "c d"]}).to_parquet(pq)  # no doc_id: a row is a document
+    assert load_source({"kind": "parquet", "path": str(pq)})[1] == [[("a b", ())], [("c d", ())]]
+    with jl.open("a") as f:  # enough documents for both sides of the hash split
+        for i in range(30):
+            f.write(json.dumps({"chunks": [{"text": f"doc {i} apples", "concepts": ["fruit"]}]}) + "\n")
     out = prepare_data({"kind": "jsonl", "path": str(jl)}, tmp_path / "cache", seq_len=16, vocab_size=60,
-                       val_fraction=0.5)
-    assert PreparedData(out).n_concepts == 2
+                       val_fraction=0.3)
+    data = PreparedData(out)
+    assert data.n_concepts == 2 and data.val.n_tokens > 0 and data.train.n_tokens > 0
 
 
 @pytest.mark.parametrize("content,match", [
@@ -129,11 +135,13 @@ def test_bad_jsonl_names_the_line(tmp_path, content, match):
 def test_bad_sources(tmp_path):
     with pytest.raises(ValueError, match="unknown data kind"):
         load_source({"kind": "csv", "path": "x"})
+    with pytest.raises(ValueError, match="unknown data kind"):
+        prepare_data({"kind": "csv", "path": "x"}, tmp_path, seq_len=8)
     with pytest.raises(ValueError, match="not found"):
         load_source({"kind": "jsonl", "path": str(tmp_path / "missing.jsonl")})
     pq = tmp_path / "nocol.parquet"
-    pd.DataFrame({"text": ["a"]}).to_parquet(pq)
-    with pytest.raises(ValueError, match=r"missing column\(s\) \['doc_id'\]"):
+    pd.DataFrame({"body": ["a"]}).to_parquet(pq)
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['text'\]"):
         load_source({"kind": "parquet", "path": str(pq)})
     cards = tmp_path / "concepts.json"
     write_concepts([{"label": "x", "description": "", "words": []}], cards)
@@ -143,3 +151,24 @@ def test_bad_sources(tmp_path):
         load_source({"kind": "jsonl", "path": str(jl), "concepts": str(cards)})
     with pytest.raises(ValueError, match="bad synthetic corpus option"):
         load_source({"kind": "synthetic", "n_topics": 3})
+
+
+def test_directories_packed_before_the_shards_still_open(tmp_path):
+    """A run prepared by the in-memory packing (train.npz) resumes with the same rows."""
+    from interpscale.orchestration import open_data
+
+    concepts, docs = generate_documents(CFG)
+    tok = train_tokenizer((t for d in docs for t, _ in d), vocab_size=200)
+    train, val = split_docs(docs, 0.1, seed=0)
+    old = tmp_path / "old"
+    old.mkdir()
+    tok.save(str(old / "tokenizer.json"))
+    write_concepts(concepts, old / "concepts.json")
+    ref = pack(train, tok, len(concepts), seq_len=32)
+    ref.save(old / "train.npz")
+    pack(val, tok, len(concepts), seq_len=32).save(old / "val.npz")
+    (old / "meta.json").write_text(json.dumps({"seq_len": 32, "n_concepts": len(concepts)}))
+    data = open_data(old)
+    assert data.special_ids == {"pad": 0, "eos": 1, "eoc": 2, "mask": 3} and data.n_concepts == 20
+    a, b = data.train.batch(3, 4, seed=2), ref.batch(3, 4, seed=2)
+    assert (a.tokens == b.tokens).all() and (a.chunk_labels == b.chunk_labels).all()

@@ -1,7 +1,8 @@
-"""Tokenizer, packing and batching: documents -> fixed-length rows with chunk ids -> Batch.
+"""Rows and batches: the batching every split shares, and the original in-memory packing.
 
 Batches are a pure function of (seed, step): the data position of a resumed run is its
-step, which is what makes resume bit-exact.
+step, which is what makes resume bit-exact.  Prepared data on disk (memory-mapped
+shards) is ``orchestration.shards``; this module's ``pack`` is the in-memory reference.
 """
 
 from __future__ import annotations
@@ -18,40 +19,72 @@ import torch
 
 from interpscale.models.types import EOC_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, Batch
 from interpscale.orchestration.corpus import Document
+from interpscale.orchestration.tokenizer import load_tokenizer as _load_any
+from interpscale.orchestration.tokenizer import train_tokenizer  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 
-def train_tokenizer(texts, vocab_size: int = 512):
-    """Train a BPE tokenizer locally; [PAD] [EOS] [EOC] [MASK] get ids 0..3."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    if vocab_size <= len(SPECIAL_TOKENS) + 16:
-        raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS) + 16}, got {vocab_size}")
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    for i, s in enumerate(SPECIAL_TOKENS):
-        if tok.token_to_id(s) != i:  # the contract every model relies on (types.py)
-            raise RuntimeError(f"tokenizer put {s} at id {tok.token_to_id(s)}, expected {i}")
-    return tok
-
-
 def load_tokenizer(path: str | os.PathLike):
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(path))
+    """A tokenizer.json with [PAD] [EOS] [EOC] [MASK] at ids 0..3 (the legacy in-memory
+    packing's contract; prepared data reads any tokenizer, see ``tokenizer.load_tokenizer``)."""
+    tok = _load_any(path)
     for i, s in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(s) != i:
             raise ValueError(f"{path}: special token {s} has id {tok.token_to_id(s)}, expected {i}")
     return tok
 
 
+class RowSplit:
+    """Rows of ``seq_len`` tokens served as batches; subclasses give ``n_rows`` and
+    ``rows_to_batch``.  ``batch(step)`` is a pure function of (seed, step) and each rank
+    builds only its own rows."""
+
+    n_rows: int
+
+    def rows_to_batch(self, rows: np.ndarray, concepts: bool = True) -> Batch:  # pragma: no cover
+        raise NotImplementedError
+
+    def step_rows(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1) -> np.ndarray:
+        """Row indices of ``rank``'s share of training ``step``: a seeded per-epoch permutation."""
+        idx = np.arange(step * batch_size, (step + 1) * batch_size)[rank::world]
+        epochs, pos = np.divmod(idx, self.n_rows)
+        return np.array([_perm(seed, int(e), self.n_rows)[p] for e, p in zip(epochs, pos)], dtype=np.int64)
+
+    def batch(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1,
+              concepts: bool = True) -> Batch:
+        """The batch of training ``step`` (this rank's rows of it)."""
+        return self.rows_to_batch(self.step_rows(step, batch_size, seed=seed, rank=rank, world=world), concepts)
+
+    def eval_batches(self, batch_size: int, max_batches: int | None = None, concepts: bool = True) -> list[Batch]:
+        """Deterministic, in-order validation batches (a re-iterable list)."""
+        out = []
+        for start in range(0, self.n_rows, batch_size):
+            if max_batches is not None and len(out) >= max_batches:
+                break
+            out.append(self.rows_to_batch(np.arange(start, min(start + batch_size, self.n_rows)), concepts))
+        return out
+
+
+def local_chunks(gid: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per-row local chunk ids (-1 stays -1) and each row's global chunk ids in local order."""
+    local = np.full(gid.shape, -1, dtype=np.int64)
+    per_row = []
+    for r in range(gid.shape[0]):
+        ids, inv = np.unique(gid[r], return_inverse=True)
+        keep = ids >= 0
+        remap = np.cumsum(keep) - 1
+        local[r] = np.where(gid[r] >= 0, remap[inv.reshape(-1)], -1)
+        per_row.append(ids[keep])
+    return local, per_row
+
+
 @dataclass
-class Packed:
-    """Rows of ``seq_len`` tokens; ``chunk`` holds global chunk ids (-1 outside chunks)."""
+class Packed(RowSplit):
+    """In-memory rows of ``seq_len`` tokens; ``chunk`` holds global chunk ids (-1 outside
+    chunks), ``labels`` is dense.  The original packing, kept to read run directories
+    prepared before the memory-mapped shards and as the reference the shards are tested
+    against; new data is prepared by ``orchestration.prepare``."""
 
     tokens: np.ndarray  # [R, T] int32
     chunk: np.ndarray  # [R, T] int32
@@ -81,36 +114,12 @@ class Packed:
         n = self.labels.shape[1]
         if n == 0 or not concepts:
             return Batch(tokens=tok, valid=tok != PAD_ID)
-        local = np.full(gid.shape, -1, dtype=np.int64)
-        per_row = []
-        for r in range(gid.shape[0]):
-            ids, inv = np.unique(gid[r], return_inverse=True)
-            keep = ids >= 0
-            remap = np.cumsum(keep) - 1
-            local[r] = np.where(gid[r] >= 0, remap[inv], -1)
-            per_row.append(ids[keep])
+        local, per_row = local_chunks(gid)
         c_max = max(1, max(len(p) for p in per_row))
         lab = np.zeros((len(rows), c_max, n), dtype=np.float32)
         for r, ids in enumerate(per_row):
             lab[r, : len(ids)] = self.labels[ids]
         return Batch(tok, torch.from_numpy(local), torch.from_numpy(lab), tok != PAD_ID)
-
-    def batch(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1,
-              concepts: bool = True) -> Batch:
-        """The batch of training ``step``: rows from a seeded per-epoch permutation."""
-        idx = np.arange(step * batch_size, (step + 1) * batch_size)[rank::world]
-        epochs, pos = np.divmod(idx, self.n_rows)
-        rows = np.array([_perm(seed, int(e), self.n_rows)[p] for e, p in zip(epochs, pos)])
-        return self.rows_to_batch(rows, concepts)
-
-    def eval_batches(self, batch_size: int, max_batches: int | None = None, concepts: bool = True) -> list[Batch]:
-        """Deterministic, in-order validation batches (a re-iterable list)."""
-        out = []
-        for start in range(0, self.n_rows, batch_size):
-            if max_batches is not None and len(out) >= max_batches:
-                break
-            out.append(self.rows_to_batch(np.arange(start, min(start + batch_size, self.n_rows)), concepts))
-        return out
 
 
 _PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}

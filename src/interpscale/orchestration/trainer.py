@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interpscale.models.types import PhaseSchedule
-from interpscale.orchestration.loaders import PreparedData, prepare_data
+from interpscale.orchestration.loaders import PreparedData, open_data, prepare_data
 from interpscale.orchestration.rundir import append_jsonl, atomic_write_text, ensure_writable, read_status, write_status
 from interpscale.orchestration.schedule import Segment, lr_at, reservoir_steps, segments
 from interpscale.orchestration.spec import RunSpec
@@ -35,7 +35,8 @@ def _dist() -> tuple[int, int]:
 
 
 def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Path:
-    """Create RUN_DIR with spec.json, tokenizer.json, concepts.json and data.json."""
+    """Create RUN_DIR with spec.json, tokenizer.json, concepts.json and data.json (where the
+    prepared data lives and the sequence length its rows are cut at)."""
     run_dir = ensure_writable(run_dir)
     spec_path = run_dir / "spec.json"
     if spec_path.exists():
@@ -48,19 +49,30 @@ def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.
         root = Path(data_root) if data_root else run_dir.parent / "_data"
         data_dir = prepare_data(spec.data, root, seq_len=spec.seq_len, vocab_size=spec.vocab_size,
                                 val_fraction=spec.val_fraction, seed=spec.seed)
+        data = PreparedData(data_dir, spec.seq_len)
+        if getattr(data.val, "n_tokens", 1) == 0:
+            raise ValueError(f"{data_dir}: the data has no validation split; prepare it with val_fraction > 0")
+        model_kwargs(spec, data)  # a vocabulary / concept mismatch fails here, before any job starts
         for name in ("tokenizer.json", "concepts.json"):
             shutil.copyfile(data_dir / name, run_dir / name)
-        atomic_write_text(run_dir / "data.json", json.dumps({"path": str(data_dir.resolve())}))
+        link = {"path": str(data_dir.resolve()), "seq_len": spec.seq_len}
+        atomic_write_text(run_dir / "data.json", json.dumps(link))
     return run_dir
 
 
-def open_data(run_dir: Path) -> PreparedData:
-    return PreparedData(json.loads((Path(run_dir) / "data.json").read_text())["path"])
+def open_run_data(run_dir: str | os.PathLike) -> PreparedData:
+    """The prepared data of a run directory (its data.json), cut at the run's seq_len."""
+    return open_data(run_dir)
 
 
 def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
-    """Model overrides: the data's concept count and the spec's vocabulary, then the spec's own."""
-    kw = {"vocab_size": spec.vocab_size, "n_concepts": data.n_concepts, **spec.model_overrides}
+    """Model overrides: the data's concept count, the spec's vocabulary and the data's
+    special-token ids where they differ from the defaults, then the spec's own."""
+    from interpscale.orchestration.loaders import DEFAULT_SPECIAL_IDS
+
+    ids = getattr(data, "special_ids", DEFAULT_SPECIAL_IDS)
+    special = {f"{k}_id": v for k, v in ids.items() if DEFAULT_SPECIAL_IDS.get(k) != v}
+    kw = {"vocab_size": spec.vocab_size, "n_concepts": data.n_concepts, **special, **spec.model_overrides}
     if kw["n_concepts"] != data.n_concepts:
         raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
     if kw["vocab_size"] < data.vocab_size:

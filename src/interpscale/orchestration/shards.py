@@ -1,0 +1,106 @@
+"""Prepared data on disk, opened without loading it: memory-mapped token shards and CSR labels.
+
+A split (``train`` / ``val``) of a data directory written by ``orchestration.prepare``:
+
+- ``{split}.tokens.bin``: the token stream (uint16 or uint32), ``np.memmap``-ed as ``.tokens``;
+- ``{split}.chunk_end.npy``: stream position of each chunk's [EOC], in chunk order;
+- ``{split}.label_offsets.npy`` / ``{split}.label_ids.npy``: each chunk's concept ids (CSR).
+
+Row ``r`` is ``tokens[r*T:(r+1)*T]`` (the last row padded with [PAD]); the chunk of a
+token is the number of [EOC] before it ([EOS] and [PAD] are in no chunk), so chunk ids are
+derived from the tokens and the row's first chunk is one binary search in ``chunk_end``.
+A batch reads only its rows' tokens and its chunks' labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interpscale.models.types import Batch
+from interpscale.orchestration.data import RowSplit, local_chunks
+from interpscale.orchestration.prepare import FORMAT
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    return arr
+
+
+class Split(RowSplit):
+    """One split of prepared data read through memory maps, cut into rows of ``seq_len``."""
+
+    def __init__(self, path: str | os.PathLike, name: str, meta: dict, seq_len: int | None):
+        path = Path(path)
+        self.name, self.seq_len = name, seq_len
+        info = meta["splits"][name]
+        self.n_tokens, self.n_chunks = int(info["tokens"]), int(info["chunks"])
+        self.n_concepts = int(meta["n_concepts"])
+        ids = meta["special_ids"]
+        self.pad_id, self.eos_id, self.eoc_id = ids["pad"], ids["eos"], ids["eoc"]
+        dtype = np.dtype(meta["token_dtype"])
+        # np.memmap cannot map an empty file; an empty split is an empty array
+        self.tokens = (np.memmap(path / f"{name}.tokens.bin", dtype=dtype, mode="r", shape=(self.n_tokens,))
+                       if self.n_tokens else np.zeros(0, dtype=dtype))
+        self.chunk_end = _load_npy(path / f"{name}.chunk_end.npy")
+        self.label_offsets = _load_npy(path / f"{name}.label_offsets.npy")
+        self.label_ids = _load_npy(path / f"{name}.label_ids.npy")
+
+    @property
+    def n_rows(self) -> int:
+        if not self.seq_len:
+            raise ValueError("this data was opened without a sequence length: open_data(DIR, seq_len=T)")
+        return max(1, -(-self.n_tokens // self.seq_len))
+
+    def row_tokens(self, rows: np.ndarray) -> np.ndarray:
+        """[len(rows), T] int64 tokens of ``rows`` (positions past the end are [PAD])."""
+        T = self.seq_len
+        pos = np.asarray(rows, dtype=np.int64)[:, None] * T + np.arange(T)
+        inside = pos < self.n_tokens
+        out = np.full(pos.shape, self.pad_id, dtype=np.int64)
+        if self.n_tokens:
+            out[inside] = self.tokens[pos[inside]]
+        return out
+
+    def chunk_ids(self, rows: np.ndarray, tok: np.ndarray) -> np.ndarray:
+        """Global chunk id of every token of ``rows`` (-1 on [EOS] / [PAD])."""
+        first = np.searchsorted(self.chunk_end, np.asarray(rows, dtype=np.int64) * self.seq_len, side="left")
+        is_eoc = tok == self.eoc_id
+        gid = first[:, None] + np.cumsum(is_eoc, axis=1) - is_eoc
+        gid[(tok == self.eos_id) | (tok == self.pad_id)] = -1
+        return gid
+
+    def chunk_labels(self, chunks: np.ndarray) -> list[np.ndarray]:
+        """Concept ids of each global chunk in ``chunks`` (reads only those labels)."""
+        chunks = np.asarray(chunks, dtype=np.int64)
+        lo, hi = self.label_offsets[chunks], self.label_offsets[chunks + 1]
+        flat = self.label_ids[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])] if len(chunks) else []
+        return np.split(np.asarray(flat, dtype=np.int64), np.cumsum(hi - lo)[:-1])
+
+    def rows_to_batch(self, rows: np.ndarray, concepts: bool = True) -> Batch:
+        """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels (as ``Packed``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        tok_np = self.row_tokens(rows)
+        tok = torch.from_numpy(tok_np)
+        valid = tok != self.pad_id
+        if self.n_concepts == 0 or not concepts:
+            return Batch(tokens=tok, valid=valid)
+        local, per_row = local_chunks(self.chunk_ids(rows, tok_np))
+        c_max = max(1, max(len(p) for p in per_row))
+        lab = np.zeros((len(rows), c_max, self.n_concepts), dtype=np.float32)
+        labels = self.chunk_labels(np.concatenate(per_row)) if sum(map(len, per_row)) else []
+        k = 0
+        for r, ids in enumerate(per_row):
+            for j in range(len(ids)):
+                lab[r, j, labels[k]] = 1.0
+                k += 1
+        return Batch(tok, torch.from_numpy(local), torch.from_numpy(lab), valid)
+
+
+def is_prepared(path: str | os.PathLike) -> bool:
+    meta = Path(path) / "meta.json"
+    return meta.exists() and json.loads(meta.read_text()).get("format") == FORMAT

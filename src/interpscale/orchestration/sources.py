@@ -1,0 +1,183 @@
+"""Streaming readers of user corpora: JSONL, Parquet and plain text (gzip welcome), one
+document at a time, each tagged with where it came from (file and line) for error messages.
+
+Formats (picked by extension, or ``fmt``):
+
+- JSONL (``.jsonl .json .ndjson``): one document per line, either
+  ``{"chunks": [{"text": ..., "concepts": [label, ...]}, ...]}`` or ``{"text": ..., "concepts": [...]}``;
+- Parquet (``.parquet .pq``): one chunk per row, column ``text`` and optionally ``concepts``
+  (a list of labels or a comma-separated string) and ``doc_id`` (consecutive rows with the
+  same ``doc_id`` form one document; without it every row is a document);
+- plain text (``.txt .text .md``): documents separated by blank lines, no concepts.
+
+A document is a list of ``(text, [concept label, ...])`` chunks.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+FORMATS = ("jsonl", "parquet", "text")
+_EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet",
+        ".txt": "text", ".text": "text", ".md": "text"}
+
+
+@dataclass
+class RawDoc:
+    chunks: list[tuple[str, list]]  # (text, labels): labels are str (user data) or int (synthetic)
+    where: str  # "FILE: line N" / "FILE: row N" for error messages
+
+
+def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
+    if fmt:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+        return fmt
+    p = Path(path)
+    ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
+    if ext.lower() not in _EXT:
+        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
+                         f".parquet or .txt (optionally .gz) or pass --format")
+    return _EXT[ext.lower()]
+
+
+def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Files named by paths / glob patterns (sorted within each pattern, in pattern order);
+    relative ones resolve against ``base_dir``.  A pattern matching nothing is an error."""
+    if isinstance(patterns, (str, os.PathLike)):
+        patterns = [patterns]
+    out: list[Path] = []
+    for pat in patterns:
+        p = Path(os.path.expanduser(str(pat)))
+        if base_dir is not None and not p.is_absolute():
+            p = Path(base_dir) / p
+        hits = sorted(glob.glob(str(p), recursive=True)) if glob.has_magic(str(p)) else ([str(p)] if p.exists() else [])
+        files = [Path(h) for h in hits if not Path(h).is_dir()]
+        if not files:
+            raise ValueError(f"no input file matches {str(pat)!r}" + (f" (in {base_dir})" if base_dir else ""))
+        out += [f for f in files if f not in out]
+    return out
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def labels_of(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if type(value) is list and all(type(v) is str for v in value):
+        return value
+    if isinstance(value, str):
+        return [s.strip() for s in value.split(",") if s.strip()]
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(s) for s in value]
+    raise ValueError(f"{where}: 'concepts' must be a list of labels or a comma-separated string, got {value!r}")
+
+
+def _jsonl_doc(rec, where: str) -> list[tuple[str, list]]:
+    if not isinstance(rec, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    if "chunks" in rec:
+        chunks = rec["chunks"]
+        if not isinstance(chunks, list) or not chunks:
+            raise ValueError(f"{where}: 'chunks' must be a non-empty list")
+        doc = []
+        for j, ch in enumerate(chunks):
+            if not isinstance(ch, dict) or not isinstance(ch.get("text"), str):
+                raise ValueError(f"{where}, chunk {j}: needs a string 'text'")
+            doc.append((ch["text"], labels_of(ch.get("concepts"), f"{where}, chunk {j}")))
+        return doc
+    if isinstance(rec.get("text"), str):
+        return [(rec["text"], labels_of(rec.get("concepts"), where))]
+    raise ValueError(f"{where} has neither 'chunks' nor a string 'text'")
+
+
+def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where} is not valid JSON ({exc.msg})") from None
+            yield RawDoc(_jsonl_doc(rec, where), where)
+
+
+def iter_text_docs(path: Path) -> Iterator[RawDoc]:
+    buf: list[str] = []
+    start = 0
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if line.strip():
+                if not buf:
+                    start = lineno
+                buf.append(line)
+            elif buf:
+                yield RawDoc([("".join(buf).rstrip("\n"), [])], f"{path}: line {start}")
+                buf = []
+        if buf:
+            yield RawDoc([("".join(buf).rstrip("\n"), [])], f"{path}: line {start}")
+
+
+def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for a non-parquet file
+        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from None
+    names = set(pf.schema_arrow.names)
+    if "text" not in names:
+        raise ValueError(f"{path}: missing column(s) ['text']; need text[, concepts][, doc_id]")
+    cols = [c for c in ("doc_id", "text", "concepts") if c in names]
+    row, cur_id, doc, where = 0, None, [], ""
+    for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
+        d = rb.to_pydict()
+        ids, texts, labs = d.get("doc_id"), d["text"], d.get("concepts")
+        for i, text in enumerate(texts):
+            here = f"{path}: row {row}"
+            row += 1
+            if not isinstance(text, str):
+                raise ValueError(f"{here}: column 'text' must be a string, got {text!r}")
+            chunk = (text, labels_of(labs[i] if labs is not None else None, here))
+            key = ids[i] if ids is not None else object()
+            if doc and (ids is None or key != cur_id):
+                yield RawDoc(doc, where)
+                doc = []
+            if not doc:
+                cur_id, where = key, here
+            doc.append(chunk)
+    if doc:
+        yield RawDoc(doc, where)
+
+
+def iter_documents(path: str | os.PathLike, fmt: str | None = None) -> Iterator[RawDoc]:
+    """Documents of one input file, streamed; an empty file is an error naming it."""
+    path = Path(path)
+    kind = format_of(path, fmt)
+    reader = {"jsonl": iter_jsonl_docs, "parquet": iter_parquet_docs, "text": iter_text_docs}[kind]
+    n = 0
+    try:
+        for doc in reader(path):
+            n += 1
+            yield doc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read ({exc})") from None
+    if n == 0:
+        raise ValueError(f"{path}: empty file (no documents)")
