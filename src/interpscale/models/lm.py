@@ -13,7 +13,7 @@ from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
                                         reconstruction_loss)
 from interpscale.models.config import ModelConfig
-from interpscale.models.objectives import (IGNORE, Step, alpha_schedule, ar_targets, chunked_cross_entropy, mask_tokens,
+from interpscale.models.objectives import (IGNORE, alpha_schedule, ar_targets, chunked_cross_entropy, mask_tokens,
                                            mdm_targets, sample_noise_levels)
 from interpscale.models.registry import get_family
 from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
@@ -141,7 +141,7 @@ class SteerlingLM(nn.Module):
         embeds: Optional[torch.Tensor] = None,
         chunk_ids: Optional[torch.Tensor] = None,
         chunk_labels: Optional[torch.Tensor] = None,
-        step: Step = 0,
+        step: int = 0,
         cache: Optional[KVCache] = None,
         commit: bool = False,
         steer_vec: Optional[torch.Tensor] = None,
@@ -158,7 +158,7 @@ class SteerlingLM(nn.Module):
         return ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
                            residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act, parts=p)
 
-    def _concept(self, h, chunk_ids, chunk_labels, step: Step, need_acts: bool) -> ConceptParts:
+    def _concept(self, h, chunk_ids, chunk_labels, step: int, need_acts: bool) -> ConceptParts:
         k_gt = tf_k = tf_u = None
         if chunk_ids is not None and chunk_labels is not None:
             k_gt = self.concept.ground_truth(chunk_ids, chunk_labels)
@@ -166,17 +166,17 @@ class SteerlingLM(nn.Module):
                 tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
         return self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u, need_acts=need_acts)
 
-    def _teacher_forcing_masks(self, chunk_ids: torch.Tensor, step: Step):
+    def _teacher_forcing_masks(self, chunk_ids: torch.Tensor, step: int):
         """Per-sequence Bernoulli(α) substitution, only where GT exists (tokens in a chunk)."""
         a_known, a_unknown = alpha_schedule(self.config, self.phase, step)
         B = chunk_ids.size(0)
         inside = chunk_ids >= 0
-        rows_k = torch.rand(B, device=chunk_ids.device) < a_known.to(chunk_ids.device)
-        rows_u = torch.rand(B, device=chunk_ids.device) < a_unknown.to(chunk_ids.device)
+        rows_k = torch.rand(B, device=chunk_ids.device) < a_known
+        rows_u = torch.rand(B, device=chunk_ids.device) < a_unknown
         return inside & rows_k[:, None], inside & rows_u[:, None]
 
     # --- training loss ------------------------------------------------------------
-    def loss(self, batch: Batch, step: Step) -> LossOutput:
+    def loss(self, batch: Batch, step: int) -> LossOutput:
         """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15).
 
         No host reads: ``torch.compile(model.loss, fullgraph=True)`` captures one graph.

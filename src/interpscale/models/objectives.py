@@ -2,15 +2,16 @@
 schedules (uniform, per-block t_b §5.4.2, moving Gaussian App. J.2) and the teacher-forcing
 α ramps of Tables 25–26.
 
-Everything here is tensor arithmetic with no host reads, so a compiled training step has no
-graph breaks; ``step`` may be a Python int or a 0-d tensor (a tensor avoids one recompile).
+Nothing here reads tensor values on the host, so a compiled training step has no graph
+breaks. Schedules are plain arithmetic on the integer ``step`` (under ``torch.compile`` it
+becomes a symbolic int after the first recompile, so the step count does not recompile).
 Random draws take an optional ``generator`` and otherwise use the device's default one.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,6 @@ from interpscale.models.config import ModelConfig
 from interpscale.models.types import PhaseSchedule
 
 IGNORE = -100  # target of positions without a loss term
-Step = Union[int, torch.Tensor]
 
 
 def ar_targets(tokens: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -74,18 +74,18 @@ def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -
     return cross_entropy_sum(logits, mdm_targets(tokens, masked)) / n.clamp(min=1), n
 
 
-def _frac(num: Step, den: float) -> torch.Tensor:
-    """clamp(num / den, 0, 1) as a 0-d float tensor."""
-    return (torch.as_tensor(num, dtype=torch.float32) / max(den, 1e-9)).clamp(0.0, 1.0)
+def _frac(num: int, den: float) -> float:
+    """clamp(num / den, 0, 1)."""
+    return min(max(num / max(den, 1e-9), 0.0), 1.0)
 
 
-def noise_center(cfg: ModelConfig, step: Step, max_steps: int) -> torch.Tensor:
+def noise_center(cfg: ModelConfig, step: int, max_steps: int) -> float:
     """Moving-Gaussian centre, linear from gauss_center[0] to [1] over the stable run (App. J.2)."""
     c0, c1 = cfg.gauss_center
     return c0 + (c1 - c0) * _frac(step, max(max_steps, 1))
 
 
-def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: Step, max_steps: int,
+def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: int, max_steps: int,
                         generator: Optional[torch.Generator] = None, device=None) -> torch.Tensor:
     """Per-position noise level t [B, T]: one t per sequence, or one t_b per block (§5.4.2),
     drawn uniform or from the moving Gaussian (σ = 0.3), clipped to [t_min, t_max]."""
@@ -94,7 +94,7 @@ def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: Step, 
     if cfg.mask_schedule == "uniform":
         t = cfg.t_min + (cfg.t_max - cfg.t_min) * torch.rand(shape, generator=generator, device=device)
     else:
-        center = noise_center(cfg, step, max_steps).to(device)
+        center = noise_center(cfg, step, max_steps)
         t = (center + cfg.gauss_sigma * torch.randn(shape, generator=generator, device=device)).clamp(cfg.t_min, cfg.t_max)
     if cfg.per_block_t:
         return t.repeat_interleave(cfg.block_size, dim=1)[:, :seq_len]
@@ -116,8 +116,8 @@ def mask_tokens(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, valid: Opti
     return tokens.masked_fill(masked, mask_id), masked
 
 
-def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step`` (0-d tensors).
+def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: int) -> tuple[float, float]:
+    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step``.
 
     Stable (Table 25): α_known cosine 1 → 0.5 and α_unknown linear 1 → 0.5 by 0.1·T_max,
     then flat. Table 25 prints α_unknown as "0.0 → 0.5" and Table 26 as "1.0": those are the
@@ -128,9 +128,9 @@ def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: Step) -> tuple[
     """
     if phase.phase == "anneal":
         a0, a1 = cfg.anneal_alpha_known
-        frac = _frac(torch.as_tensor(step) - phase.anneal_start, max(phase.anneal_steps, 1))
-        return a0 + (a1 - a0) * frac, torch.tensor(float(cfg.anneal_alpha_unknown))
+        frac = _frac(step - phase.anneal_start, max(phase.anneal_steps, 1))
+        return a0 + (a1 - a0) * frac, cfg.anneal_alpha_unknown
     frac = _frac(step, cfg.alpha_ramp_frac * phase.max_steps)
     k0, k1 = cfg.alpha_known_start, cfg.alpha_known_floor
     u0, u1 = cfg.alpha_unknown_start, cfg.alpha_unknown_floor
-    return k1 + (k0 - k1) * 0.5 * (1 + torch.cos(math.pi * frac)), u0 + (u1 - u0) * frac
+    return k1 + (k0 - k1) * 0.5 * (1 + math.cos(math.pi * frac)), u0 + (u1 - u0) * frac
