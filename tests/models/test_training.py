@@ -64,7 +64,7 @@ def test_each_concept_loss_decreases_alone(family, term, tiny, chunked):
     for step in range(40):
         out = model.run(tok, chunk_ids=cid, chunk_labels=lab, step=step)
         parts = {}
-        loss = model._concept_losses(out, cid, lab, positions, None, parts)
+        loss = model._concept_losses(out.parts, cid, lab, positions, None, parts)
         opt.zero_grad()
         loss.backward()
         opt.step()

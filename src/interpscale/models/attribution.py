@@ -41,7 +41,7 @@ def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int
     emb = model.backbone.embed.weight
     x = emb[tokens].detach()  # [B, T, d]
     sel = torch.ones(T, dtype=torch.bool, device=tokens.device) if positions is None else positions.bool()
-    base = torch.where(sel[None, :, None], emb[model.config.mask_token_id].detach().expand_as(x), x)
+    base = torch.where(sel[None, :, None], emb[model.config.mask_id].detach().expand_as(x), x)
     diff = x - base
     was = model.training
     model.eval()

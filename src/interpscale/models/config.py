@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
-from interpscale.models.types import MASK_ID
+from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID
 
 PAPER_N_CONCEPTS = 33_732  # Table 25: n, shared across all sizes
 PAPER_VOCAB = 100_281  # §4.5.2: cl100k_base + special tokens
@@ -95,7 +95,15 @@ class ModelConfig:
     norm_eps: float = 1e-6
     dropout: float = 0.0
     init_std: float = 0.02
-    mask_token_id: int = MASK_ID
+    # special-token ids (defaults: the bundled tokenizer's; a pretrained tokenizer passes its own)
+    pad_id: int = PAD_ID
+    eos_id: int = EOS_ID
+    eoc_id: int = EOC_ID
+    mask_id: int = MASK_ID  # diffusion [MASK]; also the IG baseline (Eq. 16)
+    # memory: tokens per LM-head + cross-entropy chunk (logits of one chunk alive at a time),
+    # and per-block activation checkpointing (recompute each block in the backward pass)
+    loss_chunk_tokens: int = 4096
+    activation_checkpointing: bool = False
     # diffusion (CDLM families)
     block_size: int = 64
     t_min: float = 0.05
@@ -143,8 +151,11 @@ class ModelConfig:
             raise ValueError(f"mask_schedule must be 'uniform' or 'gaussian', got {self.mask_schedule!r}")
         if self.indep_terms not in (1, 2):
             raise ValueError(f"indep_terms must be 1 or 2, got {self.indep_terms!r}")
-        if self.vocab_size <= self.mask_token_id:
-            raise ValueError(f"vocab_size={self.vocab_size} must exceed mask_token_id={self.mask_token_id}")
+        for name in ("pad_id", "eos_id", "eoc_id", "mask_id"):
+            if not 0 <= int(getattr(self, name)) < self.vocab_size:
+                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is not a token id of vocab_size={self.vocab_size}")
+        if int(self.loss_chunk_tokens) <= 0:
+            raise ValueError(f"ModelConfig.loss_chunk_tokens must be positive, got {self.loss_chunk_tokens!r}")
         if self.n_concepts < 0:
             raise ValueError(f"n_concepts must be >= 0, got {self.n_concepts}")
         self.gauss_center = tuple(self.gauss_center)  # JSON round-trips tuples as lists
@@ -153,6 +164,10 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def mask_token_id(self) -> int:  # the name used before the special-id fields existed
+        return self.mask_id
 
     @property
     def n_unknown(self) -> int:
@@ -167,6 +182,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        data = dict(data)
+        if "mask_token_id" in data:  # configs saved before the special-id fields existed
+            data.setdefault("mask_id", data.pop("mask_token_id"))
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -184,6 +202,8 @@ def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
         n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
         block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank,
     )
+    if "mask_token_id" in overrides:  # the old name of mask_id
+        overrides.setdefault("mask_id", overrides.pop("mask_token_id"))
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)
     if bad:

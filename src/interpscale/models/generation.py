@@ -38,7 +38,7 @@ def _logits(model, tokens, st: Optional[SteerState], steer_mask, cache=None, com
     logits = out.logits
     if st is not None and st.logit_penalty is not None:
         logits = logits - st.logit_penalty * steer_mask.unsqueeze(-1).to(logits.dtype)  # Eq. 21
-    logits[..., model.config.mask_token_id] = float("-inf")  # [MASK] is never an output token
+    logits[..., model.config.mask_id] = float("-inf")  # [MASK] is never an output token
     return logits
 
 
@@ -103,7 +103,7 @@ def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps
 
 def _generate_cdlm(model, prompt, n_new, temperature, top_k, st, use_cache, steps_per_block, gen):
     cfg = model.config
-    b, mask_id = cfg.block_size, cfg.mask_token_id
+    b, mask_id = cfg.block_size, cfg.mask_id
     B, P = prompt.shape
     n_full = P // b
     total = math.ceil((P + n_new) / b) * b  # whole blocks; the tail is cut at the end

@@ -6,13 +6,15 @@ from typing import Any, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from interpscale.models import accounting
 from interpscale.models.backbone import Backbone, KVCache
-from interpscale.models.concept import ConceptModule, concept_loss, independence_loss, reconstruction_loss
+from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
+                                        reconstruction_loss)
 from interpscale.models.config import ModelConfig
-from interpscale.models.gemm import linear
-from interpscale.models.objectives import alpha_schedule, ar_loss, mask_tokens, mdm_loss, sample_noise_levels
+from interpscale.models.objectives import (IGNORE, alpha_schedule, ar_targets, chunked_cross_entropy, mask_tokens,
+                                           mdm_targets, sample_noise_levels)
 from interpscale.models.registry import get_family
 from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
 
@@ -21,7 +23,7 @@ class SteerlingLM(nn.Module):
     """Backbone (+ concept module) + tied LM head.
 
     ``forward(tokens, *, chunk_ids=None, chunk_labels=None) -> ModelOutput``; for the
-    diffusion families the caller puts [MASK] (id 3) where tokens are masked and T must be
+    diffusion families the caller puts [MASK] (``config.mask_id``) where tokens are masked and T must be
     a multiple of ``config.block_size``. ``loss(batch, step)`` does the family's own
     masking / teacher forcing. See :meth:`generate` for sampling and steering.
     """
@@ -79,11 +81,15 @@ class SteerlingLM(nn.Module):
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= self.config.vocab_size:
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got min {lo} max {hi}")
+        if need_blocks:
+            self._check_blocks(tokens)
+        return tokens.long()
+
+    def _check_blocks(self, tokens: torch.Tensor) -> None:
         T = tokens.size(1)
-        if need_blocks and self.is_diffusion and T % self.config.block_size:
+        if self.is_diffusion and T % self.config.block_size:
             raise ValueError(f"{self.config.family} needs T to be a multiple of block_size="
                              f"{self.config.block_size}, got T={T}")
-        return tokens.long()
 
     def check_concepts(self, tokens: torch.Tensor, chunk_ids, chunk_labels):
         if chunk_ids is None and chunk_labels is None:
@@ -102,6 +108,22 @@ class SteerlingLM(nn.Module):
         if chunk_ids.numel() and (int(chunk_ids.min()) < -1 or int(chunk_ids.max()) >= C):
             raise ValueError(f"chunk_ids must be in [-1, {C}), got [{int(chunk_ids.min())}, {int(chunk_ids.max())}]")
         return chunk_ids.long(), chunk_labels
+
+    def check_batch(self, batch: Any) -> None:
+        """Validate a training batch on the host (token range, shapes, concept labels, that
+        the LM loss has positions to average over). The trainer calls this once per batch;
+        :meth:`loss` itself only checks what is known without reading tensor values."""
+        if not isinstance(batch, Batch):
+            raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
+        tokens = self.check_tokens(batch.tokens)
+        self.check_concepts(tokens, batch.chunk_ids, batch.chunk_labels)
+        if batch.valid is not None and batch.valid.shape != tokens.shape:
+            raise ValueError(f"valid shape {tuple(batch.valid.shape)} != tokens shape {tuple(tokens.shape)}")
+        valid = torch.ones_like(tokens, dtype=torch.bool) if batch.valid is None else batch.valid.bool()
+        pairs = valid if self.is_diffusion else valid[:, 1:] & valid[:, :-1]
+        if not bool(pairs.any()):
+            what = "valid tokens for the diffusion loss" if self.is_diffusion else "valid (input, target) pairs for the AR loss"
+            raise ValueError(f"batch has no {what}")
 
     # --- forward ------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, *, chunk_ids: Optional[torch.Tensor] = None,
@@ -125,25 +147,24 @@ class SteerlingLM(nn.Module):
         steer_vec: Optional[torch.Tensor] = None,
         steer_mask: Optional[torch.Tensor] = None,
         steer_layer: int = 0,
-        need_acts: bool = True,
     ) -> ModelOutput:
-        """Unvalidated forward used by loss, generation, attribution and steering
-        (``need_acts=False``: skip the dense concept activations, as the loss does)."""
+        """Unvalidated forward used by generation, attribution and steering."""
         h = self.backbone(tokens, kind=self.attn_kind, embeds=embeds, cache=cache, commit=commit,
                           steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
         if self.concept is None:
-            return ModelOutput(logits=linear(h, self.lm_head), hidden=h)
+            return ModelOutput(logits=F.linear(h, self.lm_head), hidden=h)
+        p = self._concept(h, chunk_ids, chunk_labels, step, need_acts=True)
+        h_bar = p.known + p.unknown + p.residual  # Eq. 5
+        return ModelOutput(logits=F.linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
+                           residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act, parts=p)
+
+    def _concept(self, h, chunk_ids, chunk_labels, step: int, need_acts: bool) -> ConceptParts:
         k_gt = tf_k = tf_u = None
         if chunk_ids is not None and chunk_labels is not None:
             k_gt = self.concept.ground_truth(chunk_ids, chunk_labels)
             if self.training:
                 tf_k, tf_u = self._teacher_forcing_masks(chunk_ids, step)
-        p = self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u, need_acts=need_acts)
-        h_bar = p.known + p.unknown + p.residual  # Eq. 5
-        out = ModelOutput(logits=linear(h_bar, self.lm_head), hidden=h, known=p.known, unknown=p.unknown,
-                          residual=p.residual, known_act=p.known_act, unknown_act=p.unknown_act)
-        out.parts = p  # full ConceptParts for the loss (not part of the contract)
-        return out
+        return self.concept(h, k_gt=k_gt, tf_known=tf_k, tf_unknown=tf_u, need_acts=need_acts)
 
     def _teacher_forcing_masks(self, chunk_ids: torch.Tensor, step: int):
         """Per-sequence Bernoulli(α) substitution, only where GT exists (tokens in a chunk)."""
@@ -156,38 +177,45 @@ class SteerlingLM(nn.Module):
 
     # --- training loss ------------------------------------------------------------
     def loss(self, batch: Batch, step: int) -> LossOutput:
-        """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15)."""
+        """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15).
+
+        No host reads: ``torch.compile(model.loss, fullgraph=True)`` captures one graph.
+        Values are validated by :meth:`check_batch`; here only shapes are checked.
+        """
         if not isinstance(batch, Batch):
             raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
-        tokens = self.check_tokens(batch.tokens)
-        chunk_ids, chunk_labels = self.check_concepts(tokens, batch.chunk_ids, batch.chunk_labels)
-        valid = None if batch.valid is None else batch.valid.bool()
-        if valid is not None and valid.shape != tokens.shape:
-            raise ValueError(f"valid shape {tuple(valid.shape)} != tokens shape {tuple(tokens.shape)}")
+        tokens, valid, cfg = batch.tokens.long(), batch.valid, self.config
+        self._check_blocks(tokens)
+        chunk_ids = None if batch.chunk_ids is None else batch.chunk_ids.long()
+        chunk_labels = batch.chunk_labels
+        if chunk_ids is not None and not self.is_concept:
+            raise ValueError(f"family {cfg.family!r} has no concept module; drop chunk_ids/chunk_labels")
         if self.is_diffusion:
-            t = sample_noise_levels(self.config, tokens.size(0), tokens.size(1), step, self.phase.max_steps,
+            t = sample_noise_levels(cfg, tokens.size(0), tokens.size(1), step, self.phase.max_steps,
                                     device=tokens.device)
-            x_t, masked = mask_tokens(tokens, t, self.config.mask_token_id, valid)
+            x_t, masked = mask_tokens(tokens, t, cfg.mask_id, valid)
+            targets = mdm_targets(tokens, masked)
         else:
-            x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid)
-        out = self.run(x_t, chunk_ids=chunk_ids, chunk_labels=chunk_labels, step=step, need_acts=False)
-        if self.is_diffusion:
-            lm, n_tok = mdm_loss(out.logits, tokens, masked)
-        else:
-            lm, n_tok = ar_loss(out.logits, tokens, valid)
-        total, parts = lm, {"lm": float(lm.detach())}
-        if self.concept is not None:
-            total = total + self._concept_losses(out, chunk_ids, chunk_labels, masked, valid, parts)
-        parts["total"] = float(total.detach())
-        return LossOutput(total=total, parts=parts, n_tokens=n_tok)
+            x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.bool())
+            targets = ar_targets(tokens, None if valid is None else valid.bool())
+        h = self.backbone(x_t, kind=self.attn_kind)
+        p = None if self.concept is None else self._concept(h, chunk_ids, chunk_labels, step, need_acts=False)
+        head_in = h if p is None else p.known + p.unknown + p.residual  # Eq. 5
+        n = (targets != IGNORE).sum()
+        lm = chunked_cross_entropy(head_in, self.lm_head, targets, cfg.loss_chunk_tokens) / n.clamp(min=1)
+        total, parts = lm, {"lm": lm.detach()}
+        if p is not None:
+            total = total + self._concept_losses(p, chunk_ids, chunk_labels, masked, valid, parts)
+        parts["total"] = total.detach()
+        return LossOutput(total=total, parts=parts, n_tokens=n)
 
-    def _concept_losses(self, out, chunk_ids, chunk_labels, masked, valid, parts) -> torch.Tensor:
-        c, p = self.config, out.parts
-        total = out.logits.new_zeros(())
+    def _concept_losses(self, p: ConceptParts, chunk_ids, chunk_labels, masked, valid, parts) -> torch.Tensor:
+        c = self.config
+        total = p.hidden.new_zeros(())
         if chunk_ids is not None:
             l_c, _ = concept_loss(p.known_logits, chunk_ids, chunk_labels, valid)
             k_gt = p.known_gt  # k̂^GT from the forward pass (Eq. 11)
-            parts["concept"] = float(l_c.detach())
+            parts["concept"] = l_c.detach()
             total = total + c.lambda_concept * l_c
         else:
             k_gt = torch.zeros_like(p.hidden)
@@ -199,7 +227,7 @@ class SteerlingLM(nn.Module):
         if c.indep_terms != 1:  # §10.2.2: L(û, k̂) + L(ε, k̂), half weight each
             eps = p.hidden - p.known_pred - p.unknown_pred
             l_ind = 0.5 * (l_ind + independence_loss(eps, p.known_pred, masked))
-        parts["rec"], parts["indep"] = float(l_rec.detach()), float(l_ind.detach())
+        parts["rec"], parts["indep"] = l_rec.detach(), l_ind.detach()
         return total + c.lambda_rec * l_rec + c.lambda_indep * l_ind
 
     # --- generation ---------------------------------------------------------------

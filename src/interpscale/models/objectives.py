@@ -1,6 +1,12 @@
 """Training objectives and schedules: AR CE (Eq. 1), masked diffusion (Eq. 2), noise-level
 schedules (uniform, per-block t_b §5.4.2, moving Gaussian App. J.2) and the teacher-forcing
-α ramps of Tables 25–26."""
+α ramps of Tables 25–26.
+
+Nothing here reads tensor values on the host, so a compiled training step has no graph
+breaks. Schedules are plain arithmetic on the integer ``step`` (under ``torch.compile`` it
+becomes a symbolic int after the first recompile, so the step count does not recompile).
+Random draws take an optional ``generator`` and otherwise use the device's default one.
+"""
 
 from __future__ import annotations
 
@@ -9,46 +15,74 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from interpscale.models.config import ModelConfig
 from interpscale.models.types import PhaseSchedule
 
-
-def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """Eq. 1: mean next-token CE over valid (input, target) pairs.
-
-    The CE runs over the full [B·T, V] view of ``logits`` (no copy of ``logits[:, :-1]``,
-    nor of its gradient) with the targets shifted left and ``ignore_index`` where there is no
-    pair: each row's last position and, with ``valid``, pairs with an invalid end."""
-    B, T = tokens.shape
-    target = torch.empty_like(tokens)
-    target[:, :-1] = tokens[:, 1:]
-    target[:, -1] = -100
-    if valid is None:  # fast path: every pair counts
-        n = B * (T - 1)
-    else:
-        keep = valid[:, 1:] & valid[:, :-1]
-        target[:, :-1].masked_fill_(~keep, -100)
-        n = int(keep.sum())
-        if n == 0:
-            raise ValueError("batch has no valid (input, target) pairs for the AR loss")
-    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=-100), n
+IGNORE = -100  # target of positions without a loss term
 
 
-def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Eq. 2: CE on masked positions, averaged over all masked positions of the batch."""
-    n = int(masked.sum())
-    if n == 0:
-        raise ValueError("no masked positions in the batch for the diffusion loss")
-    ce = F.cross_entropy(logits[masked].float(), tokens[masked])
-    return ce, n
+def ar_targets(tokens: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Eq. 1's targets [B, T]: the next token, IGNORE at each row's last position and, with
+    ``valid``, at pairs with an invalid end."""
+    target = F.pad(tokens[:, 1:], (0, 1), value=IGNORE)
+    if valid is None:
+        return target
+    keep = F.pad(valid[:, 1:] & valid[:, :-1], (0, 1), value=False)
+    return target.masked_fill(~keep, IGNORE)
+
+
+def mdm_targets(tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """Eq. 2's targets: the clean token at masked positions, IGNORE elsewhere."""
+    return tokens.masked_fill(~masked, IGNORE)
+
+
+def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Σ CE over the positions whose target is not IGNORE (float32 softmax)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def _head_ce_sum(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return cross_entropy_sum(F.linear(h, weight), targets)
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Σ CE of the logits h·Wᵀ, ``chunk`` tokens at a time: each chunk's logits are
+    recomputed in the backward pass (activation checkpointing), so at most one chunk of
+    [chunk, V] logits is alive instead of [tokens, V]. Same value and gradients as
+    ``cross_entropy_sum(F.linear(h, weight), targets)``."""
+    h, targets = h.flatten(0, -2), targets.flatten()
+    if h.size(0) <= chunk:  # one chunk: nothing to bound, skip the recompute
+        return _head_ce_sum(h, weight, targets)
+    total = h.new_zeros((), dtype=torch.float32)
+    for s in range(0, h.size(0), chunk):
+        total = total + checkpoint(_head_ce_sum, h[s:s + chunk], weight, targets[s:s + chunk], use_reentrant=False)
+    return total
+
+
+def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1 from logits: (mean next-token CE over valid pairs, number of pairs)."""
+    target = ar_targets(tokens, valid)
+    n = (target != IGNORE).sum()
+    return cross_entropy_sum(logits, target) / n.clamp(min=1), n
+
+
+def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 2 from logits: (CE averaged over all masked positions of the batch, their number)."""
+    n = masked.sum()
+    return cross_entropy_sum(logits, mdm_targets(tokens, masked)) / n.clamp(min=1), n
+
+
+def _frac(num: int, den: float) -> float:
+    """clamp(num / den, 0, 1)."""
+    return min(max(num / max(den, 1e-9), 0.0), 1.0)
 
 
 def noise_center(cfg: ModelConfig, step: int, max_steps: int) -> float:
     """Moving-Gaussian centre, linear from gauss_center[0] to [1] over the stable run (App. J.2)."""
-    frac = min(max(step / max(max_steps, 1), 0.0), 1.0)
     c0, c1 = cfg.gauss_center
-    return c0 + (c1 - c0) * frac
+    return c0 + (c1 - c0) * _frac(step, max(max_steps, 1))
 
 
 def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: int, max_steps: int,
@@ -58,31 +92,28 @@ def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: int, m
     n_groups = math.ceil(seq_len / cfg.block_size) if cfg.per_block_t else 1
     shape = (batch, n_groups)
     if cfg.mask_schedule == "uniform":
-        t = cfg.t_min + (cfg.t_max - cfg.t_min) * torch.rand(shape, generator=generator)
+        t = cfg.t_min + (cfg.t_max - cfg.t_min) * torch.rand(shape, generator=generator, device=device)
     else:
-        t = noise_center(cfg, step, max_steps) + cfg.gauss_sigma * torch.randn(shape, generator=generator)
-        t = t.clamp(cfg.t_min, cfg.t_max)
+        center = noise_center(cfg, step, max_steps)
+        t = (center + cfg.gauss_sigma * torch.randn(shape, generator=generator, device=device)).clamp(cfg.t_min, cfg.t_max)
     if cfg.per_block_t:
-        t = t.repeat_interleave(cfg.block_size, dim=1)[:, :seq_len]
-    else:
-        t = t.expand(batch, seq_len)
-    return t.to(device)
+        return t.repeat_interleave(cfg.block_size, dim=1)[:, :seq_len]
+    return t.expand(batch, seq_len)
 
 
 def mask_tokens(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, valid: Optional[torch.Tensor] = None,
                 generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Replace each valid token by [MASK] with probability t (Eq. 35). Every row with a valid
     token gets at least one masked position so Eq. 2 is defined. Returns (x_t, masked)."""
-    u = torch.rand(tokens.shape, generator=generator).to(tokens.device)
-    masked = u < t
-    ok = torch.ones_like(masked) if valid is None else valid.bool()
-    masked &= ok
+    u = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    ok = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.bool()
+    masked = (u < t) & ok
     # force one masked position in rows that drew none (the valid position with smallest u)
     empty = ~masked.any(1) & ok.any(1)
-    if bool(empty.any()):
-        pick = torch.where(ok, u, torch.full_like(u, 2.0)).argmin(1)
-        masked[empty, pick[empty]] = True
-    return torch.where(masked, torch.full_like(tokens, mask_id), tokens), masked
+    pick = torch.where(ok, u, 2.0).argmin(1)
+    forced = torch.arange(tokens.size(1), device=tokens.device) == pick[:, None]
+    masked = masked | (forced & empty[:, None])
+    return tokens.masked_fill(masked, mask_id), masked
 
 
 def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: int) -> tuple[float, float]:
@@ -97,9 +128,9 @@ def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: int) -> tuple[f
     """
     if phase.phase == "anneal":
         a0, a1 = cfg.anneal_alpha_known
-        frac = min(max((step - phase.anneal_start) / max(phase.anneal_steps, 1), 0.0), 1.0)
+        frac = _frac(step - phase.anneal_start, max(phase.anneal_steps, 1))
         return a0 + (a1 - a0) * frac, cfg.anneal_alpha_unknown
-    frac = min(max(step / max(cfg.alpha_ramp_frac * phase.max_steps, 1e-9), 0.0), 1.0)
-    ak = cfg.alpha_known_floor + (cfg.alpha_known_start - cfg.alpha_known_floor) * 0.5 * (1 + math.cos(math.pi * frac))
-    au = cfg.alpha_unknown_start + (cfg.alpha_unknown_floor - cfg.alpha_unknown_start) * frac
-    return ak, au
+    frac = _frac(step, cfg.alpha_ramp_frac * phase.max_steps)
+    k0, k1 = cfg.alpha_known_start, cfg.alpha_known_floor
+    u0, u1 = cfg.alpha_unknown_start, cfg.alpha_unknown_floor
+    return k1 + (k0 - k1) * 0.5 * (1 + math.cos(math.pi * frac)), u0 + (u1 - u0) * frac

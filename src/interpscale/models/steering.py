@@ -126,7 +126,7 @@ def steering_training_loss(model, tokens: torch.Tensor, concept: int, attributed
     cfg = model.config
     if model.is_diffusion:
         t = sample_noise_levels(cfg, tokens.size(0), tokens.size(1), step, model.phase.max_steps, device=tokens.device)
-        x_t, masked = mask_tokens(tokens, t, cfg.mask_token_id)
+        x_t, masked = mask_tokens(tokens, t, cfg.mask_id)
     else:
         x_t, masked = tokens, torch.ones_like(tokens, dtype=torch.bool)
     inj = masked & attributed.bool()

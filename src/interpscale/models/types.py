@@ -7,12 +7,14 @@ orchestration and metrics can be written against the zoo without knowing its int
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import torch
 
 # Special token ids reserved at the bottom of every vocabulary this project builds
 # (the bundled tokenizer and user tokenizers produced by orchestration both honour them).
+# These are the defaults of ModelConfig's pad_id / eos_id / eoc_id / mask_id; model code
+# reads the config, so a pretrained tokenizer's ids can be passed as build_model overrides.
 PAD_ID = 0
 EOS_ID = 1
 EOC_ID = 2  # end-of-chunk: closes each concept-annotated chunk (paper §4.5.2)
@@ -56,7 +58,8 @@ class ModelOutput:
     logits: [B, T, V].  For concept families ``known + unknown + residual`` ([B, T, d]
     each) is the bottlenecked hidden state h~ whose LM-head image equals ``logits``
     exactly (Eq. 5, Eq. 8).  ``known_act`` [B, T, n] / ``unknown_act`` [B, T, m] are the
-    sigmoid activations k, u (Eq. 6).  ``hidden`` is the backbone output h.
+    sigmoid activations k, u (Eq. 6).  ``hidden`` is the backbone output h.  ``parts``
+    holds the concept module's full record (``ConceptParts``) for attribution.
     """
 
     logits: torch.Tensor
@@ -66,17 +69,19 @@ class ModelOutput:
     residual: Optional[torch.Tensor] = None
     known_act: Optional[torch.Tensor] = None
     unknown_act: Optional[torch.Tensor] = None
+    parts: Optional[Any] = None
 
 
 @dataclass
 class LossOutput:
-    """``total`` is the scalar to backpropagate (Eq. 15); ``parts`` are detached floats
-    named as in the paper (``lm``, ``concept``, ``rec``, ``indep``, ...); ``n_tokens``
-    counts the positions the LM loss averaged over."""
+    """``total`` is the scalar to backpropagate (Eq. 15); ``parts`` are detached 0-d
+    tensors (no host sync inside the step; ``float(v)`` reads one) named as in the paper
+    (``lm``, ``concept``, ``rec``, ``indep``, ...); ``n_tokens`` counts the positions the LM
+    loss averaged over (a 0-d tensor for the Steerling families)."""
 
     total: torch.Tensor
-    parts: dict[str, float] = field(default_factory=dict)
-    n_tokens: int = 0
+    parts: dict[str, Union[torch.Tensor, float]] = field(default_factory=dict)
+    n_tokens: Union[torch.Tensor, int] = 0
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 import pandas as pd
 import submitit
 
-from interpscale._malloc import retain_freed_memory
 from interpscale.orchestration.rundir import atomic_write_text, ensure_writable, read_status
 from interpscale.orchestration.spec import RunSpec
 
@@ -38,7 +37,6 @@ class TrainJob(submitit.helpers.Checkpointable):
         from interpscale.orchestration.trainer import train_run
 
         torch.set_num_threads(max(1, threads))
-        retain_freed_memory()  # no page faults through each step's large buffers (_malloc.py)
         rank = 0
         if distributed:
             env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)

@@ -1,0 +1,111 @@
+"""GPU throughput of the Steerling families: bf16 autocast, torch.compile'd training step,
+seq 2048, ~100M / 300M / 1B backbones; tokens/s, MFU (Eq. 23/24 FLOPs vs the device's dense
+bf16 peak) and peak memory, against a nanoGPT-style reference of the same shape (bench_models).
+
+Targets (H100): MFU >= 40% for AR >= 300M; CDLM step <= 1.1x AR; +concept overhead within 25%
+of Eq. 24. Without CUDA it runs a tiny CPU smoke path (float32, seq 64) that checks the script.
+
+Run: .venv/bin/python benchmarks/bench_gpu.py [--sizes 85M,400M,800M] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from interpscale.models import build_model
+from interpscale.models.accounting import backbone_params, concept_flops
+from interpscale.models.types import Batch
+
+# dense bf16 peak FLOP/s (no sparsity) by device-name substring
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "RTX 4090": 165e12}
+
+
+def peak_flops(device: torch.device) -> float:
+    if device.type != "cuda":
+        return float("nan")
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16.items() if k in name), float("nan"))
+
+
+def time_step(loss_fn, params, steps: int, device) -> float:
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")
+    fn = torch.compile(loss_fn)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = fn()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):  # compile + warm-up
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="85M,400M,800M", help="SIZES presets (~100M, ~300M-400M, ~1B backbones)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=8)
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        sizes, T, B, steps, extra = args.sizes.split(","), 2048, args.batch, args.steps, {}
+    else:  # smoke path: checks the script end to end on CPU
+        sizes, T, B, steps = ["nano"], 64, 2, 2
+        extra = dict(n_concepts=32, concept_rank=8)
+        print("no CUDA device: CPU smoke path (nano, seq 64, float32); figures are not GPU figures")
+    from bench_models import PlainLM  # the nanoGPT-style reference
+
+    peak = peak_flops(device)
+    print(f"device: {torch.cuda.get_device_name(device) if cuda else 'cpu'}; peak bf16 {peak:.3g} FLOP/s; seq {T}, batch {B}")
+    print(f"{'size':>6} {'family':>14} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} {'peak GiB':>9} {'vs ref':>7}")
+    for size in sizes:
+        torch.manual_seed(0)
+        res = {}
+        for fam in ("ref", "ar", "cdlm", "ar+concept", "cdlm+concept"):
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            base = build_model("ar", size, max_seq_len=T, block_size=64, **extra)
+            cfg = base.config
+            tokens = torch.randint(4, cfg.vocab_size, (B, T), device=device)
+            if fam == "ref":
+                model = PlainLM(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, T).to(device)
+                loss_fn = lambda m=model: m.loss(tokens)  # noqa: E731
+            else:
+                model = build_model(fam, size, max_seq_len=T, block_size=64, **extra).to(device).train()
+                n = model.config.n_concepts
+                cid = (torch.arange(T, device=device) // 32).expand(B, T).contiguous()
+                labels = (torch.rand(B, T // 32, n, device=device) < 0.001).float()
+                batch = Batch(tokens, cid, labels) if model.is_concept else Batch(tokens)
+                model.check_batch(batch)
+                loss_fn = lambda m=model, b=batch: m.loss(b, 10).total  # noqa: E731
+            dt = time_step(loss_fn, list(model.parameters()), steps, device)
+            flops = 6 * backbone_params(cfg) + 12 * cfg.n_layers * cfg.d_model * T  # Eq. 23
+            if fam.endswith("concept"):
+                flops += concept_flops(model.config)  # Eq. 24
+            mem = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
+            res[fam] = dt
+            print(f"{size:>6} {fam:>14} {1e3 * dt:9.1f} {B * T / dt:10.0f} {flops * B * T / dt / peak:6.1%} "
+                  f"{mem:9.2f} {dt / res['ref']:7.3f}")
+            del model
+        print(f"{size:>6} CDLM/AR {res['cdlm'] / res['ar']:.3f}; +concept overhead ar {res['ar+concept'] / res['ar'] - 1:.3f}, "
+              f"cdlm {res['cdlm+concept'] / res['cdlm'] - 1:.3f}")
+
+
+if __name__ == "__main__":
+    main()
