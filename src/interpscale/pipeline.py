@@ -23,7 +23,7 @@ from interpscale._atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-STAGES = ("plan", "train + evaluate", "collect", "fit", "figures + report")
+STAGES = ("plan", "train + evaluate", "collect", "judge alignment", "fit", "figures + report")
 
 
 class PipelineError(RuntimeError):
@@ -94,7 +94,22 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         bar.update()
 
         t = time.monotonic()
-        _stage(bar, 3, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates")
+        _stage(bar, 3, "judge alignment")
+        try:
+            results = judge_alignment(results, sweep.run_dir, p.runs)
+            write_results(results, results_path)
+        except (ValueError, OSError, RuntimeError) as exc:
+            log.error("demo: known concept alignment not scored (%s)", exc)
+            summary["problems"].append(f"alignment: {type(exc).__name__}: {exc}")
+        empty = [c for c in METRIC_COLUMNS if c in results.columns and not results[c].notna().any()
+                 and _concept_rows(results).any()]
+        if empty:
+            summary["problems"].append(f"metric column(s) {empty} are empty in every row")
+        times["judge"] = time.monotonic() - t
+        bar.update()
+
+        t = time.monotonic()
+        _stage(bar, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates")
         fits = None
         try:
             from interpscale.scaling import fit_families
@@ -110,7 +125,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         bar.update()
 
         t = time.monotonic()
-        _stage(bar, 4, "figures + report")
+        _stage(bar, 5, "figures + report")
         run_dirs = [sweep.run_dir(r) for r in p.runs]
         try:  # the report draws its figures into DIR/figures as well
             from interpscale.analysis.report import write_report
@@ -131,6 +146,45 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     summary["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1, default=str))
     return summary
+
+
+METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+
+
+def _concept_rows(results: pd.DataFrame) -> pd.Series:
+    return results["family"].astype(str).str.endswith("+concept")
+
+
+def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, k: int = 20) -> pd.DataFrame:
+    """Fill ``known_concept_alignment`` for every concept-family checkpoint in ``results``
+    (its concepts' top-k tokens judged 1-5, App. E) and name the judge in ``alignment_judge``.
+
+    Without a configured endpoint the judge is the offline lexical backend, a word-overlap
+    proxy on the judge's scale (``interpscale judge alignment`` rescores with an LLM)."""
+    from interpscale.judges.scorers import resolve_judge
+    from interpscale.metrics.steering import judge_checkpoint_alignment
+
+    out = results.copy()
+    rows = out.index[_concept_rows(out) & out.get("checkpoint", pd.Series(index=out.index, dtype=object)).notna()]
+    if not len(rows):
+        return out
+    judge = resolve_judge(judge)
+    name = getattr(judge, "backend", None) or type(judge).__name__
+    dirs = {r.run_id: run_dir(r) for r in runs}
+    if "known_concept_alignment" not in out.columns or out["known_concept_alignment"].dtype != float:
+        out["known_concept_alignment"] = pd.to_numeric(out.get("known_concept_alignment"), errors="coerce")
+    out["alignment_judge"] = out.get("alignment_judge", pd.Series(index=out.index, dtype=object))
+    for i in tqdm(rows, desc="judge alignment", unit="ckpt", disable=None, leave=False):
+        if pd.notna(out.at[i, "known_concept_alignment"]):
+            continue
+        rd = dirs.get(out.at[i, "run_id"])
+        ckpt = rd / "checkpoints" / str(out.at[i, "checkpoint"]) if rd is not None else None
+        if ckpt is None or not ckpt.exists():
+            continue
+        res = judge_checkpoint_alignment(ckpt, run_dir=rd, k=k, judge=judge)
+        out.at[i, "known_concept_alignment"] = float(res.mean)
+        out.at[i, "alignment_judge"] = str(name)
+    return out
 
 
 def interior_minima(results: pd.DataFrame) -> dict[str, str]:

@@ -39,14 +39,13 @@ def load_table(spec: str):
 def run(args: argparse.Namespace) -> int:
     from interpscale.analysis.figures import render_figures
 
-    try:
-        df = load_table(args.results)
-        result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
-    except ValueError as exc:
-        sys.stderr.write(f"interpscale figures: {exc}\n")
-        return 2
+    df = load_table(args.results)
+    result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
     for title, reason in result.skipped.items():
         sys.stdout.write(f"skipped {title}: {reason}\n")
+    if not result.drawn:
+        sys.stderr.write("interpscale figures: the results table supports none of the figures (reasons above)\n")
+        return 1
     return 0

@@ -28,12 +28,15 @@ def load_results(results: pd.DataFrame | str | os.PathLike) -> pd.DataFrame:
     path = Path(results)
     if not path.exists():
         raise ValueError(f"results table {path} does not exist")
-    if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-    elif path.suffix in (".csv", ".tsv"):
-        df = pd.read_csv(path, sep="," if path.suffix == ".csv" else "\t")
-    else:
+    if path.suffix not in (".parquet", ".csv", ".tsv"):
         raise ValueError(f"results table {path}: expected a .parquet or .csv file")
+    try:
+        if path.suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, sep="," if path.suffix == ".csv" else "\t")
+    except (ValueError, OSError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise ValueError(f"results table {path} is unreadable: {exc}") from exc
     if "annealed" in df.columns and df["annealed"].dtype == object:
         df["annealed"] = df["annealed"].astype(str).str.lower().isin(["true", "1", "yes"])
     return df
