@@ -202,7 +202,7 @@ def interior_minima(results: pd.DataFrame) -> dict[str, str]:
 
 def fit_statuses(fits: Any) -> dict[str, dict[str, str]]:
     """Per family: the status of the IsoFLOP fit, the joint fit and each metric's bounded fit."""
-    from interpscale.analysis.report import isoflop_status, joint_status, trend_status
+    from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
 
     out = {}
     for fam, f in fits.families.items():

@@ -101,5 +101,5 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
             compact_log_ticks(ax, "x")
             ax.set_xlabel("Compute C (FLOPs)")
             ax.set_title(METRIC_LABELS.get(metric, metric))
-            ax.legend(loc="best", fontsize=5)
+            ax.legend(loc="best")
     return fig

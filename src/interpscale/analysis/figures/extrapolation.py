@@ -89,7 +89,7 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
         ax.set_title(f"Extrapolating {family_label(family)}")
-        ax.legend(loc="upper right", fontsize=5.5)
+        ax.legend(loc="upper right")
     return fig
 
 
@@ -117,6 +117,6 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
-            legend_with_room(ax, METRIC_LEGEND_LOC.get(metric, "upper right"), fontsize=5)
+            legend_with_room(ax, METRIC_LEGEND_LOC.get(metric, "upper right"))
         axes[0, 0].set_ylabel(family_label(family))
     return fig
