@@ -68,9 +68,9 @@ def _quiet_warnings(verbose: int) -> None:
     """Library warnings reach the user once, through logging; numerical RuntimeWarnings
     (overflow in a bootstrap replicate, mean of an empty slice) only with -v."""
     logging.captureWarnings(True)
-    warnings.simplefilter("default" if verbose else "once")
+    warnings.filterwarnings("default" if verbose else "once", category=UserWarning)
     if not verbose:
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
 
 
 def _user_error(exc: BaseException) -> bool:

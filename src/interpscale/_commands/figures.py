@@ -19,13 +19,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def expand_run_dirs(paths) -> list[Path]:
-    """Run directories given directly, or every child holding a metrics.jsonl of a sweep directory."""
+    """Run directories given directly, or every run holding a metrics.jsonl under a sweep
+    directory (``SWEEP/runs/*``, or its direct children). A path that does not exist, or
+    holds no run, is an error naming it."""
     out = []
     for p in map(Path, paths):
         if (p / "metrics.jsonl").exists():
             out.append(p)
-        elif p.is_dir():
-            out += sorted(d for d in p.iterdir() if (d / "metrics.jsonl").exists())
+            continue
+        if not p.is_dir():
+            raise FileNotFoundError(f"--run-dirs: {p} is not a directory")
+        found = sorted(d for base in (p / "runs", p) if base.is_dir() for d in base.iterdir()
+                       if (d / "metrics.jsonl").exists())
+        if not found:
+            raise ValueError(f"--run-dirs: {p} holds no run directory with a metrics.jsonl "
+                             f"(looked in {p} and {p / 'runs'})")
+        out += found
     return out
 
 
