@@ -80,7 +80,9 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         if band is not None:
             ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
         for pred, ci, mk in ((ext.joint, ext.joint_ci, color), (ext.loglinear, ext.loglinear_ci, "0.3")):
-            ax.errorbar([c_t], [pred], yerr=[[pred - ci[0]], [ci[1] - pred]], fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+            # a percentile interval of few replicates need not contain the point estimate: clip at 0
+            yerr = [[max(pred - ci[0], 0.0)], [max(ci[1] - pred, 0.0)]]
+            ax.errorbar([c_t], [pred], yerr=yerr, fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
         if ext.observed is not None:
             ax.scatter([c_t], [ext.observed], marker="*", s=110, color="k", zorder=5,
                        label=f"target {ext.observed:.2f} (Δ joint {ext.joint_error:+.2f}, "

@@ -131,7 +131,8 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
                             ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
                             xs = xs[smooth - 1:]
                         seen.append(ys)
-                        (line,) = ax.plot(xs, ys, color=shade[size], lw=0.9 if k == 0 else 0.6)
+                        (line,) = ax.plot(xs, ys, color=shade[size], lw=0.9 if k == 0 else 0.6,
+                                          label=size if k == 0 else "_nolegend_")
                         handles.setdefault(size, line)
                 if not seen:
                     ax.set_visible(False)
