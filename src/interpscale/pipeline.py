@@ -52,6 +52,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     from interpscale.orchestration.rundir import ensure_writable
 
     t0 = time.monotonic()
+    cpu0 = _cpu_seconds()
     times: dict[str, float] = {}
     out = ensure_writable(out_dir)
     preset = str(preset) if preset is not None else ("demo-quick" if quick else "demo")
@@ -61,6 +62,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         p = plan(preset)
         launch = p.launch
         boot = int(n_boot or launch.get("n_boot", 100))
+        parallel = int(max_parallel or launch.get("max_parallel", 2))
         atomic_write_text(out / "plan.txt", p.summary() + "\n")
         summary["runs"] = len(p.runs)
         times["plan"] = time.monotonic() - t0
@@ -69,7 +71,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         t = time.monotonic()
         _stage(bar, 1, "train + evaluate", f"{len(p.runs)} runs")
         sweep = Sweep(p.runs, out / "sweep", executor=executor or launch.get("executor", "local"),
-                      max_parallel=int(max_parallel or launch.get("max_parallel", 2)),
+                      max_parallel=parallel,
                       runs_per_job=int(launch.get("runs_per_job", max(1, len(p.runs) // (4 * 2)))),
                       threads_per_job=int(launch.get("threads_per_job", 1)))
         sweep.launch()
@@ -143,9 +145,20 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     summary["fit_status"] = fit_statuses(fits) if fits is not None else {}
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     summary["stage_s"] = {k: round(v, 1) for k, v in times.items()}
-    summary["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    summary["load_average"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    summary["cpu_s"] = round(_cpu_seconds() - cpu0, 1)
+    # on a busy machine wall time says little: CPU time / cores in use is the idle-machine estimate
+    summary["idle_estimate_s"] = round(summary["cpu_s"] / max(1, min(os.cpu_count() or 1, parallel)), 1)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and every child it has waited for (the jobs)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")

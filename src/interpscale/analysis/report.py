@@ -79,6 +79,26 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+
+
+def metric_notes(df: pd.DataFrame) -> list[str]:
+    """Which interpretability metrics the table holds (rows with a value), which it does not,
+    and the judge that scored known concept alignment."""
+    have = {m: int(pd.to_numeric(df[m], errors="coerce").notna().sum()) for m in METRIC_COLUMNS if m in df.columns}
+    if not have:
+        return []
+    lines = ["Interpretability metrics: " + ", ".join(f"{m} ({n} rows)" for m, n in have.items() if n)
+             + ("" if all(have.values()) else "; not measured in any row: "
+                + ", ".join(m for m, n in have.items() if not n)) + "."]
+    if "alignment_judge" in df.columns and df["alignment_judge"].notna().any():
+        judges = sorted(map(str, df["alignment_judge"].dropna().unique()))
+        note = (" (an offline word-overlap proxy on the 1-5 scale, not an LLM judge; rescore with "
+                "`interpscale judge alignment --base-url ... --model ...`)" if judges == ["lexical"] else "")
+        lines[0] += f" Known concept alignment scored by: {', '.join(judges)}{note}."
+    return lines + [""]
+
+
 def collect_warnings(obj: Any, path: str = "") -> list[str]:
     """Every ``warnings`` entry anywhere in a fit's ``to_dict()`` tree, prefixed by where it
     sits; a message already listed under another path is not repeated."""
@@ -258,6 +278,7 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
         markdown_table(data_summary(df)),
         "",
     ]
+    parts += metric_notes(df)
     if fits is None:
         parts += ["## Fits", "", "_No fits could be made from this table (see the log for the reason)._", ""]
     else:
