@@ -85,3 +85,27 @@ def test_console_entry_point_exits_2_without_traceback(bad):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "missing.csv" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_fit_warnings_are_printed_once(tmp_path):
+    """A fit warning is logged by the fitter; its ScalingFitWarning is not printed again."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = [{"family": "ar+concept", "slice_flops": C, "flops": C, "params": P, "tokens": C / (6 * P),
+             "loss": 3 + 0.05 * np.log(P / 1e6) ** 2 - 0.1 * np.log10(C), "annealed": True,
+             "concept_contribution": 0.5 + 0.01 * rng.standard_normal()}
+            for C in (1e17, 1e18, 1e19) for P in np.geomspace(1e5, 1e7, 5)]
+    pd.DataFrame(rows).to_csv(tmp_path / "r.csv", index=False)
+    code = "import sys; from interpscale.cli import main; sys.exit(main())"
+    r = subprocess.run([sys.executable, "-c", code, "report", str(tmp_path / "r.csv"), "--out", str(tmp_path / "rep"),
+                        "--n-boot", "5", "--no-figures"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import re
+
+    msgs = [re.sub(r"^.*? (WARNING|INFO) \S+: ", "", ln) for ln in r.stderr.splitlines() if "WARNING" in ln]
+    assert msgs, "the fit warnings reach the user"
+    assert len(msgs) == len(set(msgs)), r.stderr  # each once, not also as a py.warnings echo
+    assert sum("best fit is flat" in m for m in msgs) == 1, r.stderr  # a ScalingFitWarning, logged once
+    assert "RuntimeWarning" not in r.stderr and "Traceback" not in r.stderr

@@ -71,6 +71,13 @@ def _quiet_warnings(verbose: int) -> None:
     warnings.filterwarnings("default" if verbose else "once", category=UserWarning)
     if not verbose:
         warnings.filterwarnings("ignore", category=RuntimeWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):
+            if category.__name__ != "ScalingFitWarning":  # the fitters log these already
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
 
 
 def _user_error(exc: BaseException) -> bool:
