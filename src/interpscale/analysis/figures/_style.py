@@ -175,6 +175,22 @@ def legend_with_room(ax, loc: str, *, room: float = 0.3, **kwargs) -> None:
     ax.legend(loc=loc, **kwargs)
 
 
+LEGEND_DROP_IN = 0.4  # inches from an axes' bottom edge to a legend below it: clears tick labels and x label
+
+
+def legend_below(ax, handles=None, labels=None, **kwargs):
+    """A legend under ``ax``, below its x label whatever the panel's height, so it never sits
+    on the data (constrained layout makes room for it)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    fig = ax.get_figure()
+    drop = LEGEND_DROP_IN if ax.get_xlabel() else LEGEND_DROP_IN - 0.15
+    transform = ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
+    args = () if handles is None else (handles, labels)
+    return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=transform,
+                     borderaxespad=0.0, **kwargs)
+
+
 def plain_log_axis(ax, which: str = "y") -> None:
     """Log scale labelled with plain numbers (2.5, 3, 3.5 ...) — for losses spanning < 1 decade."""
     from matplotlib import ticker

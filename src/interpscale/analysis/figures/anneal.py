@@ -31,7 +31,7 @@ from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_p
 log = logging.getLogger("interpscale.analysis.figures")
 
 STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
-STATE_COLORS = {False: "#999999", True: "#E69F00"}
+STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
 STATE_MARKERS = {False: "o", True: "s"}
 
 

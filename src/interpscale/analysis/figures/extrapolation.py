@@ -20,6 +20,7 @@ from interpscale.analysis.figures._fits import (
 from interpscale.analysis.figures._style import (
     METRIC_LEGEND_LOC,
     family_color,
+    legend_below,
     legend_with_room,
     family_label,
     main_rows,
@@ -99,7 +100,7 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
         ax.set_title(f"Extrapolating {family_label(family)}")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0)
+        legend_below(ax)
     return fig
 
 

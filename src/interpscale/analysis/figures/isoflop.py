@@ -25,6 +25,7 @@ from interpscale.analysis.figures._style import (
     new_figure,
     ordered_families,
     compact_log_ticks,
+    legend_below,
     paper_style,
     plain_log_axis,
     require_columns,
@@ -87,8 +88,7 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
         if outside:
             extra.append(Line2D([], [], ls="", marker=">", color="0.5", markersize=3.5, label="minimum beyond range"))
         h, lab = ax.get_legend_handles_labels()
-        ax.legend(h + extra, lab + [e.get_label() for e in extra], loc="upper center", bbox_to_anchor=(0.5, -0.32),
-                  ncol=2, columnspacing=0.8, handlelength=1.2, borderaxespad=0.0)
+        legend_below(ax, h + extra, lab + [e.get_label() for e in extra], ncol=2, columnspacing=0.8, handlelength=1.2)
     return n_curves
 
 
@@ -134,7 +134,7 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
         fig.legend(handles, labels, loc="outside right upper")
     else:  # below each panel, off the data
         for ax in (ax_loss, ax_params):
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1, borderaxespad=0.0)
+            legend_below(ax)
     return n
 
 
