@@ -31,8 +31,8 @@ ESTIMATOR_LABELS = {"fixed_rate": "Fixed-rate mask", "fixed_grid": "Fixed-grid E
                     "per_block": "Per-block ELBO", "ar_ce": "AR cross-entropy"}
 ESTIMATOR_COLORS = {"fixed_rate": "#009E73", "fixed_grid": "#CC79A7", "mdlm_elbo": "#D55E00", "per_block": "#000000",
                     "ar_ce": "#0072B2"}
-METRIC_LABELS = {"concept_loss": "Concept Loss ↓", "concept_independence": "Concept Indep. Loss ↓",
-                 "concept_contribution": "Concept Contribution ↑", "known_concept_alignment": "Known Concept Align. ↑"}
+METRIC_LABELS = {"concept_loss": "Concept loss ↓", "concept_independence": "Independence loss ↓",
+                 "concept_contribution": "Contribution ↑", "known_concept_alignment": "Known-concept align. ↑"}
 # where a metric's points leave room for a legend: "lower is better" curves fall to the lower right
 METRIC_LEGEND_LOC = {"concept_loss": "upper right", "concept_independence": "upper right",
                      "concept_contribution": "lower right", "known_concept_alignment": "lower right"}

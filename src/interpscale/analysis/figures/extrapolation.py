@@ -18,10 +18,8 @@ from interpscale.analysis.figures._fits import (
     require_power_laws,
 )
 from interpscale.analysis.figures._style import (
-    METRIC_LEGEND_LOC,
     family_color,
     legend_below,
-    legend_with_room,
     family_label,
     main_rows,
     new_figure,
@@ -128,6 +126,6 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
-            legend_with_room(ax, METRIC_LEGEND_LOC.get(metric, "upper right"))
+            legend_below(ax)
         axes[0, 0].set_ylabel(family_label(family))
     return fig
