@@ -84,6 +84,19 @@ def _size_key(info: dict, name: str) -> tuple:
         return (math.inf, size or name)
 
 
+def _size_order(runs) -> list[str]:
+    """Model sizes small to large: by parameter count within the family that has the most
+    sizes (a concept family's P includes its concept module, so counts are not comparable
+    across families), then any size it lacks by its own count."""
+    by_family: dict[str, dict[str, tuple]] = {}
+    for name, fam, info, _ in runs:
+        by_family.setdefault(fam, {}).setdefault(str(info.get("size", name)), _size_key(info, name))
+    widest = max(by_family.values(), key=len)
+    order = sorted(widest, key=widest.get)
+    rest = {sz: key for sizes in by_family.values() for sz, key in sizes.items() if sz not in widest}
+    return order + sorted(rest, key=rest.get)
+
+
 def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "tokens", smooth: int = 1):
     """Training curves of every run: the top row shows the LM loss per family (one panel per
     family, coloured by model size, light = small); concept families' other loss parts
@@ -107,8 +120,7 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
     families = ordered_families(r[1] for r in runs)
     parts = [k for k in LOSS_PARTS if any(np.isfinite(r[3][k]).any() for r in runs)]
     cmap = plt.get_cmap("viridis")
-    all_sizes = [str(r[2].get("size", r[0])) for r in sorted(runs, key=lambda r: _size_key(r[2], r[0]))]
-    sizes = list(dict.fromkeys(all_sizes))
+    sizes = _size_order(runs)
     shade = {sz: cmap(0.6 - 0.6 * i / max(len(sizes) - 1, 1)) for i, sz in enumerate(sizes)}
     handles: dict[str, object] = {}
     with paper_style():
@@ -139,8 +151,8 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
                     continue
                 allv = np.concatenate(seen)
                 lo, hi = float(allv.min()), float(allv.max())
-                if part == "lm" and hi > lo:  # the first logged steps sit far above the rest: keep 98% in view
-                    hi = float(np.quantile(allv, 0.98))
+                if hi > lo:  # the first logged steps can sit far above the rest: keep 98-99% of the points in view
+                    hi = float(np.quantile(allv, 0.98 if part == "lm" else 0.99))
                 pad = 0.05 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-6)
                 ax.set_ylim(lo - pad, hi + pad)
                 ax.set_xscale("log")
