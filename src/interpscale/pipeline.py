@@ -142,6 +142,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
 
     summary["figures"] = sorted(str(f) for f in (out / "figures").glob("*.png"))
     summary["interior_minima"] = interior_minima(results)
+    n_in = sum(v == "interior" for v in summary["interior_minima"].values())
+    summary["interior_minima_count"] = f"{n_in} of {len(summary['interior_minima'])} slices"
     summary["fit_status"] = fit_statuses(fits) if fits is not None else {}
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     summary["stage_s"] = {k: round(v, 1) for k, v in times.items()}

@@ -78,7 +78,7 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
     ax.set_xscale("log")
     if np.isfinite(x_lo):
         ax.set_xlim(x_lo, x_hi)
-    compact_log_ticks(ax, "x")
+    compact_log_ticks(ax, "x", max_decades=1.6)  # 1-2-5 labels while a panel spans < 1.6 decades
     ax.margins(y=0.08)
     ax.set_xlabel("Parameters P")
     ax.set_ylabel("Validation loss (nats)")
@@ -88,7 +88,8 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
         if outside:
             extra.append(Line2D([], [], ls="", marker=">", color="0.5", markersize=3.5, label="minimum beyond range"))
         h, lab = ax.get_legend_handles_labels()
-        legend_below(ax, h + extra, lab + [e.get_label() for e in extra], ncol=2, columnspacing=0.8, handlelength=1.2)
+        # one column: a panel of a four-across figure is ~1.7 in wide, too narrow for two
+        legend_below(ax, h + extra, lab + [e.get_label() for e in extra], ncol=1, handlelength=1.2)
     return n_curves
 
 
