@@ -160,3 +160,19 @@ def test_trend_status_flags_flat_metrics():
     assert trend_status(SimpleNamespace(**{**fit, "beta": 0.001}))[0] == "no trend"
     assert trend_status(SimpleNamespace(**{**fit, "r2": -0.0}))[0] == "no trend"
     assert trend_status(SimpleNamespace(**{**fit, "ci": {"A": (0.0, 1.5)}}))[0] == "no trend"
+
+
+def test_isoflop_status_flags_an_alpha_p_interval_through_zero():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from interpscale.analysis.report import isoflop_status
+
+    sl = pd.DataFrame({"used": [True, True, True], "interior": [True, False, True]})
+    fit = dict(slices=sl, converged=True, level=0.9)
+    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (0.3, 0.7)}))
+    assert status == "ok" and "1 slice(s) with the minimum at an edge size" in why
+    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (-0.35, 0.73)}))
+    assert status == "uncertain" and "[-0.35, 0.73] includes 0" in why
+    assert isoflop_status(None)[0] == "not fitted"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="the small CI version (~2 minutes on 2 idle cores)")
+    p.add_argument("--quick", action="store_true", help="the small CI version (about a minute on 2 idle cores)")
     p.add_argument("--out", default=None, help="output directory (default runs/demo or runs/demo-quick)")
     p.add_argument("--max-parallel", type=int, help="jobs at once (default: the preset's, 2)")
     p.add_argument("--preset", default=None,

@@ -43,7 +43,8 @@ def joint_status(ch: Any) -> tuple[str, str]:
 
 
 def isoflop_status(iso: Any) -> tuple[str, str]:
-    """(status, reason) of an IsoFLOP fit (Eq. 25-26): ``ok``, ``not converged`` or ``not fitted``."""
+    """(status, reason) of an IsoFLOP fit (Eq. 25-26): ``ok``, ``uncertain`` (the interval of
+    α_P includes 0), ``not converged`` or ``not fitted``."""
     if iso is None:
         return "not fitted", "fewer than two usable slices"
     sl = getattr(iso, "slices", None)
@@ -57,6 +58,10 @@ def isoflop_status(iso: Any) -> tuple[str, str]:
                 detail += f"; {edge} slice(s) with the minimum at an edge size"
     if not iso.converged:
         return "not converged", detail
+    lo, hi = (getattr(iso, "ci", {}) or {}).get("alpha_P") or (math.nan, math.nan)
+    if np.isfinite(lo) and np.isfinite(hi) and lo <= 0 <= hi:
+        return "uncertain", (f"the {iso.level:.0%} interval of α_P [{lo:.2f}, {hi:.2f}] includes 0: "
+                             "these slices do not fix how the optimal size grows" + (f"; {detail}" if detail else ""))
     return "ok", detail
 
 
