@@ -12,6 +12,8 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
+import warnings
 
 # subcommand -> (module under interpscale._commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -64,7 +66,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_warnings(verbose: int) -> None:
+    """Library warnings reach the user once, through logging; numerical RuntimeWarnings
+    (overflow in a bootstrap replicate, mean of an empty slice) only with -v."""
+    logging.captureWarnings(True)
+    warnings.filterwarnings("default" if verbose else "once", category=UserWarning)
+    if not verbose:
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):
+            if category.__name__ != "ScalingFitWarning":  # the fitters log these already
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+
+
+def _user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is about the user's input (bad value, missing or unreadable file)."""
+    from interpscale.errors import UserError
+
+    return isinstance(exc, (UserError, ValueError, OSError, UnicodeDecodeError))
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. Bad input ends in one line on stderr and exit code 2 (``-v``:
+    with its traceback); an unexpected failure in one line and exit code 1."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_in(argv))
     args = parser.parse_args(argv)
@@ -77,7 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     if mod is None:
         sys.stderr.write(f"interpscale {args.command}: not built yet in this version\n")
         return 2
-    return int(mod.run(args) or 0)
+    with warnings.catch_warnings():
+        _quiet_warnings(args.verbose)
+        try:
+            return int(mod.run(args) or 0)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"interpscale {args.command}: interrupted\n")
+            return 130
+        except Exception as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
+            if args.verbose:
+                traceback.print_exc()
+            msg = str(exc) or type(exc).__name__
+            if _user_error(exc):
+                sys.stderr.write(f"interpscale {args.command}: error: {msg}\n")
+                return 2
+            sys.stderr.write(f"interpscale {args.command}: internal error: {type(exc).__name__}: {msg}"
+                             f"{'' if args.verbose else ' (rerun with -v for the traceback)'}\n")
+            return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -86,3 +86,93 @@ def test_cli_report_and_figures(small_table, tmp_path, capsys):
     small_table.drop(columns=["params"]).to_csv(bad, index=False)
     assert main(["figures", str(bad), "--out", str(tmp_path / "x")]) == 2
     assert "'params'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ honest statuses (issue 14)
+def _synthetic_table(seed: int = 0):
+    """Two families on three IsoFLOP slices: ``ar`` with an irreducible loss of 1.7 (L∞ is
+    identified), ``ar+concept`` with none (L∞ collapses) and a concept loss that does not move."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for fam, E in (("ar", 1.7), ("ar+concept", 0.0)):
+        for C in (1e17, 1e18, 1e19):
+            p_opt = 0.1 * np.sqrt(C / 6) * 10
+            for P in p_opt * np.geomspace(0.1, 10, 7):
+                D = C / (6 * P)
+                loss = E + 400 / P**0.34 + 410 / D**0.28
+                rows.append({"family": fam, "slice_flops": C, "flops": C, "params": P, "tokens": D,
+                             "loss": loss * (1 + 0.002 * rng.standard_normal()), "annealed": True,
+                             "concept_loss": 0.5 + 0.01 * rng.standard_normal() if fam != "ar" else np.nan})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def synthetic_fits():
+    from interpscale.scaling import fit_families
+
+    df = _synthetic_table()
+    return df, fit_families(df, n_boot=20, seed=0, grid="coarse")
+
+
+def test_collapsed_joint_fit_is_not_identified_and_kept_out_of_the_table(synthetic_fits, tmp_path):
+    from interpscale.analysis.report import joint_status, scaling_table
+
+    df, fits = synthetic_fits
+    assert joint_status(fits["ar"].chinchilla)[0] == "identified"
+    status, why = joint_status(fits["ar+concept"].chinchilla)
+    assert status == "not identified" and "L∞" in why
+    t = scaling_table(fits).set_index("Family")
+    assert t.loc["ar+concept", "L∞ (joint, Eq. 27)"] == "not identified"
+    assert re.match(r"1\.\d+ \[-0\.\d+, \+0\.\d+\]", t.loc["ar", "L∞ (joint, Eq. 27)"])
+    # every exponent names the fit it comes from
+    assert all("IsoFLOP" in c or "joint" in c for c in t.columns if c.startswith("α"))
+    md = (write_report(df, tmp_path, fits=fits, figures=False, n_boot=20, source="synthetic.csv")).read_text()
+    assert "## Failed, unidentified or flat fits" in md
+    assert "**ar+concept** joint fit (Eq. 27): not identified" in md
+    assert "**ar+concept** concept_loss: no trend" in md
+    assert "[-0.000, +0.000]" not in md and "+0.000]" not in md.split("## Fit warnings")[0].replace("(bound)", "")
+    assert "90% bootstrap percentile intervals (20 replicates)" in md
+    assert "Results table: `synthetic.csv`" in md
+    assert "| ar+concept |" in md.split("## Fit status")[1].split("##")[0]
+
+
+def test_ci_cell_never_prints_a_zero_width_interval():
+    from interpscale.analysis.report import _ci_cell
+
+    assert _ci_cell(0.5, 0.5, 0.5).startswith("0.500 (zero-width")
+    assert _ci_cell(1e-12, 1e-13, 1e-11) == "1e-12 [1e-13, 1e-11]"
+    assert _ci_cell(0.5281, 0.5032, 0.5511) == "0.528 [-0.025, +0.023]"
+    assert _ci_cell(2.0, 1.99999, 2.00002) == "2.00000 [-0.00001, +0.00002]"
+    assert _ci_cell(float("nan"), 0, 1) == "—"
+
+
+def test_trend_status_flags_flat_metrics():
+    from types import SimpleNamespace
+
+    from interpscale.analysis.report import trend_status
+
+    fit = dict(A=1.0, beta=0.3, r2=0.8, converged=True, ci={"A": (0.5, 1.5)}, level=0.9)
+    assert trend_status(SimpleNamespace(**fit))[0] == "trend"
+    assert trend_status(SimpleNamespace(**{**fit, "A": 0.0}))[0] == "no trend"
+    assert trend_status(SimpleNamespace(**{**fit, "beta": 0.001}))[0] == "no trend"
+    assert trend_status(SimpleNamespace(**{**fit, "r2": -0.0}))[0] == "no trend"
+    assert trend_status(SimpleNamespace(**{**fit, "ci": {"A": (0.0, 1.5)}}))[0] == "no trend"
+
+
+def test_isoflop_status_flags_an_alpha_p_interval_through_zero():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from interpscale.analysis.report import isoflop_status
+
+    sl = pd.DataFrame({"used": [True, True, True], "interior": [True, False, True]})
+    fit = dict(slices=sl, converged=True, level=0.9)
+    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (0.3, 0.7)}))
+    assert status == "ok" and "1 slice(s) with the minimum at an edge size" in why
+    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (-0.35, 0.73)}))
+    assert status == "uncertain" and "[-0.35, 0.73] includes 0" in why
+    assert isoflop_status(None)[0] == "not fitted"

@@ -36,7 +36,7 @@ def test_train_evaluate_and_sweep_status(tmp_path, capsys, make_spec):
 def test_interior_minima_summary():
     import pandas as pd
 
-    from interpscale.orchestration.demo import interior_minima
+    from interpscale.pipeline import interior_minima
 
     df = pd.DataFrame({"family": ["ar"] * 6, "slice_flops": [1.0] * 3 + [2.0] * 3,
                        "params": [1, 2, 3] * 2, "annealed": [True] * 6,

@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="the small CI version (~2 minutes)")
+    p.add_argument("--quick", action="store_true", help="the small CI version (about a minute on 2 idle cores)")
     p.add_argument("--out", default=None, help="output directory (default runs/demo or runs/demo-quick)")
     p.add_argument("--max-parallel", type=int, help="jobs at once (default: the preset's, 2)")
     p.add_argument("--preset", default=None,
                    help="run another preset (name or TOML path) through the same pipeline, e.g. demo-zoo")
+    p.add_argument("--n-boot", type=int, default=None, help="bootstrap replicates for the fits (default: the preset's)")
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
+    from interpscale.pipeline import PipelineError, run_demo
 
-    from interpscale.orchestration.demo import run_demo
-
-    logging.getLogger("interpscale").setLevel(min(logging.getLogger().level, logging.INFO))
+    # stage lines at INFO, so a terminal shows what runs next; -v still raises to DEBUG
+    logging.getLogger("interpscale.pipeline").setLevel(min(logging.getLogger().level, logging.INFO))
     name = Path(args.preset).stem if args.preset else ("demo-quick" if args.quick else "demo")
     out = args.out or f"runs/{name}"
     try:
-        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel, preset=args.preset)
-    except (ValueError, PermissionError, RuntimeError) as exc:
+        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel, preset=args.preset,
+                           n_boot=args.n_boot)
+    except PipelineError as exc:
         sys.stderr.write(f"interpscale demo: {exc}\n")
-        return 2
+        return 1
     sys.stdout.write(json.dumps(summary, indent=1) + "\n")
+    if summary.get("problems"):
+        sys.stderr.write("interpscale demo: finished with problems:\n" + "".join(f"  - {p}\n" for p in summary["problems"]))
     return 0

@@ -19,13 +19,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def expand_run_dirs(paths) -> list[Path]:
-    """Run directories given directly, or every child holding a metrics.jsonl of a sweep directory."""
+    """Run directories given directly, or every run holding a metrics.jsonl under a sweep
+    directory (``SWEEP/runs/*``, or its direct children). A path that does not exist, or
+    holds no run, is an error naming it."""
     out = []
     for p in map(Path, paths):
         if (p / "metrics.jsonl").exists():
             out.append(p)
-        elif p.is_dir():
-            out += sorted(d for d in p.iterdir() if (d / "metrics.jsonl").exists())
+            continue
+        if not p.is_dir():
+            raise FileNotFoundError(f"--run-dirs: {p} is not a directory")
+        found = sorted(d for base in (p / "runs", p) if base.is_dir() for d in base.iterdir()
+                       if (d / "metrics.jsonl").exists())
+        if not found:
+            raise ValueError(f"--run-dirs: {p} holds no run directory with a metrics.jsonl "
+                             f"(looked in {p} and {p / 'runs'})")
+        out += found
     return out
 
 
@@ -39,14 +48,13 @@ def load_table(spec: str):
 def run(args: argparse.Namespace) -> int:
     from interpscale.analysis.figures import render_figures
 
-    try:
-        df = load_table(args.results)
-        result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
-    except ValueError as exc:
-        sys.stderr.write(f"interpscale figures: {exc}\n")
-        return 2
+    df = load_table(args.results)
+    result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
     for title, reason in result.skipped.items():
         sys.stdout.write(f"skipped {title}: {reason}\n")
+    if not result.drawn:
+        sys.stderr.write("interpscale figures: the results table supports none of the figures (reasons above)\n")
+        return 1
     return 0

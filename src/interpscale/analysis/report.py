@@ -15,6 +15,10 @@ import numpy as np
 import pandas as pd
 
 from interpscale._atomic import atomic_write_text
+from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
+
+__all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "problem_fits",
+           "scaling_table", "status_table", "trend_status", "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
@@ -61,6 +65,26 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+
+
+def metric_notes(df: pd.DataFrame) -> list[str]:
+    """Which interpretability metrics the table holds (rows with a value), which it does not,
+    and the judge that scored known concept alignment."""
+    have = {m: int(pd.to_numeric(df[m], errors="coerce").notna().sum()) for m in METRIC_COLUMNS if m in df.columns}
+    if not have:
+        return []
+    lines = ["Interpretability metrics: " + ", ".join(f"{m} ({n} rows)" for m, n in have.items() if n)
+             + ("" if all(have.values()) else "; not measured in any row: "
+                + ", ".join(m for m, n in have.items() if not n)) + "."]
+    if "alignment_judge" in df.columns and df["alignment_judge"].notna().any():
+        judges = sorted(map(str, df["alignment_judge"].dropna().unique()))
+        note = (" (an offline word-overlap proxy on the 1-5 scale, not an LLM judge; rescore with "
+                "`interpscale judge alignment --base-url ... --model ...`)" if judges == ["lexical"] else "")
+        lines[0] += f" Known concept alignment scored by: {', '.join(judges)}{note}."
+    return lines + [""]
+
+
 def collect_warnings(obj: Any, path: str = "") -> list[str]:
     """Every ``warnings`` entry anywhere in a fit's ``to_dict()`` tree, prefixed by where it
     sits; a message already listed under another path is not repeated."""
@@ -88,21 +112,97 @@ def collect_warnings(obj: Any, path: str = "") -> list[str]:
 
 
 def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
-    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style)."""
-    if not np.isfinite(value):
+    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style).
+
+    The precision grows until the interval shows a width (a value of 1e-5 is printed as
+    ``1.2e-05``, not ``0.000``); an interval of zero width is said in words, never printed
+    as ``[-0.000, +0.000]``."""
+    if value is None or not np.isfinite(value):
         return "—"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{lo - value:+.{digits}f}, {hi - value:+.{digits}f}]"
+    small = value != 0 and abs(value) < 10 ** -digits
+    est = f"{value:.{digits}g}" if small else f"{value:.{digits}f}"
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{est} (no interval)"
+    width = hi - lo
+    if not width > 0 or width < 1e-12 * max(abs(value), 1e-300):
+        return f"{est} (zero-width interval: every bootstrap replicate agrees)"
+    d = digits
+    while d < 8 and (round(lo - value, d) == 0 and round(hi - value, d) == 0):
+        d += 1
+    if small or round(lo - value, d) == round(hi - value, d):
+        return f"{value:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+    est = f"{value:.{d}f}"
+    return f"{est} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"
 
 
 def table6_markdown(t6: pd.DataFrame) -> str:
-    """Table 6 layout: alpha_P, alpha_D, alpha_L, L_inf with CI offsets per family."""
+    """Table 6 layout: alpha_P, alpha_D, alpha_L, L_inf with CI offsets per family (no sources)."""
     rows = [{"Family": r["family"], **{sym: _ci_cell(r[k], r[f"{k}_lo"], r[f"{k}_hi"])
                                        for k, sym in (("alpha_P", "α_P"), ("alpha_D", "α_D"),
                                                       ("alpha_L", "α_L"), ("L_inf", "L∞"))}}
             for r in t6.to_dict("records")]
     return markdown_table(pd.DataFrame(rows))
+
+
+def _ci(fit: Any, key: str) -> tuple[float, float]:
+    return tuple((getattr(fit, "ci", {}) or {}).get(key) or (math.nan, math.nan))  # type: ignore[return-value]
+
+
+def scaling_table(fits: Any) -> pd.DataFrame:
+    """Table 6 with each exponent's source in its column name. α_P and α_L come from the
+    IsoFLOP power laws (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit
+    (Eq. 27), shown only where it is identified (else "not identified")."""
+    rows = []
+    for fam, f in fits.families.items():
+        iso, ch = f.isoflop, f.chinchilla
+        r = {"Family": fam}
+        r["α_P (IsoFLOP, Eq. 26)"] = _ci_cell(iso.alpha_P, *_ci(iso, "alpha_P")) if iso is not None else "—"
+        r["α_L (IsoFLOP, Eq. 26)"] = _ci_cell(iso.alpha_L, *_ci(iso, "alpha_L")) if iso is not None else "—"
+        status, _ = joint_status(ch)
+        if status == "identified":
+            lo_d, hi_d = _ci(ch, "alpha_D")
+            r["α_D (joint, Eq. 27)"] = _ci_cell(ch.alpha_D, lo_d, hi_d)
+            r["α_P (joint, Eq. 27)"] = _ci_cell(ch.alpha_P, 1 - hi_d, 1 - lo_d)  # α_P = 1 - α_D
+            r["L∞ (joint, Eq. 27)"] = _ci_cell(ch.L_inf, *_ci(ch, "L_inf"))
+        else:
+            for k in ("α_D (joint, Eq. 27)", "α_P (joint, Eq. 27)", "L∞ (joint, Eq. 27)"):
+                r[k] = status
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def status_table(fits: Any) -> pd.DataFrame:
+    """One row per family: the status of its IsoFLOP fit, joint fit and each metric fit."""
+    from interpscale.scaling.bounded import METRICS
+
+    rows = []
+    for fam, f in fits.families.items():
+        r = {"Family": fam, "rows": f.n_rows, "IsoFLOP (Eq. 25-26)": isoflop_status(f.isoflop)[0],
+             "joint (Eq. 27)": joint_status(f.chinchilla)[0]}
+        for m in METRICS:
+            if m in f.bounded:
+                r[m] = trend_status(f.bounded[m])[0]
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def problem_fits(fits: Any) -> list[str]:
+    """One line per fit that failed, was skipped, is not identified or shows no trend."""
+    lines = []
+    for fam, f in fits.families.items():
+        st, why = isoflop_status(f.isoflop)
+        if st != "ok":
+            lines.append(f"**{fam}** IsoFLOP fit: {st}" + (f" — {why}" if why else ""))
+        st, why = joint_status(f.chinchilla)
+        if st != "identified":
+            lines.append(f"**{fam}** joint fit (Eq. 27): {st}" + (f" — {why}" if why else "")
+                         + "; its α_D and L∞ are left out of the tables and the extrapolation")
+        for m, b in f.bounded.items():
+            st, why = trend_status(b)
+            if st != "trend":
+                lines.append(f"**{fam}** {m}: {st}" + (f" — {why}" if why else ""))
+        lines += [f"**{fam}**: {w}" for w in f.warnings if "skipped" in str(w)]
+    return lines
 
 
 def table7_markdown(t7: pd.DataFrame) -> str:
@@ -116,6 +216,16 @@ def table7_markdown(t7: pd.DataFrame) -> str:
             "R²": f"{r['r2']:.3f}", "pred": r["prediction"], "actual": r["actual"], "Δ": r["delta"],
         })
     return markdown_table(pd.DataFrame(rows))
+
+
+def trend_table7(fits: Any, t7: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Table 7 rows of the metric fits that show a trend (the others are listed as "no trend")."""
+    if t7 is None:
+        return None
+    keep = [trend_status(fits.families[r["family"]].bounded.get(r["metric"]))[0] == "trend"
+            for r in t7.to_dict("records")]
+    out = t7[keep]
+    return out if len(out) else None
 
 
 def _fit_families(df: pd.DataFrame, n_boot: int, target_compute: float | None, actual: Mapping | None):
@@ -136,38 +246,60 @@ def _table(fits: Any, name: str) -> pd.DataFrame | None:
     return table if isinstance(table, pd.DataFrame) and not table.empty else None
 
 
-def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str) -> str:
+def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
+                   n_boot: int | None = None) -> str:
     """The report's markdown text (figures referenced relative to the report)."""
+    level = getattr(fits, "level", None)
+    ci_text = (f"Intervals are {level:.0%} bootstrap percentile intervals"
+               + (f" ({n_boot} replicates)" if n_boot else "") + ", written as offsets from the estimate."
+               if level is not None else "No fits, so no intervals.")
     parts = [
         "# Scaling report",
         "",
         f"Results table: `{source}` — {len(df)} rows, families {', '.join(map(str, sorted(df['family'].unique())))}. "
-        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by interpscale.",
+        f"{ci_text} Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by interpscale.",
         "",
         "## Data",
         "",
         markdown_table(data_summary(df)),
         "",
     ]
-    t6 = _table(fits, "table6") if fits is not None else None
-    parts += ["## Compute-optimal scaling (Table 6 layout)", "",
-              "IsoFLOP parabolas per slice (Eq. 25), power laws P*(C), L*(C) (Eq. 26) and the joint fit (Eq. 27); "
-              "brackets are bootstrap confidence intervals as offsets from the estimate.", ""]
-    parts += [table6_markdown(t6) if t6 is not None else "_No compute-optimal fits could be made from this table._", ""]
-    t7 = _table(fits, "table7") if fits is not None else None
-    parts += ["## Interpretability scaling (Table 7 layout)", "",
-              "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint.", ""]
-    parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metrics to fit in this table._", ""]
-    ext = [(k, f.extrapolation) for k, f in getattr(fits, "families", {}).items() if f.extrapolation is not None]
-    if ext:
-        parts += ["## Loss extrapolation to the target compute", "",
-                  "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law, with bootstrap "
-                  "prediction intervals.", ""]
-        parts += [markdown_table(pd.DataFrame([{
-            "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
-            "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
-            "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
-        } for k, x in ext])), ""]
+    parts += metric_notes(df)
+    if fits is None:
+        parts += ["## Fits", "", "_No fits could be made from this table (see the log for the reason)._", ""]
+    else:
+        parts += ["## Fit status", "",
+                  "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
+                  "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. "
+                  "Metrics: bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not "
+                  "move with compute.", ""]
+        parts += [markdown_table(status_table(fits)), ""]
+        parts += ["## Compute-optimal scaling (Table 6 layout)", "",
+                  "Each column names the fit it comes from: α_P and α_L from the IsoFLOP power laws P*(C) ∝ C^α_P "
+                  "and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit (Eq. 27), shown "
+                  "only where it is identified. The IsoFLOP α_P and the joint α_D come from different fits, so "
+                  "they need not sum to 1.", ""]
+        parts += [markdown_table(scaling_table(fits)), ""]
+        t7 = trend_table7(fits, _table(fits, "table7"))
+        parts += ["## Interpretability scaling (Table 7 layout)", "",
+                  "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint; metrics with "
+                  "no trend are listed under the next heading instead.", ""]
+        parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metric shows a trend with compute._", ""]
+        ext = [(k, f.extrapolation) for k, f in fits.families.items()
+               if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
+        if ext:
+            parts += ["## Loss extrapolation to the target compute", "",
+                      "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law, with bootstrap "
+                      "prediction intervals (families with an identified joint fit only).", ""]
+            parts += [markdown_table(pd.DataFrame([{
+                "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
+                "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
+                "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
+            } for k, x in ext])), ""]
+        problems = problem_fits(fits)
+        parts += ["## Failed, unidentified or flat fits", ""]
+        parts += [f"- {p}" for p in problems] if problems else ["None."]
+        parts += [""]
     warnings = collect_warnings(fits.to_dict()) if fits is not None and hasattr(fits, "to_dict") else []
     parts += ["## Fit warnings", ""]
     parts += [f"- {w}" for w in warnings] if warnings else ["None: every fit converged without boundary or quality flags."]
@@ -263,7 +395,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     from interpscale.analysis.figures._style import require_columns
 
     if source is None:
-        source = str(results) if not isinstance(results, pd.DataFrame) else "in-memory DataFrame"
+        source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = load_results(results)
     require_columns(df, CORE_COLUMNS, "write_report")
     out = Path(out_dir)
@@ -280,7 +412,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         target = {"flops": float(target_compute), **observed}
     figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
                   if figures else None)
-    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures")
+    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot)
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))
     log.info("report written to %s", md_path)

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from interpscale.orchestration.config_schema import validate_config
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     from interpscale import paper
     from interpscale.models import FAMILIES, SIZES, flops_per_token, params_nonembedding
 
-    cfg = load_preset(preset) if preset is not None else {}
+    cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
     p = dict(cfg.get("plan", {}))
     explicit_sizes = sizes is not None
     families = list(families or p.get("families") or [])

@@ -68,7 +68,7 @@ def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", est
                     ax.lines[-1].set_label(ESTIMATOR_LABELS.get(est, est))
             ax.set_title(f"C = {fmt_compute(c)}")
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=6)
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels))
         for j, (est, summ) in enumerate(summaries.items()):
             draw_isoflop_panel(axes[1, j], summ, legend=(j == 0))
             axes[1, j].set_title(ESTIMATOR_LABELS.get(est, est), color=ESTIMATOR_COLORS[est])

@@ -18,9 +18,8 @@ from interpscale.analysis.figures._fits import (
     require_power_laws,
 )
 from interpscale.analysis.figures._style import (
-    METRIC_LEGEND_LOC,
     family_color,
-    legend_with_room,
+    legend_below,
     family_label,
     main_rows,
     new_figure,
@@ -72,24 +71,34 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         fig, axes = new_figure(1, 1, panel_height=2.5, width=3.6)
         ax = axes[0, 0]
         ax.scatter(c, l_star, color=color, s=18, zorder=3, label="slice minima L*(C)")
-        ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {ext.joint:.2f}")
-        ax.fill_between(grid, *joint.band_optimal(grid), color=color, alpha=0.15, lw=0)
-        ax.axhline(joint.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {joint.L_inf:.2f}")
+        from interpscale.analysis.fit_status import joint_status
+
+        identified = joint_status(joint)[0] == "identified"
+        if identified:
+            ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {ext.joint:.2f}")
+            ax.fill_between(grid, *joint.band_optimal(grid), color=color, alpha=0.15, lw=0)
+            ax.axhline(joint.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {joint.L_inf:.2f}")
+        else:  # no L∞ line or number for a fit that does not pin L∞ down
+            ax.plot(grid, joint.predict_optimal(grid), color=color, lw=0.9, ls="-.",
+                    label="joint fit (L∞ not identified)")
         ax.plot(grid, summ.power_L.predict(grid), "--", color="0.3", lw=1.1, label=f"log-linear → {ext.loglinear:.2f}")
         band = curve_band(summ.power_L, grid)
         if band is not None:
             ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
-        for pred, ci, mk in ((ext.joint, ext.joint_ci, color), (ext.loglinear, ext.loglinear_ci, "0.3")):
-            ax.errorbar([c_t], [pred], yerr=[[pred - ci[0]], [ci[1] - pred]], fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+        shown = ((ext.joint, ext.joint_ci, color),) if identified else ()
+        for pred, ci, mk in (*shown, (ext.loglinear, ext.loglinear_ci, "0.3")):
+            # a percentile interval of few replicates need not contain the point estimate: clip at 0
+            yerr = [[max(pred - ci[0], 0.0)], [max(ci[1] - pred, 0.0)]]
+            ax.errorbar([c_t], [pred], yerr=yerr, fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
         if ext.observed is not None:
             ax.scatter([c_t], [ext.observed], marker="*", s=110, color="k", zorder=5,
-                       label=f"target {ext.observed:.2f} (Δ joint {ext.joint_error:+.2f}, "
-                             f"log-lin {ext.loglinear_error:+.2f})")
+                       label=f"target {ext.observed:.2f} (" + (f"Δ joint {ext.joint_error:+.2f}, " if identified else "")
+                             + f"log-lin {ext.loglinear_error:+.2f})")
         ax.set_xscale("log")
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
         ax.set_title(f"Extrapolating {family_label(family)}")
-        ax.legend(loc="upper right", fontsize=5.5)
+        legend_below(ax)
     return fig
 
 
@@ -117,6 +126,6 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
-            legend_with_room(ax, METRIC_LEGEND_LOC.get(metric, "upper right"), fontsize=5)
+            legend_below(ax)
         axes[0, 0].set_ylabel(family_label(family))
     return fig

@@ -11,10 +11,9 @@ import pandas as pd
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, curve_band
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
-    METRIC_LEGEND_LOC,
     compact_log_ticks,
     family_color,
-    legend_with_room,
+    legend_below,
     family_label,
     main_rows,
     new_figure,
@@ -71,8 +70,14 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
     band = curve_band(fit, grid)
     if band is not None:  # 90% bootstrap band of the fitted curve
         ax.fill_between(grid, *band, color=line_color, alpha=0.15, lw=0)
-    ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1,
-            label=f"e={fit.e:.3g}, β={fit.beta:.3f}, R²={fit.r2:.2f}")
+    from interpscale.analysis.fit_status import trend_status
+
+    status, _ = trend_status(fit)
+    if status == "trend":
+        label = f"Eq. 29: β={fit.beta:.2f}, R²={fit.r2:.2f}"
+        ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
+    else:  # a flat fit carries no exponent: say so instead of printing β and R² ≈ 0
+        ax.plot(grid, fit.predict(grid), color=line_color, lw=0.9, ls=":", label="no trend")
     ax.set_xscale("log")
     compact_log_ticks(ax, "x")
     ax.set_xlabel("Compute C (FLOPs)")
@@ -98,7 +103,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                 rows = metric_rows(results, fam, metric, figure)
                 fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
-                legend_with_room(axes[i, j], METRIC_LEGEND_LOC.get(metric, "upper right"), fontsize=5)
+                legend_below(axes[i, j], handlelength=1.5)
                 if j == 0:
                     axes[i, j].set_ylabel(family_label(fam))
                 if i < len(fams) - 1:

@@ -25,6 +25,7 @@ from interpscale.analysis.figures._style import (
     new_figure,
     ordered_families,
     compact_log_ticks,
+    legend_below,
     paper_style,
     plain_log_axis,
     require_columns,
@@ -46,28 +47,49 @@ def fmt_compute(c: float) -> str:
 
 def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None = None, label_prefix: str = "",
                        marker: str = "o", mark_minima: bool = True, legend: bool = True) -> int:
-    """Points, parabola and × minimum for each slice of ``summary``; returns curves drawn."""
+    """Points, parabola and × minimum for each slice of ``summary``; returns curves drawn.
+
+    The axes span the measured points (a parabola vertex outside them is drawn as a grey
+    arrow at the edge instead of stretching the axis), and the legend, which names every
+    slice plus the run and minimum markers, sits below the panel, off the data."""
+    from matplotlib.lines import Line2D
+
     colors = list(colors) if colors is not None else slice_colors(len(summary.slices))
     n_curves = 0
+    xs = np.concatenate([sl.params for sl in summary.slices if sl.params.size]) if summary.slices else np.array([])
+    x_lo, x_hi = (xs.min() / 1.3, xs.max() * 1.3) if xs.size else (np.nan, np.nan)
+    outside = False
     for sl, color in zip(summary.slices, colors):
         label = f"{label_prefix}C={fmt_compute(sl.compute)}"
-        ax.scatter(sl.params, sl.loss, s=12, color=color, marker=marker, zorder=3, linewidths=0)
+        ax.scatter(sl.params, sl.loss, s=12, color=color, marker=marker, zorder=3, linewidths=0,
+                   label=label if sl.curve is None else "_nolegend_")
         if sl.curve is not None and sl.params.size:
             grid = np.geomspace(sl.params.min() / 1.3, sl.params.max() * 1.3, 120)
             ax.plot(grid, sl.curve(grid), color=color, lw=1.0, label=label)
             n_curves += 1
         if mark_minima and np.isfinite(sl.p_star):
-            ax.scatter([sl.p_star], [sl.l_star], marker="x", s=28, color="k" if sl.used else "0.6",
-                       linewidths=1.1, zorder=4)
+            if x_lo <= sl.p_star <= x_hi:
+                ax.scatter([sl.p_star], [sl.l_star], marker="x", s=28, color="k" if sl.used else "0.5",
+                           linewidths=1.1, zorder=4)
+            else:  # the vertex lies beyond the measured sizes: an arrow at that edge, axis untouched
+                outside = True
+                edge, mk = (x_lo, "<") if sl.p_star < x_lo else (x_hi, ">")
+                ax.scatter([edge], [np.nanmin(sl.loss)], marker=mk, s=22, color="0.5", zorder=4, clip_on=False)
     ax.set_xscale("log")
-    compact_log_ticks(ax, "x")
-    ax.margins(y=0.12)
+    if np.isfinite(x_lo):
+        ax.set_xlim(x_lo, x_hi)
+    compact_log_ticks(ax, "x", max_decades=1.6)  # 1-2-5 labels while a panel spans < 1.6 decades
+    ax.margins(y=0.08)
     ax.set_xlabel("Parameters P")
     ax.set_ylabel("Validation loss (nats)")
-    if legend and n_curves:
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi + 0.28 * (hi - lo))  # headroom so the legend sits above the curves
-        ax.legend(loc="upper center", fontsize=5.5, ncol=2, columnspacing=0.8, handlelength=1.2)
+    if legend and summary.slices:
+        extra = [Line2D([], [], ls="", marker=marker, color="0.35", markersize=3.5, label="run"),
+                 Line2D([], [], ls="", marker="x", color="k", markersize=4, label="minimum P*")]
+        if outside:
+            extra.append(Line2D([], [], ls="", marker=">", color="0.5", markersize=3.5, label="minimum beyond range"))
+        h, lab = ax.get_legend_handles_labels()
+        # one column: a panel of a four-across figure is ~1.7 in wide, too narrow for two
+        legend_below(ax, h + extra, lab + [e.get_label() for e in extra], ncol=1, handlelength=1.2)
     return n_curves
 
 
@@ -110,10 +132,10 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
     ax_loss.set_title("(a) compute-optimal loss")
     ax_params.set_title("(b) compute-optimal size")
     if fig is not None:
-        fig.legend(handles, labels, loc="outside right upper", fontsize=5.5)
-    else:
-        ax_loss.legend(loc="upper right", fontsize=5.5)
-        ax_params.legend(loc="upper left", fontsize=5.5)
+        fig.legend(handles, labels, loc="outside right upper")
+    else:  # below each panel, off the data
+        for ax in (ax_loss, ax_params):
+            legend_below(ax)
     return n
 
 
@@ -154,8 +176,8 @@ def isoflop_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] 
             draw_isoflop_panel(ax, summ)
             ax.set_title(family_label(fam), color=family_color(fam))
             if summ.power_L is None:  # say why the × are grey / missing
-                ax.text(0.02, 0.02, "no power law: < 2 usable slices", transform=ax.transAxes, fontsize=5,
-                        color="0.4")
+                ax.text(0.02, 0.02, "no power law: < 2 usable slices", transform=ax.transAxes, fontsize=7,
+                        color="0.3")
         for ax in axes[0][1:]:
             ax.set_ylabel("")
     return fig

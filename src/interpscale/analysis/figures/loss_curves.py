@@ -22,11 +22,16 @@ from interpscale.analysis.figures._style import (
 
 log = logging.getLogger("interpscale.analysis.figures")
 FIGURE = "Loss curves (loss_curves_figure)"
+# loss parts a concept model logs next to its total (Eq. 14): each gets its own row of panels
+LOSS_PARTS = {"lm": "LM loss (nats)", "concept": "Concept loss", "rec": "Reconstruction loss",
+              "indep": "Independence loss"}
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
-    """``step``, ``loss``, ``tokens``, ``lr`` (NaN when not logged) and ``segment`` (the
-    training segment name, "" when not logged) from RUN_DIR/metrics.jsonl.
+    """``step``, ``loss`` (the logged total), ``tokens``, ``lr``, the loss parts ``lm``,
+    ``concept``, ``rec``, ``indep`` (NaN when not logged; a run that logs no ``lm`` has
+    ``lm`` = ``loss``) and ``segment`` (the training segment name, "" when not logged) from
+    RUN_DIR/metrics.jsonl.
 
     Lines without a finite ``loss`` (e.g. evaluation-only records) are skipped; a line that
     is not JSON raises ValueError naming the file and line number.
@@ -34,7 +39,7 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise ValueError(f"{FIGURE}: {path} does not exist")
-    cols: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": []}
+    cols: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [], **{k: [] for k in LOSS_PARTS}}
     segments: list[str] = []
     try:
         records = [rec for _, rec in iter_jsonl(path)]
@@ -49,6 +54,8 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
             cols[key].append(float(val) if isinstance(val, (int, float)) else math.nan)
         segments.append(str(rec.get("segment", "")))
     out = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    if out["lm"].size and not np.isfinite(out["lm"]).any():  # a plain LM logs its LM loss as ``loss``
+        out["lm"] = out["loss"].copy()
     out["segment"] = np.asarray(segments, dtype=object)
     return out
 
@@ -77,10 +84,26 @@ def _size_key(info: dict, name: str) -> tuple:
         return (math.inf, size or name)
 
 
+def _size_order(runs) -> list[str]:
+    """Model sizes small to large: by parameter count within the family that has the most
+    sizes (a concept family's P includes its concept module, so counts are not comparable
+    across families), then any size it lacks by its own count."""
+    by_family: dict[str, dict[str, tuple]] = {}
+    for name, fam, info, _ in runs:
+        by_family.setdefault(fam, {}).setdefault(str(info.get("size", name)), _size_key(info, name))
+    widest = max(by_family.values(), key=len)
+    order = sorted(widest, key=widest.get)
+    rest = {sz: key for sizes in by_family.values() for sz, key in sizes.items() if sz not in widest}
+    return order + sorted(rest, key=rest.get)
+
+
 def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "tokens", smooth: int = 1):
-    """One line per run and training segment (loss vs ``x`` = "tokens" or "step", log axis),
-    panels per family, coloured by model size within a panel (light = small; one legend entry
-    per size). ``smooth`` > 1 applies a trailing moving average of that many logged points."""
+    """Training curves of every run: the top row shows the LM loss per family (one panel per
+    family, coloured by model size, light = small); concept families' other loss parts
+    (concept, reconstruction, independence) get a row of panels each, never summed into the
+    LM curve. Lines run per training segment (stable phase, then each annealed tail) against
+    ``x`` = "tokens" or "step" on a log axis; ``smooth`` > 1 applies a trailing moving average.
+    One legend (model sizes) sits to the right of the panels."""
     if x not in ("tokens", "step"):
         raise ValueError(f"{FIGURE}: x must be 'tokens' or 'step', got {x!r}")
     runs = []
@@ -95,42 +118,49 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
     if not runs:
         raise ValueError(f"{FIGURE}: no run directory with logged losses")
     families = ordered_families(r[1] for r in runs)
-    ncols = min(len(families), 4)
-    nrows = math.ceil(len(families) / ncols)
+    parts = [k for k in LOSS_PARTS if any(np.isfinite(r[3][k]).any() for r in runs)]
+    cmap = plt.get_cmap("viridis")
+    sizes = _size_order(runs)
+    shade = {sz: cmap(0.6 - 0.6 * i / max(len(sizes) - 1, 1)) for i, sz in enumerate(sizes)}
+    handles: dict[str, object] = {}
     with paper_style():
-        fig, axes = new_figure(nrows, ncols, sharey=False, panel_height=1.8)
-        for ax in axes.ravel()[len(families):]:
-            ax.set_visible(False)
-        for ax, fam in zip(axes.ravel(), families):
-            fam_runs = [r for r in runs if r[1] == fam]
-            fam_runs.sort(key=lambda r: _size_key(r[2], r[0]))
-            cmap = plt.get_cmap("viridis")
-            # colour = model size (one legend entry per size; a size's runs at larger slices run longer)
-            sizes = list(dict.fromkeys(str(r[2].get("size", r[0])) for r in fam_runs))
-            shade = {sz: cmap(0.85 - 0.75 * i / max(len(sizes) - 1, 1)) for i, sz in enumerate(sizes)}
-            labelled: set[str] = set()
-            seen: list[np.ndarray] = []
-            for name, _, info, m in fam_runs:
-                size = str(info.get("size", name))
-                color = shade[size]
-                seen.append(m["loss"])
-                # one line per training segment (stable phase, then each independently annealed tail)
-                for k, seg in enumerate(dict.fromkeys(m["segment"])):
-                    sel = m["segment"] == seg
-                    xs = m[x][sel] if np.isfinite(m[x][sel]).all() else m["step"][sel]
-                    ys = m["loss"][sel]
-                    if smooth > 1 and ys.size >= smooth:
-                        ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
-                        xs = xs[smooth - 1:]
-                    first = k == 0 and size not in labelled
-                    labelled.add(size)
-                    ax.plot(xs, ys, color=color, lw=0.9 if k == 0 else 0.6, label=size if first else "_nolegend_")
-            # the first few logged steps can sit an order of magnitude above the rest: clip them
-            allv = np.concatenate(seen)
-            ax.set_ylim(allv.min() * 0.97, np.quantile(allv, 0.97) * 1.05)
-            ax.set_xscale("log")
-            ax.set_xlabel("Tokens" if x == "tokens" else "Step")
-            ax.set_ylabel("Training loss (nats)")
-            ax.set_title(family_label(fam))
-            ax.legend(loc="lower left", fontsize=5.5, ncol=1 if len(sizes) < 6 else 2)
+        fig, axes = new_figure(len(parts), len(families), sharey=False, panel_height=1.6,
+                               width=min(7.0, 1.75 * len(families) + 1.0))
+        for i, part in enumerate(parts):
+            for j, fam in enumerate(families):
+                ax = axes[i, j]
+                fam_runs = sorted((r for r in runs if r[1] == fam), key=lambda r: _size_key(r[2], r[0]))
+                seen: list[np.ndarray] = []
+                for name, _, info, m in fam_runs:
+                    size = str(info.get("size", name))
+                    for k, seg in enumerate(dict.fromkeys(m["segment"])):
+                        sel = (m["segment"] == seg) & np.isfinite(m[part])
+                        if not sel.any():
+                            continue
+                        xs = m[x][sel] if np.isfinite(m[x][sel]).all() else m["step"][sel]
+                        ys = m[part][sel]
+                        if smooth > 1 and ys.size >= smooth:
+                            ys = np.convolve(ys, np.ones(smooth) / smooth, mode="valid")
+                            xs = xs[smooth - 1:]
+                        seen.append(ys)
+                        (line,) = ax.plot(xs, ys, color=shade[size], lw=0.9 if k == 0 else 0.6,
+                                          label=size if k == 0 else "_nolegend_")
+                        handles.setdefault(size, line)
+                if not seen:
+                    ax.set_visible(False)
+                    continue
+                allv = np.concatenate(seen)
+                lo, hi = float(allv.min()), float(allv.max())
+                if hi > lo:  # the first logged steps can sit far above the rest: keep 98-99% of the points in view
+                    hi = float(np.quantile(allv, 0.98 if part == "lm" else 0.99))
+                pad = 0.05 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-6)
+                ax.set_ylim(lo - pad, hi + pad)
+                ax.set_xscale("log")
+                ax.set_xlabel("Tokens" if x == "tokens" else "Step")
+                if i == 0:
+                    ax.set_title(family_label(fam))
+                if j == 0 or not axes[i, j - 1].get_visible():
+                    ax.set_ylabel(LOSS_PARTS[part])
+        fig.legend([handles[s] for s in sizes if s in handles], [s for s in sizes if s in handles],
+                   loc="outside right upper", title="model size")
     return fig

@@ -1,0 +1,85 @@
+"""The status of each fit, in words a reader can act on: one function per kind of fit.
+
+``joint_status`` says whether the joint fit (Eq. 27) pins down L∞ ("identified") or not;
+``isoflop_status`` whether the IsoFLOP parabolas (Eq. 25-26) were fitted; ``trend_status``
+whether a metric moves with compute at all (Eq. 29) or shows "no trend". The report, the
+figures and the demo pipeline all use these, so a number is never shown for a fit that did
+not identify it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# β of the bounded fit at the lower end of its search range means m(C) is a constant offset
+_FLAT_BETA = 1.01e-3
+_MIN_TREND_R2 = 0.1  # below this the metric does not move with compute beyond its noise
+_L_INF_FLOOR = 0.01  # an L∞ (or the lower end of its interval) under 1% of the estimate has collapsed
+
+
+def joint_status(ch: Any) -> tuple[str, str]:
+    """(status, reason) of a joint fit (Eq. 27): ``identified``, ``not identified``,
+    ``not converged`` or ``not fitted``."""
+    if ch is None:
+        return "not fitted", "too few usable rows"
+    if getattr(ch, "identified", True) is False:
+        return "not identified", "the fitter marked L∞ as not identified"
+    msgs = [str(w) for w in getattr(ch, "warnings", ())]
+    if any("not identified" in m or "collapsed" in m for m in msgs):
+        return "not identified", f"L∞ collapsed to {ch.L_inf:.3g}: the points do not pin down the irreducible loss"
+    if not getattr(ch, "converged", True):
+        return "not converged", getattr(ch, "status", "") or "the optimiser did not converge"
+    if not (ch.alpha > 0 and ch.beta > 0):
+        return "not identified", f"non-positive exponent (α={ch.alpha:.3g}, β={ch.beta:.3g})"
+    lo = (getattr(ch, "ci", {}) or {}).get("L_inf", (math.nan, math.nan))[0]
+    if np.isfinite(lo) and lo < _L_INF_FLOOR * ch.L_inf:
+        return "not identified", (f"the {ch.level:.0%} interval of L∞ reaches down to {lo:.3g} "
+                                  f"(< {_L_INF_FLOOR:g} × the estimate {ch.L_inf:.3g})")
+    return "identified", ""
+
+
+def isoflop_status(iso: Any) -> tuple[str, str]:
+    """(status, reason) of an IsoFLOP fit (Eq. 25-26): ``ok``, ``uncertain`` (the interval of
+    α_P includes 0), ``not converged`` or ``not fitted``."""
+    if iso is None:
+        return "not fitted", "fewer than two usable slices"
+    sl = getattr(iso, "slices", None)
+    detail = ""
+    if isinstance(sl, pd.DataFrame) and len(sl):
+        used = int(sl["used"].sum()) if "used" in sl else len(sl)
+        detail = f"{used} of {len(sl)} slices used"
+        if "interior" in sl:
+            edge = int((~sl["interior"].astype(bool)).sum())
+            if edge:
+                detail += f"; {edge} slice(s) with the minimum at an edge size"
+    if not iso.converged:
+        return "not converged", detail
+    lo, hi = (getattr(iso, "ci", {}) or {}).get("alpha_P") or (math.nan, math.nan)
+    if np.isfinite(lo) and np.isfinite(hi) and lo <= 0 <= hi:
+        return "uncertain", (f"the {iso.level:.0%} interval of α_P [{lo:.2f}, {hi:.2f}] includes 0: "
+                             "these slices do not fix how the optimal size grows" + (f"; {detail}" if detail else ""))
+    return "ok", detail
+
+
+def trend_status(b: Any) -> tuple[str, str]:
+    """(status, reason) of a bounded metric fit (Eq. 29): ``trend`` or ``no trend`` (the metric
+    does not move with compute: flat fit, β at its lower bound, R² under 0.1, or an interval
+    of A that reaches 0)."""
+    if b is None:
+        return "not fitted", ""
+    if not b.A > 0 or not b.converged:
+        return "no trend", "the best fit is flat (A = 0)"
+    if not b.beta > _FLAT_BETA:
+        return "no trend", f"β at its lower bound ({b.beta:.3g}): a constant offset"
+    if not (np.isfinite(b.r2) and b.r2 >= _MIN_TREND_R2):
+        return "no trend", f"R² = {b.r2:.2f}: compute explains no more than the noise"
+    lo = (b.ci or {}).get("A", (math.nan, math.nan))[0]
+    if np.isfinite(lo) and lo <= 0:
+        return "no trend", f"the {b.level:.0%} interval of A includes 0"
+    return "trend", ""
+
+

@@ -1,0 +1,293 @@
+"""Validation of a preset (TOML) before anything runs.
+
+``validate_config(cfg, source)`` checks every section and key by name (an unknown one is
+rejected with the closest valid spelling, e.g. ``[dataa]`` -> "did you mean [data]?"), the
+type of every value, and the facts that must agree across sections: the model's concept
+count and the data's, the CDLM block size and the sequence length, the batch and its
+micro-batch, the model's and the tokenizer's vocabulary. It raises ``ConfigError`` (a
+``ValueError``) naming the file, the section and the key; it returns the config unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import MISSING, fields
+from typing import Any, Iterable, Mapping
+
+from interpscale.errors import ConfigError
+
+Number = (int, float)
+
+# [plan]: key -> (accepted types, description for the message)
+PLAN_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "families": ((list,), "a list of family names"),
+    "sizes": ((list,), "a list of size names"),
+    "slices": ((list, dict), "a list of compute targets or a table {family = [C, ...]}"),
+    "seq_len": ((int,), "an integer"),
+    "batch_tokens": ((int,), "an integer"),
+    "tolerance": (Number, "a number in (0, 1)"),
+    "tokens_per_param": ((list,), "a [low, high] pair of numbers"),
+    "max_sizes_per_slice": ((int,), "an integer"),
+}
+LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "executor": ((str,), "one of local, slurm, debug"),
+    "max_parallel": ((int,), "an integer"),
+    "threads_per_job": ((int,), "an integer"),
+    "runs_per_job": ((int,), "an integer"),
+    "n_boot": ((int,), "an integer"),
+    "timeout_min": ((int,), "an integer (minutes)"),
+    "gpus_per_node": ((int,), "an integer"),
+    "tasks_per_node": ((int,), "an integer"),
+    "cpus_per_task": ((int,), "an integer"),
+    "mem_gb": (Number, "a number"),
+    "max_array_size": ((int,), "an integer"),
+    "nodes": ((int,), "an integer"),
+    "partition": ((str,), "a SLURM partition name"),
+    "slurm_partition": ((str,), "a SLURM partition name"),
+}
+SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
+EXECUTORS = ("local", "slurm", "debug")
+# RunSpec fields the planner sets itself: not [train] options
+_PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
+            "flops_per_token", "base_size", "model_overrides", "data"}
+
+
+def _suggest(name: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _where(source: Any, section: str, key: str | None = None) -> str:
+    return f"{source}: [{section}]" + (f" {key}" if key is not None else "")
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> None:
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
+
+
+def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
+    """key -> (types, description) from a dataclass's defaults (int fields take ints, float
+    fields any number, tuples lists)."""
+    out = {}
+    for f in fields(cls):
+        default = f.default if f.default is not MISSING else (
+            f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
+        if isinstance(default, bool):
+            out[f.name] = ((bool,), "true or false")
+        elif isinstance(default, int):
+            out[f.name] = ((int,), "an integer")
+        elif isinstance(default, float):
+            out[f.name] = (Number, "a number")
+        elif isinstance(default, str):
+            out[f.name] = ((str,), "a string")
+        elif isinstance(default, (tuple, list)):
+            out[f.name] = ((list,), "a list")
+        elif isinstance(default, dict):
+            out[f.name] = ((dict,), "a table")
+        else:  # Optional[...] = None or required: only reject tables/lists where a scalar is meant
+            ann = str(f.type)
+            if "int" in ann:
+                out[f.name] = ((int,), "an integer")
+            elif "float" in ann:
+                out[f.name] = (Number, "a number")
+            elif "str" in ann:
+                out[f.name] = ((str,), "a string")
+            else:
+                out[f.name] = ((object,), "a value")
+    return out
+
+
+def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
+    """Valid ``[model]`` / ``[size_presets.*]`` keys: ModelConfig's fields (and the zoo's)."""
+    from interpscale.models.config import ModelConfig
+
+    keys = _dataclass_types(ModelConfig)
+    try:
+        from interpscale.models.zoo.common import ZooConfig
+
+        keys = {**_dataclass_types(ZooConfig), **keys}
+    except ImportError:  # pragma: no cover - the zoo is optional
+        pass
+    for k in ("family", "size"):
+        keys.pop(k, None)
+    return keys
+
+
+def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
+    """Valid ``[train]`` keys: the RunSpec training-recipe fields."""
+    from interpscale.orchestration.spec import RunSpec
+
+    return {k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED}
+
+
+def synthetic_data_keys() -> dict[str, tuple[tuple[type, ...], str]]:
+    from interpscale.orchestration.corpus import CorpusConfig
+
+    return {"kind": ((str,), "a data kind"), **_dataclass_types(CorpusConfig)}
+
+
+def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, ...], str]], source: Any,
+                section: str) -> None:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{_where(source, section)} must be a table, got {_type_name(table)}")
+    for key, value in table.items():
+        if key not in valid:
+            raise ConfigError(f"{_where(source, section)}: unknown key {key!r}{_suggest(key, valid)} "
+                              f"(valid keys: {', '.join(sorted(valid))})")
+        _check_type(value, valid[key][0], valid[key][1], _where(source, section, key))
+
+
+def _positive_int(table: Mapping, key: str, source: Any, section: str) -> None:
+    if key in table and table[key] <= 0:
+        raise ConfigError(f"{_where(source, section, key)} = {table[key]!r}: must be positive")
+
+
+def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config") -> Mapping[str, Any]:
+    """Check a loaded preset; raise ``ConfigError`` naming the file, section and key at fault."""
+    from interpscale.models import FAMILIES, SIZES
+
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{source}: expected a TOML table at the top level")
+    for section in cfg:
+        if section not in SECTIONS:
+            raise ConfigError(f"{source}: unknown section [{section}]{_suggest(section, SECTIONS)} "
+                              f"(valid sections: {', '.join(f'[{s}]' for s in SECTIONS)})")
+    plan = cfg.get("plan", {})
+    _check_keys(plan, PLAN_KEYS, source, "plan")
+    for key in ("families", "sizes"):
+        for v in plan.get(key, []):
+            _check_type(v, (str,), "a list of names", _where(source, "plan", key))
+    for fam in plan.get("families", []):
+        if fam not in FAMILIES:
+            raise ConfigError(f"{_where(source, 'plan', 'families')}: unknown family {fam!r}"
+                              f"{_suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))})")
+    for key in ("seq_len", "batch_tokens", "max_sizes_per_slice"):
+        _positive_int(plan, key, source, "plan")
+    if "tolerance" in plan and not 0 < plan["tolerance"] < 1:
+        raise ConfigError(f"{_where(source, 'plan', 'tolerance')} = {plan['tolerance']!r}: must be in (0, 1)")
+    tpp = plan.get("tokens_per_param")
+    if tpp is not None and (len(tpp) != 2 or not all(isinstance(x, Number) for x in tpp) or not tpp[0] <= tpp[1]):
+        raise ConfigError(f"{_where(source, 'plan', 'tokens_per_param')} = {tpp!r}: expected [low, high] numbers")
+    slices = plan.get("slices")
+    if isinstance(slices, dict):
+        fams = plan.get("families") or list(FAMILIES)
+        for fam, targets in slices.items():
+            if fam not in fams:
+                raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
+                                  f"{list(fams)}{_suggest(fam, fams)}")
+            _check_type(targets, (list,), "a list of compute targets (FLOPs)", _where(source, "plan.slices", fam))
+            for c in targets:
+                _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan.slices", fam))
+                if not c > 0:
+                    raise ConfigError(f"{_where(source, 'plan.slices', fam)}: target {c!r} must be positive")
+    elif isinstance(slices, list):
+        for c in slices:
+            _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan", "slices"))
+
+    mkeys = model_keys()
+    model = cfg.get("model", {})
+    _check_keys(model, mkeys, source, "model")
+    presets = cfg.get("size_presets", {})
+    if not isinstance(presets, Mapping):
+        raise ConfigError(f"{_where(source, 'size_presets')} must be a table of size tables")
+    for name, p in presets.items():
+        section = f"size_presets.{name}"
+        if not isinstance(p, Mapping):
+            raise ConfigError(f"{_where(source, section)} must be a table")
+        _check_keys({k: v for k, v in p.items() if k != "base"}, mkeys, source, section)
+        if p.get("base") not in SIZES:
+            raise ConfigError(f"{_where(source, section, 'base')} = {p.get('base')!r}: not a size preset"
+                              f"{_suggest(str(p.get('base')), SIZES)} (presets: {', '.join(SIZES)})")
+    for s in plan.get("sizes", []):
+        if s not in SIZES and s not in presets:
+            valid = list(SIZES) + list(presets)
+            raise ConfigError(f"{_where(source, 'plan', 'sizes')}: unknown size {s!r}{_suggest(s, valid)}")
+
+    train = cfg.get("train", {})
+    _check_keys(train, train_keys(), source, "train")
+    for key in ("vocab_size", "eval_batches", "log_every"):
+        _positive_int(train, key, source, "train")
+    if "lr" in train and not train["lr"] > 0:
+        raise ConfigError(f"{_where(source, 'train', 'lr')} = {train['lr']!r}: must be positive")
+
+    data = cfg.get("data", {})
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{_where(source, 'data')} must be a table")
+    kind = data.get("kind", "synthetic")
+    _check_type(kind, (str,), "a data kind (synthetic, jsonl, parquet, ...)", _where(source, "data", "kind"))
+    if kind == "synthetic":
+        _check_keys(data, synthetic_data_keys(), source, "data")
+    elif "path" in data:
+        _check_type(data["path"], (str,), "a file path", _where(source, "data", "path"))
+
+    launch = cfg.get("launch", {})
+    _check_keys(launch, LAUNCH_KEYS, source, "launch")
+    if "executor" in launch and launch["executor"] not in EXECUTORS:
+        raise ConfigError(f"{_where(source, 'launch', 'executor')} = {launch['executor']!r}: expected one of "
+                          f"{', '.join(EXECUTORS)}{_suggest(launch['executor'], EXECUTORS)}")
+    for key in ("max_parallel", "threads_per_job", "runs_per_job", "n_boot"):
+        _positive_int(launch, key, source, "launch")
+
+    _cross_checks(cfg, source)
+    return cfg
+
+
+def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
+    """A model setting of ``size``: its size preset's, else [model]'s, else (unless
+    ``explicit``) the base preset's."""
+    from interpscale.models import SIZES
+
+    preset = cfg.get("size_presets", {}).get(size, {})
+    if key in preset:
+        return preset[key]
+    if key in cfg.get("model", {}):
+        return cfg["model"][key]
+    if explicit:
+        return None
+    base = SIZES.get(preset.get("base", size))
+    return getattr(base, key, None)
+
+
+def _cross_checks(cfg: Mapping, source: Any) -> None:
+    plan, train, data = cfg.get("plan", {}), cfg.get("train", {}), cfg.get("data", {})
+    fams = plan.get("families", [])
+    seq_len = plan.get("seq_len", 4096)
+    batch_tokens = plan.get("batch_tokens", 524_288)
+    if batch_tokens % seq_len:
+        raise ConfigError(f"{source}: [plan] batch_tokens = {batch_tokens} is not a multiple of seq_len = {seq_len}")
+    for key in [k for k in train if "micro" in k]:  # a micro-batch (gradient accumulation) setting
+        micro = train[key]
+        whole = batch_tokens if "token" in key else batch_tokens // seq_len
+        if not isinstance(micro, int) or micro <= 0 or whole % micro:
+            raise ConfigError(f"{source}: [train] {key} = {micro!r} does not divide the batch "
+                              f"({whole} {'tokens' if 'token' in key else 'sequences'})")
+    for size in plan.get("sizes", []):
+        if any(f.startswith("cdlm") for f in fams):
+            block = _size_value(cfg, size, "block_size")
+            if isinstance(block, int) and block > 0 and seq_len % block:
+                raise ConfigError(f"{source}: size {size!r} has block_size = {block}, which does not divide "
+                                  f"[plan] seq_len = {seq_len} (CDLM denoises whole blocks)")
+        if data.get("kind", "synthetic") == "synthetic":
+            # the trainer takes the concept count from the data unless the config sets one
+            n_model = _size_value(cfg, size, "n_concepts", explicit=True)
+            n_data = data.get("n_concepts", _corpus_default("n_concepts"))
+            if n_model is not None and n_model != n_data:
+                raise ConfigError(f"{source}: size {size!r} has n_concepts = {n_model} but [data] n_concepts = "
+                                  f"{n_data}; the concept head must match the corpus' concepts (set both)")
+    if "vocab_size" in train and "vocab_size" in cfg.get("model", {}) and train["vocab_size"] != cfg["model"]["vocab_size"]:
+        raise ConfigError(f"{source}: [train] vocab_size = {train['vocab_size']} but [model] vocab_size = "
+                          f"{cfg['model']['vocab_size']}; the planner prices the model that is trained (set both alike)")
+
+
+def _corpus_default(name: str):
+    from interpscale.orchestration.corpus import CorpusConfig
+
+    return next(f.default for f in fields(CorpusConfig) if f.name == name)

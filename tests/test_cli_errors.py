@@ -1,0 +1,111 @@
+"""Every subcommand meets bad input with one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from interpscale.cli import COMMANDS, main
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "empty.csv").write_text("")
+    (d / "header.csv").write_text("family,slice_flops,params,tokens,loss\n")
+    (d / "yesno.csv").write_text("family,slice_flops,params,tokens,loss,annealed\n"
+                                 "ar,1e10,1e5,1e6,abc,yes\nar,1e10,2e5,5e5,3.1,no\n")
+    (d / "noparams.csv").write_text("family,slice_flops,loss\nar,1e10,3.0\n")
+    (d / "garbage.parquet").write_bytes(b"not parquet")
+    (d / "typo.toml").write_text('[dataa]\nkind = "synthetic"\n')
+    (d / "lr.toml").write_text('[plan]\nfamilies = ["ar"]\nsizes = ["nano"]\nslices = [1e10]\n[train]\nlr = "fast"\n')
+    (d / "broken.toml").write_text("[plan\n")
+    (d / "run").mkdir()
+    (d / "run" / "spec.json").write_text("{not json")
+    (d / "empty.jsonl").write_text("")
+    return d
+
+
+# (subcommand argv with {d} for the fixture directory, text the error must contain)
+CASES = [
+    (["plan", "--preset", "{d}/typo.toml"], "did you mean 'data'"),
+    (["plan", "--preset", "{d}/lr.toml"], "lr = 'fast'"),
+    (["plan", "--preset", "{d}/broken.toml"], "not valid TOML"),
+    (["plan", "--preset", "no-such-preset"], "unknown preset"),
+    (["sweep", "launch", "--out", "{d}/sw", "--preset", "{d}/typo.toml"], "dataa"),
+    (["sweep", "status", "--out", "{d}/missing-sweep"], ""),
+    (["train", "{d}/run"], "spec"),
+    (["train", "{d}/missing-run"], ""),
+    (["evaluate", "{d}/missing-run"], ""),
+    (["fit", "{d}/missing.csv", "--out", "{d}/fit"], "missing.csv"),
+    (["fit", "{d}/empty.csv", "--out", "{d}/fit"], ""),  # naming the file: the shared results reader
+    (["fit", "{d}/header.csv", "--out", "{d}/fit"], ""),
+    (["fit", "{d}/garbage.parquet", "--out", "{d}/fit"], "garbage.parquet"),
+    (["fit", "chinchilla", "{d}/noparams.csv", "--params", "P", "--tokens", "D", "--loss", "L"], ""),
+    (["judge", "alignment", "--input", "{d}/missing.jsonl"], "missing.jsonl"),
+    (["human-study", "{d}/missing.csv", "--out", "{d}/hs"], "missing.csv"),
+    (["human-study", "{d}/empty.csv", "--out", "{d}/hs"], ""),
+    (["figures", "{d}/missing.csv", "--out", "{d}/figs"], "missing.csv"),
+    (["figures", "{d}/noparams.csv", "--out", "{d}/figs"], "params"),
+    (["report", "{d}/empty.csv", "--out", "{d}/rep"], "empty.csv"),
+    (["report", "{d}/garbage.parquet", "--out", "{d}/rep"], "garbage.parquet"),
+    (["demo", "--preset", "{d}/typo.toml", "--out", "{d}/demo"], "dataa"),
+]
+
+
+def test_every_subcommand_has_a_bad_input_case():
+    assert {argv[0] for argv, _ in CASES} == set(COMMANDS)
+
+
+@pytest.mark.parametrize("argv,expect", CASES, ids=[" ".join(a[:2]) + f"#{i}" for i, (a, _) in enumerate(CASES)])
+def test_bad_input_is_one_line_and_non_zero(argv, expect, bad, capsys):
+    argv = [a.format(d=bad) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage errors exit 2
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code not in (0, None), f"{argv}: exit 0 on bad input; stderr: {err}"
+    assert "Traceback" not in err, err
+    assert err.strip(), f"{argv}: no message on stderr"
+    assert expect in err, err
+    assert "RuntimeWarning" not in err
+
+
+def test_verbose_shows_the_traceback(bad, capsys):
+    assert main(["-v", "report", str(bad / "empty.csv"), "--out", str(bad / "rep")]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_console_entry_point_exits_2_without_traceback(bad):
+    code = "import sys; from interpscale.cli import main; sys.exit(main())"
+    r = subprocess.run([sys.executable, "-c", code, "report", str(bad / "missing.csv"), "--out", str(bad / "r")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "missing.csv" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_fit_warnings_are_printed_once(tmp_path):
+    """A fit warning is logged by the fitter; its ScalingFitWarning is not printed again."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = [{"family": "ar+concept", "slice_flops": C, "flops": C, "params": P, "tokens": C / (6 * P),
+             "loss": 3 + 0.05 * np.log(P / 1e6) ** 2 - 0.1 * np.log10(C), "annealed": True,
+             "concept_contribution": 0.5 + 0.01 * rng.standard_normal()}
+            for C in (1e17, 1e18, 1e19) for P in np.geomspace(1e5, 1e7, 5)]
+    pd.DataFrame(rows).to_csv(tmp_path / "r.csv", index=False)
+    code = "import sys; from interpscale.cli import main; sys.exit(main())"
+    r = subprocess.run([sys.executable, "-c", code, "report", str(tmp_path / "r.csv"), "--out", str(tmp_path / "rep"),
+                        "--n-boot", "5", "--no-figures"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import re
+
+    msgs = [re.sub(r"^.*? (WARNING|INFO) \S+: ", "", ln) for ln in r.stderr.splitlines() if "WARNING" in ln]
+    assert msgs, "the fit warnings reach the user"
+    assert len(msgs) == len(set(msgs)), r.stderr  # each once, not also as a py.warnings echo
+    assert sum("best fit is flat" in m for m in msgs) == 1, r.stderr  # a ScalingFitWarning, logged once
+    assert "RuntimeWarning" not in r.stderr and "Traceback" not in r.stderr
