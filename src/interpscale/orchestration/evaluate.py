@@ -23,9 +23,26 @@ def default_estimators(family: str) -> tuple[str, ...]:
     return ("mdlm_elbo",) if get_family(family).is_diffusion else ("ar_ce",)
 
 
+EVAL_BATCH_TOKENS = 65_536  # 16 x 4096-token rows per forward at paper scale
+
+
+def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
+    """Rows per evaluation batch: ``eval_batch_tokens`` (at least one row), at most the training batch."""
+    tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
+    if tokens < 1:
+        raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
+    return max(1, min(spec.batch_size, tokens // spec.seq_len))
+
+
 def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None = None,
-                 eval_batches: int | None = None, seed: int = 0, interp: bool = True) -> pd.DataFrame:
+                 eval_batches: int | None = None, seed: int = 0, interp: bool = True,
+                 device: str | torch.device | None = None, eval_batch_tokens: int | None = None) -> pd.DataFrame:
     """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet.
+
+    The validation set is ``eval_batches`` x the training batch (rows), cut into batches
+    of ``eval_batch_tokens`` (default: ``EVAL_BATCH_TOKENS`` or the training batch if
+    smaller) held on the host; each is moved to ``device`` (default: CUDA when
+    available) only while it is evaluated, so memory stays bounded at paper scale.
 
     Loss via ``metrics.estimate_loss`` (``ar_ce`` for AR families, ``mdlm_elbo`` for
     diffusion unless ``estimators`` says otherwise) and, for concept families,
@@ -46,14 +63,17 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     if not todo:
         return table
     concept = get_family(spec.family).is_concept
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows = eval_rows(spec, eval_batch_tokens)
+    n_rows = (eval_batches or spec.eval_batches) * spec.batch_size  # the same validation rows whatever `rows`
     data = open_data(run_dir)
-    batches = data.val.eval_batches(spec.batch_size, eval_batches or spec.eval_batches, concepts=concept)
+    batches = data.val.eval_batches(rows, -(-n_rows // rows), concepts=concept)
     for ckpt in ckpts:
         wanted = [e for e in estimators if (ckpt.name, e) not in done]
         if not wanted:
             continue
         try:
-            model, extra = load_checkpoint(ckpt)
+            model, extra = load_checkpoint(ckpt, map_location=device)
         except Exception as exc:
             raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
                              f"rows already evaluated in {table_path} are kept") from exc
