@@ -10,6 +10,7 @@ the last micro-batch of a step (``sync``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
@@ -142,3 +143,10 @@ def load_optimizer(module: torch.nn.Module, opt: torch.optim.Optimizer, state: d
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(module, opt, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+
+
+def step_seed(seed: int, step: int, rank: int, micro: int) -> int:
+    """The RNG seed of one micro-batch: a pure function of (seed, step, rank, micro-batch), so
+    a resumed run redraws exactly the same masks / gates and ranks draw independent ones."""
+    digest = hashlib.blake2b(f"{seed}/{step}/{rank}/{micro}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)

@@ -205,7 +205,7 @@ class Trainer:
         from interpscale.orchestration.parallel import full_state, is_sharded
 
         msd, osd = full_state(self.module, model, opt)
-        if not is_sharded(self.module):
+        if not is_sharded(self.module) or self.rank != 0:  # only rank 0 holds the gathered state
             return model, osd
         whole = self._build()
         whole.load_state_dict(msd)
@@ -227,10 +227,11 @@ class Trainer:
         from interpscale.models import save_checkpoint
         from interpscale.orchestration.parallel import full_state, is_sharded
 
-        if is_sharded(self.module):
-            whole = self._build()
-            whole.load_state_dict(full_state(self.module, model, self._opt)[0])
-            model = whole
+        if is_sharded(self.module):  # collective: every rank gathers, rank 0 keeps the whole model
+            msd = full_state(self.module, model, self._opt)[0]
+            if self.rank == 0:
+                model = self._build()
+                model.load_state_dict(msd)
         if self.rank != 0:
             return
         annealed = seg.phase == "anneal" and step == seg.end
@@ -301,7 +302,7 @@ class Trainer:
 
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
         from interpscale.orchestration.observe import StepMeter, TensorBoard
-        from interpscale.orchestration.parallel import Prefetcher, split, sync
+        from interpscale.orchestration.parallel import Prefetcher, split, step_seed, sync
 
         spec, dev = self.spec, self.device
         self._opt = opt
@@ -339,6 +340,7 @@ class Trainer:
                 micro = split(batch, self.n_micro)
                 for i, mb in enumerate(micro):  # equal rows each: the mean of micro-batch losses
                     last = i == self.n_micro - 1
+                    torch.manual_seed(step_seed(spec.seed, step, self.rank, i))  # noise/gating draws
                     with sync(self.module, last):
                         with autocast:
                             loss, p = self.loss_fn(mb.to(dev), step)
