@@ -100,3 +100,19 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
         write_results(table, table_path)
         log.info("%s: evaluated %s", spec.run_id, ckpt.name)
     return table
+
+
+def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:
+    """Evaluate several run directories in this process (trained ones only; others are
+    skipped with a log line); returns their merged tables."""
+    from tqdm.auto import tqdm
+
+    from interpscale.orchestration.rundir import read_status
+
+    tables = []
+    for d in tqdm(list(run_dirs), desc="evaluating runs", unit="run", disable=not progress):
+        if read_status(Path(d)).get("state") != "done":
+            log.info("%s: not trained yet; skipped", d)
+            continue
+        tables.append(evaluate_run(d, **kwargs))
+    return merge_results(tables) if tables else pd.DataFrame()
