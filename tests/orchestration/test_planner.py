@@ -130,3 +130,58 @@ def test_wheel_ships_every_preset(tmp_path):
     (whl,) = tmp_path.glob("interpscale-*.whl")
     shipped = {Path(n).name for n in zipfile.ZipFile(whl).namelist() if "/share/interpscale/configs/" in n}
     assert shipped == {p.name for p in (root / "configs").glob("*.toml")} and "demo.toml" in shipped
+
+
+def _preset_with(tmp_path, data_extra: str, model_extra: str = "") -> str:
+    """The demo preset with its [data] / [model] sections replaced."""
+    from interpscale.orchestration.planner import _config_dir
+
+    text = (_config_dir() / "demo.toml").read_text()
+    head = text[: text.index("[model]")]
+    path = tmp_path / "p.toml"
+    path.write_text(head + f"[model]\nvocab_size = 512\n{model_extra}\n[train]\nvocab_size = 512\nlr = 3e-3\n"
+                    f"[data]\nkind = \"synthetic\"\n{data_extra}\n")
+    return str(path)
+
+
+def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
+    from interpscale.models import build_model
+    from interpscale.models.accounting import concept_flops
+    from interpscale.models.config import make_config
+
+    p = plan(_preset_with(tmp_path, "n_concepts = 40"), families=["ar+concept", "ar"], flops_per_s=1e10,
+             strict=False)
+    row = p.table[(p.table.family == "ar+concept") & (p.table["size"] == "nano")].iloc[0]
+    assert row.n_concepts == 40
+    # M is Eq. 24 of the model that trains: the backbone plus concept terms at n = 40 concepts
+    base = p.table[(p.table.family == "ar") & (p.table["size"] == "nano")].iloc[0]
+    cfg = make_config("ar+concept", "nano", vocab_size=512, n_concepts=40)
+    assert row.M - base.M == pytest.approx(concept_flops(cfg))
+    model = build_model("ar+concept", "nano", vocab_size=512, n_concepts=40)
+    assert row.P == model.params_nonembedding()
+    # LM head: 6·d·V per token, its own column, outside Eq. 23 but inside the runtime
+    assert row.M_head == 6 * cfg.d_model * 512
+    assert row.est_runtime_s == pytest.approx((row.M + row.M_head) * row.D / 1e10)
+    # a [model] count that disagrees with the data is the model that would not be trained
+    with pytest.raises(ValueError, match=r"n_concepts = 16 but the data source has 40"):
+        plan(_preset_with(tmp_path, "n_concepts = 40", "n_concepts = 16"), flops_per_s=1e10)
+
+
+def test_device_table_gives_gpu_hours():
+    from interpscale.cli import main
+
+    p = plan("paper", device="h100")
+    ok = p.table[p.table.status == "ok"]
+    hours = ((ok.M + ok.M_head) * ok.D).sum() / (989e12 * 0.40) / 3600
+    assert ok.est_runtime_s.sum() / 3600 == pytest.approx(hours)
+    assert 4000 < hours < 8000  # ~7e21 + LM-head FLOPs at 40% of an H100's dense bf16 peak
+    assert f"estimated {hours:,.0f} H100-hours at 40% MFU" in p.summary()
+    assert plan("paper", device="a100", mfu=0.5).table.est_runtime_s.sum() == pytest.approx(
+        p.table.est_runtime_s.sum() * (989 * 0.40) / (312 * 0.5))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        plan("paper", device="tpu")
+    with pytest.raises(ValueError, match=r"MFU must be in \(0, 1\]"):
+        plan("paper", device="h100", mfu=1.5)
+    assert main(["plan", "--preset", "paper", "--device", "h100"]) == 0
+    cpu = plan("demo", device="cpu")
+    assert "estimated total" in cpu.summary() and cpu.device["mfu"] == 0.30

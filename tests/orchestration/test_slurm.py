@@ -92,3 +92,23 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     b = load_checkpoint(d / "checkpoints" / "anneal0001200_step0001500.pt")[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert len(read_results(d / "results.parquet")) == 2
+
+
+def test_two_task_slurm_job_equals_the_single_process_run(tmp_path, make_spec):
+    """One run as one 2-task sbatch job (2 CPU ranks, gloo via submitit's
+    TorchDistributedEnvironment): the same parameters as one process, within 1e-6."""
+    spec = make_spec("ar", steps=3)
+    single = tmp_path / "single"
+    train_run(spec, single, data_root=tmp_path / "sw" / "_data", progress=False)
+    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, tasks_per_node=2, progress=False)
+    (job,) = sw.launch()
+    d = sw.run_dir(spec)
+    st = read_status(d)
+    assert st["state"] == "done" and st["world"] == 2, st
+    for name in ("stable_step0000002.pt", "anneal0000002_step0000003.pt"):
+        a = load_checkpoint(single / "checkpoints" / name)[0].state_dict()
+        b = load_checkpoint(d / "checkpoints" / name)[0].state_dict()
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6, name
+    assert len(read_results(d / "results.parquet")) == 2  # evaluated by rank 0 in the same job
+    rows = _sacct(job.job_id.split("_")[0])
+    assert rows and all(r.endswith("|COMPLETED") for r in rows), rows

@@ -14,7 +14,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int)
     p.add_argument("--batch-tokens", type=int)
     p.add_argument("--tolerance", type=float)
-    p.add_argument("--flops-per-s", type=float, help="throughput for the runtime estimate (default: measured)")
+    p.add_argument("--device", choices=["h100", "a100", "cpu"],
+                   help="runtime table: dense bf16 peak x --mfu (cpu: a timed matmul); default h100 for GPU "
+                        "presets, else cpu")
+    p.add_argument("--mfu", type=float, help="model FLOPs utilisation assumed (default 0.40 on GPUs, 0.30 cpu)")
+    p.add_argument("--flops-per-s", type=float, help="sustained FLOP/s for the runtime estimate (overrides --device)")
     p.add_argument("--all", action="store_true", help="also list skipped / infeasible points")
     p.add_argument("--csv", help="write the dry-run table to this CSV")
 
@@ -25,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         pl = plan(args.preset, families=args.families, sizes=args.sizes, slices=args.slices, seq_len=args.seq_len,
                   batch_tokens=args.batch_tokens, tolerance=args.tolerance, flops_per_s=args.flops_per_s,
-                  strict=False)
+                  device=args.device, mfu=args.mfu, strict=False)
     except ValueError as exc:
         sys.stderr.write(f"interpscale plan: {exc}\n")
         return 2

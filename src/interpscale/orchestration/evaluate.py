@@ -23,9 +23,26 @@ def default_estimators(family: str) -> tuple[str, ...]:
     return ("mdlm_elbo",) if get_family(family).is_diffusion else ("ar_ce",)
 
 
+EVAL_BATCH_TOKENS = 65_536  # 16 x 4096-token rows per forward at paper scale
+
+
+def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
+    """Rows per evaluation batch: ``eval_batch_tokens`` (at least one row), at most the training batch."""
+    tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
+    if tokens < 1:
+        raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
+    return max(1, min(spec.batch_size, tokens // spec.seq_len))
+
+
 def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None = None,
-                 eval_batches: int | None = None, seed: int = 0, interp: bool = True) -> pd.DataFrame:
+                 eval_batches: int | None = None, seed: int = 0, interp: bool = True,
+                 device: str | torch.device | None = None, eval_batch_tokens: int | None = None) -> pd.DataFrame:
     """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet.
+
+    The validation set is ``eval_batches`` x the training batch (rows), cut into batches
+    of ``eval_batch_tokens`` (default: ``EVAL_BATCH_TOKENS`` or the training batch if
+    smaller) held on the host; each is moved to ``device`` (default: CUDA when
+    available) only while it is evaluated, so memory stays bounded at paper scale.
 
     Loss via ``metrics.estimate_loss`` (``ar_ce`` for AR families, ``mdlm_elbo`` for
     diffusion unless ``estimators`` says otherwise) and, for concept families,
@@ -47,15 +64,18 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     if not todo:
         return table
     concept = get_family(spec.family).is_concept
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows = eval_rows(spec, eval_batch_tokens)
+    n_rows = (eval_batches or spec.eval_batches) * spec.batch_size  # the same validation rows whatever `rows`
     data = open_data(run_dir)
-    batches = data.val.eval_batches(spec.batch_size, eval_batches or spec.eval_batches, concepts=concept)
+    batches = data.val.eval_batches(rows, -(-n_rows // rows), concepts=concept)
     n_bytes = {e: scored_bytes(batches, data.tokenizer, e) for e in estimators}  # for bits per byte
     for ckpt in ckpts:
         wanted = [e for e in estimators if (ckpt.name, e) not in done]
         if not wanted:
             continue
         try:
-            model, extra = load_checkpoint(ckpt)
+            model, extra = load_checkpoint(ckpt, map_location=device)
         except Exception as exc:
             raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
                              f"rows already evaluated in {table_path} are kept") from exc
@@ -66,12 +86,12 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
 
             with torch.no_grad():
                 interp_vals = dict(interp_metrics(model, batches, seed=seed))
-        rows = []
+        out = []
         for est in wanted:
             with torch.no_grad():
                 le = estimate_loss(model, batches, est, seed=seed)
             step = int(extra.get("step", 0))
-            rows.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
+            out.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
                          "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
                          "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,
                          "step": step, "annealed": bool(extra.get("annealed", False)), "estimator": est,
@@ -79,7 +99,23 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
                          "bpb": bits_per_byte(le.value, le.n_tokens, n_bytes[est]), **interp_vals,
                          "checkpoint": ckpt.name, "anneal_from": extra.get("anneal_from"),
                          "target_tokens": spec.tokens, "target_flops": spec.flops})
-        table = merge_results([table, pd.DataFrame(rows)])
+        table = merge_results([table, pd.DataFrame(out)])
         write_results(table, table_path)
         log.info("%s: evaluated %s", spec.run_id, ckpt.name)
     return table
+
+
+def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:
+    """Evaluate several run directories in this process (trained ones only; others are
+    skipped with a log line); returns their merged tables."""
+    from tqdm.auto import tqdm
+
+    from interpscale.orchestration.rundir import read_status
+
+    tables = []
+    for d in tqdm(list(run_dirs), desc="evaluating runs", unit="run", disable=not progress):
+        if read_status(Path(d)).get("state") != "done":
+            log.info("%s: not trained yet; skipped", d)
+            continue
+        tables.append(evaluate_run(d, **kwargs))
+    return merge_results(tables) if tables else pd.DataFrame()

@@ -12,9 +12,8 @@ import logging
 import math
 import os
 import sysconfig
-import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -64,18 +63,34 @@ class Plan:
     runs: list[RunSpec]
     table: pd.DataFrame
     launch: dict[str, Any]
+    device: dict[str, Any] = field(default_factory=dict)  # name, peak, mfu, rate, how
 
     def summary(self) -> str:
-        cols = ["family", "size", "P", "M", "C_target", "D", "steps", "C_err_pct", "tokens_per_param",
-                "est_runtime_s", "status"]
-        t = self.table[cols].copy()
-        for c in ("P", "M", "C_target", "D"):
+        cols = ["family", "size", "P", "n_concepts", "M", "M_head", "C_target", "D", "steps", "C_err_pct",
+                "tokens_per_param", "est_runtime_s", "status"]
+        t = self.table[[c for c in cols if c in self.table.columns]].copy()
+        for c in ("P", "M", "M_head", "C_target", "D"):
             t[c] = t[c].map(lambda v: f"{v:.3g}")
         t["C_err_pct"] = t["C_err_pct"].map(lambda v: f"{v:+.2f}")
+        if "n_concepts" in t:
+            t["n_concepts"] = t["n_concepts"].map(lambda v: f"{int(v)}" if v else "-")
         t["tokens_per_param"] = t["tokens_per_param"].map(lambda v: f"{v:.3g}")
         t["est_runtime_s"] = t["est_runtime_s"].map(_fmt_seconds)
-        total = self.table.loc[self.table.status == "ok", "est_runtime_s"].sum()
-        return f"{t.to_string(index=False)}\n{len(self.runs)} runs; estimated total {_fmt_seconds(total)}"
+        ok = self.table[self.table.status == "ok"]
+        total = ok["est_runtime_s"].sum()
+        c_model, c_head = ok["C_achieved"].sum(), (ok["M_head"] * ok["D"]).sum()
+        lines = [t.to_string(index=False),
+                 "M: Eq. 23/24 FLOPs per token (no LM head); M_head: LM-head matmul FLOPs per token (6·d·V), "
+                 "computed in training but outside Eq. 23",
+                 f"{len(self.runs)} runs; {c_model:.3g} FLOPs (Eq. 23/24) + {c_head:.3g} LM-head FLOPs"]
+        dev = self.device
+        if dev.get("name") and dev["name"] != "cpu":
+            lines.append(f"estimated {total / 3600:,.0f} {dev['name'].upper()}-hours at {dev['mfu']:.0%} MFU "
+                         f"({dev['peak'] / 1e12:.0f} TFLOP/s dense bf16 peak; runtime counts LM-head FLOPs)")
+        else:
+            lines.append(f"estimated total {_fmt_seconds(total)} at {dev.get('rate', float('nan')):.3g} FLOP/s "
+                         f"({dev.get('how', 'given')})")
+        return "\n".join(lines)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -87,30 +102,44 @@ def _fmt_seconds(s: float) -> str:
     return f"{s:.1f}s"
 
 
-_MACHINE_FLOPS: float | None = None
-
-
 def machine_flops_per_s(efficiency: float = 0.3) -> float:
     """A rough sustained training FLOP/s for this machine: a timed matmul x ``efficiency``."""
-    global _MACHINE_FLOPS
-    if _MACHINE_FLOPS is None:
-        import torch
+    from interpscale.orchestration.devices import cpu_peak_flops
 
-        a = torch.randn(512, 512)
-        torch.mm(a, a)
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < 0.2:
-            torch.mm(a, a)
-            n += 1
-        _MACHINE_FLOPS = 2 * 512**3 * n / (time.perf_counter() - t0)
-    return _MACHINE_FLOPS * efficiency
+    return cpu_peak_flops() * efficiency
+
+
+def data_concept_count(source: dict) -> int | None:
+    """Concepts a data source states it will give the model (training uses the data's count),
+    without building it: a synthetic corpus's explicit ``n_concepts``, the cards of a
+    ``concepts`` file; None when the source does not say."""
+    kind = source.get("kind", "synthetic")
+    if kind == "synthetic":
+        return int(source["n_concepts"]) if "n_concepts" in source else None
+    if source.get("concepts"):
+        from interpscale.orchestration.corpus import read_concepts
+
+        try:
+            return len(read_concepts(source["concepts"]))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"data concepts file {source['concepts']!r}: {exc}") from exc
+    return None
+
+
+def lm_head_flops(family: str, size: str, **overrides: Any) -> float:
+    """Forward + backward FLOPs per token of the d x V LM head (2dV + 4dV), which Eq. 23 leaves out."""
+    from interpscale.models.config import make_config
+
+    cfg = make_config(family, size, **overrides)
+    return 6.0 * cfg.d_model * cfg.vocab_size
 
 
 def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | None = None,
          slices: dict[str, Sequence[float]] | Sequence[float] | None = None, sizes: Sequence[str] | None = None,
          seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
          tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
-         flops_per_s: float | None = None, strict: bool = True, **train: Any) -> Plan:
+         flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
+         strict: bool = True, **train: Any) -> Plan:
     """Plan an IsoFLOP sweep.  Explicit arguments override the preset's values.
 
     ``slices`` is a list of targets shared by all families or a ``{family: [C, ...]}``
@@ -118,9 +147,16 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
     ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  With ``strict``
     a slice left with no feasible size raises ``ValueError``.
+
+    Models are priced as trained: the data source's concept count (``data_concept_count``)
+    and the training vocabulary.  Runtime is (Eq. 23/24 + LM-head FLOPs) / (``device``'s
+    dense bf16 peak x ``mfu``); ``device`` is ``h100 | a100 | cpu`` (cpu: a timed matmul),
+    defaulting to h100 for presets launched on GPUs and cpu otherwise; ``flops_per_s``
+    overrides the rate.
     """
     from interpscale import paper
     from interpscale.models import FAMILIES, SIZES, flops_per_token, params_nonembedding
+    from interpscale.models.config import make_config
 
     cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
     p = dict(cfg.get("plan", {}))
@@ -139,6 +175,15 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     if bad:
         raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(_TRAIN_KEYS)}")
     data = dict(cfg.get("data", {"kind": "synthetic"}))
+    n_data = data_concept_count(data)
+    if n_data is not None and "n_concepts" in overrides and int(overrides["n_concepts"]) != n_data:
+        raise ValueError(f"[model] n_concepts = {overrides['n_concepts']} but the data source has {n_data} "
+                         f"concepts; training uses the data's count, so the plan would price another model")
+    if n_data is None and any(FAMILIES[f].is_concept for f in families if f in FAMILIES):
+        log.warning("the data source does not state its concept count; concept modules are priced at the "
+                    "model's n_concepts, while training uses however many concepts the data has")
+    priced = {**({"n_concepts": n_data} if n_data is not None else {}),
+              **({"vocab_size": int(train_kw["vocab_size"])} if "vocab_size" in train_kw else {})}
 
     if not families:
         raise ValueError("no families to plan (pass families=... or a preset)")
@@ -171,7 +216,17 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     missing = [f for f in families if f not in per_family]
     if missing:
         raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
-    rate = float(flops_per_s) if flops_per_s else machine_flops_per_s()
+    from interpscale.orchestration.devices import PLAN_DEVICES, sustained_flops
+
+    launch_cfg = dict(cfg.get("launch", {}))
+    device = device or ("h100" if launch_cfg.get("gpus_per_node") else "cpu")
+    if flops_per_s:
+        rate, dev_info = float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
+    else:
+        rate, u = sustained_flops(device, mfu)
+        dev_info = {"name": device, "peak": PLAN_DEVICES[device]["peak"] if device != "cpu" else rate / u,
+                    "mfu": u, "rate": rate, "how": f"{device}, {u:.0%} of a timed matmul" if device == "cpu"
+                    else f"{device}"}
 
     rows, runs = [], []
     for family in families:
@@ -182,8 +237,11 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
             cands = []
             for size in sizes:
                 base, kw = size_args(size)
-                P = params_nonembedding(family, base, **kw)
-                M = flops_per_token(family, base, seq_len, **kw)
+                kw_priced = {**kw, **priced}  # as trained: the data's concepts, the training vocabulary
+                P = params_nonembedding(family, base, **kw_priced)
+                M = flops_per_token(family, base, seq_len, **kw_priced)
+                head = lm_head_flops(family, base, **kw_priced)
+                n_concepts = make_config(family, base, **kw_priced).n_concepts if FAMILIES[family].is_concept else 0
                 steps = round(c_target / M / batch_tokens)
                 D = steps * batch_tokens
                 achieved = M * D
@@ -196,9 +254,10 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
                     status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * tolerance:.0f}%)"
                 elif not explicit_sizes and not window[0] <= tpp <= window[1]:
                     status = f"skipped: D/P={tpp:.3g} outside {window}"
-                cands.append(dict(family=family, size=size, P=P, M=M, C_target=c_target, D=D, steps=steps,
-                                  C_achieved=achieved, C_err_pct=100 * err, tokens_per_param=tpp,
-                                  est_runtime_s=achieved / rate if steps else math.nan, status=status))
+                cands.append(dict(family=family, size=size, P=P, n_concepts=n_concepts, M=M, M_head=head,
+                                  C_target=c_target, D=D, steps=steps, C_achieved=achieved, C_err_pct=100 * err,
+                                  tokens_per_param=tpp, C_with_head=(M + head) * D,
+                                  est_runtime_s=(M + head) * D / rate if steps else math.nan, status=status))
             ok = [r for r in cands if r["status"] == "ok"]
             if max_sizes and len(ok) > max_sizes:
                 centre = math.sqrt(max(window[0], 1e-9) * window[1]) if math.isfinite(window[1]) else 20.0
@@ -215,7 +274,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
                                     params=r["P"], tokens=r["D"], seq_len=seq_len, batch_tokens=batch_tokens,
                                     flops_per_token=r["M"], base_size=size_args(r["size"])[0] if r["size"] in custom
                                     else "", model_overrides=size_args(r["size"])[1], data=data, **train_kw))
-    return Plan(runs=runs, table=pd.DataFrame(rows), launch=dict(cfg.get("launch", {})))
+    return Plan(runs=runs, table=pd.DataFrame(rows), launch=launch_cfg, device=dev_info)
 
 
 def specs_table(runs: Iterable[RunSpec]) -> pd.DataFrame:

@@ -58,3 +58,21 @@ def write_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def find_run_dirs(path: str | os.PathLike) -> list[Path]:
+    """The run directories under ``path``: itself when it holds a spec.json, a sweep's
+    SWEEP/runs/* (in manifest order when SWEEP/sweep.json exists), else any child run
+    directories; raises ``ValueError`` naming ``path`` when there are none."""
+    p = Path(path)
+    if (p / "spec.json").exists():
+        return [p]
+    if (p / "sweep.json").exists():
+        ids = json.loads((p / "sweep.json").read_text())
+        found = [p / "runs" / i for i in ids if (p / "runs" / i / "spec.json").exists()]
+    else:
+        base = p / "runs" if (p / "runs").is_dir() else p
+        found = sorted(d for d in base.iterdir() if (d / "spec.json").exists()) if base.is_dir() else []
+    if not found:
+        raise ValueError(f"{p}: no run directories (no spec.json here, in runs/*, or in its subdirectories)")
+    return found

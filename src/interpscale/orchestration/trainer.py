@@ -93,23 +93,54 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Trainer:
-    """Trains one RunSpec in its run directory; ``run()`` resumes wherever it stopped."""
+    """Trains one RunSpec in its run directory; ``run()`` resumes wherever it stopped.
+
+    Data parallel over the ranks of an initialised ``torch.distributed`` group: each rank
+    takes its share of Table 24's global batch (``spec.batch_size`` rows whatever the
+    world size), split into micro-batches of ``micro_batch_tokens`` for gradient
+    accumulation.  ``parallel``: ``"ddp"`` (default) or ``"fsdp"`` (FSDP2 ``fully_shard``).
+    On CUDA: bf16 autocast, ``torch.compile`` of the loss (``compile=False`` turns it
+    off), fused AdamW, pinned batches copied without blocking; the CPU default is eager.
+    """
 
     def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, *, data_root: str | os.PathLike | None = None,
                  device: str | None = None, progress: bool = True, save_every_s: float = 60.0,
-                 save_every_steps: int | None = None):
+                 save_every_steps: int | None = None, micro_batch_tokens: int | None = None,
+                 parallel: str = "ddp", compile: bool | None = None, tensorboard: bool = True):
+        from interpscale.orchestration.parallel import PARALLEL
+
         self.spec, self.progress = spec, progress
         self.rank, self.world = _dist()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if device is None:
+            device = f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            if self.device.index is None:
+                self.device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self.device)
+        if parallel not in PARALLEL:
+            raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
+        self.parallel = parallel
+        self.compile = self.device.type == "cuda" if compile is None else bool(compile)
+        self.tensorboard = tensorboard
         if self.rank == 0:
             init_run_dir(spec, run_dir, data_root)
         if self.world > 1:
             torch.distributed.barrier()
         self.run_dir = Path(run_dir)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.save_every_s, self.save_every_steps = save_every_s, save_every_steps
         self.data = open_data(self.run_dir)
         if spec.batch_size % self.world:
             raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
+        self.rows = spec.batch_size // self.world  # this rank's rows of every global batch
+        micro_rows = self.rows if micro_batch_tokens is None else max(1, int(micro_batch_tokens) // spec.seq_len)
+        if micro_batch_tokens is not None and (int(micro_batch_tokens) % spec.seq_len or self.rows % micro_rows):
+            raise ValueError(
+                f"micro_batch_tokens={micro_batch_tokens} must be a multiple of seq_len={spec.seq_len} and "
+                f"divide this rank's {self.rows} rows x {spec.seq_len} tokens ({self.world} ranks, global "
+                f"batch {spec.batch_tokens} tokens)")
+        self.n_micro = self.rows // min(micro_rows, self.rows)
         self.segments = segments(spec)
         from interpscale.models import get_family
 
@@ -135,43 +166,74 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
+    def _agree(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank (one tiny broadcast)."""
+        dev = self.device if torch.distributed.get_backend() == "nccl" else "cpu"
+        t = torch.tensor([int(flag)], device=dev)
+        torch.distributed.broadcast(t, 0)
+        return bool(t.item())
+
     # -- state -----------------------------------------------------------------------------
-    def _fresh(self):
+    def _build(self):
         from interpscale.models import build_model
         from interpscale.orchestration.teachers import attach_frozen
 
-        torch.manual_seed(self.spec.seed)
         model = build_model(self.spec.family, self.spec.model_size, **model_kwargs(self.spec, self.data))
-        model = attach_frozen(model).to(self.device)  # CoCoMix teachers: loaded here, never by the model
-        return model, self._optimizer(model)
+        return attach_frozen(model)  # CoCoMix teachers: loaded here, never by the model
 
-    def _optimizer(self, model):
+    def _fresh(self):
+        torch.manual_seed(self.spec.seed)
+        return self._setup(self._build(), None)
+
+    def _setup(self, model, opt_state):
+        """Move to the device, wrap for data parallelism, build AdamW (loading its state)."""
+        from interpscale.orchestration.parallel import load_optimizer, wrap
+
+        model = model.to(self.device)
+        module = wrap(model, self.parallel, self.world, self.device)
         s = self.spec
-        return torch.optim.AdamW(param_groups(model, s.weight_decay), lr=s.lr, betas=s.betas, eps=s.eps)
+        opt = torch.optim.AdamW(param_groups(model, s.weight_decay), lr=s.lr, betas=s.betas, eps=s.eps,
+                                fused=self.device.type == "cuda" or None)
+        if opt_state is not None:
+            load_optimizer(module, opt, opt_state)
+        self.module = module
+        self.loss_fn = torch.compile(module) if self.compile else module
+        return model, opt
 
     def _load(self, path: Path):
         from interpscale.models import load_checkpoint
         from interpscale.orchestration.teachers import attach_frozen
 
         try:
-            model, extra = load_checkpoint(path, map_location=self.device)
-            model = attach_frozen(model, self.device)
+            model, extra = load_checkpoint(path, map_location="cpu")
+            model = attach_frozen(model)
         except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
             raise ValueError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
                              f"delete it to restart from the previous state (nothing else was changed)") from exc
-        opt = self._optimizer(model)
-        opt.load_state_dict(extra["optimizer"])
+        model, opt = self._setup(model, extra["optimizer"])
         torch.set_rng_state(extra["rng"])
         if self.device.type == "cuda" and "cuda_rng" in extra:
             torch.cuda.set_rng_state(extra["cuda_rng"])
         return model, opt, extra
 
+    def _saveable(self, model, opt):
+        """(a whole model on CPU or this rank's model, full optimizer state); collective under FSDP2."""
+        from interpscale.orchestration.parallel import full_state, is_sharded
+
+        msd, osd = full_state(self.module, model, opt)
+        if not is_sharded(self.module) or self.rank != 0:  # only rank 0 holds the gathered state
+            return model, osd
+        whole = self._build()
+        whole.load_state_dict(msd)
+        return whole, osd
+
     def _save_state(self, path: Path, model, opt, seg: Segment, step: int) -> None:
         from interpscale.models import save_checkpoint
 
+        model, osd = self._saveable(model, opt)
         if self.rank != 0:
             return
-        extra = {"segment": seg.name, "step": step, "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}
+        extra = {"segment": seg.name, "step": step, "optimizer": osd, "rng": torch.get_rng_state()}
         if self.device.type == "cuda":
             extra["cuda_rng"] = torch.cuda.get_rng_state()
         save_checkpoint(model, path, extra=extra)
@@ -179,7 +241,13 @@ class Trainer:
 
     def _save_eval_checkpoint(self, model, seg: Segment, step: int) -> None:
         from interpscale.models import save_checkpoint
+        from interpscale.orchestration.parallel import full_state, is_sharded
 
+        if is_sharded(self.module):  # collective: every rank gathers, rank 0 keeps the whole model
+            msd = full_state(self.module, model, self._opt)[0]
+            if self.rank == 0:
+                model = self._build()
+                model.load_state_dict(msd)
         if self.rank != 0:
             return
         annealed = seg.phase == "anneal" and step == seg.end
@@ -199,7 +267,8 @@ class Trainer:
             self._lock()
         if self.rank == 0:
             write_status(self.run_dir, "running", run_id=self.spec.run_id, host=os.uname().nodename,
-                         started=status.get("started", time.time()), attempts=status.get("attempts", 0) + 1)
+                         started=status.get("started", time.time()), attempts=status.get("attempts", 0) + 1,
+                         world=self.world, micro_batches=self.n_micro, device=str(self.device))
         done = set(status.get("segments_done", []))
         state_dir = self.run_dir / "state"
         for seg in self.segments:
@@ -237,8 +306,22 @@ class Trainer:
             status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
         return status
 
+    def _host_batch(self, step: int):
+        """This rank's rows of global batch ``step`` on the host (pinned on CUDA); runs on
+        the prefetch thread."""
+        from interpscale.orchestration.parallel import pin
+
+        spec = self.spec
+        batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank, world=self.world,
+                                      concepts=self.concepts)
+        return pin(batch) if self.device.type == "cuda" else batch
+
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
+        from interpscale.orchestration.observe import StepMeter, TensorBoard
+        from interpscale.orchestration.parallel import Prefetcher, split, step_seed, sync
+
         spec, dev = self.spec, self.device
+        self._opt = opt
         model.train()
         if seg.phase == "stable":  # Table 25 ramps over T_max = the stable run's length
             model.set_phase(PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
@@ -247,41 +330,72 @@ class Trainer:
                                           anneal_start=seg.start))
         keep = set(reservoir_steps(spec)) | {spec.stable_steps}
         metrics = self.run_dir / "metrics.jsonl"
+        lead = self.rank == 0
         bar = tqdm(total=seg.length, initial=step - seg.start, desc=f"{spec.run_id} {seg.name}",
-                   disable=not self.progress or self.rank != 0, leave=False, mininterval=2.0)
+                   disable=not self.progress or not lead, leave=False, mininterval=2.0)
+        tb = TensorBoard(self.run_dir, purge_step=step if step > seg.start else None) \
+            if lead and self.tensorboard else None
+        meter = StepMeter(dev, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
+                          world=self.world)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
-        while step < seg.end:
-            lr = lr_at(spec, seg, step)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank,
-                                          world=self.world, concepts=self.concepts).to(dev)
-            with autocast:
-                out = model.loss(batch, step)
-            opt.zero_grad(set_to_none=True)
-            out.total.backward()
-            if self.world > 1:
-                _allreduce_grads(model, self.world)
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
-            opt.step()
-            step += 1
-            bar.update(1)
-            if self.rank == 0 and (step % spec.log_every == 0 or step == seg.end):
-                append_jsonl(metrics, {"step": step, "segment": seg.name, "lr": lr, "loss": float(out.total.detach()),
-                                       "grad_norm": float(gnorm), "tokens": step * spec.batch_tokens,
-                                       **{k: float(v) for k, v in out.parts.items()}})
-            if seg.phase == "stable" and step in keep:
-                self._save_eval_checkpoint(model, seg, step)
-                self._save_state(self.run_dir / "state" / f"stable_{step:07d}.pt", model, opt, seg, step)
-            due = (self.save_every_steps and step % self.save_every_steps == 0) or \
-                (time.monotonic() - self._last_save > self.save_every_s)
-            if due and step < seg.end:
-                self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
-            if stop_at_step is not None and step >= stop_at_step and step < seg.end:
-                self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
-                bar.close()
-                return False
-        bar.close()
+        check = getattr(model, "check_batch", None)
+        batches = Prefetcher(self._host_batch, step, seg.end)
+        params = [p for p in model.parameters() if p.requires_grad]
+        try:
+            while step < seg.end:
+                lr = lr_at(spec, seg, step)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                t0 = time.monotonic()
+                batch = next(batches)
+                meter.data_wait += time.monotonic() - t0
+                if check is not None:
+                    check(batch)
+                opt.zero_grad(set_to_none=True)
+                total, parts = 0.0, {}
+                micro = split(batch, self.n_micro)
+                for i, mb in enumerate(micro):  # equal rows each: the mean of micro-batch losses
+                    last = i == self.n_micro - 1
+                    torch.manual_seed(step_seed(spec.seed, step, self.rank, i))  # noise/gating draws
+                    with sync(self.module, last):
+                        with autocast:
+                            loss, p = self.loss_fn(mb.to(dev), step)
+                        (loss / self.n_micro).backward()
+                    total = total + loss.detach() / self.n_micro
+                    for k, v in p.items():
+                        parts[k] = parts.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v) / self.n_micro
+                gnorm = torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
+                opt.step()
+                step += 1
+                bar.update(1)
+                meter.add({"loss": total, "grad_norm": gnorm, **parts})
+                if step % spec.log_every == 0 or step == seg.end:
+                    rec = meter.record()  # every rank: the window's one host sync
+                    if lead:
+                        rec = {"step": step, "segment": seg.name, "lr": lr, **rec,
+                               "tokens": step * spec.batch_tokens, "time": time.time()}
+                        append_jsonl(metrics, rec)
+                        if tb is not None:
+                            tb.log(seg.name, step, rec)
+                if seg.phase == "stable" and step in keep:
+                    self._save_eval_checkpoint(model, seg, step)
+                    self._save_state(self.run_dir / "state" / f"stable_{step:07d}.pt", model, opt, seg, step)
+                logged = step % spec.log_every == 0 or step == seg.end
+                due = bool(self.save_every_steps and step % self.save_every_steps == 0)
+                if self.world == 1:
+                    due = due or time.monotonic() - self._last_save > self.save_every_s
+                elif logged:  # ranks agree on rank 0's clock (FSDP2 saving is collective), at log steps only
+                    due = due or self._agree(time.monotonic() - self._last_save > self.save_every_s)
+                if due and step < seg.end:
+                    self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
+                if stop_at_step is not None and step >= stop_at_step and step < seg.end:
+                    self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
+                    return False
+        finally:
+            batches.close()
+            bar.close()
+            if tb is not None:
+                tb.close()
         if seg.phase == "anneal":
             self._save_eval_checkpoint(model, seg, step)
         self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
@@ -289,16 +403,6 @@ class Trainer:
         return True
 
 
-def _allreduce_grads(model: torch.nn.Module, world: int) -> None:
-    """Average gradients across tasks (one flat buffer; works with gloo and nccl)."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    torch.distributed.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset: offset + g.numel()].view_as(g))
-        offset += g.numel()
 
 
 def train_run(spec: RunSpec, run_dir: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""Accelerator peak throughput (for MFU) and the planner's runtime table.
+
+Peaks are the vendors' dense (no 2:4 sparsity) BF16 tensor-core figures per GPU.
+MFU = achieved model FLOP/s (Eq. 23 / Eq. 24 FLOPs per token x tokens/s) / (peak x GPUs).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+# (substring of torch.cuda.get_device_name(), dense BF16 FLOP/s), most specific first
+GPU_PEAK_BF16: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10", 125e12),
+)
+
+# the planner's --device choices: peak FLOP/s and the MFU it assumes (stated in the table)
+PLAN_DEVICES: dict[str, dict[str, float]] = {
+    "h100": {"peak": 989e12, "mfu": 0.40},
+    "a100": {"peak": 312e12, "mfu": 0.40},
+    "cpu": {"peak": float("nan"), "mfu": 0.30},  # peak measured on this machine (one matmul)
+}
+
+
+def gpu_peak_flops(name: str) -> float | None:
+    """Dense BF16 peak FLOP/s of a GPU by its device name; None when not in the table."""
+    for key, peak in GPU_PEAK_BF16:
+        if key.lower() in name.lower():
+            return peak
+    return None
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    """Peak of ``device`` for MFU: the GPU table on CUDA, None on CPU (no MFU reported)."""
+    if device.type != "cuda":
+        return None
+    return gpu_peak_flops(torch.cuda.get_device_name(device))
+
+
+_CPU_PEAK: float | None = None
+
+
+def cpu_peak_flops() -> float:
+    """This machine's float32 matmul FLOP/s on the current thread count (timed 512^3 GEMMs)."""
+    global _CPU_PEAK
+    if _CPU_PEAK is None:
+        a = torch.randn(512, 512)
+        torch.mm(a, a)
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.2:
+            torch.mm(a, a)
+            n += 1
+        _CPU_PEAK = 2 * 512**3 * n / (time.perf_counter() - t0)
+    return _CPU_PEAK
+
+
+def sustained_flops(device: str, mfu: float | None = None) -> tuple[float, float]:
+    """(sustained training FLOP/s per device, the MFU assumed) for a planner ``--device``."""
+    if device not in PLAN_DEVICES:
+        raise ValueError(f"unknown device {device!r}; expected one of {sorted(PLAN_DEVICES)}")
+    d = PLAN_DEVICES[device]
+    u = d["mfu"] if mfu is None else float(mfu)
+    if not 0 < u <= 1:
+        raise ValueError(f"MFU must be in (0, 1], got {u}")
+    peak = cpu_peak_flops() if device == "cpu" else d["peak"]
+    return peak * u, u

@@ -1,0 +1,82 @@
+"""Training observability: device-side metric accumulation, throughput/MFU/memory, TensorBoard.
+
+Losses and gradient norms are summed on the device every step and read back (one host
+sync) only when a metrics record is written, every ``log_every`` steps.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interpscale.orchestration.devices import device_peak_flops
+
+
+class StepMeter:
+    """Window accumulator between two metrics records."""
+
+    def __init__(self, device: torch.device, *, tokens_per_step: int, flops_per_token: float, world: int):
+        self.device, self.tokens_per_step, self.flops_per_token = device, tokens_per_step, flops_per_token
+        self.peak = device_peak_flops(device)  # None on CPU: MFU omitted
+        self.world = world
+        self.t_start = time.monotonic()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.n = 0
+        self.data_wait = 0.0
+        self.t0 = time.monotonic()
+
+    def add(self, values: dict[str, Any]) -> None:
+        """Add one step's scalars (tensors stay on the device; no sync)."""
+        for k, v in values.items():
+            v = v.detach().float() if torch.is_tensor(v) else float(v)
+            self.sums[k] = self.sums[k] + v if k in self.sums else v
+        self.n += 1
+
+    def record(self) -> dict[str, float]:
+        """Means over the window plus wall time, tokens/s, MFU and peak memory; resets."""
+        rec = {k: float(v) / max(1, self.n) for k, v in self.sums.items()}  # the one host sync
+        now = time.monotonic()
+        dt = max(now - self.t0, 1e-9)
+        tok_s = self.tokens_per_step * self.n / dt
+        rec.update(wall_s=now - self.t_start, step_time_s=dt / max(1, self.n), tokens_per_s=tok_s,
+                   data_wait_frac=self.data_wait / dt)
+        if self.peak:  # Eq. 23/24 model FLOPs achieved / dense bf16 peak of all ranks' GPUs
+            rec["mfu"] = self.flops_per_token * tok_s / (self.peak * self.world)
+        rec.update(peak_memory())
+        self._reset()
+        return rec
+
+
+def peak_memory() -> dict[str, float]:
+    """Peak accelerator memory of this process (CUDA), else peak host RSS, in GiB."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return {"peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return {"peak_rss_gib": rss / (2**30 if sys.platform == "darwin" else 2**20)}
+
+
+class TensorBoard:
+    """Event files in RUN_DIR/tb (so ``tensorboard --logdir SWEEP`` lists every run);
+    scalars tagged ``<segment>/<name>`` because anneal branches revisit stable steps."""
+
+    def __init__(self, run_dir: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge_step)
+
+    def log(self, segment: str, step: int, record: dict[str, Any]) -> None:
+        for k, v in record.items():
+            if isinstance(v, (int, float)) and k not in ("step",):
+                self.writer.add_scalar(f"{segment}/{k}", v, step)
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()

@@ -1,0 +1,152 @@
+"""Data parallelism for the trainer: DDP (default) or FSDP2, micro-batches, batch prefetch.
+
+Every rank builds the same model from the same seed; ``wrap`` hands back the module whose
+``forward(batch, step)`` is the model's loss, wrapped so gradients are averaged across
+ranks by the wrapper's own bucketed, backward-overlapped all-reduce (DDP) or
+reduce-scatter (FSDP2).  Gradient accumulation skips that synchronisation on all but
+the last micro-batch of a step (``sync``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+import torch
+
+from interpscale.models.types import Batch
+
+PARALLEL = ("ddp", "fsdp")
+
+
+class LossModule(torch.nn.Module):
+    """``model.loss`` as ``forward`` so DDP / FSDP2 / torch.compile see one module call."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Batch, step: int):
+        out = self.model.loss(batch, step)
+        return out.total, out.parts
+
+
+def wrap(model: torch.nn.Module, parallel: str, world: int, device: torch.device) -> torch.nn.Module:
+    """The loss module, data-parallel over ``world`` ranks when world > 1."""
+    if parallel not in PARALLEL:
+        raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
+    module = LossModule(model)
+    if world == 1:
+        return module
+    if parallel == "ddp":
+        ids = [device.index if device.index is not None else torch.cuda.current_device()] \
+            if device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)
+    from torch.distributed.fsdp import fully_shard
+
+    for name, m in model.named_modules():  # one all-gather unit per transformer block
+        if name.endswith("blocks") and isinstance(m, torch.nn.ModuleList):
+            for block in m:
+                fully_shard(block)
+    fully_shard(module)
+    return module
+
+
+def sync(module: torch.nn.Module, last: bool):
+    """Context for one micro-batch's forward+backward: gradient sync only on the last."""
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        return contextlib.nullcontext() if last else module.no_sync()
+    if hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+        module.set_requires_gradient_sync(last)
+    return contextlib.nullcontext()
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    return hasattr(module, "set_requires_gradient_sync") and not isinstance(
+        module, torch.nn.parallel.DistributedDataParallel)
+
+
+def split(batch: Batch, n: int) -> list[Batch]:
+    """``n`` equal micro-batches along dim 0 (host tensors); each trims the chunk-label
+    axis to the chunks its rows use."""
+    rows = batch.tokens.size(0)
+    if rows % n:
+        raise ValueError(f"{rows} rows do not split into {n} equal micro-batches")
+    if n == 1:
+        return [batch]
+    k = rows // n
+    out = []
+    for i in range(n):
+        s = slice(i * k, (i + 1) * k)
+        ids = None if batch.chunk_ids is None else batch.chunk_ids[s]
+        labels = batch.chunk_labels
+        if labels is not None:
+            c = max(1, int(ids.max()) + 1) if ids is not None and ids.numel() else labels.size(1)
+            labels = labels[s, : min(c, labels.size(1))]
+        out.append(Batch(batch.tokens[s], ids, labels, None if batch.valid is None else batch.valid[s]))
+    return out
+
+
+def pin(batch: Batch) -> Batch:
+    """Page-locked host copies, so ``.to(cuda, non_blocking=True)`` overlaps compute."""
+    p = lambda x: None if x is None else x.pin_memory()  # noqa: E731
+    return Batch(p(batch.tokens), p(batch.chunk_ids), p(batch.chunk_labels), p(batch.valid))
+
+
+class Prefetcher:
+    """Builds the batch of step ``s + 1`` on a background thread while step ``s`` trains."""
+
+    def __init__(self, make: Callable[[int], Batch], start: int, end: int):
+        self.make, self.end = make, end
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
+        self.next = self.pool.submit(make, start) if start < end else None
+        self.step = start
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self.next is None:
+            raise StopIteration
+        batch = self.next.result()
+        self.step += 1
+        self.next = self.pool.submit(self.make, self.step) if self.step < self.end else None
+        return batch
+
+    def close(self) -> None:
+        if self.next is not None:
+            self.next.cancel()
+        self.pool.shutdown(wait=True)
+
+
+def full_state(module: torch.nn.Module, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(model state, optimizer state) as whole, unsharded tensors on CPU.  Collective
+    under FSDP2 (every rank must call it); plain ``state_dict()`` otherwise."""
+    if not is_sharded(module):
+        return model.state_dict(), opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    o = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    msd = get_model_state_dict(module, options=o)
+    osd = get_optimizer_state_dict(module, opt, options=o)
+    return {k.removeprefix("model."): v for k, v in msd.items()}, osd
+
+
+def load_optimizer(module: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
+    """Load an optimizer state saved by :func:`full_state` (every rank holds the full one)."""
+    if not is_sharded(module):
+        opt.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(module, opt, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+
+
+def step_seed(seed: int, step: int, rank: int, micro: int) -> int:
+    """The RNG seed of one micro-batch: a pure function of (seed, step, rank, micro-batch), so
+    a resumed run redraws exactly the same masks / gates and ranks draw independent ones."""
+    digest = hashlib.blake2b(f"{seed}/{step}/{rank}/{micro}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
