@@ -39,6 +39,17 @@ def test_report_markdown_has_tables_warnings_and_figures(report_dir):
     assert "### Figures not drawn" in md and "Figure 34" in md  # no estimator comparison in this table
 
 
+def test_report_backtests_held_out_budgets(report_dir):
+    md = (report_dir / "report.md").read_text()
+    section = md.split("## Backtest: forecasting held-out budgets", 1)[1].split("\n## ", 1)[0]
+    # every family, both methods, both schemes, scored against the budgets held out
+    for fam in ("ar", "cdlm+concept"):
+        for method in ("isoflop", "joint"):
+            for scheme in ("rollout", "loo"):
+                assert re.search(rf"\| {re.escape(fam)} \| {method} \| L_star \| {scheme} \| [1-9]\d* \| \d+\.\d\d \|", section)
+    assert "Leave-one-budget-out forecast shift at C = 7.6e+22" in section
+
+
 def test_report_html_renders_the_same_content(report_dir):
     html = (report_dir / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>")

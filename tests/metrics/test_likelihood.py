@@ -92,3 +92,39 @@ def test_mmlu_soft_score_for_diffusion_and_bad_rows(trained_cdlm, sounds_tok, tm
     bad.write_text('{"question": "q", "choices": ["a", "b"], "answer": "C"}\n')
     with pytest.raises(ValueError, match="answer"):
         mmlu_soft_score(trained_cdlm, sounds_tok, bad)
+
+
+def test_special_ids_come_from_the_model_config():
+    """A corpus prepared with a pretrained tokenizer puts EOS/PAD/MASK anywhere in the
+    vocabulary: the metrics read them from the model's config, not the built-in 0-3."""
+    from interpscale.metrics._common import mask_token_id, special_id, special_ids
+    from interpscale.metrics.steering import concept_top_tokens
+    from interpscale.models import build_model
+
+    ids = dict(pad_id=60, eos_id=61, eoc_id=62, mask_id=63)
+    torch.manual_seed(0)
+    model = build_model("ar+concept", "nano", vocab_size=64, max_seq_len=32, n_concepts=4, **ids).eval()
+    assert special_ids(model) == frozenset(ids.values())
+    assert mask_token_id(model) == 63 and special_id(model, "eos_id") == 61
+    # An empty context is the model's EOS, so it equals an explicit [61] context.
+    (empty,) = loglikelihood(model, [([], [5, 6])])
+    (explicit,) = loglikelihood(model, [([61], [5, 6])])
+    assert empty[0] == pytest.approx(explicit[0], abs=1e-5)
+    (old,) = loglikelihood(model, [([EOS_ID], [5, 6])])
+    assert old[0] != pytest.approx(empty[0], abs=1e-5)
+    # Concept top tokens never list a special id, even when the head favours them.
+    from interpscale.metrics.alignment import concept_top_tokens as top_ids, known_concept_embeddings, lm_head_weight
+
+    with torch.no_grad():
+        lm_head_weight(model)[60:] = 100.0 * known_concept_embeddings(model)  # special id 60+c tops concept c
+    assert all(60 + c in row for c, row in enumerate(top_ids(model, k=5).tolist()))
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=False):
+            return " ".join(f"t{i}" for i in ids)
+
+        def id_to_token(self, i):
+            return f"t{i}"
+
+    rows = concept_top_tokens(model, Tok(), k=5)
+    assert all(len(r) == 5 and not {"t60", "t61", "t62", "t63"} & set(r) for r in rows)

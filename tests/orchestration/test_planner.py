@@ -118,6 +118,19 @@ def test_presets_fall_back_to_the_installed_copy(tmp_path, monkeypatch):
         planner.load_preset("demo")
 
 
+def test_preset_data_paths_are_relative_to_the_toml(tmp_path, monkeypatch):
+    from interpscale.orchestration import planner
+
+    cfg_dir = tmp_path / "study"
+    cfg_dir.mkdir()
+    (cfg_dir / "mine.toml").write_text('[data]\nkind = "jsonl"\npath = ["shards/a.jsonl", "/abs/b.jsonl"]\n'
+                                       'concepts = "concepts.json"\n')
+    monkeypatch.chdir(tmp_path)  # somewhere else than the TOML's directory
+    data = planner.load_preset(cfg_dir / "mine.toml")["data"]
+    assert data["path"] == [str(cfg_dir.resolve() / "shards/a.jsonl"), "/abs/b.jsonl"]
+    assert data["concepts"] == str(cfg_dir.resolve() / "concepts.json") and data["kind"] == "jsonl"
+
+
 def test_wheel_ships_every_preset(tmp_path):
     import subprocess
     import sys
@@ -163,7 +176,7 @@ def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
     assert row.M_head == 6 * cfg.d_model * 512
     assert row.est_runtime_s == pytest.approx((row.M + row.M_head) * row.D / 1e10)
     # a [model] count that disagrees with the data is the model that would not be trained
-    with pytest.raises(ValueError, match=r"n_concepts = 16 but the data source has 40"):
+    with pytest.raises(ValueError, match=r"n_concepts = 16 but \[data\] n_concepts = 40"):
         plan(_preset_with(tmp_path, "n_concepts = 40", "n_concepts = 16"), flops_per_s=1e10)
 
 

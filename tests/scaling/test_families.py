@@ -13,7 +13,7 @@ FAMS = {"ar": (0.528, -0.060, "ar_ce"), "cdlm": (0.632, -0.053, "mdlm_elbo"),
 
 @pytest.fixture(scope="module")
 def results(synth):
-    """A results table in the DESIGN.md layout: annealed rows from known laws plus
+    """A results table in the results-table layout (docs/architecture.md): annealed rows from known laws plus
     pre-anneal rows (worse losses) and, for cdlm, a second estimator."""
     frames = []
     for k, (fam, (aP, aL, est)) in enumerate(FAMS.items()):

@@ -23,6 +23,7 @@ __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "
 log = logging.getLogger("interpscale.analysis.report")
 
 REPORT_BOOT = 1000  # bootstrap replicates for the report's fits (pass n_boot=10_000 for the paper's)
+BACKTEST_BOOT = 100  # per refit in the backtest section (one refit per held-out budget and scheme)
 
 
 def load_results(results: pd.DataFrame | str | os.PathLike) -> pd.DataFrame:
@@ -246,9 +247,24 @@ def _table(fits: Any, name: str) -> pd.DataFrame | None:
     return table if isinstance(table, pd.DataFrame) and not table.empty else None
 
 
+def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
+    """Forecasts of each held-out compute budget from the smaller ones (``scaling.backtest``),
+    or None with a log line when the table has too few budgets to hold one out."""
+    from interpscale.scaling import backtest
+
+    try:
+        return backtest(df, family=list(fits.families), estimator=fits.estimator, annealed=fits.annealed,
+                        methods=("isoflop", "joint"), n_boot=n_boot, level=fits.level,
+                        target_compute=fits.target_compute)
+    except ValueError as exc:
+        log.info("report: no backtest (%s)", exc)
+        return None
+
+
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
-                   n_boot: int | None = None) -> str:
-    """The report's markdown text (figures referenced relative to the report)."""
+                   n_boot: int | None = None, backtest: Any = None) -> str:
+    """The report's markdown text (figures referenced relative to the report); ``backtest``
+    a ``scaling.Backtest`` of the same table, shown in its own section."""
     level = getattr(fits, "level", None)
     ci_text = (f"Intervals are {level:.0%} bootstrap percentile intervals"
                + (f" ({n_boot} replicates)" if n_boot else "") + ", written as offsets from the estimate."
@@ -296,6 +312,13 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
                 "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
                 "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
             } for k, x in ext])), ""]
+        if backtest is not None:
+            parts += ["## Backtest: forecasting held-out budgets", "",
+                      "Each law is refitted without the largest budget(s) (rolling origin) or one budget at a "
+                      "time (leave one out) and asked for the loss-optimal point of the budget it did not see: "
+                      "absolute percentage error, bias and how often the prediction interval covered the "
+                      "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
+                      "", backtest.to_markdown(), ""]
         problems = problem_fits(fits)
         parts += ["## Failed, unidentified or flat fits", ""]
         parts += [f"- {p}" for p in problems] if problems else ["None."]
@@ -384,13 +407,14 @@ def markdown_to_html(md: str, *, title: str = "Scaling report") -> str:
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,
-                 actual: Mapping[str, Mapping[str, float]] | None = None) -> Path:
+                 actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True) -> Path:
     """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, embedded figures under
     ``out_dir/figures``) and its ``report.html`` twin; returns the markdown path.
 
     ``fits`` is a ``scaling.fit_families`` result; when omitted the families are fitted here
     with ``n_boot`` bootstrap replicates, extrapolated to ``target_compute`` and compared with
-    ``actual[family][metric or "loss"]`` when given. ``source`` names the table in the header."""
+    ``actual[family][metric or "loss"]`` when given. ``source`` names the table in the header.
+    ``backtest`` adds held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
     from interpscale.analysis.figures import CORE_COLUMNS, render_figures
     from interpscale.analysis.figures._style import require_columns
 
@@ -412,7 +436,8 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         target = {"flops": float(target_compute), **observed}
     figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
                   if figures else None)
-    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot)
+    bt = _backtest(df, fits, min(n_boot, BACKTEST_BOOT)) if backtest and fits is not None else None
+    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot, backtest=bt)
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))
     log.info("report written to %s", md_path)

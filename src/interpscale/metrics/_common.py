@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from interpscale.models.types import MASK_ID, Batch, ModelOutput
+from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, ModelOutput
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -29,10 +29,23 @@ def is_diffusion(model: nn.Module) -> bool:
     return bool(getattr(model, "is_diffusion", False))
 
 
-def mask_token_id(model: nn.Module) -> int:
+def special_id(model: nn.Module, name: str) -> int:
+    """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` (from its config: a
+    prepared corpus with a pretrained tokenizer puts them anywhere); the built-in ids otherwise."""
     cfg = getattr(model, "config", None)
-    mid = getattr(cfg, "mask_token_id", None)
-    return MASK_ID if mid is None else int(mid)
+    value = getattr(cfg, name, None)
+    if value is None and name == "mask_id":
+        value = getattr(cfg, "mask_token_id", None)  # zoo configs' name for it
+    return {"pad_id": PAD_ID, "eos_id": EOS_ID, "eoc_id": EOC_ID, "mask_id": MASK_ID}[name] if value is None else int(value)
+
+
+def special_ids(model: nn.Module) -> frozenset[int]:
+    """All of the model's special token ids (never words a judge can read)."""
+    return frozenset(special_id(model, n) for n in ("pad_id", "eos_id", "eoc_id", "mask_id"))
+
+
+def mask_token_id(model: nn.Module) -> int:
+    return special_id(model, "mask_id")
 
 
 def block_size(model: nn.Module, default: int = 64) -> int:

@@ -17,8 +17,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from interpscale.metrics._common import block_size, eval_mode, is_diffusion, logits_of, mask_token_id, model_device
-from interpscale.models.types import EOS_ID, PAD_ID
+from interpscale.metrics._common import block_size, eval_mode, is_diffusion, logits_of, mask_token_id, model_device, special_id
 
 Request = tuple[list[int], list[int]]  # (context ids, continuation ids)
 
@@ -49,12 +48,15 @@ def loglikelihood(
     n_samples: int = 32,
     seed: int = 0,
     batch_size: int = 32,
-    prefix_id: int = EOS_ID,
+    prefix_id: int | None = None,
     share_masks: bool = True,
 ) -> list[tuple[float, bool]]:
     """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion
     (``n_samples`` mask draws per request, shared by requests with the same context unless
-    ``share_masks=False``)."""
+    ``share_masks=False``). An empty context is replaced by ``prefix_id`` (default: the
+    model's EOS id)."""
+    if prefix_id is None:
+        prefix_id = special_id(model, "eos_id")
     for i, (ctx, cont) in enumerate(requests):
         if not cont:
             raise ValueError(f"request {i}: empty continuation")
@@ -78,7 +80,7 @@ def _ar(model, requests, *, batch_size, prefix_id):
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size]
             T = max(len(rows[i][0]) for i in idx)
-            x = torch.full((len(idx), T), PAD_ID, dtype=torch.long)
+            x = torch.full((len(idx), T), special_id(model, "pad_id"), dtype=torch.long)
             for r, i in enumerate(idx):
                 x[r, : len(rows[i][0])] = torch.tensor(rows[i][0])
             logp = torch.log_softmax(logits_of(model(x.to(device))).float(), -1)

@@ -25,9 +25,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 from tqdm.auto import tqdm  # noqa: E402
 
 from interpscale._atomic import atomic_write_text
-from interpscale.metrics._common import family_name, is_diffusion, model_device  # noqa: E402
+from interpscale.metrics._common import family_name, is_diffusion, model_device, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
-from interpscale.models.types import EOS_ID  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +102,7 @@ class _InterpscaleLM(LM):
         self.model = model
         self.tok = _load_tokenizer(tokenizer)
         self._device = model_device(model)
+        self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
         self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
         self.n_samples = int(n_samples)
         self.seed = int(seed)
@@ -139,7 +139,7 @@ class _InterpscaleLM(LM):
                 out.append(0.0)
                 continue
             windows = [make_disjoint_window(w) for w in get_rolling_token_windows(
-                token_list=ids, prefix_token=EOS_ID, max_seq_len=width, context_len=1)]
+                token_list=ids, prefix_token=self._eos, max_seq_len=width, context_len=1)]
             total = sum(ll for ll, _ in self._ll([(list(c), list(p)) for c, p in windows]))
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), total)
             out.append(total)
@@ -156,13 +156,13 @@ class _InterpscaleLM(LM):
             temperature = float(gen_kwargs.pop("temperature", 0.0))
             if not gen_kwargs.pop("do_sample", temperature > 0):
                 temperature = 0.0
-            ids = self.tok.encode(context, add_special_tokens=False).ids or [EOS_ID]
+            ids = self.tok.encode(context, add_special_tokens=False).ids or [self._eos]
             ids = ids[-(max_length(self.model) - n_new):]
             prompt = torch.tensor([ids], device=self._device)
             seq = self.model.generate(prompt, n_new, temperature=temperature, seed=self.seed)
             new = seq[0, len(ids):].tolist()
-            if EOS_ID in new:
-                new = new[: new.index(EOS_ID)]
+            if self._eos in new:
+                new = new[: new.index(self._eos)]
             text = self.tok.decode(new)
             for stop in until:
                 if stop and stop in text:

@@ -16,9 +16,9 @@ import torch
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, resolve_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
+from interpscale.metrics._common import special_id, special_ids
 from interpscale.metrics.alignment import concept_top_tokens as _top_ids
 from interpscale.models.steering import Steering
-from interpscale.models.types import EOS_ID, N_SPECIAL
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +90,18 @@ class ZooGenerator:
                                       temperature=self.temperature, top_k=self.top_k, steer=steer,
                                       steps_per_block=self.steps, seed=int(seed))
         new = out[0, len(ids):].tolist()
-        if EOS_ID in new:
-            new = new[: new.index(EOS_ID)]
+        eos = special_id(self.model, "eos_id")
+        if eos in new:
+            new = new[: new.index(eos)]
         return _decode(self.tokenizer, new)
 
 
 def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:
     """T_k(c) = TopK(W K_c) for each known concept (§7), decoded, special tokens excluded
     (they are not words a judge can read); ids come from metrics.alignment."""
-    ids = _top_ids(model, k + N_SPECIAL, concepts)
-    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row if i >= N_SPECIAL][:k]
+    special = special_ids(model)
+    ids = _top_ids(model, k + len(special), concepts)
+    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row if i not in special][:k]
             for row in ids.tolist()]
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
+from interpscale import paper
 from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID
 
-PAPER_N_CONCEPTS = 33_732  # Table 25: n, shared across all sizes
-PAPER_VOCAB = 100_281  # §4.5.2: cl100k_base + special tokens
+PAPER_N_CONCEPTS = paper.N_KNOWN  # Table 25: n, shared across all sizes
+PAPER_VOCAB = paper.VOCAB_SIZE  # §4.5.2: cl100k_base + special tokens
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 from dataclasses import MISSING, fields
 from typing import Any, Iterable, Mapping
 
+from interpscale import paper
 from interpscale.errors import ConfigError
 
 Number = (int, float)
@@ -259,8 +260,8 @@ def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
 def _cross_checks(cfg: Mapping, source: Any) -> None:
     plan, train, data = cfg.get("plan", {}), cfg.get("train", {}), cfg.get("data", {})
     fams = plan.get("families", [])
-    seq_len = plan.get("seq_len", 4096)
-    batch_tokens = plan.get("batch_tokens", 524_288)
+    seq_len = plan.get("seq_len", paper.SEQ_LEN)
+    batch_tokens = plan.get("batch_tokens", paper.BATCH_TOKENS)
     if batch_tokens % seq_len:
         raise ConfigError(f"{source}: [plan] batch_tokens = {batch_tokens} is not a multiple of seq_len = {seq_len}")
     for key in [k for k in train if "micro" in k]:  # a micro-batch (gradient accumulation) setting

@@ -51,9 +51,14 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
     with open(p, "rb") as f:
         try:
-            return tomllib.load(f)
+            cfg = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
+    if isinstance(cfg.get("data"), dict):  # data paths are relative to the TOML, not the working directory
+        from interpscale.orchestration.loaders import resolve_data_paths
+
+        cfg["data"] = resolve_data_paths(cfg["data"], p.resolve().parent)
+    return cfg
 
 
 @dataclass

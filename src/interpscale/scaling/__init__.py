@@ -6,7 +6,7 @@ bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
 
     fit = fit_chinchilla(params, tokens, loss)          # 4,500-start Epoch grid, 10,000 replicates
     fit.L_inf, fit.alpha, fit.ci["alpha"], fit.band_optimal(compute)
-    fits = fit_families(results_df, annealed=True)      # one row per checkpoint (DESIGN.md)
+    fits = fit_families(results_df, annealed=True)      # one row per checkpoint (docs/architecture.md)
     fits.table6(), fits.table7(), fits.to_markdown(), fits.to_dict()
 
     bt = backtest(results_df)                            # rollout / leave-one-budget-out forecasts

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from interpscale.paper import STEERLING_8B_COMPUTE
+
 from ._base import DEFAULT_LEVEL, fields_dict, fmt_ci
 from .chinchilla import ChinchillaFit
 from .isoflop import IsoFlopFit
 from .power_law import PowerLawFit
 
-STEERLING_COMPUTE = 7.6e22  # FLOPs used to train Steerling-8B (8B params, 1.35T tokens)
+STEERLING_COMPUTE = STEERLING_8B_COMPUTE  # FLOPs used to train Steerling-8B (8B params, 1.35T tokens)
 
 
 @dataclass(frozen=True)

@@ -338,7 +338,7 @@ def fit_families(
     joint_options: Mapping | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> FamilyFits:
-    """Fit every family of a results table (DESIGN.md columns; one row per checkpoint).
+    """Fit every family of a results table (the columns of docs/architecture.md; one row per checkpoint).
 
     Loss fits use ``slice_flops, params, tokens, loss``: IsoFLOP parabolas on rows whose
     achieved ``flops`` lies within ``tolerance`` of their slice target (App. G: +/-15%), the

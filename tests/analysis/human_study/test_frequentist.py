@@ -5,7 +5,7 @@ import pytest
 
 from interpscale.analysis.human_study import fit_gaussian_mixed, fit_ordinal, simulate_study
 
-# R: clm(rating ~ temp + contact, data = wine)  (shared/data/README.md)
+# R: clm(rating ~ temp + contact, data = wine)  (tests/data/wine/README.md)
 R_CLM = {"temp[warm]": 2.5031, "contact[yes]": 1.5278}
 R_CLM_SE = {"temp[warm]": 0.5287, "contact[yes]": 0.4766}
 R_TAU = (-1.3444, 1.2508, 3.4669, 5.0064)
