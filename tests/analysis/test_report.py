@@ -39,6 +39,21 @@ def test_report_markdown_has_tables_warnings_and_figures(report_dir):
     assert "### Figures not drawn" in md and "Figure 34" in md  # no estimator comparison in this table
 
 
+def test_report_prints_prediction_intervals_apart_from_confidence_intervals(report_dir):
+    """Extrapolations carry a prediction interval (a new run) wider than the curve's CI (issue 17)."""
+    md = (report_dir / "report.md").read_text()
+    section = md.split("## Loss extrapolation to the target compute", 1)[1].split("\n## ", 1)[0]
+    header = next(line for line in section.splitlines() if line.startswith("| Family"))
+    assert "joint PI" in header and "log-linear PI" in header
+    row = next(line for line in section.splitlines() if line.startswith("| cdlm+concept |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    col = dict(zip([c.strip() for c in header.strip("|").split("|")], cells))
+    est, lo_off, hi_off = (float(v) for v in re.match(r"([\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]", col["joint"]).groups())
+    pi_lo, pi_hi = (float(v) for v in re.match(r"\[([\d.]+), ([\d.]+)\]", col["joint PI"]).groups())
+    assert pi_lo <= est + lo_off + 1e-3 and pi_hi >= est + hi_off - 1e-3 and pi_hi - pi_lo > hi_off - lo_off
+    t7 = md.split("## Interpretability scaling (Table 7 layout)", 1)[1].split("\n## ", 1)[0]
+    assert "pred PI" in t7 and re.search(r"\| \[\d\.\d{3}, \d\.\d{3}\] \|", t7)
+
 def test_report_backtests_held_out_budgets(report_dir):
     md = (report_dir / "report.md").read_text()
     section = md.split("## Backtest: forecasting held-out budgets", 1)[1].split("\n## ", 1)[0]

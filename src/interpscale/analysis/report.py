@@ -136,6 +136,13 @@ def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
     return f"{est} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"
 
 
+def _interval(lo: Any, hi: Any, digits: int = 3) -> str:
+    """``[lo, hi]`` in absolute values (prediction intervals), or "—" when not computed."""
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return "—"
+    return f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def table6_markdown(t6: pd.DataFrame) -> str:
     """Table 6 layout: alpha_P, alpha_D, alpha_L, L_inf with CI offsets per family (no sources)."""
     rows = [{"Family": r["family"], **{sym: _ci_cell(r[k], r[f"{k}_lo"], r[f"{k}_hi"])
@@ -208,13 +215,15 @@ def problem_fits(fits: Any) -> list[str]:
 
 def table7_markdown(t7: pd.DataFrame) -> str:
     """Table 7 layout: per metric and family, beta, e [CI] (flagged when on its bound), R²,
-    the prediction at the target compute, the observed value and their difference."""
+    the prediction at the target compute with its prediction interval (a new run's value:
+    curve uncertainty plus residual noise), the observed value and their difference."""
     rows = []
     for r in t7.to_dict("records"):
         rows.append({
             "Metric": r["metric"], "Family": r["family"], "β": f"{r['beta']:.3f}",
             "e [CI]": _ci_cell(r["e"], r["e_lo"], r["e_hi"]) + (" (bound)" if r["e_at_bound"] else ""),
-            "R²": f"{r['r2']:.3f}", "pred": r["prediction"], "actual": r["actual"], "Δ": r["delta"],
+            "R²": f"{r['r2']:.3f}", "pred": r["prediction"], "pred PI": _interval(r.get("pred_lo"), r.get("pred_hi")),
+            "actual": r["actual"], "Δ": r["delta"],
         })
     return markdown_table(pd.DataFrame(rows))
 
@@ -305,11 +314,14 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
                if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
         if ext:
             parts += ["## Loss extrapolation to the target compute", "",
-                      "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law, with bootstrap "
-                      "prediction intervals (families with an identified joint fit only).", ""]
+                      "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law: each with the "
+                      "bootstrap confidence interval of the curve (as offsets) and the prediction interval of one "
+                      "new run at that compute (curve uncertainty plus the residual noise of the fitted points; "
+                      "families with an identified joint fit only).", ""]
             parts += [markdown_table(pd.DataFrame([{
                 "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
-                "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
+                "joint PI": _interval(*x.joint_pi), "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
+                "log-linear PI": _interval(*x.loglinear_pi),
                 "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
             } for k, x in ext])), ""]
         if backtest is not None:

@@ -86,6 +86,12 @@ def test_fig24_extrapolation_reproduces_paper_gap(table):
     assert joint == pytest.approx(2.61, abs=0.08)
     assert loglin == pytest.approx(2.25, abs=0.08)
     assert any(s.startswith(f"target {STEERLING_8B['loss']:.2f}") for s in labels)
+    assert "90% CI (bar) and PI (faint) at target" in labels
+    # the prediction interval bars (faint) are wider than the confidence interval bars
+    segs = sorted((np.ptp(seg[:, 1]) for c in fig.axes[0].collections if hasattr(c, "get_segments")
+                   for seg in map(np.asarray, c.get_segments()) if len(seg) == 2 and seg[0, 0] == seg[1, 0]),
+                  reverse=True)
+    assert len(segs) >= 4 and segs[0] > segs[-1]
     assert_drawn(fig, 1, [3])  # joint, L_inf, log-linear
 
 
@@ -98,6 +104,8 @@ def test_fig26_interp_extrapolation(table):
     fig = F.interp_extrapolation_figure(table, n_boot=BOOT)
     for ax in fig.axes:  # the fitted curve reaches the target compute
         assert ax.get_lines()[0].get_xdata().max() >= STEERLING_8B["flops"]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "90% PI at target" in labels  # a new run's interval, drawn as a bar
     assert_drawn(fig, 4, [1] * 4)
 
 

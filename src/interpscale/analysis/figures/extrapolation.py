@@ -48,6 +48,8 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     """Figure 24: the joint Chinchilla fit (Eq. 27, solid, L_inf dashed) and the log-linear
     L*(C) fit (Eq. 26, dashed) on one family's small-scale runs, both extended to the
     target compute; the target's measured loss is a filled star, with each fit's error.
+    At the target each forecast carries its confidence interval (the curve) and, fainter
+    and wider, its prediction interval (a new run: curve plus residual noise).
 
     ``target`` needs ``flops`` and may carry ``loss`` (default: see ``default_target``)."""
     figure = "Figure 24 (extrapolation_figure)"
@@ -85,11 +87,16 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         band = curve_band(summ.power_L, grid)
         if band is not None:
             ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
-        shown = ((ext.joint, ext.joint_ci, color),) if identified else ()
-        for pred, ci, mk in (*shown, (ext.loglinear, ext.loglinear_ci, "0.3")):
+        shown = ((ext.joint, ext.joint_ci, ext.joint_pi, color),) if identified else ()
+        pct = round(100 * ext.level)
+        for i, (pred, ci, pi, mk) in enumerate((*shown, (ext.loglinear, ext.loglinear_ci, ext.loglinear_pi, "0.3"))):
             # a percentile interval of few replicates need not contain the point estimate: clip at 0
             yerr = [[max(pred - ci[0], 0.0)], [max(ci[1] - pred, 0.0)]]
             ax.errorbar([c_t], [pred], yerr=yerr, fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+            if np.all(np.isfinite(pi)):  # a new run's value: curve + residual noise (wider, faint)
+                ax.errorbar([c_t], [pred], yerr=[[max(pred - pi[0], 0.0)], [max(pi[1] - pred, 0.0)]],
+                            fmt="none", color=mk, alpha=0.45, capsize=4, lw=0.6,
+                            label=f"{pct}% CI (bar) and PI (faint) at target" if i == 0 else None)
         if ext.observed is not None:
             ax.scatter([c_t], [ext.observed], marker="*", s=110, color="k", zorder=5,
                        label=f"target {ext.observed:.2f} (" + (f"Δ joint {ext.joint_error:+.2f}, " if identified else "")
@@ -105,7 +112,8 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
 def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                                 metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 26: Eq. 29 fits of each metric on one family's runs (open markers coloured by
-    slice, 90% band) extended to the target compute; filled stars at the target's values
+    slice, 90% band of the curve) extended to the target compute, where the prediction
+    interval of a new run is drawn as a bar; filled stars at the target's values
     (``target``: ``flops`` plus any metric values; default: see ``default_target``)."""
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
@@ -123,6 +131,10 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
             draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
             pred = float(fit.predict(c_t))
+            lo, hi = (float(v) for v in fit.predict_interval(c_t))  # a new run's value, not the curve's CI
+            ax.errorbar([c_t], [pred], yerr=[[max(pred - lo, 0.0)], [max(hi - pred, 0.0)]], fmt="o", ms=3,
+                        color=family_color(family), capsize=3, lw=0.8,
+                        label=f"{round(100 * fit.level)}% PI at target")
             if target.get(metric) is not None:
                 ax.scatter([c_t], [float(target[metric])], marker="*", s=90, color="k", zorder=5,
                            label=f"target {float(target[metric]):.3g} (pred {pred:.3g})")
