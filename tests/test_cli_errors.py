@@ -25,6 +25,8 @@ def bad(tmp_path_factory):
     (d / "run").mkdir()
     (d / "run" / "spec.json").write_text("{not json")
     (d / "empty.jsonl").write_text("")
+    (d / "notjson.jsonl").write_text('{"text": "fine"}\n{"text": oops}\n')
+    (d / "registry.jsonl").write_text("")
     return d
 
 
@@ -52,6 +54,13 @@ CASES = [
     (["report", "{d}/empty.csv", "--out", "{d}/rep"], "empty.csv"),
     (["report", "{d}/garbage.parquet", "--out", "{d}/rep"], "garbage.parquet"),
     (["demo", "--preset", "{d}/typo.toml", "--out", "{d}/demo"], "dataa"),
+    (["data", "prepare", "{d}/empty.jsonl", "--out", "{d}/prep"], "empty.jsonl"),
+    (["data", "prepare", "{d}/notjson.jsonl", "--out", "{d}/prep2"], "line 2"),
+    (["data", "prepare", "{d}/no-such-*.jsonl", "--out", "{d}/prep3"], "no-such-"),
+    (["data", "info", "{d}/missing-data"], "missing-data"),
+    (["forecast", "record", "{d}/yesno.csv", "--target-compute", "1e22"], "line 2"),
+    (["forecast", "record", "{d}/header.csv", "--target-compute", "-5"], "target"),
+    (["forecast", "check", "nope", "--observed", "2.7", "--registry", "{d}/registry.jsonl"], "nope"),
 ]
 
 

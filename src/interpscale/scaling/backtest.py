@@ -22,6 +22,8 @@ dropping one budget moves each method's forecast (a stability diagnostic).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import warnings as _warnings
 from dataclasses import dataclass, field
@@ -256,6 +258,21 @@ class _Fitter:
         return out, None
 
 
+
+@contextlib.contextmanager
+def _quiet():
+    """Refits inside a backtest neither warn nor log: each one's flags go into its rows'
+    ``status`` (the user's own fit of the whole table has already logged them once)."""
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", ScalingFitWarning)
+            yield
+    finally:
+        log.setLevel(level)
+
+
 def backtest(
     results: pd.DataFrame,
     *,
@@ -326,8 +343,7 @@ def backtest(
                 base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
                             n_train_budgets=len(train_b), compute=float(test_b))
                 try:
-                    with _warnings.catch_warnings():  # a fit's trouble is recorded in its rows' status
-                        _warnings.simplefilter("ignore", ScalingFitWarning)
+                    with _quiet():  # a refit's trouble is recorded in its rows' status
                         out, tgt = getattr(fitter, method)(train, test, float(test_b))
                 except ValueError as exc:
                     out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
@@ -339,8 +355,7 @@ def backtest(
                 if method not in methods or not loo_target[method]:
                     continue
                 try:
-                    with _warnings.catch_warnings():
-                        _warnings.simplefilter("ignore", ScalingFitWarning)
+                    with _quiet():
                         _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
                 except ValueError as exc:
                     warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")

@@ -205,6 +205,8 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
     ``ForecastRegistry.record`` (inputs_hash covers the rows used and these options)."""
     if method not in ("joint", "isoflop"):
         raise ValueError(f"method must be 'joint' or 'isoflop', got {method!r}")
+    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     for col in ("params", "tokens", loss, "slice_flops"):
         if col not in results.columns:
             raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
