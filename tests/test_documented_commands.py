@@ -8,11 +8,20 @@ knobs that only change how long a command takes are set here (and only these):
   `sweep launch --preset demo-quick` uses it too, so it finds every run finished;
 - a `demo` line without `--quick` (the full and zoo demos, ~10 minutes each) is checked by
   planning its preset, which validates the whole configuration;
-- bootstrap counts are small (`--n-boot 10`) and the human-study model skips MCMC.
+- bootstrap counts are small (`--n-boot 10`) and the human-study model skips MCMC;
+- `sweep` with a preset of your own (docs/data.md's `sweep.toml`, nano/micro models at
+  1e15 FLOPs) is checked by planning it; `--executor slurm` runs as `local` and `--slurm`
+  options (a partition this machine lacks) are dropped.
+
+The files the data examples read are made here: `corpus/` (JSONL documents of chunks
+labelled with the concepts of docs/data.md's `concepts.json`, plain and gzipped),
+`concepts.json` and `sweep.toml` copied from docs/data.md's own blocks, `books/*.txt.gz`,
+and `gpt2/tokenizer.json` (a small BPE trained with `tokenizers`, standing in for GPT-2's).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -24,19 +33,29 @@ from interpscale.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "tiny-demo.toml"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
+SHELL = ("", "bash", "sh", "shell", "console")  # fences holding commands (```text holds output)
 
 
 def documented_commands() -> list[tuple[str, str]]:
-    """(file name, command) for every line of a fenced block that starts with `interpscale `."""
+    """(file name, command) for every command of a shell block that starts with `interpscale `
+    (a line ending in a backslash continues on the next)."""
     out = []
     for path in DOCS:
-        for block in FENCE.findall(path.read_text()):
-            for line in block.splitlines():
+        for info, block in FENCE.findall(path.read_text()):
+            if info.strip() not in SHELL:
+                continue
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 line = line.strip()
                 if line.startswith("interpscale "):
                     out.append((path.name, re.split(r"\s+#", line, maxsplit=1)[0].strip()))
     return out
+
+
+def doc_block(doc: str, lang: str, after: str) -> str:
+    """The first ```lang block of docs/``doc`` after the text ``after``."""
+    text = (ROOT / "docs" / doc).read_text()
+    return next(b for info, b in FENCE.findall(text.split(after, 1)[1]) if info.strip() == lang)
 
 
 COMMANDS_IN_DOCS = documented_commands()
@@ -59,6 +78,13 @@ def _speed(argv: list[str]) -> list[str]:
     elif cmd == "demo":
         preset = argv[argv.index("--preset") + 1] if "--preset" in argv else "demo"
         argv = ["plan", "--preset", preset, "--flops-per-s", "1e12"]
+    elif cmd == "sweep" and "--preset" in argv and argv[argv.index("--preset") + 1].endswith(".toml"):
+        argv = ["plan", "--preset", argv[argv.index("--preset") + 1], "--flops-per-s", "1e12"]
+    if "--executor" in argv and argv[argv.index("--executor") + 1] == "slurm":
+        argv[argv.index("--executor") + 1] = "local"
+    while "--slurm" in argv:
+        i = argv.index("--slurm")
+        del argv[i : i + 2]
     argv = [str(TINY) if a == "demo-quick" else a for a in argv]
     if cmd in ("fit", "figures", "report") and "--n-boot" not in argv and "chinchilla" not in argv:
         argv += ["--n-boot", "10"]
@@ -80,8 +106,51 @@ def _substitute(argv: list[str], d: Path) -> list[str]:
     runs = sorted((d / "runs/demo-quick/sweep/runs").glob("ar_concept-*"))
     run = runs[-1] if runs else d / "no-run"
     ckpts = sorted((run / "checkpoints").glob("*.pt"))
-    table = {"RUN_DIR": str(run), "CHECKPOINT": str(ckpts[-1] if ckpts else run / "no.pt")}
+    forecasts = (d / "runs/forecasts.jsonl").read_text().splitlines() if (d / "runs/forecasts.jsonl").exists() else []
+    table = {"RUN_DIR": str(run), "CHECKPOINT": str(ckpts[-1] if ckpts else run / "no.pt"),
+             "FORECAST_ID": json.loads(forecasts[-1])["id"] if forecasts else "no-forecast"}
     return [table.get(a, a) for a in argv]
+
+
+def _corpus(d: Path) -> None:
+    """The inputs docs/data.md and the README's data section name (see the module docstring)."""
+    import gzip
+    import json
+    import random
+
+    if (d / "sweep.toml").exists():
+        return
+    cards = json.loads(doc_block("data.md", "json", "`concepts.json` (optional"))
+    (d / "concepts.json").write_text(json.dumps(cards))
+    rng = random.Random(0)
+    (d / "corpus").mkdir()
+    for part in range(2):
+        docs = []
+        for _ in range(400):  # enough documents for docs/data.md's 1% validation split
+            chunks = []
+            for _ in range(rng.randint(1, 3)):
+                picked = rng.sample(cards, rng.randint(1, 2))
+                words = [w for c in picked for w in c["words"]]
+                text = " ".join(rng.choice(words + ["the", "a", "and", "of"]) for _ in range(12)).capitalize() + "."
+                chunks.append({"text": text, "concepts": [c["label"] for c in picked]})
+            docs.append(json.dumps({"chunks": chunks}))
+        body = "\n".join(docs) + "\n"
+        (d / "corpus" / f"part-{part:03d}.jsonl").write_text(body)
+        with gzip.open(d / "corpus" / f"part-{part:03d}.jsonl.gz", "wt") as f:
+            f.write(body)
+    (d / "books").mkdir()
+    for i in range(2):
+        with gzip.open(d / "books" / f"book-{i}.txt.gz", "wt") as f:
+            f.write("\n\n".join(f"Chapter {k}. The ship left the harbor at dawn; the crew sang." for k in range(40)))
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["The ship left the harbor at dawn; the crew sang."] * 20,
+                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    (d / "gpt2").mkdir()
+    tok.save(str(d / "gpt2" / "tokenizer.json"))
+    (d / "sweep.toml").write_text(doc_block("data.md", "toml", "point a sweep at it"))
 
 
 def _ratings(d: Path) -> None:
@@ -101,6 +170,8 @@ def test_documented_command_runs(doc, command, workdir, monkeypatch, capsys):
         assert main(_speed(shlex.split(quick)[1:])) == 0
     if "ratings.csv" in argv:
         _ratings(workdir)
+    if argv[0] == "data" or "sweep.toml" in argv:
+        _corpus(workdir)
     argv = _speed(_substitute(argv, workdir))
     code = main(argv)
     err = capsys.readouterr().err

@@ -241,6 +241,10 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
         fit = fit_isoflop(rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed)
         pred = float(fit.power_L.predict(target_compute))
         lo, hi = (float(v) for v in fit.predict_interval(target_compute, level)["L_star"])
+    if not hi > lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
+        raise ValueError(f"the {method} fit gives no prediction interval at C = {target_compute:.3g} "
+                         f"([{lo:.4g}, {hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
+                         "add budgets (3 or more IsoFLOP slices) or use the other method")
     return dict(target_compute=float(target_compute), predicted=pred, lo=lo, hi=hi, level=level, method=method,
                 quantity=loss, family=family, params=params, tokens=tokens,
                 inputs_hash=inputs_hash(df, options, columns=[c for c in ("family", "slice_flops", "flops", "params",
