@@ -101,10 +101,21 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
     failed / total on stderr; a run whose job raised is marked failed, the other is kept."""
     import submitit
 
-    good, bad = make_spec("ar", steps=7), make_spec("ar", steps=5, model_overrides={"n_concepts": 9})
+    good, bad = make_spec("ar", steps=7), make_spec("ar", steps=5)
     ex = submitit.LocalExecutor(folder=tmp_path / "own" / "%j")
     sw = Sweep([good, bad], tmp_path / "sw", executor=ex, max_parallel=2, evaluate=False)
     assert sw.executor_name == "LocalExecutor"
+    # a configuration the data cannot train fails before any job is submitted
+    wrong = make_spec("ar", steps=5, model_overrides={"n_concepts": 9})
+    with pytest.raises(ValueError, match="n_concepts=9 but the data has"):
+        Sweep([wrong], tmp_path / "sw0", executor=submitit.LocalExecutor(folder=tmp_path / "none" / "%j")).launch()
+    assert not [p for p in (tmp_path / "none").iterdir() if p.name.isdigit()], "a job was submitted"
+    # a run that fails inside its job: its resume state is corrupt (as after a disk error)
+    from interpscale.orchestration.trainer import init_run_dir
+
+    state = init_run_dir(bad, sw.run_dir(bad), tmp_path / "sw" / "_data") / "state"
+    state.mkdir(exist_ok=True)
+    (state / "resume.pt").write_bytes(b"not a checkpoint")
     capfd.readouterr()
     with pytest.raises(RuntimeError, match="some sweep jobs failed"):
         sw.launch()
@@ -113,7 +124,7 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
     assert len([p for p in (tmp_path / "own").iterdir() if p.name.isdigit()]) == 2, "executor folder unused"
     assert read_status(sw.run_dir(good))["state"] == "done"
     assert read_status(sw.run_dir(bad))["state"] == "failed"
-    assert "n_concepts" in read_status(sw.run_dir(bad))["error"]
+    assert "cannot resume from" in read_status(sw.run_dir(bad))["error"]
     with pytest.raises(ValueError, match="does not split over 3 tasks"):
         Sweep([good], tmp_path / "sw4", tasks_per_node=3)
     with pytest.raises(ValueError, match="or a submitit.Executor"):
