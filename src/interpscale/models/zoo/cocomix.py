@@ -65,6 +65,12 @@ def topk_keep(z: torch.Tensor, k: int) -> torch.Tensor:
 
 
 # ---- teacher side: SAE and attribution targets -------------------------------------------
+def _teacher_logits(teacher: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """The teacher's logits without re-validating token values (an LM's ``run``)."""
+    run = getattr(teacher, "run", None)
+    return (run(tokens) if run is not None else teacher(tokens)).logits
+
+
 def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.Tensor, k_attr: int = 4) -> torch.Tensor:
     """[B, T−1, k_attr] indices of the largest a_t = c_t ⊙ ∇_{c_t}(−log p(x_{t+1})) (Eq. 1).
 
@@ -82,7 +88,7 @@ def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.
         return rec + (h - rec).detach()
 
     with torch.enable_grad(), override_output(find_blocks(teacher)[layer - 1], through_sae):
-        logits = teacher(tokens).logits
+        logits = _teacher_logits(teacher, tokens)
         ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="sum")
         (grad,) = torch.autograd.grad(ce, store["c"])
     attribution = store["c"].detach() * grad  # Eq. 1
@@ -201,7 +207,9 @@ class CoCoMixLM(ZooLM):
             return {"concept": ex["lam"] * ce}
         if self.variant == "kd":
             with torch.no_grad():
-                p_teacher = F.log_softmax(self._frozen["teacher"](batch.tokens).logits.float(), -1)
+                # run(): the unvalidated forward (the batch was checked once by check_batch), so
+                # no host read of token values breaks a compiled graph here
+                p_teacher = F.log_softmax(_teacher_logits(self._frozen["teacher"], batch.tokens).float(), -1)
             kl = F.kl_div(F.log_softmax(out.logits.float(), -1), p_teacher, log_target=True, reduction="none").sum(-1)
             return {"kd": ex["lambda_kd"] * kl.mean()}
         return {}

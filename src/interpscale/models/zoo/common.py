@@ -128,7 +128,7 @@ class ZooLM(nn.Module):
         lm, n = next_token_ce(out.logits, batch.tokens, batch.valid)
         extras = self.extra_loss(out, aux, batch, step)
         total = lm + sum(extras.values()) if extras else lm
-        parts = {"lm": float(lm.detach())} | {k: float(v.detach()) for k, v in extras.items()}
+        parts = {"lm": lm.detach()} | {k: v.detach() for k, v in extras.items()}  # tensors: no host sync
         return LossOutput(total=total, parts=parts, n_tokens=n)
 
     def params_nonembedding(self) -> int:
