@@ -1,6 +1,9 @@
-"""Suite-wide test settings (headless plotting, offline hubs) and the reference-data fixture."""
+"""Suite-wide test settings (headless plotting, offline hubs), the reference-data fixture and
+the skip of `slurm`-marked tests when no SLURM cluster answers."""
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,69 @@ def reference_data():
 def shared_data(reference_data):
     """Old name of :func:`reference_data`; it now looks only inside the repository."""
     return reference_data
+
+
+def slurm_unavailable() -> str | None:
+    """Why no SLURM cluster can run a job here (None when one can)."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no SLURM client installed (run scripts/local-slurm.sh start)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sinfo failed: {exc}"
+    if out.returncode != 0:
+        return f"no SLURM controller reachable: {out.stderr.strip()[:200]}"
+    if not any(s.strip("*") in ("idle", "mixed", "allocated") for s in out.stdout.split()):
+        return f"no usable SLURM node (states: {out.stdout.split()})"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.slurm` tests run against the real cluster, or skip with the reason."""
+    marked = [it for it in items if it.get_closest_marker("slurm") is not None]
+    if marked:
+        reason = slurm_unavailable()
+        if reason is not None:
+            for it in marked:
+                it.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def compiled_matches_eager():
+    """``check(loss_fn, batch, params, step)``: ``torch.compile(loss_fn, fullgraph=True)`` (CPU
+    Inductor) gives the eager loss parts and gradients within 1e-5 at the same seed, and a
+    second call reuses the graph. Returns (eager, compiled) LossOutputs."""
+    import torch
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    def check(loss_fn, batch, params, step):
+        def run(fn):
+            torch.manual_seed(7)  # same masks, teacher forcing and dropout draws
+            out = fn(batch, step)
+            return out, torch.autograd.grad(out.total, params, allow_unused=True)
+
+        torch._dynamo.reset()
+        try:
+            # fallback_random: Inductor draws random numbers with eager's generator, so both
+            # runs see the same masks; error_on_recompile: a second call must reuse the graph
+            with inductor_config.patch(fallback_random=True):
+                compiled = torch.compile(loss_fn, fullgraph=True)
+                ref, g_ref = run(loss_fn)
+                got, g_got = run(compiled)
+                with torch._dynamo.config.patch(error_on_recompile=True):
+                    again, _ = run(compiled)
+        finally:
+            torch._dynamo.reset()
+        assert set(got.parts) == set(ref.parts)
+        for k in ref.parts:
+            torch.testing.assert_close(got.parts[k], ref.parts[k], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(again.total, ref.total, rtol=1e-5, atol=1e-5)
+        assert int(got.n_tokens) == int(ref.n_tokens)
+        for a, b in zip(g_got, g_ref):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        return ref, got
+
+    return check

@@ -10,7 +10,6 @@ hook), which Dynamo does not capture in one graph.
 import pytest
 import torch
 import torch._dynamo
-import torch._inductor.config as inductor_config
 
 from interpscale.models import build_model
 from interpscale.models.config import SIZES
@@ -61,30 +60,8 @@ def test_cocomix_is_the_documented_exception():
 
 
 @pytest.mark.parametrize("family", ["crate", "mxd"])
-def test_compiled_zoo_loss_equals_eager(family):
+def test_compiled_zoo_loss_equals_eager(family, compiled_matches_eager):
     """Inductor on two families with different layers (CRATE's ISTA block, MxD's tensor
     decomposition); the other compile-clean families share their loss code."""
     model = _model(family)
-    batch = _batch()
-    params = [p for p in model.parameters() if p.requires_grad]
-
-    def run(fn):
-        torch.manual_seed(7)
-        out = fn(batch, 5)
-        return out, torch.autograd.grad(out.total, params, allow_unused=True)
-
-    torch._dynamo.reset()
-    try:
-        with inductor_config.patch(fallback_random=True):
-            compiled = torch.compile(model.loss, fullgraph=True)
-            ref, g_ref = run(model.loss)
-            got, g_got = run(compiled)
-    finally:
-        torch._dynamo.reset()
-    assert set(got.parts) == set(ref.parts)
-    for k in ref.parts:
-        torch.testing.assert_close(got.parts[k], ref.parts[k], rtol=1e-5, atol=1e-5)
-    for a, b in zip(g_got, g_ref):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    compiled_matches_eager(model.loss, _batch(), [p for p in model.parameters() if p.requires_grad], 5)
