@@ -239,10 +239,10 @@ def test_micro_batches_split_rows_and_trim_chunk_labels():
     ids = torch.tensor([[0, 0, 1, 1], [0, -1, -1, -1], [0, 1, 2, 2], [-1, -1, -1, -1]])
     labels = torch.arange(4 * 3 * 2, dtype=torch.float32).view(4, 3, 2)
     b = Batch(torch.arange(16).view(4, 4), ids, labels, torch.ones(4, 4, dtype=torch.bool))
-    first, second = split(b, 2)
-    assert torch.equal(first.tokens, b.tokens[:2]) and torch.equal(second.valid, b.valid[2:])
-    assert first.chunk_labels.shape == (2, 2, 2) and torch.equal(first.chunk_labels, labels[:2, :2])
-    assert second.chunk_labels.shape == (2, 3, 2)
+    first, second = split(b, 2)  # strided: micro-batch i = rows i::2, what rank i of 2 would hold
+    assert torch.equal(first.tokens, b.tokens[0::2]) and torch.equal(second.valid, b.valid[1::2])
+    assert first.chunk_labels.shape == (2, 3, 2) and torch.equal(first.chunk_labels, labels[0::2, :3])
+    assert second.chunk_labels.shape == (2, 1, 2) and torch.equal(second.chunk_labels, labels[1::2, :1])
     with pytest.raises(ValueError, match="4 rows do not split into 3"):
         split(b, 3)
     assert step_seed(0, 5, 0, 0) == step_seed(0, 5, 0, 0)

@@ -69,23 +69,26 @@ def is_sharded(module: torch.nn.Module) -> bool:
 
 
 def split(batch: Batch, n: int) -> list[Batch]:
-    """``n`` equal micro-batches along dim 0 (host tensors); each trims the chunk-label
-    axis to the chunks its rows use."""
+    """``n`` equal micro-batches along dim 0 (host tensors), strided: micro-batch ``i`` holds
+    rows ``i::n``, the rows rank ``i`` of ``n`` ranks would hold (``data.step_rows``), so one
+    rank accumulating ``n`` micro-batches sums the same per-rank gradients DDP averages.
+    Each trims the chunk-label axis to the chunks its rows use."""
     rows = batch.tokens.size(0)
     if rows % n:
         raise ValueError(f"{rows} rows do not split into {n} equal micro-batches")
     if n == 1:
         return [batch]
-    k = rows // n
     out = []
     for i in range(n):
-        s = slice(i * k, (i + 1) * k)
+        s = slice(i, None, n)
         ids = None if batch.chunk_ids is None else batch.chunk_ids[s]
         labels = batch.chunk_labels
         if labels is not None:
             c = max(1, int(ids.max()) + 1) if ids is not None and ids.numel() else labels.size(1)
             labels = labels[s, : min(c, labels.size(1))]
-        out.append(Batch(batch.tokens[s], ids, labels, None if batch.valid is None else batch.valid[s]))
+        dense = lambda x: None if x is None else x.contiguous()  # noqa: E731  (strided views -> own memory)
+        out.append(Batch(dense(batch.tokens[s]), dense(ids), dense(labels),
+                         None if batch.valid is None else dense(batch.valid[s])))
     return out
 
 
