@@ -44,6 +44,20 @@ def test_local_sweep_limits_concurrency_and_never_repeats_finished_runs(tmp_path
     assert len(read_results(tmp_path / "sw" / "results.parquet")) == 6
 
 
+def test_jobs_are_packed_by_steps_and_flops(tmp_path, make_spec):
+    """A small model with many steps outweighs a larger model's few steps of more FLOPs
+    (per-step cost dominates tiny models): packing balances the estimated seconds."""
+    from interpscale.orchestration.launch import run_cost
+
+    many_steps = make_spec("ar", steps=400)
+    big_flops = make_spec("ar", steps=40, flops=many_steps.flops * 3)
+    assert big_flops.flops > many_steps.flops and run_cost(many_steps) > run_cost(big_flops)
+    runs = [many_steps] + [make_spec("ar", steps=n) for n in (150, 130, 120)]
+    groups = Sweep(runs, tmp_path / "sw", runs_per_job=2)._groups(runs)
+    alone = next(g for g in groups if str(Sweep(runs, tmp_path / "sw").run_dir(many_steps)) in g)
+    assert len(alone) == 1 and sorted(len(g) for g in groups) == [1, 3]
+
+
 def test_debug_executor_and_job_grouping(tmp_path, make_spec):
     runs = [make_spec("cdlm", steps=6), make_spec("cdlm", steps=7), make_spec("cdlm", steps=9)]
     sw = Sweep(runs, tmp_path / "sw", executor="debug", runs_per_job=2)

@@ -98,6 +98,18 @@ class EvalJob(submitit.helpers.Checkpointable):
         return sum(len(evaluate_run(d, device=device, eval_batch_tokens=eval_batch_tokens)) for d in run_dirs)
 
 
+# Relative cost of a run for packing runs into jobs: a fixed cost per optimizer step (launch,
+# optimizer, logging: what dominates small models) plus its FLOPs. Fitted to the 57 runs of
+# the CPU demo (R² 0.92 against 0.31 for FLOPs alone); only the ratio matters for packing.
+STEP_COST_S = 7.5e-3
+FLOP_COST_S = 7.4e-11
+
+
+def run_cost(spec: RunSpec) -> float:
+    """Estimated seconds to train ``spec`` (for ordering and packing, not for planning)."""
+    return spec.steps * STEP_COST_S + spec.flops * FLOP_COST_S
+
+
 @dataclass
 class Sweep:
     """A set of RunSpecs under one directory: ``SWEEP/runs/<run_id>/``, shared data in ``SWEEP/_data``.
@@ -187,14 +199,15 @@ class Sweep:
         return todo
 
     def _groups(self, todo: list[RunSpec]) -> list[list[str]]:
-        """Longest-processing-time packing of runs into jobs of ~runs_per_job runs."""
+        """Longest-processing-time packing of runs into jobs of ~runs_per_job runs, by
+        :func:`run_cost` (so the last job does not run alone while the other slots idle)."""
         n_jobs = max(1, -(-len(todo) // self.runs_per_job))
         groups: list[list[RunSpec]] = [[] for _ in range(n_jobs)]
         loads = [0.0] * n_jobs
-        for r in sorted(todo, key=lambda r: -r.flops):
+        for r in sorted(todo, key=lambda r: -run_cost(r)):
             i = loads.index(min(loads))
             groups[i].append(r)
-            loads[i] += r.flops
+            loads[i] += run_cost(r)
         return [[str(self.run_dir(r)) for r in g] for g in groups if g]
 
     def _executor(self):
