@@ -18,16 +18,13 @@ import torch
 from interpscale.models import build_model
 from interpscale.models.accounting import backbone_params, concept_flops
 from interpscale.models.types import Batch
-
-# dense bf16 peak FLOP/s (no sparsity) by device-name substring
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "RTX 4090": 165e12}
+from interpscale.orchestration.devices import device_peak_flops
 
 
 def peak_flops(device: torch.device) -> float:
-    if device.type != "cuda":
-        return float("nan")
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16.items() if k in name), float("nan"))
+    """Dense bf16 peak of ``device`` from the trainer's table (NaN on CPU or an unknown GPU)."""
+    peak = device_peak_flops(device)
+    return float("nan") if peak is None else peak
 
 
 def time_step(loss_fn, params, steps: int, device) -> float:

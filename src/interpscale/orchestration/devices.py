@@ -25,8 +25,8 @@ GPU_PEAK_BF16: tuple[tuple[str, float], ...] = (
 
 # the planner's --device choices: peak FLOP/s and the MFU it assumes (stated in the table)
 PLAN_DEVICES: dict[str, dict[str, float]] = {
-    "h100": {"peak": 989e12, "mfu": 0.40},
-    "a100": {"peak": 312e12, "mfu": 0.40},
+    "h100": {"peak": dict(GPU_PEAK_BF16)["H100"], "mfu": 0.40},
+    "a100": {"peak": dict(GPU_PEAK_BF16)["A100"], "mfu": 0.40},
     "cpu": {"peak": float("nan"), "mfu": 0.30},  # peak measured on this machine (one matmul)
 }
 
