@@ -124,6 +124,7 @@ class Trainer:
         self.parallel = parallel
         self.compile = self.device.type == "cuda" if compile is None else bool(compile)
         self.tensorboard = tensorboard
+        self._check_batch = None  # the model's check_batch, set per segment; run by _host_batch
         if self.rank == 0:
             init_run_dir(spec, run_dir, data_root)
         if self.world > 1:
@@ -314,11 +315,13 @@ class Trainer:
         spec = self.spec
         batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank, world=self.world,
                                       concepts=self.concepts)
+        if self._check_batch is not None:  # host-side value checks, off the training thread
+            self._check_batch(batch)
         return pin(batch) if self.device.type == "cuda" else batch
 
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
         from interpscale.orchestration.observe import StepMeter, TensorBoard
-        from interpscale.orchestration.parallel import Prefetcher, split, step_seed, sync
+        from interpscale.orchestration.parallel import Prefetcher, seed_step, split, step_seed, sync
 
         spec, dev = self.spec, self.device
         self._opt = opt
@@ -338,7 +341,7 @@ class Trainer:
         meter = StepMeter(dev, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
                           world=self.world)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
-        check = getattr(model, "check_batch", None)
+        self._check_batch = getattr(model, "check_batch", None)  # called by _host_batch
         batches = Prefetcher(self._host_batch, step, seg.end)
         params = [p for p in model.parameters() if p.requires_grad]
         try:
@@ -349,14 +352,12 @@ class Trainer:
                 t0 = time.monotonic()
                 batch = next(batches)
                 meter.data_wait += time.monotonic() - t0
-                if check is not None:
-                    check(batch)
                 opt.zero_grad(set_to_none=True)
                 total, parts = 0.0, {}
                 micro = split(batch, self.n_micro)
                 for i, mb in enumerate(micro):  # equal rows each: the mean of micro-batch losses
                     last = i == self.n_micro - 1
-                    torch.manual_seed(step_seed(spec.seed, step, self.rank, i))  # noise/gating draws
+                    seed_step(dev, step_seed(spec.seed, step, self.rank, i))  # noise/gating draws
                     with sync(self.module, last):
                         with autocast:
                             loss, p = self.loss_fn(mb.to(dev), step)
