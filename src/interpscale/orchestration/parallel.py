@@ -78,6 +78,7 @@ def split(batch: Batch, n: int) -> list[Batch]:
         raise ValueError(f"{rows} rows do not split into {n} equal micro-batches")
     if n == 1:
         return [batch]
+    dense = lambda x: None if x is None else x.contiguous()  # noqa: E731  (strided views -> own memory)
     out = []
     for i in range(n):
         s = slice(i, None, n)
@@ -86,7 +87,6 @@ def split(batch: Batch, n: int) -> list[Batch]:
         if labels is not None:
             c = max(1, int(ids.max()) + 1) if ids is not None and ids.numel() else labels.size(1)
             labels = labels[s, : min(c, labels.size(1))]
-        dense = lambda x: None if x is None else x.contiguous()  # noqa: E731  (strided views -> own memory)
         out.append(Batch(dense(batch.tokens[s]), dense(ids), dense(labels),
                          None if batch.valid is None else dense(batch.valid[s])))
     return out
@@ -101,7 +101,7 @@ def pin(batch: Batch) -> Batch:
 def seed_step(device: torch.device, seed: int) -> None:
     """Seed the generators a training step draws from: the CPU one, and on CUDA the current
     device's. ``torch.manual_seed`` would also queue lazy seeds for every uninitialised
-    accelerator backend (CUDA, XPU, MTIA), each formatting a stack trace: ~1 ms a step."""
+    accelerator backend (CUDA, XPU, MTIA), each formatting a stack trace."""
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.manual_seed(seed)
