@@ -14,7 +14,6 @@ from interpscale.models.backbone import RMSNorm
 from interpscale.models.objectives import chunked_cross_entropy, cross_entropy_sum
 from interpscale.models.types import Batch, PhaseSchedule
 
-DATA = Path(__file__).parent / "data"
 
 
 class PeakMemory(TorchDispatchMode):
@@ -102,11 +101,47 @@ def test_model_loss_chunked_and_checkpointed_equal_plain(family, tiny, chunked):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_checkpoint_from_before_the_rewrite_loads_and_reproduces_logits():
-    model, extra = load_checkpoint(DATA / "steerling_pre_plain.pt")
-    ref = torch.load(DATA / "steerling_pre_plain_logits.pt", weights_only=True)
-    assert model.config.mask_id == 3 and "60a886e" in extra["note"]
-    torch.testing.assert_close(model.eval()(ref["tokens"]).logits, ref["logits"], atol=1e-5, rtol=0)
+# The checkpoint layout written by the model code before the plain-PyTorch rewrite (commit
+# 60a886e), copied from a cdlm+concept nano checkpoint it saved: its config (with the old
+# `mask_token_id` field and none of pad_id / eos_id / eoc_id / mask_id / loss_chunk_tokens)
+# and its state-dict keys. The test writes a checkpoint in that layout from a seeded model.
+PRE_PLAIN_CONFIG = {
+    "alpha_known_floor": 0.5, "alpha_known_start": 1.0, "alpha_ramp_frac": 0.1, "alpha_unknown_floor": 0.5,
+    "alpha_unknown_start": 1.0, "anneal_alpha_known": [0.5, 0.0], "anneal_alpha_unknown": 0.0,
+    "anneal_topk_known": 32, "anneal_topk_unknown": 128, "block_size": 16, "clip_qkv": 10.0, "concept_rank": 4,
+    "d_model": 32, "dropout": 0.0, "family": "cdlm+concept", "gauss_center": [0.2, 0.8], "gauss_sigma": 0.3,
+    "indep_terms": 1, "init_std": 0.02, "lambda_concept": 1.0, "lambda_indep": 1.0, "lambda_rec": 1.0,
+    "mask_schedule": "uniform", "mask_token_id": 3, "max_seq_len": 512, "mlp_ratio": 4.0, "n_concepts": 4,
+    "n_heads": 2, "n_kv_heads": 2, "n_layers": 1, "norm_eps": 1e-06, "p_cfg": 0.1, "p_eps": 0.3, "per_block_t": True,
+    "qk_norm": True, "rope_base": 500000.0, "size": "nano", "t_max": 0.95, "t_min": 0.05, "topk_known": 2,
+    "topk_unknown": None, "unknown_ratio": 3, "vocab_size": 64,
+}
+PRE_PLAIN_KEYS = [
+    "backbone.blocks.0.attn.k_norm.weight", "backbone.blocks.0.attn.q_norm.weight", "backbone.blocks.0.attn.wo.weight",
+    "backbone.blocks.0.attn.wqkv.weight", "backbone.blocks.0.attn_norm.weight", "backbone.blocks.0.mlp.down.weight",
+    "backbone.blocks.0.mlp.gate.weight", "backbone.blocks.0.mlp.up.weight", "backbone.blocks.0.mlp_norm.weight",
+    "backbone.embed.weight", "backbone.norm.weight", "concept.known_emb", "concept.known_head.weight",
+    "concept.unk_a", "concept.unk_b", "concept.unk_down.weight", "concept.unk_pred.weight",
+]
+
+
+def test_checkpoint_from_before_the_rewrite_loads_and_reproduces_logits(tmp_path):
+    import json
+
+    over = {k: v for k, v in PRE_PLAIN_CONFIG.items() if k not in ("family", "size")}
+    torch.manual_seed(0)
+    model = build_model("cdlm+concept", "nano", **over).eval()
+    state = model.state_dict()
+    assert sorted(state) == PRE_PLAIN_KEYS  # the rewrite kept every parameter name
+    path = tmp_path / "pre_plain.pt"
+    torch.save({"format": "interpscale-model/1", "family": "cdlm+concept",
+                "config_json": json.dumps(PRE_PLAIN_CONFIG, sort_keys=True),
+                "class": "interpscale.models.lm:SteerlingLM", "state_dict": state,
+                "extra": {"note": "pre-plain layout (commit 60a886e)"}}, path)
+    loaded, extra = load_checkpoint(path)
+    assert loaded.config.mask_id == 3 and "60a886e" in extra["note"]
+    tokens = torch.randint(4, 64, (2, 32), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(loaded.eval()(tokens).logits, model(tokens).logits, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", ["ar", "cdlm+concept"])
