@@ -2,7 +2,6 @@
 validation, activation checkpointing and the configurable special-token ids."""
 
 import weakref
-from pathlib import Path
 
 import pytest
 import torch
