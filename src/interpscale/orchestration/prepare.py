@@ -390,6 +390,16 @@ def read_request(out: Path) -> dict:
     return json.loads((Path(out) / PARTS / "request.json").read_text())
 
 
+def _input_file(path: str | os.PathLike, base_dir: str | os.PathLike | None, what: str) -> Path:
+    """``path`` (relative ones against ``base_dir``), which must be an existing file."""
+    p = Path(path)
+    if base_dir is not None and not p.is_absolute():
+        p = Path(base_dir) / p
+    if not p.is_file():
+        raise ValueError(f"{what} file not found: {path}")
+    return p
+
+
 def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLike | None = None,
                  vocab_size: int = 512, sample_bytes: int = 100_000_000, val_fraction: float = 0.05,
                  seed: int = 0, concepts: str | os.PathLike | None = None, batch_bytes: int = 1 << 18,
@@ -412,21 +422,8 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
                 inputs.append({"path": str(p.resolve())})
     if not inputs:
         raise ValueError("no input files")
-    tok_path = None
-    if tokenizer:
-        tok_path = Path(tokenizer)
-        if base_dir is not None and not tok_path.is_absolute():
-            tok_path = Path(base_dir) / tok_path
-        if not tok_path.is_file():
-            raise ValueError(f"tokenizer file not found: {tokenizer}")
-        tok_path = str(tok_path.resolve())
-    conc = None
-    if concepts:
-        conc = Path(concepts)
-        if base_dir is not None and not conc.is_absolute():
-            conc = Path(base_dir) / conc
-        if not conc.is_file():
-            raise ValueError(f"concepts file not found: {concepts}")
+    tok_path = str(_input_file(tokenizer, base_dir, "tokenizer").resolve()) if tokenizer else None
+    conc = _input_file(concepts, base_dir, "concepts") if concepts else None
     synthetic = [s for s in inputs if s.get("kind") == "synthetic"]
     if synthetic and (len(inputs) > 1 or conc):
         raise ValueError("the synthetic corpus cannot be mixed with other inputs or a concepts file")

@@ -124,7 +124,6 @@ class Trainer:
         self.parallel = parallel
         self.compile = self.device.type == "cuda" if compile is None else bool(compile)
         self.tensorboard = tensorboard
-        self._check_batch = None  # the model's check_batch, set per segment; run by _host_batch
         if self.rank == 0:
             init_run_dir(spec, run_dir, data_root)
         if self.world > 1:
@@ -307,16 +306,16 @@ class Trainer:
             status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
         return status
 
-    def _host_batch(self, step: int):
-        """This rank's rows of global batch ``step`` on the host (pinned on CUDA); runs on
-        the prefetch thread."""
+    def _host_batch(self, step: int, check=None):
+        """This rank's rows of global batch ``step`` on the host (pinned on CUDA), validated
+        by ``check`` (the model's ``check_batch``); runs on the prefetch thread."""
         from interpscale.orchestration.parallel import pin
 
         spec = self.spec
         batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank, world=self.world,
                                       concepts=self.concepts)
-        if self._check_batch is not None:  # host-side value checks, off the training thread
-            self._check_batch(batch)
+        if check is not None:  # host-side value checks, off the training thread
+            check(batch)
         return pin(batch) if self.device.type == "cuda" else batch
 
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
@@ -341,8 +340,8 @@ class Trainer:
         meter = StepMeter(dev, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
                           world=self.world)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
-        self._check_batch = getattr(model, "check_batch", None)  # called by _host_batch
-        batches = Prefetcher(self._host_batch, step, seg.end)
+        check = getattr(model, "check_batch", None)
+        batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
         params = [p for p in model.parameters() if p.requires_grad]
         try:
             while step < seg.end:
