@@ -78,6 +78,25 @@ def test_flex_block_mask_matches_dense_mask():
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_clip_equals_clamp_in_values_and_gradients(compiled):
+    """backbone.clip is clamp written without a boolean gradient mask: the same values and the
+    same gradient (1 on the closed interval [-c, c], including exactly ±c; 0 outside)."""
+    from interpscale.models.backbone import clip
+
+    c = 10.0
+    x = torch.cat([torch.randn(500) * 15, torch.tensor([c, -c, c + 1e-5, -c - 1e-5, 0.0, 1e30, -1e30])])
+    g = torch.randn_like(x)
+    fn = torch.compile(clip, fullgraph=True) if compiled else clip
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, ref = fn(a, c), b.clamp(-c, c)
+    assert torch.equal(got, ref)
+    got.backward(g)
+    ref.backward(g)
+    assert torch.equal(a.grad, b.grad)
+    assert a.grad[500] == g[500] and a.grad[501] == g[501]  # the bound itself passes the gradient
+
+
 def test_clip_qkv_clamps_large_activations(tiny):
     model = tiny("ar").eval()
     tok = torch.randint(4, 512, (1, 16))

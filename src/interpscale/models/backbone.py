@@ -69,6 +69,18 @@ def attend(q, k, v, kind: str, block: int, start: int = 0) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
+def clip(x: torch.Tensor, c: float) -> torch.Tensor:
+    """``x.clamp(-c, c)`` with clamp's gradient (1 where |x| <= c, else 0) as a float factor.
+
+    Same values and gradients as ``clamp``; written out because for ``clamp`` Inductor saves
+    a boolean gradient mask, and its CPU kernels store bool ~25x slower than float
+    (torch 2.13; benchmarks/README.md, issue 19). An infinite input gives NaN here, where
+    clamp gives ±c."""
+    x0 = x.detach()
+    inside = 1 - (x0.abs() - c).clamp_min(0).sign()
+    return x0.clamp(-c, c) + (x - x0) * inside
+
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE on x [B, T, heads, hd]; ``cos``/``sin`` [T, hd] hold each frequency
     twice and ``sin`` carries the rotation's sign (−sin on the first half)."""
@@ -92,7 +104,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         qkv = self.wqkv(x)
         if cfg.clip_qkv is not None:
-            qkv = qkv.clamp(-cfg.clip_qkv, cfg.clip_qkv)  # App. G: clip_qkv = 10
+            qkv = clip(qkv, cfg.clip_qkv)  # App. G: clip_qkv = 10
         q, k, v = qkv.split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         if self.q_norm is not None:  # QK-norm over the full projection width (OLMo-2 style)
             q, k = self.q_norm(q), self.k_norm(k)
