@@ -19,6 +19,7 @@ from interpscale.models import build_model
 from interpscale.models.accounting import backbone_params, concept_flops
 from interpscale.models.types import Batch
 from interpscale.orchestration.devices import device_peak_flops
+from interpscale.orchestration.planner import lm_head_flops
 
 
 def peak_flops(device: torch.device) -> float:
@@ -69,11 +70,13 @@ def main() -> None:
 
     peak = peak_flops(device)
     print(f"device: {torch.cuda.get_device_name(device) if cuda else 'cpu'}; peak bf16 {peak:.3g} FLOP/s; seq {T}, batch {B}")
-    print(f"{'size':>6} {'family':>14} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} {'peak GiB':>9} {'vs ref':>7}")
+    print(f"{'size':>6} {'family':>14} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} {'+head':>7} {'peak GiB':>9} {'vs ref':>7}")
+    print("MFU: Eq. 23/24 FLOPs (no LM head) x tokens/s / peak; +head adds the LM head's 6dV per token")
     for size in sizes:
         torch.manual_seed(0)
         res = {}
         for fam in ("ref", "ar", "cdlm", "ar+concept", "cdlm+concept"):
+            torch.compiler.reset()  # one graph per model: past 8 per function Dynamo runs eager
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -95,10 +98,11 @@ def main() -> None:
             flops = 6 * backbone_params(cfg) + 12 * cfg.n_layers * cfg.d_model * T  # Eq. 23
             if fam.endswith("concept"):
                 flops += concept_flops(model.config)  # Eq. 24
+            head = lm_head_flops("ar", size, max_seq_len=T, block_size=64, **extra)  # Eq. 23 leaves it out
             mem = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
             res[fam] = dt
             print(f"{size:>6} {fam:>14} {1e3 * dt:9.1f} {B * T / dt:10.0f} {flops * B * T / dt / peak:6.1%} "
-                  f"{mem:9.2f} {dt / res['ref']:7.3f}")
+                  f"{(flops + head) * B * T / dt / peak:7.1%} {mem:9.2f} {dt / res['ref']:7.3f}")
             del model
         print(f"{size:>6} CDLM/AR {res['cdlm'] / res['ar']:.3f}; +concept overhead ar {res['ar+concept'] / res['ar'] - 1:.3f}, "
               f"cdlm {res['cdlm+concept'] / res['cdlm'] - 1:.3f}")

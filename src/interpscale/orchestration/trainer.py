@@ -271,6 +271,10 @@ class Trainer:
                          world=self.world, micro_batches=self.n_micro, device=str(self.device))
         done = set(status.get("segments_done", []))
         state_dir = self.run_dir / "state"
+        if self.compile:
+            # Dynamo keeps at most 8 graphs per function and silently runs eager past that; a
+            # job that trains several sizes in one process would hit it, so each run starts clean
+            torch.compiler.reset()
         for seg in self.segments:
             if seg.name in done:
                 continue
