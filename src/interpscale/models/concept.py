@@ -191,12 +191,14 @@ def independence_loss(a: torch.Tensor, b_fixed: torch.Tensor, positions: torch.T
     coordinates z [B, T, R] of Ψ = z·basis (û = z·B for the factorised U = A·B): centring
     commutes with ·B, so ΨᵀΦ = Bᵀ(z̄ᵀΦ̄), the same value for 2NRd instead of 2Nd² FLOPs.
     """
-    w = positions.flatten().to(a.dtype)[:, None]
-    psi, phi = a.flatten(0, -2), b_fixed.flatten(0, -2).detach()
+    dtype = torch.promote_types(a.dtype, torch.float32)  # bf16 activations: centre and sum in float32
+    w = positions.flatten().to(dtype)[:, None]
+    psi, phi = a.flatten(0, -2).to(dtype), b_fixed.flatten(0, -2).detach().to(dtype)
     nb, d = w.sum(), phi.size(-1)
     psi = (psi - (w * psi).sum(0) / nb.clamp(min=1)) * w
     phi = phi - (w * phi).sum(0) / nb.clamp(min=1)
     cross = psi.T @ phi  # [d, d], or [R, d] in coordinates
     if basis is not None:
         cross = basis.T @ cross
+    cross = cross.to(dtype)  # under autocast the products come back in bf16
     return torch.where(nb >= 2, cross.pow(2).sum() / (d * d * (nb - 1).clamp(min=1)), 0.0)
