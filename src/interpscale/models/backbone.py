@@ -73,7 +73,7 @@ def clip(x: torch.Tensor, c: float) -> torch.Tensor:
     """``x.clamp(-c, c)`` with clamp's gradient (1 where |x| <= c, else 0) as a float factor.
 
     Same values and gradients as ``clamp``; written out because for ``clamp`` Inductor saves
-    a boolean gradient mask, and its CPU kernels store bool ~25x slower than float
+    a boolean gradient mask, and its CPU kernels store bool ~90x slower than float
     (torch 2.13; benchmarks/README.md, issue 19). An infinite input gives NaN here, where
     clamp gives ±c."""
     x0 = x.detach()
