@@ -3,7 +3,8 @@ seq 2048, ~100M / 300M / 1B backbones; tokens/s, MFU (Eq. 23/24 FLOPs vs the dev
 bf16 peak) and peak memory, against a nanoGPT-style reference of the same shape (bench_models).
 
 Targets (H100): MFU >= 40% for AR >= 300M; CDLM step <= 1.1x AR; +concept overhead within 25%
-of Eq. 24 (anneal phase: Table 26 top-k on both heads) or of Eq. 24 + 6Rm (stable phase: dense û). Without CUDA it runs a tiny CPU smoke path (float32, seq 64) that checks the script.
+of Eq. 24 (anneal phase: Table 26 top-k on both heads) or of Eq. 24 + 6Rm (stable phase: dense û).
+Without CUDA it runs a tiny CPU smoke path (float32, seq 64) that checks the script.
 
 Run: .venv/bin/python benchmarks/bench_gpu.py [--sizes 85M,400M,800M] [--steps 20]
 """
@@ -16,7 +17,8 @@ import time
 import torch
 
 from interpscale.models import build_model
-from interpscale.models.accounting import backbone_params, concept_flops
+from interpscale.models.accounting import concept_flops, flops_per_token_cfg
+from interpscale.models.config import make_config
 from interpscale.models.types import Batch, PhaseSchedule
 from interpscale.orchestration.devices import device_peak_flops
 from interpscale.orchestration.planner import lm_head_flops
@@ -66,7 +68,7 @@ def main() -> None:
         sizes, T, B, steps = ["nano"], 64, 2, 2
         extra = dict(n_concepts=32, concept_rank=8)
         print("no CUDA device: CPU smoke path (nano, seq 64, float32); figures are not GPU figures")
-    from bench_models import PlainLM  # the nanoGPT-style reference
+    from bench_models import PlainLM, stable_concept_flops  # the nanoGPT-style reference
 
     peak = peak_flops(device)
     print(f"device: {torch.cuda.get_device_name(device) if cuda else 'cpu'}; peak bf16 {peak:.3g} FLOP/s; seq {T}, batch {B}")
@@ -80,8 +82,7 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            base = build_model("ar", size, max_seq_len=T, block_size=64, **extra)
-            cfg = base.config
+            cfg = make_config("ar", size, max_seq_len=T, block_size=64, **extra)
             tokens = torch.randint(4, cfg.vocab_size, (B, T), device=device)
             if fam == "ref":
                 model = PlainLM(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, T).to(device)
@@ -97,9 +98,7 @@ def main() -> None:
                 model.check_batch(batch)
                 loss_fn = lambda m=model, b=batch: m.loss(b, 10).total  # noqa: E731
             dt = time_step(loss_fn, list(model.parameters()), steps, device)
-            flops = 6 * backbone_params(cfg) + 12 * cfg.n_layers * cfg.d_model * T  # Eq. 23
-            if "concept" in fam:
-                flops += concept_flops(model.config)  # Eq. 24
+            flops = flops_per_token_cfg(cfg if fam == "ref" else model.config, T, concept="concept" in fam)  # Eq. 23/24
             head = lm_head_flops("ar", size, max_seq_len=T, block_size=64, **extra)  # Eq. 23 leaves it out
             mem = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
             res[fam] = dt
@@ -107,10 +106,9 @@ def main() -> None:
                   f"{(flops + head) * B * T / dt / peak:7.1%} {mem:9.2f} {dt / res['ref']:7.3f}")
             del model
         print(f"{size:>6} CDLM/AR {res['cdlm'] / res['ar']:.3f} (target <= 1.1)")
-        ccfg = build_model("ar+concept", size, max_seq_len=T, block_size=64, **extra).config
-        base_m = 6 * backbone_params(ccfg) + 12 * ccfg.n_layers * ccfg.d_model * T  # Eq. 23
-        eq24 = concept_flops(ccfg) / base_m
-        stable = eq24 + 6 * ccfg.concept_rank * ccfg.n_unknown / base_m  # dense û in Table 25's stable phase
+        ccfg = make_config("ar+concept", size, max_seq_len=T, block_size=64, **extra)
+        base_m = flops_per_token_cfg(ccfg, T, concept=False)  # Eq. 23
+        eq24, stable = concept_flops(ccfg) / base_m, stable_concept_flops(ccfg) / base_m
         for b in ("ar", "cdlm"):
             over_s, over_a = res[f"{b}+concept"] / res[b] - 1, res[f"{b}+concept anneal"] / res[b] - 1
             print(f"{size:>6} {b}+concept overhead: anneal {over_a:.3f} / Eq. 24 {eq24:.3f} = {over_a / eq24:.2f}; "

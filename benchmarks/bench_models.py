@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models import build_model
-from interpscale.models.accounting import backbone_params, concept_flops
+from interpscale.models.accounting import concept_flops, flops_per_token_cfg
 from interpscale.models.types import Batch, PhaseSchedule
 
 
@@ -72,6 +72,12 @@ def make_step(model, loss_fn, compiled: bool):
         opt.step()
 
     return step
+
+
+def stable_concept_flops(cfg) -> float:
+    """Concept FLOPs per token of Table 25's stable phase: Eq. 24 plus 6·R·m. That phase has no
+    unknown top-k, so û = (u·A)·B composes all m rows, which Eq. 24 (top-k selection) leaves out."""
+    return concept_flops(cfg) + 6 * cfg.concept_rank * cfg.n_unknown
 
 
 def topk_seconds(cfg, tokens: int, clock, rounds: int) -> float:
@@ -148,11 +154,9 @@ def main() -> None:
     print(f"CDLM step / AR step                : {t['cdlm'] / t['ar']:.3f}  (target <= 1.1)")
     for rank in ranks:
         cfg = models[f"ar+concept R={rank}"].config
-        base_m = 6 * backbone_params(cfg) + 12 * L * d * T  # Eq. 23
+        base_m = flops_per_token_cfg(cfg, T, concept=False)  # Eq. 23
         predicted = concept_flops(cfg) / base_m  # Eq. 24 extra over Eq. 23
-        # Table 25 has no unknown top-k in the stable phase, so û = (u·A)·B composes all m rows:
-        # 6·R·m FLOPs per token that Eq. 24 (which assumes top-k selection) does not count
-        performed_stable = (concept_flops(cfg) + 6 * rank * cfg.n_unknown) / base_m
+        performed_stable = stable_concept_flops(cfg) / base_m
         topk = topk_seconds(cfg, B * T, clock, n_rounds)
         print(f"R={rank}: Eq. 24 predicts +{predicted:.3f}; anneal top-k (known {cfg.anneal_topk_known} of "
               f"{cfg.n_concepts}, unknown {cfg.anneal_topk_unknown} of {cfg.n_unknown}) {1e3 * topk:.1f} ms")
