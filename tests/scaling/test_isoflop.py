@@ -147,7 +147,7 @@ def test_pairs_bootstrap_option(synth):
 
 
 def test_percentile_bound_contains_every_completion():
-    from interpscale.scaling._base import percentile_ci
+    from interpscale.scaling.bootstrap import percentile_ci
 
     rng = np.random.default_rng(0)
     s = rng.normal(size=400)

@@ -19,6 +19,7 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 """
 
 from ._base import ScalingFitWarning
+from .bootstrap import KINDS as BOOTSTRAP_KINDS, Bootstrap
 from .approaches import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -34,5 +35,5 @@ __all__ = [
     "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
     "METRICS", "STEERLING_COMPUTE", "ScalingFitWarning", "epoch_grid", "coarse_grid",
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
-    "ForecastRegistry", "Forecast", "forecast_from_results", "inputs_hash",
+    "ForecastRegistry", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
 ]

@@ -1,4 +1,5 @@
-"""Shared pieces of the scaling fitters: input checks, percentile intervals, result helpers."""
+"""Shared pieces of the scaling fitters: input checks, warnings, result helpers (the bootstrap is
+``bootstrap.py``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-log = logging.getLogger("interpscale.scaling")
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, check_level  # noqa: F401  (re-exported for the fitters)
 
-DEFAULT_N_BOOT = 10_000  # paper §8.2.1 / §8.3.1: 10,000 bootstrap iterations
-DEFAULT_LEVEL = 0.90  # paper: 90% percentile intervals
+log = logging.getLogger("interpscale.scaling")
 
 
 class ScalingFitWarning(UserWarning):
@@ -68,101 +68,6 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
                     f"{what}: duplicate rows {j} and {i} (identical {', '.join(columns)}); "
                     "drop or aggregate repeated measurements first"
                 )
-
-
-def check_level(level: float) -> float:
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    return float(level)
-
-
-def percentile_ci(samples: np.ndarray, level: float, *, missing: str = "drop") -> tuple[float, float]:
-    """Percentile interval of ``samples``.
-
-    ``missing="drop"`` uses the finite entries only (nan, nan when none). ``"bound"`` keeps
-    every replicate: a non-finite entry counts as -inf for the lower limit and +inf for the
-    upper one, so the interval contains the percentile interval of *any* completion of the
-    missing replicates (never narrower than an interval that did not lose them); it is
-    infinite on a side once more than (1 - level)/2 of the replicates are missing.
-    """
-    s = np.asarray(samples, dtype=float).ravel()
-    fin = s[np.isfinite(s)]
-    q = (1.0 - level) / 2.0
-    if missing == "drop" or fin.size == s.size:
-        if fin.size == 0:
-            return (math.nan, math.nan)
-        lo, hi = np.quantile(fin, [q, 1.0 - q])
-        return (float(lo), float(hi))
-    if missing != "bound":
-        raise ValueError(f"missing must be 'drop' or 'bound', got {missing!r}")
-    lo_s = np.concatenate([np.full(s.size - fin.size, -np.inf), np.sort(fin)])
-    hi_s = np.concatenate([np.sort(fin), np.full(s.size - fin.size, np.inf)])
-    return (float(_quantile_sorted(lo_s, q)), float(_quantile_sorted(hi_s, 1.0 - q)))
-
-
-def _quantile_sorted(s: np.ndarray, q: float) -> float:
-    """numpy's default (linear) quantile of a sorted array that may hold +-inf."""
-    pos = q * (s.size - 1)
-    i = int(math.floor(pos))
-    j = min(i + 1, s.size - 1)
-    if s[i] == s[j] or pos == i:
-        return float(s[i])
-    if not np.isfinite(s[i]):  # interpolating towards a missing (-inf) replicate: stay conservative
-        return float(s[i])
-    if not np.isfinite(s[j]):
-        return float(s[j])
-    return float(s[i] + (pos - i) * (s[j] - s[i]))
-
-
-def cluster_weights(rng: np.random.Generator, groups, n_boot: int) -> np.ndarray:
-    """(n_boot, n) row multiplicities of a cluster bootstrap: whole groups (e.g. the
-    checkpoints of one run) are drawn with replacement and every row of a drawn group
-    gets that group's count."""
-    labels = np.asarray(groups)
-    if labels.ndim != 1:
-        raise ValueError(f"groups: expected a 1-D array of labels, got shape {labels.shape}")
-    _, inv = np.unique(labels.astype(str), return_inverse=True)
-    inv = np.asarray(inv).reshape(-1)
-    g = int(inv.max()) + 1 if inv.size else 0
-    if g < 2:
-        raise ValueError(f"groups: a cluster bootstrap needs at least 2 groups, got {g}")
-    counts = pairs_weights(rng, g, n_boot)  # (n_boot, g)
-    return counts[:, inv]
-
-
-def resample_noise(rng: np.random.Generator, resid: np.ndarray, shape: tuple, n_params: int) -> np.ndarray:
-    """Draws of ``shape`` from the residuals of a fit (df-inflated as in ``resample_residuals``):
-    the observation noise added to curve draws for a prediction interval."""
-    r = np.asarray(resid, float)
-    r = r[np.isfinite(r)]
-    if r.size == 0:
-        return np.zeros(shape)
-    scale = math.sqrt(r.size / (r.size - n_params)) if r.size > n_params else 1.0
-    return r[rng.integers(0, r.size, size=shape)] * scale
-
-
-def band_from_draws(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Pointwise percentile band over the bootstrap axis (axis 0) of ``draws``."""
-    q = (1.0 - check_level(level)) / 2.0
-    lo, hi = np.nanquantile(draws, [q, 1.0 - q], axis=0)
-    return lo, hi
-
-
-def resample_residuals(rng: np.random.Generator, resid: np.ndarray, n_boot: int, n_params: int) -> np.ndarray:
-    """(n_boot, n) residual draws with replacement, inflated by sqrt(n/(n-p)) for the
-    degrees of freedom the fit used (residuals of a least-squares fit are shrunk)."""
-    n = resid.size
-    scale = math.sqrt(n / (n - n_params)) if n > n_params else 1.0
-    idx = rng.integers(0, n, size=(n_boot, n))
-    return resid[idx] * scale
-
-
-def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:
-    """(n_boot, n) multiplicity counts of a pairs (case) bootstrap."""
-    idx = rng.integers(0, n, size=(n_boot, n))
-    w = np.zeros((n_boot, n))
-    np.add.at(w, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
-    return w
 
 
 def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, jsonable, percentile_ci
+from ._base import DEFAULT_LEVEL, jsonable
+from .bootstrap import percentile_ci
 from .chinchilla import ChinchillaFit, _allocation
 from .isoflop import IsoFlopFit
 

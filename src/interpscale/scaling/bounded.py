@@ -14,23 +14,8 @@ from typing import Literal
 
 import numpy as np
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    band_from_draws,
-    check_duplicates,
-    check_lengths,
-    check_level,
-    check_min_points,
-    emit,
-    fields_dict,
-    fmt_ci,
-    pairs_weights,
-    percentile_ci,
-    resample_noise,
-    resample_residuals,
-)
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_lengths, check_level, check_min_points, emit, fields_dict, fmt_ci
+from .bootstrap import band_from_draws, pairs_weights, percentile_ci, resample_noise, resample_residuals
 
 # metric -> (direction, natural bound); paper §8.3.1
 METRICS: dict[str, tuple[str, float]] = {

@@ -16,25 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    band_from_draws,
-    check_duplicates,
-    check_lengths,
-    check_level,
-    check_min_points,
-    emit,
-    fields_dict,
-    log,
-    fmt_ci,
-    cluster_weights,
-    pairs_weights,
-    percentile_ci,
-    resample_noise,
-    resample_residuals,
-)
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_lengths, check_level, check_min_points, emit, fields_dict, fmt_ci, log
+from .bootstrap import band_from_draws, cluster_weights, pairs_weights, percentile_ci, resample_noise, resample_residuals
 from ._optim import STATUS, batched_bfgs
 
 PARAM_NAMES = ("L_inf", "A_P", "A_D", "alpha", "beta")

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable, percentile_ci
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable
+from .bootstrap import percentile_ci
 from .approaches import compare_approaches
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, fit_chinchilla

@@ -27,21 +27,8 @@ import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
 from scipy.optimize import least_squares
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    check_duplicates,
-    check_level,
-    emit,
-    fields_dict,
-    fmt_ci,
-    jsonable,
-    cluster_weights,
-    percentile_ci,
-    pairs_weights,
-    resample_residuals,
-)
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_level, emit, fields_dict, fmt_ci, jsonable
+from .bootstrap import cluster_weights, pairs_weights, percentile_ci, resample_residuals
 from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
 
 

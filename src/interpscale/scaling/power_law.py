@@ -10,21 +10,8 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    band_from_draws,
-    check_lengths,
-    check_level,
-    check_min_points,
-    fields_dict,
-    fmt_ci,
-    pairs_weights,
-    percentile_ci,
-    resample_noise,
-    resample_residuals,
-)
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_lengths, check_level, check_min_points, fields_dict, fmt_ci
+from .bootstrap import band_from_draws, pairs_weights, percentile_ci, resample_noise, resample_residuals
 
 
 @dataclass(frozen=True)
