@@ -1,0 +1,325 @@
+"""The one launcher: submitit jobs on this machine (``local``), on SLURM (``slurm``) or in
+this process (``debug``), used by sweeps, ``data prepare`` and concept annotation.
+
+A bottom module: it imports the standard library and submitit only.  The API::
+
+    launcher = make_executor("local", folder, name="sweep", timeout_min=60, max_parallel=2)
+    with launcher:                       # Ctrl-C / SIGTERM / an error inside: cancel() the jobs
+        jobs = launcher.map(fn, items)   # one job per item (several iterables zip, as map_array)
+        results = launcher.wait(jobs, progress=lambda done, total: ...)  # raises JobsFailed
+
+- ``make_executor(kind, folder, *, name, timeout_min, slurm, max_parallel, tasks_per_node,
+  nodes)`` builds a :class:`Launcher` on ``submitit.AutoExecutor(cluster=kind)``.  ``kind``
+  is one of :data:`EXECUTORS` or an already configured ``submitit.Executor`` (used as is).
+  ``slurm`` is the preset's ``[launch.slurm]`` table: AutoExecutor's shared parameters
+  (``timeout_min``, ``cpus_per_task``, ``mem_gb``, ``gpus_per_node`` ...) as they are, any
+  other key as ``slurm_<key>`` (``partition``, ``account``, ``qos`` ...), and
+  ``max_array_size`` caps the array size (else ``scontrol show config``'s MaxArraySize).
+- ``Launcher.map`` bounds the local executor to ``max_parallel`` jobs at once (submitit's
+  ``LocalExecutor`` starts everything at once; ``map`` returns when the last job has
+  started) and sends SLURM jobs as arrays of at most MaxArraySize tasks, at most
+  ``max_parallel`` running (``slurm_array_parallelism``).
+- ``Launcher.wait`` waits for every job, calling ``progress(done, total)`` about once per
+  ``poll_s``, and raises :class:`JobsFailed` (every failed job's last error line) at the end.
+- ``Launcher.cancel`` stops unfinished jobs: a local job gets SIGTERM (its function, having
+  called :func:`handle_stop_signals`, saves its state and returns), then SIGKILL after
+  ``grace_s``; SLURM jobs are ``scancel``-ed.
+
+Inside a job function: :func:`handle_stop_signals` once, then poll :func:`stop_requested`
+at safe points.  In a local job SIGTERM (from ``cancel``, ``timeout`` or a scheduler) sets
+the flag instead of being ignored (submitit's default), and the job also stops when the
+launcher process has gone (``kill -9``), so no training process outlives its sweep.  On
+SLURM SIGTERM keeps submitit's meaning (the warning before USR2's checkpoint-and-requeue).
+
+Local controllers are started with SIGINT ignored, so Ctrl-C in a terminal (which signals
+the whole process group) reaches the launcher only: it cancels its jobs in order instead of
+submitit's controllers killing their tasks a second later and printing tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import submitit
+
+EXECUTORS = ("local", "slurm", "debug")
+LAUNCHER_PID_ENV = "INTERPSCALE_LAUNCHER_PID"
+# AutoExecutor's shared parameters (the rest of a [launch.slurm] table is SLURM-specific)
+_SHARED = ("timeout_min", "mem_gb", "gpus_per_node", "cpus_per_task", "nodes", "tasks_per_node", "name",
+           "stderr_to_stdout")
+_STOP = threading.Event()
+
+
+class JobsFailed(RuntimeError):
+    """Some jobs failed; ``errors`` holds one line per failed job (its last error line)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, name: str = "interpscale",
+                  timeout_min: float | None = None, slurm: dict[str, Any] | None = None, max_parallel: int = 2,
+                  tasks_per_node: int = 1, nodes: int = 1) -> "Launcher":
+    """A :class:`Launcher` writing its submitit files under ``folder`` (``%j`` is added)."""
+    slurm = dict(slurm or {})
+    if max_parallel < 1:
+        raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+    if isinstance(kind, submitit.Executor):
+        return Launcher(kind, type(kind).__name__, max_parallel, slurm.get("max_array_size"))
+    if kind not in EXECUTORS:
+        raise ValueError(f"unknown executor {kind!r}; expected one of {', '.join(EXECUTORS)}")
+    ex = submitit.AutoExecutor(folder=Path(folder) / "%j", cluster=kind)
+    timeout = slurm.pop("timeout_min", timeout_min)
+    if kind == "slurm":
+        params = {k if k in _SHARED or k.startswith("slurm_") else f"slurm_{k}": v
+                  for k, v in slurm.items() if k != "max_array_size"}
+        params.setdefault("nodes", nodes)
+        params.setdefault("tasks_per_node", tasks_per_node)
+        params.setdefault("slurm_array_parallelism", max_parallel)
+        ex.update_parameters(name=name, timeout_min=int(timeout or 60), **params)
+    elif kind == "local":
+        if nodes != 1 and tasks_per_node != 1:
+            raise ValueError("the local executor runs one node; use tasks_per_node for several tasks")
+        ex.update_parameters(name=name, timeout_min=int(timeout or 24 * 60), tasks_per_node=tasks_per_node * nodes)
+    return Launcher(ex, kind, max_parallel, slurm.get("max_array_size"))
+
+
+class Launcher:
+    """Submits, waits for and cancels the jobs of one submitit executor (see the module doc)."""
+
+    def __init__(self, executor: submitit.Executor, kind: str, max_parallel: int, max_array_size: int | None):
+        self.executor, self.kind, self.max_parallel = executor, kind, max_parallel
+        self.max_array_size = max_array_size
+        self.jobs: list[submitit.Job] = []  # every job submitted, for cancel()
+
+    @property
+    def local(self) -> bool:
+        return self.kind == "local" or isinstance(self.executor, submitit.LocalExecutor)
+
+    def submit(self, fn: Callable, *args: Any) -> submitit.Job:
+        """One job running ``fn(*args)``."""
+        with _controllers_ignore_sigint(self.local):
+            job = self.executor.submit(fn, *args)
+        self.jobs.append(job)
+        return job
+
+    def map(self, fn: Callable, *iterables: Iterable, progress: Callable[[int, int], None] | None = None,
+            poll_s: float = 0.2) -> list[submitit.Job]:
+        """One job per item; the jobs in item order.  Local: at most ``max_parallel`` at once
+        (returns when the last has started).  SLURM: arrays of at most MaxArraySize."""
+        items = list(zip(*iterables))
+        if not self.local:
+            return self._arrays(fn, items)
+        jobs: list[submitit.Job] = []
+        while len(jobs) < len(items):
+            while len(jobs) < len(items) and sum(not j.done() for j in jobs) < self.max_parallel:
+                jobs.append(self.submit(fn, *items[len(jobs)]))
+            if len(jobs) < len(items):
+                if progress is not None:
+                    progress(sum(j.done() for j in jobs), len(items))
+                time.sleep(poll_s)
+        return jobs
+
+    def _arrays(self, fn: Callable, items: list[tuple]) -> list[submitit.Job]:
+        slurm = self.kind == "slurm" or isinstance(self.executor, submitit.SlurmExecutor)
+        size = int(self.max_array_size or (max_array_size() if slurm else None) or 1000)
+        jobs: list[submitit.Job] = []
+        for i in range(0, len(items), size):  # submitit's map_array makes one array per call
+            chunk = items[i: i + size]
+            new = self.executor.map_array(fn, *zip(*chunk)) if chunk else []
+            self.jobs += new
+            jobs += new
+        return jobs
+
+    def wait(self, jobs: Sequence[submitit.Job] | None = None, progress: Callable[[int, int], None] | None = None,
+             poll_s: float = 1.0) -> list[Any]:
+        """Every job's result, in order, once all have ended; :class:`JobsFailed` lists the
+        failures (the others' results are lost to the caller but their work is kept)."""
+        jobs = list(self.jobs if jobs is None else jobs)
+        if self.kind != "debug" and not isinstance(self.executor, submitit.DebugExecutor):
+            while not all(j.done() for j in jobs):
+                if progress is not None:
+                    progress(sum(j.done() for j in jobs), len(jobs))
+                time.sleep(poll_s)
+        results, errors = [], []
+        for j in jobs:
+            try:
+                results.append(j.result())
+            except Exception as exc:  # keep collecting; report every failure at the end
+                results.append(None)
+                errors.append(f"job {j.job_id}: {job_error(exc)}")
+        if progress is not None:
+            progress(len(jobs), len(jobs))
+        if errors:
+            raise JobsFailed(errors)
+        return results
+
+    def cancel(self, jobs: Sequence[submitit.Job] | None = None, grace_s: float = 60.0) -> None:
+        """Stop every unfinished job: local ones by SIGTERM (they save and return), killed
+        after ``grace_s``; SLURM ones by ``scancel``.  Waits until local ones have ended."""
+        live = [j for j in (self.jobs if jobs is None else jobs) if not _ended(j)]
+        if not self.local:
+            for j in live:
+                j.cancel(check=False)
+            return
+        for j in live:
+            _signal(int(j.job_id), signal.SIGTERM)  # the controller forwards it to its tasks
+        deadline = time.monotonic() + grace_s
+        while any(not _ended(j) for j in live) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for j in live:
+            if not _ended(j):
+                pid = int(j.job_id)
+                for child in _children(pid):
+                    _signal(child, signal.SIGKILL)
+                _signal(pid, signal.SIGKILL)
+                _ended(j)
+
+    def __enter__(self) -> "Launcher":
+        self._term = _sigterm_raises()
+        self._term.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._term.__exit__(None, None, None)  # a second SIGTERM while cancelling ends the launcher
+        if exc_type is not None:
+            self.cancel()
+
+
+def _ended(job: submitit.Job) -> bool:
+    try:
+        return job.done()
+    except Exception:  # noqa: BLE001 -- a job whose state cannot be read is not ours to wait on
+        return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in task.read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+@contextmanager
+def _controllers_ignore_sigint(local: bool) -> Iterator[None]:
+    """Start local controllers with SIGINT ignored (inherited through exec; Python keeps an
+    ignored SIGINT ignored), so a terminal's Ctrl-C reaches only the launcher."""
+    main = threading.current_thread() is threading.main_thread()
+    if not (local and main):
+        yield
+        return
+    env = os.environ.get(LAUNCHER_PID_ENV)
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the jobs watch this process (kill -9)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if env is None:
+            os.environ.pop(LAUNCHER_PID_ENV, None)
+        else:
+            os.environ[LAUNCHER_PID_ENV] = env
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """In the launcher: SIGTERM raises KeyboardInterrupt, so it cancels the jobs as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def interruptible() -> Any:
+    """A context in which SIGTERM raises KeyboardInterrupt (for launchers outside ``with Launcher``)."""
+    return _sigterm_raises()
+
+
+# -- inside a job ---------------------------------------------------------------------------
+def handle_stop_signals(watch_s: float = 1.0) -> None:
+    """Call first in a job function.  In a local submitit job SIGTERM and SIGINT set the flag
+    :func:`stop_requested` reads (instead of submitit ignoring SIGTERM), and a watcher thread
+    sets it when the launcher process has gone; elsewhere (SLURM, debug, no job) nothing changes."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "local" or threading.current_thread() is not threading.main_thread():
+        return
+    _STOP.clear()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: _STOP.set())
+    launcher = int(os.environ.get(LAUNCHER_PID_ENV, "0"))
+    controller = os.getppid()
+
+    def watch() -> None:
+        while not _STOP.is_set():
+            if os.getppid() != controller or (launcher and not _alive(launcher)):
+                _STOP.set()
+            time.sleep(watch_s)
+
+    threading.Thread(target=watch, name="interpscale-launcher-watch", daemon=True).start()
+
+
+def stop_requested() -> bool:
+    """True once this job has been asked to stop (see :func:`handle_stop_signals`)."""
+    return _STOP.is_set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")  # a zombie (killed, not yet reaped) is gone for our purpose
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# -- helpers --------------------------------------------------------------------------------
+def job_error(exc: BaseException) -> str:
+    """The last line of a failed job's traceback that names the error (the message itself)."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error:" in ln:
+            return ln.split("Error:", 1)[1].strip()
+    return lines[-1] if lines else repr(exc)
+
+
+def max_array_size() -> int | None:
+    """MaxArraySize from ``scontrol show config`` (array indices must be < it); None without SLURM."""
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if line.strip().startswith("MaxArraySize"):
+            return max(1, int(line.split("=")[1]) - 1)
+    return None
