@@ -1,0 +1,257 @@
+"""Stage 3 (§4.2.3, §4.5.1): a multi-label annotator trained on the tagged sample, applied
+to the whole corpus streaming, one task per chunk file.
+
+Targets. A sampled chunk's positives are the concepts it inherits from its tags
+(``library.inherit``); every other concept is *unlabeled*, not negative (the paper:
+"positive-only supervision").
+
+Loss: the non-negative PU risk of Kiryo et al. (2017) with the logistic loss ℓ, per
+concept k with class prior π_k, P the labeled positives and U the whole sample (the
+marginal):
+
+    R_k(f) = π_k E_P[ℓ(f, +1)] + max(0, E_U[ℓ(f, -1)] - π_k E_P[ℓ(f, -1)])
+
+Why: treating unlabeled chunks as negatives (plain BCE) learns P(labeled | x), which is
+biased low wherever tagging missed a concept; the unbiased PU risk (du Plessis et al.
+2015) corrects that but its negative-class term can go below zero and a flexible model
+then overfits, which the max(0, ·) of nnPU prevents (the paper's Stage 3 uses nnPU for
+the same reason). π_k = (labeled rate of k) / ``label_frequency`` (the share of true
+positives the tags catch; 0.9 by default).
+
+Features: hashed word uni- and bigrams (scikit-learn's stateless HashingVectorizer, so
+the whole corpus is featurised in constant memory; only the columns seen in training
+carry weights), or the embedding endpoint's vectors. Model: one linear score per concept,
+trained with Adam. Thresholds: per concept on a held-out split of the tagged sample,
+maximising the PU criterion recall² / P(ŷ = 1) of Lee & Liu (2003), computable without
+negatives (recall on the held-out labeled positives, P(ŷ = 1) over all held-out chunks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from interpscale._atomic import atomic_path
+from interpscale.concepts.library import inherit, library_tag_map, read_library
+from interpscale.concepts.store import ANNOTATOR, LABELLED, iter_doc_chunks, manifest, read_json, write_json
+from interpscale.concepts.tag import flat_tags, read_tags
+from interpscale.errors import FailedWork, UserError
+
+log = logging.getLogger(__name__)
+
+N_FEATURES = 1 << 20
+APPLY_BATCH = 512  # chunks featurised and scored at once
+
+
+@dataclass(frozen=True)
+class AnnotatorOptions:
+    label_frequency: float = 0.9
+    heldout: float = 0.2
+    epochs: int = 60
+    lr: float = 0.05
+    weight_decay: float = 1e-4
+    max_concepts: int = 8  # per chunk (the paper caps predictions per domain)
+    min_concepts: int = 1  # a chunk with no concept over its threshold keeps its best one
+    min_heldout_positives: int = 3  # fewer: threshold at score 0 (probability 1/2)
+    seed: int = 0
+
+
+def featurizer():
+    """Hashed uni- and bigram counts, sublinear tf, L2-normalised rows (stateless)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    return HashingVectorizer(n_features=N_FEATURES, ngram_range=(1, 2), alternate_sign=False, norm="l2",
+                             lowercase=True, token_pattern=r"(?u)\b\w\w+\b")
+
+
+def _logistic(z: np.ndarray) -> np.ndarray:  # ℓ(z, +1) = log(1 + e^{-z})
+    return np.logaddexp(0.0, -z)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def nnpu_step(z: np.ndarray, y: np.ndarray, prior: np.ndarray) -> tuple[float, np.ndarray]:
+    """nnPU risk (module doc) summed over concepts, and dR/dz. z, y: [n, K]; prior: [K]."""
+    n_pos = np.maximum(y.sum(0), 1.0)
+    n = z.shape[0]
+    lp, ln = _logistic(z), _logistic(-z)  # ℓ(z,+1), ℓ(z,-1)
+    r_pos = prior * (lp * y).sum(0) / n_pos
+    r_neg = ln.sum(0) / n - prior * (ln * y).sum(0) / n_pos
+    active = r_neg > 0  # max(0, .): the negative part stops pushing once it would go below zero
+    s = _sigmoid(z)
+    g = prior * (-(1 - s)) * y / n_pos  # d ℓ(z,+1)/dz = -(1 - σ(z))
+    g = g + active * (s / n - prior * s * y / n_pos)  # d ℓ(z,-1)/dz = σ(z)
+    return float((r_pos + np.maximum(r_neg, 0)).sum()), g
+
+
+def train_linear(x, y: np.ndarray, prior: np.ndarray, opts: AnnotatorOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Weights [d, K] and biases [K] minimising the nnPU risk with full-batch Adam."""
+    d, k = x.shape[1], y.shape[1]
+    w, b = np.zeros((d, k)), np.zeros(k)
+    mw, vw, mb, vb = np.zeros_like(w), np.zeros_like(w), np.zeros_like(b), np.zeros_like(b)
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    for t in range(1, opts.epochs + 1):
+        _, g = nnpu_step(x @ w + b, y, prior)
+        gw, gb = x.T @ g + opts.weight_decay * w, g.sum(0)
+        mw, vw = b1 * mw + (1 - b1) * gw, b2 * vw + (1 - b2) * gw * gw
+        mb, vb = b1 * mb + (1 - b1) * gb, b2 * vb + (1 - b2) * gb * gb
+        c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+        w -= opts.lr * (mw / c1) / (np.sqrt(vw / c2) + eps)
+        b -= opts.lr * (mb / c1) / (np.sqrt(vb / c2) + eps)
+    return w, b
+
+
+def pu_thresholds(z: np.ndarray, y: np.ndarray, min_pos: int) -> np.ndarray:
+    """Per concept, the score threshold maximising recall² / P(ŷ=1) (Lee & Liu 2003) on held-out data."""
+    th = np.zeros(z.shape[1])
+    for k in range(z.shape[1]):
+        pos = z[y[:, k] > 0, k]
+        if len(pos) < min_pos:
+            continue
+        best = -1.0
+        for t in np.unique(pos):
+            rec = float((pos >= t).mean())
+            rate = float((z[:, k] >= t).mean())
+            crit = rec * rec / max(rate, 1e-12)
+            if crit > best:
+                best, th[k] = crit, t
+    return th
+
+
+@dataclass
+class Annotator:
+    """A trained annotator: linear scores over the hashed columns seen in training."""
+
+    cols: np.ndarray  # hashed feature ids with weights, sorted
+    w: np.ndarray  # [len(cols), K]
+    b: np.ndarray  # [K]
+    thresholds: np.ndarray  # [K]
+    labels: list[str]
+    max_concepts: int = 8
+    min_concepts: int = 1
+
+    def scores(self, texts: Sequence[str]) -> np.ndarray:
+        x = featurizer().transform(texts)[:, self.cols]
+        return np.asarray(x @ self.w) + self.b
+
+    def predict(self, texts: Sequence[str]) -> list[list[str]]:
+        """Each chunk's concepts, most confident first (margin over its threshold)."""
+        z = self.scores(texts) - self.thresholds
+        out = []
+        for row in z:
+            order = np.argsort(-row, kind="stable")
+            keep = [int(i) for i in order[: self.max_concepts] if row[i] >= 0]
+            if len(keep) < self.min_concepts:
+                keep = [int(i) for i in order[: self.min_concepts]]
+            out.append([self.labels[i] for i in keep])
+        return out
+
+    def save(self, folder: Path, meta: dict) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(folder / "model.npz", suffix=".npz") as tmp:
+            np.savez(tmp, cols=self.cols, w=self.w.astype(np.float32), b=self.b, thresholds=self.thresholds)
+        write_json(folder / "meta.json", {"labels": self.labels, "max_concepts": self.max_concepts,
+                                          "min_concepts": self.min_concepts, **meta})
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> "Annotator":
+        folder = Path(folder)
+        meta = read_json(folder / "meta.json", "annotate")
+        with np.load(folder / "model.npz", allow_pickle=False) as z:
+            return cls(z["cols"], z["w"].astype(np.float64), z["b"], z["thresholds"], meta["labels"],
+                       meta["max_concepts"], meta["min_concepts"])
+
+
+def training_set(out: Path) -> tuple[list[str], np.ndarray, list[str]]:
+    """Texts of the tagged sample, their inherited positives [n, K], concept labels."""
+    lib = read_library(out)
+    tag_map = library_tag_map(lib)
+    labels = [c["label"] for c in lib["concepts"]]
+    recs = [r for r in read_tags(out) if r["tags"] is not None]
+    y = np.zeros((len(recs), len(labels)))
+    for i, r in enumerate(recs):
+        y[i, inherit(flat_tags(r["tags"]), tag_map, lib.get("min_tags", 2))] = 1.0
+    return [r["text"] for r in recs], y, labels
+
+
+def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions()) -> dict:
+    """Stage 3, training: DIR/annotator/ (model.npz, meta.json); returns the meta."""
+    out = Path(out)
+    texts, y, labels = training_set(out)
+    if not labels:
+        raise UserError(f"{out}: the concept library is empty; nothing to annotate with")
+    rng = np.random.default_rng([opts.seed, 3])
+    held = rng.random(len(texts)) < opts.heldout
+    x_all = featurizer().transform(texts)
+    cols = np.unique(x_all[~held].indices)
+    x = x_all[:, cols].tocsr()
+    prior = np.clip(y[~held].mean(0) / opts.label_frequency, 1e-4, 0.5)
+    w, b = train_linear(x[~held], y[~held], prior, opts)
+    th = pu_thresholds(np.asarray(x[held] @ w) + b, y[held], opts.min_heldout_positives)
+    ann = Annotator(cols, w, b, th, labels, opts.max_concepts, opts.min_concepts)
+    meta = {"options": asdict(opts), "n_train": int((~held).sum()), "n_heldout": int(held.sum()),
+            "prior": prior.round(5).tolist(), "heldout_positives": y[held].sum(0).astype(int).tolist(),
+            "heldout_ids": [int(i) for i in np.flatnonzero(held)],
+            "loss": "nnPU (Kiryo et al. 2017), logistic loss; thresholds: recall^2/P(yhat=1) (Lee & Liu 2003)"}
+    ann.save(out / ANNOTATOR, meta)
+    return meta
+
+
+def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
+    """One chunk file → its labelled file, streamed in batches (constant memory); one task."""
+    ann = Annotator.load(annotator_dir)
+    n_docs = n_chunks = n_labels = 0
+    with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        batch: list[tuple[int, list[str]]] = []
+
+        def flush() -> None:
+            nonlocal n_labels
+            texts = [t for _, ts in batch for t in ts]
+            preds = iter(ann.predict(texts)) if texts else iter(())
+            for _, ts in batch:
+                chunks = [{"text": t, "concepts": next(preds)} for t in ts]
+                n_labels += sum(len(c["concepts"]) for c in chunks)
+                fh.write(json.dumps({"chunks": chunks}, ensure_ascii=False) + "\n")
+            batch.clear()
+
+        for d, texts in iter_doc_chunks(Path(src)):
+            batch.append((d, texts))
+            n_docs += 1
+            n_chunks += len(texts)
+            if sum(len(ts) for _, ts in batch) >= APPLY_BATCH:
+                flush()
+        flush()
+    return {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels}
+
+
+def annotate_corpus(out: str | os.PathLike, *, executor: str = "inline", slurm: dict | None = None,
+                    max_parallel: int = 2, progress: Optional[Callable[[int, int], None]] = None) -> list[dict]:
+    """Stage 3, application: DIR/labelled/NNNNN.jsonl for every chunk file, one task per file
+    (``inline`` in this process, else a job of ``interpscale.executors``)."""
+    from interpscale.executors import EXECUTORS, JobsFailed, make_executor
+
+    out = Path(out)
+    if executor not in ("inline", *EXECUTORS):
+        raise UserError(f"unknown executor {executor!r}; expected one of {('inline', *EXECUTORS)}")
+    read_json(out / ANNOTATOR / "meta.json", "annotate")
+    files = [f["output"] for f in manifest(out)["files"]]
+    (out / LABELLED).mkdir(parents=True, exist_ok=True)
+    args = [(str(out / ANNOTATOR), str(out / "chunks" / f), str(out / LABELLED / f)) for f in files]
+    if executor == "inline":
+        return [annotate_file(*a) for a in args]
+    launcher = make_executor(executor, out / ".submitit", name="concepts-annotate", slurm=slurm,
+                             max_parallel=max_parallel)
+    with launcher:
+        jobs = launcher.map(annotate_file, *zip(*args))
+        try:
+            return launcher.wait(jobs, progress=progress)
+        except JobsFailed as exc:
+            raise FailedWork(f"{len(exc.errors)} annotation task(s) failed (finished files are kept):\n{exc}") from None

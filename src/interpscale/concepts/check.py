@@ -1,0 +1,84 @@
+"""The honest check: recovered concepts against known chunk labels.
+
+- ``mean_best_f1``: for each true concept, the best F1 of chunk membership over the
+  recovered concepts, averaged over true concepts (``per_concept`` lists each, with the
+  recovered concept it matched);
+- ``ami``: adjusted mutual information (scikit-learn) between the true and the recovered
+  assignment of the chunks that carry exactly one true concept; a chunk's recovered
+  assignment is its first (most confident) concept, or "none".
+
+Chunks are aligned in order: the i-th chunk of the labelled files is the i-th chunk of
+the truth file(s).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from interpscale.concepts.store import LABELLED, manifest
+from interpscale.errors import UserError
+
+
+def iter_labels(path: str | os.PathLike) -> Iterator[list[str]]:
+    """Each chunk's concept labels of a labelled JSONL (``{"chunks": [{"text", "concepts"}]}``)."""
+    from interpscale.data.sources import iter_documents
+
+    for doc in iter_documents(path, "jsonl"):
+        for _, labs in doc.chunks:
+            yield list(labs)
+
+
+def best_match_f1(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict:
+    """``{"mean_best_f1", "per_concept": {true: {"f1", "match", "support"}}}`` of chunk membership."""
+    t_names = sorted({c for ls in truth for c in ls})
+    p_names = sorted({c for ls in pred for c in ls})
+    n = len(truth)
+    tm = np.zeros((len(t_names), n), bool)
+    pm = np.zeros((len(p_names), n), bool)
+    ti = {c: i for i, c in enumerate(t_names)}
+    pi = {c: i for i, c in enumerate(p_names)}
+    for j, (ts, ps) in enumerate(zip(truth, pred)):
+        tm[[ti[c] for c in ts], j] = True
+        pm[[pi[c] for c in ps], j] = True
+    inter = tm.astype(np.int64) @ pm.T.astype(np.int64)  # [true, pred]
+    f1 = 2 * inter / np.maximum(tm.sum(1)[:, None] + pm.sum(1)[None, :], 1)
+    per = {}
+    for i, c in enumerate(t_names):
+        b = int(np.argmax(f1[i])) if len(p_names) else -1
+        per[c] = {"f1": round(float(f1[i, b]) if b >= 0 else 0.0, 4), "match": p_names[b] if b >= 0 else None,
+                  "support": int(tm[i].sum())}
+    mean = float(np.mean([v["f1"] for v in per.values()])) if per else 0.0
+    return {"mean_best_f1": round(mean, 4), "per_concept": per}
+
+
+def ami(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    pairs = [(ts[0], ps[0] if ps else "none") for ts, ps in zip(truth, pred) if len(ts) == 1]
+    if not pairs:
+        return float("nan")
+    return float(adjusted_mutual_info_score([a for a, _ in pairs], [b for _, b in pairs]))
+
+
+def check(out: str | os.PathLike, truth_paths: Sequence[str | os.PathLike]) -> dict:
+    """Compare DIR/labelled/ with the truth file(s), chunk by chunk in order."""
+    from interpscale.data.sources import expand_sources
+
+    out = Path(out)
+    files = [out / LABELLED / f["output"] for f in manifest(out)["files"]]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise UserError(f"{missing[0]}: missing; run `interpscale concepts annotate {out}` first")
+    pred = [ls for f in files for ls in iter_labels(f)]
+    truth = [ls for p in expand_sources(truth_paths) for ls in iter_labels(p)]
+    if len(truth) != len(pred):
+        raise UserError(f"{truth_paths[0]}: {len(truth)} chunks but {out / LABELLED} has {len(pred)}; "
+                        "the truth must list the same chunks in the same order")
+    res = best_match_f1(truth, pred)
+    return {"mean_best_f1": res["mean_best_f1"], "ami": round(ami(truth, pred), 4), "n_chunks": len(truth),
+            "n_true_concepts": len(res["per_concept"]), "n_recovered_concepts": len({c for ls in pred for c in ls}),
+            "per_concept": res["per_concept"]}

@@ -1,0 +1,265 @@
+"""Stage 2 (§4.2.2): tags → a deduplicated library of concepts with semantic cards.
+
+1. tags normalised, kept with support ≥ ``min_tag_support`` chunks;
+2. embedded: the judge endpoint's ``/embeddings``, or offline the truncated SVD of the
+   tag–chunk PPMI matrix, PPMI(t, c) = max(0, log P(t, c) / (P(t) P(c)));
+3. k-means (scikit-learn) over the unit-norm embeddings; ``k`` given, or the best
+   silhouette over a grid (§4.2.2 sweeps k and reads silhouette and coherence);
+4. filters: a cluster needs ``min_support`` chunks and a coherence (mean cosine of its
+   tags to their centroid) of ``min_coherence``;
+5. a semantic card per cluster: the LLM's name and description from its representative
+   tags, or offline its most central tags; characteristic words = its central tags;
+6. deduplication: cards whose centroids are within cosine ``dedupe_cos`` or whose chunk
+   sets overlap by Jaccard ≥ ``dedupe_jaccard`` are merged (connected components of
+   that graph; the paper uses Louvain communities on a k-NN graph, App. C).
+
+A chunk inherits concept c when at least ``min_tags`` of its tags fall in c's cluster
+(§4.2.3: tag → cluster → concept inheritance; one stray tag is not enough).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from interpscale.concepts.store import CONCEPTS_FILE, LIBRARY, write_json
+from interpscale.concepts.tag import flat_tags, read_tags
+from interpscale.errors import UserError
+
+log = logging.getLogger(__name__)
+
+K_GRID = (4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128)
+
+
+@dataclass(frozen=True)
+class LibraryOptions:
+    n_concepts: Optional[int] = None  # k; None: best silhouette over K_GRID
+    min_tag_support: int = 3
+    min_tags: int = 2  # tags of a chunk in a cluster for the chunk to inherit it
+    min_support: int = 5
+    min_coherence: float = 0.2
+    dedupe_cos: float = 0.9
+    dedupe_jaccard: float = 0.8
+    dim: int = 128  # SVD factors computed; the eigengap picks how many are kept
+    n_words: int = 8
+    seed: int = 0
+
+
+@dataclass
+class Library:
+    """The clustering behind a concept library: which tags make each concept."""
+
+    cards: list[dict]
+    tags: list[list[str]]  # member tags per concept, most central first
+    stats: list[dict]  # support, coherence per concept
+    dropped: list[dict] = field(default_factory=list)
+    k: int = 0
+    silhouette: dict[str, float] = field(default_factory=dict)
+    embedding: str = ""
+    min_tags: int = 2
+
+    def tag_map(self) -> dict[str, int]:
+        return {t: c for c, ts in enumerate(self.tags) for t in ts}
+
+    def to_dict(self) -> dict:
+        return {"k": self.k, "min_tags": self.min_tags, "silhouette": self.silhouette, "embedding": self.embedding,
+                "concepts": [{**card, "tags": ts, **st} for card, ts, st in zip(self.cards, self.tags, self.stats)],
+                "dropped": self.dropped}
+
+
+def inherit(tags: Sequence[str], tag_map: dict[str, int], min_tags: int) -> list[int]:
+    """Concepts a chunk inherits from its tags: those holding ≥ ``min_tags`` of them."""
+    hits = Counter(tag_map[t] for t in tags if t in tag_map)
+    return sorted(c for c, n in hits.items() if n >= min_tags)
+
+
+def ppmi_embeddings(chunk_tags: Sequence[Sequence[int]], n_tags: int, dim: int, seed: int
+                    ) -> tuple[np.ndarray, int]:
+    """Unit tag vectors U_d·sqrt(S_d) from the truncated SVD of the tag–chunk PPMI matrix,
+    and d: the number of factors kept, at the largest ratio of consecutive singular values
+    among the first ``dim`` (the eigengap heuristic; von Luxburg 2007, §8.3)."""
+    from scipy import sparse
+    from sklearn.decomposition import TruncatedSVD
+
+    rows = np.array([t for ts in chunk_tags for t in ts], dtype=np.int64)
+    cols = np.array([c for c, ts in enumerate(chunk_tags) for _ in ts], dtype=np.int64)
+    a = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n_tags, len(chunk_tags)))
+    total = a.sum()
+    pt, pc = np.asarray(a.sum(1)).ravel() / total, np.asarray(a.sum(0)).ravel() / total
+    coo = a.tocoo()
+    pmi = np.log(coo.data / total / (pt[coo.row] * pc[coo.col]))
+    m = sparse.csr_matrix((np.maximum(pmi, 0.0), (coo.row, coo.col)), shape=a.shape)
+    k = max(3, min(dim, n_tags - 1, len(chunk_tags) - 1))
+    svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=7)
+    u = svd.fit_transform(m)  # = U·S
+    sv = np.maximum(svd.singular_values_, 1e-12)
+    d = int(np.argmax(sv[1:-1] / sv[2:])) + 2  # keep >= 2 factors
+    return _unit(u[:, :d] / np.sqrt(sv[:d])), d
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def cluster(emb: np.ndarray, k: Optional[int], seed: int, hint: Optional[int] = None
+            ) -> tuple[np.ndarray, int, dict[str, float]]:
+    """k-means labels over unit tag vectors, the k used, and the silhouette (cosine) of
+    each k tried: ``k`` if given, else ``K_GRID`` plus ``hint`` (the eigengap's d)."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    grid = [k] if k else sorted({g for g in (*K_GRID, hint or 0) if 2 <= g < len(emb) // 3}) or [max(2, len(emb) // 3)]
+    best, scores = None, {}
+    sub = np.random.default_rng(seed).choice(len(emb), size=min(len(emb), 4000), replace=False)  # O(n^2) score
+    for g in grid:
+        if g > len(emb):
+            raise UserError(f"{g} concepts asked for but only {len(emb)} tags pass the support filter")
+        lab = KMeans(n_clusters=g, n_init=4, random_state=seed).fit_predict(emb)
+        s = float(silhouette_score(emb[sub], lab[sub], metric="cosine")) if 1 < g < len(sub) else 0.0
+        scores[str(g)] = round(s, 4)
+        if best is None or s > best[2]:
+            best = (lab, g, s)
+    assert best is not None
+    return best[0], best[1], scores
+
+
+def offline_card(tags: Sequence[str], n_words: int) -> dict:
+    """A card from a cluster's most central tags: the label names the top two."""
+    label = " / ".join(tags[:2])
+    shown = ", ".join(tags[:3])
+    return {"label": label, "description": f"Text about {shown}.", "words": list(tags[:n_words])}
+
+
+def _components(n: int, edges: Sequence[tuple[int, int]]) -> list[list[int]]:
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in edges:
+        parent[find(a)] = find(b)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(), *,
+                  embed: Optional[Callable[[list[str]], np.ndarray]] = None,
+                  name: Optional[Callable[[list[list[str]]], list[Optional[dict]]]] = None) -> Library:
+    """Stage 2 over DIR/tags.jsonl; writes DIR/library/ and DIR/concepts.json."""
+    out = Path(out)
+    chunk_tags = [flat_tags(r["tags"]) for r in read_tags(out) if r["tags"] is not None]
+    support = Counter(t for ts in chunk_tags for t in ts)
+    vocab = sorted(t for t, n in support.items() if n >= opts.min_tag_support)
+    if len(vocab) < 4:
+        raise UserError(f"{out / 'tags.jsonl'}: only {len(vocab)} tags occur in >= {opts.min_tag_support} chunks; "
+                        "tag a larger sample (--sample) or lower --min-tag-support")
+    index = {t: i for i, t in enumerate(vocab)}
+    members = [[index[t] for t in ts if t in index] for ts in chunk_tags]
+    if embed is None:
+        emb, d = ppmi_embeddings(members, len(vocab), opts.dim, opts.seed)
+        how = f"offline: {d} SVD factors of the tag-chunk PPMI matrix"
+    else:
+        emb, d, how = _unit(np.asarray(embed(vocab), dtype=np.float64)), None, "judge endpoint /embeddings"
+    labels, k, sil = cluster(emb, opts.n_concepts, opts.seed, hint=d)
+    groups = _clusters(vocab, emb, labels, k, members, support, opts)
+    lib = _finish(groups, emb, vocab, members, opts, name)
+    lib.k, lib.silhouette, lib.embedding, lib.min_tags = k, sil, how, opts.min_tags
+    write_json(out / LIBRARY / "library.json", lib.to_dict())
+    from interpscale.data.corpus import write_concepts
+
+    write_concepts(lib.cards, out / CONCEPTS_FILE)
+    log.info("library: k=%d, %d concepts kept, %d dropped", k, len(lib.cards), len(lib.dropped))
+    return lib
+
+
+def _clusters(vocab, emb, labels, k, members, support, opts) -> tuple[list[dict], list[dict]]:
+    """Clusters that pass the support and coherence filters, and the dropped ones."""
+    kept, dropped = [], []
+    for c in range(k):
+        idx = np.flatnonzero(labels == c)
+        cen = emb[idx].mean(0)
+        cen_u = cen / max(np.linalg.norm(cen), 1e-12)
+        cos = emb[idx] @ cen_u
+        order = idx[np.argsort(-(cos * np.log1p([support[vocab[i]] for i in idx])))]
+        tags = [vocab[i] for i in order]
+        tagset = set(int(i) for i in idx)
+        chunks = {j for j, ms in enumerate(members) if sum(m in tagset for m in ms) >= opts.min_tags}
+        rec = {"tags": tags, "support": len(chunks), "coherence": round(float(cos.mean()), 4),
+               "centroid": cen_u, "chunks": chunks}
+        if len(chunks) < opts.min_support:
+            dropped.append({"tags": tags[:10], "why": f"support {len(chunks)} < {opts.min_support}"})
+        elif rec["coherence"] < opts.min_coherence:
+            dropped.append({"tags": tags[:10], "why": f"coherence {rec['coherence']} < {opts.min_coherence}"})
+        else:
+            kept.append(rec)
+    return kept, dropped
+
+
+def _finish(groups, emb, vocab, members, opts, name) -> Library:
+    """Cards for the kept clusters, near-duplicates merged."""
+    kept, dropped = groups
+    n = len(kept)
+    edges = []
+    for a in range(n):
+        for b in range(a + 1, n):
+            ca, cb = kept[a]["chunks"], kept[b]["chunks"]
+            jac = len(ca & cb) / max(1, len(ca | cb))
+            if float(kept[a]["centroid"] @ kept[b]["centroid"]) >= opts.dedupe_cos or jac >= opts.dedupe_jaccard:
+                edges.append((a, b))
+    merged = []
+    for comp in _components(n, edges):
+        recs = [kept[i] for i in comp]
+        if len(recs) == 1:
+            merged.append(recs[0])
+            continue
+        tags = [t for r in sorted(recs, key=lambda r: -r["support"]) for t in r["tags"]]
+        chunks = set().union(*(r["chunks"] for r in recs))
+        merged.append({"tags": tags, "support": len(chunks), "coherence": min(r["coherence"] for r in recs),
+                       "chunks": chunks, "merged_from": len(recs)})
+    named = name([m["tags"][:50] for m in merged]) if name is not None else [None] * len(merged)
+    cards = []
+    for m, nm in zip(merged, named):
+        card = offline_card(m["tags"], opts.n_words)
+        if nm is not None:
+            card.update(label=nm["name"], description=nm["description"])
+        cards.append(card)
+    _unique_labels(cards)
+    stats = [{"support": m["support"], "coherence": m["coherence"], "merged_from": m.get("merged_from", 1)}
+             for m in merged]
+    return Library(cards, [m["tags"] for m in merged], stats, dropped)
+
+
+def _unique_labels(cards: list[dict]) -> None:
+    """``data prepare --concepts`` needs distinct labels: repeats get ``(2)``, ``(3)``."""
+    seen: Counter[str] = Counter()
+    for c in cards:
+        seen[c["label"]] += 1
+        if seen[c["label"]] > 1:
+            c["label"] = f"{c['label']} ({seen[c['label']]})"
+
+
+def read_library(out: str | os.PathLike) -> dict:
+    from interpscale.concepts.store import read_json
+
+    return read_json(Path(out) / LIBRARY / "library.json", "library")
+
+
+def library_tag_map(lib: dict) -> dict[str, int]:
+    return {t: c for c, con in enumerate(lib["concepts"]) for t in con["tags"]}
+
+
+def card_texts(cards: Sequence[dict]) -> list[str]:
+    return [f"{c['label']}: {c['description']}" for c in cards]
+
+
