@@ -47,7 +47,7 @@ def test_a_registered_estimator_runs_by_name(unigram, make_batches):
 
 
 def _tokenizer():
-    from interpscale.orchestration.data import train_tokenizer
+    from interpscale.data.tokenizer import train_tokenizer
 
     return train_tokenizer([TEXT] * 4, vocab_size=64)
 
@@ -90,7 +90,7 @@ def test_bpb_on_a_known_text():
 def test_evaluate_writes_bpb_next_to_loss(tmp_path):
     from interpscale.models import flops_per_token, params_nonembedding
     from interpscale.orchestration import RunSpec, evaluate_run, train_run
-    from interpscale.orchestration.trainer import open_data
+    from interpscale.data import open_data
 
     torch.set_num_threads(1)
     seq, bt, steps, over = 32, 4 * 32, 4, {"vocab_size": 128}

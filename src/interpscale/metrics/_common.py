@@ -9,7 +9,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, ModelOutput
+from interpscale.models.types import SPECIAL_IDS, Batch, ModelOutput
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -36,7 +36,7 @@ def special_id(model: nn.Module, name: str) -> int:
     value = getattr(cfg, name, None)
     if value is None and name == "mask_id":
         value = getattr(cfg, "mask_token_id", None)  # zoo configs' name for it
-    return {"pad_id": PAD_ID, "eos_id": EOS_ID, "eoc_id": EOC_ID, "mask_id": MASK_ID}[name] if value is None else int(value)
+    return SPECIAL_IDS[name.removesuffix("_id")] if value is None else int(value)
 
 
 def special_ids(model: nn.Module) -> frozenset[int]:

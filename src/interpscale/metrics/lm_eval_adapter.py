@@ -25,6 +25,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 from tqdm.auto import tqdm  # noqa: E402
 
 from interpscale._atomic import atomic_write_text
+from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
 from interpscale.metrics._common import family_name, is_diffusion, model_device, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 
@@ -48,16 +49,6 @@ def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
         f"no tokenizer.json found next to {ck} or in its run directory {ck.parent.parent}; "
         f"pass tokenizer=PATH in model_args"
     )
-
-
-def _load_tokenizer(tok):
-    if isinstance(tok, (str, Path)):
-        from tokenizers import Tokenizer
-
-        if not Path(tok).is_file():
-            raise ValueError(f"tokenizer file {tok} does not exist")
-        return Tokenizer.from_file(str(tok))
-    return tok
 
 
 # args the harness itself passes to every model class; they mean nothing here
@@ -100,7 +91,7 @@ class _InterpscaleLM(LM):
                 raise ValueError(f"{self.NAME}: pass tokenizer= with a model object")
             tokenizer = find_tokenizer(path)
         self.model = model
-        self.tok = _load_tokenizer(tokenizer)
+        self.tok = load_tokenizer(tokenizer, add_specials=False)
         self._device = model_device(model)
         self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
         self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from interpscale.data.tokenizer import load_tokenizer
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, resolve_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
@@ -35,14 +36,6 @@ def load_concept_cards(path: str | Path) -> list[ConceptCard]:
         except ValueError as exc:
             raise ValueError(f"{path}: concept {i}: {exc}") from None
     return cards
-
-
-def load_tokenizer(path: str | Path):
-    from tokenizers import Tokenizer
-
-    if not Path(path).is_file():
-        raise ValueError(f"no tokenizer at {path}")
-    return Tokenizer.from_file(str(path))
 
 
 def _decode(tokenizer: Any, ids: Sequence[int]) -> str:

@@ -12,15 +12,18 @@ from typing import Any, Literal, Optional, Union
 import torch
 
 # Special token ids reserved at the bottom of every vocabulary this project builds
-# (the bundled tokenizer and user tokenizers produced by orchestration both honour them).
+# (the bundled tokenizer and the BPEs that interpscale.data trains both honour them).
 # These are the defaults of ModelConfig's pad_id / eos_id / eoc_id / mask_id; model code
 # reads the config, so a pretrained tokenizer's ids can be passed as build_model overrides.
 PAD_ID = 0
 EOS_ID = 1
 EOC_ID = 2  # end-of-chunk: closes each concept-annotated chunk (paper §4.5.2)
 MASK_ID = 3  # diffusion [MASK]; also the "absence" baseline for IG (Eq. 16)
-N_SPECIAL = 4
 SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[EOC]", "[MASK]")
+# the same four by name (the keys of a prepared corpus' ``special_ids`` and, with "_id", of the
+# model config's fields) -> default id, and -> the token's text
+SPECIAL_IDS = {"pad": PAD_ID, "eos": EOS_ID, "eoc": EOC_ID, "mask": MASK_ID}
+SPECIAL_TEXT = dict(zip(SPECIAL_IDS, SPECIAL_TOKENS))
 
 Phase = Literal["stable", "anneal"]
 

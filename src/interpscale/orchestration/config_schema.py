@@ -130,9 +130,30 @@ def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
 
 
 def synthetic_data_keys() -> dict[str, tuple[tuple[type, ...], str]]:
-    from interpscale.orchestration.corpus import CorpusConfig
+    from interpscale.data.corpus import CorpusConfig
 
     return {"kind": ((str,), "a data kind"), **_dataclass_types(CorpusConfig)}
+
+
+def _check_data_source(data: Mapping[str, Any], kind: str, source: Any) -> None:
+    """``[data]``: a known kind, its keys and types; ``path`` one path or a list of them."""
+    from interpscale.data.loaders import DATA_KINDS, FILE_SOURCE_KEYS
+
+    if kind not in DATA_KINDS:
+        raise ConfigError(f"{_where(source, 'data', 'kind')} = {kind!r}: expected one of {', '.join(DATA_KINDS)}"
+                          f"{_suggest(kind, DATA_KINDS)}")
+    if kind == "synthetic":
+        _check_keys(data, synthetic_data_keys(), source, "data")
+        return
+    _check_keys(data, FILE_SOURCE_KEYS, source, "data")
+    path = data.get("path")
+    if path is None:
+        raise ConfigError(f"{_where(source, 'data')}: kind {kind!r} needs a path")
+    if isinstance(path, list) and (kind == "prepared" or not path):
+        raise ConfigError(f"{_where(source, 'data', 'path')} = {path!r}: expected "
+                          + ("one prepared data directory" if kind == "prepared" else "at least one path"))
+    for p in path if isinstance(path, list) else [path]:
+        _check_type(p, (str,), "a file path (or a list of them)", _where(source, "data", "path"))
 
 
 def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, ...], str]], source: Any,
@@ -224,10 +245,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         raise ConfigError(f"{_where(source, 'data')} must be a table")
     kind = data.get("kind", "synthetic")
     _check_type(kind, (str,), "a data kind (synthetic, jsonl, parquet, ...)", _where(source, "data", "kind"))
-    if kind == "synthetic":
-        _check_keys(data, synthetic_data_keys(), source, "data")
-    elif "path" in data:
-        _check_type(data["path"], (str,), "a file path", _where(source, "data", "path"))
+    _check_data_source(data, kind, source)
 
     launch = cfg.get("launch", {})
     _check_keys(launch, LAUNCH_KEYS, source, "launch")
@@ -289,6 +307,6 @@ def _cross_checks(cfg: Mapping, source: Any) -> None:
 
 
 def _corpus_default(name: str):
-    from interpscale.orchestration.corpus import CorpusConfig
+    from interpscale.data.corpus import CorpusConfig
 
     return next(f.default for f in fields(CorpusConfig) if f.name == name)

@@ -55,7 +55,7 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
     if isinstance(cfg.get("data"), dict):  # data paths are relative to the TOML, not the working directory
-        from interpscale.orchestration.loaders import resolve_data_paths
+        from interpscale.data.loaders import resolve_data_paths
 
         cfg["data"] = resolve_data_paths(cfg["data"], p.resolve().parent)
     return cfg
@@ -122,7 +122,7 @@ def data_concept_count(source: dict) -> int | None:
     if kind == "synthetic":
         return int(source["n_concepts"]) if "n_concepts" in source else None
     if source.get("concepts"):
-        from interpscale.orchestration.corpus import read_concepts
+        from interpscale.data.corpus import read_concepts
 
         try:
             return len(read_concepts(source["concepts"]))

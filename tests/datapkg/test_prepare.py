@@ -14,13 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from reference_packing import pack
+
 from interpscale.cli import main
-from interpscale.orchestration import open_data, prepare, prepare_data
-from interpscale.orchestration.corpus import CorpusConfig, generate_documents, write_concepts
-from interpscale.orchestration.data import pack
-from interpscale.orchestration.loaders import resolve_data_paths
-from interpscale.orchestration.prepare import is_validation
-from interpscale.orchestration.shards import Split
+from interpscale.data import (CorpusConfig, Split, generate_documents, is_validation, open_data, prepare,
+                              prepare_data, resolve_data_paths, write_concepts)
 
 CFG = {"kind": "synthetic", "n_concepts": 7, "n_docs": 150, "entities_per_concept": 5, "seed": 2}
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -169,7 +167,7 @@ def test_resume_after_a_killed_prepare(tmp_path, caplog):
     assert not (out / "meta.json").exists()
     blocked.unlink()
     _jsonl(blocked, _docs(30, tag="f3"))
-    with caplog.at_level(logging.INFO, logger="interpscale.orchestration.prepare"):
+    with caplog.at_level(logging.INFO, logger="interpscale.data"):
         prepare([*files, blocked], out, tokenizer=tmp_path / "tok.json", val_fraction=0.2)
     redone = [r.getMessage() for r in caplog.records if r.getMessage().startswith("part ")]
     assert len(redone) == 1 and redone[0].startswith("part 3 ")  # the three finished parts were kept
@@ -200,7 +198,7 @@ def test_bad_input_names_file_and_line_and_keeps_finished_parts(tmp_path, bad, m
         prepare([good, bad_file], tmp_path / "out", **opts)
     assert (tmp_path / "out" / ".parts" / "00000.json").exists() and not (tmp_path / "out" / "meta.json").exists()
     bad_file.write_text('{"text": "now fine", "concepts": ["rain"]}\n')  # fixed: the rerun resumes
-    with caplog.at_level(logging.INFO, logger="interpscale.orchestration.prepare"):
+    with caplog.at_level(logging.INFO, logger="interpscale.data"):
         out = prepare([good, bad_file], tmp_path / "out", **opts)
     assert [r.getMessage()[:7] for r in caplog.records if r.getMessage().startswith("part ")] == ["part 1 "]
     assert open_data(out).meta["splits"]["train"]["docs"] + open_data(out).meta["splits"]["val"]["docs"] == 21
@@ -270,7 +268,7 @@ def test_toml_relative_paths_and_prepared_kind_in_a_run(tmp_path, make_spec):
 def test_parquet_documents_span_row_batches_and_prepare_streams_them(tmp_path):
     import pandas as pd
 
-    from interpscale.orchestration.sources import iter_parquet_docs
+    from interpscale.data.sources import iter_parquet_docs
 
     pq = tmp_path / "c.parquet"
     pd.DataFrame({"doc_id": [7, 7, 7, 8, 9, 9], "text": [f"chunk {i} of rain" for i in range(6)],

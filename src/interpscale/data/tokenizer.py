@@ -1,5 +1,8 @@
 """Tokenizers for prepared data: a trained byte-level BPE, or any Hugging Face ``tokenizer.json``.
 
+``load_tokenizer`` is the one loader of the package (data preparation, ``open_data``, the
+checkpoint judges and the lm-eval adapter all read tokenizer files through it).
+
 Our four special tokens ([PAD] [EOS] [EOC] [MASK]) are in every tokenizer this module
 returns; their ids are whatever the tokenizer gives them (``special_ids``) and are stored
 in the prepared data's metadata, so nothing downstream needs them at 0..3.  A trained
@@ -12,12 +15,13 @@ import logging
 import os
 from typing import Iterable
 
-from interpscale.models.types import SPECIAL_TOKENS
+from pathlib import Path
+
+from interpscale.errors import UserError
+from interpscale.models.types import SPECIAL_TEXT, SPECIAL_TOKENS
 
 log = logging.getLogger(__name__)
 
-# name used in metadata / model config -> the token's text
-SPECIALS = {"pad": "[PAD]", "eos": "[EOS]", "eoc": "[EOC]", "mask": "[MASK]"}
 # a byte-level vocabulary holds all 256 bytes and the specials before any merge
 BYTE_LEVEL_MIN_VOCAB = 256 + len(SPECIAL_TOKENS) + 28
 
@@ -59,15 +63,20 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, byte_level: boo
     return tok
 
 
-def load_tokenizer(path: str | os.PathLike):
-    """A Hugging Face ``tokenizer.json``, with our special tokens added where missing."""
+def load_tokenizer(path: str | os.PathLike, *, add_specials: bool = True):
+    """A Hugging Face ``tokenizer.json``, with our special tokens added where missing
+    (``add_specials=False``: as the file has it).  A tokenizer object passes through."""
     from tokenizers import AddedToken, Tokenizer
 
+    if not isinstance(path, (str, os.PathLike)):
+        return path
+    if not Path(path).is_file():
+        raise UserError(f"no tokenizer at {path} (a Hugging Face tokenizer.json)")
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
-        raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({exc})") from None
-    missing = [s for s in SPECIAL_TOKENS if tok.token_to_id(s) is None]
+        raise UserError(f"{path}: not a Hugging Face tokenizer.json ({exc})") from None
+    missing = [s for s in SPECIAL_TOKENS if tok.token_to_id(s) is None] if add_specials else []
     if missing:
         tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in missing])
         log.info("%s: added special token(s) %s", path, missing)
@@ -76,8 +85,8 @@ def load_tokenizer(path: str | os.PathLike):
 
 def special_ids(tok) -> dict[str, int]:
     """``{"pad": id, "eos": id, "eoc": id, "mask": id}`` of a tokenizer."""
-    ids = {name: tok.token_to_id(text) for name, text in SPECIALS.items()}
-    bad = [SPECIALS[k] for k, v in ids.items() if v is None]
+    ids = {name: tok.token_to_id(text) for name, text in SPECIAL_TEXT.items()}
+    bad = [SPECIAL_TEXT[k] for k, v in ids.items() if v is None]
     if bad:
         raise ValueError(f"tokenizer lacks special token(s) {bad}")
     if len(set(ids.values())) != len(ids):

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from interpscale._atomic import atomic_write_text
+from interpscale.errors import UserError
 
 # label, description, nouns, verbs, adjectives (real words so lexical judges can score them)
 _THEMES: tuple[tuple[str, str, str, str, str], ...] = (
@@ -108,6 +111,16 @@ class CorpusConfig:
                 raise ValueError(f"{name} must satisfy 1 <= lo <= hi, got {(lo, hi)}")
 
 
+def corpus_config(source: dict) -> CorpusConfig:
+    """The ``CorpusConfig`` of a ``{"kind": "synthetic", ...}`` data source (TOML lists become
+    tuples); an unknown option is a ``UserError`` naming it."""
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in source.items() if k != "kind"}
+    try:
+        return CorpusConfig(**fields)
+    except TypeError as exc:
+        raise UserError(f"bad synthetic corpus option: {exc}") from None
+
+
 # A document is a list of chunks; a chunk is (text, sorted concept indices).
 Chunk = tuple[str, tuple[int, ...]]
 Document = list[Chunk]
@@ -188,8 +201,6 @@ def generate_documents(cfg: CorpusConfig) -> tuple[list[Concept], list[Document]
 def write_concepts(concepts: list[Concept] | list[dict], path: str | os.PathLike) -> Path:
     """RUN_DIR/concepts.json: the list of ``{label, description, words}`` cards (atomic)."""
     cards = [c.card() if isinstance(c, Concept) else dict(c) for c in concepts]
-    from interpscale.orchestration.rundir import atomic_write_text
-
     return atomic_write_text(Path(path), json.dumps(cards, indent=1))
 
 
@@ -201,7 +212,3 @@ def read_concepts(path: str | os.PathLike) -> list[dict]:
         if missing:
             raise ValueError(f"{path}: concept card {i} lacks {sorted(missing)}")
     return cards
-
-
-def config_dict(cfg: CorpusConfig) -> dict:
-    return asdict(cfg)

@@ -1,6 +1,6 @@
 """Prepared data on disk, opened without loading it: memory-mapped token shards and CSR labels.
 
-A split (``train`` / ``val``) of a data directory written by ``orchestration.prepare``:
+A split (``train`` / ``val``) of a data directory written by ``data.prepare``:
 
 - ``{split}.tokens.bin``: the token stream (uint16 or uint32), ``np.memmap``-ed as ``.tokens``;
 - ``{split}.chunk_end.npy``: stream position of each chunk's [EOC], in chunk order;
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interpscale.data.batches import RowSplit, local_chunks
+from interpscale.data.request import FORMAT
 from interpscale.models.types import Batch
-from interpscale.orchestration.data import RowSplit, local_chunks
-from interpscale.orchestration.prepare import FORMAT
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -82,7 +82,8 @@ class Split(RowSplit):
         return np.split(np.asarray(flat, dtype=np.int64), np.cumsum(hi - lo)[:-1])
 
     def rows_to_batch(self, rows: np.ndarray, concepts: bool = True) -> Batch:
-        """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels (as ``Packed``)."""
+        """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels ([B, C, n];
+        ``concepts=False``: tokens only, for families without a concept module)."""
         rows = np.asarray(rows, dtype=np.int64)
         tok_np = self.row_tokens(rows)
         tok = torch.from_numpy(tok_np)
@@ -102,5 +103,6 @@ class Split(RowSplit):
 
 
 def is_prepared(path: str | os.PathLike) -> bool:
+    """``path`` holds prepared data of this format (its meta.json says so)."""
     meta = Path(path) / "meta.json"
     return meta.exists() and json.loads(meta.read_text()).get("format") == FORMAT

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from interpscale.orchestration import prepare
+from interpscale.data import prepare
 
 
 pytestmark = pytest.mark.slurm  # skipped with the reason when no cluster answers (tests/conftest.py)

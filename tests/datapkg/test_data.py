@@ -1,4 +1,4 @@
-"""Corpus, tokenizer, packing and loaders."""
+"""Corpus, tokenizer, the reference packing, loaders and the validation split."""
 
 import json
 
@@ -6,10 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from reference_packing import load_source, pack, split_docs
+
+from interpscale.data import (CorpusConfig, PreparedData, generate_documents, prepare_data, read_concepts,
+                              train_tokenizer, write_concepts)
+from interpscale.errors import UserError
 from interpscale.models.types import EOC_ID, EOS_ID, SPECIAL_TOKENS
-from interpscale.orchestration.corpus import CorpusConfig, generate_documents, read_concepts, write_concepts
-from interpscale.orchestration.data import pack, split_docs, train_tokenizer
-from interpscale.orchestration.loaders import PreparedData, load_source, prepare_data
 
 CFG = CorpusConfig(n_concepts=20, n_docs=60, seed=3)
 
@@ -72,12 +74,16 @@ def test_batches_are_a_function_of_step_with_local_chunk_ids():
     assert far.tokens.shape == (4, 32)
 
 
-def test_split_is_by_document_and_rejects_bad_fraction():
+def test_split_is_by_document_and_rejects_bad_fraction(tmp_path):
     _, docs = generate_documents(CFG)
-    train, val = split_docs(docs, 0.1, seed=0)
-    assert len(train) + len(val) == len(docs) and len(val) == 6
+    train, val = split_docs(docs, 0.1, seed=0)  # the package's one rule, a keyed hash of each document
+    assert len(train) + len(val) == len(docs) and 0 < len(val) < len(docs) / 4
+    assert all(d in docs for d in train + val) and not [d for d in val if d in train]
+    assert split_docs(docs, 0.1, seed=1)[1] != val  # the seed keys the hash
     with pytest.raises(ValueError, match="val_fraction"):
         split_docs(docs, 1.5, seed=0)
+    with pytest.raises(ValueError, match="val_fraction"):  # the same rule where data is prepared
+        prepare_data({"kind": "synthetic", "n_docs": 10}, tmp_path, seq_len=8, val_fraction=1.5)
 
 
 def test_prepare_data_caches_and_writes_cards(tmp_path):
@@ -153,9 +159,10 @@ def test_bad_sources(tmp_path):
         load_source({"kind": "synthetic", "n_topics": 3})
 
 
-def test_directories_packed_before_the_shards_still_open(tmp_path):
-    """A run prepared by the in-memory packing (train.npz) resumes with the same rows."""
-    from interpscale.orchestration import open_data
+def test_directories_packed_before_the_shards_are_refused_with_the_fix(tmp_path):
+    """A directory of the old in-memory packing (train.npz) is no longer read: opening it
+    says to prepare the data again."""
+    from interpscale.data import describe, open_data
 
     concepts, docs = generate_documents(CFG)
     tok = train_tokenizer((t for d in docs for t, _ in d), vocab_size=200)
@@ -164,11 +171,16 @@ def test_directories_packed_before_the_shards_still_open(tmp_path):
     old.mkdir()
     tok.save(str(old / "tokenizer.json"))
     write_concepts(concepts, old / "concepts.json")
-    ref = pack(train, tok, len(concepts), seq_len=32)
-    ref.save(old / "train.npz")
-    pack(val, tok, len(concepts), seq_len=32).save(old / "val.npz")
+    for name, docs_ in (("train", train), ("val", val)):  # the old layout: the packed arrays in .npz
+        ref = pack(docs_, tok, len(concepts), seq_len=32)
+        np.savez(old / f"{name}.npz", tokens=ref.tokens, chunk=ref.chunk, labels=ref.labels)
     (old / "meta.json").write_text(json.dumps({"seq_len": 32, "n_concepts": len(concepts)}))
-    data = open_data(old)
-    assert data.special_ids == {"pad": 0, "eos": 1, "eoc": 2, "mask": 3} and data.n_concepts == 20
-    a, b = data.train.batch(3, 4, seed=2), ref.batch(3, 4, seed=2)
-    assert (a.tokens == b.tokens).all() and (a.chunk_labels == b.chunk_labels).all()
+    for opener in (open_data, describe, lambda p: prepare_data({"kind": "prepared", "path": str(p)}, tmp_path,
+                                                               seq_len=32)):
+        with pytest.raises(UserError, match=r"old.*train\.npz.*rerun `interpscale data prepare`"):
+            opener(old)
+    run = tmp_path / "run"  # a run directory linking to it says the same
+    run.mkdir()
+    (run / "data.json").write_text(json.dumps({"path": str(old), "seq_len": 32}))
+    with pytest.raises(UserError, match="rerun `interpscale data prepare`"):
+        open_data(run)

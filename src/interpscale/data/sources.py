@@ -8,7 +8,9 @@ Formats (picked by extension, or ``fmt``):
 - Parquet (``.parquet .pq``): one chunk per row, column ``text`` and optionally ``concepts``
   (a list of labels or a comma-separated string) and ``doc_id`` (consecutive rows with the
   same ``doc_id`` form one document; without it every row is a document);
-- plain text (``.txt .text .md``): documents separated by blank lines, no concepts.
+- plain text (``.txt .text .md``): documents separated by blank lines, no concepts;
+- ``document_per_file=True`` (code corpora): each file, whatever its extension, is one
+  plain-text document of one chunk, never split at blank lines.
 
 A document is a list of ``(text, [concept label, ...])`` chunks.
 """
@@ -26,6 +28,8 @@ from typing import Iterator
 
 import numpy as np
 
+from interpscale.errors import UserError
+
 FORMATS = ("jsonl", "parquet", "text")
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet",
         ".txt": "text", ".text": "text", ".md": "text"}
@@ -37,15 +41,24 @@ class RawDoc:
     where: str  # "FILE: line N" / "FILE: row N" for error messages
 
 
-def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
+def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file: bool = False) -> str:
+    """The format of ``path``: ``fmt`` when given, else by extension; with
+    ``document_per_file`` always "text" (a JSONL / Parquet file or format is an error)."""
+    if document_per_file:
+        p = Path(path)
+        kind = fmt or _EXT.get((Path(p.stem).suffix if p.suffix == ".gz" else p.suffix).lower(), "text")
+        if kind != "text":
+            raise UserError(f"{path}: --document-per-file reads each file as one plain-text document, "
+                            f"not {kind}")
+        return "text"
     if fmt:
         if fmt not in FORMATS:
-            raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+            raise UserError(f"unknown format {fmt!r}; expected one of {FORMATS}")
         return fmt
     p = Path(path)
     ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
     if ext.lower() not in _EXT:
-        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
+        raise UserError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
                          f".parquet or .txt (optionally .gz) or pass --format")
     return _EXT[ext.lower()]
 
@@ -63,7 +76,7 @@ def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[
         hits = sorted(glob.glob(str(p), recursive=True)) if glob.has_magic(str(p)) else ([str(p)] if p.exists() else [])
         files = [Path(h) for h in hits if not Path(h).is_dir()]
         if not files:
-            raise ValueError(f"no input file matches {str(pat)!r}" + (f" (in {base_dir})" if base_dir else ""))
+            raise UserError(f"no input file matches {str(pat)!r}" + (f" (in {base_dir})" if base_dir else ""))
         out += [f for f in files if f not in out]
     return out
 
@@ -83,25 +96,25 @@ def labels_of(value, where: str) -> list[str]:
         return [s.strip() for s in value.split(",") if s.strip()]
     if isinstance(value, (list, tuple, np.ndarray)):
         return [str(s) for s in value]
-    raise ValueError(f"{where}: 'concepts' must be a list of labels or a comma-separated string, got {value!r}")
+    raise UserError(f"{where}: 'concepts' must be a list of labels or a comma-separated string, got {value!r}")
 
 
 def _jsonl_doc(rec, where: str) -> list[tuple[str, list]]:
     if not isinstance(rec, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        raise UserError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     if "chunks" in rec:
         chunks = rec["chunks"]
         if not isinstance(chunks, list) or not chunks:
-            raise ValueError(f"{where}: 'chunks' must be a non-empty list")
+            raise UserError(f"{where}: 'chunks' must be a non-empty list")
         doc = []
         for j, ch in enumerate(chunks):
             if not isinstance(ch, dict) or not isinstance(ch.get("text"), str):
-                raise ValueError(f"{where}, chunk {j}: needs a string 'text'")
+                raise UserError(f"{where}, chunk {j}: needs a string 'text'")
             doc.append((ch["text"], labels_of(ch.get("concepts"), f"{where}, chunk {j}")))
         return doc
     if isinstance(rec.get("text"), str):
         return [(rec["text"], labels_of(rec.get("concepts"), where))]
-    raise ValueError(f"{where} has neither 'chunks' nor a string 'text'")
+    raise UserError(f"{where} has neither 'chunks' nor a string 'text'")
 
 
 def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
@@ -113,7 +126,7 @@ def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{where} is not valid JSON ({exc.msg})") from None
+                raise UserError(f"{where} is not valid JSON ({exc.msg})") from None
             yield RawDoc(_jsonl_doc(rec, where), where)
 
 
@@ -133,16 +146,24 @@ def iter_text_docs(path: Path) -> Iterator[RawDoc]:
             yield RawDoc([("".join(buf).rstrip("\n"), [])], f"{path}: line {start}")
 
 
+def iter_file_doc(path: Path) -> Iterator[RawDoc]:
+    """The whole file as one document of one chunk (blank lines stay inside it)."""
+    with _open_text(path) as fh:
+        text = fh.read()
+    if text.strip():
+        yield RawDoc([(text.rstrip("\n"), [])], f"{path}")
+
+
 def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for a non-parquet file
-        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
     names = set(pf.schema_arrow.names)
     if "text" not in names:
-        raise ValueError(f"{path}: missing column(s) ['text']; need text[, concepts][, doc_id]")
+        raise UserError(f"{path}: missing column(s) ['text']; need text[, concepts][, doc_id]")
     cols = [c for c in ("doc_id", "text", "concepts") if c in names]
     row, cur_id, doc, where = 0, None, [], ""
     for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
@@ -152,7 +173,7 @@ def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
             here = f"{path}: row {row}"
             row += 1
             if not isinstance(text, str):
-                raise ValueError(f"{here}: column 'text' must be a string, got {text!r}")
+                raise UserError(f"{here}: column 'text' must be a string, got {text!r}")
             chunk = (text, labels_of(labs[i] if labs is not None else None, here))
             key = ids[i] if ids is not None else object()
             if doc and (ids is None or key != cur_id):
@@ -165,19 +186,22 @@ def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
         yield RawDoc(doc, where)
 
 
-def iter_documents(path: str | os.PathLike, fmt: str | None = None) -> Iterator[RawDoc]:
+def iter_documents(path: str | os.PathLike, fmt: str | None = None, *,
+                   document_per_file: bool = False) -> Iterator[RawDoc]:
     """Documents of one input file, streamed; an empty file is an error naming it."""
     path = Path(path)
-    kind = format_of(path, fmt)
+    kind = format_of(path, fmt, document_per_file)
     reader = {"jsonl": iter_jsonl_docs, "parquet": iter_parquet_docs, "text": iter_text_docs}[kind]
+    if document_per_file:
+        reader = iter_file_doc
     n = 0
     try:
         for doc in reader(path):
             n += 1
             yield doc
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except (OSError, EOFError) as exc:
-        raise ValueError(f"{path}: cannot read ({exc})") from None
+        raise UserError(f"{path}: cannot read ({exc})") from None
     if n == 0:
-        raise ValueError(f"{path}: empty file (no documents)")
+        raise UserError(f"{path}: empty file (no documents)")

@@ -1,0 +1,187 @@
+"""Data sources (a TOML ``[data]`` section / ``RunSpec.data``) -> a prepared data directory,
+and prepared data opened for training (``open_data``) or described (``describe``).
+
+Sources:
+- ``{"kind": "synthetic", **CorpusConfig fields}``: the bundled concept corpus;
+- ``{"kind": "jsonl" | "parquet" | "text", "path": file, glob or list}``: user files, read
+  as ``data.sources`` describes (JSONL chunks with concept labels, Parquet rows, plain
+  text); optional ``"concepts"`` (a concepts.json fixing the concept order and cards),
+  ``"tokenizer"`` (a Hugging Face tokenizer.json to use instead of training a BPE),
+  ``"tokenizer_sample_bytes"`` and ``"document_per_file"`` (each file one document);
+- ``{"kind": "prepared", "path": DIR}``: a directory made by ``interpscale data prepare``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from interpscale.data.batches import data_key
+from interpscale.data.corpus import corpus_config, read_concepts
+from interpscale.data.finalize import corpus_sha
+from interpscale.data.prepare import prepare
+from interpscale.data.request import FORMAT, comparable, file_sha, make_request
+from interpscale.data.shards import Split, is_prepared
+from interpscale.data.tokenizer import load_tokenizer
+from interpscale.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DATA_KINDS = ("synthetic", "jsonl", "parquet", "text", "prepared")
+_PATH_KEYS = ("path", "concepts", "tokenizer")
+# the keys of a file source (kinds jsonl, parquet, text, prepared) -> (types, description), which
+# the preset validator checks; "path" may be a list (of files or globs) for every kind but prepared
+FILE_SOURCE_KEYS = {
+    "kind": ((str,), "a data kind"), "path": ((str, list), "a file path, glob or list of them"),
+    "concepts": ((str,), "a concepts.json path"), "tokenizer": ((str,), "a tokenizer.json path"),
+    "tokenizer_sample_bytes": ((int,), "an integer"), "document_per_file": ((bool,), "true or false"),
+}
+_FILE_KEYS = set(FILE_SOURCE_KEYS)
+
+
+def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict:
+    """A data source with its relative paths (``path`` — a path, glob or list of them —
+    ``concepts``, ``tokenizer``) made absolute against ``base_dir`` (a TOML's directory)."""
+    if base_dir is None:
+        return dict(source)
+    out = dict(source)
+    for k in _PATH_KEYS:
+        v = out.get(k)
+        if isinstance(v, (list, tuple)):
+            out[k] = [str(Path(base_dir) / x) if not Path(x).is_absolute() else str(x) for x in v]
+        elif isinstance(v, str) and not Path(os.path.expanduser(v)).is_absolute():
+            out[k] = str(Path(base_dir) / v)
+    return out
+
+
+def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: int) -> tuple[list, dict]:
+    kind = source.get("kind", "synthetic")
+    if kind not in DATA_KINDS:
+        raise UserError(f"unknown data kind {kind!r}; expected one of {DATA_KINDS}")
+    common = {"vocab_size": vocab_size, "val_fraction": val_fraction, "seed": seed}
+    if kind == "synthetic":
+        corpus_config(source)  # a bad option fails here, before any work
+        return [dict(source, kind="synthetic")], common
+    unknown = set(source) - _FILE_KEYS
+    if unknown:
+        raise UserError(f"unknown data option(s) {sorted(unknown)} for kind {kind!r}; allowed: {sorted(_FILE_KEYS)}")
+    if not source.get("path"):
+        raise UserError(f"data kind {kind!r} needs a 'path'")
+    opts = {"fmt": kind, "tokenizer": source.get("tokenizer"), "concepts": source.get("concepts"), **common}
+    if source.get("tokenizer_sample_bytes"):
+        opts["sample_bytes"] = int(source["tokenizer_sample_bytes"])
+    if source.get("document_per_file"):
+        opts["document_per_file"] = True
+    paths = source["path"] if isinstance(source["path"], (list, tuple)) else [source["path"]]
+    return list(paths), opts
+
+
+def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vocab_size: int = 512,
+                 val_fraction: float = 0.05, seed: int = 0) -> Path:
+    """Prepare (once) and return the data directory of a data source: memory-mapped shards,
+    tokenizer.json, concepts.json and meta.json under ``cache_dir/<content key>``.
+    ``{"kind": "prepared", "path": DIR}`` is a directory ``interpscale data prepare`` made.
+    Resumable and safe when several jobs race (a lock per directory)."""
+    if source.get("kind") == "prepared":
+        path = Path(source.get("path") or "")
+        if not is_prepared(path):
+            _check_not_legacy(path)
+            raise UserError(f"prepared data not found (no meta.json of this version): {str(path)!r}")
+        return path
+    sources, opts = _prepare_options(source, vocab_size, val_fraction, seed)
+    req = comparable(make_request(sources, **opts))
+    out = Path(cache_dir) / data_key({**req, "seq_len": seq_len})
+    prepare(sources, out, extra={"seq_len": seq_len, "source": source}, **opts)
+    log.info("data %s ready", out)
+    return out
+
+
+def _check_not_legacy(path: Path) -> None:
+    """Directories packed in memory before the shards (``train.npz``) are no longer read."""
+    if (path / "train.npz").exists():
+        raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no longer read; "
+                        f"rerun `interpscale data prepare` on its sources (a sweep prepares its data again "
+                        f"in a new run directory)")
+
+
+class PreparedData:
+    """A prepared data directory opened for training / evaluation.
+
+    ``train`` / ``val`` are splits whose ``.tokens`` is an ``np.memmap`` (nothing is loaded);
+    ``seq_len`` cuts them into rows (default: the one recorded at preparation, if any).
+    """
+
+    def __init__(self, path: str | os.PathLike, seq_len: int | None = None):
+        self.path = Path(path)
+        if not (self.path / "meta.json").exists():
+            raise UserError(f"{self.path}: not a prepared data directory (no meta.json)")
+        self.meta = json.loads((self.path / "meta.json").read_text())
+        if self.meta.get("format") != FORMAT:
+            _check_not_legacy(self.path)
+            raise UserError(f"{self.path}: meta.json has format {self.meta.get('format')!r}, expected {FORMAT!r}; "
+                            f"rerun `interpscale data prepare`")
+        self.concepts = read_concepts(self.path / "concepts.json")
+        self.tokenizer = load_tokenizer(self.path / "tokenizer.json")
+        self.special_ids: dict[str, int] = dict(self.meta["special_ids"])
+        self.seq_len = seq_len or self.meta.get("seq_len")
+        self.train = Split(self.path, "train", self.meta, self.seq_len)
+        self.val = Split(self.path, "val", self.meta, self.seq_len)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    @property
+    def n_concepts(self) -> int:
+        return len(self.concepts)
+
+
+def _data_dir(path: str | os.PathLike) -> tuple[Path, int | None]:
+    """A data directory, or the one a run directory links to (its data.json) and its seq_len."""
+    path = Path(path)
+    link = path / "data.json"
+    if link.exists() and not (path / "meta.json").exists():
+        d = json.loads(link.read_text())
+        return Path(d["path"]), d.get("seq_len")
+    return path, None
+
+
+def open_data(path: str | os.PathLike, seq_len: int | None = None) -> PreparedData:
+    """Open prepared data: a data directory, or a run directory (follows its data.json)."""
+    data_dir, run_seq_len = _data_dir(path)
+    return PreparedData(data_dir, seq_len or run_seq_len)
+
+
+@dataclass(frozen=True)
+class DataSummary:
+    """What a sweep needs to know of prepared data without opening it (see ``describe``)."""
+
+    path: str
+    vocab_size: int
+    n_concepts: int
+    tokenizer_sha: str  # SHA-256 of tokenizer.json, 16 hex digits
+    corpus_sha: str  # SHA-256 of the shards and concepts.json, 16 hex digits
+    special_ids: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe(path: str | os.PathLike) -> DataSummary:
+    """Vocabulary size, concept count and fingerprints of prepared data (a data or run directory),
+    read from its files without loading the tokenizer or the shards.
+
+    >>> info = describe("data/mycorpus"); info.vocab_size, info.n_concepts, info.corpus_sha  # doctest: +SKIP
+    """
+    data_dir, _ = _data_dir(path)
+    if not is_prepared(data_dir):
+        _check_not_legacy(data_dir)
+        raise UserError(f"{data_dir}: not prepared data of this version (no meta.json of format {FORMAT!r})")
+    meta = json.loads((data_dir / "meta.json").read_text())
+    return DataSummary(path=str(data_dir), vocab_size=int(meta["vocab_size"]), n_concepts=int(meta["n_concepts"]),
+                       tokenizer_sha=file_sha(data_dir / "tokenizer.json"),
+                       corpus_sha=meta.get("corpus_sha") or corpus_sha(data_dir),
+                       special_ids=dict(meta["special_ids"]))
