@@ -1,0 +1,32 @@
+"""One data path: sources -> tokenizer -> prepare -> memory-mapped shards -> ``open_data``,
+plus the bundled synthetic concept corpus.  A layer below ``orchestration``: it imports
+only ``models.types`` and the bottom modules.
+
+>>> from interpscale.data import prepare, open_data, describe
+>>> prepare(["corpus/*.jsonl"], "data/mycorpus", vocab_size=4096)   # doctest: +SKIP
+>>> describe("data/mycorpus").n_concepts                              # doctest: +SKIP
+
+Modules, in the order data flows: ``sources`` (reading files), ``corpus`` (the synthetic
+corpus and concept cards), ``tokenizer`` (the one tokenizer loader), ``split`` (the one
+validation-split rule), ``request`` / ``parts`` / ``finalize`` / ``prepare`` (the steps of
+preparation and their driver), ``batches`` / ``shards`` (rows and batches of prepared
+data), ``loaders`` (data sources of a sweep, ``open_data``, ``describe``).
+"""
+
+from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, generate_documents, make_concepts,
+                                     read_concepts, write_concepts)
+from interpscale.data.loaders import (DATA_KINDS, DataSummary, PreparedData, describe, open_data, prepare_data,
+                                      resolve_data_paths)
+from interpscale.data.prepare import MODES, prepare
+from interpscale.data.request import make_request
+from interpscale.data.shards import Split
+from interpscale.data.sources import iter_documents
+from interpscale.data.split import is_validation
+from interpscale.data.tokenizer import load_tokenizer, special_ids, train_tokenizer
+
+__all__ = [
+    "Concept", "CorpusConfig", "corpus_config", "generate_documents", "make_concepts", "read_concepts",
+    "write_concepts", "DATA_KINDS", "DataSummary", "PreparedData", "describe", "open_data", "prepare_data",
+    "resolve_data_paths", "MODES", "prepare", "make_request", "Split", "iter_documents", "is_validation",
+    "load_tokenizer", "special_ids", "train_tokenizer",
+]
