@@ -30,7 +30,7 @@ import numpy as np
 
 
 def _write_corpus(path: Path, n_docs: int, copies: int, seed: int = 0) -> None:
-    from interpscale.orchestration.corpus import CorpusConfig, generate_documents
+    from interpscale.data import CorpusConfig, generate_documents
 
     concepts, docs = generate_documents(CorpusConfig(n_concepts=32, n_docs=n_docs, seed=seed))
     with open(path, "w") as f:
@@ -52,8 +52,8 @@ def _hwm_mib() -> float:
 def _child(argv: list[str]) -> None:
     """Subprocess body: one measured action, then print its peak RSS (MiB) as JSON: the
     whole process's, and the peak reached after the imports (the peak is reset there)."""
-    import interpscale.orchestration  # noqa: F401  (torch & co: the same in every child)
-    import interpscale.orchestration.data  # noqa: F401
+    import interpscale.data  # noqa: F401  (torch & co: the same in every child)
+    import interpscale.orchestration  # noqa: F401
     import tokenizers  # noqa: F401
 
     after_import = _hwm_mib()
@@ -66,19 +66,20 @@ def _child(argv: list[str]) -> None:
     if what == "import":
         pass
     elif what == "prepare":
-        from interpscale.orchestration import prepare
+        from interpscale.data import prepare
 
         prepare(argv[1], argv[2], tokenizer=argv[3], val_fraction=0.05)
     elif what == "batches":
-        from interpscale.orchestration import open_data
+        from interpscale.data import open_data
 
         data = open_data(argv[1], seq_len=256)
         for step in range(0, 4000, 20):
             data.train.batch(step, 16, seed=0)
     elif what == "legacy":
-        from interpscale.orchestration.data import pack, split_docs
-        from interpscale.orchestration.loaders import load_source
-        from interpscale.orchestration.tokenizer import load_tokenizer
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "datapkg"))
+        from reference_packing import load_source, pack, split_docs  # the in-memory packing, kept as a reference
+
+        from interpscale.data import load_tokenizer
 
         cards, docs = load_source({"kind": "jsonl", "path": argv[1]})
         train, _ = split_docs(docs, 0.05, 0)
@@ -114,8 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return _child(args.child)
-    from interpscale.orchestration import prepare
-    from interpscale.orchestration.tokenizer import train_tokenizer
+    from interpscale.data import prepare, train_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

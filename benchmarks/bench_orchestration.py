@@ -25,7 +25,7 @@ import torch
 import torch.multiprocessing as mp
 
 from interpscale.models import build_model, flops_per_token, params_nonembedding, save_checkpoint
-from interpscale.orchestration.loaders import PreparedData, prepare_data
+from interpscale.data import PreparedData, prepare_data
 from interpscale.orchestration.planner import machine_flops_per_s, plan
 from interpscale.orchestration.spec import RunSpec
 
