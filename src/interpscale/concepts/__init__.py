@@ -1,0 +1,28 @@
+"""Concept annotation of a corpus (Steerling §4.2): chunks → tags → concept library →
+annotator → the concept-labelled JSONL and ``concepts.json`` that ``data prepare
+--concepts`` reads, with every stage validated by the relevance judge (App. C).
+
+>>> from interpscale.concepts import build, check
+>>> build(["corpus/*.jsonl"], "concepts-out")                      # doctest: +SKIP
+>>> check("concepts-out", ["truth.jsonl"])["mean_best_f1"]        # doctest: +SKIP
+
+Stages one by one: ``chunk_corpus``, ``tag_corpus``, ``build_library``,
+``train_annotator`` + ``annotate_corpus``, ``validate``; the directory layout is in
+``interpscale.concepts.store``. Offline by default (tf-idf tags, PPMI-SVD tag embeddings,
+cards from central tags, lexical judge); an ``Endpoint`` puts tagging, embeddings, names
+and the judge on an OpenAI-compatible server through ``interpscale.judges.JudgeClient``.
+"""
+
+from interpscale.concepts.annotate import Annotator, AnnotatorOptions, annotate_corpus, train_annotator
+from interpscale.concepts.build import BuildOptions, Endpoint, build, library_stage, make_judge
+from interpscale.concepts.check import best_match_f1, check
+from interpscale.concepts.chunk import ChunkStats, chunk_corpus, chunk_text
+from interpscale.concepts.library import Library, LibraryOptions, build_library
+from interpscale.concepts.tag import offline_tags, tag_corpus
+from interpscale.concepts.validate import validate
+
+__all__ = [
+    "Annotator", "AnnotatorOptions", "annotate_corpus", "train_annotator", "BuildOptions", "Endpoint", "build",
+    "library_stage", "make_judge", "best_match_f1", "check", "ChunkStats", "chunk_corpus", "chunk_text",
+    "Library", "LibraryOptions", "build_library", "offline_tags", "tag_corpus", "validate",
+]

@@ -26,7 +26,7 @@ from interpscale.errors import UserError
 log = logging.getLogger(__name__)
 
 TOKENIZER_VOCAB = 4096  # the default tokenizer trained on a sample when none is given
-TOKENIZER_SAMPLE_BYTES = 4 << 20
+TOKENIZER_SAMPLE_BYTES = 1 << 20
 
 
 @dataclass

@@ -46,7 +46,7 @@ class LibraryOptions:
     min_coherence: float = 0.2
     dedupe_cos: float = 0.9
     dedupe_jaccard: float = 0.8
-    dim: int = 128  # SVD factors computed; the eigengap picks how many are kept
+    dim: int = 64  # SVD factors computed; the eigengap picks how many are kept
     n_words: int = 8
     seed: int = 0
 
@@ -85,7 +85,7 @@ def ppmi_embeddings(chunk_tags: Sequence[Sequence[int]], n_tags: int, dim: int, 
     and d: the number of factors kept, at the largest ratio of consecutive singular values
     among the first ``dim`` (the eigengap heuristic; von Luxburg 2007, §8.3)."""
     from scipy import sparse
-    from sklearn.decomposition import TruncatedSVD
+    from scipy.sparse.linalg import svds
 
     rows = np.array([t for ts in chunk_tags for t in ts], dtype=np.int64)
     cols = np.array([c for c, ts in enumerate(chunk_tags) for _ in ts], dtype=np.int64)
@@ -96,11 +96,12 @@ def ppmi_embeddings(chunk_tags: Sequence[Sequence[int]], n_tags: int, dim: int, 
     pmi = np.log(coo.data / total / (pt[coo.row] * pc[coo.col]))
     m = sparse.csr_matrix((np.maximum(pmi, 0.0), (coo.row, coo.col)), shape=a.shape)
     k = max(3, min(dim, n_tags - 1, len(chunk_tags) - 1))
-    svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=7)
-    u = svd.fit_transform(m)  # = U·S
-    sv = np.maximum(svd.singular_values_, 1e-12)
+    v0 = np.random.default_rng(seed).random(min(m.shape))  # svds' start vector: seeded, so reproducible
+    u, sv, _ = svds(m, k=k, v0=v0)
+    order = np.argsort(-sv)
+    u, sv = u[:, order], np.maximum(sv[order], 1e-12)
     d = int(np.argmax(sv[1:-1] / sv[2:])) + 2  # keep >= 2 factors
-    return _unit(u[:, :d] / np.sqrt(sv[:d])), d
+    return _unit(u[:, :d] * np.sqrt(sv[:d])), d
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -170,7 +171,8 @@ def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(
         emb, d = ppmi_embeddings(members, len(vocab), opts.dim, opts.seed)
         how = f"offline: {d} SVD factors of the tag-chunk PPMI matrix"
     else:
-        emb, d, how = _unit(np.asarray(embed(vocab), dtype=np.float64)), None, "judge endpoint /embeddings"
+        vocab, members, emb = _embedded(vocab, members, np.asarray(embed(vocab), dtype=np.float64))
+        d, how = None, "judge endpoint /embeddings"
     labels, k, sil = cluster(emb, opts.n_concepts, opts.seed, hint=d)
     groups = _clusters(vocab, emb, labels, k, members, support, opts)
     lib = _finish(groups, emb, vocab, members, opts, name)
@@ -181,6 +183,18 @@ def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(
     write_concepts(lib.cards, out / CONCEPTS_FILE)
     log.info("library: k=%d, %d concepts kept, %d dropped", k, len(lib.cards), len(lib.dropped))
     return lib
+
+
+def _embedded(vocab: list[str], members: list[list[int]], emb: np.ndarray):
+    """Drop the tags the endpoint could not embed (NaN rows) and re-index the chunks' tags."""
+    ok = ~np.isnan(emb).any(1)
+    if ok.sum() < 4:
+        raise UserError(f"the embeddings endpoint embedded only {int(ok.sum())} of {len(vocab)} tags")
+    if not ok.all():
+        log.warning("%d of %d tags could not be embedded and are left out", int((~ok).sum()), len(vocab))
+    new = np.cumsum(ok) - 1
+    members = [[int(new[m]) for m in ms if ok[m]] for ms in members]
+    return [t for t, k in zip(vocab, ok) if k], members, _unit(emb[ok])
 
 
 def _clusters(vocab, emb, labels, k, members, support, opts) -> tuple[list[dict], list[dict]]:

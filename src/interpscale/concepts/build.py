@@ -1,0 +1,107 @@
+"""Every stage in one call: chunk → tag → library → annotate → validate (``concepts build``).
+
+Offline unless an endpoint and a model are given; then tags, cluster names, embeddings
+and the validation judge all go through one judge client whose sqlite cache lives in
+DIR/judge_cache.sqlite, so a rerun (after a crash, a SIGKILL or a change further down the
+pipeline) is served from the cache and asks only what was never answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from interpscale.concepts.annotate import AnnotatorOptions, annotate_corpus, train_annotator
+from interpscale.concepts.chunk import chunk_corpus
+from interpscale.concepts.library import LibraryOptions, build_library
+from interpscale.concepts.store import write_json
+from interpscale.concepts.tag import tag_corpus
+from interpscale.concepts.validate import validate
+from interpscale.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "judge_cache.sqlite"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server for the LLM path (None fields: offline)."""
+
+    base_url: Optional[str] = None
+    model: Optional[str] = None
+    embed_model: Optional[str] = None  # default: ``model``
+    concurrency: int = 16
+    max_retries: int = 4
+    timeout: float = 120.0
+
+    @property
+    def online(self) -> bool:
+        if bool(self.base_url) != bool(self.model):
+            raise UserError("the LLM path needs both --base-url and --model "
+                            f"(got base_url={self.base_url!r}, model={self.model!r})")
+        return bool(self.base_url)
+
+
+def make_judge(endpoint: Endpoint, out: str | os.PathLike) -> Any:
+    """A JudgeClient caching in DIR/judge_cache.sqlite, or None when offline."""
+    if not endpoint.online:
+        return None
+    from interpscale.judges import JudgeClient
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return JudgeClient(model=endpoint.model, base_url=endpoint.base_url, cache_path=Path(out) / CACHE_NAME,
+                       concurrency=endpoint.concurrency, max_retries=endpoint.max_retries, timeout=endpoint.timeout)
+
+
+def library_stage(out: str | os.PathLike, opts: LibraryOptions, judge: Any, endpoint: Endpoint) -> dict:
+    """Stage 2 with the endpoint's embeddings and names when online; returns its summary."""
+    from interpscale.concepts.llm import CardNamer, EndpointEmbedder
+
+    embed = EndpointEmbedder(judge, endpoint.embed_model) if judge is not None else None
+    namer = CardNamer(judge) if judge is not None else None
+    lib = build_library(out, opts, embed=embed, name=namer)
+    return {"k": lib.k, "n_concepts": len(lib.cards), "n_dropped": len(lib.dropped), "embedding": lib.embedding,
+            "embed_failed": embed.failed if embed else 0, "naming": namer.status if namer else "offline"}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    n_sample: int = 2000
+    n_validate: int = 200
+    seed: int = 0
+    tokenizer: Optional[str] = None
+    fmt: Optional[str] = None
+    domain: Optional[str] = None
+    executor: str = "inline"
+    max_parallel: int = 2
+    library: LibraryOptions = field(default_factory=LibraryOptions)
+    annotator: AnnotatorOptions = field(default_factory=AnnotatorOptions)
+
+
+def build(inputs, out: str | os.PathLike, opts: BuildOptions = BuildOptions(),
+          endpoint: Endpoint = Endpoint()) -> dict:
+    """Run every stage into DIR; returns (and writes DIR/summary.json) what each did."""
+    out = Path(out)
+    judge = make_judge(endpoint, out)
+    try:
+        man = chunk_corpus(inputs, out, tokenizer=opts.tokenizer, fmt=opts.fmt, domain=opts.domain)
+        tags = tag_corpus(out, judge=judge, n_sample=opts.n_sample, seed=opts.seed, domain=opts.domain)
+        lib = library_stage(out, opts.library, judge, endpoint)
+        ann = train_annotator(out, opts.annotator)
+        files = annotate_corpus(out, executor=opts.executor, max_parallel=opts.max_parallel)
+        val = validate(out, judge=judge, n_chunks=opts.n_validate, seed=opts.seed)
+        summary = {"chunks": man["totals"], "tags": {k: v for k, v in tags.items() if k != "usage"},
+                   "library": lib, "annotator": {k: ann[k] for k in ("n_train", "n_heldout", "loss")},
+                   "labelled": files, "validation": {k: {m: s.get(m) for m in ("success_rate", "mean", "n_scored")}
+                                                     for k, s in val["stages"].items()},
+                   "judge": val["judge"], "usage": judge.usage.to_dict() if judge is not None else {},
+                   "options": {**asdict(opts), "endpoint": {k: v for k, v in asdict(endpoint).items()}}}
+        write_json(out / "summary.json", summary)
+        return summary
+    finally:
+        if judge is not None:
+            judge.close()
