@@ -101,7 +101,7 @@ def test_bounded_metrics_and_cluster_bootstrap(synth):
     rng = np.random.default_rng(0)
     df["concept_contribution"] = 0.93 - 2e3 * df["flops"] ** -0.2 + rng.normal(0, 0.005, len(df))
     df["run_id"] = np.arange(len(df)) // 2  # two checkpoints per run
-    bt = backtest(df, methods=("joint", "bounded"), schemes=("loo",), n_boot=30, cluster="run_id")
+    bt = backtest(df, methods=("joint", "bounded"), schemes=("loo",), n_boot=30, groups=df["run_id"])
     t = bt.to_frame()
     m = t[(t.method == "bounded") & (t.status == "ok")]
     assert set(m["quantity"]) == {"concept_contribution"} and len(m) == len(df)

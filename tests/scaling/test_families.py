@@ -143,17 +143,17 @@ def test_approaches_dropped_and_options(fits, results, synth):
     assert fits.dropped == {} and "could not be made" not in md
     # cluster bootstrap by run and joint-fit options reach the fitters
     sub = results[(results.family == "ar") & results.annealed]
-    f = fit_families(sub, n_boot=50, grid="coarse", cluster="run_id", joint_options={"bound_L_inf": True})
+    f = fit_families(sub, n_boot=50, grid="coarse", groups=sub["run_id"], joint_options={"bound_L_inf": True})
     assert f["ar"].isoflop.bootstrap == "cluster" and f["ar"].chinchilla.bootstrap == "cluster"
     assert f["ar"].chinchilla.L_inf_bounded and f["ar"].chinchilla.L_inf <= sub["loss"].min() + 1e-9
-    with pytest.raises(ValueError, match="lacks column"):
-        fit_families(sub.drop(columns="run_id"), n_boot=0, cluster="run_id")
+    with pytest.raises(ValueError, match="labels for"):
+        fit_families(sub, n_boot=0, groups=sub["run_id"].iloc[:-1])
 
 
 def test_flagged_isoflop_intervals_are_marked(synth):
     df, _ = synth.isoflop_grid(0.528, -0.060, seed=5, noise=0.02)
     df = df.assign(family="noisy", run_id=np.arange(len(df)) // 2)
-    f = fit_families(df, n_boot=100, grid="coarse", cluster="run_id")
+    f = fit_families(df, n_boot=100, grid="coarse", groups=df["run_id"])
     iso = f["noisy"].isoflop
     assert iso.flagged and iso.degenerate_fraction > 0.1
     assert "†" in f.to_markdown() and "more than 10%" in f.to_markdown()

@@ -189,11 +189,11 @@ def test_cluster_bootstrap_resamples_whole_runs(synth):
     df, _ = synth.isoflop_grid(0.528, -0.060, seed=5, noise=0.003, sizes=9)
     # each "run" contributes the same size to every slice (one row per slice): 9 runs
     df = df.assign(run_id=df.groupby("slice_flops").cumcount())
-    fit = fit_isoflop(df, n_boot=300, seed=0, bootstrap="cluster", cluster="run_id")
+    fit = fit_isoflop(df, n_boot=300, seed=0, bootstrap="cluster", groups=df["run_id"])
     assert fit.bootstrap == "cluster" and fit.alpha_P == fit_isoflop(df, n_boot=0).alpha_P
     lo, hi = fit.ci["alpha_P"]
     assert lo <= fit.alpha_P <= hi and hi > lo
-    with pytest.raises(ValueError, match="needs cluster"):
+    with pytest.raises(ValueError, match="needs groups"):
         fit_isoflop(df, n_boot=10, bootstrap="cluster")
 
 

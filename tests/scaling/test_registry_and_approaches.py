@@ -6,14 +6,14 @@ import pytest
 
 from interpscale.cli import main
 from interpscale.scaling import (
-    ForecastRegistry, compare_approaches, fit_chinchilla, fit_isoflop, forecast_from_results, inputs_hash,
+    ForecastLedger, compare_approaches, fit_chinchilla, fit_isoflop, forecast_from_results, inputs_hash,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "interpscale" / "analysis" / "data" / "example_results.csv"
 
 
 def test_registry_round_trip(tmp_path):
-    reg = ForecastRegistry(tmp_path / "sub" / "forecasts.jsonl")
+    reg = ForecastLedger(tmp_path / "sub" / "forecasts.jsonl")
     assert reg.load() == []
     df = pd.DataFrame({"params": [1e8, 2e8], "loss": [3.0, 2.9]})
     h = inputs_hash(df, {"method": "joint"})
@@ -23,16 +23,16 @@ def test_registry_round_trip(tmp_path):
     fc = reg.record(target_compute=7.6e22, predicted=2.61, lo=2.55, hi=2.68, level=0.9, method="joint",
                     inputs_hash=h, family="cdlm+concept", params=8e9, tokens=1.35e12, note="Fig. 24",
                     created="2026-01-01T00:00:00+00:00")
-    other = reg.record(target_compute=1e21, predicted=3.0, lo=2.9, hi=3.1, method="isoflop", inputs_hash=h)
+    other = reg.record(target_compute=1e21, predicted=3.0, lo=2.9, hi=3.1, method="isoflop-powerlaw", inputs_hash=h)
     assert [f.id for f in reg.load()] == [fc.id, other.id]
     assert reg.load()[0] == fc and fc.observed is None and fc.covered is None
     done = reg.check(fc.id[:5], 2.72, checked="2026-06-01T00:00:00+00:00")
     assert done.error == pytest.approx(0.11) and done.covered is False
     assert done.rel_error == pytest.approx(0.11 / 2.61)
-    again = ForecastRegistry(reg.path).get(fc.id)
+    again = ForecastLedger(reg.path).get(fc.id)
     assert again == done and again.inputs_hash == h and again.created.startswith("2026-01-01")
     assert "OUTSIDE" in again.summary() and "+0.1100" in again.summary()
-    assert ForecastRegistry(reg.path).get(other.id).observed is None
+    assert ForecastLedger(reg.path).get(other.id).observed is None
     lines = reg.path.read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(x)["inputs_hash"] == h for x in lines)
     assert not [p for p in reg.path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
@@ -64,7 +64,7 @@ def test_forecast_cli_record_check_list(tmp_path, capsys):
     kw = forecast_from_results(pd.read_csv(EXAMPLE), target_compute=7.6e22, family="ar", n_boot=50)
     assert kw["inputs_hash"] == rec["inputs_hash"]
     assert forecast_from_results(pd.read_csv(EXAMPLE), target_compute=7.6e22, family="cdlm", n_boot=0,
-                                 method="isoflop")["inputs_hash"] != rec["inputs_hash"]
+                                 method="isoflop-powerlaw")["inputs_hash"] != rec["inputs_hash"]
     err = capsys.readouterr()
     assert main(["forecast", "record", str(EXAMPLE), "--target-compute", "1e22", "--registry", str(reg)]) == 2
     assert "several families" in capsys.readouterr().err

@@ -26,16 +26,13 @@ def joint_status(ch: Any) -> tuple[str, str]:
     ``not converged`` or ``not fitted``."""
     if ch is None:
         return "not fitted", "too few usable rows"
-    if getattr(ch, "identified", True) is False:
-        return "not identified", "the fitter marked L∞ as not identified"
-    msgs = [str(w) for w in getattr(ch, "warnings", ())]
-    if any("not identified" in m or "collapsed" in m for m in msgs):
+    if not ch.identified:  # typed field set by fit_chinchilla (L∞ collapsed or an exponent <= 0)
+        if not (ch.alpha > 0 and ch.beta > 0):
+            return "not identified", f"non-positive exponent (α={ch.alpha:.3g}, β={ch.beta:.3g})"
         return "not identified", f"L∞ collapsed to {ch.L_inf:.3g}: the points do not pin down the irreducible loss"
-    if not getattr(ch, "converged", True):
-        return "not converged", getattr(ch, "status", "") or "the optimiser did not converge"
-    if not (ch.alpha > 0 and ch.beta > 0):
-        return "not identified", f"non-positive exponent (α={ch.alpha:.3g}, β={ch.beta:.3g})"
-    lo = (getattr(ch, "ci", {}) or {}).get("L_inf", (math.nan, math.nan))[0]
+    if not ch.converged:
+        return "not converged", ch.status or "the optimiser did not converge"
+    lo = (ch.ci or {}).get("L_inf", (math.nan, math.nan))[0]
     if np.isfinite(lo) and lo < _L_INF_FLOOR * ch.L_inf:
         return "not identified", (f"the {ch.level:.0%} interval of L∞ reaches down to {lo:.3g} "
                                   f"(< {_L_INF_FLOOR:g} × the estimate {ch.L_inf:.3g})")

@@ -12,7 +12,8 @@ bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
     bt = backtest(results_df)                            # rollout / leave-one-budget-out forecasts
     bt.summary(), bt.errors(), bt.to_frame()             # held-out error and PI coverage per method
     compare_approaches(iso, joint, 7.6e22).summary()     # Approach 2 vs 3: N*, D*, L* and disagreement
-    ForecastRegistry("forecasts.jsonl").record(...)      # write a forecast down; .check(id, observed) later
+    forecast_family(rows, 1e22).summary()                # methods by name, default chosen by backtest, calibrated PIs
+    ForecastLedger("forecasts.jsonl").record(...)        # write a forecast down; .check(id, observed) later
 
 Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``predict``,
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
@@ -25,15 +26,27 @@ from .backtest import Backtest, backtest, nearest_budget
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
 from .extrapolate import STEERLING_COMPUTE, Extrapolation, extrapolate
-from .families import FamilyFit, FamilyFits, fit_families
+from .family_fits import FamilyFit, FamilyFits, fit_families
 from .isoflop import IsoFlopFit, fit_isoflop
 from .power_law import PowerLawFit, fit_power_law
-from .registry import Forecast, ForecastRegistry, forecast_from_results, inputs_hash
+from .forecasting import (
+    METHODS as FORECAST_METHODS,
+    FamilyForecast,
+    ForecastMethod,
+    ForecastOptions,
+    calibrate,
+    forecast_family,
+    forecast_from_results,
+    register_method,
+)
+from .ledger import Forecast, ForecastLedger, inputs_hash
 
 __all__ = [
     "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",
     "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
     "METRICS", "STEERLING_COMPUTE", "ScalingFitWarning", "epoch_grid", "coarse_grid",
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
-    "ForecastRegistry", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
+    "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
+    "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",
+    "calibrate",
 ]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ._base import DEFAULT_LEVEL, jsonable
 from .bootstrap import percentile_ci
-from .chinchilla import ChinchillaFit, _allocation
+from .chinchilla import ChinchillaFit, optimal_allocation
 from .isoflop import IsoFlopFit
 
 
@@ -86,7 +86,7 @@ def compare_approaches(isoflop: IsoFlopFit, joint: ChinchillaFit, compute, *, le
             n2 = np.exp(bP[:, 0] + bP[:, 1] * math.log(c))
             l2 = np.exp(bL[:, 0] + bL[:, 1] * math.log(c))
         if bJ is not None and len(bJ):
-            P, D = _allocation(bJ, np.array([c]), k)
+            P, D = optimal_allocation(bJ, np.array([c]), k)
             n3 = P[:, 0]
             a, b, e, al, be = (bJ[:, j] for j in range(5))
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):

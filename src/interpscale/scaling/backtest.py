@@ -14,7 +14,7 @@ noise); the table records whether it covered the observation. With ``target_comp
 leave-one-out fits also forecast that compute, and ``forecast_shift()`` reports how far
 dropping one budget moves each method's forecast (a stability diagnostic).
 
-    bt = backtest(results_df, n_boot=200)
+    bt = backtest(results, n_boot=200)
     bt.summary()            # text: error and coverage of each method
     bt.errors()             # one row per (family, method, quantity, scheme)
     bt.to_frame()           # one row per forecast
@@ -35,7 +35,15 @@ import pandas as pd
 from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
 from .bounded import METRICS, fit_bounded
 from .chinchilla import fit_chinchilla
-from .families import ESTIMATOR_PREFERENCE, _flops_per_param_token, _select
+from .tables import (
+    ESTIMATOR_PREFERENCE,
+    SLICE_TOLERANCE,
+    attach_groups,
+    flops_per_token_per_param,
+    row_groups,
+    select_rows,
+    slice_rows,
+)
 from .isoflop import fit_isoflop, slice_minimum
 
 METHODS = ("isoflop", "joint", "bounded")
@@ -167,20 +175,18 @@ def _folds(budgets: np.ndarray, schemes: Iterable[str], min_train: int):
 class _Fitter:
     """Fits one method on the rows of some budgets and forecasts another budget's rows."""
 
-    def __init__(self, *, budget, compute, loss, tolerance, window, grid, n_boot, level, seed, cluster, metrics,
+    def __init__(self, *, budget, compute, loss, tolerance, window, grid, n_boot, level, seed, metrics,
                  target=None, k=6.0, minimum="parabola"):
         self.budget, self.compute, self.loss, self._target = budget, compute, loss, target
         self.minimum = minimum
         self.k = k  # FLOPs per token per parameter of the data (C = k P D)
         self.tolerance, self.window, self.grid = tolerance, window, grid
-        self.n_boot, self.level, self.seed, self.cluster, self.metrics = n_boot, level, seed, cluster, metrics
+        self.n_boot, self.level, self.seed, self.metrics = n_boot, level, seed, metrics
 
     def iso_rows(self, d: pd.DataFrame) -> pd.DataFrame:
         """Rows for slice fits: within ``tolerance`` of their budget; repeated sizes of one
         slice (several runs of one size, e.g. different token counts) averaged."""
-        d = d.dropna(subset=["params", self.loss])
-        if self.tolerance is not None and self.compute in d.columns and self.compute != self.budget:
-            d = d[(d[self.compute] / d[self.budget] - 1).abs() <= self.tolerance]
+        d = slice_rows(d.dropna(subset=["params", self.loss]), self.tolerance, compute=self.compute, budget=self.budget)
         if d.duplicated([self.budget, "params"]).any():
             cols = [c for c in ("tokens", self.loss) if c in d.columns]
             d = d.groupby([self.budget, "params"], as_index=False)[cols].mean()
@@ -203,9 +209,8 @@ class _Fitter:
 
     def joint(self, train, test, C):
         tr = train.dropna(subset=["params", "tokens", self.loss])
-        kw = {}
-        if self.cluster and self.cluster in tr.columns:
-            kw = dict(bootstrap="cluster", groups=tr[self.cluster].to_numpy())
+        groups = row_groups(tr)
+        kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
         fit = fit_chinchilla(tr["params"], tr["tokens"], tr[self.loss], grid=self.grid, n_boot=self.n_boot,
                              level=self.level, seed=self.seed, **kw)
         te = test.dropna(subset=["params", "tokens", self.loss])
@@ -273,6 +278,59 @@ def _quiet():
         log.setLevel(level)
 
 
+def _check(results, methods, min_train, need, what="backtest") -> None:
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError(f"{what}: results must be a pandas DataFrame")
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"{what}: unknown method(s) {bad}; choose from {METHODS}")
+    missing = [c for c in need if c not in results.columns]
+    if missing:
+        raise ValueError(f"{what}: results table lacks column(s) {missing}; have {list(results.columns)}")
+    if min_train < 2:
+        raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
+
+
+def _fold_rows(fitter: _Fitter, sub, budgets, methods, schemes, min_train, fam, ms):
+    """Every fold's forecast rows, and the leave-one-out fits' forecasts at the target."""
+    rows, loo_target = [], {m: [] for m in methods}
+    for scheme, train_b, test_b in _folds(budgets, schemes, min_train):
+        train, test = sub[sub[fitter.budget].isin(train_b)], sub[sub[fitter.budget] == test_b]
+        for method in methods:
+            if method == "bounded" and not ms:
+                continue
+            base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
+                        n_train_budgets=len(train_b), compute=float(test_b))
+            try:
+                with _quiet():  # a refit's trouble is recorded in its rows' status
+                    out, tgt = getattr(fitter, method)(train, test, float(test_b))
+            except ValueError as exc:
+                out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
+            rows += [_row(**base, **r) for r in out]
+            if scheme == "loo" and tgt is not None:
+                loo_target[method].append((float(test_b), float(tgt)))
+    return rows, loo_target
+
+
+def _shifts(fitter: _Fitter, sub, budgets, methods, loo_target, fam, warnings) -> list[dict]:
+    """How far leaving one budget out moves each method's forecast at the target compute."""
+    out = []
+    for method in ("isoflop", "joint"):
+        if method not in methods or not loo_target[method]:
+            continue
+        try:
+            with _quiet():
+                _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
+        except ValueError as exc:
+            warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")
+            continue
+        b, v = np.array(loo_target[method]).T
+        rel = 100 * np.abs(v / full - 1)
+        out.append(dict(family=fam, method=method, forecast=float(full), max_shift=float(rel.max()),
+                        worst_budget=float(b[np.argmax(rel)])))
+    return out
+
+
 def backtest(
     results: pd.DataFrame,
     *,
@@ -285,38 +343,30 @@ def backtest(
     loss: str = "loss",
     estimator: str | None = None,
     annealed: bool | None = None,
-    tolerance: float | None = 0.15,
+    tolerance: float | None = SLICE_TOLERANCE,
     window: int | None = 5,
     grid: Literal["epoch", "coarse"] = "coarse",
     n_boot: int = 200,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
-    cluster: str | None = None,
+    groups=None,
     metrics: Sequence[str] | None = None,
     target_compute: float | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
     """Backtest each method on each family of ``results`` (one row per checkpoint; the
     columns of ``fit_families`` plus ``budget``). ``min_train`` is the smallest number of
-    budgets a rollout fits on. ``cluster`` (e.g. ``"run_id"``) switches the joint fit to a
-    cluster bootstrap. ``metrics``: metric columns for the ``bounded`` method (default:
-    every METRICS column present). ``loss`` may name another column (e.g. bits per byte).
-    ``minimum``: how slice minima are read, for the fits and the held-out observations alike.
-    Fits that fail are recorded with their reason in ``status``, never dropped silently."""
-    if not isinstance(results, pd.DataFrame):
-        raise ValueError("backtest: results must be a pandas DataFrame")
+    budgets a rollout fits on. ``groups`` (one label per row of ``results``, e.g. its
+    ``run_id`` column) switches the joint fit to a cluster bootstrap. ``metrics``: metric
+    columns for the ``bounded`` method (default: every METRICS column present). ``loss`` may
+    name another column (e.g. bits per byte). ``minimum``: how slice minima are read, for the
+    fits and the held-out observations alike. Fits that fail are recorded with their reason in
+    ``status``, never dropped silently."""
     level = check_level(level)
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise ValueError(f"backtest: unknown method(s) {bad}; choose from {METHODS}")
-    need = [budget, "params", loss] + (["tokens"] if "joint" in methods else [])
-    missing = [c for c in need if c not in results.columns]
-    if missing:
-        raise ValueError(f"backtest: results table lacks column(s) {missing}; have {list(results.columns)}")
-    if min_train < 2:
-        raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
+    _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     warnings: list[str] = []
-    df = _select(results, "annealed", annealed, (True,), "annealed", warnings)
+    df = select_rows(attach_groups(results, groups, "backtest"), "annealed", annealed, (True,), "annealed", warnings,
+                     caller="backtest")
     if "family" not in df.columns:
         df = df.assign(family="all")
     fams = [family] if isinstance(family, str) else list(family or sorted(df["family"].dropna().unique(), key=str))
@@ -325,46 +375,20 @@ def backtest(
         raise ValueError(f"backtest: family {unknown} not in the table; have {sorted(set(df['family']), key=str)}")
     rows, shifts = [], []
     for fam in fams:
-        sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings)
+        sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings,
+                          caller="backtest")
         ms = [m for m in (metrics or METRICS) if m in sub.columns and sub[m].notna().any()]
         fitter = _Fitter(budget=budget, compute=compute if compute in sub.columns else budget, loss=loss,
                          tolerance=tolerance, window=window, grid=grid, n_boot=n_boot, level=level, seed=seed,
-                         cluster=cluster, metrics=ms, target=target_compute, k=_flops_per_param_token(sub, compute),
-                         minimum=minimum)
+                         metrics=ms, target=target_compute, k=flops_per_token_per_param(sub, compute), minimum=minimum)
         budgets = np.sort(sub[budget].dropna().unique())
         if len(budgets) <= min_train and "rollout" in schemes:
             warnings.append(f"{fam}: {len(budgets)} budget(s); a rollout needs more than min_train = {min_train}")
-        loo_target: dict = {m: [] for m in methods}
-        for scheme, train_b, test_b in _folds(budgets, schemes, min_train):
-            train, test = sub[sub[budget].isin(train_b)], sub[sub[budget] == test_b]
-            for method in methods:
-                if method == "bounded" and not ms:
-                    continue
-                base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
-                            n_train_budgets=len(train_b), compute=float(test_b))
-                try:
-                    with _quiet():  # a refit's trouble is recorded in its rows' status
-                        out, tgt = getattr(fitter, method)(train, test, float(test_b))
-                except ValueError as exc:
-                    out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
-                rows += [_row(**base, **r) for r in out]
-                if scheme == "loo" and tgt is not None:
-                    loo_target[method].append((float(test_b), float(tgt)))
+        fam_rows, loo_target = _fold_rows(fitter, sub, budgets, methods, schemes, min_train, fam, ms)
+        rows += fam_rows
         if target_compute is not None and "loo" in schemes:
-            for method in ("isoflop", "joint"):
-                if method not in methods or not loo_target[method]:
-                    continue
-                try:
-                    with _quiet():
-                        _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
-                except ValueError as exc:
-                    warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")
-                    continue
-                b, v = np.array(loo_target[method]).T
-                rel = 100 * np.abs(v / full - 1)
-                shifts.append(dict(family=fam, method=method, forecast=float(full), max_shift=float(rel.max()),
-                                   worst_budget=float(b[np.argmax(rel)])))
-        log.info("backtest %s: %d forecasts", fam, sum(r["family"] == fam for r in rows))
+            shifts += _shifts(fitter, sub, budgets, methods, loo_target, fam, warnings)
+        log.info("backtest %s: %d forecasts", fam, len(fam_rows))
     table = pd.DataFrame(rows, columns=COLUMNS)
     sh = pd.DataFrame(shifts, columns=["family", "method", "forecast", "max_shift", "worst_budget"]) \
         if target_compute is not None else None

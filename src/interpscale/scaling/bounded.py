@@ -8,14 +8,26 @@ refinement. All bootstrap replicates are solved together the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_lengths, check_level, check_min_points, emit, fields_dict, fmt_ci
-from .bootstrap import band_from_draws, pairs_weights, percentile_ci, resample_noise, resample_residuals
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    check_duplicates,
+    check_lengths,
+    check_level,
+    check_min_points,
+    emit,
+    fields_dict,
+    fmt_ci,
+)
+from .bootstrap import Bootstrap, band_from_draws, resample_noise
 
 # metric -> (direction, natural bound); paper §8.3.1
 METRICS: dict[str, tuple[str, float]] = {
@@ -204,6 +216,96 @@ def _fit_many(lx, M, W, sgn, side, bound, n_golden=60):
     return e[:, 0], A[:, 0], beta, s[:, 0], k
 
 
+@dataclass(frozen=True)
+class _Problem:
+    """Checked inputs of one bounded fit, in the scaled units it is solved in (x = C / c_ref)."""
+
+    C: np.ndarray
+    m: np.ndarray
+    lx: np.ndarray
+    c_ref: float
+    direction: str
+    bound: float | None  # None: e free
+    label: str
+
+    @property
+    def sgn(self) -> float:
+        return 1.0 if self.direction == "lower" else -1.0
+
+    @property
+    def side(self) -> int:
+        return 0 if self.bound is None else (1 if self.direction == "lower" else -1)
+
+    @property
+    def bnd(self) -> float:
+        return 0.0 if self.bound is None else float(self.bound)
+
+    def solve(self, M: np.ndarray, W: np.ndarray, n_golden: int = 60):
+        return _fit_many(self.lx, M, W, self.sgn, self.side, self.bnd, n_golden=n_golden)
+
+
+def _check(compute, metric, direction, bound, name) -> _Problem:
+    """Direction and bound (from the metric's name unless given) and the checked points."""
+    if name is not None and name in METRICS:
+        d0, b0 = METRICS[name]
+        direction = direction or d0
+        bound = b0 if bound is None else bound
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
+    label = name or "metric"
+    C = as_array(compute, "compute", positive=True)
+    m = as_array(metric, label)
+    n = check_lengths(compute=C, metric=m)
+    check_min_points(n, 4, f"fit_bounded({label})")
+    check_duplicates({"compute": C, label: m}, f"fit_bounded({label})")
+    if np.ptp(C) == 0:
+        raise ValueError("compute: all values are equal; need at least two distinct compute values")
+    pb = _Problem(C, m, np.zeros(n), 1.0, direction, None if bound is None else float(bound), label)
+    if bound is not None and (pb.side * (m - pb.bnd) < 0).any():
+        i = int(np.flatnonzero(pb.side * (m - pb.bnd) < 0)[0])
+        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {pb.bnd} "
+                         f"({direction} is better)")
+    c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
+    return dataclasses.replace(pb, lx=np.log(C / c_ref), c_ref=c_ref)
+
+
+def _point_fit(pb: _Problem, warnings: list[str]):
+    """(e, A in scaled units, beta, sse, fitted, converged, at_bound) of the least-squares fit."""
+    e, A, beta, sse, k = pb.solve(pb.m[None, :], np.ones((1, pb.m.size)))
+    e, A, beta, sse, k = float(e[0]), float(A[0]), float(beta[0]), float(sse[0]), int(k[0])
+    fitted = e + pb.sgn * A * np.exp(-beta * pb.lx)
+    converged = True
+    scale = max(abs(e), float(np.abs(pb.m).max()), 1e-12)
+    at_bound = pb.bound is not None and abs(e - pb.bnd) <= 1e-9 * scale
+    if A <= 0:
+        converged = False
+        emit(warnings, f"fit_bounded({pb.label}): best fit is flat (A = 0); the metric does not improve with compute",
+             warn=True)
+    elif k in (0, len(_GRID) - 1):
+        converged = False
+        emit(warnings, f"fit_bounded({pb.label}): beta ran to the edge of its search range {BETA_RANGE}", warn=True)
+    if at_bound:
+        emit(warnings, f"{pb.label}: asymptote e sits on its natural bound {pb.bnd}; read it as a bound")
+    return e, A, beta, sse, fitted, converged, at_bound
+
+
+def _replicates(pb: _Problem, fitted: np.ndarray, spec: Bootstrap):
+    """(draws (S, 3) of (e, A, beta) in raw-compute units, intervals), or (None, {})."""
+    if spec.n_boot <= 0:
+        return None, {}
+    Y, W = spec.resampler().replicates(pb.m, fitted, 3)
+    if spec.kind == "residual":
+        M = Y
+        if pb.side != 0:  # resampled metrics cannot cross their natural bound
+            M = np.maximum(M, pb.bnd) if pb.side > 0 else np.minimum(M, pb.bnd)
+        W = np.ones_like(M)
+    else:
+        M = np.broadcast_to(pb.m, W.shape).copy()
+    be_, bA, bb, _, _ = pb.solve(M, W, n_golden=40)
+    bA = bA * np.exp(bb * math.log(pb.c_ref))  # back to raw-compute units
+    return np.column_stack([be_, bA, bb]), spec.intervals({"e": be_, "A": bA, "beta": bb})
+
+
 def fit_bounded(
     compute,
     metric,
@@ -212,9 +314,10 @@ def fit_bounded(
     bound: float | None = None,
     name: str | None = None,
     n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs"] = "residual",
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    groups=None,
 ) -> BoundedFit:
     """Fit m(C) = e + A C^-beta (``direction="lower"``: lower is better, e >= bound) or
     m(C) = e - A C^-beta (``"higher"``: e <= bound) by least squares (Eq. 29), A >= 0, beta > 0.
@@ -222,82 +325,18 @@ def fit_bounded(
     ``name`` (one of ``METRICS``: concept_loss, concept_independence, concept_contribution,
     known_concept_alignment) supplies the paper's direction and natural bound; explicit
     ``direction``/``bound`` override it; ``bound=None`` with no name leaves e free.
+    Intervals: ``bootstrap.Bootstrap`` (``"cluster"`` resamples whole ``groups``).
     """
-    if name is not None and name in METRICS:
-        d0, b0 = METRICS[name]
-        direction = direction or d0
-        bound = b0 if bound is None else bound
-    if direction not in ("lower", "higher"):
-        raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
-    C = as_array(compute, "compute", positive=True)
-    m = as_array(metric, name or "metric")
-    n = check_lengths(compute=C, metric=m)
-    check_min_points(n, 4, f"fit_bounded({name or 'metric'})")
-    check_duplicates({"compute": C, name or "metric": m}, f"fit_bounded({name or 'metric'})")
-    level = check_level(level)
-    if np.ptp(C) == 0:
-        raise ValueError("compute: all values are equal; need at least two distinct compute values")
-    sgn = 1.0 if direction == "lower" else -1.0
-    side = 0 if bound is None else (1 if direction == "lower" else -1)
-    bnd = 0.0 if bound is None else float(bound)
-    if bound is not None and (side * (m - bnd) < 0).any():
-        i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
-        raise ValueError(f"{name or 'metric'}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
-    c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
-    lx = np.log(C / c_ref)
-    W1 = np.ones((1, n))
-    e, A, beta, sse, k = _fit_many(lx, m[None, :], W1, sgn, side, bnd)
-    e, A, beta, sse, k = float(e[0]), float(A[0]), float(beta[0]), float(sse[0]), int(k[0])
-    fitted = e + sgn * A * np.exp(-beta * lx)
-    sst = float(((m - m.mean()) ** 2).sum())
-    r2 = 1.0 - sse / sst if sst > 0 else math.nan
+    pb = _check(compute, metric, direction, bound, name)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
+                     groups=groups).checked(pb.m.size, f"fit_bounded({pb.label})")
     warnings: list[str] = []
-    converged = True
-    scale = max(abs(e), float(np.abs(m).max()), 1e-12)
-    at_bound = bound is not None and abs(e - bnd) <= 1e-9 * scale
-    if A <= 0:
-        converged = False
-        emit(warnings, f"fit_bounded({name or 'metric'}): best fit is flat (A = 0); the metric does not improve with compute", warn=True)
-    elif k in (0, len(_GRID) - 1):
-        converged = False
-        emit(warnings, f"fit_bounded({name or 'metric'}): beta ran to the edge of its search range {BETA_RANGE}", warn=True)
-    if at_bound:
-        emit(warnings, f"{name or 'metric'}: asymptote e sits on its natural bound {bnd}; read it as a bound")
-    ci: dict = {}
-    boot = None
-    if n_boot > 0:
-        rng = np.random.default_rng(seed)
-        if bootstrap == "residual":
-            M = fitted[None, :] + resample_residuals(rng, m - fitted, n_boot, 3)
-            if side != 0:  # resampled metrics cannot cross their natural bound
-                M = np.maximum(M, bnd) if side > 0 else np.minimum(M, bnd)
-            W = np.ones_like(M)
-        elif bootstrap == "pairs":
-            M = np.broadcast_to(m, (n_boot, n)).copy()
-            W = pairs_weights(rng, n, n_boot)
-        else:
-            raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
-        be_, bA, bb, _, _ = _fit_many(lx, M, W, sgn, side, bnd, n_golden=40)
-        bA = bA * np.exp(bb * math.log(c_ref))  # back to raw-compute units
-        boot = np.column_stack([be_, bA, bb])
-        ci = {"e": percentile_ci(be_, level), "A": percentile_ci(bA, level), "beta": percentile_ci(bb, level)}
+    e, A, beta, sse, fitted, converged, at_bound = _point_fit(pb, warnings)
+    sst = float(((pb.m - pb.m.mean()) ** 2).sum())
+    boot, ci = _replicates(pb, fitted, spec)
     return BoundedFit(
-        e=e,
-        A=A * math.exp(beta * math.log(c_ref)),
-        beta=beta,
-        r2=float(r2),
-        n=n,
-        direction=direction,
-        bound=None if bound is None else bnd,
-        e_at_bound=bool(at_bound),
-        converged=converged,
-        metric=name,
-        sse=sse,
-        ci=ci,
-        level=level,
-        bootstrap=bootstrap,
-        warnings=tuple(warnings),
-        compute_range=(float(C.min()), float(C.max())),
-        boot=boot,
-        resid=m - fitted,
+        e=e, A=A * math.exp(beta * math.log(pb.c_ref)), beta=beta, r2=float(1.0 - sse / sst if sst > 0 else math.nan),
+        n=pb.m.size, direction=pb.direction, bound=pb.bound, e_at_bound=bool(at_bound), converged=converged,
+        metric=name, sse=sse, ci=ci, level=spec.level, bootstrap=bootstrap, warnings=tuple(warnings),
+        compute_range=(float(pb.C.min()), float(pb.C.max())), boot=boot, resid=pb.m - fitted,
     )

@@ -16,11 +16,21 @@ from typing import Literal
 
 import numpy as np
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_lengths, check_level, check_min_points, emit, fields_dict, fmt_ci, log
-from .bootstrap import band_from_draws, cluster_weights, pairs_weights, percentile_ci, resample_noise, resample_residuals
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    check_duplicates,
+    check_lengths,
+    check_level,
+    check_min_points,
+    emit,
+    fields_dict,
+    fmt_ci,
+    log,
+)
 from ._optim import STATUS, batched_bfgs
-
-PARAM_NAMES = ("L_inf", "A_P", "A_D", "alpha", "beta")
+from .bootstrap import Bootstrap, band_from_draws, resample_noise
 
 
 def epoch_grid() -> np.ndarray:
@@ -186,6 +196,7 @@ class ChinchillaFit:
     overestimate_penalty: float = 1.0
     L_inf_bounded: bool = False
     weighted: bool = False
+    identified: bool = True  # L_inf pinned down and both exponents positive (see ``_diagnose``)
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log L - log L-hat
 
@@ -215,7 +226,7 @@ class ChinchillaFit:
         Closed form (Hoffmann et al. 2022, App. D.2): P_opt = G (C/k)^(beta/(alpha+beta)),
         D_opt = (C/k) / P_opt, G = (alpha A_P / (beta A_D))^(1/(alpha+beta)).
         """
-        return _allocation(self.theta[None, :], np.asarray(compute, float), flops_per_token_per_param)
+        return optimal_allocation(self.theta[None, :], np.asarray(compute, float), flops_per_token_per_param)
 
     def predict_optimal(self, compute, flops_per_token_per_param: float = 6.0) -> np.ndarray:
         """Compute-optimal loss L(P_opt(C), D_opt(C))."""
@@ -238,7 +249,7 @@ class ChinchillaFit:
         if self.boot is None or len(self.boot) == 0:
             y = self.predict_optimal(C, flops_per_token_per_param)
             return y, y
-        P, D = _allocation(self.boot, C, flops_per_token_per_param)  # (S, m)
+        P, D = optimal_allocation(self.boot, C, flops_per_token_per_param)  # (S, m)
         a, b, e, al, be = (self.boot[:, i : i + 1] for i in range(5))
         draws = np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
         lo, hi = band_from_draws(draws, level or self.level)
@@ -269,7 +280,7 @@ class ChinchillaFit:
         theta = self.boot if self.boot is not None and len(self.boot) else self.theta[None, :]
         if len(theta) < 200:
             theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
-        P, D = _allocation(theta, C, flops_per_token_per_param)
+        P, D = optimal_allocation(theta, C, flops_per_token_per_param)
         P, D = np.atleast_2d(P), np.atleast_2d(D)
         a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -305,7 +316,13 @@ class ChinchillaFit:
         return "\n".join(lines)
 
 
-def _allocation(theta: np.ndarray, C: np.ndarray, k: float):
+def optimal_allocation(theta: np.ndarray, compute, k: float = 6.0):
+    """(P_opt, D_opt) of Eq. 27 under C = k P D for rows of theta = (a, b, e, alpha, beta)
+    (Hoffmann et al. 2022, App. D.2): P_opt = G (C/k)^(beta/(alpha+beta)), D_opt = (C/k) / P_opt,
+    G = (alpha A_P / (beta A_D))^(1/(alpha+beta)). One row gives arrays shaped like ``compute``;
+    S rows give (S, m) arrays."""
+    theta = np.atleast_2d(np.asarray(theta, float))
+    C = np.asarray(compute, float)
     a, b, _, al, be = (theta[:, i : i + 1] for i in range(5))
     CK = np.atleast_1d(C)[None, :] / k
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # non-positive exponents -> nan
@@ -319,6 +336,132 @@ def _allocation(theta: np.ndarray, C: np.ndarray, k: float):
 
 # L_inf below this fraction of the smallest observed loss is reported as not identified
 L_INF_COLLAPSE = 0.01
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """Checked inputs of one joint fit: logs of the points, weights, starts and options."""
+
+    lP: np.ndarray
+    lD: np.ndarray
+    lL: np.ndarray
+    w: np.ndarray | None
+    starts: np.ndarray
+    opts: dict
+
+    @property
+    def n(self) -> int:
+        return self.lL.size
+
+
+def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_L_inf, grid) -> _Inputs:
+    """Validated logs, per-point weights and start grid (ValueError naming the bad input)."""
+    P = as_array(params, "params", positive=True)
+    D = as_array(tokens, "tokens", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    n = check_lengths(params=P, tokens=D, loss=L)
+    check_min_points(n, 6, "fit_chinchilla (5 free parameters)")
+    check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
+    if not delta > 0:
+        raise ValueError(f"delta must be positive, got {delta}")
+    if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
+        raise ValueError("params/tokens: need at least two distinct values of each")
+    w = None
+    if weights is not None:
+        w = as_array(weights, "weights")
+        check_lengths(params=P, weights=w)
+        if (w < 0).any() or not w.sum() > 0:
+            i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
+            raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
+    if not overestimate_penalty >= 1.0:
+        raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
+    e_max = float(np.log(L.min())) if bound_L_inf else None
+    starts = {"epoch": epoch_grid, "coarse": coarse_grid}[grid]() if isinstance(grid, str) else np.asarray(grid, float)
+    if starts.ndim != 2 or starts.shape[1] != 5:
+        raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
+    if e_max is not None:
+        starts = starts.copy()
+        starts[:, 2] = np.minimum(starts[:, 2], e_max - 1e-3)  # what the optimiser starts from
+    return _Inputs(np.log(P), np.log(D), np.log(L), w, starts,
+                   dict(delta=delta, overestimate=overestimate_penalty, e_max=e_max))
+
+
+@dataclass(frozen=True)
+class _Point:
+    """The point estimate: best polished start, its objective and convergence."""
+
+    theta: np.ndarray
+    objective: float
+    converged: bool
+    best: int
+    n_ok: int
+    status: str
+    failure: str  # STATUS text of the best start when it did not converge, else ""
+
+
+def _point_fit(x: _Inputs, *, max_iter: int, n_polish: int) -> _Point:
+    """Every start to scipy's default tolerance, then the best ``n_polish`` to machine precision."""
+    res = minimize_huber_lse(x.lP, x.lD, x.lL, x.starts, W=x.w, max_iter=max_iter, tol=COARSE_TOL, **x.opts)
+    ok = res.converged & np.isfinite(res.f)
+    pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
+    if pool.size == 0:
+        raise ValueError("fit_chinchilla: the objective is non-finite from every start")
+    # polish the best n_polish end points (distinct basins may differ by < the coarse ftol)
+    top = pool[np.argsort(res.f[pool])[:n_polish]]
+    pol = minimize_huber_lse(x.lP, x.lD, x.lL, res.x[top], W=x.w, max_iter=2 * max_iter, tol=FINE_TOL, **x.opts)
+    j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
+    best = int(top[j])
+    converged = bool(ok[best]) and bool(pol.converged[j])
+    failure = "" if converged else (STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])])
+    log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
+             len(x.starts), best, float(pol.f[j]), int(ok.sum()))
+    return _Point(pol.x[j], float(pol.f[j]), converged, best, int(ok.sum()), STATUS[int(pol.status[j])], failure)
+
+
+def _diagnose(x: _Inputs, pt: _Point, warnings: list[str]) -> tuple[bool, bool]:
+    """(converged, identified) of the point fit, each problem recorded in ``warnings``.
+
+    L_inf is *identified* unless its log ran off towards -inf (below ``L_INF_COLLAPSE`` x the
+    smallest observed loss) or an exponent is non-positive (the law does not decrease)."""
+    converged = pt.converged
+    if not converged:
+        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{pt.failure}'", warn=True)
+    if np.allclose(pt.theta, x.starts[pt.best], rtol=0, atol=1e-12):
+        converged = False
+        emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
+    _, _, e, al, be = pt.theta
+    identified = True
+    if al <= 0 or be <= 0:
+        identified = False
+        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
+    if math.exp(e) < L_INF_COLLAPSE * float(np.exp(x.lL.min())):
+        identified = False
+        emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
+                       "observed loss); the irreducible loss is not identified by these points")
+    return converged, identified
+
+
+def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int,
+                warnings: list[str]) -> tuple[np.ndarray | None, dict, int]:
+    """(draws of theta, percentile intervals, replicates kept): every replicate refitted
+    together, warm-started from the point estimate."""
+    if spec.n_boot <= 0:
+        return None, {}, 0
+    fitted = log_pred(theta[None, :], x.lP, x.lD)[0]
+    Y, W = spec.resampler().replicates(x.lL, fitted, 5, weights=x.w)
+    br = minimize_huber_lse(x.lP, x.lD, Y, np.broadcast_to(theta, (spec.n_boot, 5)), W=W,
+                            max_iter=max_iter, tol=BOOT_TOL, **x.opts)
+    good = br.converged & np.isfinite(br.x).all(axis=1)
+    n_ok = int(good.sum())
+    if n_ok < 0.99 * spec.n_boot:
+        emit(warnings, f"bootstrap: {spec.n_boot - n_ok} of {spec.n_boot} replicates did not converge and were dropped")
+    boot = br.x[good]
+    draws = {
+        "a": boot[:, 0], "b": boot[:, 1], "e": boot[:, 2], "alpha": boot[:, 3], "beta": boot[:, 4],
+        "L_inf": np.exp(boot[:, 2]), "A_P": np.exp(boot[:, 0]), "A_D": np.exp(boot[:, 1]),
+        "alpha_D": boot[:, 3] / (boot[:, 3] + boot[:, 4]),
+    }
+    return boot, spec.intervals(draws), n_ok
 
 
 def fit_chinchilla(
@@ -346,137 +489,35 @@ def fit_chinchilla(
     243 starts; or an (S, 5) array of (a, b, e, alpha, beta)) is minimised; the lowest
     objective among converged starts wins. All starts run to scipy L-BFGS-B's default
     stopping rule; the best ``n_polish`` end points are then refined to machine precision.
-    Bootstrap replicates (``n_boot``) are refitted together, warm-started from the point
-    estimate, and give percentile intervals. ``"residual"`` (default, the paper's) resamples
-    log residuals; with ``smooth`` a small variance-preserving Gaussian kernel is added to
-    each draw, because with delta far below the noise the Huber fit behaves like least
-    absolute deviations, whose plain residual bootstrap under-covers (De Angelis, Hall &
-    Young 1993). ``"pairs"`` resamples points (Epoch's choice); ``"cluster"`` resamples
-    whole ``groups`` (e.g. ``run_id``: the checkpoints of one run are not independent).
+    Bootstrap replicates (``n_boot``, ``bootstrap.Bootstrap``) are refitted together,
+    warm-started from the point estimate, and give percentile intervals. ``"residual"``
+    (default, the paper's) resamples log residuals; with ``smooth`` a small variance-preserving
+    Gaussian kernel is added to each draw, because with delta far below the noise the Huber
+    fit behaves like least absolute deviations, whose plain residual bootstrap under-covers
+    (De Angelis, Hall & Young 1993). ``"pairs"`` resamples points (Epoch's choice);
+    ``"cluster"`` resamples whole ``groups`` (e.g. ``run_id``: the checkpoints of one run are
+    not independent).
 
     Options from the ladder literature: ``weights`` (n,) multiply each point's Huber term
     (e.g. inverse seed variance); ``overestimate_penalty`` k >= 1 multiplies the terms where
     the fit predicts a higher loss than observed; ``bound_L_inf`` constrains
     L_inf <= min(loss) (a smooth reparameterisation, so BFGS stays unconstrained).
     """
-    P = as_array(params, "params", positive=True)
-    D = as_array(tokens, "tokens", positive=True)
-    L = as_array(loss, "loss", positive=True)
-    n = check_lengths(params=P, tokens=D, loss=L)
-    check_min_points(n, 6, "fit_chinchilla (5 free parameters)")
-    check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
-    level = check_level(level)
-    if not delta > 0:
-        raise ValueError(f"delta must be positive, got {delta}")
-    if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
-        raise ValueError("params/tokens: need at least two distinct values of each")
-    w = None
-    if weights is not None:
-        w = as_array(weights, "weights")
-        check_lengths(params=P, weights=w)
-        if (w < 0).any() or not w.sum() > 0:
-            i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
-            raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
-    if not overestimate_penalty >= 1.0:
-        raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
-    if bootstrap == "cluster":
-        if groups is None:
-            raise ValueError("bootstrap='cluster' needs groups (one label per row, e.g. run_id)")
-        if len(groups) != n:
-            raise ValueError(f"groups: {len(groups)} labels for {n} rows")
-    e_max = float(np.log(L.min())) if bound_L_inf else None
-    opts = dict(delta=delta, overestimate=overestimate_penalty, e_max=e_max)
-    starts = {"epoch": epoch_grid, "coarse": coarse_grid}[grid]() if isinstance(grid, str) else np.asarray(grid, float)
-    if starts.ndim != 2 or starts.shape[1] != 5:
-        raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
-    lP, lD, lL = np.log(P), np.log(D), np.log(L)
-    res = minimize_huber_lse(lP, lD, lL, starts, W=w, max_iter=max_iter, tol=COARSE_TOL, **opts)
+    x = _check(params, tokens, loss, delta=delta, weights=weights, overestimate_penalty=overestimate_penalty,
+               bound_L_inf=bound_L_inf, grid=grid)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed, groups=groups,
+                     smooth=smooth and bootstrap == "residual").checked(x.n, "fit_chinchilla")
+    pt = _point_fit(x, max_iter=max_iter, n_polish=n_polish)
     warnings: list[str] = []
-    ok = res.converged & np.isfinite(res.f)
-    pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
-    if pool.size == 0:
-        raise ValueError("fit_chinchilla: the objective is non-finite from every start")
-    # polish the best n_polish end points (distinct basins may differ by < the coarse ftol)
-    top = pool[np.argsort(res.f[pool])[:n_polish]]
-    pol = minimize_huber_lse(lP, lD, lL, res.x[top], W=w, max_iter=2 * max_iter, tol=FINE_TOL, **opts)
-    j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
-    best = int(top[j])
-    theta, objective = pol.x[j], float(pol.f[j])
-    converged = bool(ok[best]) and bool(pol.converged[j])
-    if not converged:
-        st = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
-        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{st}'", warn=True)
-    if e_max is not None:
-        starts = starts.copy()
-        starts[:, 2] = np.minimum(starts[:, 2], e_max - 1e-3)  # what the optimiser started from
-    if np.allclose(theta, starts[best], rtol=0, atol=1e-12):
-        converged = False
-        emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
-    a, b, e, al, be = theta
-    log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
-             len(starts), best, objective, int(ok.sum()))
-    if al <= 0 or be <= 0:
-        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
-    if math.exp(e) < L_INF_COLLAPSE * float(L.min()):
-        # e = log L_inf ran off towards -inf: the data carry no information on the asymptote
-        emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
-                       "observed loss); the irreducible loss is not identified by these points")
-    ci: dict = {}
-    boot = None
-    n_ok = 0
-    fitted = log_pred(theta[None, :], lP, lD)[0]
-    if n_boot > 0:
-        rng = np.random.default_rng(seed)
-        W = w
-        if bootstrap == "residual":
-            resid = lL - fitted
-            E = resample_residuals(rng, resid, n_boot, 5)
-            if smooth:  # smoothed residual bootstrap (variance-preserving Gaussian kernel)
-                sd = float(E.std())
-                h = 1.06 * sd * n ** (-0.2)
-                E = (E + rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2) if sd > 0 else E
-            Y = fitted[None, :] + E
-        elif bootstrap in ("pairs", "cluster"):
-            Wb = pairs_weights(rng, n, n_boot) if bootstrap == "pairs" else cluster_weights(rng, groups, n_boot)
-            Y, W = lL, Wb if w is None else Wb * w[None, :]
-        else:
-            raise ValueError(f"bootstrap must be 'residual', 'pairs' or 'cluster', got {bootstrap!r}")
-        br = minimize_huber_lse(lP, lD, Y, np.broadcast_to(theta, (n_boot, 5)), W=W,
-                                max_iter=max_iter, tol=BOOT_TOL, **opts)
-        good = br.converged & np.isfinite(br.x).all(axis=1)
-        n_ok = int(good.sum())
-        if n_ok < 0.99 * n_boot:
-            emit(warnings, f"bootstrap: {n_boot - n_ok} of {n_boot} replicates did not converge and were dropped")
-        boot = br.x[good]
-        draws = {
-            "a": boot[:, 0], "b": boot[:, 1], "e": boot[:, 2], "alpha": boot[:, 3], "beta": boot[:, 4],
-            "L_inf": np.exp(boot[:, 2]), "A_P": np.exp(boot[:, 0]), "A_D": np.exp(boot[:, 1]),
-            "alpha_D": boot[:, 3] / (boot[:, 3] + boot[:, 4]),
-        }
-        ci = {k: percentile_ci(v, level) for k, v in draws.items()}
+    converged, identified = _diagnose(x, pt, warnings)
+    boot, ci, n_ok = _replicates(x, pt.theta, spec, max_iter=max_iter, warnings=warnings)
+    a, b, e, al, be = pt.theta
     return ChinchillaFit(
-        L_inf=float(np.exp(e)),
-        A_P=float(np.exp(a)),
-        A_D=float(np.exp(b)),
-        alpha=float(al),
-        beta=float(be),
-        objective=objective,
-        converged=converged,
-        n=n,
-        huber_delta=float(delta),
-        n_starts=int(len(starts)),
-        n_converged_starts=int(ok.sum()),
-        best_start=tuple(float(v) for v in starts[best]),
-        best_start_index=best,
-        status=STATUS[int(pol.status[j])],
-        ci=ci,
-        level=level,
-        bootstrap=bootstrap,
-        n_boot_ok=n_ok,
-        warnings=tuple(warnings),
-        overestimate_penalty=float(overestimate_penalty),
-        L_inf_bounded=bool(bound_L_inf),
-        weighted=w is not None,
-        boot=boot,
-        resid=lL - fitted,
+        L_inf=float(np.exp(e)), A_P=float(np.exp(a)), A_D=float(np.exp(b)), alpha=float(al), beta=float(be),
+        objective=pt.objective, converged=converged, n=x.n, huber_delta=float(delta), n_starts=int(len(x.starts)),
+        n_converged_starts=pt.n_ok, best_start=tuple(float(v) for v in x.starts[pt.best]),
+        best_start_index=pt.best, status=pt.status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
+        warnings=tuple(warnings), overestimate_penalty=float(overestimate_penalty), L_inf_bounded=bool(bound_L_inf),
+        weighted=x.w is not None, identified=identified, boot=boot,
+        resid=x.lL - log_pred(pt.theta[None, :], x.lP, x.lD)[0],
     )

@@ -27,8 +27,18 @@ import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
 from scipy.optimize import least_squares
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_duplicates, check_level, emit, fields_dict, fmt_ci, jsonable
-from .bootstrap import cluster_weights, pairs_weights, percentile_ci, resample_residuals
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    check_duplicates,
+    check_level,
+    emit,
+    fields_dict,
+    fmt_ci,
+    jsonable,
+)
+from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_residuals
 from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
 
 
@@ -266,64 +276,43 @@ def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parab
     return {k: row[k] for k in ("P_star", "L_star", "interior", "reason")}
 
 
-def fit_isoflop(
-    df: pd.DataFrame,
-    *,
-    compute: str = "slice_flops",
-    params: str = "params",
-    loss: str = "loss",
-    window: int | None = 5,
-    exclude_flagged: bool = True,
-    weights: Literal["none", "n_points"] = "none",
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    minimum: Literal["parabola", "akima"] = "parabola",
-    cluster: str | None = None,
-    degenerate: Literal["censor", "drop"] = "censor",
-) -> IsoFlopFit:
-    """Steps 1-2 of §8.2.1 on a table with one row per (model, slice).
+@dataclass
+class _Slices:
+    """Step 1 on every slice: the rows of ``slices``, the fitted coefficients and the windows
+    (``fits``: one dict per convex slice with c, x, y, fitted, ok, idx, lo, hi)."""
 
-    ``compute`` names the slice column (target C, shared by all rows of a slice); ``params``
-    the non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged
-    or edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power
-    laws. ``weights="n_points"`` weights slices by their window size in the OLS. ``minimum``:
-    the vertex of Eq. 25 (``"parabola"``) or the minimum of an Akima interpolant (``"akima"``).
+    rows: list
+    coef: dict
+    fits: list
 
-    CIs: a residual bootstrap that resamples the pooled parabola residuals, refits every slice
-    and both power laws per replicate; ``"pairs"`` resamples each window's points;
-    ``"cluster"`` resamples whole groups named by the ``cluster`` column (e.g. ``run_id``,
-    when several checkpoints share a run). Degenerate replicates are kept (module docstring);
-    ``degenerate_fraction`` reports how many there were. ``degenerate="drop"`` restores the
-    old behaviour (drop them; biased towards narrow intervals) for comparison only.
-    """
-    for col in (compute, params, loss) + ((cluster,) if cluster else ()):
-        if col not in df.columns:
-            raise ValueError(f"fit_isoflop: missing column {col!r}; have {list(df.columns)}")
+
+def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, window, minimum, spec: Bootstrap,
+           degenerate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slice compute, params, loss) arrays after the checks (ValueError naming the bad input)."""
+    for col in (compute, params, loss):
+        if col not in results.columns:
+            raise ValueError(f"fit_isoflop: missing column {col!r}; have {list(results.columns)}")
     if window is not None and window < 3:
         raise ValueError(f"window must be >= 3 (a parabola has 3 parameters), got {window}")
     if minimum not in ("parabola", "akima"):
         raise ValueError(f"minimum must be 'parabola' or 'akima', got {minimum!r}")
-    if bootstrap not in ("residual", "pairs", "cluster"):
-        raise ValueError(f"bootstrap must be 'residual', 'pairs' or 'cluster', got {bootstrap!r}")
-    if bootstrap == "cluster" and cluster is None:
-        raise ValueError("bootstrap='cluster' needs cluster=COLUMN (e.g. 'run_id')")
     if degenerate not in ("censor", "drop"):
         raise ValueError(f"degenerate must be 'censor' or 'drop', got {degenerate!r}")
-    if minimum == "akima" and bootstrap != "residual" and n_boot > 0:
+    if minimum == "akima" and spec.kind != "residual" and spec.n_boot > 0:
         raise ValueError("minimum='akima' supports the residual bootstrap only")
-    level = check_level(level)
-    Cs = as_array(df[compute], compute, positive=True)
-    P = as_array(df[params], params, positive=True)
-    L = as_array(df[loss], loss, positive=True)
+    Cs = as_array(results[compute], compute, positive=True)
+    P = as_array(results[params], params, positive=True)
+    L = as_array(results[loss], loss, positive=True)
     check_duplicates({compute: Cs, params: P, loss: L}, "fit_isoflop")
-    keys = np.unique(Cs)
-    if len(keys) < 2:
-        raise ValueError(f"fit_isoflop: column {compute!r} has a single slice ({keys[0]:g}); power laws need >= 2 slices")
-    warnings: list[str] = []
+    if np.unique(Cs).size < 2:
+        raise ValueError(f"fit_isoflop: column {compute!r} has a single slice ({Cs[0]:g}); power laws need >= 2 slices")
+    return Cs, P, L
+
+
+def _fit_slices(Cs: np.ndarray, P: np.ndarray, L: np.ndarray, window, minimum) -> _Slices:
+    """Eq. 25 on each slice's window (the point fit of Step 1)."""
     rows, coef, fits = [], {}, []
-    for c in keys:
+    for c in np.unique(Cs):
         m = np.flatnonzero(Cs == c)
         order = np.argsort(P[m])
         x, y = np.log(P[m][order]), L[m][order]
@@ -334,127 +323,200 @@ def fit_isoflop(
             coef[float(c)] = (a, xs, Ls)
             fits.append(dict(c=float(c), x=x[w], y=y[w], fitted=fitted, ok=not row["reason"], idx=m[order][w],
                              lo=float(x.min()), hi=float(x.max())))
+    return _Slices(rows, coef, fits)
+
+
+def _replicate_residual(f: dict, Yb: np.ndarray, minimum: str):
+    """Optima of one slice's residual-bootstrap replicates Yb (S, k)."""
+    x = f["x"]
+    if minimum == "akima":
+        xs, Ls, inner = akima_minimum(x, Yb)
+        return xs, Ls, ~inner
+    xm = x.mean()
+    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
+    return _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
+
+
+def _replicate_weighted(f: dict, Wt: np.ndarray):
+    """Optima of one slice under pairs/cluster multiplicities Wt (S, k): weighted least squares;
+    a replicate with < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
+    through two nearly equal sizes has an absurd curvature and vertex) takes the lowest mean
+    loss among the sizes it drew."""
+    x, y = f["x"], f["y"]
+    xm = x.mean()
+    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    inv = _size_groups(x)
+    few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
+    XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
+    XtWX[few] = np.eye(3)
+    Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
+    drawn = Wt > 0  # censor within the sizes this replicate actually drew
+    w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
+    w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
+    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
+    if few.any():
+        xd, Ld = _discrete_min(x, y, Wt[few])
+        xs[few], Ls[few] = xd, Ld
+    return xs, Ls, deg | few
+
+
+def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
+    """(log P*, L*, degenerate) of every replicate and used slice, each (S, slices)."""
+    rs = spec.resampler()
+    if spec.kind == "residual":
+        resid = np.concatenate([f["y"] - f["fitted"] for f in used])
+        draws = resample_residuals(rs.rng, resid, spec.n_boot, 3 * len(used))  # (S, total window points)
+    elif spec.kind == "cluster":
+        Wall = rs.weights(n_rows)  # (S, rows of the table)
+    out, pos = [], 0
+    for f in used:
+        k = len(f["x"])
+        if spec.kind == "residual":
+            out.append(_replicate_residual(f, f["fitted"][None, :] + draws[:, pos : pos + k], minimum))
+            pos += k
+        else:  # pairs within the window, or whole clusters
+            Wt = pairs_weights(rs.rng, k, spec.n_boot) if spec.kind == "pairs" else Wall[:, f["idx"]]
+            out.append(_replicate_weighted(f, Wt))
+    return tuple(np.column_stack([o[i] for o in out]) for i in range(3))
+
+
+def _noise_sd(LP, lLS, pP, pL, used) -> dict:
+    """Noise of one slice's estimate (for prediction intervals): the bootstrap spread within
+    slices, or the power laws' scatter about the line when that is larger (misfit), and the
+    residual degrees of freedom behind them (pooled window points - 3 per slice)."""
+    noise_sd: dict = {}
+    for key, D, pl in (("P", LP, pP), ("L", lLS, pL)):
+        fin = np.where(np.isfinite(D), D, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"), _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns -> nan noise
+            within = float(np.nanmean(np.nanvar(fin, axis=0, ddof=1)))
+        scatter = pl.resid_sd ** 2 if len(used) > 2 else 0.0
+        noise_sd[key] = math.sqrt(max(within, scatter))
+    noise_sd["df"] = float(max(sum(len(f["x"]) for f in used) - 3 * len(used), 1))
+    return noise_sd
+
+
+@dataclass
+class _Boot:
+    pP: PowerLawFit
+    pL: PowerLawFit
+    ci: dict = field(default_factory=dict)
+    n_ok: int = 0
+    deg_frac: float = 0.0
+    noise_sd: dict = field(default_factory=dict)
+
+
+def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, minimum, degenerate, n_rows,
+               warnings: list[str]) -> _Boot:
+    """Step 1-2 replicates: every slice refitted per replicate, then both power laws."""
+    if spec.n_boot <= 0:
+        return _Boot(pP, pL)
+    LP, LS, DG = _replicate_optima(used, spec, minimum, n_rows)
+    deg_frac = float(DG.any(axis=1).mean())
+    missing = "bound"
+    if degenerate == "drop":
+        keep = ~DG.any(axis=1)
+        LP, LS, DG, missing = LP[keep], LS[keep], DG[keep], "drop"
+        emit(warnings, f"bootstrap: {int((~keep).sum())} of {spec.n_boot} replicates had a degenerate slice and "
+                       "were dropped (degenerate='drop': intervals biased narrow)")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lLS = np.log(np.where(LS > 0, LS, np.nan))
+    n_ok = int((np.isfinite(LP).all(axis=1) & np.isfinite(lLS).all(axis=1)).sum())
+    if deg_frac > 0 and degenerate == "censor":
+        msg = (f"bootstrap: {100 * deg_frac:.1f}% of {spec.n_boot} replicates had a degenerate slice (kept, "
+               "optimum censored at the slice edge)")
+        if deg_frac > DEGENERATE_FLAG:
+            msg += f"; above {100 * DEGENERATE_FLAG:.0f}%: the intervals are flagged as less reliable"
+        emit(warnings, msg)
+    Cu = np.array([f["c"] for f in used])
+    WB = None if wts is None else np.broadcast_to(wts, LP.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iP, sP = ols_lines(np.log(Cu), LP, WB)
+        iL, sL = ols_lines(np.log(Cu), lLS, WB)
+    pP, pL = attach_draws(pP, iP, sP, missing=missing), attach_draws(pL, iL, sL, missing=missing)
+    for j, c in enumerate(Cu):
+        i = slices.index[slices.compute == c][0]
+        slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[:, j], spec.level, missing=missing))
+        slices.loc[i, ["L_star_lo", "L_star_hi"]] = percentile_ci(LS[:, j], spec.level, missing=missing)
+        slices.loc[i, "degenerate_frac"] = float(DG[:, j].mean())
+    ci = {"alpha_P": pP.ci["alpha"], "alpha_L": pL.ci["alpha"], "a_P": pP.ci["a"], "a_L": pL.ci["a"]}
+    return _Boot(pP, pL, ci, n_ok, deg_frac, _noise_sd(LP, lLS, pP, pL, used))
+
+
+def _used_slices(sl: _Slices, exclude_flagged: bool, warnings: list[str]) -> tuple[pd.DataFrame, list]:
+    """The slices table and the slices that enter the power laws (ValueError when fewer than 2)."""
+    rows = sl.rows
     slices = pd.DataFrame(rows)
     slices["used"] = [bool(r["reason"] == "" or (not exclude_flagged and r["convex"])) for r in rows]
     for r in rows:
         if r["reason"]:
             emit(warnings, f"slice C={r['compute']:g}: {r['reason']}" + ("; excluded" if exclude_flagged else ""))
-    used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
+    used = [f for f in sl.fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
         raise ValueError(
             f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
             + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"])
         )
-    Cu = np.array([f["c"] for f in used])
-    Pu = np.array([coef[f["c"]][1] for f in used])
-    Lu = np.array([coef[f["c"]][2] for f in used])
-    wts = np.array([len(f["x"]) for f in used], float) if weights == "n_points" else None
-    pP = fit_power_law(Cu, np.exp(Pu), weights=wts, n_boot=0, level=level)
-    pL = fit_power_law(Cu, Lu, weights=wts, n_boot=0, level=level)
-    ci: dict = {}
-    n_ok = 0
-    deg_frac = 0.0
-    noise_sd: dict = {}
     for col in ("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"):
         slices[col] = math.nan
-    if n_boot > 0:
-        rng = np.random.default_rng(seed)
-        if bootstrap == "residual":
-            resid = np.concatenate([f["y"] - f["fitted"] for f in used])
-            draws = resample_residuals(rng, resid, n_boot, 3 * len(used))  # (S, total window points)
-        elif bootstrap == "cluster":
-            Wall = cluster_weights(rng, df[cluster].to_numpy(), n_boot)  # (S, rows of df)
-        lps, lss, degs, pos = [], [], [], 0
-        for f in used:
-            x, y = f["x"], f["y"]
-            k = len(x)
-            xm = x.mean()
-            X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-            if bootstrap == "residual":
-                Yb = f["fitted"][None, :] + draws[:, pos : pos + k]
-                pos += k
-                if minimum == "akima":
-                    xs, Ls, inner = akima_minimum(x, Yb)
-                    deg = ~inner
-                else:
-                    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
-                    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
-            else:  # pairs (within the window) or cluster (whole runs), weighted least squares
-                Wt = pairs_weights(rng, k, n_boot) if bootstrap == "pairs" else Wall[:, f["idx"]]
-                # < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
-                # through two nearly equal sizes has an absurd curvature and vertex)
-                inv = _size_groups(x)
-                few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
-                XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
-                XtWX[few] = np.eye(3)
-                Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
-                drawn = Wt > 0  # censor within the sizes this replicate actually drew
-                w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
-                w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
-                xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
-                if few.any():  # no parabola: the lowest mean loss among the sizes drawn
-                    xd, Ld = _discrete_min(x, y, Wt[few])
-                    xs[few], Ls[few] = xd, Ld
-                deg = deg | few
-            lps.append(xs)
-            lss.append(Ls)
-            degs.append(deg)
-        LP, LS, DG = np.column_stack(lps), np.column_stack(lss), np.column_stack(degs)
-        deg_frac = float(DG.any(axis=1).mean())
-        missing = "bound"
-        if degenerate == "drop":
-            keep = ~DG.any(axis=1)
-            LP, LS, DG, missing = LP[keep], LS[keep], DG[keep], "drop"
-            emit(warnings, f"bootstrap: {int((~keep).sum())} of {n_boot} replicates had a degenerate slice and "
-                           "were dropped (degenerate='drop': intervals biased narrow)")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lLS = np.log(np.where(LS > 0, LS, np.nan))
-        n_ok = int((np.isfinite(LP).all(axis=1) & np.isfinite(lLS).all(axis=1)).sum())
-        if deg_frac > 0 and degenerate == "censor":
-            msg = (f"bootstrap: {100 * deg_frac:.1f}% of {n_boot} replicates had a degenerate slice (kept, "
-                   "optimum censored at the slice edge)")
-            if deg_frac > DEGENERATE_FLAG:
-                msg += f"; above {100 * DEGENERATE_FLAG:.0f}%: the intervals are flagged as less reliable"
-            emit(warnings, msg)
-        lC = np.log(Cu)
-        WB = None if wts is None else np.broadcast_to(wts, LP.shape)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            iP, sP = ols_lines(lC, LP, WB)
-            iL, sL = ols_lines(lC, lLS, WB)
-        pP, pL = attach_draws(pP, iP, sP, missing=missing), attach_draws(pL, iL, sL, missing=missing)
-        ci = {"alpha_P": pP.ci["alpha"], "alpha_L": pL.ci["alpha"], "a_P": pP.ci["a"], "a_L": pL.ci["a"]}
-        for j, c in enumerate(Cu):
-            i = slices.index[slices.compute == c][0]
-            slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[:, j], level, missing=missing))
-            slices.loc[i, ["L_star_lo", "L_star_hi"]] = percentile_ci(LS[:, j], level, missing=missing)
-            slices.loc[i, "degenerate_frac"] = float(DG[:, j].mean())
-        # noise of one slice's estimate (for prediction intervals): bootstrap spread within
-        # slices, or the power laws' scatter about the line when that is larger (misfit)
-        for key, D, pl in (("P", LP, pP), ("L", lLS, pL)):
-            fin = np.where(np.isfinite(D), D, np.nan)
-            with np.errstate(invalid="ignore", divide="ignore"), _warnings.catch_warnings():
-                _warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns -> nan noise
-                within = float(np.nanmean(np.nanvar(fin, axis=0, ddof=1)))
-            scatter = pl.resid_sd ** 2 if len(used) > 2 else 0.0
-            noise_sd[key] = math.sqrt(max(within, scatter))
-        # residual degrees of freedom behind those scales: pooled window points - 3 per slice
-        noise_sd["df"] = float(max(sum(len(f["x"]) for f in used) - 3 * len(used), 1))
+    return slices, used
+
+
+def fit_isoflop(
+    results: pd.DataFrame,
+    *,
+    compute: str = "slice_flops",
+    params: str = "params",
+    loss: str = "loss",
+    window: int | None = 5,
+    exclude_flagged: bool = True,
+    slice_weights: Literal["none", "n_points"] = "none",
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    minimum: Literal["parabola", "akima"] = "parabola",
+    groups=None,
+    degenerate: Literal["censor", "drop"] = "censor",
+) -> IsoFlopFit:
+    """Steps 1-2 of §8.2.1 on a table with one row per (model, slice).
+
+    ``compute`` names the slice column (target C, shared by all rows of a slice); ``params``
+    the non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged
+    or edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power
+    laws. ``slice_weights="n_points"`` weights slices by their window size in the OLS.
+    ``minimum``: the vertex of Eq. 25 (``"parabola"``) or the minimum of an Akima interpolant
+    (``"akima"``).
+
+    CIs (``bootstrap.Bootstrap``): a residual bootstrap that resamples the pooled parabola
+    residuals, refits every slice and both power laws per replicate; ``"pairs"`` resamples
+    each window's points; ``"cluster"`` resamples whole ``groups`` (one label per row of
+    ``results``, e.g. its ``run_id`` column, when several checkpoints share a run). Degenerate
+    replicates are kept (module docstring); ``degenerate_fraction`` reports how many there
+    were. ``degenerate="drop"`` restores the old behaviour (drop them; biased towards narrow
+    intervals) for comparison only.
+    """
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError("fit_isoflop: results must be a pandas DataFrame")
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
+                     groups=None if groups is None else np.asarray(groups)).checked(len(results), "fit_isoflop")
+    Cs, P, L = _check(results, compute, params, loss, window=window, minimum=minimum, spec=spec, degenerate=degenerate)
+    if slice_weights not in ("none", "n_points"):
+        raise ValueError(f"slice_weights must be 'none' or 'n_points', got {slice_weights!r}")
+    warnings: list[str] = []
+    sl = _fit_slices(Cs, P, L, window, minimum)
+    slices, used = _used_slices(sl, exclude_flagged, warnings)
+    Cu = np.array([f["c"] for f in used])
+    wts = np.array([len(f["x"]) for f in used], float) if slice_weights == "n_points" else None
+    pP = fit_power_law(Cu, np.exp([sl.coef[c][1] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
+    pL = fit_power_law(Cu, np.array([sl.coef[c][2] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
+    bt = _bootstrap(used, slices, pP, pL, wts, spec, minimum=minimum, degenerate=degenerate, n_rows=len(results),
+                    warnings=warnings)
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
-    converged = bool(all(slices.loc[slices.used, "converged"]))
     return IsoFlopFit(
-        slices=slices,
-        power_P=pP,
-        power_L=pL,
-        window=window,
-        ci=ci,
-        level=level,
-        converged=converged,
-        warnings=tuple(warnings),
-        n_boot_ok=n_ok,
-        minimum=minimum,
-        bootstrap=bootstrap,
-        degenerate_fraction=deg_frac,
-        noise_sd=noise_sd,
-        _coef=coef,
+        slices=slices, power_P=bt.pP, power_L=bt.pL, window=window, ci=bt.ci, level=spec.level,
+        converged=bool(all(slices.loc[slices.used, "converged"])), warnings=tuple(warnings), n_boot_ok=bt.n_ok,
+        minimum=minimum, bootstrap=bootstrap, degenerate_fraction=bt.deg_frac, noise_sd=bt.noise_sd, _coef=sl.coef,
     )

@@ -10,8 +10,17 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, as_array, check_lengths, check_level, check_min_points, fields_dict, fmt_ci
-from .bootstrap import band_from_draws, pairs_weights, percentile_ci, resample_noise, resample_residuals
+from ._base import (
+    DEFAULT_LEVEL,
+    DEFAULT_N_BOOT,
+    as_array,
+    check_lengths,
+    check_level,
+    check_min_points,
+    fields_dict,
+    fmt_ci,
+)
+from .bootstrap import Bootstrap, band_from_draws, percentile_ci, resample_noise
 
 
 @dataclass(frozen=True)
@@ -132,20 +141,24 @@ def fit_power_law(
     *,
     weights=None,
     n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs"] = "residual",
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    groups=None,
 ) -> PowerLawFit:
     """Fit y = a x^alpha by OLS of log y on log x (Eq. 26), optionally weighted.
 
     Works on any positive data (x, y > 0). CIs come from a residual bootstrap on the
-    log-scale fit (``bootstrap="pairs"`` resamples points instead); ``n_boot=0`` skips it.
+    log-scale fit (``bootstrap="pairs"`` resamples points, ``"cluster"`` whole ``groups``;
+    ``bootstrap.Bootstrap``); ``n_boot=0`` skips it.
     """
     x = as_array(x, "x", positive=True)
     y = as_array(y, "y", positive=True)
     n = check_lengths(x=x, y=y)
     check_min_points(n, 2, "fit_power_law")
-    level = check_level(level)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
+                     groups=groups).checked(n, "fit_power_law")
+    level = spec.level
     w = None
     if weights is not None:
         w = as_array(weights, "weights")
@@ -174,18 +187,14 @@ def fit_power_law(
         x_range=(float(x.min()), float(x.max())),
         resid=resid,
     )
-    if n_boot <= 0:
+    if spec.n_boot <= 0:
         return fit
-    rng = np.random.default_rng(seed)
     if n <= 2:
         warnings.append("only 2 points: the fit is exact and bootstrap intervals have zero width")
-    if bootstrap == "residual":
-        Y = fitted[None, :] + resample_residuals(rng, resid, n_boot, 2)
-        WB = None if w is None else np.broadcast_to(w, Y.shape)
-    elif bootstrap == "pairs":
-        Y = np.broadcast_to(ly, (n_boot, n))
-        WB = pairs_weights(rng, n, n_boot) * (1.0 if w is None else w[None, :])
-    else:
-        raise ValueError(f"bootstrap must be 'residual' or 'pairs', got {bootstrap!r}")
+    Y, WB = spec.resampler().replicates(ly, fitted, 2, weights=w)
+    if Y.ndim == 1:  # pairs / cluster: the observed logs under (S, n) multiplicities
+        Y = np.broadcast_to(Y, WB.shape)
+    elif WB is not None:
+        WB = np.broadcast_to(WB, Y.shape)
     i0, s0 = ols_lines(lx, Y, WB)
     return dataclasses.replace(attach_draws(fit, i0, s0), warnings=tuple(warnings))

@@ -18,8 +18,16 @@ from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .extrapolate import Extrapolation, extrapolate
 from .isoflop import IsoFlopFit, fit_isoflop
+from .tables import (
+    ESTIMATOR_PREFERENCE,
+    SLICE_TOLERANCE,
+    attach_groups,
+    flops_per_token_per_param,
+    row_groups,
+    select_rows,
+    slice_rows,
+)
 
-ESTIMATOR_PREFERENCE = ("mdlm_elbo", "ar_ce", "fixed_rate", "fixed_grid", "per_block")  # paper §8.2.1
 METRIC_LABELS = {
     "concept_loss": "Concept Loss",
     "concept_independence": "Concept Independence Loss",
@@ -293,35 +301,102 @@ def _param_draws(f: FamilyFit, name: str):
     return math.nan, None
 
 
-def _flops_per_param_token(d: pd.DataFrame, compute: str) -> float:
-    """k in C = k P D, read off the data (median over runs); 6 when there is no compute column."""
-    if compute not in d.columns or "tokens" not in d.columns:
-        return 6.0
-    k = (d[compute] / (d["params"] * d["tokens"])).to_numpy(float)
-    k = k[np.isfinite(k) & (k > 0)]
-    return float(np.median(k)) if k.size else 6.0
+@dataclass(frozen=True)
+class _Options:
+    """What ``fit_families`` passes to every family's fits (one bootstrap spec for all)."""
+
+    n_boot: int
+    seed: int
+    level: float
+    window: int | None
+    tolerance: float | None
+    grid: str
+    loss: str
+    minimum: str
+    joint_options: Mapping
+    target_compute: float | None
+
+    def boot(self, groups) -> dict:
+        """Bootstrap keywords of one fit: a cluster bootstrap over ``groups`` when given."""
+        kw = dict(n_boot=self.n_boot, level=self.level, seed=self.seed)
+        return kw if groups is None else dict(kw, bootstrap="cluster", groups=groups)
 
 
-def _select(df: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str]) -> pd.DataFrame:
-    if col not in df.columns:
-        if want is not None:
-            raise ValueError(f"fit_families: {what}={want!r} requested but the table has no {col!r} column")
-        return df
-    if want is not None:
-        out = df[df[col] == want]
-        if out.empty:
-            raise ValueError(f"fit_families: no rows with {col} == {want!r}; values: {sorted(df[col].dropna().unique().tolist())}")
-        return out
-    vals = df[col].dropna().unique().tolist()
-    if len(vals) <= 1:
-        return df
-    pick = next((p for p in prefer if p in vals), sorted(vals, key=str)[0])
-    emit(warnings, f"{col} mixes {sorted(vals, key=str)}; using {col} == {pick!r} (pass {what}= to choose)")
-    return df[df[col] == pick]
+def _check(results, families, groups, loss, annealed, warnings) -> tuple[pd.DataFrame, list]:
+    """The rows to fit (annealed choice applied, groups attached) and the families to fit."""
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError("fit_families: results must be a pandas DataFrame")
+    need = ["family", "slice_flops", "params", "tokens", loss]
+    missing = [c for c in need if c not in results.columns]
+    if missing:
+        raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results.columns)}")
+    results = attach_groups(results, groups, "fit_families")
+    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings)
+    fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
+    unknown = [f for f in fams if f not in set(df["family"])]
+    if unknown:
+        raise ValueError(f"fit_families: family {unknown} not in the table; have {sorted(set(df['family']))}")
+    return df, fams
+
+
+def _loss_fits(fam: str, lossy: pd.DataFrame, o: _Options, fw: list[str], skipped: dict):
+    """(IsoFlopFit or None, ChinchillaFit or None) of one family's loss rows."""
+    iso = ch = None
+    iso_rows = slice_rows(lossy.dropna(subset=["slice_flops"]), o.tolerance)
+    try:
+        iso = fit_isoflop(iso_rows, loss=o.loss, window=o.window, minimum=o.minimum, **o.boot(row_groups(iso_rows)))
+    except ValueError as exc:
+        emit(fw, f"{fam}: IsoFLOP fit skipped: {exc}")
+        skipped["isoflop"] = str(exc)
+    try:
+        ch = fit_chinchilla(lossy["params"], lossy["tokens"], lossy[o.loss], grid=o.grid,
+                            **o.boot(row_groups(lossy)), **dict(o.joint_options))
+    except ValueError as exc:
+        emit(fw, f"{fam}: joint fit skipped: {exc}")
+        skipped["joint"] = str(exc)
+    return iso, ch
+
+
+def _metric_fits(fam: str, sub: pd.DataFrame, o: _Options, fw: list[str], skipped: dict) -> dict:
+    """metric -> BoundedFit (Eq. 29) of every metric column with values, against ``flops``."""
+    bounded = {}
+    ccol = "flops" if "flops" in sub.columns else "slice_flops"
+    for metric in METRICS:
+        if metric not in sub.columns or sub[metric].notna().sum() == 0:
+            continue
+        ms = sub.dropna(subset=[metric, ccol])
+        try:
+            bounded[metric] = fit_bounded(ms[ccol], ms[metric], name=metric, n_boot=o.n_boot, level=o.level,
+                                          seed=o.seed)
+        except ValueError as exc:
+            emit(fw, f"{fam}: {metric} fit skipped: {exc}")
+            skipped[metric] = str(exc)
+    return bounded
+
+
+def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapping, warnings: list[str]):
+    """Every fit of one family: IsoFLOP, joint, metrics, the extrapolation to the target."""
+    fw: list[str] = []
+    sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
+    est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
+    lossy = sub.dropna(subset=["params", "tokens", o.loss])
+    if len(lossy) < len(sub):
+        emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/{o.loss} left out of the loss fits")
+    skipped: dict = {}
+    iso, ch = _loss_fits(fam, lossy, o, fw, skipped)
+    bounded = _metric_fits(fam, sub, o, fw, skipped)
+    obs = dict(actual.get(fam, {}))
+    ext = None
+    if o.target_compute is not None and iso is not None and ch is not None:
+        ext = extrapolate(ch, iso, o.target_compute, observed=obs.get("loss"), level=o.level)
+    warnings += fw
+    return FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
+                     extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw),
+                     skipped=skipped, flops_per_token_per_param=flops_per_token_per_param(lossy, "flops"))
 
 
 def fit_families(
-    results_df: pd.DataFrame,
+    results: pd.DataFrame,
     *,
     estimator: str | None = None,
     annealed: bool | None = None,
@@ -330,12 +405,12 @@ def fit_families(
     seed: int = 0,
     level: float = DEFAULT_LEVEL,
     window: int | None = 5,
-    tolerance: float | None = 0.15,
+    tolerance: float | None = SLICE_TOLERANCE,
     grid: Literal["epoch", "coarse"] = "epoch",
     target_compute: float | None = None,
     actual: Mapping[str, Mapping[str, float]] | None = None,
     loss: str = "loss",
-    cluster: str | None = None,
+    groups=None,
     joint_options: Mapping | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> FamilyFits:
@@ -350,73 +425,17 @@ def fit_families(
     with no choice given falls back to annealed rows / the paper's estimator, with a warning.
     ``loss`` names the column the loss fits use (e.g. a bits-per-byte column, so families
     with different tokenizers compare on one scale). Fits that fail are listed in
-    ``FamilyFits.dropped``. ``cluster`` (e.g. ``"run_id"``) resamples whole runs in the
-    IsoFLOP and joint bootstraps; ``joint_options`` go to ``fit_chinchilla`` (e.g.
-    ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``); ``minimum="akima"`` reads slice
-    minima off Akima interpolants instead of parabolas.
+    ``FamilyFits.dropped``. ``groups`` (one label per row of ``results``, e.g. its ``run_id``
+    column) resamples whole runs in the IsoFLOP and joint bootstraps; ``joint_options`` go to
+    ``fit_chinchilla`` (e.g. ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``);
+    ``minimum="akima"`` reads slice minima off Akima interpolants instead of parabolas.
     """
-    if not isinstance(results_df, pd.DataFrame):
-        raise ValueError("fit_families: results_df must be a pandas DataFrame")
-    need = ["family", "slice_flops", "params", "tokens", loss] + ([cluster] if cluster else [])
-    missing = [c for c in need if c not in results_df.columns]
-    if missing:
-        raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results_df.columns)}")
     warnings: list[str] = []
-    df = _select(results_df, "annealed", annealed, (True,), "annealed", warnings)
-    fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
-    unknown = [f for f in fams if f not in set(df["family"])]
-    if unknown:
-        raise ValueError(f"fit_families: family {unknown} not in the table; have {sorted(set(df['family']))}")
-    actual = actual or {}
-    out: dict = {}
-    for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False):
-        fw: list[str] = []
-        sub = _select(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
-        est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
-        lossy = sub.dropna(subset=["params", "tokens", loss])
-        if len(lossy) < len(sub):
-            emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/{loss} left out of the loss fits")
-        iso = ch = ext = None
-        skipped: dict = {}
-        iso_rows = lossy.dropna(subset=["slice_flops"])
-        if tolerance is not None and "flops" in iso_rows.columns:
-            dev = (iso_rows["flops"] / iso_rows["slice_flops"] - 1).abs()
-            iso_rows = iso_rows[dev <= tolerance]
-        try:
-            ckw = dict(bootstrap="cluster", cluster=cluster) if cluster else {}
-            iso = fit_isoflop(iso_rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed,
-                              minimum=minimum, **ckw)
-        except ValueError as exc:
-            emit(fw, f"{fam}: IsoFLOP fit skipped: {exc}")
-            skipped["isoflop"] = str(exc)
-        try:
-            jkw = dict(joint_options or {})
-            if cluster:
-                jkw.update(bootstrap="cluster", groups=lossy[cluster].to_numpy())
-            ch = fit_chinchilla(lossy["params"], lossy["tokens"], lossy[loss], grid=grid, n_boot=n_boot, level=level,
-                                seed=seed, **jkw)
-        except ValueError as exc:
-            emit(fw, f"{fam}: joint fit skipped: {exc}")
-            skipped["joint"] = str(exc)
-        bounded = {}
-        ccol = "flops" if "flops" in sub.columns else "slice_flops"
-        for metric in METRICS:
-            if metric not in sub.columns or sub[metric].notna().sum() == 0:
-                continue
-            ms = sub.dropna(subset=[metric, ccol])
-            try:
-                bounded[metric] = fit_bounded(ms[ccol], ms[metric], name=metric, n_boot=n_boot, level=level, seed=seed)
-            except ValueError as exc:
-                emit(fw, f"{fam}: {metric} fit skipped: {exc}")
-                skipped[metric] = str(exc)
-        obs = dict(actual.get(fam, {}))
-        if target_compute is not None and iso is not None and ch is not None:
-            ext = extrapolate(ch, iso, target_compute, observed=obs.get("loss"), level=level)
-        ff = FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
-                       extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw),
-                       skipped=skipped, flops_per_token_per_param=_flops_per_param_token(lossy, "flops"))
-        out[fam] = ff
-        warnings += fw
+    df, fams = _check(results, families, groups, loss, annealed, warnings)
+    o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
+                 minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute)
+    out = {fam: _fit_family(fam, df, estimator, o, actual or {}, warnings)
+           for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):
         raise ValueError("fit_families: no family could be fitted: " + "; ".join(warnings))
     return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=level,

@@ -1,16 +1,17 @@
-"""A forecast registry: write the prediction down before the big run, check it after.
+"""A forecast ledger: write the prediction down before the big run, check it after.
 
-The paper's Figure 24 workflow (joint law forecast 2.61 for Steerling-8B at 7.6e22 FLOPs,
-observed 2.72) made auditable: ``record`` stores the target compute, the predicted value
-with its prediction interval, the method, a hash of the fit's inputs (the rows and options
-it saw) and the UTC date; ``check`` adds the observed value and its date and scores it.
-One JSON object per line (JSONL); every write replaces the file atomically, so a crash
-never leaves a half-written registry.
+The paper's Figure 24 workflow (the joint law's forecast ``paper.STEERLING_8B_FORECAST["joint"]``
+for Steerling-8B at ``paper.STEERLING_8B_COMPUTE`` FLOPs, observed ``paper.STEERLING_8B["loss"]``)
+made auditable: ``record`` stores the target compute, the predicted value with its calibrated
+prediction interval and the raw bootstrap interval (``forecasting.calibrate``), the method and
+how it was chosen, a hash of the fit's inputs (the rows and options it saw) and the UTC date;
+``check`` adds the observed value and its date and scores both intervals. One JSON object per
+line (JSONL); every write replaces the file atomically, so a crash never leaves a half-written
+ledger.
 
-    reg = ForecastRegistry("forecasts.jsonl")
-    fc = reg.record(target_compute=7.6e22, predicted=2.61, lo=2.55, hi=2.68, level=0.9,
-                    method="joint", inputs_hash=inputs_hash(df, options), family="cdlm+concept")
-    reg.check(fc.id, observed=2.72).summary()
+    ledger = ForecastLedger("forecasts.jsonl")
+    fc = ledger.record(**forecast_from_results(df, target_compute=paper.STEERLING_8B_COMPUTE))
+    ledger.check(fc.id, observed=paper.STEERLING_8B["loss"]).summary()
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level, jsonable
-from .chinchilla import fit_chinchilla
-from .families import ESTIMATOR_PREFERENCE, _flops_per_param_token, _select
-from .isoflop import fit_isoflop
 
 
 def _now() -> str:
@@ -89,10 +87,15 @@ class Forecast:
     note: str = ""
     observed: float | None = None
     checked: str | None = None
+    raw_lo: float | None = None  # the bootstrap interval before calibration (lo, hi are calibrated)
+    raw_hi: float | None = None
+    chosen_by: str = ""  # "backtest" (with the errors in ``backtest``) or "user"
+    backtest: dict | None = None  # method -> rolling-origin error (%) at the largest tested ratio
+    ratio: float | None = None  # extrapolation ratio of the target over the largest fitted compute
 
     @property
     def error(self) -> float | None:
-        """observed - predicted (None until checked); the paper's Fig. 24: 2.72 - 2.61 = +0.11."""
+        """observed - predicted (None until checked); the paper's Fig. 24: +0.11 (``paper.STEERLING_8B``)."""
         return None if self.observed is None else self.observed - self.predicted
 
     @property
@@ -104,26 +107,39 @@ class Forecast:
         """Whether the observation fell inside the prediction interval (None until checked)."""
         return None if self.observed is None else bool(self.lo <= self.observed <= self.hi)
 
+    @property
+    def covered_raw(self) -> bool | None:
+        """Whether the raw bootstrap interval covered the observation (None when unknown)."""
+        if self.observed is None or self.raw_lo is None or self.raw_hi is None:
+            return None
+        return bool(self.raw_lo <= self.observed <= self.raw_hi)
+
     def to_dict(self) -> dict:
         return jsonable(dataclasses.asdict(self))
 
     def summary(self) -> str:
         pct = round(100 * self.level)
         who = f"{self.family} " if self.family else ""
+        raw = "" if self.raw_lo is None else f", bootstrap [{self.raw_lo:.4f}, {self.raw_hi:.4f}]"
+        how = f" (chosen by {self.chosen_by})" if self.chosen_by else ""
         head = (f"forecast {self.id} ({self.created}): {who}{self.quantity} at C = {self.target_compute:.3g} by "
-                f"{self.method}: {self.predicted:.4f} [{self.lo:.4f}, {self.hi:.4f}] ({pct}% PI); "
+                f"{self.method}{how}: {self.predicted:.4f} [{self.lo:.4f}, {self.hi:.4f}] ({pct}% PI{raw}); "
                 f"inputs {self.inputs_hash[:12]}")
+        if self.backtest:
+            head += "\n  backtest error at the largest tested ratio: " + ", ".join(
+                f"{m} {v:.2f}%" for m, v in self.backtest.items() if v is not None)
         if self.observed is None:
             return head + "; not checked yet"
         inside = "inside" if self.covered else "OUTSIDE"
+        raw_in = "" if self.covered_raw is None else f" (bootstrap interval: {'inside' if self.covered_raw else 'OUTSIDE'})"
         return (head + f"\n  observed {self.observed:.4f} ({self.checked}): error {self.error:+.4f} "
-                       f"({100 * self.rel_error:+.2f}%), {inside} the interval")
+                       f"({100 * self.rel_error:+.2f}%), {inside} the interval{raw_in}")
 
 
 _FIELDS = {f.name for f in dataclasses.fields(Forecast)}
 
 
-class ForecastRegistry:
+class ForecastLedger:
     """Forecasts in a JSONL file (one object per line)."""
 
     def __init__(self, path: str | os.PathLike):
@@ -163,7 +179,9 @@ class ForecastRegistry:
     def record(self, *, target_compute: float, predicted: float, lo: float, hi: float, method: str,
                inputs_hash: str, level: float = DEFAULT_LEVEL, quantity: str = "loss", family: str | None = None,
                params: float | None = None, tokens: float | None = None, note: str = "",
-               created: str | None = None) -> Forecast:
+               created: str | None = None, raw_lo: float | None = None, raw_hi: float | None = None,
+               chosen_by: str = "", backtest: Mapping[str, float] | None = None,
+               ratio: float | None = None) -> Forecast:
         """Append a forecast (atomically) and return it; its id is a hash of its content."""
         level = check_level(level)
         for name, v in (("target_compute", target_compute), ("predicted", predicted), ("lo", lo), ("hi", hi)):
@@ -176,7 +194,10 @@ class ForecastRegistry:
         body = dict(created=created or _now(), target_compute=float(target_compute), predicted=float(predicted),
                     lo=float(lo), hi=float(hi), level=level, method=str(method), inputs_hash=str(inputs_hash),
                     quantity=str(quantity), family=family, params=None if params is None else float(params),
-                    tokens=None if tokens is None else float(tokens), note=str(note))
+                    tokens=None if tokens is None else float(tokens), note=str(note),
+                    raw_lo=None if raw_lo is None else float(raw_lo), raw_hi=None if raw_hi is None else float(raw_hi),
+                    chosen_by=str(chosen_by), backtest=None if backtest is None else jsonable(dict(backtest)),
+                    ratio=None if ratio is None else float(ratio))
         fid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
         existing = self.load()
         if any(f.id == fid for f in existing):
@@ -193,59 +214,3 @@ class ForecastRegistry:
         done = dataclasses.replace(target, observed=float(observed), checked=checked or _now())
         self._save([done if f.id == target.id else f for f in self.load()])
         return done
-
-
-def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
-                          method: str = "joint", loss: str = "loss", params: float | None = None,
-                          tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
-                          n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
-                          window: int | None = 5, tolerance: float | None = 0.15) -> dict:
-    """Fit one family with ``method`` (``joint`` or ``isoflop``) and predict ``loss`` at
-    ``target_compute`` with a prediction interval. Returns the keyword arguments of
-    ``ForecastRegistry.record`` (inputs_hash covers the rows used and these options)."""
-    if method not in ("joint", "isoflop"):
-        raise ValueError(f"method must be 'joint' or 'isoflop', got {method!r}")
-    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
-        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
-    for col in ("params", "tokens", loss, "slice_flops"):
-        if col not in results.columns:
-            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
-    warnings: list[str] = []
-    df = _select(results, "annealed", annealed, (True,), "annealed", warnings)
-    if "family" in df.columns:
-        fams = sorted(df["family"].dropna().unique(), key=str)
-        if family is None and len(fams) > 1:
-            raise ValueError(f"the table has several families {fams}; pass family=")
-        if family is not None:
-            if family not in fams:
-                raise ValueError(f"family {family!r} not in the table; have {fams}")
-            df = df[df["family"] == family]
-    df = _select(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings)
-    df = df.dropna(subset=["params", "tokens", loss])
-    options = dict(method=method, loss=loss, target_compute=target_compute, params=params, tokens=tokens,
-                   n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance)
-    if method == "joint":
-        fit = fit_chinchilla(df["params"], df["tokens"], df[loss], grid=grid, n_boot=n_boot, level=level, seed=seed)
-        if params is not None and tokens is not None:
-            pred = float(fit.predict(params, tokens))
-            lo, hi = (float(v) for v in fit.predict_interval(params, tokens, level))
-        else:  # compute-optimal allocation under the data's own FLOPs accounting, C = k P D
-            k = _flops_per_param_token(df, "flops")
-            options["flops_per_token_per_param"] = k
-            pred = float(fit.predict_optimal(target_compute, k))
-            lo, hi = (float(v) for v in fit.predict_interval_optimal(target_compute, level, k))
-    else:
-        rows = df.dropna(subset=["slice_flops"])
-        if tolerance is not None and "flops" in rows.columns:
-            rows = rows[(rows["flops"] / rows["slice_flops"] - 1).abs() <= tolerance]
-        fit = fit_isoflop(rows, loss=loss, window=window, n_boot=n_boot, level=level, seed=seed)
-        pred = float(fit.power_L.predict(target_compute))
-        lo, hi = (float(v) for v in fit.predict_interval(target_compute, level)["L_star"])
-    if not hi > lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
-        raise ValueError(f"the {method} fit gives no prediction interval at C = {target_compute:.3g} "
-                         f"([{lo:.4g}, {hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
-                         "add budgets (3 or more IsoFLOP slices) or use the other method")
-    return dict(target_compute=float(target_compute), predicted=pred, lo=lo, hi=hi, level=level, method=method,
-                quantity=loss, family=family, params=params, tokens=tokens,
-                inputs_hash=inputs_hash(df, options, columns=[c for c in ("family", "slice_flops", "flops", "params",
-                                                                         "tokens", loss) if c in df.columns]))

@@ -1,0 +1,435 @@
+"""Forecast methods by name, the default chosen by backtest, calibrated prediction intervals.
+
+Methods (``METHODS``; ``register_method`` adds one, e.g. the data-constrained, over-training
+and ladder laws of their own modules):
+
+* ``joint`` -- the Chinchilla surface L(P, D) of Eq. 27 (``fit_chinchilla``), at the given
+  (P, D) or at its compute-optimal allocation of C = k P D;
+* ``isoflop-powerlaw`` -- the power law L*(C) = a C^alpha_L of the slice minima (Eq. 26);
+* ``isoflop-saturating`` -- L*(C) = E + A C^-alpha on the same slice minima, fitted by
+  ``fit_bounded`` (E >= 0) with its own bootstrap (the IsoFLOP power law has no irreducible
+  term and is pulled by the steep small-budget minima).
+
+**Choosing the default (rolling origin).** Budgets are the IsoFLOP slices (or, for a table of
+runs without slices, the runs' compute). For each origin k (from the smallest number of budgets
+every method can fit) each method is fitted on the budgets up to the k-th and forecasts every
+larger one: the loss-optimal L* of a held-out slice, or a held-out run's loss at its (P, D).
+The extrapolation ratio of a forecast is its compute over the largest fitted compute. The
+default is the method with the lowest mean absolute error over the forecasts at the far end:
+those whose log ratio is at least half the log of the largest ratio the sweep can test, on the
+folds every method forecast (``choose_method``).
+
+**Calibration rule (``calibrate``).** A misestimated exponent gives a log error that grows
+linearly with the log extrapolation distance d = ln(ratio) (d >= ln 2). From the backtest
+of the method, c = the ``level`` quantile of |ln(observed / predicted)| / d over its
+forecasts; the model-error half-width at a target at ratio r is m = c * d(r) -- the measured
+errors up to the largest tested ratio, growing linearly in log distance beyond it. The
+calibrated interval widens each side of the bootstrap prediction interval in quadrature:
+pred * exp(-sqrt(b_lo^2 + m^2)) .. pred * exp(+sqrt(b_hi^2 + m^2)), with b_lo = ln(pred / lo),
+b_hi = ln(hi / pred). docs/forecasting.md states the rule and its measured coverage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings as _warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
+from .bounded import fit_bounded
+from .chinchilla import fit_chinchilla
+from .isoflop import fit_isoflop, slice_minimum
+from .ledger import inputs_hash
+from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
+
+__all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
+           "choose_method", "forecast_family", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
+
+
+@dataclass(frozen=True)
+class ForecastOptions:
+    """What every method's fit reads (one set per forecast, so the backtest refits alike)."""
+
+    loss: str = "loss"
+    n_boot: int = 1000
+    level: float = DEFAULT_LEVEL
+    seed: int = 0
+    grid: str = "coarse"
+    window: int | None = 5
+    tolerance: float | None = SLICE_TOLERANCE
+    k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
+
+
+@dataclass(frozen=True)
+class ForecastMethod:
+    """A named forecast method: ``fit(rows, options)`` -> a fit; ``predict(fit, compute, options,
+    params, tokens)`` -> (prediction, lo, hi) with the fit's bootstrap prediction interval at
+    ``options.level``. ``slices``: the method needs IsoFLOP slices (it forecasts L*(C) only);
+    ``min_budgets``: the fewest budgets it fits on."""
+
+    name: str
+    equation: str
+    fit: Callable[[pd.DataFrame, ForecastOptions], Any]
+    predict: Callable[..., tuple[float, float, float]]
+    slices: bool = False
+    min_budgets: int = 3
+
+
+METHODS: dict[str, ForecastMethod] = {}
+
+
+def register_method(method: ForecastMethod, *, replace_existing: bool = False) -> ForecastMethod:
+    """Add ``method`` to ``METHODS`` under its name (ValueError when taken, unless replacing)."""
+    if method.name in METHODS and not replace_existing:
+        raise ValueError(f"forecast method {method.name!r} is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> ForecastMethod:
+    if name not in METHODS:
+        raise ValueError(f"unknown forecast method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+# ---- the three built-in methods ---------------------------------------------------------
+def _fit_joint(rows: pd.DataFrame, o: ForecastOptions):
+    r = rows.dropna(subset=["params", "tokens", o.loss])
+    return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, n_boot=o.n_boot, level=o.level,
+                          seed=o.seed)
+
+
+def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    if params is not None and tokens is not None:
+        lo, hi = fit.predict_interval(params, tokens, o.level, seed=o.seed)
+        return float(fit.predict(params, tokens)), float(lo), float(hi)
+    lo, hi = fit.predict_interval_optimal(compute, o.level, o.k, seed=o.seed)
+    return float(fit.predict_optimal(compute, o.k)), float(lo), float(hi)
+
+
+def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
+    r = slice_rows(rows.dropna(subset=["slice_flops", "params", o.loss]), o.tolerance)
+    return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed)
+
+
+def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)["L_star"]
+    return float(fit.power_L.predict(compute)), float(lo), float(hi)
+
+
+def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
+    """E + A C^-alpha (Eq. 29's form, E >= 0) on the used slice minima, its own residual bootstrap."""
+    iso = _slice_fit(rows, o, 0)
+    used = iso.slices[iso.slices["used"]]
+    return fit_bounded(used["compute"], used["L_star"], direction="lower", bound=0.0, name="L_star",
+                       n_boot=o.n_boot, level=o.level, seed=o.seed)
+
+
+def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)
+    return float(fit.predict(compute)), float(lo), float(hi)
+
+
+register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,
+                               slices=False, min_budgets=3))
+register_method(ForecastMethod("isoflop-powerlaw", "Eq. 26: L*(C) = a C^alpha_L on the slice minima",
+                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw, slices=True,
+                               min_budgets=3))
+register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on the slice minima (fit_bounded)",
+                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4))
+
+
+@contextlib.contextmanager
+def quiet():
+    """Backtest refits neither warn nor log (the user's own fit has logged its flags once)."""
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", ScalingFitWarning)
+            yield
+    finally:
+        log.setLevel(level)
+
+
+# ---- rolling origin ---------------------------------------------------------------------
+ERROR_COLUMNS = ["method", "origin", "compute", "ratio", "params", "tokens", "predicted", "observed", "log_error",
+                 "status"]
+
+
+def _budgets(rows: pd.DataFrame, o: ForecastOptions) -> tuple[str, np.ndarray]:
+    """("slices", slice targets) for an IsoFLOP sweep of >= 3 slices, else ("runs", run computes)."""
+    if "slice_flops" in rows.columns and rows["slice_flops"].nunique() >= 3:
+        return "slices", np.sort(rows["slice_flops"].dropna().unique())
+    return "runs", np.sort(_run_compute(rows, o).unique())
+
+
+def _run_compute(rows: pd.DataFrame, o: ForecastOptions) -> pd.Series:
+    if "flops" in rows.columns and rows["flops"].notna().all():
+        return rows["flops"].astype(float)
+    return o.k * rows["params"].astype(float) * rows["tokens"].astype(float)
+
+
+def _targets(kind: str, rows: pd.DataFrame, held: np.ndarray, o: ForecastOptions) -> list[dict]:
+    """Observed targets among the held-out budgets: slice minima, or every held-out run."""
+    if kind == "slices":
+        out = []
+        for c in held:
+            s = slice_rows(rows[rows["slice_flops"] == c].dropna(subset=["params", o.loss]), o.tolerance)
+            if len(s) < 3:
+                continue
+            m = slice_minimum(s["params"], s[o.loss], window=o.window)
+            if not m["reason"]:
+                out.append(dict(compute=float(c), params=None, tokens=None, observed=float(m["L_star"])))
+        return out
+    C = _run_compute(rows, o)
+    r = rows[C.isin(held)].dropna(subset=["params", "tokens", o.loss])
+    return [dict(compute=float(c), params=float(p), tokens=float(t), observed=float(v))
+            for c, p, t, v in zip(_run_compute(r, o), r["params"], r["tokens"], r[o.loss])]
+
+
+def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[int]:
+    """Numbers of budgets fitted at each origin (the largest leaves at least one out)."""
+    need = min(get_method(m).min_budgets for m in names)
+    if kind == "runs":
+        need = max(need, 8)  # a joint fit (5 parameters) needs a few runs beyond the minimum
+    ks = list(range(need, len(budgets)))
+    if len(ks) > max_origins:
+        ks = sorted({ks[int(round(i))] for i in np.linspace(0, len(ks) - 1, max_origins)})
+    return ks
+
+
+def rolling_origin(rows: pd.DataFrame, names, options: ForecastOptions, *, max_origins: int = 6) -> pd.DataFrame:
+    """Forecasts of held-out budgets from the smaller ones, for each method in ``names``: one row
+    per (method, origin, target) with ``ERROR_COLUMNS`` (point fits: no bootstrap)."""
+    kind, budgets = _budgets(rows, options)
+    names = [m for m in names if kind == "slices" or not get_method(m).slices]
+    o = replace(options, n_boot=0)
+    C = _run_compute(rows, o) if kind == "runs" else rows["slice_flops"]
+    out = []
+    for k in _origins(kind, budgets, names, max_origins):
+        train, origin = rows[C <= budgets[k - 1]], float(budgets[k - 1])
+        targets = _targets(kind, rows, budgets[k:], o)
+        for name in names:
+            m = get_method(name)
+            if k < m.min_budgets:
+                continue
+            try:
+                with quiet():
+                    fit = m.fit(train, o)
+            except ValueError as exc:
+                out += [dict(method=name, origin=origin, status=f"fit failed: {exc}")]
+                continue
+            for t in targets:
+                pred = m.predict(fit, t["compute"], o, t["params"], t["tokens"])[0]
+                ok = np.isfinite(pred) and pred > 0
+                out.append(dict(method=name, origin=origin, ratio=t["compute"] / origin, predicted=pred,
+                                log_error=math.log(t["observed"] / pred) if ok else math.nan,
+                                status="ok" if ok else "no finite prediction", **t))
+    return pd.DataFrame(out, columns=ERROR_COLUMNS)
+
+
+def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
+    """(method with the lowest far-end error, {method: mean |relative error| % at the far end}).
+
+    Far end: the forecasts whose log ratio is at least half the log of the largest ratio the
+    backtest tested, on the (origin, target) folds every method with a scored forecast forecast
+    (a method that needs more budgets than the sweep has is left out of the choice)."""
+    ok = errors[errors["status"] == "ok"].dropna(subset=["log_error"])
+    names = [m for m in names if m in set(ok["method"])]
+    if not names or ok.empty:
+        return None, {}
+    key = ["origin", "compute", "params", "tokens"]
+    ok = ok.assign(params=ok["params"].fillna(-1.0), tokens=ok["tokens"].fillna(-1.0))
+    common = ok[ok["method"].isin(names)].groupby(key)["method"].nunique()
+    folds = common[common == len(names)].reset_index()[key]
+    far = ok.merge(folds, on=key)
+    if far.empty:
+        return None, {}
+    far = far[np.log(far["ratio"]) >= 0.5 * np.log(far["ratio"].max())]
+    score = {m: 100 * float(np.mean(np.abs(np.expm1(-far.loc[far["method"] == m, "log_error"]))))
+             for m in names}
+    return min(score, key=score.get), score
+
+
+def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
+              level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:
+    """(calibrated lo, calibrated hi, model-error half-width m on the log scale): the rule of
+    the module docstring. Without a scored backtest error the bootstrap interval is returned."""
+    u = np.asarray(log_errors, float)
+    d = np.log(np.maximum(np.asarray(ratios, float), 2.0))
+    fin = np.isfinite(u) & np.isfinite(d)
+    if fin.sum() < 1 or not (predicted > 0 and lo > 0 and hi > 0):
+        return float(lo), float(hi), 0.0
+    c = float(np.quantile(np.abs(u[fin]) / d[fin], check_level(level), method="higher"))
+    m = c * math.log(max(float(ratio), 2.0))
+    b_lo, b_hi = math.log(predicted / lo) if lo < predicted else 0.0, math.log(hi / predicted) if hi > predicted else 0.0
+    return predicted * math.exp(-math.hypot(b_lo, m)), predicted * math.exp(math.hypot(b_hi, m)), m
+
+
+# ---- one family's forecast --------------------------------------------------------------
+@dataclass(frozen=True)
+class MethodForecast:
+    """One method's forecast at the target: prediction, raw bootstrap and calibrated intervals."""
+
+    method: str
+    predicted: float
+    raw_lo: float
+    raw_hi: float
+    lo: float
+    hi: float
+    backtest_error: float | None = None  # mean |relative error| % at the far end of the backtest
+    model_sd: float = 0.0  # the calibration's model-error half-width (log scale)
+    fit: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FamilyForecast:
+    """Every applicable method's forecast at ``target_compute`` and the chosen one."""
+
+    target_compute: float
+    chosen: str
+    chosen_by: str  # "backtest", "user" or "fallback (no backtest)"
+    methods: dict  # name -> MethodForecast
+    level: float
+    ratio: float  # target compute over the largest fitted compute
+    max_tested_ratio: float  # the largest extrapolation ratio the backtest scored
+    params: float | None = None
+    tokens: float | None = None
+    errors: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def best(self) -> MethodForecast:
+        return self.methods[self.chosen]
+
+    def to_dict(self) -> dict:
+        return jsonable({
+            "target_compute": self.target_compute, "chosen": self.chosen, "chosen_by": self.chosen_by,
+            "level": self.level, "ratio": self.ratio, "max_tested_ratio": self.max_tested_ratio,
+            "params": self.params, "tokens": self.tokens, "warnings": list(self.warnings),
+            "methods": {k: {f: getattr(v, f) for f in ("predicted", "raw_lo", "raw_hi", "lo", "hi",
+                                                         "backtest_error", "model_sd")}
+                        for k, v in self.methods.items()},
+        })
+
+    def summary(self) -> str:
+        pct = round(100 * self.level)
+        lines = [f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; the "
+                 f"backtest tested up to {self.max_tested_ratio:.3g}x): {self.chosen} (chosen by {self.chosen_by})",
+                 f"  {'method':<20}{'forecast':>10}  {pct}% calibrated PI      bootstrap PI         backtest err %"]
+        for k, v in self.methods.items():
+            err = "—" if v.backtest_error is None else f"{v.backtest_error:.2f}"
+            mark = "*" if k == self.chosen else " "
+            lines.append(f" {mark}{k:<20}{v.predicted:>10.4f}  [{v.lo:.4f}, {v.hi:.4f}]   "
+                         f"[{v.raw_lo:.4f}, {v.raw_hi:.4f}]   {err}")
+        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+
+
+def _method_forecast(name, rows, target, o, params, tokens, fits):
+    m = get_method(name)
+    fit = (fits or {}).get(name)
+    if fit is None:
+        with quiet():
+            fit = m.fit(rows, o)
+    pred, lo, hi = m.predict(fit, target, o, params, tokens)
+    return pred, lo, hi, fit
+
+
+def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | None = None,
+                    options: ForecastOptions | None = None, params: float | None = None,
+                    tokens: float | None = None, methods=None, fits: dict | None = None) -> FamilyForecast:
+    """Forecast one family's loss at ``target_compute`` (compute-optimal, or at ``params``/
+    ``tokens``) with every applicable method; the default is chosen by ``rolling_origin`` +
+    ``choose_method`` unless ``method`` names one; each interval is calibrated (``calibrate``).
+    ``fits``: already made fits by method name (e.g. the family's own), reused as they are."""
+    o = options or ForecastOptions(k=flops_per_token_per_param(rows))
+    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    if method is not None:
+        get_method(method)
+    run_target = params is not None and tokens is not None
+    kind, budgets = _budgets(rows, o)
+    names = [m for m in (methods or METHODS) if not (get_method(m).slices and (run_target or kind != "slices"))]
+    if method is not None and method not in names:
+        raise ValueError(f"method {method!r} cannot forecast this target (it needs IsoFLOP slices and forecasts "
+                         f"the loss-optimal L*(C) only); applicable: {', '.join(names)}")
+    errors = rolling_origin(rows, names, o)
+    chosen, score = choose_method(errors, names)
+    warnings: list[str] = []
+    out = {}
+    for name in names:
+        try:
+            pred, lo, hi, fit = _method_forecast(name, rows, float(target_compute), o, params, tokens, fits)
+        except ValueError as exc:
+            warnings.append(f"{name}: no forecast ({exc})")
+            continue
+        e = errors[(errors["method"] == name) & (errors["status"] == "ok")]
+        c_max = float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max())
+        clo, chi, msd = calibrate(pred, lo, hi, float(target_compute) / c_max, e["log_error"], e["ratio"], o.level)
+        out[name] = MethodForecast(name, pred, lo, hi, clo, chi, score.get(name), msd, fit)
+    if not out:
+        raise ValueError("no forecast method could fit these rows: " + "; ".join(warnings))
+    how = "user" if method else ("backtest" if chosen in out else "fallback (no backtest)")
+    pick = method or (chosen if chosen in out else next(iter(out)))
+    c_max = float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max())
+    ok = errors[errors["status"] == "ok"]
+    return FamilyForecast(target_compute=float(target_compute), chosen=pick, chosen_by=how, methods=out,
+                          level=o.level, ratio=float(target_compute) / c_max,
+                          max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan,
+                          params=params, tokens=tokens, errors=errors, warnings=tuple(warnings))
+
+
+def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warnings) -> pd.DataFrame:
+    """One family's rows of ``results`` (``family`` required when the table has several)."""
+    for col in ("params", "tokens", loss):
+        if col not in results.columns:
+            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
+    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="forecast")
+    if "family" in df.columns:
+        fams = sorted(df["family"].dropna().unique(), key=str)
+        if family is None and len(fams) > 1:
+            raise ValueError(f"the table has several families {fams}; pass family=")
+        if family is not None:
+            if family not in fams:
+                raise ValueError(f"family {family!r} not in the table; have {fams}")
+            df = df[df["family"] == family]
+    df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller="forecast")
+    return df.dropna(subset=["params", "tokens", loss])
+
+
+def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
+                          method: str | None = None, loss: str = "loss", params: float | None = None,
+                          tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
+                          n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
+                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE) -> dict:
+    """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``: the method
+    chosen by backtest unless ``method`` names one, calibrated and raw intervals) and return
+    the keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and
+    these options)."""
+    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    warnings: list[str] = []
+    df = _family_rows(results, family, estimator, annealed, loss, warnings)
+    o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
+                        tolerance=tolerance, k=flops_per_token_per_param(df, "flops"))
+    fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
+    b = fc.best
+    if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
+        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
+                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
+                         "add budgets (3 or more IsoFLOP slices) or use another method")
+    options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
+                   n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
+                   flops_per_token_per_param=o.k)
+    cols = [c for c in ("family", "slice_flops", "flops", "params", "tokens", loss) if c in df.columns]
+    return dict(target_compute=float(target_compute), predicted=b.predicted, lo=b.lo, hi=b.hi, raw_lo=b.raw_lo,
+                raw_hi=b.raw_hi, level=o.level, method=fc.chosen, chosen_by=fc.chosen_by, ratio=fc.ratio,
+                backtest={k: v.backtest_error for k, v in fc.methods.items()}, quantity=loss, family=family,
+                params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols))

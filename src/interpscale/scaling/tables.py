@@ -1,0 +1,87 @@
+"""Reading a results table for the fitters: which rows, which estimator, which FLOPs accounting.
+
+One copy of each rule the family fits, the backtest, the forecast methods and the figures
+share:
+
+* ``select_rows`` -- rows of one value of a column (``annealed``, ``estimator``), falling back
+  to the paper's preference with a warning when the column mixes values and none was chosen;
+* ``slice_rows`` -- rows usable in an IsoFLOP fit: achieved compute within the slice
+  tolerance of its target (App. G, ``paper.SLICE_TOLERANCE``);
+* ``flops_per_token_per_param`` -- k in C = k P D, read off the data;
+* ``attach_groups`` / ``row_groups`` -- cluster-bootstrap labels (``groups=``, one per row of
+  the table) carried through every row selection as a hidden column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from interpscale.paper import SLICE_TOLERANCE
+
+from ._base import emit
+
+ESTIMATOR_PREFERENCE = ("mdlm_elbo", "ar_ce", "fixed_rate", "fixed_grid", "per_block")  # paper §8.2.1
+
+__all__ = ["ESTIMATOR_PREFERENCE", "GROUPS_COLUMN", "SLICE_TOLERANCE", "attach_groups", "flops_per_token_per_param",
+           "row_groups", "select_rows", "slice_rows"]
+
+GROUPS_COLUMN = "__bootstrap_group__"  # carries the cluster labels through the row selections
+
+
+def attach_groups(results: pd.DataFrame, groups, what: str) -> pd.DataFrame:
+    """``results`` with its cluster labels (one per row, an array) in ``GROUPS_COLUMN``."""
+    if groups is None:
+        return results
+    groups = np.asarray(groups)
+    if len(groups) != len(results):
+        raise ValueError(f"{what}: groups: {len(groups)} labels for {len(results)} rows")
+    return results.assign(**{GROUPS_COLUMN: groups})
+
+
+def row_groups(rows: pd.DataFrame):
+    """The cluster labels of ``rows`` (None when the table was given no groups)."""
+    return rows[GROUPS_COLUMN].to_numpy() if GROUPS_COLUMN in rows.columns else None
+
+
+def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str], *,
+                caller: str = "fit_families") -> pd.DataFrame:
+    """Rows with ``col == want``; with ``want`` None and several values in ``col``, the first
+    of ``prefer`` present (else the smallest value), recorded in ``warnings``. ValueError when
+    ``want`` is given but the column or the value is missing."""
+    if col not in results.columns:
+        if want is not None:
+            raise ValueError(f"{caller}: {what}={want!r} requested but the table has no {col!r} column")
+        return results
+    if want is not None:
+        out = results[results[col] == want]
+        if out.empty:
+            raise ValueError(f"{caller}: no rows with {col} == {want!r}; "
+                             f"values: {sorted(results[col].dropna().unique().tolist())}")
+        return out
+    vals = results[col].dropna().unique().tolist()
+    if len(vals) <= 1:
+        return results
+    pick = next((p for p in prefer if p in vals), sorted(vals, key=str)[0])
+    emit(warnings, f"{col} mixes {sorted(vals, key=str)}; using {col} == {pick!r} (pass {what}= to choose)")
+    return results[results[col] == pick]
+
+
+def slice_rows(rows: pd.DataFrame, tolerance: float | None = SLICE_TOLERANCE, *, compute: str = "flops",
+               budget: str = "slice_flops") -> pd.DataFrame:
+    """Rows whose achieved ``compute`` lies within ``tolerance`` of their slice target
+    ``budget`` (all rows when ``tolerance`` is None or the table has no ``compute`` column;
+    a row with an unknown achieved compute is left out)."""
+    if tolerance is None or compute not in rows.columns or compute == budget:
+        return rows
+    dev = (rows[compute].astype(float) / rows[budget].astype(float) - 1.0).abs()
+    return rows[dev <= tolerance]
+
+
+def flops_per_token_per_param(rows: pd.DataFrame, compute: str = "flops") -> float:
+    """k in C = k P D, read off the data (median over runs); 6 when there is no compute column."""
+    if compute not in rows.columns or "tokens" not in rows.columns:
+        return 6.0
+    k = (rows[compute] / (rows["params"] * rows["tokens"])).to_numpy(float)
+    k = k[np.isfinite(k) & (k > 0)]
+    return float(np.median(k)) if k.size else 6.0
