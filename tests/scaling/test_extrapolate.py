@@ -1,6 +1,7 @@
 import pytest
 
-from interpscale.scaling import STEERLING_COMPUTE, extrapolate, fit_chinchilla, fit_isoflop
+from interpscale.paper import STEERLING_8B_COMPUTE
+from interpscale.scaling import extrapolate, fit_chinchilla, fit_isoflop
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +23,8 @@ def test_joint_form_beats_loglinear_far_out(fits):
     # the paper's point (§8.2.2): the log-linear L*(C) ignores the irreducible loss and
     # undershoots far beyond the data; the joint form does not
     joint, iso, t = fits
-    truth = _true_optimal_loss(t, STEERLING_COMPUTE)
-    x = extrapolate(joint, iso, STEERLING_COMPUTE, observed=truth)
+    truth = _true_optimal_loss(t, STEERLING_8B_COMPUTE)
+    x = extrapolate(joint, iso, STEERLING_8B_COMPUTE, observed=truth)
     assert x.allocation == "compute-optimal"
     assert abs(x.joint_error) < 0.05
     assert x.loglinear < truth and abs(x.loglinear_error) > 3 * abs(x.joint_error)
@@ -50,7 +51,7 @@ def test_given_allocation(fits):
 
 def test_prediction_intervals_contain_confidence_intervals(fits):
     joint, iso, _ = fits
-    x = extrapolate(joint, iso, STEERLING_COMPUTE)
+    x = extrapolate(joint, iso, STEERLING_8B_COMPUTE)
     for name in ("joint", "loglinear"):
         (clo, chi), (plo, phi) = x.ci[name], x.pi[name]
         assert plo < clo <= chi < phi, name  # PI = curve uncertainty + observation noise

@@ -25,7 +25,7 @@ from .approaches import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
-from .extrapolate import STEERLING_COMPUTE, Extrapolation, extrapolate
+from .extrapolate import Extrapolation, extrapolate
 from .family_fits import FamilyFit, FamilyFits, fit_families
 from .isoflop import IsoFlopFit, fit_isoflop
 from .power_law import PowerLawFit, fit_power_law
@@ -44,7 +44,7 @@ from .ledger import Forecast, ForecastLedger, inputs_hash
 __all__ = [
     "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",
     "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
-    "METRICS", "STEERLING_COMPUTE", "ScalingFitWarning", "epoch_grid", "coarse_grid",
+    "METRICS", "ScalingFitWarning", "epoch_grid", "coarse_grid",
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
     "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
     "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",

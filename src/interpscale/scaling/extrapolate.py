@@ -1,7 +1,8 @@
 """Extrapolating loss to a target compute: joint Chinchilla form vs naive log-linear L*(C).
 
 The paper (§8.2.2, Figure 24) refits both forms on small-scale checkpoints and predicts
-Steerling-8B at C = 7.6e22 FLOPs: joint 2.61, log-linear 2.25, observed 2.72.
+Steerling-8B at ``paper.STEERLING_8B_COMPUTE`` FLOPs: the joint and log-linear forecasts are
+``paper.STEERLING_8B_FORECAST``, the observed loss ``paper.STEERLING_8B["loss"]``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from interpscale.paper import STEERLING_8B_COMPUTE
+from interpscale import paper
 
 from ._base import DEFAULT_LEVEL, fields_dict, fmt_ci
 from .chinchilla import ChinchillaFit
 from .isoflop import IsoFlopFit
 from .power_law import PowerLawFit
 
-STEERLING_COMPUTE = STEERLING_8B_COMPUTE  # FLOPs used to train Steerling-8B (8B params, 1.35T tokens)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Extrapolation:
 def extrapolate(
     joint: ChinchillaFit,
     loglinear: IsoFlopFit | PowerLawFit,
-    compute: float = STEERLING_COMPUTE,
+    compute: float = paper.STEERLING_8B_COMPUTE,
     *,
     observed: float | None = None,
     params: float | None = None,
