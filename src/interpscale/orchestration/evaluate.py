@@ -1,4 +1,8 @@
-"""Evaluate every checkpoint of a run directory into RUN_DIR/results.parquet (resumable)."""
+"""Evaluate every checkpoint of a run directory into RUN_DIR/results.parquet (resumable).
+
+Cached rows are keyed by (checkpoint name, estimator, checkpoint signature): a checkpoint
+that changed since it was evaluated is evaluated again and its old rows replaced.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ from typing import Sequence
 import pandas as pd
 import torch
 
+from interpscale.data.loaders import open_data
 from interpscale.orchestration.results import merge_results, read_results, write_results
 from interpscale.orchestration.spec import RunSpec
-from interpscale.orchestration.trainer import open_data
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +38,33 @@ def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
     return max(1, min(spec.batch_size, tokens // spec.seq_len))
 
 
+def checkpoint_signature(path: Path) -> str:
+    """What the cached rows of a checkpoint are keyed by besides its name: its size and
+    modification time (ns).  A checkpoint rewritten since it was evaluated (retrained,
+    replaced, restored from elsewhere) has another, so its rows are recomputed."""
+    st = Path(path).stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def pending_evaluations(run_dir: str | os.PathLike, estimators: Sequence[str] | None = None,
+                        table: pd.DataFrame | None = None) -> list[tuple[Path, str]]:
+    """(checkpoint, estimator) pairs of RUN_DIR whose rows are missing from its results
+    table or were computed from another version of the checkpoint (:func:`checkpoint_signature`)."""
+    run_dir = Path(run_dir)
+    if table is None:
+        table = read_results(run_dir / "results.parquet", missing_ok=True)
+    estimators = tuple(estimators or default_estimators(RunSpec.load(run_dir).family))
+    sigs = table["checkpoint_sig"] if "checkpoint_sig" in table else pd.Series(pd.NA, index=table.index)
+    done = set(zip(table.get("checkpoint", []), table.get("estimator", []), sigs))
+    return [(c, e) for c in sorted((run_dir / "checkpoints").glob("*.pt")) for e in estimators
+            if (c.name, e, checkpoint_signature(c)) not in done]
+
+
 def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None = None,
                  eval_batches: int | None = None, seed: int = 0, interp: bool = True,
                  device: str | torch.device | None = None, eval_batch_tokens: int | None = None) -> pd.DataFrame:
-    """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet.
+    """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet (or
+    changed since it was: see :func:`checkpoint_signature`).
 
     The validation set is ``eval_batches`` x the training batch (rows), cut into batches
     of ``eval_batch_tokens`` (default: ``EVAL_BATCH_TOKENS`` or the training batch if
@@ -49,18 +76,15 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     ``metrics.interp_metrics``.  The table is rewritten after every checkpoint, so a
     killed evaluation resumes where it stopped.  Returns the run's full table.
     """
-    from interpscale.metrics import estimate_loss
-    from interpscale.metrics.bpb import bits_per_byte, scored_bytes
-    from interpscale.models import get_family, load_checkpoint
+    from interpscale.metrics.bpb import scored_bytes
+    from interpscale.models import get_family
 
     run_dir = Path(run_dir)
     spec = RunSpec.load(run_dir)
-    ckpts = sorted((run_dir / "checkpoints").glob("*.pt"))
     table_path = run_dir / "results.parquet"
     table = read_results(table_path, missing_ok=True)
     estimators = tuple(estimators or default_estimators(spec.family))
-    done = set(zip(table.get("checkpoint", []), table.get("estimator", [])))
-    todo = [(c, e) for c in ckpts for e in estimators if (c.name, e) not in done]
+    todo = pending_evaluations(run_dir, estimators, table)
     if not todo:
         return table
     concept = get_family(spec.family).is_concept
@@ -70,39 +94,50 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     data = open_data(run_dir)
     batches = data.val.eval_batches(rows, -(-n_rows // rows), concepts=concept)
     n_bytes = {e: scored_bytes(batches, data.tokenizer, e) for e in estimators}  # for bits per byte
-    for ckpt in ckpts:
-        wanted = [e for e in estimators if (ckpt.name, e) not in done]
-        if not wanted:
-            continue
-        try:
-            model, extra = load_checkpoint(ckpt, map_location=device)
-        except Exception as exc:
-            raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
-                             f"rows already evaluated in {table_path} are kept") from exc
-        model.eval()
-        interp_vals: dict[str, float] = {}
-        if concept and interp:
-            from interpscale.metrics.interp import interp_metrics
-
-            with torch.no_grad():
-                interp_vals = dict(interp_metrics(model, batches, seed=seed))
-        out = []
-        for est in wanted:
-            with torch.no_grad():
-                le = estimate_loss(model, batches, est, seed=seed)
-            step = int(extra.get("step", 0))
-            out.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
-                         "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
-                         "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,
-                         "step": step, "annealed": bool(extra.get("annealed", False)), "estimator": est,
-                         "loss": float(le.value), "loss_se": float(le.se),
-                         "bpb": bits_per_byte(le.value, le.n_tokens, n_bytes[est]), **interp_vals,
-                         "checkpoint": ckpt.name, "anneal_from": extra.get("anneal_from"),
-                         "target_tokens": spec.tokens, "target_flops": spec.flops})
-        table = merge_results([table, pd.DataFrame(out)])
+    for ckpt in dict.fromkeys(c for c, _ in todo):
+        wanted = [e for c, e in todo if c == ckpt]
+        out = _evaluate_checkpoint(spec, ckpt, wanted, batches, n_bytes, device=device, seed=seed,
+                                   interp=concept and interp, table_path=table_path)
+        table = merge_results([table, pd.DataFrame(out)])  # a changed checkpoint's old rows are replaced
         write_results(table, table_path)
         log.info("%s: evaluated %s", spec.run_id, ckpt.name)
     return table
+
+
+def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], batches, n_bytes: dict[str, int], *,
+                         device: torch.device, seed: int, interp: bool, table_path: Path) -> list[dict]:
+    """One results row per estimator for checkpoint ``ckpt``."""
+    from interpscale.metrics import estimate_loss
+    from interpscale.metrics.bpb import bits_per_byte
+    from interpscale.models import load_checkpoint
+
+    sig = checkpoint_signature(ckpt)  # before reading: a rewrite during evaluation is caught next time
+    try:
+        model, extra = load_checkpoint(ckpt, map_location=device)
+    except Exception as exc:
+        raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
+                         f"rows already evaluated in {table_path} are kept") from exc
+    model.eval()
+    interp_vals: dict[str, float] = {}
+    if interp:
+        from interpscale.metrics.interp import interp_metrics
+
+        with torch.no_grad():
+            interp_vals = dict(interp_metrics(model, batches, seed=seed))
+    out = []
+    step = int(extra.get("step", 0))
+    for est in estimators:
+        with torch.no_grad():
+            le = estimate_loss(model, batches, est, seed=seed)
+        out.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
+                    "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
+                    "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,
+                    "step": step, "annealed": bool(extra.get("annealed", False)), "estimator": est,
+                    "loss": float(le.value), "loss_se": float(le.se),
+                    "bpb": bits_per_byte(le.value, le.n_tokens, n_bytes[est]), **interp_vals,
+                    "checkpoint": ckpt.name, "checkpoint_sig": sig, "anneal_from": extra.get("anneal_from"),
+                    "target_tokens": spec.tokens, "target_flops": spec.flops})
+    return out
 
 
 def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:

@@ -1,20 +1,26 @@
-"""Training observability: device-side metric accumulation, throughput/MFU/memory, TensorBoard.
+"""Training observability: device-side metric accumulation, throughput/MFU/memory, the
+metrics file, TensorBoard and the progress bar.
 
 Losses and gradient norms are summed on the device every step and read back (one host
-sync) only when a metrics record is written, every ``log_every`` steps.
+sync) only when a metrics record is written, every ``log_every`` steps.  A resumed
+segment first cuts ``metrics.jsonl`` back to the step it resumes from
+(:func:`rewind_metrics`), so redone steps are never logged twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import torch
 
 from interpscale.orchestration.devices import device_peak_flops
+from interpscale.orchestration.rundir import append_jsonl, atomic_write_text
 
 
 class StepMeter:
@@ -80,3 +86,72 @@ class TensorBoard:
     def close(self) -> None:
         self.writer.flush()
         self.writer.close()
+
+
+def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> int:
+    """Cut ``metrics.jsonl`` back to what a run resuming ``segment`` at ``step`` has done:
+    rows of finished segments (``done``) and of ``segment`` up to ``step``; everything
+    else was logged past the state training restarts from and is logged again.  Rewritten
+    atomically, only when something goes; returns the number of rows dropped."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    done = set(done)
+    lines = path.read_text().splitlines()
+    keep = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by a kill mid-write
+            continue
+        if rec.get("segment") in done or (rec.get("segment") == segment and rec.get("step", 0) <= step):
+            keep.append(line)
+    if len(keep) < len(lines):
+        atomic_write_text(path, "".join(f"{x}\n" for x in keep))
+    return len(lines) - len(keep)
+
+
+class SegmentLog:
+    """One segment's logging on every rank: the metrics window (:class:`StepMeter`), and on
+    the lead rank ``metrics.jsonl``, TensorBoard and a tqdm bar."""
+
+    def __init__(self, run_dir: Path, spec: Any, segment: Any, step: int, *, device: torch.device, world: int,
+                 lead: bool, progress: bool, tensorboard: bool):
+        from tqdm.auto import tqdm
+
+        self.spec, self.segment, self.lead = spec, segment, lead
+        self.metrics = Path(run_dir) / "metrics.jsonl"
+        self.meter = StepMeter(device, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
+                               world=world)
+        self.bar = tqdm(total=segment.length, initial=step - segment.start, desc=f"{spec.run_id} {segment.name}",
+                        disable=not progress or not lead, leave=False, mininterval=2.0)
+        self.tb = TensorBoard(run_dir, purge_step=step if step > segment.start else None) \
+            if lead and tensorboard else None
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Time spent waiting for data (reported as ``data_wait_frac``)."""
+        t0 = time.monotonic()
+        yield
+        self.meter.data_wait += time.monotonic() - t0
+
+    def step(self, step: int, lr: float, values: dict[str, Any]) -> bool:
+        """Add one step's values; at log steps (every ``log_every`` and the segment's last)
+        write the window's record.  Returns whether this was a log step."""
+        self.bar.update(1)
+        self.meter.add(values)
+        if step % self.spec.log_every and step != self.segment.end:
+            return False
+        rec = self.meter.record()  # every rank: the window's one host sync
+        if self.lead:
+            rec = {"step": step, "segment": self.segment.name, "lr": lr, **rec,
+                   "tokens": step * self.spec.batch_tokens, "time": time.time()}
+            append_jsonl(self.metrics, rec)
+            if self.tb is not None:
+                self.tb.log(self.segment.name, step, rec)
+        return True
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.tb is not None:
+            self.tb.close()

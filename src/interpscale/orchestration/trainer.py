@@ -1,13 +1,14 @@
 """The training loop (App. G recipe), resumable bit-exactly from its last saved state.
 
-State saved in RUN_DIR/state/resume.pt: weights, AdamW state, torch RNG, the segment
-and the step (the step is the data position: batches are a pure function of it).
-Stable checkpoints at the reservoir steps and the end of the stable phase go to
-RUN_DIR/checkpoints/ (``annealed=False``); every anneal branch ends in an annealed one.
+A run is a list of segments (``schedule.segments``: the stable phase, then one anneal
+branch per reservoir checkpoint, App. I); each segment is a short loop of optimizer steps
+(WSD learning rate, micro-batches) whose logging is ``observe.SegmentLog`` and whose saving
+is ``checkpointer.Checkpointer`` (what to save, when, rank agreement).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
+from interpscale.data.loaders import PreparedData, open_data, prepare_data
 from interpscale.models.types import PhaseSchedule
-from interpscale.orchestration.loaders import PreparedData, open_data, prepare_data
-from interpscale.orchestration.rundir import append_jsonl, atomic_write_text, ensure_writable, read_status, write_status
-from interpscale.orchestration.schedule import Segment, lr_at, reservoir_steps, segments
+from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
+from interpscale.orchestration.observe import SegmentLog, rewind_metrics
+from interpscale.orchestration.rundir import atomic_write_text, ensure_writable, read_status, write_status
+from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -68,16 +70,25 @@ def open_run_data(run_dir: str | os.PathLike) -> PreparedData:
 def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
     """Model overrides: the data's concept count, the spec's vocabulary and the data's
     special-token ids where they differ from the defaults, then the spec's own."""
-    from interpscale.orchestration.loaders import DEFAULT_SPECIAL_IDS
+    from interpscale.models.types import SPECIAL_IDS
 
-    ids = getattr(data, "special_ids", DEFAULT_SPECIAL_IDS)
-    special = {f"{k}_id": v for k, v in ids.items() if DEFAULT_SPECIAL_IDS.get(k) != v}
+    ids = getattr(data, "special_ids", SPECIAL_IDS)
+    special = {f"{k}_id": v for k, v in ids.items() if SPECIAL_IDS.get(k) != v}
     kw = {"vocab_size": spec.vocab_size, "n_concepts": data.n_concepts, **special, **spec.model_overrides}
     if kw["n_concepts"] != data.n_concepts:
         raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
     if kw["vocab_size"] < data.vocab_size:
         raise ValueError(f"model vocab_size={kw['vocab_size']} < tokenizer vocabulary {data.vocab_size}")
     return kw
+
+
+def build_run_model(spec: RunSpec, data: PreparedData) -> torch.nn.Module:
+    """A fresh model of ``spec`` for ``data`` (with CoCoMix's frozen teacher attached)."""
+    from interpscale.models import build_model
+    from interpscale.orchestration.teachers import attach_frozen
+
+    model = build_model(spec.family, spec.model_size, **model_kwargs(spec, data))
+    return attach_frozen(model)  # CoCoMix teachers: loaded here, never by the model
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -101,51 +112,37 @@ class Trainer:
     accumulation.  ``parallel``: ``"ddp"`` (default) or ``"fsdp"`` (FSDP2 ``fully_shard``).
     On CUDA: bf16 autocast, ``torch.compile`` of the loss (``compile=False`` turns it
     off), fused AdamW, pinned batches copied without blocking; the CPU default is eager.
+    ``save_every_s`` / ``save_every_steps``: the resume-state cadence (``Checkpointer``).
     """
 
     def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, *, data_root: str | os.PathLike | None = None,
                  device: str | None = None, progress: bool = True, save_every_s: float = 60.0,
                  save_every_steps: int | None = None, micro_batch_tokens: int | None = None,
                  parallel: str = "ddp", compile: bool | None = None, tensorboard: bool = True):
+        from interpscale.models import get_family
         from interpscale.orchestration.parallel import PARALLEL
 
-        self.spec, self.progress = spec, progress
-        self.rank, self.world = _dist()
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        if device is None:
-            device = f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if self.device.type == "cuda":
-            if self.device.index is None:
-                self.device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(self.device)
         if parallel not in PARALLEL:
             raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
-        self.parallel = parallel
+        self.spec, self.progress, self.parallel, self.tensorboard = spec, progress, parallel, tensorboard
+        self.rank, self.world = _dist()
+        self.device = _pick_device(device)
         self.compile = self.device.type == "cuda" if compile is None else bool(compile)
-        self.tensorboard = tensorboard
         if self.rank == 0:
             init_run_dir(spec, run_dir, data_root)
-        if self.world > 1:
-            torch.distributed.barrier()
+        self._barrier()
         self.run_dir = Path(run_dir)
-        self.save_every_s, self.save_every_steps = save_every_s, save_every_steps
         self.data = open_data(self.run_dir)
         if spec.batch_size % self.world:
             raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
         self.rows = spec.batch_size // self.world  # this rank's rows of every global batch
-        micro_rows = self.rows if micro_batch_tokens is None else max(1, int(micro_batch_tokens) // spec.seq_len)
-        if micro_batch_tokens is not None and (int(micro_batch_tokens) % spec.seq_len or self.rows % micro_rows):
-            raise ValueError(
-                f"micro_batch_tokens={micro_batch_tokens} must be a multiple of seq_len={spec.seq_len} and "
-                f"divide this rank's {self.rows} rows x {spec.seq_len} tokens ({self.world} ranks, global "
-                f"batch {spec.batch_tokens} tokens)")
-        self.n_micro = self.rows // min(micro_rows, self.rows)
+        self.n_micro = _micro_batches(spec, self.rows, self.world, micro_batch_tokens)
         self.segments = segments(spec)
-        from interpscale.models import get_family
-
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
-        self._last_save = time.monotonic()
+        # build: a partial, not the bound method, so no cycle keeps this trainer (and its lock) alive
+        self.ckpt = Checkpointer(self.run_dir, spec, rank=self.rank, world=self.world, device=self.device,
+                                 build=functools.partial(build_run_model, spec, self.data),
+                                 save_every_s=save_every_s, save_every_steps=save_every_steps)
 
     def _lock(self) -> None:
         """One trainer per run directory: an flock held for the process lifetime (released
@@ -166,25 +163,7 @@ class Trainer:
         if self.world > 1:
             torch.distributed.barrier()
 
-    def _agree(self, flag: bool) -> bool:
-        """Rank 0's ``flag`` on every rank (one tiny broadcast)."""
-        dev = self.device if torch.distributed.get_backend() == "nccl" else "cpu"
-        t = torch.tensor([int(flag)], device=dev)
-        torch.distributed.broadcast(t, 0)
-        return bool(t.item())
-
-    # -- state -----------------------------------------------------------------------------
-    def _build(self):
-        from interpscale.models import build_model
-        from interpscale.orchestration.teachers import attach_frozen
-
-        model = build_model(self.spec.family, self.spec.model_size, **model_kwargs(self.spec, self.data))
-        return attach_frozen(model)  # CoCoMix teachers: loaded here, never by the model
-
-    def _fresh(self):
-        torch.manual_seed(self.spec.seed)
-        return self._setup(self._build(), None)
-
+    # -- model -----------------------------------------------------------------------------
     def _setup(self, model, opt_state):
         """Move to the device, wrap for data parallelism, build AdamW (loading its state)."""
         from interpscale.orchestration.parallel import load_optimizer, wrap
@@ -198,117 +177,113 @@ class Trainer:
             load_optimizer(module, opt, opt_state)
         self.module = module
         self.loss_fn = torch.compile(module) if self.compile else module
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.ckpt.bind(module, model, opt)
         return model, opt
 
-    def _load(self, path: Path):
-        from interpscale.models import load_checkpoint
-        from interpscale.orchestration.teachers import attach_frozen
-
-        try:
-            model, extra = load_checkpoint(path, map_location="cpu")
-            model = attach_frozen(model)
-        except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
-            raise ValueError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
-                             f"delete it to restart from the previous state (nothing else was changed)") from exc
+    def _start(self, seg: Segment):
+        """(model, optimizer, step) segment ``seg`` starts from: its resume state, the
+        stable state its anneal branch starts from, or a fresh seeded model."""
+        model, extra = self.ckpt.start(seg)
+        if model is None:
+            torch.manual_seed(self.spec.seed)
+            return (*self._setup(build_run_model(self.spec, self.data), None), 0)
         model, opt = self._setup(model, extra["optimizer"])
-        torch.set_rng_state(extra["rng"])
-        if self.device.type == "cuda" and "cuda_rng" in extra:
-            torch.cuda.set_rng_state(extra["cuda_rng"])
-        return model, opt, extra
-
-    def _saveable(self, model, opt):
-        """(a whole model on CPU or this rank's model, full optimizer state); collective under FSDP2."""
-        from interpscale.orchestration.parallel import full_state, is_sharded
-
-        msd, osd = full_state(self.module, model, opt)
-        if not is_sharded(self.module) or self.rank != 0:  # only rank 0 holds the gathered state
-            return model, osd
-        whole = self._build()
-        whole.load_state_dict(msd)
-        return whole, osd
-
-    def _save_state(self, path: Path, model, opt, seg: Segment, step: int) -> None:
-        from interpscale.models import save_checkpoint
-
-        model, osd = self._saveable(model, opt)
-        if self.rank != 0:
-            return
-        extra = {"segment": seg.name, "step": step, "optimizer": osd, "rng": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            extra["cuda_rng"] = torch.cuda.get_rng_state()
-        save_checkpoint(model, path, extra=extra)
-        self._last_save = time.monotonic()
-
-    def _save_eval_checkpoint(self, model, seg: Segment, step: int) -> None:
-        from interpscale.models import save_checkpoint
-        from interpscale.orchestration.parallel import full_state, is_sharded
-
-        if is_sharded(self.module):  # collective: every rank gathers, rank 0 keeps the whole model
-            msd = full_state(self.module, model, self._opt)[0]
+        restore_rng(extra, self.device)
+        step = int(extra["step"])
+        if extra.get("segment") == seg.name:
+            log.info("%s: resuming %s at step %d", self.spec.run_id, seg.name, step)
             if self.rank == 0:
-                model = self._build()
-                model.load_state_dict(msd)
-        if self.rank != 0:
-            return
-        annealed = seg.phase == "anneal" and step == seg.end
-        name = f"anneal{seg.start:07d}_step{step:07d}.pt" if annealed else f"stable_step{step:07d}.pt"
-        save_checkpoint(model, self.run_dir / "checkpoints" / name, extra={
-            "step": step, "phase": seg.phase, "tokens": step * self.spec.batch_tokens, "annealed": annealed,
-            "anneal_from": seg.start if annealed else None, "run_id": self.spec.run_id})
+                write_status(self.run_dir, "running",
+                             resumed_at=read_status(self.run_dir).get("resumed_at", []) + [step])
+        return model, opt, step
 
     # -- loop ------------------------------------------------------------------------------
     def run(self, stop_at_step: int | None = None) -> dict[str, Any]:
-        """Train every unfinished segment.  ``stop_at_step`` interrupts the stable phase
-        after that step has been saved (used by tests to simulate preemption)."""
+        """Train every unfinished segment.  ``stop_at_step`` interrupts the segment in
+        progress once that step is done and saved (tests use it to simulate preemption)."""
         status = read_status(self.run_dir)
         if status.get("state") == "done":
             return status
         if self.rank == 0:
             self._lock()
-        if self.rank == 0:
             write_status(self.run_dir, "running", run_id=self.spec.run_id, host=os.uname().nodename,
                          started=status.get("started", time.time()), attempts=status.get("attempts", 0) + 1,
                          world=self.world, micro_batches=self.n_micro, device=str(self.device))
-        done = set(status.get("segments_done", []))
-        state_dir = self.run_dir / "state"
         if self.compile:
             # Dynamo keeps at most 8 graphs per function and silently runs eager past that; a
             # job that trains several sizes in one process would hit it, so each run starts clean
             torch.compiler.reset()
+        done = set(status.get("segments_done", []))
         for seg in self.segments:
             if seg.name in done:
                 continue
             self._barrier()  # rank 0's files for this segment are complete before anyone reads them
-            resume = state_dir / "resume.pt"
-            extra: dict[str, Any] = {}
-            if resume.exists():
-                model, opt, extra = self._load(resume)
-                if extra.get("segment") != seg.name:  # a leftover from a finished segment
-                    extra = {}
-            if not extra:
-                if seg.phase == "stable":
-                    model, opt = self._fresh()
-                    step = 0
-                else:  # each anneal branch starts from its own stable state (App. I)
-                    model, opt, _ = self._load(state_dir / f"stable_{seg.start:07d}.pt")
-                    step = seg.start
-            else:
-                step = int(extra["step"])
-                log.info("%s: resuming %s at step %d", self.spec.run_id, seg.name, step)
-                if self.rank == 0:
-                    write_status(self.run_dir, "running", resumed_at=read_status(self.run_dir).get(
-                        "resumed_at", []) + [step])
-            finished = self._train_segment(model, opt, seg, step, stop_at_step)
-            if not finished:
+            model, opt, step = self._start(seg)
+            if self.rank == 0:  # rows logged past the state we restart from are logged again
+                rewind_metrics(self.run_dir / "metrics.jsonl", done, seg.name, step)
+            if not self._train_segment(model, opt, seg, step, stop_at_step):
                 return read_status(self.run_dir)
             done.add(seg.name)
             if self.rank == 0:
                 write_status(self.run_dir, "running", segments_done=sorted(done))
         self._barrier()
         if self.rank == 0:
-            (state_dir / "resume.pt").unlink(missing_ok=True)
+            self.ckpt.finish()
             status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
         return status
+
+    def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
+        """Steps ``step`` .. ``seg.end``; False when stopped early (state saved)."""
+        from interpscale.orchestration.parallel import Prefetcher
+
+        _set_phase(model, seg, self.spec)
+        model.train()
+        check = getattr(model, "check_batch", None)
+        batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
+        logs = SegmentLog(self.run_dir, self.spec, seg, step, device=self.device, world=self.world,
+                          lead=self.rank == 0, progress=self.progress, tensorboard=self.tensorboard)
+        try:
+            while step < seg.end:
+                lr = lr_at(self.spec, seg, step)
+                with logs.waiting():
+                    batch = next(batches)
+                values = self._step(opt, batch, step, lr)
+                step += 1
+                logged = logs.step(step, lr, values)
+                self.ckpt.after_step(seg, step, logged)
+                if stop_at_step is not None and stop_at_step <= step < seg.end:
+                    self.ckpt.stop(seg, step)
+                    return False
+        finally:
+            batches.close()
+            logs.close()
+        self.ckpt.end_segment(seg, step)
+        return True
+
+    def _step(self, opt, batch, step: int, lr: float) -> dict[str, Any]:
+        """One optimizer step over this rank's rows, accumulated over equal micro-batches
+        (their mean loss is the batch's); returns the step's loss, parts and gradient norm
+        as device tensors (no host sync)."""
+        from interpscale.orchestration.parallel import seed_step, split, step_seed, sync
+
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+        total, parts = 0.0, {}
+        for i, mb in enumerate(split(batch, self.n_micro)):
+            seed_step(self.device, step_seed(self.spec.seed, step, self.rank, i))  # noise / gating draws
+            with sync(self.module, i == self.n_micro - 1):  # gradients all-reduced on the last only
+                with autocast:
+                    loss, p = self.loss_fn(mb.to(self.device), step)
+                (loss / self.n_micro).backward()
+            total = total + loss.detach() / self.n_micro
+            for k, v in p.items():
+                parts[k] = parts.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v) / self.n_micro
+        gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.spec.grad_clip)
+        opt.step()
+        return {"loss": total, "grad_norm": gnorm, **parts}
 
     def _host_batch(self, step: int, check=None):
         """This rank's rows of global batch ``step`` on the host (pinned on CUDA), validated
@@ -322,91 +297,40 @@ class Trainer:
             check(batch)
         return pin(batch) if self.device.type == "cuda" else batch
 
-    def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
-        from interpscale.orchestration.observe import StepMeter, TensorBoard
-        from interpscale.orchestration.parallel import Prefetcher, seed_step, split, step_seed, sync
 
-        spec, dev = self.spec, self.device
-        self._opt = opt
-        model.train()
-        if seg.phase == "stable":  # Table 25 ramps over T_max = the stable run's length
-            model.set_phase(PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
-        else:  # Table 26 ramps over this branch's decay, counted from its first step
-            model.set_phase(PhaseSchedule("anneal", max_steps=max(1, seg.start), anneal_steps=seg.length,
-                                          anneal_start=seg.start))
-        keep = set(reservoir_steps(spec)) | {spec.stable_steps}
-        metrics = self.run_dir / "metrics.jsonl"
-        lead = self.rank == 0
-        bar = tqdm(total=seg.length, initial=step - seg.start, desc=f"{spec.run_id} {seg.name}",
-                   disable=not self.progress or not lead, leave=False, mininterval=2.0)
-        tb = TensorBoard(self.run_dir, purge_step=step if step > seg.start else None) \
-            if lead and self.tensorboard else None
-        meter = StepMeter(dev, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
-                          world=self.world)
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
-        check = getattr(model, "check_batch", None)
-        batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
-        params = [p for p in model.parameters() if p.requires_grad]
-        try:
-            while step < seg.end:
-                lr = lr_at(spec, seg, step)
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                t0 = time.monotonic()
-                batch = next(batches)
-                meter.data_wait += time.monotonic() - t0
-                opt.zero_grad(set_to_none=True)
-                total, parts = 0.0, {}
-                micro = split(batch, self.n_micro)
-                for i, mb in enumerate(micro):  # equal rows each: the mean of micro-batch losses
-                    last = i == self.n_micro - 1
-                    seed_step(dev, step_seed(spec.seed, step, self.rank, i))  # noise/gating draws
-                    with sync(self.module, last):
-                        with autocast:
-                            loss, p = self.loss_fn(mb.to(dev), step)
-                        (loss / self.n_micro).backward()
-                    total = total + loss.detach() / self.n_micro
-                    for k, v in p.items():
-                        parts[k] = parts.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v) / self.n_micro
-                gnorm = torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
-                opt.step()
-                step += 1
-                bar.update(1)
-                meter.add({"loss": total, "grad_norm": gnorm, **parts})
-                if step % spec.log_every == 0 or step == seg.end:
-                    rec = meter.record()  # every rank: the window's one host sync
-                    if lead:
-                        rec = {"step": step, "segment": seg.name, "lr": lr, **rec,
-                               "tokens": step * spec.batch_tokens, "time": time.time()}
-                        append_jsonl(metrics, rec)
-                        if tb is not None:
-                            tb.log(seg.name, step, rec)
-                if seg.phase == "stable" and step in keep:
-                    self._save_eval_checkpoint(model, seg, step)
-                    self._save_state(self.run_dir / "state" / f"stable_{step:07d}.pt", model, opt, seg, step)
-                logged = step % spec.log_every == 0 or step == seg.end
-                due = bool(self.save_every_steps and step % self.save_every_steps == 0)
-                if self.world == 1:
-                    due = due or time.monotonic() - self._last_save > self.save_every_s
-                elif logged:  # ranks agree on rank 0's clock (FSDP2 saving is collective), at log steps only
-                    due = due or self._agree(time.monotonic() - self._last_save > self.save_every_s)
-                if due and step < seg.end:
-                    self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
-                if stop_at_step is not None and step >= stop_at_step and step < seg.end:
-                    self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
-                    return False
-        finally:
-            batches.close()
-            bar.close()
-            if tb is not None:
-                tb.close()
-        if seg.phase == "anneal":
-            self._save_eval_checkpoint(model, seg, step)
-        self._save_state(self.run_dir / "state" / "resume.pt", model, opt, seg, step)
-        self.final_model = model
-        return True
+def _pick_device(device: str | None) -> torch.device:
+    """``device``, else this process's GPU (``cuda:<LOCAL_RANK>``) when there is one, else the CPU."""
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    dev = torch.device(device if device is not None else f"cuda:{local_rank}" if torch.cuda.is_available()
+                       else "cpu")
+    if dev.type == "cuda":
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+    return dev
 
 
+def _micro_batches(spec: RunSpec, rows: int, world: int, micro_batch_tokens: int | None) -> int:
+    """Micro-batches per step: this rank's ``rows`` cut into ``micro_batch_tokens`` each."""
+    if micro_batch_tokens is None:
+        return 1
+    micro_rows = max(1, int(micro_batch_tokens) // spec.seq_len)
+    if int(micro_batch_tokens) % spec.seq_len or rows % micro_rows:
+        raise ValueError(
+            f"micro_batch_tokens={micro_batch_tokens} must be a multiple of seq_len={spec.seq_len} and "
+            f"divide this rank's {rows} rows x {spec.seq_len} tokens ({world} ranks, global "
+            f"batch {spec.batch_tokens} tokens)")
+    return rows // min(micro_rows, rows)
+
+
+def _set_phase(model, seg: Segment, spec: RunSpec) -> None:
+    """The model's phase schedule: Table 25 ramps over T_max = the stable run's length;
+    Table 26 ramps over an anneal branch's decay, counted from its first step."""
+    if seg.phase == "stable":
+        model.set_phase(PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
+    else:
+        model.set_phase(PhaseSchedule("anneal", max_steps=max(1, seg.start), anneal_steps=seg.length,
+                                      anneal_start=seg.start))
 
 
 def train_run(spec: RunSpec, run_dir: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
