@@ -141,7 +141,8 @@ class Launcher:
 
     def wait(self, jobs: Sequence[submitit.Job] | None = None, progress: Callable[[int, int], None] | None = None,
              poll_s: float = 1.0) -> list[Any]:
-        """Every job's result, in order, once all have ended; :class:`JobsFailed` lists the
+        """Every job's result (a list of the tasks' results for a job of several tasks), in
+        order, once all have ended; :class:`JobsFailed` lists the
         failures (the others' results are lost to the caller but their work is kept)."""
         jobs = list(self.jobs if jobs is None else jobs)
         if self.kind != "debug" and not isinstance(self.executor, submitit.DebugExecutor):
@@ -152,7 +153,8 @@ class Launcher:
         results, errors = [], []
         for j in jobs:
             try:
-                results.append(j.result())
+                out = j.results()  # one per task
+                results.append(out[0] if len(out) == 1 else out)
             except Exception as exc:  # keep collecting; report every failure at the end
                 results.append(None)
                 errors.append(f"job {j.job_id}: {job_error(exc)}")

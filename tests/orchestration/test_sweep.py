@@ -30,7 +30,7 @@ def test_local_sweep_limits_concurrency_and_never_repeats_finished_runs(tmp_path
     stamps = {r.run_id: (sw.run_dir(r) / "results.parquet").stat().st_mtime_ns for r in sw.runs}
     # the victim was killed mid-training (state saved at step 4, nothing evaluated)
     Trainer(victim, sw.run_dir(victim), data_root=tmp_path / "sw" / "_data", progress=False).run(stop_at_step=4)
-    full = Sweep(runs, tmp_path / "sw", executor="local", max_parallel=2)
+    full = Sweep(runs, tmp_path / "sw", executor="local", max_parallel=2, extend=True)  # adds the victim
     assert len(full.launch()) == 1  # only the unfinished run is submitted again
     for r in sw.runs:
         assert (sw.run_dir(r) / "results.parquet").stat().st_mtime_ns == stamps[r.run_id]
@@ -143,3 +143,26 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
         Sweep([good], tmp_path / "sw4", tasks_per_node=3)
     with pytest.raises(ValueError, match="or a submitit.Executor"):
         Sweep([good], tmp_path / "sw5", executor=object())
+
+
+def test_a_failing_run_does_not_stop_its_jobs_other_runs(tmp_path, make_spec, capfd):
+    """Issue 26.6: three runs in one job, the middle one fails (corrupt resume state): it ends
+    failed with its error, the job trains the other two, progress and status count it."""
+    from interpscale.orchestration.trainer import init_run_dir
+
+    runs = [make_spec("ar", steps=s) for s in (5, 6, 7)]
+    bad = runs[1]
+    sw = Sweep(runs, tmp_path / "sw", executor="local", runs_per_job=3, evaluate=False)
+    assert len(sw._groups(runs)) == 1
+    state = init_run_dir(bad, sw.run_dir(bad), tmp_path / "sw" / "_data") / "state"
+    state.mkdir(exist_ok=True)
+    (state / "resume.pt").write_bytes(b"not a checkpoint")
+    capfd.readouterr()
+    with pytest.raises(RuntimeError, match=r"1 of 3 runs failed: ar-nano"):
+        sw.launch()
+    assert "failed 1, total 3" in capfd.readouterr().err
+    states = {r.run_id: read_status(sw.run_dir(r))["state"] for r in runs}
+    assert states == {runs[0].run_id: "done", bad.run_id: "failed", runs[2].run_id: "done"}
+    status = Sweep.from_dir(tmp_path / "sw").status()
+    assert sw.counts() == {"done": 2, "failed": 1}
+    assert "cannot resume from" in status.set_index("run_id").loc[bad.run_id, "error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Iterable
@@ -11,6 +12,7 @@ import pandas as pd
 from interpscale.orchestration.rundir import atomic_path
 from interpscale.results_table import RESULT_COLUMNS, read_results  # noqa: F401  (the one reader, re-exported)
 
+log = logging.getLogger(__name__)
 # extra columns allowed, e.g. checkpoint, anneal_from, estimator-specific
 KEY = ("run_id", "checkpoint", "estimator")
 
@@ -48,9 +50,28 @@ def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
                     .reset_index(drop=True))
 
 
+def _with_fingerprint(df: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
+    """A run's rows with the ``data_fingerprint`` column (corpus and tokenizer hashes of its
+    data), so rows trained on different corpora are never mistaken for replicates."""
+    if not len(df) or not (run_dir / "data.json").exists():
+        return df
+    from interpscale.orchestration.manifest import data_fingerprint, fingerprint_label
+
+    try:
+        label = fingerprint_label(data_fingerprint(run_dir))
+    except (ValueError, OSError, KeyError):  # the data moved or predates fingerprints
+        return df
+    return df.assign(data_fingerprint=label)
+
+
 def collect(run_dirs: Iterable[str | os.PathLike], out: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Merge every RUN_DIR/results.parquet; write to ``out`` (parquet + CSV) when given."""
-    df = merge_results(read_results(Path(d) / "results.parquet", missing_ok=True) for d in run_dirs)
+    """Merge every RUN_DIR/results.parquet (each row labelled with its ``data_fingerprint``);
+    write to ``out`` (parquet + CSV) when given.  Rows of several corpora are logged."""
+    df = merge_results(_with_fingerprint(read_results(Path(d) / "results.parquet", missing_ok=True), Path(d))
+                       for d in run_dirs)
+    if "data_fingerprint" in df.columns and df["data_fingerprint"].nunique() > 1:
+        log.warning("the collected results come from %d different data sets (column data_fingerprint: %s)",
+                    df["data_fingerprint"].nunique(), sorted(df["data_fingerprint"].dropna().unique()))
     if out is not None:
         write_results(df, out)
     return df

@@ -4,7 +4,7 @@ RUN_DIR/spec.json          the RunSpec
 RUN_DIR/tokenizer.json     HF `tokenizers` JSON (special ids 0..3)
 RUN_DIR/concepts.json      concept cards {label, description, words}
 RUN_DIR/data.json          where the packed data lives and how it was built
-RUN_DIR/status.json        {state: pending|running|done|failed, step, segment, ...}
+RUN_DIR/status.json        {state: pending|running|done|failed|interrupted, step, segment, ...}
 RUN_DIR/metrics.jsonl      one JSON line per logged training step
 RUN_DIR/checkpoints/*.pt   evaluation checkpoints (models.save_checkpoint)
 RUN_DIR/state/*.pt         resume state (weights + optimiser + RNG + data position)
@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 from interpscale._atomic import atomic_path, atomic_write_text  # noqa: F401  (re-exported)
+from interpscale.errors import UserError
 
-STATES = ("pending", "running", "done", "failed")
+STATES = ("pending", "running", "done", "failed", "interrupted")
 
 
 def ensure_writable(directory: str | os.PathLike) -> Path:
@@ -55,6 +56,45 @@ def write_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
     return status
 
 
+def trainer_alive(run_dir: Path) -> bool:
+    """Whether a trainer holds the run's lock (the trainer's flock on RUN_DIR/.lock, which
+    the kernel releases when its process dies, even on SIGKILL)."""
+    import fcntl
+
+    lock = Path(run_dir) / ".lock"
+    if not lock.exists():
+        return False
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def run_state(run_dir: Path) -> dict[str, Any]:
+    """The run's status with a stale ``running`` (its trainer died: ``kill -9``, a lost node)
+    shown as ``interrupted``; the file itself is left as it is."""
+    status = read_status(run_dir)
+    if status.get("state") == "running" and not trainer_alive(run_dir):
+        status = {**status, "state": "interrupted", "stale": True}
+    return status
+
+
+def sweep_run_ids(sweep_dir: str | os.PathLike) -> list[str]:
+    """The run ids listed in SWEEP/sweep.json (the manifest; an old plain list is read too)."""
+    p = Path(sweep_dir) / "sweep.json"
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p} is corrupt ({exc}); restore it or launch into a new directory") from exc
+    ids = data.get("runs") if isinstance(data, dict) else data
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise UserError(f"{p}: expected a sweep manifest with a list of run ids under \"runs\"")
+    return ids
+
+
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -68,7 +108,7 @@ def find_run_dirs(path: str | os.PathLike) -> list[Path]:
     if (p / "spec.json").exists():
         return [p]
     if (p / "sweep.json").exists():
-        ids = json.loads((p / "sweep.json").read_text())
+        ids = sweep_run_ids(p)
         found = [p / "runs" / i for i in ids if (p / "runs" / i / "spec.json").exists()]
     else:
         base = p / "runs" if (p / "runs").is_dir() else p

@@ -1,0 +1,77 @@
+"""A sweep directory's identity: SWEEP/sweep.json binds it to its runs and its data.
+
+    {"runs": [run_id, ...],
+     "data": [{"tokenizer_sha": ..., "corpus_sha": ..., "vocab_size": ..., "n_concepts": ...}, ...]}
+
+Relaunching the same plan resumes it.  A plan with runs the manifest does not list is
+refused unless ``extend=True``; runs on data with another fingerprint (another corpus or
+tokenizer) are refused always — a new directory keeps two corpora apart.  The checks run
+before anything is written, so a refused launch leaves the directory as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from interpscale.errors import UserError
+from interpscale.orchestration.rundir import atomic_write_text, sweep_run_ids
+
+# the fields of interpscale.data.describe that identify a corpus as a sweep sees it
+FINGERPRINT = ("tokenizer_sha", "corpus_sha")
+
+
+def data_fingerprint(data_dir: str | Path) -> dict[str, Any]:
+    """Tokenizer and corpus hashes, vocabulary size and concept count of prepared data."""
+    from interpscale.data import describe
+
+    info = describe(data_dir).to_dict()
+    return {k: info[k] for k in (*FINGERPRINT, "vocab_size", "n_concepts")}
+
+
+def fingerprint_label(fp: dict[str, Any]) -> str:
+    """The short form stored in the results' ``data_fingerprint`` column."""
+    return f"{fp['corpus_sha'][:12]}-{fp['tokenizer_sha'][:8]}"
+
+
+def _key(fp: dict[str, Any]) -> tuple:
+    return tuple(fp.get(k) for k in FINGERPRINT)
+
+
+def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
+    """The manifest (``runs``, ``data``); empty lists for a new directory."""
+    p = Path(sweep_dir) / "sweep.json"
+    if not p.exists():
+        return {"runs": [], "data": []}
+    ids = sweep_run_ids(sweep_dir)
+    data = json.loads(p.read_text())
+    return {"runs": ids, "data": list(data.get("data", [])) if isinstance(data, dict) else []}
+
+
+def check_manifest(sweep_dir: str | Path, run_ids: Iterable[str], data: Iterable[dict[str, Any]],
+                   *, extend: bool = False) -> dict[str, Any]:
+    """The manifest this launch will write, or a ``UserError`` naming why the directory
+    refuses it (another corpus / tokenizer; new runs without ``extend``)."""
+    old = read_manifest(sweep_dir)
+    new_data = {_key(d): d for d in data}
+    path = Path(sweep_dir) / "sweep.json"
+    if old["runs"] and old["data"]:
+        known = {_key(d) for d in old["data"]}
+        other = [d for k, d in new_data.items() if k not in known]
+        if other:
+            was = ", ".join(fingerprint_label(d) for d in old["data"])
+            raise UserError(f"{path}: this sweep trains on data {was}; the plan's data is "
+                            f"{fingerprint_label(other[0])} (another corpus or tokenizer): launch it into a "
+                            f"new directory")
+    ids = list(run_ids)
+    added = [i for i in ids if i not in set(old["runs"])]
+    if old["runs"] and added and not extend:
+        raise UserError(f"{path}: the plan has {len(added)} run(s) this sweep does not list (e.g. {added[0]}): "
+                        f"another preset or grid; pass --extend to add them, or launch into a new directory")
+    data_out = old["data"] + [d for k, d in new_data.items() if k not in {_key(o) for o in old["data"]}]
+    return {"runs": old["runs"] + added, "data": data_out}
+
+
+def write_manifest(sweep_dir: str | Path, manifest: dict[str, Any]) -> None:
+    atomic_write_text(Path(sweep_dir) / "sweep.json", json.dumps(manifest, indent=1))
