@@ -31,3 +31,65 @@ def test_fit_subcommand_never_imports_torch(tmp_path):
     code = "import sys, interpscale.cli as c; c.build_parser('fit'); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_cli_main_is_the_only_exception_to_exit_code_mapping():
+    """No command module turns an exception into a message or an exit status itself: no
+    ``sys.exit``, and no ``except`` clause that returns a status or writes to stderr (a clause
+    that re-raises as a UserError, or returns 0 for a control-flow exception, is fine)."""
+    import ast
+    from pathlib import Path
+
+    import interpscale._commands as commands
+
+    offenders = []
+    for path in sorted(Path(commands.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "exit":
+                offenders.append(f"{path.name}:{node.lineno}: sys.exit")
+            if not isinstance(node, ast.ExceptHandler):
+                continue
+            for inner in (n for stmt in node.body for n in ast.walk(stmt)):
+                if (isinstance(inner, ast.Return) and isinstance(inner.value, ast.Constant)
+                        and type(inner.value.value) is int and inner.value.value != 0):
+                    offenders.append(f"{path.name}:{inner.lineno}: except ... return <status>")
+                if isinstance(inner, ast.Attribute) and inner.attr == "stderr":
+                    offenders.append(f"{path.name}:{inner.lineno}: except ... writes to stderr")
+    assert not offenders, offenders
+    # and cli.main maps: bad input 2, failed work 1, Ctrl-C 130
+    from interpscale.cli import exit_code
+    from interpscale.errors import ConfigError, FailedWork, UserError
+
+    assert [exit_code(e) for e in (UserError("x"), ConfigError("x"), ValueError("x"), FileNotFoundError(2, "x"),
+                                   FailedWork("x"), RuntimeError("x"), KeyboardInterrupt())] == [2, 2, 2, 2, 1, 1, 130]
+
+
+def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys):
+    """`fit RESULTS` is `fit families RESULTS`; a sweep without a verb is `sweep launch`."""
+    from interpscale.analysis.example_data import example_results
+
+    path = tmp_path / "r.csv"
+    example_results().to_csv(path, index=False)
+    argv = ["--out", str(tmp_path / "fits"), "--n-boot", "0", "--grid", "coarse", "--family", "ar", "--allow-partial"]
+    assert main(["fit", "families", str(path), *argv]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert main(["fit", str(path), *argv]) == 0
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if "deprecated" in ln] == [
+        "interpscale fit: deprecated spelling; write `interpscale fit families ...` (the form without `families` "
+        "goes in the next release)"]
+    with pytest.raises(SystemExit) as exc:  # the old launch spelling reaches `sweep launch`, which needs --preset
+        main(["sweep", "--out", str(tmp_path / "sw")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "deprecated spelling; write `interpscale sweep launch ...`" in err and "--preset" in err
+
+
+@pytest.mark.parametrize("command", [["plan"], ["sweep", "launch"]])
+def test_plan_and_launch_need_a_preset_and_say_where_the_demo_is(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--out", "x"] if command[0] == "sweep" else command)
+    assert exc.value.code == 2 and "--preset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    assert "interpscale demo" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")

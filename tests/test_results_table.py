@@ -74,14 +74,14 @@ def test_missing_unsupported_and_damaged_files(tmp_path):
 
 
 def test_dataframe_source_and_callers_share_the_reader(tmp_path):
-    from interpscale._commands.fit import _read_table
+    from interpscale._commands.fit import read_table
     from interpscale.analysis.report import load_results
     from interpscale.orchestration import read_results as orch_read
 
     assert orch_read is read_results
     p = tmp_path / "r.csv"
     p.write_text("run_id,annealed,loss\na,maybe,1\n")
-    for reader in (load_results, _read_table):
+    for reader in (load_results, read_table):
         with pytest.raises(ValueError, match="'maybe' is not a boolean"):
             reader(p)
     got = read_results(pd.DataFrame({"annealed": ["yes", "no"], "loss": [1, 2]}))

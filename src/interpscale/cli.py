@@ -4,6 +4,16 @@ Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; modules are imported only when their subcommand runs, so
 ``interpscale plan`` never imports PyMC and ``interpscale fit`` never imports torch.
 All logic lives in the library; these modules only parse arguments and call it.
+
+A command with several operations declares them as sub-verbs (``fit families|chinchilla``,
+``sweep launch|status|collect|evaluate``, ``forecast record|check|list``, ``judge ...``,
+``data prepare|info``). A module may name ``DEFAULT_VERB``: the old spelling without a verb
+(``fit RESULTS``, ``sweep --preset P``) still runs it for one release, with one deprecation line.
+
+:func:`main` is the only place where an exception becomes a message and an exit code:
+bad input (:class:`interpscale.errors.UserError`, any ``ValueError``, a missing or
+unreadable file) exits 2, failed work (:class:`interpscale.errors.FailedWork`) and
+anything unexpected exit 1, Ctrl-C 130. Each is one line on stderr; ``-v`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -17,29 +27,29 @@ import warnings
 
 # subcommand -> (module under interpscale._commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("plan", "plan an IsoFLOP sweep and print the dry-run table"),
-    "sweep": ("sweep", "launch, inspect (status) or collect (collect) a sweep"),
+    "plan": ("plan", "plan an IsoFLOP sweep of a preset and print the dry-run table"),
+    "sweep": ("sweep", "sweep launch | status | collect | evaluate"),
     "train": ("train", "train one run from a RunSpec / run directory"),
-    "data": ("data", "prepare a corpus into memory-mapped token shards (data prepare / data info)"),
+    "data": ("data", "data prepare (corpus -> memory-mapped token shards) | data info"),
     "evaluate": ("evaluate", "evaluate every checkpoint of a run directory"),
-    "fit": ("fit", "fit scaling laws to a results table, or `fit chinchilla` on any CSV"),
-    "forecast": ("forecast", "record a loss forecast before a run; check it against the observed loss later"),
-    "judge": ("judge", "LLM-judge scoring: alignment | steering | relevance"),
+    "fit": ("fit", "fit families (a results table) | fit chinchilla (any CSV)"),
+    "forecast": ("forecast", "forecast record | check | list: loss forecasts made before a run, checked after"),
+    "judge": ("judge", "LLM-judge scoring: judge alignment | steering | relevance"),
     "human-study": ("human_study", "analyse a human-rating study (ordinal mixed models)"),
     "figures": ("figures", "draw the paper figures from a results table"),
     "report": ("report", "write report.md / report.html from a results table"),
     "demo": ("demo", "run the embedded demo sweep end to end"),
+    "concepts": ("concepts", "concept annotation of a corpus: concepts build | check | chunk | tag | library | annotate | validate"),
 }
+
+# exceptions that mean "the user's input is wrong" (exit 2); FailedWork and the rest exit 1
+_BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+              PermissionError)
 
 
 def _load(name: str):
     module, _ = COMMANDS[name]
-    try:
-        return importlib.import_module(f"interpscale._commands.{module}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"interpscale._commands.{module}":
-            return None
-        raise
+    return importlib.import_module(f"interpscale._commands.{module}")
 
 
 def _command_in(argv: list[str]) -> str | None:
@@ -58,12 +68,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         # -v is accepted after the subcommand too; SUPPRESS keeps a top-level -v from being reset
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        mod = _load(name) if name == command else None
-        if mod is not None:
-            mod.add_arguments(p)
+        if name == command:
+            _load(name).add_arguments(p)
         else:
             p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
+
+
+def _old_spelling(argv: list[str], command: str | None) -> list[str]:
+    """``argv`` with the command's default verb inserted where an old spelling left it out
+    (``fit RESULTS`` -> ``fit families RESULTS``), after one deprecation line on stderr."""
+    if command not in COMMANDS:
+        return argv
+    mod = _load(command)
+    default = getattr(mod, "DEFAULT_VERB", None)
+    if default is None:
+        return argv
+    i = argv.index(command) + 1
+    while i < len(argv) and argv[i] in ("-v", "-vv", "--verbose"):
+        i += 1
+    if i < len(argv) and (argv[i] in mod.VERBS or argv[i] in ("-h", "--help")):
+        return argv
+    sys.stderr.write(f"interpscale {command}: deprecated spelling; write `interpscale {command} {default} ...` "
+                     f"(the form without `{default}` goes in the next release)\n")
+    return argv[:i] + [default] + argv[i:]
 
 
 def _quiet_warnings(verbose: int) -> None:
@@ -82,45 +110,57 @@ def _quiet_warnings(verbose: int) -> None:
         warnings.showwarning = show
 
 
-def _user_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is about the user's input (bad value, missing or unreadable file)."""
-    from interpscale.errors import UserError
+def exit_code(exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc``: 2 bad input, 130 Ctrl-C, else 1."""
+    from interpscale.errors import FailedWork
 
-    return isinstance(exc, (UserError, ValueError, OSError, UnicodeDecodeError))
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, FailedWork):
+        return 1
+    return 2 if isinstance(exc, _BAD_INPUT) or isinstance(exc, UnicodeDecodeError) else 1
+
+
+def _message(exc: BaseException, verbose: int) -> str:
+    """The one stderr line for ``exc`` (without the command prefix)."""
+    from interpscale.errors import FailedWork
+
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    msg = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:  # not "[Errno 17] ..."
+        msg = f"{exc.filename}: {exc.strerror[:1].lower()}{exc.strerror[1:]}"
+    if exit_code(exc) == 2 or isinstance(exc, FailedWork):
+        return msg
+    return f"internal error: {type(exc).__name__}: {msg}{'' if verbose else ' (rerun with -v for the traceback)'}"
+
+
+def _verb_of(args: argparse.Namespace) -> str:
+    verb = getattr(args, "verb", None)
+    return f"{args.command} {verb}" if verb else args.command
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. Bad input ends in one line on stderr and exit code 2 (``-v``:
-    with its traceback); an unexpected failure in one line and exit code 1."""
+    """Run one subcommand and return its exit status (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_in(argv))
+    command = _command_in(argv)
+    argv = _old_spelling(argv, command)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()
         return 2
-    mod = _load(args.command)
-    if mod is None:
-        sys.stderr.write(f"interpscale {args.command}: not built yet in this version\n")
-        return 2
     with warnings.catch_warnings():
         _quiet_warnings(args.verbose)
         try:
-            return int(mod.run(args) or 0)
-        except KeyboardInterrupt:
-            sys.stderr.write(f"interpscale {args.command}: interrupted\n")
-            return 130
-        except Exception as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
+            return int(_load(args.command).run(args) or 0)
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
             if args.verbose:
                 traceback.print_exc()
-            msg = str(exc) or type(exc).__name__
-            if _user_error(exc):
-                sys.stderr.write(f"interpscale {args.command}: error: {msg}\n")
-                return 2
-            sys.stderr.write(f"interpscale {args.command}: internal error: {type(exc).__name__}: {msg}"
-                             f"{'' if args.verbose else ' (rerun with -v for the traceback)'}\n")
-            return 1
+            sys.stderr.write(f"interpscale {_verb_of(args)}: {_message(exc, args.verbose)}\n")
+            return exit_code(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

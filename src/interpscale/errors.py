@@ -1,7 +1,8 @@
 """Errors that mean "the user's input is wrong" rather than "the program is wrong".
 
-The CLI turns any of these (and ``ValueError`` / ``OSError`` raised by the library for bad
-input) into one line on stderr and exit code 2; ``-v`` adds the traceback.
+The CLI (``interpscale.cli.main``, the only place that does) turns any of these (and ``ValueError`` or a
+missing or unreadable file) into one line on stderr and exit code 2, ``FailedWork`` into exit code 1;
+``-v`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -13,3 +14,8 @@ class UserError(ValueError):
 
 class ConfigError(UserError):
     """A preset / TOML configuration that fails validation (unknown key, wrong type, inconsistency)."""
+
+
+class FailedWork(RuntimeError):
+    """Work that was started and failed (a run, a job, a fit that could not be made): the CLI
+    prints the message in one line and exits 1. The message says what failed and where."""

@@ -20,14 +20,15 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from interpscale._atomic import atomic_write_text
+from interpscale.errors import FailedWork
 
 log = logging.getLogger(__name__)
 
 STAGES = ("plan", "train + evaluate", "collect", "judge alignment", "fit", "figures + report")
 
 
-class PipelineError(RuntimeError):
-    """The pipeline could not produce any result (every run failed, no rows to fit)."""
+class PipelineError(FailedWork):
+    """The pipeline could not produce any result (every run failed, no rows to fit): exit 1."""
 
 
 def _stage(bar, i: int, name: str, detail: str = "") -> None:
@@ -70,10 +71,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
 
         t = time.monotonic()
         _stage(bar, 1, "train + evaluate", f"{len(p.runs)} runs")
-        sweep = Sweep(p.runs, out / "sweep", executor=executor or launch.get("executor", "local"),
-                      max_parallel=parallel,
-                      runs_per_job=int(launch.get("runs_per_job", max(1, len(p.runs) // (4 * 2)))),
-                      threads_per_job=int(launch.get("threads_per_job", 1)))
+        sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
         sweep.launch()
         times["train_evaluate"] = time.monotonic() - t
         bar.update()

@@ -1,4 +1,4 @@
-"""``interpscale data prepare SOURCE... --out DIR``: tokenize a corpus into memory-mapped shards.
+"""``interpscale data prepare SOURCE --out DIR``: tokenize a corpus into memory-mapped shards.
 
 ``interpscale data info DIR`` prints what a prepared directory holds.
 """
@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from interpscale._commands.options import given, option
+
 _FORMATS_HELP = """\
 input formats (by extension, .gz allowed; or --format):
   .jsonl  one document per line: {"chunks": [{"text": ..., "concepts": [label, ...]}, ...]}
@@ -16,6 +18,7 @@ input formats (by extension, .gz allowed; or --format):
   .parquet  one chunk per row: column text, optional concepts (list or "a,b") and doc_id
           (consecutive rows with one doc_id are one document; without it a row is a document)
   .txt    plain text, documents separated by blank lines, no concepts
+  --document-per-file: each file (any extension, e.g. source code) is one plain-text document
 output DIR: {train,val}.tokens.bin (np.memmap, uint16/uint32), CSR concept labels,
 tokenizer.json, concepts.json, meta.json.  Use it in a sweep TOML as
   [data]
@@ -24,8 +27,13 @@ tokenizer.json, concepts.json, meta.json.  Use it in a sweep TOML as
 """
 
 
+VERBS = ("prepare", "info")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    from interpscale.data.prepare import MODES, make_request, prepare
+
+    sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     pr = sub.add_parser("prepare", help="tokenize files into memory-mapped shards (resumable)",
                         description="Stream JSONL / Parquet / plain-text files (globs, gzip) into token shards "
                                     "that np.memmap opens; rerun the same command to resume.",
@@ -33,21 +41,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pr.add_argument("sources", nargs="+", metavar="SOURCE", help="input files or glob patterns (quote globs)")
     pr.add_argument("--out", required=True, metavar="DIR", help="output data directory")
     pr.add_argument("--format", choices=("jsonl", "parquet", "text"), help="input format (default: by extension)")
+    pr.add_argument("--document-per-file", action="store_true",
+                    help="each file is one plain-text document, never split at blank lines (code corpora; "
+                         "any extension)")
     pr.add_argument("--tokenizer", metavar="PATH", help="a Hugging Face tokenizer.json to use (special tokens "
                                                          "[PAD] [EOS] [EOC] [MASK] are added if missing)")
-    pr.add_argument("--vocab-size", type=int, default=32768, help="vocabulary of the trained BPE (default 32768)")
-    pr.add_argument("--tokenizer-sample-bytes", type=int, default=100_000_000,
-                    help="text the BPE is trained on, spread over the inputs (default 1e8)")
+    option(pr, "--vocab-size", make_request, type=int, help="vocabulary of the trained BPE")
+    option(pr, "--tokenizer-sample-bytes", make_request, "sample_bytes", type=int,
+           help="text the BPE is trained on, spread over the inputs")
     pr.add_argument("--concepts", metavar="JSON", help="concepts.json fixing the concept cards and their order "
                                                         "(default: the sorted labels found in the data)")
-    pr.add_argument("--val-fraction", type=float, default=0.05, help="held-out share of documents, by "
-                                                                      "document hash (default 0.05)")
-    pr.add_argument("--seed", type=int, default=0, help="key of the validation-split hash")
-    pr.add_argument("--executor", choices=("inline", "local", "slurm"), default="inline",
-                    help="inline: this process; local / slurm: submitit jobs, one array task per input file")
-    pr.add_argument("--workers", type=int, default=1, help="inline: processes tokenizing input files side by "
-                                                            "side (default 1: one process, multi-threaded encoder)")
-    pr.add_argument("--max-parallel", type=int, default=2, help="local / slurm: tasks running at once")
+    option(pr, "--val-fraction", make_request, type=float, help="held-out share of documents, by document hash")
+    option(pr, "--seed", make_request, type=int, help="key of the validation-split hash")
+    option(pr, "--executor", prepare, choices=MODES,
+           help="inline: this process; local / slurm: submitit jobs, one array task per input file")
+    option(pr, "--workers", prepare, type=int,
+           help="inline: processes tokenizing input files side by side (1: one process, multi-threaded encoder)")
+    option(pr, "--max-parallel", prepare, type=int, help="local / slurm: tasks running at once")
     pr.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                     help="submitit SLURM parameter, e.g. --slurm slurm_partition=cpu --slurm timeout_min=120")
     info = sub.add_parser("info", help="summarise a prepared data directory")
@@ -55,11 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _slurm_params(items: list[str]) -> dict:
+    from interpscale.errors import UserError
+
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--slurm expects KEY=VALUE, got {item!r}")
+            raise UserError(f"--slurm expects KEY=VALUE, got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -68,28 +80,24 @@ def _slurm_params(items: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.action == "info":
-            from interpscale.orchestration import open_data
+    if args.verb == "info":
+        from interpscale.data import open_data
 
-            data = open_data(args.dir)
-            m = data.meta
-            sys.stdout.write(f"{args.dir}: vocab {data.vocab_size}, {data.n_concepts} concepts, special ids "
-                             f"{data.special_ids}\n")
-            for s, v in m.get("splits", {}).items():
-                sys.stdout.write(f"  {s}: {v['tokens']:,} tokens, {v['docs']:,} documents, {v['chunks']:,} chunks, "
-                                 f"{v['labels']:,} labels\n")
-            return 0
-        from interpscale.orchestration.prepare import prepare
+        data = open_data(args.dir)
+        m = data.meta
+        sys.stdout.write(f"{args.dir}: vocab {data.vocab_size}, {data.n_concepts} concepts, special ids "
+                         f"{data.special_ids}\n")
+        for s, v in m.get("splits", {}).items():
+            sys.stdout.write(f"  {s}: {v['tokens']:,} tokens, {v['docs']:,} documents, {v['chunks']:,} chunks, "
+                             f"{v['labels']:,} labels\n")
+        return 0
+    from interpscale.data import prepare
 
-        out = prepare(args.sources, args.out, executor=args.executor, slurm=_slurm_params(args.slurm),
-                      max_parallel=args.max_parallel, workers=args.workers, progress=True, fmt=args.format,
-                      tokenizer=args.tokenizer,
-                      vocab_size=args.vocab_size, sample_bytes=args.tokenizer_sample_bytes,
-                      concepts=args.concepts, val_fraction=args.val_fraction, seed=args.seed)
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
-        sys.stderr.write(f"interpscale data: {exc}\n")
-        return 2
+    out = prepare(args.sources, args.out, slurm=_slurm_params(args.slurm), progress=True, fmt=args.format,
+                  tokenizer=args.tokenizer, concepts=args.concepts,
+                  document_per_file=args.document_per_file,
+                  **given(args, "executor", "max_parallel", "workers", "vocab_size", "val_fraction", "seed",
+                          sample_bytes="tokenizer_sample_bytes"))
     meta = json.loads((out / "meta.json").read_text())
     sp = meta["splits"]
     sys.stdout.write(f"{out}: {sp['train']['tokens']:,} train / {sp['val']['tokens']:,} val tokens, "

@@ -19,18 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.pipeline import PipelineError, run_demo
+    from interpscale.pipeline import run_demo
 
     # stage lines at INFO, so a terminal shows what runs next; -v still raises to DEBUG
     logging.getLogger("interpscale.pipeline").setLevel(min(logging.getLogger().level, logging.INFO))
     name = Path(args.preset).stem if args.preset else ("demo-quick" if args.quick else "demo")
     out = args.out or f"runs/{name}"
-    try:
-        summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel, preset=args.preset,
-                           n_boot=args.n_boot)
-    except PipelineError as exc:
-        sys.stderr.write(f"interpscale demo: {exc}\n")
-        return 1
+    summary = run_demo(out, quick=args.quick, max_parallel=args.max_parallel, preset=args.preset, n_boot=args.n_boot)
     sys.stdout.write(json.dumps(summary, indent=1) + "\n")
     if summary.get("problems"):
         sys.stderr.write("interpscale demo: finished with problems:\n" + "".join(f"  - {p}\n" for p in summary["problems"]))

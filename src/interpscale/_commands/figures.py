@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-log = logging.getLogger("interpscale.figures")
+from interpscale._commands.options import given, option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,24 +14,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="directory for the PNG and PDF files")
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(),
                         help="run directories whose metrics.jsonl loss curves to draw (a sweep directory works too)")
-    parser.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates for the CI bands (default 200)")
+    from interpscale.analysis.figures import render_figures
+
+    option(parser, "--n-boot", render_figures, type=int, help="bootstrap replicates for the CI bands")
 
 
 def expand_run_dirs(paths) -> list[Path]:
     """Run directories given directly, or every run holding a metrics.jsonl under a sweep
     directory (``SWEEP/runs/*``, or its direct children). A path that does not exist, or
     holds no run, is an error naming it."""
+    from interpscale.errors import UserError
+
     out = []
     for p in map(Path, paths):
         if (p / "metrics.jsonl").exists():
             out.append(p)
             continue
         if not p.is_dir():
-            raise FileNotFoundError(f"--run-dirs: {p} is not a directory")
+            raise UserError(f"--run-dirs: {p} is not a directory")
         found = sorted(d for base in (p / "runs", p) if base.is_dir() for d in base.iterdir()
                        if (d / "metrics.jsonl").exists())
         if not found:
-            raise ValueError(f"--run-dirs: {p} holds no run directory with a metrics.jsonl "
+            raise UserError(f"--run-dirs: {p} holds no run directory with a metrics.jsonl "
                              f"(looked in {p} and {p / 'runs'})")
         out += found
     return out
@@ -49,12 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from interpscale.analysis.figures import render_figures
 
     df = load_table(args.results)
-    result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot)
+    result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
     for title, reason in result.skipped.items():
         sys.stdout.write(f"skipped {title}: {reason}\n")
     if not result.drawn:
-        sys.stderr.write("interpscale figures: the results table supports none of the figures (reasons above)\n")
-        return 1
+        from interpscale.errors import FailedWork
+
+        raise FailedWork("the results table supports none of the figures (reasons above)")
     return 0

@@ -15,18 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from interpscale._atomic import atomic_write_text
+from interpscale._commands.options import given, option
+
+
+VERBS = ("alignment", "steering", "relevance")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from interpscale.judges import JudgeClient
+
     g = p.add_argument_group("judge endpoint")
     g.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     g.add_argument("--model", help="judge model name (the paper: Mistral-Small-3.1-24B-Instruct)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    option(g, "--api-key-env", JudgeClient, help="environment variable holding the API key")
     g.add_argument("--cache", default=None,
                    help="sqlite cache file (default: <out>/judge_cache.sqlite, else $XDG_CACHE_HOME/interpscale/)")
-    g.add_argument("--concurrency", type=int, default=16)
-    g.add_argument("--max-retries", type=int, default=4)
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per call")
+    option(g, "--concurrency", JudgeClient, type=int, help="requests in flight at once")
+    option(g, "--max-retries", JudgeClient, type=int, help="retries of a failed request")
+    option(g, "--timeout", JudgeClient, type=float, help="seconds per call")
     g.add_argument("--top-logprobs", type=int, default=None, help="request top_logprobs for an expected score")
     g.add_argument("--price-in", type=float, default=None, help="price per 1M prompt tokens (for the cost estimate)")
     g.add_argument("--price-out", type=float, default=None, help="price per 1M completion tokens")
@@ -34,17 +40,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-write", default=None, help="write an OpenAI Batch API request file and stop")
     g.add_argument("--batch-read", default=None, help="read an OpenAI Batch API output file instead of calling")
     p.add_argument("--out", default=None, help="directory for <kind>.json and <kind>.md")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="seed of the sampled subset and of generation (default: the scorers' own, 0)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    from interpscale.judges import run_steering_benchmark
+
+    # (the checkpoint judges' own defaults, --k and --top, are not read here: that would import torch)
+    sub = parser.add_subparsers(dest="verb", metavar="KIND", required=True)
     a = sub.add_parser("alignment", help="known concept alignment 1-5 (App. E)")
     src = a.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="RUN_DIR/checkpoints/*.pt of a concept model")
     src.add_argument("--input", help="JSONL rows {label, description, tokens: [...]}")
     a.add_argument("--run-dir", help="run directory (default: the checkpoint's grandparent)")
-    a.add_argument("--k", type=int, default=20, help="top-k tokens per concept")
+    a.add_argument("--k", type=int, help="top-k tokens per concept (default: judge_checkpoint_alignment's)")
     a.add_argument("--n-sample", type=int, default=None, help="score a seeded random subset of concepts")
     _common(a)
     s = sub.add_parser("steering", help="steering benchmark: concept and quality 0-2 (App. M)")
@@ -53,10 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--input", help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
     s.add_argument("--run-dir")
     s.add_argument("--prompts", help="text file, one prompt per line (default: built-in neutral prompts)")
-    s.add_argument("--n-concepts", type=int, default=72)
-    s.add_argument("--strengths", default="1.0", help="comma-separated τ values; >1 value selects per concept on held-out prompts")
-    s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--temperature", type=float, default=1.0)
+    option(s, "--n-concepts", run_steering_benchmark, type=int, help="concepts steered")
+    option(s, "--strengths", run_steering_benchmark, help="comma-separated τ values; >1 value selects per concept "
+           "on held-out prompts")
+    option(s, "--max-new-tokens", run_steering_benchmark, type=int)
+    s.add_argument("--temperature", type=float, help="sampling temperature (default: judge_checkpoint_steering's)")
     s.add_argument("--instruction-judge", action="store_true", help="add AxBench's instruction-relevance judge")
     s.add_argument("--quality-with-prefix", action="store_true", help="show the prompt to the quality judge as context (paper App. M)")
     _common(s)
@@ -65,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="JSONL rows {text, candidates: [{label, description, words?}]}; with --checkpoint only {text}")
     r.add_argument("--checkpoint", help="judge this checkpoint's top predicted concepts for each text")
     r.add_argument("--run-dir")
-    r.add_argument("--top", type=int, default=3, help="predicted concepts per chunk (with --checkpoint)")
+    r.add_argument("--top", type=int, help="predicted concepts per chunk with --checkpoint (default: "
+                   "judge_checkpoint_relevance's)")
     _common(r)
 
 
@@ -74,23 +85,23 @@ def _judge(args: argparse.Namespace) -> Any:
 
     return build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
                        templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
-                       api_key_env=args.api_key_env, concurrency=args.concurrency, max_retries=args.max_retries,
-                       timeout=args.timeout, top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,
-                       price_out_per_mtok=args.price_out, progress=sys.stderr.isatty())
+                       top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,
+                       price_out_per_mtok=args.price_out, progress=sys.stderr.isatty(),
+                       **given(args, "api_key_env", "concurrency", "max_retries", "timeout"))
 
 
 def _score(args: argparse.Namespace, judge: Any) -> Any:
     from interpscale.judges import inputs
 
-    if args.kind == "alignment":
+    if args.verb == "alignment":
         return _alignment(args, judge)
-    if args.kind == "steering":
+    if args.verb == "steering":
         return _steering(args, judge)
     if args.checkpoint:
         from interpscale.metrics.steering import judge_checkpoint_relevance
 
         return judge_checkpoint_relevance(args.checkpoint, inputs.read_texts(args.input), run_dir=args.run_dir,
-                                          top=args.top, judge=judge)
+                                          judge=judge, **given(args, "top"))
     from interpscale.judges import score_relevance
 
     texts, candidates = inputs.read_relevance_input(args.input)
@@ -98,34 +109,27 @@ def _score(args: argparse.Namespace, judge: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from interpscale.errors import UserError
     from interpscale.judges.batch import BatchWritten
-    from interpscale.judges.client import JudgeConfigError
 
-    name = f"interpscale judge {args.kind}"
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
+        raise UserError(f"{args.checkpoint}: no such checkpoint file")
+    judge = _judge(args)
     try:
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-        if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
-            raise ValueError(f"{args.checkpoint}: no such checkpoint file")
-        judge = _judge(args)
         result = _score(args, judge)
-    except BatchWritten as done:
+    except BatchWritten as done:  # not an error: the request file is the output
         sys.stdout.write(f"{done}; submit it, then rerun with --batch-read <output file>\n")
         return 0
-    except JudgeConfigError as exc:
-        sys.stderr.write(f"{name}: {exc}\n")
-        return 2
-    except (ValueError, OSError) as exc:
-        sys.stderr.write(f"{name}: {exc}\n")
-        return 2
     md = result.to_markdown()
     if args.out:
         out = Path(args.out)
-        atomic_write_text(out / f"{args.kind}.json", json.dumps(result.to_dict(), indent=1, default=str))
-        atomic_write_text(out / f"{args.kind}.md", md)
+        atomic_write_text(out / f"{args.verb}.json", json.dumps(result.to_dict(), indent=1, default=str))
+        atomic_write_text(out / f"{args.verb}.md", md)
     sys.stdout.write(md)
     sys.stderr.write(_usage_line(result.usage, judge) + "\n")
-    return _report_outcome(name, result)
+    return _report_outcome(f"interpscale judge {args.verb}", result)
 
 
 def _usage_line(u: dict[str, Any], judge: Any) -> str:
@@ -153,8 +157,9 @@ def _report_outcome(name: str, result: Any) -> int:
     if o.n_failed:
         sys.stderr.write(f"{name}: {o.summary()}\n")
     if o.all_failed:
-        sys.stderr.write(f"{name}: no item could be scored (exit status 1)\n")
-        return 1
+        from interpscale.errors import FailedWork
+
+        raise FailedWork("no item could be scored (the outputs are written, with each failure's status)")
     return 0
 
 
@@ -164,12 +169,12 @@ def _alignment(args: argparse.Namespace, judge: Any) -> Any:
     if args.checkpoint:
         from interpscale.metrics.steering import judge_checkpoint_alignment
 
-        return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, k=args.k, judge=judge,
-                                          n_sample=args.n_sample, seed=args.seed)
+        return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, judge=judge, n_sample=args.n_sample,
+                                          **given(args, "k", "seed"))
     from interpscale.judges.inputs import read_alignment_input
 
     cards, tokens = read_alignment_input(args.input)
-    return score_alignment(cards, tokens, judge=judge, n_sample=args.n_sample, seed=args.seed)
+    return score_alignment(cards, tokens, judge=judge, n_sample=args.n_sample, **given(args, "seed"))
 
 
 def _steering(args: argparse.Namespace, judge: Any) -> Any:
@@ -180,22 +185,23 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
         return score_steering_continuations(read_steering_input(args.input), judge=judge,
                                             instruction_judge=args.instruction_judge,
                                             quality_with_prefix=args.quality_with_prefix)
+    from interpscale.errors import UserError
     from interpscale.judges.steering import DEFAULT_PROMPTS
     from interpscale.metrics.steering import judge_checkpoint_steering
 
-    try:
-        strengths = [float(x) for x in args.strengths.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--strengths must be comma-separated numbers, got {args.strengths!r}") from None
+    if args.strengths is not None:
+        try:
+            args.strengths = [float(x) for x in args.strengths.split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--strengths must be comma-separated numbers, got {args.strengths!r}") from None
     prompts = DEFAULT_PROMPTS
     if args.prompts:
         prompts = tuple(line.strip() for line in Path(args.prompts).read_text(encoding="utf-8").splitlines()
                         if line.strip())
         if not prompts:
-            raise ValueError(f"{args.prompts}: no prompts (the file is empty)")
+            raise UserError(f"{args.prompts}: no prompts (the file is empty)")
     gens = str(Path(args.out) / "generations.jsonl") if args.out else None
     return judge_checkpoint_steering(args.checkpoint, run_dir=args.run_dir, prompts=prompts, judge=judge,
-                                     temperature=args.temperature, n_concepts=args.n_concepts, strengths=strengths,
-                                     seed=args.seed, max_new_tokens=args.max_new_tokens,
                                      instruction_judge=args.instruction_judge,
-                                     quality_with_prefix=args.quality_with_prefix, generations_path=gens)
+                                     quality_with_prefix=args.quality_with_prefix, generations_path=gens,
+                                     **given(args, "temperature", "n_concepts", "strengths", "seed", "max_new_tokens"))

@@ -7,14 +7,17 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.figures import expand_run_dirs, load_table
+from interpscale._commands.options import given, option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", help="results table (.parquet or .csv), or 'example' for the bundled example table")
     parser.add_argument("--out", required=True, type=Path, help="directory for report.md, report.html and figures/")
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(), help="run directories for the loss-curve figure")
-    parser.add_argument("--n-boot", type=int, default=1000,
-                        help="bootstrap replicates for the fitted CIs (default 1000; the paper used 10000)")
+    from interpscale.analysis.report import write_report
+
+    option(parser, "--n-boot", write_report, type=int,
+           help="bootstrap replicates for the fitted CIs (the paper used 10000)")
     parser.add_argument("--no-figures", action="store_true", help="tables and warnings only")
     parser.add_argument("--target-compute", type=float, default=None,
                         help="extrapolate the fits to this compute (FLOPs); 'example' defaults to Steerling-8B's 7.6e22")
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     example = args.results == "example"
     target = args.target_compute if args.target_compute is not None else (STEERLING_8B["flops"] if example else None)
     df = load_table(args.results)
-    path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), n_boot=args.n_boot,
+    path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"),
                         figures=not args.no_figures, source="bundled example table" if example else args.results,
                         target_compute=target, actual=steerling_actual() if example else None)
     sys.stdout.write(f"{path}\n{path.with_suffix('.html')}\n")

@@ -10,15 +10,20 @@ import argparse
 import os
 import sys
 
+from interpscale._commands.options import given, option
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from interpscale.orchestration.parallel import PARALLEL
+    from interpscale.orchestration.trainer import Trainer
+
     p.add_argument("run_dir", help="run directory (holds spec.json, or gets --spec copied in)")
     p.add_argument("--spec", help="a RunSpec JSON file (default: RUN_DIR/spec.json)")
     p.add_argument("--data-root", help="shared prepared-data cache (default: RUN_DIR/../_data)")
     p.add_argument("--device", help="cpu / cuda (default: cuda:<local rank> when available)")
     p.add_argument("--micro-batch-tokens", type=int,
                    help="tokens per rank per micro-batch (gradient accumulation); the global batch is unchanged")
-    p.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp", help="data parallelism across ranks")
+    option(p, "--parallel", Trainer, choices=PARALLEL, help="data parallelism across ranks")
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile the loss (CUDA default: on)")
 
 
@@ -33,11 +38,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = RunSpec.load(args.spec or args.run_dir)
         status = train_run(spec, args.run_dir, data_root=args.data_root, device=args.device,
-                           micro_batch_tokens=args.micro_batch_tokens, parallel=args.parallel,
-                           compile=False if args.no_compile else None)
-    except (ValueError, PermissionError, FileNotFoundError) as exc:
-        sys.stderr.write(f"interpscale train: {exc}\n")
-        return 2
+                           micro_batch_tokens=args.micro_batch_tokens, compile=False if args.no_compile else None,
+                           **given(args, "parallel"))
     finally:
         if distributed:
             torch.distributed.destroy_process_group()

@@ -1,6 +1,6 @@
 """LLM judges (OpenAI-compatible client, cache, prompts, alignment / steering /
 relevance / auto-interp scorers) and the offline lexical backend. Imports nothing
-else from interpscale and never imports torch.
+else from interpscale (but its bottom module `errors`) and never imports torch.
 
 >>> judge = JudgeClient(model="mistral-small-3.1-24b-instruct", base_url="http://localhost:8000/v1",
 ...                     cache_path="runs/judge_cache.sqlite")                       # doctest: +SKIP

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from interpscale.errors import UserError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -58,8 +60,8 @@ def cache_key(*, model: str, base_url: str, messages: list[dict], sampling: Mapp
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-class JudgeCacheError(OSError):
-    """The cache file cannot be opened as a judge cache."""
+class JudgeCacheError(UserError):
+    """The cache file cannot be opened as a judge cache (bad input: the CLI exits 2)."""
 
 
 class JudgeCache:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from interpscale.errors import UserError
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key
 from interpscale.judges.parsing import PARSERS, Parsed, expected_score
 from interpscale.judges.replies import MAX_BODY_BYTES, Answer, MalformedReply, cap, decode_body, read_completion
@@ -122,8 +123,9 @@ class UsageStats:
         return {**asdict(self), "cost": self.cost}
 
 
-class JudgeConfigError(RuntimeError):
-    """An error no retry can fix (bad key, no access, unknown model or path): stops the run."""
+class JudgeConfigError(UserError):
+    """An error no retry can fix (bad key, no access, unknown model or path): stops the run
+    (bad settings: the CLI exits 2)."""
 
 
 class _TotalTimeout(Exception):

@@ -1,0 +1,55 @@
+"""Argparse options whose defaults and choices are the library's, stated once there.
+
+An option added with :func:`option` has ``default=None`` in argparse; its help shows the
+library function's own default (read from its signature), and :func:`given` passes on only
+the options the user set, so the library default applies otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from typing import Any, Callable
+
+
+def library_default(func: Callable, name: str) -> Any:
+    """The default of ``func``'s keyword ``name`` (a dataclass field works too)."""
+    return inspect.signature(func).parameters[name].default
+
+
+def option(p: argparse.ArgumentParser | Any, flag: str, func: Callable, name: str | None = None, *,
+           help: str = "", **kw: Any) -> None:
+    """Add ``flag`` to ``p`` for ``func``'s keyword ``name`` (default: the flag's name), with
+    no argparse default and the library default shown in the help."""
+    name = name or flag.lstrip("-").replace("-", "_")
+    default = library_default(func, name)
+    if isinstance(default, float) and 1e4 <= abs(default):
+        shown = f"{default:g}"
+    elif isinstance(default, (tuple, list)):
+        shown = ",".join(map(str, default))
+    else:
+        shown = default
+    text = f"{help} (default: {shown})" if help else f"default: {shown}"
+    p.add_argument(flag, dest=kw.pop("dest", flag.lstrip("-").replace("-", "_")), default=None,
+                   help=text.replace("%", "%%"), **kw)
+
+
+def given(args: argparse.Namespace, *names: str, **rename: str) -> dict[str, Any]:
+    """The options among ``names`` (and ``rename``'s values, passed on under its keys) that
+    the user set: ``given(args, "seed", n_boot="n_boot")``."""
+    pairs = [(n, n) for n in names] + list(rename.items())
+    return {key: getattr(args, attr) for key, attr in pairs if getattr(args, attr, None) is not None}
+
+
+def literal_choices(func: Callable, name: str) -> tuple[str, ...] | None:
+    """The string values of a ``Literal[...]`` annotation of ``func``'s keyword ``name``
+    (``None`` when it is not one: the library then checks the value itself)."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(func)[name]
+    except Exception:  # noqa: BLE001 -- an annotation that does not resolve: no choices, the library checks
+        return None
+    args = [hint] if typing.get_origin(hint) is typing.Literal else list(typing.get_args(hint))
+    values = [v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
+    return tuple(v for v in values if isinstance(v, str)) or None
