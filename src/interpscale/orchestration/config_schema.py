@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from interpscale import paper
 from interpscale.errors import ConfigError
+from interpscale.executors import EXECUTORS
 
 Number = (int, float)
 
@@ -46,9 +47,12 @@ LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "nodes": ((int,), "an integer"),
     "partition": ((str,), "a SLURM partition name"),
     "slurm_partition": ((str,), "a SLURM partition name"),
+    "micro_batch_tokens": ((int,), "an integer (tokens per rank and micro-batch)"),
+    "parallel": ((str,), "ddp or fsdp"),
+    "compile": ((bool,), "true or false"),
+    "save_every_s": (Number, "a number (seconds between resume states)"),
 }
 SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
-EXECUTORS = ("local", "slurm", "debug")
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
             "flops_per_token", "base_size", "model_overrides", "data"}
