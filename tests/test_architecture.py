@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "interpscale"
 DOC = ROOT / "docs" / "architecture.md"
 
-BOTTOM = {"_atomic", "_jsonl", "errors", "executors", "paper", "results_table"}  # importable by all; import none
+BOTTOM = {"_atomic", "_jsonl", "_registry", "errors", "executors", "paper", "results_table"}  # importable by all; import only each other
 LAYER_OF = {"cli": "cli", "_commands": "cli"}  # top-level module / subpackage -> layer (default: itself)
 # Known arrows against the direction, each with the change that removes it. An entry only
 # applies while its module exists; delete it once the move lands.
@@ -100,6 +100,8 @@ def violations(arrows: dict[str, set[str]], root: Path = SRC) -> list[str]:
             if dst == src or dst == "interpscale":
                 continue
             where = f"{path.relative_to(root.parent)}:{line}"
+            if src in BOTTOM and dst in BOTTOM:
+                continue  # bottom modules may use each other (no cycles: Python would fail to import)
             if src in BOTTOM:
                 bad.append(f"{where}: bottom module {src} imports {target}")
             elif dst in BOTTOM:

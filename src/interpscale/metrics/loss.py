@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from interpscale._registry import Registry
 from interpscale.metrics import masking
 from interpscale.metrics._common import (
     block_size,
@@ -110,25 +111,17 @@ class EstimatorSpec:
     equation: str = ""
 
 
-ESTIMATOR_REGISTRY: dict[str, EstimatorSpec] = {}
+ESTIMATOR_REGISTRY: Registry[EstimatorSpec] = Registry("estimator", hint=lambda name: (
+    "Register one with interpscale.metrics.register_estimator(name, unit, ...)"))
 
 
 def register_estimator(name: str, unit: UnitFn, *, overwrite: bool = False, **options) -> EstimatorSpec:
     """Register ``name`` -> ``EstimatorSpec(name, unit, **options)``; re-registering needs ``overwrite``."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"estimator name must be a non-empty string, got {name!r}")
-    if name in ESTIMATOR_REGISTRY and not overwrite:
-        raise ValueError(f"estimator {name!r} is already registered (pass overwrite=True to replace it)")
-    spec = EstimatorSpec(name, unit, **options)
-    ESTIMATOR_REGISTRY[name] = spec
-    return spec
+    return ESTIMATOR_REGISTRY.register(name, EstimatorSpec(name, unit, **options), overwrite=overwrite)
 
 
 def get_estimator(name: str) -> EstimatorSpec:
-    try:
-        return ESTIMATOR_REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; choose one of {', '.join(ESTIMATOR_REGISTRY)}") from None
+    return ESTIMATOR_REGISTRY.lookup(name)
 
 
 def passes_per_batch(estimator: str, *, rates: Sequence[float] = masking.GRID_RATES) -> int:

@@ -18,7 +18,7 @@ from interpscale.models.registry import (
     params_nonembedding,
     register_family,
 )
-from interpscale.models import families as _steerling_families  # noqa: F401  (registers ar, cdlm, ...)
+import interpscale.models.steerling  # noqa: F401,E402  (registers ar, cdlm, ...)
 
 # The zoo registers its families on import. It imports interpscale.models.registry /
 # .types / .config directly (never this package), so there is no import cycle, and an

@@ -32,11 +32,6 @@ def concept_params(cfg: ModelConfig) -> int:
     return paper.concept_module_params(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
 
 
-def attention_context_flops(cfg: ModelConfig, seq_len: int) -> float:
-    """The 12·L·d·N term of Eq. 23 (attention scores and values, forward + backward)."""
-    return paper.attention_flops(cfg.n_layers, cfg.d_model, seq_len)
-
-
 def concept_flops(cfg: ModelConfig) -> float:
     """Eq. 24's concept terms: 6(2dn) + 6(2dR + Rm) (dense U: 6(2dm))."""
     return paper.concept_module_flops(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)

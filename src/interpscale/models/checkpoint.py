@@ -13,7 +13,9 @@ import torch
 import torch.nn as nn
 
 from interpscale._atomic import atomic_path
-from interpscale.models.registry import get_family
+from interpscale.models import plugins
+from interpscale.models.protocol import BUILD_ATTR, DataFields
+from interpscale.models.registry import build_model, get_family
 
 FORMAT = "interpscale-model/1"
 
@@ -46,14 +48,19 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[d
         "class": f"{type(model).__module__}:{type(model).__qualname__}",
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "extra": dict(extra or {}),
+        # how to rebuild it: the builder's arguments and the plugin modules that register its family
+        "build_json": json.dumps(getattr(model, BUILD_ATTR, None)),
+        "plugins": [*plugins.LOADED, *([] if type(model).__module__.startswith("interpscale.")
+                                         or type(model).__module__ in plugins.LOADED else [type(model).__module__])],
     }
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     return path
 
 
-def _rebuild(family: str, cfg: dict[str, Any], cls_path: str) -> nn.Module:
-    # Prefer the class's own from_config (only for classes inside this package).
+def _rebuild(family: str, cfg: dict[str, Any], cls_path: str, build: Optional[dict]) -> nn.Module:
+    # A family of this package rebuilds from its class's from_config; a plugin family through
+    # its own builder with the arguments it was built with.
     module, _, qualname = cls_path.partition(":")
     if module.startswith("interpscale."):
         try:
@@ -62,8 +69,11 @@ def _rebuild(family: str, cfg: dict[str, Any], cls_path: str) -> nn.Module:
             cls = None
         if cls is not None and hasattr(cls, "from_config"):
             return cls.from_config(cfg)
+    if build:
+        return build_model(family, build["size"], data=DataFields.from_dict(build.get("data")),
+                           **build.get("overrides", {}))
     overrides = {k: v for k, v in cfg.items() if k not in ("family", "size")}
-    return get_family(family).builder(cfg["size"], **overrides)
+    return get_family(family).builder(cfg["size"], data=DataFields(), **overrides)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple[nn.Module, dict]:
@@ -79,7 +89,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
     cfg = json.loads(payload["config_json"])
-    model = _rebuild(payload["family"], cfg, payload.get("class", ""))
+    plugins.load_plugins(payload.get("plugins") or ())  # before the family lookup
+    model = _rebuild(payload["family"], cfg, payload.get("class", ""), json.loads(payload.get("build_json") or "null"))
     state = payload["state_dict"]
     own = model.state_dict()
     missing = sorted(set(own) - set(state))

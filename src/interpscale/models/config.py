@@ -47,6 +47,18 @@ def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> SizePreset:
                       block_size=16, n_concepts=32, concept_rank=16)
 
 
+# Table 23 gives L, d and the counts; the head counts are ours (App. G's head width 128 at
+# two KV heads reproduces the counts; docs/models.md). 5B: no KV-head count reproduces
+# 5,694M at L=24, d=3840; full MHA is closest (-0.6%).
+PAPER_HEADS = {"10M": (4, 2), "25M": (4, 2), "85M": (6, 2), "200M": (8, 2), "400M": (10, 2), "800M": (14, 2),
+               "1.5B": (18, 2), "3B": (24, 3), "5B": (30, 30)}  # size -> (n_heads, n_kv_heads)
+
+
+def _paper(name: str) -> SizePreset:
+    L, d, P, total = paper.TABLE23[name]
+    return SizePreset(name, L, d, *PAPER_HEADS[name], P, total)
+
+
 SIZES: dict[str, SizePreset] = {
     p.name: p
     for p in (
@@ -55,21 +67,29 @@ SIZES: dict[str, SizePreset] = {
         _tiny("tiny", 3, 96, 3),  # ≈ 444k
         _tiny("mini", 4, 128, 4),  # ≈ 1.05M
         _tiny("small", 5, 160, 5),  # ≈ 2.05M
-        # Table 23 (L, d, backbone P, +Concept total P)
-        SizePreset("10M", 6, 320, 4, 2, 9_200_000, 82_800_000),
-        SizePreset("25M", 6, 512, 4, 2, 23_600_000, 110_200_000),
-        SizePreset("85M", 10, 768, 6, 2, 86_500_000, 190_500_000),
-        SizePreset("200M", 13, 1024, 8, 2, 197_700_000, 319_100_000),
-        SizePreset("400M", 17, 1280, 10, 2, 401_100_000, 540_000_000),
-        SizePreset("800M", 17, 1792, 14, 2, 779_900_000, 953_600_000),
-        SizePreset("1.5B", 20, 2304, 18, 2, 1_510_000_000, 1_718_000_000),
-        SizePreset("3B", 24, 3072, 24, 3, 3_228_000_000, 3_489_000_000),
-        # 5B: no KV-head count reproduces 5,694M at L=24, d=3840; full MHA is closest (-0.6%).
-        SizePreset("5B", 24, 3840, 30, 30, 5_694_000_000, 6_007_000_000),
+        *(_paper(name) for name in paper.TABLE23),
     )
 }
 PAPER_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is not None)
 TINY_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is None)
+
+
+def renamed(fields_: dict[str, Any]) -> dict[str, Any]:
+    """Config fields under today's names: ``mask_token_id`` (configs saved before the
+    special-id fields existed) is ``mask_id``. Every family's config reads through this."""
+    out = dict(fields_)
+    if "mask_token_id" in out:
+        out.setdefault("mask_id", out.pop("mask_token_id"))
+    return out
+
+
+def derived_heads(preset: SizePreset, d_model: int) -> int:
+    """Heads for a width that overrides ``preset``'s (every family's rule): keep the preset's
+    head width where it divides ``d_model``, else heads of width 32, else one head."""
+    hd = preset.head_dim
+    if d_model % hd == 0 and d_model >= hd:
+        return d_model // hd
+    return max(1, d_model // 32) if d_model % 32 == 0 else 1
 
 
 @dataclass
@@ -183,9 +203,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        data = dict(data)
-        if "mask_token_id" in data:  # configs saved before the special-id fields existed
-            data.setdefault("mask_id", data.pop("mask_token_id"))
+        data = renamed(data)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -203,16 +221,13 @@ def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
         n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
         block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank,
     )
-    if "mask_token_id" in overrides:  # the old name of mask_id
-        overrides.setdefault("mask_id", overrides.pop("mask_token_id"))
+    overrides = renamed(overrides)
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)
     if bad:
         raise ValueError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
     if "d_model" in overrides and "n_heads" not in overrides:
-        # keep the preset's head width where it divides the new d_model (n_heads derived)
-        d, hd = int(overrides["d_model"]), p.head_dim
-        overrides["n_heads"] = d // hd if d % hd == 0 and d >= hd else max(1, d // 32) if d % 32 == 0 else 1
+        overrides["n_heads"] = derived_heads(p, int(overrides["d_model"]))
     if "n_heads" in overrides and "n_kv_heads" not in overrides:
         overrides["n_kv_heads"] = overrides["n_heads"]
     return replace(base, **overrides)

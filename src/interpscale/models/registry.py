@@ -1,28 +1,37 @@
 """The family registry: one name -> how to build it and how to count it without building it.
 
-Zoo modules register themselves with :func:`register_family`; they import this module
-(``interpscale.models.registry``), never the ``interpscale.models`` package top level.
+A family is registered with :func:`register_family`; the built-in ones on import of
+``interpscale.models``, a plugin's when its module is imported (``--plugin MODULE``,
+``[plan] plugins``, a run's ``spec.json``, a checkpoint) or through the entry-point group
+``interpscale.families`` (loaded the first time a name is not found). "Is it a diffusion
+family / a concept family" is answered here and nowhere else.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch.nn as nn
 
+from interpscale._registry import Registry
+from interpscale.models import plugins
+from interpscale.models.protocol import BUILD_ATTR, DataFields
+
 log = logging.getLogger(__name__)
 
-Builder = Callable[..., nn.Module]  # builder(size, **overrides) -> model
-ParamsFn = Callable[..., int]  # params_fn(size, **overrides) -> int
-FlopsFn = Callable[..., float]  # flops_fn(size, seq_len, **overrides) -> float
+Builder = Callable[..., nn.Module]  # builder(size, *, data: DataFields, **overrides) -> model
+ParamsFn = Callable[..., int]  # params_fn(size, *, data, **overrides) -> int
+FlopsFn = Callable[..., float]  # flops_fn(size, seq_len, *, data, **overrides) -> float
 
 
 @dataclass(frozen=True)
 class FamilySpec:
     """A registered family. ``params_fn``/``flops_fn`` must not allocate; when omitted the
-    module-level helpers fall back to building the model (fine for small sizes only)."""
+    counts are measured on the meta device (``models.pricing``). ``config_fields``: the
+    override names the family accepts (None: not declared, the builder checks them)."""
 
     name: str
     builder: Builder
@@ -31,9 +40,16 @@ class FamilySpec:
     is_diffusion: bool = False
     is_concept: bool = False
     description: str = ""
+    config_fields: Optional[frozenset[str]] = None
+
+    @property
+    def pricing(self) -> str:
+        """"analytic" (the family's formulas) or "measured" (counted on the meta device)."""
+        return "analytic" if self.params_fn is not None and self.flops_fn is not None else "measured"
 
 
-FAMILIES: dict[str, FamilySpec] = {}
+FAMILIES: Registry[FamilySpec] = Registry("model family", hint=plugins.where_looked,
+                                          on_miss=plugins.load_entry_points)
 
 
 def register_family(
@@ -45,48 +61,81 @@ def register_family(
     is_diffusion: bool = False,
     is_concept: bool = False,
     description: str = "",
+    config_fields: Optional[Any] = None,
     overwrite: bool = False,
 ) -> FamilySpec:
-    """Register ``name``; re-registering an existing name needs ``overwrite=True``."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"family name must be a non-empty string, got {name!r}")
-    if name in FAMILIES and not overwrite:
-        raise ValueError(f"family {name!r} is already registered (pass overwrite=True to replace it)")
+    """Register ``name``; re-registering an existing name needs ``overwrite=True``.
+
+    ``config_fields``: the names ``[model.<name>]`` may set (an iterable, or a dataclass whose
+    fields they are); leave it None to let the builder check its own overrides."""
     if not callable(builder):
         raise ValueError(f"builder for family {name!r} is not callable: {builder!r}")
-    spec = FamilySpec(name, builder, params_fn, flops_fn, bool(is_diffusion), bool(is_concept), description)
-    FAMILIES[name] = spec
+    if config_fields is not None and hasattr(config_fields, "__dataclass_fields__"):
+        config_fields = set(config_fields.__dataclass_fields__) - {"family", "size"}
+    fields = None if config_fields is None else frozenset(config_fields)
+    spec = FamilySpec(name, builder, params_fn, flops_fn, bool(is_diffusion), bool(is_concept), description, fields)
+    FAMILIES.register(name, spec, overwrite=overwrite)
     log.debug("registered model family %s", name)
     return spec
 
 
 def get_family(name: str) -> FamilySpec:
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise ValueError(f"unknown model family {name!r}; registered: {sorted(FAMILIES)}") from None
+    """The family ``name``; an unknown name says where it looked and how to register one."""
+    return FAMILIES.lookup(name)
 
 
-def build_model(family: str, size: str, **overrides: Any) -> nn.Module:
-    """Instantiate ``family`` at size preset ``size`` (see ``SIZES``) with config ``overrides``."""
-    return get_family(family).builder(size, **overrides)
+def is_concept(family: str) -> bool:
+    return get_family(family).is_concept
 
 
-def params_nonembedding(family: str, size: str, **overrides: Any) -> int:
-    """Non-embedding parameters of ``family``/``size``, analytically (no allocation).
+def is_diffusion(family: str) -> bool:
+    return get_family(family).is_diffusion
 
-    For the +concept families this is backbone + concept module (Table 23's "+Concept
-    total"); Eq. 24's P is the backbone alone (see ``accounting.backbone_params``).
-    """
-    spec = get_family(family)
+
+def _plain(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The JSON-able overrides (objects such as CoCoMix's teacher are attached, not recorded)."""
+    out = {}
+    for k, v in overrides.items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            continue
+        out[k] = v
+    return out
+
+
+def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> nn.Module:
+    """Instantiate ``family`` at size preset ``size`` with the data's fields and config ``overrides``.
+
+    The arguments are recorded on the model, so a checkpoint of a plugin family reloads
+    through the same builder (``models.checkpoint``)."""
+    data = data if data is not None else DataFields()
+    model = get_family(family).builder(size, data=data, **overrides)
+    object.__setattr__(model, BUILD_ATTR, {"size": size, "data": data.to_dict(), "overrides": _plain(overrides)})
+    return model
+
+
+def params_nonembedding(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> int:
+    """Non-embedding parameters of ``family``/``size``: the family's formula, else counted on
+    the meta device (no memory). For the +concept families this is backbone + concept module
+    (Table 23's "+Concept total"); Eq. 24's P is the backbone alone (``accounting.backbone_params``)."""
+    spec, data = get_family(family), data if data is not None else DataFields()
     if spec.params_fn is not None:
-        return int(spec.params_fn(size, **overrides))
-    return int(spec.builder(size, **overrides).params_nonembedding())
+        return int(spec.params_fn(size, data=data, **overrides))
+    from interpscale.models.pricing import measure
+
+    return measure(family, size, None, data=data, **overrides).params
 
 
-def flops_per_token(family: str, size: str, seq_len: int, **overrides: Any) -> float:
-    """Forward+backward FLOPs per training token (Eq. 23; Eq. 24 for concept families)."""
-    spec = get_family(family)
+def flops_per_token(family: str, size: str, seq_len: int, *, data: Optional[DataFields] = None,
+                    **overrides: Any) -> float:
+    """Forward+backward FLOPs per training token: the family's formula (Eq. 23; Eq. 24 for
+    concept families), else measured on the meta device by the rule of ``models.pricing``."""
+    if int(seq_len) <= 0:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    spec, data = get_family(family), data if data is not None else DataFields()
     if spec.flops_fn is not None:
-        return float(spec.flops_fn(size, seq_len, **overrides))
-    return float(spec.builder(size, **overrides).flops_per_token(seq_len))
+        return float(spec.flops_fn(size, int(seq_len), data=data, **overrides))
+    from interpscale.models.pricing import measure
+
+    return measure(family, size, int(seq_len), data=data, **overrides).flops_per_token

@@ -6,7 +6,7 @@ Imports only submodules of ``interpscale.models`` (never the package top level),
 ``interpscale/models/__init__.py`` imports this package at its end.
 """
 
-from interpscale.models.zoo.families import ZOO_FAMILIES, register, zoo_config
+from interpscale.models.zoo.catalog import ZOO_FAMILIES, register, zoo_config
 
 register()
 

@@ -11,17 +11,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-from interpscale.models.config import SIZES, ModelConfig, make_config
+from interpscale.models.config import SIZES, ModelConfig, derived_heads, make_config, renamed
 from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
-from interpscale.models.types import MASK_ID, Batch, LossOutput, ModelOutput, PhaseSchedule
+from interpscale.models.protocol import DataFields, FamilyModel
+from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, LossOutput, ModelOutput
 
 
 @dataclass
 class ZooConfig:
-    """Config of a zoo model; ``extra`` holds the family-specific knobs (all JSON-able)."""
+    """Config of a zoo model; ``extra`` holds the family-specific knobs (all JSON-able).
+
+    Follows the rule every family's config follows (``config.renamed``, ``config.derived_heads``):
+    special ids named ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id``, heads derived from the preset."""
 
     family: str
     size: str
@@ -32,7 +34,10 @@ class ZooConfig:
     max_seq_len: int
     block_size: int = 64  # diffusion block of the protocol; unused by these AR families
     n_concepts: int = 0
-    mask_token_id: int = MASK_ID
+    pad_id: int = PAD_ID
+    eos_id: int = EOS_ID
+    eoc_id: int = EOC_ID
+    mask_id: int = MASK_ID
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -42,15 +47,31 @@ class ZooConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
+    @property
+    def mask_token_id(self) -> int:  # the name used before the special-id fields existed
+        return self.mask_id
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ZooConfig":
+        return cls(**renamed(data))
 
-_CORE = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "block_size", "n_concepts", "mask_token_id")
+
+_CORE = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "block_size", "n_concepts",
+         "pad_id", "eos_id", "eoc_id", "mask_id")
 
 
-def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **overrides: Any) -> ZooConfig:
-    """Config of a zoo ``family`` at a ``SIZES`` preset. ``overrides`` may name core fields
+def zoo_fields(defaults: dict[str, Any]) -> frozenset[str]:
+    """The override names a zoo family accepts: the core fields and its extra knobs."""
+    return frozenset(_CORE) | frozenset(defaults) | {"extra"}
+
+
+def make_zoo_config(family: str, size: str, defaults: dict[str, Any], *, data: DataFields = DataFields(),
+                    **overrides: Any) -> ZooConfig:
+    """Config of a zoo ``family`` at a ``SIZES`` preset. ``data`` sets the vocabulary and special
+    ids (zoo families have no concept library); ``overrides`` may name core fields
     (``d_model``, ``n_layers``, ...), keys of the family's ``defaults`` (its extra knobs),
     or pass ``extra={...}`` (the form ``to_dict`` round-trips through checkpoints)."""
     if size not in SIZES:
@@ -58,6 +79,7 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **override
     p = SIZES[size]
     core = {"vocab_size": p.vocab_size, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,
             "max_seq_len": p.max_seq_len, "block_size": p.block_size, "n_concepts": 0}
+    overrides = {**data.config_fields(concept=False), **renamed(overrides)}
     extra = dict(defaults) | dict(overrides.pop("extra", None) or {})
     overrides.pop("family", None), overrides.pop("size", None)
     for key, value in overrides.items():
@@ -68,8 +90,7 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], **override
         else:
             raise ValueError(f"unknown override {key!r} for family {family!r}; valid: {sorted(_CORE + tuple(defaults))}")
     if "d_model" in overrides and "n_heads" not in overrides:
-        d, hd = int(core["d_model"]), p.head_dim
-        core["n_heads"] = d // hd if d % hd == 0 and d >= hd else 1
+        core["n_heads"] = derived_heads(p, int(core["d_model"]))
     unknown = sorted(set(extra) - set(defaults))
     if unknown:
         raise ValueError(f"unknown extra key(s) {unknown} for family {family!r}; valid: {sorted(defaults)}")
@@ -86,30 +107,21 @@ def backbone_config(c: ZooConfig) -> ModelConfig:
     preset, ex = SIZES[c.size], c.extra
     kv = ex["n_kv_heads"] or (preset.n_kv_heads if c.n_heads == preset.n_heads else c.n_heads)
     return make_config(c.family, c.size, n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, n_kv_heads=kv,
-                       vocab_size=c.vocab_size, max_seq_len=c.max_seq_len, mlp_ratio=ex["mlp_ratio"], qk_norm=ex["qk_norm"])
+                       vocab_size=c.vocab_size, max_seq_len=c.max_seq_len, mlp_ratio=ex["mlp_ratio"], qk_norm=ex["qk_norm"],
+                       pad_id=c.pad_id, eos_id=c.eos_id, eoc_id=c.eoc_id, mask_id=c.mask_id)
 
 
-def attention_flops_per_token(n_layers: int, d_model: int, seq_len: int) -> float:
-    """The 12·L·d·N context term of Eq. 23 (QKᵀ and AV, forward + backward)."""
-    return 12.0 * n_layers * d_model * seq_len
-
-
-class ZooLM(nn.Module):
-    """Base class: autoregressive LM protocol shared by the zoo families."""
-
-    is_diffusion = False
+class ZooLM(FamilyModel):
+    """Base class: autoregressive LM protocol shared by the zoo families (``FamilyModel``
+    supplies set_phase, generate, blocks; diffusion / concept come from the registry)."""
 
     def __init__(self, config: ZooConfig):
         super().__init__()
         self.config = config
-        self.phase = PhaseSchedule()
 
     # --- protocol -------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:  # noqa: D401
         raise NotImplementedError
-
-    def set_phase(self, phase: PhaseSchedule) -> None:
-        self.phase = phase
 
     def forward_train(self, tokens: torch.Tensor) -> tuple[ModelOutput, dict[str, torch.Tensor]]:
         """Forward pass for the loss: the output and any intermediates ``extra_loss`` needs."""
@@ -131,26 +143,7 @@ class ZooLM(nn.Module):
         parts = {"lm": lm.detach()} | {k: v.detach() for k, v in extras.items()}  # tensors: no host sync
         return LossOutput(total=total, parts=parts, n_tokens=n)
 
-    def params_nonembedding(self) -> int:
-        raise NotImplementedError
-
-    def flops_per_token(self, seq_len: int) -> float:
-        raise NotImplementedError
-
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ZooLM":
         """Rebuild from ``config.to_dict()`` (used by ``load_checkpoint``)."""
-        return cls(ZooConfig(**cfg))
-
-    @torch.no_grad()
-    def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0, seed: int = 0) -> torch.Tensor:
-        """Greedy (temperature 0) or sampled continuation, cropping to ``block_size``."""
-        gen = torch.Generator(device=tokens.device).manual_seed(seed)
-        for _ in range(max_new_tokens):
-            logits = self(tokens[:, -self.config.max_seq_len :]).logits[:, -1]
-            if temperature <= 0:
-                nxt = logits.argmax(-1, keepdim=True)
-            else:
-                nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)
-            tokens = torch.cat([tokens, nxt], dim=1)
-        return tokens
+        return cls(ZooConfig.from_dict(cfg))

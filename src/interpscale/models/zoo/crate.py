@@ -11,7 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token
+from interpscale import paper
+from interpscale.models.zoo.common import ZooConfig
 from interpscale.models.zoo.gpt2 import AbsPosLM
 
 # Table 1 of the CRATE-LM paper: name -> (d, K heads, L, h, CRATE params, GPT params).
@@ -125,7 +126,7 @@ def crate_flops_per_token(c: ZooConfig, seq_len: int) -> float:
     h, t = c.extra.get("expansion", 4) * d, c.extra.get("n_steps", 2)
     dict_uses = 2 + 2 * (t - 1)  # Dᵀz, D A₁, Dᵀ(D A₁), D A₂
     p_eff = crate_nonembedding_params(c) + L * (dict_uses - 1) * h * d
-    return 6.0 * p_eff + attention_flops_per_token(L, d, seq_len)
+    return 6.0 * p_eff + paper.attention_flops(L, d, seq_len)
 
 
 def activation_sparsity(acts: list[torch.Tensor], threshold: float = 0.0) -> list[float]:

@@ -12,8 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from interpscale import paper
 from interpscale.models.types import ModelOutput
-from interpscale.models.zoo.common import ZooConfig, ZooLM, attention_flops_per_token
+from interpscale.models.zoo.common import ZooConfig, ZooLM
 from interpscale.models.zoo.mxd import MxD, SparseOut, mxd_active_params, mxd_params
 
 
@@ -108,7 +109,7 @@ class GPTLM(AbsPosLM):
         return gpt_nonembedding_params(self.config)
 
     def flops_per_token(self, seq_len: int) -> float:
-        return 6.0 * gpt_nonembedding_params(self.config) + attention_flops_per_token(self.config.n_layers, self.config.d_model, seq_len)
+        return 6.0 * gpt_nonembedding_params(self.config) + paper.attention_flops(self.config.n_layers, self.config.d_model, seq_len)
 
 
 def gpt_nonembedding_params(c: ZooConfig) -> int:
@@ -153,4 +154,4 @@ def mxd_lm_flops(c: ZooConfig, seq_len: int) -> float:
     H, N, k = mxd_dims(c)
     d = c.d_model
     active = gpt2_nonembedding_params(d, c.n_layers, mxd_active_params(d, d, H, N, k, glu=c.extra["glu"]))
-    return 6.0 * active + attention_flops_per_token(c.n_layers, d, seq_len)
+    return 6.0 * active + paper.attention_flops(c.n_layers, d, seq_len)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import partial
 from typing import Any
 
 from interpscale.models.accounting import backbone_params, concept_params, flops_per_token_cfg
-from interpscale.models.config import make_config
+from interpscale.models.config import ModelConfig, make_config
+from interpscale.models.protocol import DataFields
 from interpscale.models.registry import register_family
 
 STEERLING_FAMILIES = {
@@ -16,26 +18,31 @@ STEERLING_FAMILIES = {
     "ar+concept": (False, True, "AR backbone + concept module (§5.3)"),
     "cdlm+concept": (True, True, "CDLM backbone + concept module (Steerling)"),
 }
+CONFIG_FIELDS = frozenset(f.name for f in fields(ModelConfig)) - {"family", "size"}
 
 
-def _build(family: str, size: str, **overrides: Any):
+def steerling_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> ModelConfig:
+    """The config as built: the data's fields, then the overrides."""
+    return make_config(family, size, **{**data.config_fields(concept=STEERLING_FAMILIES[family][1]), **overrides})
+
+
+def _build(family: str, size: str, **kw: Any):
     from interpscale.models.lm import SteerlingLM  # the nn code is imported only when building
 
-    return SteerlingLM(make_config(family, size, **overrides))
+    return SteerlingLM(steerling_config(family, size, **kw))
 
 
-def _params(family: str, size: str, **overrides: Any) -> int:
-    cfg = make_config(family, size, **overrides)
+def _params(family: str, size: str, **kw: Any) -> int:
+    cfg = steerling_config(family, size, **kw)
     return backbone_params(cfg) + (concept_params(cfg) if STEERLING_FAMILIES[family][1] else 0)
 
 
-def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
-    cfg = make_config(family, size, **overrides)
-    return flops_per_token_cfg(cfg, seq_len, concept=STEERLING_FAMILIES[family][1])
+def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
+    return flops_per_token_cfg(steerling_config(family, size, **kw), seq_len, concept=STEERLING_FAMILIES[family][1])
 
 
 for _name, (_diff, _concept, _desc) in STEERLING_FAMILIES.items():
     register_family(
         _name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
-        is_diffusion=_diff, is_concept=_concept, description=_desc, overwrite=True,
+        is_diffusion=_diff, is_concept=_concept, description=_desc, config_fields=CONFIG_FIELDS, overwrite=True,
     )

@@ -1,4 +1,4 @@
-"""Registers the zoo families with the models registry (analytic params/FLOPs included).
+"""The zoo's catalogue: registers the zoo families with the models registry (analytic params/FLOPs included).
 
 Each entry: family name -> (model class, defaults of its ``extra`` knobs, analytic params
 and FLOPs of a ``ZooConfig``, description). The analytic functions never allocate.
@@ -9,8 +9,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
+from interpscale import paper
 from interpscale.models.registry import register_family
-from interpscale.models.zoo.common import ZooConfig, attention_flops_per_token, make_zoo_config
+from interpscale.models.zoo.common import ZooConfig, make_zoo_config, zoo_fields
 from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, CoCoMixLM, cocomix_flops_per_token, cocomix_params
 from interpscale.models.zoo.crate import CRATE_DEFAULTS, CRATELM, crate_flops_per_token, crate_nonembedding_params
 from interpscale.models.zoo.gpt2 import GPTLM, MxDLM, gpt_nonembedding_params, mxd_lm_flops, mxd_lm_params
@@ -20,7 +21,7 @@ MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
 
 
 def _gpt_flops(c: ZooConfig, seq_len: int) -> float:
-    return 6.0 * gpt_nonembedding_params(c) + attention_flops_per_token(c.n_layers, c.d_model, seq_len)
+    return 6.0 * gpt_nonembedding_params(c) + paper.attention_flops(c.n_layers, c.d_model, seq_len)
 
 
 # name -> (class, extra defaults, params(cfg), flops(cfg, seq_len), description)
@@ -67,4 +68,4 @@ def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
 def register() -> None:
     for name, (_, _, _, _, desc) in ZOO_FAMILIES.items():
         register_family(name, partial(_build, name), params_fn=partial(_params, name), flops_fn=partial(_flops, name),
-                        description=desc, overwrite=True)
+                        description=desc, config_fields=zoo_fields(ZOO_FAMILIES[name][1]), overwrite=True)

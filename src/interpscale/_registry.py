@@ -1,0 +1,75 @@
+"""One registry class for every "name -> how to do it" table (model families, loss estimators).
+
+Shaped like lm-evaluation-harness's ``Registry``: ``register(name, item)`` adds an entry
+(re-registering needs ``overwrite=True``), ``lookup(name)`` returns it or raises a
+:class:`~interpscale.errors.UserError` that lists the registered names and, through the
+registry's ``hint``, says where it looked and how to register. A registry reads as a
+mapping (``name in reg``, ``reg[name]``, ``sorted(reg)``), and ``on_miss`` (e.g. loading
+entry points) runs once before a name is declared unknown.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping
+from typing import Callable, Generic, Optional, TypeVar
+
+from interpscale.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Mapping, Generic[T]):
+    """Named entries of one ``kind`` (e.g. "model family")."""
+
+    def __init__(self, kind: str, *, hint: Optional[Callable[[str], str]] = None,
+                 on_miss: Optional[Callable[[], None]] = None) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._hint = hint
+        self._on_miss = on_miss
+        self._missed = False
+
+    def register(self, name: str, item: T, *, overwrite: bool = False) -> T:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
+        if name in self._items and not overwrite:
+            raise ValueError(f"{self.kind} {name!r} is already registered (pass overwrite=True to replace it)")
+        self._items[name] = item
+        return item
+
+    def pop(self, name: str, *default):
+        return self._items.pop(name, *default)
+
+    def _load_missing(self, name: str) -> bool:
+        if name not in self._items and self._on_miss is not None and not self._missed:
+            self._missed = True  # once per process: entry points do not appear while it runs
+            self._on_miss()
+        return name in self._items
+
+    def lookup(self, name: str) -> T:
+        """The entry ``name``; unknown names raise a UserError naming the registered ones."""
+        if self._load_missing(name):
+            return self._items[name]
+        close = difflib.get_close_matches(str(name), list(self._items), n=1)
+        msg = f"unknown {self.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        msg += f"; registered: {', '.join(sorted(self._items))}"
+        raise UserError(msg + (f". {self._hint(name)}" if self._hint else ""))
+
+    # Mapping
+    def __getitem__(self, name: str) -> T:
+        if self._load_missing(name):
+            return self._items[name]
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._load_missing(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {sorted(self._items)})"

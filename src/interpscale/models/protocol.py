@@ -1,0 +1,171 @@
+"""The model protocol: what the trainer, the evaluator, the planner and checkpointing need.
+
+Required of a family (see docs/own-model.md):
+
+- a **builder** ``builder(size, *, data: DataFields, **overrides) -> model``: ``size`` names
+  a ``SIZES`` preset (or the family's own), ``data`` carries what the data decides (the
+  vocabulary size, the concept count, the special-token ids; a field left ``None`` means
+  the family's default) and ``overrides`` are the family's own config fields
+  (``[model.<family>]`` in a preset);
+- a model with ``loss(batch, step) -> LossOutput`` and a ``config`` record with ``family``,
+  ``size`` and ``to_dict()`` (checkpoints store it).
+
+Optional, with the defaults of :class:`FamilyModel` (and of the module-level helpers below,
+which the trainer calls so that any object with a ``loss`` works):
+
+- ``check_batch(batch)`` — raise ``ValueError`` for a batch the model cannot take (default: none);
+- ``set_phase(PhaseSchedule)`` — stable / anneal (default: stored as ``model.phase``);
+- ``params_nonembedding()`` / ``flops_per_token(seq_len)`` — default: the registry's count
+  (the family's formulas, else measured on the meta device; ``models.pricing``);
+- ``generate(tokens, max_new_tokens, *, temperature, seed)`` — default: autoregressive
+  sampling from ``forward(tokens).logits``;
+- ``blocks`` — the transformer blocks, one FSDP unit / activation-checkpointing unit each:
+  an ``nn.ModuleList`` attribute or a method returning the blocks (default, :func:`find_blocks`:
+  the first ``nn.ModuleList`` whose attribute path ends in ``blocks``, e.g. ``backbone.blocks``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from interpscale.models.types import SPECIAL_IDS, Batch, LossOutput, PhaseSchedule
+
+
+@dataclass(frozen=True)
+class DataFields:
+    """What the training data decides about a model: the one argument builders get for it.
+
+    ``vocab_size``: the tokenizer's vocabulary (the model's may be larger); ``n_concepts``:
+    the concept library's size (concept families only); ``special_ids``: ``{"pad", "eos",
+    "eoc", "mask"} -> id`` where a tokenizer puts them elsewhere than ``types.SPECIAL_IDS``.
+    ``None`` / missing keys mean "the family's default"."""
+
+    vocab_size: Optional[int] = None
+    n_concepts: Optional[int] = None
+    special_ids: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.special_ids) - set(SPECIAL_IDS))
+        if unknown:
+            raise ValueError(f"DataFields.special_ids: unknown name(s) {unknown}; known: {sorted(SPECIAL_IDS)}")
+        object.__setattr__(self, "special_ids", {k: int(v) for k, v in self.special_ids.items()})
+
+    def config_fields(self, *, concept: bool) -> dict[str, int]:
+        """The fields as a config with ``vocab_size``, ``n_concepts`` and ``<name>_id`` names them;
+        ``n_concepts`` only for a concept family (other families have no concept library)."""
+        out = {} if self.vocab_size is None else {"vocab_size": int(self.vocab_size)}
+        if concept and self.n_concepts is not None:
+            out["n_concepts"] = int(self.n_concepts)
+        return out | {f"{k}_id": v for k, v in self.special_ids.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"special_ids": dict(self.special_ids)}
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "DataFields":
+        return cls(**dict(d or {}))
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """The required part of a model: a config record and the training loss."""
+
+    config: Any
+
+    def loss(self, batch: Batch, step: int) -> LossOutput: ...
+
+
+def find_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's transformer blocks: ``model.blocks()`` if it is a method, else the children
+    of the first ``nn.ModuleList`` whose attribute path ends in ``blocks``."""
+    own = getattr(model, "blocks", None)
+    if callable(own) and not isinstance(own, nn.Module):
+        return list(own())
+    for name, m in model.named_modules():
+        if name.endswith("blocks") and isinstance(m, nn.ModuleList):
+            return list(m)
+    return []
+
+
+def set_phase(model: Any, phase: PhaseSchedule) -> None:
+    """``model.set_phase(phase)`` where the model has it, else ``model.phase = phase``."""
+    fn = getattr(model, "set_phase", None)
+    if callable(fn):
+        fn(phase)
+    else:
+        model.phase = phase
+
+
+def check_batch(model: Any, batch: Batch) -> None:
+    fn = getattr(model, "check_batch", None)
+    if callable(fn):
+        fn(batch)
+
+
+class FamilyModel(nn.Module):
+    """A base class supplying the protocol's optional parts; subclass it and write
+    ``__init__``, ``forward(tokens) -> ModelOutput | logits`` and ``loss``."""
+
+    config: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = PhaseSchedule()
+
+    @property
+    def is_diffusion(self) -> bool:  # a registry fact
+        from interpscale.models.registry import get_family
+
+        return get_family(self.config.family).is_diffusion
+
+    @property
+    def is_concept(self) -> bool:  # a registry fact
+        from interpscale.models.registry import get_family
+
+        return get_family(self.config.family).is_concept
+
+    def check_batch(self, batch: Batch) -> None:
+        return None
+
+    def set_phase(self, phase: PhaseSchedule) -> None:
+        self.phase = phase
+
+    def params_nonembedding(self) -> int:
+        from interpscale.models.registry import params_nonembedding
+
+        return params_nonembedding(self.config.family, self.config.size, **build_args(self))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        from interpscale.models.registry import flops_per_token
+
+        return flops_per_token(self.config.family, self.config.size, seq_len, **build_args(self))
+
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
+                 seed: int = 0) -> torch.Tensor:
+        """Greedy (temperature 0) or sampled continuation, the context cropped to ``config.max_seq_len``."""
+        gen = torch.Generator(device=tokens.device).manual_seed(seed)
+        window = int(getattr(self.config, "max_seq_len", 0) or tokens.size(1) + max_new_tokens)
+        for _ in range(max_new_tokens):
+            out = self(tokens[:, -window:])
+            logits = (out if isinstance(out, torch.Tensor) else out.logits)[:, -1]
+            if temperature <= 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)
+            tokens = torch.cat([tokens, nxt], dim=1)
+        return tokens
+
+
+BUILD_ATTR = "_interpscale_build"  # where build_model records (data, overrides) on the model
+
+
+def build_args(model: nn.Module) -> dict[str, Any]:
+    """The ``data=`` and overrides ``build_model`` built ``model`` with (``{}`` when unknown)."""
+    rec = getattr(model, BUILD_ATTR, None) or {}
+    return {"data": DataFields.from_dict(rec.get("data")), **dict(rec.get("overrides") or {})}
