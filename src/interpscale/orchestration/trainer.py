@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from interpscale.data.loaders import PreparedData, open_data, prepare_data
+from interpscale.executors import stop_requested
 from interpscale.models.types import PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
 from interpscale.orchestration.observe import SegmentLog, rewind_metrics
@@ -252,7 +253,8 @@ class Trainer:
                 step += 1
                 logged = logs.step(step, lr, values)
                 self.ckpt.after_step(seg, step, logged)
-                if stop_at_step is not None and stop_at_step <= step < seg.end:
+                if stop_at_step is not None and stop_at_step <= step < seg.end or \
+                        self.world == 1 and step < seg.end and stop_requested():  # a cancelled local job
                     self.ckpt.stop(seg, step)
                     return False
         finally:
