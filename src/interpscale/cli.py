@@ -126,7 +126,7 @@ def _message(exc: BaseException, verbose: int) -> str:
     from interpscale.errors import FailedWork
 
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
+        return str(exc) or "interrupted"  # e.g. the sweep's "interrupted; N run(s) stopped ..."
     msg = str(exc) or type(exc).__name__
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:  # not "[Errno 17] ..."
         msg = f"{exc.filename}: {exc.strerror[:1].lower()}{exc.strerror[1:]}"
