@@ -1,0 +1,241 @@
+"""Data-constrained scaling law (Muennighoff et al. 2023, Eq. 5): loss with repeated data.
+
+With U unique tokens seen D/U times and N parameters, repetition and excess parameters
+decay in value (paper §3.1, Eq. 5)::
+
+    U_N = min(N_opt(C(U)), N),   R_D = max(D/U - 1, 0),   R_N = max(N/U_N - 1, 0)
+    D'  = U   + U   R_D* (1 - exp(-R_D / R_D*))          (effective data)
+    N'  = U_N + U_N R_N* (1 - exp(-R_N / R_N*))          (effective parameters)
+    L   = E + A / N'^alpha + B / D'^beta
+
+N_opt(C(U)) is the Chinchilla compute-optimal size for the compute at which U tokens would be
+optimal, from the fixed coefficients (default: the authors' C4 fit ``C4_COEFFICIENTS``).
+The authors' recipe fits R_D*, R_N* only, with those coefficients held, by the summed Huber
+loss (delta = 1e-3) of log L-hat - log L from the start grid {6.67, 13.33, 20}^2.
+``free="all"`` also fits E, A, B, alpha, beta. The surface in R* is flat and has several local
+minima: every distinct minimum the starts reach is reported in ``local_minima``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ._base import as_array, check_lengths, check_min_points, emit
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
+from .lawfit import HUBER_DELTA, LawFit, distinct_minima, finish_bootstrap, fit_objective, minimize_law
+from ._optim import STATUS
+
+# a, b, e, alpha, beta of the authors' C4 Chinchilla fit (alpha = beta tied); README "Parametric Fit"
+C4_COEFFICIENTS = (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596)
+PUBLISHED_R_STAR = (15.387756, 5.309743)  # R_D*, R_N* (notebook cell 29; paper: 15.4, 5.3)
+AUTHORS_GRID = tuple(itertools.product(np.linspace(0, 20, 4)[1:], repeat=2))  # zeros give NaN: skipped
+COEF_NAMES = ("a", "b", "e", "alpha", "beta")
+PLATEAU = 1e6  # an R* this large means exp(-R/R*) ~ 1 on any run: the repetition term is switched off
+
+
+def repetition_inputs(N, D, U, coefficients=C4_COEFFICIENTS):
+    """(U_N, U, R_D, R_N) of Eq. 5 from the fixed Chinchilla coefficients (a, b, e, alpha, beta)."""
+    a, b, _, al, be = coefficients
+    G = (al * math.exp(a) / (be * math.exp(b))) ** (1.0 / (al + be))  # Hoffmann et al. App. D.2
+    # U tokens are compute-optimal at C = 6 N D with D = U: N_opt(C(U)) = G (G U)^(beta/alpha)
+    UN = np.minimum(G * (G * U) ** (be / al), N)
+    return UN, U, np.maximum(D / U - 1.0, 0.0), np.maximum(N / UN - 1.0, 0.0)
+
+
+def _decay(R, r):
+    """R* (1 - exp(-R/R*)) and its derivative in log R* (for R >= 0, R* > 0)."""
+    x = R / r
+    ex = np.exp(-x)
+    return r * (1.0 - ex), r * (1.0 - ex) - R * ex
+
+
+class DataConstrainedLaw:
+    """Eq. 5 on the log scale; theta = (log R_D*, log R_N*) with fixed coefficients, or
+    (a, b, e, alpha, beta, log R_D*, log R_N*) when ``free``."""
+
+    def __init__(self, coefficients=C4_COEFFICIENTS, free: bool = False):
+        self.coef = tuple(float(c) for c in coefficients)
+        self.free = free
+        self.names = (COEF_NAMES if free else ()) + ("log_R_D_star", "log_R_N_star")
+
+    def model(self, theta, X):
+        UN, U, RD, RN = X
+        th = np.asarray(theta, float)
+        co = [th[:, i : i + 1] for i in range(5)] if self.free else [np.full((len(th), 1), c) for c in self.coef]
+        a, b, e, al, be = co
+        rd, rn = np.exp(th[:, -2:-1]), np.exp(th[:, -1:])
+        kD, dkD = _decay(RD[None, :], rd)
+        kN, dkN = _decay(RN[None, :], rn)
+        lD, lN = np.log(U[None, :] * (1.0 + kD)), np.log(UN[None, :] * (1.0 + kN))
+        t = np.stack([a - al * lN, b - be * lD, np.broadcast_to(e, lN.shape)])  # (3, S, n)
+        m = t.max(axis=0)
+        s = np.exp(t - m)
+        logy = m + np.log(s.sum(axis=0))
+        s /= s.sum(axis=0)  # softmax weights: d logy / d t_i
+        cols = [s[0], s[1], s[2], -s[0] * lN, -s[1] * lD] if self.free else []
+        cols += [-be * s[1] * dkD / (1.0 + kD), -al * s[0] * dkN / (1.0 + kN)]
+        y = np.exp(logy)
+        return y, np.stack(cols, axis=-1) * y[:, :, None]
+
+
+@dataclass(frozen=True)
+class DataConstrainedFit(LawFit):
+    """Eq. 5 fit. ``params``: R_D_star, R_N_star, E, A, B, alpha, beta; ``local_minima``: every
+    distinct minimum the starts reached, (R_D*, R_N*, objective), lowest first."""
+
+    coefficients: tuple = C4_COEFFICIENTS
+    free: bool = False
+    local_minima: tuple = ()
+
+    def _law(self):
+        return DataConstrainedLaw(self.coefficients, self.free)
+
+    def _inputs(self, N, D, U):
+        N, D, U = np.broadcast_arrays(*(np.asarray(v, float) for v in (N, D, U)))
+        return repetition_inputs(N.reshape(-1), D.reshape(-1), U.reshape(-1), self.coefficients), N.shape
+
+    def predict(self, N, D, U) -> np.ndarray:
+        """L(N, D, U) of Eq. 5."""
+        X, shape = self._inputs(N, D, U)
+        return self._point(X).reshape(shape)
+
+    def band(self, N, D, U, level: float | None = None):
+        X, shape = self._inputs(N, D, U)
+        lo, hi = self._band(X, level, noise=False)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def predict_interval(self, N, D, U, level: float | None = None, *, seed: int = 0):
+        """Interval for a new observed loss: bootstrap curves plus resampled log residuals."""
+        X, shape = self._inputs(N, D, U)
+        lo, hi = self._band(X, level, noise=True, seed=seed)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def effective_data(self, D, U) -> np.ndarray:
+        """D' of Eq. 5: the unique-data equivalent of D tokens drawn from U unique ones."""
+        D, U = np.asarray(D, float), np.asarray(U, float)
+        return U + U * _decay(np.maximum(D / U - 1.0, 0.0), self.params["R_D_star"])[0]
+
+    def epoch_cost(self, N, D, U) -> np.ndarray:
+        """Loss cost of repetition: L(N, D, U) - L(N, D, D), what training on D tokens of which
+        only U are unique adds over D unique tokens (0 for a single epoch)."""
+        return self.predict(N, D, U) - self.predict(N, D, D)
+
+    def summary(self) -> str:
+        lines = self._summary_lines("data-constrained law L = E + A/N'^alpha + B/D'^beta (Muennighoff et al. 2023, Eq. 5)")
+        if len(self.local_minima) > 1:
+            lines.append("  local minima reached (R_D*, R_N*, objective):")
+            lines += [f"    {m['R_D_star']:.4f}  {m['R_N_star']:.4f}  {m['objective']:.9f}" for m in self.local_minima]
+        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+
+
+def _check(N, D, U, loss):
+    N = as_array(N, "N (params)", positive=True)
+    D = as_array(D, "D (tokens)", positive=True)
+    U = as_array(U, "U (unique tokens)", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    n = check_lengths(N=N, D=D, U=U, loss=L)
+    if (U > D * (1 + 1e-9)).any():
+        i = int(np.flatnonzero(U > D * (1 + 1e-9))[0])
+        raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
+    return N, D, U, L, n
+
+
+def _starts(grid, free: bool, coefficients, recipe: str) -> np.ndarray:
+    if grid is None:
+        grid = AUTHORS_GRID if recipe == "authors" else tuple(itertools.product(np.geomspace(0.5, 1000.0, 8), repeat=2))
+    R = np.log(np.asarray(grid, float).reshape(-1, 2))
+    if not free:
+        return R
+    coef = np.array(coefficients, float)
+    return np.column_stack([np.broadcast_to(coef, (len(R), 5)), R])
+
+
+def fit_data_constrained(
+    N, D, U, loss, *,
+    free: Literal["R", "all"] = "R",
+    coefficients=C4_COEFFICIENTS,
+    recipe: Literal["authors", "robust"] = "authors",
+    grid=None,
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "pairs",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> DataConstrainedFit:
+    """Fit Eq. 5 to runs (N params, D tokens, U unique tokens, final loss).
+
+    ``recipe="authors"``: their objective (summed Huber, delta 1e-3, on log L) from their start
+    grid {6.67, 13.33, 20}^2 of (R_D*, R_N*); ``"robust"``: the same objective from a wide
+    log-spaced grid (0.5 .. 1000)^2. ``grid``: explicit (R_D*, R_N*) starts (one start = a local
+    optimisation from there). ``free="all"`` also fits the five Chinchilla coefficients,
+    starting from ``coefficients``; U_N always uses ``coefficients`` (as the authors' inputs do).
+    The default bootstrap resamples runs (``"pairs"``): R_N* is informed by the few runs with
+    N > U_N only, and a residual bootstrap, which moves residuals between runs, shifts it
+    (its 90% interval on the 182 runs excludes the estimate).
+    """
+    N, D, U, L, n = _check(N, D, U, loss)
+    if free not in ("R", "all"):
+        raise ValueError(f"free must be 'R' or 'all', got {free!r}")
+    if recipe not in ("authors", "robust"):
+        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
+    is_free = free == "all"
+    check_min_points(n, 8 if is_free else 3, f"fit_data_constrained(free={free!r})")
+    # smoothed residual bootstrap: a Huber fit with delta far below the noise behaves like LAD (as fit_chinchilla)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                     smooth=True).checked(n, "fit_data_constrained")
+    w = None if weights is None else as_array(weights, "weights")
+    law = DataConstrainedLaw(coefficients, is_free)
+    X = repetition_inputs(N, D, U, coefficients)
+    T = np.log(L)
+    starts = _starts(grid, is_free, coefficients, recipe)
+    res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+    ok = res.converged & np.isfinite(res.f)
+    warnings: list[str] = []
+    if not ok.any():
+        emit(warnings, "fit_data_constrained: no start converged; reporting the lowest end point", warn=True)
+    j = int(np.argmin(np.where(ok, res.f, np.inf))) if ok.any() else int(np.nanargmin(res.f))
+    theta = res.x[j]
+    # end points with an R* beyond PLATEAU sit on the flat R* -> infinity plateau, not in a minimum
+    finite = ok & (res.x[:, -2:].max(axis=1) < math.log(PLATEAU))
+    minima = tuple({"R_D_star": float(math.exp(x[-2])), "R_N_star": float(math.exp(x[-1])), "objective": f}
+                   for x, f in distinct_minima(res.x, res.f, finite))
+    if len(minima) > 1:
+        emit(warnings, f"fit_data_constrained: {len(minima)} distinct local minima in (R_D*, R_N*); the lowest is "
+                       f"reported, all are in local_minima (the surface is flat)")
+    if max(theta[-2:]) > math.log(PLATEAU):
+        emit(warnings, f"fit_data_constrained: an R* ran above {PLATEAU:g}: repetition costs nothing on these runs (not identified)")
+
+    def derived(th):
+        d = {"R_D_star": np.exp(th[:, -2]), "R_N_star": np.exp(th[:, -1])}
+        if is_free:
+            d.update(E=np.exp(th[:, 2]), A=np.exp(th[:, 0]), B=np.exp(th[:, 1]), alpha=th[:, 3], beta=th[:, 4])
+        return d
+
+    ci, boot, n_ok = finish_bootstrap(law, X, T, theta, spec, loss="huber_log", delta=delta, weights=w,
+                                      warnings=warnings, derived=derived)
+    a, b, e, al, be = theta[:5] if is_free else coefficients
+    params = {"R_D_star": math.exp(theta[-2]), "R_N_star": math.exp(theta[-1]), "E": math.exp(e), "A": math.exp(a),
+              "B": math.exp(b), "alpha": float(al), "beta": float(be)}
+    fitted = law.model(theta[None, :], X)[0][0]
+    return DataConstrainedFit(
+        law="data-constrained", params=params, objective=float(res.f[j]), n=n, recipe=recipe, loss="huber_log",
+        converged=bool(ok[j]), theta=tuple(float(v) for v in theta), ci=ci, level=spec.level, bootstrap=bootstrap,
+        n_boot_ok=n_ok, warnings=tuple(warnings), status=STATUS[int(res.status[j])], boot=boot, resid=T - np.log(fitted),
+        coefficients=tuple(float(c) for c in coefficients), free=is_free, local_minima=minima,
+    )
+
+
+def data_constrained_objective(N, D, U, loss, R_D_star: float, R_N_star: float, *,
+                               coefficients=C4_COEFFICIENTS, delta: float = HUBER_DELTA) -> float:
+    """The authors' objective (summed Huber of log L-hat - log L) at given R_D*, R_N*."""
+    N, D, U, L, _ = _check(N, D, U, loss)
+    X = repetition_inputs(N, D, U, coefficients)
+    th = [math.log(R_D_star), math.log(R_N_star)]
+    return float(fit_objective(DataConstrainedLaw(coefficients), X, np.log(L), th, loss="huber_log", delta=delta)[0])

@@ -1,0 +1,304 @@
+"""Two-step task prediction of model ladders (Bhagia et al. 2024).
+
+Step 1 (paper Eq. 2): task loss from parameters and tokens,
+    L(N, D) = A / N^alpha + B / D^beta + E,   A = e^a, B = e^b,
+fitted on one point per ladder run (the metric averaged over the run's last logged evaluations)
+by the summed Huber loss (delta = 1e-3) of log L-hat - log L, from the authors' single start
+(a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1) with every parameter bounded below by 0
+(scipy L-BFGS-B, ftol = 0, gtol = 1e-10).
+Step 2 (paper Eq. 3): accuracy from task loss on the intermediate checkpoints,
+    Acc(L) = a / (1 + exp(-k (L - L0))) + b,
+by least squares (scipy ``curve_fit``, trf) from (task_min - 1, 0.9, 3, task_max) within
+a in [-1, 0], L0, k >= 0, b in [0, 1], with the ideal point (0, task_max) added.
+Chained: Acc(L-hat(N, D)). ``checkpoint_points`` builds step 2's points the authors' way
+(skip the first 10% of each run's evaluations, trailing moving average of 5).
+``recipe="robust"``: both steps by summed Huber on log residuals from a start grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import curve_fit, minimize
+
+from ._base import as_array, check_lengths, check_min_points, emit
+from ._optim import STATUS
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
+from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, huber, minimize_law, to_fit_scale
+
+AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
+ROBUST_GRID = tuple(itertools.product([0.0, 2.5, 5.0, 10.0], [0.0, 2.5, 5.0, 10.0], [0.1, 0.3, 0.6],
+                                      [0.1, 0.3, 0.6], [0.0, 0.5, 1.0, 2.0]))
+
+
+class TaskLossLaw:
+    """L = exp(a - alpha log N) + exp(b - beta log D) + E; theta = (a, b, alpha, beta, E), X = (N, D)."""
+
+    names = ("a", "b", "alpha", "beta", "E")
+
+    def model(self, theta, X):
+        lN, lD = np.log(X[0])[None, :], np.log(X[1])[None, :]
+        a, b, al, be, E = (np.asarray(theta, float)[:, i : i + 1] for i in range(5))
+        tN, tD = np.exp(a - al * lN), np.exp(b - be * lD)
+        y = tN + tD + E
+        return y, np.stack([tN, tD, -tN * lN, -tD * lD, np.ones_like(y)], -1)
+
+
+class SigmoidLaw:
+    """Acc = a / (1 + exp(-k (x - x0))) + b; theta = (a, x0, k, b), X = task loss x."""
+
+    names = ("a", "x0", "k", "b")
+
+    def model(self, theta, X):
+        a, x0, k, b = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
+        x = np.asarray(X, float)[None, :]
+        s = 1.0 / (1.0 + np.exp(-k * (x - x0)))
+        ds = s * (1.0 - s)
+        y = a * s + b
+        return y, np.stack([s, -a * k * ds, a * (x - x0) * ds, np.ones_like(y)], -1)
+
+
+def _sigmoid(x, a, x0, k, b):
+    return a / (1 + np.exp(-k * (x - x0))) + b
+
+
+def checkpoint_points(runs, x, y, *, skip_frac: float = 0.1, window: int = 5):
+    """Step 2's points the authors' way (``utils.get_step2_data_by_name``): per run (rows in
+    logged order), drop the first ceil(skip_frac * n) evaluations, then a trailing moving
+    average of ``window`` on x and y (partial windows at the start). Returns (x, y, runs)."""
+    runs = np.asarray(runs)
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    xs, ys, rs = [], [], []
+    for r in dict.fromkeys(runs.tolist()):
+        idx = np.flatnonzero(runs == r)
+        idx = idx[int(math.ceil(skip_frac * len(idx))):] if skip_frac < 1 else idx[-1:]
+        for arr, out in ((x[idx], xs), (y[idx], ys)):
+            c = np.cumsum(arr)
+            c[window:] = c[window:] - c[:-window]
+            out.append(c / np.minimum(np.arange(1, len(arr) + 1), window))
+        rs.append(np.full(len(idx), r, dtype=object))
+    return np.concatenate(xs), np.concatenate(ys), np.concatenate(rs)
+
+
+@dataclass(frozen=True)
+class TaskLossFit(LawFit):
+    """Step 1: L(N, D) = A/N^alpha + B/D^beta + E (``params``: A, B, alpha, beta, E, a, b)."""
+
+    def _law(self):
+        return TaskLossLaw()
+
+    def _X(self, N, D):
+        N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
+        return (N.reshape(-1), D.reshape(-1)), N.shape
+
+    def predict(self, N, D) -> np.ndarray:
+        X, shape = self._X(N, D)
+        return self._point(X).reshape(shape)
+
+    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        X, shape = self._X(N, D)
+        lo, hi = self._band(X, level, noise=True, seed=seed)
+        return lo.reshape(shape), hi.reshape(shape)
+
+
+@dataclass(frozen=True)
+class SigmoidFit(LawFit):
+    """Step 2: Acc(L) = a / (1 + exp(-k (L - x0))) + b."""
+
+    def _law(self):
+        return SigmoidLaw()
+
+    def predict(self, task_loss) -> np.ndarray:
+        x = np.asarray(task_loss, float)
+        return self._point(np.atleast_1d(x).ravel()).reshape(x.shape)
+
+    def predict_interval(self, task_loss, level: float | None = None, *, seed: int = 0):
+        x = np.asarray(task_loss, float)
+        lo, hi = self._band(np.atleast_1d(x).ravel(), level, noise=True, seed=seed)
+        return lo.reshape(x.shape), hi.reshape(x.shape)
+
+
+@dataclass(frozen=True)
+class LadderFit:
+    """Both steps and the chained prediction. ``step2`` is None when no checkpoints were given."""
+
+    step1: TaskLossFit
+    step2: SigmoidFit | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.step1.converged and (self.step2 is None or self.step2.converged)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.step1.warnings + (self.step2.warnings if self.step2 else ())
+
+    @property
+    def ci(self) -> dict:
+        out = dict(self.step1.ci)
+        if self.step2:
+            out.update({f"step2_{k}": v for k, v in self.step2.ci.items()})
+        return out
+
+    def predict(self, N, D) -> np.ndarray:
+        """Step 1: predicted task loss."""
+        return self.step1.predict(N, D)
+
+    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        return self.step1.predict_interval(N, D, level, seed=seed)
+
+    def _need_step2(self) -> SigmoidFit:
+        if self.step2 is None:
+            raise ValueError("fit_ladder: no step 2 (pass checkpoint task losses and accuracies to predict accuracy)")
+        return self.step2
+
+    def predict_accuracy(self, N, D) -> np.ndarray:
+        """Chained prediction Acc(L-hat(N, D))."""
+        return self._need_step2().predict(self.step1.predict(N, D))
+
+    def predict_accuracy_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        """Task-loss draws (step-1 curve + noise) through step-2 draws (paired) plus step-2 noise."""
+        s2 = self._need_step2()
+        X, shape = self.step1._X(N, D)
+        Lw = self.step1._draws(X, noise=True, seed=seed)
+        th = s2.boot if s2.boot is not None and len(s2.boot) else np.array([s2.theta])
+        th = th[np.arange(len(Lw)) % len(th)]
+        a, x0, k, b = th[:, :1], th[:, 1:2], th[:, 2:3], th[:, 3:4]
+        acc = a / (1 + np.exp(-k * (Lw - x0))) + b
+        noise = resample_noise(np.random.default_rng(seed + 1), s2.resid if s2.resid is not None else np.zeros(0),
+                               acc.shape, 4)
+        acc = np.exp(np.log(acc) + noise) if s2.loss == "huber_log" else acc + noise
+        lo, hi = band_from_draws(acc, level or s2.level)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def to_dict(self) -> dict:
+        return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}
+
+    def summary(self) -> str:
+        out = [self.step1.summary()]
+        if self.step2:
+            out.append(self.step2.summary())
+        return "\n".join(out)
+
+
+def _step1_authors(N, D, L, delta, w):
+    """The authors' step 1: L-BFGS-B from AUTHORS_START, all parameters >= 0."""
+    law, X, T = TaskLossLaw(), (N, D), np.log(L)
+    ww = np.ones_like(L) if w is None else w
+
+    def obj(p):
+        y, J = law.model(p[None, :], X)
+        rho, d = huber(np.log(y[0]) - T, delta)
+        return float((ww * rho).sum()), (ww * d / y[0]) @ J[0]
+
+    r = minimize(obj, np.array(AUTHORS_START), jac=True, method="L-BFGS-B", bounds=[(0, None)] * 5, tol=0.0,
+                 options={"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000})
+    return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
+
+
+def _best(res):
+    good = res.converged & np.isfinite(res.f)
+    i = int(np.argmin(np.where(good, res.f, np.inf))) if good.any() else int(np.nanargmin(res.f))
+    return res.x[i], float(res.f[i]), bool(good[i]), STATUS[int(res.status[i])]
+
+
+def _fit_step1(N, D, L, recipe, delta, w, spec, bootstrap) -> TaskLossFit:
+    law, X, T = TaskLossLaw(), (N, D), np.log(L)
+    warnings: list[str] = []
+    if recipe == "authors":
+        theta, obj, ok, st = _step1_authors(N, D, L, delta, w)
+    else:
+        theta, obj, ok, st = _best(minimize_law(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w))
+    if not ok:
+        emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True)
+    if recipe == "authors" and (theta <= 0).any():
+        emit(warnings, "fit_ladder step 1: parameters on their bound 0: " + ", ".join(
+            n for n, v in zip(law.names, theta) if v <= 0))
+
+    def derived(th):
+        return {"A": np.exp(th[:, 0]), "B": np.exp(th[:, 1]), "alpha": th[:, 2], "beta": th[:, 3], "E": th[:, 4],
+                "a": th[:, 0], "b": th[:, 1]}
+
+    ci, boot, n_ok = finish_bootstrap(law, X, T, theta, spec, loss="huber_log", delta=delta, weights=w,
+                                      warnings=warnings, derived=derived)
+    fitted = law.model(theta[None, :], X)[0][0]
+    return TaskLossFit(law="ladder-step1", params={k: float(v[0]) for k, v in derived(theta[None, :]).items()},
+                       objective=obj, n=len(L), recipe=recipe, loss="huber_log", converged=ok,
+                       theta=tuple(map(float, theta)), ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
+                       warnings=tuple(warnings), status=st, boot=boot, resid=T - np.log(fitted))
+
+
+def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, delta) -> SigmoidFit:
+    law = SigmoidLaw()
+    if ideal_point:  # the authors add the ideal point (loss 0, accuracy task_max); not resampled
+        x, y = np.append(x, 0.0), np.append(y, task_max)
+    loss_kind = "ls" if recipe == "authors" else "huber_log"
+    warnings: list[str] = []
+    p0 = np.array([task_min - 1.0, 0.9, 3.0, task_max])
+    if recipe == "authors":
+        theta, _ = curve_fit(_sigmoid, x, y, p0=p0, bounds=([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0]),
+                             maxfev=500000)
+        ok, st = True, "curve_fit (trf)"
+        obj = float(np.sum((y - _sigmoid(x, *theta)) ** 2))
+    else:
+        grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
+        theta, obj, ok, st = _best(minimize_law(law, x, np.log(y), grid, loss="huber_log", delta=delta))
+    n = len(x)
+    T = to_fit_scale(y, loss_kind)
+    sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
+        n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))
+    ci, boot, n_ok = finish_bootstrap(law, x, T, np.asarray(theta, float), sp, loss=loss_kind, delta=delta,
+                                      weights=None, warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)))
+    fitted = law.model(np.asarray(theta, float)[None, :], x)[0][0]
+    return SigmoidFit(law="ladder-step2", params=dict(zip(law.names, map(float, theta))), objective=obj, n=n,
+                      recipe=recipe, loss=loss_kind, converged=ok, theta=tuple(map(float, theta)), ci=ci,
+                      level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok, warnings=tuple(warnings), status=st,
+                      boot=boot, resid=T - to_fit_scale(fitted, loss_kind))
+
+
+def fit_ladder(
+    N, D, task_loss, *,
+    checkpoint_loss=None,
+    checkpoint_accuracy=None,
+    checkpoint_groups=None,
+    task_min: float = 0.25,
+    task_max: float = 1.0,
+    ideal_point: bool = True,
+    recipe: Literal["authors", "robust"] = "authors",
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> LadderFit:
+    """Fit step 1 on (N, D, task_loss) (one point per ladder run) and, given checkpoint task
+    losses and accuracies (e.g. from :func:`checkpoint_points`), step 2; ``task_min`` is the
+    chance accuracy that sets step 2's start (0.25 for 4-way multiple choice). For
+    ``bootstrap="cluster"``, ``groups`` labels step-1 rows and ``checkpoint_groups`` the
+    checkpoints (their run)."""
+    N = as_array(N, "N (params)", positive=True)
+    D = as_array(D, "D (tokens)", positive=True)
+    L = as_array(task_loss, "task_loss", positive=True)
+    n = check_lengths(N=N, D=D, task_loss=L)
+    check_min_points(n, 6, "fit_ladder step 1 (5 free parameters)")
+    if recipe not in ("authors", "robust"):
+        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
+    w = None if weights is None else as_array(weights, "weights")
+    spec1 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                      smooth=True).checked(n, "fit_ladder step 1")
+    step1 = _fit_step1(N, D, L, recipe, delta, w, spec1, bootstrap)
+    if checkpoint_loss is None and checkpoint_accuracy is None:
+        return LadderFit(step1)
+    x = as_array(checkpoint_loss, "checkpoint_loss", positive=True)
+    y = as_array(checkpoint_accuracy, "checkpoint_accuracy", positive=True)
+    m = check_lengths(checkpoint_loss=x, checkpoint_accuracy=y)
+    check_min_points(m, 5, "fit_ladder step 2 (4 free parameters)")
+    spec2 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed + 1,
+                      groups=checkpoint_groups).checked(m, "fit_ladder step 2")
+    return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, bootstrap, delta))

@@ -1,0 +1,212 @@
+"""Shared engine of the published-law fitters (data-constrained, over-training, ladder).
+
+A *law* is a small object with ``names`` (parameter names of its internal vector theta) and
+``model(theta, X) -> (yhat, J)``: predictions (S, n) for S parameter rows at the inputs X and
+their Jacobian (S, n, k). The engine minimises, for many rows at once (the starts of a grid
+or the replicates of a bootstrap) with the batched BFGS of ``_optim``, one of two objectives:
+
+* ``"huber_log"``: sum_i w_i Huber_delta(log yhat_i - log y_i) (Hoffmann et al. 2022; the
+  data-constrained and ladder authors' objective, and our robust recipe for every law);
+* ``"ls"``: sum_i w_i (yhat_i - y_i)^2 (scipy ``curve_fit``, the over-training authors' objective).
+
+The target is kept on the objective's scale (log y for ``huber_log``, y for ``ls``), so a
+residual bootstrap resamples residuals on that scale. Bootstrap replicates come from the one
+bootstrap spec of :mod:`interpscale.scaling.bootstrap` and are refitted together, warm-started
+from the point estimate. :class:`LawFit` is the frozen result every law returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._base import emit, fields_dict, fmt_ci
+from ._optim import batched_bfgs
+from .bootstrap import Bootstrap, band_from_draws, resample_noise
+
+HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
+LOSSES = ("huber_log", "ls")
+RECIPES = ("authors", "robust")
+FIT_TOL = dict(gtol=1e-11, ftol=1e-14, fscale=1e-300)
+BOOT_TOL = dict(gtol=1e-9, ftol=1e-11, fscale=1e-300)
+
+
+class Law(Protocol):
+    names: tuple[str, ...]
+
+    def model(self, theta: np.ndarray, X: Any) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def huber(r: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Huber loss and its derivative: c (r - c/2) and c, with c = clip(r, -delta, delta)."""
+    c = np.clip(r, -delta, delta)
+    return c * (r - 0.5 * c), c
+
+
+def to_fit_scale(y: np.ndarray, loss: str) -> np.ndarray:
+    return np.log(y) if loss == "huber_log" else np.asarray(y, float)
+
+
+class LawObjective:
+    """Batched objective and gradient of one law for ``batched_bfgs``: fun(Z, rows) -> (f, g)."""
+
+    def __init__(self, law: Law, X: Any, T: np.ndarray, W: np.ndarray | None, loss: str, delta: float):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        self.law, self.X, self.T, self.W, self.loss, self.delta = law, X, T, W, loss, delta
+
+    def __call__(self, Z: np.ndarray, rows: np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            yhat, J = self.law.model(Z, self.X)
+            T = self.T if self.T.ndim == 1 else self.T[rows]
+            if self.loss == "huber_log":
+                r = np.log(yhat) - T
+                rho, drho = huber(r, self.delta)
+                drho = drho / yhat  # d log yhat = dyhat / yhat
+            else:
+                r = yhat - T
+                rho, drho = r * r, 2.0 * r
+            if self.W is not None:
+                w = self.W if self.W.ndim == 1 else self.W[rows]
+                rho, drho = rho * w, drho * w
+            f = rho.sum(axis=1)
+            g = np.einsum("sn,snk->sk", drho, J)
+        bad = ~np.isfinite(f) | ~np.isfinite(g).all(axis=1)
+        f[bad] = np.inf
+        return f, g
+
+
+def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
+                 W: np.ndarray | None = None, tol: dict | None = None, max_iter: int = 2000):
+    """Minimise the law's objective from every row of ``starts`` together (BatchResult)."""
+    obj = LawObjective(law, X, T, W, loss, delta)
+    return batched_bfgs(obj, np.asarray(starts, float), max_iter=max_iter, **(tol or FIT_TOL))
+
+
+def fit_objective(law: Law, X: Any, T: np.ndarray, theta, *, loss: str, delta: float = HUBER_DELTA, W=None) -> np.ndarray:
+    """The objective at the rows of ``theta`` (S,)."""
+    th = np.atleast_2d(np.asarray(theta, float))
+    return LawObjective(law, X, T, W, loss, delta)(th, np.arange(len(th)))[0]
+
+
+def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float = 1e-3) -> list[tuple[np.ndarray, float]]:
+    """The distinct end points of a multi-start run (rows of ``x`` with converged ``ok``),
+    lowest objective first; two end points are the same minimum when every coordinate agrees
+    to ``rtol`` (relative)."""
+    out: list[tuple[np.ndarray, float]] = []
+    for i in np.argsort(np.where(ok & np.isfinite(f), f, np.inf)):
+        if not (ok[i] and np.isfinite(f[i])):
+            break
+        if not any(np.allclose(x[i], m, rtol=rtol, atol=1e-9) for m, _ in out):
+            out.append((x[i].copy(), float(f[i])))
+    return out
+
+
+def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
+                  delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000):
+    """Refit every replicate of ``spec`` together, warm-started at ``theta``.
+
+    Returns (draws (n_ok, k), n_ok, messages): replicates whose optimiser did not converge
+    or ended non-finite are dropped and counted."""
+    fitted = law.model(theta[None, :], X)[0][0]
+    Y, W = spec.resampler().replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
+    res = minimize_law(law, X, Y, np.broadcast_to(theta, (spec.n_boot, len(theta))), loss=loss, delta=delta,
+                       W=W, tol=BOOT_TOL, max_iter=max_iter)
+    good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)
+    msgs = []
+    if good.sum() < 0.99 * spec.n_boot:
+        msgs.append(f"bootstrap: {spec.n_boot - int(good.sum())} of {spec.n_boot} replicates did not converge and were dropped")
+    return res.x[good], int(good.sum()), msgs
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """Frozen result of a published-law fit (the common part of every law's result).
+
+    ``params`` maps the law's parameter names to fitted values; ``ci`` maps them (and any
+    derived quantity the law adds) to bootstrap percentile intervals at ``level``;
+    ``recipe`` is ``"authors"`` (the paper's objective, start and optimiser) or ``"robust"``
+    (Huber on log residuals from a start grid); ``boot`` holds the replicate draws of the
+    internal parameter vector ``theta`` and ``resid`` the residuals on the fit's scale
+    (log for ``huber_log``, linear for ``ls``).
+    """
+
+    law: str
+    params: dict
+    objective: float
+    n: int
+    recipe: str
+    loss: str
+    converged: bool
+    theta: tuple = ()
+    ci: dict = field(default_factory=dict)
+    level: float = 0.90
+    bootstrap: str = "residual"
+    n_boot_ok: int = 0
+    warnings: tuple[str, ...] = ()
+    status: str = ""
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    # -- the law behind the result (each subclass returns its own) ------------------------
+    def _law(self) -> Law:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> float:
+        return self.params[name]
+
+    def _draws(self, X: Any, *, noise: bool, seed: int = 0) -> np.ndarray:
+        """(S, m) curve draws at X from the bootstrap rows (or the point estimate), plus
+        resampled residual noise on the fit's scale when ``noise``."""
+        theta = self.boot if self.boot is not None and len(self.boot) else np.array([self.theta])
+        if noise and len(theta) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
+            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            y = self._law().model(theta, X)[0]
+        if not noise:
+            return y
+        eps = resample_noise(np.random.default_rng(seed), self.resid if self.resid is not None else np.zeros(0),
+                             y.shape, len(self.theta))
+        return np.exp(np.log(y) + eps) if self.loss == "huber_log" else y + eps
+
+    def _point(self, X: Any) -> np.ndarray:
+        return self._law().model(np.array([self.theta]), X)[0][0]
+
+    def _band(self, X: Any, level: float | None, *, noise: bool, seed: int = 0):
+        lo, hi = band_from_draws(self._draws(X, noise=noise, seed=seed), level or self.level)
+        return lo, hi
+
+    def to_dict(self) -> dict:
+        return fields_dict(self)
+
+    def _summary_lines(self, title: str) -> list[str]:
+        pct = round(100 * self.level)
+        lines = [f"{title}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = {self.objective:.10g})",
+                 f"  converged: {self.converged} ({self.status}); {pct}% CI, {self.bootstrap} bootstrap "
+                 f"({self.n_boot_ok} replicates)"]
+        for name, value in self.params.items():
+            lines.append(f"  {name:<10}{fmt_ci(value, self.ci.get(name), 5)}")
+        return lines
+
+    def summary(self) -> str:
+        return "\n".join(self._summary_lines(self.law) + [f"  warning: {w}" for w in self.warnings])
+
+
+def finish_bootstrap(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
+                     delta: float, weights, warnings: list[str], derived) -> tuple[dict, np.ndarray | None, int]:
+    """Run the bootstrap of a fit and turn its draws into intervals: ``derived(draws)`` maps
+    the (S, k) theta draws to named arrays (the reported parameters)."""
+    if not spec.n_boot:
+        return {}, None, 0
+    draws, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights)
+    for m in msgs:
+        emit(warnings, m)
+    return spec.intervals(derived(draws)), draws, n_ok
+
+
+def relative_error(pred: float, actual: float) -> float:
+    """(pred - actual) / actual."""
+    return (pred - actual) / actual if actual else math.nan

@@ -1,0 +1,240 @@
+"""Over-training law and chained downstream error (Gadre et al. 2024).
+
+Loss law with one exponent for parameters and tokens (paper Eq. 4, the authors' ``powlaw_ours``;
+M = D/N tokens per parameter)::
+
+    L(N, M) = E + a N^b + c 6^(b/2) (M N)^b,     b = -eta < 0
+
+i.e. Chinchilla's form with alpha = beta. Downstream top-1 error as a function of loss
+(paper Eq. 5)::
+
+    Err(L) = eps - k exp(-gamma L)
+
+and the chained prediction Err(L-hat(N, M)). The authors' recipe: least squares on L with scipy
+``curve_fit`` from every start of a0, c0 in {1e2, 3e2, 1e3, 3e3}, b0 in {-0.1, -0.3},
+E0 in {0, 1, 2, 10}, keeping the lowest sqrt(SSR / (n - 2)); the error law by ``curve_fit`` from
+its default start. ``recipe="robust"``: summed Huber (delta 1e-3) on log L from the same grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+from ._base import as_array, check_lengths, check_min_points, emit
+from ._optim import STATUS
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
+from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, minimize_law, to_fit_scale
+
+AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
+LOG6_HALF = 0.5 * math.log(6.0)
+
+
+class OvertrainingLaw:
+    """L = E + a N^b + c 6^(b/2) D^b with theta = (a, c, b, E) and X = (N, D)."""
+
+    names = ("a", "c", "b", "E")
+
+    def model(self, theta, X):
+        N, D = X
+        a, c, b, E = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
+        tN = np.exp(b * np.log(N)[None, :])
+        tD = np.exp(b * (LOG6_HALF + np.log(D)[None, :]))
+        y = E + a * tN + c * tD
+        J = np.stack([tN + 0 * a, tD + 0 * c, a * tN * np.log(N) + c * tD * (LOG6_HALF + np.log(D)), np.ones_like(y)], -1)
+        return y, J
+
+
+class ErrorLaw:
+    """Err(L) = eps - k exp(-gamma L) with theta = (k, gamma, eps) and X = L."""
+
+    names = ("k", "gamma", "eps")
+
+    def model(self, theta, X):
+        k, g, eps = (np.asarray(theta, float)[:, i : i + 1] for i in range(3))
+        ex = np.exp(-g * np.asarray(X, float)[None, :])
+        y = eps - k * ex
+        return y, np.stack([-ex, k * X * ex, np.ones_like(y)], -1)
+
+
+def _ls_curve_fit(f, x, y, starts):
+    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept."""
+    best, best_p, best_i = np.inf, None, -1
+    for i, p0 in enumerate(starts):
+        try:
+            p, _ = curve_fit(f, x, y, p0=list(p0), maxfev=10000)
+        except RuntimeError:  # curve_fit: no convergence within maxfev from this start
+            continue
+        s = float(np.sqrt(np.sum((y - f(x, *p)) ** 2) / max(y.size - 2, 1)))
+        if s < best:
+            best, best_p, best_i = s, p, i
+    return best_p, best_i
+
+
+@dataclass(frozen=True)
+class DownstreamErrorFit(LawFit):
+    """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, Eq. 5)."""
+
+    def _law(self):
+        return ErrorLaw()
+
+    def predict(self, loss) -> np.ndarray:
+        L = np.asarray(loss, float)
+        return self._point(np.atleast_1d(L).ravel()).reshape(L.shape)
+
+    def predict_interval(self, loss, level: float | None = None, *, seed: int = 0):
+        L = np.asarray(loss, float)
+        lo, hi = self._band(np.atleast_1d(L).ravel(), level, noise=True, seed=seed)
+        return lo.reshape(L.shape), hi.reshape(L.shape)
+
+
+@dataclass(frozen=True)
+class OvertrainingFit(LawFit):
+    """L(N, D) = E + a N^b + c 6^(b/2) D^b. ``params``: E, a, c, b, eta = -b, and ``B`` = c 6^(b/2)
+    (so L = E + a/N^eta + B/D^eta)."""
+
+    def _law(self):
+        return OvertrainingLaw()
+
+    def _X(self, N, D):
+        N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
+        return (N.reshape(-1), D.reshape(-1)), N.shape
+
+    def predict(self, N, D) -> np.ndarray:
+        X, shape = self._X(N, D)
+        return self._point(X).reshape(shape)
+
+    def band(self, N, D, level: float | None = None):
+        X, shape = self._X(N, D)
+        lo, hi = self._band(X, level, noise=False)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        X, shape = self._X(N, D)
+        lo, hi = self._band(X, level, noise=True, seed=seed)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def predict_error(self, N, D, error_fit: DownstreamErrorFit) -> np.ndarray:
+        """Chained downstream error Err(L-hat(N, D)) (the authors' chained prediction)."""
+        return error_fit.predict(self.predict(N, D))
+
+    def predict_error_interval(self, N, D, error_fit: DownstreamErrorFit, level: float | None = None, *, seed: int = 0):
+        """Interval of a new run's downstream error: loss draws (curve + noise) pushed through
+        error-law draws (paired by replicate) plus the error law's residual noise."""
+        X, shape = self._X(N, D)
+        Lw = self._draws(X, noise=True, seed=seed)  # (S, m)
+        eb = error_fit.boot if error_fit.boot is not None and len(error_fit.boot) else np.array([error_fit.theta])
+        eb = eb[np.arange(len(Lw)) % len(eb)]
+        k, g, eps = eb[:, :1], eb[:, 1:2], eb[:, 2:3]
+        E = eps - k * np.exp(-g * Lw)
+        rng = np.random.default_rng(seed + 1)
+        E = E + resample_noise(rng, error_fit.resid if error_fit.resid is not None else np.zeros(0), E.shape, 3)
+        lo, hi = band_from_draws(E, level or self.level)
+        return lo.reshape(shape), hi.reshape(shape)
+
+
+def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)
+    N, M = x
+    return a * np.power(N, b) + c * np.power(6, b / 2) * np.power(M * N, b) + E
+
+
+def _result_fields(res_x, objective, ok, status, spec, bootstrap, warnings):
+    return dict(converged=bool(ok), status=status, level=spec.level, bootstrap=bootstrap, warnings=tuple(warnings),
+                theta=tuple(float(v) for v in res_x), objective=float(objective))
+
+
+def fit_overtraining(
+    N, D, loss, *,
+    recipe: Literal["authors", "robust"] = "authors",
+    grid=None,
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> OvertrainingFit:
+    """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b (one exponent) to runs (N params, D tokens, loss).
+
+    ``recipe="authors"``: least squares on L by ``curve_fit`` from ``grid`` (default the
+    authors' 128 starts of (a, c, b, E)); ``"robust"``: summed Huber (delta) on log L from the
+    same grid, all starts together. Bootstrap replicates refit the recipe's objective.
+    """
+    N = as_array(N, "N (params)", positive=True)
+    D = as_array(D, "D (tokens)", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    n = check_lengths(N=N, D=D, loss=L)
+    check_min_points(n, 5, "fit_overtraining (4 free parameters)")
+    if recipe not in ("authors", "robust"):
+        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
+    loss_kind = "ls" if recipe == "authors" else "huber_log"
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                     smooth=loss_kind == "huber_log").checked(n, "fit_overtraining")
+    w = None if weights is None else as_array(weights, "weights")
+    starts = np.asarray(AUTHORS_GRID if grid is None else grid, float).reshape(-1, 4)
+    law, X, T = OvertrainingLaw(), (N, D), to_fit_scale(L, loss_kind)
+    warnings: list[str] = []
+    if recipe == "authors":
+        p, _ = _ls_curve_fit(_powlaw, np.array([N, D / N]), L, starts)
+        if p is None:
+            raise ValueError("fit_overtraining: curve_fit failed from every start")
+        theta, st, ok = np.asarray(p, float), "curve_fit", True
+        obj = float(np.sum((L - law.model(theta[None, :], X)[0][0]) ** 2))
+    else:
+        res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+        good = res.converged & np.isfinite(res.f)
+        i = int(np.argmin(np.where(good, res.f, np.inf))) if good.any() else int(np.nanargmin(res.f))
+        theta, obj, ok, st = res.x[i], res.f[i], bool(good[i]), STATUS[int(res.status[i])]
+        if not ok:
+            emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True)
+    if theta[2] >= 0:
+        emit(warnings, f"fit_overtraining: exponent b = {theta[2]:.4g} >= 0; the loss does not fall with scale")
+
+    def derived(th):
+        return {"E": th[:, 3], "a": th[:, 0], "c": th[:, 1], "b": th[:, 2], "eta": -th[:, 2],
+                "B": th[:, 1] * np.exp(th[:, 2] * LOG6_HALF)}
+
+    ci, boot, n_ok = finish_bootstrap(law, X, T, np.asarray(theta, float), spec, loss=loss_kind, delta=delta,
+                                      weights=w, warnings=warnings, derived=derived)
+    params = {k: float(v[0]) for k, v in derived(np.asarray(theta, float)[None, :]).items()}
+    fitted = law.model(np.asarray(theta, float)[None, :], X)[0][0]
+    return OvertrainingFit(law="overtraining", params=params, n=n, recipe=recipe, loss=loss_kind, ci=ci,
+                           n_boot_ok=n_ok, boot=boot, resid=T - to_fit_scale(fitted, loss_kind),
+                           **_result_fields(theta, obj, ok, st, spec, bootstrap, warnings))
+
+
+def fit_downstream_error(
+    loss, error, *,
+    p0=(1.0, 1.0, 1.0),
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> DownstreamErrorFit:
+    """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
+    (k, gamma, eps), default all ones as the authors)."""
+    L = as_array(loss, "loss")
+    Err = as_array(error, "error")
+    n = check_lengths(loss=L, error=Err)
+    check_min_points(n, 4, "fit_downstream_error (3 free parameters)")
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_downstream_error")
+    try:
+        p, _ = curve_fit(lambda t, k, g, eps: eps - k * np.exp(-g * t), L, Err, p0=list(p0), maxfev=10000)
+    except RuntimeError as exc:
+        raise ValueError(f"fit_downstream_error: curve_fit did not converge ({exc})") from exc
+    law = ErrorLaw()
+    warnings: list[str] = []
+    ci, boot, n_ok = finish_bootstrap(law, L, Err, p, spec, loss="ls", delta=HUBER_DELTA, weights=None,
+                                      warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)))
+    fitted = law.model(p[None, :], L)[0][0]
+    sse = float(np.sum((Err - fitted) ** 2))
+    return DownstreamErrorFit(law="downstream-error", params=dict(zip(law.names, map(float, p))), n=n, recipe="authors",
+                              loss="ls", ci=ci, n_boot_ok=n_ok, boot=boot, resid=Err - fitted,
+                              **_result_fields(p, sse, True, "curve_fit", spec, bootstrap, warnings))
