@@ -142,6 +142,9 @@ def _corpus(d: Path) -> None:
     for i in range(2):
         with gzip.open(d / "books" / f"book-{i}.txt.gz", "wt") as f:
             f.write("\n\n".join(f"Chapter {k}. The ship left the harbor at dawn; the crew sang." for k in range(40)))
+    (d / "code").mkdir()
+    for i in range(40):  # docs/data.md's source-code example: blank lines inside each file
+        (d / "code" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n\n\nclass C{i}:\n    pass\n")
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None))
