@@ -119,7 +119,14 @@ def _map_file(path: Path, cols: dict, run, step, tokens_per_step) -> pd.DataFram
         raise UserError(f"{path}: the table has no rows")
     if run and run not in df.columns:
         raise UserError(f"{path}: no column {run!r} (--run)")
-    out = pd.DataFrame({"run": df[run].astype(str) if run else path.name.split(".")[0]}, index=df.index)
+    stem = path.name.split(".")[0]
+    if run:
+        labels = df[run].astype(str)
+    elif step:  # a per-step log without a run column: the file is one run
+        labels = stem
+    else:  # one row per run
+        labels = [f"{stem}:{_where(kind, i)}" for i in range(len(df))]
+    out = pd.DataFrame({"run": labels}, index=df.index)
     for f in FIELDS:
         req = f in ("params", "loss", "metric") and cols[f] is not None
         out[f] = _tokens(df, cols["tokens"], step, tokens_per_step, path, kind) if f == "tokens" else \
@@ -154,8 +161,9 @@ def read_runs(paths: Union[str, Path, Sequence[Union[str, Path]]], *, params: Co
               last: int | None = 1) -> RunTable:
     """Read runs from one or more tables by column mapping (see the module docstring).
 
-    ``last=K`` reduces each run (rows of one ``run`` value, or of one file when ``run`` is
-    None) to one row; ``last=None`` keeps every logged row. At least one of ``loss`` and
+    ``last=K`` reduces each run (rows of one ``run`` value; without ``run``, the whole file
+    when ``step`` is mapped, else every row is a run of its own) to one row; ``last=None``
+    keeps every logged row. At least one of ``loss`` and
     ``metric`` must be mapped.
     """
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
