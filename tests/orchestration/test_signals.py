@@ -1,0 +1,155 @@
+"""Issue 29.5: Ctrl-C, SIGTERM and kill -9 to ``interpscale sweep launch`` (local executor, a
+subprocess in its own session): the jobs save their state and stop, their runs end
+``interrupted`` (never a stale ``running``), the launcher prints one line, no process is
+left, and a relaunch resumes without duplicate metrics rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from interpscale.orchestration import Sweep
+from interpscale.orchestration.rundir import read_status
+
+STEPS = 1500  # long enough to be mid-training when signalled, seconds of CPU per run
+
+
+def _preset(tmp_path: Path, n_runs: int) -> Path:
+    from interpscale.models import flops_per_token
+
+    M = flops_per_token("ar", "nano", 32, vocab_size=128, n_concepts=6, n_layers=1, d_model=16, n_heads=2)
+    slices = ", ".join(f"{M * (STEPS + 40 * i) * 128:.6g}" for i in range(n_runs))
+    p = tmp_path / "signals.toml"
+    p.write_text(f"""
+[plan]
+families = ["ar"]
+sizes = ["L1d16"]
+seq_len = 32
+batch_tokens = 128
+tolerance = 0.15
+slices = [{slices}]
+[model]
+vocab_size = 128
+[train]
+lr = 3e-3
+vocab_size = 128
+eval_batches = 2
+log_every = 25
+[data]
+kind = "synthetic"
+n_concepts = 6
+n_docs = 120
+[launch]
+executor = "local"
+max_parallel = 2
+save_every_s = 3600
+[size_presets.L1d16]
+base = "nano"
+n_layers = 1
+d_model = 16
+n_heads = 2
+""")
+    return p
+
+
+def _launch(preset: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "interpscale.cli", "sweep", "launch", "--preset", str(preset),
+                             "--out", str(out)], start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_training(out: Path, n_runs: int, proc: subprocess.Popen, timeout: float = 240) -> list[Path]:
+    """The run directories, once each has logged a training step."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dirs = sorted((out / "runs").glob("*")) if (out / "runs").exists() else []
+        logged = [d for d in dirs if (d / "metrics.jsonl").exists() and (d / "metrics.jsonl").stat().st_size]
+        if len(dirs) == n_runs and len(logged) == n_runs:
+            return dirs
+        if proc.poll() is not None:
+            pytest.fail(f"launcher ended early ({proc.returncode}): {proc.communicate()[1][-2000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("runs never started training")
+
+
+def _session(sid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error, PermissionError):
+            pass
+    return out
+
+
+def _no_process_left(sid: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _session(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _session(sid)
+    for p in left:  # leave the machine clean whatever the outcome
+        p.kill()
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+def _interrupted(dirs: list[Path]) -> None:
+    for d in dirs:
+        st = read_status(d)
+        assert st["state"] == "interrupted", (d.name, st)
+        assert (d / "state" / "resume.pt").exists(), f"{d.name}: no resume state saved"
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("sweep ")]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupting_the_launcher_stops_its_jobs_and_marks_runs_interrupted(tmp_path, how):
+    out = tmp_path / "sw"
+    proc = _launch(_preset(tmp_path, 2), out)
+    dirs = _wait_training(out, 2, proc)
+    if how == "ctrl-c":  # a terminal signals the whole foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:  # a scheduler or `kill` signals the launcher only
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err[-3000:]
+    line = _one_line(err)
+    assert "interrupted; 2 run(s) stopped" in line, line
+    _no_process_left(proc.pid)
+    _interrupted(dirs)
+    status = Sweep.from_dir(out).status()
+    assert (status.state == "interrupted").all(), status
+
+
+def test_killed_launcher_jobs_stop_and_a_relaunch_resumes_without_duplicate_rows(tmp_path):
+    out = tmp_path / "sw"
+    preset = _preset(tmp_path, 1)
+    proc = _launch(preset, out)
+    (d,) = _wait_training(out, 1, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    _no_process_left(proc.pid)  # the job noticed its launcher had gone and stopped
+    _interrupted([d])
+    assert set(Sweep.from_dir(out).status().state) == {"interrupted"}
+    again = _launch(preset, out)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    st = read_status(d)
+    assert st["state"] == "done" and st.get("resumed_at"), st
+    steps = [json.loads(ln)["step"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == len(set(steps)), "duplicate metrics rows after the resume"
