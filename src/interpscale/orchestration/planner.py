@@ -144,13 +144,14 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
          seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
          tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
          flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
-         strict: bool = True, **train: Any) -> Plan:
+         strict: bool = True, size_presets: dict[str, dict] | None = None, **train: Any) -> Plan:
     """Plan an IsoFLOP sweep.  Explicit arguments override the preset's values.
 
     ``slices`` is a list of targets shared by all families or a ``{family: [C, ...]}``
     dict.  ``sizes`` given explicitly are all planned (infeasible ones flagged); when
     taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
-    ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  With ``strict``
+    ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  ``size_presets``
+    adds named sizes to the preset's ``[size_presets]`` (e.g. the adaptive sweep's ladder).  With ``strict``
     a slice left with no feasible size raises ``ValueError``.
 
     Models are priced as trained: the data source's concept count (``data_concept_count``)
@@ -195,7 +196,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     for f in families:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
-    custom = {k: dict(v) for k, v in cfg.get("size_presets", {}).items()}
+    custom = {k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()}
     for name, c in custom.items():
         if c.get("base") not in SIZES:
             raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
