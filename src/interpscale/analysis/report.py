@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale._atomic import atomic_write_text
+from interpscale import paper
 from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "problem_fits",
@@ -66,7 +67,7 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+METRIC_COLUMNS = tuple(paper.INTERP_METRICS)
 
 
 def metric_notes(df: pd.DataFrame) -> list[str]:
@@ -141,15 +142,6 @@ def _interval(lo: Any, hi: Any, digits: int = 3) -> str:
     if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
         return "—"
     return f"[{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def table6_markdown(t6: pd.DataFrame) -> str:
-    """Table 6 layout: alpha_P, alpha_D, alpha_L, L_inf with CI offsets per family (no sources)."""
-    rows = [{"Family": r["family"], **{sym: _ci_cell(r[k], r[f"{k}_lo"], r[f"{k}_hi"])
-                                       for k, sym in (("alpha_P", "α_P"), ("alpha_D", "α_D"),
-                                                      ("alpha_L", "α_L"), ("L_inf", "L∞"))}}
-            for r in t6.to_dict("records")]
-    return markdown_table(pd.DataFrame(rows))
 
 
 def _ci(fit: Any, key: str) -> tuple[float, float]:
@@ -239,9 +231,11 @@ def trend_table7(fits: Any, t7: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def _fit_families(df: pd.DataFrame, n_boot: int, target_compute: float | None, actual: Mapping | None):
-    from interpscale.scaling import fit_families
+    """The families' fits with ``interpscale fit``'s options (made once per process and table:
+    the figures drawn in the same process reuse them)."""
+    from interpscale.analysis.figures._fits import family_fits
 
-    return fit_families(df, n_boot=n_boot, seed=0, grid="coarse", target_compute=target_compute, actual=actual)
+    return family_fits(df, n_boot=n_boot, target_compute=target_compute, actual=actual)
 
 
 def _table(fits: Any, name: str) -> pd.DataFrame | None:
@@ -270,6 +264,74 @@ def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
         return None
 
 
+def forecast_section(fits: Any) -> list[str]:
+    """Every forecast method at the target compute, the default chosen by backtest (issue 27):
+    the forecast, its calibrated prediction interval (bootstrap widened by the backtest's errors
+    grown with log extrapolation distance, docs/forecasting.md) and the raw bootstrap one."""
+    from interpscale.scaling.forecasting import forecast_table
+
+    table = forecast_table({k: f.forecast for k, f in fits.families.items() if getattr(f, "forecast", None)})
+    if table.empty:
+        return []
+    return ["## Forecast at the target compute", "",
+            "Each method by name (`joint` Eq. 27, `isoflop-powerlaw` Eq. 26, `isoflop-saturating` E + A·C^-α on "
+            "the slice minima); the default is the method with the lowest rolling-origin backtest error at the "
+            "largest extrapolation ratio the sweep can test. The calibrated interval widens the bootstrap "
+            "interval by the backtest's forecast errors, grown with the log extrapolation distance "
+            "(docs/forecasting.md).", "", markdown_table(table), ""]
+
+
+def fit_sections(fits: Any, backtest: Any = None) -> list[str]:
+    """The report's sections on the fits: status, Table 6 and 7 layouts, the extrapolation and
+    the forecast at the target compute (the same ``forecast_table`` as ``tables.md``), the
+    backtest and the fits that failed."""
+    parts: list[str] = []
+    parts += ["## Fit status", "",
+              "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
+              "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. "
+              "Metrics: bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not "
+              "move with compute.", ""]
+    parts += [markdown_table(status_table(fits)), ""]
+    parts += ["## Compute-optimal scaling (Table 6 layout)", "",
+              "Each column names the fit it comes from: α_P and α_L from the IsoFLOP power laws P*(C) ∝ C^α_P "
+              "and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit (Eq. 27), shown "
+              "only where it is identified. The IsoFLOP α_P and the joint α_D come from different fits, so "
+              "they need not sum to 1.", ""]
+    parts += [markdown_table(scaling_table(fits)), ""]
+    t7 = trend_table7(fits, _table(fits, "table7"))
+    parts += ["## Interpretability scaling (Table 7 layout)", "",
+              "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint; metrics with "
+              "no trend are listed under the next heading instead.", ""]
+    parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metric shows a trend with compute._", ""]
+    ext = [(k, f.extrapolation) for k, f in fits.families.items()
+           if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
+    if ext:
+        parts += ["## Loss extrapolation to the target compute", "",
+                  "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law: each with the "
+                  "bootstrap confidence interval of the curve (as offsets) and the prediction interval of one "
+                  "new run at that compute (curve uncertainty plus the residual noise of the fitted points; "
+                  "families with an identified joint fit only).", ""]
+        parts += [markdown_table(pd.DataFrame([{
+            "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
+            "joint PI": _interval(*x.joint_pi), "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
+            "log-linear PI": _interval(*x.loglinear_pi),
+            "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
+        } for k, x in ext])), ""]
+    parts += forecast_section(fits)
+    if backtest is not None:
+        parts += ["## Backtest: forecasting held-out budgets", "",
+                  "Each law is refitted without the largest budget(s) (rolling origin) or one budget at a "
+                  "time (leave one out) and asked for the loss-optimal point of the budget it did not see: "
+                  "absolute percentage error, bias and how often the prediction interval covered the "
+                  "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
+                  "", backtest.to_markdown(), ""]
+    problems = problem_fits(fits)
+    parts += ["## Failed, unidentified or flat fits", ""]
+    parts += [f"- {p}" for p in problems] if problems else ["None."]
+    parts += [""]
+    return parts
+
+
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
                    n_boot: int | None = None, backtest: Any = None) -> str:
     """The report's markdown text (figures referenced relative to the report); ``backtest``
@@ -293,48 +355,7 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     if fits is None:
         parts += ["## Fits", "", "_No fits could be made from this table (see the log for the reason)._", ""]
     else:
-        parts += ["## Fit status", "",
-                  "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
-                  "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. "
-                  "Metrics: bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not "
-                  "move with compute.", ""]
-        parts += [markdown_table(status_table(fits)), ""]
-        parts += ["## Compute-optimal scaling (Table 6 layout)", "",
-                  "Each column names the fit it comes from: α_P and α_L from the IsoFLOP power laws P*(C) ∝ C^α_P "
-                  "and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit (Eq. 27), shown "
-                  "only where it is identified. The IsoFLOP α_P and the joint α_D come from different fits, so "
-                  "they need not sum to 1.", ""]
-        parts += [markdown_table(scaling_table(fits)), ""]
-        t7 = trend_table7(fits, _table(fits, "table7"))
-        parts += ["## Interpretability scaling (Table 7 layout)", "",
-                  "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint; metrics with "
-                  "no trend are listed under the next heading instead.", ""]
-        parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metric shows a trend with compute._", ""]
-        ext = [(k, f.extrapolation) for k, f in fits.families.items()
-               if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
-        if ext:
-            parts += ["## Loss extrapolation to the target compute", "",
-                      "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law: each with the "
-                      "bootstrap confidence interval of the curve (as offsets) and the prediction interval of one "
-                      "new run at that compute (curve uncertainty plus the residual noise of the fitted points; "
-                      "families with an identified joint fit only).", ""]
-            parts += [markdown_table(pd.DataFrame([{
-                "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
-                "joint PI": _interval(*x.joint_pi), "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
-                "log-linear PI": _interval(*x.loglinear_pi),
-                "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
-            } for k, x in ext])), ""]
-        if backtest is not None:
-            parts += ["## Backtest: forecasting held-out budgets", "",
-                      "Each law is refitted without the largest budget(s) (rolling origin) or one budget at a "
-                      "time (leave one out) and asked for the loss-optimal point of the budget it did not see: "
-                      "absolute percentage error, bias and how often the prediction interval covered the "
-                      "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
-                      "", backtest.to_markdown(), ""]
-        problems = problem_fits(fits)
-        parts += ["## Failed, unidentified or flat fits", ""]
-        parts += [f"- {p}" for p in problems] if problems else ["None."]
-        parts += [""]
+        parts += fit_sections(fits, backtest)
     warnings = collect_warnings(fits.to_dict()) if fits is not None and hasattr(fits, "to_dict") else []
     parts += ["## Fit warnings", ""]
     parts += [f"- {w}" for w in warnings] if warnings else ["None: every fit converged without boundary or quality flags."]

@@ -9,6 +9,8 @@ from typing import Literal, Mapping
 
 import numpy as np
 import pandas as pd
+
+from interpscale.paper import INTERP_METRICS
 from tqdm.auto import tqdm
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable
@@ -17,6 +19,7 @@ from .approaches import compare_approaches
 from .bounded import METRICS, BoundedFit, fit_bounded
 from .chinchilla import ChinchillaFit, fit_chinchilla
 from .extrapolate import Extrapolation, extrapolate
+from .forecasting import FamilyForecast, ForecastOptions, forecast_family, forecast_table
 from .isoflop import IsoFlopFit, fit_isoflop
 from .tables import (
     ESTIMATOR_PREFERENCE,
@@ -28,12 +31,7 @@ from .tables import (
     slice_rows,
 )
 
-METRIC_LABELS = {
-    "concept_loss": "Concept Loss",
-    "concept_independence": "Concept Independence Loss",
-    "concept_contribution": "Concept Contribution",
-    "known_concept_alignment": "Known Concept Alignment",
-}
+METRIC_LABELS = {k: m.label for k, m in INTERP_METRICS.items()}
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,7 @@ class FamilyFit:
     warnings: tuple[str, ...] = ()
     skipped: dict = field(default_factory=dict)  # fit name -> why it could not be fitted
     flops_per_token_per_param: float = 6.0  # k in C = k P D, read off the rows (median)
+    forecast: FamilyForecast | None = None  # methods by name at the target, chosen by backtest
 
     def approaches(self, compute, *, level: float | None = None, flops_per_token_per_param: float | None = None):
         """Approach 2 vs Approach 3 at ``compute`` (``compare_approaches``; C = k P D with the
@@ -89,12 +88,12 @@ class FamilyFit:
             "family": self.family, "estimator": self.estimator, "n_rows": self.n_rows,
             "converged": self.converged, "warnings": list(self.warnings), "skipped": self.skipped,
             "isoflop": self.isoflop, "chinchilla": self.chinchilla,
-            "bounded": self.bounded, "extrapolation": self.extrapolation,
+            "bounded": self.bounded, "extrapolation": self.extrapolation, "forecast": self.forecast,
         })
 
     def summary(self) -> str:
         parts = [f"== {self.family} ({self.n_rows} rows, estimator {self.estimator}) =="]
-        for f in (self.isoflop, self.chinchilla, *self.bounded.values(), self.extrapolation):
+        for f in (self.isoflop, self.chinchilla, *self.bounded.values(), self.extrapolation, self.forecast):
             if f is not None:
                 parts.append(f.summary())
         parts += [f"warning: {w}" for w in self.warnings]
@@ -237,6 +236,11 @@ class FamilyFits:
                            f"[{x.joint_pi[0]:.3f}, {x.joint_pi[1]:.3f}] | "
                            f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | "
                            f"[{x.loglinear_pi[0]:.3f}, {x.loglinear_pi[1]:.3f}] | {obs} |")
+        fct = forecast_table({k: f.forecast for k, f in self.families.items()})
+        if len(fct):
+            out += ["", "### Forecast at the target compute (methods by name; the default chosen by backtest)", "",
+                    "| " + " | ".join(fct.columns) + " |", "|" + "---|" * len(fct.columns)]
+            out += ["| " + " | ".join(map(str, r)) + " |" for r in fct.itertuples(index=False)]
         cmp = self.approaches()
         if cmp:
             ks = ", ".join(f"{k} {c.flops_per_token_per_param:.3g}" for k, c in cmp.items())
@@ -277,6 +281,7 @@ class FamilyFits:
             "estimator": self.estimator, "annealed": self.annealed, "level": self.level,
             "target_compute": self.target_compute, "warnings": list(self.warnings), "dropped": self.dropped,
             "table6": self.table6().to_dict("records"), "table7": self.table7().to_dict("records"),
+            "forecasts": forecast_table({k: f.forecast for k, f in self.families.items()}).to_dict("records"),
             "families": {k: f.to_dict() for k, f in self.families.items()},
         })
 
@@ -315,6 +320,7 @@ class _Options:
     minimum: str
     joint_options: Mapping
     target_compute: float | None
+    method: str | None = None
 
     def boot(self, groups) -> dict:
         """Bootstrap keywords of one fit: a cluster bootstrap over ``groups`` when given."""
@@ -386,13 +392,28 @@ def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapp
     iso, ch = _loss_fits(fam, lossy, o, fw, skipped)
     bounded = _metric_fits(fam, sub, o, fw, skipped)
     obs = dict(actual.get(fam, {}))
-    ext = None
+    ext = fc = None
+    k = flops_per_token_per_param(lossy, "flops")
     if o.target_compute is not None and iso is not None and ch is not None:
         ext = extrapolate(ch, iso, o.target_compute, observed=obs.get("loss"), level=o.level)
+    if o.target_compute is not None and (iso is not None or ch is not None):
+        fc = _forecast(fam, lossy, o, k, {"joint": ch, "isoflop-powerlaw": iso}, fw)
     warnings += fw
     return FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
                      extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw),
-                     skipped=skipped, flops_per_token_per_param=flops_per_token_per_param(lossy, "flops"))
+                     skipped=skipped, flops_per_token_per_param=k, forecast=fc)
+
+
+def _forecast(fam: str, lossy: pd.DataFrame, o: _Options, k: float, fits: dict, fw: list[str]):
+    """The family's forecast at the target (``forecasting.forecast_family``), reusing its fits."""
+    opts = ForecastOptions(loss=o.loss, n_boot=o.n_boot, level=o.level, seed=o.seed, grid=o.grid, window=o.window,
+                           tolerance=o.tolerance, k=k)
+    try:
+        return forecast_family(lossy, o.target_compute, method=o.method, options=opts,
+                               fits={m: f for m, f in fits.items() if f is not None})
+    except ValueError as exc:
+        emit(fw, f"{fam}: forecast skipped: {exc}")
+        return None
 
 
 def fit_families(
@@ -413,6 +434,7 @@ def fit_families(
     groups=None,
     joint_options: Mapping | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
+    method: str | None = None,
 ) -> FamilyFits:
     """Fit every family of a results table (the columns of docs/architecture.md; one row per checkpoint).
 
@@ -429,11 +451,15 @@ def fit_families(
     column) resamples whole runs in the IsoFLOP and joint bootstraps; ``joint_options`` go to
     ``fit_chinchilla`` (e.g. ``{"bound_L_inf": True, "overestimate_penalty": 2.0}``);
     ``minimum="akima"`` reads slice minima off Akima interpolants instead of parabolas.
+    With ``target_compute`` each family also gets a ``forecast`` (``forecasting.forecast_family``:
+    every method by name, the default chosen by rolling-origin backtest unless ``method`` names
+    one, calibrated and bootstrap prediction intervals).
     """
     warnings: list[str] = []
     df, fams = _check(results, families, groups, loss, annealed, warnings)
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
-                 minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute)
+                 minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
+                 method=method)
     out = {fam: _fit_family(fam, df, estimator, o, actual or {}, warnings)
            for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):

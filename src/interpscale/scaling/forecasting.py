@@ -49,7 +49,7 @@ from .ledger import inputs_hash
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "forecast_family", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
+           "choose_method", "forecast_family", "forecast_table", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
 
 
 @dataclass(frozen=True)
@@ -207,10 +207,11 @@ def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[in
 
 def rolling_origin(rows: pd.DataFrame, names, options: ForecastOptions, *, max_origins: int = 6) -> pd.DataFrame:
     """Forecasts of held-out budgets from the smaller ones, for each method in ``names``: one row
-    per (method, origin, target) with ``ERROR_COLUMNS`` (point fits: no bootstrap)."""
+    per (method, origin, target) with ``ERROR_COLUMNS`` (point fits: no bootstrap; the joint
+    fit from the coarse start grid)."""
     kind, budgets = _budgets(rows, options)
     names = [m for m in names if kind == "slices" or not get_method(m).slices]
-    o = replace(options, n_boot=0)
+    o = replace(options, n_boot=0, grid="coarse")  # point fits from the 243-start grid: many refits
     C = _run_compute(rows, o) if kind == "runs" else rows["slice_flops"]
     out = []
     for k in _origins(kind, budgets, names, max_origins):
@@ -332,9 +333,30 @@ class FamilyForecast:
         return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
 
 
+def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:
+    """One row per (family, method) of ``{family: FamilyForecast}``: the chosen method first and
+    marked, its forecast, calibrated and bootstrap prediction intervals and backtest error (the
+    table ``tables.md`` and the report both print)."""
+    rows = []
+    for fam, fc in forecasts.items():
+        if fc is None:
+            continue
+        pct = round(100 * fc.level)
+        for name in [fc.chosen] + [m for m in fc.methods if m != fc.chosen]:
+            v = fc.methods[name]
+            rows.append({
+                "Family": fam, "method": name + (f" (chosen by {fc.chosen_by})" if name == fc.chosen else ""),
+                "C": f"{fc.target_compute:.3g}", "ratio": f"{fc.ratio:.3g}x (tested {fc.max_tested_ratio:.3g}x)",
+                "forecast": f"{v.predicted:.{digits}f}", f"{pct}% PI (calibrated)": f"[{v.lo:.{digits}f}, {v.hi:.{digits}f}]",
+                f"{pct}% PI (bootstrap)": f"[{v.raw_lo:.{digits}f}, {v.raw_hi:.{digits}f}]",
+                "backtest error %": "—" if v.backtest_error is None else f"{v.backtest_error:.2f}",
+            })
+    return pd.DataFrame(rows)
+
+
 def _method_forecast(name, rows, target, o, params, tokens, fits):
     m = get_method(name)
-    fit = (fits or {}).get(name)
+    fit = (fits or {}).get(name)  # a fit made with the same options elsewhere (e.g. fit_families)
     if fit is None:
         with quiet():
             fit = m.fit(rows, o)
@@ -408,11 +430,13 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
                           n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
-                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE) -> dict:
+                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
+                          force: bool = False) -> dict:
     """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``: the method
     chosen by backtest unless ``method`` names one, calibrated and raw intervals) and return
     the keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and
-    these options)."""
+    these options). A fit flagged by :func:`fit_flags` (not identified, not converged) is
+    refused with a ValueError saying why, unless ``force``; then the flags go into ``note``."""
     if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
         raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     warnings: list[str] = []
@@ -425,6 +449,11 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
         raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
                          f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
                          "add budgets (3 or more IsoFLOP slices) or use another method")
+    flags = fit_flags(b.fit)
+    if flags and not force:
+        raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
+                         "forecast and interval are not to be trusted (pass force=True, CLI --force, to record it "
+                         "anyway with the flag stored in its note)")
     options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
                    n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
                    flops_per_token_per_param=o.k)
@@ -432,4 +461,17 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
     return dict(target_compute=float(target_compute), predicted=b.predicted, lo=b.lo, hi=b.hi, raw_lo=b.raw_lo,
                 raw_hi=b.raw_hi, level=o.level, method=fc.chosen, chosen_by=fc.chosen_by, ratio=fc.ratio,
                 backtest={k: v.backtest_error for k, v in fc.methods.items()}, quantity=loss, family=family,
-                params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols))
+                params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols),
+                **({"note": "FLAGGED: " + "; ".join(flags)} if flags else {}))
+
+
+def fit_flags(fit: Any) -> list[str]:
+    """Why a forecast from ``fit`` is not to be trusted: a joint fit that does not identify L∞
+    or its exponents (``identified``, typed on the result), or a fit that did not converge."""
+    out = []
+    if getattr(fit, "identified", True) is False:
+        why = [w for w in getattr(fit, "warnings", ()) if "identif" in w or "exponent" in w]
+        out.append("not identified" + (f" ({why[0]})" if why else ""))
+    if getattr(fit, "converged", True) is False:
+        out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
+    return out

@@ -80,19 +80,22 @@ def test_fig23_power_laws(table):
 def test_fig24_extrapolation_reproduces_paper_gap(table):
     fig = F.extrapolation_figure(table, n_boot=BOOT)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    joint = float(next(s for s in labels if s.startswith("joint")).split("→")[1])
-    loglin = float(next(s for s in labels if s.startswith("log-linear")).split("→")[1])
+    joint = float(next(s for s in labels if s.startswith("joint")).split("→")[1].split()[0])
+    loglin = float(next(s for s in labels if s.startswith("isoflop-powerlaw")).split("→")[1].split()[0])
     # §8.2.2: joint 2.61 and log-linear 2.25 against Steerling's 2.72
     assert joint == pytest.approx(2.61, abs=0.08)
     assert loglin == pytest.approx(2.25, abs=0.08)
     assert any(s.startswith(f"target {STEERLING_8B['loss']:.2f}") for s in labels)
-    assert "90% CI (bar) and PI (faint) at target" in labels
-    # the prediction interval bars (faint) are wider than the confidence interval bars
+    assert "90% calibrated PI" in labels and "90% bootstrap PI (faint)" in labels
+    assert sum("(chosen)" in s for s in labels) == 1  # one method drawn solid, the others dashed
+    styles = {line.get_label(): line.get_linestyle() for line in fig.axes[0].get_lines()}
+    assert sorted(v for k, v in styles.items() if "→" in k) == ["-", "--", "--"]
+    # the calibrated interval bars are wider than the raw bootstrap ones (faint)
     segs = sorted((np.ptp(seg[:, 1]) for c in fig.axes[0].collections if hasattr(c, "get_segments")
                    for seg in map(np.asarray, c.get_segments()) if len(seg) == 2 and seg[0, 0] == seg[1, 0]),
                   reverse=True)
     assert len(segs) >= 4 and segs[0] > segs[-1]
-    assert_drawn(fig, 1, [3])  # joint, L_inf, log-linear
+    assert_drawn(fig, 1, [4])  # three methods and L_inf
 
 
 def test_fig25_interp_scaling(table):

@@ -4,6 +4,11 @@ The figures never fit anything themselves: every curve comes from the scaling fi
 (``fit_isoflop`` for Eqs. 25-26, ``fit_chinchilla`` for Eq. 27, ``fit_bounded`` for Eq. 29,
 ``fit_power_law`` for log-linear trends). This module turns a slice of the results table
 into those fits and exposes the few numbers a panel draws.
+
+Fit once, render many: ``family_fits`` is ``scaling.fit_families`` with ``interpscale fit``'s
+options, made once per process and table (keyed by the table's content hash and the options);
+the report and every figure of the families' own fits read that one result, so ``fits.json``,
+``report.md`` and the figures show the same numbers and each fit logs its warnings once.
 """
 
 from __future__ import annotations
@@ -11,26 +16,41 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from interpscale.paper import SLICE_TOLERANCE
+from interpscale.scaling.tables import slice_rows
+
 log = logging.getLogger("interpscale.analysis.figures")
 
 DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,000 belong in reports)
-SLICE_TOLERANCE = 0.15  # App. G: a checkpoint belongs to a slice when its compute is within ±15% of the target
+_FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's fits of each table
+
+
+def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | None = None,
+                actual: Mapping | None = None, seed: int = 0):
+    """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults (the Epoch start
+    grid; annealed rows when the table mixes both), made once per process for each table and set
+    of options."""
+    from interpscale.scaling import fit_families, inputs_hash
+
+    options = dict(n_boot=n_boot, seed=seed, target_compute=target_compute,
+                   actual={k: dict(v) for k, v in (actual or {}).items()})
+    key = inputs_hash(results, options)
+    if key not in _FAMILY_FITS:
+        _FAMILY_FITS.clear()  # one table at a time: keep memory flat in long sessions
+        _FAMILY_FITS[key] = fit_families(results, **options)
+    return _FAMILY_FITS[key]
 
 
 def isoflop_rows(rows: pd.DataFrame, tolerance: float | None = SLICE_TOLERANCE) -> pd.DataFrame:
     """Rows usable in an IsoFLOP fit: finite slice target, params and loss, and (when the
-    achieved ``flops`` is known and ``tolerance`` given) within ±15% of the slice target,
-    as in ``fit_families``."""
-    rows = rows.dropna(subset=["slice_flops", "params", "loss"])
-    if tolerance is not None and "flops" in rows.columns:
-        dev = (rows["flops"].astype(float) / rows["slice_flops"].astype(float) - 1.0).abs()
-        rows = rows[~(dev > tolerance)]
-    return rows
+    achieved ``flops`` is known and ``tolerance`` given) within ±15% of the slice target:
+    ``scaling.tables.slice_rows``, the rule ``fit_families`` applies."""
+    return slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
 
 
 @dataclass
@@ -113,15 +133,6 @@ def require_power_laws(summary: IsoflopSummary, what: str) -> None:
     """ValueError (with the IsoFLOP fit's reason) when ``summary`` has no power laws."""
     if summary.power_L is None or summary.power_P is None:
         raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(summary.warnings) or 'no usable slices'})")
-
-
-def chinchilla_fit(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):
-    """Joint Eq. 27 fit on every (P, D, L) of ``rows`` (coarse start grid: figures need speed)."""
-    from interpscale.scaling import fit_chinchilla
-
-    rows = rows.dropna(subset=["params", "tokens", "loss"])
-    return fit_chinchilla(rows["params"].to_numpy(float), rows["tokens"].to_numpy(float),
-                          rows["loss"].to_numpy(float), grid="coarse", n_boot=n_boot, seed=seed)
 
 
 def bounded_fit(compute: np.ndarray, values: np.ndarray, metric: str, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):

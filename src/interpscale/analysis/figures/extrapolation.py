@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+import math
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from interpscale.scaling import extrapolate
-from interpscale.analysis.figures._fits import (
-    DEFAULT_FIG_BOOT,
-    bounded_fit,
-    chinchilla_fit,
-    curve_band,
-    isoflop_summary,
-    require_power_laws,
-)
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, family_fits, isoflop_summary
 from interpscale.analysis.figures._style import (
     family_color,
     legend_below,
@@ -43,64 +36,88 @@ def default_target(results: pd.DataFrame, family: str) -> dict:
     return {"flops": 100.0 * c_max}
 
 
+def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, n_boot: int):
+    """(FamilyFit, FamilyForecast at ``c_t``) from the given fits, else from this process's
+    ``family_fits`` of the table; a forecast made for another target is redone from the same fits."""
+    from interpscale.scaling import ForecastOptions, forecast_family
+
+    if fits is None:  # this family's fits, made once per process (the report passes all families')
+        fits = family_fits(results[results["family"] == family], n_boot=n_boot, target_compute=c_t)
+    if family not in fits.families:
+        raise ValueError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}")
+    ff = fits[family]
+    fc = ff.forecast
+    if fc is None or not math.isclose(fc.target_compute, c_t, rel_tol=1e-9):
+        rows = main_rows(results, family).dropna(subset=["params", "tokens", "loss"])
+        level = getattr(fits, "level", 0.9)
+        opts = ForecastOptions(n_boot=n_boot, level=level, k=ff.flops_per_token_per_param)
+        given = {m: f for m, f in (("joint", ff.chinchilla), ("isoflop-powerlaw", ff.isoflop)) if f is not None}
+        fc = forecast_family(rows, c_t, options=opts, fits=given)
+    return ff, fc
+
+
+def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray:
+    """A forecast method's L*(C) curve on ``grid`` (Eq. 27 compute-optimal, Eq. 26, E + A C^-alpha)."""
+    if name == "joint":
+        return fit.predict_optimal(grid, k)
+    if name == "isoflop-powerlaw":
+        return fit.power_L.predict(grid)
+    return fit.predict(grid)
+
+
+def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
+    """(compute, lo, hi) of the chosen method's calibrated prediction band from the largest
+    fitted compute to the target (``forecasting.calibrate`` at each compute)."""
+    from interpscale.scaling import FORECAST_METHODS, ForecastOptions, calibrate
+
+    m, mf = FORECAST_METHODS[name], fc.methods[name]
+    e = fc.errors[(fc.errors["method"] == name) & (fc.errors["status"] == "ok")]
+    grid = np.geomspace(c_max, c_t, 25)
+    opts = ForecastOptions(level=fc.level, k=k)
+    lo, hi = [], []
+    for c in grid:
+        pred, rlo, rhi = m.predict(mf.fit, float(c), opts)
+        clo, chi, _ = calibrate(pred, rlo, rhi, c / c_max, e["log_error"], e["ratio"], fc.level)
+        lo.append(clo)
+        hi.append(chi)
+    return grid, np.array(lo), np.array(hi)
+
+
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
-                         n_boot: int = DEFAULT_FIG_BOOT):
-    """Figure 24: the joint Chinchilla fit (Eq. 27, solid, L_inf dashed) and the log-linear
-    L*(C) fit (Eq. 26, dashed) on one family's small-scale runs, both extended to the
-    target compute; the target's measured loss is a filled star, with each fit's error.
-    At the target each forecast carries its confidence interval (the curve) and, fainter
-    and wider, its prediction interval (a new run: curve plus residual noise).
+                         n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
+    """Figure 24: every forecast method on one family's small-scale runs, extended to the target
+    compute (issue 27): the method chosen by backtest solid with its calibrated prediction band
+    (bootstrap widened by the backtest's errors grown with log extrapolation distance), the
+    alternatives dashed; at the target each method's calibrated interval as a bar and the raw
+    bootstrap one fainter; the target's measured loss a filled star. The joint fit's L∞ is drawn
+    only when identified. ``fits``: the families' fits (``fit_families``) to draw from; by
+    default this process's ``family_fits`` of the table.
 
     ``target`` needs ``flops`` and may carry ``loss`` (default: see ``default_target``)."""
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
-    rows = main_rows(results, family)
-    if rows.empty:
+    if main_rows(results, family).empty:
         raise ValueError(f"{figure}: no rows for family {family!r}")
     target = dict(default_target(results, family) if target is None else target)
     if not float(target.get("flops") or 0) > 0:
         raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
-    summ = isoflop_summary(rows, n_boot=n_boot)
-    require_power_laws(summ, figure)
-    joint = chinchilla_fit(rows, n_boot=n_boot)
     c_t = float(target["flops"])
-    observed = target.get("loss")
-    ext = extrapolate(joint, summ.fit, c_t, observed=None if observed is None else float(observed))
+    ff, fc = _family_forecast(results, family, c_t, fits, n_boot)
+    summ = isoflop_summary(main_rows(results, family), fit=ff.isoflop, n_boot=n_boot)
     c, _, l_star = summ.minima
-    grid = np.geomspace(min(c.min(), c_t) / 2, max(c.max(), c_t) * 2, 200)
-    color = family_color(family)
+    c_max = float(c.max()) if len(c) else c_t / fc.ratio
+    grid = np.geomspace(min(c.min() if len(c) else c_max, c_t) / 2, max(c_max, c_t) * 2, 200)
+    color, k = family_color(family), ff.flops_per_token_per_param
     with paper_style():
         fig, axes = new_figure(1, 1, panel_height=2.5, width=3.6)
         ax = axes[0, 0]
         ax.scatter(c, l_star, color=color, s=18, zorder=3, label="slice minima L*(C)")
-        from interpscale.analysis.fit_status import joint_status
-
-        identified = joint_status(joint)[0] == "identified"
-        if identified:
-            ax.plot(grid, joint.predict_optimal(grid), color=color, lw=1.3, label=f"joint fit → {ext.joint:.2f}")
-            ax.fill_between(grid, *joint.band_optimal(grid), color=color, alpha=0.15, lw=0)
-            ax.axhline(joint.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {joint.L_inf:.2f}")
-        else:  # no L∞ line or number for a fit that does not pin L∞ down
-            ax.plot(grid, joint.predict_optimal(grid), color=color, lw=0.9, ls="-.",
-                    label="joint fit (L∞ not identified)")
-        ax.plot(grid, summ.power_L.predict(grid), "--", color="0.3", lw=1.1, label=f"log-linear → {ext.loglinear:.2f}")
-        band = curve_band(summ.power_L, grid)
-        if band is not None:
-            ax.fill_between(grid, *band, color="0.3", alpha=0.10, lw=0)
-        shown = ((ext.joint, ext.joint_ci, ext.joint_pi, color),) if identified else ()
-        pct = round(100 * ext.level)
-        for i, (pred, ci, pi, mk) in enumerate((*shown, (ext.loglinear, ext.loglinear_ci, ext.loglinear_pi, "0.3"))):
-            # a percentile interval of few replicates need not contain the point estimate: clip at 0
-            yerr = [[max(pred - ci[0], 0.0)], [max(ci[1] - pred, 0.0)]]
-            ax.errorbar([c_t], [pred], yerr=yerr, fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
-            if np.all(np.isfinite(pi)):  # a new run's value: curve + residual noise (wider, faint)
-                ax.errorbar([c_t], [pred], yerr=[[max(pred - pi[0], 0.0)], [max(pi[1] - pred, 0.0)]],
-                            fmt="none", color=mk, alpha=0.45, capsize=4, lw=0.6,
-                            label=f"{pct}% CI (bar) and PI (faint) at target" if i == 0 else None)
-        if ext.observed is not None:
-            ax.scatter([c_t], [ext.observed], marker="*", s=110, color="k", zorder=5,
-                       label=f"target {ext.observed:.2f} (" + (f"Δ joint {ext.joint_error:+.2f}, " if identified else "")
-                             + f"log-lin {ext.loglinear_error:+.2f})")
+        _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff)
+        observed = target.get("loss")
+        if observed is not None:
+            best = fc.best.predicted
+            ax.scatter([c_t], [float(observed)], marker="*", s=110, color="k", zorder=5,
+                       label=f"target {float(observed):.2f} (Δ {fc.chosen} {float(observed) - best:+.2f})")
         ax.set_xscale("log")
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
@@ -109,12 +126,42 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     return fig
 
 
+def _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff) -> None:
+    """Each method's curve (chosen solid, others dashed) and its intervals at the target."""
+    from interpscale.analysis.fit_status import joint_status
+
+    pct = round(100 * fc.level)
+    shades = ("0.25", "0.5", "0.65", "0.75")
+    for i, (name, mf) in enumerate(fc.methods.items()):
+        chosen = name == fc.chosen
+        mk = color if chosen else shades[i % len(shades)]
+        if name == "joint" and joint_status(mf.fit)[0] != "identified":
+            label = "joint (L∞ not identified)"
+        else:
+            label = f"{name} → {mf.predicted:.2f}" + (" (chosen)" if chosen else "")
+        ax.plot(grid, _method_curve(name, mf.fit, grid, k), "-" if chosen else "--", color=mk,
+                lw=1.3 if chosen else 0.9, label=label)
+        if chosen:
+            g, lo, hi = _calibrated_band(fc, name, c_max, c_t, k)
+            ax.fill_between(g, lo, hi, color=color, alpha=0.18, lw=0, label=f"{pct}% calibrated PI")
+        ax.errorbar([c_t], [mf.predicted], yerr=[[max(mf.predicted - mf.lo, 0.0)], [max(mf.hi - mf.predicted, 0.0)]],
+                    fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+        ax.errorbar([c_t], [mf.predicted], yerr=[[max(mf.predicted - mf.raw_lo, 0.0)],
+                                                  [max(mf.raw_hi - mf.predicted, 0.0)]],
+                    fmt="none", color=mk, alpha=0.4, capsize=4, lw=0.6,
+                    label=f"{pct}% bootstrap PI (faint)" if chosen else None)
+    ch = ff.chinchilla
+    if ch is not None and joint_status(ch)[0] == "identified":
+        ax.axhline(ch.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {ch.L_inf:.2f}")
+
+
 def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
-                                metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT):
+                                metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
     """Figure 26: Eq. 29 fits of each metric on one family's runs (open markers coloured by
     slice, 90% band of the curve) extended to the target compute, where the prediction
     interval of a new run is drawn as a bar; filled stars at the target's values
-    (``target``: ``flops`` plus any metric values; default: see ``default_target``)."""
+    (``target``: ``flops`` plus any metric values; default: see ``default_target``).
+    ``fits``: the families' fits (``fit_families``), whose metric fits are drawn as they are."""
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     if family not in set(results["family"]):
@@ -128,7 +175,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):
             rows = metric_rows(results, family, metric, figure)
-            fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+            fit = _metric_fit(fits, family, metric, rows, n_boot)
             draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
             pred = float(fit.predict(c_t))
             lo, hi = (float(v) for v in fit.predict_interval(c_t))  # a new run's value, not the curve's CI
@@ -141,3 +188,11 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             legend_below(ax)
         axes[0, 0].set_ylabel(family_label(family))
     return fig
+
+
+def _metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, n_boot: int):
+    """The family's Eq. 29 fit of ``metric`` from ``fits`` when it has one, else fitted here."""
+    given = getattr(fits, "families", {}).get(family) if fits is not None else None
+    if given is not None and metric in given.bounded:
+        return given.bounded[metric]
+    return bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
