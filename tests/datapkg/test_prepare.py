@@ -244,8 +244,14 @@ def test_submitit_local_executor_one_task_per_file(tmp_path):
     a = prepare(files, tmp_path / "a", executor="local", vocab_size=100, val_fraction=0.2)
     b = prepare(files, tmp_path / "b", vocab_size=100, val_fraction=0.2)
     c = prepare(files, tmp_path / "c", vocab_size=100, val_fraction=0.2, workers=2)  # worker processes
+    d = prepare(files, tmp_path / "e", executor="debug", vocab_size=100, val_fraction=0.2)  # the launcher's arrays
     for f in ("tokenizer.json", "train.tokens.bin", "val.label_ids.npy", "concepts.json"):
-        assert (a / f).read_bytes() == (b / f).read_bytes() == (c / f).read_bytes()
+        assert (a / f).read_bytes() == (b / f).read_bytes() == (c / f).read_bytes() == (d / f).read_bytes()
+    assert not (a / ".submitit").exists() and not (d / ".parts").exists()
+    files[1].write_text('{"text": "ok"}\n{broken\n')  # a failing task names file and line; the other part is kept
+    with pytest.raises(ValueError, match=r"s1\.jsonl: line 2 is not valid JSON"):
+        prepare(files, tmp_path / "f", executor="local", tokenizer=a / "tokenizer.json", val_fraction=0.2)
+    assert (tmp_path / "f" / ".parts" / "00000.json").exists()
 
 
 def test_toml_relative_paths_and_prepared_kind_in_a_run(tmp_path, make_spec):
