@@ -31,6 +31,7 @@ from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws
 from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, huber, minimize_law, to_fit_scale
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
+STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
 ROBUST_GRID = tuple(itertools.product([0.0, 2.5, 5.0, 10.0], [0.0, 2.5, 5.0, 10.0], [0.1, 0.3, 0.6],
                                       [0.1, 0.3, 0.6], [0.0, 0.5, 1.0, 2.0]))
 
@@ -223,8 +224,10 @@ def _fit_step1(N, D, L, recipe, delta, w, spec, bootstrap) -> TaskLossFit:
         return {"A": np.exp(th[:, 0]), "B": np.exp(th[:, 1]), "alpha": th[:, 2], "beta": th[:, 3], "E": th[:, 4],
                 "a": th[:, 0], "b": th[:, 1]}
 
+    # the authors' bounds (every parameter >= 0) hold in the replicates too
     ci, boot, n_ok = finish_bootstrap(law, X, T, theta, spec, loss="huber_log", delta=delta, weights=w,
-                                      warnings=warnings, derived=derived)
+                                      warnings=warnings, derived=derived,
+                                      bounds=([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None)
     fitted = law.model(theta[None, :], X)[0][0]
     return TaskLossFit(law="ladder-step1", params={k: float(v[0]) for k, v in derived(theta[None, :]).items()},
                        objective=obj, n=len(L), recipe=recipe, loss="huber_log", converged=ok,
@@ -240,8 +243,7 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, d
     warnings: list[str] = []
     p0 = np.array([task_min - 1.0, 0.9, 3.0, task_max])
     if recipe == "authors":
-        theta, _ = curve_fit(_sigmoid, x, y, p0=p0, bounds=([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0]),
-                             maxfev=500000)
+        theta, _ = curve_fit(_sigmoid, x, y, p0=p0, bounds=STEP2_BOUNDS, maxfev=500000)
         ok, st = True, "curve_fit (trf)"
         obj = float(np.sum((y - _sigmoid(x, *theta)) ** 2))
     else:
@@ -251,8 +253,11 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, d
     T = to_fit_scale(y, loss_kind)
     sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
         n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))
+    keep = np.zeros(n, bool)
+    keep[-1] = ideal_point  # the ideal point is an anchor: in every replicate, as given
     ci, boot, n_ok = finish_bootstrap(law, x, T, np.asarray(theta, float), sp, loss=loss_kind, delta=delta,
-                                      weights=None, warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)))
+                                      weights=None, warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)),
+                                      keep=keep, bounds=STEP2_BOUNDS if recipe == "authors" else None)
     fitted = law.model(np.asarray(theta, float)[None, :], x)[0][0]
     return SigmoidFit(law="ladder-step2", params=dict(zip(law.names, map(float, theta))), objective=obj, n=n,
                       recipe=recipe, loss=loss_kind, converged=ok, theta=tuple(map(float, theta)), ci=ci,

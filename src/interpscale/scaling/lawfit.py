@@ -105,16 +105,56 @@ def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float
     return out
 
 
+class Bounded:
+    """``law`` with box bounds lower <= p <= upper kept by a change of variables, so an
+    unconstrained optimiser respects an author's bounds: p = l + u^2 (one-sided) or
+    p = l + (h - l)(1 + sin u)/2 (two-sided). A parameter on its bound stays there."""
+
+    def __init__(self, law: Law, lower, upper):
+        self.law = law
+        self.names = law.names
+        self.lo, self.hi = np.asarray(lower, float), np.asarray(upper, float)
+        self.one = np.isfinite(self.lo) & ~np.isfinite(self.hi)
+        self.two = np.isfinite(self.lo) & np.isfinite(self.hi)
+        self.span = np.where(self.two, self.hi - self.lo, 1.0)
+        self.base = np.where(np.isfinite(self.lo), self.lo, 0.0)
+
+    def to_internal(self, theta):
+        q = np.clip((theta - self.base) / self.span, 0.0, None)
+        return np.where(self.one, np.sqrt(q), np.where(self.two, np.arcsin(np.clip(2 * q - 1, -1, 1)), theta))
+
+    def to_external(self, u):
+        return np.where(self.one, self.base + u * u, np.where(self.two, self.base + self.span * (1 + np.sin(u)) / 2, u))
+
+    def model(self, u, X):
+        y, J = self.law.model(self.to_external(u), X)
+        d = np.where(self.one, 2.0 * u, np.where(self.two, self.span * np.cos(u) / 2, 1.0))
+        return y, J * d[:, None, :]
+
+
 def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
-                  delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000):
-    """Refit every replicate of ``spec`` together, warm-started at ``theta``.
+                  delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000,
+                  bounds=None, keep=None):
+    """Refit every replicate of ``spec`` together, warm-started at ``theta``; ``bounds``:
+    (lower, upper) kept in every replicate (see :class:`Bounded`); ``keep``: a mask of
+    points that are anchors, not data (e.g. the ladder's ideal point): in every replicate as observed.
 
     Returns (draws (n_ok, k), n_ok, messages): replicates whose optimiser did not converge
     or ended non-finite are dropped and counted."""
     fitted = law.model(theta[None, :], X)[0][0]
     Y, W = spec.resampler().replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
-    res = minimize_law(law, X, Y, np.broadcast_to(theta, (spec.n_boot, len(theta))), loss=loss, delta=delta,
+    if keep is not None:
+        keep = np.asarray(keep, bool)
+        if Y.ndim == 2:
+            Y[:, keep] = T[keep]
+        if W is not None and W.ndim == 2:
+            W[:, keep] = 1.0 if weights is None else np.asarray(weights, float)[keep]
+    inner = law if bounds is None else Bounded(law, *bounds)
+    start = theta if bounds is None else inner.to_internal(theta)
+    res = minimize_law(inner, X, Y, np.broadcast_to(start, (spec.n_boot, len(theta))), loss=loss, delta=delta,
                        W=W, tol=BOOT_TOL, max_iter=max_iter)
+    if bounds is not None:
+        res.x = inner.to_external(res.x)
     good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)
     msgs = []
     if good.sum() < 0.99 * spec.n_boot:
@@ -196,12 +236,14 @@ class LawFit:
 
 
 def finish_bootstrap(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
-                     delta: float, weights, warnings: list[str], derived) -> tuple[dict, np.ndarray | None, int]:
+                     delta: float, weights, warnings: list[str], derived, bounds=None,
+                     keep=None) -> tuple[dict, np.ndarray | None, int]:
     """Run the bootstrap of a fit and turn its draws into intervals: ``derived(draws)`` maps
     the (S, k) theta draws to named arrays (the reported parameters)."""
     if not spec.n_boot:
         return {}, None, 0
-    draws, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights)
+    draws, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights, bounds=bounds,
+                                      keep=keep)
     for m in msgs:
         emit(warnings, m)
     return spec.intervals(derived(draws)), draws, n_ok
