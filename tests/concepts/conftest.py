@@ -37,6 +37,17 @@ def synthetic(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small(tmp_path_factory):
+    """60 documents (~200 chunks): enough for the LLM path's tests."""
+    return write_corpus(tmp_path_factory.mktemp("small"), 60)
+
+
+@pytest.fixture(scope="session")
+def corpus_writer():
+    return write_corpus
+
+
+@pytest.fixture(scope="session")
 def built(synthetic, tmp_path_factory):
     """The offline pipeline run once on the unlabelled corpus (shared by several tests)."""
     from interpscale.concepts import build

@@ -1,7 +1,8 @@
 """A small scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only), for tests
 and benchmarks: the real ``openai`` client talks real HTTP to it.
 
-A ``responder(body, attempt) -> ServerReply`` decides each answer; ``attempt`` counts
+A ``responder(body, attempt) -> ServerReply`` decides each chat answer (``embedder``, each
+``/embeddings`` answer); ``attempt`` counts
 earlier requests with the same messages, so "429 first, then 200" or "garbage first,
 valid on the re-ask" are one-liners. ``raw_body`` sends any bytes as the reply body, so a
 test can send every malformed shape a real provider or local inference server has sent.
@@ -46,7 +47,8 @@ Responder = Callable[[dict, int], ServerReply]
 
 
 def default_responder(body: dict, attempt: int) -> ServerReply:
-    """A well-behaved judge: a valid reply in whatever format the prompt asks for."""
+    """A well-behaved judge: a valid reply in whatever format the prompt asks for
+    (concept tags and cards too, deterministic in the prompt)."""
     text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []) if isinstance(m, dict))
     if "ALIGNMENT:" in text:
         return ServerReply("ALIGNMENT: 4")
@@ -55,10 +57,93 @@ def default_responder(body: dict, attempt: int) -> ServerReply:
     m = re.search(r"Tokens \((\d+) in total\)", text)
     if m:
         return ServerReply(json.dumps([0] * int(m.group(1))))
+    if "=== PASSAGE ===" in text:
+        return ServerReply(tag_reply(text))
+    if "These tags were grouped together" in text:
+        return ServerReply(card_reply(text))
     letters = re.findall(r"^([A-Z])\. ", text, flags=re.MULTILINE)
     if letters:
         return ServerReply(json.dumps({k: 3 for k in letters}))
     return ServerReply("Rating: [[1]]")
+
+
+_STOP = frozenset("the a an and of to in is it with near while then so again for on at by as or be".split())
+
+
+def tag_reply(prompt: str) -> str:
+    """Deterministic structured tags: the passage's most frequent content words spread over
+    the keys the prompt asks for (broad = frequent first), as the JSON object it wants."""
+    keys = json.loads(re.search(r"keys are exactly (\[[^\]]*\])", prompt).group(1))
+    passage = prompt.split("=== PASSAGE ===", 1)[1].rsplit("Reply with one JSON object", 1)[0]
+    words = [w for w in re.findall(r"[a-z][a-z'-]+", passage.lower()) if w not in _STOP]
+    ranked = sorted(set(words), key=lambda w: (-words.count(w), w)) or ["text"]
+    ranked = (ranked * (1 + 2 * len(keys) // len(ranked)))[: max(2 * len(keys), min(len(ranked), 12))]
+    return json.dumps({k: ranked[i:: len(keys)] for i, k in enumerate(keys)})
+
+
+def card_reply(prompt: str) -> str:
+    """Deterministic semantic card from the first listed tags."""
+    tags = re.findall(r"^- (.+)$", prompt, flags=re.MULTILINE) or ["misc"]
+    return json.dumps({"name": " ".join(tags[:2]), "description": f"Passages about {', '.join(tags[:3])}."})
+
+
+EMBED_DIM = 16
+
+
+def embedding(text: str, dim: int = EMBED_DIM) -> list[float]:
+    """A deterministic unit vector per text (seeded by its hash)."""
+    import hashlib
+    import random
+
+    rng = random.Random(int(hashlib.sha256(text.encode()).hexdigest()[:16], 16))
+    v = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    n = math.sqrt(sum(x * x for x in v)) or 1.0
+    return [x / n for x in v]
+
+
+def default_embedder(body: dict, attempt: int) -> ServerReply:
+    """A well-behaved ``/embeddings`` endpoint: one deterministic vector per input."""
+    inputs = body.get("input")
+    inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    data = [{"object": "embedding", "index": i, "embedding": embedding(str(t))} for i, t in enumerate(inputs)]
+    n = sum(len(str(t)) for t in inputs) // 4
+    return ServerReply(raw_body=json.dumps({"object": "list", "data": data, "model": body.get("model", "local"),
+                                            "usage": {"prompt_tokens": n, "total_tokens": n}}).encode())
+
+
+def misbehaving(responder: Responder, fractions: dict[str, float], delay: float = 0.3) -> Responder:
+    """``responder``, except that a reproducible share of prompts (by hash of the messages up
+    to the first user message, so a re-ask misbehaves like its question) gets, on every
+    attempt, a ``garbled`` text, a ``refused`` reply, a ``malformed`` body, or (``slow``) the
+    right answer after ``delay`` s. ``kind_of(body)`` tells which."""
+    import hashlib
+
+    def kind_of(body: dict) -> str:
+        msgs = list(body.get("messages") or [])
+        first = next((i for i, m in enumerate(msgs) if isinstance(m, dict) and m.get("role") == "user"), len(msgs))
+        h = int(hashlib.sha256(json.dumps(msgs[: first + 1], sort_keys=True).encode()).hexdigest()[:8], 16) % 1000
+        edge = 0.0
+        for kind, frac in fractions.items():
+            edge += frac * 1000
+            if h < edge:
+                return kind
+        return "ok"
+
+    def respond(body: dict, attempt: int) -> ServerReply:
+        kind = kind_of(body)
+        if kind == "garbled":
+            return ServerReply("{{ not json at all ]]")
+        if kind == "refused":
+            return ServerReply(None, refusal="I can't help with that.")
+        if kind == "malformed":
+            return ServerReply(raw_body=b'{"choices": "nope"')
+        good = responder(body, attempt)
+        if kind == "slow":
+            good.delay += delay
+        return good
+
+    respond.kind_of = kind_of  # type: ignore[attr-defined]
+    return respond
 
 
 def throttled(responder: Responder, fraction: float, wait: float = 0.3) -> Responder:
@@ -90,8 +175,9 @@ class LocalJudgeServer:
     """``with LocalJudgeServer(responder, latency=0.1) as srv: JudgeClient(base_url=srv.url, ...)``."""
 
     def __init__(self, responder: Responder | None = None, *, latency: float = 0.0, lifetime: float = 300.0,
-                 max_requests: int = 100_000):
+                 max_requests: int = 100_000, embedder: Responder | None = None):
         self.responder = responder or default_responder
+        self.embedder = embedder or default_embedder  # answers POST .../embeddings
         self.latency = latency
         self.lifetime, self.max_requests = lifetime, max_requests
         self.requests: list[dict] = []
@@ -121,7 +207,7 @@ class LocalJudgeServer:
             self.max_in_flight = self.in_flight
 
     def _attempt(self, body: dict) -> int:
-        key = json.dumps(body.get("messages"), sort_keys=True)
+        key = json.dumps(body.get("messages", body.get("input")), sort_keys=True)
         with self._lock:
             self.requests.append(body)
             self.arrivals.append(time.monotonic())
@@ -171,7 +257,8 @@ class LocalJudgeServer:
                     body = {}
                 with server._lock:
                     server.auth_headers.add(self.headers.get("Authorization") or "")
-                reply = server.responder(body, server._attempt(body))
+                answer = server.embedder if self.path.rstrip("/").endswith("/embeddings") else server.responder
+                reply = answer(body, server._attempt(body))
                 time.sleep(server.latency + reply.delay)
                 if reply.raw_body is not None:
                     payload = reply.raw_body

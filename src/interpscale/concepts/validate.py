@@ -38,7 +38,10 @@ def judge_stage(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard
     """Relevance of each chunk's candidates: success rate, means and histograms."""
     keep = [i for i, c in enumerate(candidates) if c]
     if not keep:
-        return {"n_chunks": 0, "n_pairs": 0, "success_rate": None, "mean": None}
+        empty = [0] * (len(BINS) - 1)
+        return {"n_chunks": 0, "n_pairs": 0, "n_scored": 0, "success_rate": None, "mean": None, "parse_failures": 0,
+                "api_errors": 0, "refused": 0, "cached": 0, "chunk_success_rate": None, "per_chunk_hist": empty,
+                "per_item_hist": empty, "per_item_mean": None, "per_item_sd": None}
     res = score_relevance([chunks[i] for i in keep], [list(candidates[i])[:MAX_CANDIDATES] for i in keep], judge=judge)
     per_item: dict[str, list[float]] = defaultdict(list)
     per_chunk = []
