@@ -91,6 +91,7 @@ class DataConstrainedFit(LawFit):
     coefficients: tuple = C4_COEFFICIENTS
     free: bool = False
     local_minima: tuple = ()
+    max_unique_tokens: float = math.nan  # the largest U of the fitted runs (the corpus they drew from)
 
     def _law(self):
         return DataConstrainedLaw(self.coefficients, self.free)
@@ -229,6 +230,7 @@ def fit_data_constrained(
         converged=bool(ok[j]), theta=tuple(float(v) for v in theta), ci=ci, level=spec.level, bootstrap=bootstrap,
         n_boot_ok=n_ok, warnings=tuple(warnings), status=STATUS[int(res.status[j])], boot=boot, resid=T - np.log(fitted),
         coefficients=tuple(float(c) for c in coefficients), free=is_free, local_minima=minima,
+        max_unique_tokens=float(U.max()),
     )
 
 

@@ -28,7 +28,7 @@ from scipy.optimize import curve_fit, minimize
 from ._base import as_array, check_lengths, check_min_points, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
-from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, huber, minimize_law, to_fit_scale
+from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, huber, multistart, to_fit_scale
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
 STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
@@ -201,19 +201,14 @@ def _step1_authors(N, D, L, delta, w):
     return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
 
 
-def _best(res):
-    good = res.converged & np.isfinite(res.f)
-    i = int(np.argmin(np.where(good, res.f, np.inf))) if good.any() else int(np.nanargmin(res.f))
-    return res.x[i], float(res.f[i]), bool(good[i]), STATUS[int(res.status[i])]
-
-
 def _fit_step1(N, D, L, recipe, delta, w, spec, bootstrap) -> TaskLossFit:
     law, X, T = TaskLossLaw(), (N, D), np.log(L)
     warnings: list[str] = []
     if recipe == "authors":
         theta, obj, ok, st = _step1_authors(N, D, L, delta, w)
     else:
-        theta, obj, ok, st = _best(minimize_law(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w))
+        theta, obj, ok, code, _ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
+        st = STATUS[code]
     if not ok:
         emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True)
     if recipe == "authors" and (theta <= 0).any():
@@ -248,7 +243,8 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, d
         obj = float(np.sum((y - _sigmoid(x, *theta)) ** 2))
     else:
         grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
-        theta, obj, ok, st = _best(minimize_law(law, x, np.log(y), grid, loss="huber_log", delta=delta))
+        theta, obj, ok, code, _ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
+        st = STATUS[code]
     n = len(x)
     T = to_fit_scale(y, loss_kind)
     sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(

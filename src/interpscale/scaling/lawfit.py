@@ -31,6 +31,7 @@ HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et
 LOSSES = ("huber_log", "ls")
 RECIPES = ("authors", "robust")
 FIT_TOL = dict(gtol=1e-11, ftol=1e-14, fscale=1e-300)
+COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)  # scipy L-BFGS-B's defaults (factr 1e7, pgtol 1e-5)
 BOOT_TOL = dict(gtol=1e-9, ftol=1e-11, fscale=1e-300)
 
 
@@ -84,6 +85,21 @@ def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: s
     """Minimise the law's objective from every row of ``starts`` together (BatchResult)."""
     obj = LawObjective(law, X, T, W, loss, delta)
     return batched_bfgs(obj, np.asarray(starts, float), max_iter=max_iter, **(tol or FIT_TOL))
+
+
+def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
+               W: np.ndarray | None = None, n_polish: int = 8):
+    """A start grid the way ``fit_chinchilla`` runs it: every start to scipy L-BFGS-B's default
+    stopping rule (at most 300 iterations), then the best ``n_polish`` end points to machine
+    precision. Returns (theta, objective, converged, status code, BatchResult of the grid)."""
+    res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=300)
+    f = np.where(np.isfinite(res.f), res.f, np.inf)
+    if not np.isfinite(f).any():
+        raise ValueError(f"{type(law).__name__}: the objective is non-finite from every start")
+    top = np.argsort(f)[:n_polish]
+    pol = minimize_law(law, X, T, res.x[top], loss=loss, delta=delta, W=W)
+    j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
+    return pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res
 
 
 def fit_objective(law: Law, X: Any, T: np.ndarray, theta, *, loss: str, delta: float = HUBER_DELTA, W=None) -> np.ndarray:

@@ -29,7 +29,7 @@ from scipy.optimize import curve_fit
 from ._base import as_array, check_lengths, check_min_points, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
-from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, minimize_law, to_fit_scale
+from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, multistart, to_fit_scale
 
 AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
@@ -187,10 +187,8 @@ def fit_overtraining(
         theta, st, ok = np.asarray(p, float), "curve_fit", True
         obj = float(np.sum((L - law.model(theta[None, :], X)[0][0]) ** 2))
     else:
-        res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
-        good = res.converged & np.isfinite(res.f)
-        i = int(np.argmin(np.where(good, res.f, np.inf))) if good.any() else int(np.nanargmin(res.f))
-        theta, obj, ok, st = res.x[i], res.f[i], bool(good[i]), STATUS[int(res.status[i])]
+        theta, obj, ok, code, _ = multistart(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+        st = STATUS[code]
         if not ok:
             emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True)
     if theta[2] >= 0:

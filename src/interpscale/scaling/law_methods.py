@@ -1,0 +1,94 @@
+"""The published laws as forecast methods (``forecasting.METHODS``), registered on import.
+
+* ``overtraining`` -- Gadre et al. 2024: L = E + a/N^eta + B/D^eta (one exponent), robust recipe
+  (Huber on log L from the authors' 128 starts, batched; many refits in a backtest);
+* ``ladder`` -- Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E from the authors' single
+  start with bounds >= 0;
+* ``data-constrained`` -- Muennighoff et al. 2023 Eq. 5 with every parameter free (a results
+  table is not C4): needs a ``unique_tokens`` column; a target's unique tokens are
+  min(D, the largest U of the fitted runs) -- the sweep's corpus, repeated as needed.
+
+At a compute budget without (P, D), each law is evaluated at its own compute-optimal allocation
+of C = k P D (closed forms below); intervals are the fit's bootstrap prediction intervals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .data_constrained import fit_data_constrained
+from .forecasting import ForecastMethod, ForecastOptions, register_method
+from .ladder import fit_ladder
+from .overtraining import fit_overtraining
+
+__all__ = ["LAW_METHODS", "optimal_allocation"]
+
+
+def optimal_allocation(A: float, B: float, alpha: float, beta: float, compute, k: float = 6.0):
+    """(N_opt, D_opt) minimising A/N^alpha + B/D^beta subject to C = k N D (Hoffmann et al.
+    2022, App. D.2): N_opt = G (C/k)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta))."""
+    G = (alpha * A / (beta * B)) ** (1.0 / (alpha + beta))
+    N = G * (np.asarray(compute, float) / k) ** (beta / (alpha + beta))
+    return N, np.asarray(compute, float) / (k * N)
+
+
+def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
+    missing = [c for c in ("params", "tokens", o.loss, *extra) if c not in rows.columns]
+    if missing:
+        raise ValueError(f"the table has no column {missing[0]!r}")
+    return rows.dropna(subset=["params", "tokens", o.loss, *extra])
+
+
+def _interval(fit, N, D, o: ForecastOptions, *extra):
+    lo, hi = fit.predict_interval(N, D, *extra, level=o.level, seed=o.seed)
+    return float(fit.predict(N, D, *extra)), float(lo), float(hi)
+
+
+def _fit_overtraining(rows, o):
+    r = _rows(rows, o)
+    return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level, seed=o.seed)
+
+
+def _predict_overtraining(fit, compute, o, params=None, tokens=None):
+    if params is None or tokens is None:
+        p = fit.params
+        params, tokens = optimal_allocation(p["a"], p["B"], p["eta"], p["eta"], compute, o.k)
+    return _interval(fit, params, tokens, o)
+
+
+def _fit_ladder(rows, o):
+    r = _rows(rows, o)
+    return fit_ladder(r["params"], r["tokens"], r[o.loss], n_boot=o.n_boot, level=o.level, seed=o.seed).step1
+
+
+def _predict_ladder(fit, compute, o, params=None, tokens=None):
+    if params is None or tokens is None:
+        p = fit.params
+        params, tokens = optimal_allocation(p["A"], p["B"], p["alpha"], p["beta"], compute, o.k)
+    return _interval(fit, params, tokens, o)
+
+
+def _fit_data_constrained(rows, o):
+    r = _rows(rows, o, "unique_tokens")
+    return fit_data_constrained(r["params"], r["tokens"], r["unique_tokens"], r[o.loss], free="all", recipe="robust",
+                                n_boot=o.n_boot, level=o.level, seed=o.seed)
+
+
+def _predict_data_constrained(fit, compute, o, params=None, tokens=None):
+    if params is None or tokens is None:
+        p = fit.params
+        params, tokens = optimal_allocation(p["A"], p["B"], p["alpha"], p["beta"], compute, o.k)
+    return _interval(fit, params, tokens, o, np.minimum(tokens, fit.max_unique_tokens))
+
+
+LAW_METHODS = (
+    ForecastMethod("overtraining", "Gadre et al. 2024: L = E + a/N^eta + B/D^eta", _fit_overtraining, _predict_overtraining),
+    ForecastMethod("ladder", "Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E (authors' start, bounds >= 0)",
+                   _fit_ladder, _predict_ladder),
+    ForecastMethod("data-constrained", "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
+                   _fit_data_constrained, _predict_data_constrained),
+)
+for _m in LAW_METHODS:
+    register_method(_m, replace_existing=True)
+del _m
