@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     option(pr, "--val-fraction", make_request, type=float, help="held-out share of documents, by document hash")
     option(pr, "--seed", make_request, type=int, help="key of the validation-split hash")
     option(pr, "--executor", prepare, choices=MODES,
-           help="inline: this process; local / slurm: submitit jobs, one array task per input file")
+           help="inline: this process; local / slurm: submitit jobs, one array task per input file; "
+                "debug: those jobs run in this process")
     option(pr, "--workers", prepare, type=int,
            help="inline: processes tokenizing input files side by side (1: one process, multi-threaded encoder)")
     option(pr, "--max-parallel", prepare, type=int, help="local / slurm: tasks running at once")
