@@ -94,3 +94,18 @@ def test_bootstrap_interval_and_result_contract(runs182):
 def test_unique_tokens_above_tokens_is_rejected():
     with pytest.raises(ValueError, match=r"row 1 has U = 3e\+09 > D"):
         fit_data_constrained([1e8, 1e8, 1e8], [1e9, 1e9, 1e9], [1e9, 3e9, 1e9], [3.0, 3.0, 3.0], n_boot=0)
+
+
+def test_epoch_costs_under_a_unique_token_budget():
+    from interpscale.scaling import data_constrained_law, epoch_costs
+
+    law = data_constrained_law()
+    assert law.params["R_D_star"] == PUBLISHED_R_STAR[0]
+    t = epoch_costs([1e9, 1e9, 1e9], [1e10, 4e10, 4e11], unique_tokens=1e10)
+    assert t.epochs.tolist() == [1.0, 4.0, 40.0]
+    assert t.epoch_cost.iloc[0] == 0.0
+    assert 0 < t.epoch_cost.iloc[1] < t.epoch_cost.iloc[2]
+    # Muennighoff et al.: up to ~4 epochs repeated data is almost as good as unique (Fig. 3)
+    assert t.epoch_cost_pct.iloc[1] < 1.0 < t.epoch_cost_pct.iloc[2]
+    with pytest.raises(ValueError, match="unique_tokens must be positive"):
+        epoch_costs([1e9], [1e10], unique_tokens=0)

@@ -40,7 +40,8 @@ from .forecasting import (
     register_method,
 )
 from .ledger import Forecast, ForecastLedger, inputs_hash
-from .data_constrained import DataConstrainedFit, data_constrained_objective, fit_data_constrained
+from .data_constrained import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
+                               fit_data_constrained)
 from .external import RunTable, read_runs
 from .ladder import LadderFit, checkpoint_points, fit_ladder
 from .overtraining import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
@@ -54,6 +55,6 @@ __all__ = [
     "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
     "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",
     "calibrate",
-    "fit_data_constrained", "DataConstrainedFit", "data_constrained_objective", "fit_overtraining", "OvertrainingFit",
+    "fit_data_constrained", "DataConstrainedFit", "data_constrained_objective", "data_constrained_law", "epoch_costs", "fit_overtraining", "OvertrainingFit",
     "fit_downstream_error", "DownstreamErrorFit", "fit_ladder", "LadderFit", "checkpoint_points", "read_runs", "RunTable",
 ]

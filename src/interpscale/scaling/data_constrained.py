@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 from ._base import as_array, check_lengths, check_min_points, emit
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
@@ -241,3 +242,39 @@ def data_constrained_objective(N, D, U, loss, R_D_star: float, R_N_star: float, 
     X = repetition_inputs(N, D, U, coefficients)
     th = [math.log(R_D_star), math.log(R_N_star)]
     return float(fit_objective(DataConstrainedLaw(coefficients), X, np.log(L), th, loss="huber_log", delta=delta)[0])
+
+
+def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float = PUBLISHED_R_STAR[1], *,
+                         coefficients=C4_COEFFICIENTS) -> DataConstrainedFit:
+    """A DataConstrainedFit from given parameters (no data, no bootstrap); by default the
+    authors' published law (C4 coefficients, R* = 15.387756, 5.309743), or read back from the
+    ``params``/``coefficients`` of a saved ``DataConstrainedFit.to_dict()``."""
+    if not (R_D_star > 0 and R_N_star > 0):
+        raise ValueError(f"R_D_star and R_N_star must be positive, got {R_D_star}, {R_N_star}")
+    a, b, e, al, be = (float(c) for c in coefficients)
+    params = {"R_D_star": float(R_D_star), "R_N_star": float(R_N_star), "E": math.exp(e), "A": math.exp(a),
+              "B": math.exp(b), "alpha": al, "beta": be}
+    return DataConstrainedFit(law="data-constrained", params=params, objective=math.nan, n=0, recipe="given",
+                              loss="huber_log", converged=True, theta=(math.log(R_D_star), math.log(R_N_star)),
+                              coefficients=(a, b, e, al, be), status="given")
+
+
+def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:
+    """The loss cost of the repetition a grid implies under a unique-token budget (Eq. 5).
+
+    For each planned (params, tokens): epochs = tokens / U (U = ``unique_tokens``, never more
+    than the tokens), the loss with U unique tokens repeated, the loss had all tokens been
+    unique, and their difference ``epoch_cost`` (absolute and in % of the unique-data loss).
+    ``fit``: a fitted law (``fit_data_constrained`` on your own repeated-data runs); default the
+    authors' C4 law (``data_constrained_law()``), whose absolute losses are C4 nats.
+    """
+    law = fit or data_constrained_law()
+    P = as_array(params, "params", positive=True)
+    D = as_array(tokens, "tokens", positive=True)
+    check_lengths(params=P, tokens=D)
+    if not unique_tokens > 0:
+        raise ValueError(f"unique_tokens must be positive, got {unique_tokens}")
+    U = np.minimum(D, float(unique_tokens))
+    repeated, fresh = law.predict(P, D, U), law.predict(P, D, D)
+    return pd.DataFrame({"epochs": D / U, "loss_unique": fresh, "loss_repeated": repeated,
+                         "epoch_cost": repeated - fresh, "epoch_cost_pct": 100 * (repeated - fresh) / fresh})
