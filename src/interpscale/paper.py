@@ -17,7 +17,26 @@ Counts (one function per count):
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Optional
+
+# ---- §8.1: the four families of the study ----------------------------------------------
+@dataclass(frozen=True)
+class PaperFamily:
+    """A family of the study: diffusion backbone or not, concept module or not."""
+
+    diffusion: bool
+    concept: bool
+    description: str
+
+
+PAPER_FAMILIES: dict[str, PaperFamily] = {
+    "ar": PaperFamily(False, False, "autoregressive transformer (Eq. 1)"),
+    "cdlm": PaperFamily(True, False, "causal block diffusion (§5.2, Eq. 2)"),
+    "ar+concept": PaperFamily(False, True, "AR backbone + concept module (§5.3)"),
+    "cdlm+concept": PaperFamily(True, True, "CDLM backbone + concept module (Steerling)"),
+}
 
 # ---- App. G -----------------------------------------------------------------------------
 SEQ_LEN = 4096  # "Sequence length is 4096 throughout" (Table 23 caption)
@@ -53,6 +72,36 @@ N_KNOWN = 33_732  # n
 UNKNOWN_RATIO = 3  # m = 3n
 N_UNKNOWN = UNKNOWN_RATIO * N_KNOWN  # m = 101,196
 RANK = 256  # R, factorisation rank of U = AB
+
+
+
+@dataclass(frozen=True)
+class InterpMetric:
+    """One interpretability metric of §7 (Table 5) as the results table, the bounded fits
+    (§8.3.1) and the figures read it: which way is better, its natural bound (the value a
+    perfect model reaches, the bounded fit's asymptote side), its range and its name."""
+
+    direction: str  # "lower" | "higher" is better
+    bound: float
+    low: float
+    high: float
+    label: str
+    short: str  # a panel title
+
+    @property
+    def sign(self) -> int:
+        """+1 when lower is better, -1 when higher is better (the bounded fit's sign, Eq. 29)."""
+        return 1 if self.direction == "lower" else -1
+
+
+# The interpretability metrics (§7, Table 5; directions and bounds §8.3.1; the alignment
+# judge scores 1-5, App. C). Every list of them in the package is read from here.
+INTERP_METRICS: dict[str, InterpMetric] = {
+    "concept_loss": InterpMetric("lower", 0.0, 0.0, math.inf, "Concept Loss", "Concept loss"),
+    "concept_independence": InterpMetric("lower", 0.0, 0.0, math.inf, "Concept Independence Loss", "Independence loss"),
+    "concept_contribution": InterpMetric("higher", 1.0, 0.0, 1.0, "Concept Contribution", "Contribution"),
+    "known_concept_alignment": InterpMetric("higher", 5.0, 1.0, 5.0, "Known Concept Alignment", "Known-concept align."),
+}
 
 # Table 6: (alpha_P, alpha_D, alpha_L, L_inf) per family
 TABLE6: dict[str, dict[str, float]] = {

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from interpscale.analysis.example_data import STEERLING_8B, example_results, steerling_actual
+from interpscale.analysis.example_data import example_results, steerling_actual
+from interpscale.paper import STEERLING_8B
 from interpscale.analysis.report import load_results, markdown_to_html, write_report
 from interpscale.cli import main
 

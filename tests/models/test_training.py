@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from interpscale.models import FAMILIES
 from interpscale.models.types import Batch, PhaseSchedule
 
 STEERLING = ("ar", "cdlm", "ar+concept", "cdlm+concept")
@@ -29,7 +30,7 @@ def test_tiny_model_overfits_a_small_batch(family, tiny, chunked):
         over, T, steps = dict(block_size=4, init_std=0.1, t_max=0.5), 16, 300
     else:
         over, T, steps = {}, 32, 120
-    if family.endswith("+concept"):  # λ = 0.01 so the (irreducible at R < d) rec term and the
+    if FAMILIES[family].is_concept:  # λ = 0.01 so the (irreducible at R < d) rec term and the
         over.update(lambda_concept=0.01, lambda_rec=0.01, lambda_indep=0.01)  # concept term don't swamp LM
     model = tiny(family, d_model=64, p_eps=0.0, p_cfg=0.0, **over)
     model.set_phase(PhaseSchedule("stable", max_steps=steps))

@@ -35,13 +35,12 @@ BACKBONES: dict[str, tuple[int, int, float]] = {s: (L, d, float(p)) for s, (L, d
 SLICES = paper.TABLE24  # Table 24: IsoFLOP slice targets per family
 PAPER_TABLE6 = paper.TABLE6  # (alpha_P, alpha_D, alpha_L, L_inf) — the published fits the example is built from
 # Table 7: (beta, e, 8B prediction) per metric and +Concept family; sign +1 for "lower is better".
-METRICS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
-METRIC_SIGN = {"concept_loss": 1, "concept_independence": 1, "concept_contribution": -1, "known_concept_alignment": -1}
+METRICS = tuple(paper.INTERP_METRICS)
+METRIC_SIGN = {k: m.sign for k, m in paper.INTERP_METRICS.items()}
 PAPER_TABLE7 = paper.TABLE7
 PAPER_TABLE27 = paper.TABLE27  # CDLM, four ELBO estimators
 PAPER_TABLE28 = paper.TABLE28  # CDLM, fixed mask rate t -> (alpha_P, alpha_L)
 PAPER_TABLE29 = paper.TABLE29  # CDLM+Concept pre-anneal vs annealed
-STEERLING_8B = paper.STEERLING_8B  # §8.2.2 / Table 7: the deployed Steerling-8B
 
 # The seed of the bundled table: with it the IsoFLOP fits of the noisy table land inside (or at
 # the edge of) Table 6's 90% intervals; any other seed is an equally valid draw.
@@ -50,8 +49,8 @@ EXAMPLE_SEED = 1
 
 def steerling_actual() -> dict[str, dict[str, float]]:
     """Observed Steerling-8B values in ``fit_families(actual=...)`` form (loss and Table 7's metrics)."""
-    keep = ("loss", "concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
-    return {STEERLING_8B["family"]: {k: float(STEERLING_8B[k]) for k in keep}}
+    keep = ("loss", *paper.INTERP_METRICS)
+    return {paper.STEERLING_8B["family"]: {k: float(paper.STEERLING_8B[k]) for k in keep}}
 
 
 C_REF = 1e19  # reference compute at which the synthetic loss level and P* are pinned
@@ -122,7 +121,7 @@ def _slice_sizes(law: _Law, target: float, concept: bool, n_max: int = 6) -> lis
 def _noiseless_exponents(law: _Law, family: str, sizes_law: _Law) -> tuple[float, float]:
     """alpha_P, alpha_L that Steps 1-2 (Eqs. 25-26) recover from exact data, each parabola
     fitted to the five sizes around the slice's minimum (as ``scaling.fit_isoflop`` does)."""
-    concept = family.endswith("+concept")
+    concept = paper.PAPER_FAMILIES[family].concept
     cs, ps, ls = [], [], []
     for target in SLICES[family]:
         sizes = _slice_sizes(sizes_law, target, concept)
@@ -153,7 +152,7 @@ def _calibrated_law(family: str, *, alpha_P: float, alpha_L: float, E: float, L_
 
 
 def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate=math.nan, sizes_from=None):
-    concept = family.endswith("+concept")
+    concept = paper.PAPER_FAMILIES[family].concept
     rows = []
     for k, target in enumerate(SLICES[family]):
         sizes = _slice_sizes(sizes_from or law, target, concept)
@@ -176,7 +175,7 @@ def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate
 def _metric_truth(family: str, metric: str, flops: np.ndarray) -> np.ndarray:
     """Eq. 29: m(C) = e ± A C^-beta, A pinned so that m(7.6e22) is Table 7's 8B prediction."""
     ref = PAPER_TABLE7[family][metric]
-    amp = abs(ref["pred_8b"] - ref["e"]) * STEERLING_8B["flops"] ** ref["beta"]
+    amp = abs(ref["pred_8b"] - ref["e"]) * paper.STEERLING_8B["flops"] ** ref["beta"]
     return ref["e"] + METRIC_SIGN[metric] * amp * flops ** -ref["beta"]
 
 
@@ -198,8 +197,7 @@ def _add_metrics(rng, df: pd.DataFrame, family: str, *, r2: float = 0.65, pre_an
         sd = spread * math.sqrt((1.0 - fit_r2) / max(fit_r2, 0.02)) if fit_r2 > 0 else spread
         values = truth + rng.normal(0.0, sd, size=truth.size)
         # keep each metric in its natural range (a loss stays above a tenth of its trend)
-        lo = {"concept_contribution": 0.0, "known_concept_alignment": 1.0}.get(metric, 0.0)
-        hi = {"concept_contribution": 1.0, "known_concept_alignment": 5.0}.get(metric, np.inf)
+        lo, hi = paper.INTERP_METRICS[metric].low, paper.INTERP_METRICS[metric].high
         values = np.maximum(values, 0.1 * truth) if METRIC_SIGN[metric] > 0 else values
         df.loc[sel, metric] = np.clip(values, lo, hi)
 

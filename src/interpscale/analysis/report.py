@@ -454,6 +454,8 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = load_results(results)
+    if not len(df):  # a header-only table would otherwise report "every fit converged"
+        raise ValueError(f"{source}: the results table has no rows; nothing to report")
     require_columns(df, CORE_COLUMNS, "write_report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

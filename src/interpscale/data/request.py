@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+from interpscale._jsonl import jsonable
 from interpscale._atomic import atomic_write_text
 from interpscale.data.corpus import corpus_config, generate_documents
 from interpscale.data.sources import RawDoc, expand_sources, format_of, iter_documents
@@ -119,7 +120,7 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
            "batch_bytes": int(batch_bytes), "token_dtype": None, "extra": extra or {}}
     if document_per_file:  # only when set: requests (and cache keys) of other data stay as they were
         req["document_per_file"] = True
-    return json.loads(json.dumps(req, default=str))
+    return jsonable(req)
 
 
 def _stale(out: Path, req: dict) -> bool:

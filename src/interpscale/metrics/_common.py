@@ -26,6 +26,12 @@ def family_name(model: nn.Module) -> str:
 
 
 def is_diffusion(model: nn.Module) -> bool:
+    """A registry fact, read off the model's family (a model outside any family: its own flag)."""
+    from interpscale.models.registry import FAMILIES
+
+    family = getattr(getattr(model, "config", None), "family", None)
+    if isinstance(family, str) and family in FAMILIES:
+        return FAMILIES[family].is_diffusion
     return bool(getattr(model, "is_diffusion", False))
 
 

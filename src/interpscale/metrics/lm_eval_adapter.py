@@ -26,6 +26,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from interpscale._atomic import atomic_write_text
 from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
+from interpscale._jsonl import jsonable  # noqa: E402
 from interpscale.metrics._common import family_name, is_diffusion, model_device, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 
@@ -210,21 +211,6 @@ def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defau
     return TaskManager(include_path=paths)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    if hasattr(x, "item") and callable(x.item):
-        try:
-            return x.item()
-        except (ValueError, RuntimeError):
-            pass
-    return str(x)
-
-
 def run_lm_eval(
     checkpoint: Union[str, Path, None],
     tasks: Union[str, Sequence[str]],
@@ -269,14 +255,14 @@ def run_lm_eval(
         log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed,
         torch_random_seed=seed, fewshot_random_seed=seed,
     )
-    results = _jsonable(res["results"])
+    results = jsonable(res["results"])
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         payload = {"checkpoint": None if checkpoint is None else str(checkpoint), "model": lm.NAME,
                    "tasks": names, "limit": limit, "n_samples": n_samples, "seed": seed,
-                   "results": results, "versions": _jsonable(res.get("versions", {})),
-                   "n-samples": _jsonable(res.get("n-samples", {}))}
+                   "results": results, "versions": jsonable(res.get("versions", {})),
+                   "n-samples": jsonable(res.get("n-samples", {}))}
         atomic_write_text(out / "lm_eval_results.json", json.dumps(payload, indent=2, sort_keys=True))
     return results
 

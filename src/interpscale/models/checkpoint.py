@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any, Optional
 
@@ -85,7 +86,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    payload = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:  # truncated, not a zip, unreadable
+        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}); "
+                         "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
     cfg = json.loads(payload["config_json"])

@@ -133,3 +133,51 @@ def _flops(family: str, size: str, key: str, seq_len: int) -> tuple[float, float
     model, _ = _measure(family, size, key)
     model.zero_grad(set_to_none=True)
     return count_flops(model, seq_len, concept=get_family(family).is_concept)
+
+
+# ---- what the planner asks ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Price:
+    """One (family, size) as the planner prices it: non-embedding ``params`` P, ``flops_per_token``
+    M (Eq. 23/24, or measured), the LM head's ``head_flops`` (6·d·V, which Eq. 23 leaves out),
+    the concept count the model is built with (0 for families without concepts) and ``how``
+    M and P were obtained: "analytic" (the family's formulas) or "measured" (this module's rule)."""
+
+    params: int
+    flops_per_token: float
+    head_flops: float
+    n_concepts: int
+    how: str
+
+
+def model_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> Any:
+    """The config ``build_model`` would give the model, without allocating: the family's
+    ``config_fn``, else read off its (cached) meta build."""
+    from interpscale.models.registry import get_family
+
+    spec = get_family(family)
+    if spec.config_fn is not None:
+        return spec.config_fn(size, data=data, **overrides)
+    key = json.dumps({"data": data.to_dict(), "overrides": overrides}, sort_keys=True, default=str)
+    return getattr(_measure(family, size, key)[0], "config", None)
+
+
+def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> float:
+    """Forward + backward FLOPs per token of the d × V LM head, 2dV + 4dV (not in Eq. 23), read
+    from the family's config (``d_model``, ``vocab_size``); 0 when the config names neither."""
+    cfg = model_config(family, size, data=data, **overrides)
+    d, V = getattr(cfg, "d_model", None), getattr(cfg, "vocab_size", None)
+    return 6.0 * d * V if d and V else 0.0
+
+
+def price(family: str, size: str, seq_len: int, *, data: DataFields = DataFields(), **overrides: Any) -> Price:
+    """P, M, the head's FLOPs and the concept count of ``family``/``size`` as trained with ``data``;
+    a family without formulas is built once per size on the meta device (``measure``)."""
+    from interpscale.models.registry import flops_per_token, get_family, params_nonembedding
+
+    spec = get_family(family)
+    cfg = model_config(family, size, data=data, **overrides)
+    n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0
+    return Price(params_nonembedding(family, size, data=data, **overrides),
+                 flops_per_token(family, size, seq_len, data=data, **overrides),
+                 lm_head_flops(family, size, data=data, **overrides), n_concepts, spec.pricing)

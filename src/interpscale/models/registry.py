@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch.nn as nn
 
@@ -41,6 +41,7 @@ class FamilySpec:
     is_concept: bool = False
     description: str = ""
     config_fields: Optional[frozenset[str]] = None
+    config_fn: Optional[Callable[..., Any]] = None  # config_fn(size, *, data, **overrides) -> config, no allocation
 
     @property
     def pricing(self) -> str:
@@ -62,18 +63,21 @@ def register_family(
     is_concept: bool = False,
     description: str = "",
     config_fields: Optional[Any] = None,
+    config_fn: Optional[Callable[..., Any]] = None,
     overwrite: bool = False,
 ) -> FamilySpec:
     """Register ``name``; re-registering an existing name needs ``overwrite=True``.
 
     ``config_fields``: the names ``[model.<name>]`` may set (an iterable, or a dataclass whose
-    fields they are); leave it None to let the builder check its own overrides."""
+    fields they are); leave it None to let the builder check its own overrides. ``config_fn``:
+    the config a build would have, without building (else the planner reads it off a meta build)."""
     if not callable(builder):
         raise ValueError(f"builder for family {name!r} is not callable: {builder!r}")
     if config_fields is not None and hasattr(config_fields, "__dataclass_fields__"):
         config_fields = set(config_fields.__dataclass_fields__) - {"family", "size"}
     fields = None if config_fields is None else frozenset(config_fields)
-    spec = FamilySpec(name, builder, params_fn, flops_fn, bool(is_diffusion), bool(is_concept), description, fields)
+    spec = FamilySpec(name, builder, params_fn, flops_fn, bool(is_diffusion), bool(is_concept), description, fields,
+                      config_fn)
     FAMILIES.register(name, spec, overwrite=overwrite)
     log.debug("registered model family %s", name)
     return spec
@@ -90,6 +94,60 @@ def is_concept(family: str) -> bool:
 
 def is_diffusion(family: str) -> bool:
     return get_family(family).is_diffusion
+
+
+def check_overrides(family: str, overrides: dict[str, Any], where: str = "") -> None:
+    """Raise a UserError naming an override ``family``'s config does not have (with a close
+    match); families that declare no ``config_fields`` leave the check to their builder."""
+    import difflib
+
+    from interpscale.errors import UserError
+
+    valid = get_family(family).config_fields
+    if valid is None:
+        return
+    for key in overrides:
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"{where or f'family {family!r}'}: unknown key {key!r}{hint}; {family!r} takes: "
+                            f"{', '.join(sorted(valid))}")
+
+
+def family_overrides(table: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """A preset's ``[model]`` table for one family: its shared keys that the family's config
+    has (every shared key when the family declares no fields), then ``[model.<family>]``."""
+    own = table.get(family)
+    own = dict(own) if isinstance(own, Mapping) else {}
+    valid = get_family(family).config_fields
+    shared = {k: v for k, v in table.items() if not _is_family_table(table, k)
+              and (valid is None or k in valid)}
+    return {**shared, **own}
+
+
+def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: str = "[model]") -> None:
+    """Every ``[model.<family>]`` key is a field of that family; every shared key a field of
+    at least one planned family (UserError naming the key and a close match otherwise)."""
+    families = list(families)
+    for key, value in table.items():
+        if _is_family_table(table, key):
+            check_overrides(key, dict(value), f"[model.{key!r}]" if "+" in key else f"[model.{key}]")
+            continue
+        takers = [f for f in families if get_family(f).config_fields is None or key in get_family(f).config_fields]
+        if not takers:
+            fields = sorted({k for f in families for k in (get_family(f).config_fields or ())})
+            import difflib
+
+            from interpscale.errors import UserError
+
+            close = difflib.get_close_matches(key, fields, n=1)
+            raise UserError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + f"; no planned family ({', '.join(families)}) takes it. Family-specific knobs go in "
+                            f"[model.<family>] tables")
+
+
+def _is_family_table(table: Mapping[str, Any], key: str) -> bool:
+    return isinstance(table[key], Mapping) and key in FAMILIES
 
 
 def _plain(overrides: dict[str, Any]) -> dict[str, Any]:

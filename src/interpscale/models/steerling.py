@@ -6,24 +6,19 @@ from dataclasses import fields
 from functools import partial
 from typing import Any
 
+from interpscale import paper
 from interpscale.models.accounting import backbone_params, concept_params, flops_per_token_cfg
 from interpscale.models.config import ModelConfig, make_config
 from interpscale.models.protocol import DataFields
 from interpscale.models.registry import register_family
 
-STEERLING_FAMILIES = {
-    # name: (is_diffusion, is_concept, description)
-    "ar": (False, False, "autoregressive transformer (Eq. 1)"),
-    "cdlm": (True, False, "causal block diffusion (§5.2, Eq. 2)"),
-    "ar+concept": (False, True, "AR backbone + concept module (§5.3)"),
-    "cdlm+concept": (True, True, "CDLM backbone + concept module (Steerling)"),
-}
+STEERLING_FAMILIES = paper.PAPER_FAMILIES  # name -> (diffusion, concept, description), §8.1
 CONFIG_FIELDS = frozenset(f.name for f in fields(ModelConfig)) - {"family", "size"}
 
 
 def steerling_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> ModelConfig:
     """The config as built: the data's fields, then the overrides."""
-    return make_config(family, size, **{**data.config_fields(concept=STEERLING_FAMILIES[family][1]), **overrides})
+    return make_config(family, size, **{**data.config_fields(concept=STEERLING_FAMILIES[family].concept), **overrides})
 
 
 def _build(family: str, size: str, **kw: Any):
@@ -34,15 +29,16 @@ def _build(family: str, size: str, **kw: Any):
 
 def _params(family: str, size: str, **kw: Any) -> int:
     cfg = steerling_config(family, size, **kw)
-    return backbone_params(cfg) + (concept_params(cfg) if STEERLING_FAMILIES[family][1] else 0)
+    return backbone_params(cfg) + (concept_params(cfg) if STEERLING_FAMILIES[family].concept else 0)
 
 
 def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
-    return flops_per_token_cfg(steerling_config(family, size, **kw), seq_len, concept=STEERLING_FAMILIES[family][1])
+    return flops_per_token_cfg(steerling_config(family, size, **kw), seq_len, concept=STEERLING_FAMILIES[family].concept)
 
 
-for _name, (_diff, _concept, _desc) in STEERLING_FAMILIES.items():
+for _name, _f in STEERLING_FAMILIES.items():
     register_family(
         _name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
-        is_diffusion=_diff, is_concept=_concept, description=_desc, config_fields=CONFIG_FIELDS, overwrite=True,
+        is_diffusion=_f.diffusion, is_concept=_f.concept, description=_f.description, config_fields=CONFIG_FIELDS,
+        config_fn=partial(steerling_config, _name), overwrite=True,
     )

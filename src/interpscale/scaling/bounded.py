@@ -15,6 +15,8 @@ from typing import Literal
 
 import numpy as np
 
+from interpscale.paper import INTERP_METRICS
+
 from ._base import (
     DEFAULT_LEVEL,
     DEFAULT_N_BOOT,
@@ -30,12 +32,7 @@ from ._base import (
 from .bootstrap import Bootstrap, band_from_draws, resample_noise
 
 # metric -> (direction, natural bound); paper §8.3.1
-METRICS: dict[str, tuple[str, float]] = {
-    "concept_loss": ("lower", 0.0),
-    "concept_independence": ("lower", 0.0),
-    "concept_contribution": ("higher", 1.0),
-    "known_concept_alignment": ("higher", 5.0),
-}
+METRICS: dict[str, tuple[str, float]] = {k: (m.direction, m.bound) for k, m in INTERP_METRICS.items()}
 
 BETA_RANGE = (1e-3, 5.0)
 _GRID = np.geomspace(*BETA_RANGE, 241)

@@ -13,7 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from interpscale.analysis import figures as F  # noqa: E402
-from interpscale.analysis.example_data import STEERLING_8B, example_results, write_example_runs  # noqa: E402
+from interpscale.analysis.example_data import example_results, write_example_runs  # noqa: E402
+from interpscale.paper import STEERLING_8B  # noqa: E402
 
 BOOT = 20  # bands only need to exist here; the paper's 10,000 belong in reports
 

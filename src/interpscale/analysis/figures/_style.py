@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from interpscale import paper
 from interpscale._atomic import atomic_path
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -26,16 +27,13 @@ FAMILY_LABELS = {"ar": "AR", "ar+concept": "AR+Concept", "cdlm": "CDLM", "cdlm+c
 # Okabe-Ito colour-blind-safe hues; each backbone's pair shares a hue family. No yellow or
 # light orange: every colour keeps a contrast ratio of at least 2.5:1 against white.
 FAMILY_COLORS = {"ar": "#0072B2", "ar+concept": "#3A9AD9", "cdlm": "#D55E00", "cdlm+concept": "#A6611A"}
-FAMILY_MARKERS = {"ar": "o", "ar+concept": "s", "cdlm": "o", "cdlm+concept": "s"}
+FAMILY_MARKERS = {f: "s" if c.concept else "o" for f, c in paper.PAPER_FAMILIES.items()}  # squares: concept module
 ESTIMATOR_LABELS = {"fixed_rate": "Fixed-rate mask", "fixed_grid": "Fixed-grid ELBO", "mdlm_elbo": "MDLM ELBO",
                     "per_block": "Per-block ELBO", "ar_ce": "AR cross-entropy"}
 ESTIMATOR_COLORS = {"fixed_rate": "#009E73", "fixed_grid": "#CC79A7", "mdlm_elbo": "#D55E00", "per_block": "#000000",
                     "ar_ce": "#0072B2"}
-METRIC_LABELS = {"concept_loss": "Concept loss ↓", "concept_independence": "Independence loss ↓",
-                 "concept_contribution": "Contribution ↑", "known_concept_alignment": "Known-concept align. ↑"}
-# where a metric's points leave room for a legend: "lower is better" curves fall to the lower right
-METRIC_LEGEND_LOC = {"concept_loss": "upper right", "concept_independence": "upper right",
-                     "concept_contribution": "lower right", "known_concept_alignment": "lower right"}
+# panel titles; the arrow is the metric's direction (paper.INTERP_METRICS)
+METRIC_LABELS = {k: f"{m.short} {'↓' if m.direction == 'lower' else '↑'}" for k, m in paper.INTERP_METRICS.items()}
 _EXTRA_COLORS = ("#009E73", "#CC79A7", "#7B3294", "#000000", "#666666")
 
 STYLE = {

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale import paper
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, family_fits, isoflop_summary
 from interpscale.analysis.figures._style import (
     family_color,
@@ -28,11 +29,10 @@ def default_target(results: pd.DataFrame, family: str) -> dict:
     """Steerling-8B (C = 7.6e22 FLOPs, L* = 2.72, Table 7's measured metrics) for a paper-scale
     CDLM+Concept sweep (largest compute >= 1e18); otherwise 100x the family's largest compute,
     with no observed values."""
-    from interpscale.analysis.example_data import STEERLING_8B
 
     c_max = float(results.loc[results["family"] == family, "slice_flops"].max())
-    if family == STEERLING_8B["family"] and c_max >= 1e18:
-        return dict(STEERLING_8B)
+    if family == paper.STEERLING_8B["family"] and c_max >= 1e18:
+        return dict(paper.STEERLING_8B)
     return {"flops": 100.0 * c_max}
 
 

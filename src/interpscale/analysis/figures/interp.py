@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale import paper
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, curve_band
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
@@ -24,7 +25,7 @@ from interpscale.analysis.figures._style import (
 
 log = logging.getLogger("interpscale.analysis.figures")
 
-METRICS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+METRICS = tuple(paper.INTERP_METRICS)
 CONCEPT_FAMILIES = ("ar+concept", "cdlm+concept")
 
 

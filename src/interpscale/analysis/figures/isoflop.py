@@ -19,6 +19,7 @@ from interpscale.analysis.figures._fits import (
     require_power_laws,
 )
 from interpscale.analysis.figures._style import (
+    FAMILY_MARKERS,
     family_color,
     family_label,
     main_rows,
@@ -193,7 +194,7 @@ def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str
         require_power_laws(next(iter(summaries.values())), figure)
     labelled = {family_label(f): s for f, s in summaries.items()}
     colors = {family_label(f): family_color(f) for f in summaries}
-    markers = {family_label(f): ("s" if f.endswith("+concept") else "o") for f in summaries}
+    markers = {family_label(f): FAMILY_MARKERS.get(f, "o") for f in summaries}
     with paper_style():
         fig, axes = new_figure(1, 2, panel_height=2.3)
         draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, colors, markers=markers)

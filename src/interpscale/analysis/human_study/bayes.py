@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from interpscale._jsonl import jsonable
 from ._common import category_probs, design_rows, marginal_category_probs, text_table
 from ._validate import ordinal_codes
 from .design import Design, build_design, parse_random
@@ -166,7 +167,7 @@ class OrdinalMixedResult:
         out["diagnostics"] = {**asdict(self.diagnostics), "ess_per_second": self.diagnostics.ess_per_second}
         out["levels"] = [int(v) if isinstance(v, (int, np.integer)) else v for v in self.levels]
         out["warnings"] = list(self.warnings)
-        return _jsonable(out)
+        return jsonable(out)
 
     def summary(self) -> str:
         rows = [
@@ -188,16 +189,6 @@ class OrdinalMixedResult:
                 f"({d.ess_per_second:.1f}/s), divergences {d.divergences}")
         warn = "".join(f"\nWARNING: {w}" for w in self.warnings)
         return f"{fixed}\n{sds}\n{diag}{warn}"
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def _slope_columns(coef_names: Sequence[str], factor: str) -> list[int]:

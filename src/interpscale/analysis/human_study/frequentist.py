@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import chi2, norm
 
+from interpscale._jsonl import jsonable
 from ._common import category_probs, design_rows, marginal_category_probs, text_table
-from .bayes import RANDOM, _jsonable
+from .bayes import RANDOM
 from .design import build_design, coef_name, parse_random, random_formula
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class OrdinalResult:
         return {"statistic": stat, "df": df, "p_value": p, "p_value_boundary": pb}
 
     def to_dict(self) -> dict:
-        return _jsonable({**self.__dict__, "levels": [str(v) for v in self.levels]})
+        return jsonable({**self.__dict__, "levels": [str(v) for v in self.levels]})
 
     def summary(self) -> str:
         lvl = f"{self.level:.0%}"
@@ -304,7 +305,7 @@ class GaussianMixedResult:
         return self.intercept + design_rows(data, list(self.coef)) @ np.array(list(self.coef.values()))
 
     def to_dict(self) -> dict:
-        return _jsonable(dict(self.__dict__))
+        return jsonable(dict(self.__dict__))
 
     def summary(self) -> str:
         rows = [(k, self.coef[k], self.se[k], *self.ci[k]) for k in self.coef]

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .bayes import OrdinalMixedResult, _jsonable
+from interpscale._jsonl import jsonable
+from .bayes import OrdinalMixedResult
 from .simulate import DEFAULT_EFFECTS, DEFAULT_SD, DEFAULT_THRESHOLDS, StudyTruth, resimulate, simulate_study
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class PowerResult:
     truth: StudyTruth
 
     def to_dict(self) -> dict:
-        return _jsonable({"contrast": self.contrast, "method": self.method, "level": self.level,
+        return jsonable({"contrast": self.contrast, "method": self.method, "level": self.level,
                           "effects": self.truth.effects, "table": self.table.to_dict(orient="records")})
 
     def summary(self) -> str:

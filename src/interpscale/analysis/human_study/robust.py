@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .bayes import _jsonable
+from interpscale._jsonl import jsonable
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class PairedComparison:
     n_boot: int
 
     def to_dict(self) -> dict:
-        return _jsonable(dict(self.__dict__))
+        return jsonable(dict(self.__dict__))
 
 
 def paired_comparison(

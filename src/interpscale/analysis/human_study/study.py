@@ -12,8 +12,9 @@ from pathlib import Path
 import pandas as pd
 from interpscale._atomic import atomic_write_text
 
+from interpscale._jsonl import jsonable
 from ._validate import validate_phase1, validate_ratings
-from .bayes import RANDOM, OrdinalMixedResult, Priors, _jsonable, fit_ordinal_mixed
+from .bayes import RANDOM, OrdinalMixedResult, Priors, fit_ordinal_mixed
 from .design import parse_random
 from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal, z_value
 from .phase1 import coherence_dependence, phase1_agreement
@@ -67,7 +68,7 @@ class HumanStudyReport:
         return pd.DataFrame(rows, columns=["analysis", "result"])
 
     def to_dict(self) -> dict:
-        return _jsonable({
+        return jsonable({
             "contrast": self.contrast, "reference": self.reference,
             "table4": self.table4.reset_index().to_dict(orient="records"),
             "table21": self.table21().to_dict(orient="records"),

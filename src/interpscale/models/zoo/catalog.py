@@ -45,27 +45,27 @@ FROZEN_OBJECTS = ("teacher", "sae")  # build_model("cocomix", size, teacher=mode
 
 
 def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
+    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
     return make_zoo_config(family, size, ZOO_FAMILIES[family][1], **overrides)
 
 
 def _build(family: str, size: str, **overrides: Any):
-    objects = {k: overrides.pop(k) for k in FROZEN_OBJECTS if k in overrides}
+    objects = {k: overrides[k] for k in FROZEN_OBJECTS if k in overrides}
     return ZOO_FAMILIES[family][0](zoo_config(family, size, **overrides), **objects)
 
 
 def _params(family: str, size: str, **overrides: Any) -> int:
-    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
     return int(ZOO_FAMILIES[family][2](zoo_config(family, size, **overrides)))
 
 
 def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
     if int(seq_len) <= 0:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
     return float(ZOO_FAMILIES[family][3](zoo_config(family, size, **overrides), int(seq_len)))
 
 
 def register() -> None:
     for name, (_, _, _, _, desc) in ZOO_FAMILIES.items():
         register_family(name, partial(_build, name), params_fn=partial(_params, name), flops_fn=partial(_flops, name),
-                        description=desc, config_fields=zoo_fields(ZOO_FAMILIES[name][1]), overwrite=True)
+                        description=desc, config_fields=zoo_fields(ZOO_FAMILIES[name][1]),
+                        config_fn=partial(zoo_config, name), overwrite=True)
