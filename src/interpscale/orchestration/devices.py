@@ -6,7 +6,9 @@ MFU = achieved model FLOP/s (Eq. 23 / Eq. 24 FLOPs per token x tokens/s) / (peak
 
 from __future__ import annotations
 
+import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -46,21 +48,51 @@ def device_peak_flops(device: torch.device) -> float | None:
     return gpu_peak_flops(torch.cuda.get_device_name(device))
 
 
-_CPU_PEAK: float | None = None
+@dataclass(frozen=True)
+class CpuCalibration:
+    """This machine's float32 matmul rate: ``flops`` (the median of ``repeats`` timed bursts
+    after a warm-up, FLOP/s), ``spread`` ((max - min) / median of the bursts), ``threads``."""
+
+    flops: float
+    spread: float
+    threads: int
+    repeats: int
+
+
+_CPU: dict[int, CpuCalibration] = {}
+CALIBRATION_BURSTS = 7  # timed bursts of 512^3 GEMMs, 30 ms each, after two warm-up GEMMs
+
+
+def cpu_calibration(threads: int | None = None) -> CpuCalibration:
+    """The CPU's matmul rate on ``threads`` threads (default: the current count), cached per
+    process and thread count.  The median of several short bursts after a warm-up is stable
+    between calls where one 0.2 s burst including the thread pool's start-up was not (it
+    moved 9x between two consecutive ``plan`` calls on a loaded machine)."""
+    n = int(threads or torch.get_num_threads())
+    if n not in _CPU:
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            a = torch.randn(512, 512)
+            torch.mm(a, a)
+            torch.mm(a, a)
+            rates = []
+            for _ in range(CALIBRATION_BURSTS):
+                t0, k = time.perf_counter(), 0
+                while time.perf_counter() - t0 < 0.03:
+                    torch.mm(a, a)
+                    k += 1
+                rates.append(2 * 512**3 * k / (time.perf_counter() - t0))
+        finally:
+            torch.set_num_threads(old)
+        med = statistics.median(rates)
+        _CPU[n] = CpuCalibration(med, (max(rates) - min(rates)) / med, n, CALIBRATION_BURSTS)
+    return _CPU[n]
 
 
 def cpu_peak_flops() -> float:
-    """This machine's float32 matmul FLOP/s on the current thread count (timed 512^3 GEMMs)."""
-    global _CPU_PEAK
-    if _CPU_PEAK is None:
-        a = torch.randn(512, 512)
-        torch.mm(a, a)
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < 0.2:
-            torch.mm(a, a)
-            n += 1
-        _CPU_PEAK = 2 * 512**3 * n / (time.perf_counter() - t0)
-    return _CPU_PEAK
+    """This machine's float32 matmul FLOP/s on the current thread count (:func:`cpu_calibration`)."""
+    return cpu_calibration().flops
 
 
 def sustained_flops(device: str, mfu: float | None = None) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import sysconfig
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -69,6 +69,7 @@ class Plan:
     table: pd.DataFrame
     launch: dict[str, Any]
     device: dict[str, Any] = field(default_factory=dict)  # name, peak, mfu, rate, how
+    estimate: dict[str, Any] = field(default_factory=dict)  # runs {run_id: s}, wall_s, ... (runtime.py)
 
     def summary(self) -> str:
         cols = ["family", "size", "P", "n_concepts", "M", "M_head", "C_target", "D", "steps", "C_err_pct",
@@ -92,9 +93,17 @@ class Plan:
         if dev.get("name") and dev["name"] != "cpu":
             lines.append(f"estimated {total / 3600:,.0f} {dev['name'].upper()}-hours at {dev['mfu']:.0%} MFU "
                          f"({dev['peak'] / 1e12:.0f} TFLOP/s dense bf16 peak; runtime counts LM-head FLOPs)")
+        elif dev.get("name") == "cpu":
+            lines.append(f"estimated total {_fmt_seconds(total)} of training steps ({dev['how']}; median of "
+                         f"timed steps, spread up to {self.estimate.get('max_spread', 0.0):.0%})")
         else:
             lines.append(f"estimated total {_fmt_seconds(total)} at {dev.get('rate', float('nan')):.3g} FLOP/s "
                          f"({dev.get('how', 'given')})")
+        if self.estimate:
+            e = self.estimate
+            lines.append(f"estimated sweep wall time {_fmt_seconds(e['wall_s'])}: every run with its anneal "
+                         f"branches, evaluation and fixed costs ({_fmt_seconds(sum(e['runs'].values()))} in all), "
+                         f"{e['max_parallel']} job(s) at a time, {e['runs_per_job']} run(s) per job")
         return "\n".join(lines)
 
 
@@ -116,11 +125,15 @@ def machine_flops_per_s(efficiency: float = 0.3) -> float:
 
 def data_concept_count(source: dict) -> int | None:
     """Concepts a data source states it will give the model (training uses the data's count),
-    without building it: a synthetic corpus's explicit ``n_concepts``, the cards of a
-    ``concepts`` file; None when the source does not say."""
+    without building it: a synthetic corpus's explicit ``n_concepts``, prepared data's
+    (meta.json), the cards of a ``concepts`` file; None when the source does not say."""
     kind = source.get("kind", "synthetic")
     if kind == "synthetic":
         return int(source["n_concepts"]) if "n_concepts" in source else None
+    if kind == "prepared":
+        from interpscale.data.loaders import describe
+
+        return describe(source.get("path") or "").n_concepts
     if source.get("concepts"):
         from interpscale.data.corpus import read_concepts
 
@@ -131,12 +144,235 @@ def data_concept_count(source: dict) -> int | None:
     return None
 
 
+def data_vocab_size(source: dict) -> int | None:
+    """The tokenizer vocabulary a data source fixes, without preparing it: prepared data's
+    (meta.json, through ``data.describe``), a given tokenizer file's; None when the
+    tokenizer is still to be trained (its size is then the training ``vocab_size``)."""
+    try:
+        if source.get("kind") == "prepared":
+            from interpscale.data.loaders import describe
+
+            return describe(source.get("path") or "").vocab_size
+        if source.get("tokenizer"):
+            from interpscale.data.tokenizer import load_tokenizer
+
+            return load_tokenizer(source["tokenizer"]).get_vocab_size()
+    except OSError as exc:
+        raise ValueError(f"data {source.get('path') or source.get('tokenizer')!r}: {exc}") from exc
+    return None
+
+
+VOCAB_RANGE = (256, 32_768)  # the default vocabulary's bounds (docs/planning.md)
+
+
+def default_vocab_size(g: "_Grid") -> int:
+    """The vocabulary a plan trains when neither the preset nor the data sets one: the
+    largest power of two V with V·d ≤ P for the largest planned model (its embedding no
+    bigger than its non-embedding part, so the LM head does not dominate the small
+    models' compute), within ``VOCAB_RANGE``."""
+    from interpscale.models import params_nonembedding
+    from interpscale.models.config import make_config
+
+    best = 0.0
+    for size in g.sizes:
+        base, kw = g.size_args(size)
+        kw = {k: v for k, v in kw.items() if k != "vocab_size"}
+        for family in g.families:
+            d = make_config(family, base, **kw).d_model
+            best = max(best, params_nonembedding(family, base, **kw) / d)
+    v = 2 ** int(math.floor(math.log2(max(best, 1.0))))
+    return int(min(max(v, VOCAB_RANGE[0]), VOCAB_RANGE[1]))
+
+
 def lm_head_flops(family: str, size: str, **overrides: Any) -> float:
     """Forward + backward FLOPs per token of the d x V LM head (2dV + 4dV), which Eq. 23 leaves out."""
     from interpscale.models.config import make_config
 
     cfg = make_config(family, size, **overrides)
     return 6.0 * cfg.d_model * cfg.vocab_size
+
+
+@dataclass
+class _Grid:
+    """A plan's resolved options (explicit arguments over the preset's values)."""
+
+    families: list[str]
+    slices: dict[str, list[float]]
+    sizes: list[str]
+    explicit_sizes: bool
+    seq_len: int
+    batch_tokens: int
+    tolerance: float
+    window: tuple[float, float]
+    max_sizes: int | None
+    overrides: dict[str, Any]
+    custom: dict[str, dict]
+    train: dict[str, Any]
+    data: dict[str, Any]
+    launch: dict[str, Any]
+
+    def size_args(self, size: str) -> tuple[str, dict]:
+        """(the SIZES preset ``size`` is built from, its model overrides)."""
+        if size in self.custom:
+            c = self.custom[size]
+            return c["base"], {**self.overrides, **{k: v for k, v in c.items() if k != "base"}}
+        return size, self.overrides
+
+
+def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
+          max_sizes_per_slice, size_presets, train) -> _Grid:
+    """Resolve and check a plan's options; every bad one raises ``ValueError`` naming it."""
+    from interpscale import paper
+    from interpscale.models import FAMILIES, SIZES
+
+    p = dict(cfg.get("plan", {}))
+    train_kw = {**cfg.get("train", {}), **train}
+    bad = set(train_kw) - _TRAIN_KEYS
+    if bad:
+        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(_TRAIN_KEYS)}")
+    g = _Grid(families=list(families or p.get("families") or []), slices={}, sizes=list(sizes or p.get("sizes") or []),
+              explicit_sizes=sizes is not None, seq_len=int(seq_len or p.get("seq_len", paper.SEQ_LEN)),
+              batch_tokens=int(batch_tokens or p.get("batch_tokens", paper.BATCH_TOKENS)),
+              tolerance=float(tolerance if tolerance is not None else p.get("tolerance", paper.SLICE_TOLERANCE)),
+              window=tuple(tokens_per_param or p.get("tokens_per_param", (0.0, math.inf))),
+              max_sizes=int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None,
+              overrides=dict(cfg.get("model", {})), train=train_kw,
+              custom={k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()},
+              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})))
+    slices = slices if slices is not None else p.get("slices")
+    if not g.families:
+        raise ValueError("no families to plan (pass families=... or a preset)")
+    for f in g.families:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
+    for name, c in g.custom.items():
+        if c.get("base") not in SIZES:
+            raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
+    for s in g.sizes:
+        if s not in SIZES and s not in g.custom:
+            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES) + sorted(g.custom)}")
+    if not g.sizes:
+        raise ValueError("no sizes to plan (pass sizes=... or a preset)")
+    if slices is None:
+        raise ValueError("no slice targets (pass slices=... or a preset)")
+    if g.batch_tokens % g.seq_len:
+        raise ValueError(f"batch_tokens={g.batch_tokens} is not a multiple of seq_len={g.seq_len}")
+    if not 0 < g.tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {g.tolerance}")
+    g.slices = {f: [float(c) for c in (slices[f] if isinstance(slices, dict) else slices)] for f in g.families
+                if not isinstance(slices, dict) or f in slices}
+    missing = [f for f in g.families if f not in g.slices]
+    if missing:
+        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
+    return g
+
+
+def _data_fields(g: _Grid) -> dict[str, int]:
+    """What the data decides of the models the plan prices (its concept count, the training
+    vocabulary), checked against ``[model]`` before anything trains."""
+    from interpscale.models import FAMILIES
+
+    n_data, v_data = data_concept_count(g.data), data_vocab_size(g.data)
+    where = "the prepared data (meta.json)" if g.data.get("kind") == "prepared" else "the data source"
+    if n_data is not None and "n_concepts" in g.overrides and int(g.overrides["n_concepts"]) != n_data:
+        raise ValueError(f"[model] n_concepts = {g.overrides['n_concepts']} but {where} has {n_data} "
+                         f"concepts; training uses the data's count, so the plan would price another model")
+    if n_data is None and any(FAMILIES[f].is_concept for f in g.families):
+        log.warning("the data source does not state its concept count; concept modules are priced at the "
+                    "model's n_concepts, while training uses however many concepts the data has")
+    vocab = g.train.get("vocab_size", g.overrides.get("vocab_size"))
+    if v_data is not None and vocab is not None and int(vocab) < v_data:
+        raise ValueError(f"vocab_size = {vocab} but the tokenizer of {where} has {v_data} tokens; "
+                         f"the model's vocabulary must hold every token (set [train] vocab_size >= {v_data})")
+    if vocab is None:  # the model's vocabulary is the data's when it has one, else the rule's
+        vocab = v_data if v_data is not None else default_vocab_size(g)
+        g.train["vocab_size"] = int(vocab)
+    return {**({"n_concepts": n_data} if n_data is not None else {}), "vocab_size": int(vocab)}
+
+
+def _rate(g: _Grid, device: str | None, flops_per_s: float | None, mfu: float | None) -> tuple[float | None, dict]:
+    """(sustained FLOP/s, or None on the CPU where steps are timed; the device record)."""
+    from interpscale.orchestration.devices import PLAN_DEVICES, sustained_flops
+
+    device = device or ("h100" if g.launch.get("gpus_per_node") else "cpu")
+    if flops_per_s:
+        return float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
+    if device == "cpu":
+        from interpscale.orchestration.devices import cpu_calibration
+
+        cal = cpu_calibration(int(g.launch.get("threads_per_job", 1)))
+        u = sustained_flops("cpu", mfu)[1]  # the FLOP rate of steps too large to time (runtime.py)
+        return None, {"name": "cpu", "peak": cal.flops, "mfu": u, "rate": cal.flops * u, "spread": cal.spread,
+                      "threads": cal.threads, "how": f"cpu, training steps timed on {cal.threads} thread(s)"}
+    rate, u = sustained_flops(device, mfu)
+    return rate, {"name": device, "peak": PLAN_DEVICES[device]["peak"], "mfu": u, "rate": rate, "how": device}
+
+
+def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
+    """One (family, slice, size) point: its price (Eq. 23/24, the LM head), D and status."""
+    from interpscale.models import FAMILIES, flops_per_token, params_nonembedding
+    from interpscale.models.config import make_config
+
+    base, kw = g.size_args(size)
+    kw_priced = {**kw, **priced}  # as trained: the data's concepts, the training vocabulary
+    P = params_nonembedding(family, base, **kw_priced)
+    M = flops_per_token(family, base, g.seq_len, **kw_priced)
+    head = lm_head_flops(family, base, **kw_priced)
+    n_concepts = make_config(family, base, **kw_priced).n_concepts if FAMILIES[family].is_concept else 0
+    steps = round(c_target / M / g.batch_tokens)
+    D = steps * g.batch_tokens
+    err = (M * D - c_target) / c_target
+    tpp = D / P
+    status = "ok"
+    if steps < 1:
+        status = f"infeasible: D={c_target / M:.3g} < one batch ({g.batch_tokens})"
+    elif abs(err) > g.tolerance:
+        status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * g.tolerance:.0f}%)"
+    elif not g.explicit_sizes and not g.window[0] <= tpp <= g.window[1]:
+        status = f"skipped: D/P={tpp:.3g} outside {g.window}"
+    return dict(family=family, size=size, P=P, n_concepts=n_concepts, M=M, M_head=head, C_target=c_target, D=D,
+                steps=steps, C_achieved=M * D, C_err_pct=100 * err, tokens_per_param=tpp, C_with_head=(M + head) * D,
+                est_runtime_s=math.nan, est_run_s=math.nan, status=status)
+
+
+def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
+    """The slice's planned points: the feasible ones, at most ``max_sizes`` closest in log
+    D/P to the window's centre (the others marked skipped)."""
+    ok = [r for r in cands if r["status"] == "ok"]
+    if g.max_sizes and len(ok) > g.max_sizes:
+        centre = math.sqrt(max(g.window[0], 1e-9) * g.window[1]) if math.isfinite(g.window[1]) else 20.0
+        ok.sort(key=lambda r: abs(math.log(r["tokens_per_param"] / centre)))
+        for r in ok[g.max_sizes:]:
+            r["status"] = f"skipped: more than {g.max_sizes} sizes in slice"
+        ok = ok[:g.max_sizes]
+    if not ok and strict and cands:
+        raise ValueError(f"{cands[0]['family']}: no size fits slice C={cands[0]['C_target']:.3g} "
+                         f"(sizes {g.sizes}; {[r['status'] for r in cands]})")
+    return ok
+
+
+def _price_time(g: _Grid, rows: list[dict], runs: dict[int, RunSpec], rate: float | None, priced: dict) -> dict:
+    """Fill ``est_runtime_s`` (the main run's training steps) and ``est_run_s`` (the whole
+    run: anneal branches, evaluation, fixed costs; ``orchestration.runtime``) of each row;
+    returns the plan's estimate record."""
+    from interpscale.orchestration import runtime
+
+    per_run, spreads = {}, []
+    for i, r in enumerate(rows):
+        if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
+            continue
+        base, kw = g.size_args(r["size"])
+        st = runtime.step_time(r["family"], base, g.seq_len, g.batch_tokens, flops_per_token=r["M"] + r["M_head"],
+                               rate=rate, threads=int(g.launch.get("threads_per_job", 1)), **{**kw, **priced})
+        r["est_runtime_s"] = st.seconds * r["steps"]
+        if i in runs:
+            r["est_run_s"] = per_run[runs[i].run_id] = runtime.run_seconds(runs[i], st)
+            spreads.append(st.spread)
+    prepare_s = runtime.prepare_seconds(g.data)
+    wall = runtime.sweep_seconds(list(per_run.values()), max_parallel=int(g.launch.get("max_parallel", 1)),
+                                 runs_per_job=int(g.launch.get("runs_per_job", 1)), prepare_s=prepare_s)
+    return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "max_spread": max(spreads, default=0.0),
+            "max_parallel": int(g.launch.get("max_parallel", 1)), "runs_per_job": int(g.launch.get("runs_per_job", 1))}
 
 
 def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | None = None,
@@ -151,140 +387,40 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     dict.  ``sizes`` given explicitly are all planned (infeasible ones flagged); when
     taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
     ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  ``size_presets``
-    adds named sizes to the preset's ``[size_presets]`` (e.g. the adaptive sweep's ladder).  With ``strict``
-    a slice left with no feasible size raises ``ValueError``.
+    adds named sizes to the preset's ``[size_presets]`` (e.g. the adaptive sweep's ladder).
+    With ``strict`` a slice left with no feasible size raises ``ValueError``.
 
-    Models are priced as trained: the data source's concept count (``data_concept_count``)
-    and the training vocabulary.  Runtime is (Eq. 23/24 + LM-head FLOPs) / (``device``'s
-    dense bf16 peak x ``mfu``); ``device`` is ``h100 | a100 | cpu`` (cpu: a timed matmul),
-    defaulting to h100 for presets launched on GPUs and cpu otherwise; ``flops_per_s``
-    overrides the rate.
+    Models are priced as trained: the data's concept count and vocabulary (read from
+    prepared data's meta.json, a concepts file or a tokenizer file, and checked against
+    ``[model]`` here, before anything trains; with no vocabulary given, the data's, else
+    :func:`default_vocab_size`).  Runtime (``orchestration.runtime``): on the CPU each
+    planned (family, size) training step is timed; on ``device`` ``h100 | a100`` (the
+    default for presets launched on GPUs) or at ``flops_per_s``, a step is (Eq. 23/24 +
+    LM-head FLOPs) x batch tokens / (dense bf16 peak x ``mfu``).  ``est_runtime_s`` is
+    the main run's training steps; ``est_run_s`` adds the anneal branches, evaluation and
+    fixed costs; ``Plan.estimate`` holds the sweep's wall time.
     """
-    from interpscale import paper
-    from interpscale.models import FAMILIES, SIZES, flops_per_token, params_nonembedding
-    from interpscale.models.config import make_config
-
     cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
-    p = dict(cfg.get("plan", {}))
-    explicit_sizes = sizes is not None
-    families = list(families or p.get("families") or [])
-    slices = slices if slices is not None else p.get("slices")
-    sizes = list(sizes or p.get("sizes") or [])
-    seq_len = int(seq_len or p.get("seq_len", paper.SEQ_LEN))
-    batch_tokens = int(batch_tokens or p.get("batch_tokens", paper.BATCH_TOKENS))
-    tolerance = float(tolerance if tolerance is not None else p.get("tolerance", paper.SLICE_TOLERANCE))
-    window = tuple(tokens_per_param or p.get("tokens_per_param", (0.0, math.inf)))
-    max_sizes = int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None
-    overrides = dict(cfg.get("model", {}))
-    train_kw = {**cfg.get("train", {}), **train}
-    bad = set(train_kw) - _TRAIN_KEYS
-    if bad:
-        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(_TRAIN_KEYS)}")
-    data = dict(cfg.get("data", {"kind": "synthetic"}))
-    n_data = data_concept_count(data)
-    if n_data is not None and "n_concepts" in overrides and int(overrides["n_concepts"]) != n_data:
-        raise ValueError(f"[model] n_concepts = {overrides['n_concepts']} but the data source has {n_data} "
-                         f"concepts; training uses the data's count, so the plan would price another model")
-    if n_data is None and any(FAMILIES[f].is_concept for f in families if f in FAMILIES):
-        log.warning("the data source does not state its concept count; concept modules are priced at the "
-                    "model's n_concepts, while training uses however many concepts the data has")
-    priced = {**({"n_concepts": n_data} if n_data is not None else {}),
-              **({"vocab_size": int(train_kw["vocab_size"])} if "vocab_size" in train_kw else {})}
-
-    if not families:
-        raise ValueError("no families to plan (pass families=... or a preset)")
-    for f in families:
-        if f not in FAMILIES:
-            raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
-    custom = {k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()}
-    for name, c in custom.items():
-        if c.get("base") not in SIZES:
-            raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
-    for s in sizes:
-        if s not in SIZES and s not in custom:
-            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES) + sorted(custom)}")
-
-    def size_args(size: str) -> tuple[str, dict]:
-        if size in custom:
-            c = custom[size]
-            return c["base"], {**overrides, **{k: v for k, v in c.items() if k != "base"}}
-        return size, overrides
-    if not sizes:
-        raise ValueError("no sizes to plan (pass sizes=... or a preset)")
-    if slices is None:
-        raise ValueError("no slice targets (pass slices=... or a preset)")
-    if batch_tokens % seq_len:
-        raise ValueError(f"batch_tokens={batch_tokens} is not a multiple of seq_len={seq_len}")
-    if not 0 < tolerance < 1:
-        raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
-    per_family = {f: list(slices[f] if isinstance(slices, dict) else slices) for f in families
-                  if not isinstance(slices, dict) or f in slices}
-    missing = [f for f in families if f not in per_family]
-    if missing:
-        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
-    from interpscale.orchestration.devices import PLAN_DEVICES, sustained_flops
-
-    launch_cfg = dict(cfg.get("launch", {}))
-    device = device or ("h100" if launch_cfg.get("gpus_per_node") else "cpu")
-    if flops_per_s:
-        rate, dev_info = float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
-    else:
-        rate, u = sustained_flops(device, mfu)
-        dev_info = {"name": device, "peak": PLAN_DEVICES[device]["peak"] if device != "cpu" else rate / u,
-                    "mfu": u, "rate": rate, "how": f"{device}, {u:.0%} of a timed matmul" if device == "cpu"
-                    else f"{device}"}
-
-    rows, runs = [], []
-    for family in families:
-        for c_target in per_family[family]:
-            c_target = float(c_target)
+    g = _grid(cfg, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
+              tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
+              size_presets=size_presets, train=train)
+    priced = _data_fields(g)
+    rate, dev_info = _rate(g, device, flops_per_s, mfu)
+    rows: list[dict] = []
+    runs: dict[int, RunSpec] = {}  # row index -> its RunSpec
+    for family in g.families:
+        for c_target in g.slices[family]:
             if not c_target > 0:
                 raise ValueError(f"{family}: slice target must be positive, got {c_target}")
-            cands = []
-            for size in sizes:
-                base, kw = size_args(size)
-                kw_priced = {**kw, **priced}  # as trained: the data's concepts, the training vocabulary
-                P = params_nonembedding(family, base, **kw_priced)
-                M = flops_per_token(family, base, seq_len, **kw_priced)
-                head = lm_head_flops(family, base, **kw_priced)
-                n_concepts = make_config(family, base, **kw_priced).n_concepts if FAMILIES[family].is_concept else 0
-                steps = round(c_target / M / batch_tokens)
-                D = steps * batch_tokens
-                achieved = M * D
-                err = (achieved - c_target) / c_target
-                tpp = D / P
-                status = "ok"
-                if steps < 1:
-                    status = f"infeasible: D={c_target / M:.3g} < one batch ({batch_tokens})"
-                elif abs(err) > tolerance:
-                    status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * tolerance:.0f}%)"
-                elif not explicit_sizes and not window[0] <= tpp <= window[1]:
-                    status = f"skipped: D/P={tpp:.3g} outside {window}"
-                cands.append(dict(family=family, size=size, P=P, n_concepts=n_concepts, M=M, M_head=head,
-                                  C_target=c_target, D=D, steps=steps, C_achieved=achieved, C_err_pct=100 * err,
-                                  tokens_per_param=tpp, C_with_head=(M + head) * D,
-                                  est_runtime_s=(M + head) * D / rate if steps else math.nan, status=status))
-            ok = [r for r in cands if r["status"] == "ok"]
-            if max_sizes and len(ok) > max_sizes:
-                centre = math.sqrt(max(window[0], 1e-9) * window[1]) if math.isfinite(window[1]) else 20.0
-                ok.sort(key=lambda r: abs(math.log(r["tokens_per_param"] / centre)))
-                for r in ok[max_sizes:]:
-                    r["status"] = f"skipped: more than {max_sizes} sizes in slice"
-                ok = ok[:max_sizes]
-            if not ok and strict:
-                raise ValueError(f"{family}: no size fits slice C={c_target:.3g} "
-                                 f"(sizes {sizes}; {[r['status'] for r in cands]})")
+            cands = [_candidate(g, family, size, c_target, priced) for size in g.sizes]
+            first = len(rows)
             rows.extend(cands)
-            for r in ok:
-                runs.append(RunSpec(family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"],
-                                    params=r["P"], tokens=r["D"], seq_len=seq_len, batch_tokens=batch_tokens,
-                                    flops_per_token=r["M"], base_size=size_args(r["size"])[0] if r["size"] in custom
-                                    else "", model_overrides=size_args(r["size"])[1], data=data, **train_kw))
-    return Plan(runs=runs, table=pd.DataFrame(rows), launch=launch_cfg, device=dev_info)
-
-
-def specs_table(runs: Iterable[RunSpec]) -> pd.DataFrame:
-    """One row per RunSpec with the results-table column names (plus run_id, steps)."""
-    return pd.DataFrame([{"run_id": r.run_id, "family": r.family, "size": r.size, "slice_flops": r.slice_flops,
-                          "flops": r.flops, "params": r.params, "tokens": r.tokens, "seq_len": r.seq_len,
-                          "steps": r.steps} for r in runs])
+            for r in _choose(g, cands, strict):
+                base, kw = g.size_args(r["size"])
+                runs[first + next(i for i, c in enumerate(cands) if c is r)] = RunSpec(
+                    family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
+                    tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],
+                    base_size=base if r["size"] in g.custom else "", model_overrides=kw, data=g.data, **g.train)
+    estimate = _price_time(g, rows, runs, rate, priced)
+    return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
+                estimate=estimate)

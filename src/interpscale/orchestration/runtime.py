@@ -1,0 +1,193 @@
+"""The planner's runtime estimate, and the same estimate set against a finished sweep.
+
+A run's time is priced as
+
+    t_run = n_train · t_step + n_eval · eval_batches · f_eval · t_step + RUN_FIXED_S
+
+with ``n_train`` the optimizer steps of every segment (the main run and each reservoir
+anneal branch, App. I), ``n_eval`` the checkpoints evaluated, ``f_eval`` the cost of one
+evaluation batch relative to one training step, and ``RUN_FIXED_S`` what every run pays
+whatever its size (building the model, its run directory, TensorBoard, checkpoint writes,
+loading the validation batches).  A sweep adds ``JOB_START_S`` per job (a fresh Python
+process importing torch) and, when the data is not prepared yet, its preparation; jobs
+run ``max_parallel`` at a time, so its wall time is the larger of (total work /
+max_parallel) and its longest job.
+
+``t_step`` on the CPU is *timed*: one real training step of the planned family and size
+at the planned batch, ``TIMED_STEPS`` times after ``WARMUP_STEPS`` warm-up steps, on the
+thread count each job will use; the median is the estimate and (max - min) / median its
+stated spread.  Timings are cached per process.  A step too large to time quickly (more
+than ``MAX_TIMED_FLOPS``) and every GPU step is priced by FLOPs instead: (Eq. 23/24 + LM
+head) x batch tokens / the device's sustained rate.  The constants were measured on the
+machine that wrote benchmarks/README.md ("runtime estimate").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+WARMUP_STEPS = 2
+TIMED_STEPS = 5
+MAX_TIMED_FLOPS = 2e10  # per timed step (~1 s on one CPU core); larger steps are priced by FLOPs
+RUN_FIXED_S = 0.5  # per run: build, run directory, TensorBoard, checkpoint writes, validation batches
+JOB_START_S = 6.0  # per job: a fresh interpreter importing torch and interpscale, the first run's set-up
+EVAL_STEP_FRACTION = 1.3  # one evaluation batch (forward, estimator and interp passes, bytes) / one step
+PREPARE_S_PER_DOC = 2e-3  # preparing a synthetic corpus (generation, BPE, shards), per document
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per optimizer step: ``seconds`` (median), ``spread`` ((max - min) / median of
+    the timed steps, 0 when priced by FLOPs) and ``how`` (``"timed"`` or ``"flops"``)."""
+
+    seconds: float
+    spread: float = 0.0
+    how: str = "flops"
+
+
+_TIMED: dict[str, StepTime] = {}
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _synthetic_batch(model: torch.nn.Module, rows: int, seq_len: int, concept: bool):
+    """A [rows, seq_len] batch of random tokens; for a concept family, chunks of 8 tokens
+    with random multi-hot labels (the shapes and work of a real batch)."""
+    from interpscale.models.types import Batch
+
+    cfg = model.config
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, int(cfg.vocab_size), (rows, seq_len), generator=g)
+    n = int(getattr(cfg, "n_concepts", 0) or 0)
+    if not (concept and n):
+        return Batch(tokens)
+    ids = (torch.arange(seq_len) // 8).expand(rows, seq_len).contiguous()
+    labels = (torch.rand(rows, -(-seq_len // 8), n, generator=g) < 0.2).float()
+    return Batch(tokens, ids, labels, torch.ones(rows, seq_len, dtype=torch.bool))
+
+
+def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, threads: int | None = 1,
+              **overrides: Any) -> StepTime:
+    """Median seconds of one real training step (forward, backward, clipping, AdamW) of
+    ``family``/``size`` at ``batch_tokens`` / ``seq_len`` rows, on ``threads`` threads."""
+    key = json.dumps([family, size, seq_len, batch_tokens, threads, overrides], sort_keys=True, default=str)
+    if key in _TIMED:
+        return _TIMED[key]
+    from interpscale.models import build_model, get_family
+    from interpscale.models.types import PhaseSchedule
+
+    with _threads(threads):
+        torch.manual_seed(0)
+        model = build_model(family, size, **overrides)
+        if hasattr(model, "set_phase"):
+            model.set_phase(PhaseSchedule("stable", max_steps=1000))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        batch = _synthetic_batch(model, batch_tokens // seq_len, seq_len, get_family(family).is_concept)
+        times = []
+        for i in range(WARMUP_STEPS + TIMED_STEPS):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            model.loss(batch, i).total.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            times.append(time.perf_counter() - t0)
+    timed = times[WARMUP_STEPS:]
+    med = statistics.median(timed)
+    _TIMED[key] = StepTime(med, (max(timed) - min(timed)) / med, "timed")
+    return _TIMED[key]
+
+
+def step_time(family: str, size: str, seq_len: int, batch_tokens: int, *, flops_per_token: float,
+              rate: float | None, threads: int | None = 1, **overrides: Any) -> StepTime:
+    """Seconds per step: timed on the CPU when ``rate`` is None and the step is small enough
+    (see the module docstring), else ``flops_per_token`` x ``batch_tokens`` / ``rate``."""
+    flops = flops_per_token * batch_tokens
+    if rate is None and flops <= MAX_TIMED_FLOPS:
+        return time_step(family, size, seq_len, batch_tokens, threads=threads, **overrides)
+    if rate is None:
+        from interpscale.orchestration.devices import sustained_flops
+
+        rate = sustained_flops("cpu")[0]
+    return StepTime(flops / rate)
+
+
+def run_seconds(spec, step: StepTime) -> float:
+    """Estimated seconds to train and evaluate ``spec`` (the formula in the module docstring)."""
+    from interpscale.orchestration.schedule import reservoir_steps, segments
+
+    segs = segments(spec)
+    n_train = sum(s.length for s in segs)
+    n_eval = len(segs) - 1 + len(set(reservoir_steps(spec)) | {spec.stable_steps})
+    return step.seconds * (n_train + n_eval * spec.eval_batches * EVAL_STEP_FRACTION) + RUN_FIXED_S
+
+
+def sweep_seconds(run_s: Sequence[float], *, max_parallel: int = 1, runs_per_job: int = 1,
+                  prepare_s: float = 0.0) -> float:
+    """Wall time of a sweep of runs taking ``run_s`` seconds each, packed ``runs_per_job``
+    to a job, ``max_parallel`` jobs at a time (longest first, as ``launch`` packs them)."""
+    if not run_s:
+        return 0.0
+    n_jobs = max(1, -(-len(run_s) // max(1, runs_per_job)))
+    loads = [0.0] * n_jobs
+    for t in sorted(run_s, reverse=True):
+        loads[loads.index(min(loads))] += t
+    loads = [x + JOB_START_S for x in loads]
+    return prepare_s + max(sum(loads) / max(1, min(max_parallel, n_jobs)), max(loads))
+
+
+def prepare_seconds(data: dict) -> float:
+    """Time to prepare a synthetic corpus (0 for data already prepared)."""
+    if data.get("kind", "synthetic") != "synthetic":
+        return 0.0
+    return PREPARE_S_PER_DOC * int(data.get("n_docs", 1000))
+
+
+def measured_seconds(run_dir: str | Path) -> float | None:
+    """A finished run's wall time: from its first start to its last write (status or
+    results: training plus evaluation); None when it has not finished."""
+    from interpscale.orchestration.rundir import read_status
+
+    d = Path(run_dir)
+    st = read_status(d)
+    if st.get("state") != "done" or "started" not in st:
+        return None
+    end = max([st.get("finished", st["started"])] +
+              [p.stat().st_mtime for p in (d / "results.parquet",) if p.exists()])
+    return end - float(st["started"])
+
+
+def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: Sequence[str | Path] = ()) -> str:
+    """One line: the plan's estimate of a sweep against what it took (``estimate`` as
+    written by :meth:`Plan.estimate`: ``wall_s`` and ``runs`` {run_id: seconds})."""
+    est = float(estimate.get("wall_s", math.nan))
+    line = (f"runtime: estimated {_fmt(est)}, measured {_fmt(measured_wall_s)} "
+            f"(measured/estimated {measured_wall_s / est:.2f})" if est > 0 else
+            f"runtime: measured {_fmt(measured_wall_s)} (no estimate)")
+    per_run = [(measured_seconds(d), estimate.get("runs", {}).get(Path(d).name)) for d in run_dirs]
+    ratios = [m / e for m, e in per_run if m and e]
+    if ratios:
+        line += f"; per run measured/estimated median {statistics.median(ratios):.2f} " \
+                f"[{min(ratios):.2f}, {max(ratios):.2f}] over {len(ratios)} runs"
+    return line
+
+
+def _fmt(s: float) -> str:
+    return f"{s:.0f} s" if s < 600 else f"{s / 60:.1f} min"
