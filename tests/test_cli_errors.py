@@ -61,6 +61,7 @@ CASES = [
     (["forecast", "record", "{d}/yesno.csv", "--target-compute", "1e22"], "line 2"),
     (["forecast", "record", "{d}/header.csv", "--target-compute", "-5"], "target"),
     (["forecast", "check", "nope", "--observed", "2.7", "--registry", "{d}/registry.jsonl"], "nope"),
+    (["concepts", "check", "{d}/missing-concepts", "--truth", "{d}/empty.jsonl"], "missing-concepts"),
 ]
 
 
@@ -118,3 +119,102 @@ def test_fit_warnings_are_printed_once(tmp_path):
     assert len(msgs) == len(set(msgs)), r.stderr  # each once, not also as a py.warnings echo
     assert sum("best fit is flat" in m for m in msgs) == 1, r.stderr  # a ScalingFitWarning, logged once
     assert "RuntimeWarning" not in r.stderr and "Traceback" not in r.stderr
+
+
+# Issue 29.6: each edge case ends in a named message (file, column, line as in the file) and the
+# exit status of its kind: 2 bad input, 1 failed work.
+def _results_csv(path, edit=None):
+    from interpscale.analysis.example_data import example_results
+
+    df = example_results()
+    if edit is not None:
+        edit(df)
+    df.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory):
+    import numpy as np
+
+    d = tmp_path_factory.mktemp("edge")
+    _results_csv(d / "ok.csv")
+    _results_csv(d / "nan.csv", lambda df: df.__setitem__("loss", np.nan))
+    _results_csv(d / "zero.csv", lambda df: df.__setitem__("flops", df["flops"].where(df.index != 3, 0.0)))
+    _results_csv(d / "neg.csv", lambda df: df.__setitem__("slice_flops", df["slice_flops"].where(df.index != 5, -1e18)))
+    cdlm = None
+
+    def inf_in_cdlm(df):
+        nonlocal cdlm
+        cdlm = int(df.index[(df["family"] == "cdlm") & df["annealed"].astype(bool)][4])
+        df.loc[cdlm, "loss"] = np.inf
+
+    _results_csv(d / "inf.csv", inf_in_cdlm)
+    (d / "inf_line").write_text(str(cdlm + 2))  # CSV: data row i is file line i + 2
+    (d / "header.csv").write_text("family,slice_flops,flops,params,tokens,loss,annealed\n")
+    (d / "a-file").write_text("in the way\n")
+    run = d / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "concepts.json").write_text("[]")
+    (run / "tokenizer.json").write_text("{}")
+    (run / "checkpoints" / "step_10.pt").write_bytes(b"PK\x03\x04 truncated")
+    (d / "sweep").mkdir()
+    (d / "sweep" / "sweep.json").write_text('{"runs": ["a", ')
+    return d
+
+
+EDGE_CASES = [  # (argv, exit status, texts the one stderr line must hold)
+    (["fit", "families", "{d}/nan.csv", "--out", "{d}/o1", "--n-boot", "0"], 2,
+     ["nan.csv", "column 'loss' holds no number", "line 2 to line"]),
+    (["fit", "families", "{d}/zero.csv", "--out", "{d}/o2", "--n-boot", "0"], 2,
+     ["zero.csv", "column 'flops', line 5: 0 is not positive"]),
+    (["fit", "families", "{d}/neg.csv", "--out", "{d}/o3", "--n-boot", "0"], 2,
+     ["neg.csv", "column 'slice_flops', line 7: -1e+18 is not positive"]),
+    (["fit", "families", "{d}/inf.csv", "--out", "{d}/o4", "--n-boot", "0", "--family", "cdlm"], 2,
+     ["loss: non-finite value inf at line {inf_line}"]),
+    (["report", "{d}/header.csv", "--out", "{d}/rep", "--no-figures"], 2, ["header.csv", "no rows"]),
+    (["figures", "{d}/header.csv", "--out", "{d}/figs"], 2, ["header.csv", "no rows"]),
+    (["forecast", "record", "{d}/header.csv", "--target-compute", "1e22", "--registry", "{d}/r.jsonl"], 2,
+     ["header.csv", "no rows"]),
+    (["judge", "alignment", "--checkpoint", "{d}/run/checkpoints/step_10.pt"], 2,
+     ["{d}/run/checkpoints/step_10.pt cannot be read", "truncated"]),
+    (["fit", "families", "{d}/ok.csv", "--out", "{d}/a-file", "--n-boot", "0", "--family", "ar"], 2,
+     ["a-file: a file is in the way where a directory is needed"]),
+    (["sweep", "status", "{d}/sweep"], 2, ["{d}/sweep/sweep.json is corrupt"]),
+]
+
+
+@pytest.mark.parametrize("argv,status,texts", EDGE_CASES, ids=[" ".join(a[:3]) for a, _, _ in EDGE_CASES])
+def test_edge_cases_name_the_file_and_exit_with_their_kind(argv, status, texts, edge, capsys):
+    fmt = {"d": edge, "inf_line": (edge / "inf_line").read_text()}
+    code = main([a.format(**fmt) for a in argv])
+    err = capsys.readouterr().err
+    assert code == status, err
+    assert "Traceback" not in err and "Errno" not in err and "internal error" not in err, err
+    for text in texts:
+        assert text.format(**fmt) in err, err
+
+
+def test_forecast_from_an_unidentified_fit_needs_force(tmp_path, capsys):
+    """The joint fit of a family with no irreducible loss does not identify L_inf: its forecast
+    is refused with the reason, and recorded with --force, the flag in its note."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = [{"family": "ar", "slice_flops": C, "flops": C, "params": P, "tokens": C / (6 * P), "annealed": True,
+             "loss": (400 / P**0.34 + 410 / (C / (6 * P))**0.28) * (1 + 0.002 * rng.standard_normal())}
+            for C in (1e17, 1e18, 1e19) for P in np.sqrt(C / 6) * np.geomspace(0.1, 10, 7)]
+    pd.DataFrame(rows).to_csv(tmp_path / "r.csv", index=False)
+    argv = ["forecast", "record", str(tmp_path / "r.csv"), "--target-compute", "1e21", "--method", "joint",
+            "--n-boot", "20", "--registry", str(tmp_path / "f.jsonl")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the joint fit of the family is flagged: not identified" in err and "--force" in err, err
+    assert not (tmp_path / "f.jsonl").exists()
+    assert main([*argv, "--force"]) == 0
+    assert "recorded with --force: FLAGGED: not identified" in capsys.readouterr().err
+    (rec,) = [json.loads(line) for line in (tmp_path / "f.jsonl").read_text().splitlines()]
+    assert rec["note"].startswith("FLAGGED: not identified")

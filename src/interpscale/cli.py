@@ -130,6 +130,9 @@ def _message(exc: BaseException, verbose: int) -> str:
     msg = str(exc) or type(exc).__name__
     if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:  # not "[Errno 17] ..."
         msg = f"{exc.filename}: {exc.strerror[:1].lower()}{exc.strerror[1:]}"
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            msg = (f"{exc.filename}: a file is in the way where a directory is needed (e.g. --out DIR); "
+                   "remove it or pick another path")
     if exit_code(exc) == 2 or isinstance(exc, FailedWork):
         return msg
     return f"internal error: {type(exc).__name__}: {msg}{'' if verbose else ' (rerun with -v for the traceback)'}"

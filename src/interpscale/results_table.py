@@ -24,6 +24,7 @@ NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step"
                    "concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment",
                    "bpb", "bytes")
 BOOLEAN_COLUMNS = ("annealed",)
+POSITIVE_COLUMNS = ("slice_flops", "flops", "params", "tokens")  # > 0 where given (empty: unknown)
 SUFFIXES = (".parquet", ".csv", ".tsv")
 TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
 FALSE = frozenset({"false", "f", "no", "n", "0", "0.0"})
@@ -116,4 +117,37 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
             i = int(bad.to_numpy().nonzero()[0][0])
             raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: {raw.iloc[i]!r} is not a number")
         df[col] = num.astype(float)
+    # every row (and every subset filtered from it) can name itself as in the file: row_label
+    df.attrs["rows"] = {"where": where, "unit": unit, "first": row_offset}
+    for col in POSITIVE_COLUMNS:
+        if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
+            bad = df[col].notna() & ~(df[col] > 0)
+            if bad.any():
+                i = int(bad.to_numpy().nonzero()[0][0])
+                raise ValueError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not positive "
+                                 f"(a run's compute, parameters and tokens are > 0; {int(bad.sum())} such row(s))")
     return df
+
+
+def row_label(table: pd.DataFrame | pd.Series, i: int) -> str:
+    """The ``i``-th row (0-based position) of ``table`` -- which may be a subset filtered from a
+    table :func:`read_results` read -- as the user finds it in the file: ``"line 7"`` (CSV/TSV),
+    ``"row 6"`` (parquet, 1-based); ``"row i"`` for a table that came from elsewhere."""
+    rows = table.attrs.get("rows")
+    if not rows or not isinstance(table.index, pd.Index) or not pd.api.types.is_integer_dtype(table.index):
+        return f"row {i}"
+    return f"{rows['unit']} {int(table.index[i]) + rows['first']}"
+
+
+def require_values(df: pd.DataFrame, column: str) -> None:
+    """ValueError naming the file and ``column`` when the table has no rows, lacks the column,
+    or holds no number in it (every cell empty or NaN): nothing to fit or report."""
+    where = df.attrs.get("rows", {}).get("where", "results table")
+    if not len(df):
+        raise ValueError(f"{where}: the table has a header but no rows; nothing to fit or report")
+    if column not in df.columns:
+        raise ValueError(f"{where}: no column {column!r}; have {list(df.columns)}")
+    finite = pd.to_numeric(df[column], errors="coerce").map(math.isfinite)
+    if not finite.any():
+        raise ValueError(f"{where}: column {column!r} holds no number (all {len(df)} rows are empty, NaN "
+                         f"or infinite, {row_label(df, 0)} to {row_label(df, len(df) - 1)})")

@@ -42,10 +42,16 @@ def expand_run_dirs(paths) -> list[Path]:
 
 
 def load_table(spec: str):
+    """The bundled example table, or the results table at ``spec`` with at least one loss."""
     from interpscale.analysis.example_data import example_results
     from interpscale.analysis.report import load_results
+    from interpscale.results_table import require_values
 
-    return example_results() if spec == "example" else load_results(spec)
+    if spec == "example":
+        return example_results()
+    df = load_results(spec)
+    require_values(df, "loss")
+    return df
 
 
 def run(args: argparse.Namespace) -> int:

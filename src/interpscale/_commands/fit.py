@@ -9,6 +9,8 @@ from pathlib import Path
 
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import given, library_default, literal_choices, option
+from interpscale.results_table import read_results as read_table
+from interpscale.results_table import require_values
 
 VERBS = ("families", "chinchilla")
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
@@ -37,7 +39,11 @@ def _add_families(sub) -> None:
     p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
     p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
                    help="use (non-)annealed rows only")
-    p.add_argument("--target-compute", type=float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22")
+    p.add_argument("--target-compute", type=float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22, and "
+                   "forecast the loss there with every method (the default chosen by backtest)")
+    p.add_argument("--method", metavar="NAME", help="forecast method at --target-compute (joint | isoflop-powerlaw "
+                   "| isoflop-saturating | a registered law; default: the lowest rolling-origin backtest error at "
+                   "the largest extrapolation ratio the table can test)")
     option(p, "--metric", fit_families, "loss", metavar="COL",
            help="column the loss fits use; e.g. a bits-per-byte column to compare families with different "
                 "tokenizers on one scale")
@@ -85,12 +91,6 @@ def _joint_options(args) -> dict:
     return dict(bound_L_inf=args.bound_l_inf, **given(args, "overestimate_penalty"))
 
 
-def read_table(path: Path):
-    from interpscale.results_table import read_results
-
-    return read_results(path)
-
-
 def _chinchilla(args, path: Path) -> int:
     from interpscale.scaling import fit_chinchilla
 
@@ -101,6 +101,7 @@ def _chinchilla(args, path: Path) -> int:
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
+    require_values(df, args.loss)
     if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
         thr = df[args.loss].nlargest(args.drop_highest_loss).min()
         df = df[df[args.loss] < thr]
@@ -143,13 +144,17 @@ def _results(args, path: Path) -> int:
     metric = args.metric or library_default(fit_families, "loss")
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
+    require_values(df, metric)
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
                         target_compute=args.target_compute, loss=metric, groups=_groups(df, args),
-                        joint_options=_joint_options(args),
+                        joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
     atomic_write_text(args.out / "tables.md", fits.to_markdown())
+    for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
+        if f.forecast is not None:
+            sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
     sys.stdout.write(f"wrote {args.out / 'fits.json'} and {args.out / 'tables.md'}\n")
     if args.backtest:
         from interpscale.scaling import backtest

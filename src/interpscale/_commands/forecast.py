@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.fit import read_table
-from interpscale._commands.options import given, option
+from interpscale._commands.options import given, library_default, option, positive_float
+from interpscale.results_table import read_results as read_table
+from interpscale.results_table import require_values
 
 VERBS = ("record", "check", "list")
 DEFAULT_REGISTRY = "forecasts.jsonl"  # in the working directory
@@ -24,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     r = sub.add_parser("record", help="fit a results table and record its forecast for a run not yet made")
     r.add_argument("results", metavar="RESULTS", help="the results table (.parquet or .csv)")
-    r.add_argument("--target-compute", type=float, required=True, help="compute (FLOPs) of the run forecast, e.g. 7.6e22")
+    r.add_argument("--target-compute", type=positive_float, required=True, help="compute (FLOPs) of the run forecast, e.g. 7.6e22")
     r.add_argument("--family", help="the family to fit (needed when the table has several)")
     from interpscale.scaling import FORECAST_METHODS
 
@@ -54,18 +55,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _record(args) -> int:
-    from interpscale.scaling import ForecastLedger, forecast_from_results
-
     from interpscale.errors import UserError
+    from interpscale.scaling import ForecastLedger, forecast_from_results
 
     if (args.params is None) != (args.tokens is None):
         raise UserError("give both --params and --tokens, or neither (compute-optimal allocation)")
     df = read_table(Path(args.results))
+    require_values(df, args.metric or library_default(forecast_from_results, "loss"))
     kw = forecast_from_results(df, target_compute=args.target_compute, family=args.family, params=args.params,
                                tokens=args.tokens, estimator=args.estimator, annealed=args.annealed,
+                               force=args.force,
                                **given(args, "method", "n_boot", "level", "seed", "grid", loss="metric"))
-    fc = ForecastLedger(args.registry).record(note=args.note, **kw)
+    flag = kw.pop("note", "")
+    fc = ForecastLedger(args.registry).record(note=" ".join(filter(None, (flag, args.note))), **kw)
     sys.stdout.write(fc.summary() + f"\nrecorded in {args.registry}\n")
+    if flag:
+        sys.stderr.write(f"interpscale forecast record: recorded with --force: {flag}\n")
     return 0
 
 

@@ -53,3 +53,13 @@ def literal_choices(func: Callable, name: str) -> tuple[str, ...] | None:
     args = [hint] if typing.get_origin(hint) is typing.Literal else list(typing.get_args(hint))
     values = [v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
     return tuple(v for v in values if isinstance(v, str)) or None
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (a compute budget, a count)."""
+    import math
+
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value

@@ -20,6 +20,14 @@ class ScalingFitWarning(UserWarning):
     """Raised (as a Python warning) when a fit did not converge or sits on a boundary."""
 
 
+def _row(values: Any, i: int) -> str:
+    """Row ``i`` of ``values`` as the user finds it in the results file (a column of a table
+    ``read_results`` read keeps its file lines through filtering), else ``row i``."""
+    from interpscale.results_table import row_label
+
+    return row_label(values, i) if hasattr(values, "attrs") and hasattr(values, "index") else f"row {i}"
+
+
 def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool = False) -> np.ndarray:
     """1-D float array; ValueError naming ``name`` and the first bad row otherwise."""
     try:
@@ -32,14 +40,15 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
         bad = ~np.isfinite(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at row {i} ({int(bad.sum())} bad rows)")
+            raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} ({int(bad.sum())} bad rows)")
     if positive:
         bad = ~(arr > 0)
         if allow_nan:
             bad &= ~np.isnan(arr)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at row {i}; a log-scale fit needs values > 0")
+            raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; a log-scale fit "
+                             "needs values > 0")
     return arr
 
 

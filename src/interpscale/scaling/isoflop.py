@@ -305,7 +305,8 @@ def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, windo
     L = as_array(results[loss], loss, positive=True)
     check_duplicates({compute: Cs, params: P, loss: L}, "fit_isoflop")
     if np.unique(Cs).size < 2:
-        raise ValueError(f"fit_isoflop: column {compute!r} has a single slice ({Cs[0]:g}); power laws need >= 2 slices")
+        what = f"a single slice ({Cs[0]:g})" if Cs.size else "no rows"
+        raise ValueError(f"fit_isoflop: column {compute!r} has {what}; power laws need >= 2 slices")
     return Cs, P, L
 
 
