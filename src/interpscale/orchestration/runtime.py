@@ -174,18 +174,36 @@ def measured_seconds(run_dir: str | Path) -> float | None:
     return end - float(st["started"])
 
 
-def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: Sequence[str | Path] = ()) -> str:
-    """One line: the plan's estimate of a sweep against what it took (``estimate`` as
-    written by :meth:`Plan.estimate`: ``wall_s`` and ``runs`` {run_id: seconds})."""
+def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: Sequence[str | Path] = (), *,
+                    max_parallel: int | None = None, runs_per_job: int | None = None,
+                    since: float | None = None) -> str:
+    """One line: the plan's runtime estimate against what the sweep took.  ``estimate`` is
+    ``Plan.estimate``; given the sweep's ``run_dirs`` (and its ``max_parallel`` /
+    ``runs_per_job`` where they differ from the preset's), the wall time is repriced for
+    the runs launched — those that finished after ``since`` (a ``time.time()``), when
+    given — and each such run's measured/estimated ratio is summarised."""
+    from interpscale.orchestration.rundir import read_status
+
+    runs = estimate.get("runs", {})
+    if since is not None:
+        run_dirs = [d for d in run_dirs if float(read_status(Path(d)).get("finished", 0)) >= since]
+    if since is not None and not run_dirs:
+        return f"runtime: measured {_fmt(measured_wall_s)}; no run finished in this launch"
+    names = [Path(d).name for d in run_dirs]
     est = float(estimate.get("wall_s", math.nan))
+    if names and all(n in runs for n in names):
+        est = sweep_seconds([runs[n] for n in names], prepare_s=float(estimate.get("prepare_s", 0.0)),
+                            max_parallel=max_parallel or estimate.get("max_parallel", 1),
+                            runs_per_job=runs_per_job or estimate.get("runs_per_job", 1))
+    if not est > 0:
+        return f"runtime: measured {_fmt(measured_wall_s)} (no estimate)"
     line = (f"runtime: estimated {_fmt(est)}, measured {_fmt(measured_wall_s)} "
-            f"(measured/estimated {measured_wall_s / est:.2f})" if est > 0 else
-            f"runtime: measured {_fmt(measured_wall_s)} (no estimate)")
-    per_run = [(measured_seconds(d), estimate.get("runs", {}).get(Path(d).name)) for d in run_dirs]
-    ratios = [m / e for m, e in per_run if m and e]
+            f"(measured/estimated {measured_wall_s / est:.2f})")
+    ratios = [m / runs[Path(d).name] for d in run_dirs
+              if Path(d).name in runs and (m := measured_seconds(d)) is not None]
     if ratios:
-        line += f"; per run measured/estimated median {statistics.median(ratios):.2f} " \
-                f"[{min(ratios):.2f}, {max(ratios):.2f}] over {len(ratios)} runs"
+        line += (f"; per run measured/estimated median {statistics.median(ratios):.2f} "
+                 f"[{min(ratios):.2f}, {max(ratios):.2f}] over {len(ratios)} runs")
     return line
 
 
