@@ -12,6 +12,8 @@
    the Epoch data (runs labelled by the nearest Chinchilla IsoFLOP budget) and on the bundled
    example table; time of a backtest as a multiple of one fit of each method (same process);
    coverage of 90% prediction intervals on synthetic laws over ``--coverage-seeds`` seeds.
+5. The published laws (``bench_laws.py``; ``--skip-laws`` skips): data-constrained, over-training
+   and ladder fits, their robust start grids and 1,000 bootstrap replicates vs scipy loops.
 
 Usage: .venv/bin/python benchmarks/bench_scaling.py [--full-baseline] [--skip-grid] [--coverage-seeds N]
 """
@@ -79,6 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-boot", type=int, default=10_000)
     ap.add_argument("--skip-grid", action="store_true", help="only the resampling and backtest sections")
     ap.add_argument("--coverage-seeds", type=int, default=30)
+    ap.add_argument("--skip-laws", action="store_true", help="skip the published-law section (bench_laws.py)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)  # overflow in the baseline's wild starts
     logging.getLogger("interpscale.scaling").setLevel(logging.ERROR)  # fit warnings are in the results
@@ -87,6 +90,10 @@ def main(argv=None) -> int:
         grid_and_bootstrap(N, D, L, args)
     resampling(args)
     backtests(N, D, L, args)
+    if not args.skip_laws:  # data-constrained, over-training, ladder: fits and 1,000 replicates vs scipy loops
+        from bench_laws import laws
+
+        laws(argparse.Namespace(n_boot=1000, loop_reps=100))
     return 0
 
 

@@ -109,3 +109,21 @@ def test_epoch_costs_under_a_unique_token_budget():
     assert t.epoch_cost_pct.iloc[1] < 1.0 < t.epoch_cost_pct.iloc[2]
     with pytest.raises(ValueError, match="unique_tokens must be positive"):
         epoch_costs([1e9], [1e10], unique_tokens=0)
+
+
+def test_laws_are_registered_forecast_methods():
+    from interpscale.scaling.forecasting import METHODS, ForecastOptions, get_method
+
+    assert {"overtraining", "ladder", "data-constrained"} <= set(METHODS)
+    N, D, U, L = _synthetic(8.0, 3.0)
+    rows = pd.DataFrame({"params": N, "tokens": D, "unique_tokens": U, "loss": L})
+    o = ForecastOptions(n_boot=20, k=6.0)
+    for name in ("overtraining", "ladder", "data-constrained"):
+        m = get_method(name)
+        fit = m.fit(rows, o)
+        pred, lo, hi = m.predict(fit, 1e21, o)  # at the law's compute-optimal allocation
+        assert lo <= pred <= hi and 1.5 < pred < L.max()
+        pred_run = m.predict(fit, 6 * 3e9 * 1e11, o, 3e9, 1e11)[0]
+        assert np.isfinite(pred_run)
+    with pytest.raises(ValueError, match="unique_tokens"):
+        get_method("data-constrained").fit(rows.drop(columns="unique_tokens"), o)

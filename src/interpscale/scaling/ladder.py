@@ -27,8 +27,8 @@ from scipy.optimize import curve_fit, minimize
 
 from ._base import as_array, check_lengths, check_min_points, emit
 from ._optim import STATUS
-from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
-from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, huber, multistart, to_fit_scale
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, finish_bootstrap, huber, multistart, to_fit_scale
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
 STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
@@ -56,7 +56,8 @@ class SigmoidLaw:
 
     def model(self, theta, X):
         a, x0, k, b = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
-        x = np.asarray(X, float)[None, :]
+        x = np.asarray(X, float)
+        x = x if x.ndim == 2 else x[None, :]  # one row of losses per parameter row, or shared
         s = 1.0 / (1.0 + np.exp(-k * (x - x0)))
         ds = s * (1.0 - s)
         y = a * s + b
@@ -86,41 +87,19 @@ def checkpoint_points(runs, x, y, *, skip_frac: float = 0.1, window: int = 5):
 
 
 @dataclass(frozen=True)
-class TaskLossFit(LawFit):
+class TaskLossFit(NDLawFit):
     """Step 1: L(N, D) = A/N^alpha + B/D^beta + E (``params``: A, B, alpha, beta, E, a, b)."""
 
     def _law(self):
         return TaskLossLaw()
 
-    def _X(self, N, D):
-        N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
-        return (N.reshape(-1), D.reshape(-1)), N.shape
-
-    def predict(self, N, D) -> np.ndarray:
-        X, shape = self._X(N, D)
-        return self._point(X).reshape(shape)
-
-    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
-        X, shape = self._X(N, D)
-        lo, hi = self._band(X, level, noise=True, seed=seed)
-        return lo.reshape(shape), hi.reshape(shape)
-
 
 @dataclass(frozen=True)
-class SigmoidFit(LawFit):
+class SigmoidFit(CurveFit):
     """Step 2: Acc(L) = a / (1 + exp(-k (L - x0))) + b."""
 
     def _law(self):
         return SigmoidLaw()
-
-    def predict(self, task_loss) -> np.ndarray:
-        x = np.asarray(task_loss, float)
-        return self._point(np.atleast_1d(x).ravel()).reshape(x.shape)
-
-    def predict_interval(self, task_loss, level: float | None = None, *, seed: int = 0):
-        x = np.asarray(task_loss, float)
-        lo, hi = self._band(np.atleast_1d(x).ravel(), level, noise=True, seed=seed)
-        return lo.reshape(x.shape), hi.reshape(x.shape)
 
 
 @dataclass(frozen=True)
@@ -162,19 +141,9 @@ class LadderFit:
         return self._need_step2().predict(self.step1.predict(N, D))
 
     def predict_accuracy_interval(self, N, D, level: float | None = None, *, seed: int = 0):
-        """Task-loss draws (step-1 curve + noise) through step-2 draws (paired) plus step-2 noise."""
-        s2 = self._need_step2()
-        X, shape = self.step1._X(N, D)
-        Lw = self.step1._draws(X, noise=True, seed=seed)
-        th = s2.boot if s2.boot is not None and len(s2.boot) else np.array([s2.theta])
-        th = th[np.arange(len(Lw)) % len(th)]
-        a, x0, k, b = th[:, :1], th[:, 1:2], th[:, 2:3], th[:, 3:4]
-        acc = a / (1 + np.exp(-k * (Lw - x0))) + b
-        noise = resample_noise(np.random.default_rng(seed + 1), s2.resid if s2.resid is not None else np.zeros(0),
-                               acc.shape, 4)
-        acc = np.exp(np.log(acc) + noise) if s2.loss == "huber_log" else acc + noise
-        lo, hi = band_from_draws(acc, level or s2.level)
-        return lo.reshape(shape), hi.reshape(shape)
+        """Interval of a new run's accuracy: step-1 task-loss draws (curve + noise) through step-2
+        curves, plus step-2 noise (``lawfit.chained_interval``)."""
+        return chained_interval(self.step1, N, D, self._need_step2(), level, seed=seed)
 
     def to_dict(self) -> dict:
         return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}

@@ -50,11 +50,15 @@ def _fit_overtraining(rows, o):
     return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level, seed=o.seed)
 
 
+def _target(fit, compute, o, params, tokens, coef=("A", "B", "alpha", "beta")):
+    """(params, tokens) of the target: as given, or the law's compute-optimal allocation."""
+    if params is not None and tokens is not None:
+        return params, tokens
+    return optimal_allocation(*(fit.params[c] for c in coef), compute, o.k)
+
+
 def _predict_overtraining(fit, compute, o, params=None, tokens=None):
-    if params is None or tokens is None:
-        p = fit.params
-        params, tokens = optimal_allocation(p["a"], p["B"], p["eta"], p["eta"], compute, o.k)
-    return _interval(fit, params, tokens, o)
+    return _interval(fit, *_target(fit, compute, o, params, tokens, ("a", "B", "eta", "eta")), o)
 
 
 def _fit_ladder(rows, o):
@@ -63,10 +67,7 @@ def _fit_ladder(rows, o):
 
 
 def _predict_ladder(fit, compute, o, params=None, tokens=None):
-    if params is None or tokens is None:
-        p = fit.params
-        params, tokens = optimal_allocation(p["A"], p["B"], p["alpha"], p["beta"], compute, o.k)
-    return _interval(fit, params, tokens, o)
+    return _interval(fit, *_target(fit, compute, o, params, tokens), o)
 
 
 def _fit_data_constrained(rows, o):
@@ -76,9 +77,7 @@ def _fit_data_constrained(rows, o):
 
 
 def _predict_data_constrained(fit, compute, o, params=None, tokens=None):
-    if params is None or tokens is None:
-        p = fit.params
-        params, tokens = optimal_allocation(p["A"], p["B"], p["alpha"], p["beta"], compute, o.k)
+    params, tokens = _target(fit, compute, o, params, tokens)
     return _interval(fit, params, tokens, o, np.minimum(tokens, fit.max_unique_tokens))
 
 

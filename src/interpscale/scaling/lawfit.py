@@ -251,6 +251,61 @@ class LawFit:
         return "\n".join(self._summary_lines(self.law) + [f"  warning: {w}" for w in self.warnings])
 
 
+@dataclass(frozen=True)
+class NDLawFit(LawFit):
+    """A law of parameters N and tokens D: predictions, bands and intervals at (N, D)."""
+
+    def _X(self, N, D):
+        N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
+        return (N.reshape(-1), D.reshape(-1)), N.shape
+
+    def predict(self, N, D) -> np.ndarray:
+        X, shape = self._X(N, D)
+        return self._point(X).reshape(shape)
+
+    def band(self, N, D, level: float | None = None):
+        """Bootstrap percentile band (lo, hi) of the fitted curve at (N, D)."""
+        X, shape = self._X(N, D)
+        lo, hi = self._band(X, level, noise=False)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        """Interval for a new observation at (N, D): bootstrap curves plus resampled residuals."""
+        X, shape = self._X(N, D)
+        lo, hi = self._band(X, level, noise=True, seed=seed)
+        return lo.reshape(shape), hi.reshape(shape)
+
+
+@dataclass(frozen=True)
+class CurveFit(LawFit):
+    """A law of one input x (a loss): y = f(x)."""
+
+    def predict(self, x) -> np.ndarray:
+        x = np.asarray(x, float)
+        return self._point(x.reshape(-1)).reshape(x.shape)
+
+    def predict_interval(self, x, level: float | None = None, *, seed: int = 0):
+        x = np.asarray(x, float)
+        lo, hi = self._band(x.reshape(-1), level, noise=True, seed=seed)
+        return lo.reshape(x.shape), hi.reshape(x.shape)
+
+
+def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | None = None, *, seed: int = 0):
+    """Interval of a chained prediction second(first(N, D)): draws of the first law's new
+    observation (curve + noise) pushed through the second law's bootstrap curves (paired by
+    replicate), plus the second law's residual noise."""
+    X, shape = first._X(N, D)
+    x = first._draws(X, noise=True, seed=seed)  # (S, m)
+    th = second.boot if second.boot is not None and len(second.boot) else np.array([second.theta])
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = second._law().model(th[np.arange(len(x)) % len(th)], x)[0]
+    eps = resample_noise(np.random.default_rng(seed + 1), second.resid if second.resid is not None else np.zeros(0),
+                         y.shape, len(second.theta))
+    y = np.exp(np.log(y) + eps) if second.loss == "huber_log" else y + eps
+    lo, hi = band_from_draws(y, level or second.level)
+    return lo.reshape(shape), hi.reshape(shape)
+
+
 def finish_bootstrap(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
                      delta: float, weights, warnings: list[str], derived, bounds=None,
                      keep=None) -> tuple[dict, np.ndarray | None, int]:

@@ -28,8 +28,8 @@ from scipy.optimize import curve_fit
 
 from ._base import as_array, check_lengths, check_min_points, emit
 from ._optim import STATUS
-from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap, band_from_draws, resample_noise
-from .lawfit import HUBER_DELTA, LawFit, finish_bootstrap, multistart, to_fit_scale
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, finish_bootstrap, multistart, to_fit_scale
 
 AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
@@ -57,9 +57,11 @@ class ErrorLaw:
 
     def model(self, theta, X):
         k, g, eps = (np.asarray(theta, float)[:, i : i + 1] for i in range(3))
-        ex = np.exp(-g * np.asarray(X, float)[None, :])
+        L = np.asarray(X, float)
+        L = L if L.ndim == 2 else L[None, :]  # one row of losses per parameter row, or shared
+        ex = np.exp(-g * L)
         y = eps - k * ex
-        return y, np.stack([-ex, k * X * ex, np.ones_like(y)], -1)
+        return y, np.stack([-ex, k * L * ex, np.ones_like(y)], -1)
 
 
 def _ls_curve_fit(f, x, y, starts):
@@ -77,65 +79,28 @@ def _ls_curve_fit(f, x, y, starts):
 
 
 @dataclass(frozen=True)
-class DownstreamErrorFit(LawFit):
+class DownstreamErrorFit(CurveFit):
     """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, Eq. 5)."""
 
     def _law(self):
         return ErrorLaw()
 
-    def predict(self, loss) -> np.ndarray:
-        L = np.asarray(loss, float)
-        return self._point(np.atleast_1d(L).ravel()).reshape(L.shape)
-
-    def predict_interval(self, loss, level: float | None = None, *, seed: int = 0):
-        L = np.asarray(loss, float)
-        lo, hi = self._band(np.atleast_1d(L).ravel(), level, noise=True, seed=seed)
-        return lo.reshape(L.shape), hi.reshape(L.shape)
-
 
 @dataclass(frozen=True)
-class OvertrainingFit(LawFit):
+class OvertrainingFit(NDLawFit):
     """L(N, D) = E + a N^b + c 6^(b/2) D^b. ``params``: E, a, c, b, eta = -b, and ``B`` = c 6^(b/2)
     (so L = E + a/N^eta + B/D^eta)."""
 
     def _law(self):
         return OvertrainingLaw()
 
-    def _X(self, N, D):
-        N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
-        return (N.reshape(-1), D.reshape(-1)), N.shape
-
-    def predict(self, N, D) -> np.ndarray:
-        X, shape = self._X(N, D)
-        return self._point(X).reshape(shape)
-
-    def band(self, N, D, level: float | None = None):
-        X, shape = self._X(N, D)
-        lo, hi = self._band(X, level, noise=False)
-        return lo.reshape(shape), hi.reshape(shape)
-
-    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
-        X, shape = self._X(N, D)
-        lo, hi = self._band(X, level, noise=True, seed=seed)
-        return lo.reshape(shape), hi.reshape(shape)
-
     def predict_error(self, N, D, error_fit: DownstreamErrorFit) -> np.ndarray:
         """Chained downstream error Err(L-hat(N, D)) (the authors' chained prediction)."""
         return error_fit.predict(self.predict(N, D))
 
     def predict_error_interval(self, N, D, error_fit: DownstreamErrorFit, level: float | None = None, *, seed: int = 0):
-        """Interval of a new run's downstream error: loss draws (curve + noise) pushed through
-        error-law draws (paired by replicate) plus the error law's residual noise."""
-        X, shape = self._X(N, D)
-        Lw = self._draws(X, noise=True, seed=seed)  # (S, m)
-        eb = error_fit.boot if error_fit.boot is not None and len(error_fit.boot) else np.array([error_fit.theta])
-        eb = eb[np.arange(len(Lw)) % len(eb)]
-        k, g, eps = eb[:, :1], eb[:, 1:2], eb[:, 2:3]
-        E = eps - k * np.exp(-g * Lw)
-        rng = np.random.default_rng(seed + 1)
-        E = E + resample_noise(rng, error_fit.resid if error_fit.resid is not None else np.zeros(0), E.shape, 3)
-        lo, hi = band_from_draws(E, level or self.level)
-        return lo.reshape(shape), hi.reshape(shape)
+        """Interval of a new run's downstream error (see ``lawfit.chained_interval``)."""
+        return chained_interval(self, N, D, error_fit, level, seed=seed)
 
 
 def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)

@@ -1,0 +1,105 @@
+"""Fit a published law to an external run table (``interpscale fit law LAW FILE ...``).
+
+``fit_law_table(law, paths, ...)`` reads the table(s) with :func:`read_runs` (column mapping,
+per-step logs reduced by ``last``) and fits
+
+* ``chinchilla`` -- the joint fit (Eq. 27) on (params, tokens, loss);
+* ``data-constrained`` -- Eq. 5 of Muennighoff et al. on (params, tokens, unique_tokens, loss);
+* ``overtraining`` -- Gadre et al.'s one-exponent law on (params, tokens, loss), and, when a
+  metric (downstream error) is mapped, the error law Err(L) on the runs' (loss, metric);
+* ``ladder`` -- Bhagia et al.'s step 1 on (params, tokens, loss = task loss) and, when a metric
+  (accuracy) is mapped on per-step logs (``run``/``step``), step 2 on every logged checkpoint
+  (first 10% skipped, moving average over ``last``).
+
+It returns a :class:`LawTableFit`: the fit(s), the runs used, and a JSON-ready ``to_dict``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from interpscale.errors import UserError
+
+from .external import RunTable, read_runs
+
+LAWS = ("chinchilla", "data-constrained", "overtraining", "ladder")
+
+
+@dataclass(frozen=True)
+class LawTableFit:
+    """``fit``: the law's result; ``extra``: the chained law (over-training error law) or None;
+    ``runs``: the reduced table the fit used."""
+
+    law: str
+    fit: Any
+    runs: pd.DataFrame
+    source: tuple[str, ...]
+    last: int | None
+    extra: Any = None
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.fit.converged and (self.extra is None or self.extra.converged))
+
+    def to_dict(self) -> dict:
+        out = {"law": self.law, "source": list(self.source), "last": self.last, "n_runs": len(self.runs),
+               "fit": self.fit.to_dict()}
+        if self.extra is not None:
+            out["error_law"] = self.extra.to_dict()
+        return out
+
+    def summary(self) -> str:
+        head = f"{self.law} fit of {len(self.runs)} runs from {', '.join(self.source)}" + (
+            f" (mean of the last {self.last} logged rows per run)" if self.last and self.last > 1 else "")
+        parts = [head, self.fit.summary()]
+        if self.extra is not None:
+            parts.append(self.extra.summary())
+        return "\n".join(parts)
+
+
+def _boot(n_boot, level, seed) -> dict:
+    return {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
+
+
+def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, unique_tokens: str | None = None,
+                  loss: str | None = None, metric: str | None = None, run: str | None = None, step: str | None = None,
+                  tokens_per_step=None, last: int = 1, recipe: str = "authors", task_min: float = 0.25,
+                  n_boot: int | None = None, level: float | None = None, seed: int | None = None) -> LawTableFit:
+    """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc."""
+    from . import fit_chinchilla, fit_data_constrained, fit_downstream_error, fit_ladder, fit_overtraining
+    from .ladder import checkpoint_points
+
+    if law not in LAWS:
+        raise UserError(f"unknown law {law!r}; choose from {', '.join(LAWS)}")
+    if loss is None:
+        raise UserError(f"fit law {law}: map --loss (the column to fit)")
+    if law == "data-constrained" and unique_tokens is None:
+        raise UserError("fit law data-constrained: map --unique-tokens (unique tokens of each run)")
+    mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
+                   step=step, tokens_per_step=tokens_per_step)
+    table: RunTable = read_runs(paths, last=last, **mapping)
+    r = table.frame
+    P, D, L = table.column("params"), table.column("tokens"), table.column("loss")
+    boot = _boot(n_boot, level, seed)
+    extra = None
+    if law == "chinchilla":
+        fit = fit_chinchilla(P, D, L, **boot)
+    elif law == "data-constrained":
+        fit = fit_data_constrained(P, D, table.column("unique_tokens"), L, recipe=recipe, **boot)
+    elif law == "overtraining":
+        fit = fit_overtraining(P, D, L, recipe=recipe, **boot)
+        if metric is not None:
+            extra = fit_downstream_error(L, table.column("metric"), **boot)
+    else:
+        ck = {}
+        if metric is not None:
+            if step is None and run is None:
+                raise UserError("fit law ladder: step 2 (--metric) needs per-step logs: map --run and/or --step")
+            steps = read_runs(paths, last=None, **mapping).frame
+            x, y, g = checkpoint_points(steps["run"], steps["loss"], steps["metric"], window=max(int(last), 1))
+            ck = dict(checkpoint_loss=x, checkpoint_accuracy=y, checkpoint_groups=g)
+        fit = fit_ladder(P, D, L, recipe=recipe, task_min=task_min, **ck, **boot)
+    return LawTableFit(law=law, fit=fit, runs=r, source=table.source, last=last, extra=extra)
