@@ -59,7 +59,14 @@ class LawObjective:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.law, self.X, self.T, self.W, self.loss, self.delta = law, X, T, W, loss, delta
 
-    def __call__(self, Z: np.ndarray, rows: np.ndarray):
+    def __call__(self, Z: np.ndarray, rows: np.ndarray, chunk: int = 64):
+        if len(Z) <= chunk:
+            return self._eval(Z, rows)
+        # row blocks keep the (block, n, k) Jacobian temporaries in cache
+        parts = [self._eval(Z[i : i + chunk], rows[i : i + chunk]) for i in range(0, len(Z), chunk)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _eval(self, Z: np.ndarray, rows: np.ndarray):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             yhat, J = self.law.model(Z, self.X)
             T = self.T if self.T.ndim == 1 else self.T[rows]
