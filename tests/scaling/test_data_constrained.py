@@ -127,3 +127,20 @@ def test_laws_are_registered_forecast_methods():
         assert np.isfinite(pred_run)
     with pytest.raises(ValueError, match="unique_tokens"):
         get_method("data-constrained").fit(rows.drop(columns="unique_tokens"), o)
+
+
+def test_plan_epoch_costs_and_saved_law(tmp_path, runs182):
+    from interpscale.scaling.data_constrained import plan_epoch_costs, read_data_constrained
+
+    fit = fit_data_constrained(*runs182, n_boot=0)
+    (tmp_path / "dc.json").write_text(json.dumps({"law": "data-constrained", "fit": fit.to_dict()}))
+    law = read_data_constrained(tmp_path / "dc.json")
+    assert law.params["R_D_star"] == pytest.approx(fit.params["R_D_star"])
+    table = pd.DataFrame({"family": ["ar", "ar"], "P": [1e8, 1e8], "D": [1e9, 8e9]})
+    out, text = plan_epoch_costs(table, 2e9, law)
+    assert out.epochs.tolist() == [1.0, 4.0] and out.family.tolist() == ["ar", "ar"]
+    assert out.epoch_cost.iloc[0] == 0 and out.epoch_cost.iloc[1] > 0
+    assert "1 of 2 points repeat data; at most 4 epochs" in text
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a saved data-constrained fit"):
+        read_data_constrained(tmp_path / "bad.json")

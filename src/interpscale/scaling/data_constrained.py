@@ -278,3 +278,36 @@ def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | 
     repeated, fresh = law.predict(P, D, U), law.predict(P, D, D)
     return pd.DataFrame({"epochs": D / U, "loss_unique": fresh, "loss_repeated": repeated,
                          "epoch_cost": repeated - fresh, "epoch_cost_pct": 100 * (repeated - fresh) / fresh})
+
+
+def read_data_constrained(path) -> DataConstrainedFit:
+    """The law saved by ``interpscale fit law data-constrained --out`` (or any JSON holding a
+    ``DataConstrainedFit.to_dict()``, bare or under ``"fit"``), without its bootstrap draws."""
+    import json
+    from pathlib import Path
+
+    from interpscale.errors import UserError
+
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+        d = d.get("fit", d)
+        return data_constrained_law(d["params"]["R_D_star"], d["params"]["R_N_star"], coefficients=d["coefficients"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{p}: not a saved data-constrained fit ({type(exc).__name__}: {exc})") from exc
+
+
+def plan_epoch_costs(table: pd.DataFrame, unique_tokens: float, fit: DataConstrainedFit | None = None,
+                     *, params: str = "P", tokens: str = "D") -> tuple[pd.DataFrame, str]:
+    """The planner's table with ``epochs``, ``loss_unique``, ``loss_repeated``, ``epoch_cost`` and
+    ``epoch_cost_pct`` (:func:`epoch_costs`) added, and a few lines saying what the repetition costs."""
+    costs = epoch_costs(table[params], table[tokens], unique_tokens, fit)
+    out = pd.concat([table.reset_index(drop=True), costs], axis=1)
+    law = "the authors' C4 law (Muennighoff et al. 2023)" if fit is None else f"R_D* = {fit.params['R_D_star']:.4g}"
+    worst = costs.loc[costs["epoch_cost_pct"].idxmax()] if len(costs) else None
+    lines = [f"repeated data: {unique_tokens:.3g} unique tokens; loss cost of the epochs per {law} (Eq. 5)"]
+    if worst is not None:
+        lines.append(f"  {int((costs['epochs'] > 1).sum())} of {len(costs)} points repeat data; at most "
+                     f"{worst['epochs']:.3g} epochs, costing {worst['epoch_cost']:.4f} nats "
+                     f"({worst['epoch_cost_pct']:.2f}% of the unique-data loss)")
+    return out, "\n".join(lines)
