@@ -8,7 +8,7 @@ import pytest
 
 from reference_packing import load_source, pack, split_docs
 
-from interpscale.data import (CorpusConfig, PreparedData, generate_documents, prepare_data, read_concepts,
+from interpscale.data import (CorpusConfig, PreparedData, generate_documents, prepare, prepare_data, read_concepts,
                               train_tokenizer, write_concepts)
 from interpscale.errors import UserError
 from interpscale.models.types import EOC_ID, EOS_ID, SPECIAL_TOKENS
@@ -157,6 +157,15 @@ def test_bad_sources(tmp_path):
         load_source({"kind": "jsonl", "path": str(jl), "concepts": str(cards)})
     with pytest.raises(ValueError, match="bad synthetic corpus option"):
         load_source({"kind": "synthetic", "n_topics": 3})
+    for text, match in [("[{", r"concepts\.json: not valid JSON \(.* at line 1\)"),
+                        ('{"label": "x"}', r"concepts\.json: expected a JSON list of concept cards, got dict"),
+                        ('["x"]', r"concepts\.json: concept card 0 lacks \['description', 'label', 'words'\]"),
+                        ('[{"label": "x", "description": "", "words": []}, {"label": "x", "description": "", '
+                         '"words": []}]', r"concepts\.json: duplicate concept labels")]:
+        cards.write_text(text)
+        with pytest.raises(UserError, match=match):
+            prepare(jl, tmp_path / "c", concepts=cards)
+        assert not (tmp_path / "c").exists()  # nothing written: the rerun after a fix starts afresh
 
 
 def test_directories_packed_before_the_shards_are_refused_with_the_fix(tmp_path):

@@ -206,9 +206,14 @@ def write_concepts(concepts: list[Concept] | list[dict], path: str | os.PathLike
 
 def read_concepts(path: str | os.PathLike) -> list[dict]:
     """Read concepts.json back; each card has label, description and words."""
-    cards = json.loads(Path(path).read_text())
+    try:
+        cards = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(cards, list):
+        raise UserError(f"{path}: expected a JSON list of concept cards, got {type(cards).__name__}")
     for i, card in enumerate(cards):
-        missing = {"label", "description", "words"} - set(card)
+        missing = {"label", "description", "words"} - set(card if isinstance(card, dict) else {})
         if missing:
-            raise ValueError(f"{path}: concept card {i} lacks {sorted(missing)}")
+            raise UserError(f"{path}: concept card {i} lacks {sorted(missing)}")
     return cards

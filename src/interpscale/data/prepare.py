@@ -69,10 +69,7 @@ def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm:
 
 def _write_fixed_concepts(out: Path, req: dict) -> None:
     if req["concepts"]:
-        cards = read_concepts(req["concepts"])
-        labels = [c["label"] for c in cards]
-        if len(set(labels)) != len(labels):
-            raise UserError(f"{req['concepts']}: duplicate concept labels")
+        cards = read_concepts(req["concepts"])  # checked by make_request
     else:
         cfg = corpus_config(req["inputs"][0])
         cards = [c.card() for c in make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept,

@@ -19,7 +19,7 @@ from typing import Iterator
 
 from interpscale._jsonl import jsonable
 from interpscale._atomic import atomic_write_text
-from interpscale.data.corpus import corpus_config, generate_documents
+from interpscale.data.corpus import corpus_config, generate_documents, read_concepts
 from interpscale.data.sources import RawDoc, expand_sources, format_of, iter_documents
 from interpscale.errors import UserError
 
@@ -106,6 +106,10 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
     inputs = _inputs(sources, fmt, base_dir, document_per_file)
     tok_path = str(_input_file(tokenizer, base_dir, "tokenizer").resolve()) if tokenizer else None
     conc = _input_file(concepts, base_dir, "concepts") if concepts else None
+    if conc:  # a bad concepts file fails before anything is written
+        labels = [c["label"] for c in read_concepts(conc)]
+        if len(set(labels)) != len(labels):
+            raise UserError(f"{conc}: duplicate concept labels")
     synthetic = [s for s in inputs if s.get("kind") == "synthetic"]
     if synthetic and (len(inputs) > 1 or conc):
         raise UserError("the synthetic corpus cannot be mixed with other inputs or a concepts file")
