@@ -12,7 +12,8 @@ sys.path.insert(0, str(HERE))  # reference_packing.py, imported by the tests (im
 
 
 def _orchestration_conftest():
-    spec = importlib.util.spec_from_file_location("_orchestration_conftest", HERE.parent / "orchestration" / "conftest.py")
+    path = HERE.parent / "orchestration" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_orchestration_conftest", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -49,8 +49,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, byte_level: boo
         tok.decoder = decoders.ByteLevel()
         alphabet = pre_tokenizers.ByteLevel.alphabet()
     else:
-        (log.warning if auto else log.info)("vocab_size=%d < %d cannot hold the byte alphabet: character-level BPE, characters "
-                    "unseen in the tokenizer sample will be dropped", vocab_size, BYTE_LEVEL_MIN_VOCAB)
+        (log.warning if auto else log.info)("vocab_size=%d < %d cannot hold the byte alphabet: character-level BPE, "
+                                            "characters unseen in the tokenizer sample will be dropped",
+                                            vocab_size, BYTE_LEVEL_MIN_VOCAB)
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
         alphabet = []
