@@ -61,6 +61,10 @@ def test_document_per_file_keeps_each_code_file_whole_in_one_split(tmp_path, cap
     frag = prepare(sorted(src.glob("*.py")), tmp_path / "f", fmt="text", vocab_size=300, val_fraction=0.2)
     sp = open_data(frag).meta["splits"]
     assert sp["train"]["docs"] + sp["val"]["docs"] == 4 * 30
+    # the same from a sweep's [data] table
+    toml = prepare_data({"kind": "text", "path": [str(src / "*.py")], "document_per_file": True}, tmp_path / "cache",
+                        seq_len=32, vocab_size=300, val_fraction=0.2)
+    assert (toml / "train.tokens.bin").read_bytes() == (out / "train.tokens.bin").read_bytes()
 
 
 def test_document_per_file_refuses_structured_formats(tmp_path, capsys):
