@@ -284,3 +284,23 @@ def test_api_key_appears_in_no_file_the_tool_writes(serve, tmp_path, monkeypatch
         assert secret.encode() not in p.read_bytes(), p
         assert b"sk-interpscale" not in p.read_bytes(), p
     assert os.environ["OPENAI_API_KEY"] == secret
+
+
+def test_the_split_client_mirrors_the_sdk_and_has_one_record_type_and_protocol(tmp_path):
+    """Issue 30.7: the retry constants are the openai SDK's (_constants.py); one record type
+    for a judged item; the four backends implement the Judge protocol; one builder."""
+    import openai._constants as sdk
+
+    from interpscale.judges import Judge, JudgeRecord, LexicalJudge, Reply, build_judge, resolve_judge, retry
+    from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
+
+    assert (retry.INITIAL_RETRY_DELAY, retry.MAX_RETRY_DELAY) == (sdk.INITIAL_RETRY_DELAY, sdk.MAX_RETRY_DELAY)
+    assert Reply is JudgeRecord and resolve_judge is build_judge
+    client = JudgeClient(model="m", base_url="http://127.0.0.1:9/v1")
+    backends = [client, LexicalJudge(), BatchWriteJudge(client, tmp_path / "w.jsonl"),
+                BatchReadJudge(client, tmp_path / "r.jsonl")]
+    assert all(isinstance(b, Judge) for b in backends)
+    assert not isinstance(object(), Judge)
+    rec = JudgeRecord({"a": 1}, "raw", "ok")
+    assert rec.score is None and rec.to_dict()["value"] == {"a": 1}
+    assert JudgeRecord(4, "raw", "ok").to_dict()["score"] == 4.0

@@ -9,28 +9,34 @@ else from interpscale (but its bottom module `errors`) and never imports torch.
 
 Without a judge (and without $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
 every scorer falls back to ``LexicalJudge`` and labels its output accordingly.
-``build_judge(...)`` picks the backend and cache file from user settings (what the
-``interpscale judge`` command uses); ``outcome(result)`` counts failed items by status.
-Every item ends as a JudgeRecord: a score, or None with its status (``parse_error``,
-``api_error``, ``refused``, ``undefined``), never a zero.
+``build_judge(...)``, the one builder, picks the backend and cache file from user settings
+(what the ``interpscale judge`` command and the scorers use); every backend implements the
+``Judge`` protocol. ``outcome(result)`` counts failed items by status. Every item ends as a
+JudgeRecord (the one record type; ``Reply`` is its older name): a value, or None with its
+status (``parse_error``, ``api_error``, ``refused``, ``undefined``), never a zero.
+
+The client is split as openai-python splits its own: ``retry`` (the policy and its
+constants, the SDK's), ``transport`` (the request and the concurrency slot), ``classify``
+(one reply classifier for live and Batch API answers), ``client`` (cache, keys, re-ask,
+usage), ``env`` (the environment, read there only).
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
-from interpscale.judges.build import build_judge, default_cache_path
-from interpscale.judges.client import JudgeClient, JudgeConfigError, JudgeTask, Reply, UsageStats
+from interpscale.judges.build import build_judge, default_cache_path, resolve_judge
+from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
+from interpscale.judges.retry import JudgeConfigError
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
 from interpscale.judges.outcome import Outcome, outcome
-from interpscale.judges.scorers import (AlignmentResult, RelevanceResult, ScoreSummary, resolve_judge,
-                                        score_alignment, score_relevance)
+from interpscale.judges.scorers import AlignmentResult, RelevanceResult, ScoreSummary, score_alignment, score_relevance
 from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_continuations, run_steering_benchmark,
                                         score_steering_continuations)
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
 from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
-from interpscale.judges.types import FAILED_STATUSES, PARSE_STATUSES, ConceptCard, JudgeRecord, ParseStatus
+from interpscale.judges.types import FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord, ParseStatus
 
 __all__ = [
-    "ConceptCard", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",
+    "ConceptCard", "Judge", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",
     "JudgeClient", "JudgeConfigError", "JudgeTask", "Reply", "UsageStats", "LexicalJudge", "LEXICAL_LABEL",
     "resolve_judge", "build_judge", "default_cache_path", "outcome", "Outcome",
     "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",

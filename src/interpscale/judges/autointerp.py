@@ -19,7 +19,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from interpscale.judges.client import JudgeTask
-from interpscale.judges.scorers import Judge, ScoreSummary, resolve_judge
+from interpscale.judges.build import build_judge
+from interpscale.judges.scorers import ScoreSummary
+from interpscale.judges.types import Judge
 from interpscale.judges.types import JudgeRecord
 
 METHODS = ("top_and_random", "random_only")
@@ -120,7 +122,7 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
         raise ValueError(f"every excerpt must have T={acts.shape[2]} tokens, got lengths {sorted(lens)}")
     if not np.isfinite(acts).all():
         raise ValueError("activations contain NaN or inf")
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     plans = [plan_feature(acts[u], n_explain=n_explain, n_top=n_top, n_random=n_random,
                           rng=random.Random(seed * 1_000_003 + u)) for u in range(acts.shape[0])]
     # stage 1: explanations

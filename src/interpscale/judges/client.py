@@ -7,14 +7,13 @@ model or path) stops the run, as ``JudgeConfigError``, and only while no request
 run has been answered; after that, such an error is the item's own ``api_error``.
 
 - Transport errors (429 honouring ``retry-after``/``retry-after-ms``, 408/409/5xx,
-  timeouts, dropped connections) are retried here, up to ``max_retries`` times with
-  exponential backoff; the wait happens outside the concurrency slot, so ``concurrency``
-  requests stay in flight while others back off. A server asking to wait longer than
-  ``MAX_RETRY_AFTER_S`` is not retried.
+  timeouts, dropped connections) are retried by ``judges.transport`` under the policy of
+  ``judges.retry`` (the openai SDK's, with the backoff outside the concurrency slot).
 - A reply body of the wrong shape (``judges.replies``) is an ``api_error`` and is not
   cached, so a rerun asks again.
 - An unparseable answer gets one re-ask that shows the judge its own (truncated)
   reply; still unparseable, it is a ``parse_error`` (cached, as a deterministic answer).
+  Live and Batch API answers go through the one classifier, ``judges.classify``.
 - Finished calls are committed to the sqlite cache as they arrive (a killed run resumes
   where it stopped), raw replies capped (``judges.replies.RAW_CAP`` characters). ``usage`` counts what
   was sent (requests, retries, re-asks, tokens per model) and the cache keeps a cost
@@ -25,34 +24,28 @@ run has been answered; after that, such an error is the item's own ``api_error``
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
-import math
-import os
-import random
 import threading
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from interpscale.errors import UserError
+from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key
-from interpscale.judges.parsing import PARSERS, Parsed, expected_score
-from interpscale.judges.replies import MAX_BODY_BYTES, Answer, MalformedReply, cap, decode_body, read_completion
+from interpscale.judges.classify import classify, needs_reask
+from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL  # noqa: F401  (re-exported)
+from interpscale.judges.replies import Answer, MalformedReply, cap
+from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
+                                      JudgeConfigError, describe)
+from interpscale.judges.retry import parse_retry_after_header as retry_after_seconds  # noqa: F401  (old name)
 from interpscale.judges.templates import PromptTemplate, TemplateSet
+from interpscale.judges.transport import Transport, open_transport
+from interpscale.judges.types import JudgeRecord
 
 log = logging.getLogger(__name__)
 
-# Environment variables read when arguments are not given.
-ENV_BASE_URL = "INTERPSCALE_JUDGE_BASE_URL"
-ENV_MODEL = "INTERPSCALE_JUDGE_MODEL"
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-
-INITIAL_BACKOFF_S = 0.5  # exponential backoff: 0.5, 1, 2, 4, 8 s (less up to 25 % jitter)
-MAX_BACKOFF_S = 8.0
-MAX_RETRY_AFTER_S = 120.0  # a longer server-requested wait is not honoured: the call fails
+Reply = JudgeRecord  # what a backend returns per task: the one record type of a judged item
 
 
 @dataclass(frozen=True)
@@ -67,18 +60,6 @@ class JudgeTask:
 
     def messages(self) -> list[dict[str, str]]:
         return self.template.render(self.values)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a backend returns per task. ``value`` is None unless the reply parsed."""
-
-    value: Any
-    raw: str
-    status: str  # ok | reasked | parse_error | api_error | refused | lexical
-    cached: bool = False
-    expected: Optional[float] = None
-    backend: str = "llm"
 
 
 @dataclass
@@ -119,33 +100,15 @@ class UsageStats:
         m["prompt_tokens"] += prompt
         m["completion_tokens"] += completion
 
+    def count(self, status: str) -> None:
+        """Count a classified reply's failure (refused, unparseable)."""
+        if status == "refused":
+            self.refusals += 1
+        elif status == "parse_error":
+            self.parse_failures += 1
+
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cost": self.cost}
-
-
-class JudgeConfigError(UserError):
-    """An error no retry can fix (bad key, no access, unknown model or path): stops the run
-    (bad settings: the CLI exits 2)."""
-
-
-class _TotalTimeout(Exception):
-    """A request that took longer than the client's timeout from start to end."""
-
-
-class _BodyReadError(Exception):
-    """The connection failed while the reply body was being read (retried like a
-    connection error)."""
-
-
-class _CallFailed(Exception):
-    """One task's request failed for good (after the retries it was allowed)."""
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, (_TotalTimeout, _BodyReadError)):
-        return f"{type(exc).__name__.lstrip('_')}: {exc}"
-    code = getattr(exc, "status_code", None)
-    return f"{type(exc).__name__}" + (f": HTTP {code}" if code else "")
 
 
 class JudgeClient:
@@ -160,12 +123,13 @@ class JudgeClient:
 
     def __init__(self, *, model: str | None = None, base_url: str | None = None,
                  api_key_env: str = DEFAULT_KEY_ENV, cache_path: str | Path | None = None,
-                 concurrency: int = 16, max_retries: int = 4, timeout: float = 120.0,
+                 concurrency: int = DEFAULT_CONCURRENCY, max_retries: int = DEFAULT_MAX_RETRIES,
+                 timeout: float = DEFAULT_TIMEOUT,
                  temperature: float = 0.0, top_logprobs: int | None = None, seed: int | None = None,
                  price_in_per_mtok: float | None = None, price_out_per_mtok: float | None = None,
                  templates: TemplateSet | None = None, progress: bool = False):
-        self.model = model or os.environ.get(ENV_MODEL)
-        self.base_url = (base_url or os.environ.get(ENV_BASE_URL) or "").rstrip("/")
+        base_url, self.model = env.endpoint(base_url, model)
+        self.base_url = (base_url or "").rstrip("/")
         if not self.model:
             raise ValueError(f"JudgeClient needs a model name (argument or ${ENV_MODEL})")
         if not self.base_url:
@@ -187,7 +151,6 @@ class JudgeClient:
         self.usage = UsageStats(price_in_per_mtok=price_in_per_mtok, price_out_per_mtok=price_out_per_mtok)
         self.run_id = uuid.uuid4().hex[:16]  # this client's row in the cache's cost ledger
         self._ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok, price_out_per_mtok)
-        self._answered = False  # whether a request of the current run got a 2xx reply
 
     # ---- description (never includes the key) ------------------------------------------
     @property
@@ -256,18 +219,13 @@ class JudgeClient:
         return [results[k] for k in keys]
 
     async def _call_all(self, todo: dict[str, JudgeTask]) -> dict[str, Reply]:
-        from openai import AsyncOpenAI  # imported lazily: `interpscale judge --help` stays fast
-
-        slots = asyncio.Semaphore(self.concurrency)
-        self._answered = False  # set by the first 2xx reply of this run
-        api_key = os.environ.get(self.api_key_env) or "unused"  # local servers need none
         out: dict[str, Reply] = {}
         bar = _progress(len(todo), self.progress)
-        # retries are ours (max_retries=0 here), so backoff sleeps never hold a slot
-        async with AsyncOpenAI(base_url=self.base_url, api_key=api_key, max_retries=0,
-                               timeout=self.timeout) as client:
+        async with open_transport(model=self.model, base_url=self.base_url, api_key_env=self.api_key_env,
+                                  concurrency=self.concurrency, max_retries=self.max_retries, timeout=self.timeout,
+                                  usage=self.usage, ledger=self._ledger) as transport:
             async def one(k: str, task: JudgeTask) -> None:
-                out[k] = await self._judge_one(client, slots, k, task)
+                out[k] = await self._judge_one(transport, k, task)
                 bar.update(1)
 
             jobs = [asyncio.ensure_future(one(k, t)) for k, t in todo.items()]
@@ -283,132 +241,48 @@ class JudgeClient:
         return out
 
     # ---- one task ------------------------------------------------------------------------
-    async def _judge_one(self, client: Any, slots: asyncio.Semaphore, key: str, task: JudgeTask) -> Reply:
+    async def _judge_one(self, transport: Transport, key: str, task: JudgeTask) -> Reply:
         """One task, start to end; whatever goes wrong stays with this task."""
         try:
-            return await self._judge(client, slots, key, task)
+            return await self._judge(transport, key, task)
         except JudgeConfigError:
             raise
-        except _CallFailed as exc:
+        except CallFailed as exc:
             return self._failed(str(exc))
         except MalformedReply as exc:
             self.usage.malformed_replies += 1
             log.warning("judge reply malformed: %s", exc)
             return self._failed(f"malformed reply: {exc}")
         except Exception as exc:  # noqa: BLE001 - anything a reply can provoke ends as this task's api_error
-            log.warning("judge task failed: %s", _describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
-            return self._failed(f"error handling the reply: {_describe(exc)}")
+            log.warning("judge task failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+            return self._failed(f"error handling the reply: {describe(exc)}")
 
     def _failed(self, why: str) -> Reply:
         self.usage.api_errors += 1
         return Reply(None, cap(why), "api_error", False, None, self.backend)
 
-    async def _judge(self, client: Any, slots: asyncio.Semaphore, key: str, task: JudgeTask) -> Reply:
-        tpl = task.template
-        messages = task.messages()
+    async def _judge(self, transport: Transport, key: str, task: JudgeTask) -> Reply:
+        tpl, messages = task.template, task.messages()
         sampling = self._sampling(tpl)
-        ans = await self._ask(client, slots, messages, sampling)
+        ans: Answer = await transport.ask(messages, sampling)
         first: Optional[str] = None
-        status = "ok"
-        parsed = None if ans.refusal else _parse(tpl, ans.text, task.parse_kwargs)
-        if parsed is None and not ans.refusal:  # one re-ask, showing the judge its own (truncated) reply
+        if needs_reask(tpl, ans.text, ans.refusal, task.parse_kwargs):  # one re-ask, showing its own reply
             first = ans.text
             self.usage.reasks += 1
             self._ledger.add(reasks=1)
             follow = messages + [{"role": "assistant", "content": cap(ans.text)}, {"role": "user", "content": tpl.reask}]
-            ans = await self._ask(client, slots, follow, sampling)
-            parsed = None if ans.refusal else _parse(tpl, ans.text, task.parse_kwargs)
-            status = "reasked"
-        value, exp = None, None
-        if ans.refusal:
-            status = "refused"
-            self.usage.refusals += 1
-        elif parsed is None:
-            status = "parse_error"
-            self.usage.parse_failures += 1
-        else:
-            value = parsed.value
-            if tpl.output in ("alignment", "rating"):
-                exp = expected_score(ans.logprobs, parsed.span, tpl.lo, tpl.hi)
+            ans = await transport.ask(follow, sampling)
+        v = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs, reasked=first is not None)
+        self.usage.count(v.status)
         raw = cap(ans.refusal if ans.refusal and not ans.text else ans.text)
         meta: dict[str, Any] = {}
         if first is not None and first != ans.text:
             meta["first_reply"] = cap(first)
         if ans.refusal and ans.text:  # otherwise the refusal is the raw reply itself
             meta["refusal"] = cap(ans.refusal)
-        self.cache.put(key, raw=raw, value=value, status=status, expected=exp, meta=meta, ledger=self._ledger)
-        return Reply(value, raw, status, False, exp, self.backend)
-
-    async def _ask(self, client: Any, slots: asyncio.Semaphore, messages: list[dict], sampling: dict) -> Answer:
-        """One request with its retries; each attempt holds a slot only while in flight."""
-        import openai
-
-        attempt = 0
-        while True:
-            async with slots:
-                if attempt:
-                    self.usage.retries += 1
-                    self._ledger.add(retries=1)
-                self.usage.requests += 1
-                self._ledger.add(requests=1)
-                try:
-                    # the SDK's timeout bounds each connect/read; wait_for bounds the whole
-                    # request, so a server trickling bytes cannot hold a slot forever
-                    content = await asyncio.wait_for(self._post(client, messages, sampling), self.timeout + 1.0)
-                    error: Optional[BaseException] = None
-                except asyncio.TimeoutError:
-                    error = _TotalTimeout(f"no complete reply within {self.timeout + 1.0:g} s")
-                except _BodyReadError as exc:
-                    error = exc
-                except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
-                    if not self._answered:  # nothing got through yet: the settings are wrong, stop
-                        raise JudgeConfigError(
-                            f"judge endpoint {self.base_url} refused the request ({_describe(exc)}); "
-                            f"check --base-url, --model and ${self.api_key_env}") from None
-                    error = exc  # others got through: this item's own failure, not retried
-                except openai.APIError as exc:
-                    error = exc
-            if error is None:
-                self._answered = True
-                ans = read_completion(decode_body(content))
-                if ans.usage_reported:
-                    self.usage.add_tokens(self.model, ans.prompt_tokens, ans.completion_tokens)
-                    self._ledger.add(prompt_tokens=ans.prompt_tokens, completion_tokens=ans.completion_tokens)
-                else:
-                    self.usage.replies_without_usage += 1
-                return ans
-            wait = self._retry_wait(error, attempt)
-            if wait is None:
-                log.warning("judge call failed after %d retries: %s", attempt, _describe(error))
-                raise _CallFailed(_describe(error) + (f" after {attempt} retries" if attempt else ""))
-            attempt += 1
-            await asyncio.sleep(wait)  # outside the slot
-
-    async def _post(self, client: Any, messages: list[dict], sampling: dict) -> bytes:
-        """The reply body, read as a stream and refused beyond MAX_BODY_BYTES."""
-        async with client.chat.completions.with_streaming_response.create(
-                model=self.model, messages=messages, timeout=self.timeout, **sampling) as resp:
-            body = bytearray()
-            try:
-                async for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BODY_BYTES:
-                        raise MalformedReply(f"reply body over {MAX_BODY_BYTES} bytes")
-            except MalformedReply:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the HTTP library's transport errors (connection cut mid-body, ...)
-                raise _BodyReadError(f"{type(exc).__name__} while reading the reply body") from None
-            return bytes(body)
-
-    def _retry_wait(self, exc: BaseException, attempt: int) -> Optional[float]:
-        """Seconds to wait before retrying ``exc``, or None when it is not retried."""
-        if attempt >= self.max_retries or not _retryable(exc):
-            return None
-        headers = getattr(getattr(exc, "response", None), "headers", None)
-        asked = retry_after_seconds(headers)
-        if asked is not None:
-            return asked if asked <= MAX_RETRY_AFTER_S else None
-        return min(INITIAL_BACKOFF_S * 2.0 ** min(attempt, 16), MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+        self.cache.put(key, raw=raw, value=v.value, status=v.status, expected=v.expected, meta=meta,
+                       ledger=self._ledger)
+        return Reply(v.value, raw, v.status, False, v.expected, self.backend)
 
     # ---- OpenAI Batch API files ------------------------------------------------------------
     def write_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> Path:
@@ -448,23 +322,12 @@ class JudgeClient:
                 continue
             self.usage.add_tokens(self.model, res["prompt_tokens"], res["completion_tokens"])
             self._ledger.add(prompt_tokens=res["prompt_tokens"], completion_tokens=res["completion_tokens"])
-            tpl = t.template
-            parsed = None if res["refusal"] else _parse(tpl, res["text"], t.parse_kwargs)
-            exp = None
-            if res["refusal"]:
-                self.usage.refusals += 1
-                value, status = None, "refused"
-            elif parsed is None:
-                self.usage.parse_failures += 1
-                value, status = None, "parse_error"
-            else:
-                value, status = parsed.value, "ok"
-                exp = expected_score(res["logprobs"], parsed.span, tpl.lo, tpl.hi) \
-                    if tpl.output in ("alignment", "rating") else None
+            v = classify(t.template, res["text"], res["refusal"], res["logprobs"], t.parse_kwargs)
+            self.usage.count(v.status)
             raw = cap(res["text"] or res["refusal"] or "")
-            self.cache.put(k, raw=raw, value=value, status=status, expected=exp, meta={"batch": True},
+            self.cache.put(k, raw=raw, value=v.value, status=v.status, expected=v.expected, meta={"batch": True},
                            ledger=self._ledger)
-            out.append(Reply(value, raw, status, False, exp, self.backend))
+            out.append(Reply(v.value, raw, v.status, False, v.expected, self.backend))
         return out
 
     def close(self) -> None:
@@ -475,62 +338,6 @@ class JudgeClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _parse(tpl: PromptTemplate, text: str, kwargs: Mapping[str, Any]) -> Optional[Parsed]:
-    """The template's parser; a parser that raises (it should not) counts as no parse."""
-    try:
-        return PARSERS[tpl.output](text, tpl.lo, tpl.hi, **kwargs)
-    except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as exc:
-        log.warning("judge parser %s raised %s: counted as a parse failure", tpl.output, type(exc).__name__)
-        return None
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Connection problems, timeouts, 408/409/429/5xx; a server's ``x-should-retry``
-    header overrides the status code, as the SDK does."""
-    import openai
-
-    if isinstance(exc, (openai.APIConnectionError, _TotalTimeout, _BodyReadError)):  # includes APITimeoutError
-        return True
-    if not isinstance(exc, openai.APIStatusError):
-        return False
-    should = (exc.response.headers.get("x-should-retry") or "").strip().lower()
-    if should in ("true", "false"):
-        return should == "true"
-    code = exc.status_code
-    return code in (408, 409, 429) or code >= 500
-
-
-def retry_after_seconds(headers: Any) -> Optional[float]:
-    """The wait a reply asks for (``retry-after-ms``, then ``retry-after`` in seconds or
-    as an HTTP date); None when absent or unreadable; never negative or NaN."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None or len(value) > 64:
-            continue
-        try:
-            v = float(value) * scale
-        except ValueError:
-            continue
-        if math.isnan(v):
-            continue
-        return max(v, 0.0)  # inf stays inf: longer than anything we honour
-    value = headers.get("retry-after")
-    if value is None or len(value) > 64:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:
-        return None
-    try:
-        return max(when.timestamp() - time.time(), 0.0)
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 class _NoBar:

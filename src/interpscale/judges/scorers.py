@@ -6,44 +6,22 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import string
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from interpscale.judges.client import ENV_BASE_URL, ENV_MODEL, JudgeClient, JudgeTask, Reply
-from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
-from interpscale.judges.types import ConceptCard, JudgeRecord
+from interpscale.judges.build import build_judge, resolve_judge  # noqa: F401  (resolve_judge: its old home)
+from interpscale.judges.client import JudgeTask, Reply
+from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
 
 log = logging.getLogger(__name__)
-
-Judge = Any  # JudgeClient | LexicalJudge (anything with .run(tasks), .templates, .label, .backend)
-
-
-def resolve_judge(judge: Judge | None = None, *, base_url: str | None = None, model: str | None = None,
-                  **client_kwargs: Any) -> Judge:
-    """``judge`` if given; else a JudgeClient when an endpoint and model are configured
-    (arguments or $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL); else the
-    offline LexicalJudge, with a warning."""
-    if judge is not None:
-        return judge
-    base_url = base_url or os.environ.get(ENV_BASE_URL)
-    model = model or os.environ.get(ENV_MODEL)
-    if base_url and model:
-        return JudgeClient(base_url=base_url, model=model, **client_kwargs)
-    if base_url or model:
-        raise ValueError("a judge endpoint needs both base_url and model "
-                         f"(got base_url={base_url!r}, model={model!r})")
-    log.warning("no judge endpoint configured: scoring with the %s", LEXICAL_LABEL)
-    return LexicalJudge(templates=client_kwargs.get("templates"))
-
 
 def to_record(reply: Reply, value: Any = None, **meta: Any) -> JudgeRecord:
     """A Reply (or one value out of a multi-score reply) as a JudgeRecord."""
     v = reply.value if value is None else value
     ok = reply.status in ("ok", "reasked", "lexical") and isinstance(v, (int, float)) and not isinstance(v, bool)
-    return JudgeRecord(score=float(v) if ok else None, raw=reply.raw,
+    return JudgeRecord(value=float(v) if ok else None, raw=reply.raw,
                        status=reply.status if ok or reply.status in ("parse_error", "api_error", "refused") else "parse_error",
                        cached=reply.cached, expected=reply.expected if ok else None, backend=reply.backend, meta=meta)
 
@@ -123,7 +101,7 @@ def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[
     subset of ``n_sample`` concepts (all when None)."""
     if len(cards) != len(top_tokens):
         raise ValueError(f"score_alignment: {len(cards)} cards but {len(top_tokens)} token lists")
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     tpl = judge.templates["alignment"]
     idx = _sample(len(cards), n_sample, seed)
     tasks = []
@@ -177,7 +155,7 @@ def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[Concept
     reading back a JSON object of 1–5 scores (App. C)."""
     if len(chunks) != len(candidates):
         raise ValueError(f"score_relevance: {len(chunks)} chunks but {len(candidates)} candidate lists")
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     tpl = judge.templates["relevance"]
     tasks = []
     for i, (chunk, cards) in enumerate(zip(chunks, candidates)):

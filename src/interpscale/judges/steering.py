@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from interpscale.judges.client import JudgeTask
-from interpscale.judges.scorers import Judge, resolve_judge, to_record
+from interpscale.judges.build import build_judge
+from interpscale.judges.scorers import to_record
+from interpscale.judges.types import Judge
 from interpscale.judges.steering_tables import SteeringResult, SteeringSample, aggregate, select_strengths
 from interpscale.judges.types import ConceptCard
 
@@ -134,7 +136,7 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
         raise ValueError(f"select_fraction must be in (0, 1), got {select_fraction}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     rng = random.Random(seed)
     cidx = list(range(len(cards)))
     if n_concepts is not None and n_concepts < len(cards):
@@ -241,7 +243,7 @@ def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = 
                                  quality_with_prefix: bool = False) -> SteeringResult:
     """Judge and aggregate continuations generated elsewhere. Each row:
     ``{label, description, prompt, continuation, condition[, strength, words]}``."""
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     items = []
     for i, row in enumerate(rows):
         missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]

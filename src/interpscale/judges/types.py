@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
 
 # How a judge reply was (or was not) turned into a score.
 #   ok          parsed on the first answer
@@ -53,11 +53,14 @@ class ConceptCard:
 
 @dataclass(frozen=True)
 class JudgeRecord:
-    """One judged item. ``score`` is None whenever the reply could not be parsed or the
-    call failed — a failure is never a zero. ``expected`` is the probability-weighted
-    score from ``top_logprobs`` when the server returned them."""
+    """One judged item -- what every backend returns per task and what every scorer
+    reports. ``value`` is the parsed reply (a number for a 1-5 / 0-2 score; a dict, list or
+    text for other outputs), None whenever the reply could not be parsed or the call failed:
+    a failure is never a zero. ``score`` is the value as a number (None otherwise).
+    ``expected`` is the probability-weighted score from ``top_logprobs`` when the server
+    returned them."""
 
-    score: Optional[float]
+    value: Any
     raw: str
     status: ParseStatus
     cached: bool = False
@@ -68,12 +71,39 @@ class JudgeRecord:
     def __post_init__(self) -> None:
         if self.status not in PARSE_STATUSES:
             raise ValueError(f"JudgeRecord.status must be one of {PARSE_STATUSES}, got {self.status!r}")
-        if self.score is None and self.status in ("ok", "reasked"):
-            raise ValueError(f"JudgeRecord with status {self.status!r} needs a score")
+        if self.value is None and self.status in ("ok", "reasked"):
+            raise ValueError(f"JudgeRecord with status {self.status!r} needs a value")
+
+    @property
+    def score(self) -> Optional[float]:
+        v = self.value
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     @property
     def parsed(self) -> bool:
         return self.score is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {"score": self.score, "raw": self.raw, "status": self.status, "cached": self.cached,
+             "expected": self.expected, "backend": self.backend, "meta": dict(self.meta)}
+        if self.value is not None and self.score is None:  # a structured reply
+            d["value"] = self.value
+        return d
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """What the scorers need of a judge; the four backends implement it: ``JudgeClient``
+    (an OpenAI-compatible endpoint), ``LexicalJudge`` (offline), ``BatchWriteJudge`` and
+    ``BatchReadJudge`` (OpenAI Batch API files). Build one with ``judges.build_judge``."""
+
+    backend: str  # "llm" or "lexical"
+    label: str  # who judged, as every output states it
+    templates: Any  # the TemplateSet its prompts come from
+    usage: Any  # a UsageStats: what it sent and what came back
+
+    def run(self, tasks: Sequence[Any]) -> list[JudgeRecord]:
+        """One record per task (a ``JudgeTask``), in task order."""
+
+    def config(self) -> dict[str, Any]:
+        """Its settings, for the outputs (never the API key)."""
