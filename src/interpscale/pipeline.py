@@ -175,7 +175,7 @@ def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, 
     Without a configured endpoint the judge is the offline lexical backend, a word-overlap
     proxy on the judge's scale (``interpscale judge alignment`` rescores with an LLM)."""
     from interpscale.judges.scorers import resolve_judge
-    from interpscale.metrics.steering import judge_checkpoint_alignment
+    from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 
     out = results.copy()
     rows = out.index[_concept_rows(out) & out.get("checkpoint", pd.Series(index=out.index, dtype=object)).notna()]

@@ -1,4 +1,4 @@
-"""metrics/steering.py glue with a tiny real zoo model, and the `interpscale judge` CLI."""
+"""metrics/checkpoint_judging.py glue with a tiny real zoo model, and the `interpscale judge` CLI."""
 
 import json
 
@@ -38,7 +38,7 @@ def zoo():
 
 
 def test_concept_top_tokens_are_topk_of_W_K(zoo):
-    from interpscale.metrics.steering import concept_top_tokens
+    from interpscale.metrics.checkpoint_judging import concept_top_tokens
 
     model, tok = zoo
     top = concept_top_tokens(model, tok, k=5)
@@ -50,7 +50,7 @@ def test_concept_top_tokens_are_topk_of_W_K(zoo):
 
 
 def test_zoo_generator_conditions(zoo):
-    from interpscale.metrics.steering import ZooGenerator, concept_top_tokens
+    from interpscale.metrics.checkpoint_judging import ZooGenerator, concept_top_tokens
 
     model, tok = zoo
     top = concept_top_tokens(model, tok, k=3)
@@ -69,7 +69,7 @@ def test_zoo_generator_conditions(zoo):
 
 
 def test_benchmark_end_to_end_with_a_zoo_model(zoo):
-    from interpscale.metrics.steering import ZooGenerator, concept_top_tokens
+    from interpscale.metrics.checkpoint_judging import ZooGenerator, concept_top_tokens
 
     model, tok = zoo
     top = concept_top_tokens(model, tok, k=3)
@@ -84,7 +84,7 @@ def test_benchmark_end_to_end_with_a_zoo_model(zoo):
 
 
 def _run_dir(tmp_path, zoo):
-    from interpscale.metrics.steering import concept_top_tokens
+    from interpscale.metrics.checkpoint_judging import concept_top_tokens
     from interpscale.models import save_checkpoint
 
     model, tok = zoo
@@ -161,7 +161,7 @@ def test_cli_inputs_relevance_and_errors(tmp_path, capsys):
 
 
 def test_predicted_concept_relevance_from_a_checkpoint(tmp_path, zoo, capsys):
-    from interpscale.metrics.steering import predicted_concepts
+    from interpscale.metrics.checkpoint_judging import predicted_concepts
 
     model, tok = zoo
     model.eval()

@@ -98,7 +98,7 @@ def test_special_ids_come_from_the_model_config():
     """A corpus prepared with a pretrained tokenizer puts EOS/PAD/MASK anywhere in the
     vocabulary: the metrics read them from the model's config, not the built-in 0-3."""
     from interpscale.metrics._common import mask_token_id, special_id, special_ids
-    from interpscale.metrics.steering import concept_top_tokens
+    from interpscale.metrics.checkpoint_judging import concept_top_tokens
     from interpscale.models import build_model
 
     ids = dict(pad_id=60, eos_id=61, eoc_id=62, mask_id=63)

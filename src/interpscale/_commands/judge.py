@@ -98,7 +98,7 @@ def _score(args: argparse.Namespace, judge: Any) -> Any:
     if args.verb == "steering":
         return _steering(args, judge)
     if args.checkpoint:
-        from interpscale.metrics.steering import judge_checkpoint_relevance
+        from interpscale.metrics.checkpoint_judging import judge_checkpoint_relevance
 
         return judge_checkpoint_relevance(args.checkpoint, inputs.read_texts(args.input), run_dir=args.run_dir,
                                           judge=judge, **given(args, "top"))
@@ -167,7 +167,7 @@ def _alignment(args: argparse.Namespace, judge: Any) -> Any:
     from interpscale.judges import score_alignment
 
     if args.checkpoint:
-        from interpscale.metrics.steering import judge_checkpoint_alignment
+        from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 
         return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, judge=judge, n_sample=args.n_sample,
                                           **given(args, "k", "seed"))
@@ -187,7 +187,7 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
                                             quality_with_prefix=args.quality_with_prefix)
     from interpscale.errors import UserError
     from interpscale.judges.steering import DEFAULT_PROMPTS
-    from interpscale.metrics.steering import judge_checkpoint_steering
+    from interpscale.metrics.checkpoint_judging import judge_checkpoint_steering
 
     if args.strengths is not None:
         try:

@@ -1,4 +1,5 @@
-"""Glue between the zoo and the judges: generate steering-benchmark continuations with a
+"""Judging checkpoints: the glue between the zoo and the judges (``interpscale judge
+--checkpoint`` and the pipeline's alignment stage). Generates steering-benchmark continuations with a
 model's own ``generate`` (unsteered / prompting / steered with calibrated τ, Eq. 19),
 read a concept's top promoted tokens T_k(c) = TopK(W K_c) (§7), and judge a checkpoint.
 ``interpscale.judges`` itself never imports torch; this module is where the two meet.
@@ -14,7 +15,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from interpscale.data.tokenizer import load_tokenizer
-from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, resolve_judge,
+from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, build_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
 from interpscale.metrics._common import special_id, special_ids
@@ -116,7 +117,7 @@ def judge_checkpoint_alignment(checkpoint: str | Path, *, run_dir: str | Path | 
     model, _ = load_checkpoint(ckpt)
     cards = load_concept_cards(rd / "concepts.json")
     tokens = concept_top_tokens(model, load_tokenizer(rd / "tokenizer.json"), k, concepts=range(len(cards)))
-    return score_alignment(cards, tokens, judge=resolve_judge(judge), n_sample=n_sample, seed=seed)
+    return score_alignment(cards, tokens, judge=build_judge(judge), n_sample=n_sample, seed=seed)
 
 
 def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | None = None,
@@ -134,7 +135,7 @@ def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | N
                        top_k=top_k, layer=layer)
     st = ckpt.stat()  # saved generations belong to this exact file and these sampling settings
     gid = json.dumps([str(ckpt.resolve()), st.st_size, st.st_mtime_ns, temperature, top_k, layer])
-    return run_steering_benchmark(gen, cards, prompts, judge=resolve_judge(judge), generator_id=gid, **bench_kwargs)
+    return run_steering_benchmark(gen, cards, prompts, judge=build_judge(judge), generator_id=gid, **bench_kwargs)
 
 
 def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top: int = 3) -> list[list[int]]:
@@ -175,4 +176,4 @@ def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, 
     bad = sorted({c for row in preds for c in row if c >= len(cards)})
     if bad:
         raise ValueError(f"concepts {bad[:5]} are predicted but {rd / 'concepts.json'} has only {len(cards)} cards")
-    return score_relevance(list(texts), [[cards[c] for c in row] for row in preds], judge=resolve_judge(judge))
+    return score_relevance(list(texts), [[cards[c] for c in row] for row in preds], judge=build_judge(judge))
