@@ -1,4 +1,5 @@
-"""`interpscale fit families RESULTS`: scaling-law fits of a results table; `fit chinchilla FILE` on any table."""
+"""`interpscale fit families RESULTS`: scaling-law fits of a results table; `fit chinchilla FILE` on any table;
+`fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from interpscale._commands.options import given, library_default, literal_choice
 from interpscale.results_table import read_results as read_table
 from interpscale.results_table import require_values
 
-VERBS = ("families", "chinchilla")
+VERBS = ("families", "chinchilla", "law")
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
 
 
@@ -81,10 +82,62 @@ def _add_chinchilla(sub) -> None:
     _bootstrap_options(p, fit_chinchilla)
 
 
+def _add_law(sub) -> None:
+    from interpscale.scaling.law_table import LAWS
+
+    p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
+                       "CSV/Parquet table or per-step evaluation logs, by column names (docs/laws.md)",
+                       description="Fit a published scaling law to external runs; per-step logs are reduced to the "
+                                   "mean of each run's last K logged rows.")
+    p.add_argument("law", choices=LAWS, help="the law to fit")
+    p.add_argument("tables", nargs="+", metavar="FILE", help="CSV (.csv, .csv.gz, .tsv) or Parquet; one per run "
+                   "for per-step logs without a --run column")
+    p.add_argument("--params", required=True, metavar="COL", help="parameter counts")
+    p.add_argument("--tokens", metavar="COL", help="training tokens (of the logged step)")
+    p.add_argument("--unique-tokens", metavar="COL", help="unique tokens (data-constrained)")
+    p.add_argument("--loss", required=True, metavar="COL", help="the loss (ladder: the task loss)")
+    p.add_argument("--metric", metavar="COL", help="downstream error (overtraining) or accuracy (ladder step 2)")
+    p.add_argument("--run", metavar="COL", help="per-step logs: the column naming each row's run")
+    p.add_argument("--step", metavar="COL", help="per-step logs: the step column (tokens = step x --tokens-per-step "
+                   "where --tokens is empty)")
+    p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
+    p.add_argument("--last", type=int, default=1, metavar="K", help="average each run's last K logged rows (default 1)")
+    p.add_argument("--recipe", choices=("authors", "robust"), default="authors",
+                   help="the authors' recipe (default) or Huber on log residuals from a start grid")
+    p.add_argument("--task-min", type=float, default=0.25, help="ladder: chance accuracy (step 2's start)")
+    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none)")
+    p.add_argument("--level", type=float, help="interval level")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
+
+
+def _law(args) -> int:
+    from interpscale.scaling.law_table import fit_law_table
+
+    per_step = args.tokens_per_step
+    if per_step is not None:
+        try:
+            per_step = float(per_step)
+        except ValueError:
+            pass  # a column name
+    res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens,
+                        unique_tokens=args.unique_tokens, loss=args.loss, metric=args.metric, run=args.run,
+                        step=args.step, tokens_per_step=per_step, last=args.last, recipe=args.recipe,
+                        task_min=args.task_min, n_boot=args.n_boot, level=args.level, seed=args.seed)
+    sys.stdout.write(res.summary() + "\n")
+    if args.out is not None:
+        dest = args.out if args.out.suffix.lower() == ".json" else args.out / f"{args.law}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(dest, json.dumps(res.to_dict(), indent=2) + "\n")
+        sys.stderr.write(f"wrote {dest}\n")
+    return 0 if res.converged else 1
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     _add_families(sub)
     _add_chinchilla(sub)
+    _add_law(sub)
 
 
 def _joint_options(args) -> dict:
@@ -179,6 +232,8 @@ def _results(args, path: Path) -> int:
 
 
 def run(args) -> int:
+    if args.verb == "law":
+        return _law(args)
     if args.verb == "chinchilla":
         return _chinchilla(args, Path(args.table))
     return _results(args, Path(args.results))
