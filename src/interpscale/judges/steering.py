@@ -101,6 +101,37 @@ class _Job:
     split: str
 
 
+def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens) -> list[float]:
+    """The benchmark's settings checked (ValueError naming the bad one); the strengths as floats."""
+    bad = set(conditions) - set(CONDITIONS)
+    if bad or not conditions:
+        raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}")
+    if not cards:
+        raise ValueError("run_steering_benchmark needs at least one concept card")
+    if not prompts:
+        raise ValueError("run_steering_benchmark needs at least one prompt")
+    strengths = [float(s) for s in strengths]
+    if "steered" in conditions and not strengths:
+        raise ValueError("the steered condition needs at least one strength")
+    if len(set(strengths)) != len(strengths):
+        raise ValueError(f"strengths must be distinct, got {strengths}")
+    if not 0 < select_fraction < 1:
+        raise ValueError(f"select_fraction must be in (0, 1), got {select_fraction}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if "steered" in conditions and len(strengths) > 1 and len(prompts) < 2:
+        raise ValueError("choosing among several strengths needs at least 2 prompts (held-out selection)")
+    return strengths
+
+
+def _split_prompts(n: int, seed: int, select_fraction: float) -> tuple[list[int], list[int]]:
+    """(selection, evaluation) prompt indices: a seeded held-out split, each side non-empty."""
+    order = list(range(n))
+    random.Random(seed + 1).shuffle(order)
+    n_sel = min(max(1, math.ceil(select_fraction * n)), n - 1)
+    return sorted(order[:n_sel]), sorted(order[n_sel:])
+
+
 def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
                            prompts: Sequence[str] = DEFAULT_PROMPTS, *, judge: Judge | None = None,
                            n_concepts: int | None = 72, strengths: Sequence[float] = (1.0,),
@@ -120,38 +151,13 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
     ``generator_id`` (e.g. the checkpoint and sampling settings) is part of its key, so a
     different model never re-uses another's text.
     """
-    bad = set(conditions) - set(CONDITIONS)
-    if bad or not conditions:
-        raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}")
-    if not cards:
-        raise ValueError("run_steering_benchmark needs at least one concept card")
-    if not prompts:
-        raise ValueError("run_steering_benchmark needs at least one prompt")
-    strengths = [float(s) for s in strengths]
-    if "steered" in conditions and not strengths:
-        raise ValueError("the steered condition needs at least one strength")
-    if len(set(strengths)) != len(strengths):
-        raise ValueError(f"strengths must be distinct, got {strengths}")
-    if not 0 < select_fraction < 1:
-        raise ValueError(f"select_fraction must be in (0, 1), got {select_fraction}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    strengths = _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens)
     judge = build_judge(judge)
-    rng = random.Random(seed)
     cidx = list(range(len(cards)))
     if n_concepts is not None and n_concepts < len(cards):
-        cidx = sorted(rng.sample(cidx, n_concepts))
-    pidx = list(range(len(prompts)))
+        cidx = sorted(random.Random(seed).sample(cidx, n_concepts))
     selecting = "steered" in conditions and len(strengths) > 1
-    if selecting:
-        if len(prompts) < 2:
-            raise ValueError("choosing among several strengths needs at least 2 prompts (held-out selection)")
-        order = pidx[:]
-        random.Random(seed + 1).shuffle(order)
-        n_sel = min(max(1, math.ceil(select_fraction * len(order))), len(order) - 1)
-        sel, ev = sorted(order[:n_sel]), sorted(order[n_sel:])
-    else:
-        sel, ev = [], pidx
+    sel, ev = _split_prompts(len(prompts), seed, select_fraction) if selecting else ([], list(range(len(prompts))))
     gens = _Generations(generations_path)
     ctx = dict(cards=cards, prompts=prompts, judge=judge, gens=gens, generate=generate, seed=seed,
                max_new_tokens=max_new_tokens, instruction=instruction_judge, with_prefix=quality_with_prefix,
