@@ -11,7 +11,7 @@ import sys
 
 from interpscale._commands.options import given, option
 
-VERBS = ("chunk", "tag", "library", "annotate", "validate", "build", "check")
+VERBS = ("chunk", "tag", "library", "annotate", "validate", "build", "check", "synthetic")
 
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
@@ -80,9 +80,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _executor_opts(b)
     for p in (t, l_, v, b):
         _endpoint(p)
+    y = sub.add_parser("synthetic", help="the bundled generator's corpus: DIR/raw.jsonl (no labels), DIR/truth.jsonl")
+    y.add_argument("--out", required=True, help="directory to write into")
+    option(y, "--docs", _synthetic(), "n_docs", type=int, help="documents")
+    option(y, "--seed", _synthetic(), type=int, help="generator seed")
     k = sub.add_parser("check", help="compare DIR/labelled/ with known labels; last line: JSON")
     k.add_argument("dir", help="concepts directory")
     k.add_argument("--truth", nargs="+", required=True, help="labelled JSONL with the true concepts, same chunks in order")
+
+
+def _synthetic():
+    from interpscale.concepts import write_synthetic
+
+    return write_synthetic
 
 
 def _endpoint_of(args: argparse.Namespace):
@@ -105,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
         for name, r in res["per_concept"].items():
             sys.stdout.write(f"{name}: best F1 {r['f1']:.3f} ({r['match']}, {r['support']} chunks)\n")
         sys.stdout.write(json.dumps({k: v for k, v in res.items() if k != "per_concept"}) + "\n")
+        return 0
+    if args.verb == "synthetic":
+        raw, truth = C.write_synthetic(args.out, **given(args, "seed", n_docs="docs"))
+        sys.stdout.write(f"{raw} (what the pipeline sees), {truth} (the true labels)\n")
         return 0
     if args.verb == "chunk":
         man = C.chunk_corpus(args.inputs, args.out, **given(args, "tokenizer", "fmt", "domain"))

@@ -22,6 +22,8 @@ import numpy as np
 from interpscale.concepts.store import LABELLED, manifest
 from interpscale.errors import UserError
 
+RAW, TRUTH = "raw.jsonl", "truth.jsonl"
+
 
 def iter_labels(path: str | os.PathLike) -> Iterator[list[str]]:
     """Each chunk's concept labels of a labelled JSONL (``{"chunks": [{"text", "concepts"}]}``)."""
@@ -82,3 +84,23 @@ def check(out: str | os.PathLike, truth_paths: Sequence[str | os.PathLike]) -> d
     return {"mean_best_f1": res["mean_best_f1"], "ami": round(ami(truth, pred), 4), "n_chunks": len(truth),
             "n_true_concepts": len(res["per_concept"]), "n_recovered_concepts": len({c for ls in pred for c in ls}),
             "per_concept": res["per_concept"]}
+
+
+def write_synthetic(out: str | os.PathLike, n_docs: int = 400, seed: int = 0) -> tuple[Path, Path]:
+    """The bundled generator's corpus as DIR/raw.jsonl (chunks, labels removed: what the
+    pipeline sees) and DIR/truth.jsonl (the same chunks with their concept labels)."""
+    import json
+
+    from interpscale._atomic import atomic_path
+    from interpscale.data.corpus import CorpusConfig, generate_documents
+
+    concepts, docs = generate_documents(CorpusConfig(n_docs=n_docs, seed=seed))
+    out = Path(out)
+    paths = out / RAW, out / TRUTH
+    with atomic_path(paths[0]) as raw, atomic_path(paths[1]) as truth:
+        with open(raw, "w", encoding="utf-8") as r, open(truth, "w", encoding="utf-8") as t:
+            for d in docs:
+                r.write(json.dumps({"chunks": [{"text": x} for x, _ in d]}) + "\n")
+                t.write(json.dumps({"chunks": [{"text": x, "concepts": [concepts[c].label for c in labs]}
+                                               for x, labs in d]}) + "\n")
+    return paths

@@ -24,7 +24,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -63,9 +63,6 @@ class Library:
     silhouette: dict[str, float] = field(default_factory=dict)
     embedding: str = ""
     min_tags: int = 2
-
-    def tag_map(self) -> dict[str, int]:
-        return {t: c for c, ts in enumerate(self.tags) for t in ts}
 
     def to_dict(self) -> dict:
         return {"k": self.k, "min_tags": self.min_tags, "silhouette": self.silhouette, "embedding": self.embedding,
@@ -271,9 +268,4 @@ def read_library(out: str | os.PathLike) -> dict:
 
 def library_tag_map(lib: dict) -> dict[str, int]:
     return {t: c for c, con in enumerate(lib["concepts"]) for t in con["tags"]}
-
-
-def card_texts(cards: Sequence[dict]) -> list[str]:
-    return [f"{c['label']}: {c['description']}" for c in cards]
-
 
