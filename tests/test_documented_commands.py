@@ -154,6 +154,7 @@ def _corpus(d: Path) -> None:
     (d / "gpt2").mkdir()
     tok.save(str(d / "gpt2" / "tokenizer.json"))
     (d / "sweep.toml").write_text(doc_block("data.md", "toml", "point a sweep at it"))
+    (d / "annotated.toml").write_text(doc_block("concepts.md", "toml", "`annotated.toml`"))
 
 
 def _ratings(d: Path) -> None:
@@ -173,7 +174,7 @@ def test_documented_command_runs(doc, command, workdir, monkeypatch, capsys):
         assert main(_speed(shlex.split(quick)[1:])) == 0
     if "ratings.csv" in argv:
         _ratings(workdir)
-    if argv[0] == "data" or "sweep.toml" in argv:
+    if argv[0] in ("data", "concepts") or "sweep.toml" in argv or "annotated.toml" in argv:
         _corpus(workdir)
     argv = _speed(_substitute(argv, workdir))
     code = main(argv)
