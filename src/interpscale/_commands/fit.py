@@ -83,7 +83,7 @@ def _add_chinchilla(sub) -> None:
 
 
 def _add_law(sub) -> None:
-    from interpscale.scaling.law_table import LAWS
+    from interpscale.scaling.law_table import LAWS, fit_law_table
 
     p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
                        "CSV/Parquet table or per-step evaluation logs, by column names (docs/laws.md)",
@@ -101,12 +101,12 @@ def _add_law(sub) -> None:
     p.add_argument("--step", metavar="COL", help="per-step logs: the step column (tokens = step x --tokens-per-step "
                    "where --tokens is empty)")
     p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
-    p.add_argument("--last", type=int, default=1, metavar="K", help="average each run's last K logged rows (default 1)")
-    p.add_argument("--recipe", choices=("authors", "robust"), default="authors",
-                   help="the authors' recipe (default) or Huber on log residuals from a start grid")
-    p.add_argument("--task-min", type=float, default=0.25, help="ladder: chance accuracy (step 2's start)")
-    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none)")
-    p.add_argument("--level", type=float, help="interval level")
+    option(p, "--last", fit_law_table, type=int, metavar="K", help="average each run's last K logged rows")
+    option(p, "--recipe", fit_law_table, choices=literal_choices(fit_law_table, "recipe"),
+           help="the authors' recipe or Huber on log residuals from a start grid")
+    option(p, "--task-min", fit_law_table, type=float, help="ladder: chance accuracy (step 2's start)")
+    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none; default: the law's)")
+    p.add_argument("--level", type=float, help="interval level (default: the law's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
 
@@ -122,8 +122,8 @@ def _law(args) -> int:
             pass  # a column name
     res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens,
                         unique_tokens=args.unique_tokens, loss=args.loss, metric=args.metric, run=args.run,
-                        step=args.step, tokens_per_step=per_step, last=args.last, recipe=args.recipe,
-                        task_min=args.task_min, n_boot=args.n_boot, level=args.level, seed=args.seed)
+                        step=args.step, tokens_per_step=per_step,
+                        **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
     sys.stdout.write(res.summary() + "\n")
     if args.out is not None:
         dest = args.out if args.out.suffix.lower() == ".json" else args.out / f"{args.law}.json"

@@ -17,7 +17,7 @@ It returns a :class:`LawTableFit`: the fit(s), the runs used, and a JSON-ready `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -66,7 +66,8 @@ def _boot(n_boot, level, seed) -> dict:
 
 def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, unique_tokens: str | None = None,
                   loss: str | None = None, metric: str | None = None, run: str | None = None, step: str | None = None,
-                  tokens_per_step=None, last: int = 1, recipe: str = "authors", task_min: float = 0.25,
+                  tokens_per_step=None, last: int = 1, recipe: Literal["authors", "robust"] = "authors",
+                  task_min: float = 0.25,
                   n_boot: int | None = None, level: float | None = None, seed: int | None = None) -> LawTableFit:
     """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc."""
     from . import fit_chinchilla, fit_data_constrained, fit_downstream_error, fit_ladder, fit_overtraining
