@@ -32,6 +32,7 @@ VERBS = ("prepare", "info")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from interpscale.data.prepare import MODES, make_request, prepare
+    from interpscale.data.sources import FORMATS
 
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     pr = sub.add_parser("prepare", help="tokenize files into memory-mapped shards (resumable)",
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         epilog=_FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     pr.add_argument("sources", nargs="+", metavar="SOURCE", help="input files or glob patterns (quote globs)")
     pr.add_argument("--out", required=True, metavar="DIR", help="output data directory")
-    pr.add_argument("--format", choices=("jsonl", "parquet", "text"), help="input format (default: by extension)")
+    pr.add_argument("--format", choices=FORMATS, help="input format (default: by extension)")
     pr.add_argument("--document-per-file", action="store_true",
                     help="each file is one plain-text document, never split at blank lines (code corpora; "
                          "any extension)")

@@ -14,6 +14,7 @@ _STUDY = ("contrast", "reference", "random", "level", "draws", "tune", "chains",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from interpscale.analysis.human_study import Priors, analyse_study
+    from interpscale.analysis.human_study.bayes import MASS_MATRICES, SAMPLERS
 
     parser.add_argument("ratings", type=Path, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
     parser.add_argument("--phase1", type=Path, help="Phase 1 CSV: concept, annotator, name, coherence")
@@ -31,9 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option(sampling, "--draws", analyse_study, type=int, help="posterior draws per chain")
     option(sampling, "--tune", analyse_study, type=int, help="tuning steps per chain")
     option(sampling, "--chains", analyse_study, type=int)
-    option(sampling, "--sampler", analyse_study, choices=("auto", "nutpie", "pymc"),
+    option(sampling, "--sampler", analyse_study, choices=SAMPLERS,
            help="NUTS implementation (auto: nutpie when installed)")
-    option(sampling, "--mass-matrix", analyse_study, choices=("low-rank", "diag"), help="nutpie mass-matrix adaptation")
+    option(sampling, "--mass-matrix", analyse_study, choices=MASS_MATRICES, help="nutpie mass-matrix adaptation")
     option(sampling, "--target-accept", analyse_study, type=float)
     priors = parser.add_argument_group("Bayesian priors (logit scale)")
     option(priors, "--prior-beta-sd", Priors, "beta_sd", type=float, help="Normal SD of the fixed effects")

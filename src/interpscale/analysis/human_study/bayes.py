@@ -277,10 +277,11 @@ def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence
 
 
 MASS_MATRICES = ("low-rank", "diag")
+SAMPLERS = ("auto", "nutpie", "pymc")  # auto: nutpie when installed
 
 
 def _resolve_sampler(sampler: str) -> str:
-    if sampler not in ("auto", "nutpie", "pymc"):
+    if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be 'auto', 'nutpie' or 'pymc', got {sampler!r}")
     if sampler == "auto":
         try:
