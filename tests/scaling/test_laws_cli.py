@@ -52,3 +52,18 @@ def test_bad_column_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "runs.csv, line 3: column 'L' (--loss) has 'oops'" in err[0]
     rc = cli.main(["fit", "law", "data-constrained", str(src), "--params", "N", "--tokens", "D", "--loss", "L"])
     assert rc == 2 and "--unique-tokens" in capsys.readouterr().err
+
+
+def test_plan_with_a_unique_token_budget(reference_data, tmp_path, capsys):
+    dc = reference_data("scaling_public/datablations_muennighoff2023/datablations_fit182.csv")
+    assert cli.main(["fit", "law", "data-constrained", str(dc), "--params", "N", "--tokens", "D", "--unique-tokens", "U",
+                     "--loss", "loss", "--n-boot", "0", "--out", str(tmp_path / "dc.json")]) == 0
+    csv = tmp_path / "plan.csv"
+    rc = cli.main(["plan", "--preset", "demo-quick", "--device", "h100", "--unique-tokens", "2e4",
+                   "--repetition-law", str(tmp_path / "dc.json"), "--csv", str(csv)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "repeated data: 2e+04 unique tokens" in out and "R_D* = 95.37" in out
+    t = pd.read_csv(csv)
+    assert (t.epochs == t.D / t.D.clip(upper=2e4)).all()
+    assert (t.epoch_cost[t.epochs > 1] > 0).all() and (t.epoch_cost[t.epochs == 1] == 0).all()

@@ -30,6 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flops-per-s", type=float, help="sustained FLOP/s for the runtime estimate (overrides --device)")
     p.add_argument("--all", action="store_true", help="also list skipped / infeasible points")
     p.add_argument("--csv", help="write the dry-run table to this CSV")
+    p.add_argument("--unique-tokens", type=float, metavar="U",
+                   help="unique-token budget: add each point's epochs and their loss cost (data-constrained law, "
+                        "Muennighoff et al. 2023; docs/laws.md)")
+    p.add_argument("--repetition-law", metavar="FIT.json",
+                   help="with --unique-tokens: the law 'interpscale fit law data-constrained --out' saved "
+                        "(default: the authors' published C4 law)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.all:
         pl.table = pl.table[pl.table.status == "ok"]
     sys.stdout.write(pl.summary() + "\n")
+    if args.unique_tokens is not None:  # the loss cost of the epochs this grid implies (scaling.data_constrained)
+        from interpscale.scaling.data_constrained import plan_epoch_costs, read_data_constrained
+
+        law = read_data_constrained(args.repetition_law) if args.repetition_law else None
+        pl.table, text = plan_epoch_costs(pl.table, args.unique_tokens, law)
+        sys.stdout.write(text + "\n")
     if args.csv:
         pl.table.to_csv(args.csv, index=False)
     return 0

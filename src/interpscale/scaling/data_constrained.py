@@ -303,10 +303,13 @@ def plan_epoch_costs(table: pd.DataFrame, unique_tokens: float, fit: DataConstra
     ``epoch_cost_pct`` (:func:`epoch_costs`) added, and a few lines saying what the repetition costs."""
     costs = epoch_costs(table[params], table[tokens], unique_tokens, fit)
     out = pd.concat([table.reset_index(drop=True), costs], axis=1)
-    law = "the authors' C4 law (Muennighoff et al. 2023)" if fit is None else f"R_D* = {fit.params['R_D_star']:.4g}"
+    law = "the authors' C4 law" if fit is None else f"the given law (R_D* = {fit.params['R_D_star']:.4g})"
     worst = costs.loc[costs["epoch_cost_pct"].idxmax()] if len(costs) else None
-    lines = [f"repeated data: {unique_tokens:.3g} unique tokens; loss cost of the epochs per {law} (Eq. 5)"]
-    if worst is not None:
+    lines = [f"repeated data: {unique_tokens:.3g} unique tokens; loss cost of the epochs by {law} "
+             "(Muennighoff et al. 2023, Eq. 5)"]
+    if worst is None or worst["epochs"] <= 1:
+        lines.append("  no planned point repeats data")
+    else:
         lines.append(f"  {int((costs['epochs'] > 1).sum())} of {len(costs)} points repeat data; at most "
                      f"{worst['epochs']:.3g} epochs, costing {worst['epoch_cost']:.4f} nats "
                      f"({worst['epoch_cost_pct']:.2f}% of the unique-data loss)")
