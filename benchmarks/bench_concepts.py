@@ -29,22 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "judges"))
 
 
-def write_docs(path: Path, n_docs: int, seed: int, labels: bool) -> Path:
-    from interpscale.data.corpus import CorpusConfig, generate_documents
-
-    concepts, docs = generate_documents(CorpusConfig(n_docs=n_docs, seed=seed))
-    with open(path, "w") as fh:
-        for d in docs:
-            chunks = [{"text": t, **({"concepts": [concepts[c].label for c in ls]} if labels else {})} for t, ls in d]
-            fh.write(json.dumps({"chunks": chunks}) + "\n")
-    return path
-
-
 def offline(work: Path, n_docs: int) -> Path:
     from interpscale.concepts import (annotate_corpus, build_library, check, chunk_corpus, tag_corpus,
-                                      train_annotator, validate)
+                                      train_annotator, validate, write_synthetic)
 
-    raw, truth = write_docs(work / "raw.jsonl", n_docs, 0, False), write_docs(work / "truth.jsonl", n_docs, 0, True)
+    raw, truth = write_synthetic(work, n_docs, seed=0)
     out = work / "c"
     times = {}
     for name, fn in [("chunk", lambda: chunk_corpus([raw], out)), ("tag", lambda: tag_corpus(out)),
@@ -76,9 +65,11 @@ RSS = ("import json, resource, sys, time; from interpscale.concepts.annotate imp
 
 def rss(out: Path, work: Path, n_docs: int) -> float:
     """Peak RSS of annotating n_docs and 10 x n_docs documents, each in a fresh process."""
+    from interpscale.concepts import write_synthetic
+
     rows = []
     for scale in (1, 10):
-        src = write_docs(work / f"x{scale}.jsonl", n_docs * scale, 1, False)
+        src, _ = write_synthetic(work / f"x{scale}", n_docs * scale, seed=1)
         proc = subprocess.run([sys.executable, "-c", RSS, str(out / "annotator"), str(src), str(work / f"x{scale}.out")],
                               capture_output=True, text=True, check=True)
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))

@@ -3,7 +3,6 @@ JSONL twice, with its labels (the truth) and without them (what the pipeline see
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,22 +11,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))  # judge_server
 
 
-def write_corpus(folder: Path, n_docs: int, seed: int = 0, n_files: int = 1) -> tuple[list[Path], list[Path]]:
-    """(unlabelled files, truth files) of the synthetic corpus, documents split over ``n_files``."""
-    from interpscale.data.corpus import CorpusConfig, generate_documents
+def write_corpus(folder: Path, n_docs: int, seed: int = 0) -> tuple[list[Path], list[Path]]:
+    """([unlabelled file], [truth file]) of the synthetic corpus (``concepts synthetic``)."""
+    from interpscale.concepts import write_synthetic
 
-    concepts, docs = generate_documents(CorpusConfig(n_docs=n_docs, seed=seed))
-    folder.mkdir(parents=True, exist_ok=True)
-    raw, truth = [], []
-    for f in range(n_files):
-        part = docs[f::n_files]
-        r, t = folder / f"raw-{f}.jsonl", folder / f"truth-{f}.jsonl"
-        r.write_text("".join(json.dumps({"chunks": [{"text": x} for x, _ in d]}) + "\n" for d in part))
-        t.write_text("".join(json.dumps({"chunks": [{"text": x, "concepts": [concepts[c].label for c in labs]}
-                                                    for x, labs in d]}) + "\n" for d in part))
-        raw.append(r)
-        truth.append(t)
-    return raw, truth
+    raw, truth = write_synthetic(folder, n_docs, seed)
+    return [raw], [truth]
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from judge_server import LocalJudgeServer, ServerReply, default_embedder, default_responder, misbehaving
 
 from interpscale.concepts import BuildOptions, Endpoint, LibraryOptions, build

@@ -196,6 +196,12 @@ def _embedded(vocab: list[str], members: list[list[int]], emb: np.ndarray):
 
 def _clusters(vocab, emb, labels, k, members, support, opts) -> tuple[list[dict], list[dict]]:
     """Clusters that pass the support and coherence filters, and the dropped ones."""
+    from scipy import sparse
+
+    rows = [j for j, ms in enumerate(members) for _ in ms]
+    a = sparse.csr_matrix((np.ones(len(rows)), (rows, [m for ms in members for m in ms])), shape=(len(members), len(vocab)))
+    onehot = sparse.csr_matrix((np.ones(len(labels)), (np.arange(len(labels)), labels)), shape=(len(vocab), k))
+    hits = np.asarray((a @ onehot).todense())  # [chunk, cluster]: the chunk's tags in each cluster
     kept, dropped = [], []
     for c in range(k):
         idx = np.flatnonzero(labels == c)
@@ -204,8 +210,7 @@ def _clusters(vocab, emb, labels, k, members, support, opts) -> tuple[list[dict]
         cos = emb[idx] @ cen_u
         order = idx[np.argsort(-(cos * np.log1p([support[vocab[i]] for i in idx])))]
         tags = [vocab[i] for i in order]
-        tagset = set(int(i) for i in idx)
-        chunks = {j for j, ms in enumerate(members) if sum(m in tagset for m in ms) >= opts.min_tags}
+        chunks = set(np.flatnonzero(hits[:, c] >= opts.min_tags).tolist())
         rec = {"tags": tags, "support": len(chunks), "coherence": round(float(cos.mean()), 4),
                "centroid": cen_u, "chunks": chunks}
         if len(chunks) < opts.min_support:
