@@ -210,7 +210,43 @@ def parse_activations(text: str, lo: float = 0, hi: float = 10, n: int | None = 
     return Parsed(vals)
 
 
+MAX_ITEM_CHARS = 200  # a string in a json_object reply (a tag, a name, a description)
+
+
+def _strings(v: Any, kind: str, most: int) -> Any:
+    """``v`` as a stripped string (``kind == "str"``) or a non-empty list of at most
+    ``most`` distinct-ish non-empty strings (``"list"``); None when it is neither."""
+    if kind == "str":
+        return v.strip() if isinstance(v, str) and 0 < len(v.strip()) <= MAX_ITEM_CHARS * 2 else None
+    if not isinstance(v, list) or not 0 < len(v) <= most:
+        return None
+    if not all(isinstance(x, str) and 0 < len(x.strip()) <= MAX_ITEM_CHARS for x in v):
+        return None
+    return [x.strip() for x in v]
+
+
+def parse_json_object(text: str, lo: float = 0, hi: float = 0,
+                      schema: Optional[dict[str, str]] = None) -> Optional[Parsed]:
+    """A JSON object with exactly the ``schema`` keys (case-insensitive), each value a
+    string (``"str"``) or a non-empty list of strings (``"list"``, at most ``hi`` items
+    when ``hi > 0``); keys come back spelled as in ``schema``."""
+    text = _readable(text)
+    if text is None or not schema:
+        return None
+    obj = _one_answer(_json_values(text, "{"), dict)
+    if not obj or set(obj) != {k.strip().upper() for k in schema}:
+        return None
+    out = {}
+    for k, kind in schema.items():
+        v = _strings(obj[k.strip().upper()], kind, int(hi) if hi > 0 else 64)
+        if v is None:
+            return None
+        out[k] = v
+    return Parsed(out)
+
+
 PARSERS: dict[str, Callable[..., Optional[Parsed]]] = {
+    "json_object": parse_json_object,
     "alignment": parse_alignment,
     "rating": parse_rating,
     "json_scores": parse_json_scores,

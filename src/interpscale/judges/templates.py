@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 # Reply formats a template can ask for; each has a parser in judges.parsing.
-OUTPUTS = ("alignment", "rating", "json_scores", "explanation", "activations")
+OUTPUTS = ("alignment", "rating", "json_scores", "explanation", "activations", "json_object")
 
 
 @dataclass(frozen=True)
