@@ -111,10 +111,24 @@ def test_epoch_costs_under_a_unique_token_budget():
         epoch_costs([1e9], [1e10], unique_tokens=0)
 
 
-def test_laws_are_registered_forecast_methods():
-    from interpscale.scaling.forecasting import METHODS, ForecastOptions, get_method
+@pytest.fixture()
+def law_methods():
+    """The laws registered as forecast methods for one test; the registry restored after."""
+    from interpscale.scaling import forecasting
 
-    assert {"overtraining", "ladder", "data-constrained"} <= set(METHODS)
+    saved = dict(forecasting.METHODS)
+    from interpscale.scaling import law_methods as lm
+
+    lm.register()
+    yield forecasting
+    forecasting.METHODS.clear()
+    forecasting.METHODS.update(saved)
+
+
+def test_laws_are_registered_forecast_methods(law_methods):
+    from interpscale.scaling.forecasting import ForecastOptions, get_method
+
+    assert {"overtraining", "ladder", "data-constrained"} <= set(law_methods.METHODS)
     N, D, U, L = _synthetic(8.0, 3.0)
     rows = pd.DataFrame({"params": N, "tokens": D, "unique_tokens": U, "loss": L})
     o = ForecastOptions(n_boot=20, k=6.0)

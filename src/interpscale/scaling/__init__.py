@@ -45,7 +45,6 @@ from .data_constrained import (DataConstrainedFit, data_constrained_law, data_co
 from .external import RunTable, read_runs
 from .ladder import LadderFit, checkpoint_points, fit_ladder
 from .overtraining import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
-from . import law_methods  # registers overtraining, ladder, data-constrained as forecast methods
 
 __all__ = [
     "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",

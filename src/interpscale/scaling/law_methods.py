@@ -1,5 +1,11 @@
 """The published laws as forecast methods (``forecasting.METHODS``), registered on import.
 
+Opt-in: ``import interpscale.scaling.law_methods`` (or :func:`register`) adds them to the
+registry, after which ``forecast_family`` / ``rolling_origin`` score them beside the built-in
+methods and ``method="overtraining"`` etc. select them. They are not registered by importing
+``interpscale.scaling``: Figure 24 draws every registered method as an L*(C) curve, and these
+laws forecast a run at its (P, D) or at their own compute-optimal allocation.
+
 * ``overtraining`` -- Gadre et al. 2024: L = E + a/N^eta + B/D^eta (one exponent), robust recipe
   (Huber on log L from the authors' 128 starts, batched; many refits in a backtest);
 * ``ladder`` -- Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E from the authors' single
@@ -22,7 +28,7 @@ from .forecasting import ForecastMethod, ForecastOptions, register_method
 from .ladder import fit_ladder
 from .overtraining import fit_overtraining
 
-__all__ = ["LAW_METHODS", "optimal_allocation"]
+__all__ = ["LAW_METHODS", "optimal_allocation", "register"]
 
 
 def optimal_allocation(A: float, B: float, alpha: float, beta: float, compute, k: float = 6.0):
@@ -88,6 +94,12 @@ LAW_METHODS = (
     ForecastMethod("data-constrained", "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
                    _fit_data_constrained, _predict_data_constrained),
 )
-for _m in LAW_METHODS:
-    register_method(_m, replace_existing=True)
-del _m
+
+
+def register() -> None:
+    """Add (or re-add) the three laws to ``forecasting.METHODS``."""
+    for m in LAW_METHODS:
+        register_method(m, replace_existing=True)
+
+
+register()
