@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "figures": ("figures", "draw the paper figures from a results table"),
     "report": ("report", "write report.md / report.html from a results table"),
     "demo": ("demo", "run the embedded demo sweep end to end"),
-    "concepts": ("concepts", "concept annotation of a corpus: concepts build | check | chunk | tag | library | annotate | validate"),
+    "concepts": ("concepts", "concept annotation of a corpus: concepts build | check | synthetic | chunk | tag | library | annotate | validate"),
 }
 
 # exceptions that mean "the user's input is wrong" (exit 2); FailedWork and the rest exit 1
@@ -68,11 +68,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         # -v is accepted after the subcommand too; SUPPRESS keeps a top-level -v from being reset
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        _plugin_option(p, [])
         if name == command:
             _load(name).add_arguments(p)
+            for verb in _verbs(p):  # accepted after a verb too (``sweep launch --plugin m``)
+                _plugin_option(verb, argparse.SUPPRESS)
         else:
             p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
+
+
+def _plugin_option(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("--plugin", action="append", default=default, metavar="MODULE",
+                        help="import MODULE first (it registers model families; repeatable; docs/own-model.md)")
+
+
+def _verbs(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [p for a in parser._actions if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()]
 
 
 def _old_spelling(argv: list[str], command: str | None) -> list[str]:
@@ -158,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         _quiet_warnings(args.verbose)
         try:
+            if args.plugin:  # before any family is looked up; plans record them in their runs
+                from interpscale.models.plugins import load_plugins
+
+                load_plugins(args.plugin)
             return int(_load(args.command).run(args) or 0)
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
             if args.verbose:

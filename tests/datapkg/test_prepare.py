@@ -140,7 +140,7 @@ def test_pretrained_tokenizer_json_with_special_ids_anywhere(tmp_path, make_spec
 
     spec = make_spec(vocab_size=128, data={"kind": "prepared", "path": str(out)}, model_overrides={"n_concepts": 2})
     kw = model_kwargs(spec, data)
-    assert {kw[f"{k}_id"] for k in ("pad", "eos", "eoc", "mask")} == set(ids.values())
+    assert {kw["data"].special_ids[k] for k in ("pad", "eos", "eoc", "mask")} == set(ids.values())
 
 
 def test_resume_after_a_killed_prepare(tmp_path, caplog):

@@ -61,7 +61,7 @@ def test_bad_concept_labels(tiny, chunked):
 def test_bad_config_and_names():
     with pytest.raises(ValueError, match="unknown size"):
         build_model("ar", "7B")
-    with pytest.raises(ValueError, match="unknown model family"):
+    with pytest.raises(ValueError, match="unknown family"):
         build_model("transformer", "nano")
     with pytest.raises(ValueError, match="unknown model override"):
         build_model("ar", "nano", d_modle=64)

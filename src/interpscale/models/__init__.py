@@ -1,14 +1,19 @@
 """The model zoo: the four Steerling families plus the other seeds' models in ``zoo/``.
 
->>> from interpscale.models import build_model, FAMILIES, SIZES
->>> model = build_model("cdlm+concept", "tiny", n_concepts=8)
+>>> from interpscale.models import build_model, DataFields, FAMILIES, SIZES
+>>> model = build_model("cdlm+concept", "tiny", data=DataFields(vocab_size=512, n_concepts=8))
 
-Analytic counts (``params_nonembedding``, ``flops_per_token``) never allocate.
+Counts (``params_nonembedding``, ``flops_per_token``) never allocate: a family's formulas,
+else a measurement on the meta device (``models.pricing``). Your own family: subclass
+``FamilyModel`` (or satisfy ``LanguageModel``), ``register_family`` it, and name its module with
+``--plugin`` / ``[plan] plugins`` or an ``interpscale.families`` entry point (docs/own-model.md).
 """
 
 from interpscale.models.accounting import backbone_params, concept_overhead_fraction, concept_params
 from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.models.config import PAPER_SIZES, SIZES, TINY_SIZES, ModelConfig, SizePreset, make_config
+from interpscale.models.plugins import ENTRY_POINT_GROUP, load_plugins
+from interpscale.models.protocol import DataFields, FamilyModel, LanguageModel
 from interpscale.models.registry import (
     FAMILIES,
     FamilySpec,
@@ -29,5 +34,6 @@ __all__ = [
     "FAMILIES", "SIZES", "PAPER_SIZES", "TINY_SIZES", "FamilySpec", "ModelConfig", "SizePreset",
     "build_model", "register_family", "get_family", "make_config", "params_nonembedding",
     "flops_per_token", "backbone_params", "concept_params", "concept_overhead_fraction",
-    "save_checkpoint", "load_checkpoint",
+    "save_checkpoint", "load_checkpoint", "DataFields", "FamilyModel", "LanguageModel", "load_plugins",
+    "ENTRY_POINT_GROUP",
 ]

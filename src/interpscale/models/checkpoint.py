@@ -32,6 +32,14 @@ def _config_dict(model: nn.Module) -> dict[str, Any]:
     raise ValueError(f"{type(model).__name__}.config is neither a dataclass nor has to_dict()")
 
 
+def _plugins_of(model: nn.Module) -> list[str]:
+    """The plugins a process loading this checkpoint imports first: those loaded here, and the
+    model class's module when it is neither this package's nor among them."""
+    module = type(model).__module__
+    known = module.startswith("interpscale.") or any(p == module or p.endswith(f"/{module}.py") for p in plugins.LOADED)
+    return [*plugins.LOADED, *([] if known else [module])]
+
+
 def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None) -> Path:
     """Write ``{format, family, config, class, state_dict, extra}`` atomically to ``path``.
 
@@ -51,8 +59,7 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[d
         "extra": dict(extra or {}),
         # how to rebuild it: the builder's arguments and the plugin modules that register its family
         "build_json": json.dumps(getattr(model, BUILD_ATTR, None)),
-        "plugins": [*plugins.LOADED, *([] if type(model).__module__.startswith("interpscale.")
-                                         or type(model).__module__ in plugins.LOADED else [type(model).__module__])],
+        "plugins": _plugins_of(model),
     }
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)

@@ -3,7 +3,7 @@
 Three ways in, all ending in an import that calls ``register_family``:
 
 - ``--plugin MODULE`` on the command line and ``[plan] plugins = ["MODULE"]`` in a preset
-  (:func:`load_plugins`); the planner records the modules in every run's ``spec.json`` and
+  (:func:`load_plugins`; MODULE is a module name or the path of a ``.py`` file); the planner records the modules in every run's ``spec.json`` and
   checkpoints record them too, so submitit jobs (local and SLURM), ``train``, ``evaluate``,
   the lm-eval adapter and the checkpoint judges import them before looking a family up;
 - an entry point in the group ``interpscale.families`` (a package's ``pyproject.toml``:
@@ -14,8 +14,11 @@ Three ways in, all ending in an import that calls ``register_family``:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
+import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Iterable
 
 from interpscale.errors import UserError
@@ -28,20 +31,45 @@ ENTRY_POINTS: list[str] = []  # "name = value" of the entry points loaded in thi
 
 
 def load_plugins(modules: Iterable[str] | str | None) -> tuple[str, ...]:
-    """Import each plugin module (idempotent); a module that does not import is a UserError."""
+    """Import each plugin (idempotent): a module name (``myarch``, importable from the Python
+    path) or the path of a ``.py`` file (recorded absolute, so other processes find it from any
+    directory). A plugin that does not import is a UserError naming it."""
     names = [modules] if isinstance(modules, str) else list(modules or ())
+    out = []
     for name in names:
         if not isinstance(name, str) or not name.strip():
             raise UserError(f"plugin module names must be non-empty strings, got {name!r}")
+        name = _import(name)
+        out.append(name)
+        if name not in LOADED:
+            LOADED.append(name)
+            log.debug("loaded plugin %s", name)
+    return tuple(out)
+
+
+def _import(name: str) -> str:
+    """Import one plugin; returns how runs record it (a module name, or an absolute file path)."""
+    if not name.endswith(".py"):
         try:
             importlib.import_module(name)
         except ImportError as exc:
             raise UserError(f"plugin module {name!r} does not import ({exc}); install it or put its directory "
-                            f"on the Python path") from exc
-        if name not in LOADED:
-            LOADED.append(name)
-            log.debug("loaded plugin module %s", name)
-    return tuple(names)
+                            f"on the Python path (or pass the path of its .py file)") from exc
+        return name
+    path = Path(name).resolve()
+    if not path.is_file():
+        raise UserError(f"plugin file {name} does not exist")
+    module = sys.modules.get(path.stem)
+    if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # its classes pickle and checkpoint as ``<stem>:<class>``
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as exc:
+            del sys.modules[path.stem]
+            raise UserError(f"plugin file {path} does not import ({exc})") from exc
+    return str(path)
 
 
 def load_entry_points() -> list[str]:

@@ -44,12 +44,18 @@ class FamilySpec:
     config_fn: Optional[Callable[..., Any]] = None  # config_fn(size, *, data, **overrides) -> config, no allocation
 
     @property
+    def builtin(self) -> bool:
+        """Registered by this package (else by a plugin module, whose runs record their plugins)."""
+        fn = getattr(self.builder, "func", self.builder)  # functools.partial -> the function
+        return str(getattr(fn, "__module__", "")).startswith("interpscale.")
+
+    @property
     def pricing(self) -> str:
         """"analytic" (the family's formulas) or "measured" (counted on the meta device)."""
         return "analytic" if self.params_fn is not None and self.flops_fn is not None else "measured"
 
 
-FAMILIES: Registry[FamilySpec] = Registry("model family", hint=plugins.where_looked,
+FAMILIES: Registry[FamilySpec] = Registry("family", hint=plugins.where_looked,
                                           on_miss=plugins.load_entry_points)
 
 

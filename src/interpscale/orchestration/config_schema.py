@@ -16,7 +16,7 @@ from dataclasses import MISSING, fields
 from typing import Any, Iterable, Mapping
 
 from interpscale import paper
-from interpscale.errors import ConfigError
+from interpscale.errors import ConfigError, UserError
 from interpscale.executors import EXECUTORS
 
 Number = (int, float)
@@ -31,6 +31,7 @@ PLAN_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "tolerance": (Number, "a number in (0, 1)"),
     "tokens_per_param": ((list,), "a [low, high] pair of numbers"),
     "max_sizes_per_slice": ((int,), "an integer"),
+    "plugins": ((list,), "a list of module names that register model families"),
 }
 LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "executor": ((str,), "one of local, slurm, debug"),
@@ -55,7 +56,7 @@ LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
-            "flops_per_token", "base_size", "model_overrides", "data"}
+            "flops_per_token", "base_size", "model_overrides", "data", "plugins"}
 
 
 def _suggest(name: str, valid: Iterable[str]) -> str:
@@ -171,6 +172,36 @@ def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, 
         _check_type(value, valid[key][0], valid[key][1], _where(source, section, key))
 
 
+def _load_plugins(plan: Mapping[str, Any], source: Any) -> None:
+    """Import ``[plan] plugins`` (modules registering families) before any family is looked up."""
+    from interpscale.models.plugins import load_plugins
+
+    try:
+        load_plugins([p for p in plan.get("plugins", []) if isinstance(p, str)])
+    except UserError as exc:
+        raise ConfigError(f"{_where(source, 'plan', 'plugins')}: {exc}") from exc
+
+
+def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> None:
+    """``[model]``: shared keys (each a field of some planned family) and ``[model.<family>]``
+    tables (each key a field of that family), typed where the built-in configs know the field."""
+    from interpscale.models import FAMILIES
+    from interpscale.models.registry import check_model_table
+
+    if not isinstance(model, Mapping):
+        raise ConfigError(f"{_where(source, 'model')} must be a table, got {_type_name(model)}")
+    tables = {k: v for k, v in model.items() if isinstance(v, Mapping) and k in FAMILIES}
+    shared = {k: v for k, v in model.items() if k not in tables}
+    if not families:
+        _check_keys(shared, mkeys, source, "model")
+    for section, table in [("model", shared), *((f"model.{k}", v) for k, v in tables.items())]:
+        _check_keys({k: v for k, v in table.items() if k in mkeys}, mkeys, source, section)
+    try:
+        check_model_table(model, [f for f in families if f in FAMILIES], where=_where(source, "model"))
+    except UserError as exc:
+        raise ConfigError(f"{source}: {exc}" if not str(exc).startswith(str(source)) else str(exc)) from exc
+
+
 def _positive_int(table: Mapping, key: str, source: Any, section: str) -> None:
     if key in table and table[key] <= 0:
         raise ConfigError(f"{_where(source, section, key)} = {table[key]!r}: must be positive")
@@ -188,7 +219,8 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
                               f"(valid sections: {', '.join(f'[{s}]' for s in SECTIONS)})")
     plan = cfg.get("plan", {})
     _check_keys(plan, PLAN_KEYS, source, "plan")
-    for key in ("families", "sizes"):
+    _load_plugins(plan, source)
+    for key in ("families", "sizes", "plugins"):
         for v in plan.get(key, []):
             _check_type(v, (str,), "a list of names", _where(source, "plan", key))
     for fam in plan.get("families", []):
@@ -219,8 +251,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
             _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan", "slices"))
 
     mkeys = model_keys()
-    model = cfg.get("model", {})
-    _check_keys(model, mkeys, source, "model")
+    _check_model(cfg.get("model", {}), plan.get("families") or [], mkeys, source)
     presets = cfg.get("size_presets", {})
     if not isinstance(presets, Mapping):
         raise ConfigError(f"{_where(source, 'size_presets')} must be a table of size tables")

@@ -46,10 +46,10 @@ def wrap(model: torch.nn.Module, parallel: str, world: int, device: torch.device
         return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids)
     from torch.distributed.fsdp import fully_shard
 
-    for name, m in model.named_modules():  # one all-gather unit per transformer block
-        if name.endswith("blocks") and isinstance(m, torch.nn.ModuleList):
-            for block in m:
-                fully_shard(block)
+    from interpscale.models.protocol import find_blocks
+
+    for block in find_blocks(model):  # one all-gather unit per transformer block (the model protocol)
+        fully_shard(block)
     fully_shard(module)
     return module
 

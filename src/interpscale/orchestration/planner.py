@@ -103,7 +103,8 @@ class Plan:
             e = self.estimate
             lines.append(f"estimated sweep wall time {_fmt_seconds(e['wall_s'])}: every run with its anneal "
                          f"branches, evaluation and fixed costs ({_fmt_seconds(sum(e['runs'].values()))} in all), "
-                         f"{e['max_parallel']} job(s) at a time, {e['runs_per_job']} run(s) per job")
+                         f"{e['max_parallel']} job(s) at a time, {e['runs_per_job']} run(s) per job, "
+                         f"{e['job_start_s']:.1f} s start-up per job")
         return "\n".join(lines)
 
 
@@ -171,25 +172,26 @@ def default_vocab_size(g: "_Grid") -> int:
     bigger than its non-embedding part, so the LM head does not dominate the small
     models' compute), within ``VOCAB_RANGE``."""
     from interpscale.models import params_nonembedding
-    from interpscale.models.config import make_config
+    from interpscale.models.pricing import model_config
 
     best = 0.0
     for size in g.sizes:
-        base, kw = g.size_args(size)
-        kw = {k: v for k, v in kw.items() if k != "vocab_size"}
         for family in g.families:
-            d = make_config(family, base, **kw).d_model
-            best = max(best, params_nonembedding(family, base, **kw) / d)
+            base, kw = g.size_args(size, family)
+            kw = {k: v for k, v in kw.items() if k != "vocab_size"}
+            d = getattr(model_config(family, base, **kw), "d_model", None)
+            if d:
+                best = max(best, params_nonembedding(family, base, **kw) / d)
     v = 2 ** int(math.floor(math.log2(max(best, 1.0))))
     return int(min(max(v, VOCAB_RANGE[0]), VOCAB_RANGE[1]))
 
 
 def lm_head_flops(family: str, size: str, **overrides: Any) -> float:
-    """Forward + backward FLOPs per token of the d x V LM head (2dV + 4dV), which Eq. 23 leaves out."""
-    from interpscale.models.config import make_config
+    """Forward + backward FLOPs per token of the d x V LM head (2dV + 4dV), which Eq. 23 leaves
+    out, from any family's config (``models.pricing.lm_head_flops``)."""
+    from interpscale.models.pricing import lm_head_flops as head
 
-    cfg = make_config(family, size, **overrides)
-    return 6.0 * cfg.d_model * cfg.vocab_size
+    return head(family, size, **overrides)
 
 
 @dataclass
@@ -205,27 +207,34 @@ class _Grid:
     tolerance: float
     window: tuple[float, float]
     max_sizes: int | None
-    overrides: dict[str, Any]
+    overrides: dict[str, Any]  # the preset's [model] table: shared keys and [model.<family>] tables
     custom: dict[str, dict]
     train: dict[str, Any]
     data: dict[str, Any]
     launch: dict[str, Any]
+    plugins: tuple[str, ...] = ()
 
-    def size_args(self, size: str) -> tuple[str, dict]:
-        """(the SIZES preset ``size`` is built from, its model overrides)."""
+    def size_args(self, size: str, family: str) -> tuple[str, dict]:
+        """(the SIZES preset ``size`` is built from, ``family``'s model overrides there)."""
+        from interpscale.models.registry import family_overrides
+
+        kw = family_overrides(self.overrides, family)
         if size in self.custom:
             c = self.custom[size]
-            return c["base"], {**self.overrides, **{k: v for k, v in c.items() if k != "base"}}
-        return size, self.overrides
+            return c["base"], {**kw, **{k: v for k, v in c.items() if k != "base"}}
+        return size, kw
 
 
 def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
-          max_sizes_per_slice, size_presets, train) -> _Grid:
+          max_sizes_per_slice, size_presets, train, plugins=None) -> _Grid:
     """Resolve and check a plan's options; every bad one raises ``ValueError`` naming it."""
     from interpscale import paper
     from interpscale.models import FAMILIES, SIZES
+    from interpscale.models import plugins as plugin_modules
 
     p = dict(cfg.get("plan", {}))
+    plugin_modules.load_plugins([*p.get("plugins", []), *(plugins or [])])  # before any family is looked up
+    plugins = tuple(plugin_modules.LOADED)  # with those of --plugin: the runs of plugin families record them
     train_kw = {**cfg.get("train", {}), **train}
     bad = set(train_kw) - _TRAIN_KEYS
     if bad:
@@ -238,13 +247,12 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
               max_sizes=int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None,
               overrides=dict(cfg.get("model", {})), train=train_kw,
               custom={k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()},
-              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})))
+              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})), plugins=plugins)
     slices = slices if slices is not None else p.get("slices")
     if not g.families:
         raise ValueError("no families to plan (pass families=... or a preset)")
     for f in g.families:
-        if f not in FAMILIES:
-            raise ValueError(f"unknown family {f!r}; registered: {sorted(FAMILIES)}")
+        FAMILIES.lookup(f)  # an unknown name says where it looked and how to register one
     for name, c in g.custom.items():
         if c.get("base") not in SIZES:
             raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
@@ -308,17 +316,23 @@ def _rate(g: _Grid, device: str | None, flops_per_s: float | None, mfu: float | 
     return rate, {"name": device, "peak": PLAN_DEVICES[device]["peak"], "mfu": u, "rate": rate, "how": device}
 
 
-def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
-    """One (family, slice, size) point: its price (Eq. 23/24, the LM head), D and status."""
-    from interpscale.models import FAMILIES, flops_per_token, params_nonembedding
-    from interpscale.models.config import make_config
+def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, dict]:
+    """(base size, build arguments) as trained: the data's fields (concepts, the training
+    vocabulary) through ``data=``, the family's overrides beside them."""
+    from interpscale.models.protocol import DataFields
 
-    base, kw = g.size_args(size)
-    kw_priced = {**kw, **priced}  # as trained: the data's concepts, the training vocabulary
-    P = params_nonembedding(family, base, **kw_priced)
-    M = flops_per_token(family, base, g.seq_len, **kw_priced)
-    head = lm_head_flops(family, base, **kw_priced)
-    n_concepts = make_config(family, base, **kw_priced).n_concepts if FAMILIES[family].is_concept else 0
+    base, kw = g.size_args(size, family)
+    data = DataFields(vocab_size=priced.get("vocab_size"), n_concepts=priced.get("n_concepts"))
+    return base, {"data": data, **{k: v for k, v in kw.items() if k not in priced}}
+
+
+def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
+    """One (family, slice, size) point: its price (Eq. 23/24 or measured, the LM head), D and status."""
+    from interpscale.models.pricing import price
+
+    base, kw = _priced_args(g, family, size, priced)
+    pr = price(family, base, g.seq_len, **kw)
+    P, M, head, n_concepts = pr.params, pr.flops_per_token, pr.head_flops, pr.n_concepts
     steps = round(c_target / M / g.batch_tokens)
     D = steps * g.batch_tokens
     err = (M * D - c_target) / c_target
@@ -332,7 +346,7 @@ def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) 
         status = f"skipped: D/P={tpp:.3g} outside {g.window}"
     return dict(family=family, size=size, P=P, n_concepts=n_concepts, M=M, M_head=head, C_target=c_target, D=D,
                 steps=steps, C_achieved=M * D, C_err_pct=100 * err, tokens_per_param=tpp, C_with_head=(M + head) * D,
-                est_runtime_s=math.nan, est_run_s=math.nan, status=status)
+                est_runtime_s=math.nan, est_run_s=math.nan, status=status, pricing=pr.how)
 
 
 def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
@@ -361,17 +375,20 @@ def _price_time(g: _Grid, rows: list[dict], runs: dict[int, RunSpec], rate: floa
     for i, r in enumerate(rows):
         if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
             continue
-        base, kw = g.size_args(r["size"])
+        base, kw = _priced_args(g, r["family"], r["size"], priced)
         st = runtime.step_time(r["family"], base, g.seq_len, g.batch_tokens, flops_per_token=r["M"] + r["M_head"],
-                               rate=rate, threads=int(g.launch.get("threads_per_job", 1)), **{**kw, **priced})
+                               rate=rate, threads=int(g.launch.get("threads_per_job", 1)), **kw)
         r["est_runtime_s"] = st.seconds * r["steps"]
         if i in runs:
             r["est_run_s"] = per_run[runs[i].run_id] = runtime.run_seconds(runs[i], st)
             spreads.append(st.spread)
     prepare_s = runtime.prepare_seconds(g.data)
+    job_s = runtime.job_start_seconds() if rate is None and per_run else runtime.JOB_START_S
     wall = runtime.sweep_seconds(list(per_run.values()), max_parallel=int(g.launch.get("max_parallel", 1)),
-                                 runs_per_job=int(g.launch.get("runs_per_job", 1)), prepare_s=prepare_s)
-    return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "max_spread": max(spreads, default=0.0),
+                                 runs_per_job=int(g.launch.get("runs_per_job", 1)), prepare_s=prepare_s,
+                                 job_start_s=job_s)
+    return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "job_start_s": job_s,
+            "max_spread": max(spreads, default=0.0),
             "max_parallel": int(g.launch.get("max_parallel", 1)), "runs_per_job": int(g.launch.get("runs_per_job", 1))}
 
 
@@ -380,7 +397,8 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
          seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
          tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
          flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
-         strict: bool = True, size_presets: dict[str, dict] | None = None, **train: Any) -> Plan:
+         strict: bool = True, size_presets: dict[str, dict] | None = None, plugins: Sequence[str] | None = None,
+         **train: Any) -> Plan:
     """Plan an IsoFLOP sweep.  Explicit arguments override the preset's values.
 
     ``slices`` is a list of targets shared by all families or a ``{family: [C, ...]}``
@@ -388,7 +406,9 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
     ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  ``size_presets``
     adds named sizes to the preset's ``[size_presets]`` (e.g. the adaptive sweep's ladder).
-    With ``strict`` a slice left with no feasible size raises ``ValueError``.
+    With ``strict`` a slice left with no feasible size raises ``ValueError``. ``plugins``: modules
+    registering families (with the preset's ``[plan] plugins``), imported here and recorded in
+    every RunSpec so each process that runs it imports them too.
 
     Models are priced as trained: the data's concept count and vocabulary (read from
     prepared data's meta.json, a concepts file or a tokenizer file, and checked against
@@ -400,10 +420,12 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     the main run's training steps; ``est_run_s`` adds the anneal branches, evaluation and
     fixed costs; ``Plan.estimate`` holds the sweep's wall time.
     """
+    from interpscale.models import FAMILIES
+
     cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
     g = _grid(cfg, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
               tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
-              size_presets=size_presets, train=train)
+              size_presets=size_presets, train=train, plugins=plugins)
     priced = _data_fields(g)
     rate, dev_info = _rate(g, device, flops_per_s, mfu)
     rows: list[dict] = []
@@ -416,11 +438,12 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
             first = len(rows)
             rows.extend(cands)
             for r in _choose(g, cands, strict):
-                base, kw = g.size_args(r["size"])
+                base, kw = g.size_args(r["size"], family)
                 runs[first + next(i for i, c in enumerate(cands) if c is r)] = RunSpec(
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
                     tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],
-                    base_size=base if r["size"] in g.custom else "", model_overrides=kw, data=g.data, **g.train)
+                    base_size=base if r["size"] in g.custom else "", model_overrides=kw, data=g.data,
+                    plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
     estimate = _price_time(g, rows, runs, rate, priced)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
                 estimate=estimate)

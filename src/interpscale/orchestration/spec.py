@@ -42,6 +42,7 @@ class RunSpec:
     val_fraction: float = 0.05
     eval_batches: int = 8
     log_every: int = 10
+    plugins: tuple[str, ...] = ()  # modules registering the family (models.plugins), imported by RunSpec.load
 
     def __post_init__(self) -> None:
         if self.batch_tokens % self.seq_len:
@@ -53,6 +54,7 @@ class RunSpec:
         if not 0.0 <= self.decay_frac < 1.0:
             raise ValueError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
         object.__setattr__(self, "betas", tuple(self.betas))
+        object.__setattr__(self, "plugins", tuple(self.plugins))
 
     @property
     def steps(self) -> int:
@@ -85,7 +87,10 @@ class RunSpec:
         return f"{self.family.replace('+', '_')}-{self.size}-C{self.slice_flops:.3g}-{digest}".replace("+", "")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["plugins"]:  # runs of built-in families keep the ids they had before plugins existed
+            del d["plugins"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -104,6 +109,11 @@ class RunSpec:
         if p.is_dir():
             p = p / "spec.json"
         try:
-            return cls.from_dict(json.loads(p.read_text()))
+            spec = cls.from_dict(json.loads(p.read_text()))
         except (json.JSONDecodeError, TypeError) as exc:
             raise ValueError(f"{p} is not a valid RunSpec: {exc}") from exc
+        if spec.plugins:  # every process that reads a run imports its family's plugin before the lookup
+            from interpscale.models.plugins import load_plugins
+
+            load_plugins(spec.plugins)
+        return spec

@@ -69,18 +69,22 @@ def open_run_data(run_dir: str | os.PathLike) -> PreparedData:
 
 
 def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
-    """Model overrides: the data's concept count, the spec's vocabulary and the data's
-    special-token ids where they differ from the defaults, then the spec's own."""
+    """Build arguments (``models.build_model``): what the data decides through ``data=``
+    (``models.protocol.DataFields``: the spec's vocabulary, the data's concept count, its
+    special-token ids where they differ from the defaults), then the spec's own overrides."""
+    from interpscale.models.protocol import DataFields
     from interpscale.models.types import SPECIAL_IDS
 
     ids = getattr(data, "special_ids", SPECIAL_IDS)
-    special = {f"{k}_id": v for k, v in ids.items() if SPECIAL_IDS.get(k) != v}
-    kw = {"vocab_size": spec.vocab_size, "n_concepts": data.n_concepts, **special, **spec.model_overrides}
-    if kw["n_concepts"] != data.n_concepts:
+    fields = DataFields(vocab_size=spec.vocab_size, n_concepts=data.n_concepts,
+                        special_ids={k: v for k, v in ids.items() if SPECIAL_IDS.get(k) != v})
+    kw = dict(spec.model_overrides)
+    if kw.get("n_concepts", data.n_concepts) != data.n_concepts:
         raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
-    if kw["vocab_size"] < data.vocab_size:
-        raise ValueError(f"model vocab_size={kw['vocab_size']} < tokenizer vocabulary {data.vocab_size}")
-    return kw
+    if kw.get("vocab_size", spec.vocab_size) < data.vocab_size:
+        raise ValueError(f"model vocab_size={kw.get('vocab_size', spec.vocab_size)} < tokenizer vocabulary "
+                         f"{data.vocab_size}")
+    return {"data": fields, **kw}
 
 
 def build_run_model(spec: RunSpec, data: PreparedData) -> torch.nn.Module:
@@ -328,11 +332,13 @@ def _micro_batches(spec: RunSpec, rows: int, world: int, micro_batch_tokens: int
 def _set_phase(model, seg: Segment, spec: RunSpec) -> None:
     """The model's phase schedule: Table 25 ramps over T_max = the stable run's length;
     Table 26 ramps over an anneal branch's decay, counted from its first step."""
+    from interpscale.models.protocol import set_phase
+
     if seg.phase == "stable":
-        model.set_phase(PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
+        set_phase(model, PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
     else:
-        model.set_phase(PhaseSchedule("anneal", max_steps=max(1, seg.start), anneal_steps=seg.length,
-                                      anneal_start=seg.start))
+        set_phase(model, PhaseSchedule("anneal", max_steps=max(1, seg.start), anneal_steps=seg.length,
+                                       anneal_start=seg.start))
 
 
 def train_run(spec: RunSpec, run_dir: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
