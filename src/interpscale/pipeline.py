@@ -20,6 +20,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from interpscale._atomic import atomic_write_text
+from interpscale import paper
 from interpscale.errors import FailedWork
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
             fits = fit_families(results, annealed=True, n_boot=boot, seed=0)
             fit_dir = out / "fits"
             fit_dir.mkdir(exist_ok=True)
-            atomic_write_text(fit_dir / "fits.json", json.dumps(fits.to_dict(), indent=1, default=str))
+            atomic_write_text(fit_dir / "fits.json", fits.to_json() + "\n")  # as `interpscale fit` writes it
         except (ValueError, ArithmeticError) as exc:
             log.error("demo: scaling fits failed (%s); results table written without fits", exc)
             summary["problems"].append(f"fits: {type(exc).__name__}: {exc}")
@@ -161,11 +162,13 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-METRIC_COLUMNS = ("concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment")
+METRIC_COLUMNS = tuple(paper.INTERP_METRICS)
 
 
 def _concept_rows(results: pd.DataFrame) -> pd.Series:
-    return results["family"].astype(str).str.endswith("+concept")
+    from interpscale.models import FAMILIES  # "has concepts" is a registry fact
+
+    return results["family"].astype(str).map(lambda f: f in FAMILIES and FAMILIES[f].is_concept).astype(bool)
 
 
 def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, k: int = 20) -> pd.DataFrame:
@@ -223,3 +226,12 @@ def fit_statuses(fits: Any) -> dict[str, dict[str, str]]:
         rec.update({m: trend_status(b) for m, b in f.bounded.items()})
         out[fam] = rec
     return out
+
+
+def run_adaptive(preset: str | os.PathLike, out_dir: str | os.PathLike, **options: Any):
+    """``sweep launch --adaptive``: :func:`interpscale.orchestration.adaptive.adaptive_sweep`
+    judged by the IsoFLOP fit's own slice parabola (``scaling.isoflop.slice_minimum``)."""
+    from interpscale.orchestration.adaptive import adaptive_sweep
+    from interpscale.scaling.isoflop import slice_minimum
+
+    return adaptive_sweep(preset, out_dir, slice_minimum=slice_minimum, **options)

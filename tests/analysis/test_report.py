@@ -203,3 +203,25 @@ def test_isoflop_status_flags_an_alpha_p_interval_through_zero():
     status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (-0.35, 0.73)}))
     assert status == "uncertain" and "[-0.35, 0.73] includes 0" in why
     assert isoflop_status(None)[0] == "not fitted"
+
+
+def test_fits_json_and_report_show_the_same_numbers(tmp_path):
+    """Fit once, render many (issue 30.4): `interpscale fit` and `interpscale report` on one tiny
+    table fit with the same options, so fits.json and report.md print the same estimates and
+    intervals; a report given the fits does not refit."""
+    import json
+
+    df = _synthetic_table()
+    df = df[df["family"] == "ar"]
+    path = tmp_path / "results.csv"
+    df.to_csv(path, index=False)
+    assert main(["fit", str(path), "--out", str(tmp_path / "fit"), "--n-boot", "20"]) == 0
+    assert main(["report", str(path), "--out", str(tmp_path / "rep"), "--n-boot", "20", "--no-figures"]) == 0
+    t6 = json.loads((tmp_path / "fit" / "fits.json").read_text())["table6"][0]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| ar |") and "[" in line)
+    cells = dict(zip(("alpha_P", "alpha_L", "alpha_D", "alpha_P_joint", "L_inf"), row.split("|")[2:7]))
+    for key in ("alpha_P", "alpha_L", "alpha_D", "L_inf"):
+        est, lo, hi = (float(v) for v in re.findall(r"[-+]?\d+\.\d+", cells[key])[:3])
+        assert est == pytest.approx(t6[key], abs=1e-3)
+        assert est + lo == pytest.approx(t6[f"{key}_lo"], abs=2e-3) and est + hi == pytest.approx(t6[f"{key}_hi"], abs=2e-3)

@@ -12,8 +12,9 @@ and ladder laws of their own modules):
 
 **Choosing the default (rolling origin).** Budgets are the IsoFLOP slices (or, for a table of
 runs without slices, the runs' compute). For each origin k (from the smallest number of budgets
-every method can fit) each method is fitted on the budgets up to the k-th and forecasts every
-larger one: the loss-optimal L* of a held-out slice, or a held-out run's loss at its (P, D).
+a method can fit; for run tables from half of the runs, so the errors are those of fits that saw
+much of the data, at most 6 origins) each method is fitted on the budgets up to the k-th and
+forecasts every larger one: the loss-optimal L* of a held-out slice, or a held-out run's loss at its (P, D).
 The extrapolation ratio of a forecast is its compute over the largest fitted compute. The
 default is the method with the lowest mean absolute error over the forecasts at the far end:
 those whose log ratio is at least half the log of the largest ratio the sweep can test, on the
@@ -40,6 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
 from .bounded import fit_bounded
@@ -49,7 +51,7 @@ from .ledger import inputs_hash
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "forecast_family", "forecast_table", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
+           "choose_method", "forecast_family", "forecast_runs", "forecast_table", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,10 @@ class ForecastOptions:
 class ForecastMethod:
     """A named forecast method: ``fit(rows, options)`` -> a fit; ``predict(fit, compute, options,
     params, tokens)`` -> (prediction, lo, hi) with the fit's bootstrap prediction interval at
-    ``options.level``. ``slices``: the method needs IsoFLOP slices (it forecasts L*(C) only);
-    ``min_budgets``: the fewest budgets it fits on."""
+    ``options.level``; optional ``band(fit, compute, options, params, tokens)`` -> (lo, hi) the
+    bootstrap confidence interval of the curve there (what calibration widens; without it, the
+    prediction interval is widened). ``slices``: the method
+    needs IsoFLOP slices (it forecasts L*(C) only); ``min_budgets``: the fewest budgets it fits on."""
 
     name: str
     equation: str
@@ -79,6 +83,13 @@ class ForecastMethod:
     predict: Callable[..., tuple[float, float, float]]
     slices: bool = False
     min_budgets: int = 3
+    band: Callable[..., tuple[float, float]] | None = None  # None: calibrate from the prediction interval
+
+    def interval(self, fit, compute: float, options: "ForecastOptions", params=None, tokens=None):
+        """What calibration widens: the curve's confidence interval, else the prediction interval."""
+        if self.band is not None:
+            return self.band(fit, compute, options, params, tokens)
+        return self.predict(fit, compute, options, params, tokens)[1:]
 
 
 METHODS: dict[str, ForecastMethod] = {}
@@ -113,6 +124,14 @@ def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=
     return float(fit.predict_optimal(compute, o.k)), float(lo), float(hi)
 
 
+def _band_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    if params is not None and tokens is not None:
+        lo, hi = fit.band(params, tokens, o.level)
+    else:
+        lo, hi = fit.band_optimal(compute, o.level, o.k)
+    return float(np.ravel(lo)[0]), float(np.ravel(hi)[0])
+
+
 def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
     r = slice_rows(rows.dropna(subset=["slice_flops", "params", o.loss]), o.tolerance)
     return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed)
@@ -121,6 +140,11 @@ def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
 def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
     lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)["L_star"]
     return float(fit.power_L.predict(compute)), float(lo), float(hi)
+
+
+def _band_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.band_L(np.array([compute]), o.level)
+    return float(lo[0]), float(hi[0])
 
 
 def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
@@ -136,13 +160,18 @@ def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, to
     return float(fit.predict(compute)), float(lo), float(hi)
 
 
+def _band_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.band(np.array([compute]), o.level)
+    return float(lo[0]), float(hi[0])
+
+
 register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,
-                               slices=False, min_budgets=3))
+                               slices=False, min_budgets=3, band=_band_joint))
 register_method(ForecastMethod("isoflop-powerlaw", "Eq. 26: L*(C) = a C^alpha_L on the slice minima",
-                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw, slices=True,
-                               min_budgets=3))
+                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw,
+                               slices=True, min_budgets=3, band=_band_powerlaw))
 register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on the slice minima (fit_bounded)",
-                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4))
+                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
 
 
 @contextlib.contextmanager
@@ -197,8 +226,8 @@ def _targets(kind: str, rows: pd.DataFrame, held: np.ndarray, o: ForecastOptions
 def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[int]:
     """Numbers of budgets fitted at each origin (the largest leaves at least one out)."""
     need = min(get_method(m).min_budgets for m in names)
-    if kind == "runs":
-        need = max(need, 8)  # a joint fit (5 parameters) needs a few runs beyond the minimum
+    if kind == "runs":  # fits that saw at least half of the runs (and 8): errors of fits like the final one
+        need = max(need, 8, len(budgets) // 2)
     ks = list(range(need, len(budgets)))
     if len(ks) > max_origins:
         ks = sorted({ks[int(round(i))] for i in np.linspace(0, len(ks) - 1, max_origins)})
@@ -259,18 +288,42 @@ def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
     return min(score, key=score.get), score
 
 
+def _distance(ratio) -> np.ndarray:
+    """Log extrapolation distance d(r) = ln(max(r, 2)) (a target inside the data counts as 2x)."""
+    return np.log(np.maximum(np.asarray(ratio, float), 2.0))
+
+
+def model_error(ratio: float, log_errors, ratios, level: float = DEFAULT_LEVEL) -> float | None:
+    """The ``level`` quantile of the backtest's |log errors| at the target's extrapolation
+    ratio (the rule of the module docstring), or None without a scored backtest forecast."""
+    u, r = np.asarray(log_errors, float), np.asarray(ratios, float)
+    fin = np.isfinite(u) & np.isfinite(r)
+    if not fin.any():
+        return None
+    u, r = np.abs(u[fin]), r[fin]
+    near = np.log(r) >= math.log(min(float(ratio), float(r.max()))) - math.log(2.0)
+    if near.sum() < 3:  # too few forecasts that far out: the 3 farthest
+        near = np.zeros(r.size, bool)
+        near[np.argsort(r)[-3:]] = True
+    scaled = u[near] * np.maximum(1.0, _distance(ratio) / _distance(r[near]))
+    # robust scale: the median |error| times z_(1+level)/2 / z_0.75 (the level quantile of |error|
+    # for normal errors; a few wild forecasts of small early fits do not set the width alone)
+    z = float(norm.ppf(0.5 + check_level(level) / 2) / norm.ppf(0.75))
+    return z * float(np.median(scaled))
+
+
 def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
               level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:
-    """(calibrated lo, calibrated hi, model-error half-width m on the log scale): the rule of
-    the module docstring. Without a scored backtest error the bootstrap interval is returned."""
-    u = np.asarray(log_errors, float)
-    d = np.log(np.maximum(np.asarray(ratios, float), 2.0))
-    fin = np.isfinite(u) & np.isfinite(d)
-    if fin.sum() < 1 or not (predicted > 0 and lo > 0 and hi > 0):
+    """(calibrated lo, calibrated hi, model-error half-width m on the log scale) from the
+    bootstrap *confidence* interval (lo, hi) of the curve at the target and the backtest's log
+    errors at ``ratios``: pred * exp(-+sqrt(b^2 + m^2)), m = ``model_error`` (the empirical
+    forecast errors hold the observation noise, so the curve's interval is what is added).
+    Without a scored backtest forecast, (lo, hi) comes back unchanged with m = 0."""
+    m = model_error(ratio, log_errors, ratios, level)
+    if m is None or not (predicted > 0 and lo > 0 and hi > 0):
         return float(lo), float(hi), 0.0
-    c = float(np.quantile(np.abs(u[fin]) / d[fin], check_level(level), method="higher"))
-    m = c * math.log(max(float(ratio), 2.0))
-    b_lo, b_hi = math.log(predicted / lo) if lo < predicted else 0.0, math.log(hi / predicted) if hi > predicted else 0.0
+    b_lo = math.log(predicted / lo) if lo < predicted else 0.0
+    b_hi = math.log(hi / predicted) if hi > predicted else 0.0
     return predicted * math.exp(-math.hypot(b_lo, m)), predicted * math.exp(math.hypot(b_hi, m)), m
 
 
@@ -361,7 +414,7 @@ def _method_forecast(name, rows, target, o, params, tokens, fits):
         with quiet():
             fit = m.fit(rows, o)
     pred, lo, hi = m.predict(fit, target, o, params, tokens)
-    return pred, lo, hi, fit
+    return pred, lo, hi, m.interval(fit, target, o, params, tokens), fit
 
 
 def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | None = None,
@@ -388,13 +441,13 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
     out = {}
     for name in names:
         try:
-            pred, lo, hi, fit = _method_forecast(name, rows, float(target_compute), o, params, tokens, fits)
+            pred, lo, hi, ci, fit = _method_forecast(name, rows, float(target_compute), o, params, tokens, fits)
         except ValueError as exc:
             warnings.append(f"{name}: no forecast ({exc})")
             continue
         e = errors[(errors["method"] == name) & (errors["status"] == "ok")]
         c_max = float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max())
-        clo, chi, msd = calibrate(pred, lo, hi, float(target_compute) / c_max, e["log_error"], e["ratio"], o.level)
+        clo, chi, msd = calibrate(pred, *ci, float(target_compute) / c_max, e["log_error"], e["ratio"], o.level)
         out[name] = MethodForecast(name, pred, lo, hi, clo, chi, score.get(name), msd, fit)
     if not out:
         raise ValueError("no forecast method could fit these rows: " + "; ".join(warnings))
@@ -475,3 +528,34 @@ def fit_flags(fit: Any) -> list[str]:
     if getattr(fit, "converged", True) is False:
         out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
     return out
+
+
+def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "joint",
+                  options: ForecastOptions | None = None) -> pd.DataFrame:
+    """Forecasts of new runs at their (``params``, ``tokens``) from ``rows`` (one fit, one
+    rolling-origin backtest): one row per target with the prediction, the bootstrap and the
+    calibrated prediction intervals, the extrapolation ratio and, when ``targets`` carries the
+    ``options.loss`` column, the observation and whether each interval covered it."""
+    o = options or ForecastOptions(k=flops_per_token_per_param(rows))
+    m = get_method(method)
+    if m.slices:
+        raise ValueError(f"method {method!r} forecasts the loss-optimal L*(C), not runs at given (P, D)")
+    errors = rolling_origin(rows, [method], o)
+    e = errors[errors["status"] == "ok"]
+    with quiet():
+        fit = m.fit(rows, o)
+    c_max = float(_run_compute(rows, o).max())
+    out = []
+    for t in targets.to_dict("records"):
+        P, D = float(t["params"]), float(t["tokens"])
+        C = float(t["flops"]) if "flops" in t and np.isfinite(t["flops"]) else o.k * P * D
+        pred, lo, hi = m.predict(fit, C, o, P, D)
+        clo, chi, msd = calibrate(pred, *m.interval(fit, C, o, P, D), C / c_max, e["log_error"], e["ratio"], o.level)
+        rec = dict(t, method=method, ratio=C / c_max, predicted=pred, raw_lo=lo, raw_hi=hi, lo=clo, hi=chi,
+                   model_sd=msd, n_backtest=len(e))
+        if o.loss in t and np.isfinite(t[o.loss]):
+            obs = float(t[o.loss])
+            rec.update(observed=obs, abs_rel_error=abs(pred / obs - 1), covered_raw=bool(lo <= obs <= hi),
+                       covered=bool(clo <= obs <= chi), raw_width=(hi - lo) / obs, width=(chi - clo) / obs)
+        out.append(rec)
+    return pd.DataFrame(out)

@@ -1,0 +1,88 @@
+"""Forecast methods by name, the backtest-chosen default and calibrated intervals (issue 27)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from interpscale.scaling import FORECAST_METHODS, ForecastLedger, ForecastMethod, ForecastOptions, register_method
+from interpscale.scaling.forecasting import calibrate, choose_method, forecast_family, forecast_runs, model_error
+
+
+def test_methods_by_name_and_registration():
+    assert {"joint", "isoflop-powerlaw", "isoflop-saturating"} <= set(FORECAST_METHODS)
+    with pytest.raises(ValueError, match="already registered"):
+        register_method(FORECAST_METHODS["joint"])
+    m = ForecastMethod("test-const", "L = c", fit=lambda rows, o: float(rows[o.loss].mean()),
+                       predict=lambda fit, C, o, P=None, D=None: (fit, 0.9 * fit, 1.1 * fit))
+    register_method(m)
+    try:
+        assert FORECAST_METHODS["test-const"].interval(2.0, 1e20, ForecastOptions()) == (1.8, 2.2)
+    finally:
+        del FORECAST_METHODS["test-const"]
+
+
+def test_calibration_grows_with_log_distance_beyond_the_tested_ratios():
+    u = np.array([0.01, -0.02, 0.015, 0.012, -0.01])
+    r = np.array([2.0, 3.0, 4.0, 6.0, 8.0])
+    inside = model_error(4.0, u, r)
+    far = model_error(80.0, u, r)
+    # beyond the largest tested ratio (8x) the errors grow like ln(ratio): 80x is ln80/ln8 ~ 2.1x wider
+    assert far == pytest.approx(inside * math.log(80) / math.log(8), rel=0.35) and far > 1.5 * inside
+    lo, hi, m = calibrate(3.0, 2.99, 3.01, 80.0, u, r)
+    assert m == pytest.approx(far) and lo < 2.99 and hi > 3.01
+    assert hi == pytest.approx(3.0 * math.exp(math.hypot(math.log(3.01 / 3.0), m)))
+    assert calibrate(3.0, 2.9, 3.1, 10.0, [], []) == (2.9, 3.1, 0.0)  # no backtest: the bootstrap interval
+
+
+def test_default_chosen_by_backtest_and_user_override(synth):
+    # a Chinchilla surface with an irreducible loss: the L*(C) power law (no E) misses, the
+    # saturating envelope and the joint surface do not
+    df, truth = synth.chinchilla_grid(seed=1, noise=0.003, slices=(1e18, 3e18, 1e19, 3e19, 1e20, 3e20))
+    fc = forecast_family(df, 1e22, options=ForecastOptions(n_boot=40, k=6.0))
+    assert set(fc.methods) == {"joint", "isoflop-powerlaw", "isoflop-saturating"}
+    assert fc.chosen_by == "backtest" and fc.chosen != "isoflop-powerlaw"
+    scored = {k: v.backtest_error for k, v in fc.methods.items() if v.backtest_error is not None}
+    assert fc.chosen == min(scored, key=scored.get) and len(scored) >= 2
+    assert fc.ratio == pytest.approx(1e22 / 3e20) and fc.max_tested_ratio > 1
+    for v in fc.methods.values():  # calibration never narrows the curve's interval
+        assert v.lo <= v.predicted <= v.hi and v.raw_lo <= v.predicted <= v.raw_hi
+    assert "chosen by backtest" in fc.summary() and fc.to_dict()["chosen"] == fc.chosen
+    user = forecast_family(df, 1e22, method="isoflop-powerlaw", options=ForecastOptions(n_boot=0, k=6.0))
+    assert user.chosen == "isoflop-powerlaw" and user.chosen_by == "user"
+    with pytest.raises(ValueError, match="unknown forecast method"):
+        forecast_family(df, 1e22, method="nope")
+    with pytest.raises(ValueError, match="needs IsoFLOP slices"):
+        forecast_family(df, 1e22, method="isoflop-saturating", params=1e9, tokens=2e10)
+
+
+def test_run_forecasts_and_ledger_keep_both_intervals(synth, tmp_path):
+    df, truth = synth.chinchilla_grid(seed=2, noise=0.005)
+    big = df[df["slice_flops"] == df["slice_flops"].max()]
+    small = df.drop(big.index)
+    f = forecast_runs(small, big, method="joint", options=ForecastOptions(n_boot=40, k=6.0))
+    assert len(f) == len(big) and (f["ratio"] > 1).all() and (f["n_backtest"] > 0).all()
+    assert ((f["lo"] <= f["predicted"]) & (f["predicted"] <= f["hi"])).all()
+    assert f["abs_rel_error"].median() < 0.05
+    with pytest.raises(ValueError, match="loss-optimal"):
+        forecast_runs(small, big, method="isoflop-powerlaw")
+    ledger = ForecastLedger(tmp_path / "f.jsonl")
+    r = f.iloc[0]
+    fc = ledger.record(target_compute=6 * r.params * r.tokens, predicted=r.predicted, lo=r.lo, hi=r.hi,
+                       raw_lo=r.raw_lo, raw_hi=r.raw_hi, method="joint", chosen_by="user", inputs_hash="x",
+                       backtest={"joint": 1.2}, ratio=r.ratio)
+    done = ledger.check(fc.id, r.observed)
+    assert done.raw_lo == pytest.approx(r.raw_lo) and done.covered_raw == bool(r.covered_raw)
+    assert "bootstrap" in done.summary() and "joint 1.20%" in done.summary()
+
+
+def test_choose_method_compares_common_far_folds():
+    import pandas as pd
+
+    rows = []
+    for method, err in (("a", 0.01), ("b", 0.03)):
+        for origin, ratio in ((1.0, 2.0), (1.0, 10.0), (2.0, 5.0)):
+            rows.append(dict(method=method, origin=origin, compute=origin * ratio, ratio=ratio, params=None,
+                             tokens=None, predicted=1.0, observed=1.0, log_error=err * np.log(ratio), status="ok"))
+    name, score = choose_method(pd.DataFrame(rows), ["a", "b"])
+    assert name == "a" and score["a"] < score["b"]
