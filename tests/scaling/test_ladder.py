@@ -99,3 +99,14 @@ def test_accuracy_without_step2_is_an_error():
     fit = fit_ladder(N, D, np.exp(3.0) / N**0.2 + np.exp(5.0) / D**0.25 + 0.5, n_boot=0)
     with pytest.raises(ValueError, match="no step 2"):
         fit.predict_accuracy(1e10, 1e12)
+
+
+def test_synthetic_recovered_with_the_authors_recipe():
+    N = np.repeat([2e8, 4e8, 8e8, 1.3e9], 4)
+    D = N * np.tile([20.0, 40.0, 100.0, 200.0], 4)
+    L = np.exp(3.0) / N**0.2 + np.exp(5.0) / D**0.25 + 0.5
+    x = np.random.default_rng(0).uniform(0.6, 1.6, 300)
+    y = -0.7 / (1 + np.exp(-4.0 * (x - 1.1))) + 0.95
+    fit = fit_ladder(N, D, L, checkpoint_loss=x, checkpoint_accuracy=y, ideal_point=False, n_boot=0)
+    assert (fit.step1.params["alpha"], fit.step1.params["beta"], fit.step1.params["E"]) == pytest.approx((0.2, 0.25, 0.5), rel=1e-6)
+    assert (fit.step2.params["a"], fit.step2.params["x0"], fit.step2.params["k"]) == pytest.approx((-0.7, 1.1, 4.0), rel=1e-5)
