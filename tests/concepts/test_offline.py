@@ -64,3 +64,23 @@ def test_check_names_misaligned_truth(built, synthetic, tmp_path):
     short.write_text("\n".join(synthetic[1][0].read_text().splitlines()[:5]) + "\n")
     with pytest.raises(UserError, match="same chunks in the same order"):
         check(out, [short])
+
+
+def test_near_duplicate_concepts_are_merged():
+    from interpscale.concepts.library import dedupe
+
+    def unit(v):
+        v = np.asarray(v, float)
+        return v / np.linalg.norm(v)
+
+    clusters = [
+        {"tags": ["star", "planet"], "support": 30, "coherence": 0.9, "centroid": unit([1, 0, 0]), "chunks": set(range(30))},
+        {"tags": ["stars"], "support": 10, "coherence": 0.8, "centroid": unit([1, 0.1, 0]), "chunks": set(range(50, 60))},
+        {"tags": ["bank", "loan"], "support": 20, "coherence": 0.9, "centroid": unit([0, 1, 0]), "chunks": set(range(100, 120))},
+        {"tags": ["money"], "support": 18, "coherence": 0.7, "centroid": unit([0, 0, 1]), "chunks": set(range(101, 119))},
+    ]
+    merged = dedupe(clusters, cos=0.95, jaccard=0.8)
+    assert [m["tags"] for m in merged] == [["star", "planet", "stars"], ["bank", "loan", "money"]]
+    assert [m["merged_from"] for m in merged] == [2, 2]  # by centroid cosine, and by shared chunks
+    assert merged[0]["support"] == 40 and merged[1]["support"] == 20 and merged[1]["coherence"] == 0.7
+    assert len(dedupe(clusters, cos=0.999, jaccard=0.95)) == 4

@@ -172,7 +172,7 @@ def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(
         d, how = None, "judge endpoint /embeddings"
     labels, k, sil = cluster(emb, opts.n_concepts, opts.seed, hint=d)
     groups = _clusters(vocab, emb, labels, k, members, support, opts)
-    lib = _finish(groups, emb, vocab, members, opts, name)
+    lib = _finish(groups, opts, name)
     lib.k, lib.silhouette, lib.embedding, lib.min_tags = k, sil, how, opts.min_tags
     write_json(out / LIBRARY / "library.json", lib.to_dict())
     from interpscale.data.corpus import write_concepts
@@ -222,27 +222,37 @@ def _clusters(vocab, emb, labels, k, members, support, opts) -> tuple[list[dict]
     return kept, dropped
 
 
-def _finish(groups, emb, vocab, members, opts, name) -> Library:
-    """Cards for the kept clusters, near-duplicates merged."""
-    kept, dropped = groups
-    n = len(kept)
+def dedupe(clusters: list[dict], cos: float, jaccard: float) -> list[dict]:
+    """Merge near-duplicate clusters: connected components of the graph joining two
+    clusters whose unit centroids have cosine >= ``cos`` or whose chunk sets have Jaccard
+    >= ``jaccard``. A cluster is ``{"tags", "support", "coherence", "centroid", "chunks"}``;
+    a merged one lists the larger clusters' tags first and counts ``merged_from``."""
+    n = len(clusters)
     edges = []
     for a in range(n):
         for b in range(a + 1, n):
-            ca, cb = kept[a]["chunks"], kept[b]["chunks"]
+            ca, cb = clusters[a]["chunks"], clusters[b]["chunks"]
             jac = len(ca & cb) / max(1, len(ca | cb))
-            if float(kept[a]["centroid"] @ kept[b]["centroid"]) >= opts.dedupe_cos or jac >= opts.dedupe_jaccard:
+            if float(clusters[a]["centroid"] @ clusters[b]["centroid"]) >= cos or jac >= jaccard:
                 edges.append((a, b))
     merged = []
     for comp in _components(n, edges):
-        recs = [kept[i] for i in comp]
+        recs = [clusters[i] for i in comp]
         if len(recs) == 1:
-            merged.append(recs[0])
+            merged.append({**recs[0], "merged_from": 1})
             continue
         tags = [t for r in sorted(recs, key=lambda r: -r["support"]) for t in r["tags"]]
         chunks = set().union(*(r["chunks"] for r in recs))
+        cen = sum(r["centroid"] for r in recs)
         merged.append({"tags": tags, "support": len(chunks), "coherence": min(r["coherence"] for r in recs),
-                       "chunks": chunks, "merged_from": len(recs)})
+                       "centroid": cen / max(np.linalg.norm(cen), 1e-12), "chunks": chunks, "merged_from": len(recs)})
+    return merged
+
+
+def _finish(groups, opts, name) -> Library:
+    """Cards for the kept clusters, near-duplicates merged."""
+    kept, dropped = groups
+    merged = dedupe(kept, opts.dedupe_cos, opts.dedupe_jaccard)
     named = name([m["tags"][:50] for m in merged]) if name is not None else [None] * len(merged)
     cards = []
     for m, nm in zip(merged, named):
@@ -251,8 +261,7 @@ def _finish(groups, emb, vocab, members, opts, name) -> Library:
             card.update(label=nm["name"], description=nm["description"])
         cards.append(card)
     _unique_labels(cards)
-    stats = [{"support": m["support"], "coherence": m["coherence"], "merged_from": m.get("merged_from", 1)}
-             for m in merged]
+    stats = [{"support": m["support"], "coherence": m["coherence"], "merged_from": m["merged_from"]} for m in merged]
     return Library(cards, [m["tags"] for m in merged], stats, dropped)
 
 
