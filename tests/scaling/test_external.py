@@ -71,3 +71,11 @@ def test_errors_name_file_column_and_line(steps_csv, tmp_path):
     with pytest.raises(UserError, match="several params values"):
         read_runs(mixed, params="N", tokens="D", loss="L", step="s", last=2)
     assert len(read_runs(mixed, params="N", tokens="D", loss="L").frame) == 2  # no run, no step: a row per run
+
+
+def test_rows_are_taken_in_step_order(tmp_path):
+    p = tmp_path / "shuffled.csv"
+    p.write_text("run,N,step,ce\nz,1,3,1.0\nz,1,1,3.0\na,2,2,5.0\nz,1,2,2.0\na,2,1,6.0\n")
+    t = read_runs(p, params="N", loss="ce", run="run", step="step", tokens_per_step=100, last=2).frame
+    assert t.run.tolist() == ["z", "a"]  # first appearance
+    assert t.loss.tolist() == [1.5, 5.5] and t.tokens.tolist() == [300, 200]

@@ -15,6 +15,10 @@ bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
     forecast_family(rows, 1e22).summary()                # methods by name, default chosen by backtest, calibrated PIs
     ForecastLedger("forecasts.jsonl").record(...)        # write a forecast down; .check(id, observed) later
 
+    fit_data_constrained(N, D, U, loss)                  # published laws (docs/laws.md): repeated data,
+    fit_overtraining(N, D, loss), fit_ladder(N, D, task_loss, checkpoint_loss=..., checkpoint_accuracy=...)
+    read_runs("logs.csv", params="N", loss="ce", run="run", step="step", tokens_per_step=2**20, last=5)
+
 Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``predict``,
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """

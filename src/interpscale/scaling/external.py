@@ -138,6 +138,10 @@ def _map_file(path: Path, cols: dict, run, step, tokens_per_step) -> pd.DataFram
             i = int(np.flatnonzero(bad)[0])
             raise UserError(f"{path}, {out['_line'].iloc[i]}: {f} must be > 0, got {out[f].iloc[i]:g}")
     out["_file"] = str(path)
+    if step:  # a log's rows in step order within each run (stable: equal steps keep the file's order)
+        out["_step"] = _numbers(df, step, path, kind, "--step", required=False)
+        out["_order"] = pd.factorize(out["run"])[0]  # runs stay in order of first appearance
+        out = out.sort_values(["_order", "_step"], kind="stable").drop(columns=["_step", "_order"])
     return out
 
 
