@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from interpscale._jsonl import jsonable
 from interpscale._atomic import atomic_write_text
+from interpscale._jsonl import jsonable
 from interpscale.data.corpus import corpus_config, generate_documents, read_concepts
 from interpscale.data.sources import RawDoc, expand_sources, format_of, iter_documents
 from interpscale.errors import UserError
