@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from interpscale.concepts.annotate import _logistic, nnpu_step, pu_thresholds
+from interpscale.concepts.annotate import logistic_loss, nnpu_step, pu_thresholds
 
 
 def test_nnpu_risk_matches_its_definition_and_gradient():
@@ -20,8 +20,8 @@ def test_nnpu_risk_matches_its_definition_and_gradient():
     want = 0.0
     for k in range(3):
         p = y[:, k] > 0
-        neg = _logistic(-z[:, k]).mean() - prior[k] * _logistic(-z[p, k]).mean()
-        want += prior[k] * _logistic(z[p, k]).mean() + max(0.0, neg)
+        neg = logistic_loss(-z[:, k]).mean() - prior[k] * logistic_loss(-z[p, k]).mean()
+        want += prior[k] * logistic_loss(z[p, k]).mean() + max(0.0, neg)
     assert np.isclose(risk, want)
     eps = 1e-6
     for i, k in [(0, 0), (5, 1), (17, 2), (33, 0)]:
@@ -37,7 +37,7 @@ def test_the_negative_part_is_clipped_at_zero():
     z = np.array([[8.0], [8.0], [-3.0], [-3.0]])
     y = np.array([[1.0], [1.0], [0.0], [0.0]])
     risk, grad = nnpu_step(z, y, np.array([0.9]))
-    assert np.isclose(risk, 0.9 * _logistic(np.array([8.0])).mean())
+    assert np.isclose(risk, 0.9 * logistic_loss(np.array([8.0])).mean())
     assert grad[2, 0] == 0 and grad[3, 0] == 0  # unlabeled rows are not pushed further down
 
 

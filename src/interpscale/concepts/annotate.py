@@ -70,7 +70,7 @@ def featurizer():
                              lowercase=True, token_pattern=r"(?u)\b\w\w+\b")
 
 
-def _logistic(z: np.ndarray) -> np.ndarray:  # ℓ(z, +1) = log(1 + e^{-z})
+def logistic_loss(z: np.ndarray) -> np.ndarray:  # ℓ(z, +1) = log(1 + e^{-z})
     return np.logaddexp(0.0, -z)
 
 
@@ -82,7 +82,7 @@ def nnpu_step(z: np.ndarray, y: np.ndarray, prior: np.ndarray) -> tuple[float, n
     """nnPU risk (module doc) summed over concepts, and dR/dz. z, y: [n, K]; prior: [K]."""
     n_pos = np.maximum(y.sum(0), 1.0)
     n = z.shape[0]
-    lp, ln = _logistic(z), _logistic(-z)  # ℓ(z,+1), ℓ(z,-1)
+    lp, ln = logistic_loss(z), logistic_loss(-z)  # ℓ(z,+1), ℓ(z,-1)
     r_pos = prior * (lp * y).sum(0) / n_pos
     r_neg = ln.sum(0) / n - prior * (ln * y).sum(0) / n_pos
     active = r_neg > 0  # max(0, .): the negative part stops pushing once it would go below zero

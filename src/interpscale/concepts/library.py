@@ -34,7 +34,7 @@ from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
-K_GRID = (4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128)
+K_GRID = (4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  # those < n_tags / 3
 
 
 @dataclass(frozen=True)
