@@ -3,7 +3,7 @@
 Consecutive sentences are concatenated while the chunk stays within the domain's token
 threshold (150 prose, 256 code and maths); a sentence over the threshold stays one chunk,
 and one over 50,000 tokens is dropped and counted. A document that arrives already split
-into several chunks (JSONL ``{"chunks": [...]}``, Parquet rows of one ``doc_id``) keeps them.
+into chunks (JSONL ``{"chunks": [...]}``, Parquet rows) keeps them (``rechunk`` to redo them).
 Token counts are in the project's tokenizer: a ``tokenizer.json`` you give (the one
 ``data prepare`` will use), else a byte-level BPE trained on a sample of the inputs and
 saved as DIR/tokenizer.json so the chunk sizes can be reproduced.
@@ -116,7 +116,7 @@ def chunk_file(path: Path, dest: Path, count, *, fmt: str | None = None, domain:
     with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for doc in iter_documents(path, fmt):
             st.docs += 1
-            if len(doc.chunks) > 1 and not rechunk:
+            if doc.chunked and not rechunk:
                 texts = [t for t, _ in doc.chunks if t.strip()]
                 st.kept_docs += 1
                 st.tokens += sum(count(texts)) if texts else 0

@@ -34,6 +34,7 @@ from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
+MIN_FACTORS = 8
 K_GRID = (4, 6, 8, 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  # those < n_tags / 3
 
 
@@ -80,7 +81,8 @@ def ppmi_embeddings(chunk_tags: Sequence[Sequence[int]], n_tags: int, dim: int, 
                     ) -> tuple[np.ndarray, int]:
     """Unit tag vectors U_d·sqrt(S_d) from the truncated SVD of the tag–chunk PPMI matrix,
     and d: the number of factors kept, at the largest ratio of consecutive singular values
-    among the first ``dim`` (the eigengap heuristic; von Luxburg 2007, §8.3)."""
+    among the first ``dim`` (the eigengap heuristic; von Luxburg 2007, §8.3), at least
+    ``MIN_FACTORS`` (on real text the first gap, between broad themes, is often the largest)."""
     from scipy import sparse
     from scipy.sparse.linalg import svds
 
@@ -97,7 +99,9 @@ def ppmi_embeddings(chunk_tags: Sequence[Sequence[int]], n_tags: int, dim: int, 
     u, sv, _ = svds(m, k=k, v0=v0)
     order = np.argsort(-sv)
     u, sv = u[:, order], np.maximum(sv[order], 1e-12)
-    d = int(np.argmax(sv[1:-1] / sv[2:])) + 2  # keep >= 2 factors
+    keep = np.arange(1, len(sv))  # keeping i factors cuts between s_{i-1} and s_i
+    keep = keep[keep >= min(MIN_FACTORS, len(sv) - 1)]
+    d = int(keep[np.argmax(sv[keep - 1] / sv[keep])])
     return _unit(u[:, :d] * np.sqrt(sv[:d])), d
 
 
