@@ -39,6 +39,7 @@ _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "pa
 class RawDoc:
     chunks: list[tuple[str, list]]  # (text, labels): labels are str (user data) or int (synthetic)
     where: str  # "FILE: line N" / "FILE: row N" for error messages
+    chunked: bool = False  # the input gave the chunks (JSONL "chunks", Parquet rows): concept chunking keeps them
 
 
 def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file: bool = False) -> str:
@@ -127,7 +128,7 @@ def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{where} is not valid JSON ({exc.msg})") from None
-            yield RawDoc(_jsonl_doc(rec, where), where)
+            yield RawDoc(_jsonl_doc(rec, where), where, chunked="chunks" in rec)
 
 
 def iter_text_docs(path: Path) -> Iterator[RawDoc]:
@@ -177,13 +178,13 @@ def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
             chunk = (text, labels_of(labs[i] if labs is not None else None, here))
             key = ids[i] if ids is not None else object()
             if doc and (ids is None or key != cur_id):
-                yield RawDoc(doc, where)
+                yield RawDoc(doc, where, chunked=True)
                 doc = []
             if not doc:
                 cur_id, where = key, here
             doc.append(chunk)
     if doc:
-        yield RawDoc(doc, where)
+        yield RawDoc(doc, where, chunked=True)
 
 
 def iter_documents(path: str | os.PathLike, fmt: str | None = None, *,
