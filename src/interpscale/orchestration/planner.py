@@ -72,7 +72,7 @@ class Plan:
     estimate: dict[str, Any] = field(default_factory=dict)  # runs {run_id: s}, wall_s, ... (runtime.py)
 
     def summary(self) -> str:
-        cols = ["family", "size", "P", "n_concepts", "M", "M_head", "C_target", "D", "steps", "C_err_pct",
+        cols = ["family", "size", "P", "n_concepts", "M", "pricing", "M_head", "C_target", "D", "steps", "C_err_pct",
                 "tokens_per_param", "est_runtime_s", "status"]
         t = self.table[[c for c in cols if c in self.table.columns]].copy()
         for c in ("P", "M", "M_head", "C_target", "D"):
@@ -87,7 +87,8 @@ class Plan:
         c_model, c_head = ok["C_achieved"].sum(), (ok["M_head"] * ok["D"]).sum()
         lines = [t.to_string(index=False),
                  "M: Eq. 23/24 FLOPs per token (no LM head); M_head: LM-head matmul FLOPs per token (6·d·V), "
-                 "computed in training but outside Eq. 23",
+                 "computed in training but outside Eq. 23; pricing: 'analytic' (the family's formulas) or "
+                 "'measured' (counted on the meta device, docs/own-model.md)",
                  f"{len(self.runs)} runs; {c_model:.3g} FLOPs (Eq. 23/24) + {c_head:.3g} LM-head FLOPs"]
         dev = self.device
         if dev.get("name") and dev["name"] != "cpu":
@@ -423,6 +424,10 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     from interpscale.models import FAMILIES
 
     cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
+    if preset is not None and sizes is None and not cfg.get("plan", {}).get("sizes"):
+        from interpscale.orchestration.adaptive import first_grid  # sizes optional: the prior-centred grid
+
+        return first_grid(preset, families=families)
     g = _grid(cfg, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
               tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
               size_presets=size_presets, train=train, plugins=plugins)
