@@ -10,7 +10,8 @@ knobs that only change how long a command takes are set here (and only these):
   planning its preset, which validates the whole configuration;
 - bootstrap counts are small (`--n-boot 10`) and the human-study model skips MCMC;
 - `sweep` with a preset of your own (docs/data.md's `sweep.toml`, nano/micro models at
-  1e15 FLOPs) is checked by planning it; `--executor slurm` runs as `local` and `--slurm`
+  1e15 FLOPs, or the repository's `configs/pydocs-adaptive.toml`, whose adaptive sweep
+  tests/orchestration/test_adaptive.py runs) is checked by planning it; `--executor slurm` runs as `local` and `--slurm`
   options (a partition this machine lacks) are dropped.
 
 The files the data examples read are made here: `corpus/` (JSONL documents of chunks
@@ -79,7 +80,9 @@ def _speed(argv: list[str]) -> list[str]:
         preset = argv[argv.index("--preset") + 1] if "--preset" in argv else "demo"
         argv = ["plan", "--preset", preset, "--flops-per-s", "1e12"]
     elif cmd == "sweep" and "--preset" in argv and argv[argv.index("--preset") + 1].endswith(".toml"):
-        argv = ["plan", "--preset", argv[argv.index("--preset") + 1], "--flops-per-s", "1e12"]
+        preset = argv[argv.index("--preset") + 1]  # a repository file (configs/...) or one made here
+        preset = preset if Path(preset).exists() or not (ROOT / preset).exists() else str(ROOT / preset)
+        argv = ["plan", "--preset", preset, "--flops-per-s", "1e12"]
     if "--executor" in argv and argv[argv.index("--executor") + 1] == "slurm":
         argv[argv.index("--executor") + 1] = "local"
     while "--slurm" in argv:

@@ -166,3 +166,39 @@ def test_a_failing_run_does_not_stop_its_jobs_other_runs(tmp_path, make_spec, ca
     status = Sweep.from_dir(tmp_path / "sw").status()
     assert sw.counts() == {"done": 2, "failed": 1}
     assert "cannot resume from" in status.set_index("run_id").loc[bad.run_id, "error"]
+
+
+def _snapshot(root):
+    """Every path under ``root`` with each file's size and mtime (the data cache's lock file,
+    which any reader of the cache opens, aside)."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None
+            for p in sorted(root.rglob("*")) if p.name != ".lock" or p.parent.parent.name != "_data"}
+
+
+def test_a_sweep_directory_is_bound_to_its_runs_and_data(tmp_path, make_spec):
+    """Issue 29.3: relaunching with other data refuses in one line and changes nothing; new
+    runs need extend=True; a refused new directory is not left half-made; results carry the
+    data fingerprint."""
+    from interpscale.errors import UserError
+
+    first = make_spec("ar", steps=5)
+    sw = Sweep([first], tmp_path / "sw", executor="debug", evaluate=True)
+    sw.launch()
+    before = _snapshot(tmp_path / "sw")
+    other_corpus = make_spec("ar", steps=5, data={**first.data, "n_docs": 150})
+    with pytest.raises(UserError, match=r"sweep.json: this sweep trains on data .*another corpus or tokenizer"):
+        Sweep([first, other_corpus], tmp_path / "sw", executor="debug", extend=True).launch()
+    assert _snapshot(tmp_path / "sw") == before, "a refused launch changed the sweep directory"
+    more = make_spec("ar", steps=6)
+    with pytest.raises(UserError, match=r"1 run\(s\) this sweep does not list .*pass --extend"):
+        Sweep([first, more], tmp_path / "sw", executor="debug").launch()
+    assert _snapshot(tmp_path / "sw") == before
+    Sweep([first, more], tmp_path / "sw", executor="debug", extend=True).launch()
+    assert Sweep.from_dir(tmp_path / "sw").counts() == {"done": 2}
+    df = Sweep.from_dir(tmp_path / "sw").collect()
+    assert df["data_fingerprint"].nunique() == 1 and df["data_fingerprint"].notna().all()
+    # a vocabulary / concept mismatch is caught before anything is written
+    wrong = make_spec("ar+concept", steps=5, model_overrides={"n_concepts": 9})
+    with pytest.raises(ValueError, match="n_concepts=9 but the data has"):
+        Sweep([wrong], tmp_path / "new", executor="debug").launch()
+    assert not (tmp_path / "new").exists(), "a refused launch left a half-made sweep directory"

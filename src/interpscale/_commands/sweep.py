@@ -26,6 +26,8 @@ def _sweep_dir(p: argparse.ArgumentParser, required_help: str = "sweep directory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from interpscale._commands.options import option
+    from interpscale.orchestration.adaptive import adaptive_sweep
     from interpscale.orchestration.launch import EXECUTORS
     from interpscale.orchestration.parallel import PARALLEL
 
@@ -48,6 +50,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     la.add_argument("--no-compile", action="store_true", help="do not torch.compile the loss (CUDA default: on)")
     la.add_argument("--extend", action="store_true",
                     help="add the plan's new runs to an existing sweep directory (same data only)")
+    la.add_argument("--adaptive", action="store_true",
+                    help="train, fit each slice's parabola, add sizes beyond edge minima until every slice brackets "
+                         "its optimum (docs/data.md, 'Sweeping a new corpus'); [plan] sizes become optional")
+    option(la, "--max-added", adaptive_sweep, "max_added", type=int, metavar="N",
+           help="adaptive: at most N sizes added per slice")
+    option(la, "--tokens-per-param", adaptive_sweep, "tokens_per_param", type=float, metavar="R",
+           help="adaptive: the first grid centres on the size trained at R tokens per parameter at the smallest "
+                "slice, scaled to the others by the family's alpha_P (Table 6)")
     st = sub.add_parser("status", help="one line per run: state, step, loss")
     _sweep_dir(st)
     co = sub.add_parser("collect", help="merge every run's evaluations into SWEEP_DIR/results.parquet (+ .csv)")
@@ -59,17 +69,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="evaluate through this submitit executor (default: in this process)")
 
 
-def _launch(args: argparse.Namespace, out: str) -> int:
-    from interpscale.orchestration import Sweep, plan
+def _sweep_options(args: argparse.Namespace) -> dict:
+    """The launch flags as :meth:`Sweep.from_plan` overrides (None keeps the preset's)."""
+    return dict(executor=args.executor, max_parallel=args.max_parallel, runs_per_job=args.runs_per_job,
+                partition=args.partition, timeout_min=args.timeout_min, gpus_per_node=args.gpus_per_node,
+                nodes=args.nodes, micro_batch_tokens=args.micro_batch_tokens, parallel=args.parallel,
+                compile=False if args.no_compile else None, extend=args.extend or None)
 
-    sw = Sweep.from_plan(plan(args.preset, families=args.families), out, executor=args.executor,
-                         max_parallel=args.max_parallel, runs_per_job=args.runs_per_job, partition=args.partition,
-                         timeout_min=args.timeout_min, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
-                         micro_batch_tokens=args.micro_batch_tokens, parallel=args.parallel,
-                         compile=False if args.no_compile else None, extend=args.extend or None)
+
+def _launch_adaptive(args: argparse.Namespace, out: str) -> int:
+    from interpscale._commands.options import given
+    from interpscale.pipeline import run_adaptive
+
+    opts = _sweep_options(args)
+    result = run_adaptive(args.preset, out, families=args.families, extend=bool(opts.pop("extend")),
+                          **given(args, "max_added", "tokens_per_param"), **opts)
+    sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
+    return 0
+
+
+def _launch(args: argparse.Namespace, out: str) -> int:
+    import time
+
+    from interpscale.orchestration import Sweep, plan
+    from interpscale.orchestration.runtime import estimate_report
+
+    if args.adaptive:
+        return _launch_adaptive(args, out)
+    p = plan(args.preset, families=args.families)
+    sw = Sweep.from_plan(p, out, **_sweep_options(args))
+    t0, since = time.monotonic(), time.time()
     sw.launch()
     sw.collect()
     sys.stdout.write(sw.status().to_string(index=False) + "\n")
+    sys.stdout.write(estimate_report(p.estimate, time.monotonic() - t0, [sw.run_dir(r) for r in sw.runs],
+                                     max_parallel=sw.max_parallel, runs_per_job=sw.runs_per_job,
+                                     since=since) + "\n")
     return 0
 
 
