@@ -142,6 +142,14 @@ def backtests(N, D, L, args) -> None:
         bt = backtest(example, n_boot=200, target_compute=7.6e22, methods=("isoflop", "joint", "bounded"))
     print(f"[backtest] example table: {len(bt.table)} forecasts in {t_ex.wall:.1f} s")
     _bt_print("example", bt)
+    from interpscale.scaling import ForecastOptions, forecast_family  # noqa: PLC0415
+
+    rows = example[(example.family == "cdlm+concept") & example.annealed]
+    with Timer() as t_fc:  # every method by name, the rolling-origin choice and calibrated intervals
+        fc = forecast_family(rows, 7.6e22, options=ForecastOptions(n_boot=200))
+    print(f"[forecast] cdlm+concept at 7.6e22: {fc.chosen} (chosen by {fc.chosen_by}) {fc.best.predicted:.4f} "
+          f"calibrated [{fc.best.lo:.4f}, {fc.best.hi:.4f}], bootstrap [{fc.best.raw_lo:.4f}, {fc.best.raw_hi:.4f}]; "
+          f"{t_fc.wall:.1f} s wall = x{t_fc.wall / t_one.wall:.1f} one joint + one IsoFLOP fit")
     sys.path.insert(0, str(_P(__file__).resolve().parents[1] / "tests" / "scaling"))
     from conftest import chinchilla_grid, isoflop_grid  # noqa: PLC0415 (the tests' synthetic laws)
 

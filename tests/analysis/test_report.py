@@ -215,7 +215,7 @@ def test_fits_json_and_report_show_the_same_numbers(tmp_path):
     df = df[df["family"] == "ar"]
     path = tmp_path / "results.csv"
     df.to_csv(path, index=False)
-    assert main(["fit", str(path), "--out", str(tmp_path / "fit"), "--n-boot", "20"]) == 0
+    assert main(["fit", "families", str(path), "--out", str(tmp_path / "fit"), "--n-boot", "20"]) == 0
     assert main(["report", str(path), "--out", str(tmp_path / "rep"), "--n-boot", "20", "--no-figures"]) == 0
     t6 = json.loads((tmp_path / "fit" / "fits.json").read_text())["table6"][0]
     md = (tmp_path / "rep" / "report.md").read_text()

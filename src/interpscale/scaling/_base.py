@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -10,6 +11,8 @@ import warnings as _warnings
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+
+from interpscale._jsonl import jsonable  # noqa: F401  (the one converter; re-exported for the fitters)
 
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, check_level  # noqa: F401  (re-exported for the fitters)
 
@@ -87,24 +90,18 @@ def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:
         _warnings.warn(msg, ScalingFitWarning, stacklevel=3)
 
 
-def jsonable(value: Any) -> Any:
-    """Plain-JSON view of result fields (numpy scalars/arrays, tuples, nan -> None)."""
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if hasattr(value, "to_dict") and callable(value.to_dict):
-        return value.to_dict()
-    return value
+@contextlib.contextmanager
+def quiet():
+    """Refits made to judge a fit (backtests, forecast-method choice) neither warn nor log: the
+    user's own fit of the same rows has logged its flags once; a refit's trouble goes into its rows."""
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", ScalingFitWarning)
+            yield
+    finally:
+        log.setLevel(level)
 
 
 def fields_dict(obj: Any, skip: Iterable[str] = ()) -> dict:

@@ -22,17 +22,14 @@ dropping one budget moves each method's forecast (a stability diagnostic).
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-import warnings as _warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
+from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
 from .bounded import METRICS, fit_bounded
 from .chinchilla import fit_chinchilla
 from .tables import (
@@ -264,20 +261,6 @@ class _Fitter:
 
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Refits inside a backtest neither warn nor log: each one's flags go into its rows'
-    ``status`` (the user's own fit of the whole table has already logged them once)."""
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        with _warnings.catch_warnings():
-            _warnings.simplefilter("ignore", ScalingFitWarning)
-            yield
-    finally:
-        log.setLevel(level)
-
-
 def _check(results, methods, min_train, need, what="backtest") -> None:
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{what}: results must be a pandas DataFrame")
@@ -302,7 +285,7 @@ def _fold_rows(fitter: _Fitter, sub, budgets, methods, schemes, min_train, fam, 
             base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
                         n_train_budgets=len(train_b), compute=float(test_b))
             try:
-                with _quiet():  # a refit's trouble is recorded in its rows' status
+                with quiet():  # a refit's trouble is recorded in its rows' status
                     out, tgt = getattr(fitter, method)(train, test, float(test_b))
             except ValueError as exc:
                 out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
@@ -319,7 +302,7 @@ def _shifts(fitter: _Fitter, sub, budgets, methods, loo_target, fam, warnings) -
         if method not in methods or not loo_target[method]:
             continue
         try:
-            with _quiet():
+            with quiet():
                 _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
         except ValueError as exc:
             warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")

@@ -20,30 +20,29 @@ default is the method with the lowest mean absolute error over the forecasts at 
 those whose log ratio is at least half the log of the largest ratio the sweep can test, on the
 folds every method forecast (``choose_method``).
 
-**Calibration rule (``calibrate``).** A misestimated exponent gives a log error that grows
-linearly with the log extrapolation distance d = ln(ratio) (d >= ln 2). From the backtest
-of the method, c = the ``level`` quantile of |ln(observed / predicted)| / d over its
-forecasts; the model-error half-width at a target at ratio r is m = c * d(r) -- the measured
-errors up to the largest tested ratio, growing linearly in log distance beyond it. The
-calibrated interval widens each side of the bootstrap prediction interval in quadrature:
-pred * exp(-sqrt(b_lo^2 + m^2)) .. pred * exp(+sqrt(b_hi^2 + m^2)), with b_lo = ln(pred / lo),
-b_hi = ln(hi / pred). docs/forecasting.md states the rule and its measured coverage.
+**Calibration rule (``calibrate``, ``model_error``).** The backtest's forecasts of the method
+give log errors u_i = ln(observed / predicted) at ratios r_i. With d(r) = ln(max(r, 2)) the log
+extrapolation distance, the errors that speak for a target at ratio r are those with
+r_i >= min(r, max r_i) / 2 (at least the 3 farthest), each scaled by max(1, d(r) / d(r_i)) -- a
+misestimated exponent gives a log error linear in d, so beyond the largest tested ratio the
+errors grow with the log distance. m = the ``level`` quantile of the scaled |u_i|. The forecast
+errors hold the observation noise already, so m is added in quadrature to the bootstrap
+*confidence* interval of the curve (``ForecastMethod.band``; the prediction interval for a
+method without one): pred * exp(-sqrt(b_lo^2 + m^2)) .. pred * exp(+sqrt(b_hi^2 + m^2)),
+b_lo = ln(pred / lo), b_hi = ln(hi / pred). Without a scored backtest forecast the bootstrap
+interval stands. docs/forecasting.md states the rule and its measured coverage.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
-import warnings as _warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
-from ._base import DEFAULT_LEVEL, ScalingFitWarning, check_level, jsonable, log
+from ._base import DEFAULT_LEVEL, check_level, jsonable, quiet
 from .bounded import fit_bounded
 from .chinchilla import fit_chinchilla
 from .isoflop import fit_isoflop, slice_minimum
@@ -174,19 +173,6 @@ register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on 
                                _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
 
 
-@contextlib.contextmanager
-def quiet():
-    """Backtest refits neither warn nor log (the user's own fit has logged its flags once)."""
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        with _warnings.catch_warnings():
-            _warnings.simplefilter("ignore", ScalingFitWarning)
-            yield
-    finally:
-        log.setLevel(level)
-
-
 # ---- rolling origin ---------------------------------------------------------------------
 ERROR_COLUMNS = ["method", "origin", "compute", "ratio", "params", "tokens", "predicted", "observed", "log_error",
                  "status"]
@@ -294,8 +280,8 @@ def _distance(ratio) -> np.ndarray:
 
 
 def model_error(ratio: float, log_errors, ratios, level: float = DEFAULT_LEVEL) -> float | None:
-    """The ``level`` quantile of the backtest's |log errors| at the target's extrapolation
-    ratio (the rule of the module docstring), or None without a scored backtest forecast."""
+    """m: the ``level`` quantile of the backtest's |log errors| that speak for a target at
+    ``ratio``, scaled to its log distance (module docstring), or None without a scored forecast."""
     u, r = np.asarray(log_errors, float), np.asarray(ratios, float)
     fin = np.isfinite(u) & np.isfinite(r)
     if not fin.any():
@@ -306,10 +292,7 @@ def model_error(ratio: float, log_errors, ratios, level: float = DEFAULT_LEVEL) 
         near = np.zeros(r.size, bool)
         near[np.argsort(r)[-3:]] = True
     scaled = u[near] * np.maximum(1.0, _distance(ratio) / _distance(r[near]))
-    # robust scale: the median |error| times z_(1+level)/2 / z_0.75 (the level quantile of |error|
-    # for normal errors; a few wild forecasts of small early fits do not set the width alone)
-    z = float(norm.ppf(0.5 + check_level(level) / 2) / norm.ppf(0.75))
-    return z * float(np.median(scaled))
+    return float(np.quantile(scaled, check_level(level)))
 
 
 def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
