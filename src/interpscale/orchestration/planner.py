@@ -95,7 +95,7 @@ class Plan:
             lines.append(f"estimated {total / 3600:,.0f} {dev['name'].upper()}-hours at {dev['mfu']:.0%} MFU "
                          f"({dev['peak'] / 1e12:.0f} TFLOP/s dense bf16 peak; runtime counts LM-head FLOPs)")
         elif dev.get("name") == "cpu":
-            lines.append(f"estimated total {_fmt_seconds(total)} of training steps ({dev['how']}; median of "
+            lines.append(f"estimated total {_fmt_seconds(total)} of training steps ({dev['how']}; mean of "
                          f"timed steps, spread up to {self.estimate.get('max_spread', 0.0):.0%})")
         else:
             lines.append(f"estimated total {_fmt_seconds(total)} at {dev.get('rate', float('nan')):.3g} FLOP/s "

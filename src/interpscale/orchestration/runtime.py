@@ -8,15 +8,17 @@ with ``n_train`` the optimizer steps of every segment (the main run and each res
 anneal branch, App. I), ``n_eval`` the checkpoints evaluated, ``f_eval`` the cost of one
 evaluation batch relative to one training step, and ``RUN_FIXED_S`` what every run pays
 whatever its size (building the model, its run directory, TensorBoard, checkpoint writes,
-loading the validation batches).  A sweep adds ``JOB_START_S`` per job (a fresh Python
-process importing torch) and, when the data is not prepared yet, its preparation; jobs
+loading the validation batches).  A sweep adds a start-up per job (a fresh interpreter
+importing what a job imports and taking a first, cold step: timed once in a subprocess for
+CPU plans, ``JOB_START_S`` otherwise) and, when the data is not prepared yet, its preparation; jobs
 run ``max_parallel`` at a time, so its wall time is the larger of (total work /
 max_parallel) and its longest job.
 
-``t_step`` on the CPU is *timed*: one real training step of the planned family and size
-at the planned batch, ``TIMED_STEPS`` times after ``WARMUP_STEPS`` warm-up steps, on the
-thread count each job will use; the median is the estimate and (max - min) / median its
-stated spread.  Timings are cached per process.  A step too large to time quickly (more
+``t_step`` on the CPU is *timed*: real training steps of the planned family and size at
+the planned batch, on the thread count each job will use, after ``WARMUP_STEPS`` warm-up
+steps, at least ``TIMED_STEPS`` of them and for at least ``TIMED_WINDOW_S``; the mean is
+the estimate (on a busy machine a short step often runs uninterrupted, so a median would
+miss the waits a long job sees) and (max - min) / median of the steps its stated spread.  Timings are cached per process.  A step too large to time quickly (more
 than ``MAX_TIMED_FLOPS``) and every GPU step is priced by FLOPs instead: (Eq. 23/24 + LM
 head) x batch tokens / the device's sustained rate.  The constants were measured on the
 machine that wrote benchmarks/README.md ("runtime estimate").
@@ -36,10 +38,12 @@ from typing import Any, Iterator, Sequence
 import torch
 
 WARMUP_STEPS = 2
-TIMED_STEPS = 5
+TIMED_STEPS = 5  # at least, and for at least TIMED_WINDOW_S, at most MAX_TIMED_STEPS
+TIMED_WINDOW_S = 0.3
+MAX_TIMED_STEPS = 50
 MAX_TIMED_FLOPS = 2e10  # per timed step (~1 s on one CPU core); larger steps are priced by FLOPs
 RUN_FIXED_S = 0.5  # per run: build, run directory, TensorBoard, checkpoint writes, validation batches
-JOB_START_S = 6.0  # per job: a fresh interpreter importing torch and interpscale, the first run's set-up
+JOB_START_S = 6.0  # per job, where not timed (GPU plans): a fresh interpreter's imports
 EVAL_STEP_FRACTION = 1.3  # one evaluation batch (forward, estimator and interp passes, bytes) / one step
 PREPARE_S_PER_DOC = 2e-3  # preparing a synthetic corpus (generation, BPE, shards), per document
 
@@ -101,17 +105,18 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
             model.set_phase(PhaseSchedule("stable", max_steps=1000))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         batch = _synthetic_batch(model, batch_tokens // seq_len, seq_len, get_family(family).is_concept)
-        times = []
-        for i in range(WARMUP_STEPS + TIMED_STEPS):
+        times: list[float] = []
+        while len(times) < WARMUP_STEPS + MAX_TIMED_STEPS and (
+                len(times) < WARMUP_STEPS + TIMED_STEPS or sum(times[WARMUP_STEPS:]) < TIMED_WINDOW_S):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            model.loss(batch, i).total.backward()
+            model.loss(batch, len(times)).total.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             times.append(time.perf_counter() - t0)
     timed = times[WARMUP_STEPS:]
-    med = statistics.median(timed)
-    _TIMED[key] = StepTime(med, (max(timed) - min(timed)) / med, "timed")
+    mean = sum(timed) / len(timed)  # the mean, not the median: it keeps the waits a busy machine adds
+    _TIMED[key] = StepTime(mean, (max(timed) - min(timed)) / statistics.median(timed), "timed")
     return _TIMED[key]
 
 
@@ -129,6 +134,40 @@ def step_time(family: str, size: str, seq_len: int, batch_tokens: int, *, flops_
     return StepTime(flops / rate)
 
 
+_JOB_START: list[float] = []
+
+
+# what a job does besides its runs' steps: import what a job imports, take its first
+# (cold) training step, exit
+_JOB_PROBE = """
+import torch, torch.utils.tensorboard, interpscale.metrics
+import interpscale.orchestration.launch, interpscale.orchestration.evaluate
+from interpscale.models import build_model
+from interpscale.models.types import Batch
+torch.set_num_threads(1)
+m = build_model("ar", "nano", vocab_size=64)
+opt = torch.optim.AdamW(m.parameters())
+m.loss(Batch(torch.zeros(1, 8, dtype=torch.long)), 0).total.backward()
+opt.step()
+"""
+
+
+def job_start_seconds() -> float:
+    """Seconds a fresh job costs besides its runs' steps, timed once per process: a new
+    interpreter importing what a job imports, taking a first (cold) training step of a tiny
+    model and exiting (what every job of a local or SLURM sweep pays; several seconds, more
+    on a loaded machine)."""
+    if not _JOB_START:
+        import subprocess
+        import sys
+
+        code = _JOB_PROBE
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
+        _JOB_START.append(time.perf_counter() - t0 if done.returncode == 0 else JOB_START_S)
+    return _JOB_START[0]
+
+
 def run_seconds(spec, step: StepTime) -> float:
     """Estimated seconds to train and evaluate ``spec`` (the formula in the module docstring)."""
     from interpscale.orchestration.schedule import reservoir_steps, segments
@@ -140,16 +179,17 @@ def run_seconds(spec, step: StepTime) -> float:
 
 
 def sweep_seconds(run_s: Sequence[float], *, max_parallel: int = 1, runs_per_job: int = 1,
-                  prepare_s: float = 0.0) -> float:
+                  prepare_s: float = 0.0, job_start_s: float = JOB_START_S) -> float:
     """Wall time of a sweep of runs taking ``run_s`` seconds each, packed ``runs_per_job``
-    to a job, ``max_parallel`` jobs at a time (longest first, as ``launch`` packs them)."""
+    to a job, ``max_parallel`` jobs at a time (longest first, as ``launch`` packs them),
+    each job paying ``job_start_s`` first."""
     if not run_s:
         return 0.0
     n_jobs = max(1, -(-len(run_s) // max(1, runs_per_job)))
     loads = [0.0] * n_jobs
     for t in sorted(run_s, reverse=True):
         loads[loads.index(min(loads))] += t
-    loads = [x + JOB_START_S for x in loads]
+    loads = [x + job_start_s for x in loads]
     return prepare_s + max(sum(loads) / max(1, min(max_parallel, n_jobs)), max(loads))
 
 
@@ -193,6 +233,7 @@ def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: 
     est = float(estimate.get("wall_s", math.nan))
     if names and all(n in runs for n in names):
         est = sweep_seconds([runs[n] for n in names], prepare_s=float(estimate.get("prepare_s", 0.0)),
+                            job_start_s=float(estimate.get("job_start_s", JOB_START_S)),
                             max_parallel=max_parallel or estimate.get("max_parallel", 1),
                             runs_per_job=runs_per_job or estimate.get("runs_per_job", 1))
     if not est > 0:
