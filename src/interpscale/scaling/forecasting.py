@@ -50,7 +50,7 @@ from .ledger import inputs_hash
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "forecast_family", "forecast_runs", "forecast_table", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
+           "choose_method", "forecast_family", "forecast_runs", "forecast_table", "unreliable", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
 
 
 @dataclass(frozen=True)
@@ -462,6 +462,18 @@ def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warni
     return df.dropna(subset=["params", "tokens", loss])
 
 
+def unreliable(fit: Any) -> str | None:
+    """Why a fit should not carry a forecast (not converged, L_inf not identified, flagged
+    IsoFLOP intervals), or None."""
+    if getattr(fit, "identified", True) is False:
+        return "not identified (the points do not pin down L_inf, or an exponent is <= 0)"
+    if not getattr(fit, "converged", True):
+        return "not converged"
+    if getattr(fit, "flagged", False):
+        return "unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)"
+    return None
+
+
 def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
@@ -481,6 +493,10 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
                         tolerance=tolerance, k=flops_per_token_per_param(df, "flops"))
     fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
     b = fc.best
+    flag = unreliable(b.fit)
+    if flag and not force:
+        raise ValueError(f"the {fc.chosen} fit of the family is flagged: {flag}; its forecast would mislead: fix "
+                         "the sweep, choose another --method, or pass --force to record it with the flag")
     if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
         raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
                          f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "

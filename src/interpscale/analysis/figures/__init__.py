@@ -99,7 +99,7 @@ FIGURES: tuple[FigureSpec, ...] = (
                lambda r, f, b, t: _first_drawable(extrapolation_figure, r, _CONCEPT_FIRST, target=t, n_boot=b,
                                                  fits=f)),
     FigureSpec("fig25_interp_scaling", "Figure 25: interpretability metrics vs compute",
-               lambda r, f, b, t: interp_scaling_figure(r, n_boot=b)),
+               lambda r, f, b, t: interp_scaling_figure(r, fits=f, n_boot=b)),
     FigureSpec("fig26_interp_extrapolation", "Figure 26: interpretability extrapolation to the target",
                lambda r, f, b, t: _first_drawable(interp_extrapolation_figure, r, ("cdlm+concept", "ar+concept"),
                                                  target=t, n_boot=b, fits=f)),

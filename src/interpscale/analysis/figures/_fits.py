@@ -143,6 +143,15 @@ def bounded_fit(compute: np.ndarray, values: np.ndarray, metric: str, *, n_boot:
     return fit_bounded(compute, values, name=metric, n_boot=n_boot, seed=seed)
 
 
+def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):
+    """The family's Eq. 29 fit of ``metric`` from ``fits`` (``fit_families``) when it has one, so
+    the figure draws the fit the report prints; else fitted here on ``rows`` (flops, metric)."""
+    given = getattr(fits, "families", {}).get(family) if fits is not None else None
+    if given is not None and metric in given.bounded:
+        return given.bounded[metric]
+    return bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+
+
 def curve_band(fit: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The fit's bootstrap band at ``x`` when it has one."""
     band = getattr(fit, "band", None)

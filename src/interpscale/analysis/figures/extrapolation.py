@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, family_fits, isoflop_summary
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits, isoflop_summary, metric_fit
 from interpscale.analysis.figures._style import (
     family_color,
     legend_below,
@@ -175,7 +175,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):
             rows = metric_rows(results, family, metric, figure)
-            fit = _metric_fit(fits, family, metric, rows, n_boot)
+            fit = metric_fit(fits, family, metric, rows, n_boot=n_boot)
             draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
             pred = float(fit.predict(c_t))
             lo, hi = (float(v) for v in fit.predict_interval(c_t))  # a new run's value, not the curve's CI
@@ -188,11 +188,3 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
             legend_below(ax)
         axes[0, 0].set_ylabel(family_label(family))
     return fig
-
-
-def _metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, n_boot: int):
-    """The family's Eq. 29 fit of ``metric`` from ``fits`` when it has one, else fitted here."""
-    given = getattr(fits, "families", {}).get(family) if fits is not None else None
-    if given is not None and metric in given.bounded:
-        return given.bounded[metric]
-    return bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)

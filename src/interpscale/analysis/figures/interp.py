@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, bounded_fit, curve_band
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, curve_band, metric_fit
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
     compact_log_ticks,
@@ -102,7 +102,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
         for i, fam in enumerate(fams):
             for j, metric in enumerate(metrics):
                 rows = metric_rows(results, fam, metric, figure)
-                fit = bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+                fit = metric_fit(fits, fam, metric, rows, n_boot=n_boot)  # the report's fit when given
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
                 legend_below(axes[i, j], handlelength=1.5)
                 if j == 0:
