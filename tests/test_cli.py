@@ -78,6 +78,8 @@ def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys):
     assert [ln for ln in err.splitlines() if "deprecated" in ln] == [
         "interpscale fit: deprecated spelling; write `interpscale fit families ...` (the form without `families` "
         "goes in the next release)"]
+    assert main(["fit", "--plugin", "json", str(path), *argv]) == 0  # the command's own option before the table
+    assert "deprecated spelling" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # the old launch spelling reaches `sweep launch`, which needs --preset
         main(["sweep", "--out", str(tmp_path / "sw")])
     assert exc.value.code == 2

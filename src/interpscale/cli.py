@@ -97,10 +97,10 @@ def _old_spelling(argv: list[str], command: str | None) -> list[str]:
     if default is None:
         return argv
     i = argv.index(command) + 1
-    while i < len(argv) and argv[i] in ("-v", "-vv", "--verbose"):
-        i += 1
-    if i < len(argv) and (argv[i] in mod.VERBS or argv[i] in ("-h", "--help")):
-        return argv
+    while i < len(argv) and (argv[i] in ("-v", "-vv", "--verbose", "--plugin") or argv[i].startswith("--plugin=")):
+        i += 2 if argv[i] == "--plugin" else 1  # the command's own options, before any verb
+    if i == len(argv) or argv[i] in mod.VERBS or argv[i] in ("-h", "--help"):
+        return argv  # (nothing after the command: argparse names the verbs)
     sys.stderr.write(f"interpscale {command}: deprecated spelling; write `interpscale {command} {default} ...` "
                      f"(the form without `{default}` goes in the next release)\n")
     return argv[:i] + [default] + argv[i:]
