@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from judge_server import LocalJudgeServer, ServerReply, default_embedder, default_responder, misbehaving
 
-from interpscale.concepts import BuildOptions, Endpoint, LibraryOptions, build
+from interpscale.concepts import AnnotatorOptions, BuildOptions, Endpoint, LibraryOptions, build
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 OPTS = BuildOptions(n_sample=120, n_validate=30)
@@ -95,13 +95,22 @@ def test_sigkill_midway_then_rerun_loses_nothing_and_reasks_nothing(small, tmp_p
         assert (out / name).read_text() == (clean / name).read_text(), name  # nothing lost
 
 
-def test_llm_tags_and_cards_come_from_the_endpoint(small, tmp_path):
+def test_llm_tags_cards_and_annotator_features_come_from_the_endpoint(small, tmp_path):
+    opts = BuildOptions(n_sample=60, n_validate=10, annotator=AnnotatorOptions(features="embedding"))
     with LocalJudgeServer() as srv:
-        build(small[0], tmp_path / "c", BuildOptions(n_sample=60, n_validate=10), Endpoint(base_url=srv.url, model="m"))
-        paths = {b.get("model") for b in srv.requests}
+        s = build(small[0], tmp_path / "c", opts, Endpoint(base_url=srv.url, model="m"))
+        n_first, url = srv.n_requests, srv.url
+        embedded = {t for b in srv.requests if "input" in b for t in b["input"]}
+        build(small[0], tmp_path / "c", opts, Endpoint(base_url=srv.url, model="m"))
+        assert srv.n_requests == n_first  # a rerun of everything, the per-file tasks' embeddings included, is cached
     tags = [json.loads(x) for x in (tmp_path / "c/tags.jsonl").read_text().splitlines()]
     assert all(t["status"] == "ok" and set(t["tags"]) == {"topic", "purpose", "tone", "minor"} for t in tags)
     assert np.mean([sum(len(v) for v in t["tags"].values()) for t in tags]) >= 8
     cards = json.loads((tmp_path / "c/concepts.json").read_text())
     assert all(c["description"].startswith("Passages about") for c in cards)  # named by the server
-    assert paths == {"m"}
+    chunks = [c["text"] for line in (tmp_path / "c/labelled/00000.jsonl").read_text().splitlines()
+              for c in json.loads(line)["chunks"]]
+    assert set(chunks) <= embedded  # every chunk was featurised by /embeddings
+    meta = json.loads((tmp_path / "c/annotator/meta.json").read_text())
+    assert meta["features"] == "embedding" and meta["endpoint"]["base_url"] == url
+    assert all(r["without_features"] == 0 for r in s["labelled"])

@@ -42,9 +42,11 @@ def _library_opts(p: argparse.ArgumentParser) -> None:
 
 
 def _executor_opts(p: argparse.ArgumentParser) -> None:
-    from interpscale.concepts import BuildOptions
+    from interpscale.concepts import AnnotatorOptions, BuildOptions
     from interpscale.executors import EXECUTORS
 
+    option(p, "--features", AnnotatorOptions, choices=("hashed", "embedding"),
+           help="annotator features: hashed n-grams, or the endpoint's /embeddings")
     option(p, "--executor", BuildOptions, choices=("inline", *EXECUTORS), help="where the per-file tasks run")
     option(p, "--max-parallel", BuildOptions, type=int, help="local tasks at once")
 
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option(b, "--seed", BuildOptions, type=int, help="seed of the samples")
     _library_opts(b)
     _executor_opts(b)
-    for p in (t, l_, v, b):
+    for p in (t, l_, a, v, b):
         _endpoint(p)
     y = sub.add_parser("synthetic", help="the bundled generator's corpus: DIR/raw.jsonl (no labels), DIR/truth.jsonl")
     y.add_argument("--out", required=True, help="directory to write into")
@@ -125,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(man["totals"]) + "\n")
         return 0
     if args.verb == "build":
-        opts = C.BuildOptions(library=_library_of(args), **given(args, "tokenizer", "fmt", "domain", "n_validate",
+        opts = C.BuildOptions(library=_library_of(args), annotator=C.AnnotatorOptions(**given(args, "features")),
+                              **given(args, "tokenizer", "fmt", "domain", "n_validate",
                                                                  "seed", "executor", "max_parallel",
                                                                  n_sample="sample"))
         s = C.build(args.inputs, args.out, opts, _endpoint_of(args))
@@ -136,14 +139,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stage(args: argparse.Namespace, C) -> int:
-    judge = C.make_judge(_endpoint_of(args), args.dir) if args.verb in ("tag", "library", "validate") else None
+    judge = C.make_judge(_endpoint_of(args), args.dir)
     try:
         if args.verb == "tag":
             out = C.tag_corpus(args.dir, judge=judge, **given(args, "seed", n_sample="sample"))
         elif args.verb == "library":
             out = C.library_stage(args.dir, _library_of(args), judge, _endpoint_of(args))
         elif args.verb == "annotate":
-            out = {"annotator": C.train_annotator(args.dir)["loss"],
+            ann = C.annotator_stage(args.dir, C.AnnotatorOptions(**given(args, "features")), judge, _endpoint_of(args))
+            out = {"annotator": ann["loss"],
                    "files": C.annotate_corpus(args.dir, **given(args, "executor", "max_parallel"))}
         else:
             out = {k: {m: s.get(m) for m in ("success_rate", "mean", "n_scored")}

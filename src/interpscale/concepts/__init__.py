@@ -14,7 +14,7 @@ and the judge on an OpenAI-compatible server through ``interpscale.judges.JudgeC
 """
 
 from interpscale.concepts.annotate import Annotator, AnnotatorOptions, annotate_corpus, train_annotator
-from interpscale.concepts.build import BuildOptions, Endpoint, build, library_stage, make_judge
+from interpscale.concepts.build import BuildOptions, Endpoint, annotator_stage, build, library_stage, make_judge
 from interpscale.concepts.check import best_match_f1, check, write_synthetic
 from interpscale.concepts.chunk import ChunkStats, chunk_corpus, chunk_text
 from interpscale.concepts.library import Library, LibraryOptions, build_library
@@ -23,6 +23,6 @@ from interpscale.concepts.validate import validate
 
 __all__ = [
     "Annotator", "AnnotatorOptions", "annotate_corpus", "train_annotator", "BuildOptions", "Endpoint", "build",
-    "library_stage", "make_judge", "best_match_f1", "check", "write_synthetic", "ChunkStats", "chunk_corpus", "chunk_text",
+    "library_stage", "annotator_stage", "make_judge", "best_match_f1", "check", "write_synthetic", "ChunkStats", "chunk_corpus", "chunk_text",
     "Library", "LibraryOptions", "build_library", "offline_tags", "tag_corpus", "validate",
 ]

@@ -33,13 +33,13 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from interpscale._atomic import atomic_path
 from interpscale.concepts.library import inherit, library_tag_map, read_library
-from interpscale.concepts.store import ANNOTATOR, LABELLED, iter_doc_chunks, manifest, read_json, write_json
+from interpscale.concepts.store import ANNOTATOR, CACHE_NAME, LABELLED, iter_doc_chunks, manifest, read_json, write_json
 from interpscale.concepts.tag import flat_tags, read_tags
 from interpscale.errors import FailedWork, UserError
 
@@ -56,6 +56,7 @@ class AnnotatorOptions:
     epochs: int = 60
     lr: float = 0.05
     weight_decay: float = 1e-4
+    features: str = "hashed"  # or "embedding": the endpoint's /embeddings (LLM path only)
     max_concepts: int = 8  # per chunk (the paper caps predictions per domain)
     min_concepts: int = 1  # a chunk with no concept over its threshold keeps its best one
     min_heldout_positives: int = 3  # fewer: threshold at score 0 (probability 1/2)
@@ -126,48 +127,94 @@ def pu_thresholds(z: np.ndarray, y: np.ndarray, min_pos: int) -> np.ndarray:
     return th
 
 
+class HashedFeatures:
+    """Offline features: the hashed n-gram columns seen in training (``fit``)."""
+
+    kind = "hashed"
+
+    def __init__(self, cols: Optional[np.ndarray] = None):
+        self.cols = cols
+
+    def fit(self, texts: Sequence[str]) -> "HashedFeatures":
+        self.cols = np.unique(featurizer().transform(texts).indices)
+        return self
+
+    def transform(self, texts: Sequence[str]):
+        """(rows [n, d] sparse, which rows are usable [n])."""
+        return featurizer().transform(texts)[:, self.cols].tocsr(), np.ones(len(texts), bool)
+
+
+class EmbeddingFeatures:
+    """Features from the endpoint's ``/embeddings`` (cached); a chunk it could not embed
+    gets no concepts and is counted."""
+
+    kind = "embedding"
+
+    def __init__(self, embedder: Callable[[Sequence[str]], np.ndarray]):
+        self.embedder = embedder
+        self.cols = np.zeros(0, np.int64)
+
+    def fit(self, texts: Sequence[str]) -> "EmbeddingFeatures":
+        return self
+
+    def transform(self, texts: Sequence[str]):
+        x = np.asarray(self.embedder(list(texts)), dtype=np.float64)
+        ok = ~np.isnan(x).any(1)
+        return np.where(ok[:, None], x, 0.0), ok
+
+
 @dataclass
 class Annotator:
-    """A trained annotator: linear scores over the hashed columns seen in training."""
+    """A trained annotator: one linear score per concept over its features."""
 
-    cols: np.ndarray  # hashed feature ids with weights, sorted
-    w: np.ndarray  # [len(cols), K]
+    features: Any  # HashedFeatures | EmbeddingFeatures
+    w: np.ndarray  # [d, K]
     b: np.ndarray  # [K]
     thresholds: np.ndarray  # [K]
     labels: list[str]
     max_concepts: int = 8
     min_concepts: int = 1
 
-    def scores(self, texts: Sequence[str]) -> np.ndarray:
-        x = featurizer().transform(texts)[:, self.cols]
-        return np.asarray(x @ self.w) + self.b
+    def scores(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        x, ok = self.features.transform(texts)
+        return np.asarray(x @ self.w) + self.b, ok
 
-    def predict(self, texts: Sequence[str]) -> list[list[str]]:
-        """Each chunk's concepts, most confident first (margin over its threshold)."""
-        z = self.scores(texts) - self.thresholds
-        out = []
-        for row in z:
+    def predict(self, texts: Sequence[str]) -> list[Optional[list[str]]]:
+        """Each chunk's concepts, most confident first (margin over its threshold); None
+        for a chunk whose features could not be computed."""
+        z, ok = self.scores(texts)
+        z = z - self.thresholds
+        out: list[Optional[list[str]]] = []
+        for row, good in zip(z, ok):
             order = np.argsort(-row, kind="stable")
             keep = [int(i) for i in order[: self.max_concepts] if row[i] >= 0]
             if len(keep) < self.min_concepts:
                 keep = [int(i) for i in order[: self.min_concepts]]
-            out.append([self.labels[i] for i in keep])
+            out.append([self.labels[i] for i in keep] if good else None)
         return out
 
     def save(self, folder: Path, meta: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(folder / "model.npz", suffix=".npz") as tmp:
-            np.savez(tmp, cols=self.cols, w=self.w.astype(np.float32), b=self.b, thresholds=self.thresholds)
+            np.savez(tmp, cols=self.features.cols, w=self.w.astype(np.float32), b=self.b, thresholds=self.thresholds)
         write_json(folder / "meta.json", {"labels": self.labels, "max_concepts": self.max_concepts,
-                                          "min_concepts": self.min_concepts, **meta})
+                                          "min_concepts": self.min_concepts, "features": self.features.kind, **meta})
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> "Annotator":
+        """The annotator in ``folder``; embedding features reconnect to the endpoint recorded
+        in meta.json, caching in the concepts directory's judge cache."""
         folder = Path(folder)
         meta = read_json(folder / "meta.json", "annotate")
         with np.load(folder / "model.npz", allow_pickle=False) as z:
-            return cls(z["cols"], z["w"].astype(np.float64), z["b"], z["thresholds"], meta["labels"],
-                       meta["max_concepts"], meta["min_concepts"])
+            cols, w, b, th = z["cols"], z["w"].astype(np.float64), z["b"], z["thresholds"]
+        if meta.get("features", "hashed") == "embedding":
+            from interpscale.concepts.llm import endpoint_embedder
+
+            feats: Any = EmbeddingFeatures(endpoint_embedder(meta["endpoint"], folder.parent / CACHE_NAME))
+        else:
+            feats = HashedFeatures(cols)
+        return cls(feats, w, b, th, meta["labels"], meta["max_concepts"], meta["min_concepts"])
 
 
 def training_set(out: Path) -> tuple[list[str], np.ndarray, list[str]]:
@@ -182,24 +229,29 @@ def training_set(out: Path) -> tuple[list[str], np.ndarray, list[str]]:
     return [r["text"] for r in recs], y, labels
 
 
-def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions()) -> dict:
-    """Stage 3, training: DIR/annotator/ (model.npz, meta.json); returns the meta."""
+def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions(), *,
+                    embedder: Optional[Callable[[Sequence[str]], np.ndarray]] = None,
+                    endpoint: Optional[dict] = None) -> dict:
+    """Stage 3, training: DIR/annotator/ (model.npz, meta.json); returns the meta. With
+    ``embedder`` (and the ``endpoint`` settings it was built from, recorded so the per-file
+    tasks can reconnect) the features are the endpoint's embeddings, else hashed n-grams."""
     out = Path(out)
     texts, y, labels = training_set(out)
     if not labels:
         raise UserError(f"{out}: the concept library is empty; nothing to annotate with")
-    rng = np.random.default_rng([opts.seed, 3])
-    held = rng.random(len(texts)) < opts.heldout
-    x_all = featurizer().transform(texts)
-    cols = np.unique(x_all[~held].indices)
-    x = x_all[:, cols].tocsr()
-    prior = np.clip(y[~held].mean(0) / opts.label_frequency, 1e-4, 0.5)
-    w, b = train_linear(x[~held], y[~held], prior, opts)
-    th = pu_thresholds(np.asarray(x[held] @ w) + b, y[held], opts.min_heldout_positives)
-    ann = Annotator(cols, w, b, th, labels, opts.max_concepts, opts.min_concepts)
-    meta = {"options": asdict(opts), "n_train": int((~held).sum()), "n_heldout": int(held.sum()),
-            "prior": prior.round(5).tolist(), "heldout_positives": y[held].sum(0).astype(int).tolist(),
-            "heldout_ids": [int(i) for i in np.flatnonzero(held)],
+    held = np.random.default_rng([opts.seed, 3]).random(len(texts)) < opts.heldout
+    feats: Any = EmbeddingFeatures(embedder) if embedder is not None else HashedFeatures()
+    feats.fit([t for t, h in zip(texts, held) if not h])
+    x, ok = feats.transform(texts)
+    train, test = ~held & ok, held & ok  # chunks without features sit out
+    prior = np.clip(y[train].mean(0) / opts.label_frequency, 1e-4, 0.5)
+    w, b = train_linear(x[train], y[train], prior, opts)
+    th = pu_thresholds(np.asarray(x[test] @ w) + b, y[test], opts.min_heldout_positives)
+    ann = Annotator(feats, w, b, th, labels, opts.max_concepts, opts.min_concepts)
+    meta = {"options": asdict(opts), "n_train": int(train.sum()), "n_heldout": int(test.sum()),
+            "n_without_features": int((~ok).sum()), "prior": prior.round(5).tolist(),
+            "heldout_positives": y[test].sum(0).astype(int).tolist(),
+            "heldout_ids": [int(i) for i in np.flatnonzero(test)], "endpoint": endpoint or {},
             "loss": "nnPU (Kiryo et al. 2017), logistic loss; thresholds: recall^2/P(yhat=1) (Lee & Liu 2003)"}
     ann.save(out / ANNOTATOR, meta)
     return meta
@@ -208,16 +260,18 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
 def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
     """One chunk file → its labelled file, streamed in batches (constant memory); one task."""
     ann = Annotator.load(annotator_dir)
-    n_docs = n_chunks = n_labels = 0
+    n_docs = n_chunks = n_labels = failed = 0
     with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         batch: list[tuple[int, list[str]]] = []
 
         def flush() -> None:
-            nonlocal n_labels
+            nonlocal n_labels, failed
             texts = [t for _, ts in batch for t in ts]
             preds = iter(ann.predict(texts)) if texts else iter(())
             for _, ts in batch:
-                chunks = [{"text": t, "concepts": next(preds)} for t in ts]
+                got = [next(preds) for _ in ts]
+                failed += sum(p is None for p in got)
+                chunks = [{"text": t, "concepts": p or []} for t, p in zip(ts, got)]
                 n_labels += sum(len(c["concepts"]) for c in chunks)
                 fh.write(json.dumps({"chunks": chunks}, ensure_ascii=False) + "\n")
             batch.clear()
@@ -229,7 +283,8 @@ def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
             if sum(len(ts) for _, ts in batch) >= APPLY_BATCH:
                 flush()
         flush()
-    return {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels}
+    return {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels,
+            "without_features": failed}
 
 
 def annotate_corpus(out: str | os.PathLike, *, executor: str = "inline", slurm: dict | None = None,

@@ -17,14 +17,12 @@ from typing import Any, Optional
 from interpscale.concepts.annotate import AnnotatorOptions, annotate_corpus, train_annotator
 from interpscale.concepts.chunk import chunk_corpus
 from interpscale.concepts.library import LibraryOptions, build_library
-from interpscale.concepts.store import write_json
+from interpscale.concepts.store import CACHE_NAME, write_json
 from interpscale.concepts.tag import tag_corpus
 from interpscale.concepts.validate import validate
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
-
-CACHE_NAME = "judge_cache.sqlite"
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,21 @@ def library_stage(out: str | os.PathLike, opts: LibraryOptions, judge: Any, endp
             "embed_failed": embed.failed if embed else 0, "naming": namer.status if namer else "offline"}
 
 
+def annotator_stage(out: str | os.PathLike, opts: AnnotatorOptions, judge: Any, endpoint: Endpoint) -> dict:
+    """Stage 3 training; ``features="embedding"`` takes the endpoint's embeddings."""
+    if opts.features == "hashed":
+        return train_annotator(out, opts)
+    if opts.features != "embedding":
+        raise UserError(f"unknown annotator features {opts.features!r}; expected 'hashed' or 'embedding'")
+    if judge is None:
+        raise UserError("annotator features 'embedding' need an endpoint (--base-url and --model)")
+    from interpscale.concepts.llm import EndpointEmbedder
+
+    settings = {"base_url": endpoint.base_url, "model": endpoint.model, "embed_model": endpoint.embed_model,
+                "max_retries": endpoint.max_retries, "timeout": endpoint.timeout}
+    return train_annotator(out, opts, embedder=EndpointEmbedder(judge, endpoint.embed_model), endpoint=settings)
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     n_sample: int = 2000
@@ -91,7 +104,7 @@ def build(inputs, out: str | os.PathLike, opts: BuildOptions = BuildOptions(),
         man = chunk_corpus(inputs, out, tokenizer=opts.tokenizer, fmt=opts.fmt, domain=opts.domain)
         tags = tag_corpus(out, judge=judge, n_sample=opts.n_sample, seed=opts.seed, domain=opts.domain)
         lib = library_stage(out, opts.library, judge, endpoint)
-        ann = train_annotator(out, opts.annotator)
+        ann = annotator_stage(out, opts.annotator, judge, endpoint)
         files = annotate_corpus(out, executor=opts.executor, max_parallel=opts.max_parallel)
         val = validate(out, judge=judge, n_chunks=opts.n_validate, seed=opts.seed)
         summary = {"chunks": man["totals"], "tags": {k: v for k, v in tags.items() if k != "usage"},

@@ -88,6 +88,16 @@ def _vector(v: Any) -> bool:
         isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
 
 
+def endpoint_embedder(endpoint: dict, cache_path: str | os.PathLike) -> EndpointEmbedder:
+    """An embedder from recorded endpoint settings (``{"base_url", "model", "embed_model",
+    "max_retries", "timeout"}``) caching in ``cache_path``: what a per-file task rebuilds."""
+    from interpscale.judges import JudgeClient
+
+    client = JudgeClient(model=endpoint["model"], base_url=endpoint["base_url"], cache_path=cache_path,
+                         max_retries=endpoint.get("max_retries", 4), timeout=endpoint.get("timeout", 120.0))
+    return EndpointEmbedder(client, endpoint.get("embed_model"))
+
+
 class CardNamer:
     """``namer(tag_lists) -> [{"name", "description"} | None]``: the LLM's semantic card of
     each cluster from its representative tags (§4.2.2); None (offline card) when the reply

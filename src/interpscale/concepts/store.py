@@ -30,6 +30,7 @@ from interpscale.errors import UserError
 
 CHUNKS, LABELLED, LIBRARY, ANNOTATOR, VALIDATION = "chunks", "labelled", "library", "annotator", "validation"
 TAGS_FILE, CONCEPTS_FILE, MANIFEST = "tags.jsonl", "concepts.json", "manifest.json"
+CACHE_NAME = "judge_cache.sqlite"  # the LLM path's judge-client cache (tags, names, embeddings, judge)
 
 
 @dataclass(frozen=True)

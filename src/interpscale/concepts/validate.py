@@ -83,7 +83,7 @@ def _candidates(out: Path, n: int, seed: int) -> dict[str, tuple[list[str], list
         h_texts = [recs[i]["text"] for i in held]
         by_label = {c.label: c for c in cards}
         preds = ann.predict(h_texts) if h_texts else []
-        stages["annotator"] = (h_texts, [[by_label[p] for p in ps] for ps in preds])
+        stages["annotator"] = (h_texts, [[by_label[p] for p in ps or []] for ps in preds])
     return stages
 
 
