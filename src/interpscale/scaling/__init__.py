@@ -23,7 +23,7 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
-from ._base import ScalingFitWarning
+from ._base import ScalingFitWarning, quiet
 from .bootstrap import KINDS as BOOTSTRAP_KINDS, Bootstrap
 from .approaches import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
@@ -57,7 +57,7 @@ __all__ = [
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
     "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
     "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",
-    "calibrate",
+    "calibrate", "quiet",
     "fit_data_constrained", "DataConstrainedFit", "data_constrained_objective", "data_constrained_law", "epoch_costs", "fit_overtraining", "OvertrainingFit",
     "fit_downstream_error", "DownstreamErrorFit", "fit_ladder", "LadderFit", "checkpoint_points", "read_runs", "RunTable",
 ]

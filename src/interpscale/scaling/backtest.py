@@ -348,8 +348,9 @@ def backtest(
     level = check_level(level)
     _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     warnings: list[str] = []
-    df = select_rows(attach_groups(results, groups, "backtest"), "annealed", annealed, (True,), "annealed", warnings,
-                     caller="backtest")
+    with quiet():  # the row choice is the fits' own, logged once there; here it goes into ``warnings``
+        df = select_rows(attach_groups(results, groups, "backtest"), "annealed", annealed, (True,), "annealed",
+                         warnings, caller="backtest")
     if "family" not in df.columns:
         df = df.assign(family="all")
     fams = [family] if isinstance(family, str) else list(family or sorted(df["family"].dropna().unique(), key=str))
@@ -358,8 +359,9 @@ def backtest(
         raise ValueError(f"backtest: family {unknown} not in the table; have {sorted(set(df['family']), key=str)}")
     rows, shifts = [], []
     for fam in fams:
-        sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings,
-                          caller="backtest")
+        with quiet():
+            sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
+                              warnings, caller="backtest")
         ms = [m for m in (metrics or METRICS) if m in sub.columns and sub[m].notna().any()]
         fitter = _Fitter(budget=budget, compute=compute if compute in sub.columns else budget, loss=loss,
                          tolerance=tolerance, window=window, grid=grid, n_boot=n_boot, level=level, seed=seed,

@@ -433,7 +433,8 @@ def _diagnose(x: _Inputs, pt: _Point, warnings: list[str]) -> tuple[bool, bool]:
     identified = True
     if al <= 0 or be <= 0:
         identified = False
-        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); the law is not decreasing")
+        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); "
+                       "the law is not decreasing")
     if math.exp(e) < L_INF_COLLAPSE * float(np.exp(x.lL.min())):
         identified = False
         emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "

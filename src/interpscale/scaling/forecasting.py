@@ -50,7 +50,8 @@ from .ledger import inputs_hash
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "forecast_family", "forecast_runs", "forecast_table", "unreliable", "forecast_from_results", "get_method", "register_method", "rolling_origin"]
+           "choose_method", "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table",
+           "get_method", "register_method", "rolling_origin", "unreliable"]
 
 
 @dataclass(frozen=True)
@@ -383,7 +384,8 @@ def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:
             rows.append({
                 "Family": fam, "method": name + (f" (chosen by {fc.chosen_by})" if name == fc.chosen else ""),
                 "C": f"{fc.target_compute:.3g}", "ratio": f"{fc.ratio:.3g}x (tested {fc.max_tested_ratio:.3g}x)",
-                "forecast": f"{v.predicted:.{digits}f}", f"{pct}% PI (calibrated)": f"[{v.lo:.{digits}f}, {v.hi:.{digits}f}]",
+                "forecast": f"{v.predicted:.{digits}f}",
+                f"{pct}% PI (calibrated)": f"[{v.lo:.{digits}f}, {v.hi:.{digits}f}]",
                 f"{pct}% PI (bootstrap)": f"[{v.raw_lo:.{digits}f}, {v.raw_hi:.{digits}f}]",
                 "backtest error %": "—" if v.backtest_error is None else f"{v.backtest_error:.2f}",
             })

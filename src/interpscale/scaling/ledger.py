@@ -131,7 +131,8 @@ class Forecast:
         if self.observed is None:
             return head + "; not checked yet"
         inside = "inside" if self.covered else "OUTSIDE"
-        raw_in = "" if self.covered_raw is None else f" (bootstrap interval: {'inside' if self.covered_raw else 'OUTSIDE'})"
+        raw_in = "" if self.covered_raw is None else \
+            f" (bootstrap interval: {'inside' if self.covered_raw else 'OUTSIDE'})"
         return (head + f"\n  observed {self.observed:.4f} ({self.checked}): error {self.error:+.4f} "
                        f"({100 * self.rel_error:+.2f}%), {inside} the interval{raw_in}")
 

@@ -92,21 +92,22 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
     When fewer than two slices pass ``fit_isoflop``'s checks (convex, converged, interior
     minimum) there are no power laws (``power_P``/``power_L`` None, reason in ``warnings``),
     but every convex parabola is still returned so the slices can be drawn."""
-    from interpscale.scaling import fit_isoflop
+    from interpscale.scaling import fit_isoflop, quiet
 
     rows = isoflop_rows(rows, tolerance)
     warnings: list[str] = []
     strict = True
-    if fit is None:
-        try:
-            fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
-        except ValueError as exc:
-            warnings.append(str(exc))
-            strict = False
-            try:  # keep flagged-but-convex slices, only to draw their parabolas
-                fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
-            except ValueError:
-                fit = None
+    if fit is None:  # a figure's own fit: its flags go into ``warnings``, not the log (the report lists fits')
+        with quiet():
+            try:
+                fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
+            except ValueError as exc:
+                warnings.append(str(exc))
+                strict = False
+                try:  # keep flagged-but-convex slices, only to draw their parabolas
+                    fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
+                except ValueError:
+                    fit = None
     slices = []
     records = fit.slices.to_dict("records") if fit is not None else [
         {"compute": float(c)} for c in np.unique(rows["slice_flops"].to_numpy(float))]
@@ -138,9 +139,10 @@ def require_power_laws(summary: IsoflopSummary, what: str) -> None:
 def bounded_fit(compute: np.ndarray, values: np.ndarray, metric: str, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):
     """Eq. 29 fit of one interpretability metric against compute; the scaling package knows
     each paper metric's direction and natural bound from its name."""
-    from interpscale.scaling import fit_bounded
+    from interpscale.scaling import fit_bounded, quiet
 
-    return fit_bounded(compute, values, name=metric, n_boot=n_boot, seed=seed)
+    with quiet():  # a figure's own fit: its flags are on the result, the report lists the fits'
+        return fit_bounded(compute, values, name=metric, n_boot=n_boot, seed=seed)
 
 
 def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):

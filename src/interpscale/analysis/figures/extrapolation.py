@@ -77,7 +77,8 @@ def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
     lo, hi = [], []
     for c in grid:
         pred = m.predict(mf.fit, float(c), opts)[0]
-        clo, chi, _ = calibrate(pred, *m.interval(mf.fit, float(c), opts), c / c_max, e["log_error"], e["ratio"], fc.level)
+        ci = m.interval(mf.fit, float(c), opts)
+        clo, chi, _ = calibrate(pred, *ci, c / c_max, e["log_error"], e["ratio"], fc.level)
         lo.append(clo)
         hi.append(chi)
     return grid, np.array(lo), np.array(hi)
