@@ -35,7 +35,7 @@ def _chunk_opts(p: argparse.ArgumentParser) -> None:
 def _library_opts(p: argparse.ArgumentParser) -> None:
     from interpscale.concepts import LibraryOptions
 
-    option(p, "--n-concepts", LibraryOptions, type=int, help="k of k-means (default None: best silhouette)")
+    option(p, "--n-concepts", LibraryOptions, type=int, help="k of k-means; None: the best silhouette over a grid")
     option(p, "--min-tag-support", LibraryOptions, type=int, help="chunks a tag needs to be clustered")
     option(p, "--min-support", LibraryOptions, type=int, help="chunks a concept needs")
     option(p, "--min-coherence", LibraryOptions, type=float, help="mean cosine of a cluster's tags to its centroid")
