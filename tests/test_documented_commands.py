@@ -79,6 +79,8 @@ def _speed(argv: list[str]) -> list[str]:
     elif cmd == "demo":
         preset = argv[argv.index("--preset") + 1] if "--preset" in argv else "demo"
         argv = ["plan", "--preset", preset, "--flops-per-s", "1e12"]
+    elif cmd == "sweep" and "gated.toml" in argv:  # docs/own-model.md's tiny sweep runs, in this process
+        argv = argv + ["--executor", "debug"]
     elif cmd == "sweep" and "--preset" in argv and argv[argv.index("--preset") + 1].endswith(".toml"):
         preset = argv[argv.index("--preset") + 1]  # a repository file (configs/...) or one made here
         preset = preset if Path(preset).exists() or not (ROOT / preset).exists() else str(ROOT / preset)
@@ -179,6 +181,9 @@ def test_documented_command_runs(doc, command, workdir, monkeypatch, capsys):
         _ratings(workdir)
     if argv[0] in ("data", "concepts") or "sweep.toml" in argv or "annotated.toml" in argv:
         _corpus(workdir)
+    if "gated.toml" in argv:  # docs/own-model.md: the example plugin and its preset in the working directory
+        for name in ("gated_gpt.py", "gated.toml"):
+            (workdir / name).write_text((ROOT / "examples" / "gated_gpt" / name).read_text())
     argv = _speed(_substitute(argv, workdir))
     code = main(argv)
     err = capsys.readouterr().err

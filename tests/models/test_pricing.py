@@ -83,3 +83,25 @@ def test_model_knobs_are_checked_per_family():
         check_model_table({"mxd": {"kk": 8}}, ["mxd"])
     with pytest.raises(UserError, match=r"unknown key 'gate'.*\[model\.<family>\]"):
         check_model_table({"gate": "headwise"}, ["ar", "mxd"])
+
+
+def test_per_family_knobs_reach_their_family_only(tmp_path):
+    """docs/zoo.md's `[model.mxd] k = 8` (or a shared `[model] k = 8`, which only mxd's config
+    has): planned and priced for mxd alone, the LM head read off each family's own config; a
+    key no planned family has is refused with a close match."""
+    from interpscale.errors import ConfigError
+    from interpscale.orchestration import plan
+
+    base = ('[plan]\nfamilies = ["ar", "mxd"]\nsizes = ["nano", "micro"]\nseq_len = 32\nbatch_tokens = 256\n'
+            'slices = [2e9]\ntolerance = 0.5\n[train]\nvocab_size = 256\n[model]\nvocab_size = 256\n')
+    own, shared, bad = tmp_path / "own.toml", tmp_path / "shared.toml", tmp_path / "bad.toml"
+    own.write_text(base + "[model.mxd]\nk = 8\n")
+    shared.write_text(base + "k = 8\n")
+    bad.write_text(base + "kk = 8\n")
+    for preset in (own, shared):
+        p = plan(preset, flops_per_s=1e12, strict=False)
+        by_family = {r.family: r.model_overrides for r in p.runs}
+        assert by_family["mxd"]["k"] == 8 and "k" not in by_family["ar"]
+        assert set(p.table["M_head"]) == {6.0 * 32 * 256, 6.0 * 64 * 256}  # 6·d·V, d of nano and micro
+    with pytest.raises(ConfigError, match=r"unknown key 'kk' \(did you mean 'k'\?\).*\[model\.<family>\]"):
+        plan(bad, flops_per_s=1e12, strict=False)
