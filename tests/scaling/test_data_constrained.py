@@ -155,6 +155,11 @@ def test_plan_epoch_costs_and_saved_law(tmp_path, runs182):
     assert out.epochs.tolist() == [1.0, 4.0] and out.family.tolist() == ["ar", "ar"]
     assert out.epoch_cost.iloc[0] == 0 and out.epoch_cost.iloc[1] > 0
     assert "1 of 2 points repeat data; at most 4 epochs" in text
+    coef = (6.0, 7.5, 0.5, 0.33, 0.38)
+    free = fit_data_constrained(*_synthetic(12.0, 4.0, coef), free="all", coefficients=coef, grid=[(5.0, 5.0)], n_boot=0)
+    (tmp_path / "free.json").write_text(json.dumps(free.to_dict()))
+    back = read_data_constrained(tmp_path / "free.json")
+    assert back.predict(1e9, 4e10, 1e10) == pytest.approx(free.predict(1e9, 4e10, 1e10), rel=1e-12)
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a saved data-constrained fit"):
         read_data_constrained(tmp_path / "bad.json")

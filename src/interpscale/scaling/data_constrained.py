@@ -292,6 +292,11 @@ def read_data_constrained(path) -> DataConstrainedFit:
     try:
         d = json.loads(p.read_text())
         d = d.get("fit", d)
+        if d.get("free"):  # all seven fitted: theta = (a, b, e, alpha, beta, log R_D*, log R_N*)
+            return DataConstrainedFit(law="data-constrained", params=dict(d["params"]), objective=math.nan, n=0,
+                                      recipe="given", loss="huber_log", converged=True,
+                                      theta=tuple(map(float, d["theta"])), coefficients=tuple(d["coefficients"]),
+                                      free=True, status="given")
         return data_constrained_law(d["params"]["R_D_star"], d["params"]["R_N_star"], coefficients=d["coefficients"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{p}: not a saved data-constrained fit ({type(exc).__name__}: {exc})") from exc
