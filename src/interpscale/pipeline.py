@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -53,92 +54,108 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     from interpscale.orchestration.planner import plan
     from interpscale.orchestration.rundir import ensure_writable
 
-    t0 = time.monotonic()
-    cpu0 = _cpu_seconds()
+    t0, cpu0 = time.monotonic(), _cpu_seconds()
     times: dict[str, float] = {}
     out = ensure_writable(out_dir)
     preset = str(preset) if preset is not None else ("demo-quick" if quick else "demo")
     summary: dict[str, Any] = {"preset": preset, "problems": []}
     with tqdm(total=len(STAGES), unit="stage", disable=None, leave=False) as bar:
-        _stage(bar, 0, "plan", preset)
-        p = plan(preset)
-        launch = p.launch
-        boot = int(n_boot or launch.get("n_boot", 100))
-        parallel = int(max_parallel or launch.get("max_parallel", 2))
-        atomic_write_text(out / "plan.txt", p.summary() + "\n")
-        summary["runs"] = len(p.runs)
-        times["plan"] = time.monotonic() - t0
-        bar.update()
+        with _timed(bar, times, 0, "plan", preset):
+            p = plan(preset)
+            boot = int(n_boot or p.launch.get("n_boot", 100))
+            parallel = int(max_parallel or p.launch.get("max_parallel", 2))
+            atomic_write_text(out / "plan.txt", p.summary() + "\n")
+            summary["runs"] = len(p.runs)
+        with _timed(bar, times, 1, "train + evaluate", f"{len(p.runs)} runs"):
+            sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
+            sweep.launch()
+        with _timed(bar, times, 2, "collect"):
+            results, results_path = _collect(sweep, len(p.runs), out, summary)
+        with _timed(bar, times, 3, "judge alignment"):
+            results = _judge(results, results_path, sweep, p.runs, summary)
+        with _timed(bar, times, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates"):
+            fits = _fit(results, out, boot, summary)
+        with _timed(bar, times, 5, "figures + report"):
+            _report(results, out, fits, [sweep.run_dir(r) for r in p.runs], boot, results_path, summary)
+    _finish(summary, out, results, fits, times, t0, cpu0, parallel)
+    return summary
 
-        t = time.monotonic()
-        _stage(bar, 1, "train + evaluate", f"{len(p.runs)} runs")
-        sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
-        sweep.launch()
-        times["train_evaluate"] = time.monotonic() - t
-        bar.update()
 
-        t = time.monotonic()
-        _stage(bar, 2, "collect")
-        results = sweep.collect()
-        from interpscale.orchestration.results import write_results
+@contextmanager
+def _timed(bar, times: dict[str, float], i: int, name: str, detail: str = ""):
+    """One stage: its progress line, its wall time in ``times`` (keyed by its name)."""
+    t = time.monotonic()
+    _stage(bar, i, name, detail)
+    yield
+    times[name.replace(" + ", "_").split(" ")[0]] = time.monotonic() - t  # plan, train_evaluate, ..., judge
+    bar.update()
 
-        results_path = write_results(results, out / "results.parquet")
-        summary["results"] = str(results_path)
-        summary["rows"] = len(results)
-        done = int(results["run_id"].nunique()) if "run_id" in results.columns and len(results) else 0
-        summary["runs_failed"] = len(p.runs) - done
-        if not len(results):
-            raise PipelineError(f"demo: none of the {len(p.runs)} runs produced a result; see {out / 'sweep'}")
-        if summary["runs_failed"]:
-            summary["problems"].append(f"{summary['runs_failed']} of {len(p.runs)} runs produced no result")
-        times["collect"] = time.monotonic() - t
-        bar.update()
 
-        t = time.monotonic()
-        _stage(bar, 3, "judge alignment")
-        try:
-            results = judge_alignment(results, sweep.run_dir, p.runs)
-            write_results(results, results_path)
-        except (ValueError, OSError, RuntimeError) as exc:
-            log.error("demo: known concept alignment not scored (%s)", exc)
-            summary["problems"].append(f"alignment: {type(exc).__name__}: {exc}")
-        empty = [c for c in METRIC_COLUMNS if c in results.columns and not results[c].notna().any()
-                 and _concept_rows(results).any()]
-        if empty:
-            summary["problems"].append(f"metric column(s) {empty} are empty in every row")
-        times["judge"] = time.monotonic() - t
-        bar.update()
+def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
+    """Stage 3: the sweep's results table (DIR/results.parquet); PipelineError when empty."""
+    from interpscale.orchestration.results import write_results
 
-        t = time.monotonic()
-        _stage(bar, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates")
-        fits = None
-        try:
-            from interpscale.scaling import fit_families
+    results = sweep.collect()
+    results_path = write_results(results, out / "results.parquet")
+    summary["results"] = str(results_path)
+    summary["rows"] = len(results)
+    done = int(results["run_id"].nunique()) if "run_id" in results.columns and len(results) else 0
+    summary["runs_failed"] = n_runs - done
+    if not len(results):
+        raise PipelineError(f"demo: none of the {n_runs} runs produced a result; see {out / 'sweep'}")
+    if summary["runs_failed"]:
+        summary["problems"].append(f"{summary['runs_failed']} of {n_runs} runs produced no result")
+    return results, results_path
 
-            fits = fit_families(results, annealed=True, n_boot=boot, seed=0)
-            fit_dir = out / "fits"
-            fit_dir.mkdir(exist_ok=True)
-            atomic_write_text(fit_dir / "fits.json", fits.to_json() + "\n")  # as `interpscale fit` writes it
-        except (ValueError, ArithmeticError) as exc:
-            log.error("demo: scaling fits failed (%s); results table written without fits", exc)
-            summary["problems"].append(f"fits: {type(exc).__name__}: {exc}")
-        times["fit"] = time.monotonic() - t
-        bar.update()
 
-        t = time.monotonic()
-        _stage(bar, 5, "figures + report")
-        run_dirs = [sweep.run_dir(r) for r in p.runs]
-        try:  # the report draws its figures into DIR/figures as well
-            from interpscale.analysis.report import write_report
+def _judge(results: pd.DataFrame, results_path, sweep, runs, summary: dict[str, Any]) -> pd.DataFrame:
+    """Stage 4: known-concept alignment of the concept checkpoints (a failure is a problem, not an end)."""
+    from interpscale.orchestration.results import write_results
 
-            summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
-                                                 source=str(results_path)))
-        except (ValueError, OSError) as exc:
-            log.error("demo: report failed (%s)", exc)
-            summary["problems"].append(f"report: {type(exc).__name__}: {exc}")
-        times["figures_report"] = time.monotonic() - t
-        bar.update()
+    try:
+        results = judge_alignment(results, sweep.run_dir, runs)
+        write_results(results, results_path)
+    except (ValueError, OSError, RuntimeError) as exc:
+        log.error("demo: known concept alignment not scored (%s)", exc)
+        summary["problems"].append(f"alignment: {type(exc).__name__}: {exc}")
+    empty = [c for c in METRIC_COLUMNS if c in results.columns and not results[c].notna().any()
+             and _concept_rows(results).any()]
+    if empty:
+        summary["problems"].append(f"metric column(s) {empty} are empty in every row")
+    return results
 
+
+def _fit(results: pd.DataFrame, out, boot: int, summary: dict[str, Any]):
+    """Stage 5: every family's fits, written as `interpscale fit` writes them; None when they fail."""
+    try:
+        from interpscale.scaling import fit_families
+
+        fits = fit_families(results, annealed=True, n_boot=boot, seed=0)
+        fit_dir = out / "fits"
+        fit_dir.mkdir(exist_ok=True)
+        atomic_write_text(fit_dir / "fits.json", fits.to_json() + "\n")  # as `interpscale fit` writes it
+        return fits
+    except (ValueError, ArithmeticError) as exc:
+        log.error("demo: scaling fits failed (%s); results table written without fits", exc)
+        summary["problems"].append(f"fits: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _report(results: pd.DataFrame, out, fits, run_dirs, boot: int, results_path, summary: dict[str, Any]) -> None:
+    """Stage 6: the report, which draws its figures into DIR/figures as well."""
+    try:
+        from interpscale.analysis.report import write_report
+
+        summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
+                                             source=str(results_path)))
+    except (ValueError, OSError) as exc:
+        log.error("demo: report failed (%s)", exc)
+        summary["problems"].append(f"report: {type(exc).__name__}: {exc}")
+
+
+def _finish(summary: dict[str, Any], out, results: pd.DataFrame, fits, times: dict[str, float], t0: float,
+            cpu0: float, parallel: int) -> None:
+    """The summary's slice, fit and timing fields; DIR/demo.json."""
     summary["figures"] = sorted(str(f) for f in (out / "figures").glob("*.png"))
     summary["interior_minima"] = interior_minima(results)
     n_in = sum(v == "interior" for v in summary["interior_minima"].values())
@@ -151,7 +168,6 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     # on a busy machine wall time says little: CPU time / cores in use is the idle-machine estimate
     summary["idle_estimate_s"] = round(summary["cpu_s"] / max(1, min(os.cpu_count() or 1, parallel)), 1)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1, default=str))
-    return summary
 
 
 def _cpu_seconds() -> float:
