@@ -167,6 +167,8 @@ def _step1_authors(N, D, L, delta, w):
 
     r = minimize(obj, np.array(AUTHORS_START), jac=True, method="L-BFGS-B", bounds=[(0, None)] * 5, tol=0.0,
                  options={"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000})
+    # with ftol = 0 L-BFGS-B ends when its line search can no longer lower f at machine precision
+    # (ABNORMAL_TERMINATION_IN_LNSRCH): that is the authors' stopping point, not a failure
     return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
 
 
