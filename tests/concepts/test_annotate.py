@@ -67,3 +67,21 @@ def test_one_task_per_file_through_the_launcher_matches_inline(built, tmp_path):
     assert [r["file"] for r in res] == ["00000.jsonl", "00001.jsonl"] and res[0]["docs"] == 100
     got = "".join((copy / "labelled" / f).read_text() for f in ("00000.jsonl", "00001.jsonl"))
     assert got == (out / "labelled/00000.jsonl").read_text()
+
+
+def test_a_rerun_skips_files_this_annotator_already_labelled(built, tmp_path):
+    import shutil
+
+    from interpscale.concepts import annotate_corpus, train_annotator
+    from interpscale.concepts.annotate import AnnotatorOptions
+
+    out, _ = built
+    copy = tmp_path / "c"
+    shutil.copytree(out, copy)
+    labelled = copy / "labelled/00000.jsonl"
+    first = annotate_corpus(copy)
+    stamp = labelled.stat().st_mtime_ns
+    assert annotate_corpus(copy) == first and labelled.stat().st_mtime_ns == stamp  # skipped: nothing rewritten
+    train_annotator(copy, AnnotatorOptions(max_concepts=1))  # a new annotator: the file is labelled again
+    again = annotate_corpus(copy)
+    assert labelled.stat().st_mtime_ns != stamp and again[0]["labels"] == again[0]["chunks"]

@@ -257,8 +257,33 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
     return meta
 
 
+def _stamp(annotator_dir: str, src: str) -> dict:
+    """What a labelled file was made from: the annotator's files and the chunk file."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("model.npz", "meta.json"):
+        h.update((Path(annotator_dir) / name).read_bytes())
+    st = os.stat(src)
+    return {"annotator": h.hexdigest()[:16], "chunks_size": st.st_size, "chunks_mtime_ns": st.st_mtime_ns}
+
+
+def _done_path(annotator_dir: str, dest: str) -> Path:
+    return Path(annotator_dir) / "done" / (Path(dest).stem + ".json")
+
+
+def finished(annotator_dir: str, src: str, dest: str) -> Optional[dict]:
+    """The stats of ``dest`` when it is complete and made from this annotator and chunk file."""
+    done = _done_path(annotator_dir, dest)
+    if not (done.exists() and Path(dest).exists()):
+        return None
+    rec = json.loads(done.read_text())
+    return rec["stats"] if rec.get("stamp") == _stamp(annotator_dir, src) else None
+
+
 def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
-    """One chunk file → its labelled file, streamed in batches (constant memory); one task."""
+    """One chunk file → its labelled file, streamed in batches (constant memory); one task.
+    A marker in DIR/annotator/done/ records what it was made from, so a rerun skips it."""
     ann = Annotator.load(annotator_dir)
     n_docs = n_chunks = n_labels = failed = 0
     with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
@@ -283,8 +308,10 @@ def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
             if sum(len(ts) for _, ts in batch) >= APPLY_BATCH:
                 flush()
         flush()
-    return {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels,
-            "without_features": failed}
+    stats = {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels,
+             "without_features": failed}
+    write_json(_done_path(annotator_dir, dest), {"stamp": _stamp(annotator_dir, src), "stats": stats})
+    return stats
 
 
 def annotate_corpus(out: str | os.PathLike, *, executor: str = "inline", slurm: dict | None = None,
@@ -300,13 +327,20 @@ def annotate_corpus(out: str | os.PathLike, *, executor: str = "inline", slurm: 
     files = [f["output"] for f in manifest(out)["files"]]
     (out / LABELLED).mkdir(parents=True, exist_ok=True)
     args = [(str(out / ANNOTATOR), str(out / "chunks" / f), str(out / LABELLED / f)) for f in files]
+    results = {i: finished(*a) for i, a in enumerate(args)}
+    todo = [i for i, r in results.items() if r is None]
+    if len(todo) < len(args):
+        log.info("annotate: %d of %d files already labelled by this annotator", len(args) - len(todo), len(args))
     if executor == "inline":
-        return [annotate_file(*a) for a in args]
-    launcher = make_executor(executor, out / ".submitit", name="concepts-annotate", slurm=slurm,
-                             max_parallel=max_parallel)
-    with launcher:
-        jobs = launcher.map(annotate_file, *zip(*args))
-        try:
-            return launcher.wait(jobs, progress=progress)
-        except JobsFailed as exc:
-            raise FailedWork(f"{len(exc.errors)} annotation task(s) failed (finished files are kept):\n{exc}") from None
+        results.update({i: annotate_file(*args[i]) for i in todo})
+    elif todo:
+        launcher = make_executor(executor, out / ".submitit", name="concepts-annotate", slurm=slurm,
+                                 max_parallel=max_parallel)
+        with launcher:
+            jobs = launcher.map(annotate_file, *zip(*[args[i] for i in todo]))
+            try:
+                results.update(zip(todo, launcher.wait(jobs, progress=progress)))
+            except JobsFailed as exc:
+                raise FailedWork(f"{len(exc.errors)} annotation task(s) failed (finished files are kept; "
+                                 f"rerun to resume):\n{exc}") from None
+    return [results[i] for i in range(len(args))]
