@@ -75,3 +75,21 @@ def test_plugin_family_swept_next_to_ar_then_train_evaluate_fit_report(installed
     assert '"gated-gpt"' in fitted and '"ar"' in fitted
     _run("report", "sweep/results.csv", "--out", "report", "--n-boot", "10", "--no-figures", cwd=tmp_path)
     assert "gated-gpt" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_plugin_checkpoint_reloads_through_its_builder_in_a_fresh_process(tmp_path):
+    """Saved where the plugin was named by file (``--plugin path.py``); a process that was told
+    nothing imports it from the checkpoint and rebuilds the model with the same arguments."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    save = (f"from interpscale.models import load_plugins, build_model, save_checkpoint, DataFields\n"
+            f"load_plugins({str(EXAMPLE / 'gated_gpt.py')!r})\n"
+            f"m = build_model('gated-gpt', 'nano', data=DataFields(vocab_size=96), gate='elementwise')\n"
+            f"save_checkpoint(m, {str(tmp_path / 'g.pt')!r})\n")
+    load = (f"import torch\nfrom interpscale.models import load_checkpoint\n"
+            f"m, _ = load_checkpoint({str(tmp_path / 'g.pt')!r})\n"
+            f"print(type(m).__name__, m.config.gate, m.config.vocab_size, m.embed.weight.shape[0])\n")
+    subprocess.run([sys.executable, "-c", save], cwd=tmp_path, env=env, check=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", load], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["GatedGPT", "elementwise", "96", "96"]
