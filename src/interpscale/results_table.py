@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from interpscale.paper import INTERP_METRICS
+
 # The columns of one row per evaluated checkpoint (docs/architecture.md); extra columns allowed.
 # loss in nats per token; bpb the same loss in bits per UTF-8 byte (metrics.bpb).
 RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
-                  "annealed", "estimator", "loss", "loss_se", "bpb", "concept_loss", "concept_independence",
-                  "concept_contribution", "known_concept_alignment")
+                  "annealed", "estimator", "loss", "loss_se", "bpb", *INTERP_METRICS)
 NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se",
-                   "concept_loss", "concept_independence", "concept_contribution", "known_concept_alignment",
+                   *INTERP_METRICS,
                    "bpb", "bytes")
 BOOLEAN_COLUMNS = ("annealed",)
 POSITIVE_COLUMNS = ("slice_flops", "flops", "params", "tokens")  # > 0 where given (empty: unknown)

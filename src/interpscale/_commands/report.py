@@ -24,11 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.analysis.example_data import STEERLING_8B, steerling_actual
+    from interpscale import paper
+    from interpscale.analysis.example_data import steerling_actual
     from interpscale.analysis.report import write_report
 
     example = args.results == "example"
-    target = args.target_compute if args.target_compute is not None else (STEERLING_8B["flops"] if example else None)
+    target = args.target_compute if args.target_compute is not None else (paper.STEERLING_8B["flops"] if example else None)
     df = load_table(args.results)
     path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"),
                         figures=not args.no_figures, source="bundled example table" if example else args.results,
