@@ -57,12 +57,18 @@ def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, 
 
 
 def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray:
-    """A forecast method's L*(C) curve on ``grid`` (Eq. 27 compute-optimal, Eq. 26, E + A C^-alpha)."""
+    """A forecast method's L*(C) curve on ``grid`` (Eq. 27 compute-optimal, Eq. 26, E + A C^-alpha,
+    or a registered law's own compute-optimal forecast)."""
     if name == "joint":
         return fit.predict_optimal(grid, k)
     if name == "isoflop-powerlaw":
         return fit.power_L.predict(grid)
-    return fit.predict(grid)
+    if name == "isoflop-saturating":
+        return fit.predict(grid)
+    from interpscale.scaling import FORECAST_METHODS, ForecastOptions  # a registered law: its own L*(C)
+
+    opts = ForecastOptions(k=k)
+    return np.array([FORECAST_METHODS[name].predict(fit, float(c), opts)[0] for c in grid])
 
 
 def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
