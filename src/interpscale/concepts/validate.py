@@ -22,7 +22,7 @@ from interpscale.concepts.annotate import Annotator
 from interpscale.concepts.library import inherit, library_tag_map, read_library
 from interpscale.concepts.store import ANNOTATOR, VALIDATION, read_json, write_json
 from interpscale.concepts.tag import flat_tags, read_tags
-from interpscale.judges import ConceptCard, resolve_judge, score_relevance
+from interpscale.judges import LEXICAL_LABEL, ConceptCard, LexicalJudge, score_relevance
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,12 @@ def _candidates(out: Path, n: int, seed: int) -> dict[str, tuple[list[str], list
 
 
 def validate(out: str | os.PathLike, *, judge: Any = None, n_chunks: int = 200, seed: int = 0) -> dict:
-    """Judge every stage present in DIR; writes DIR/validation/ and returns the numbers."""
+    """Judge every stage present in DIR (``judge``: a JudgeClient, else the offline lexical
+    backend); writes DIR/validation/ and returns the numbers."""
     out = Path(out)
-    judge = resolve_judge(judge)
+    if judge is None:  # offline unless an endpoint was given (not from the environment)
+        log.info("validating with the %s", LEXICAL_LABEL)
+        judge = LexicalJudge()
     report = {"judge": judge.label, "backend": judge.backend, "success_threshold": 2, "bins": BINS.tolist(),
               "stages": {name: judge_stage(t, c, judge) for name, (t, c) in _candidates(out, n_chunks, seed).items()},
               "usage": judge.usage.to_dict()}
