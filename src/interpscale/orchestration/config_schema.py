@@ -172,6 +172,27 @@ def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, 
         _check_type(value, valid[key][0], valid[key][1], _where(source, section, key))
 
 
+def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
+    """``[plan] slices``: a list of positive targets, or ``{family = [C, ...]}`` over planned families."""
+    from interpscale.models import FAMILIES
+
+    slices = plan.get("slices")
+    if isinstance(slices, dict):
+        fams = plan.get("families") or list(FAMILIES)
+        for fam, targets in slices.items():
+            if fam not in fams:
+                raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
+                                  f"{list(fams)}{_suggest(fam, fams)}")
+            _check_type(targets, (list,), "a list of compute targets (FLOPs)", _where(source, "plan.slices", fam))
+            for c in targets:
+                _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan.slices", fam))
+                if not c > 0:
+                    raise ConfigError(f"{_where(source, 'plan.slices', fam)}: target {c!r} must be positive")
+    elif isinstance(slices, list):
+        for c in slices:
+            _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan", "slices"))
+
+
 def _load_plugins(plan: Mapping[str, Any], source: Any) -> None:
     """Import ``[plan] plugins`` (modules registering families) before any family is looked up."""
     from interpscale.models.plugins import load_plugins
@@ -234,21 +255,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     tpp = plan.get("tokens_per_param")
     if tpp is not None and (len(tpp) != 2 or not all(isinstance(x, Number) for x in tpp) or not tpp[0] <= tpp[1]):
         raise ConfigError(f"{_where(source, 'plan', 'tokens_per_param')} = {tpp!r}: expected [low, high] numbers")
-    slices = plan.get("slices")
-    if isinstance(slices, dict):
-        fams = plan.get("families") or list(FAMILIES)
-        for fam, targets in slices.items():
-            if fam not in fams:
-                raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
-                                  f"{list(fams)}{_suggest(fam, fams)}")
-            _check_type(targets, (list,), "a list of compute targets (FLOPs)", _where(source, "plan.slices", fam))
-            for c in targets:
-                _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan.slices", fam))
-                if not c > 0:
-                    raise ConfigError(f"{_where(source, 'plan.slices', fam)}: target {c!r} must be positive")
-    elif isinstance(slices, list):
-        for c in slices:
-            _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan", "slices"))
+    _check_slices(plan, source)
 
     mkeys = model_keys()
     _check_model(cfg.get("model", {}), plan.get("families") or [], mkeys, source)
