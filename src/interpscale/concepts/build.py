@@ -48,10 +48,10 @@ def make_judge(endpoint: Endpoint, out: str | os.PathLike) -> Any:
     """A JudgeClient caching in DIR/judge_cache.sqlite, or None when offline."""
     if not endpoint.online:
         return None
-    from interpscale.judges import JudgeClient
+    from interpscale.judges import build_judge  # the judges' one builder
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    return JudgeClient(model=endpoint.model, base_url=endpoint.base_url, cache_path=Path(out) / CACHE_NAME,
+    return build_judge(base_url=endpoint.base_url, model=endpoint.model, cache_path=Path(out) / CACHE_NAME,
                        concurrency=endpoint.concurrency, max_retries=endpoint.max_retries, timeout=endpoint.timeout)
 
 

@@ -91,9 +91,9 @@ def _vector(v: Any) -> bool:
 def endpoint_embedder(endpoint: dict, cache_path: str | os.PathLike) -> EndpointEmbedder:
     """An embedder from recorded endpoint settings (``{"base_url", "model", "embed_model",
     "max_retries", "timeout"}``) caching in ``cache_path``: what a per-file task rebuilds."""
-    from interpscale.judges import JudgeClient
+    from interpscale.judges import build_judge
 
-    client = JudgeClient(model=endpoint["model"], base_url=endpoint["base_url"], cache_path=cache_path,
+    client = build_judge(model=endpoint["model"], base_url=endpoint["base_url"], cache_path=cache_path,
                          max_retries=endpoint.get("max_retries", 4), timeout=endpoint.get("timeout", 120.0))
     return EndpointEmbedder(client, endpoint.get("embed_model"))
 
