@@ -104,12 +104,21 @@ def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> tup
     return total / seq_len - head, attention.flops / seq_len
 
 
+def _key(family: str, data: DataFields, overrides: dict[str, Any]) -> str:
+    """The cache key of one build: its arguments and the builder registered now (a family
+    registered again with ``overwrite=True`` is measured again)."""
+    from interpscale.models.registry import get_family
+
+    return json.dumps({"builder": id(get_family(family).builder), "data": data.to_dict(), "overrides": overrides},
+                      sort_keys=True, default=str)
+
+
 @lru_cache(maxsize=256)
 def _measure(family: str, size: str, key: str) -> tuple[nn.Module, int]:
     from interpscale.models.registry import build_model
 
     args = json.loads(key)
-    BUILDS["count"] += 1
+    BUILDS["count"] += 1  # lru_cache: once per (family, size, arguments)
     with torch.device("meta"):
         model = build_model(family, size, data=DataFields.from_dict(args["data"]), **args["overrides"])
     return model, nonembedding_params(model)
@@ -118,11 +127,10 @@ def _measure(family: str, size: str, key: str) -> tuple[nn.Module, int]:
 def measure(family: str, size: str, seq_len: Optional[int], *, data: DataFields = DataFields(),
             **overrides: Any) -> Measured:
     """Measured P (and M at ``seq_len``) of ``family``/``size``; one meta build per arguments."""
-    key = json.dumps({"data": data.to_dict(), "overrides": overrides}, sort_keys=True, default=str)
-    model, params = _measure(family, size, key)
+    model, params = _measure(family, size, _key(family, data, overrides))
     if seq_len is None:
         return Measured(params)
-    flops, attention = _flops(family, size, key, int(seq_len))
+    flops, attention = _flops(family, size, _key(family, data, overrides), int(seq_len))
     return Measured(params, flops, attention)
 
 
@@ -158,8 +166,7 @@ def model_config(family: str, size: str, *, data: DataFields = DataFields(), **o
     spec = get_family(family)
     if spec.config_fn is not None:
         return spec.config_fn(size, data=data, **overrides)
-    key = json.dumps({"data": data.to_dict(), "overrides": overrides}, sort_keys=True, default=str)
-    return getattr(_measure(family, size, key)[0], "config", None)
+    return getattr(_measure(family, size, _key(family, data, overrides))[0], "config", None)
 
 
 def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> float:
