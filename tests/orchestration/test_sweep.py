@@ -202,3 +202,22 @@ def test_a_sweep_directory_is_bound_to_its_runs_and_data(tmp_path, make_spec):
     with pytest.raises(ValueError, match="n_concepts=9 but the data has"):
         Sweep([wrong], tmp_path / "new", executor="debug").launch()
     assert not (tmp_path / "new").exists(), "a refused launch left a half-made sweep directory"
+
+
+def test_sweep_status_counts_states_and_shows_a_dead_run_as_interrupted(tmp_path, make_spec, capsys):
+    """A run left ``running`` by a process that died (no trainer holds its lock) shows as
+    interrupted; the CLI's last line counts each state."""
+    import json
+
+    from interpscale.cli import main
+    from interpscale.orchestration.rundir import write_status
+
+    runs = [make_spec("ar", steps=5), make_spec("ar", steps=6)]
+    sw = Sweep(runs, tmp_path / "sw", executor="debug", evaluate=False)
+    sw.launch()
+    write_status(sw.run_dir(runs[1]), "running")  # as a kill -9 mid-training leaves it
+    (sw.run_dir(runs[1]) / ".lock").touch()
+    assert main(["sweep", "status", str(tmp_path / "sw")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "2 runs: done 1, interrupted 1", out
+    assert json.loads((sw.run_dir(runs[1]) / "status.json").read_text())["state"] == "running"  # only shown

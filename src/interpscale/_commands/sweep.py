@@ -132,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == "launch":
         return _launch(args, out)
     if args.verb == "status":
-        sys.stdout.write(Sweep.from_dir(out).status().to_string(index=False) + "\n")
+        table = Sweep.from_dir(out).status()
+        counts = ", ".join(f"{state} {n}" for state, n in table["state"].value_counts().items())
+        sys.stdout.write(table.to_string(index=False) + f"\n{len(table)} runs: {counts}\n")
         return 0
     df = evaluate_sweep(out, args) if args.verb == "evaluate" else Sweep.from_dir(out).collect()
     sys.stdout.write(f"{len(df)} rows -> {out}/results.parquet (+ .csv)\n")
