@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from interpscale.orchestration.adaptive import SliceState, _judge, alpha_p, first_grid, prior_params
+from interpscale.orchestration.adaptive import SliceState, _judge, alpha_p, prior_params
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "pydocs-adaptive.toml"

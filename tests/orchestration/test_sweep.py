@@ -221,3 +221,30 @@ def test_sweep_status_counts_states_and_shows_a_dead_run_as_interrupted(tmp_path
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "2 runs: done 1, interrupted 1", out
     assert json.loads((sw.run_dir(runs[1]) / "status.json").read_text())["state"] == "running"  # only shown
+
+
+def test_a_presets_launch_table_becomes_sbatch_options(tmp_path, make_spec, monkeypatch):
+    """Sweep.from_plan maps [launch] (shared AutoExecutor parameters as they are, the rest as
+    slurm_<key>) onto the sbatch script; nothing is submitted (an `srun` stand-in only lets
+    submitit build its SLURM executor on this machine; tests/orchestration/test_slurm.py runs
+    the real cluster)."""
+    from types import SimpleNamespace
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    launch = {"executor": "slurm", "timeout_min": 4320, "gpus_per_node": 2, "partition": "gpu", "nodes": 2,
+              "max_parallel": 3, "max_array_size": 2, "mem_gb": 8}
+    sw = Sweep.from_plan(SimpleNamespace(runs=[make_spec("ar", steps=5)], launch=launch), tmp_path / "sw")
+    assert (sw.executor, sw.tasks_per_node, sw.nodes, sw.max_parallel) == ("slurm", 2, 2, 3)
+    launcher = sw._launcher()
+    assert launcher.max_array_size == 2
+    script = launcher.executor._executor._make_submission_file_text("true", "uid")
+    for line in ("--time=4320", "--partition=gpu", "--nodes=2", "--ntasks-per-node=2", "--gpus-per-node=2",
+                 "--mem=8GB", "--job-name=sweep-sw"):
+        assert f"#SBATCH {line}" in script, line
+    local = Sweep.from_plan(SimpleNamespace(runs=[make_spec("ar", steps=5)], launch={**launch, "executor": "local"}),
+                            tmp_path / "sw2", nodes=1, runs_per_job=4)
+    assert "gpus_per_node" not in local.slurm and local.runs_per_job == 4 and local.nodes == 1
