@@ -373,6 +373,8 @@ def _price_time(g: _Grid, rows: list[dict], runs: dict[int, RunSpec], rate: floa
     from interpscale.orchestration import runtime
 
     per_run, spreads = {}, []
+    if rate is None and runs:
+        runtime.start_job_probe()  # a job's start-up, timed in a subprocess while the steps are
     for i, r in enumerate(rows):
         if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
             continue

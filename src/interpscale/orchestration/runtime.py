@@ -134,7 +134,7 @@ def step_time(family: str, size: str, seq_len: int, batch_tokens: int, *, flops_
     return StepTime(flops / rate)
 
 
-_JOB_START: list[float] = []
+_JOB_START: list = []  # [(start time, the probe process, then its seconds)]
 
 
 # what a job does besides its runs' steps: import what a job imports, take its first
@@ -152,20 +152,28 @@ opt.step()
 """
 
 
-def job_start_seconds() -> float:
-    """Seconds a fresh job costs besides its runs' steps, timed once per process: a new
-    interpreter importing what a job imports, taking a first (cold) training step of a tiny
-    model and exiting (what every job of a local or SLURM sweep pays; several seconds, more
-    on a loaded machine)."""
+def start_job_probe() -> None:
+    """Start timing a job's start-up in a subprocess (see :func:`job_start_seconds`), so that
+    it overlaps the step timings; a no-op once started in this process."""
     if not _JOB_START:
         import subprocess
         import sys
 
-        code = _JOB_PROBE
-        t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
-        _JOB_START.append(time.perf_counter() - t0 if done.returncode == 0 else JOB_START_S)
-    return _JOB_START[0]
+        _JOB_START.append((time.perf_counter(), subprocess.Popen(
+            [sys.executable, "-c", _JOB_PROBE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+
+
+def job_start_seconds() -> float:
+    """Seconds a fresh job costs besides its runs' steps, timed once per process: a new
+    interpreter importing what a job imports, taking a first (cold) training step of a tiny
+    model and exiting (what every job of a local or SLURM sweep pays; several seconds, more
+    on a loaded machine).  ``JOB_START_S`` when the probe fails."""
+    start_job_probe()
+    t0, probe = _JOB_START[0]
+    if not isinstance(probe, float):
+        rc = probe.wait(timeout=300)
+        _JOB_START[0] = (t0, time.perf_counter() - t0 if rc == 0 else JOB_START_S)
+    return _JOB_START[0][1]
 
 
 def run_seconds(spec, step: StepTime) -> float:
