@@ -7,7 +7,11 @@ its (P, D): the raw bootstrap prediction interval and the calibrated one
 (``scaling.forecasting.calibrate``). Prints the before/after coverage table of
 docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
 
-    python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv]
+    python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv] [--laws]
+
+``--laws`` uses each study's own published law (registered by ``scaling.law_methods``):
+``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
+``data-constrained`` on datablations, instead of the ``joint`` method for all.
 
 Data: tests/data/scaling_public/ (each folder's PROVENANCE.md names the source and licence).
 """
@@ -70,16 +74,24 @@ def datablations_cases():
     d = d.rename(columns={"N": "params", "D": "tokens"})
     lc = np.log10(6 * d["params"] * d["tokens"])
     held = lc >= lc.max() - 1.0  # the largest budget decade
-    yield "datablations", "c4 (182 runs)", d[~held][["params", "tokens", "loss"]], d[held][["params", "tokens", "loss"]]
+    d = d.rename(columns={"U": "unique_tokens"})
+    cols = ["params", "tokens", "unique_tokens", "loss"]
+    yield "datablations", "c4 (182 runs)", d[~held][cols], d[held][cols]
 
 
-def run(n_boot: int, level: float) -> pd.DataFrame:
+LAWS = {"OLMo ladder": "ladder", "over-training": "overtraining", "datablations": "data-constrained"}
+
+
+def run(n_boot: int, level: float, laws: bool = False) -> pd.DataFrame:
+    if laws:
+        import interpscale.scaling.law_methods  # noqa: F401 (registers the published laws as methods)
     frames = []
     for cases in (ladder_cases(), overtraining_cases(), datablations_cases()):
         for study, metric, train, test in cases:
             o = ForecastOptions(n_boot=n_boot, level=level, k=6.0)
-            f = forecast_runs(train.reset_index(drop=True), test.reset_index(drop=True), method="joint", options=o)
-            frames.append(f.assign(study=study, metric=metric))
+            method = LAWS[study] if laws else "joint"
+            f = forecast_runs(train.reset_index(drop=True), test.reset_index(drop=True), method=method, options=o)
+            frames.append(f.assign(study=study, metric=metric, method=method))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -101,12 +113,14 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--level", type=float, default=0.9)
     ap.add_argument("--csv", type=Path)
+    ap.add_argument("--laws", action="store_true", help="each study's own published law instead of joint")
     args = ap.parse_args()
-    f = run(args.n_boot, args.level)
+    f = run(args.n_boot, args.level, args.laws)
     if args.csv:
         f.to_csv(args.csv, index=False)
     print(table(f, args.level))
-    print(f"\n{len(f)} held-out targets; joint method (Eq. 27) fitted on the smaller runs of each study; "
+    how = "each study's own law (" + ", ".join(sorted(set(f["method"]))) + ")" if args.laws else "joint method (Eq. 27)"
+    print(f"\n{len(f)} held-out targets; {how} fitted on the smaller runs of each study; "
           f"{args.n_boot} bootstrap replicates; backtest forecasts per fit: "
           f"{int(f['n_backtest'].median()) if len(f) else math.nan} (median)")
 
