@@ -334,7 +334,8 @@ class Sweep:
     def launch(self, wait: bool = True) -> list[submitit.Job]:
         """Submit every unfinished run; with ``wait`` block until all jobs end (showing
         runs done / running / failed / total and an ETA) and raise if any failed (other
-        runs' results are kept).  Ctrl-C / SIGTERM: :class:`SweepInterrupted`."""
+        runs' results are kept).  Ctrl-C / SIGTERM: :class:`SweepInterrupted`.  Local jobs
+        stop (saving their state) when this process ends, so ``wait=False`` suits SLURM."""
         todo = self._prepare()
         if not todo:
             log.info("sweep %s: all %d runs finished", self.out_dir, len(self.runs))
