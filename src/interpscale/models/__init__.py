@@ -29,6 +29,7 @@ import interpscale.models.steerling  # noqa: F401,E402  (registers ar, cdlm, ...
 # .types / .config directly (never this package), so there is no import cycle, and an
 # error inside it propagates instead of silently dropping families.
 import interpscale.models.zoo  # noqa: E402,F401
+import interpscale.models.hf  # noqa: E402,F401  (registers hf:llama, ...; transformers imported only to build)
 
 __all__ = [
     "FAMILIES", "SIZES", "PAPER_SIZES", "TINY_SIZES", "FamilySpec", "ModelConfig", "SizePreset",

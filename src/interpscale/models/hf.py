@@ -1,0 +1,320 @@
+"""Hugging Face architectures as families: ``hf:<model_type>`` (``hf:llama``, ``hf:qwen2``,
+``hf:gpt_neox``, ``hf:qwen3``; :func:`register_hf_family` adds another ``model_type``).
+
+Each is built from a size preset with ``AutoConfig.for_model(model_type, ...)`` and
+``AutoModelForCausalLM.from_config`` — never a hub download — and wrapped in
+:class:`HFCausalLM`, which satisfies the model protocol (``models.protocol``):
+
+- **shape** from ``SIZES`` (Table 23: layers L, width d, heads, KV heads) with the MLP width
+  of our families, 4d (``d_ff``); the vocabulary and the special-token ids from the injected
+  ``DataFields``; RoPE base 5e5, norm eps 1e-6, init std 0.02 and tied embeddings as App. G.
+  ``hf = {...}`` passes further keyword arguments to the Hugging Face config;
+- **loss** ``loss(batch, step)``: Eq. 1 through the same chunked LM head + cross-entropy as
+  ``ar`` (``objectives.chunked_cross_entropy`` on the decoder's last hidden state and the
+  output embedding), so [tokens, V] logits are never all alive at once;
+- **blocks**: the decoder layers (one FSDP2 unit / activation-checkpointing unit each);
+- **pricing**: Eq. 23, M = 6P + 12·L·d·N with P the non-embedding parameters counted from
+  the config (``llama``, ``qwen2``, ``gpt_neox``; ``attention_bias`` / ``mlp_bias`` of
+  ``llama`` understood), else — another ``model_type`` or other ``hf`` keys — measured on
+  the meta device (``models.pricing``);
+- **saving**: the trainer's checkpoints hold the wrapper's weights (``load_checkpoint``
+  rebuilds it from its config); :func:`export_pretrained` writes a checkpoint (or a model) as a
+  directory that ``AutoModelForCausalLM.from_pretrained(dir)`` loads (``config.json`` +
+  ``model.safetensors``).
+
+``transformers`` is imported only when a model is built or exported: without the ``hf``
+extra the families are registered and priced, and building one says to
+``pip install 'interpscale[hf]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+
+from interpscale import paper
+from interpscale.errors import UserError
+from interpscale.models.config import SIZES, derived_heads, renamed
+from interpscale.models.objectives import IGNORE, ar_targets, chunked_cross_entropy
+from interpscale.models.protocol import DataFields, FamilyModel
+from interpscale.models.registry import register_family
+from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, LossOutput, ModelOutput
+
+PREFIX = "hf:"
+INSTALL_HINT = "pip install 'interpscale[hf]'"
+ANALYTIC_TYPES = ("llama", "qwen2", "gpt_neox")  # P from the config (Eq. 23); others are measured
+MEASURED_TYPES = ("qwen3",)
+NEOX_STYLE = ("gpt_neox",)  # LayerNorm, biases, no grouped-query attention
+LLAMA_KNOWN_HF_KEYS = frozenset({"attention_bias", "mlp_bias"})  # hf keys the llama formula accounts for
+
+
+def require_transformers():
+    """The ``transformers`` module, or a UserError naming the extra to install."""
+    try:
+        import transformers
+    except ImportError as exc:
+        raise UserError(f"the hf: families need the optional package 'transformers' ({exc}); "
+                        f"install it with: {INSTALL_HINT}") from exc
+    return transformers
+
+
+@dataclass
+class HFConfig:
+    """Everything needed to rebuild an ``hf:`` model (JSON-able; checkpoints store it).
+
+    Our names (the rule every family's config follows: ``d_model``, ``n_layers``,
+    ``vocab_size``, ``pad_id`` ...) map onto the Hugging Face config in :func:`hf_kwargs`;
+    ``hf`` holds extra keyword arguments for ``AutoConfig.for_model`` and wins over them."""
+
+    family: str
+    size: str
+    model_type: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    vocab_size: int
+    max_seq_len: int
+    rope_base: float = 5e5
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    tie_embeddings: bool = True
+    pad_id: int = PAD_ID
+    eos_id: int = EOS_ID
+    eoc_id: int = EOC_ID
+    mask_id: int = MASK_ID
+    loss_chunk_tokens: int = 4096
+    activation_checkpointing: bool = False
+    hf: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len",
+                     "loss_chunk_tokens"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"{self.family}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"{self.family}: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+        if self.model_type in NEOX_STYLE and self.n_kv_heads != self.n_heads:
+            raise ValueError(f"{self.family}: {self.model_type} has no grouped-query attention; "
+                             f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
+        for name in ("pad_id", "eos_id", "eoc_id", "mask_id"):
+            if not 0 <= int(getattr(self, name)) < self.vocab_size:
+                raise ValueError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
+                                 f"vocab_size={self.vocab_size}")
+        if not isinstance(self.hf, dict):
+            raise ValueError(f"{self.family}: hf must be a table of Hugging Face config arguments, got {self.hf!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HFConfig":
+        return cls(**renamed(data))
+
+
+CONFIG_FIELDS = frozenset(f.name for f in fields(HFConfig)) - {"family", "size", "model_type"} | {"mlp_ratio"}
+
+
+def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> HFConfig:
+    """The config ``build_model(family, size, data=data, **overrides)`` gives, without building:
+    the preset's shape, the data's vocabulary and special ids, then the overrides. A width
+    without heads keeps the preset's head width (``config.derived_heads``); KV heads are the
+    preset's at its head count, else one per head; ``d_ff`` defaults to ``mlp_ratio`` (4) × d."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
+    model_type, p = family[len(PREFIX):], SIZES[size]
+    kw = {**data.config_fields(concept=False), **renamed(overrides)}
+    unknown = sorted(set(kw) - CONFIG_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown override(s) {unknown} for family {family!r}; valid: {sorted(CONFIG_FIELDS)}")
+    d = int(kw.pop("d_model", p.d_model))
+    heads = int(kw.pop("n_heads", p.n_heads if d == p.d_model else derived_heads(p, d)))
+    kv_default = heads if model_type in NEOX_STYLE or heads != p.n_heads else p.n_kv_heads
+    kw.setdefault("n_kv_heads", kv_default)
+    ratio = float(kw.pop("mlp_ratio", 4.0))
+    d_ff = int(kw.pop("d_ff", ratio * d))
+    base = {"n_layers": p.n_layers, "vocab_size": p.vocab_size, "max_seq_len": p.max_seq_len}
+    return HFConfig(family=family, size=size, model_type=model_type, d_model=d, n_heads=heads, d_ff=d_ff,
+                    **{**base, **kw})
+
+
+def hf_kwargs(c: HFConfig) -> dict[str, Any]:
+    """Keyword arguments of ``AutoConfig.for_model(c.model_type, ...)``: our names in the
+    Hugging Face ones, then ``c.hf`` (which wins)."""
+    kw: dict[str, Any] = dict(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, intermediate_size=c.d_ff, max_position_embeddings=c.max_seq_len,
+        tie_word_embeddings=c.tie_embeddings, initializer_range=c.init_std, pad_token_id=c.pad_id,
+        bos_token_id=c.eos_id, eos_token_id=c.eos_id, use_cache=False)
+    if c.model_type in NEOX_STYLE:
+        kw |= dict(layer_norm_eps=c.norm_eps, rotary_emb_base=c.rope_base)
+    else:
+        kw |= dict(num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.norm_eps,
+                   rope_theta=c.rope_base)
+    return kw | dict(c.hf)
+
+
+# ---- analytic pricing (Eq. 23) -----------------------------------------------------------------
+def analytic_params(c: HFConfig) -> Optional[int]:
+    """Non-embedding parameters of the Hugging Face module from the config (tied head not
+    counted; an untied head is an embedding-sized matrix Eq. 23 leaves out as well), or None
+    where the formula does not know the architecture (another ``model_type``, other ``hf`` keys)."""
+    d, L, ff, q, kv = c.d_model, c.n_layers, c.d_ff, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    if c.model_type == "gpt_neox" and not c.hf:
+        # fused QKV + dense with biases; GELU MLP with biases; two LayerNorms (w, b); final LayerNorm
+        return L * ((d * 3 * d + 3 * d) + (d * d + d) + (2 * d * ff + ff + d) + 4 * d) + 2 * d
+    if c.model_type == "qwen2" and not c.hf:
+        # q, k, v with biases, o without; SwiGLU; two RMSNorms; final RMSNorm
+        return L * (2 * d * q + 2 * d * kv + q + 2 * kv + 3 * d * ff + 2 * d) + d
+    if c.model_type == "llama" and set(c.hf) <= LLAMA_KNOWN_HF_KEYS:
+        attn_bias = (2 * q + 2 * kv) if c.hf.get("attention_bias") else 0  # q, k, v and o
+        mlp_bias = (2 * ff + d) if c.hf.get("mlp_bias") else 0
+        return L * (2 * d * q + 2 * d * kv + attn_bias + 3 * d * ff + mlp_bias + 2 * d) + d
+    return None
+
+
+def _params(family: str, size: str, **kw: Any) -> int:
+    c = hf_config(family, size, **kw)
+    P = analytic_params(c)
+    if P is None:
+        from interpscale.models.pricing import measure
+
+        return measure(family, size, None, **kw).params
+    return P
+
+
+def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
+    """Eq. 23: 6P + 12·L·d·N (attention at the model width d = heads × head width)."""
+    c = hf_config(family, size, **kw)
+    if analytic_params(c) is None:
+        from interpscale.models.pricing import measure
+
+        return float(measure(family, size, seq_len, **kw).flops_per_token)
+    return paper.flops_per_token(_params(family, size, **kw), c.n_layers, c.n_heads * c.head_dim, seq_len)
+
+
+# ---- the model ---------------------------------------------------------------------------------
+class HFCausalLM(FamilyModel):
+    """A ``transformers`` causal LM (``self.hf``) behind the model protocol."""
+
+    def __init__(self, config: HFConfig):
+        super().__init__()
+        transformers = require_transformers()
+        self.config = config
+        hf_cfg = transformers.AutoConfig.for_model(config.model_type, **hf_kwargs(config))
+        self.hf = transformers.AutoModelForCausalLM.from_config(hf_cfg, attn_implementation="sdpa")
+        head = self.hf.get_output_embeddings()
+        if getattr(head, "bias", None) is not None:
+            raise ValueError(f"{config.family}: the LM head has a bias; the chunked loss takes a weight only")
+        if config.activation_checkpointing:
+            self.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> "HFCausalLM":
+        """Rebuild from ``config.to_dict()`` (``load_checkpoint``)."""
+        return cls(HFConfig.from_dict(cfg))
+
+    def blocks(self) -> list[nn.Module]:
+        """The decoder layers: the first ``nn.ModuleList`` of the base model (``layers``)."""
+        return next((list(m) for m in self.hf.base_model.children() if isinstance(m, nn.ModuleList)), [])
+
+    def check_batch(self, batch: Batch) -> None:
+        if batch.chunk_ids is not None:
+            raise ValueError(f"family {self.config.family!r} has no concept module; drop chunk_ids/chunk_labels")
+        t = batch.tokens
+        if t.dim() != 2 or t.size(1) < 2 or t.size(1) > self.config.max_seq_len:
+            raise ValueError(f"Batch.tokens must be [B, T] with 2 <= T <= max_seq_len={self.config.max_seq_len}, "
+                             f"got shape {tuple(t.shape)}")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.config.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size}), got [{int(t.min())}, {int(t.max())}]")
+
+    def forward(self, tokens: torch.Tensor, **_: Any) -> ModelOutput:
+        """The Hugging Face model's own logits (what ``from_pretrained`` of the export gives)."""
+        return ModelOutput(logits=self.hf(input_ids=tokens, use_cache=False).logits)
+
+    def loss(self, batch: Batch, step: int) -> LossOutput:
+        """Eq. 1: mean next-token CE over valid pairs, the LM head and CE chunked as ``ar``'s."""
+        if not isinstance(batch, Batch):
+            raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
+        tokens, valid = batch.tokens.long(), batch.valid
+        h = self.hf.base_model(input_ids=tokens, attention_mask=_meta_mask(tokens), use_cache=False).last_hidden_state
+        targets = ar_targets(tokens, None if valid is None else valid.bool())
+        n = (targets != IGNORE).sum()
+        weight = self.hf.get_output_embeddings().weight
+        lm = chunked_cross_entropy(h, weight, targets, self.config.loss_chunk_tokens) / n.clamp(min=1)
+        return LossOutput(total=lm, parts={"lm": lm.detach(), "total": lm.detach()}, n_tokens=n)
+
+
+def _meta_mask(tokens: torch.Tensor) -> Optional[torch.Tensor]:
+    """None (the model's own causal mask), except on the meta device (measured pricing), where
+    Hugging Face's mask preparation reads tensor values: a ready 4-D mask of the right shape
+    skips it (its values are never read there)."""
+    if not tokens.is_meta:
+        return None
+    B, T = tokens.shape
+    return torch.ones(B, 1, T, T, dtype=torch.bool, device="meta")
+
+
+def _build(family: str, size: str, **kw: Any) -> HFCausalLM:
+    return HFCausalLM(hf_config(family, size, **kw))
+
+
+def register_hf_family(model_type: str, *, overwrite: bool = True) -> str:
+    """Register ``hf:<model_type>`` (a decoder-only ``model_type`` of ``transformers`` whose
+    config takes the Llama-style names, or ``gpt_neox``); returns the family name. Priced by
+    Eq. 23 from the config where :func:`analytic_params` knows it, else measured on the meta device."""
+    name = f"{PREFIX}{model_type}"
+    analytic = model_type in ANALYTIC_TYPES
+    register_family(name, partial(_build, name), params_fn=partial(_params, name) if analytic else None,
+                    flops_fn=partial(_flops, name) if analytic else None, config_fields=CONFIG_FIELDS,
+                    config_fn=partial(hf_config, name), overwrite=overwrite,
+                    description=f"Hugging Face {model_type} (AutoModelForCausalLM.from_config), our size presets")
+    return name
+
+
+for _type in (*ANALYTIC_TYPES, *MEASURED_TYPES):
+    register_hf_family(_type)
+
+
+# ---- export --------------------------------------------------------------------------------------
+def export_pretrained(source: "str | os.PathLike | nn.Module", out_dir: "str | os.PathLike") -> Path:
+    """Write an ``hf:`` model — or the checkpoint at ``source`` — as a Hugging Face directory
+    (``config.json``, ``model.safetensors``, ``generation_config.json``) that
+    ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads, plus ``interpscale.json`` (our
+    config, to rebuild the wrapper). Returns ``out_dir``."""
+    if isinstance(source, nn.Module):
+        model = source
+    else:
+        from interpscale.models.checkpoint import load_checkpoint
+
+        model, _ = load_checkpoint(source)
+    if not isinstance(model, HFCausalLM):
+        fam = getattr(getattr(model, "config", None), "family", type(model).__name__)
+        raise UserError(f"{source if not isinstance(source, nn.Module) else fam}: family {fam!r} is not an "
+                        f"hf: family; only hf:<model_type> models export to a Hugging Face directory")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    bars = require_transformers().utils.logging
+    was_on = bars.is_progress_bar_enabled()
+    bars.disable_progress_bar()  # library code never prints
+    try:
+        model.hf.save_pretrained(out)
+    finally:
+        if was_on:
+            bars.enable_progress_bar()
+    (out / "interpscale.json").write_text(json.dumps(model.config.to_dict(), indent=1, sort_keys=True) + "\n")
+    return out
