@@ -119,16 +119,23 @@ class TrainJob(submitit.helpers.Checkpointable):
 
 
 class EvalJob(submitit.helpers.Checkpointable):
-    """Evaluate run directories (on the job's GPU when it has one); resumable per checkpoint."""
+    """Evaluate run directories (on the job's GPU when it has one); resumable per checkpoint;
+    a cancelled job stops after the run it is evaluating."""
 
     def __call__(self, run_dirs: list[str], threads: int = 1, eval_batch_tokens: int | None = None) -> int:
         import torch
 
         from interpscale.orchestration.evaluate import evaluate_run
 
+        handle_stop_signals()
         torch.set_num_threads(max(1, threads))
         device = "cuda" if torch.cuda.is_available() else None
-        return sum(len(evaluate_run(d, device=device, eval_batch_tokens=eval_batch_tokens)) for d in run_dirs)
+        rows = 0
+        for d in run_dirs:
+            if stop_requested():  # cancelled: the next launch evaluates what is left
+                break
+            rows += len(evaluate_run(d, device=device, eval_batch_tokens=eval_batch_tokens))
+        return rows
 
 
 # Relative cost of a run for packing runs into jobs: a fixed cost per optimizer step (launch,
