@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from interpscale import paper
 from interpscale.models.protocol import DataFields
 from interpscale.models.types import Batch
 
@@ -76,7 +77,7 @@ class _AttentionAsEq23(TorchFunctionMode):
             q, k, v = args[:3]
             B, H, T, hd = q.shape
             S = k.shape[-2]
-            self.flops += 12.0 * B * T * S * H * hd  # 2·(QKᵀ) + 2·(AV) forward, ×3 with backward
+            self.flops += B * T * paper.attention_flops(1, H * hd, S)  # Eq. 23's term, one layer of width H·hd
             return q * 0 + (k.sum() + v.sum()) * 0
         return func(*args, **kwargs)
 
