@@ -93,3 +93,41 @@ def test_a_plugin_checkpoint_reloads_through_its_builder_in_a_fresh_process(tmp_
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["GatedGPT", "elementwise", "96", "96"]
+
+
+@pytest.fixture
+def forget_plugin():
+    """Leave the session's registry as it was: the plugin this test imports is unregistered."""
+    from interpscale.models import FAMILIES, plugins
+
+    loaded = list(plugins.LOADED)
+    yield
+    FAMILIES.pop("gated-gpt", None)
+    plugins.LOADED[:] = loaded
+    sys.modules.pop("gated_gpt", None)
+
+
+def test_preset_plugins_are_recorded_in_plugin_runs_and_loaded_with_the_spec(tmp_path, capsys, forget_plugin):
+    """``[plan] plugins`` reaches the runs of the plugin family only (built-in runs keep their
+    ids), and a process that loads such a spec can look the family up; a plugin that does not
+    import is a named bad-input error (exit 2)."""
+    from interpscale.cli import main
+    from interpscale.orchestration import plan
+
+    plugin = str(EXAMPLE / "gated_gpt.py")
+    preset = tmp_path / "p.toml"
+    preset.write_text((EXAMPLE / "gated.toml").read_text().replace(
+        "[plan]\n", f"[plan]\nplugins = [{plugin!r}]\n".replace("'", '"'), 1))
+    p = plan(preset, flops_per_s=1e12)
+    by_family = {r.family: r.plugins for r in p.runs}
+    assert by_family == {"gated-gpt": (plugin,), "ar": ()}
+    run = next(r for r in p.runs if r.family == "gated-gpt")
+    (tmp_path / "spec.json").write_text(run.to_json())
+    check = ("from interpscale.orchestration.spec import RunSpec\nfrom interpscale.models import get_family\n"
+             f"print(get_family(RunSpec.load({str(tmp_path / 'spec.json')!r}).family).pricing)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "measured", out.stderr[-2000:]
+    assert main(["plan", "--plugin", "no_such_plugin_mod", "--preset", str(preset)]) == 2
+    assert "plugin module 'no_such_plugin_mod' does not import" in capsys.readouterr().err
