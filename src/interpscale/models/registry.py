@@ -9,6 +9,7 @@ family / a concept family" is answered here and nowhere else.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch.nn as nn
 
 from interpscale._registry import Registry
+from interpscale.errors import UserError
 from interpscale.models import plugins
 from interpscale.models.protocol import BUILD_ATTR, DataFields
 
@@ -105,19 +107,13 @@ def is_diffusion(family: str) -> bool:
 def check_overrides(family: str, overrides: dict[str, Any], where: str = "") -> None:
     """Raise a UserError naming an override ``family``'s config does not have (with a close
     match); families that declare no ``config_fields`` leave the check to their builder."""
-    import difflib
-
-    from interpscale.errors import UserError
-
     valid = get_family(family).config_fields
     if valid is None:
         return
     for key in overrides:
         if key not in valid:
-            close = difflib.get_close_matches(key, sorted(valid), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UserError(f"{where or f'family {family!r}'}: unknown key {key!r}{hint}; {family!r} takes: "
-                            f"{', '.join(sorted(valid))}")
+            raise UserError(f"{where or f'family {family!r}'}: unknown key {key!r}{_close(key, valid)}; "
+                            f"{family!r} takes: {', '.join(sorted(valid))}")
 
 
 def family_overrides(table: Mapping[str, Any], family: str) -> dict[str, Any]:
@@ -141,15 +137,14 @@ def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: 
             continue
         takers = [f for f in families if get_family(f).config_fields is None or key in get_family(f).config_fields]
         if not takers:
-            fields = sorted({k for f in families for k in (get_family(f).config_fields or ())})
-            import difflib
+            fields = {k for f in families for k in (get_family(f).config_fields or ())}
+            raise UserError(f"{where}: unknown key {key!r}{_close(key, fields)}; no planned family "
+                            f"({', '.join(families)}) takes it. Family-specific knobs go in [model.<family>] tables")
 
-            from interpscale.errors import UserError
 
-            close = difflib.get_close_matches(key, fields, n=1)
-            raise UserError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                            + f"; no planned family ({', '.join(families)}) takes it. Family-specific knobs go in "
-                            f"[model.<family>] tables")
+def _close(key: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(names), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _is_family_table(table: Mapping[str, Any], key: str) -> bool:
