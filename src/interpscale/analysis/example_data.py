@@ -242,7 +242,7 @@ def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) ->
     for metric in METRICS:
         df[metric] = np.nan
     main = (df["estimator"].isin(["ar_ce", "mdlm_elbo"])) & df["annealed"]
-    for family in ("ar+concept", "cdlm+concept"):
+    for family in (f for f, c in paper.PAPER_FAMILIES.items() if c.concept):
         sub = df[main & (df["family"] == family)].copy()
         _add_metrics(rng, sub, family)
         df.loc[sub.index, list(METRICS)] = sub[list(METRICS)]

@@ -26,7 +26,7 @@ from interpscale.analysis.figures._style import (
 log = logging.getLogger("interpscale.analysis.figures")
 
 METRICS = tuple(paper.INTERP_METRICS)
-CONCEPT_FAMILIES = ("ar+concept", "cdlm+concept")
+CONCEPT_FAMILIES = tuple(f for f, c in paper.PAPER_FAMILIES.items() if c.concept)  # ar+concept, cdlm+concept
 
 
 def metric_rows(results: pd.DataFrame, family: str, metric: str, figure: str) -> pd.DataFrame:
