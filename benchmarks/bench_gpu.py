@@ -58,7 +58,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="85M,400M,800M", help="SIZES presets (~100M, ~300M-400M, ~1B backbones)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--quick", action="store_true",
+                    help="85M only, 5 steps, ref/ar/cdlm/ar+concept anneal (scripts/gpu-check.sh's budget)")
     args = ap.parse_args()
+    variants = ("ref", "ar", "cdlm", "ar+concept", "cdlm+concept", "ar+concept anneal", "cdlm+concept anneal")
+    if args.quick:
+        args.sizes, args.steps = "85M", 5
+        variants = ("ref", "ar", "cdlm", "ar+concept anneal")
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if cuda:
@@ -77,7 +83,7 @@ def main() -> None:
     for size in sizes:
         torch.manual_seed(0)
         res = {}
-        for fam in ("ref", "ar", "cdlm", "ar+concept", "cdlm+concept", "ar+concept anneal", "cdlm+concept anneal"):
+        for fam in variants:
             torch.compiler.reset()  # one graph per model: past 8 per function Dynamo runs eager
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -106,10 +112,12 @@ def main() -> None:
                   f"{(flops + head) * B * T / dt / peak:7.1%} {mem:9.2f} {dt / res['ref']:7.3f}")
             del model
         print(f"{size:>6} CDLM/AR {res['cdlm'] / res['ar']:.3f} (target <= 1.1)")
+        if args.quick:
+            print(f"{size:>6} ar+concept anneal / ar {res['ar+concept anneal'] / res['ar']:.3f}")
         ccfg = make_config("ar+concept", size, max_seq_len=T, block_size=64, **extra)
         base_m = flops_per_token_cfg(ccfg, T, concept=False)  # Eq. 23
         eq24, stable = concept_flops(ccfg) / base_m, stable_concept_flops(ccfg) / base_m
-        for b in ("ar", "cdlm"):
+        for b in [b for b in ("ar", "cdlm") if f"{b}+concept" in res]:  # all variants ran (not --quick)
             over_s, over_a = res[f"{b}+concept"] / res[b] - 1, res[f"{b}+concept anneal"] / res[b] - 1
             print(f"{size:>6} {b}+concept overhead: anneal {over_a:.3f} / Eq. 24 {eq24:.3f} = {over_a / eq24:.2f}; "
                   f"stable {over_s:.3f} / (Eq. 24 + 6Rm) {stable:.3f} = {over_s / stable:.2f} (targets 0.75-1.25)")

@@ -25,7 +25,7 @@ def test_data_parallel_wrapper_trains_gathers_and_reloads(family, parallel, tmp_
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(out.read_text())
-    assert r["wrapper"] == ("DistributedDataParallel" if parallel == "ddp" else "LossModule")
+    assert r["wrapper"] == ("DistributedDataParallel" if parallel == "ddp" else "FSDPLossModule")  # fully_shard's class
     assert r["sharded"] == (parallel == "fsdp")
     assert r["losses"][-1] < r["losses"][0], r["losses"]
     assert r["keys"] and r["changed"] and r["reloaded"]
