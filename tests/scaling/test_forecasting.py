@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, ForecastMethod, ForecastOptions, register_method
-from interpscale.scaling.forecasting import calibrate, choose_method, forecast_family, forecast_runs, model_error
+from interpscale.scaling.forecasting import (calibrate, choose_method, conformal_quantile, forecast_family, forecast_runs,
+                                             model_error)
 
 
 def test_methods_by_name_and_registration():
@@ -27,12 +28,38 @@ def test_calibration_grows_with_log_distance_beyond_the_tested_ratios():
     r = np.array([2.0, 3.0, 4.0, 6.0, 8.0])
     inside = model_error(4.0, u, r)
     far = model_error(80.0, u, r)
-    # beyond the largest tested ratio (8x) the errors grow like ln(ratio): 80x is ln80/ln8 ~ 2.1x wider
-    assert far == pytest.approx(inside * math.log(80) / math.log(8), rel=0.35) and far > 1.5 * inside
+    # scores |u|/ln(max(r, 2)); the half-width is their conformal quantile times ln(ratio)
+    q = np.max(np.abs(u) / np.log(np.maximum(r, 2)))  # n = 5 < 9: the small-n fallback, the largest score
+    assert inside == pytest.approx(q * math.log(4)) and far == pytest.approx(q * math.log(80))
     lo, hi, m = calibrate(3.0, 2.99, 3.01, 80.0, u, r)
     assert m == pytest.approx(far) and lo < 2.99 and hi > 3.01
-    assert hi == pytest.approx(3.0 * math.exp(math.hypot(math.log(3.01 / 3.0), m)))
+    assert hi == pytest.approx(3.0 * math.exp(m)) and lo == pytest.approx(3.0 * math.exp(-m))
+    # the larger of the bootstrap and the conformal half-widths, not their quadrature sum
+    wide = calibrate(3.0, 1.0, 9.0, 80.0, u, r)
+    assert wide[:2] == pytest.approx((1.0, 9.0))
     assert calibrate(3.0, 2.9, 3.1, 10.0, [], []) == (2.9, 3.1, 0.0)  # no backtest: the bootstrap interval
+
+
+def test_conformal_quantile_rank():
+    s = np.arange(1.0, 20.0)  # n = 19: rank ceil(20 * 0.9) = 18
+    assert conformal_quantile(s, 0.9) == 18.0
+    assert conformal_quantile(s[:5], 0.9) == 5.0  # too few scores: the largest
+
+
+def test_calibrated_interval_covers_about_level_of_synthetic_held_out_forecasts():
+    """Exchangeable synthetic backtests: log errors sigma * d(r) * z (heavy-tailed z), the
+    held-out target's error drawn alike at a larger ratio it never enters; the calibrated 90%
+    intervals cover 90-95% of 3000 targets (conformal: >= level, <= level + 1/(n+1))."""
+    rng = np.random.default_rng(0)
+    covered = []
+    for _ in range(3000):
+        r = np.exp(rng.uniform(0.1, np.log(10.0), 30))
+        u = 0.01 * np.log(np.maximum(r, 2)) * rng.standard_t(3, r.size)
+        R = 100.0
+        e = 0.01 * math.log(R) * rng.standard_t(3)
+        lo, hi, _ = calibrate(1.0, 1.0, 1.0, R, u, r, 0.9)
+        covered.append(lo <= math.exp(e) <= hi)
+    assert 0.88 <= np.mean(covered) <= 0.95
 
 
 def test_default_chosen_by_backtest_and_user_override(synth):
@@ -64,6 +91,10 @@ def test_run_forecasts_and_ledger_keep_both_intervals(synth, tmp_path):
     assert len(f) == len(big) and (f["ratio"] > 1).all() and (f["n_backtest"] > 0).all()
     assert ((f["lo"] <= f["predicted"]) & (f["predicted"] <= f["hi"])).all()
     assert f["abs_rel_error"].median() < 0.05
+    assert (f["half_width"] <= f["width"]).all() and (f["raw_half_width"] <= f["raw_width"]).all()
+    # the held-out observation is only scored: without it the intervals are the same
+    blind = forecast_runs(small, big.drop(columns="loss"), method="joint", options=ForecastOptions(n_boot=40, k=6.0))
+    np.testing.assert_allclose(blind[["lo", "hi", "raw_lo", "raw_hi"]], f[["lo", "hi", "raw_lo", "raw_hi"]])
     with pytest.raises(ValueError, match="loss-optimal"):
         forecast_runs(small, big, method="isoflop-powerlaw")
     ledger = ForecastLedger(tmp_path / "f.jsonl")
@@ -86,3 +117,14 @@ def test_choose_method_compares_common_far_folds():
                              tokens=None, predicted=1.0, observed=1.0, log_error=err * np.log(ratio), status="ok"))
     name, score = choose_method(pd.DataFrame(rows), ["a", "b"])
     assert name == "a" and score["a"] < score["b"]
+
+
+def test_method_without_target_compute_is_an_error(synth):
+    from interpscale.scaling import fit_families
+
+    df, _ = synth.chinchilla_grid(seed=3, noise=0.005)
+    with pytest.raises(ValueError, match="method='joint' chooses the forecast method at target_compute"):
+        fit_families(df.assign(family="ar"), method="joint")
+    from interpscale.cli import main
+
+    assert main(["fit", "families", "results.csv", "--out", "unused", "--method", "joint"]) == 2  # before any read

@@ -193,6 +193,9 @@ def _results(args, path: Path) -> int:
 
     from interpscale.errors import UserError
 
+    if args.method and args.target_compute is None:
+        raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
+                        "(without it nothing is forecast)")
     df = read_table(path)
     metric = args.metric or library_default(fit_families, "loss")
     if metric not in df.columns:

@@ -266,8 +266,8 @@ def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
 
 def forecast_section(fits: Any) -> list[str]:
     """Every forecast method at the target compute, the default chosen by backtest (issue 27):
-    the forecast, its calibrated prediction interval (bootstrap widened by the backtest's errors
-    grown with log extrapolation distance, docs/forecasting.md) and the raw bootstrap one."""
+    the forecast, its calibrated prediction interval (split-conformal on the backtest's errors
+    scaled to the log extrapolation distance, docs/forecasting.md) and the raw bootstrap one."""
     from interpscale.scaling.forecasting import forecast_table
 
     table = forecast_table({k: f.forecast for k, f in fits.families.items() if getattr(f, "forecast", None)})
@@ -276,9 +276,9 @@ def forecast_section(fits: Any) -> list[str]:
     return ["## Forecast at the target compute", "",
             "Each method by name (`joint` Eq. 27, `isoflop-powerlaw` Eq. 26, `isoflop-saturating` E + A·C^-α on "
             "the slice minima); the default is the method with the lowest rolling-origin backtest error at the "
-            "largest extrapolation ratio the sweep can test. The calibrated interval widens the bootstrap "
-            "interval by the backtest's forecast errors, grown with the log extrapolation distance "
-            "(docs/forecasting.md).", "", markdown_table(table), ""]
+            "largest extrapolation ratio the sweep can test. The calibrated interval is the larger of the curve's "
+            "bootstrap interval and a split-conformal interval on the backtest's forecast errors, scaled to the "
+            "log extrapolation distance (docs/forecasting.md).", "", markdown_table(table), ""]
 
 
 def fit_sections(fits: Any, backtest: Any = None) -> list[str]:

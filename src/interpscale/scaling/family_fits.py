@@ -453,8 +453,12 @@ def fit_families(
     ``minimum="akima"`` reads slice minima off Akima interpolants instead of parabolas.
     With ``target_compute`` each family also gets a ``forecast`` (``forecasting.forecast_family``:
     every method by name, the default chosen by rolling-origin backtest unless ``method`` names
-    one, calibrated and bootstrap prediction intervals).
+    one, calibrated and bootstrap prediction intervals); ``method`` without ``target_compute`` is
+    a ValueError (there is nothing for it to choose).
     """
+    if method is not None and target_compute is None:
+        raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
+                         "give target_compute (CLI: --method needs --target-compute)")
     warnings: list[str] = []
     df, fams = _check(results, families, groups, loss, annealed, warnings)
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,

@@ -20,17 +20,19 @@ default is the method with the lowest mean absolute error over the forecasts at 
 those whose log ratio is at least half the log of the largest ratio the sweep can test, on the
 folds every method forecast (``choose_method``).
 
-**Calibration rule (``calibrate``, ``model_error``).** The backtest's forecasts of the method
-give log errors u_i = ln(observed / predicted) at ratios r_i. With d(r) = ln(max(r, 2)) the log
-extrapolation distance, the errors that speak for a target at ratio r are those with
-r_i >= min(r, max r_i) / 2 (at least the 3 farthest), each scaled by max(1, d(r) / d(r_i)) -- a
-misestimated exponent gives a log error linear in d, so beyond the largest tested ratio the
-errors grow with the log distance. m = the ``level`` quantile of the scaled |u_i|. The forecast
-errors hold the observation noise already, so m is added in quadrature to the bootstrap
-*confidence* interval of the curve (``ForecastMethod.band``; the prediction interval for a
-method without one): pred * exp(-sqrt(b_lo^2 + m^2)) .. pred * exp(+sqrt(b_hi^2 + m^2)),
-b_lo = ln(pred / lo), b_hi = ln(hi / pred). Without a scored backtest forecast the bootstrap
-interval stands. docs/forecasting.md states the rule and its measured coverage.
+**Calibration rule (``calibrate``, ``model_error``; split conformal).** The backtest's
+forecasts of the method give log errors u_i = ln(observed / predicted) at ratios r_i. With
+d(r) = ln(max(r, 2)) the log extrapolation distance (a misestimated exponent gives a log error
+linear in d), each forecast's score is s_i = |u_i| / d(r_i). The calibrated log half-width at a
+target of ratio r is m = q * d(r), q = the split-conformal ``level`` quantile of the s_i (the
+ceil((n+1) level)-th smallest; the largest when n < level / (1 - level)): inside the tested
+ratios the errors are rescaled to the target's distance, beyond them they grow linearly with
+ln(ratio). The interval is pred * exp(-max(b_lo, m)) .. pred * exp(max(b_hi, m)) with b the
+log half-widths of the bootstrap *confidence* interval of the curve (``ForecastMethod.band``;
+the prediction interval for a method without one): the larger, not the sum, since the
+backtest errors already contain the sampling noise the bootstrap shows. The target's own
+error never enters. Without a scored backtest forecast the bootstrap interval stands.
+docs/forecasting.md states the rule and its measured coverage.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from .ledger import inputs_hash
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table",
+           "choose_method", "conformal_quantile", "model_error", "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table",
            "get_method", "register_method", "rolling_origin", "unreliable"]
 
 
@@ -280,35 +282,42 @@ def _distance(ratio) -> np.ndarray:
     return np.log(np.maximum(np.asarray(ratio, float), 2.0))
 
 
+def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
+    """Split-conformal quantile: the ceil((n + 1) * level)-th smallest of the n ``scores``, i.e.
+    the empirical level * (1 + 1/n) quantile (Vovk et al. 2005; Lei et al. 2018, Sec. 2.2). With
+    fewer than level / (1 - level) scores (9 at 90%) that rank exceeds n: the largest score is
+    returned (small-n fallback; its guarantee is only n / (n + 1))."""
+    s = np.sort(np.asarray(scores, float))
+    k = math.ceil((s.size + 1) * check_level(level) - 1e-9)
+    return float(s[min(k, s.size) - 1])
+
+
 def model_error(ratio: float, log_errors, ratios, level: float = DEFAULT_LEVEL) -> float | None:
-    """m: the ``level`` quantile of the backtest's |log errors| that speak for a target at
-    ``ratio``, scaled to its log distance (module docstring), or None without a scored forecast."""
+    """m: the calibrated half-width on the log scale at ``ratio`` (module docstring) -- the
+    split-conformal ``level`` quantile of the backtest's scores |u_i| / d(r_i), times d(ratio)
+    -- or None without a scored backtest forecast. The target's own error never enters."""
     u, r = np.asarray(log_errors, float), np.asarray(ratios, float)
-    fin = np.isfinite(u) & np.isfinite(r)
+    fin = np.isfinite(u) & np.isfinite(r) & (r > 0)
     if not fin.any():
         return None
-    u, r = np.abs(u[fin]), r[fin]
-    near = np.log(r) >= math.log(min(float(ratio), float(r.max()))) - math.log(2.0)
-    if near.sum() < 3:  # too few forecasts that far out: the 3 farthest
-        near = np.zeros(r.size, bool)
-        near[np.argsort(r)[-3:]] = True
-    scaled = u[near] * np.maximum(1.0, _distance(ratio) / _distance(r[near]))
-    return float(np.quantile(scaled, check_level(level)))
+    scores = np.abs(u[fin]) / _distance(r[fin])  # log error per unit of log extrapolation distance
+    return conformal_quantile(scores, level) * float(_distance(ratio))
 
 
 def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
               level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:
     """(calibrated lo, calibrated hi, model-error half-width m on the log scale) from the
     bootstrap *confidence* interval (lo, hi) of the curve at the target and the backtest's log
-    errors at ``ratios``: pred * exp(-+sqrt(b^2 + m^2)), m = ``model_error`` (the empirical
-    forecast errors hold the observation noise, so the curve's interval is what is added).
-    Without a scored backtest forecast, (lo, hi) comes back unchanged with m = 0."""
+    errors at ``ratios``: pred * exp(-max(b_lo, m)) .. pred * exp(max(b_hi, m)) with
+    b_lo = ln(pred / lo), b_hi = ln(hi / pred), m = ``model_error``. The larger of the two, not
+    their sum: the backtest errors already hold the sampling noise the bootstrap shows. Without
+    a scored backtest forecast, (lo, hi) comes back unchanged with m = 0."""
     m = model_error(ratio, log_errors, ratios, level)
     if m is None or not (predicted > 0 and lo > 0 and hi > 0):
         return float(lo), float(hi), 0.0
     b_lo = math.log(predicted / lo) if lo < predicted else 0.0
     b_hi = math.log(hi / predicted) if hi > predicted else 0.0
-    return predicted * math.exp(-math.hypot(b_lo, m)), predicted * math.exp(math.hypot(b_hi, m)), m
+    return predicted * math.exp(-max(b_lo, m)), predicted * math.exp(max(b_hi, m)), m
 
 
 # ---- one family's forecast --------------------------------------------------------------
@@ -536,7 +545,10 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
     """Forecasts of new runs at their (``params``, ``tokens``) from ``rows`` (one fit, one
     rolling-origin backtest): one row per target with the prediction, the bootstrap and the
     calibrated prediction intervals, the extrapolation ratio and, when ``targets`` carries the
-    ``options.loss`` column, the observation and whether each interval covered it."""
+    ``options.loss`` column, the observation, whether each interval covered it and its widths
+    relative to the observation (``width`` = hi - lo; ``half_width`` = the larger of pred - lo
+    and hi - pred; ``raw_`` for the bootstrap interval). The observation is only scored: the
+    intervals are the same without it."""
     o = options or ForecastOptions(k=flops_per_token_per_param(rows))
     m = get_method(method)
     if m.slices:
@@ -557,6 +569,7 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
         if o.loss in t and np.isfinite(t[o.loss]):
             obs = float(t[o.loss])
             rec.update(observed=obs, abs_rel_error=abs(pred / obs - 1), covered_raw=bool(lo <= obs <= hi),
-                       covered=bool(clo <= obs <= chi), raw_width=(hi - lo) / obs, width=(chi - clo) / obs)
+                       covered=bool(clo <= obs <= chi), raw_width=(hi - lo) / obs, width=(chi - clo) / obs,
+                       raw_half_width=max(pred - lo, hi - pred) / obs, half_width=max(pred - clo, chi - pred) / obs)
         out.append(rec)
     return pd.DataFrame(out)
