@@ -53,6 +53,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     from interpscale.orchestration.launch import Sweep
     from interpscale.orchestration.planner import plan
     from interpscale.orchestration.rundir import ensure_writable
+    from interpscale.orchestration.runtime import estimate_report
 
     t0, cpu0 = time.monotonic(), _cpu_seconds()
     times: dict[str, float] = {}
@@ -68,7 +69,11 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
             summary["runs"] = len(p.runs)
         with _timed(bar, times, 1, "train + evaluate", f"{len(p.runs)} runs"):
             sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
+            t_launch, since = time.monotonic(), time.time()
             sweep.launch()
+            summary["runtime"] = estimate_report(p.estimate, time.monotonic() - t_launch,  # planned vs measured
+                                                 [sweep.run_dir(r) for r in p.runs], max_parallel=sweep.max_parallel,
+                                                 runs_per_job=sweep.runs_per_job, since=since)
         with _timed(bar, times, 2, "collect"):
             results, results_path = _collect(sweep, len(p.runs), out, summary)
         with _timed(bar, times, 3, "judge alignment"):

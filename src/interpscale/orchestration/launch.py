@@ -258,10 +258,9 @@ class Sweep:
         return Path(self.out_dir) / "runs" / spec.run_id
 
     def _evaluated(self, d: Path) -> bool:
-        from interpscale.orchestration.results import read_results
+        from interpscale.orchestration.evaluate import pending_evaluations
 
-        evaluated = set(read_results(d / "results.parquet", missing_ok=True).get("checkpoint", []))
-        return {p.name for p in (d / "checkpoints").glob("*.pt")} <= evaluated
+        return not pending_evaluations(d)  # a checkpoint changed since it was evaluated counts as not
 
     def _finished(self, spec: RunSpec) -> bool:
         d = self.run_dir(spec)
