@@ -19,11 +19,12 @@ def wrapped(family: str, parallel: str, device: torch.device, state: dict | None
     model = build_model(family, "nano", data=DataFields(vocab_size=256)).to(device)
     if state is not None:
         model.load_state_dict(state)
+    init = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}  # before sharding
     # parallel.wrap's data-parallel branch (world > 1) on this group of one rank: NCCL refuses
     # two ranks on one GPU, and wrap(world=1) returns the bare loss module
     module = wrap(model, parallel, 2, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=device.type == "cuda" or None)
-    return model, module, opt
+    return model, module, opt, init
 
 
 def main() -> None:
@@ -37,8 +38,8 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    model, module, opt = wrapped(a.family, a.parallel, device)
-    first = {k: v.detach().cpu().clone() for k, v in full_state(module, model, opt)[0].items()}
+    # (full_state before the first step would initialise the FSDP2 optimizer state with a step)
+    model, module, opt, first = wrapped(a.family, a.parallel, device)
     fn = torch.compile(module)
     tokens = torch.randint(4, 256, (4, 64), generator=torch.Generator().manual_seed(0)).to(device)
     losses = []
@@ -50,9 +51,9 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         losses.append(float(total.detach()))
     msd, osd = full_state(module, model, opt)
-    _, module2, opt2 = wrapped(a.family, a.parallel, device, {k: v.to(device) for k, v in msd.items()})
+    model2, module2, opt2, _ = wrapped(a.family, a.parallel, device, {k: v.to(device) for k, v in msd.items()})
     load_optimizer(module2, opt2, osd)
-    msd2, osd2 = full_state(module2, _, opt2)
+    msd2, osd2 = full_state(module2, model2, opt2)
     out = {"wrapper": type(module).__name__, "sharded": is_sharded(module), "losses": losses,
            "keys": sorted(msd) == sorted(first), "changed": any(not torch.equal(msd[k].cpu(), first[k]) for k in first),
            "reloaded": all(torch.equal(msd[k].cpu(), msd2[k].cpu()) for k in msd),
