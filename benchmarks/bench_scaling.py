@@ -139,7 +139,7 @@ def backtests(N, D, L, args) -> None:
     example = pd.read_csv(_P(__file__).resolve().parents[1] / "src" / "interpscale" / "analysis" / "data"
                           / "example_results.csv")
     with Timer() as t_ex:
-        bt = backtest(example, n_boot=200, target_compute=7.6e22, methods=("isoflop", "joint", "bounded"))
+        bt = backtest(example, n_boot=200, target_compute=7.6e22, methods=("isoflop-powerlaw", "joint", "bounded"))
     print(f"[backtest] example table: {len(bt.table)} forecasts in {t_ex.wall:.1f} s")
     _bt_print("example", bt)
     from interpscale.scaling import ForecastOptions, forecast_family  # noqa: PLC0415
@@ -156,7 +156,7 @@ def backtests(N, D, L, args) -> None:
     frames = []
     for s in range(args.coverage_seeds):
         df, _ = isoflop_grid(0.528, -0.060, seed=300 + s, noise=0.004, slices=(3e18, 6e18, 1e19, 3e19, 1e20))
-        frames.append(backtest(df, methods=("isoflop",), n_boot=200, seed=s).to_frame())
+        frames.append(backtest(df, methods=("isoflop-powerlaw",), n_boot=200, seed=s).to_frame())
         df, _ = chinchilla_grid(seed=300 + s, noise=0.01)
         frames.append(backtest(df, methods=("joint",), n_boot=200, seed=s).to_frame())
     t = pd.concat(frames)

@@ -60,7 +60,7 @@ def test_report_backtests_held_out_budgets(report_dir):
     section = md.split("## Backtest: forecasting held-out budgets", 1)[1].split("\n## ", 1)[0]
     # every family, both methods, both schemes, scored against the budgets held out
     for fam in ("ar", "cdlm+concept"):
-        for method in ("isoflop", "joint"):
+        for method in ("isoflop-powerlaw", "joint"):
             for scheme in ("rollout", "loo"):
                 assert re.search(rf"\| {re.escape(fam)} \| {method} \| L_star \| {scheme} \| [1-9]\d* \| \d+\.\d\d \|", section)
     assert "Leave-one-budget-out forecast shift at C = 7.6e+22" in section

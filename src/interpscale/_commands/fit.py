@@ -216,7 +216,7 @@ def _results(args, path: Path) -> int:
         from interpscale.scaling import backtest
 
         bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=metric,
-                      methods=("isoflop", "joint", "bounded"), target_compute=args.target_compute,
+                      methods=("isoflop-powerlaw", "joint", "bounded"), target_compute=args.target_compute,
                       groups=_groups(df, args), **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
         atomic_write_text(args.out / "backtest.json", json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n")
         atomic_write_text(args.out / "backtest.md", bt.to_markdown())

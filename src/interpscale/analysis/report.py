@@ -257,7 +257,7 @@ def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
 
     try:
         return backtest(df, family=list(fits.families), estimator=fits.estimator, annealed=fits.annealed,
-                        methods=("isoflop", "joint"), n_boot=n_boot, level=fits.level,
+                        methods=("isoflop-powerlaw", "joint"), n_boot=n_boot, level=fits.level,
                         target_compute=fits.target_compute)
     except ValueError as exc:
         log.info("report: no backtest (%s)", exc)

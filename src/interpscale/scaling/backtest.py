@@ -1,15 +1,19 @@
-"""Backtests: how well does each fitted law forecast a budget it has not seen?
+"""Backtests: how well does each forecast method forecast a budget it has not seen?
 
-Two schemes over the compute budgets (IsoFLOP slices) of a results table:
+Two schemes over the compute budgets (IsoFLOP slices) of a results table, both run on the one
+fold machinery of ``forecasting.fold_forecasts`` (``forecasting.rolling_origin``, which picks
+the default forecast method, is the same machinery with every larger budget held out):
 
 * ``rollout`` -- fit on the smallest k budgets, forecast budget k+1 (k = min_train, ...), the
   expanding-window test of how a law extrapolates to the next, larger budget;
 * ``loo`` -- leave one budget out, fit on the rest, forecast it.
 
-Methods: ``isoflop`` (Approach 2: slice minima and the power laws P*(C), L*(C), Eq. 25-26),
-``joint`` (Approach 3: the Chinchilla surface, Eq. 27-28, scored on every held-out run and on
-the held-out slice's minimum through its compute-optimal L*(C)) and ``bounded`` (metric
-fits, Eq. 29). Each forecast carries a prediction interval (curve uncertainty + observation
+Methods: the forecast methods by name (``forecasting.METHODS``: ``isoflop-powerlaw`` -- slice
+minima and the power laws P*(C), L*(C), Eq. 25-26, scored on the held-out slice's L* and P*;
+``joint`` -- the Chinchilla surface, Eq. 27, scored on every held-out run and on the held-out
+slice's minimum through its compute-optimal L*(C); ``isoflop-saturating``; a registered law)
+and ``bounded`` (the metric fits of Eq. 29 against compute, one per metric column). Each
+forecast carries the fit's bootstrap prediction interval (curve uncertainty + observation
 noise); the table records whether it covered the observation. With ``target_compute`` the
 leave-one-out fits also forecast that compute, and ``forecast_shift()`` reports how far
 dropping one budget moves each method's forecast (a stability diagnostic).
@@ -24,26 +28,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
 from .bounded import METRICS, fit_bounded
-from .chinchilla import fit_chinchilla
-from .tables import (
-    ESTIMATOR_PREFERENCE,
-    SLICE_TOLERANCE,
-    attach_groups,
-    flops_per_token_per_param,
-    row_groups,
-    select_rows,
-    slice_rows,
-)
-from .isoflop import fit_isoflop, slice_minimum
+from .forecasting import METHODS as FORECAST_METHODS
+from .forecasting import ForecastOptions, fold_forecasts
+from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, attach_groups, flops_per_token_per_param, select_rows
 
-METHODS = ("isoflop", "joint", "bounded")
+BOUNDED = "bounded"  # the metric fits (Eq. 29): not a loss forecast method, backtested here alone
 SCHEMES = ("rollout", "loo")
 COLUMNS = ["family", "method", "quantity", "scheme", "held_out", "n_train_budgets", "compute", "params",
            "predicted", "lo", "hi", "observed", "error", "rel_error", "covered", "status"]
@@ -146,7 +142,7 @@ class Backtest:
 def _row(**kw) -> dict:
     r = dict.fromkeys(COLUMNS, math.nan)
     r.update(status="ok", params=math.nan)
-    r.update(kw)
+    r.update({k: v for k, v in kw.items() if k in COLUMNS and v is not None})
     obs, pred = r["observed"], r["predicted"]
     if r["status"] == "ok" and np.isfinite(obs) and np.isfinite(pred):
         r["error"] = pred - obs
@@ -157,116 +153,25 @@ def _row(**kw) -> dict:
     return r
 
 
-def _folds(budgets: np.ndarray, schemes: Iterable[str], min_train: int):
+def _folds(budgets: np.ndarray, schemes: Sequence[str], min_train: int):
     for scheme in schemes:
         if scheme == "rollout":
             for k in range(min_train, len(budgets)):
-                yield scheme, budgets[:k], budgets[k]
+                yield scheme, budgets[:k], budgets[k : k + 1]
         elif scheme == "loo":
             for b in budgets:
-                yield scheme, budgets[budgets != b], b
+                yield scheme, budgets[budgets != b], np.array([b])
         else:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-
-
-class _Fitter:
-    """Fits one method on the rows of some budgets and forecasts another budget's rows."""
-
-    def __init__(self, *, budget, compute, loss, tolerance, window, grid, n_boot, level, seed, metrics,
-                 target=None, k=6.0, minimum="parabola"):
-        self.budget, self.compute, self.loss, self._target = budget, compute, loss, target
-        self.minimum = minimum
-        self.k = k  # FLOPs per token per parameter of the data (C = k P D)
-        self.tolerance, self.window, self.grid = tolerance, window, grid
-        self.n_boot, self.level, self.seed, self.metrics = n_boot, level, seed, metrics
-
-    def iso_rows(self, d: pd.DataFrame) -> pd.DataFrame:
-        """Rows for slice fits: within ``tolerance`` of their budget; repeated sizes of one
-        slice (several runs of one size, e.g. different token counts) averaged."""
-        d = slice_rows(d.dropna(subset=["params", self.loss]), self.tolerance, compute=self.compute, budget=self.budget)
-        if d.duplicated([self.budget, "params"]).any():
-            cols = [c for c in ("tokens", self.loss) if c in d.columns]
-            d = d.groupby([self.budget, "params"], as_index=False)[cols].mean()
-        return d
-
-    def isoflop(self, train, test, C):
-        fit = fit_isoflop(self.iso_rows(train), compute=self.budget, loss=self.loss, window=self.window,
-                          n_boot=self.n_boot, level=self.level, seed=self.seed, minimum=self.minimum)
-        held = self.iso_rows(test)
-        obs = slice_minimum(held["params"].to_numpy(), held[self.loss].to_numpy(), window=self.window,
-                            minimum=self.minimum) if len(held) \
-            else dict(P_star=math.nan, L_star=math.nan, reason="no rows within tolerance")
-        pi = fit.predict_interval(np.array([C]), self.level, seed=self.seed)
-        P, Lp = (float(v[0]) for v in fit.predict(np.array([C])))
-        status = "ok" if not obs["reason"] else f"held-out slice not scored: {obs['reason']}"
-        return [dict(quantity="L_star", predicted=Lp, lo=pi["L_star"][0][0], hi=pi["L_star"][1][0],
-                     observed=obs["L_star"], status=status),
-                dict(quantity="P_star", predicted=P, lo=pi["P_star"][0][0], hi=pi["P_star"][1][0],
-                     observed=obs["P_star"], status=status)], fit.power_L.predict(self._target) if self._target else None
-
-    def joint(self, train, test, C):
-        tr = train.dropna(subset=["params", "tokens", self.loss])
-        groups = row_groups(tr)
-        kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
-        fit = fit_chinchilla(tr["params"], tr["tokens"], tr[self.loss], grid=self.grid, n_boot=self.n_boot,
-                             level=self.level, seed=self.seed, **kw)
-        te = test.dropna(subset=["params", "tokens", self.loss])
-        out = []
-        if len(te):
-            pred = fit.predict(te["params"].to_numpy(), te["tokens"].to_numpy())
-            lo, hi = fit.predict_interval(te["params"].to_numpy(), te["tokens"].to_numpy(), self.level, seed=self.seed)
-            for j, (p, o) in enumerate(zip(te["params"].to_numpy(), te[self.loss].to_numpy())):
-                out.append(dict(quantity="loss", params=float(p), predicted=float(pred[j]), lo=float(lo[j]),
-                                hi=float(hi[j]), observed=float(o)))
-        iso = self.iso_rows(test).dropna(subset=["tokens"])
-        obs = slice_minimum(iso["params"].to_numpy(), iso[self.loss].to_numpy(), window=self.window) \
-            if len(iso) >= 2 else dict(L_star=math.nan, reason="fewer than 2 rows within tolerance")
-        if len(iso) >= 2 and iso["params"].nunique() >= 2:
-            # the surface's minimum along the held-out slice, traced as the data trace it
-            # (log D linear in log P through the slice's runs: exact for C = k P D, any k)
-            lP, lD = np.log(iso["params"].to_numpy(float)), np.log(iso["tokens"].to_numpy(float))
-            c1, c0 = np.polyfit(lP, lD, 1)
-            g = np.linspace(lP.min(), lP.max(), 401)
-            Pg, Dg = np.exp(g), np.exp(c0 + c1 * g)
-            j = int(np.argmin(fit.predict(Pg, Dg)))
-            lo, hi = fit.predict_interval(Pg[j : j + 1], Dg[j : j + 1], self.level, seed=self.seed)
-            out.append(dict(quantity="L_star", params=float(Pg[j]), predicted=float(fit.predict(Pg[j], Dg[j])),
-                            lo=float(lo[0]), hi=float(hi[0]), observed=obs["L_star"],
-                            status="ok" if not obs["reason"] else f"held-out slice not scored: {obs['reason']}"))
-        status = "ok" if fit.converged else "joint fit did not converge"
-        for r in out:
-            if status != "ok":
-                r["status"] = status
-        target = float(fit.predict_optimal(self._target, self.k)) if self._target else None
-        return out, target
-
-    def bounded(self, train, test, C):
-        out = []
-        for m in self.metrics:
-            tr = train.dropna(subset=[m, self.compute])
-            te = test.dropna(subset=[m, self.compute])
-            if len(te) == 0:
-                continue
-            try:
-                fit = fit_bounded(tr[self.compute], tr[m], name=m, n_boot=self.n_boot, level=self.level, seed=self.seed)
-            except ValueError as exc:
-                out += [dict(quantity=m, status=f"fit failed: {exc}")]
-                continue
-            pred = fit.predict(te[self.compute].to_numpy())
-            lo, hi = fit.predict_interval(te[self.compute].to_numpy(), self.level, seed=self.seed)
-            for j, o in enumerate(te[m].to_numpy()):
-                out.append(dict(quantity=m, predicted=float(pred[j]), lo=float(lo[j]), hi=float(hi[j]),
-                                observed=float(o), status="ok" if fit.converged else "metric fit did not converge"))
-        return out, None
-
 
 
 def _check(results, methods, min_train, need, what="backtest") -> None:
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{what}: results must be a pandas DataFrame")
-    bad = [m for m in methods if m not in METHODS]
+    known = [*FORECAST_METHODS, BOUNDED]
+    bad = [m for m in methods if m not in known]
     if bad:
-        raise ValueError(f"{what}: unknown method(s) {bad}; choose from {METHODS}")
+        raise ValueError(f"{what}: unknown method(s) {bad}; choose from {known}")
     missing = [c for c in need if c not in results.columns]
     if missing:
         raise ValueError(f"{what}: results table lacks column(s) {missing}; have {list(results.columns)}")
@@ -274,42 +179,60 @@ def _check(results, methods, min_train, need, what="backtest") -> None:
         raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
 
 
-def _fold_rows(fitter: _Fitter, sub, budgets, methods, schemes, min_train, fam, ms):
-    """Every fold's forecast rows, and the leave-one-out fits' forecasts at the target."""
-    rows, loo_target = [], {m: [] for m in methods}
-    for scheme, train_b, test_b in _folds(budgets, schemes, min_train):
-        train, test = sub[sub[fitter.budget].isin(train_b)], sub[sub[fitter.budget] == test_b]
-        for method in methods:
-            if method == "bounded" and not ms:
-                continue
-            base = dict(family=fam, method=method, scheme=scheme, held_out=float(test_b),
-                        n_train_budgets=len(train_b), compute=float(test_b))
-            try:
-                with quiet():  # a refit's trouble is recorded in its rows' status
-                    out, tgt = getattr(fitter, method)(train, test, float(test_b))
-            except ValueError as exc:
-                out, tgt = [dict(quantity="-", status=f"fit failed: {exc}")], None
-            rows += [_row(**base, **r) for r in out]
-            if scheme == "loo" and tgt is not None:
-                loo_target[method].append((float(test_b), float(tgt)))
-    return rows, loo_target
-
-
-def _shifts(fitter: _Fitter, sub, budgets, methods, loo_target, fam, warnings) -> list[dict]:
-    """How far leaving one budget out moves each method's forecast at the target compute."""
+def _bounded_rows(train, test, metrics, o: ForecastOptions) -> list[dict]:
+    """Each metric's bounded fit (Eq. 29) against compute on ``train``, forecasting ``test``'s rows."""
     out = []
-    for method in ("isoflop", "joint"):
-        if method not in methods or not loo_target[method]:
+    for m in metrics:
+        tr, te = train.dropna(subset=[m, "flops"]), test.dropna(subset=[m, "flops"])
+        if len(te) == 0:
             continue
         try:
             with quiet():
-                _, full = getattr(fitter, method)(sub, sub.iloc[:0], float(budgets[-1]))
+                fit = fit_bounded(tr["flops"], tr[m], name=m, n_boot=o.n_boot, level=o.level, seed=o.seed)
         except ValueError as exc:
-            warnings.append(f"{fam} {method}: all-budget fit failed: {exc}")
+            out.append(dict(quantity=m, status=f"fit failed: {exc}"))
             continue
-        b, v = np.array(loo_target[method]).T
-        rel = 100 * np.abs(v / full - 1)
-        out.append(dict(family=fam, method=method, forecast=float(full), max_shift=float(rel.max()),
+        pred = fit.predict(te["flops"].to_numpy())
+        lo, hi = fit.predict_interval(te["flops"].to_numpy(), o.level, seed=o.seed)
+        out += [dict(quantity=m, predicted=float(p), lo=float(a), hi=float(b), observed=float(v),
+                     status="ok" if fit.converged else "metric fit did not converge")
+                for p, a, b, v in zip(pred, lo, hi, te[m].to_numpy())]
+    return out
+
+
+def _family_rows(sub, fam, methods, schemes, min_train, o, metrics, target_compute):
+    """Every fold's forecast rows of one family, and each leave-one-out fit's forecast at the target."""
+    budgets = np.sort(sub["slice_flops"].dropna().unique())
+    names = [m for m in methods if m != BOUNDED]
+    rows, at = [], []
+    for scheme, fitted, held in _folds(budgets, schemes, min_train):
+        base = dict(family=fam, scheme=scheme, held_out=float(held[0]), n_train_budgets=len(fitted),
+                    compute=float(held[0]))
+        t = fold_forecasts(sub, names, o, [(fitted, held)], kind="slices", runs=True,
+                           at=target_compute if scheme == "loo" else None)
+        at += [(float(held[0]), r["method"], r["predicted"]) for r in t[t["quantity"] == "target"].to_dict("records")]
+        rows += [_row(**dict(r, **base)) for r in t[t["quantity"] != "target"].to_dict("records")]
+        if BOUNDED in methods and metrics:
+            train, test = sub[sub["slice_flops"].isin(fitted)], sub[sub["slice_flops"].isin(held)]
+            rows += [_row(**base, method=BOUNDED, **r) for r in _bounded_rows(train, test, metrics, o)]
+    return rows, at
+
+
+def _shifts(sub, fam, methods, o, budgets, at, target_compute, warnings) -> list[dict]:
+    """How far leaving one budget out moves each method's forecast at the target compute."""
+    full = fold_forecasts(sub, [m for m in methods if m != BOUNDED], o, [(budgets, [])], kind="slices",
+                          at=target_compute)
+    out = []
+    for method in [m for m in methods if m != BOUNDED]:
+        f = full[(full["method"] == method) & (full["quantity"] == "target")]
+        loo = [(b, v) for b, m, v in at if m == method and np.isfinite(v)]
+        if f.empty or not loo:
+            if not full[(full["method"] == method) & full["status"].str.startswith("fit failed")].empty:
+                warnings.append(f"{fam} {method}: all-budget fit failed")
+            continue
+        b, v = np.array(loo).T
+        rel = 100 * np.abs(v / float(f["predicted"].iloc[0]) - 1)
+        out.append(dict(family=fam, method=method, forecast=float(f["predicted"].iloc[0]), max_shift=float(rel.max()),
                         worst_budget=float(b[np.argmax(rel)])))
     return out
 
@@ -318,7 +241,7 @@ def backtest(
     results: pd.DataFrame,
     *,
     family: str | Sequence[str] | None = None,
-    methods: Sequence[str] = ("isoflop", "joint"),
+    methods: Sequence[str] = ("isoflop-powerlaw", "joint"),
     schemes: Sequence[str] = SCHEMES,
     min_train: int = 3,
     budget: str = "slice_flops",
@@ -337,8 +260,9 @@ def backtest(
     target_compute: float | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
-    """Backtest each method on each family of ``results`` (one row per checkpoint; the
-    columns of ``fit_families`` plus ``budget``). ``min_train`` is the smallest number of
+    """Backtest each method (a forecast method by name, or ``"bounded"`` for the metric fits)
+    on each family of ``results`` (one row per checkpoint; the columns of ``fit_families`` plus
+    ``budget``), on the fold machinery of ``forecasting.fold_forecasts``. ``min_train`` is the smallest number of
     budgets a rollout fits on. ``groups`` (one label per row of ``results``, e.g. its
     ``run_id`` column) switches the joint fit to a cluster bootstrap. ``metrics``: metric
     columns for the ``bounded`` method (default: every METRICS column present). ``loss`` may
@@ -363,16 +287,20 @@ def backtest(
             sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
                               warnings, caller="backtest")
         ms = [m for m in (metrics or METRICS) if m in sub.columns and sub[m].notna().any()]
-        fitter = _Fitter(budget=budget, compute=compute if compute in sub.columns else budget, loss=loss,
-                         tolerance=tolerance, window=window, grid=grid, n_boot=n_boot, level=level, seed=seed,
-                         metrics=ms, target=target_compute, k=flops_per_token_per_param(sub, compute), minimum=minimum)
-        budgets = np.sort(sub[budget].dropna().unique())
+        has_c = compute in sub.columns
+        sub = sub.drop(columns=[c for c in ("slice_flops", "flops") if c not in (budget, compute) and c in sub]) \
+            .rename(columns={budget: "slice_flops", **({compute: "flops"} if has_c else {})})
+        if not has_c:
+            sub = sub.assign(flops=sub["slice_flops"])
+        o = ForecastOptions(loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window,
+                            tolerance=tolerance, k=flops_per_token_per_param(sub, "flops"), minimum=minimum)
+        budgets = np.sort(sub["slice_flops"].dropna().unique())
         if len(budgets) <= min_train and "rollout" in schemes:
             warnings.append(f"{fam}: {len(budgets)} budget(s); a rollout needs more than min_train = {min_train}")
-        fam_rows, loo_target = _fold_rows(fitter, sub, budgets, methods, schemes, min_train, fam, ms)
+        fam_rows, at = _family_rows(sub, fam, methods, schemes, min_train, o, ms, target_compute)
         rows += fam_rows
         if target_compute is not None and "loo" in schemes:
-            shifts += _shifts(fitter, sub, budgets, methods, loo_target, fam, warnings)
+            shifts += _shifts(sub, fam, methods, o, budgets, at, target_compute, warnings)
         log.info("backtest %s: %d forecasts", fam, len(fam_rows))
     table = pd.DataFrame(rows, columns=COLUMNS)
     sh = pd.DataFrame(shifts, columns=["family", "method", "forecast", "max_shift", "worst_budget"]) \

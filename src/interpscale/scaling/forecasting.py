@@ -49,11 +49,13 @@ from .bounded import fit_bounded
 from .chinchilla import fit_chinchilla
 from .isoflop import fit_isoflop, slice_minimum
 from .ledger import inputs_hash
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
+from .tables import (ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, row_groups, select_rows,
+                     slice_rows)
 
 __all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "conformal_quantile", "model_error", "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table",
-           "get_method", "register_method", "rolling_origin", "unreliable"]
+           "choose_method", "conformal_quantile", "fold_forecasts", "forecast_family", "forecast_from_results",
+           "forecast_runs", "forecast_table", "get_method", "model_error", "register_method", "rolling_origin",
+           "unreliable"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class ForecastOptions:
     window: int | None = 5
     tolerance: float | None = SLICE_TOLERANCE
     k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
+    minimum: str = "parabola"  # how slice minima are read (Eq. 25 parabola vertex or Akima)
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,10 @@ def get_method(name: str) -> ForecastMethod:
 # ---- the three built-in methods ---------------------------------------------------------
 def _fit_joint(rows: pd.DataFrame, o: ForecastOptions):
     r = rows.dropna(subset=["params", "tokens", o.loss])
+    groups = row_groups(r)  # cluster labels attached to the table (tables.attach_groups): whole runs resampled
+    kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
     return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, n_boot=o.n_boot, level=o.level,
-                          seed=o.seed)
+                          seed=o.seed, **kw)
 
 
 def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
@@ -136,7 +141,11 @@ def _band_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=Non
 
 def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
     r = slice_rows(rows.dropna(subset=["slice_flops", "params", o.loss]), o.tolerance)
-    return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed)
+    if r.duplicated(["slice_flops", "params"]).any():  # several runs of one size in a slice: their mean
+        cols = [c for c in ("tokens", o.loss) if c in r.columns]
+        r = r.groupby(["slice_flops", "params"], as_index=False)[cols].mean()
+    return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed,
+                       minimum=o.minimum)
 
 
 def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
@@ -176,9 +185,9 @@ register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on 
                                _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
 
 
-# ---- rolling origin ---------------------------------------------------------------------
-ERROR_COLUMNS = ["method", "origin", "compute", "ratio", "params", "tokens", "predicted", "observed", "log_error",
-                 "status"]
+# ---- rolling origin: the one fold machinery (scaling.backtest runs its schemes on it) ----
+ERROR_COLUMNS = ["method", "quantity", "origin", "held_out", "compute", "ratio", "params", "tokens", "predicted",
+                 "lo", "hi", "observed", "log_error", "status"]
 
 
 def _budgets(rows: pd.DataFrame, o: ForecastOptions) -> tuple[str, np.ndarray]:
@@ -194,22 +203,32 @@ def _run_compute(rows: pd.DataFrame, o: ForecastOptions) -> pd.Series:
     return o.k * rows["params"].astype(float) * rows["tokens"].astype(float)
 
 
-def _targets(kind: str, rows: pd.DataFrame, held: np.ndarray, o: ForecastOptions) -> list[dict]:
-    """Observed targets among the held-out budgets: slice minima, or every held-out run."""
-    if kind == "slices":
-        out = []
-        for c in held:
-            s = slice_rows(rows[rows["slice_flops"] == c].dropna(subset=["params", o.loss]), o.tolerance)
-            if len(s) < 3:
-                continue
-            m = slice_minimum(s["params"], s[o.loss], window=o.window)
-            if not m["reason"]:
-                out.append(dict(compute=float(c), params=None, tokens=None, observed=float(m["L_star"])))
+def _slice_target(rows: pd.DataFrame, c: float, o: ForecastOptions) -> dict:
+    """The held-out slice's loss-optimal L* and P* (its Eq. 25 minimum), or why it is not scored."""
+    s = slice_rows(rows[rows["slice_flops"] == c].dropna(subset=["params", o.loss]), o.tolerance)
+    t = dict(quantity="L_star", held_out=float(c), compute=float(c), params=None, tokens=None)
+    if len(s) < 3:
+        return dict(t, observed=math.nan, observed_P=math.nan, status="held-out slice not scored: fewer than 3 "
+                    "rows within tolerance")
+    if s.duplicated("params").any():
+        s = s.groupby("params", as_index=False)[o.loss].mean()
+    m = slice_minimum(s["params"], s[o.loss], window=o.window, minimum=o.minimum)
+    return dict(t, observed=float(m["L_star"]), observed_P=float(m["P_star"]),
+                status=f"held-out slice not scored: {m['reason']}" if m["reason"] else "ok")
+
+
+def _targets(kind: str, rows: pd.DataFrame, held, o: ForecastOptions, runs: bool = False) -> list[dict]:
+    """The held-out budgets' targets: each slice's minimum (unscored ones with their reason) and,
+    with ``runs`` or for a table of runs, every held-out run's loss at its (P, D)."""
+    out = [_slice_target(rows, float(c), o) for c in held] if kind == "slices" else []
+    if kind == "slices" and not runs:
         return out
     C = _run_compute(rows, o)
-    r = rows[C.isin(held)].dropna(subset=["params", "tokens", o.loss])
-    return [dict(compute=float(c), params=float(p), tokens=float(t), observed=float(v))
-            for c, p, t, v in zip(_run_compute(r, o), r["params"], r["tokens"], r[o.loss])]
+    where = rows["slice_flops"] if kind == "slices" else C
+    r = rows[where.isin(held)].dropna(subset=["params", "tokens", o.loss])
+    return out + [dict(quantity="loss", held_out=float(h), compute=float(c), params=float(p), tokens=float(t),
+                       observed=float(v), status="ok")
+                  for h, c, p, t, v in zip(where[r.index], C[r.index], r["params"], r["tokens"], r[o.loss])]
 
 
 def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[int]:
@@ -223,35 +242,67 @@ def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[in
     return ks
 
 
-def rolling_origin(rows: pd.DataFrame, names, options: ForecastOptions, *, max_origins: int = 6) -> pd.DataFrame:
-    """Forecasts of held-out budgets from the smaller ones, for each method in ``names``: one row
-    per (method, origin, target) with ``ERROR_COLUMNS`` (point fits: no bootstrap; the joint
-    fit from the coarse start grid)."""
-    kind, budgets = _budgets(rows, options)
-    names = [m for m in names if kind == "slices" or not get_method(m).slices]
-    o = replace(options, n_boot=0, grid="coarse")  # point fits from the 243-start grid: many refits
-    C = _run_compute(rows, o) if kind == "runs" else rows["slice_flops"]
+def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: ForecastOptions) -> list[dict]:
+    """The rows of one method's forecast of one target: predicted with its bootstrap PI, the
+    log error; for an IsoFLOP power-law fit also the compute-optimal size P* (Eq. 26)."""
+    base = dict(method=name, origin=origin, ratio=t["compute"] / origin, **{k: t[k] for k in (
+        "quantity", "held_out", "compute", "params", "tokens", "observed")})
+    pred, lo, hi = m.predict(fit, t["compute"], o, t["params"], t["tokens"])
+    ok = bool(np.isfinite(pred) and pred > 0)
+    status = t["status"] if t["status"] != "ok" else ("ok" if ok else "no finite prediction")
+    err = math.log(t["observed"] / pred) if ok and status == "ok" else math.nan
+    out = [dict(base, predicted=pred, lo=lo, hi=hi, log_error=err, status=status)]
+    if hasattr(fit, "power_P") and t["quantity"] == "L_star":
+        P = float(fit.power_P.predict(t["compute"]))
+        pi = fit.predict_interval(np.array([t["compute"]]), o.level, seed=o.seed)["P_star"] if o.n_boot else None
+        lo, hi = (math.nan, math.nan) if pi is None else (float(np.ravel(pi[0])[0]), float(np.ravel(pi[1])[0]))
+        obs = t["observed_P"]
+        out.append(dict(base, quantity="P_star", observed=obs, predicted=P, lo=lo, hi=hi, status=status,
+                        log_error=math.log(obs / P) if status == "ok" and P > 0 else math.nan))
+    return out
+
+
+def fold_forecasts(rows: pd.DataFrame, names, options: ForecastOptions, folds, *, kind: str,
+                   runs: bool = False, at: float | None = None) -> pd.DataFrame:
+    """The one backtest machinery: for each fold ``(fitted budgets, held-out budgets)`` each
+    method in ``names`` is fitted on the rows of the fitted budgets (``options``: with or
+    without bootstrap) and forecasts the held-out targets (``_targets``); one row per
+    (method, fold, target) with ``ERROR_COLUMNS``. A fit that fails is one row with its reason
+    in ``status``; a held-out slice that cannot be scored keeps its reason too. ``at``: each
+    fit also forecasts the compute-optimal loss there (``quantity`` "target", not scored)."""
+    C = _run_compute(rows, options) if kind == "runs" else rows["slice_flops"]
     out = []
-    for k in _origins(kind, budgets, names, max_origins):
-        train, origin = rows[C <= budgets[k - 1]], float(budgets[k - 1])
-        targets = _targets(kind, rows, budgets[k:], o)
+    for fitted, held in folds:
+        train, origin = rows[C.isin(fitted)], float(np.max(fitted))
+        targets = _targets(kind, rows, held, options, runs) + ([] if at is None else [dict(
+            quantity="target", held_out=math.nan, compute=float(at), params=None, tokens=None, observed=math.nan,
+            status="forecast at the target compute")])
         for name in names:
             m = get_method(name)
-            if k < m.min_budgets:
+            if len(fitted) < m.min_budgets:
                 continue
             try:
                 with quiet():
-                    fit = m.fit(train, o)
+                    fit = m.fit(train, options)
             except ValueError as exc:
-                out += [dict(method=name, origin=origin, status=f"fit failed: {exc}")]
+                out += [dict(method=name, origin=origin, held_out=float(h), status=f"fit failed: {exc}") for h in held]
                 continue
-            for t in targets:
-                pred = m.predict(fit, t["compute"], o, t["params"], t["tokens"])[0]
-                ok = np.isfinite(pred) and pred > 0
-                out.append(dict(method=name, origin=origin, ratio=t["compute"] / origin, predicted=pred,
-                                log_error=math.log(t["observed"] / pred) if ok else math.nan,
-                                status="ok" if ok else "no finite prediction", **t))
+            for j, t in enumerate(targets):  # each target its own noise draws (seed + j), as one batched call
+                if not (m.slices and t["params"] is not None):
+                    out += _scored(name, m, fit, t, origin, replace(options, seed=options.seed + j))
     return pd.DataFrame(out, columns=ERROR_COLUMNS)
+
+
+def rolling_origin(rows: pd.DataFrame, names, options: ForecastOptions, *, max_origins: int = 6) -> pd.DataFrame:
+    """Forecasts of held-out budgets from the smaller ones, for each method in ``names``: at each
+    origin every larger budget is forecast (``fold_forecasts``; point fits: no bootstrap; the
+    joint fit from the coarse start grid). Only the L* / run-loss rows (``quantity``) are kept."""
+    kind, budgets = _budgets(rows, options)
+    names = [m for m in names if kind == "slices" or not get_method(m).slices]
+    o = replace(options, n_boot=0, grid="coarse")  # point fits from the 243-start grid: many refits
+    folds = [(budgets[:k], budgets[k:]) for k in _origins(kind, budgets, names, max_origins)]
+    e = fold_forecasts(rows, names, o, folds, kind=kind)
+    return e[e["quantity"] != "P_star"].reset_index(drop=True)
 
 
 def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
