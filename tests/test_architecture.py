@@ -319,3 +319,32 @@ def test_the_private_import_check_can_fail(tmp_path):
     (pkg / "b" / "bad.py").write_text("from interpscale.a._impl import X\nfrom interpscale.a.ok import _y\n")
     assert private_imports(pkg) == ["interpscale/b/bad.py:1: private module interpscale.a._impl imported from interpscale.b",
                                     "interpscale/b/bad.py:2: from interpscale.a.ok import _y"]
+
+
+MAX_FUNCTION_LINES = 80  # CONTRIBUTING: functions fit on a screen; docs/architecture.md lists any exception
+LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}  # "path:function" -> why (also stated in docs/architecture.md)
+
+
+def long_functions(root: Path = SRC, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                key = f"{path.relative_to(root.parent)}:{node.name}"
+                if n > limit and key not in LONG_FUNCTION_EXCEPTIONS:
+                    out.append(f"{key} ({n} lines)")
+    return out
+
+
+def test_no_function_is_over_80_lines():
+    bad = long_functions()
+    assert not bad, "functions over 80 lines (split them, or say why in docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_the_function_length_check_can_fail(tmp_path):
+    pkg = tmp_path / "interpscale"
+    pkg.mkdir()
+    (pkg / "long.py").write_text("def f():\n" + "    x = 1\n" * 81)
+    (pkg / "short.py").write_text("def g():\n" + "    x = 1\n" * 79)
+    assert long_functions(pkg) == ["interpscale/long.py:f (82 lines)"]

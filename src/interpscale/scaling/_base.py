@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import math
@@ -82,10 +83,26 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
                 )
 
 
+_ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")
+
+
+@contextlib.contextmanager
+def about(label: str):
+    """Name what the fits inside are about (e.g. the family): their logged warnings start with it."""
+    token = _ABOUT.set(label)
+    try:
+        yield
+    finally:
+        _ABOUT.reset(token)
+
+
 def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:
-    """Record ``msg`` on the result and log it; ``warn`` also raises a ScalingFitWarning."""
+    """Record ``msg`` on the result and log it (prefixed by :func:`about`'s label);
+    ``warn`` also raises a ScalingFitWarning."""
     messages.append(msg)
-    log.warning(msg)
+    label = _ABOUT.get()
+    prefix = f"{label}: " if label and not msg.startswith(f"{label}:") else ""
+    log.warning("%s%s", prefix, msg)
     if warn:
         _warnings.warn(msg, ScalingFitWarning, stacklevel=3)
 

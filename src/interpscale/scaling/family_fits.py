@@ -13,7 +13,7 @@ import pandas as pd
 from interpscale.paper import INTERP_METRICS
 from tqdm.auto import tqdm
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, emit, fmt_sub, jsonable
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, about, emit, fmt_sub, jsonable
 from .bootstrap import percentile_ci
 from .approaches import compare_approaches
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -389,8 +389,9 @@ def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapp
     if len(lossy) < len(sub):
         emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/{o.loss} left out of the loss fits")
     skipped: dict = {}
-    iso, ch = _loss_fits(fam, lossy, o, fw, skipped)
-    bounded = _metric_fits(fam, sub, o, fw, skipped)
+    with about(fam):  # the fits' own warnings name the family
+        iso, ch = _loss_fits(fam, lossy, o, fw, skipped)
+        bounded = _metric_fits(fam, sub, o, fw, skipped)
     obs = dict(actual.get(fam, {}))
     ext = fc = None
     k = flops_per_token_per_param(lossy, "flops")

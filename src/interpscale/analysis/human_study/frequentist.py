@@ -178,20 +178,10 @@ def fit_ordinal(
     ``clmm.py``. Matches R ``clmm(response ~ fixed + (1|g1) + (1|g2))``.
     ``link`` is ``"logit"`` or ``"probit"``; every interval is a Wald ``level`` interval.
     """
-    from .clmm import fit_clmm
-
     zq = z_value(level)
-    if link not in ("logit", "probit"):
-        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+    rand = _check_ordinal_args(fixed, random, cluster, link)
     if reference is None:
         reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
-    rand = parse_random(random)
-    slopes = {g: s for g, s in rand.items() if s}
-    if slopes:
-        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
-                         "the maximum-likelihood fit takes random intercepts")
-    if rand and cluster is not None:
-        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
     design = build_design(data, response=response, fixed=fixed, random=list(rand), reference=reference,
                           levels=levels)
     K, p = len(levels), len(design.coef_names)
@@ -199,48 +189,17 @@ def fit_ordinal(
     if len(observed) < K:
         raise ValueError(f"{response!r} has no observations at level(s) "
                          f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
-    formula = random_formula(response, fixed, rand)
     if rand:
-        fit = fit_clmm(design.y, design.X, [c for c, _ in design.groups.values()], K, link=link, nagq=nagq)
-        se_all = np.sqrt(np.diag(fit.cov))
-        params = np.concatenate([fit.beta, fit.tau])
-        ses = np.concatenate([se_all[K - 1 : K - 1 + p], se_all[: K - 1]])
-        loglik, converged = fit.loglik, fit.converged
-        warn = [] if converged else [f"optimizer did not converge: {fit.message}"]
-        warn += [f"SD of {g!r} at the boundary (~0): the model is singular; drop the term"
-                 for g, sd in zip(design.groups, fit.sigma) if sd < 1e-4]
-        method = "Laplace" if nagq == 1 else f"AGQ({nagq})"
-        n_params = K - 1 + p + len(rand)
+        params, ses, loglik, converged, warn, fit, se_all = _fit_mixed(design, K, p, link, nagq)
+        method, n_params = ("Laplace" if nagq == 1 else f"AGQ({nagq})"), K - 1 + p + len(rand)
     else:
         params, ses, loglik, converged, warn = _fit_clm(design, data, cluster, link)
-        method, n_params = "ML", K - 1 + p
-    coef, se, ci, orr, or_ci, pv = {}, {}, {}, {}, {}, {}
-    for j, name in enumerate(design.coef_names):
-        b, s = float(params[j]), float(ses[j])
-        coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
-        if link == "logit":
-            with np.errstate(over="ignore"):  # a separated level has |beta| and SE huge: OR inf
-                orr[name], or_ci[name] = float(np.exp(b)), (float(np.exp(b - zq * s)), float(np.exp(b + zq * s)))
-        pv[name] = float(2 * norm.sf(abs(b / s)))
+        method, n_params, fit, se_all = "ML", K - 1 + p, None, None
+    coef, se, ci, orr, or_ci, pv = _wald_tables(design.coef_names, params, ses, zq, link)
     tau, tau_se = params[p:], ses[p:]
     for k in range(K - 1):
         ci[f"tau_{k + 1}"] = (float(tau[k] - zq * tau_se[k]), float(tau[k] + zq * tau_se[k]))
-    rsd, modes, mode_sd = {}, {}, {}
-    if rand:
-        start = 0
-        for gi, (g, (_, names)) in enumerate(design.groups.items()):
-            sd = float(fit.sigma[gi])
-            rsd[g] = sd
-            s_sd = float(se_all[K - 1 + p + gi])
-            if sd > 1e-4 and np.isfinite(s_sd):  # Wald on log(sd): se(log sd) = se(sd) / sd
-                half = zq * s_sd / sd
-                ci[f"sd_{g}"] = (sd * float(np.exp(-half)), sd * float(np.exp(half)))
-            else:
-                ci[f"sd_{g}"] = (0.0, float("nan"))
-            sl = slice(start, start + len(names))
-            modes[g] = dict(zip(names, map(float, fit.modes[sl])))
-            mode_sd[g] = dict(zip(names, map(float, fit.mode_sd[sl])))
-            start += len(names)
+    rsd, modes, mode_sd = _random_tables(design, fit, se_all, K - 1 + p, zq, ci) if rand else ({}, {}, {})
     for w in warn:
         log.warning("fit_ordinal: %s", w)
     return OrdinalResult(
@@ -248,9 +207,70 @@ def fit_ordinal(
         thresholds=tuple(float(t) for t in tau), threshold_se=tuple(float(s) for s in tau_se),
         loglik=float(loglik), aic=float(-2 * loglik + 2 * n_params), n_obs=design.n,
         cov_type="cluster" if cluster else "nonrobust", converged=converged, warnings=tuple(warn),
-        levels=tuple(levels), link=link, level=level, method=method, n_params=n_params, formula=formula,
+        levels=tuple(levels), link=link, level=level, method=method, n_params=n_params,
+        formula=random_formula(response, fixed, rand),
         random_sd=rsd, random_effects=modes, random_effects_sd=mode_sd,
     )
+
+
+def _check_ordinal_args(fixed, random, cluster, link) -> dict:
+    """The parsed random terms; ValueError for a link, random slopes or cluster + random."""
+    if link not in ("logit", "probit"):
+        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+    rand = parse_random(random)
+    slopes = {g: s for g, s in rand.items() if s}
+    if slopes:
+        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
+                         "the maximum-likelihood fit takes random intercepts")
+    if rand and cluster is not None:
+        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
+    return rand
+
+
+def _fit_mixed(design, K, p, link, nagq):
+    """R ``clmm``: (beta, tau), their SEs, logLik, converged, warnings, the fit and all SEs."""
+    from .clmm import fit_clmm
+
+    fit = fit_clmm(design.y, design.X, [c for c, _ in design.groups.values()], K, link=link, nagq=nagq)
+    se_all = np.sqrt(np.diag(fit.cov))
+    params = np.concatenate([fit.beta, fit.tau])
+    ses = np.concatenate([se_all[K - 1 : K - 1 + p], se_all[: K - 1]])
+    warn = [] if fit.converged else [f"optimizer did not converge: {fit.message}"]
+    warn += [f"SD of {g!r} at the boundary (~0): the model is singular; drop the term"
+             for g, sd in zip(design.groups, fit.sigma) if sd < 1e-4]
+    return params, ses, fit.loglik, fit.converged, warn, fit, se_all
+
+
+def _wald_tables(names, params, ses, zq, link):
+    """Per coefficient: estimate, SE, Wald CI, odds ratio and its CI (logit), two-sided p."""
+    coef, se, ci, orr, or_ci, pv = {}, {}, {}, {}, {}, {}
+    for j, name in enumerate(names):
+        b, s = float(params[j]), float(ses[j])
+        coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
+        if link == "logit":
+            with np.errstate(over="ignore"):  # a separated level has |beta| and SE huge: OR inf
+                orr[name], or_ci[name] = float(np.exp(b)), (float(np.exp(b - zq * s)), float(np.exp(b + zq * s)))
+        pv[name] = float(2 * norm.sf(abs(b / s)))
+    return coef, se, ci, orr, or_ci, pv
+
+
+def _random_tables(design, fit, se_all, offset, zq, ci):
+    """Random-effect SDs (Wald CI on log sd, added to ``ci``), conditional modes and their SDs."""
+    rsd, modes, mode_sd, start = {}, {}, {}, 0
+    for gi, (g, (_, names)) in enumerate(design.groups.items()):
+        sd = float(fit.sigma[gi])
+        rsd[g] = sd
+        s_sd = float(se_all[offset + gi])
+        if sd > 1e-4 and np.isfinite(s_sd):  # Wald on log(sd): se(log sd) = se(sd) / sd
+            half = zq * s_sd / sd
+            ci[f"sd_{g}"] = (sd * float(np.exp(-half)), sd * float(np.exp(half)))
+        else:
+            ci[f"sd_{g}"] = (0.0, float("nan"))
+        sl = slice(start, start + len(names))
+        modes[g] = dict(zip(names, map(float, fit.modes[sl])))
+        mode_sd[g] = dict(zip(names, map(float, fit.mode_sd[sl])))
+        start += len(names)
+    return rsd, modes, mode_sd
 
 
 def _fit_clm(design, data, cluster, link):
