@@ -21,6 +21,11 @@ TESTS_S=${GPU_CHECK_TESTS_S:-270}
 BENCH_S=${GPU_CHECK_BENCH_S:-90}
 RUN_S=${GPU_CHECK_RUN_S:-150}
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# a private Inductor cache: a stage stopped at its time limit mid-compile can leave a truncated
+# kernel behind, which would break every later compile of that graph sharing the cache
+INDUCTOR_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-inductor.XXXXXX")
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$INDUCTOR_DIR}
+trap 'rm -rf "$INDUCTOR_DIR"' EXIT
 exec > >(tee -a "$LOG") 2>&1
 START=$(date +%s)
 FAILED=()
