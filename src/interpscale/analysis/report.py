@@ -233,7 +233,7 @@ def trend_table7(fits: Any, t7: pd.DataFrame | None) -> pd.DataFrame | None:
 def _fit_families(df: pd.DataFrame, n_boot: int, target_compute: float | None, actual: Mapping | None):
     """The families' fits with ``interpscale fit``'s options (made once per process and table:
     the figures drawn in the same process reuse them)."""
-    from interpscale.analysis.figures._fits import family_fits
+    from interpscale.analysis.figures import family_fits
 
     return family_fits(df, n_boot=n_boot, target_compute=target_compute, actual=actual)
 
@@ -448,8 +448,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     with ``n_boot`` bootstrap replicates, extrapolated to ``target_compute`` and compared with
     ``actual[family][metric or "loss"]`` when given. ``source`` names the table in the header.
     ``backtest`` adds held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
-    from interpscale.analysis.figures import CORE_COLUMNS, render_figures
-    from interpscale.analysis.figures._style import require_columns
+    from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
 
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits
 from interpscale.analysis.figures._style import (
     FAMILY_COLORS,
     FAMILY_LABELS,
@@ -181,7 +181,7 @@ def make_all_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fi
 __all__ = [
     "FAMILY_COLORS", "FAMILY_LABELS", "FIGURES", "FigureSet", "anneal_interp_figure", "anneal_loss_figure",
     "concept_overhead_figure", "estimator_isoflop_figure", "estimator_power_law_figure", "extrapolation_figure",
-    "family_color", "forest_figure", "interp_extrapolation_figure", "interp_scaling_figure", "isoflop_figure",
+    "family_color", "family_fits", "forest_figure", "interp_extrapolation_figure", "interp_scaling_figure", "isoflop_figure",
     "loss_curves_figure", "make_all_figures", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
-    "paper_style", "power_law_figure", "read_metrics", "render_figures", "save_figure",
+    "paper_style", "power_law_figure", "read_metrics", "render_figures", "require_columns", "save_figure",
 ]
