@@ -1,16 +1,12 @@
-"""Validation-loss estimators (Steerling §8.2.1 and App. H).
+"""Validation-loss estimators (Steerling §8.2.1 and App. H), chosen by name from a registry.
 
-AR models get exact next-token cross-entropy (Eq. 1).  Diffusion models get one of four
-Monte Carlo estimates of the per-token NELBO: fixed-rate mask loss (Eq. 36), fixed-grid
-discretised ELBO (Eq. 37), MDLM ELBO with one t per batch (Eq. 39, the paper's reported
-number) and per-block ELBO with an independent t per block (Eq. 40).  Each batch's value
-is the mean cross-entropy over the positions masked in that batch; batches are averaged
-weighted by their valid-token count (the paper's plain batch average when batches are
-equal-sized).  The standard error treats each (batch, pass-group) as one Monte Carlo unit.
-
-Estimators are chosen by name from a registry, like the model families:
-``register_estimator(name, unit, ...)`` adds one; each built-in is a small ``unit``
-function computing one Monte Carlo value of one batch (``_mdlm_elbo`` ... below).
+AR models get exact next-token cross-entropy (Eq. 1).  Diffusion models get a Monte Carlo
+estimate of the per-token NELBO: fixed-rate mask loss (Eq. 36), fixed-grid discretised ELBO
+(Eq. 37), MDLM ELBO with one t per batch (Eq. 39, the paper's reported number) or per-block
+ELBO with a t per block (Eq. 40).  A batch's value is the mean cross-entropy over its masked
+positions; batches are averaged weighted by their valid-token count (the paper's plain
+average for equal-sized batches).  The standard error treats each (batch, pass-group) as one
+Monte Carlo unit.  ``register_estimator(name, unit, ...)`` adds an estimator.
 """
 
 from __future__ import annotations
@@ -26,17 +22,8 @@ from tqdm.auto import tqdm
 
 from interpscale._registry import Registry
 from interpscale.metrics import masking
-from interpscale.metrics._common import (
-    block_size,
-    checked_batches,
-    eval_mode,
-    logits_of,
-    mask_token_id,
-    model_device,
-    require_family,
-    seeded_generator,
-    valid_mask,
-)
+from interpscale.metrics._common import (block_size, checked_batches, eval_mode, logits_of, mask_token_id,
+                                         model_device, require_family, seeded_generator, valid_mask)
 from interpscale.models.types import Batch
 
 FIXED_RATE_TAU = 0.5  # Eq. 36
@@ -44,11 +31,9 @@ FIXED_RATE_TAU = 0.5  # Eq. 36
 
 @dataclass(frozen=True)
 class LossEstimate:
-    """A validation loss in nats per token with its Monte Carlo standard error.
-
-    ``n_tokens``: valid tokens evaluated (for ``ar_ce``, the positions predicted);
-    ``n_forward``: forward passes spent; ``rate``: the mask rate of a per-rate estimate.
-    ``se`` is 0 for the exact AR cross-entropy and NaN when only one unit was drawn."""
+    """A validation loss in nats per token and its Monte Carlo standard error (0 for the
+    exact AR cross-entropy, NaN from one unit).  ``n_tokens``: tokens scored (for ``ar_ce``
+    the predicted positions); ``n_forward``: forward passes; ``rate``: a per-rate estimate's rate."""
 
     value: float
     se: float
@@ -62,11 +47,33 @@ class LossEstimate:
         return asdict(self)
 
 
+@dataclass
+class _Units:
+    """(value, weight) Monte Carlo units of one estimate (an exact one: (summed NLL, count))."""
+
+    values: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    n_forward: int = 0
+
+    def add(self, value: float, weight: float) -> None:
+        self.values.append(value)
+        self.weights.append(weight)
+
+    def mean_se(self) -> tuple[float, float]:
+        v = torch.tensor(self.values, dtype=torch.float64)
+        w = torch.tensor(self.weights, dtype=torch.float64)
+        w = w / w.sum()
+        mean, n = float((w * v).sum()), len(self.values)
+        if n < 2:
+            return mean, float("nan")
+        return mean, math.sqrt(n / (n - 1) * float((w.pow(2) * (v - mean).pow(2)).sum()))
+
+
 # ---- the registry --------------------------------------------------------------------
 @dataclass
 class EstimationContext:
-    """What an estimator's ``unit`` function sees: the model, the options of this call and
-    the per-estimator random streams. ``rate_units`` collects Table 28's per-rate values."""
+    """What an estimator's ``unit`` sees: the model, this call's options and the
+    per-estimator random streams; ``rate_units`` collects Table 28's per-rate values."""
 
     model: nn.Module
     mask_id: int
@@ -82,7 +89,7 @@ class EstimationContext:
     hi: float
     gens: dict[str, torch.Generator] = field(default_factory=dict)
     plans: dict[str, torch.Tensor] = field(default_factory=dict)
-    rate_units: dict[float, "_Units"] = field(default_factory=dict)
+    rate_units: dict[float, _Units] = field(default_factory=dict)
 
 
 # unit(ctx, batch, i, group, weight) -> one Monte Carlo value (nats/token) of batch i, pass-group ``group``;
@@ -92,13 +99,11 @@ UnitFn = Callable[[EstimationContext, Batch, int, int, float], "float | tuple[fl
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered loss estimator (like a model family: a name -> how to compute it).
-
-    ``diffusion``: needs a diffusion model (else an AR one). ``exact``: deterministic, one
-    unit per batch, no standard error. ``forward_passes(rates)``: forward passes of one Monte
-    Carlo pass over a batch. ``prepare(ctx)``: draws shared before the sweep (e.g. Eq. 39's
-    one t per batch). ``scored(batch)``: the positions whose loss is averaged (for bits per
-    byte). ``rate``: the mask rate reported with the estimate, if fixed."""
+    """A registered loss estimator. ``diffusion``: needs a diffusion model (else an AR one);
+    ``exact``: deterministic, one unit per batch, no standard error; ``forward_passes(rates)``:
+    forward passes of one pass over a batch; ``prepare(ctx)``: draws shared before the sweep
+    (Eq. 39's one t per batch); ``scored(batch)``: the positions averaged (for bits per byte);
+    ``rate``: the mask rate reported with the estimate, if fixed."""
 
     name: str
     unit: UnitFn
@@ -135,26 +140,23 @@ def scored_positions(batch: Batch, estimator: str) -> torch.Tensor:
     return spec.scored(batch) if spec.scored is not None else valid_mask(batch)
 
 
-def _check_name(estimator: str) -> None:
-    get_estimator(estimator)
-
-
-# ---- small pieces ----------------------------------------------------------------------
-def _weighted_mean_se(values: list[float], weights: list[float]) -> tuple[float, float]:
-    v = torch.tensor(values, dtype=torch.float64)
-    w = torch.tensor(weights, dtype=torch.float64)
-    w = w / w.sum()
-    mean = float((w * v).sum())
-    n = len(values)
-    if n < 2:
-        return mean, float("nan")
-    return mean, math.sqrt(n / (n - 1) * float((w.pow(2) * (v - mean).pow(2)).sum()))
-
-
-def _masked_ce(model: nn.Module, tokens: torch.Tensor, mask: torch.Tensor, mask_id: int) -> float:
-    """Mean -log p(x0_i | x_t) over the masked positions of one corrupted batch."""
-    logits = logits_of(model(tokens.masked_fill(mask, mask_id)))
-    return float(F.cross_entropy(logits[mask].float(), tokens[mask], reduction="mean"))
+# ---- the estimators (App. H) -----------------------------------------------------------
+def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator, *, reflect: bool = False) -> float:
+    """Mean -log p(x0_i | x_t) over the masked positions of ``batch`` at noise level ``rate``
+    (scalar or [B, T]), averaged over the antithetic pair when the call asked for one: the twin
+    uses 1 - U (and lo + hi - t when ``reflect``, as for a drawn t).  The building block of a
+    diffusion estimator's ``unit``."""
+    vals, uniforms, valid = [], None, valid_mask(batch)
+    for twin in ctx.twins:
+        r = rate
+        if twin:
+            uniforms = 1.0 - uniforms
+            if reflect:
+                r = ctx.lo + ctx.hi - rate
+        mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
+        logits = logits_of(ctx.model(batch.tokens.masked_fill(mask, ctx.mask_id)))
+        vals.append(float(F.cross_entropy(logits[mask].float(), batch.tokens[mask], reduction="mean")))
+    return sum(vals) / len(vals)
 
 
 def _ar_scored(batch: Batch) -> torch.Tensor:
@@ -165,55 +167,12 @@ def _ar_scored(batch: Batch) -> torch.Tensor:
     return keep
 
 
-def _ar_batch(model: nn.Module, batch: Batch) -> tuple[float, int]:
-    """Summed next-token NLL (Eq. 1) and the number of predicted positions."""
-    logits = logits_of(model(batch.tokens))[:, :-1]  # position i predicts token i+1
+def _ar_ce(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> tuple[float, int]:
+    """Eq. 1, exact: summed next-token NLL and the number of predicted positions."""
+    logits = logits_of(ctx.model(batch.tokens))[:, :-1]  # position i predicts token i+1
     keep = _ar_scored(batch)[:, 1:]
     nll = F.cross_entropy(logits[keep].float(), batch.tokens[:, 1:][keep], reduction="sum")
     return float(nll), int(keep.sum())
-
-
-class _Units:
-    """Collects (value, weight) Monte Carlo units for one estimate."""
-
-    def __init__(self) -> None:
-        self.values: list[float] = []
-        self.weights: list[float] = []
-        self.n_forward = 0
-
-    def add(self, value: float, weight: float) -> None:
-        self.values.append(value)
-        self.weights.append(weight)
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _twin_passes(ctx: EstimationContext, batch: Batch, rate, gen, *, reflect=False) -> list[float]:
-    """One pass, or an antithetic pair: the twin uses 1 - U (and lo + hi - t when ``reflect``)."""
-    vals, uniforms, valid = [], None, valid_mask(batch)
-    for twin in ctx.twins:
-        r = rate
-        if twin:
-            uniforms = 1.0 - uniforms
-            if reflect:
-                r = ctx.lo + ctx.hi - rate
-        mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
-        vals.append(_masked_ce(ctx.model, batch.tokens, mask, ctx.mask_id))
-    return vals
-
-
-def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator, *, reflect: bool = False) -> float:
-    """Masked cross-entropy of one batch at noise level ``rate`` (scalar or [B, T]), averaged
-    over the antithetic pair when the call asked for one — the building block of a diffusion
-    estimator's ``unit`` (``reflect``: the twin's level is lo + hi - t, as for a drawn t)."""
-    return _mean(_twin_passes(ctx, batch, rate, gen, reflect=reflect))
-
-
-# ---- the estimators (App. H) -----------------------------------------------------------
-def _ar_ce(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> tuple[float, int]:
-    return _ar_batch(ctx.model, batch)  # Eq. 1, exact
 
 
 def _fixed_rate(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
@@ -224,7 +183,7 @@ def _fixed_grid(ctx: EstimationContext, batch: Batch, i: int, group: int, weight
     per = [masked_loss(ctx, batch, r, ctx.gens["fixed_grid"]) for r in ctx.rates]
     for r, v in zip(ctx.rates, per):
         ctx.rate_units[r].add(v, weight)  # Table 28's per-rate losses come from the same passes
-    return _mean(per)  # Eq. 37: mean over the K rates
+    return sum(per) / len(per)  # Eq. 37: mean over the K rates
 
 
 def _mdlm_plan(ctx: EstimationContext) -> None:
@@ -261,7 +220,7 @@ ESTIMATORS: tuple[str, ...] = ("ar_ce",) + DIFFUSION_ESTIMATORS  # the built-in 
 # ---- one sweep, several estimators -----------------------------------------------------
 def _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_rate) -> None:
     for e in estimators:
-        _check_name(e)
+        get_estimator(e)
     if not estimators and not per_rate:
         raise ValueError("no estimator requested")
     if n_passes < 1:
@@ -279,7 +238,6 @@ def _sweep(ctx: EstimationContext, data: list[Batch], want: list[str], progress:
     """Every requested estimator on every batch (each batch moved to the device once)."""
     device = model_device(ctx.model)
     units = {e: _Units() for e in want}
-    exact = {e: [0.0, 0] for e in want if get_estimator(e).exact}
     n_tokens = 0
     with eval_mode(ctx.model):
         for i, batch in enumerate(tqdm(data, desc="validation loss", disable=not progress)):
@@ -289,31 +247,29 @@ def _sweep(ctx: EstimationContext, data: list[Batch], want: list[str], progress:
             for e in want:
                 spec, u = get_estimator(e), units[e]
                 if spec.exact:
-                    nll, n = spec.unit(ctx, batch, i, 0, weight)
-                    exact[e][0] += nll
-                    exact[e][1] += n
+                    u.add(*spec.unit(ctx, batch, i, 0, weight))
                     u.n_forward += 1
                     continue
                 for grp in range(ctx.groups):
                     u.add(spec.unit(ctx, batch, i, grp, weight), weight)
                     u.n_forward += len(ctx.twins) * spec.forward_passes(ctx.rates)
-    return {"units": units, "exact": exact}, n_tokens
+    return units, n_tokens
 
 
-def _estimates(ctx: EstimationContext, want: list[str], swept: dict, n_tokens: int, n_passes: int,
+def _estimates(ctx: EstimationContext, units: dict[str, _Units], n_tokens: int, n_passes: int,
                per_rate: bool) -> dict[str, LossEstimate]:
     out: dict[str, LossEstimate] = {}
-    for e in want:
-        spec, u = get_estimator(e), swept["units"][e]
+    for e, u in units.items():
+        spec = get_estimator(e)
         if spec.exact:
-            nll, n = swept["exact"][e]
+            nll, n = sum(u.values), sum(u.weights)
             out[e] = LossEstimate(nll / max(n, 1), 0.0, n, e, 1, u.n_forward)
             continue
-        value, se = _weighted_mean_se(u.values, u.weights)
+        value, se = u.mean_se()
         out[e] = LossEstimate(value, se, n_tokens, e, n_passes, u.n_forward, spec.rate(ctx) if spec.rate else None)
     if per_rate:
         for r in ctx.rates:
-            value, se = _weighted_mean_se(ctx.rate_units[r].values, ctx.rate_units[r].weights)
+            value, se = ctx.rate_units[r].mean_se()
             out[f"rate_{r:g}"] = LossEstimate(value, se, n_tokens, "fixed_rate", n_passes, 0, float(r))
     return out
 
@@ -336,12 +292,11 @@ def estimate_losses(
 ) -> dict[str, LossEstimate]:
     """Several registered estimators in one sweep over ``batches``.
 
-    ``n_passes``: Monte Carlo passes per batch (even when ``antithetic``).  ``antithetic``
-    pairs each pass with its twin ``(lo+hi-t, 1-U)``; ``stratified`` spreads the MDLM
-    levels over one stratum per (batch, pass-group) and the per-block levels over one
-    stratum per block of each row.  ``per_rate`` adds ``"rate_0.1"`` ... entries (the
-    Table 28 per-mask-rate losses at ``rates``), computed from the fixed-grid passes.
-    ``block`` defaults to ``model.config.block_size``.
+    ``n_passes``: Monte Carlo passes per batch (even when ``antithetic``, which pairs each
+    pass with its twin ``(lo+hi-t, 1-U)``); ``stratified`` spreads the MDLM levels over one
+    stratum per (batch, pass-group) and the per-block levels over one per block of each row.
+    ``per_rate`` adds ``"rate_0.1"`` ... entries (Table 28's per-mask-rate losses at
+    ``rates``) from the fixed-grid passes.  ``block`` defaults to ``model.config.block_size``.
     """
     _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_rate)
     want = list(dict.fromkeys(estimators))
@@ -369,48 +324,27 @@ def estimate_losses(
     for e in want:
         if get_estimator(e).prepare is not None:
             get_estimator(e).prepare(ctx)
-    swept, n_tokens = _sweep(ctx, data, want, progress)
-    out = _estimates(ctx, want, swept, n_tokens, n_passes, per_rate)
+    units, n_tokens = _sweep(ctx, data, want, progress)
+    out = _estimates(ctx, units, n_tokens, n_passes, per_rate)
     if "fixed_grid" not in estimators:
         out.pop("fixed_grid", None)
     return out
 
 
-def estimate_loss(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    estimator: str = "mdlm_elbo",
-    *,
-    n_passes: int = 1,
-    seed: int = 0,
-    antithetic: bool = False,
-    **kwargs,
-) -> LossEstimate:
-    """Validation loss of ``model`` on ``batches`` (a re-iterable of Batch) in nats/token.
-
-    ``estimator``: ``ar_ce`` (AR models) or ``mdlm_elbo | fixed_rate | fixed_grid |
-    per_block`` (diffusion models).  Extra keywords (``stratified``, ``tau``, ``rates``,
-    ``block``, ``t_range``, ``progress``) go to :func:`estimate_losses`.
-    """
-    _check_name(estimator)
+def estimate_loss(model: nn.Module, batches: Iterable[Batch], estimator: str = "mdlm_elbo", *,
+                  n_passes: int = 1, seed: int = 0, antithetic: bool = False, **kwargs) -> LossEstimate:
+    """Validation loss of ``model`` on ``batches`` (a re-iterable of Batch) in nats/token:
+    ``ar_ce`` (AR models) or ``mdlm_elbo | fixed_rate | fixed_grid | per_block`` (diffusion);
+    other keywords go to :func:`estimate_losses`."""
     return estimate_losses(
         model, batches, (estimator,), n_passes=n_passes, seed=seed, antithetic=antithetic, **kwargs
     )[estimator]
 
 
-def per_mask_rate_losses(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    rates: Sequence[float] = masking.GRID_RATES,
-    *,
-    n_passes: int = 1,
-    seed: int = 0,
-    antithetic: bool = False,
-    progress: bool = False,
-) -> dict[float, LossEstimate]:
+def per_mask_rate_losses(model: nn.Module, batches: Iterable[Batch],
+                         rates: Sequence[float] = masking.GRID_RATES, *, n_passes: int = 1, seed: int = 0,
+                         antithetic: bool = False, progress: bool = False) -> dict[float, LossEstimate]:
     """Masked cross-entropy at each fixed rate t (Table 28), keyed by t."""
-    res = estimate_losses(
-        model, batches, (), per_rate=True, rates=rates, n_passes=n_passes, seed=seed,
-        antithetic=antithetic, progress=progress,
-    )
+    res = estimate_losses(model, batches, (), per_rate=True, rates=rates, n_passes=n_passes, seed=seed,
+                          antithetic=antithetic, progress=progress)
     return {float(r): res[f"rate_{r:g}"] for r in rates}
