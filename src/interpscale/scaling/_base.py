@@ -7,7 +7,6 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
-import math
 import warnings as _warnings
 from typing import Any, Iterable, Mapping
 
@@ -54,6 +53,19 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
             raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; a log-scale fit "
                              "needs values > 0")
     return arr
+
+
+def check_weights(weights: Any, n: int) -> np.ndarray | None:
+    """Per-point weights (n,), non-negative with a positive sum (None stays None)."""
+    if weights is None:
+        return None
+    w = as_array(weights, "weights")
+    if w.size != n:
+        raise ValueError(f"weights: {w.size} values for {n} points")
+    if (w < 0).any() or not w.sum() > 0:
+        i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
+        raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
+    return w
 
 
 def check_lengths(**arrays: np.ndarray) -> int:
@@ -123,12 +135,21 @@ def quiet():
 
 def fields_dict(obj: Any, skip: Iterable[str] = ()) -> dict:
     """JSON dict of a result dataclass's fields, skipping bootstrap draws and ``skip``."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        if f.name in skip or f.name.startswith("_") or not f.repr:
-            continue
-        out[f.name] = jsonable(getattr(obj, f.name))
-    return out
+    return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if f.name not in skip and not f.name.startswith("_") and f.repr}
+
+
+class FitResult:
+    """What the frozen fit results share: ``to_dict`` (the fields without bootstrap draws, plus
+    the properties named in ``_derived``) and ``summary`` (``_lines()``, then the warnings)."""
+
+    _derived: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return fields_dict(self) | {k: jsonable(getattr(self, k)) for k in self._derived}
+
+    def summary(self) -> str:
+        return "\n".join(self._lines() + [f"  warning: {w}" for w in self.warnings])
 
 
 def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:

@@ -1,35 +1,18 @@
 """One bootstrap for every scaling fitter: a spec, a resampler and percentile intervals.
 
-Every fitter in ``interpscale.scaling`` (and every new law built on it) takes the same
-keywords and turns them into a :class:`Bootstrap`::
+Every fitter takes ``n_boot=10_000, bootstrap="residual" | "pairs" | "cluster", level=0.90,
+seed=0, groups=None`` and turns them into a :class:`Bootstrap`; all replicates of a fit are
+refitted together (batched). Kinds (``KINDS``):
 
-    n_boot=10_000, bootstrap="residual" | "pairs" | "cluster", level=0.90, seed=0, groups=None
+* ``residual`` -- the paper's (§8.2.1): responses ``fitted + e*``, ``e*`` drawn from the fit's
+  residuals and inflated by sqrt(n / (n - p)) (least-squares residuals are shrunk);
+  ``smooth=True`` adds a variance-preserving Gaussian kernel (Huber/LAD-like fits, whose plain
+  residual bootstrap under-covers);
+* ``pairs`` -- points drawn with replacement, as (S, n) multiplicity weights;
+* ``cluster`` -- whole ``groups`` (one label per point, e.g. the run id) drawn with replacement.
 
-Kinds (``KINDS``), all refitting every replicate of one fit together (batched):
-
-* ``residual`` -- the paper's (§8.2.1): responses ``fitted + e*`` with ``e*`` drawn from the
-  fit's residuals with replacement, inflated by sqrt(n / (n - p)) for the p fitted parameters
-  (least-squares residuals are shrunk); ``smooth=True`` adds a variance-preserving Gaussian
-  kernel (for Huber/LAD-like fits, whose plain residual bootstrap under-covers).
-* ``pairs`` -- points drawn with replacement, expressed as (S, n) multiplicity weights.
-* ``cluster`` -- whole groups drawn with replacement (``groups``: one label per point, an
-  array; e.g. the run id when several checkpoints share a run); every point of a drawn group
-  gets that group's count as its weight.
-
-``weights`` are always per-point (n,) arrays: they multiply the resampling weights.
-
-A fitter's bootstrap step reads::
-
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_x")
-    if spec.n_boot:
-        Y, W = spec.resampler().replicates(observed, fitted, n_params, weights=w)
-        draws = refit_all_rows(Y, W)           # Y (S, n) or (n,), W (S, n), (n,) or None
-        ci = spec.intervals({"alpha": draws[:, 0], ...})
-
-:func:`percentile_ci`, :func:`band_from_draws` (pointwise bands over the replicate axis) and
-:func:`resample_noise` (observation noise for prediction intervals) are the shared readers of
-bootstrap draws. The random stream is fixed by ``seed`` and the order of the draws, so a fit
-with the same inputs gives the same intervals on any machine.
+``weights`` are always per-point (n,) arrays multiplying the resampling weights. The random
+stream is fixed by ``seed`` and the order of the draws: same inputs, same intervals anywhere.
 """
 
 from __future__ import annotations
@@ -45,9 +28,10 @@ DEFAULT_LEVEL = 0.90  # paper: 90% percentile intervals
 KINDS = ("residual", "pairs", "cluster")
 Kind = Literal["residual", "pairs", "cluster"]
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "Resampler", "band_from_draws",
-           "check_level", "cluster_weights", "pairs_weights", "percentile_ci", "resample_noise",
-           "resample_residuals"]
+PI_MIN_DRAWS = 200  # a prediction interval reads its tails off at least this many curve draws
+
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "Resampler", "band_from_draws", "check_level",
+           "cluster_weights", "curve_rows", "pairs_weights", "percentile_ci", "resample_noise"]
 
 
 def check_level(level: float) -> float:
@@ -107,7 +91,7 @@ class Resampler:
 
     def residuals(self, fitted: np.ndarray, resid: np.ndarray, n_params: int) -> np.ndarray:
         """(n_boot, n) responses fitted + resampled residuals (smoothed when the spec says so)."""
-        E = resample_residuals(self.rng, np.asarray(resid, float), self.spec.n_boot, n_params)
+        E = resample_noise(self.rng, resid, (self.spec.n_boot, len(resid)), n_params)
         if self.spec.smooth:  # variance-preserving Gaussian kernel (De Angelis, Hall & Young 1993)
             sd = float(E.std())
             if sd > 0:
@@ -124,15 +108,6 @@ class Resampler:
             return self.residuals(fitted, observed - np.asarray(fitted, float), n_params), weights
         W = self.weights(observed.size)
         return observed, W if weights is None else W * np.asarray(weights, float)[None, :]
-
-
-def resample_residuals(rng: np.random.Generator, resid: np.ndarray, n_boot: int, n_params: int) -> np.ndarray:
-    """(n_boot, n) residual draws with replacement, inflated by sqrt(n/(n-p)) for the
-    degrees of freedom the fit used (residuals of a least-squares fit are shrunk)."""
-    n = resid.size
-    scale = math.sqrt(n / (n - n_params)) if n > n_params else 1.0
-    idx = rng.integers(0, n, size=(n_boot, n))
-    return resid[idx] * scale
 
 
 def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:
@@ -159,15 +134,23 @@ def cluster_weights(rng: np.random.Generator, groups, n_boot: int) -> np.ndarray
     return counts[:, inv]
 
 
-def resample_noise(rng: np.random.Generator, resid: np.ndarray, shape: tuple, n_params: int) -> np.ndarray:
-    """Draws of ``shape`` from the residuals of a fit (df-inflated as in ``resample_residuals``):
-    the observation noise added to curve draws for a prediction interval."""
-    r = np.asarray(resid, float)
+def resample_noise(rng: np.random.Generator, resid: np.ndarray | None, shape: tuple, n_params: int) -> np.ndarray:
+    """Draws of ``shape`` from the finite residuals of a fit, inflated by sqrt(n/(n-p)) for the
+    degrees of freedom the fit used (residuals of a least-squares fit are shrunk): the residual
+    bootstrap's errors, and the observation noise of a prediction interval."""
+    r = np.zeros(0) if resid is None else np.asarray(resid, float)
     r = r[np.isfinite(r)]
     if r.size == 0:
         return np.zeros(shape)
     scale = math.sqrt(r.size / (r.size - n_params)) if r.size > n_params else 1.0
     return r[rng.integers(0, r.size, size=shape)] * scale
+
+
+def curve_rows(boot: np.ndarray | None, point) -> np.ndarray:
+    """Curve parameter rows of a prediction interval: the bootstrap draws (else the point
+    estimate), repeated to ``PI_MIN_DRAWS`` rows when fewer, to read tails under fresh noise."""
+    rows = boot if boot is not None and len(boot) else np.atleast_2d(np.asarray(point, float))
+    return np.repeat(rows, -(-PI_MIN_DRAWS // len(rows)), axis=0) if len(rows) < PI_MIN_DRAWS else rows
 
 
 def percentile_ci(samples: np.ndarray, level: float, *, missing: str = "drop") -> tuple[float, float]:

@@ -8,7 +8,6 @@ refinement. All bootstrap replicates are solved together the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,19 +16,9 @@ import numpy as np
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    check_duplicates,
-    check_lengths,
-    check_level,
-    check_min_points,
-    emit,
-    fields_dict,
-    fmt_ci,
-)
-from .bootstrap import Bootstrap, band_from_draws, resample_noise
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths, check_min_points
+from ._base import emit, fmt_ci
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 
 # metric -> (direction, natural bound); paper §8.3.1
 METRICS: dict[str, tuple[str, float]] = {k: (m.direction, m.bound) for k, m in INTERP_METRICS.items()}
@@ -40,12 +29,11 @@ _GOLD = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 @dataclass(frozen=True)
-class BoundedFit:
+class BoundedFit(FitResult):
     """m(C) = e + s*A*C^(-beta), s = +1 for lower-is-better metrics, -1 for higher-is-better.
 
-    ``e_at_bound`` flags an asymptote pinned to its natural bound (read it as a bound, not
-    an estimate, as the paper does). ``ci`` has ``e``, ``A``, ``beta``; ``boot`` the draws
-    (n_boot, 3) of (e, A, beta) used by ``band``.
+    ``e_at_bound`` flags an asymptote pinned to its natural bound (read it as a bound, not an
+    estimate, as the paper does). ``ci``: ``e``, ``A``, ``beta``; ``boot``: draws (n_boot, 3).
     """
 
     e: float
@@ -72,8 +60,11 @@ class BoundedFit:
         return 1.0 if self.direction == "lower" else -1.0
 
     def predict(self, compute) -> np.ndarray:
-        C = np.asarray(compute, float)
-        return self.e + self.sign * self.A * C ** (-self.beta)
+        return self.e + self.sign * self.A * np.asarray(compute, float) ** (-self.beta)
+
+    def _curves(self, rows: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """(S, m) curves of the (e, A, beta) ``rows`` at compute ``C`` (m,)."""
+        return rows[:, :1] + self.sign * rows[:, 1:2] * np.exp(-rows[:, 2:3] * np.log(C)[None, :])
 
     def band(self, compute, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of the fitted curve at ``compute``."""
@@ -81,41 +72,24 @@ class BoundedFit:
         if self.boot is None or len(self.boot) == 0:
             y = self.predict(C)
             return y.reshape(np.shape(compute)), y.reshape(np.shape(compute))
-        e, A, b = self.boot[:, :1], self.boot[:, 1:2], self.boot[:, 2:3]
-        draws = e + self.sign * A * np.exp(-b * np.log(C)[None, :])
-        lo, hi = band_from_draws(draws, level or self.level)
+        lo, hi = band_from_draws(self._curves(self.boot, C), level or self.level)
         return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
 
     def predict_interval(self, compute, level: float | None = None, *, seed: int = 0):
         """Prediction interval (lo, hi) of a new observation at ``compute``: bootstrap curve
         draws plus resampled residuals, kept on the allowed side of the natural bound."""
-        C = np.atleast_1d(np.asarray(compute, float))
-        boot = self.boot if self.boot is not None and len(self.boot) else np.array([[self.e, self.A, self.beta]])
-        if len(boot) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
-            boot = np.repeat(boot, -(-200 // len(boot)), axis=0)
-        e, A, b = boot[:, :1], boot[:, 1:2], boot[:, 2:3]
-        draws = e + self.sign * A * np.exp(-b * np.log(C)[None, :])
-        rng = np.random.default_rng(seed)
-        draws = draws + resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), draws.shape, 3)
+        draws = self._curves(curve_rows(self.boot, [self.e, self.A, self.beta]), np.atleast_1d(np.asarray(compute, float)))
+        draws = draws + resample_noise(np.random.default_rng(seed), self.resid, draws.shape, 3)
         if self.bound is not None:
             draws = np.maximum(draws, self.bound) if self.direction == "lower" else np.minimum(draws, self.bound)
         lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
 
-    def to_dict(self) -> dict:
-        return fields_dict(self)
-
-    def summary(self) -> str:
-        s = "+" if self.direction == "lower" else "-"
-        pct = round(100 * self.level)
-        lines = [
-            f"bounded fit m(C) = e {s} A C^-beta   ({self.metric or 'metric'}, n = {self.n}, "
-            f"R^2 = {self.r2:.3f}, bound {self.bound}, {pct}% CI)",
-            f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}" + ("   (on its bound)" if self.e_at_bound else ""),
-            f"  beta  {fmt_ci(self.beta, self.ci.get('beta'), 4)}",
-            f"  A     {self.A:.4g}",
-        ]
-        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+    def _lines(self) -> list[str]:
+        return [f"bounded fit m(C) = e {'+' if self.direction == 'lower' else '-'} A C^-beta   ({self.metric or 'metric'}, "
+                f"n = {self.n}, R^2 = {self.r2:.3f}, bound {self.bound}, {round(100 * self.level)}% CI)",
+                f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}" + ("   (on its bound)" if self.e_at_bound else ""),
+                f"  beta  {fmt_ci(self.beta, self.ci.get('beta'), 4)}", f"  A     {self.A:.4g}"]
 
 
 def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
@@ -139,9 +113,7 @@ def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
     feas_u = np.isfinite(A_u) & (A_u >= 0)
     if side != 0:
         feas_u &= side * (e_u - bound) >= 0
-    cands = []
-    big = np.inf
-    cands.append((np.where(feas_u, e_u, np.nan), np.where(feas_u, A_u, np.nan)))
+    cands = [(np.where(feas_u, e_u, np.nan), np.where(feas_u, A_u, np.nan))]
     if side != 0:  # e on its bound, A >= 0
         with np.errstate(divide="ignore", invalid="ignore"):
             A_b = np.maximum((szm - bound * sz) / szz, 0.0)
@@ -150,15 +122,12 @@ def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
     if side != 0:
         e_0 = np.maximum(e_0, bound) if side > 0 else np.minimum(e_0, bound)
     cands.append((e_0 + 0 * szm, np.zeros_like(szm)))
-    best_e = best_A = None
-    best_s = None
-    for e, A in cands:
-        s = np.where(np.isfinite(e), sse(np.nan_to_num(e), np.nan_to_num(A)), big)
-        if best_s is None:
-            best_e, best_A, best_s = e, A, s
-        else:
-            take = s < best_s
-            best_e, best_A, best_s = np.where(take, e, best_e), np.where(take, A, best_A), np.where(take, s, best_s)
+    best_e, best_A = cands[0]
+    best_s = np.where(np.isfinite(best_e), sse(np.nan_to_num(best_e), np.nan_to_num(best_A)), np.inf)
+    for e, A in cands[1:]:
+        s = np.where(np.isfinite(e), sse(np.nan_to_num(e), np.nan_to_num(A)), np.inf)
+        take = s < best_s
+        best_e, best_A, best_s = np.where(take, e, best_e), np.where(take, A, best_A), np.where(take, s, best_s)
     return best_e, best_A, best_s
 
 
@@ -215,7 +184,8 @@ def _fit_many(lx, M, W, sgn, side, bound, n_golden=60):
 
 @dataclass(frozen=True)
 class _Problem:
-    """Checked inputs of one bounded fit, in the scaled units it is solved in (x = C / c_ref)."""
+    """Checked inputs of one bounded fit, solved in x = C / c_ref; ``side`` +1: e >= ``bnd``,
+    -1: e <= ``bnd``, 0: e free."""
 
     C: np.ndarray
     m: np.ndarray
@@ -224,18 +194,9 @@ class _Problem:
     direction: str
     bound: float | None  # None: e free
     label: str
-
-    @property
-    def sgn(self) -> float:
-        return 1.0 if self.direction == "lower" else -1.0
-
-    @property
-    def side(self) -> int:
-        return 0 if self.bound is None else (1 if self.direction == "lower" else -1)
-
-    @property
-    def bnd(self) -> float:
-        return 0.0 if self.bound is None else float(self.bound)
+    sgn: float
+    side: int
+    bnd: float
 
     def solve(self, M: np.ndarray, W: np.ndarray, n_golden: int = 60):
         return _fit_many(self.lx, M, W, self.sgn, self.side, self.bnd, n_golden=n_golden)
@@ -257,13 +218,13 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
     check_duplicates({"compute": C, label: m}, f"fit_bounded({label})")
     if np.ptp(C) == 0:
         raise ValueError("compute: all values are equal; need at least two distinct compute values")
-    pb = _Problem(C, m, np.zeros(n), 1.0, direction, None if bound is None else float(bound), label)
-    if bound is not None and (pb.side * (m - pb.bnd) < 0).any():
-        i = int(np.flatnonzero(pb.side * (m - pb.bnd) < 0)[0])
-        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {pb.bnd} "
-                         f"({direction} is better)")
+    sgn = 1.0 if direction == "lower" else -1.0
+    side, bnd = (0, 0.0) if bound is None else (int(sgn), float(bound))
+    if side and (side * (m - bnd) < 0).any():
+        i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
+        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
     c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
-    return dataclasses.replace(pb, lx=np.log(C / c_ref), c_ref=c_ref)
+    return _Problem(C, m, np.log(C / c_ref), c_ref, direction, None if bound is None else bnd, label, sgn, side, bnd)
 
 
 def _point_fit(pb: _Problem, warnings: list[str]):
@@ -325,8 +286,8 @@ def fit_bounded(
     Intervals: ``bootstrap.Bootstrap`` (``"cluster"`` resamples whole ``groups``).
     """
     pb = _check(compute, metric, direction, bound, name)
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
-                     groups=groups).checked(pb.m.size, f"fit_bounded({pb.label})")
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
+        pb.m.size, f"fit_bounded({pb.label})")
     warnings: list[str] = []
     e, A, beta, sse, fitted, converged, at_bound = _point_fit(pb, warnings)
     sst = float(((pb.m - pb.m.mean()) ** 2).sum())

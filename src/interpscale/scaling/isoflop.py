@@ -24,26 +24,16 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import Akima1DInterpolator
-from scipy.optimize import least_squares
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    check_duplicates,
-    check_level,
-    emit,
-    fields_dict,
-    fmt_ci,
-    jsonable,
-)
-from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_residuals
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, emit, fields_dict, fmt_ci
+from ._base import jsonable
+from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
+from .isoflop_slices import replicate_residual, replicate_weighted, slice_minimum, slice_optimum  # noqa: F401
 from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
 
 
 @dataclass(frozen=True)
-class IsoFlopFit:
+class IsoFlopFit(FitResult):
     """Per-slice parabolas and the power laws P*(C) = a_P C^alpha_P, L*(C) = a_L C^alpha_L.
 
     ``slices`` has one row per slice: compute, n_points, n_window, P_star, L_star,
@@ -109,12 +99,11 @@ class IsoFlopFit:
 
     def to_dict(self) -> dict:
         d = fields_dict(self, skip=("slices", "power_P", "power_L"))
-        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged)
-        d["power_P"], d["power_L"] = self.power_P.to_dict(), self.power_L.to_dict()
-        d["slices"] = self.slices.to_dict("records")
+        d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged,
+                 power_P=self.power_P.to_dict(), power_L=self.power_L.to_dict(), slices=self.slices.to_dict("records"))
         return jsonable(d)
 
-    def summary(self) -> str:
+    def _lines(self) -> list[str]:
         pct = round(100 * self.level)
         lines = [
             f"IsoFLOP fit: {int(self.slices['used'].sum())} of {len(self.slices)} slices used, "
@@ -130,160 +119,10 @@ class IsoFlopFit:
             flag = "  ** FLAGGED: intervals less reliable **" if self.flagged else ""
             lines.append(f"  degenerate bootstrap replicates: {100 * self.degenerate_fraction:.1f}% "
                          f"(kept, censored at the slice edge){flag}")
-        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+        return lines
 
 
 DEGENERATE_FLAG = 0.10  # issue 17: intervals are flagged above 10% degenerate replicates
-_AKIMA_GRID = 801
-
-
-def _window(y: np.ndarray, k: int | None) -> slice:
-    n = len(y)
-    if k is None or k >= n:
-        return slice(0, n)
-    i = int(np.argmin(y))
-    start = min(max(i - k // 2, 0), n - k)
-    return slice(start, start + k)
-
-
-def _vertex(c0, c1, c2, xm):
-    """Vertex of c0 + c1 (x - xm) + c2 (x - xm)^2 -> (x*, L*)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xs = xm - c1 / (2 * c2)
-        Ls = c0 - c1 * c1 / (4 * c2)
-    return xs, Ls
-
-
-def _fit_slice(x: np.ndarray, y: np.ndarray):
-    """LM fit of Eq. 25 on one window; returns (a, x*, L*, converged, fitted)."""
-    xm = float(x.mean())
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-    c, *_ = np.linalg.lstsq(X, y, rcond=None)
-    if not c[2] > 0:
-        return float(c[2]), math.nan, math.nan, False, X @ c
-    xs, Ls = _vertex(c[0], c[1], c[2], xm)
-    res = least_squares(lambda p: p[0] * (x - p[1]) ** 2 + p[2] - y, [c[2], xs, Ls], method="lm", xtol=1e-14, ftol=1e-14)
-    a, xs, Ls = res.x
-    return float(a), float(xs), float(Ls), bool(res.success), a * (x - xs) ** 2 + Ls
-
-
-AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
-
-
-def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
-    """Group ids of sorted log sizes: a size within ``tol`` of the previous one joins its group."""
-    return np.concatenate([[0], np.cumsum(np.diff(x) > tol)]).astype(int)
-
-
-def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
-    """Average the columns of Y (S, k) whose sorted x lie within ``tol`` of the previous one:
-    an interpolant through two nearly equal sizes with different losses has a near-vertical
-    secant and overshoots wildly (seen on the Epoch data)."""
-    grp = _size_groups(x, tol)
-    if grp[-1] == len(x) - 1:
-        return x, Y
-    M = np.eye(grp[-1] + 1)[grp]  # (k, g)
-    M = M / M.sum(axis=0, keepdims=True)
-    return x @ M, Y @ M
-
-
-def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
-    """Minimum of the Akima interpolant of each row of Y (S, k) over [lo, hi] (default: the
-    range of x): returns (x*, L*, interior) arrays of shape (S,). A dense grid locates the
-    minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
-    log P) are averaged first."""
-    x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
-    if len(x) < 2:  # every size merged into one: no shape to read a minimum from
-        return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
-    lo = float(x.min()) if lo is None else lo
-    hi = float(x.max()) if hi is None else hi
-    g = np.linspace(lo, hi, _AKIMA_GRID)
-    h = g[1] - g[0]
-    xs, Ls, inner = np.empty(len(Y)), np.empty(len(Y)), np.empty(len(Y), bool)
-    for i in range(0, len(Y), 2000):  # (grid, block) temporaries stay small
-        V = Akima1DInterpolator(x, Y[i : i + 2000].T)(g)  # (G, s)
-        k = np.argmin(V, axis=0)
-        cols = np.arange(V.shape[1])
-        edge = (k == 0) | (k == len(g) - 1)
-        kk = np.clip(k, 1, len(g) - 2)
-        f0, f1, f2 = V[kk - 1, cols], V[kk, cols], V[kk + 1, cols]
-        den = f0 - 2 * f1 + f2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            off = np.where(~edge & (den > 0), 0.5 * (f0 - f2) / den, 0.0)
-        off = np.clip(off, -1.0, 1.0)
-        xs[i : i + 2000] = np.where(edge, g[k], g[kk] + off * h)
-        Ls[i : i + 2000] = np.where(edge, V[k, cols], f1 - 0.25 * (f0 - f2) * off)
-        inner[i : i + 2000] = ~edge
-    return xs, Ls, inner
-
-
-def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float, w_lo: float, w_hi: float):
-    """Optimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex when
-    convex and inside the slice's sizes (lo, hi), as for the point estimate; otherwise the
-    lower end of the sizes [w_lo, w_hi] it was fitted on (censored: the parabola is not
-    extrapolated past its data; w_lo, w_hi may be per-replicate arrays). Returns (x*, L*, censored)."""
-    xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
-    inside = (Cf[:, 2] > 0) & (xs > lo) & (xs < hi)
-    q = lambda t: Cf[:, 0] + Cf[:, 1] * (t - xm) + Cf[:, 2] * (t - xm) ** 2  # noqa: E731
-    with np.errstate(invalid="ignore"):  # a cluster replicate may draw no size of a slice: nan, missing
-        f_lo, f_hi = q(w_lo), q(w_hi)
-    x_e = np.where(f_lo <= f_hi, w_lo, w_hi)
-    L_e = np.minimum(f_lo, f_hi)
-    return np.where(inside, xs, x_e), np.where(inside, Ls, L_e), ~inside
-
-
-def _discrete_min(x: np.ndarray, y: np.ndarray, Wt: np.ndarray):
-    """Per replicate: the size with the lowest weighted-mean loss among the sizes drawn."""
-    ux, inv = np.unique(x, return_inverse=True)
-    onehot = np.eye(len(ux))[inv]  # (k, u)
-    cnt = Wt @ onehot
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(cnt > 0, (Wt * y[None, :]) @ onehot / cnt, np.inf)
-    j = np.argmin(mean, axis=1)
-    return ux[j], mean[np.arange(len(j)), j]
-
-
-def _slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str):
-    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields
-    (n_window, P_star, L_star, curvature, converged, convex, interior, reason), the window,
-    and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
-    w = _window(y, window)
-    row = dict(n_window=int(w.stop - w.start))
-    if row["n_window"] < 3 or np.unique(x[w]).size < 3:
-        row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
-                   interior=False, reason="fewer than 3 distinct sizes")
-        return row, w, None
-    a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
-    convex = a > 0
-    interior = bool(convex and x.min() < xs < x.max())
-    if minimum == "akima":  # the interpolant always has a minimum; it must be interior
-        xa, La, inner = akima_minimum(x[w], y[w][None, :])
-        xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
-        interior = bool(inner[0]) and x.min() < xs < x.max()
-    flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
-    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
-               interior=interior, reason="; ".join(r for r, bad in flags if bad))
-    return row, w, ((a, xs, Ls, fitted) if convex else None)
-
-
-def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parabola") -> dict:
-    """The optimum of one IsoFLOP slice as ``fit_isoflop`` finds it: dict with P_star, L_star,
-    interior, reason ("" when usable). Used to score held-out slices in backtests."""
-    P = as_array(params, "params", positive=True)
-    L = as_array(loss, "loss", positive=True)
-    order = np.argsort(P)
-    row, _, _ = _slice_optimum(np.log(P[order]), L[order], window, minimum)
-    return {k: row[k] for k in ("P_star", "L_star", "interior", "reason")}
-
-
-@dataclass
-class _Slices:
-    """Step 1 on every slice: the rows of ``slices``, the fitted coefficients and the windows
-    (``fits``: one dict per convex slice with c, x, y, fitted, ok, idx, lo, hi)."""
-
-    rows: list
-    coef: dict
-    fits: list
 
 
 def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, window, minimum, spec: Bootstrap,
@@ -310,56 +149,22 @@ def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, windo
     return Cs, P, L
 
 
-def _fit_slices(Cs: np.ndarray, P: np.ndarray, L: np.ndarray, window, minimum) -> _Slices:
-    """Eq. 25 on each slice's window (the point fit of Step 1)."""
+def _fit_slices(Cs: np.ndarray, P: np.ndarray, L: np.ndarray, window, minimum) -> tuple[list, dict, list]:
+    """Eq. 25 on each slice's window (the point fit of Step 1): the rows of ``slices``, the
+    coefficients, and one dict per convex slice (c, x, y, fitted, ok, idx, lo, hi)."""
     rows, coef, fits = [], {}, []
     for c in np.unique(Cs):
         m = np.flatnonzero(Cs == c)
         order = np.argsort(P[m])
         x, y = np.log(P[m][order]), L[m][order]
-        row, w, opt = _slice_optimum(x, y, window, minimum)
+        row, w, opt = slice_optimum(x, y, window, minimum)
         rows.append(dict(compute=float(c), n_points=int(m.size), **row))
         if opt is not None:
             a, xs, Ls, fitted = opt
             coef[float(c)] = (a, xs, Ls)
             fits.append(dict(c=float(c), x=x[w], y=y[w], fitted=fitted, ok=not row["reason"], idx=m[order][w],
                              lo=float(x.min()), hi=float(x.max())))
-    return _Slices(rows, coef, fits)
-
-
-def _replicate_residual(f: dict, Yb: np.ndarray, minimum: str):
-    """Optima of one slice's residual-bootstrap replicates Yb (S, k)."""
-    x = f["x"]
-    if minimum == "akima":
-        xs, Ls, inner = akima_minimum(x, Yb)
-        return xs, Ls, ~inner
-    xm = x.mean()
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
-    return _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
-
-
-def _replicate_weighted(f: dict, Wt: np.ndarray):
-    """Optima of one slice under pairs/cluster multiplicities Wt (S, k): weighted least squares;
-    a replicate with < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
-    through two nearly equal sizes has an absurd curvature and vertex) takes the lowest mean
-    loss among the sizes it drew."""
-    x, y = f["x"], f["y"]
-    xm = x.mean()
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-    inv = _size_groups(x)
-    few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
-    XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
-    XtWX[few] = np.eye(3)
-    Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
-    drawn = Wt > 0  # censor within the sizes this replicate actually drew
-    w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
-    w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
-    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
-    if few.any():
-        xd, Ld = _discrete_min(x, y, Wt[few])
-        xs[few], Ls[few] = xd, Ld
-    return xs, Ls, deg | few
+    return rows, coef, fits
 
 
 def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
@@ -367,18 +172,18 @@ def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
     rs = spec.resampler()
     if spec.kind == "residual":
         resid = np.concatenate([f["y"] - f["fitted"] for f in used])
-        draws = resample_residuals(rs.rng, resid, spec.n_boot, 3 * len(used))  # (S, total window points)
+        draws = resample_noise(rs.rng, resid, (spec.n_boot, resid.size), 3 * len(used))  # (S, window points)
     elif spec.kind == "cluster":
         Wall = rs.weights(n_rows)  # (S, rows of the table)
     out, pos = [], 0
     for f in used:
         k = len(f["x"])
         if spec.kind == "residual":
-            out.append(_replicate_residual(f, f["fitted"][None, :] + draws[:, pos : pos + k], minimum))
+            out.append(replicate_residual(f, f["fitted"][None, :] + draws[:, pos : pos + k], minimum))
             pos += k
         else:  # pairs within the window, or whole clusters
             Wt = pairs_weights(rs.rng, k, spec.n_boot) if spec.kind == "pairs" else Wall[:, f["idx"]]
-            out.append(_replicate_weighted(f, Wt))
+            out.append(replicate_weighted(f, Wt))
     return tuple(np.column_stack([o[i] for o in out]) for i in range(3))
 
 
@@ -398,21 +203,12 @@ def _noise_sd(LP, lLS, pP, pL, used) -> dict:
     return noise_sd
 
 
-@dataclass
-class _Boot:
-    pP: PowerLawFit
-    pL: PowerLawFit
-    ci: dict = field(default_factory=dict)
-    n_ok: int = 0
-    deg_frac: float = 0.0
-    noise_sd: dict = field(default_factory=dict)
-
-
 def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, minimum, degenerate, n_rows,
-               warnings: list[str]) -> _Boot:
-    """Step 1-2 replicates: every slice refitted per replicate, then both power laws."""
+               warnings: list[str]) -> dict:
+    """Step 1-2 replicates: every slice refitted per replicate, then both power laws (the
+    bootstrap fields of ``IsoFlopFit``)."""
     if spec.n_boot <= 0:
-        return _Boot(pP, pL)
+        return dict(power_P=pP, power_L=pL)
     LP, LS, DG = _replicate_optima(used, spec, minimum, n_rows)
     deg_frac = float(DG.any(axis=1).mean())
     missing = "bound"
@@ -442,26 +238,25 @@ def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, mini
         slices.loc[i, ["L_star_lo", "L_star_hi"]] = percentile_ci(LS[:, j], spec.level, missing=missing)
         slices.loc[i, "degenerate_frac"] = float(DG[:, j].mean())
     ci = {"alpha_P": pP.ci["alpha"], "alpha_L": pL.ci["alpha"], "a_P": pP.ci["a"], "a_L": pL.ci["a"]}
-    return _Boot(pP, pL, ci, n_ok, deg_frac, _noise_sd(LP, lLS, pP, pL, used))
+    return dict(power_P=pP, power_L=pL, ci=ci, n_boot_ok=n_ok, degenerate_fraction=deg_frac,
+                noise_sd=_noise_sd(LP, lLS, pP, pL, used))
 
 
-def _used_slices(sl: _Slices, exclude_flagged: bool, warnings: list[str]) -> tuple[pd.DataFrame, list]:
+def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[str]) -> tuple[pd.DataFrame, list]:
     """The slices table and the slices that enter the power laws (ValueError when fewer than 2)."""
-    rows = sl.rows
     slices = pd.DataFrame(rows)
     slices["used"] = [bool(r["reason"] == "" or (not exclude_flagged and r["convex"])) for r in rows]
     for r in rows:
         if r["reason"]:
             emit(warnings, f"slice C={r['compute']:g}: {r['reason']}" + ("; excluded" if exclude_flagged else ""))
-    used = [f for f in sl.fits if slices.loc[slices.compute == f["c"], "used"].item()]
+    used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
         raise ValueError(
             f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
             + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"])
         )
-    for col in ("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"):
-        slices[col] = math.nan
-    return slices, used
+    return slices.assign(**dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"),
+                                         math.nan)), used
 
 
 def fit_isoflop(
@@ -483,41 +278,35 @@ def fit_isoflop(
 ) -> IsoFlopFit:
     """Steps 1-2 of §8.2.1 on a table with one row per (model, slice).
 
-    ``compute`` names the slice column (target C, shared by all rows of a slice); ``params``
-    the non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged
-    or edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power
-    laws. ``slice_weights="n_points"`` weights slices by their window size in the OLS.
-    ``minimum``: the vertex of Eq. 25 (``"parabola"``) or the minimum of an Akima interpolant
-    (``"akima"``).
+    ``compute`` names the slice column (target C, shared by a slice's rows); ``params`` the
+    non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged or
+    edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power laws.
+    ``slice_weights="n_points"`` weights slices by their window size in the OLS. ``minimum``:
+    the vertex of Eq. 25 or the minimum of an Akima interpolant.
 
-    CIs (``bootstrap.Bootstrap``): a residual bootstrap that resamples the pooled parabola
-    residuals, refits every slice and both power laws per replicate; ``"pairs"`` resamples
-    each window's points; ``"cluster"`` resamples whole ``groups`` (one label per row of
-    ``results``, e.g. its ``run_id`` column, when several checkpoints share a run). Degenerate
-    replicates are kept (module docstring); ``degenerate_fraction`` reports how many there
-    were. ``degenerate="drop"`` restores the old behaviour (drop them; biased towards narrow
-    intervals) for comparison only.
+    CIs (``bootstrap.Bootstrap``): ``"residual"`` resamples the pooled parabola residuals and
+    refits every slice and both power laws per replicate; ``"pairs"`` resamples each window's
+    points; ``"cluster"`` whole ``groups`` (one label per row of ``results``, e.g. its run id).
+    Degenerate replicates are kept (module docstring) and counted in ``degenerate_fraction``;
+    ``degenerate="drop"`` drops them (biased narrow), for comparison only.
     """
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_isoflop: results must be a pandas DataFrame")
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed,
                      groups=None if groups is None else np.asarray(groups)).checked(len(results), "fit_isoflop")
     Cs, P, L = _check(results, compute, params, loss, window=window, minimum=minimum, spec=spec, degenerate=degenerate)
     if slice_weights not in ("none", "n_points"):
         raise ValueError(f"slice_weights must be 'none' or 'n_points', got {slice_weights!r}")
     warnings: list[str] = []
-    sl = _fit_slices(Cs, P, L, window, minimum)
-    slices, used = _used_slices(sl, exclude_flagged, warnings)
+    rows, coef, fits = _fit_slices(Cs, P, L, window, minimum)
+    slices, used = _used_slices(rows, fits, exclude_flagged, warnings)
     Cu = np.array([f["c"] for f in used])
     wts = np.array([len(f["x"]) for f in used], float) if slice_weights == "n_points" else None
-    pP = fit_power_law(Cu, np.exp([sl.coef[c][1] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
-    pL = fit_power_law(Cu, np.array([sl.coef[c][2] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
+    pP = fit_power_law(Cu, np.exp([coef[c][1] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
+    pL = fit_power_law(Cu, np.array([coef[c][2] for c in Cu]), weights=wts, n_boot=0, level=spec.level)
     bt = _bootstrap(used, slices, pP, pL, wts, spec, minimum=minimum, degenerate=degenerate, n_rows=len(results),
                     warnings=warnings)
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
-    return IsoFlopFit(
-        slices=slices, power_P=bt.pP, power_L=bt.pL, window=window, ci=bt.ci, level=spec.level,
-        converged=bool(all(slices.loc[slices.used, "converged"])), warnings=tuple(warnings), n_boot_ok=bt.n_ok,
-        minimum=minimum, bootstrap=bootstrap, degenerate_fraction=bt.deg_frac, noise_sd=bt.noise_sd, _coef=sl.coef,
-    )
+    return IsoFlopFit(slices=slices, window=window, level=spec.level, warnings=tuple(warnings), minimum=minimum,
+                      converged=bool(all(slices.loc[slices.used, "converged"])), bootstrap=bootstrap, _coef=coef, **bt)

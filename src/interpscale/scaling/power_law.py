@@ -10,26 +10,15 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    check_lengths,
-    check_level,
-    check_min_points,
-    fields_dict,
-    fmt_ci,
-)
-from .bootstrap import Bootstrap, band_from_draws, percentile_ci, resample_noise
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_lengths, check_min_points, check_weights
+from ._base import fmt_ci
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, percentile_ci, resample_noise
 
 
 @dataclass(frozen=True)
-class PowerLawFit:
-    """y = a * x**alpha fitted on (log x, log y).
-
-    ``ci`` maps ``a``/``alpha``/``log_a`` to percentile intervals at ``level``;
-    ``boot`` holds the bootstrap draws of (log_a, alpha) (shape (n_boot, 2)) used by ``band``.
-    """
+class PowerLawFit(FitResult):
+    """y = a * x**alpha fitted on (log x, log y). ``ci``: ``a``/``alpha``/``log_a`` intervals at
+    ``level``; ``boot``: the bootstrap draws (n_boot, 2) of (log_a, alpha) behind ``band``."""
 
     a: float
     alpha: float
@@ -48,38 +37,31 @@ class PowerLawFit:
         return float(np.log(self.a))
 
     def predict(self, x) -> np.ndarray:
-        """a * x**alpha (x > 0)."""
-        x = np.asarray(x, dtype=float)
-        return self.a * x**self.alpha
+        return self.a * np.asarray(x, dtype=float) ** self.alpha
 
     def band(self, x, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise bootstrap percentile band (lo, hi) of the fitted curve at ``x``."""
         if self.boot is None or len(self.boot) == 0:
             y = self.predict(x)
             return y, y
-        lx = np.log(np.asarray(x, dtype=float))
-        draws = np.exp(self.boot[:, :1] + self.boot[:, 1:2] * np.atleast_1d(lx)[None, :])
-        lo, hi = band_from_draws(draws, level or self.level)
+        lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
+        lo, hi = band_from_draws(np.exp(self.boot[:, :1] + self.boot[:, 1:2] * lx[None, :]), level or self.level)
         return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
 
     def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
                          df: float | None = None):
-        """Prediction interval (lo, hi) for a new observation at ``x``: bootstrap draws of the
-        line plus observation noise on the log scale, either Gaussian with ``noise_sd`` or
-        resampled residuals of the fit (df-inflated). Wider than ``band`` (curve only).
-        ``df``: degrees of freedom behind the noise estimate; the draws' spread about the
-        prediction is widened by t_df / z at the interval's level (the bootstrap alone
-        ignores that the noise scale itself is estimated)."""
+        """Prediction interval (lo, hi) of a new observation at ``x``: bootstrap lines plus log-scale
+        noise, Gaussian with ``noise_sd`` or the fit's resampled residuals. ``df``: degrees of
+        freedom behind the noise estimate; the spread is widened by t_df / z at the level (the
+        bootstrap alone ignores that the noise scale is itself estimated)."""
         lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
-        boot = self.boot if self.boot is not None and len(self.boot) else np.array([[self.log_a, self.alpha]])
-        if len(boot) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
-            boot = np.repeat(boot, -(-200 // len(boot)), axis=0)
+        boot = curve_rows(self.boot, [self.log_a, self.alpha])
         curve = boot[:, :1] + boot[:, 1:2] * lx[None, :]
         rng = np.random.default_rng(seed)
         if noise_sd is not None:
             noise = rng.normal(0.0, float(noise_sd), curve.shape)
         else:
-            noise = resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), curve.shape, 2)
+            noise = resample_noise(rng, self.resid, curve.shape, 2)
         dev = curve + noise - (self.log_a + self.alpha * lx)[None, :]
         lv = level or self.level
         if df is not None and df > 0:
@@ -95,20 +77,10 @@ class PowerLawFit:
             return float("nan")
         return float(np.sqrt((self.resid**2).sum() / (self.n - 2)))
 
-    def to_dict(self) -> dict:
-        return fields_dict(self)
-
-    def summary(self) -> str:
-        pct = round(100 * self.level)
-        return "\n".join(
-            [
-                f"power law y = a * x^alpha   (n = {self.n}, R^2 = {self.r2:.4f}, {pct}% CI)",
-                f"  alpha  {fmt_ci(self.alpha, self.ci.get('alpha'), 4)}",
-                f"  a      {self.a:.4g}  [{self.ci.get('a', (np.nan, np.nan))[0]:.4g}, "
-                f"{self.ci.get('a', (np.nan, np.nan))[1]:.4g}]",
-            ]
-            + [f"  warning: {w}" for w in self.warnings]
-        )
+    def _lines(self) -> list[str]:
+        lo, hi = self.ci.get("a", (np.nan, np.nan))
+        return [f"power law y = a * x^alpha   (n = {self.n}, R^2 = {self.r2:.4f}, {round(100 * self.level)}% CI)",
+                f"  alpha  {fmt_ci(self.alpha, self.ci.get('alpha'), 4)}", f"  a      {self.a:.4g}  [{lo:.4g}, {hi:.4g}]"]
 
 
 def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray, *, missing: str = "drop") -> PowerLawFit:
@@ -146,55 +118,31 @@ def fit_power_law(
     seed: int = 0,
     groups=None,
 ) -> PowerLawFit:
-    """Fit y = a x^alpha by OLS of log y on log x (Eq. 26), optionally weighted.
-
-    Works on any positive data (x, y > 0). CIs come from a residual bootstrap on the
-    log-scale fit (``bootstrap="pairs"`` resamples points, ``"cluster"`` whole ``groups``;
-    ``bootstrap.Bootstrap``); ``n_boot=0`` skips it.
-    """
+    """Fit y = a x^alpha (x, y > 0) by OLS of log y on log x (Eq. 26), optionally weighted;
+    intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
     x = as_array(x, "x", positive=True)
     y = as_array(y, "y", positive=True)
     n = check_lengths(x=x, y=y)
     check_min_points(n, 2, "fit_power_law")
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed,
-                     groups=groups).checked(n, "fit_power_law")
-    level = spec.level
-    w = None
-    if weights is not None:
-        w = as_array(weights, "weights")
-        check_lengths(x=x, weights=w)
-        if (w < 0).any() or w.sum() <= 0:
-            raise ValueError("weights: must be non-negative with a positive sum")
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_power_law")
+    w = check_weights(weights, n)
     lx, ly = np.log(x), np.log(y)
     if np.ptp(lx) == 0:
         raise ValueError("x: all values are equal; a power law needs at least two distinct x")
-    W1 = None if w is None else w[None, :]
-    (b0,), (b1,) = ols_lines(lx, ly[None, :], W1)
+    (b0,), (b1,) = ols_lines(lx, ly[None, :], None if w is None else w[None, :])
     fitted = b0 + b1 * lx
     resid = ly - fitted
     ww = np.ones(n) if w is None else w
-    my = np.average(ly, weights=ww)
-    sst = float((ww * (ly - my) ** 2).sum())
+    sst = float((ww * (ly - np.average(ly, weights=ww)) ** 2).sum())
     r2 = 1.0 - float((ww * resid**2).sum()) / sst if sst > 0 else 1.0
-    warnings: list[str] = []
-    fit = PowerLawFit(
-        a=float(np.exp(b0)),
-        alpha=float(b1),
-        r2=float(r2),
-        n=n,
-        level=level,
-        warnings=(),
-        x_range=(float(x.min()), float(x.max())),
-        resid=resid,
-    )
+    fit = PowerLawFit(a=float(np.exp(b0)), alpha=float(b1), r2=float(r2), n=n, level=spec.level,
+                      x_range=(float(x.min()), float(x.max())), resid=resid)
     if spec.n_boot <= 0:
         return fit
-    if n <= 2:
-        warnings.append("only 2 points: the fit is exact and bootstrap intervals have zero width")
     Y, WB = spec.resampler().replicates(ly, fitted, 2, weights=w)
     if Y.ndim == 1:  # pairs / cluster: the observed logs under (S, n) multiplicities
         Y = np.broadcast_to(Y, WB.shape)
     elif WB is not None:
         WB = np.broadcast_to(WB, Y.shape)
-    i0, s0 = ols_lines(lx, Y, WB)
-    return dataclasses.replace(attach_draws(fit, i0, s0), warnings=tuple(warnings))
+    warnings = ("only 2 points: the fit is exact and bootstrap intervals have zero width",) if n <= 2 else ()
+    return dataclasses.replace(attach_draws(fit, *ols_lines(lx, Y, WB)), warnings=warnings)
