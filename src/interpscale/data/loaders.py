@@ -24,14 +24,13 @@ from interpscale.data.corpus import corpus_config, read_concepts
 from interpscale.data.finalize import corpus_sha
 from interpscale.data.prepare import prepare
 from interpscale.data.request import FORMAT, comparable, file_sha, make_request
-from interpscale.data.shards import Split, is_prepared
+from interpscale.data.shards import Split
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
 DATA_KINDS = ("synthetic", "jsonl", "parquet", "text", "prepared")
-_PATH_KEYS = ("path", "concepts", "tokenizer")
 # the keys of a file source (kinds jsonl, parquet, text, prepared) -> (types, description), which
 # the preset validator checks; "path" may be a list (of files or globs) for every kind but prepared
 FILE_SOURCE_KEYS = {
@@ -39,7 +38,6 @@ FILE_SOURCE_KEYS = {
     "concepts": ((str,), "a concepts.json path"), "tokenizer": ((str,), "a tokenizer.json path"),
     "tokenizer_sample_bytes": ((int,), "an integer"), "document_per_file": ((bool,), "true or false"),
 }
-_FILE_KEYS = set(FILE_SOURCE_KEYS)
 
 
 def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict:
@@ -48,7 +46,7 @@ def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict
     if base_dir is None:
         return dict(source)
     out = dict(source)
-    for k in _PATH_KEYS:
+    for k in ("path", "concepts", "tokenizer"):
         v = out.get(k)
         if isinstance(v, (list, tuple)):
             out[k] = [str(Path(base_dir) / x) if not Path(x).is_absolute() else str(x) for x in v]
@@ -65,9 +63,10 @@ def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: i
     if kind == "synthetic":
         corpus_config(source)  # a bad option fails here, before any work
         return [dict(source, kind="synthetic")], common
-    unknown = set(source) - _FILE_KEYS
+    unknown = set(source) - set(FILE_SOURCE_KEYS)
     if unknown:
-        raise UserError(f"unknown data option(s) {sorted(unknown)} for kind {kind!r}; allowed: {sorted(_FILE_KEYS)}")
+        raise UserError(f"unknown data option(s) {sorted(unknown)} for kind {kind!r}; "
+                        f"allowed: {sorted(FILE_SOURCE_KEYS)}")
     if not source.get("path"):
         raise UserError(f"data kind {kind!r} needs a 'path'")
     opts = {"fmt": kind, "tokenizer": source.get("tokenizer"), "concepts": source.get("concepts"), **common}
@@ -86,11 +85,8 @@ def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vo
     ``{"kind": "prepared", "path": DIR}`` is a directory ``interpscale data prepare`` made.
     Resumable and safe when several jobs race (a lock per directory)."""
     if source.get("kind") == "prepared":
-        path = Path(source.get("path") or "")
-        if not is_prepared(path):
-            _check_not_legacy(path)
-            raise UserError(f"prepared data not found (no meta.json of this version): {str(path)!r}")
-        return path
+        read_meta(source.get("path") or "")
+        return Path(source.get("path") or "")
     sources, opts = _prepare_options(source, vocab_size, val_fraction, seed)
     req = comparable(make_request(sources, **opts))
     out = Path(cache_dir) / data_key({**req, "seq_len": seq_len})
@@ -99,12 +95,19 @@ def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vo
     return out
 
 
-def _check_not_legacy(path: Path) -> None:
-    """Directories packed in memory before the shards (``train.npz``) are no longer read."""
+def read_meta(path: str | os.PathLike) -> dict:
+    """meta.json of prepared data of this format; anything else is refused, and a directory
+    packed in memory before the shards (``train.npz``) with the command that remakes it."""
+    path = Path(path)
+    meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
+    if meta.get("format") == FORMAT:
+        return meta
     if (path / "train.npz").exists():
         raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no longer read; "
                         f"rerun `interpscale data prepare` on its sources (a sweep prepares its data again "
                         f"in a new run directory)")
+    raise UserError(f"{path}: not prepared data of this version (no meta.json of format {FORMAT!r}); "
+                    f"rerun `interpscale data prepare`")
 
 
 class PreparedData:
@@ -116,13 +119,7 @@ class PreparedData:
 
     def __init__(self, path: str | os.PathLike, seq_len: int | None = None):
         self.path = Path(path)
-        if not (self.path / "meta.json").exists():
-            raise UserError(f"{self.path}: not a prepared data directory (no meta.json)")
-        self.meta = json.loads((self.path / "meta.json").read_text())
-        if self.meta.get("format") != FORMAT:
-            _check_not_legacy(self.path)
-            raise UserError(f"{self.path}: meta.json has format {self.meta.get('format')!r}, expected {FORMAT!r}; "
-                            f"rerun `interpscale data prepare`")
+        self.meta = read_meta(self.path)
         self.concepts = read_concepts(self.path / "concepts.json")
         self.tokenizer = load_tokenizer(self.path / "tokenizer.json")
         self.special_ids: dict[str, int] = dict(self.meta["special_ids"])
@@ -177,10 +174,7 @@ def describe(path: str | os.PathLike) -> DataSummary:
     >>> info = describe("data/mycorpus"); info.vocab_size, info.n_concepts, info.corpus_sha  # doctest: +SKIP
     """
     data_dir, _ = _data_dir(path)
-    if not is_prepared(data_dir):
-        _check_not_legacy(data_dir)
-        raise UserError(f"{data_dir}: not prepared data of this version (no meta.json of format {FORMAT!r})")
-    meta = json.loads((data_dir / "meta.json").read_text())
+    meta = read_meta(data_dir)
     return DataSummary(path=str(data_dir), vocab_size=int(meta["vocab_size"]), n_concepts=int(meta["n_concepts"]),
                        tokenizer_sha=file_sha(data_dir / "tokenizer.json"),
                        corpus_sha=meta.get("corpus_sha") or corpus_sha(data_dir),

@@ -14,7 +14,6 @@ A batch reads only its rows' tokens and its chunks' labels.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -22,13 +21,7 @@ import numpy as np
 import torch
 
 from interpscale.data.batches import RowSplit, local_chunks
-from interpscale.data.request import FORMAT
 from interpscale.models.types import Batch
-
-
-def _load_npy(path: Path) -> np.ndarray:
-    arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    return arr
 
 
 class Split(RowSplit):
@@ -46,9 +39,9 @@ class Split(RowSplit):
         # np.memmap cannot map an empty file; an empty split is an empty array
         self.tokens = (np.memmap(path / f"{name}.tokens.bin", dtype=dtype, mode="r", shape=(self.n_tokens,))
                        if self.n_tokens else np.zeros(0, dtype=dtype))
-        self.chunk_end = _load_npy(path / f"{name}.chunk_end.npy")
-        self.label_offsets = _load_npy(path / f"{name}.label_offsets.npy")
-        self.label_ids = _load_npy(path / f"{name}.label_ids.npy")
+        self.chunk_end, self.label_offsets, self.label_ids = (
+            np.load(path / f"{name}.{f}.npy", mmap_mode="r", allow_pickle=False)
+            for f in ("chunk_end", "label_offsets", "label_ids"))
 
     @property
     def n_rows(self) -> int:
@@ -101,8 +94,3 @@ class Split(RowSplit):
                 k += 1
         return Batch(tok, torch.from_numpy(local), torch.from_numpy(lab), valid)
 
-
-def is_prepared(path: str | os.PathLike) -> bool:
-    """``path`` holds prepared data of this format (its meta.json says so)."""
-    meta = Path(path) / "meta.json"
-    return meta.exists() and json.loads(meta.read_text()).get("format") == FORMAT

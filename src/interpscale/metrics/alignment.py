@@ -3,7 +3,7 @@ TopK(W K_c) under the LM head, handed to the alignment judge of ``interpscale.ju
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -33,15 +33,10 @@ def concept_top_tokens(model: nn.Module, k: int = 10, concepts: Optional[Sequenc
         return (K @ W.T).topk(k, dim=-1).indices.cpu()  # [n, V] -> top-k ids
 
 
-def _decoder(decode: Union[Callable[[int], str], Any]) -> Callable[[int], str]:
-    if callable(decode) and not hasattr(decode, "decode"):
-        return decode
-    return lambda i: decode.decode([int(i)])  # a tokenizers.Tokenizer
-
-
 def alignment_inputs(model: nn.Module, decode, *, k: int = 10) -> list[list[str]]:
-    """Decoded top-k tokens of every known concept, in concept order (the judge's input)."""
-    dec = _decoder(decode)
+    """Top-k tokens of every known concept in concept order (the judge's input), decoded by
+    ``decode`` (id -> text, or a tokenizers.Tokenizer)."""
+    dec = (lambda i: decode.decode([int(i)])) if hasattr(decode, "decode") else decode
     return [[dec(i) for i in row] for row in concept_top_tokens(model, k).tolist()]
 
 

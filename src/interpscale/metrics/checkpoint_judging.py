@@ -1,56 +1,32 @@
-"""Judging checkpoints: the glue between the zoo and the judges (``interpscale judge
---checkpoint`` and the pipeline's alignment stage). Generates steering-benchmark continuations with a
-model's own ``generate`` (unsteered / prompting / steered with calibrated τ, Eq. 19),
-read a concept's top promoted tokens T_k(c) = TopK(W K_c) (§7), and judge a checkpoint.
-``interpscale.judges`` itself never imports torch; this module is where the two meet.
+"""Judging checkpoints: where the zoo meets ``interpscale.judges`` (which never imports torch),
+for ``interpscale judge --checkpoint`` and the pipeline's alignment stage: a concept's top
+promoted tokens T_k(c) = TopK(W K_c) (§7), steering-benchmark continuations from a model's own
+``generate`` (unsteered / prompting / steered with calibrated τ, Eq. 19), predicted concepts.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
+from interpscale.data.corpus import read_concepts
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, build_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
-from interpscale.metrics._common import special_id, special_ids
+from interpscale.metrics._common import block_size, is_diffusion, model_device, special_id, special_ids
 from interpscale.metrics.alignment import concept_top_tokens as _top_ids
 from interpscale.models.steering import Steering
-
-log = logging.getLogger(__name__)
-
-
-def load_concept_cards(path: str | Path) -> list[ConceptCard]:
-    """RUN_DIR/concepts.json (a list of {label, description, words}); list order = concept id."""
-    rows = json.loads(Path(path).read_text())
-    if not isinstance(rows, list):
-        raise ValueError(f"{path}: expected a JSON list of concept cards")
-    cards = []
-    for i, row in enumerate(rows):
-        try:
-            cards.append(ConceptCard.from_dict(row))
-        except ValueError as exc:
-            raise ValueError(f"{path}: concept {i}: {exc}") from None
-    return cards
-
-
-def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 class ZooGenerator:
     """``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` for
-    ``run_steering_benchmark``, backed by a zoo model and its tokenizer.
-
-    ``cards`` is the concept library in concept-id order (RUN_DIR/concepts.json), so a
-    card's position is the known-concept id that gets injected. ``strength`` is the target
-    peak logit shift τ; γ = τ / peak(e_c) is calibrated per concept by the model (Eq. 19).
-    """
+    ``run_steering_benchmark`` from a zoo model.  ``cards`` in concept-id order (a card's
+    position is the known concept injected); ``strength`` is the target peak logit shift τ,
+    γ = τ / peak(e_c) calibrated per concept by the model (Eq. 19)."""
 
     def __init__(self, model: Any, tokenizer: Any, cards: Sequence[ConceptCard], *, temperature: float = 1.0,
                  top_k: Optional[int] = None, layer: Optional[int] = None, steps_per_block: Optional[int] = None):
@@ -78,16 +54,16 @@ class ZooGenerator:
                 raise ValueError(f"concept {card.label!r} is not in this model's concept library")
             steer = Steering(concepts=(self.index[card.label],), tau=float(strength if strength is not None else 1.0),
                              layer=self.layer)
-        device = next(self.model.parameters()).device
         with torch.no_grad():
-            out = self.model.generate(torch.tensor([ids], device=device), int(max_new_tokens),
+            prompt_ids = torch.tensor([ids], device=model_device(self.model))
+            out = self.model.generate(prompt_ids, int(max_new_tokens),
                                       temperature=self.temperature, top_k=self.top_k, steer=steer,
                                       steps_per_block=self.steps, seed=int(seed))
         new = out[0, len(ids):].tolist()
         eos = special_id(self.model, "eos_id")
         if eos in new:
             new = new[: new.index(eos)]
-        return _decode(self.tokenizer, new)
+        return self.tokenizer.decode(new, skip_special_tokens=True)
 
 
 def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:
@@ -95,8 +71,8 @@ def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Option
     (they are not words a judge can read); ids come from metrics.alignment."""
     special = special_ids(model)
     ids = _top_ids(model, k + len(special), concepts)
-    return [[_decode(tokenizer, [i]) or (tokenizer.id_to_token(i) or str(i)) for i in row if i not in special][:k]
-            for row in ids.tolist()]
+    return [[tokenizer.decode([i], skip_special_tokens=True) or tokenizer.id_to_token(i) or str(i)
+             for i in row if i not in special][:k] for row in ids.tolist()]
 
 
 def _run_dir(checkpoint: Path, run_dir: str | Path | None) -> Path:
@@ -107,16 +83,21 @@ def _run_dir(checkpoint: Path, run_dir: str | Path | None) -> Path:
     return rd
 
 
+def _open(checkpoint: str | Path, run_dir: str | Path | None) -> tuple[Any, Any, list[ConceptCard], Path]:
+    """A checkpoint's model (eval mode), its run's tokenizer, concept cards and run directory."""
+    from interpscale.models import load_checkpoint
+
+    rd = _run_dir(Path(checkpoint), run_dir)
+    model, _ = load_checkpoint(Path(checkpoint))
+    cards = [ConceptCard.from_dict(c) for c in read_concepts(rd / "concepts.json")]  # list order = concept id
+    return model.eval(), load_tokenizer(rd / "tokenizer.json"), cards, rd
+
+
 def judge_checkpoint_alignment(checkpoint: str | Path, *, run_dir: str | Path | None = None, k: int = 20,
                                judge: Any = None, n_sample: Optional[int] = None, seed: int = 0) -> AlignmentResult:
     """Known concept alignment of a checkpoint: its concepts' top-k tokens judged 1–5."""
-    from interpscale.models import load_checkpoint
-
-    ckpt = Path(checkpoint)
-    rd = _run_dir(ckpt, run_dir)
-    model, _ = load_checkpoint(ckpt)
-    cards = load_concept_cards(rd / "concepts.json")
-    tokens = concept_top_tokens(model, load_tokenizer(rd / "tokenizer.json"), k, concepts=range(len(cards)))
+    model, tok, cards, _ = _open(checkpoint, run_dir)
+    tokens = concept_top_tokens(model, tok, k, concepts=range(len(cards)))
     return score_alignment(cards, tokens, judge=build_judge(judge), n_sample=n_sample, seed=seed)
 
 
@@ -125,16 +106,10 @@ def judge_checkpoint_steering(checkpoint: str | Path, *, run_dir: str | Path | N
                               temperature: float = 1.0, top_k: Optional[int] = None, layer: Optional[int] = None,
                               **bench_kwargs: Any) -> SteeringResult:
     """The steering benchmark on a checkpoint (``bench_kwargs`` go to run_steering_benchmark)."""
-    from interpscale.models import load_checkpoint
-
-    ckpt = Path(checkpoint)
-    rd = _run_dir(ckpt, run_dir)
-    model, _ = load_checkpoint(ckpt)
-    cards = load_concept_cards(rd / "concepts.json")
-    gen = ZooGenerator(model, load_tokenizer(rd / "tokenizer.json"), cards, temperature=temperature,
-                       top_k=top_k, layer=layer)
-    st = ckpt.stat()  # saved generations belong to this exact file and these sampling settings
-    gid = json.dumps([str(ckpt.resolve()), st.st_size, st.st_mtime_ns, temperature, top_k, layer])
+    model, tok, cards, _ = _open(checkpoint, run_dir)
+    gen = ZooGenerator(model, tok, cards, temperature=temperature, top_k=top_k, layer=layer)
+    st = Path(checkpoint).stat()  # saved generations belong to this file and these sampling settings
+    gid = json.dumps([str(Path(checkpoint).resolve()), st.st_size, st.st_mtime_ns, temperature, top_k, layer])
     return run_steering_benchmark(gen, cards, prompts, judge=build_judge(judge), generator_id=gid, **bench_kwargs)
 
 
@@ -144,8 +119,7 @@ def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top:
     if top < 1:
         raise ValueError(f"top must be >= 1, got {top}")
     out = []
-    device = next(model.parameters()).device
-    block = int(model.config.block_size) if model.is_diffusion else 1
+    block = block_size(model) if is_diffusion(model) else 1
     for i, text in enumerate(texts):
         ids = tokenizer.encode(text).ids[: int(model.config.max_seq_len)]
         if not ids:
@@ -153,7 +127,7 @@ def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top:
         n = len(ids)
         ids = ids + [0] * (-n % block)  # PAD to whole diffusion blocks; padded positions are ignored
         with torch.no_grad():
-            act = model(torch.tensor([ids], device=device)).known_act
+            act = model(torch.tensor([ids], device=model_device(model))).known_act
         if act is None:
             raise ValueError(f"family {model.config.family!r} predicts no known concepts")
         out.append(act[0, :n].max(0).values.topk(min(top, act.size(-1))).indices.tolist())
@@ -165,14 +139,9 @@ def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, 
     """Predicted-concept relevance (App. C): each chunk against the checkpoint's top
     predicted concepts, 1–5 per concept."""
     from interpscale.judges import score_relevance
-    from interpscale.models import load_checkpoint
 
-    ckpt = Path(checkpoint)
-    rd = _run_dir(ckpt, run_dir)
-    model, _ = load_checkpoint(ckpt)
-    model.eval()
-    cards = load_concept_cards(rd / "concepts.json")
-    preds = predicted_concepts(model, load_tokenizer(rd / "tokenizer.json"), texts, top=top)
+    model, tok, cards, rd = _open(checkpoint, run_dir)
+    preds = predicted_concepts(model, tok, texts, top=top)
     bad = sorted({c for row in preds for c in row if c >= len(cards)})
     if bad:
         raise ValueError(f"concepts {bad[:5]} are predicted but {rd / 'concepts.json'} has only {len(cards)} cards")

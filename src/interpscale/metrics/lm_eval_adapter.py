@@ -3,14 +3,13 @@
 Importing this module registers both ``lm_eval.api.model.LM`` subclasses.  Model args:
 ``pretrained`` (checkpoint path; ``checkpoint`` is an alias), ``tokenizer`` (tokenizer.json;
 default RUN_DIR/tokenizer.json next to RUN_DIR/checkpoints/), ``device``, ``batch_size``,
-``n_samples`` (diffusion MC samples per request), ``seed``.  Bundled offline tasks live in
-``tasks/`` next to this file (:func:`bundled_tasks_dir`); :func:`run_lm_eval` runs them.
+``n_samples`` (diffusion MC samples per request), ``seed``, ``max_gen_toks``.  Bundled offline
+tasks live in ``tasks/`` next to this file; :func:`run_lm_eval` runs them.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -24,15 +23,15 @@ from lm_eval.api.registry import register_model  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from interpscale._atomic import atomic_write_text
-from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
+from interpscale._atomic import atomic_write_text  # noqa: E402
 from interpscale._jsonl import jsonable  # noqa: E402
+from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
 from interpscale.metrics._common import family_name, is_diffusion, model_device, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 
-log = logging.getLogger(__name__)
-
 TASKS_DIR = Path(__file__).with_name("tasks")
+# args the harness itself passes to every model class; they mean nothing here
+HARNESS_ARGS = frozenset({"max_batch_size", "dtype", "trust_remote_code", "parallelize"})
 
 
 def bundled_tasks_dir() -> Path:
@@ -52,59 +51,48 @@ def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
     )
 
 
-# args the harness itself passes to every model class; they mean nothing here
-HARNESS_ARGS = frozenset({"max_batch_size", "dtype", "trust_remote_code", "parallelize"})
+def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Optional[str], who: str):
+    """The model (from the checkpoint ``path`` unless given) and its tokenizer (path or object)."""
+    if model is None:
+        if path is None:
+            raise ValueError(f"{who}: give pretrained=CHECKPOINT (or a model object)")
+        from interpscale.models import load_checkpoint
+
+        model, _ = load_checkpoint(path, map_location=device or "cpu")
+    elif device:
+        model = model.to(device)
+    if tokenizer is None:
+        if path is None:
+            raise ValueError(f"{who}: pass tokenizer= with a model object")
+        tokenizer = find_tokenizer(path)
+    return model, tokenizer
 
 
 class _InterpscaleLM(LM):
     DIFFUSION: bool = False
     NAME: str = ""
 
-    def __init__(
-        self,
-        pretrained: Optional[str] = None,
-        *,
-        checkpoint: Optional[str] = None,
-        model: Optional[torch.nn.Module] = None,
-        tokenizer: Any = None,
-        device: Optional[str] = None,
-        batch_size: Union[int, str, None] = 16,
-        n_samples: Union[int, str] = 32,
-        seed: Union[int, str] = 0,
-        max_gen_toks: Union[int, str] = 64,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, pretrained: Optional[str] = None, *, checkpoint: Optional[str] = None,
+                 model: Optional[torch.nn.Module] = None, tokenizer: Any = None, device: Optional[str] = None,
+                 batch_size: Union[int, str, None] = 16, n_samples: Union[int, str] = 32,
+                 seed: Union[int, str] = 0, max_gen_toks: Union[int, str] = 64, **kwargs: Any) -> None:
         super().__init__()
-        path = checkpoint or pretrained
-        if model is None:
-            if path is None:
-                raise ValueError(f"{self.NAME}: give pretrained=CHECKPOINT (or a model object)")
-            from interpscale.models import load_checkpoint
-
-            model, _ = load_checkpoint(path, map_location=device or "cpu")
-        elif device:
-            model = model.to(device)
-        if is_diffusion(model) != self.DIFFUSION:
-            other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"
-            raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
-        if tokenizer is None:
-            if path is None:
-                raise ValueError(f"{self.NAME}: pass tokenizer= with a model object")
-            tokenizer = find_tokenizer(path)
-        self.model = model
-        self.tok = load_tokenizer(tokenizer, add_specials=False)
-        self._device = model_device(model)
-        self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
-        self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
-        self.n_samples = int(n_samples)
-        self.seed = int(seed)
-        self.max_gen_toks = int(max_gen_toks)
         unknown = sorted(set(kwargs) - HARNESS_ARGS)
         if unknown:
             raise ValueError(
                 f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, checkpoint, tokenizer, "
                 f"device, batch_size, n_samples, seed, max_gen_toks"
             )
+        model, tokenizer = _load(checkpoint or pretrained, model, tokenizer, device, self.NAME)
+        if is_diffusion(model) != self.DIFFUSION:
+            other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"
+            raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
+        self.model = model
+        self.tok = load_tokenizer(tokenizer, add_specials=False)
+        self._device = model_device(model)
+        self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
+        self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
+        self.n_samples, self.seed, self.max_gen_toks = int(n_samples), int(seed), int(max_gen_toks)
 
     # --- lm-eval API ------------------------------------------------------------
     def _ll(self, reqs):
@@ -169,31 +157,18 @@ class _InterpscaleLM(LM):
 
 
 @register_model("interpscale-ar")
-class InterpscaleAR(_InterpscaleLM):
-    """AR checkpoints: exact log-likelihoods."""
-
-    DIFFUSION = False
-    NAME = "interpscale-ar"
+class InterpscaleAR(_InterpscaleLM):  # AR checkpoints: exact log-likelihoods
+    DIFFUSION, NAME = False, "interpscale-ar"
 
 
 @register_model("interpscale-diffusion")
-class InterpscaleDiffusion(_InterpscaleLM):
-    """Diffusion checkpoints: Monte Carlo ELBO log-likelihoods with shared mask draws."""
-
-    DIFFUSION = True
-    NAME = "interpscale-diffusion"
+class InterpscaleDiffusion(_InterpscaleLM):  # diffusion: MC ELBO log-likelihoods with shared mask draws
+    DIFFUSION, NAME = True, "interpscale-diffusion"
 
 
 def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _InterpscaleLM:
     """The registered LM matching the checkpoint's (or model's) family."""
-    if model is None:
-        if checkpoint is None:
-            raise ValueError("give a checkpoint path or a model")
-        from interpscale.models import load_checkpoint
-
-        model, _ = load_checkpoint(checkpoint, map_location=kwargs.get("device") or "cpu")
-        if tokenizer is None:
-            tokenizer = find_tokenizer(checkpoint)
+    model, tokenizer = _load(checkpoint, model, tokenizer, kwargs.get("device"), "lm-eval")
     cls = InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR
     return cls(model=model, tokenizer=tokenizer, **kwargs)
 
@@ -211,23 +186,13 @@ def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defau
     return TaskManager(include_path=paths)
 
 
-def run_lm_eval(
-    checkpoint: Union[str, Path, None],
-    tasks: Union[str, Sequence[str]],
-    *,
-    out_dir: Union[str, Path, None],
-    limit: Union[int, float, None] = None,
-    model: Optional[torch.nn.Module] = None,
-    tokenizer: Any = None,
-    include_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
-    num_fewshot: Optional[int] = None,
-    n_samples: int = 32,
-    batch_size: int = 16,
-    device: Optional[str] = None,
-    seed: int = 0,
-    bootstrap_iters: int = 100,
-    allow_builtin: bool = True,
-) -> dict[str, Any]:
+def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[str]], *,
+                out_dir: Union[str, Path, None], limit: Union[int, float, None] = None,
+                model: Optional[torch.nn.Module] = None, tokenizer: Any = None,
+                include_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
+                num_fewshot: Optional[int] = None, n_samples: int = 32, batch_size: int = 16,
+                device: Optional[str] = None, seed: int = 0, bootstrap_iters: int = 100,
+                allow_builtin: bool = True) -> dict[str, Any]:
     """Run lm-eval ``tasks`` (names or a comma list; bundled offline tasks are always
     visible, lm-eval's built-in ones when ``allow_builtin`` and their data is available
     offline) on a checkpoint, or on ``model`` + ``tokenizer`` objects.  Writes

@@ -7,15 +7,11 @@ the splits directly, so nothing touches a dataset hub or its cache.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from interpscale._jsonl import iter_jsonl
+
 HERE = Path(__file__).resolve().parent
-
-
-def _rows(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load_local(data_files: dict | None = None, **_ignored):
@@ -28,17 +24,15 @@ def load_local(data_files: dict | None = None, **_ignored):
         path = Path(rel) if Path(rel).is_absolute() else HERE / rel
         if not path.is_file():
             raise ValueError(f"task data file {path} does not exist")
-        splits[split] = datasets.Dataset.from_list(_rows(path))
+        splits[split] = datasets.Dataset.from_list([row for _, row in iter_jsonl(path)])
     return datasets.DatasetDict(splits)
 
 
 def mc_soft_score(doc: dict, results: list) -> dict:
-    """Per-question accuracy and App. J soft score log P(gold) - log sum_c P(c) from the
+    """Per-question accuracy and App. J soft score (``metrics.mmlu.soft_score``) from the
     harness's per-choice ``(loglikelihood, is_greedy)`` results."""
-    import math
+    from interpscale.metrics.mmlu import soft_score
 
     lls = [float(r[0]) for r in results]
     gold = int(doc["answer"])
-    top = max(lls)
-    lse = top + math.log(sum(math.exp(x - top) for x in lls))
-    return {"acc": float(lls.index(top) == gold), "soft_score": lls[gold] - lse}
+    return {"acc": float(lls.index(max(lls)) == gold), "soft_score": soft_score(lls, gold)}
