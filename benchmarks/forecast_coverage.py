@@ -3,11 +3,12 @@
 For every held-out target (OLMo ladder 7B-4T and 13B-5T: C4 loss and 8 task losses; over-training
 1.4B and 6.9B runs: every corpus and evaluation split; datablations: the runs of the largest
 budget decade) the chosen method is fitted on the smaller runs and asked for the target's loss at
-its (P, D): the raw bootstrap prediction interval and the calibrated one
-(``scaling.forecasting.calibrate``). Prints the before/after coverage table of
-docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
+its (P, D): the raw bootstrap prediction interval and the calibrated one by the rule
+``--calibration`` names (``scaling.calibration``; default: the library's). Prints the coverage
+table of docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
 
     python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv] [--laws]
+                                           [--calibration distance|studentized|studentized-signed]
 
 ``--laws`` uses each study's own published law (registered by ``scaling.law_methods``):
 ``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from interpscale.scaling.forecasting import ForecastOptions, forecast_runs
+from interpscale.scaling.forecasting import CALIBRATIONS, ForecastOptions, forecast_runs
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 MMLU = {"stem": 0.215, "humanities": 0.335, "social_sciences": 0.219, "other": 0.231}  # authors' weights
@@ -82,13 +83,14 @@ def datablations_cases():
 LAWS = {"OLMo ladder": "ladder", "over-training": "overtraining", "datablations": "data-constrained"}
 
 
-def run(n_boot: int, level: float, laws: bool = False) -> pd.DataFrame:
+def run(n_boot: int, level: float, laws: bool = False,
+        calibration: str = ForecastOptions.calibration) -> pd.DataFrame:
     if laws:
         import interpscale.scaling.law_methods  # noqa: F401 (registers the published laws as methods)
     frames = []
     for cases in (ladder_cases(), overtraining_cases(), datablations_cases()):
         for study, metric, train, test in cases:
-            o = ForecastOptions(n_boot=n_boot, level=level, k=6.0)
+            o = ForecastOptions(n_boot=n_boot, level=level, k=6.0, calibration=calibration)
             method = LAWS[study] if laws else "joint"
             f = forecast_runs(train.reset_index(drop=True), test.reset_index(drop=True), method=method, options=o)
             frames.append(f.assign(study=study, metric=metric, method=method))
@@ -122,14 +124,15 @@ def main() -> None:
     ap.add_argument("--level", type=float, default=0.9)
     ap.add_argument("--csv", type=Path)
     ap.add_argument("--laws", action="store_true", help="each study's own published law instead of joint")
+    ap.add_argument("--calibration", choices=CALIBRATIONS, default=ForecastOptions.calibration)
     args = ap.parse_args()
-    f = run(args.n_boot, args.level, args.laws)
+    f = run(args.n_boot, args.level, args.laws, args.calibration)
     if args.csv:
         f.to_csv(args.csv, index=False)
     print(table(f, args.level))
     how = "each study's own law (" + ", ".join(sorted(set(f["method"]))) + ")" if args.laws else "joint method (Eq. 27)"
     print(f"\n{len(f)} held-out targets; {how} fitted on the smaller runs of each study; "
-          f"{args.n_boot} bootstrap replicates; backtest forecasts per fit: "
+          f"{args.n_boot} bootstrap replicates; {args.calibration} calibration; backtest forecasts per fit: "
           f"{int(f['n_backtest'].median()) if len(f) else math.nan} (median)")
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, ForecastMethod, ForecastOptions, register_method
-from interpscale.scaling.forecasting import (calibrate, choose_method, conformal_quantile, forecast_family, forecast_runs,
-                                             model_error)
+from interpscale.scaling.forecasting import (calibrate, choose_method, conformal_quantile, forecast_family,
+                                             forecast_runs)
 
 
 def test_methods_by_name_and_registration():
@@ -26,8 +26,8 @@ def test_methods_by_name_and_registration():
 def test_calibration_grows_with_log_distance_beyond_the_tested_ratios():
     u = np.array([0.01, -0.02, 0.015, 0.012, -0.01])
     r = np.array([2.0, 3.0, 4.0, 6.0, 8.0])
-    inside = model_error(4.0, u, r)
-    far = model_error(80.0, u, r)
+    inside = calibrate(1.0, 1.0, 1.0, 4.0, u, r)[2]
+    far = calibrate(1.0, 1.0, 1.0, 80.0, u, r)[2]
     # scores |u|/ln(max(r, 2)); the half-width is their conformal quantile times ln(ratio)
     q = np.max(np.abs(u) / np.log(np.maximum(r, 2)))  # n = 5 < 9: the small-n fallback, the largest score
     assert inside == pytest.approx(q * math.log(4)) and far == pytest.approx(q * math.log(80))

@@ -1,193 +1,42 @@
-"""Forecast methods by name, the default chosen by backtest, calibrated prediction intervals.
+"""Forecasts by the named methods (``forecast_methods``): the rolling-origin backtest, the
+default method it chooses and intervals calibrated on its errors (``calibration``).
 
-Methods (``METHODS``; ``register_method`` adds one, e.g. the data-constrained, over-training
-and ladder laws of their own modules):
-
-* ``joint`` -- the Chinchilla surface L(P, D) of Eq. 27 (``fit_chinchilla``), at the given
-  (P, D) or at its compute-optimal allocation of C = k P D;
-* ``isoflop-powerlaw`` -- the power law L*(C) = a C^alpha_L of the slice minima (Eq. 26);
-* ``isoflop-saturating`` -- L*(C) = E + A C^-alpha on the same slice minima, fitted by
-  ``fit_bounded`` (E >= 0) with its own bootstrap (the IsoFLOP power law has no irreducible
-  term and is pulled by the steep small-budget minima).
-
-**Choosing the default (rolling origin).** Budgets are the IsoFLOP slices (or, for a table of
-runs without slices, the runs' compute). For each origin k (from the smallest number of budgets
-a method can fit; for run tables from half of the runs, so the errors are those of fits that saw
-much of the data, at most 6 origins) each method is fitted on the budgets up to the k-th and
-forecasts every larger one: the loss-optimal L* of a held-out slice, or a held-out run's loss at its (P, D).
-The extrapolation ratio of a forecast is its compute over the largest fitted compute. The
-default is the method with the lowest mean absolute error over the forecasts at the far end:
-those whose log ratio is at least half the log of the largest ratio the sweep can test, on the
-folds every method forecast (``choose_method``).
-
-**Calibration rule (``calibrate``, ``model_error``; split conformal).** The backtest's
-forecasts of the method give log errors u_i = ln(observed / predicted) at ratios r_i. With
-d(r) = ln(max(r, 2)) the log extrapolation distance (a misestimated exponent gives a log error
-linear in d), each forecast's score is s_i = |u_i| / d(r_i). The calibrated log half-width at a
-target of ratio r is m = q * d(r), q = the split-conformal ``level`` quantile of the s_i (the
-ceil((n+1) level)-th smallest; the largest when n < level / (1 - level)): inside the tested
-ratios the errors are rescaled to the target's distance, beyond them they grow linearly with
-ln(ratio). The interval is pred * exp(-max(b_lo, m)) .. pred * exp(max(b_hi, m)) with b the
-log half-widths of the bootstrap *confidence* interval of the curve (``ForecastMethod.band``;
-the prediction interval for a method without one): the larger, not the sum, since the
-backtest errors already contain the sampling noise the bootstrap shows. The target's own
-error never enters. Without a scored backtest forecast the bootstrap interval stands.
-docs/forecasting.md states the rule and its measured coverage.
+**Rolling origin.** Budgets are the IsoFLOP slices (or, for a table of runs without slices, the
+runs' compute). At each origin (for run tables from half of the runs, so the errors are those of
+fits that saw much of the data; at most 6 origins) each method is fitted on the budgets up to it
+and forecasts every larger one: a held-out slice's loss-optimal L*, or a held-out run's loss at its
+(P, D); the extrapolation ratio is the target's compute over the largest fitted one. The default
+is the method with the lowest mean absolute error at the far end (log ratio at least half the
+largest tested) on the folds every method forecast (``choose_method``). docs/forecasting.md
+states the calibration rules and their measured coverage.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level, jsonable, quiet
-from .bounded import fit_bounded
-from .chinchilla import fit_chinchilla
-from .isoflop import fit_isoflop, slice_minimum
+from .calibration import calibrate, conformal_quantile, spread
+from .forecast_methods import CALIBRATIONS, METHODS, ForecastMethod, ForecastOptions, get_method, register_method
+from .isoflop import slice_minimum
 from .ledger import inputs_hash
-from .tables import (ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, row_groups, select_rows,
+from .tables import (ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows,
                      slice_rows)
 
-__all__ = ["METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast", "calibrate",
-           "choose_method", "conformal_quantile", "fold_forecasts", "forecast_family", "forecast_from_results",
-           "forecast_runs", "forecast_table", "get_method", "model_error", "register_method", "rolling_origin",
-           "unreliable"]
-
-
-@dataclass(frozen=True)
-class ForecastOptions:
-    """What every method's fit reads (one set per forecast, so the backtest refits alike)."""
-
-    loss: str = "loss"
-    n_boot: int = 1000
-    level: float = DEFAULT_LEVEL
-    seed: int = 0
-    grid: str = "coarse"
-    window: int | None = 5
-    tolerance: float | None = SLICE_TOLERANCE
-    k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
-    minimum: str = "parabola"  # how slice minima are read (Eq. 25 parabola vertex or Akima)
-
-
-@dataclass(frozen=True)
-class ForecastMethod:
-    """A named forecast method: ``fit(rows, options)`` -> a fit; ``predict(fit, compute, options,
-    params, tokens)`` -> (prediction, lo, hi) with the fit's bootstrap prediction interval at
-    ``options.level``; optional ``band(fit, compute, options, params, tokens)`` -> (lo, hi) the
-    bootstrap confidence interval of the curve there (what calibration widens; without it, the
-    prediction interval is widened). ``slices``: the method
-    needs IsoFLOP slices (it forecasts L*(C) only); ``min_budgets``: the fewest budgets it fits on."""
-
-    name: str
-    equation: str
-    fit: Callable[[pd.DataFrame, ForecastOptions], Any]
-    predict: Callable[..., tuple[float, float, float]]
-    slices: bool = False
-    min_budgets: int = 3
-    band: Callable[..., tuple[float, float]] | None = None  # None: calibrate from the prediction interval
-
-    def interval(self, fit, compute: float, options: "ForecastOptions", params=None, tokens=None):
-        """What calibration widens: the curve's confidence interval, else the prediction interval."""
-        if self.band is not None:
-            return self.band(fit, compute, options, params, tokens)
-        return self.predict(fit, compute, options, params, tokens)[1:]
-
-
-METHODS: dict[str, ForecastMethod] = {}
-
-
-def register_method(method: ForecastMethod, *, replace_existing: bool = False) -> ForecastMethod:
-    """Add ``method`` to ``METHODS`` under its name (ValueError when taken, unless replacing)."""
-    if method.name in METHODS and not replace_existing:
-        raise ValueError(f"forecast method {method.name!r} is already registered")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> ForecastMethod:
-    if name not in METHODS:
-        raise ValueError(f"unknown forecast method {name!r}; choose from {', '.join(METHODS)}")
-    return METHODS[name]
-
-
-# ---- the three built-in methods ---------------------------------------------------------
-def _fit_joint(rows: pd.DataFrame, o: ForecastOptions):
-    r = rows.dropna(subset=["params", "tokens", o.loss])
-    groups = row_groups(r)  # cluster labels attached to the table (tables.attach_groups): whole runs resampled
-    kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
-    return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, n_boot=o.n_boot, level=o.level,
-                          seed=o.seed, **kw)
-
-
-def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    if params is not None and tokens is not None:
-        lo, hi = fit.predict_interval(params, tokens, o.level, seed=o.seed)
-        return float(fit.predict(params, tokens)), float(lo), float(hi)
-    lo, hi = fit.predict_interval_optimal(compute, o.level, o.k, seed=o.seed)
-    return float(fit.predict_optimal(compute, o.k)), float(lo), float(hi)
-
-
-def _band_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    if params is not None and tokens is not None:
-        lo, hi = fit.band(params, tokens, o.level)
-    else:
-        lo, hi = fit.band_optimal(compute, o.level, o.k)
-    return float(np.ravel(lo)[0]), float(np.ravel(hi)[0])
-
-
-def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
-    r = slice_rows(rows.dropna(subset=["slice_flops", "params", o.loss]), o.tolerance)
-    if r.duplicated(["slice_flops", "params"]).any():  # several runs of one size in a slice: their mean
-        cols = [c for c in ("tokens", o.loss) if c in r.columns]
-        r = r.groupby(["slice_flops", "params"], as_index=False)[cols].mean()
-    return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed,
-                       minimum=o.minimum)
-
-
-def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)["L_star"]
-    return float(fit.power_L.predict(compute)), float(lo), float(hi)
-
-
-def _band_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.band_L(np.array([compute]), o.level)
-    return float(lo[0]), float(hi[0])
-
-
-def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
-    """E + A C^-alpha (Eq. 29's form, E >= 0) on the used slice minima, its own residual bootstrap."""
-    iso = _slice_fit(rows, o, 0)
-    used = iso.slices[iso.slices["used"]]
-    return fit_bounded(used["compute"], used["L_star"], direction="lower", bound=0.0, name="L_star",
-                       n_boot=o.n_boot, level=o.level, seed=o.seed)
-
-
-def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)
-    return float(fit.predict(compute)), float(lo), float(hi)
-
-
-def _band_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.band(np.array([compute]), o.level)
-    return float(lo[0]), float(hi[0])
-
-
-register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,
-                               slices=False, min_budgets=3, band=_band_joint))
-register_method(ForecastMethod("isoflop-powerlaw", "Eq. 26: L*(C) = a C^alpha_L on the slice minima",
-                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw,
-                               slices=True, min_budgets=3, band=_band_powerlaw))
-register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on the slice minima (fit_bounded)",
-                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
+__all__ = ["CALIBRATIONS", "METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast",
+           "calibrate", "calibrated", "choose_method", "conformal_quantile", "fit_flags", "fold_forecasts",
+           "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table", "get_method",
+           "register_method", "rolling_origin"]
 
 
 # ---- rolling origin: the one fold machinery (scaling.backtest runs its schemes on it) ----
 ERROR_COLUMNS = ["method", "quantity", "origin", "held_out", "compute", "ratio", "params", "tokens", "predicted",
-                 "lo", "hi", "observed", "log_error", "status"]
+                 "lo", "hi", "observed", "log_error", "spread", "status"]
 
 
 def _budgets(rows: pd.DataFrame, o: ForecastOptions) -> tuple[str, np.ndarray]:
@@ -243,15 +92,17 @@ def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[in
 
 
 def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: ForecastOptions) -> list[dict]:
-    """The rows of one method's forecast of one target: predicted with its bootstrap PI, the
-    log error; for an IsoFLOP power-law fit also the compute-optimal size P* (Eq. 26)."""
+    """The rows of one method's forecast of one target: predicted with its bootstrap PI, the log
+    error, the fit's bootstrap log spread there (``calibration.spread``; nan without bootstrap);
+    for an IsoFLOP power-law fit also the compute-optimal size P* (Eq. 26)."""
     base = dict(method=name, origin=origin, ratio=t["compute"] / origin, **{k: t[k] for k in (
         "quantity", "held_out", "compute", "params", "tokens", "observed")})
     pred, lo, hi = m.predict(fit, t["compute"], o, t["params"], t["tokens"])
     ok = bool(np.isfinite(pred) and pred > 0)
     status = t["status"] if t["status"] != "ok" else ("ok" if ok else "no finite prediction")
     err = math.log(t["observed"] / pred) if ok and status == "ok" else math.nan
-    out = [dict(base, predicted=pred, lo=lo, hi=hi, log_error=err, status=status)]
+    s = spread(m, fit, t["compute"], o, t["params"], t["tokens"]) if o.n_boot and ok else math.nan
+    out = [dict(base, predicted=pred, lo=lo, hi=hi, log_error=err, spread=s, status=status)]
     if hasattr(fit, "power_P") and t["quantity"] == "L_star":
         P = float(fit.power_P.predict(t["compute"]))
         pi = fit.predict_interval(np.array([t["compute"]]), o.level, seed=o.seed)["P_star"] if o.n_boot else None
@@ -295,11 +146,13 @@ def fold_forecasts(rows: pd.DataFrame, names, options: ForecastOptions, folds, *
 
 def rolling_origin(rows: pd.DataFrame, names, options: ForecastOptions, *, max_origins: int = 6) -> pd.DataFrame:
     """Forecasts of held-out budgets from the smaller ones, for each method in ``names``: at each
-    origin every larger budget is forecast (``fold_forecasts``; point fits: no bootstrap; the
-    joint fit from the coarse start grid). Only the L* / run-loss rows (``quantity``) are kept."""
+    origin every larger budget is forecast (``fold_forecasts``; the joint fit from the coarse start
+    grid; point fits, or ``backtest_boot`` replicates for the spreads of a studentized calibration).
+    Only the L* / run-loss rows (``quantity``) are kept."""
     kind, budgets = _budgets(rows, options)
     names = [m for m in names if kind == "slices" or not get_method(m).slices]
-    o = replace(options, n_boot=0, grid="coarse")  # point fits from the 243-start grid: many refits
+    boot = 0 if options.calibration == "distance" else options.backtest_boot
+    o = replace(options, n_boot=boot, grid="coarse")  # from the 243-start grid: many refits
     folds = [(budgets[:k], budgets[k:]) for k in _origins(kind, budgets, names, max_origins)]
     e = fold_forecasts(rows, names, o, folds, kind=kind)
     return e[e["quantity"] != "P_star"].reset_index(drop=True)
@@ -328,47 +181,17 @@ def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
     return min(score, key=score.get), score
 
 
-def _distance(ratio) -> np.ndarray:
-    """Log extrapolation distance d(r) = ln(max(r, 2)) (a target inside the data counts as 2x)."""
-    return np.log(np.maximum(np.asarray(ratio, float), 2.0))
-
-
-def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
-    """Split-conformal quantile: the ceil((n + 1) * level)-th smallest of the n ``scores``, i.e.
-    the empirical level * (1 + 1/n) quantile (Vovk et al. 2005; Lei et al. 2018, Sec. 2.2). With
-    fewer than level / (1 - level) scores (9 at 90%) that rank exceeds n: the largest score is
-    returned (small-n fallback; its guarantee is only n / (n + 1))."""
-    s = np.sort(np.asarray(scores, float))
-    k = math.ceil((s.size + 1) * check_level(level) - 1e-9)
-    return float(s[min(k, s.size) - 1])
-
-
-def model_error(ratio: float, log_errors, ratios, level: float = DEFAULT_LEVEL) -> float | None:
-    """m: the calibrated half-width on the log scale at ``ratio`` (module docstring) -- the
-    split-conformal ``level`` quantile of the backtest's scores |u_i| / d(r_i), times d(ratio)
-    -- or None without a scored backtest forecast. The target's own error never enters."""
-    u, r = np.asarray(log_errors, float), np.asarray(ratios, float)
-    fin = np.isfinite(u) & np.isfinite(r) & (r > 0)
-    if not fin.any():
-        return None
-    scores = np.abs(u[fin]) / _distance(r[fin])  # log error per unit of log extrapolation distance
-    return conformal_quantile(scores, level) * float(_distance(ratio))
-
-
-def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
-              level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:
-    """(calibrated lo, calibrated hi, model-error half-width m on the log scale) from the
-    bootstrap *confidence* interval (lo, hi) of the curve at the target and the backtest's log
-    errors at ``ratios``: pred * exp(-max(b_lo, m)) .. pred * exp(max(b_hi, m)) with
-    b_lo = ln(pred / lo), b_hi = ln(hi / pred), m = ``model_error``. The larger of the two, not
-    their sum: the backtest errors already hold the sampling noise the bootstrap shows. Without
-    a scored backtest forecast, (lo, hi) comes back unchanged with m = 0."""
-    m = model_error(ratio, log_errors, ratios, level)
-    if m is None or not (predicted > 0 and lo > 0 and hi > 0):
-        return float(lo), float(hi), 0.0
-    b_lo = math.log(predicted / lo) if lo < predicted else 0.0
-    b_hi = math.log(hi / predicted) if hi > predicted else 0.0
-    return predicted * math.exp(-max(b_lo, m)), predicted * math.exp(max(b_hi, m)), m
+def calibrated(m: ForecastMethod, fit, compute: float, o: ForecastOptions, errors: pd.DataFrame, ratio: float,
+               params=None, tokens=None) -> tuple[float, float, float, float, float, float]:
+    """(prediction, bootstrap PI lo, hi, calibrated lo, hi, m) of ``fit`` at the target: ``calibrate``
+    by ``o.calibration`` on the backtest forecasts of ``m`` in ``errors`` (``rolling_origin``)."""
+    pred, lo, hi = m.predict(fit, compute, o, params, tokens)
+    e = errors[(errors["method"] == m.name) & (errors["status"] == "ok")]
+    stud = o.calibration != "distance"
+    cal = calibrate(pred, *m.interval(fit, compute, o, params, tokens), ratio, e["log_error"], e["ratio"], o.level,
+                    spreads=e["spread"] if stud else None, signed=o.calibration == "studentized-signed",
+                    spread=spread(m, fit, compute, o, params, tokens) if stud else None)
+    return (pred, lo, hi, *cal)
 
 
 # ---- one family's forecast --------------------------------------------------------------
@@ -402,6 +225,7 @@ class FamilyForecast:
     tokens: float | None = None
     errors: pd.DataFrame | None = field(default=None, repr=False, compare=False)
     warnings: tuple[str, ...] = ()
+    options: ForecastOptions = field(default_factory=ForecastOptions, repr=False, compare=False)
 
     @property
     def best(self) -> MethodForecast:
@@ -412,6 +236,7 @@ class FamilyForecast:
             "target_compute": self.target_compute, "chosen": self.chosen, "chosen_by": self.chosen_by,
             "level": self.level, "ratio": self.ratio, "max_tested_ratio": self.max_tested_ratio,
             "params": self.params, "tokens": self.tokens, "warnings": list(self.warnings),
+            "calibration": self.options.calibration,
             "methods": {k: {f: getattr(v, f) for f in ("predicted", "raw_lo", "raw_hi", "lo", "hi",
                                                          "backtest_error", "model_sd")}
                         for k, v in self.methods.items()},
@@ -420,7 +245,8 @@ class FamilyForecast:
     def summary(self) -> str:
         pct = round(100 * self.level)
         lines = [f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; the "
-                 f"backtest tested up to {self.max_tested_ratio:.3g}x): {self.chosen} (chosen by {self.chosen_by})",
+                 f"backtest tested up to {self.max_tested_ratio:.3g}x): {self.chosen} (chosen by {self.chosen_by}; "
+                 f"{self.options.calibration} calibration)",
                  f"  {'method':<20}{'forecast':>10}  {pct}% calibrated PI      bootstrap PI         backtest err %"]
         for k, v in self.methods.items():
             err = "—" if v.backtest_error is None else f"{v.backtest_error:.2f}"
@@ -452,58 +278,53 @@ def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _method_forecast(name, rows, target, o, params, tokens, fits):
-    m = get_method(name)
-    fit = (fits or {}).get(name)  # a fit made with the same options elsewhere (e.g. fit_families)
-    if fit is None:
-        with quiet():
-            fit = m.fit(rows, o)
-    pred, lo, hi = m.predict(fit, target, o, params, tokens)
-    return pred, lo, hi, m.interval(fit, target, o, params, tokens), fit
-
-
 def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | None = None,
                     options: ForecastOptions | None = None, params: float | None = None,
                     tokens: float | None = None, methods=None, fits: dict | None = None) -> FamilyForecast:
     """Forecast one family's loss at ``target_compute`` (compute-optimal, or at ``params``/
     ``tokens``) with every applicable method; the default is chosen by ``rolling_origin`` +
-    ``choose_method`` unless ``method`` names one; each interval is calibrated (``calibrate``).
+    ``choose_method`` unless ``method`` names one; each interval is ``calibrated``.
     ``fits``: already made fits by method name (e.g. the family's own), reused as they are."""
     o = options or ForecastOptions(k=flops_per_token_per_param(rows))
-    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
-        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    target = _positive(target_compute)
     if method is not None:
         get_method(method)
-    run_target = params is not None and tokens is not None
     kind, budgets = _budgets(rows, o)
+    run_target = params is not None and tokens is not None
     names = [m for m in (methods or METHODS) if not (get_method(m).slices and (run_target or kind != "slices"))]
     if method is not None and method not in names:
         raise ValueError(f"method {method!r} cannot forecast this target (it needs IsoFLOP slices and forecasts "
                          f"the loss-optimal L*(C) only); applicable: {', '.join(names)}")
     errors = rolling_origin(rows, names, o)
     chosen, score = choose_method(errors, names)
+    ratio = target / (float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max()))
     warnings: list[str] = []
     out = {}
     for name in names:
+        m, fit = get_method(name), (fits or {}).get(name)  # a fit made with the same options elsewhere
         try:
-            pred, lo, hi, ci, fit = _method_forecast(name, rows, float(target_compute), o, params, tokens, fits)
+            if fit is None:
+                with quiet():
+                    fit = m.fit(rows, o)
+            pred, lo, hi, clo, chi, msd = calibrated(m, fit, target, o, errors, ratio, params, tokens)
         except ValueError as exc:
             warnings.append(f"{name}: no forecast ({exc})")
             continue
-        e = errors[(errors["method"] == name) & (errors["status"] == "ok")]
-        c_max = float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max())
-        clo, chi, msd = calibrate(pred, *ci, float(target_compute) / c_max, e["log_error"], e["ratio"], o.level)
         out[name] = MethodForecast(name, pred, lo, hi, clo, chi, score.get(name), msd, fit)
     if not out:
         raise ValueError("no forecast method could fit these rows: " + "; ".join(warnings))
     how = "user" if method else ("backtest" if chosen in out else "fallback (no backtest)")
-    pick = method or (chosen if chosen in out else next(iter(out)))
-    c_max = float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max())
     ok = errors[errors["status"] == "ok"]
-    return FamilyForecast(target_compute=float(target_compute), chosen=pick, chosen_by=how, methods=out,
-                          level=o.level, ratio=float(target_compute) / c_max,
-                          max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan,
-                          params=params, tokens=tokens, errors=errors, warnings=tuple(warnings))
+    return FamilyForecast(target_compute=target, chosen=method or (chosen if chosen in out else next(iter(out))),
+                          chosen_by=how, methods=out, level=o.level, ratio=ratio,
+                          max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan, params=params,
+                          tokens=tokens, errors=errors, warnings=tuple(warnings), options=o)
+
+
+def _positive(target_compute) -> float:
+    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    return float(target_compute)
 
 
 def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warnings) -> pd.DataFrame:
@@ -524,88 +345,68 @@ def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warni
     return df.dropna(subset=["params", "tokens", loss])
 
 
-def unreliable(fit: Any) -> str | None:
-    """Why a fit should not carry a forecast (not converged, L_inf not identified, flagged
-    IsoFLOP intervals), or None."""
-    if getattr(fit, "identified", True) is False:
-        return "not identified (the points do not pin down L_inf, or an exponent is <= 0)"
-    if not getattr(fit, "converged", True):
-        return "not converged"
-    if getattr(fit, "flagged", False):
-        return "unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)"
-    return None
-
-
 def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
                           n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
                           window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
-                          force: bool = False) -> dict:
-    """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``: the method
-    chosen by backtest unless ``method`` names one, calibrated and raw intervals) and return
-    the keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and
-    these options). A fit flagged by :func:`fit_flags` (not identified, not converged) is
-    refused with a ValueError saying why, unless ``force``; then the flags go into ``note``."""
-    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
-        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+                          force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
+    """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
+    keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these
+    options). A fit flagged by :func:`fit_flags` is refused with a ValueError saying why, unless
+    ``force``; then the flags go into ``note``."""
+    _positive(target_compute)
     warnings: list[str] = []
     df = _family_rows(results, family, estimator, annealed, loss, warnings)
     o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
-                        tolerance=tolerance, k=flops_per_token_per_param(df, "flops"))
+                        tolerance=tolerance, k=flops_per_token_per_param(df, "flops"), calibration=calibration)
     fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
-    b = fc.best
-    flag = unreliable(b.fit)
-    if flag and not force:
-        raise ValueError(f"the {fc.chosen} fit of the family is flagged: {flag}; its forecast would mislead: fix "
-                         "the sweep, choose another --method, or pass --force to record it with the flag")
-    if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
-        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
-                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
-                         "add budgets (3 or more IsoFLOP slices) or use another method")
-    flags = fit_flags(b.fit)
+    b, flags = fc.best, fit_flags(fc.best.fit)
     if flags and not force:
         raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
                          "forecast and interval are not to be trusted (pass force=True, CLI --force, to record it "
                          "anyway with the flag stored in its note)")
+    if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
+        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
+                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
+                         "add budgets (3 or more IsoFLOP slices) or use another method")
     options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
                    n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
-                   flops_per_token_per_param=o.k)
+                   flops_per_token_per_param=o.k, calibration=calibration)
     cols = [c for c in ("family", "slice_flops", "flops", "params", "tokens", loss) if c in df.columns]
     return dict(target_compute=float(target_compute), predicted=b.predicted, lo=b.lo, hi=b.hi, raw_lo=b.raw_lo,
                 raw_hi=b.raw_hi, level=o.level, method=fc.chosen, chosen_by=fc.chosen_by, ratio=fc.ratio,
                 backtest={k: v.backtest_error for k, v in fc.methods.items()}, quantity=loss, family=family,
                 params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols),
-                **({"note": "FLAGGED: " + "; ".join(flags)} if flags else {}))
+                calibration=calibration, **({"note": "FLAGGED: " + "; ".join(flags)} if flags else {}))
 
 
 def fit_flags(fit: Any) -> list[str]:
-    """Why a forecast from ``fit`` is not to be trusted: a joint fit that does not identify L∞
-    or its exponents (``identified``, typed on the result), or a fit that did not converge."""
+    """Why a forecast from ``fit`` is not to be trusted: a fit that does not identify L_inf or its
+    exponents (``identified``), did not converge, or has flagged IsoFLOP intervals."""
     out = []
     if getattr(fit, "identified", True) is False:
         why = [w for w in getattr(fit, "warnings", ()) if "identif" in w or "exponent" in w]
         out.append("not identified" + (f" ({why[0]})" if why else ""))
     if getattr(fit, "converged", True) is False:
         out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
+    if getattr(fit, "flagged", False):
+        out.append("unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)")
     return out
 
 
 def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "joint",
                   options: ForecastOptions | None = None) -> pd.DataFrame:
     """Forecasts of new runs at their (``params``, ``tokens``) from ``rows`` (one fit, one
-    rolling-origin backtest): one row per target with the prediction, the bootstrap and the
-    calibrated prediction intervals, the extrapolation ratio and, when ``targets`` carries the
-    ``options.loss`` column, the observation, whether each interval covered it and its widths
-    relative to the observation (``width`` = hi - lo; ``half_width`` = the larger of pred - lo
-    and hi - pred; ``raw_`` for the bootstrap interval). The observation is only scored: the
-    intervals are the same without it."""
+    rolling-origin backtest): per target the prediction, both intervals, the ratio and, when
+    ``targets`` carries the ``options.loss`` column, the observation, whether each interval covered
+    it and its widths relative to it (``width`` = hi - lo; ``half_width`` = the larger of pred - lo
+    and hi - pred; ``raw_``: the bootstrap interval). The intervals never see the observation."""
     o = options or ForecastOptions(k=flops_per_token_per_param(rows))
     m = get_method(method)
     if m.slices:
         raise ValueError(f"method {method!r} forecasts the loss-optimal L*(C), not runs at given (P, D)")
     errors = rolling_origin(rows, [method], o)
-    e = errors[errors["status"] == "ok"]
     with quiet():
         fit = m.fit(rows, o)
     c_max = float(_run_compute(rows, o).max())
@@ -613,10 +414,9 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
     for t in targets.to_dict("records"):
         P, D = float(t["params"]), float(t["tokens"])
         C = float(t["flops"]) if "flops" in t and np.isfinite(t["flops"]) else o.k * P * D
-        pred, lo, hi = m.predict(fit, C, o, P, D)
-        clo, chi, msd = calibrate(pred, *m.interval(fit, C, o, P, D), C / c_max, e["log_error"], e["ratio"], o.level)
-        rec = dict(t, method=method, ratio=C / c_max, predicted=pred, raw_lo=lo, raw_hi=hi, lo=clo, hi=chi,
-                   model_sd=msd, n_backtest=len(e))
+        pred, lo, hi, clo, chi, msd = calibrated(m, fit, C, o, errors, C / c_max, P, D)
+        rec = dict(t, method=method, calibration=o.calibration, ratio=C / c_max, predicted=pred, raw_lo=lo,
+                   raw_hi=hi, lo=clo, hi=chi, model_sd=msd, n_backtest=int((errors["status"] == "ok").sum()))
         if o.loss in t and np.isfinite(t[o.loss]):
             obs = float(t[o.loss])
             rec.update(observed=obs, abs_rel_error=abs(pred / obs - 1), covered_raw=bool(lo <= obs <= hi),

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .data_constrained import fit_data_constrained
-from .forecasting import ForecastMethod, ForecastOptions, register_method
+from .forecast_methods import ForecastMethod, ForecastOptions, register_method
 from .ladder import fit_ladder
 from .overtraining import fit_overtraining
 

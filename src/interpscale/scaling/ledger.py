@@ -92,6 +92,7 @@ class Forecast:
     chosen_by: str = ""  # "backtest" (with the errors in ``backtest``) or "user"
     backtest: dict | None = None  # method -> rolling-origin error (%) at the largest tested ratio
     ratio: float | None = None  # extrapolation ratio of the target over the largest fitted compute
+    calibration: str = ""  # the rule that widened (raw_lo, raw_hi) into (lo, hi) (docs/forecasting.md)
 
     @property
     def error(self) -> float | None:
@@ -182,7 +183,7 @@ class ForecastLedger:
                params: float | None = None, tokens: float | None = None, note: str = "",
                created: str | None = None, raw_lo: float | None = None, raw_hi: float | None = None,
                chosen_by: str = "", backtest: Mapping[str, float] | None = None,
-               ratio: float | None = None) -> Forecast:
+               ratio: float | None = None, calibration: str = "") -> Forecast:
         """Append a forecast (atomically) and return it; its id is a hash of its content."""
         level = check_level(level)
         for name, v in (("target_compute", target_compute), ("predicted", predicted), ("lo", lo), ("hi", hi)):
@@ -198,7 +199,7 @@ class ForecastLedger:
                     tokens=None if tokens is None else float(tokens), note=str(note),
                     raw_lo=None if raw_lo is None else float(raw_lo), raw_hi=None if raw_hi is None else float(raw_hi),
                     chosen_by=str(chosen_by), backtest=None if backtest is None else jsonable(dict(backtest)),
-                    ratio=None if ratio is None else float(ratio))
+                    ratio=None if ratio is None else float(ratio), calibration=str(calibration))
         fid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
         existing = self.load()
         if any(f.id == fid for f in existing):
