@@ -1,11 +1,5 @@
-"""Analytic parameter and FLOP counts (Eq. 23, Eq. 24); pure arithmetic on a ModelConfig.
-
-These never allocate, so the planner can price 5B models; the built model's
-``params_nonembedding()`` / ``flops_per_token()`` call the same functions, and a test
-checks them against ``sum(p.numel())`` of the real modules. The formulas themselves live
-once in :mod:`interpscale.paper` (``concept_module_params``, ``concept_module_flops``,
-``flops_per_token``); this module reads a ModelConfig's fields into them.
-"""
+"""Analytic parameter and FLOP counts (Eq. 23, Eq. 24) of a ModelConfig, without allocating:
+the formulas live once in :mod:`interpscale.paper`; this module reads a config's fields into them."""
 
 from __future__ import annotations
 
@@ -14,10 +8,8 @@ from interpscale.models.config import ModelConfig
 
 
 def backbone_params(cfg: ModelConfig) -> int:
-    """Non-embedding backbone P: attention + SwiGLU + RMSNorm weights (+ final norm).
-
-    Embeddings are tied with the LM head, so nothing of the V×d matrix is counted.
-    """
+    """Non-embedding backbone P: attention + SwiGLU + RMSNorm weights (+ final norm); the V×d
+    embedding is tied with the LM head and not counted."""
     d, hd = cfg.d_model, cfg.head_dim
     q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
     attn = d * q_dim + 2 * d * kv_dim + q_dim * d  # Wq, Wk, Wv, Wo (no biases)
@@ -30,6 +22,12 @@ def concept_params(cfg: ModelConfig) -> int:
     """Concept-module parameters, 2dn + 2dR + 2Rm (factorised U) or 2dn + 2dm (dense U);
     see ``paper.concept_module_params``, which reproduces Table 23's "+Concept total"."""
     return paper.concept_module_params(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
+
+
+def params_cfg(cfg: ModelConfig, *, concept: bool) -> int:
+    """Non-embedding P: the backbone, plus the concept module when ``concept`` (Table 23's
+    "+Concept total"); equals the built model's parameters except the tied embedding."""
+    return backbone_params(cfg) + (concept_params(cfg) if concept else 0)
 
 
 def concept_flops(cfg: ModelConfig) -> float:

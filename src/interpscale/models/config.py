@@ -1,4 +1,4 @@
-"""Size presets (Table 23 plus tiny CPU sizes) and the one config record every Steerling family uses."""
+"""Size presets (Table 23 plus tiny CPU sizes) and the one config rule every family follows."""
 
 from __future__ import annotations
 
@@ -6,20 +6,19 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
 from interpscale import paper
-from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID
+from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 PAPER_N_CONCEPTS = paper.N_KNOWN  # Table 25: n, shared across all sizes
-PAPER_VOCAB = paper.VOCAB_SIZE  # §4.5.2: cl100k_base + special tokens
+SPECIAL_ID_FIELDS = tuple(f"{k}_id" for k in SPECIAL_IDS)  # pad_id, eos_id, eoc_id, mask_id
 
 
 @dataclass(frozen=True)
 class SizePreset:
-    """One backbone size. ``paper_params`` is Table 23's backbone P (None for CPU presets).
+    """One backbone size; ``paper_params`` is Table 23's backbone P (None for CPU presets).
 
-    ``n_kv_heads`` reproduces Table 23's counts: its P values equal L·(14d² + 2d·d_kv),
-    i.e. SwiGLU (ratio 4) plus grouped-query attention with two KV heads of width 128
-    (three at 3B); see docs/models.md for the derivation and the 5B exception.
-    """
+    ``n_kv_heads`` reproduces Table 23's counts: P = L·(14d² + 2d·d_kv), i.e. SwiGLU (ratio 4)
+    plus grouped-query attention with two KV heads of width 128 (three at 3B); docs/models.md
+    has the derivation and the 5B exception."""
 
     name: str
     n_layers: int
@@ -29,7 +28,7 @@ class SizePreset:
     paper_params: Optional[int] = None
     paper_concept_total: Optional[int] = None
     # defaults that make sense at this scale (overridable per model)
-    vocab_size: int = PAPER_VOCAB
+    vocab_size: int = paper.VOCAB_SIZE  # §4.5.2: cl100k_base + special tokens
     max_seq_len: int = 4096
     block_size: int = 64
     n_concepts: int = PAPER_N_CONCEPTS
@@ -53,12 +52,6 @@ def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> SizePreset:
 PAPER_HEADS = {"10M": (4, 2), "25M": (4, 2), "85M": (6, 2), "200M": (8, 2), "400M": (10, 2), "800M": (14, 2),
                "1.5B": (18, 2), "3B": (24, 3), "5B": (30, 30)}  # size -> (n_heads, n_kv_heads)
 
-
-def _paper(name: str) -> SizePreset:
-    L, d, P, total = paper.TABLE23[name]
-    return SizePreset(name, L, d, *PAPER_HEADS[name], P, total)
-
-
 SIZES: dict[str, SizePreset] = {
     p.name: p
     for p in (
@@ -67,39 +60,80 @@ SIZES: dict[str, SizePreset] = {
         _tiny("tiny", 3, 96, 3),  # ≈ 444k
         _tiny("mini", 4, 128, 4),  # ≈ 1.05M
         _tiny("small", 5, 160, 5),  # ≈ 2.05M
-        *(_paper(name) for name in paper.TABLE23),
+        *(SizePreset(name, L, d, *PAPER_HEADS[name], P, total) for name, (L, d, P, total) in paper.TABLE23.items()),
     )
 }
 PAPER_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is not None)
 TINY_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is None)
 
 
+def preset(size: str) -> SizePreset:
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
+    return SIZES[size]
+
+
 def renamed(fields_: dict[str, Any]) -> dict[str, Any]:
     """Config fields under today's names: ``mask_token_id`` (configs saved before the
-    special-id fields existed) is ``mask_id``. Every family's config reads through this."""
+    special-id fields existed) is ``mask_id``."""
     out = dict(fields_)
     if "mask_token_id" in out:
         out.setdefault("mask_id", out.pop("mask_token_id"))
     return out
 
 
-def derived_heads(preset: SizePreset, d_model: int) -> int:
-    """Heads for a width that overrides ``preset``'s (every family's rule): keep the preset's
-    head width where it divides ``d_model``, else heads of width 32, else one head."""
-    hd = preset.head_dim
+def derived_heads(p: SizePreset, d_model: int) -> int:
+    """Heads for a width that overrides the preset's: keep its head width where it divides
+    ``d_model``, else heads of width 32, else one head."""
+    hd = p.head_dim
     if d_model % hd == 0 and d_model >= hd:
         return d_model // hd
     return max(1, d_model // 32) if d_model % 32 == 0 else 1
 
 
-@dataclass
-class ModelConfig:
-    """Everything needed to rebuild a Steerling-family model (asdict-able, JSON-able).
+class ConfigRecord:
+    """The rule every family's config dataclass follows: positive sizes, whole heads and KV
+    groups, special ids inside the vocabulary, ``to_dict`` / ``from_dict`` (old names read
+    through :func:`renamed`) and ``mask_token_id``, the old name of ``mask_id``."""
 
-    Defaults follow App. G: post-norm RMSNorm, QK-norm, RoPE base 5e5, SwiGLU ratio 4,
-    no biases, clip_qkv 10, tied embeddings, dropout 0; CDLM block 64, t ~ U(0.05, 0.95);
-    concept module per Table 25 (stable) and Table 26 (anneal).
-    """
+    def check(self, *positive: str) -> None:
+        for name in positive:
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"{self.family}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % getattr(self, "n_kv_heads", 1):
+            raise ValueError(f"{self.family}: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+        for name in SPECIAL_ID_FIELDS:
+            if not 0 <= int(getattr(self, name)) < self.vocab_size:
+                raise ValueError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
+                                 f"vocab_size={self.vocab_size}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.mask_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        data = renamed(data)
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
+        return cls(**data)
+
+
+@dataclass
+class ModelConfig(ConfigRecord):
+    """A Steerling-family model's config. Defaults follow App. G: post-norm RMSNorm, QK-norm, RoPE
+    base 5e5, SwiGLU ratio 4, no biases, clip_qkv 10, tied embeddings, dropout 0; CDLM block 64,
+    t ~ U(0.05, 0.95); concept module per Table 25 (stable) and Table 26 (anneal)."""
 
     family: str
     size: str
@@ -157,38 +191,20 @@ class ModelConfig:
     anneal_alpha_unknown: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size", "max_seq_len", "block_size"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
-        if (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"head_dim={self.d_model // self.n_heads} must be even for RoPE")
+        self.check("n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size", "max_seq_len", "block_size",
+                   "loss_chunk_tokens")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
         if not 0.0 <= self.t_min < self.t_max <= 1.0:
             raise ValueError(f"need 0 <= t_min < t_max <= 1, got t_min={self.t_min}, t_max={self.t_max}")
         if self.mask_schedule not in ("uniform", "gaussian"):
             raise ValueError(f"mask_schedule must be 'uniform' or 'gaussian', got {self.mask_schedule!r}")
         if self.indep_terms not in (1, 2):
             raise ValueError(f"indep_terms must be 1 or 2, got {self.indep_terms!r}")
-        for name in ("pad_id", "eos_id", "eoc_id", "mask_id"):
-            if not 0 <= int(getattr(self, name)) < self.vocab_size:
-                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is not a token id of vocab_size={self.vocab_size}")
-        if int(self.loss_chunk_tokens) <= 0:
-            raise ValueError(f"ModelConfig.loss_chunk_tokens must be positive, got {self.loss_chunk_tokens!r}")
         if self.n_concepts < 0:
             raise ValueError(f"n_concepts must be >= 0, got {self.n_concepts}")
         self.gauss_center = tuple(self.gauss_center)  # JSON round-trips tuples as lists
         self.anneal_alpha_known = tuple(self.anneal_alpha_known)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def mask_token_id(self) -> int:  # the name used before the special-id fields existed
-        return self.mask_id
 
     @property
     def n_unknown(self) -> int:
@@ -198,29 +214,13 @@ class ModelConfig:
     def mlp_hidden(self) -> int:
         return int(self.mlp_ratio * self.d_model)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        data = renamed(data)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields: {unknown}")
-        return cls(**data)
-
 
 def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
     """The config of ``family`` at preset ``size`` with ``overrides`` applied (no allocation)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
-    p = SIZES[size]
-    base = ModelConfig(
-        family=family, size=size, n_layers=p.n_layers, d_model=p.d_model, n_heads=p.n_heads,
-        n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
-        block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank,
-    )
+    p = preset(size)
+    base = ModelConfig(family=family, size=size, n_layers=p.n_layers, d_model=p.d_model, n_heads=p.n_heads,
+                       n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
+                       block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank)
     overrides = renamed(overrides)
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)

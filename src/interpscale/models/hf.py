@@ -1,37 +1,22 @@
 """Hugging Face architectures as families: ``hf:<model_type>`` (``hf:llama``, ``hf:qwen2``,
 ``hf:gpt_neox``, ``hf:qwen3``; :func:`register_hf_family` adds another ``model_type``).
 
-Each is built from a size preset with ``AutoConfig.for_model(model_type, ...)`` and
-``AutoModelForCausalLM.from_config`` — never a hub download — and wrapped in
-:class:`HFCausalLM`, which satisfies the model protocol (``models.protocol``):
-
-- **shape** from ``SIZES`` (Table 23: layers L, width d, heads, KV heads) with the MLP width
-  of our families, 4d (``d_ff``); the vocabulary and the special-token ids from the injected
-  ``DataFields``; RoPE base 5e5, norm eps 1e-6, init std 0.02 and tied embeddings as App. G.
-  ``hf = {...}`` passes further keyword arguments to the Hugging Face config;
-- **loss** ``loss(batch, step)``: Eq. 1 through the same chunked LM head + cross-entropy as
-  ``ar`` (``objectives.chunked_cross_entropy`` on the decoder's last hidden state and the
-  output embedding), so [tokens, V] logits are never all alive at once;
-- **blocks**: the decoder layers (one FSDP2 unit / activation-checkpointing unit each);
-- **pricing**: Eq. 23, M = 6P + 12·L·d·N with P the non-embedding parameters counted from
-  the config (``llama``, ``qwen2``, ``gpt_neox``; ``attention_bias`` / ``mlp_bias`` of
-  ``llama`` understood), else — another ``model_type`` or other ``hf`` keys — measured on
-  the meta device (``models.pricing``);
-- **saving**: the trainer's checkpoints hold the wrapper's weights (``load_checkpoint``
-  rebuilds it from its config); :func:`export_pretrained` writes a checkpoint (or a model) as a
-  directory that ``AutoModelForCausalLM.from_pretrained(dir)`` loads (``config.json`` +
-  ``model.safetensors``).
-
-``transformers`` is imported only when a model is built or exported: without the ``hf``
-extra the families are registered and priced, and building one says to
-``pip install 'interpscale[hf]'``.
+Each is built with ``AutoConfig.for_model`` + ``AutoModelForCausalLM.from_config`` (never a hub
+download) from a ``SIZES`` preset (Table 23's L, d, heads, KV heads; MLP width 4d), the
+``DataFields``' vocabulary and special ids, and App. G's RoPE base, norm eps, init std and tied
+embeddings (``hf = {...}`` passes further config arguments). :class:`HFCausalLM` trains Eq. 1
+through ``ar``'s chunked LM head + cross-entropy and exposes the decoder layers as ``blocks``.
+Pricing is Eq. 23 from the config where :func:`analytic_params` knows the architecture, else
+measured (``models.pricing``); :func:`export_pretrained` writes a directory
+``AutoModelForCausalLM.from_pretrained`` loads. ``transformers`` is imported only to build or
+export: without the ``hf`` extra the families are registered and priced.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any, Optional
@@ -41,14 +26,14 @@ import torch.nn as nn
 
 from interpscale import paper
 from interpscale.errors import UserError
-from interpscale.models.config import SIZES, derived_heads, renamed
-from interpscale.models.objectives import IGNORE, ar_targets, chunked_cross_entropy
+from interpscale.models.config import ConfigRecord, derived_heads, preset, renamed
+from interpscale.models.objectives import ar_targets, head_loss
+from interpscale.models.pricing import measure
 from interpscale.models.protocol import DataFields, FamilyModel
 from interpscale.models.registry import register_family
 from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, LossOutput, ModelOutput
 
 PREFIX = "hf:"
-INSTALL_HINT = "pip install 'interpscale[hf]'"
 ANALYTIC_TYPES = ("llama", "qwen2", "gpt_neox")  # P from the config (Eq. 23); others are measured
 MEASURED_TYPES = ("qwen3",)
 NEOX_STYLE = ("gpt_neox",)  # LayerNorm, biases, no grouped-query attention
@@ -61,17 +46,15 @@ def require_transformers():
         import transformers
     except ImportError as exc:
         raise UserError(f"the hf: families need the optional package 'transformers' ({exc}); "
-                        f"install it with: {INSTALL_HINT}") from exc
+                        "install it with: pip install 'interpscale[hf]'") from exc
     return transformers
 
 
 @dataclass
-class HFConfig:
-    """Everything needed to rebuild an ``hf:`` model (JSON-able; checkpoints store it).
-
-    Our names (the rule every family's config follows: ``d_model``, ``n_layers``,
-    ``vocab_size``, ``pad_id`` ...) map onto the Hugging Face config in :func:`hf_kwargs`;
-    ``hf`` holds extra keyword arguments for ``AutoConfig.for_model`` and wins over them."""
+class HFConfig(ConfigRecord):
+    """An ``hf:`` model's config under our names (``config.ConfigRecord``'s rule), mapped onto
+    the Hugging Face config by :func:`hf_kwargs`; ``hf`` holds extra ``AutoConfig.for_model``
+    arguments, which win."""
 
     family: str
     size: str
@@ -96,34 +79,13 @@ class HFConfig:
     hf: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len",
-                     "loss_chunk_tokens"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"{self.family}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"{self.family}: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+        self.check("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len",
+                   "loss_chunk_tokens")
         if self.model_type in NEOX_STYLE and self.n_kv_heads != self.n_heads:
             raise ValueError(f"{self.family}: {self.model_type} has no grouped-query attention; "
                              f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
-        for name in ("pad_id", "eos_id", "eoc_id", "mask_id"):
-            if not 0 <= int(getattr(self, name)) < self.vocab_size:
-                raise ValueError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
-                                 f"vocab_size={self.vocab_size}")
         if not isinstance(self.hf, dict):
             raise ValueError(f"{self.family}: hf must be a table of Hugging Face config arguments, got {self.hf!r}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HFConfig":
-        return cls(**renamed(data))
 
 
 CONFIG_FIELDS = frozenset(f.name for f in fields(HFConfig)) - {"family", "size", "model_type"} | {"mlp_ratio"}
@@ -134,9 +96,7 @@ def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **over
     the preset's shape, the data's vocabulary and special ids, then the overrides. A width
     without heads keeps the preset's head width (``config.derived_heads``); KV heads are the
     preset's at its head count, else one per head; ``d_ff`` defaults to ``mlp_ratio`` (4) × d."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
-    model_type, p = family[len(PREFIX):], SIZES[size]
+    model_type, p = family[len(PREFIX):], preset(size)
     kw = {**data.config_fields(concept=False), **renamed(overrides)}
     unknown = sorted(set(kw) - CONFIG_FIELDS)
     if unknown:
@@ -188,23 +148,17 @@ def analytic_params(c: HFConfig) -> Optional[int]:
 
 
 def _params(family: str, size: str, **kw: Any) -> int:
-    c = hf_config(family, size, **kw)
-    P = analytic_params(c)
-    if P is None:
-        from interpscale.models.pricing import measure
-
-        return measure(family, size, None, **kw).params
-    return P
+    P = analytic_params(hf_config(family, size, **kw))
+    return measure(family, size, None, **kw).params if P is None else P
 
 
 def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
     """Eq. 23: 6P + 12·L·d·N (attention at the model width d = heads × head width)."""
     c = hf_config(family, size, **kw)
-    if analytic_params(c) is None:
-        from interpscale.models.pricing import measure
-
+    P = analytic_params(c)
+    if P is None:
         return float(measure(family, size, seq_len, **kw).flops_per_token)
-    return paper.flops_per_token(_params(family, size, **kw), c.n_layers, c.n_heads * c.head_dim, seq_len)
+    return paper.flops_per_token(P, c.n_layers, c.n_heads * c.head_dim, seq_len)
 
 
 # ---- the model ---------------------------------------------------------------------------------
@@ -225,7 +179,6 @@ class HFCausalLM(FamilyModel):
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "HFCausalLM":
-        """Rebuild from ``config.to_dict()`` (``load_checkpoint``)."""
         return cls(HFConfig.from_dict(cfg))
 
     def blocks(self) -> list[nn.Module]:
@@ -253,9 +206,8 @@ class HFCausalLM(FamilyModel):
         tokens, valid = batch.tokens.long(), batch.valid
         h = self.hf.base_model(input_ids=tokens, attention_mask=_meta_mask(tokens), use_cache=False).last_hidden_state
         targets = ar_targets(tokens, None if valid is None else valid.bool())
-        n = (targets != IGNORE).sum()
         weight = self.hf.get_output_embeddings().weight
-        lm = chunked_cross_entropy(h, weight, targets, self.config.loss_chunk_tokens) / n.clamp(min=1)
+        lm, n = head_loss(h, weight, targets, self.config.loss_chunk_tokens)
         return LossOutput(total=lm, parts={"lm": lm.detach(), "total": lm.detach()}, n_tokens=n)
 
 

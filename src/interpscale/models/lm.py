@@ -13,20 +13,16 @@ from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
                                         reconstruction_loss)
 from interpscale.models.config import ModelConfig
-from interpscale.models.objectives import (IGNORE, alpha_schedule, ar_targets, chunked_cross_entropy, mask_tokens,
-                                           mdm_targets, sample_noise_levels)
+from interpscale.models.objectives import (alpha_schedule, ar_targets, head_loss, mask_tokens, mdm_targets,
+                                           sample_noise_levels)
 from interpscale.models.registry import get_family
 from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
 
 
 class SteerlingLM(nn.Module):
-    """Backbone (+ concept module) + tied LM head.
-
-    ``forward(tokens, *, chunk_ids=None, chunk_labels=None) -> ModelOutput``; for the
-    diffusion families the caller puts [MASK] (``config.mask_id``) where tokens are masked and T must be
-    a multiple of ``config.block_size``. ``loss(batch, step)`` does the family's own
-    masking / teacher forcing. See :meth:`generate` for sampling and steering.
-    """
+    """Backbone (+ concept module) + tied LM head. For the diffusion families the caller of
+    ``forward`` puts [MASK] (``config.mask_id``) where tokens are masked, and T is a multiple of
+    ``config.block_size``; ``loss(batch, step)`` does the family's own masking / teacher forcing."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -52,10 +48,7 @@ class SteerlingLM(nn.Module):
 
     # --- accounting ---------------------------------------------------------------
     def params_nonembedding(self) -> int:
-        """Backbone P (+ concept module for concept families), analytically; equals the
-        sum over every parameter except the tied token embedding."""
-        c = self.config
-        return accounting.backbone_params(c) + (accounting.concept_params(c) if self.is_concept else 0)
+        return accounting.params_cfg(self.config, concept=self.is_concept)
 
     def flops_per_token(self, seq_len: int) -> float:
         return accounting.flops_per_token_cfg(self.config, seq_len, concept=self.is_concept)
@@ -110,9 +103,8 @@ class SteerlingLM(nn.Module):
         return chunk_ids.long(), chunk_labels
 
     def check_batch(self, batch: Any) -> None:
-        """Validate a training batch on the host (token range, shapes, concept labels, that
-        the LM loss has positions to average over). The trainer calls this once per batch;
-        :meth:`loss` itself only checks what is known without reading tensor values."""
+        """Validate a training batch on the host, once per batch (the trainer calls it): token
+        range, shapes, concept labels, and that the LM loss has positions to average over."""
         if not isinstance(batch, Batch):
             raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
         tokens = self.check_tokens(batch.tokens)
@@ -177,11 +169,8 @@ class SteerlingLM(nn.Module):
 
     # --- training loss ------------------------------------------------------------
     def loss(self, batch: Batch, step: int) -> LossOutput:
-        """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15).
-
-        No host reads: ``torch.compile(model.loss, fullgraph=True)`` captures one graph.
-        Values are validated by :meth:`check_batch`; here only shapes are checked.
-        """
+        """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15). No host
+        reads (one ``torch.compile(fullgraph=True)`` graph): values are :meth:`check_batch`'s job."""
         if not isinstance(batch, Batch):
             raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
         tokens, valid, cfg = batch.tokens.long(), batch.valid, self.config
@@ -201,8 +190,7 @@ class SteerlingLM(nn.Module):
         h = self.backbone(x_t, kind=self.attn_kind)
         p = None if self.concept is None else self._concept(h, chunk_ids, chunk_labels, step, need_acts=False)
         head_in = h if p is None else p.known + p.unknown + p.residual  # Eq. 5
-        n = (targets != IGNORE).sum()
-        lm = chunked_cross_entropy(head_in, self.lm_head, targets, cfg.loss_chunk_tokens) / n.clamp(min=1)
+        lm, n = head_loss(head_in, self.lm_head, targets, cfg.loss_chunk_tokens)
         total, parts = lm, {"lm": lm.detach()}
         if p is not None:
             total = total + self._concept_losses(p, chunk_ids, chunk_labels, masked, valid, parts)
@@ -236,14 +224,7 @@ class SteerlingLM(nn.Module):
         return KVCache(self.config, batch, max_len, w.device, w.dtype)
 
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
-        """Sample a continuation; returns [B, P + max_new_tokens] ids.
-
-        ``generate(prompt_ids, max_new_tokens, *, temperature=1.0, top_k=None, steer=None,
-        use_cache=True, steps_per_block=None, seed=None, generator=None)``: AR sampling
-        with a KV cache, or CDLM block-by-block confidence-based denoising with the cache
-        across blocks. ``steer`` is a :class:`interpscale.models.steering.Steering`
-        (amplify or suppress a concept, Eqs. 18–21). ``temperature=0`` is greedy.
-        """
+        """[B, P + max_new_tokens] ids; ``kwargs`` and the sampling are :func:`models.generation.generate`'s."""
         from interpscale.models.generation import generate
 
         return generate(self, prompt_ids, max_new_tokens, **kwargs)

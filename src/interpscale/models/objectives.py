@@ -61,6 +61,13 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
     return total
 
 
+def head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+              chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean CE of the tied LM head h·Wᵀ over the targets that are not IGNORE, their number)."""
+    n = (targets != IGNORE).sum()
+    return chunked_cross_entropy(h, weight, targets, chunk) / n.clamp(min=1), n
+
+
 def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1 from logits: (mean next-token CE over valid pairs, number of pairs)."""
     target = ar_targets(tokens, valid)

@@ -1,23 +1,12 @@
 """Measured pricing: parameters and FLOPs of a family that gives no formula, on the meta device.
 
-The rule (docs/own-model.md, "Pricing"):
-
-- **parameters** P = every parameter of the built module except the token embeddings
-  (``nn.Embedding`` weights, which a tied LM head shares), each counted once;
-- **FLOPs per training token** M = the matrix-multiply FLOPs that
-  ``torch.utils.flop_counter.FlopCounterMode`` counts in one ``loss(batch, 0)`` forward and
-  ``backward`` of a ``[1, seq_len]`` batch, divided by ``seq_len``, with two corrections
-  that make it Eq. 23's quantity:
-  (1) every ``scaled_dot_product_attention`` call is priced at Eq. 23's attention term,
-  12·d_attn·N per token (QKᵀ and AV over the full N×N, forward + backward), whatever
-  kernel would run (the counter sees a CPU fused kernel as nothing and the math path as
-  its matmuls); summed over L layers of width d this is 12·L·d·N;
-  (2) the LM head, 6·d·V (Eq. 23 leaves it out; the planner adds it as ``M_head``), is
-  taken off where the module's config names ``d_model`` and ``vocab_size``.
-
-The model is built once per (family, size, data, overrides) on the meta device: no memory,
-no kernels, and a 5B plugin prices in about a second. Elementwise work (norms, activations,
-softmax) is not counted, as in Eq. 23.
+The rule (docs/own-model.md, "Pricing"): P = every parameter except the token embeddings
+(``nn.Embedding`` weights, which a tied head shares), each counted once; M = the matmul FLOPs
+``FlopCounterMode`` counts in one ``loss(batch, 0)`` forward + backward of a ``[1, seq_len]``
+batch, per token, with every ``scaled_dot_product_attention`` call priced at Eq. 23's 12·d·N
+per token (whatever kernel would run) and the LM head's 6·d·V taken off (Eq. 23 leaves it
+out; the planner adds it as ``M_head``). Elementwise work is not counted, as in Eq. 23. One
+meta build per (family, size, data, overrides): no memory, a 5B plugin prices in a second.
 """
 
 from __future__ import annotations
@@ -35,6 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from interpscale import paper
 from interpscale.models.protocol import DataFields
+from interpscale.models.registry import build_model, flops_per_token, get_family, params_nonembedding
 from interpscale.models.types import Batch
 
 BUILDS = {"count": 0}  # meta builds made in this process (the planner's tests read it)
@@ -42,8 +32,8 @@ BUILDS = {"count": 0}  # meta builds made in this process (the planner's tests r
 
 @dataclass(frozen=True)
 class Measured:
-    """A measured price: non-embedding ``params``; ``flops_per_token`` (None when no
-    sequence length was asked for); ``attention`` the Eq. 23 term it holds."""
+    """Non-embedding ``params``, ``flops_per_token`` (None without a sequence length) and the
+    Eq. 23 ``attention`` term it holds."""
 
     params: int
     flops_per_token: Optional[float] = None
@@ -98,26 +88,19 @@ def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> tup
     counter, attention = FlopCounterMode(display=False), _AttentionAsEq23()
     with counter, attention:
         model.loss(_batch(model, seq_len, concept), 0).total.backward()
-    cfg = getattr(model, "config", None)
-    d, V = getattr(cfg, "d_model", None), getattr(cfg, "vocab_size", None)
-    head = 6.0 * d * V if d and V else 0.0
     total = counter.get_total_flops() + attention.flops
-    return total / seq_len - head, attention.flops / seq_len
+    return total / seq_len - _head_flops(getattr(model, "config", None)), attention.flops / seq_len
 
 
 def _key(family: str, data: DataFields, overrides: dict[str, Any]) -> str:
     """The cache key of one build: its arguments and the builder registered now (a family
     registered again with ``overwrite=True`` is measured again)."""
-    from interpscale.models.registry import get_family
-
     return json.dumps({"builder": id(get_family(family).builder), "data": data.to_dict(), "overrides": overrides},
                       sort_keys=True, default=str)
 
 
 @lru_cache(maxsize=256)
 def _measure(family: str, size: str, key: str) -> tuple[nn.Module, int]:
-    from interpscale.models.registry import build_model
-
     args = json.loads(key)
     BUILDS["count"] += 1  # lru_cache: once per (family, size, arguments)
     with torch.device("meta"):
@@ -137,8 +120,6 @@ def measure(family: str, size: str, seq_len: Optional[int], *, data: DataFields 
 
 @lru_cache(maxsize=1024)
 def _flops(family: str, size: str, key: str, seq_len: int) -> tuple[float, float]:
-    from interpscale.models.registry import get_family
-
     model, _ = _measure(family, size, key)
     model.zero_grad(set_to_none=True)
     return count_flops(model, seq_len, concept=get_family(family).is_concept)
@@ -147,10 +128,8 @@ def _flops(family: str, size: str, key: str, seq_len: int) -> tuple[float, float
 # ---- what the planner asks ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Price:
-    """One (family, size) as the planner prices it: non-embedding ``params`` P, ``flops_per_token``
-    M (Eq. 23/24, or measured), the LM head's ``head_flops`` (6·d·V, which Eq. 23 leaves out),
-    the concept count the model is built with (0 for families without concepts) and ``how``
-    M and P were obtained: "analytic" (the family's formulas) or "measured" (this module's rule)."""
+    """One (family, size) as the planner prices it: P, M (Eq. 23/24, or measured), the LM head's
+    6·d·V, the concept count it is built with (0 without concepts) and ``how``: "analytic" or "measured"."""
 
     params: int
     flops_per_token: float
@@ -162,8 +141,6 @@ class Price:
 def model_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> Any:
     """The config ``build_model`` would give the model, without allocating: the family's
     ``config_fn``, else read off its (cached) meta build."""
-    from interpscale.models.registry import get_family
-
     spec = get_family(family)
     if spec.config_fn is not None:
         return spec.config_fn(size, data=data, **overrides)
@@ -173,7 +150,10 @@ def model_config(family: str, size: str, *, data: DataFields = DataFields(), **o
 def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> float:
     """Forward + backward FLOPs per token of the d × V LM head, 2dV + 4dV (not in Eq. 23), read
     from the family's config (``d_model``, ``vocab_size``); 0 when the config names neither."""
-    cfg = model_config(family, size, data=data, **overrides)
+    return _head_flops(model_config(family, size, data=data, **overrides))
+
+
+def _head_flops(cfg: Any) -> float:
     d, V = getattr(cfg, "d_model", None), getattr(cfg, "vocab_size", None)
     return 6.0 * d * V if d and V else 0.0
 
@@ -181,8 +161,6 @@ def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **
 def price(family: str, size: str, seq_len: int, *, data: DataFields = DataFields(), **overrides: Any) -> Price:
     """P, M, the head's FLOPs and the concept count of ``family``/``size`` as trained with ``data``;
     a family without formulas is built once per size on the meta device (``measure``)."""
-    from interpscale.models.registry import flops_per_token, get_family, params_nonembedding
-
     spec = get_family(family)
     cfg = model_config(family, size, data=data, **overrides)
     n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0

@@ -1,27 +1,9 @@
-"""The model protocol: what the trainer, the evaluator, the planner and checkpointing need.
-
-Required of a family (see docs/own-model.md):
-
-- a **builder** ``builder(size, *, data: DataFields, **overrides) -> model``: ``size`` names
-  a ``SIZES`` preset (or the family's own), ``data`` carries what the data decides (the
-  vocabulary size, the concept count, the special-token ids; a field left ``None`` means
-  the family's default) and ``overrides`` are the family's own config fields
-  (``[model.<family>]`` in a preset);
-- a model with ``loss(batch, step) -> LossOutput`` and a ``config`` record with ``family``,
-  ``size`` and ``to_dict()`` (checkpoints store it).
-
-Optional, with the defaults of :class:`FamilyModel` (and of the module-level helpers below,
-which the trainer calls so that any object with a ``loss`` works):
-
-- ``check_batch(batch)`` — raise ``ValueError`` for a batch the model cannot take (default: none);
-- ``set_phase(PhaseSchedule)`` — stable / anneal (default: stored as ``model.phase``);
-- ``params_nonembedding()`` / ``flops_per_token(seq_len)`` — default: the registry's count
-  (the family's formulas, else measured on the meta device; ``models.pricing``);
-- ``generate(tokens, max_new_tokens, *, temperature, seed)`` — default: autoregressive
-  sampling from ``forward(tokens).logits``;
-- ``blocks`` — the transformer blocks, one FSDP unit / activation-checkpointing unit each:
-  an ``nn.ModuleList`` attribute or a method returning the blocks (default, :func:`find_blocks`:
-  the first ``nn.ModuleList`` whose attribute path ends in ``blocks``, e.g. ``backbone.blocks``).
+"""The model protocol: what the trainer, the evaluator, the planner and checkpointing need
+(docs/own-model.md). Required: a builder ``builder(size, *, data: DataFields, **overrides)``
+and a model with ``loss(batch, step) -> LossOutput`` and a ``config`` (``family``, ``size``,
+``to_dict()``). Optional, with the defaults of :class:`FamilyModel` (and of the helpers below,
+which the trainer calls so that any object with a ``loss`` works): ``check_batch``,
+``set_phase``, ``params_nonembedding`` / ``flops_per_token``, ``generate`` and ``blocks``.
 """
 
 from __future__ import annotations
@@ -38,12 +20,10 @@ from interpscale.models.types import SPECIAL_IDS, Batch, LossOutput, PhaseSchedu
 
 @dataclass(frozen=True)
 class DataFields:
-    """What the training data decides about a model: the one argument builders get for it.
-
-    ``vocab_size``: the tokenizer's vocabulary (the model's may be larger); ``n_concepts``:
-    the concept library's size (concept families only); ``special_ids``: ``{"pad", "eos",
-    "eoc", "mask"} -> id`` where a tokenizer puts them elsewhere than ``types.SPECIAL_IDS``.
-    ``None`` / missing keys mean "the family's default"."""
+    """What the training data decides about a model, the one argument builders get for it: the
+    tokenizer's ``vocab_size`` (the model's may be larger), the concept library's ``n_concepts``
+    (concept families only), ``special_ids`` ``{"pad", "eos", "eoc", "mask"} -> id`` where they
+    differ from ``types.SPECIAL_IDS``. ``None`` / missing keys mean "the family's default"."""
 
     vocab_size: Optional[int] = None
     n_concepts: Optional[int] = None
@@ -56,8 +36,8 @@ class DataFields:
         object.__setattr__(self, "special_ids", {k: int(v) for k, v in self.special_ids.items()})
 
     def config_fields(self, *, concept: bool) -> dict[str, int]:
-        """The fields as a config with ``vocab_size``, ``n_concepts`` and ``<name>_id`` names them;
-        ``n_concepts`` only for a concept family (other families have no concept library)."""
+        """The fields under config names (``vocab_size``, ``n_concepts``, ``<name>_id``); ``n_concepts``
+        only for a concept family."""
         out = {} if self.vocab_size is None else {"vocab_size": int(self.vocab_size)}
         if concept and self.n_concepts is not None:
             out["n_concepts"] = int(self.n_concepts)
@@ -118,16 +98,12 @@ class FamilyModel(nn.Module):
         self.phase = PhaseSchedule()
 
     @property
-    def is_diffusion(self) -> bool:  # a registry fact
-        from interpscale.models.registry import get_family
-
-        return get_family(self.config.family).is_diffusion
+    def is_diffusion(self) -> bool:  # registry facts
+        return _spec(self).is_diffusion
 
     @property
-    def is_concept(self) -> bool:  # a registry fact
-        from interpscale.models.registry import get_family
-
-        return get_family(self.config.family).is_concept
+    def is_concept(self) -> bool:
+        return _spec(self).is_concept
 
     def check_batch(self, batch: Batch) -> None:
         return None
@@ -160,6 +136,12 @@ class FamilyModel(nn.Module):
                 nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)
             tokens = torch.cat([tokens, nxt], dim=1)
         return tokens
+
+
+def _spec(model: nn.Module):
+    from interpscale.models.registry import get_family
+
+    return get_family(model.config.family)
 
 
 BUILD_ATTR = "_interpscale_build"  # where build_model records (data, overrides) on the model

@@ -1,10 +1,7 @@
 """The family registry: one name -> how to build it and how to count it without building it.
 
-A family is registered with :func:`register_family`; the built-in ones on import of
-``interpscale.models``, a plugin's when its module is imported (``--plugin MODULE``,
-``[plan] plugins``, a run's ``spec.json``, a checkpoint) or through the entry-point group
-``interpscale.families`` (loaded the first time a name is not found). "Is it a diffusion
-family / a concept family" is answered here and nowhere else.
+Built-in families register on import of ``interpscale.models``, a plugin's when its module is
+imported (``models.plugins``). "Is it a diffusion / a concept family" is answered here only.
 """
 
 from __future__ import annotations
@@ -96,14 +93,6 @@ def get_family(name: str) -> FamilySpec:
     return FAMILIES.lookup(name)
 
 
-def is_concept(family: str) -> bool:
-    return get_family(family).is_concept
-
-
-def is_diffusion(family: str) -> bool:
-    return get_family(family).is_diffusion
-
-
 def check_overrides(family: str, overrides: dict[str, Any], where: str = "") -> None:
     """Raise a UserError naming an override ``family``'s config does not have (with a close
     match); families that declare no ``config_fields`` leave the check to their builder."""
@@ -151,16 +140,12 @@ def _is_family_table(table: Mapping[str, Any], key: str) -> bool:
     return isinstance(table[key], Mapping) and key in FAMILIES
 
 
-def _plain(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-able overrides (objects such as CoCoMix's teacher are attached, not recorded)."""
-    out = {}
-    for k, v in overrides.items():
-        try:
-            json.dumps(v)
-        except (TypeError, ValueError):
-            continue
-        out[k] = v
-    return out
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> nn.Module:
@@ -170,7 +155,8 @@ def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **
     through the same builder (``models.checkpoint``)."""
     data = data if data is not None else DataFields()
     model = get_family(family).builder(size, data=data, **overrides)
-    object.__setattr__(model, BUILD_ATTR, {"size": size, "data": data.to_dict(), "overrides": _plain(overrides)})
+    plain = {k: v for k, v in overrides.items() if _jsonable(v)}  # CoCoMix's teacher is attached, not recorded
+    object.__setattr__(model, BUILD_ATTR, {"size": size, "data": data.to_dict(), "overrides": plain})
     return model
 
 

@@ -7,7 +7,7 @@ from functools import partial
 from typing import Any
 
 from interpscale import paper
-from interpscale.models.accounting import backbone_params, concept_params, flops_per_token_cfg
+from interpscale.models.accounting import flops_per_token_cfg, params_cfg
 from interpscale.models.config import ModelConfig, make_config
 from interpscale.models.protocol import DataFields
 from interpscale.models.registry import register_family
@@ -28,8 +28,7 @@ def _build(family: str, size: str, **kw: Any):
 
 
 def _params(family: str, size: str, **kw: Any) -> int:
-    cfg = steerling_config(family, size, **kw)
-    return backbone_params(cfg) + (concept_params(cfg) if STEERLING_FAMILIES[family].concept else 0)
+    return params_cfg(steerling_config(family, size, **kw), concept=STEERLING_FAMILIES[family].concept)
 
 
 def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:

@@ -1,24 +1,20 @@
 """CoCoMix (continuous concept mixing) and its pause-token and knowledge-distillation baselines.
 
-A frozen teacher from our own zoo (any model exposing ``.backbone.blocks`` or ``.blocks``)
-and a TopK SAE trained locally on its layer-L_con hidden states (no hub weights) give the
-targets: the top-K_attr SAE latents by activation × gradient of the teacher's next-token
-loss (Eq. 1). The student predicts them with a linear head at its insertion layer (Eq. 2,
-weight λ), compresses TopK(K_concept) of the logits to ĉ_t = W·TopK(z_t) + b (Eq. 3) and
-interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks (sequence 2T); x_{t+1} is
-predicted at ĉ_t's position. ``variant='pause'`` interleaves a learned pause vector
-instead; ``variant='kd'`` is a plain student with λ_KD·KL(teacher ‖ student).
+A frozen teacher from our own zoo and a TopK SAE trained locally on its layer-L_con hidden
+states give the targets: the top-K_attr SAE latents by activation × gradient of the teacher's
+next-token loss (Eq. 1). The student predicts them with a linear head at its insertion layer
+(Eq. 2, weight λ), compresses TopK(K_concept) of the logits to ĉ_t = W·TopK(z_t) + b (Eq. 3)
+and interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks (sequence 2T); x_{t+1} is
+predicted at ĉ_t's position. ``variant='pause'`` interleaves a learned pause vector instead;
+``variant='kd'`` is a plain student with λ_KD·KL(teacher ‖ student).
 
-Building a model reads no file: the teacher and SAE are passed in (``teacher=``, ``sae=``)
-or attached later with :meth:`CoCoMixLM.attach_teacher`. Training the SAE, saving them and
-loading them for a run are orchestration's job (``interpscale.orchestration.teachers``:
-``prepare_cocomix_teacher``, ``attach_frozen``); a student without them still runs forward
-(evaluation), and asks for them only when its training loss needs the teacher.
+Building reads no file: the teacher and SAE are passed in (``teacher=``, ``sae=``) or attached
+with :meth:`CoCoMixLM.attach_teacher`; training, saving and loading them is
+``interpscale.orchestration.teachers``' job. A student without them still runs forward.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Optional
 
 import torch
@@ -27,18 +23,11 @@ import torch.nn.functional as F
 
 from interpscale.models.accounting import backbone_params
 from interpscale.models.backbone import Backbone
-from interpscale.models.config import SIZES
+from interpscale.models.config import SIZES, make_config
 from interpscale.models.types import Batch, ModelOutput
-from interpscale.models.zoo.common import (
-    BACKBONE_DEFAULTS,
-    ZooConfig,
-    ZooLM,
-    backbone_config,
-)
+from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
 from interpscale.models.zoo.mxd import TopKSAE
 from interpscale.models.zoo.replace import find_blocks, override_output
-
-log = logging.getLogger(__name__)
 
 COCOMIX_DEFAULTS = {
     "variant": "cocomix",  # cocomix | pause | kd
@@ -107,7 +96,40 @@ def _dims(c: ZooConfig) -> tuple[int, int, int]:
     return ins, ex["sae_width"] or 8 * t.d_model, ex["teacher_layer"] or max(1, t.n_layers // 2)
 
 
+def cocomix_params(c: ZooConfig) -> int:
+    """Trainable non-embedding parameters: backbone + concept head (d·C + C) and
+    compression (C·d + d) for cocomix, the pause vector (d) for pause; teacher excluded."""
+    _, C, _ = _dims(c)
+    d, v = c.d_model, c.extra["variant"]
+    extra = {"cocomix": 2 * d * C + C + d, "pause": d, "kd": 0}[v]
+    return backbone_params(backbone_config(c)) + extra
+
+
+def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    """Eq. 23 with the doubled sequence after the insertion layer: the upper L − L_ins
+    layers process 2 positions per token with a 2N context, so they cost 2·6·P_layer and
+    2·12·d·(2N); plus the dense concept head (6·d·C) and the TopK-sparse compression
+    (6·K·d); plus, when ``count_teacher``, the teacher's forward 2P_T + 4·L_T·d_T·N (and
+    for cocomix the same again for the attribution backward, and the SAE 6·d_T·C)."""
+    bcfg = backbone_config(c)
+    ins, C, _ = _dims(c)
+    d, L, N, v = c.d_model, c.n_layers, int(seq_len), c.extra["variant"]
+    per_layer = (backbone_params(bcfg) - d) / L
+    upper = 0 if v == "kd" else L - ins
+    m = 6.0 * per_layer * (L - upper) + 12.0 * per_layer * upper + 6.0 * d
+    m += 12.0 * d * N * (L - upper) + 48.0 * d * N * upper
+    if v == "cocomix":
+        m += 6.0 * d * C + 6.0 * c.extra["k_concept"] * d
+    if c.extra["count_teacher"] and v != "pause":
+        t = SIZES[c.extra["teacher_size"]]
+        fwd = 2.0 * backbone_params(make_config("ar", t.name)) + 4.0 * t.n_layers * t.d_model * N
+        m += fwd if v == "kd" else 2.0 * fwd + 6.0 * t.d_model * C
+    return m
+
+
 class CoCoMixLM(ZooLM):
+    params_fn, flops_fn = staticmethod(cocomix_params), staticmethod(cocomix_flops_per_token)
+
     def __init__(self, config: ZooConfig, *, teacher: Optional[nn.Module] = None, sae: Optional[TopKSAE] = None):
         super().__init__(config)
         ex, d = config.extra, config.d_model
@@ -213,43 +235,3 @@ class CoCoMixLM(ZooLM):
             kl = F.kl_div(F.log_softmax(out.logits.float(), -1), p_teacher, log_target=True, reduction="none").sum(-1)
             return {"kd": ex["lambda_kd"] * kl.mean()}
         return {}
-
-    def params_nonembedding(self) -> int:
-        return cocomix_params(self.config)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return cocomix_flops_per_token(self.config, seq_len)
-
-
-def cocomix_params(c: ZooConfig) -> int:
-    """Trainable non-embedding parameters: backbone + concept head (d·C + C) and
-    compression (C·d + d) for cocomix, the pause vector (d) for pause; teacher excluded."""
-    _, C, _ = _dims(c)
-    d, v = c.d_model, c.extra["variant"]
-    extra = {"cocomix": 2 * d * C + C + d, "pause": d, "kd": 0}[v]
-    return backbone_params(backbone_config(c)) + extra
-
-
-def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
-    """Eq. 23 with the doubled sequence after the insertion layer: the upper L − L_ins
-    layers process 2 positions per token with a 2N context, so they cost 2·6·P_layer and
-    2·12·d·(2N); plus the dense concept head (6·d·C) and the TopK-sparse compression
-    (6·K·d); plus, when ``count_teacher``, the teacher's forward 2P_T + 4·L_T·d_T·N (and
-    for cocomix the same again for the attribution backward, and the SAE 6·d_T·C)."""
-    bcfg = backbone_config(c)
-    ins, C, _ = _dims(c)
-    d, L, N, v = c.d_model, c.n_layers, int(seq_len), c.extra["variant"]
-    per_layer = (backbone_params(bcfg) - d) / L
-    upper = 0 if v == "kd" else L - ins
-    m = 6.0 * per_layer * (L - upper) + 12.0 * per_layer * upper + 6.0 * d
-    m += 12.0 * d * N * (L - upper) + 48.0 * d * N * upper
-    if v == "cocomix":
-        m += 6.0 * d * C + 6.0 * c.extra["k_concept"] * d
-    if c.extra["count_teacher"] and v != "pause":
-        t = SIZES[c.extra["teacher_size"]]
-        tcfg = backbone_config(ZooConfig(family="ar", size=t.name, vocab_size=c.vocab_size, d_model=t.d_model,
-                                         n_layers=t.n_layers, n_heads=t.n_heads, max_seq_len=t.max_seq_len,
-                                         extra=dict(BACKBONE_DEFAULTS)))
-        fwd = 2.0 * backbone_params(tcfg) + 4.0 * t.n_layers * t.d_model * N
-        m += fwd if v == "kd" else 2.0 * fwd + 6.0 * t.d_model * C
-    return m

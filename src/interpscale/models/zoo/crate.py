@@ -88,30 +88,6 @@ class CRATEBlock(nn.Module):
         return self.ista(self.ln_2(x))  # no residual around ISTA
 
 
-class CRATELM(AbsPosLM):
-    """CRATE: E_sem + E_pos (Eq. 7), L CRATE blocks, final LayerNorm, head tied to E_sem."""
-
-    def make_block(self, i: int) -> nn.Module:
-        c, ex = self.config, self.config.extra
-        return CRATEBlock(c.d_model, c.n_heads, ex["expansion"], ex["eta"], ex["lam"], ex["n_steps"])
-
-    @torch.no_grad()
-    def neuron_activations(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """ISTA codes A₂ of every layer, each [B, T, h] (the units auto-interp reads)."""
-        x, acts = self.embed(tokens), []
-        for block in self.blocks:
-            x = x + block.attn(block.ln_1(x))
-            acts.append(block.ista.codes(block.ln_2(x)))
-            x = F.linear(acts[-1], block.ista.weight.t())
-        return acts
-
-    def params_nonembedding(self) -> int:
-        return crate_nonembedding_params(self.config)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return crate_flops_per_token(self.config, seq_len)
-
-
 def crate_nonembedding_params(c: ZooConfig) -> int:
     """Blocks + final norm; token and positional tables are the embedding."""
     d, e = c.d_model, c.extra.get("expansion", 4)
@@ -127,6 +103,26 @@ def crate_flops_per_token(c: ZooConfig, seq_len: int) -> float:
     dict_uses = 2 + 2 * (t - 1)  # Dᵀz, D A₁, Dᵀ(D A₁), D A₂
     p_eff = crate_nonembedding_params(c) + L * (dict_uses - 1) * h * d
     return 6.0 * p_eff + paper.attention_flops(L, d, seq_len)
+
+
+class CRATELM(AbsPosLM):
+    """CRATE: E_sem + E_pos (Eq. 7), L CRATE blocks, final LayerNorm, head tied to E_sem."""
+
+    params_fn, flops_fn = staticmethod(crate_nonembedding_params), staticmethod(crate_flops_per_token)
+
+    def make_block(self, i: int) -> nn.Module:
+        c, ex = self.config, self.config.extra
+        return CRATEBlock(c.d_model, c.n_heads, ex["expansion"], ex["eta"], ex["lam"], ex["n_steps"])
+
+    @torch.no_grad()
+    def neuron_activations(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """ISTA codes A₂ of every layer, each [B, T, h] (the units auto-interp reads)."""
+        x, acts = self.embed(tokens), []
+        for block in self.blocks:
+            x = x + block.attn(block.ln_1(x))
+            acts.append(block.ista.codes(block.ln_2(x)))
+            x = F.linear(acts[-1], block.ista.weight.t())
+        return acts
 
 
 def activation_sparsity(acts: list[torch.Tensor], threshold: float = 0.0) -> list[float]:

@@ -53,7 +53,7 @@ class GPT2Block(nn.Module):
 
 
 class AbsPosLM(ZooLM):
-    """E_sem + E_pos, ``make_block(i)`` × L, final LayerNorm, head tied to E_sem."""
+    """E_sem + E_pos, ``make_block(i)`` × L (a subclass's), final LayerNorm, head tied to E_sem."""
 
     def __init__(self, config: ZooConfig):
         super().__init__(config)
@@ -64,9 +64,6 @@ class AbsPosLM(ZooLM):
         self.ln_f = nn.LayerNorm(c.d_model)
         nn.init.normal_(self.wte.weight, std=0.02)
         nn.init.normal_(self.wpe.weight, std=0.02)
-
-    def make_block(self, i: int) -> nn.Module:
-        raise NotImplementedError
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         T = tokens.size(1)
@@ -88,8 +85,19 @@ def gpt2_nonembedding_params(d: int, n_layers: int, mlp_params: int) -> int:
     return n_layers * (4 * d * d + 8 * d + mlp_params) + 2 * d
 
 
+def gpt_nonembedding_params(c: ZooConfig) -> int:
+    d, h = c.d_model, c.extra["expansion"] * c.d_model
+    return gpt2_nonembedding_params(d, c.n_layers, 2 * d * h + h + d)
+
+
+def gpt_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    return 6.0 * gpt_nonembedding_params(c) + paper.attention_flops(c.n_layers, c.d_model, seq_len)
+
+
 class GPTLM(AbsPosLM):
     """CRATE's matched GPT-2 baseline (12d² + 13d per layer at MLP ratio 4)."""
+
+    params_fn, flops_fn = staticmethod(gpt_nonembedding_params), staticmethod(gpt_flops_per_token)
 
     def make_block(self, i: int) -> nn.Module:
         d = self.config.d_model
@@ -105,42 +113,15 @@ class GPTLM(AbsPosLM):
             x = x + block.mlp.fc_out(acts[-1])
         return acts
 
-    def params_nonembedding(self) -> int:
-        return gpt_nonembedding_params(self.config)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return 6.0 * gpt_nonembedding_params(self.config) + paper.attention_flops(self.config.n_layers, self.config.d_model, seq_len)
-
-
-def gpt_nonembedding_params(c: ZooConfig) -> int:
-    d, h = c.d_model, c.extra["expansion"] * c.d_model
-    return gpt2_nonembedding_params(d, c.n_layers, 2 * d * h + h + d)
-
 
 # ---- mxd family -----------------------------------------------------------------------
+MXD_DEFAULTS = {"hidden_ratio": 4, "n_experts": None, "k": 32, "glu": False}
+
+
 def mxd_dims(c: ZooConfig) -> tuple[int, int, int]:
     """(H, N, k) of the family's MxD layers: H = ratio·d; N defaults to 4·d experts."""
-    ex = c.extra
-    H = ex["hidden_ratio"] * c.d_model
-    N = ex["n_experts"] or 4 * c.d_model
-    return H, N, min(ex["k"], N)
-
-
-class MxDLM(AbsPosLM):
-    """GPT-2 blocks whose MLP is an MxD layer (GELU, or Swish-GLU with ``glu=True``)."""
-
-    def make_block(self, i: int) -> nn.Module:
-        c = self.config
-        H, N, k = mxd_dims(c)
-        layer = MxD(c.d_model, c.d_model, H, N, k, glu=c.extra["glu"])
-        nn.init.normal_(layer.D, std=0.02)  # trained from scratch: a zero D would stall C's gradient
-        return GPT2Block(c.d_model, c.n_heads, layer)
-
-    def params_nonembedding(self) -> int:
-        return mxd_lm_params(self.config)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return mxd_lm_flops(self.config, seq_len)
+    H, N = c.extra["hidden_ratio"] * c.d_model, c.extra["n_experts"] or 4 * c.d_model
+    return H, N, min(c.extra["k"], N)
 
 
 def mxd_lm_params(c: ZooConfig) -> int:
@@ -155,3 +136,16 @@ def mxd_lm_flops(c: ZooConfig, seq_len: int) -> float:
     d = c.d_model
     active = gpt2_nonembedding_params(d, c.n_layers, mxd_active_params(d, d, H, N, k, glu=c.extra["glu"]))
     return 6.0 * active + paper.attention_flops(c.n_layers, d, seq_len)
+
+
+class MxDLM(AbsPosLM):
+    """GPT-2 blocks whose MLP is an MxD layer (GELU, or Swish-GLU with ``glu=True``)."""
+
+    params_fn, flops_fn = staticmethod(mxd_lm_params), staticmethod(mxd_lm_flops)
+
+    def make_block(self, i: int) -> nn.Module:
+        c = self.config
+        H, N, k = mxd_dims(c)
+        layer = MxD(c.d_model, c.d_model, H, N, k, glu=c.extra["glu"])
+        nn.init.normal_(layer.D, std=0.02)  # trained from scratch: a zero D would stall C's gradient
+        return GPT2Block(c.d_model, c.n_heads, layer)

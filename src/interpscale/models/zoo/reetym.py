@@ -87,9 +87,22 @@ def n_signals(c: ZooConfig) -> int:
     return c.extra["n_signals"] or c.d_model  # S = d in every paper config
 
 
+def reetym_nonembedding_params(c: ZooConfig) -> int:
+    """The backbone's P; W_recipe and W_basis are the (tied) embedding."""
+    return backbone_params(backbone_config(c))
+
+
+def reetym_flops_per_token(c: ZooConfig, seq_len: int) -> float:
+    """Eq. 23 of the backbone plus the factorisation's extra matmuls: R[t]·B at the input
+    and h·Bᵀ at the head, 2·S·d each forward, ×3 with the backward: 12·S·d."""
+    return flops_per_token_cfg(backbone_config(c), seq_len, concept=False) + 12.0 * n_signals(c) * c.d_model
+
+
 class ReEtymLM(ZooLM):
     """Steerling backbone (RoPE, SwiGLU, RMSNorm — the paper's "GPT-2-New") whose token
     embedding and tied head are :class:`EtymEmbedding`."""
+
+    params_fn, flops_fn = staticmethod(reetym_nonembedding_params), staticmethod(reetym_flops_per_token)
 
     def __init__(self, config: ZooConfig):
         super().__init__(config)
@@ -115,20 +128,3 @@ class ReEtymLM(ZooLM):
             for hk in hooks:
                 hk.remove()
         return self.etym.signals(torch.stack(states))
-
-    def params_nonembedding(self) -> int:
-        return reetym_nonembedding_params(self.config)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return reetym_flops_per_token(self.config, seq_len)
-
-
-def reetym_nonembedding_params(c: ZooConfig) -> int:
-    """The backbone's P; W_recipe and W_basis are the (tied) embedding."""
-    return backbone_params(backbone_config(c))
-
-
-def reetym_flops_per_token(c: ZooConfig, seq_len: int) -> float:
-    """Eq. 23 of the backbone plus the factorisation's extra matmuls: R[t]·B at the input
-    and h·Bᵀ at the head, 2·S·d each forward, ×3 with the backward: 12·S·d."""
-    return flops_per_token_cfg(backbone_config(c), seq_len, concept=False) + 12.0 * n_signals(c) * c.d_model
