@@ -19,9 +19,9 @@ import torch
 from interpscale.models import build_model
 from interpscale.models.accounting import concept_flops, flops_per_token_cfg
 from interpscale.models.config import make_config
+from interpscale.models.pricing import lm_head_flops
 from interpscale.models.types import Batch, PhaseSchedule
 from interpscale.orchestration.devices import device_peak_flops
-from interpscale.orchestration.planner import lm_head_flops
 
 
 def peak_flops(device: torch.device) -> float:

@@ -1,26 +1,20 @@
 """An IsoFLOP sweep that brackets its optima (issue 29.1): train, fit each slice's parabola,
 add the next size beyond an edge minimum, repeat up to a stated limit.
 
-The first grid of each slice centres on a prior compute-optimal size
+Each slice's first grid is the ``initial`` ladder sizes nearest the prior optimal size
 
     N*(C) = N_0 · (C / C_0)^α_P                                                    (1)
 
-with α_P the family's exponent of Table 6 (0.5, Chinchilla's, for families the paper did
-not fit) and N_0 calibrated at the family's smallest slice C_0 as the size whose planned
-tokens per parameter D/N equals ``tokens_per_param`` (interpolated log-linearly along the
-size ladder; default: the geometric centre of the preset's ``[plan] tokens_per_param``
-window, else 20, Chinchilla's D*/N*).  Tiny models on a small real corpus want far more
-tokens per parameter (~100-300 on tests/data/realtext), which the adaptive rounds find.  The ``initial`` ladder sizes nearest
-to log N*(C) are planned.  Sizes come from the preset's ``sizes`` when it names some,
-else from :data:`LADDER` (widths ×1.5, one layer up to d=32, then deeper).
+α_P from Table 6 (0.5, Chinchilla's, outside it); N_0 the size whose planned D/N at the
+family's smallest slice C_0 is ``tokens_per_param`` (log-linear along the ladder; default:
+the centre of ``[plan] tokens_per_param``, else 20; tiny models on a small real corpus want
+~100-300, which the rounds find).  Sizes: the preset's ``sizes``, else :data:`LADDER`.
 
-After each round every slice not yet settled is judged by ``slice_minimum`` (the IsoFLOP
-fit's own Eq. 25 parabola, injected by the caller since scaling sits above this layer):
-an interior convex minimum brackets the optimum; a minimum at the smallest (largest)
-trained size adds the next smaller (larger) ladder size; at most ``max_added`` sizes per
-slice.  A slice that cannot be bracketed says why (the ladder ends, the next size is
-infeasible at that compute, the limit is reached).  ``SWEEP/adaptive.json`` records every
-slice's sizes, rounds, optimum and reason.
+After each round ``slice_minimum`` (the IsoFLOP fit's Eq. 25 parabola, injected by the
+caller since scaling sits above this layer) judges every open slice: an interior convex
+minimum brackets the optimum; a minimum at the smallest (largest) size adds the next
+smaller (larger) ladder size, at most ``max_added`` per slice; a slice that cannot be
+bracketed says why.  ``SWEEP/adaptive.json`` records each slice's sizes, rounds, optimum and reason.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from interpscale.orchestration.rundir import atomic_write_text
+from interpscale._atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -117,24 +111,21 @@ class AdaptiveResult:
         return {"rounds": self.rounds, "all_bracketed": self.all_bracketed, "slices": [asdict(s) for s in self.slices]}
 
 
-def _preset_grid(preset: str | os.PathLike, families: Sequence[str] | None) -> tuple[dict, list[str], dict]:
-    """(the validated preset, its families, {family: [slice C, ...]})."""
+def _preset_grid(preset: str | os.PathLike, families: Sequence[str] | None) -> tuple[dict, dict]:
+    """(the validated preset, {family: [slice C, ...] ascending})."""
     from interpscale.errors import UserError
     from interpscale.orchestration.config_schema import validate_config
-    from interpscale.orchestration.planner import load_preset
+    from interpscale.orchestration.planner import load_preset, slice_targets
 
     cfg = validate_config(load_preset(preset), preset)
     p = cfg.get("plan", {})
     fams = list(families or p.get("families") or [])
-    slices = p.get("slices")
-    if not fams or slices is None:
+    if not fams or p.get("slices") is None:
         raise UserError(f"{preset}: an adaptive sweep needs [plan] families and slices")
-    per = {f: sorted(float(c) for c in (slices[f] if isinstance(slices, dict) else slices)) for f in fams
-           if not isinstance(slices, dict) or f in slices}
-    missing = [f for f in fams if f not in per]
-    if missing:
-        raise UserError(f"{preset}: [plan] slices has no targets for {missing}")
-    return cfg, fams, per
+    try:
+        return cfg, {f: sorted(cs) for f, cs in slice_targets(fams, p["slices"]).items()}
+    except ValueError as exc:
+        raise UserError(f"{preset}: [plan] slices: {exc}") from exc
 
 
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
@@ -146,12 +137,11 @@ def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict:
 
 
 def _tokens_per_param(cfg: dict, given: float | None) -> float:
-    """The prior's D/N: ``given``, else the geometric centre of ``[plan] tokens_per_param``
-    (the planner's own window rule), else 20."""
-    if given is not None:
-        return float(given)
-    lo, hi = cfg.get("plan", {}).get("tokens_per_param", (0.0, math.inf))
-    return math.sqrt(max(lo, 1e-9) * hi) if math.isfinite(hi) else 20.0
+    """The prior's D/N: ``given``, else the planner's centre of ``[plan] tokens_per_param``."""
+    from interpscale.orchestration.planner import window_centre
+
+    return float(given) if given is not None else window_centre(cfg.get("plan", {}).get("tokens_per_param",
+                                                                                        (0.0, math.inf)))
 
 
 def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, initial: int,
@@ -239,7 +229,7 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
 
     if initial < 3 or max_added < 0:
         raise ValueError(f"initial must be >= 3 (a parabola) and max_added >= 0, got {initial}, {max_added}")
-    cfg, fams, per = _preset_grid(preset, families)
+    cfg, per = _preset_grid(preset, families)
     given = list(cfg.get("plan", {}).get("sizes") or [])
     ladder = {} if given else ladder_presets()
     names = given or [name for name, *_ in LADDER]
@@ -267,7 +257,7 @@ def first_grid(preset: str | os.PathLike, *, families: Sequence[str] | None = No
     around the prior N*(C) of Eq. (1) (what ``plan`` shows and the adaptive sweep trains first)."""
     from interpscale.orchestration.planner import Plan
 
-    cfg, fams, per = _preset_grid(preset, families)
+    cfg, per = _preset_grid(preset, families)
     ladder = ladder_presets()
     states = _initial_states(preset, per, [name for name, *_ in LADDER], ladder, initial,
                              _tokens_per_param(cfg, tokens_per_param))

@@ -6,9 +6,11 @@ MFU = achieved model FLOP/s (Eq. 23 / Eq. 24 FLOPs per token x tokens/s) / (peak
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -63,6 +65,18 @@ _CPU: dict[int, CpuCalibration] = {}
 CALIBRATION_BURSTS = 7  # timed bursts of 512^3 GEMMs, 30 ms each, after two warm-up GEMMs
 
 
+@contextlib.contextmanager
+def num_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` (unchanged when None) for the block."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 def cpu_calibration(threads: int | None = None) -> CpuCalibration:
     """The CPU's matmul rate on ``threads`` threads (default: the current count), cached per
     process and thread count.  The median of several short bursts after a warm-up is stable
@@ -70,9 +84,7 @@ def cpu_calibration(threads: int | None = None) -> CpuCalibration:
     moved 9x between two consecutive ``plan`` calls on a loaded machine)."""
     n = int(threads or torch.get_num_threads())
     if n not in _CPU:
-        old = torch.get_num_threads()
-        torch.set_num_threads(n)
-        try:
+        with num_threads(n):
             a = torch.randn(512, 512)
             torch.mm(a, a)
             torch.mm(a, a)
@@ -83,8 +95,6 @@ def cpu_calibration(threads: int | None = None) -> CpuCalibration:
                     torch.mm(a, a)
                     k += 1
                 rates.append(2 * 512**3 * k / (time.perf_counter() - t0))
-        finally:
-            torch.set_num_threads(old)
         med = statistics.median(rates)
         _CPU[n] = CpuCalibration(med, (max(rates) - min(rates)) / med, n, CALIBRATION_BURSTS)
     return _CPU[n]

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from interpscale._atomic import atomic_write_text
 from interpscale.errors import UserError
-from interpscale.orchestration.rundir import atomic_write_text, sweep_run_ids
 
 # the fields of interpscale.data.describe that identify a corpus as a sweep sees it
 FINGERPRINT = ("tokenizer_sha", "corpus_sha")
@@ -40,13 +40,19 @@ def _key(fp: dict[str, Any]) -> tuple:
 
 
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
-    """The manifest (``runs``, ``data``); empty lists for a new directory."""
+    """The manifest (``runs``, ``data``; an old plain list of run ids is read too), empty
+    lists for a new directory; a corrupt one is a ``UserError``."""
     p = Path(sweep_dir) / "sweep.json"
     if not p.exists():
         return {"runs": [], "data": []}
-    ids = sweep_run_ids(sweep_dir)
-    data = json.loads(p.read_text())
-    return {"runs": ids, "data": list(data.get("data", [])) if isinstance(data, dict) else []}
+    try:
+        m = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p} is corrupt ({exc}); restore it or launch into a new directory") from exc
+    m = m if isinstance(m, dict) else {"runs": m}
+    if not isinstance(m.get("runs"), list) or not all(isinstance(i, str) for i in m["runs"]):
+        raise UserError(f"{p}: expected a sweep manifest with a list of run ids under \"runs\"")
+    return {"runs": m["runs"], "data": list(m.get("data", []))}
 
 
 def check_manifest(sweep_dir: str | Path, run_ids: Iterable[str], data: Iterable[dict[str, Any]],

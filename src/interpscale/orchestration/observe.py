@@ -19,8 +19,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from interpscale._atomic import atomic_write_text
 from interpscale.orchestration.devices import device_peak_flops
-from interpscale.orchestration.rundir import append_jsonl, atomic_write_text
+from interpscale.orchestration.rundir import append_jsonl
 
 
 class StepMeter:

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from interpscale.orchestration import runtime
 from interpscale.orchestration.config_schema import validate_config
 from interpscale.orchestration.spec import RunSpec
 
@@ -28,14 +29,13 @@ log = logging.getLogger(__name__)
 # installs under <prefix>/share/interpscale/configs (pyproject data-files)
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 INSTALLED_CONFIG_DIR = Path(sysconfig.get_path("data")) / "share" / "interpscale" / "configs"
+_TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
+               "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
+VOCAB_RANGE = (256, 32_768)  # the default vocabulary's bounds (docs/training.md)
 
 
 def _config_dir() -> Path:
     return CONFIG_DIR if CONFIG_DIR.is_dir() else INSTALLED_CONFIG_DIR
-
-
-_TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
-               "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
 
 
 def list_presets() -> list[str]:
@@ -72,63 +72,44 @@ class Plan:
     estimate: dict[str, Any] = field(default_factory=dict)  # runs {run_id: s}, wall_s, ... (runtime.py)
 
     def summary(self) -> str:
+        fmt = runtime.fmt_seconds
         cols = ["family", "size", "P", "n_concepts", "M", "pricing", "M_head", "C_target", "D", "steps", "C_err_pct",
                 "tokens_per_param", "est_runtime_s", "status"]
         t = self.table[[c for c in cols if c in self.table.columns]].copy()
-        for c in ("P", "M", "M_head", "C_target", "D"):
+        for c in ("P", "M", "M_head", "C_target", "D", "tokens_per_param"):
             t[c] = t[c].map(lambda v: f"{v:.3g}")
         t["C_err_pct"] = t["C_err_pct"].map(lambda v: f"{v:+.2f}")
         if "n_concepts" in t:
             t["n_concepts"] = t["n_concepts"].map(lambda v: f"{int(v)}" if v else "-")
-        t["tokens_per_param"] = t["tokens_per_param"].map(lambda v: f"{v:.3g}")
-        t["est_runtime_s"] = t["est_runtime_s"].map(_fmt_seconds)
+        t["est_runtime_s"] = t["est_runtime_s"].map(fmt)
         ok = self.table[self.table.status == "ok"]
-        total = ok["est_runtime_s"].sum()
-        c_model, c_head = ok["C_achieved"].sum(), (ok["M_head"] * ok["D"]).sum()
+        total, dev, e = ok["est_runtime_s"].sum(), self.device, self.estimate
         lines = [t.to_string(index=False),
                  "M: Eq. 23/24 FLOPs per token (no LM head); M_head: LM-head matmul FLOPs per token (6·d·V), "
                  "computed in training but outside Eq. 23; pricing: 'analytic' (the family's formulas) or "
                  "'measured' (counted on the meta device, docs/own-model.md)",
-                 f"{len(self.runs)} runs; {c_model:.3g} FLOPs (Eq. 23/24) + {c_head:.3g} LM-head FLOPs"]
-        dev = self.device
+                 f"{len(self.runs)} runs; {ok['C_achieved'].sum():.3g} FLOPs (Eq. 23/24) + "
+                 f"{(ok['M_head'] * ok['D']).sum():.3g} LM-head FLOPs"]
         if dev.get("name") and dev["name"] != "cpu":
             lines.append(f"estimated {total / 3600:,.0f} {dev['name'].upper()}-hours at {dev['mfu']:.0%} MFU "
                          f"({dev['peak'] / 1e12:.0f} TFLOP/s dense bf16 peak; runtime counts LM-head FLOPs)")
         elif dev.get("name") == "cpu":
-            lines.append(f"estimated total {_fmt_seconds(total)} of training steps ({dev['how']}; mean of "
-                         f"timed steps, spread up to {self.estimate.get('max_spread', 0.0):.0%})")
+            lines.append(f"estimated total {fmt(total)} of training steps ({dev['how']}; mean of "
+                         f"timed steps, spread up to {e.get('max_spread', 0.0):.0%})")
         else:
-            lines.append(f"estimated total {_fmt_seconds(total)} at {dev.get('rate', float('nan')):.3g} FLOP/s "
+            lines.append(f"estimated total {fmt(total)} at {dev.get('rate', float('nan')):.3g} FLOP/s "
                          f"({dev.get('how', 'given')})")
-        if self.estimate:
-            e = self.estimate
-            lines.append(f"estimated sweep wall time {_fmt_seconds(e['wall_s'])}: every run with its anneal "
-                         f"branches, evaluation and fixed costs ({_fmt_seconds(sum(e['runs'].values()))} in all), "
-                         f"{e['max_parallel']} job(s) at a time, {e['runs_per_job']} run(s) per job, "
-                         f"{e['job_start_s']:.1f} s start-up per job")
+        if e:
+            lines.append(f"estimated sweep wall time {fmt(e['wall_s'])}: every run with its anneal branches, "
+                         f"evaluation and fixed costs ({fmt(sum(e['runs'].values()))} in all), {e['max_parallel']} "
+                         f"job(s) at a time, {e['runs_per_job']} run(s) per job, {e['job_start_s']:.1f} s start-up per job")
         return "\n".join(lines)
 
 
-def _fmt_seconds(s: float) -> str:
-    if not math.isfinite(s):
-        return "-"
-    for unit, div in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= div:
-            return f"{s / div:.1f}{unit}"
-    return f"{s:.1f}s"
-
-
-def machine_flops_per_s(efficiency: float = 0.3) -> float:
-    """A rough sustained training FLOP/s for this machine: a timed matmul x ``efficiency``."""
-    from interpscale.orchestration.devices import cpu_peak_flops
-
-    return cpu_peak_flops() * efficiency
-
-
 def data_concept_count(source: dict) -> int | None:
-    """Concepts a data source states it will give the model (training uses the data's count),
-    without building it: a synthetic corpus's explicit ``n_concepts``, prepared data's
-    (meta.json), the cards of a ``concepts`` file; None when the source does not say."""
+    """Concepts a data source states it gives the model, without building it: a synthetic
+    corpus's explicit ``n_concepts``, prepared data's (meta.json), the cards of a
+    ``concepts`` file; None when the source does not say."""
     kind = source.get("kind", "synthetic")
     if kind == "synthetic":
         return int(source["n_concepts"]) if "n_concepts" in source else None
@@ -147,9 +128,8 @@ def data_concept_count(source: dict) -> int | None:
 
 
 def data_vocab_size(source: dict) -> int | None:
-    """The tokenizer vocabulary a data source fixes, without preparing it: prepared data's
-    (meta.json, through ``data.describe``), a given tokenizer file's; None when the
-    tokenizer is still to be trained (its size is then the training ``vocab_size``)."""
+    """The tokenizer vocabulary a data source fixes, without preparing it (prepared data's, a
+    given tokenizer file's); None when the tokenizer is still to be trained."""
     try:
         if source.get("kind") == "prepared":
             from interpscale.data.loaders import describe
@@ -164,14 +144,10 @@ def data_vocab_size(source: dict) -> int | None:
     return None
 
 
-VOCAB_RANGE = (256, 32_768)  # the default vocabulary's bounds (docs/planning.md)
-
-
 def default_vocab_size(g: "_Grid") -> int:
-    """The vocabulary a plan trains when neither the preset nor the data sets one: the
-    largest power of two V with V·d ≤ P for the largest planned model (its embedding no
-    bigger than its non-embedding part, so the LM head does not dominate the small
-    models' compute), within ``VOCAB_RANGE``."""
+    """The largest power of two V with V·d ≤ P for the largest planned model (its embedding no
+    bigger than its non-embedding part, so the LM head does not dominate the small models'
+    compute), within ``VOCAB_RANGE``: the vocabulary when neither the preset nor the data sets one."""
     from interpscale.models import params_nonembedding
     from interpscale.models.pricing import model_config
 
@@ -187,12 +163,19 @@ def default_vocab_size(g: "_Grid") -> int:
     return int(min(max(v, VOCAB_RANGE[0]), VOCAB_RANGE[1]))
 
 
-def lm_head_flops(family: str, size: str, **overrides: Any) -> float:
-    """Forward + backward FLOPs per token of the d x V LM head (2dV + 4dV), which Eq. 23 leaves
-    out, from any family's config (``models.pricing.lm_head_flops``)."""
-    from interpscale.models.pricing import lm_head_flops as head
+def slice_targets(families: Sequence[str], slices) -> dict[str, list[float]]:
+    """``{family: [C, ...]}`` from targets shared by all families or a ``{family: [C, ...]}`` table."""
+    per = {f: [float(c) for c in (slices[f] if isinstance(slices, dict) else slices)] for f in families
+           if not isinstance(slices, dict) or f in slices}
+    missing = [f for f in families if f not in per]
+    if missing:
+        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
+    return per
 
-    return head(family, size, **overrides)
+
+def window_centre(window: Sequence[float]) -> float:
+    """The geometric centre of a ``tokens_per_param`` window; 20 (Chinchilla's) when open-ended."""
+    return math.sqrt(max(window[0], 1e-9) * window[1]) if math.isfinite(window[1]) else 20.0
 
 
 @dataclass
@@ -228,14 +211,13 @@ class _Grid:
 
 def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
           max_sizes_per_slice, size_presets, train, plugins=None) -> _Grid:
-    """Resolve and check a plan's options; every bad one raises ``ValueError`` naming it."""
+    """Resolve a plan's options and check those ``validate_config`` has not (explicit arguments)."""
     from interpscale import paper
     from interpscale.models import FAMILIES, SIZES
     from interpscale.models import plugins as plugin_modules
 
     p = dict(cfg.get("plan", {}))
     plugin_modules.load_plugins([*p.get("plugins", []), *(plugins or [])])  # before any family is looked up
-    plugins = tuple(plugin_modules.LOADED)  # with those of --plugin: the runs of plugin families record them
     train_kw = {**cfg.get("train", {}), **train}
     bad = set(train_kw) - _TRAIN_KEYS
     if bad:
@@ -248,15 +230,13 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
               max_sizes=int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None,
               overrides=dict(cfg.get("model", {})), train=train_kw,
               custom={k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()},
-              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})), plugins=plugins)
+              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})),
+              plugins=tuple(plugin_modules.LOADED))  # with --plugin's: the runs of plugin families record them
     slices = slices if slices is not None else p.get("slices")
     if not g.families:
         raise ValueError("no families to plan (pass families=... or a preset)")
     for f in g.families:
         FAMILIES.lookup(f)  # an unknown name says where it looked and how to register one
-    for name, c in g.custom.items():
-        if c.get("base") not in SIZES:
-            raise ValueError(f"size preset {name!r}: base {c.get('base')!r} is not one of {sorted(SIZES)}")
     for s in g.sizes:
         if s not in SIZES and s not in g.custom:
             raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES) + sorted(g.custom)}")
@@ -268,11 +248,7 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
         raise ValueError(f"batch_tokens={g.batch_tokens} is not a multiple of seq_len={g.seq_len}")
     if not 0 < g.tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {g.tolerance}")
-    g.slices = {f: [float(c) for c in (slices[f] if isinstance(slices, dict) else slices)] for f in g.families
-                if not isinstance(slices, dict) or f in slices}
-    missing = [f for f in g.families if f not in g.slices]
-    if missing:
-        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
+    g.slices = slice_targets(g.families, slices)
     return g
 
 
@@ -299,24 +275,6 @@ def _data_fields(g: _Grid) -> dict[str, int]:
     return {**({"n_concepts": n_data} if n_data is not None else {}), "vocab_size": int(vocab)}
 
 
-def _rate(g: _Grid, device: str | None, flops_per_s: float | None, mfu: float | None) -> tuple[float | None, dict]:
-    """(sustained FLOP/s, or None on the CPU where steps are timed; the device record)."""
-    from interpscale.orchestration.devices import PLAN_DEVICES, sustained_flops
-
-    device = device or ("h100" if g.launch.get("gpus_per_node") else "cpu")
-    if flops_per_s:
-        return float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
-    if device == "cpu":
-        from interpscale.orchestration.devices import cpu_calibration
-
-        cal = cpu_calibration(int(g.launch.get("threads_per_job", 1)))
-        u = sustained_flops("cpu", mfu)[1]  # the FLOP rate of steps too large to time (runtime.py)
-        return None, {"name": "cpu", "peak": cal.flops, "mfu": u, "rate": cal.flops * u, "spread": cal.spread,
-                      "threads": cal.threads, "how": f"cpu, training steps timed on {cal.threads} thread(s)"}
-    rate, u = sustained_flops(device, mfu)
-    return rate, {"name": device, "peak": PLAN_DEVICES[device]["peak"], "mfu": u, "rate": rate, "how": device}
-
-
 def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, dict]:
     """(base size, build arguments) as trained: the data's fields (concepts, the training
     vocabulary) through ``data=``, the family's overrides beside them."""
@@ -333,11 +291,10 @@ def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) 
 
     base, kw = _priced_args(g, family, size, priced)
     pr = price(family, base, g.seq_len, **kw)
-    P, M, head, n_concepts = pr.params, pr.flops_per_token, pr.head_flops, pr.n_concepts
+    P, M = pr.params, pr.flops_per_token
     steps = round(c_target / M / g.batch_tokens)
     D = steps * g.batch_tokens
-    err = (M * D - c_target) / c_target
-    tpp = D / P
+    err, tpp = (M * D - c_target) / c_target, D / P
     status = "ok"
     if steps < 1:
         status = f"infeasible: D={c_target / M:.3g} < one batch ({g.batch_tokens})"
@@ -345,9 +302,10 @@ def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) 
         status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * g.tolerance:.0f}%)"
     elif not g.explicit_sizes and not g.window[0] <= tpp <= g.window[1]:
         status = f"skipped: D/P={tpp:.3g} outside {g.window}"
-    return dict(family=family, size=size, P=P, n_concepts=n_concepts, M=M, M_head=head, C_target=c_target, D=D,
-                steps=steps, C_achieved=M * D, C_err_pct=100 * err, tokens_per_param=tpp, C_with_head=(M + head) * D,
-                est_runtime_s=math.nan, est_run_s=math.nan, status=status, pricing=pr.how)
+    return dict(family=family, size=size, P=P, n_concepts=pr.n_concepts, M=M, M_head=pr.head_flops, C_target=c_target,
+                D=D, steps=steps, C_achieved=M * D, C_err_pct=100 * err, tokens_per_param=tpp,
+                C_with_head=(M + pr.head_flops) * D, est_runtime_s=math.nan, est_run_s=math.nan, status=status,
+                pricing=pr.how)
 
 
 def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
@@ -355,8 +313,7 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
     D/P to the window's centre (the others marked skipped)."""
     ok = [r for r in cands if r["status"] == "ok"]
     if g.max_sizes and len(ok) > g.max_sizes:
-        centre = math.sqrt(max(g.window[0], 1e-9) * g.window[1]) if math.isfinite(g.window[1]) else 20.0
-        ok.sort(key=lambda r: abs(math.log(r["tokens_per_param"] / centre)))
+        ok.sort(key=lambda r: abs(math.log(r["tokens_per_param"] / window_centre(g.window))))
         for r in ok[g.max_sizes:]:
             r["status"] = f"skipped: more than {g.max_sizes} sizes in slice"
         ok = ok[:g.max_sizes]
@@ -366,35 +323,6 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
     return ok
 
 
-def _price_time(g: _Grid, rows: list[dict], runs: dict[int, RunSpec], rate: float | None, priced: dict) -> dict:
-    """Fill ``est_runtime_s`` (the main run's training steps) and ``est_run_s`` (the whole
-    run: anneal branches, evaluation, fixed costs; ``orchestration.runtime``) of each row;
-    returns the plan's estimate record."""
-    from interpscale.orchestration import runtime
-
-    per_run, spreads = {}, []
-    if rate is None and runs:
-        runtime.start_job_probe()  # a job's start-up, timed in a subprocess while the steps are
-    for i, r in enumerate(rows):
-        if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
-            continue
-        base, kw = _priced_args(g, r["family"], r["size"], priced)
-        st = runtime.step_time(r["family"], base, g.seq_len, g.batch_tokens, flops_per_token=r["M"] + r["M_head"],
-                               rate=rate, threads=int(g.launch.get("threads_per_job", 1)), **kw)
-        r["est_runtime_s"] = st.seconds * r["steps"]
-        if i in runs:
-            r["est_run_s"] = per_run[runs[i].run_id] = runtime.run_seconds(runs[i], st)
-            spreads.append(st.spread)
-    prepare_s = runtime.prepare_seconds(g.data)
-    job_s = runtime.job_start_seconds() if rate is None and per_run else runtime.JOB_START_S
-    wall = runtime.sweep_seconds(list(per_run.values()), max_parallel=int(g.launch.get("max_parallel", 1)),
-                                 runs_per_job=int(g.launch.get("runs_per_job", 1)), prepare_s=prepare_s,
-                                 job_start_s=job_s)
-    return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "job_start_s": job_s,
-            "max_spread": max(spreads, default=0.0),
-            "max_parallel": int(g.launch.get("max_parallel", 1)), "runs_per_job": int(g.launch.get("runs_per_job", 1))}
-
-
 def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | None = None,
          slices: dict[str, Sequence[float]] | Sequence[float] | None = None, sizes: Sequence[str] | None = None,
          seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
@@ -402,26 +330,17 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
          flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
          strict: bool = True, size_presets: dict[str, dict] | None = None, plugins: Sequence[str] | None = None,
          **train: Any) -> Plan:
-    """Plan an IsoFLOP sweep.  Explicit arguments override the preset's values.
+    """Plan an IsoFLOP sweep; explicit arguments override the preset's values.
 
-    ``slices`` is a list of targets shared by all families or a ``{family: [C, ...]}``
-    dict.  ``sizes`` given explicitly are all planned (infeasible ones flagged); when
-    taken from a preset, only those with D/P inside ``tokens_per_param`` are kept, at most
-    ``max_sizes_per_slice`` (closest in log D/P to the window's centre).  ``size_presets``
-    adds named sizes to the preset's ``[size_presets]`` (e.g. the adaptive sweep's ladder).
-    With ``strict`` a slice left with no feasible size raises ``ValueError``. ``plugins``: modules
-    registering families (with the preset's ``[plan] plugins``), imported here and recorded in
-    every RunSpec so each process that runs it imports them too.
-
-    Models are priced as trained: the data's concept count and vocabulary (read from
-    prepared data's meta.json, a concepts file or a tokenizer file, and checked against
-    ``[model]`` here, before anything trains; with no vocabulary given, the data's, else
-    :func:`default_vocab_size`).  Runtime (``orchestration.runtime``): on the CPU each
-    planned (family, size) training step is timed; on ``device`` ``h100 | a100`` (the
-    default for presets launched on GPUs) or at ``flops_per_s``, a step is (Eq. 23/24 +
-    LM-head FLOPs) x batch tokens / (dense bf16 peak x ``mfu``).  ``est_runtime_s`` is
-    the main run's training steps; ``est_run_s`` adds the anneal branches, evaluation and
-    fixed costs; ``Plan.estimate`` holds the sweep's wall time.
+    ``slices``: targets shared by all families or ``{family: [C, ...]}``.  ``sizes`` given
+    explicitly are all planned (infeasible ones flagged); a preset's are kept only with D/P
+    inside ``tokens_per_param``, at most ``max_sizes_per_slice`` (closest in log D/P to the
+    window's centre); a preset without sizes plans the adaptive sweep's first grid.
+    ``size_presets`` adds named sizes; ``strict``: a slice with no feasible size raises
+    ``ValueError``; ``plugins``: modules registering families, recorded in every RunSpec.
+    Models are priced as trained (the data's concept count and vocabulary, checked against
+    ``[model]`` here).  Runtime: ``orchestration.runtime`` (timed CPU steps, or FLOPs at
+    ``device``'s peak x ``mfu`` or at ``flops_per_s``).
     """
     from interpscale.models import FAMILIES
 
@@ -434,7 +353,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
               tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
               size_presets=size_presets, train=train, plugins=plugins)
     priced = _data_fields(g)
-    rate, dev_info = _rate(g, device, flops_per_s, mfu)
+    rate, dev_info = runtime.device_rate(device, flops_per_s, mfu, g.launch)
     rows: list[dict] = []
     runs: dict[int, RunSpec] = {}  # row index -> its RunSpec
     for family in g.families:
@@ -442,15 +361,15 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
             if not c_target > 0:
                 raise ValueError(f"{family}: slice target must be positive, got {c_target}")
             cands = [_candidate(g, family, size, c_target, priced) for size in g.sizes]
-            first = len(rows)
-            rows.extend(cands)
             for r in _choose(g, cands, strict):
                 base, kw = g.size_args(r["size"], family)
-                runs[first + next(i for i, c in enumerate(cands) if c is r)] = RunSpec(
+                runs[len(rows) + cands.index(r)] = RunSpec(
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
                     tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],
                     base_size=base if r["size"] in g.custom else "", model_overrides=kw, data=g.data,
                     plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
-    estimate = _price_time(g, rows, runs, rate, priced)
+            rows.extend(cands)
+    estimate = runtime.price_runs(rows, runs, rate, lambda r: _priced_args(g, r["family"], r["size"], priced),
+                                  seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch, data=g.data)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
                 estimate=estimate)

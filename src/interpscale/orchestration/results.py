@@ -9,7 +9,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from interpscale.orchestration.rundir import atomic_path
+from interpscale._atomic import atomic_path
 from interpscale.results_table import RESULT_COLUMNS, read_results  # noqa: F401  (the one reader, re-exported)
 
 log = logging.getLogger(__name__)

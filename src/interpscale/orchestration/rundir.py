@@ -1,9 +1,9 @@
-"""Run-directory layout and atomic file IO.
+"""Run-directory layout, run status and finding run directories.
 
 RUN_DIR/spec.json          the RunSpec
 RUN_DIR/tokenizer.json     HF `tokenizers` JSON (special ids 0..3)
 RUN_DIR/concepts.json      concept cards {label, description, words}
-RUN_DIR/data.json          where the packed data lives and how it was built
+RUN_DIR/data.json          where the prepared data lives and the seq_len its rows are cut at
 RUN_DIR/status.json        {state: pending|running|done|failed|interrupted, step, segment, ...}
 RUN_DIR/metrics.jsonl      one JSON line per logged training step
 RUN_DIR/checkpoints/*.pt   evaluation checkpoints (models.save_checkpoint)
@@ -13,14 +13,15 @@ RUN_DIR/results.parquet    this run's evaluated rows (+ results.csv)
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from interpscale._atomic import atomic_path, atomic_write_text  # noqa: F401  (re-exported)
-from interpscale.errors import UserError
+
+from interpscale._atomic import atomic_write_text
 
 STATES = ("pending", "running", "done", "failed", "interrupted")
 
@@ -57,10 +58,8 @@ def write_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
 
 
 def trainer_alive(run_dir: Path) -> bool:
-    """Whether a trainer holds the run's lock (the trainer's flock on RUN_DIR/.lock, which
-    the kernel releases when its process dies, even on SIGKILL)."""
-    import fcntl
-
+    """Whether a trainer holds the run's flock on RUN_DIR/.lock (the kernel releases it when
+    its process dies, even on SIGKILL)."""
     lock = Path(run_dir) / ".lock"
     if not lock.exists():
         return False
@@ -82,19 +81,6 @@ def run_state(run_dir: Path) -> dict[str, Any]:
     return status
 
 
-def sweep_run_ids(sweep_dir: str | os.PathLike) -> list[str]:
-    """The run ids listed in SWEEP/sweep.json (the manifest; an old plain list is read too)."""
-    p = Path(sweep_dir) / "sweep.json"
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{p} is corrupt ({exc}); restore it or launch into a new directory") from exc
-    ids = data.get("runs") if isinstance(data, dict) else data
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise UserError(f"{p}: expected a sweep manifest with a list of run ids under \"runs\"")
-    return ids
-
-
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -104,12 +90,13 @@ def find_run_dirs(path: str | os.PathLike) -> list[Path]:
     """The run directories under ``path``: itself when it holds a spec.json, a sweep's
     SWEEP/runs/* (in manifest order when SWEEP/sweep.json exists), else any child run
     directories; raises ``ValueError`` naming ``path`` when there are none."""
+    from interpscale.orchestration.manifest import read_manifest
+
     p = Path(path)
     if (p / "spec.json").exists():
         return [p]
     if (p / "sweep.json").exists():
-        ids = sweep_run_ids(p)
-        found = [p / "runs" / i for i in ids if (p / "runs" / i / "spec.json").exists()]
+        found = [p / "runs" / i for i in read_manifest(p)["runs"] if (p / "runs" / i / "spec.json").exists()]
     else:
         base = p / "runs" if (p / "runs").is_dir() else p
         found = sorted(d for d in base.iterdir() if (d / "spec.json").exists()) if base.is_dir() else []

@@ -1,41 +1,33 @@
 """The planner's runtime estimate, and the same estimate set against a finished sweep.
 
-A run's time is priced as
-
     t_run = n_train · t_step + n_eval · eval_batches · f_eval · t_step + RUN_FIXED_S
 
-with ``n_train`` the optimizer steps of every segment (the main run and each reservoir
-anneal branch, App. I), ``n_eval`` the checkpoints evaluated, ``f_eval`` the cost of one
-evaluation batch relative to one training step, and ``RUN_FIXED_S`` what every run pays
-whatever its size (building the model, its run directory, TensorBoard, checkpoint writes,
-loading the validation batches).  A sweep adds a start-up per job (a fresh interpreter
-importing what a job imports and taking a first, cold step: timed once in a subprocess for
-CPU plans, ``JOB_START_S`` otherwise) and, when the data is not prepared yet, its preparation; jobs
-run ``max_parallel`` at a time, so its wall time is the larger of (total work /
-max_parallel) and its longest job.
-
-``t_step`` on the CPU is *timed*: real training steps of the planned family and size at
-the planned batch, on the thread count each job will use, after ``WARMUP_STEPS`` warm-up
-steps, at least ``TIMED_STEPS`` of them and for at least ``TIMED_WINDOW_S``; the mean is
-the estimate (on a busy machine a short step often runs uninterrupted, so a median would
-miss the waits a long job sees) and (max - min) / median of the steps its stated spread.  Timings are cached per process.  A step too large to time quickly (more
-than ``MAX_TIMED_FLOPS``) and every GPU step is priced by FLOPs instead: (Eq. 23/24 + LM
-head) x batch tokens / the device's sustained rate.  The constants were measured on the
-machine that wrote benchmarks/README.md ("runtime estimate").
+``n_train``: the optimizer steps of every segment (the main run and each reservoir anneal
+branch, App. I); ``n_eval``: the checkpoints evaluated; ``f_eval``: one evaluation batch
+relative to one step; ``RUN_FIXED_S``: what every run pays whatever its size.  A sweep adds
+a start-up per job (timed once in a subprocess for CPU plans, ``JOB_START_S`` otherwise) and
+the data's preparation; jobs run ``max_parallel`` at a time, so its wall time is the larger
+of (total work / max_parallel) and its longest job.  On the CPU ``t_step`` is *timed* (real
+steps of the planned family and size, the mean after ``WARMUP_STEPS``: a median would miss
+the waits a long job sees on a busy machine); a larger step (``MAX_TIMED_FLOPS``) and every
+GPU step is (Eq. 23/24 + LM head) x batch tokens / the device's sustained rate.  The
+constants were measured on the machine that wrote benchmarks/README.md ("runtime estimate").
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+
+from interpscale.orchestration.devices import PLAN_DEVICES, cpu_calibration, num_threads, sustained_flops
+from interpscale.orchestration.rundir import read_status
 
 WARMUP_STEPS = 2
 TIMED_STEPS = 5  # at least, and for at least TIMED_WINDOW_S, at most MAX_TIMED_STEPS
@@ -50,8 +42,8 @@ PREPARE_S_PER_DOC = 2e-3  # preparing a synthetic corpus (generation, BPE, shard
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds per optimizer step: ``seconds`` (median), ``spread`` ((max - min) / median of
-    the timed steps, 0 when priced by FLOPs) and ``how`` (``"timed"`` or ``"flops"``)."""
+    """Seconds per optimizer step, ``spread`` ((max - min) / median of the timed steps, 0
+    when priced by FLOPs) and ``how`` (``"timed"`` or ``"flops"``)."""
 
     seconds: float
     spread: float = 0.0
@@ -59,17 +51,6 @@ class StepTime:
 
 
 _TIMED: dict[str, StepTime] = {}
-
-
-@contextlib.contextmanager
-def _threads(n: int | None) -> Iterator[None]:
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _synthetic_batch(model: torch.nn.Module, rows: int, seq_len: int, concept: bool):
@@ -98,7 +79,7 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
     from interpscale.models import build_model, get_family
     from interpscale.models.types import PhaseSchedule
 
-    with _threads(threads):
+    with num_threads(threads):
         torch.manual_seed(0)
         model = build_model(family, size, **overrides)
         if hasattr(model, "set_phase"):
@@ -127,11 +108,7 @@ def step_time(family: str, size: str, seq_len: int, batch_tokens: int, *, flops_
     flops = flops_per_token * batch_tokens
     if rate is None and flops <= MAX_TIMED_FLOPS:
         return time_step(family, size, seq_len, batch_tokens, threads=threads, **overrides)
-    if rate is None:
-        from interpscale.orchestration.devices import sustained_flops
-
-        rate = sustained_flops("cpu")[0]
-    return StepTime(flops / rate)
+    return StepTime(flops / (rate or sustained_flops("cpu")[0]))
 
 
 _JOB_START: list = []  # [(start time, the probe process, then its seconds)]
@@ -188,17 +165,15 @@ def run_seconds(spec, step: StepTime) -> float:
 
 def sweep_seconds(run_s: Sequence[float], *, max_parallel: int = 1, runs_per_job: int = 1,
                   prepare_s: float = 0.0, job_start_s: float = JOB_START_S) -> float:
-    """Wall time of a sweep of runs taking ``run_s`` seconds each, packed ``runs_per_job``
-    to a job, ``max_parallel`` jobs at a time (longest first, as ``launch`` packs them),
-    each job paying ``job_start_s`` first."""
+    """Wall time of a sweep of runs taking ``run_s`` seconds each, packed into jobs as
+    ``launch`` packs them (``launch.pack``), ``max_parallel`` jobs at a time, each job paying
+    ``job_start_s`` first."""
+    from interpscale.orchestration.launch import pack
+
     if not run_s:
         return 0.0
-    n_jobs = max(1, -(-len(run_s) // max(1, runs_per_job)))
-    loads = [0.0] * n_jobs
-    for t in sorted(run_s, reverse=True):
-        loads[loads.index(min(loads))] += t
-    loads = [x + job_start_s for x in loads]
-    return prepare_s + max(sum(loads) / max(1, min(max_parallel, n_jobs)), max(loads))
+    loads = [sum(run_s[i] for i in g) + job_start_s for g in pack(run_s, runs_per_job)]
+    return prepare_s + max(sum(loads) / max(1, min(max_parallel, len(loads))), max(loads))
 
 
 def prepare_seconds(data: dict) -> float:
@@ -209,10 +184,8 @@ def prepare_seconds(data: dict) -> float:
 
 
 def measured_seconds(run_dir: str | Path) -> float | None:
-    """A finished run's wall time: from its first start to its last write (status or
-    results: training plus evaluation); None when it has not finished."""
-    from interpscale.orchestration.rundir import read_status
-
+    """A finished run's wall time, from its first start to its last write (status or results:
+    training plus evaluation); None when it has not finished."""
     d = Path(run_dir)
     st = read_status(d)
     if st.get("state") != "done" or "started" not in st:
@@ -230,13 +203,11 @@ def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: 
     ``runs_per_job`` where they differ from the preset's), the wall time is repriced for
     the runs launched — those that finished after ``since`` (a ``time.time()``), when
     given — and each such run's measured/estimated ratio is summarised."""
-    from interpscale.orchestration.rundir import read_status
-
     runs = estimate.get("runs", {})
     if since is not None:
         run_dirs = [d for d in run_dirs if float(read_status(Path(d)).get("finished", 0)) >= since]
     if since is not None and not run_dirs:
-        return f"runtime: measured {_fmt(measured_wall_s)}; no run finished in this launch"
+        return f"runtime: measured {fmt_seconds(measured_wall_s)}; no run finished in this launch"
     names = [Path(d).name for d in run_dirs]
     est = float(estimate.get("wall_s", math.nan))
     if names and all(n in runs for n in names):
@@ -245,8 +216,8 @@ def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: 
                             max_parallel=max_parallel or estimate.get("max_parallel", 1),
                             runs_per_job=runs_per_job or estimate.get("runs_per_job", 1))
     if not est > 0:
-        return f"runtime: measured {_fmt(measured_wall_s)} (no estimate)"
-    line = (f"runtime: estimated {_fmt(est)}, measured {_fmt(measured_wall_s)} "
+        return f"runtime: measured {fmt_seconds(measured_wall_s)} (no estimate)"
+    line = (f"runtime: estimated {fmt_seconds(est)}, measured {fmt_seconds(measured_wall_s)} "
             f"(measured/estimated {measured_wall_s / est:.2f})")
     ratios = [m / runs[Path(d).name] for d in run_dirs
               if Path(d).name in runs and (m := measured_seconds(d)) is not None]
@@ -256,5 +227,54 @@ def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: 
     return line
 
 
-def _fmt(s: float) -> str:
-    return f"{s:.0f} s" if s < 600 else f"{s / 60:.1f} min"
+def fmt_seconds(s: float) -> str:
+    """``12.3 s``, ``2.5 min``, ``1.2 h`` or ``3.0 d``; ``-`` when not finite."""
+    if not math.isfinite(s):
+        return "-"
+    for unit, div in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= div:
+            return f"{s / div:.1f} {unit}"
+    return f"{s:.1f} s"
+
+
+def device_rate(device: str | None, flops_per_s: float | None, mfu: float | None,
+                launch: dict) -> tuple[float | None, dict]:
+    """(sustained FLOP/s, or None on the CPU where steps are timed; the plan's device record)."""
+    if flops_per_s:
+        return float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
+    device = device or ("h100" if launch.get("gpus_per_node") else "cpu")
+    if device == "cpu":
+        cal = cpu_calibration(int(launch.get("threads_per_job", 1)))
+        u = sustained_flops("cpu", mfu)[1]  # the FLOP rate of steps too large to time
+        return None, {"name": "cpu", "peak": cal.flops, "mfu": u, "rate": cal.flops * u, "spread": cal.spread,
+                      "threads": cal.threads, "how": f"cpu, training steps timed on {cal.threads} thread(s)"}
+    rate, u = sustained_flops(device, mfu)
+    return rate, {"name": device, "peak": PLAN_DEVICES[device]["peak"], "mfu": u, "rate": rate, "how": device}
+
+
+def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None, build_args: Callable[[dict], tuple],
+               *, seq_len: int, batch_tokens: int, launch: dict, data: dict) -> dict[str, Any]:
+    """Fill the plan rows' ``est_runtime_s`` (the main run's training steps) and ``est_run_s``
+    (the whole run: :func:`run_seconds`) of the rows ``runs`` plans (row index -> RunSpec;
+    ``build_args(row)`` is its (base size, build arguments)); the plan's estimate record."""
+    threads, max_parallel, per_job = (int(launch.get(k, 1)) for k in ("threads_per_job", "max_parallel",
+                                                                       "runs_per_job"))
+    per_run, spreads = {}, []
+    if rate is None and runs:
+        start_job_probe()  # a job's start-up, timed in a subprocess while the steps are
+    for i, r in enumerate(rows):
+        if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
+            continue
+        base, kw = build_args(r)
+        st = step_time(r["family"], base, seq_len, batch_tokens, flops_per_token=r["M"] + r["M_head"], rate=rate,
+                       threads=threads, **kw)
+        r["est_runtime_s"] = st.seconds * r["steps"]
+        if i in runs:
+            r["est_run_s"] = per_run[runs[i].run_id] = run_seconds(runs[i], st)
+            spreads.append(st.spread)
+    prepare_s = prepare_seconds(data)
+    job_s = job_start_seconds() if rate is None and per_run else JOB_START_S
+    wall = sweep_seconds(list(per_run.values()), max_parallel=max_parallel, runs_per_job=per_job,
+                         prepare_s=prepare_s, job_start_s=job_s)
+    return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "job_start_s": job_s,
+            "max_spread": max(spreads, default=0.0), "max_parallel": max_parallel, "runs_per_job": per_job}

@@ -19,12 +19,13 @@ from typing import Any
 
 import torch
 
+from interpscale._atomic import atomic_write_text
 from interpscale.data.loaders import PreparedData, open_data, prepare_data
 from interpscale.executors import stop_requested
 from interpscale.models.types import PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
 from interpscale.orchestration.observe import SegmentLog, rewind_metrics
-from interpscale.orchestration.rundir import atomic_write_text, ensure_writable, read_status, write_status
+from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
 from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
 
@@ -35,6 +36,18 @@ def _dist() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
+
+
+def prepare_run_data(spec: RunSpec, data_root: str | os.PathLike) -> tuple[Path, PreparedData]:
+    """Prepare (or find) ``spec``'s data under ``data_root`` and check the run against it (a
+    validation split, the vocabulary, the concepts) before any job starts."""
+    path = prepare_data(spec.data, data_root, seq_len=spec.seq_len, vocab_size=spec.vocab_size,
+                        val_fraction=spec.val_fraction, seed=spec.seed)
+    data = PreparedData(path, spec.seq_len)
+    if getattr(data.val, "n_tokens", 1) == 0:
+        raise ValueError(f"{path}: the data has no validation split; prepare it with val_fraction > 0")
+    model_kwargs(spec, data)  # a vocabulary / concept mismatch fails here
+    return path, data
 
 
 def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Path:
@@ -49,23 +62,14 @@ def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.
     else:
         atomic_write_text(spec_path, json.dumps(spec.to_dict(), indent=1))
     if not (run_dir / "data.json").exists():
-        root = Path(data_root) if data_root else run_dir.parent / "_data"
-        data_dir = prepare_data(spec.data, root, seq_len=spec.seq_len, vocab_size=spec.vocab_size,
-                                val_fraction=spec.val_fraction, seed=spec.seed)
-        data = PreparedData(data_dir, spec.seq_len)
-        if getattr(data.val, "n_tokens", 1) == 0:
-            raise ValueError(f"{data_dir}: the data has no validation split; prepare it with val_fraction > 0")
-        model_kwargs(spec, data)  # a vocabulary / concept mismatch fails here, before any job starts
+        data_dir, _ = prepare_run_data(spec, data_root or run_dir.parent / "_data")
         for name in ("tokenizer.json", "concepts.json"):
             shutil.copyfile(data_dir / name, run_dir / name)
-        link = {"path": str(data_dir.resolve()), "seq_len": spec.seq_len}
-        atomic_write_text(run_dir / "data.json", json.dumps(link))
+        atomic_write_text(run_dir / "data.json", json.dumps({"path": str(data_dir.resolve()), "seq_len": spec.seq_len}))
     return run_dir
 
 
-def open_run_data(run_dir: str | os.PathLike) -> PreparedData:
-    """The prepared data of a run directory (its data.json), cut at the run's seq_len."""
-    return open_data(run_dir)
+open_run_data = open_data  # the prepared data of a run directory (its data.json), cut at the run's seq_len
 
 
 def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:

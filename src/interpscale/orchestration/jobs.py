@@ -1,0 +1,106 @@
+"""What a sweep's submitit job runs: train (then evaluate) its runs, or evaluate them.
+
+Jobs are ``Checkpointable``: on preemption / timeout submitit requeues them unchanged and
+every run resumes from its last saved state.  Asked to stop
+(:func:`interpscale.executors.stop_requested`), the run in progress saves its state and is
+marked ``interrupted``, and the job returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from interpscale.executors import handle_stop_signals, stop_requested
+from interpscale.orchestration.rundir import write_status
+from interpscale.orchestration.spec import RunSpec
+
+
+def _setup_job(threads: int, distributed: bool | None):
+    """Threads, this task's device and (several tasks) the torch.distributed group, from
+    submitit's ``TorchDistributedEnvironment`` (NCCL on GPUs, gloo on CPU)."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    try:
+        env = submitit.JobEnvironment()
+        rank, local_rank, n_tasks = env.global_rank, env.local_rank, env.num_tasks
+    except RuntimeError:  # not inside a submitit job (e.g. called directly)
+        rank, local_rank, n_tasks = 0, 0, 1
+    distributed = n_tasks > 1 if distributed is None else distributed
+    device = None
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    if distributed:
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        rank = torch.distributed.get_rank()
+    return rank, device, distributed
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+    """Train + evaluate a list of runs, data-parallel over the job's tasks (each binds
+    ``cuda:<local rank>``).  A run that raises is marked ``failed`` and the job goes on with
+    the next (a distributed job stops: its ranks cannot agree to go on); the job fails at
+    the end, naming them."""
+
+    def __call__(self, run_dirs: list[str], data_root: str, threads: int = 1, evaluate: bool = True,
+                 distributed: bool | None = None, save_every_s: float = 60.0,
+                 train: dict[str, Any] | None = None) -> list[dict]:
+        from interpscale.orchestration.evaluate import evaluate_run
+        from interpscale.orchestration.trainer import train_run
+
+        handle_stop_signals()
+        rank, device, distributed = _setup_job(threads, distributed)
+        out, failed = [], []
+        try:
+            for d in run_dirs:
+                if stop_requested():
+                    break
+                try:
+                    status = train_run(RunSpec.load(d), d, data_root=data_root, progress=False,
+                                       save_every_s=save_every_s, device=device, **(train or {}))
+                    if status.get("state") != "done":  # stopped part-way, state saved
+                        if rank == 0:
+                            write_status(Path(d), "interrupted")
+                        break
+                    if evaluate and rank == 0:
+                        evaluate_run(d, device=device)
+                except Exception as exc:
+                    if rank == 0:
+                        write_status(Path(d), "failed", error=f"{type(exc).__name__}: {exc}")
+                    if distributed:
+                        raise
+                    failed.append(f"{Path(d).name}: {type(exc).__name__}: {exc}")
+                    continue
+                out.append(status)
+        finally:
+            if distributed:
+                import torch
+
+                torch.distributed.destroy_process_group()
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(run_dirs)} runs failed: " + "; ".join(failed))
+        return out
+
+
+class EvalJob(submitit.helpers.Checkpointable):
+    """Evaluate run directories (on the job's GPU when it has one); resumable per checkpoint."""
+
+    def __call__(self, run_dirs: list[str], threads: int = 1, eval_batch_tokens: int | None = None) -> int:
+        import torch
+
+        from interpscale.orchestration.evaluate import evaluate_run
+
+        handle_stop_signals()
+        torch.set_num_threads(max(1, threads))
+        device = "cuda" if torch.cuda.is_available() else None
+        rows = 0
+        for d in run_dirs:
+            if stop_requested():  # cancelled: the next launch evaluates what is left
+                break
+            rows += len(evaluate_run(d, device=device, eval_batch_tokens=eval_batch_tokens))
+        return rows
