@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 from interpscale.scaling import ScalingFitWarning, epoch_grid, fit_chinchilla
-from interpscale.scaling.chinchilla import _HuberLSE
+from interpscale.scaling.joint_objective import HuberLSE
 
 # Epoch AI replication (Besiroglu et al. 2024) of Hoffmann et al.'s Approach 3, data README
 EPOCH = dict(objective=0.0010182740, L_inf=1.81724, A_P=477.84, A_D=2143.86, alpha=0.347313, beta=0.367183)
@@ -61,7 +61,7 @@ def test_gradient_matches_finite_differences():
     Y = rng.normal(1.0, 0.1, n)
     W = rng.integers(0, 3, (3, n)).astype(float)
     for w in (None, W):
-        obj = _HuberLSE(lP, lD, Y, w, 0.05)
+        obj = HuberLSE(lP, lD, Y, w, 0.05)
         Z = np.column_stack([rng.normal(0, 1, (3, 3)), rng.uniform(0.1, 0.5, (3, 2))])
         rows = np.arange(3)
         _, g = obj(Z, rows)

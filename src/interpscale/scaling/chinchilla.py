@@ -1,173 +1,27 @@
-"""Joint Chinchilla fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eq. 27-28).
-
-Huber loss (delta = 1e-3) on log residuals, *summed* over points (Eq. 28; an averaged loss
-makes L-BFGS-B stop early), in the log-sum-exp parameterisation of Hoffmann et al. / Epoch:
-log L = LSE(a - alpha log P, b - beta log D, e) with A_P = e^a, A_D = e^b, L_inf = e^e.
-All starts of the initialisation grid, and all bootstrap replicates, are minimised together
-by the batched BFGS of ``_optim`` with analytic gradients.
+"""Joint Chinchilla fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eq. 27-28): check ->
+point fit (every start of a grid, the best polished) -> bootstrap replicates -> result. The
+objective (summed Huber on log residuals, Eq. 28) and its batched minimiser: ``joint_objective``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from ._base import (
-    DEFAULT_LEVEL,
-    DEFAULT_N_BOOT,
-    as_array,
-    check_duplicates,
-    check_lengths,
-    check_level,
-    check_min_points,
-    emit,
-    fields_dict,
-    fmt_ci,
-    log,
-)
-from ._optim import STATUS, batched_bfgs
-from .bootstrap import Bootstrap, band_from_draws, resample_noise
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths
+from ._base import check_min_points, check_weights, emit, fmt_ci, log
+from ._optim import STATUS
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .joint_objective import BOOT_TOL, COARSE_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
 
-
-def epoch_grid() -> np.ndarray:
-    """Hoffmann/Epoch initialisation grid as (a, b, e, alpha, beta) rows: 4,500 starts.
-
-    alpha, beta in {0, 0.5, ..., 2}; e in {-1, -0.5, ..., 1}; a, b in {0, 5, ..., 25}.
-    """
-    ab = np.arange(0.0, 25.0 + 1e-9, 5.0)
-    e = np.arange(-1.0, 1.0 + 1e-9, 0.5)
-    al = np.arange(0.0, 2.0 + 1e-9, 0.5)
-    rows = [(a, b, ee, x, y) for x, y, ee, a, b in itertools.product(al, al, e, ab, ab)]
-    return np.array(rows, dtype=float)
-
-
-def coarse_grid() -> np.ndarray:
-    """A 243-start grid (three values per parameter) for quick fits."""
-    vals = ([0.0, 10.0, 20.0], [0.0, 10.0, 20.0], [-1.0, 0.0, 1.0], [0.25, 0.75, 1.5], [0.25, 0.75, 1.5])
-    return np.array(list(itertools.product(*vals)), dtype=float)
-
-
-def log_pred(theta: np.ndarray, lP: np.ndarray, lD: np.ndarray) -> np.ndarray:
-    """log L-hat for rows of theta = (a, b, e, alpha, beta): shape (S, n)."""
-    a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
-    u1 = a - al * lP[None, :]
-    u2 = b - be * lD[None, :]
-    u3 = np.broadcast_to(e, u1.shape)
-    return np.logaddexp(np.logaddexp(u1, u2), u3)
-
-
-class _HuberLSE:
-    """Summed Huber objective (Eq. 28) and its analytic gradient, batched over rows.
-
-    Internally the exponent terms are centred (a' = a - alpha*mean(log P), likewise b),
-    a linear change of variables that leaves the minimisers unchanged but makes the
-    Hessian far better conditioned for BFGS.
-    """
-
-    def __init__(self, lP, lD, Y, W, delta, *, overestimate=1.0, e_max=None):
-        self.cP, self.cD = float(lP.mean()), float(lD.mean())
-        self.xP, self.xD = lP - self.cP, lD - self.cD
-        self.Y, self.W, self.delta = Y, W, delta
-        self.over = float(overestimate)  # factor on terms where the fit over-estimates the loss
-        # L_inf <= exp(e_max): e = e_max - softplus(-u) with u free (a smooth one-sided bound)
-        self.e_max = None if e_max is None else float(e_max)
-
-    def to_internal(self, theta):
-        z = theta.copy()
-        z[:, 0] = theta[:, 0] - theta[:, 3] * self.cP
-        z[:, 1] = theta[:, 1] - theta[:, 4] * self.cD
-        if self.e_max is not None:  # starts above the bound are moved just below it
-            gap = np.maximum(self.e_max - theta[:, 2], 1e-3)
-            z[:, 2] = -np.log(np.expm1(gap))
-        return z
-
-    def to_external(self, z):
-        theta = z.copy()
-        theta[:, 0] = z[:, 0] + z[:, 3] * self.cP
-        theta[:, 1] = z[:, 1] + z[:, 4] * self.cD
-        if self.e_max is not None:
-            theta[:, 2] = self.e_max - np.logaddexp(0.0, -z[:, 2])
-        return theta
-
-    def __call__(self, Z, rows, chunk=64):
-        # Work in row blocks so the (block, n) temporaries stay in cache.
-        if Z.shape[0] <= chunk:
-            return self._eval(Z, rows)
-        f = np.empty(Z.shape[0])
-        g = np.empty((Z.shape[0], 5))
-        for i in range(0, Z.shape[0], chunk):
-            f[i : i + chunk], g[i : i + chunk] = self._eval(Z[i : i + chunk], rows[i : i + chunk])
-        return f, g
-
-    def _eval(self, Z, rows):
-        # log L-hat = e + log(1 + exp(v1) + exp(v2)), v1 = a' - alpha xP - e, v2 = b' - beta xD - e;
-        # overflow gives inf, which the line search rejects.
-        d = self.delta
-        e = Z[:, 2:3]
-        if self.e_max is not None:
-            u = e
-            e = self.e_max - np.logaddexp(0.0, -u)
-        with np.errstate(over="ignore", invalid="ignore"):
-            ev1 = np.multiply.outer(-Z[:, 3], self.xP)
-            ev1 += Z[:, 0:1] - e
-            np.exp(ev1, out=ev1)
-            ev2 = np.multiply.outer(-Z[:, 4], self.xD)
-            ev2 += Z[:, 1:2] - e
-            np.exp(ev2, out=ev2)
-            t = ev1 + ev2
-            r = np.log1p(t)
-            r += e
-            r -= self.Y if self.Y.ndim == 1 else self.Y[rows]
-            over = r > 0 if self.over != 1.0 else None  # r = log L-hat - log L > 0: over-estimate
-            c = np.clip(r, -d, d)  # Huber'(r)
-            r -= 0.5 * c
-            r *= c  # Huber(r) = c (r - c/2), c = clip(r, -delta, delta)
-            t += 1.0
-            c /= t  # Huber'(r) * (1 / s): softmax weights share the 1/s factor
-            if over is not None:  # asymmetric penalty: over-estimates cost `over` times more
-                k = np.where(over, self.over, 1.0)
-                r *= k
-                c *= k
-            if self.W is not None:
-                w = self.W if self.W.ndim == 1 else self.W[rows]
-                r *= w
-                c *= w
-            ev1 *= c
-            ev2 *= c
-            g = np.empty((Z.shape[0], 5))
-            g[:, 0] = ev1.sum(axis=1)
-            g[:, 1] = ev2.sum(axis=1)
-            g[:, 2] = c.sum(axis=1)
-            g[:, 3] = -(ev1 @ self.xP)
-            g[:, 4] = -(ev2 @ self.xD)
-            if self.e_max is not None:  # chain rule through e = e_max - softplus(-u)
-                g[:, 2] *= np.exp(-np.logaddexp(0.0, u[:, 0]))
-            return r.sum(axis=1), g
-
-
-# Grid phase: scipy L-BFGS-B's default stopping rule (factr 1e7 -> ftol 2.2e-9 on
-# max(|f|, 1); pgtol 1e-5). Polish phase: run the best starts to machine precision.
-COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)
-FINE_TOL = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)
-BOOT_TOL = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
-
-
-def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, max_iter=1000, tol=None,
-                       overestimate=1.0, e_max=None):
-    """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n);
-    W per-point weights (n,) or per-row weights (S, n)."""
-    obj = _HuberLSE(lP, lD, Y, W, delta, overestimate=overestimate, e_max=e_max)
-    res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), max_iter=max_iter, **(tol or FINE_TOL))
-    res.x = obj.to_external(res.x)
-    return res
+__all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation", "optimal_loss"]
 
 
 @dataclass(frozen=True)
-class ChinchillaFit:
+class ChinchillaFit(FitResult):
     """Result of the joint fit (Eq. 27). ``A_P``/``A_D`` are Epoch's ``A``/``B``, ``L_inf`` is ``E``.
 
     ``ci`` maps every parameter (and ``alpha_D``, ``a``/``b``/``e``) to a percentile interval;
@@ -199,6 +53,7 @@ class ChinchillaFit:
     identified: bool = True  # L_inf pinned down and both exponents positive (see ``_diagnose``)
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log L - log L-hat
+    _derived = ("alpha_D", "alpha_P")
 
     @property
     def alpha_D(self) -> float:
@@ -221,11 +76,7 @@ class ChinchillaFit:
         return self.L_inf + self.A_P / P**self.alpha + self.A_D / D**self.beta
 
     def optimal_allocation(self, compute, flops_per_token_per_param: float = 6.0):
-        """(P_opt, D_opt) minimising Eq. 27 subject to C = M*D with M = k*P (k = 6 by default).
-
-        Closed form (Hoffmann et al. 2022, App. D.2): P_opt = G (C/k)^(beta/(alpha+beta)),
-        D_opt = (C/k) / P_opt, G = (alpha A_P / (beta A_D))^(1/(alpha+beta)).
-        """
+        """(P_opt, D_opt) minimising Eq. 27 under C = k P D (k = 6 by default; ``optimal_allocation``)."""
         return optimal_allocation(self.theta[None, :], np.asarray(compute, float), flops_per_token_per_param)
 
     def predict_optimal(self, compute, flops_per_token_per_param: float = 6.0) -> np.ndarray:
@@ -233,87 +84,64 @@ class ChinchillaFit:
         P, D = self.optimal_allocation(compute, flops_per_token_per_param)
         return self.predict(P, D)
 
+    def _band(self, curves, shape, level, point):
+        """Percentile band of ``curves(rows)`` over the bootstrap rows (``point()`` without any)."""
+        if self.boot is None or len(self.boot) == 0:
+            y = point()
+            return y, y
+        lo, hi = band_from_draws(curves(self.boot), level or self.level)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def _interval(self, log_curves, shape, level, seed):
+        """Prediction interval: log-scale curves of the bootstrap rows plus resampled log residuals."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            curve = log_curves(curve_rows(self.boot, self.theta))
+        noise = resample_noise(np.random.default_rng(seed), self.resid, curve.shape, 5)
+        lo, hi = band_from_draws(np.exp(curve + noise), level or self.level)
+        return lo.reshape(shape), hi.reshape(shape)
+
     def band(self, params, tokens, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of L(P, D) at the given points."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
-        if self.boot is None or len(self.boot) == 0:
-            y = self.predict(P, D)
-            return y, y
-        draws = np.exp(log_pred(self.boot, np.log(P.ravel()), np.log(D.ravel())))
-        lo, hi = band_from_draws(draws, level or self.level)
-        return lo.reshape(P.shape), hi.reshape(P.shape)
+        return self._band(lambda th: np.exp(log_pred(th, np.log(P.ravel()), np.log(D.ravel()))), P.shape, level,
+                          lambda: self.predict(P, D))
 
     def band_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0):
         """Bootstrap band of the compute-optimal loss curve (each replicate at its own optimum)."""
         C = np.atleast_1d(np.asarray(compute, float))
-        if self.boot is None or len(self.boot) == 0:
-            y = self.predict_optimal(C, flops_per_token_per_param)
-            return y, y
-        P, D = optimal_allocation(self.boot, C, flops_per_token_per_param)  # (S, m)
-        a, b, e, al, be = (self.boot[:, i : i + 1] for i in range(5))
-        draws = np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
-        lo, hi = band_from_draws(draws, level or self.level)
-        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
-
-    def _noisy_draws(self, log_curve: np.ndarray, seed: int) -> np.ndarray:
-        """Curve draws (S, m) on the log scale plus resampled log residuals, back in loss units."""
-        rng = np.random.default_rng(seed)
-        noise = resample_noise(rng, self.resid if self.resid is not None else np.zeros(0), log_curve.shape, 5)
-        return np.exp(log_curve + noise)
+        return self._band(lambda th: optimal_loss(th, C, flops_per_token_per_param), np.shape(compute), level,
+                          lambda: self.predict_optimal(C, flops_per_token_per_param))
 
     def predict_interval(self, params, tokens, level: float | None = None, *, seed: int = 0):
-        """Prediction interval (lo, hi) for a *new observed* loss at (P, D): the bootstrap
-        curve draws plus resampled residual noise (a confidence band, ``band``, covers the
-        curve only and is narrower)."""
+        """Prediction interval (lo, hi) for a *new observed* loss at (P, D): bootstrap curves plus
+        resampled residual noise (``band`` covers the curve only and is narrower)."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
-        theta = self.boot if self.boot is not None and len(self.boot) else self.theta[None, :]
-        if len(theta) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
-            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
-        draws = self._noisy_draws(log_pred(theta, np.log(P.ravel()), np.log(D.ravel())), seed)
-        lo, hi = band_from_draws(draws, level or self.level)
-        return lo.reshape(P.shape), hi.reshape(P.shape)
+        return self._interval(lambda th: log_pred(th, np.log(P.ravel()), np.log(D.ravel())), P.shape, level, seed)
 
     def predict_interval_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0,
                                  *, seed: int = 0):
         """Prediction interval of a new run's loss at the compute-optimal allocation of ``compute``."""
         C = np.atleast_1d(np.asarray(compute, float))
-        theta = self.boot if self.boot is not None and len(self.boot) else self.theta[None, :]
-        if len(theta) < 200:
-            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
-        P, D = optimal_allocation(theta, C, flops_per_token_per_param)
-        P, D = np.atleast_2d(P), np.atleast_2d(D)
-        a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            curve = np.log(np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be)
-        lo, hi = band_from_draws(self._noisy_draws(curve, seed), level or self.level)
-        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+        return self._interval(lambda th: np.log(optimal_loss(th, C, flops_per_token_per_param)), np.shape(compute),
+                              level, seed)
 
-    def to_dict(self) -> dict:
-        d = fields_dict(self)
-        d["alpha_D"] = self.alpha_D
-        d["alpha_P"] = self.alpha_P
-        return d
-
-    def summary(self) -> str:
-        pct = round(100 * self.level)
+    def _lines(self) -> list[str]:
         lines = [
             f"joint Chinchilla fit L = L_inf + A_P/P^alpha + A_D/D^beta   (n = {self.n}, "
             f"Huber delta = {self.huber_delta:g}, objective = {self.objective:.10f})",
             f"  converged: {self.converged} ({self.status}); best of {self.n_starts} starts "
-            f"(#{self.best_start_index}, {self.n_converged_starts} converged); {pct}% CI, "
+            f"(#{self.best_start_index}, {self.n_converged_starts} converged); {round(100 * self.level)}% CI, "
             f"{self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
         ]
         opts = [o for o, on in (("per-point weights", self.weighted), ("L_inf <= min(loss)", self.L_inf_bounded),
                                 (f"over-estimate penalty x{self.overestimate_penalty:g}", self.overestimate_penalty != 1.0)) if on]
         if opts:
             lines.append("  options: " + ", ".join(opts))
-        for name in ("L_inf", "alpha", "beta", "alpha_D"):
-            lines.append(f"  {name:<8}{fmt_ci(getattr(self, name), self.ci.get(name), 4)}")
+        lines += [f"  {k:<8}{fmt_ci(getattr(self, k), self.ci.get(k), 4)}" for k in ("L_inf", "alpha", "beta", "alpha_D")]
         for name in ("A_P", "A_D"):
             lo, hi = self.ci.get(name, (math.nan, math.nan))
             lines.append(f"  {name:<8}{getattr(self, name):.5g} [{lo:.5g}, {hi:.5g}]")
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
+        return lines
 
 
 def optimal_allocation(theta: np.ndarray, compute, k: float = 6.0):
@@ -332,6 +160,14 @@ def optimal_allocation(theta: np.ndarray, compute, k: float = 6.0):
     if theta.shape[0] == 1:
         return P[0].reshape(np.shape(C)), D[0].reshape(np.shape(C))
     return P, D
+
+
+def optimal_loss(theta: np.ndarray, compute: np.ndarray, k: float = 6.0) -> np.ndarray:
+    """(S, m) Eq. 27 losses of the rows of theta at their own compute-optimal allocation of ``compute``."""
+    P, D = (np.atleast_2d(v) for v in optimal_allocation(theta, compute, k))
+    a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
 
 
 # L_inf below this fraction of the smallest observed loss is reported as not identified
@@ -366,13 +202,7 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
         raise ValueError(f"delta must be positive, got {delta}")
     if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
         raise ValueError("params/tokens: need at least two distinct values of each")
-    w = None
-    if weights is not None:
-        w = as_array(weights, "weights")
-        check_lengths(params=P, weights=w)
-        if (w < 0).any() or not w.sum() > 0:
-            i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
-            raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
+    w = check_weights(weights, n)
     if not overestimate_penalty >= 1.0:
         raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
     e_max = float(np.log(L.min())) if bound_L_inf else None
@@ -486,27 +316,22 @@ def fit_chinchilla(
 ) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
 
-    Every start of ``grid`` (default: the 4,500-start Hoffmann/Epoch grid; ``"coarse"``:
-    243 starts; or an (S, 5) array of (a, b, e, alpha, beta)) is minimised; the lowest
-    objective among converged starts wins. All starts run to scipy L-BFGS-B's default
-    stopping rule; the best ``n_polish`` end points are then refined to machine precision.
-    Bootstrap replicates (``n_boot``, ``bootstrap.Bootstrap``) are refitted together,
-    warm-started from the point estimate, and give percentile intervals. ``"residual"``
-    (default, the paper's) resamples log residuals; with ``smooth`` a small variance-preserving
-    Gaussian kernel is added to each draw, because with delta far below the noise the Huber
-    fit behaves like least absolute deviations, whose plain residual bootstrap under-covers
-    (De Angelis, Hall & Young 1993). ``"pairs"`` resamples points (Epoch's choice);
-    ``"cluster"`` resamples whole ``groups`` (e.g. ``run_id``: the checkpoints of one run are
-    not independent).
+    Every start of ``grid`` (the 4,500-start Hoffmann/Epoch grid; ``"coarse"``: 243 starts; or an
+    (S, 5) array of (a, b, e, alpha, beta)) runs to scipy L-BFGS-B's default stopping rule, the
+    best ``n_polish`` end points to machine precision; the lowest converged objective wins.
+    Replicates (``bootstrap.Bootstrap``) are refitted together, warm-started from the estimate.
+    ``"residual"`` (the paper's) resamples log residuals, with ``smooth`` a small Gaussian kernel
+    (with delta far below the noise the Huber fit acts like least absolute deviations, whose plain
+    residual bootstrap under-covers; De Angelis, Hall & Young 1993); ``"pairs"`` resamples points
+    (Epoch's choice); ``"cluster"`` whole ``groups`` (e.g. the checkpoints of one run).
 
-    Options from the ladder literature: ``weights`` (n,) multiply each point's Huber term
-    (e.g. inverse seed variance); ``overestimate_penalty`` k >= 1 multiplies the terms where
-    the fit predicts a higher loss than observed; ``bound_L_inf`` constrains
-    L_inf <= min(loss) (a smooth reparameterisation, so BFGS stays unconstrained).
+    Ladder-literature options: ``weights`` (n,) multiply each point's Huber term;
+    ``overestimate_penalty`` k >= 1 multiplies the terms where the fit over-predicts the loss;
+    ``bound_L_inf`` keeps L_inf <= min(loss) (a smooth reparameterisation: BFGS stays unconstrained).
     """
     x = _check(params, tokens, loss, delta=delta, weights=weights, overestimate_penalty=overestimate_penalty,
                bound_L_inf=bound_L_inf, grid=grid)
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=check_level(level), seed=seed, groups=groups,
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
                      smooth=smooth and bootstrap == "residual").checked(x.n, "fit_chinchilla")
     pt = _point_fit(x, max_iter=max_iter, n_polish=n_polish)
     warnings: list[str] = []
