@@ -10,6 +10,7 @@ from pathlib import Path
 
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import given, library_default, literal_choices, option
+from interpscale.errors import UserError
 from interpscale.results_table import read_results as read_table
 from interpscale.results_table import require_values
 
@@ -111,6 +112,20 @@ def _add_law(sub) -> None:
     p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
 
 
+def _write(out: Path | None, name: str, text: str) -> None:
+    """``text`` to ``out`` (a .json file) or to ``out/name`` (a directory), said on stderr."""
+    if out is not None:
+        dest = out if out.suffix.lower() == ".json" else out / name
+        atomic_write_text(dest, text)
+        sys.stderr.write(f"wrote {dest}\n")
+
+
+def _write_all(out: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        atomic_write_text(out / name, text)
+    sys.stdout.write(f"wrote {' and '.join(str(out / n) for n in files)}\n")
+
+
 def _law(args) -> int:
     from interpscale.scaling.law_table import fit_law_table
 
@@ -125,11 +140,7 @@ def _law(args) -> int:
                         step=args.step, tokens_per_step=per_step,
                         **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
     sys.stdout.write(res.summary() + "\n")
-    if args.out is not None:
-        dest = args.out if args.out.suffix.lower() == ".json" else args.out / f"{args.law}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(dest, json.dumps(res.to_dict(), indent=2) + "\n")
-        sys.stderr.write(f"wrote {dest}\n")
+    _write(args.out, f"{args.law}.json", json.dumps(res.to_dict(), indent=2) + "\n")
     return 0 if res.converged else 1
 
 
@@ -144,54 +155,40 @@ def _joint_options(args) -> dict:
     return dict(bound_L_inf=args.bound_l_inf, **given(args, "overestimate_penalty"))
 
 
+def _column(df, path: Path, flag: str, name: str | None):
+    """Column ``name`` as an array (None when not asked for); a missing one names ``flag``."""
+    if not name:
+        return None
+    if name not in df.columns:
+        raise UserError(f"{path}: {flag} column {name!r} not found; have {list(df.columns)}")
+    return df[name].to_numpy()
+
+
 def _chinchilla(args, path: Path) -> int:
     from interpscale.scaling import fit_chinchilla
 
-    from interpscale.errors import UserError
-
     df = read_table(path)
-    cols = [c for c in (args.params, args.tokens, args.flops, args.loss) if c]
-    missing = [c for c in cols if c not in df.columns]
+    missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
     require_values(df, args.loss)
     if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
-        thr = df[args.loss].nlargest(args.drop_highest_loss).min()
-        df = df[df[args.loss] < thr]
+        df = df[df[args.loss] < df[args.loss].nlargest(args.drop_highest_loss).min()]
     P = df[args.params].to_numpy(float)
     D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
-    if args.weights and args.weights not in df.columns:
-        raise UserError(f"{path}: --weights column {args.weights!r} not found; have {list(df.columns)}")
-    if args.cluster and args.cluster not in df.columns:
-        raise UserError(f"{path}: --cluster column {args.cluster!r} not found; have {list(df.columns)}")
-    boot = {"bootstrap": "cluster", "groups": df[args.cluster].to_numpy()} if args.cluster else {}
-    fit = fit_chinchilla(P, D, df[args.loss], weights=df[args.weights] if args.weights else None,
+    groups = _column(df, path, "--cluster", args.cluster)
+    boot = {"bootstrap": "cluster", "groups": groups} if groups is not None else {}
+    fit = fit_chinchilla(P, D, df[args.loss], weights=_column(df, path, "--weights", args.weights),
                          **boot, **_joint_options(args),
                          **given(args, "delta", "grid", "n_boot", "bootstrap", "level", "seed"))
     text = json.dumps(fit.to_dict(), indent=2) + "\n"
     sys.stdout.write(text)
-    if args.out is not None:
-        dest = args.out if args.out.suffix.lower() == ".json" else args.out / "chinchilla.json"
-        atomic_write_text(dest, text)
-        sys.stderr.write(f"wrote {dest}\n")
+    _write(args.out, "chinchilla.json", text)
     return 0 if fit.converged else 1
-
-
-def _groups(df, args):
-    """Cluster-bootstrap labels (one per row) from the --cluster column, or None."""
-    if not args.cluster:
-        return None
-    if args.cluster not in df.columns:
-        from interpscale.errors import UserError
-
-        raise UserError(f"--cluster column {args.cluster!r} not found; have {list(df.columns)}")
-    return df[args.cluster].to_numpy()
 
 
 def _results(args, path: Path) -> int:
     from interpscale.scaling import fit_families
-
-    from interpscale.errors import UserError
 
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
@@ -201,36 +198,31 @@ def _results(args, path: Path) -> int:
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
     require_values(df, metric)
+    groups = _column(df, path, "--cluster", args.cluster)
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
-                        target_compute=args.target_compute, loss=metric, groups=_groups(df, args),
+                        target_compute=args.target_compute, loss=metric, groups=groups,
                         joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "fits.json", fits.to_json() + "\n")
-    atomic_write_text(args.out / "tables.md", fits.to_markdown())
+    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown()})
     for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
         if f.forecast is not None:
             sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
-    sys.stdout.write(f"wrote {args.out / 'fits.json'} and {args.out / 'tables.md'}\n")
     if args.backtest:
         from interpscale.scaling import backtest
 
         bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=metric,
                       methods=("isoflop-powerlaw", "joint", "bounded"), target_compute=args.target_compute,
-                      groups=_groups(df, args), **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
-        atomic_write_text(args.out / "backtest.json", json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n")
-        atomic_write_text(args.out / "backtest.md", bt.to_markdown())
+                      groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
         sys.stdout.write(bt.summary() + "\n")
-        sys.stdout.write(f"wrote {args.out / 'backtest.json'} and {args.out / 'backtest.md'}\n")
-    dropped = fits.dropped
-    if dropped:
-        for fam, why in dropped.items():
-            for name, reason in why.items():
-                sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
-        if not args.allow_partial:
-            sys.stderr.write("interpscale fit: error: some fits could not be made (outputs written; "
-                             "--allow-partial to accept)\n")
-            return 1
+        _write_all(args.out, {"backtest.json": json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n",
+                              "backtest.md": bt.to_markdown()})
+    for fam, why in fits.dropped.items():
+        for name, reason in why.items():
+            sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
+    if fits.dropped and not args.allow_partial:
+        sys.stderr.write("interpscale fit: error: some fits could not be made (outputs written; "
+                         "--allow-partial to accept)\n")
+        return 1
     return 0
 
 
