@@ -11,14 +11,7 @@ import sys
 
 from interpscale._commands.options import given, option
 
-_FORMATS_HELP = """\
-input formats (by extension, .gz allowed; or --format):
-  .jsonl  one document per line: {"chunks": [{"text": ..., "concepts": [label, ...]}, ...]}
-          or {"text": ..., "concepts": [...]}  (concepts optional)
-  .parquet  one chunk per row: column text, optional concepts (list or "a,b") and doc_id
-          (consecutive rows with one doc_id are one document; without it a row is a document)
-  .txt    plain text, documents separated by blank lines, no concepts
-  --document-per-file: each file (any extension, e.g. source code) is one plain-text document
+_OUTPUT_HELP = """\
 output DIR: {train,val}.tokens.bin (np.memmap, uint16/uint32), CSR concept labels,
 tokenizer.json, concepts.json, meta.json.  Use it in a sweep TOML as
   [data]
@@ -26,19 +19,19 @@ tokenizer.json, concepts.json, meta.json.  Use it in a sweep TOML as
   path = "DIR"
 """
 
-
 VERBS = ("prepare", "info")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from interpscale.data.prepare import MODES, make_request, prepare
-    from interpscale.data.sources import FORMATS
+    from interpscale.data.sources import FORMATS, FORMATS_HELP
 
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     pr = sub.add_parser("prepare", help="tokenize files into memory-mapped shards (resumable)",
                         description="Stream JSONL / Parquet / plain-text files (globs, gzip) into token shards "
                                     "that np.memmap opens; rerun the same command to resume.",
-                        epilog=_FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        epilog=FORMATS_HELP + _OUTPUT_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     pr.add_argument("sources", nargs="+", metavar="SOURCE", help="input files or glob patterns (quote globs)")
     pr.add_argument("--out", required=True, metavar="DIR", help="output data directory")
     pr.add_argument("--format", choices=FORMATS, help="input format (default: by extension)")

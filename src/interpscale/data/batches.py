@@ -8,6 +8,7 @@ against lives in ``tests/datapkg/reference_packing.py``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
@@ -17,9 +18,7 @@ from interpscale.models.types import Batch
 
 
 class RowSplit:
-    """Rows of ``seq_len`` tokens served as batches; subclasses give ``n_rows`` and
-    ``rows_to_batch``.  ``batch(step)`` is a pure function of (seed, step) and each rank
-    builds only its own rows."""
+    """Rows served as batches; subclasses give ``n_rows`` and ``rows_to_batch``."""
 
     n_rows: int
 
@@ -34,17 +33,12 @@ class RowSplit:
 
     def batch(self, step: int, batch_size: int, *, seed: int, rank: int = 0, world: int = 1,
               concepts: bool = True) -> Batch:
-        """The batch of training ``step`` (this rank's rows of it)."""
         return self.rows_to_batch(self.step_rows(step, batch_size, seed=seed, rank=rank, world=world), concepts)
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None, concepts: bool = True) -> list[Batch]:
         """Deterministic, in-order validation batches (a re-iterable list)."""
-        out = []
-        for start in range(0, self.n_rows, batch_size):
-            if max_batches is not None and len(out) >= max_batches:
-                break
-            out.append(self.rows_to_batch(np.arange(start, min(start + batch_size, self.n_rows)), concepts))
-        return out
+        starts = range(0, self.n_rows, batch_size)[:max_batches]
+        return [self.rows_to_batch(np.arange(s, min(s + batch_size, self.n_rows)), concepts) for s in starts]
 
 
 def local_chunks(gid: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -60,15 +54,9 @@ def local_chunks(gid: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return local, per_row
 
 
-_PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
-
-
+@functools.lru_cache(maxsize=8)
 def _perm(seed: int, epoch: int, n: int) -> np.ndarray:
-    key = (seed, epoch, n)
-    if key not in _PERM_CACHE:
-        _PERM_CACHE.clear() if len(_PERM_CACHE) > 8 else None
-        _PERM_CACHE[key] = np.random.default_rng([seed, epoch, 7]).permutation(n)
-    return _PERM_CACHE[key]
+    return np.random.default_rng([seed, epoch, 7]).permutation(n)
 
 
 def data_key(source: dict) -> str:

@@ -103,8 +103,8 @@ def read_meta(path: str | os.PathLike) -> dict:
     if meta.get("format") == FORMAT:
         return meta
     if (path / "train.npz").exists():
-        raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no longer read; "
-                        f"rerun `interpscale data prepare` on its sources (a sweep prepares its data again "
+        raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no longer "
+                        f"read; rerun `interpscale data prepare` on its sources (a sweep prepares its data again "
                         f"in a new run directory)")
     raise UserError(f"{path}: not prepared data of this version (no meta.json of format {FORMAT!r}); "
                     f"rerun `interpscale data prepare`")

@@ -49,10 +49,10 @@ def _sample_texts(req: dict) -> Iterator[str]:
 
 
 def build_tokenizer(out: str | os.PathLike) -> None:
-    """Step 2 (idempotent): DIR/tokenizer.json, then the token dtype it implies."""
+    """Step 2 (idempotent): DIR/tokenizer.json, then the token dtype (uint16 when every id fits)."""
     out = Path(out)
+    req = read_request(out)
     if not (out / "tokenizer.json").exists():
-        req = read_request(out)
         if req["tokenizer"]:
             tok = load_tokenizer(req["tokenizer"])
         else:
@@ -64,17 +64,10 @@ def build_tokenizer(out: str | os.PathLike) -> None:
         special_ids(tok)  # all four present and distinct
         with atomic_path(out / "tokenizer.json") as tmp:
             tok.save(str(tmp))
-    _set_dtype(out)
-
-
-def _set_dtype(out: Path) -> None:
-    """Fix the token dtype from the tokenizer (uint16 when every id fits)."""
-    req = read_request(out)
-    if req["token_dtype"]:
-        return
-    v = load_tokenizer(out / "tokenizer.json", add_specials=False).get_vocab_size()
-    req["token_dtype"] = "uint16" if v <= 1 << 16 else "uint32"
-    atomic_write_text(out / PARTS / "request.json", json.dumps(req, indent=1))
+    if not req["token_dtype"]:
+        v = load_tokenizer(out / "tokenizer.json", add_specials=False).get_vocab_size()
+        req["token_dtype"] = "uint16" if v <= 1 << 16 else "uint32"
+        atomic_write_text(out / PARTS / "request.json", json.dumps(req, indent=1))
 
 
 # -- step 3: one part per input ---------------------------------------------------------------

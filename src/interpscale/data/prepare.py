@@ -1,21 +1,14 @@
-"""Streaming data preparation, the driver: input files -> tokenizer -> one token part per
-input file -> one memory-mapped shard per split plus a JSON index (``meta.json``).
+"""Streaming data preparation, the driver; each step resumable and atomic, in its own module:
 
-Steps, each resumable and atomic (each in its own module):
+1. ``request``: ``DIR/.parts/request.json`` records what is being prepared (``concepts.json``
+   first when the concept set is fixed: ``--concepts`` or the synthetic corpus);
+2. ``parts.build_tokenizer``: ``DIR/tokenizer.json``, pretrained or a BPE trained on a sample;
+3. ``parts.tokenize_part``: one task per input file into ``DIR/.parts/NNNNN.*``;
+4. ``finalize``: ``{train,val}.tokens.bin`` and the CSR concept labels, then ``meta.json``.
 
-1. ``request``: ``DIR/.parts/request.json`` records what is being prepared; ``concepts.json``
-   is written first when the concept set is fixed (``--concepts`` or the synthetic corpus);
-2. ``parts.build_tokenizer``: ``DIR/tokenizer.json``, a pretrained one (special tokens added
-   where missing) or a BPE trained on a bounded sample of the training documents;
-3. ``parts.tokenize_part``: one task per input file streams its documents through the
-   ``tokenizers`` batch encoder into ``DIR/.parts/NNNNN.*`` (a rerun skips finished parts);
-4. ``finalize``: the parts become ``{train,val}.tokens.bin`` and the CSR concept labels,
-   then ``meta.json`` last.  Memory stays bounded by a batch, whatever the corpus size.
-
-The token stream of a split: each chunk's tokens then [EOC]; each document closed by
-[EOS]; documents in input order.  Which split a document goes to is ``split.is_validation``.
-Tasks run in this process (``inline``, optionally ``workers`` processes side by side) or
-as jobs of the one launcher, ``interpscale.executors`` (``local``, ``slurm``, ``debug``).
+A split's token stream: each chunk's tokens then [EOC], each document closed by [EOS],
+documents in input order; a document's split is ``split.is_validation``.  Tasks run in this
+process (``inline``, optionally ``workers`` processes) or as jobs of ``interpscale.executors``.
 """
 
 from __future__ import annotations
@@ -84,22 +77,20 @@ def _single_threaded_encoder() -> None:
 def _inline_parts(out: Path, n: int, workers: int, progress: bool) -> None:
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=n, desc="prepare", disable=not progress or n < 2)
-    if workers <= 1 or n < 2:
-        for i in range(n):
-            tokenize_part(out, i)
-            bar.update(1)
-        bar.close()
-        return
     errors: dict[int, BaseException] = {}
-    ctx = multiprocessing.get_context("fork")  # workers start in milliseconds, nothing re-imported
-    with ProcessPoolExecutor(min(workers, n), mp_context=ctx, initializer=_single_threaded_encoder) as pool:
-        futures = {pool.submit(tokenize_part, str(out), i): i for i in range(n)}
-        for f in as_completed(futures):
-            if f.exception() is not None:  # the other files go on; their parts are kept
-                errors[futures[f]] = f.exception()
-            bar.update(1)
-    bar.close()
+    with tqdm(total=n, desc="prepare", disable=not progress or n < 2) as bar:
+        if workers <= 1 or n < 2:
+            for i in range(n):
+                tokenize_part(out, i)
+                bar.update(1)
+            return
+        ctx = multiprocessing.get_context("fork")  # workers start in milliseconds, nothing re-imported
+        with ProcessPoolExecutor(min(workers, n), mp_context=ctx, initializer=_single_threaded_encoder) as pool:
+            futures = {pool.submit(tokenize_part, str(out), i): i for i in range(n)}
+            for f in as_completed(futures):
+                if f.exception() is not None:  # the other files go on; their parts are kept
+                    errors[futures[f]] = f.exception()
+                bar.update(1)
     if errors:
         raise errors[min(errors)]
 

@@ -1,18 +1,6 @@
-"""Streaming readers of user corpora: JSONL, Parquet and plain text (gzip welcome), one
-document at a time, each tagged with where it came from (file and line) for error messages.
-
-Formats (picked by extension, or ``fmt``):
-
-- JSONL (``.jsonl .json .ndjson``): one document per line, either
-  ``{"chunks": [{"text": ..., "concepts": [label, ...]}, ...]}`` or ``{"text": ..., "concepts": [...]}``;
-- Parquet (``.parquet .pq``): one chunk per row, column ``text`` and optionally ``concepts``
-  (a list of labels or a comma-separated string) and ``doc_id`` (consecutive rows with the
-  same ``doc_id`` form one document; without it every row is a document);
-- plain text (``.txt .text .md``): documents separated by blank lines, no concepts;
-- ``document_per_file=True`` (code corpora): each file, whatever its extension, is one
-  plain-text document of one chunk, never split at blank lines.
-
-A document is a list of ``(text, [concept label, ...])`` chunks.
+"""Streaming readers of user corpora, one document at a time, each tagged with where it came
+from (file and line) for error messages.  A document is a list of ``(text, [concept label, ...])``
+chunks; the formats are ``FORMATS_HELP`` (also the ``data prepare --help`` epilog).
 """
 
 from __future__ import annotations
@@ -31,6 +19,15 @@ import numpy as np
 from interpscale.errors import UserError
 
 FORMATS = ("jsonl", "parquet", "text")
+FORMATS_HELP = """\
+input formats (by extension, .gz allowed; or --format):
+  .jsonl  one document per line: {"chunks": [{"text": ..., "concepts": [label, ...]}, ...]}
+          or {"text": ..., "concepts": [...]}  (concepts optional; also .json, .ndjson)
+  .parquet  one chunk per row: column text, optional concepts (list or "a,b") and doc_id
+          (consecutive rows with one doc_id are one document; without it a row is a document)
+  .txt    plain text, documents separated by blank lines, no concepts (also .text, .md)
+  --document-per-file: each file (any extension, e.g. source code) is one plain-text document
+"""
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet",
         ".txt": "text", ".text": "text", ".md": "text"}
 
@@ -45,9 +42,10 @@ class RawDoc:
 def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file: bool = False) -> str:
     """The format of ``path``: ``fmt`` when given, else by extension; with
     ``document_per_file`` always "text" (a JSONL / Parquet file or format is an error)."""
+    p = Path(path)
+    ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
     if document_per_file:
-        p = Path(path)
-        kind = fmt or _EXT.get((Path(p.stem).suffix if p.suffix == ".gz" else p.suffix).lower(), "text")
+        kind = fmt or _EXT.get(ext.lower(), "text")
         if kind != "text":
             raise UserError(f"{path}: --document-per-file reads each file as one plain-text document, "
                             f"not {kind}")
@@ -56,8 +54,6 @@ def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file
         if fmt not in FORMATS:
             raise UserError(f"unknown format {fmt!r}; expected one of {FORMATS}")
         return fmt
-    p = Path(path)
-    ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
     if ext.lower() not in _EXT:
         raise UserError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
                          f".parquet or .txt (optionally .gz) or pass --format")
@@ -192,9 +188,8 @@ def iter_documents(path: str | os.PathLike, fmt: str | None = None, *,
     """Documents of one input file, streamed; an empty file is an error naming it."""
     path = Path(path)
     kind = format_of(path, fmt, document_per_file)
-    reader = {"jsonl": iter_jsonl_docs, "parquet": iter_parquet_docs, "text": iter_text_docs}[kind]
-    if document_per_file:
-        reader = iter_file_doc
+    reader = iter_file_doc if document_per_file else {
+        "jsonl": iter_jsonl_docs, "parquet": iter_parquet_docs, "text": iter_text_docs}[kind]
     n = 0
     try:
         for doc in reader(path):

@@ -21,8 +21,7 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def family_name(model: nn.Module) -> str:
-    cfg = getattr(model, "config", None)
-    return str(getattr(cfg, "family", type(model).__name__))
+    return str(getattr(getattr(model, "config", None), "family", type(model).__name__))
 
 
 def is_diffusion(model: nn.Module) -> bool:
@@ -36,8 +35,8 @@ def is_diffusion(model: nn.Module) -> bool:
 
 
 def special_id(model: nn.Module, name: str) -> int:
-    """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` (from its config: a
-    prepared corpus with a pretrained tokenizer puts them anywhere); the built-in ids otherwise."""
+    """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` from its config (a pretrained
+    tokenizer puts them anywhere), else the built-in id."""
     cfg = getattr(model, "config", None)
     value = getattr(cfg, name, None)
     if value is None and name == "mask_id":
@@ -55,8 +54,7 @@ def mask_token_id(model: nn.Module) -> int:
 
 
 def block_size(model: nn.Module, default: int = 64) -> int:
-    cfg = getattr(model, "config", None)
-    b = getattr(cfg, "block_size", None)
+    b = getattr(getattr(model, "config", None), "block_size", None)
     return default if not b else int(b)
 
 
@@ -115,8 +113,8 @@ def valid_mask(batch: Batch) -> torch.Tensor:
 
 
 def seeded_generator(device: torch.device, seed: int, name: str) -> torch.Generator:
-    """A generator on ``device`` seeded from (seed, name): each estimator/metric draws its
-    own reproducible stream, independent of the others and of the global RNG."""
+    """A generator on ``device`` seeded from (seed, name): each estimator / metric its own
+    reproducible stream, independent of the others and of the global RNG."""
     g = torch.Generator(device=device)
     g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
     return g

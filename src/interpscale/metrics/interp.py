@@ -1,12 +1,9 @@
-"""Interpretability metrics of Steerling §7 (Table 5) on held-out annotated chunks.
-
-concept loss (Eq. 9-10, OR-aggregated BCE, mean over chunks of the sum over concepts),
-concept independence (Eq. 13-14, per evaluation batch of B token representations, mean
-over batches) and concept contribution (Eq. 22, mean over predictions; the prediction
-at a position is the model's arg-max token y).  For diffusion models every metric is read
-off one forward pass of the input masked at ``mask_rate`` (default 0.5, the fixed-rate
-setting of Eq. 36) and predictions are the masked positions; for AR models the input is
-clean and every position is a prediction.
+"""Interpretability metrics of Steerling §7 (Table 5) on held-out annotated chunks: concept
+loss (Eq. 9-10, OR-aggregated BCE, mean over chunks of the sum over concepts), concept
+independence (Eq. 13-14, per batch of B token representations, mean over batches) and concept
+contribution (Eq. 22, mean over predictions, the prediction being the arg-max token y).
+Diffusion models are read off one forward pass of the input masked at ``mask_rate`` (0.5,
+Eq. 36's setting), predictions at the masked positions; AR models see clean input.
 """
 
 from __future__ import annotations
@@ -18,16 +15,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from interpscale.metrics import masking
-from interpscale.metrics._common import (
-    checked_batches,
-    eval_mode,
-    family_name,
-    is_diffusion,
-    mask_token_id,
-    model_device,
-    seeded_generator,
-    valid_mask,
-)
+from interpscale.metrics._common import (checked_batches, eval_mode, family_name, is_diffusion, mask_token_id,
+                                         model_device, seeded_generator, valid_mask)
 from interpscale.models.types import Batch, ModelOutput
 
 LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
@@ -36,11 +25,8 @@ LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
 def concept_loss_terms(
     known_act: torch.Tensor, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor, valid: torch.Tensor
 ) -> tuple[float, int]:
-    """Summed Eq. 10 over the chunks of one batch, and the number of chunks seen.
-
-    known_act [B, T, n] (sigmoid k), chunk_ids [B, T] (-1 outside chunks),
-    chunk_labels [B, C, n] multi-hot.  log(1 - k_chunk) = sum_t log(1 - k_t)  (Eq. 9).
-    """
+    """Summed Eq. 10 over the chunks of one batch, and the number of chunks seen; known_act
+    [B, T, n] (sigmoid k), chunk_ids [B, T] (-1 outside chunks), chunk_labels [B, C, n] multi-hot."""
     B, T, n = known_act.shape
     C = chunk_labels.shape[1]
     if chunk_labels.shape[2] != n:
@@ -51,6 +37,7 @@ def concept_loss_terms(
     rows = torch.arange(B, device=chunk_ids.device).unsqueeze(1).expand(B, T)
     gidx = (rows * C + chunk_ids)[keep]  # chunk index over the whole batch
     log1m_k = torch.log1p(-known_act.double().clamp(0.0, 1.0))[keep].clamp_min(LOG_CLAMP)
+    # Eq. 9: log(1 - k_chunk) = sum_t log(1 - k_t) over the chunk's tokens
     s = torch.zeros(B * C, n, dtype=torch.float64, device=known_act.device).index_add_(0, gidx, log1m_k)
     seen = torch.zeros(B * C, dtype=torch.bool, device=known_act.device)
     seen[gidx] = True
@@ -98,19 +85,10 @@ def lm_head_weight(model: nn.Module) -> torch.Tensor:
     raise ValueError(f"cannot find the LM head of {type(model).__name__} (looked for .lm_head / .head / .output)")
 
 
-def interp_metrics(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    *,
-    seed: int = 0,
-    mask_rate: Optional[float] = None,
-    progress: bool = False,
-) -> dict[str, float]:
-    """``concept_loss``, ``concept_independence``, ``concept_contribution`` of a concept model.
-
-    ``batches`` must carry chunk annotations (``chunk_ids``/``chunk_labels``).  ``mask_rate``
-    (diffusion only) defaults to 0.5; ``seed`` fixes the masks.
-    """
+def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
+                   mask_rate: Optional[float] = None, progress: bool = False) -> dict[str, float]:
+    """``concept_loss``, ``concept_independence``, ``concept_contribution`` of a concept model on
+    annotated batches (``chunk_ids`` / ``chunk_labels``); ``seed`` fixes the masks."""
     diffusion = is_diffusion(model)
     if mask_rate is None:
         mask_rate = 0.5 if diffusion else 0.0
@@ -130,8 +108,7 @@ def interp_metrics(
     with eval_mode(model):
         for i, batch in enumerate(tqdm(data, desc="interp metrics", disable=not progress)):
             batch = batch.to(device)
-            valid = valid_mask(batch)
-            x = batch.tokens
+            x, valid = batch.tokens, valid_mask(batch)
             pred = valid
             if diffusion and mask_rate > 0:
                 pred, _ = masking.draw_mask(mask_rate, valid, gen)

@@ -1,11 +1,10 @@
 """Log-likelihoods of continuations given contexts, for soft MMLU and the lm-eval adapter.
 
-AR models: exact sum of next-token log-probabilities.  Diffusion models: a Monte Carlo
-ELBO lower bound on log p(continuation | context) (Eq. 38 restricted to the continuation):
-draw l uniformly from 1..L, mask l of the L continuation tokens, weight the masked
-log-probabilities by L / l.  The draws (a stratified fraction and per-position priorities)
-come from a generator keyed by the context, so every choice of one question is scored
-under the same masks, which cancels most of the Monte Carlo noise in their differences.
+AR models: the exact sum of next-token log-probabilities.  Diffusion models: a Monte Carlo
+ELBO on log p(continuation | context) (Eq. 38 restricted to the continuation): mask l ~ U{1..L}
+of the L continuation tokens and weight their log-probabilities by L / l.  The draws come from
+a generator keyed by the context, so every choice of a question is scored under the same
+masks, which cancels most of the Monte Carlo noise in their differences.
 """
 
 from __future__ import annotations
@@ -67,13 +66,9 @@ def loglikelihood(
 
 
 def _ar(model, requests, *, batch_size, prefix_id):
-    limit = max_length(model)
-    device = model_device(model)
-    rows = []
-    for ctx, cont in requests:
-        full = ([prefix_id] if not ctx else list(ctx)) + list(cont)
-        inp = full[:-1][-limit:]
-        rows.append((inp, len(cont)))
+    limit, device = max_length(model), model_device(model)
+    rows = [((([prefix_id] if not ctx else list(ctx)) + list(cont)[:-1])[-limit:], len(cont))
+            for ctx, cont in requests]
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
     out: list = [None] * len(rows)
     with eval_mode(model):
@@ -105,10 +100,8 @@ def _draws(ctx: Sequence[int], n_samples: int, seed: int, width: int) -> tuple[t
 def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share_masks):
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-    limit = max_length(model)
-    mask_id = mask_token_id(model)
+    limit, mask_id, device = max_length(model), mask_token_id(model), model_device(model)
     block = block_size(model, default=1)
-    device = model_device(model)
     # Per request: n_samples masked copies plus one fully masked copy for is_greedy.
     jobs = []  # (length, request index, sample index or -1, masked positions, weight)
     seqs = []
@@ -146,8 +139,7 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share
                 mask = torch.zeros_like(x, dtype=torch.bool)
                 for r, (_, _, _, pos, _) in enumerate(chunk):
                     mask[r, pos] = True
-                x = x.to(device)
-                mask = mask.to(device)
+                x, mask = x.to(device), mask.to(device)
                 logp = torch.log_softmax(logits_of(model(x.masked_fill(mask, mask_id))).float(), -1)
                 tok_lp = logp.gather(-1, x[..., None]).squeeze(-1)  # [R, T]
                 for r, (_, i, k, pos, w) in enumerate(chunk):

@@ -25,11 +25,10 @@ def uniform_levels(shape: tuple[int, ...], lo: float, hi: float, gen: torch.Gene
     return lo + (hi - lo) * torch.rand(shape, generator=gen, device=gen.device, dtype=torch.float64)
 
 
-def block_levels(
-    n_rows: int, seq_len: int, block: int, lo: float, hi: float, gen: torch.Generator, *, stratified: bool
-) -> torch.Tensor:
-    """Per-block noise levels [n_rows, n_blocks] (Eq. 40); a trailing partial block gets
-    its own level.  ``stratified`` spreads each row's levels over one stratum per block."""
+def block_levels(n_rows: int, seq_len: int, block: int, lo: float, hi: float, gen: torch.Generator, *,
+                 stratified: bool) -> torch.Tensor:
+    """Per-block noise levels [n_rows, n_blocks] (Eq. 40; a trailing partial block gets its own);
+    ``stratified`` spreads each row's levels over one stratum per block."""
     n_blocks = -(-seq_len // block)
     if not stratified:
         return uniform_levels((n_rows, n_blocks), lo, hi, gen)
@@ -41,19 +40,12 @@ def expand_blocks(levels: torch.Tensor, seq_len: int, block: int) -> torch.Tenso
     return levels.repeat_interleave(block, dim=1)[:, :seq_len]
 
 
-def draw_mask(
-    rate: torch.Tensor | float,
-    valid: torch.Tensor,
-    gen: torch.Generator,
-    *,
-    uniforms: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask valid positions with probability ``rate`` (scalar, [B, 1] or [B, T]).
-
-    Returns ``(mask, uniforms)``; pass ``1 - uniforms`` back in for the antithetic twin.
-    At least one valid position is always masked, so ``1/|M|`` is defined (for a uniform
-    random choice, which keeps the masked-mean unbiased for a context-free model).
-    """
+def draw_mask(rate: torch.Tensor | float, valid: torch.Tensor, gen: torch.Generator, *,
+              uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask valid positions with probability ``rate`` (scalar, [B, 1] or [B, T]); returns
+    ``(mask, uniforms)`` (pass ``1 - uniforms`` back in for the antithetic twin).  At least one
+    valid position is always masked, a uniform random one, so ``1/|M|`` is defined and the
+    masked mean stays unbiased for a context-free model."""
     if uniforms is None:
         uniforms = torch.rand(valid.shape, generator=gen, device=valid.device)
     if isinstance(rate, torch.Tensor):

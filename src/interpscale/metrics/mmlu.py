@@ -1,9 +1,7 @@
-"""MMLU soft score (Steerling App. J): log P(correct) - log sum_{A..D} P(choice).
-
-Works on any multiple-choice JSONL with rows ``{"question", "choices": [..], "answer"}``
-(``answer`` an index or a letter).  The choice probabilities are those of the answer
-letters after an MMLU-style prompt: exact for AR models, Monte Carlo ELBO for diffusion
-models (shared masks across the letters of one question, see ``likelihood``).
+"""MMLU soft score (Steerling App. J): log P(correct) - log sum_{A..D} P(choice), on any
+multiple-choice JSONL of ``{"question", "choices": [..], "answer"}`` (an index or a letter).
+The choice probabilities are those of the answer letters after an MMLU-style prompt (exact
+for AR models, an MC ELBO with masks shared across a question's letters for diffusion ones).
 """
 
 from __future__ import annotations
@@ -73,20 +71,10 @@ def _normalise(r: dict, where: str) -> dict:
     return {"question": str(r["question"]), "choices": choices, "answer": idx}
 
 
-def mmlu_soft_score(
-    model: nn.Module,
-    tokenizer,
-    questions: Union[str, Path, Iterable[dict]],
-    *,
-    n_samples: int = 32,
-    seed: int = 0,
-    batch_size: int = 32,
-) -> SoftScoreResult:
-    """Soft score of ``model`` on multiple-choice ``questions`` (JSONL path or rows).
-
-    ``tokenizer`` is a HF ``tokenizers.Tokenizer`` (or anything with ``encode(text,
-    add_special_tokens=False).ids``); ``n_samples`` is the diffusion MC sample count.
-    """
+def mmlu_soft_score(model: nn.Module, tokenizer, questions: Union[str, Path, Iterable[dict]], *,
+                    n_samples: int = 32, seed: int = 0, batch_size: int = 32) -> SoftScoreResult:
+    """Soft score of ``model`` on multiple-choice ``questions`` (JSONL path or rows); ``tokenizer``
+    has ``encode(text, add_special_tokens=False).ids``; ``n_samples``: diffusion MC samples."""
     rows = load_mc_jsonl(questions) if isinstance(questions, (str, Path)) else [
         _normalise(r, f"row {i}") for i, r in enumerate(questions)
     ]
