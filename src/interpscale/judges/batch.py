@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from interpscale._atomic import atomic_path
 from interpscale._jsonl import iter_jsonl
@@ -47,21 +47,17 @@ def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
 def _result(row: dict[str, Any]) -> dict[str, Any]:
     res: dict[str, Any] = {"text": "", "logprobs": None, "refusal": None, "prompt_tokens": 0,
                            "completion_tokens": 0, "error": None}
-    err: Optional[Any] = row.get("error")
-    resp = row.get("response")
+    err, resp = row.get("error"), row.get("response")
     code = resp.get("status_code") if isinstance(resp, dict) else None
     if err or code != 200:
         msg = err.get("message") if isinstance(err, dict) else err
-        res["error"] = cap(f"batch error: {msg or ''} (status {code})".strip(), 500)
-        return res
+        return {**res, "error": cap(f"batch error: {msg or ''} (status {code})".strip(), 500)}
     try:
         ans = read_completion(resp.get("body"))
     except MalformedReply as exc:
-        res["error"] = f"malformed reply: {exc}"
-        return res
-    res.update(text=ans.text, logprobs=ans.logprobs, refusal=ans.refusal, prompt_tokens=ans.prompt_tokens,
-               completion_tokens=ans.completion_tokens)
-    return res
+        return {**res, "error": f"malformed reply: {exc}"}
+    return {**res, "text": ans.text, "logprobs": ans.logprobs, "refusal": ans.refusal,
+            "prompt_tokens": ans.prompt_tokens, "completion_tokens": ans.completion_tokens}
 
 
 class BatchWritten(Exception):
@@ -72,35 +68,37 @@ class BatchWritten(Exception):
         self.path, self.n = path, n
 
 
-class BatchWriteJudge:
-    """Wraps a JudgeClient: cached tasks are answered from the cache; otherwise the
-    uncached ones are written as a Batch API request file and BatchWritten is raised."""
+class _BatchJudge:
+    """A JudgeClient wrapped to answer through Batch API files at ``path``."""
+
+    option = ""  # the builder's keyword, recorded in config()
 
     def __init__(self, client: Any, path: str | Path):
         self.client, self.path = client, Path(path)
         self.templates, self.usage, self.backend, self.label = client.templates, client.usage, client.backend, client.label
 
     def config(self) -> dict[str, Any]:
-        return {**self.client.config(), "batch_write": str(self.path)}
+        return {**self.client.config(), self.option: str(self.path)}
+
+
+class BatchWriteJudge(_BatchJudge):
+    """Cached tasks are answered from the cache; otherwise the uncached ones are written as
+    a Batch API request file and BatchWritten is raised."""
+
+    option = "batch_write"
 
     def run(self, tasks: Any) -> list:
         keys = [self.client.key(t) for t in tasks]
         if len(self.client.cache.get_many(keys)) == len(set(keys)):
             return self.client.run(tasks)  # everything cached: no network
         self.client.write_batch(tasks, self.path)
-        n = sum(1 for line in self.path.read_text().splitlines() if line.strip())
-        raise BatchWritten(self.path, n)
+        raise BatchWritten(self.path, sum(1 for line in self.path.read_text().splitlines() if line.strip()))
 
 
-class BatchReadJudge:
-    """Wraps a JudgeClient: answers from the cache and a Batch API output file."""
+class BatchReadJudge(_BatchJudge):
+    """Answers from the cache and a Batch API output file."""
 
-    def __init__(self, client: Any, path: str | Path):
-        self.client, self.path = client, Path(path)
-        self.templates, self.usage, self.backend, self.label = client.templates, client.usage, client.backend, client.label
-
-    def config(self) -> dict[str, Any]:
-        return {**self.client.config(), "batch_read": str(self.path)}
+    option = "batch_read"
 
     def run(self, tasks: Any) -> list:
         return self.client.read_batch(tasks, self.path)

@@ -6,25 +6,16 @@ no second turn."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from interpscale.judges.parsing import PARSERS, Parsed, expected_score
+from interpscale.judges.replies import cap
 from interpscale.judges.templates import PromptTemplate
+from interpscale.judges.types import JudgeRecord
 
 log = logging.getLogger("interpscale.judges.client")
 
 SCORE_OUTPUTS = ("alignment", "rating")  # outputs whose logprobs give an expected score
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What an answer amounts to: ``value`` (None unless parsed), ``status`` (ok | reasked |
-    parse_error | refused) and the probability-weighted ``expected`` score."""
-
-    value: Any
-    status: str
-    expected: Optional[float] = None
 
 
 def parse_reply(tpl: PromptTemplate, text: str, kwargs: Mapping[str, Any]) -> Optional[Parsed]:
@@ -42,12 +33,14 @@ def needs_reask(tpl: PromptTemplate, text: str, refusal: Optional[str], kwargs: 
 
 
 def classify(tpl: PromptTemplate, text: str, refusal: Optional[str], logprobs: Any, kwargs: Mapping[str, Any],
-             *, reasked: bool = False) -> Verdict:
-    """The verdict on an answer (``reasked``: it answers the re-ask)."""
+             *, reasked: bool = False) -> JudgeRecord:
+    """The record of an answer (``reasked``: it answers the re-ask); its raw text is the
+    answer, else the refusal, capped."""
+    raw = cap(text or refusal or "")
     if refusal:
-        return Verdict(None, "refused")
+        return JudgeRecord(None, raw, "refused")
     parsed = parse_reply(tpl, text, kwargs)
     if parsed is None:
-        return Verdict(None, "parse_error")
+        return JudgeRecord(None, raw, "parse_error")
     exp = expected_score(logprobs, parsed.span, tpl.lo, tpl.hi) if tpl.output in SCORE_OUTPUTS else None
-    return Verdict(parsed.value, "reasked" if reasked else "ok", exp)
+    return JudgeRecord(parsed.value, raw, "reasked" if reasked else "ok", expected=exp)

@@ -1,24 +1,19 @@
 """JudgeClient: concurrent, cached, retrying judge calls to an OpenAI-compatible API.
 
 Every task ends as one ``Reply`` whatever the server does: a parsed value, or ``None``
-with a status (``parse_error``, ``api_error``, ``refused``). Nothing that happens to one
-task reaches the others. Only an error no retry can fix (401/403/404: bad key, unknown
-model or path) stops the run, as ``JudgeConfigError``, and only while no request of the
-run has been answered; after that, such an error is the item's own ``api_error``.
+with a status (``parse_error``, ``api_error``, ``refused``); nothing that happens to one
+task reaches the others. Only an error no retry can fix (401/403/404) stops the run, as
+``JudgeConfigError``, and only while no request of the run has been answered.
 
-- Transport errors (429 honouring ``retry-after``/``retry-after-ms``, 408/409/5xx,
-  timeouts, dropped connections) are retried by ``judges.transport`` under the policy of
-  ``judges.retry`` (the openai SDK's, with the backoff outside the concurrency slot).
-- A reply body of the wrong shape (``judges.replies``) is an ``api_error`` and is not
-  cached, so a rerun asks again.
-- An unparseable answer gets one re-ask that shows the judge its own (truncated)
-  reply; still unparseable, it is a ``parse_error`` (cached, as a deterministic answer).
-  Live and Batch API answers go through the one classifier, ``judges.classify``.
+- Transport errors are retried by ``judges.transport`` under the policy of ``judges.retry``.
+- A reply body of the wrong shape (``judges.replies``) is an ``api_error``, not cached, so
+  a rerun asks again.
+- An unparseable answer gets one re-ask that shows the judge its own (truncated) reply;
+  still unparseable, it is a ``parse_error`` (cached, as a deterministic answer). Live and
+  Batch API answers go through the one classifier, ``judges.classify``.
 - Finished calls are committed to the sqlite cache as they arrive (a killed run resumes
-  where it stopped), raw replies capped (``judges.replies.RAW_CAP`` characters). ``usage`` counts what
-  was sent (requests, retries, re-asks, tokens per model) and the cache keeps a cost
-  ledger of every run. The API key is read from the environment at call time and is
-  never stored, logged or cached.
+  where it stopped). ``usage`` counts what was sent and the cache keeps a cost ledger of
+  every run. The API key is read at call time and never stored, logged or cached.
 """
 
 from __future__ import annotations
@@ -33,9 +28,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key
-from interpscale.judges.classify import classify, needs_reask
+from interpscale.judges.classify import SCORE_OUTPUTS, classify, needs_reask
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL  # noqa: F401  (re-exported)
-from interpscale.judges.replies import Answer, MalformedReply, cap
+from interpscale.judges.replies import MalformedReply, cap
 from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
                                       JudgeConfigError, describe)
 from interpscale.judges.retry import parse_retry_after_header as retry_after_seconds  # noqa: F401  (old name)
@@ -64,12 +59,9 @@ class JudgeTask:
 
 @dataclass
 class UsageStats:
-    """What one client did over its lifetime (``cost`` needs prices per 1M tokens).
-
-    ``requests`` counts HTTP requests sent (first tries, retries and re-asks);
-    ``retries`` the retries actually sent; ``reasks`` the re-asks sent; tokens are those
-    the server reported, in total and per model (``tokens_by_model``).
-    """
+    """What one client did over its lifetime: HTTP ``requests`` sent (first tries, retries
+    and re-asks), the ``retries`` and ``reasks`` among them, tokens the server reported (in
+    total and per model); ``cost`` needs prices per 1M tokens."""
 
     tasks: int = 0
     requests: int = 0
@@ -111,6 +103,10 @@ class UsageStats:
         return {**asdict(self), "cost": self.cost}
 
 
+def _cached(row: Mapping[str, Any]) -> Reply:
+    return Reply(row["value"], row["raw"], row["status"], True, row["expected"])
+
+
 class JudgeClient:
     """An LLM judge behind an OpenAI-compatible endpoint.
 
@@ -150,7 +146,7 @@ class JudgeClient:
         self.cache = JudgeCache(cache_path if cache_path is not None else ":memory:")
         self.usage = UsageStats(price_in_per_mtok=price_in_per_mtok, price_out_per_mtok=price_out_per_mtok)
         self.run_id = uuid.uuid4().hex[:16]  # this client's row in the cache's cost ledger
-        self._ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok, price_out_per_mtok)
+        self.ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok, price_out_per_mtok)
 
     # ---- description (never includes the key) ------------------------------------------
     @property
@@ -165,10 +161,10 @@ class JudgeClient:
                 "api_key_env": self.api_key_env, "temperature": self.temperature,
                 "top_logprobs": self.top_logprobs, "max_retries": self.max_retries, "timeout": self.timeout}
 
-    # ---- keys and sampling ---------------------------------------------------------------
+    # ---- keys, sampling and counts -------------------------------------------------------
     def _sampling(self, template: PromptTemplate) -> dict[str, Any]:
         s: dict[str, Any] = {"temperature": self.temperature, "max_tokens": template.max_tokens}
-        if self.top_logprobs is not None and template.output in ("alignment", "rating"):
+        if self.top_logprobs is not None and template.output in SCORE_OUTPUTS:
             s.update(logprobs=True, top_logprobs=self.top_logprobs)
         if self.seed is not None:
             s["seed"] = self.seed
@@ -178,6 +174,23 @@ class JudgeClient:
         return cache_key(model=self.model, base_url=self.base_url, messages=task.messages(),
                          sampling=self._sampling(task.template), template_version=task.template.version,
                          output=task.template.output)
+
+    def tally(self, *, tokens: tuple[int, int] | None = None, **counts: int) -> None:
+        """Add ``counts`` (requests, retries, reasks) and reported ``(prompt, completion)``
+        tokens to ``usage`` and to the ledger's pending row."""
+        for name, n in counts.items():
+            setattr(self.usage, name, getattr(self.usage, name) + n)
+        if tokens is not None:
+            self.usage.add_tokens(self.model, *tokens)
+            counts.update(prompt_tokens=tokens[0], completion_tokens=tokens[1])
+        self.ledger.add(**counts)
+
+    def _settle(self, key: str, rec: Reply, meta: Mapping[str, Any]) -> Reply:
+        """Count and cache a classified answer."""
+        self.usage.count(rec.status)
+        self.cache.put(key, raw=rec.raw, value=rec.value, status=rec.status, expected=rec.expected, meta=meta,
+                       ledger=self.ledger)
+        return rec
 
     # ---- running -------------------------------------------------------------------------
     def run(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
@@ -204,40 +217,35 @@ class JudgeClient:
     async def arun(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
         keys = [self.key(t) for t in tasks]
         self.usage.tasks += len(tasks)
-        hits = self.cache.get_many(keys)
-        results: dict[str, Reply] = {}
-        for k, row in hits.items():
-            results[k] = Reply(row["value"], row["raw"], row["status"], True, row["expected"], self.backend)
-        self.usage.cache_hits += sum(1 for k in keys if k in hits)
+        results = {k: _cached(row) for k, row in self.cache.get_many(keys).items()}
+        self.usage.cache_hits += sum(1 for k in keys if k in results)
         todo = {k: t for k, t in zip(keys, tasks) if k not in results}  # identical tasks run once
         if todo:
             log.info("judge: %d tasks, %d cached, %d to call", len(tasks), len(tasks) - len(todo), len(todo))
             try:
                 results.update(await self._call_all(todo))
             finally:
-                self.cache.add_ledger(self._ledger)  # counts of calls that stored nothing
+                self.cache.add_ledger(self.ledger)  # counts of calls that stored nothing
         return [results[k] for k in keys]
 
     async def _call_all(self, todo: dict[str, JudgeTask]) -> dict[str, Reply]:
-        out: dict[str, Reply] = {}
-        bar = _progress(len(todo), self.progress)
-        async with open_transport(model=self.model, base_url=self.base_url, api_key_env=self.api_key_env,
-                                  concurrency=self.concurrency, max_retries=self.max_retries, timeout=self.timeout,
-                                  usage=self.usage, ledger=self._ledger) as transport:
-            async def one(k: str, task: JudgeTask) -> None:
-                out[k] = await self._judge_one(transport, k, task)
-                bar.update(1)
+        from tqdm.auto import tqdm
 
-            jobs = [asyncio.ensure_future(one(k, t)) for k, t in todo.items()]
-            try:
-                await asyncio.gather(*jobs)
-            except BaseException:
-                for j in jobs:
-                    j.cancel()
-                await asyncio.gather(*jobs, return_exceptions=True)
-                raise
-            finally:
-                bar.close()
+        out: dict[str, Reply] = {}
+        with tqdm(total=len(todo), desc="judge", unit="call", disable=not self.progress) as bar:
+            async with open_transport(self) as transport:
+                async def one(k: str, task: JudgeTask) -> None:
+                    out[k] = await self._judge_one(transport, k, task)
+                    bar.update(1)
+
+                jobs = [asyncio.ensure_future(one(k, t)) for k, t in todo.items()]
+                try:
+                    await asyncio.gather(*jobs)
+                except BaseException:
+                    for j in jobs:
+                        j.cancel()
+                    await asyncio.gather(*jobs, return_exceptions=True)
+                    raise
         return out
 
     # ---- one task ------------------------------------------------------------------------
@@ -259,30 +267,25 @@ class JudgeClient:
 
     def _failed(self, why: str) -> Reply:
         self.usage.api_errors += 1
-        return Reply(None, cap(why), "api_error", False, None, self.backend)
+        return Reply(None, cap(why), "api_error")
 
     async def _judge(self, transport: Transport, key: str, task: JudgeTask) -> Reply:
         tpl, messages = task.template, task.messages()
         sampling = self._sampling(tpl)
-        ans: Answer = await transport.ask(messages, sampling)
+        ans = await transport.ask(messages, sampling)
         first: Optional[str] = None
         if needs_reask(tpl, ans.text, ans.refusal, task.parse_kwargs):  # one re-ask, showing its own reply
             first = ans.text
-            self.usage.reasks += 1
-            self._ledger.add(reasks=1)
+            self.tally(reasks=1)
             follow = messages + [{"role": "assistant", "content": cap(ans.text)}, {"role": "user", "content": tpl.reask}]
             ans = await transport.ask(follow, sampling)
-        v = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs, reasked=first is not None)
-        self.usage.count(v.status)
-        raw = cap(ans.refusal if ans.refusal and not ans.text else ans.text)
         meta: dict[str, Any] = {}
         if first is not None and first != ans.text:
             meta["first_reply"] = cap(first)
         if ans.refusal and ans.text:  # otherwise the refusal is the raw reply itself
             meta["refusal"] = cap(ans.refusal)
-        self.cache.put(key, raw=raw, value=v.value, status=v.status, expected=v.expected, meta=meta,
-                       ledger=self._ledger)
-        return Reply(v.value, raw, v.status, False, v.expected, self.backend)
+        rec = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs, reasked=first is not None)
+        return self._settle(key, rec, meta)
 
     # ---- OpenAI Batch API files ------------------------------------------------------------
     def write_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> Path:
@@ -292,10 +295,8 @@ class JudgeClient:
 
         keys = [self.key(t) for t in tasks]
         cached = self.cache.get_many(keys)
-        lines = {}
-        for k, t in zip(keys, tasks):
-            if k not in cached and k not in lines:
-                lines[k] = {"model": self.model, "messages": t.messages(), **self._sampling(t.template)}
+        lines = {k: {"model": self.model, "messages": t.messages(), **self._sampling(t.template)}
+                 for k, t in zip(keys, tasks) if k not in cached}
         return write_batch_requests(path, lines)
 
     def read_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> list[Reply]:
@@ -306,28 +307,19 @@ class JudgeClient:
         results = read_batch_results(path)
         keys = [self.key(t) for t in tasks]
         cached = self.cache.get_many(keys)
+        self.usage.tasks += len(tasks)
         out = []
         for k, t in zip(keys, tasks):
-            self.usage.tasks += 1
-            if k in cached:
-                row = cached[k]
-                self.usage.cache_hits += 1
-                out.append(Reply(row["value"], row["raw"], row["status"], True, row["expected"], self.backend))
-                continue
             res = results.get(k)
-            if res is None or res["error"] is not None:
-                self.usage.api_errors += 1
-                out.append(Reply(None, res["error"] if res else "missing from batch output", "api_error",
-                                 False, None, self.backend))
-                continue
-            self.usage.add_tokens(self.model, res["prompt_tokens"], res["completion_tokens"])
-            self._ledger.add(prompt_tokens=res["prompt_tokens"], completion_tokens=res["completion_tokens"])
-            v = classify(t.template, res["text"], res["refusal"], res["logprobs"], t.parse_kwargs)
-            self.usage.count(v.status)
-            raw = cap(res["text"] or res["refusal"] or "")
-            self.cache.put(k, raw=raw, value=v.value, status=v.status, expected=v.expected, meta={"batch": True},
-                           ledger=self._ledger)
-            out.append(Reply(v.value, raw, v.status, False, v.expected, self.backend))
+            if k in cached:
+                self.usage.cache_hits += 1
+                out.append(_cached(cached[k]))
+            elif res is None or res["error"] is not None:
+                out.append(self._failed(res["error"] if res else "missing from batch output"))
+            else:
+                self.tally(tokens=(res["prompt_tokens"], res["completion_tokens"]))
+                rec = classify(t.template, res["text"], res["refusal"], res["logprobs"], t.parse_kwargs)
+                out.append(self._settle(k, rec, {"batch": True}))
         return out
 
     def close(self) -> None:
@@ -338,17 +330,3 @@ class JudgeClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _NoBar:
-    def update(self, n: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="judge", unit="call")

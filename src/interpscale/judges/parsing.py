@@ -13,6 +13,7 @@ No parser raises on any input.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -69,8 +70,6 @@ def _score(v: Any, lo: float, hi: float) -> Optional[int]:
 def _single_int(matches: list[re.Match], lo: float, hi: float) -> Optional[Parsed]:
     """One integer in [lo, hi]; several matches must all agree (an echoed rubric such as
     'Rating: [[0]] or Rating: [[1]]' or a later correction is ambiguous: a failure)."""
-    if not matches:
-        return None
     values = {_number(m.group(1)) for m in matches}
     if len(values) != 1:
         return None
@@ -80,21 +79,23 @@ def _single_int(matches: list[re.Match], lo: float, hi: float) -> Optional[Parse
     return Parsed(int(v), matches[-1].span(1))
 
 
-def _readable(text: Any) -> Optional[str]:
-    return text if isinstance(text, str) and len(text) <= MAX_PARSE_CHARS else None
+def _bounded(parse: Callable[..., Optional[Parsed]]) -> Callable[..., Optional[Parsed]]:
+    """``parse`` refusing (None) a reply that is not text or is longer than MAX_PARSE_CHARS."""
+    @functools.wraps(parse)
+    def bounded(text: Any, *args: Any, **kwargs: Any) -> Optional[Parsed]:
+        return parse(text, *args, **kwargs) if isinstance(text, str) and len(text) <= MAX_PARSE_CHARS else None
+    return bounded
 
 
+@_bounded
 def parse_alignment(text: str, lo: float = 1, hi: float = 5) -> Optional[Parsed]:
-    text = _readable(text)
-    return None if text is None else _single_int(list(_ALIGN.finditer(text)), lo, hi)
+    return _single_int(list(_ALIGN.finditer(text)), lo, hi)
 
 
+@_bounded
 def parse_rating(text: str, lo: float = 0, hi: float = 2) -> Optional[Parsed]:
     """``Rating: [[n]]``; every other ``[[m]]`` in the reply (a correction without the
     prefix) must agree with it."""
-    text = _readable(text)
-    if text is None:
-        return None
     parsed = _single_int(list(_RATING.finditer(text)), lo, hi)
     if parsed is None or any(_number(m.group(1)) != parsed.value for m in _BRACKETS.finditer(text)):
         return None
@@ -153,40 +154,42 @@ def _json_values(text: str, opener: str) -> Optional[list[Any]]:
     return out
 
 
-def _one_answer(values: Optional[list[Any]], kind: type) -> Any:
-    """The single answer of type ``kind`` (repeats must be identical), else None."""
-    if not values:
+def _one_answer(text: str, opener: str, kind: type) -> Any:
+    """The single JSON answer of type ``kind`` in ``text`` (repeats must be identical), else None."""
+    values = _json_values(text, opener)
+    if not values or not isinstance(values[0], kind) or any(v != values[0] for v in values[1:]):
         return None
-    first = values[0]
-    if not isinstance(first, kind) or any(v != first for v in values[1:]):
-        return None
-    return first
+    return values[0]
 
 
-def parse_json_scores(text: str, lo: float = 1, hi: float = 5, keys: Sequence[str] = ()) -> Optional[Parsed]:
-    """A JSON object ``{"A": 3, ...}``: exactly the expected keys, integer values in range."""
-    text = _readable(text)
-    if text is None:
-        return None
-    obj = _one_answer(_json_values(text, "{"), dict)
+def _json_dict(text: str, names: Optional[dict[str, str]], convert: Callable[[str, Any], Any]) -> Optional[Parsed]:
+    """The one JSON object whose keys are exactly ``names``' (upper-case; all of the object's
+    when None), each value through ``convert(name, value)`` (None fails the reply); keys come
+    back as ``names``' values."""
+    obj = _one_answer(text, "{", dict)
     if not obj:
         return None
-    want = [str(k).strip().upper() for k in keys] or sorted(obj)
-    if set(obj) != set(want):
+    names = names or {k: k for k in sorted(obj)}
+    if set(obj) != set(names):
         return None
     out = {}
-    for k in want:
-        v = _score(obj[k], lo, hi)
+    for key, name in names.items():
+        v = convert(name, obj[key])
         if v is None:
             return None
-        out[k] = v
+        out[name] = v
     return Parsed(out)
 
 
+@_bounded
+def parse_json_scores(text: str, lo: float = 1, hi: float = 5, keys: Sequence[str] = ()) -> Optional[Parsed]:
+    """A JSON object ``{"A": 3, ...}``: exactly the expected keys, integer values in range."""
+    names = {str(k).strip().upper(): str(k).strip().upper() for k in keys}
+    return _json_dict(text, names or None, lambda _, v: _score(v, lo, hi))
+
+
+@_bounded
 def parse_explanation(text: str, lo: float = 0, hi: float = 0) -> Optional[Parsed]:
-    text = _readable(text)
-    if text is None:
-        return None
     phrases = {m.group(1).strip().strip('"').strip() for m in _EXPLAIN.finditer(text)}
     if len(phrases) != 1:
         return None
@@ -194,20 +197,16 @@ def parse_explanation(text: str, lo: float = 0, hi: float = 0) -> Optional[Parse
     return Parsed(phrase) if phrase and len(phrase) <= MAX_EXPLANATION_CHARS else None
 
 
+@_bounded
 def parse_activations(text: str, lo: float = 0, hi: float = 10, n: int | None = None) -> Optional[Parsed]:
     """A JSON list of ``n`` numbers in [lo, hi] (one simulated activation per token)."""
-    text = _readable(text)
-    if text is None:
-        return None
-    obj = _one_answer(_json_values(text, "["), list)
+    obj = _one_answer(text, "[", list)
     if not obj or (n is not None and len(obj) != n):
         return None
-    vals = []
-    for v in obj:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-            return None
-        vals.append(float(v))
-    return Parsed(vals)
+    if not all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi
+               for v in obj):
+        return None
+    return Parsed([float(v) for v in obj])
 
 
 MAX_ITEM_CHARS = 200  # a string in a json_object reply (a tag, a name, a description)
@@ -215,7 +214,7 @@ MAX_ITEM_CHARS = 200  # a string in a json_object reply (a tag, a name, a descri
 
 def _strings(v: Any, kind: str, most: int) -> Any:
     """``v`` as a stripped string (``kind == "str"``) or a non-empty list of at most
-    ``most`` distinct-ish non-empty strings (``"list"``); None when it is neither."""
+    ``most`` non-empty strings (``"list"``); None when it is neither."""
     if kind == "str":
         return v.strip() if isinstance(v, str) and 0 < len(v.strip()) <= MAX_ITEM_CHARS * 2 else None
     if not isinstance(v, list) or not 0 < len(v) <= most:
@@ -225,33 +224,22 @@ def _strings(v: Any, kind: str, most: int) -> Any:
     return [x.strip() for x in v]
 
 
+@_bounded
 def parse_json_object(text: str, lo: float = 0, hi: float = 0,
                       schema: Optional[dict[str, str]] = None) -> Optional[Parsed]:
     """A JSON object with exactly the ``schema`` keys (case-insensitive), each value a
     string (``"str"``) or a non-empty list of strings (``"list"``, at most ``hi`` items
     when ``hi > 0``); keys come back spelled as in ``schema``."""
-    text = _readable(text)
-    if text is None or not schema:
+    if not schema:
         return None
-    obj = _one_answer(_json_values(text, "{"), dict)
-    if not obj or set(obj) != {k.strip().upper() for k in schema}:
-        return None
-    out = {}
-    for k, kind in schema.items():
-        v = _strings(obj[k.strip().upper()], kind, int(hi) if hi > 0 else 64)
-        if v is None:
-            return None
-        out[k] = v
-    return Parsed(out)
+    most = int(hi) if hi > 0 else 64
+    return _json_dict(text, {k.strip().upper(): k for k in schema}, lambda k, v: _strings(v, schema[k], most))
 
 
+# reply format -> its parser (the formats a template can ask for)
 PARSERS: dict[str, Callable[..., Optional[Parsed]]] = {
-    "json_object": parse_json_object,
-    "alignment": parse_alignment,
-    "rating": parse_rating,
-    "json_scores": parse_json_scores,
-    "explanation": parse_explanation,
-    "activations": parse_activations,
+    "alignment": parse_alignment, "rating": parse_rating, "json_scores": parse_json_scores,
+    "explanation": parse_explanation, "activations": parse_activations, "json_object": parse_json_object,
 }
 
 
@@ -269,28 +257,21 @@ def expected_score(logprobs: Optional[list[dict]], span: Optional[tuple[int, int
         text = tok.get("token") if isinstance(tok, dict) else None
         if not isinstance(text, str):
             return None
-        start, end = pos, pos + len(text)
-        pos = end
-        if start <= span[0] < end:
-            if text.strip() != _digit_text(text, span[0] - start, span[1] - span[0]):
-                return None
-            num, den = 0.0, 0.0
-            alts = tok.get("top_logprobs") or []
-            for alt in alts if isinstance(alts, list) else []:
-                t = alt.get("token") if isinstance(alt, dict) else None
-                lp = alt.get("logprob") if isinstance(alt, dict) else None
-                if not isinstance(t, str) or not _INT_TEXT.fullmatch(t):
-                    continue
-                if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not -1e4 < lp <= 1e-6:
-                    continue  # log-probabilities are <= 0 (a hair above 0 is rounding)
-                k = int(t)
-                if lo <= k <= hi:
-                    p = math.exp(lp)
-                    num += p * k
-                    den += p
-            return num / den if den > 0 else None
+        start, pos = pos, pos + len(text)
+        if not start <= span[0] < pos:
+            continue
+        if text.strip() != text[span[0] - start: span[1] - start]:
+            return None
+        num = den = 0.0
+        alts = tok.get("top_logprobs") or []
+        for alt in alts if isinstance(alts, list) else []:
+            t, lp = (alt.get("token"), alt.get("logprob")) if isinstance(alt, dict) else (None, None)
+            if not isinstance(t, str) or not _INT_TEXT.fullmatch(t):
+                continue
+            if isinstance(lp, bool) or not isinstance(lp, (int, float)) or not -1e4 < lp <= 1e-6:
+                continue  # log-probabilities are <= 0 (a hair above 0 is rounding)
+            if lo <= int(t) <= hi:
+                num += math.exp(lp) * int(t)
+                den += math.exp(lp)
+        return num / den if den > 0 else None
     return None
-
-
-def _digit_text(token: str, offset: int, length: int) -> str:
-    return token[offset: offset + length]

@@ -26,15 +26,12 @@ log = logging.getLogger("interpscale.judges.client")
 
 
 class Transport:
-    """Requests to one endpoint and model with ``concurrency`` slots; counts what it sends
-    into ``usage`` (a ``UsageStats``) and ``ledger`` (the cache's cost-ledger delta)."""
+    """Requests to ``client``'s endpoint and model with ``client.concurrency`` slots; counts
+    what it sends through ``client.tally`` (usage and the cost ledger)."""
 
-    def __init__(self, sdk: Any, *, model: str, base_url: str, api_key_env: str, concurrency: int,
-                 max_retries: int, timeout: float, usage: Any, ledger: Any):
-        self.sdk, self.model, self.base_url, self.api_key_env = sdk, model, base_url, api_key_env
-        self.max_retries, self.timeout = max_retries, timeout
-        self.usage, self.ledger = usage, ledger
-        self.slots = asyncio.Semaphore(concurrency)
+    def __init__(self, sdk: Any, client: Any):
+        self.sdk, self.client = sdk, client
+        self.slots = asyncio.Semaphore(client.concurrency)
         self.answered = False  # whether a request of this run got a 2xx reply
 
     async def ask(self, messages: list[dict], sampling: dict) -> Answer:
@@ -42,58 +39,48 @@ class Transport:
         attempt = 0
         while True:
             async with self.slots:
-                self._count(retry=attempt > 0)
+                self.client.tally(requests=1, retries=int(attempt > 0))
                 got = await self._attempt(messages, sampling)
             if not isinstance(got, BaseException):
                 return self._answer(got)
-            error = got
-            wait = calculate_retry_timeout(error, attempt, self.max_retries)
+            wait = calculate_retry_timeout(got, attempt, self.client.max_retries)
             if wait is None:
-                log.warning("judge call failed after %d retries: %s", attempt, describe(error))
-                raise CallFailed(describe(error) + (f" after {attempt} retries" if attempt else ""))
+                log.warning("judge call failed after %d retries: %s", attempt, describe(got))
+                raise CallFailed(describe(got) + (f" after {attempt} retries" if attempt else ""))
             attempt += 1
             await asyncio.sleep(wait)  # outside the slot
-
-    def _count(self, *, retry: bool) -> None:
-        if retry:
-            self.usage.retries += 1
-            self.ledger.add(retries=1)
-        self.usage.requests += 1
-        self.ledger.add(requests=1)
 
     async def _attempt(self, messages: list[dict], sampling: dict) -> bytes | BaseException:
         """The reply body, or the error of this attempt (a refusal of our settings raises)."""
         import openai
 
+        timeout = self.client.timeout + 1.0
         try:
             # the SDK's timeout bounds each connect/read; wait_for bounds the whole request
-            return await asyncio.wait_for(self._post(messages, sampling), self.timeout + 1.0)
+            return await asyncio.wait_for(self._post(messages, sampling), timeout)
         except asyncio.TimeoutError:
-            return TotalTimeout(f"no complete reply within {self.timeout + 1.0:g} s")
-        except BodyReadError as exc:
-            return exc
+            return TotalTimeout(f"no complete reply within {timeout:g} s")
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
             if not self.answered:  # nothing got through yet: the settings are wrong, stop
-                raise JudgeConfigError(f"judge endpoint {self.base_url} refused the request ({describe(exc)}); "
-                                       f"check --base-url, --model and ${self.api_key_env}") from None
+                raise JudgeConfigError(f"judge endpoint {self.client.base_url} refused the request ({describe(exc)}); "
+                                       f"check --base-url, --model and ${self.client.api_key_env}") from None
             return exc  # others got through: this item's own failure, not retried
-        except openai.APIError as exc:
+        except (BodyReadError, openai.APIError) as exc:
             return exc
 
     def _answer(self, content: bytes) -> Answer:
         self.answered = True
         ans = read_completion(decode_body(content))
         if ans.usage_reported:
-            self.usage.add_tokens(self.model, ans.prompt_tokens, ans.completion_tokens)
-            self.ledger.add(prompt_tokens=ans.prompt_tokens, completion_tokens=ans.completion_tokens)
+            self.client.tally(tokens=(ans.prompt_tokens, ans.completion_tokens))
         else:
-            self.usage.replies_without_usage += 1
+            self.client.usage.replies_without_usage += 1
         return ans
 
     async def _post(self, messages: list[dict], sampling: dict) -> bytes:
         """The reply body, read as a stream and refused beyond MAX_BODY_BYTES."""
         async with self.sdk.chat.completions.with_streaming_response.create(
-                model=self.model, messages=messages, timeout=self.timeout, **sampling) as resp:
+                model=self.client.model, messages=messages, timeout=self.client.timeout, **sampling) as resp:
             body = bytearray()
             try:
                 async for chunk in resp.iter_bytes():
@@ -108,13 +95,12 @@ class Transport:
 
 
 @contextlib.asynccontextmanager
-async def open_transport(*, model: str, base_url: str, api_key_env: str, concurrency: int, max_retries: int,
-                         timeout: float, usage: Any, ledger: Any) -> AsyncIterator[Transport]:
-    """A ``Transport`` over a fresh ``AsyncOpenAI`` client for one run (closed after it)."""
+async def open_transport(client: Any) -> AsyncIterator[Transport]:
+    """A ``Transport`` for ``client`` (a JudgeClient) over a fresh ``AsyncOpenAI`` client for
+    one run (closed after it)."""
     from openai import AsyncOpenAI  # imported lazily: `interpscale judge --help` stays fast
 
     # retries are ours (max_retries=0 here), so backoff sleeps never hold a slot
-    async with AsyncOpenAI(base_url=base_url, api_key=env.api_key(api_key_env) or "unused", max_retries=0,
-                           timeout=timeout) as sdk:
-        yield Transport(sdk, model=model, base_url=base_url, api_key_env=api_key_env, concurrency=concurrency,
-                        max_retries=max_retries, timeout=timeout, usage=usage, ledger=ledger)
+    async with AsyncOpenAI(base_url=client.base_url, api_key=env.api_key(client.api_key_env) or "unused",
+                           max_retries=0, timeout=client.timeout) as sdk:
+        yield Transport(sdk, client)
