@@ -80,6 +80,13 @@ def check_min_points(n: int, need: int, what: str) -> None:
         raise ValueError(f"{what}: need at least {need} points, got {n}")
 
 
+def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: bool = True) -> list[np.ndarray]:
+    """The named columns as checked 1-D arrays (``as_array``) of one length, at least ``need``."""
+    out = {k: as_array(v, k, positive=positive) for k, v in arrays.items()}
+    check_min_points(check_lengths(**out), need, what)
+    return list(out.values())
+
+
 def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
     """ValueError naming the first pair of rows identical in every column of ``columns``."""
     stacked = np.column_stack([np.asarray(v, dtype=float) for v in columns.values()])

@@ -26,10 +26,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ._base import as_array, check_lengths, check_min_points, emit
-from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
-from .lawfit import HUBER_DELTA, LawFit, distinct_minima, finish_bootstrap, fit_objective, minimize_law
+from ._base import as_array, check_lengths, check_points, check_weights, emit
 from ._optim import STATUS
+from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
+from .lawfit import HUBER_DELTA, LawFit, LawObjective, check_recipe, distinct_minima, law_result, minimize_law
 
 # a, b, e, alpha, beta of the authors' C4 Chinchilla fit (alpha = beta tied); README "Parametric Fit"
 C4_COEFFICIENTS = (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596)
@@ -103,19 +103,14 @@ class DataConstrainedFit(LawFit):
 
     def predict(self, N, D, U) -> np.ndarray:
         """L(N, D, U) of Eq. 5."""
-        X, shape = self._inputs(N, D, U)
-        return self._point(X).reshape(shape)
+        return self._curve((N, D, U))
 
     def band(self, N, D, U, level: float | None = None):
-        X, shape = self._inputs(N, D, U)
-        lo, hi = self._band(X, level, noise=False)
-        return lo.reshape(shape), hi.reshape(shape)
+        return self._curve((N, D, U), level, noise=False)
 
     def predict_interval(self, N, D, U, level: float | None = None, *, seed: int = 0):
         """Interval for a new observed loss: bootstrap curves plus resampled log residuals."""
-        X, shape = self._inputs(N, D, U)
-        lo, hi = self._band(X, level, noise=True, seed=seed)
-        return lo.reshape(shape), hi.reshape(shape)
+        return self._curve((N, D, U), level, noise=True, seed=seed)
 
     def effective_data(self, D, U) -> np.ndarray:
         """D' of Eq. 5: the unique-data equivalent of D tokens drawn from U unique ones."""
@@ -127,24 +122,20 @@ class DataConstrainedFit(LawFit):
         only U are unique adds over D unique tokens (0 for a single epoch)."""
         return self.predict(N, D, U) - self.predict(N, D, D)
 
-    def summary(self) -> str:
-        lines = self._summary_lines("data-constrained law L = E + A/N'^alpha + B/D'^beta (Muennighoff et al. 2023, Eq. 5)")
+    def _lines(self) -> list[str]:
+        lines = super()._lines("data-constrained law L = E + A/N'^alpha + B/D'^beta (Muennighoff et al. 2023, Eq. 5)")
         if len(self.local_minima) > 1:
             lines.append("  local minima reached (R_D*, R_N*, objective):")
             lines += [f"    {m['R_D_star']:.4f}  {m['R_N_star']:.4f}  {m['objective']:.9f}" for m in self.local_minima]
-        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+        return lines
 
 
-def _check(N, D, U, loss):
-    N = as_array(N, "N (params)", positive=True)
-    D = as_array(D, "D (tokens)", positive=True)
-    U = as_array(U, "U (unique tokens)", positive=True)
-    L = as_array(loss, "loss", positive=True)
-    n = check_lengths(N=N, D=D, U=U, loss=L)
+def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective"):
+    N, D, U, L = check_points({"N (params)": N, "D (tokens)": D, "U (unique tokens)": U, "loss": loss}, need, what)
     if (U > D * (1 + 1e-9)).any():
         i = int(np.flatnonzero(U > D * (1 + 1e-9))[0])
         raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
-    return N, D, U, L, n
+    return N, D, U, L
 
 
 def _starts(grid, free: bool, coefficients, recipe: str) -> np.ndarray:
@@ -182,22 +173,17 @@ def fit_data_constrained(
     N > U_N only, and a residual bootstrap, which moves residuals between runs, shifts it
     (its 90% interval on the 182 runs excludes the estimate).
     """
-    N, D, U, L, n = _check(N, D, U, loss)
     if free not in ("R", "all"):
         raise ValueError(f"free must be 'R' or 'all', got {free!r}")
-    if recipe not in ("authors", "robust"):
-        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
     is_free = free == "all"
-    check_min_points(n, 8 if is_free else 3, f"fit_data_constrained(free={free!r})")
+    N, D, U, L = _check(N, D, U, loss, 8 if is_free else 3, f"fit_data_constrained(free={free!r})")
+    check_recipe(recipe)
     # smoothed residual bootstrap: a Huber fit with delta far below the noise behaves like LAD (as fit_chinchilla)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
-                     smooth=True).checked(n, "fit_data_constrained")
-    w = None if weights is None else as_array(weights, "weights")
-    law = DataConstrainedLaw(coefficients, is_free)
-    X = repetition_inputs(N, D, U, coefficients)
-    T = np.log(L)
-    starts = _starts(grid, is_free, coefficients, recipe)
-    res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+                     smooth=True).checked(len(L), "fit_data_constrained")
+    w = check_weights(weights, len(L))
+    law, X, T = DataConstrainedLaw(coefficients, is_free), repetition_inputs(N, D, U, coefficients), np.log(L)
+    res = minimize_law(law, X, T, _starts(grid, is_free, coefficients, recipe), loss="huber_log", delta=delta, W=w)
     ok = res.converged & np.isfinite(res.f)
     warnings: list[str] = []
     if not ok.any():
@@ -220,28 +206,23 @@ def fit_data_constrained(
             d.update(E=np.exp(th[:, 2]), A=np.exp(th[:, 0]), B=np.exp(th[:, 1]), alpha=th[:, 3], beta=th[:, 4])
         return d
 
-    ci, boot, n_ok = finish_bootstrap(law, X, T, theta, spec, loss="huber_log", delta=delta, weights=w,
-                                      warnings=warnings, derived=derived)
     a, b, e, al, be = theta[:5] if is_free else coefficients
     params = {"R_D_star": math.exp(theta[-2]), "R_N_star": math.exp(theta[-1]), "E": math.exp(e), "A": math.exp(a),
               "B": math.exp(b), "alpha": float(al), "beta": float(be)}
-    fitted = law.model(theta[None, :], X)[0][0]
-    return DataConstrainedFit(
-        law="data-constrained", params=params, objective=float(res.f[j]), n=n, recipe=recipe, loss="huber_log",
-        converged=bool(ok[j]), theta=tuple(float(v) for v in theta), ci=ci, level=spec.level, bootstrap=bootstrap,
-        n_boot_ok=n_ok, warnings=tuple(warnings), status=STATUS[int(res.status[j])], boot=boot, resid=T - np.log(fitted),
-        coefficients=tuple(float(c) for c in coefficients), free=is_free, local_minima=minima,
-        max_unique_tokens=float(U.max()),
-    )
+    return law_result(DataConstrainedFit, law, X, T, theta, spec, name="data-constrained", objective=res.f[j],
+                      converged=ok[j], status=STATUS[int(res.status[j])], recipe=recipe, loss="huber_log",
+                      warnings=warnings, derived=derived, delta=delta, weights=w, params=params,
+                      coefficients=tuple(float(c) for c in coefficients), free=is_free, local_minima=minima,
+                      max_unique_tokens=float(U.max()))
 
 
 def data_constrained_objective(N, D, U, loss, R_D_star: float, R_N_star: float, *,
                                coefficients=C4_COEFFICIENTS, delta: float = HUBER_DELTA) -> float:
     """The authors' objective (summed Huber of log L-hat - log L) at given R_D*, R_N*."""
-    N, D, U, L, _ = _check(N, D, U, loss)
-    X = repetition_inputs(N, D, U, coefficients)
-    th = [math.log(R_D_star), math.log(R_N_star)]
-    return float(fit_objective(DataConstrainedLaw(coefficients), X, np.log(L), th, loss="huber_log", delta=delta)[0])
+    N, D, U, L = _check(N, D, U, loss)
+    obj = LawObjective(DataConstrainedLaw(coefficients), repetition_inputs(N, D, U, coefficients), np.log(L), None,
+                       "huber_log", delta)
+    return float(obj(np.array([[math.log(R_D_star), math.log(R_N_star)]]), np.arange(1))[0][0])
 
 
 def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float = PUBLISHED_R_STAR[1], *,

@@ -25,10 +25,11 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import curve_fit, minimize
 
-from ._base import as_array, check_lengths, check_min_points, emit
+from ._base import check_points, check_weights, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
-from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, finish_bootstrap, huber, multistart, to_fit_scale
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, huber, law_result, multistart
+from .lawfit import to_fit_scale
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
 STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
@@ -172,7 +173,7 @@ def _step1_authors(N, D, L, delta, w):
     return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
 
 
-def _fit_step1(N, D, L, recipe, delta, w, spec, bootstrap) -> TaskLossFit:
+def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
     law, X, T = TaskLossLaw(), (N, D), np.log(L)
     warnings: list[str] = []
     if recipe == "authors":
@@ -191,22 +192,16 @@ def _fit_step1(N, D, L, recipe, delta, w, spec, bootstrap) -> TaskLossFit:
                 "a": th[:, 0], "b": th[:, 1]}
 
     # the authors' bounds (every parameter >= 0) hold in the replicates too
-    ci, boot, n_ok = finish_bootstrap(law, X, T, theta, spec, loss="huber_log", delta=delta, weights=w,
-                                      warnings=warnings, derived=derived,
-                                      bounds=([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None)
-    fitted = law.model(theta[None, :], X)[0][0]
-    return TaskLossFit(law="ladder-step1", params={k: float(v[0]) for k, v in derived(theta[None, :]).items()},
-                       objective=obj, n=len(L), recipe=recipe, loss="huber_log", converged=ok,
-                       theta=tuple(map(float, theta)), ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
-                       warnings=tuple(warnings), status=st, boot=boot, resid=T - np.log(fitted))
+    return law_result(TaskLossFit, law, X, T, theta, spec, name="ladder-step1", objective=obj, converged=ok, status=st,
+                      recipe=recipe, loss="huber_log", warnings=warnings, derived=derived, delta=delta, weights=w,
+                      bounds=([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None)
 
 
-def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, delta) -> SigmoidFit:
+def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> SigmoidFit:
     law = SigmoidLaw()
     if ideal_point:  # the authors add the ideal point (loss 0, accuracy task_max); not resampled
         x, y = np.append(x, 0.0), np.append(y, task_max)
     loss_kind = "ls" if recipe == "authors" else "huber_log"
-    warnings: list[str] = []
     p0 = np.array([task_min - 1.0, 0.9, 3.0, task_max])
     if recipe == "authors":
         theta, _ = curve_fit(_sigmoid, x, y, p0=p0, bounds=STEP2_BOUNDS, maxfev=500000)
@@ -216,20 +211,14 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, bootstrap, d
         grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
         theta, obj, ok, code, _ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
         st = STATUS[code]
-    n = len(x)
-    T = to_fit_scale(y, loss_kind)
     sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
         n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))
-    keep = np.zeros(n, bool)
+    keep = np.zeros(len(x), bool)
     keep[-1] = ideal_point  # the ideal point is an anchor: in every replicate, as given
-    ci, boot, n_ok = finish_bootstrap(law, x, T, np.asarray(theta, float), sp, loss=loss_kind, delta=delta,
-                                      weights=None, warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)),
-                                      keep=keep, bounds=STEP2_BOUNDS if recipe == "authors" else None)
-    fitted = law.model(np.asarray(theta, float)[None, :], x)[0][0]
-    return SigmoidFit(law="ladder-step2", params=dict(zip(law.names, map(float, theta))), objective=obj, n=n,
-                      recipe=recipe, loss=loss_kind, converged=ok, theta=tuple(map(float, theta)), ci=ci,
-                      level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok, warnings=tuple(warnings), status=st,
-                      boot=boot, resid=T - to_fit_scale(fitted, loss_kind))
+    return law_result(SigmoidFit, law, x, to_fit_scale(y, loss_kind), theta, sp, name="ladder-step2",
+                      objective=obj, converged=ok, status=st, recipe=recipe, loss=loss_kind, warnings=[],
+                      derived=lambda th: dict(zip(law.names, th.T)), delta=delta, keep=keep,
+                      bounds=STEP2_BOUNDS if recipe == "authors" else None)
 
 
 def fit_ladder(
@@ -254,23 +243,16 @@ def fit_ladder(
     chance accuracy that sets step 2's start (0.25 for 4-way multiple choice). For
     ``bootstrap="cluster"``, ``groups`` labels step-1 rows and ``checkpoint_groups`` the
     checkpoints (their run)."""
-    N = as_array(N, "N (params)", positive=True)
-    D = as_array(D, "D (tokens)", positive=True)
-    L = as_array(task_loss, "task_loss", positive=True)
-    n = check_lengths(N=N, D=D, task_loss=L)
-    check_min_points(n, 6, "fit_ladder step 1 (5 free parameters)")
-    if recipe not in ("authors", "robust"):
-        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
-    w = None if weights is None else as_array(weights, "weights")
+    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "task_loss": task_loss}, 6,
+                           "fit_ladder step 1 (5 free parameters)")
+    check_recipe(recipe)
     spec1 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
-                      smooth=True).checked(n, "fit_ladder step 1")
-    step1 = _fit_step1(N, D, L, recipe, delta, w, spec1, bootstrap)
+                      smooth=True).checked(len(L), "fit_ladder step 1")
+    step1 = _fit_step1(N, D, L, recipe, delta, check_weights(weights, len(L)), spec1)
     if checkpoint_loss is None and checkpoint_accuracy is None:
         return LadderFit(step1)
-    x = as_array(checkpoint_loss, "checkpoint_loss", positive=True)
-    y = as_array(checkpoint_accuracy, "checkpoint_accuracy", positive=True)
-    m = check_lengths(checkpoint_loss=x, checkpoint_accuracy=y)
-    check_min_points(m, 5, "fit_ladder step 2 (4 free parameters)")
+    x, y = check_points({"checkpoint_loss": checkpoint_loss, "checkpoint_accuracy": checkpoint_accuracy}, 5,
+                        "fit_ladder step 2 (4 free parameters)")
     spec2 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed + 1,
-                      groups=checkpoint_groups).checked(m, "fit_ladder step 2")
-    return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, bootstrap, delta))
+                      groups=checkpoint_groups).checked(len(x), "fit_ladder step 2")
+    return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))

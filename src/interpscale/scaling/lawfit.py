@@ -1,31 +1,25 @@
 """Shared engine of the published-law fitters (data-constrained, over-training, ladder).
 
-A *law* is a small object with ``names`` (parameter names of its internal vector theta) and
-``model(theta, X) -> (yhat, J)``: predictions (S, n) for S parameter rows at the inputs X and
-their Jacobian (S, n, k). The engine minimises, for many rows at once (the starts of a grid
-or the replicates of a bootstrap) with the batched BFGS of ``_optim``, one of two objectives:
-
-* ``"huber_log"``: sum_i w_i Huber_delta(log yhat_i - log y_i) (Hoffmann et al. 2022; the
-  data-constrained and ladder authors' objective, and our robust recipe for every law);
-* ``"ls"``: sum_i w_i (yhat_i - y_i)^2 (scipy ``curve_fit``, the over-training authors' objective).
-
-The target is kept on the objective's scale (log y for ``huber_log``, y for ``ls``), so a
-residual bootstrap resamples residuals on that scale. Bootstrap replicates come from the one
-bootstrap spec of :mod:`interpscale.scaling.bootstrap` and are refitted together, warm-started
-from the point estimate. :class:`LawFit` is the frozen result every law returns.
+A *law* has ``names`` (its parameter vector theta) and ``model(theta, X) -> (yhat, J)``:
+predictions (S, n) for S parameter rows at inputs X and their Jacobian (S, n, k). Many rows (the
+starts of a grid, the replicates of a bootstrap) are minimised together by ``_optim.batched_bfgs``
+under ``"huber_log"``, sum_i w_i Huber_delta(log yhat_i - log y_i) (Hoffmann et al. 2022; the
+data-constrained and ladder authors' objective, and our robust recipe), or ``"ls"``,
+sum_i w_i (yhat_i - y_i)^2 (scipy ``curve_fit``, the over-training authors'). The target is kept
+on the objective's scale (log y or y), where the residual bootstrap resamples. Every law fit ends
+in :func:`law_result`: replicates of the one bootstrap spec, intervals, a frozen :class:`LawFit`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from ._base import emit, fields_dict, fmt_ci
+from ._base import FitResult, emit, fmt_ci
 from ._optim import batched_bfgs
-from .bootstrap import Bootstrap, band_from_draws, resample_noise
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
 LOSSES = ("huber_log", "ls")
@@ -45,6 +39,12 @@ def huber(r: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
     """Huber loss and its derivative: c (r - c/2) and c, with c = clip(r, -delta, delta)."""
     c = np.clip(r, -delta, delta)
     return c * (r - 0.5 * c), c
+
+
+def check_recipe(recipe: str) -> str:
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
+    return recipe
 
 
 def to_fit_scale(y: np.ndarray, loss: str) -> np.ndarray:
@@ -107,12 +107,6 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
     pol = minimize_law(law, X, T, res.x[top], loss=loss, delta=delta, W=W)
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
     return pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res
-
-
-def fit_objective(law: Law, X: Any, T: np.ndarray, theta, *, loss: str, delta: float = HUBER_DELTA, W=None) -> np.ndarray:
-    """The objective at the rows of ``theta`` (S,)."""
-    th = np.atleast_2d(np.asarray(theta, float))
-    return LawObjective(law, X, T, W, loss, delta)(th, np.arange(len(th)))[0]
 
 
 def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float = 1e-3) -> list[tuple[np.ndarray, float]]:
@@ -186,16 +180,11 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
 
 
 @dataclass(frozen=True)
-class LawFit:
-    """Frozen result of a published-law fit (the common part of every law's result).
-
-    ``params`` maps the law's parameter names to fitted values; ``ci`` maps them (and any
-    derived quantity the law adds) to bootstrap percentile intervals at ``level``;
-    ``recipe`` is ``"authors"`` (the paper's objective, start and optimiser) or ``"robust"``
-    (Huber on log residuals from a start grid); ``boot`` holds the replicate draws of the
-    internal parameter vector ``theta`` and ``resid`` the residuals on the fit's scale
-    (log for ``huber_log``, linear for ``ls``).
-    """
+class LawFit(FitResult):
+    """Frozen result of a published-law fit. ``params``: the law's parameters by name; ``ci``: their
+    (and derived quantities') intervals; ``recipe``: ``"authors"`` (the paper's objective, start and
+    optimiser) or ``"robust"`` (Huber on log residuals from a grid); ``boot``: replicate draws of
+    ``theta``; ``resid``: residuals on the fit's scale (log for ``huber_log``)."""
 
     law: str
     params: dict
@@ -214,119 +203,112 @@ class LawFit:
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)
 
-    # -- the law behind the result (each subclass returns its own) ------------------------
-    def _law(self) -> Law:
+    def _law(self) -> Law:  # the law behind the result (each subclass returns its own)
+        raise NotImplementedError
+
+    def _inputs(self, *args) -> tuple[Any, tuple]:  # (X of the law, shape of the answer)
         raise NotImplementedError
 
     def __getitem__(self, name: str) -> float:
         return self.params[name]
 
-    def _draws(self, X: Any, *, noise: bool, seed: int = 0) -> np.ndarray:
-        """(S, m) curve draws at X from the bootstrap rows (or the point estimate), plus
-        resampled residual noise on the fit's scale when ``noise``."""
-        theta = self.boot if self.boot is not None and len(self.boot) else np.array([self.theta])
-        if noise and len(theta) < 200:  # too few curve draws to read tails off: repeat them under fresh noise
-            theta = np.repeat(theta, -(-200 // len(theta)), axis=0)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            y = self._law().model(theta, X)[0]
-        if not noise:
-            return y
-        eps = resample_noise(np.random.default_rng(seed), self.resid if self.resid is not None else np.zeros(0),
-                             y.shape, len(self.theta))
+    def _noisy(self, y: np.ndarray, seed: int) -> np.ndarray:
+        """``y`` plus resampled residual noise on the fit's scale."""
+        eps = resample_noise(np.random.default_rng(seed), self.resid, y.shape, len(self.theta))
         return np.exp(np.log(y) + eps) if self.loss == "huber_log" else y + eps
 
-    def _point(self, X: Any) -> np.ndarray:
-        return self._law().model(np.array([self.theta]), X)[0][0]
+    def _draws(self, X: Any, *, noise: bool, seed: int = 0) -> np.ndarray:
+        """(S, m) curve draws at X from the bootstrap rows (or the point estimate), plus
+        resampled residual noise when ``noise``."""
+        theta = self.boot if self.boot is not None and len(self.boot) else np.array([self.theta])
+        if noise:
+            theta = curve_rows(theta, None)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            y = self._law().model(theta, X)[0]
+        return self._noisy(y, seed) if noise else y
 
-    def _band(self, X: Any, level: float | None, *, noise: bool, seed: int = 0):
+    def _curve(self, args: tuple, level: float | None = None, *, noise: bool | None = None, seed: int = 0):
+        """At the law's inputs ``args``: the point curve (``noise`` None), the bootstrap band (False)
+        or the prediction interval of a new observation (True)."""
+        X, shape = self._inputs(*args)
+        if noise is None:
+            return self._law().model(np.array([self.theta]), X)[0][0].reshape(shape)
         lo, hi = band_from_draws(self._draws(X, noise=noise, seed=seed), level or self.level)
-        return lo, hi
+        return lo.reshape(shape), hi.reshape(shape)
 
-    def to_dict(self) -> dict:
-        return fields_dict(self)
-
-    def _summary_lines(self, title: str) -> list[str]:
-        pct = round(100 * self.level)
-        lines = [f"{title}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = {self.objective:.10g})",
-                 f"  converged: {self.converged} ({self.status}); {pct}% CI, {self.bootstrap} bootstrap "
-                 f"({self.n_boot_ok} replicates)"]
-        for name, value in self.params.items():
-            lines.append(f"  {name:<10}{fmt_ci(value, self.ci.get(name), 5)}")
-        return lines
-
-    def summary(self) -> str:
-        return "\n".join(self._summary_lines(self.law) + [f"  warning: {w}" for w in self.warnings])
+    def _lines(self, title: str | None = None) -> list[str]:
+        return [f"{title or self.law}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = "
+                f"{self.objective:.10g})", f"  converged: {self.converged} ({self.status}); {round(100 * self.level)}% "
+                f"CI, {self.bootstrap} bootstrap ({self.n_boot_ok} replicates)"] + \
+            [f"  {name:<10}{fmt_ci(value, self.ci.get(name), 5)}" for name, value in self.params.items()]
 
 
 @dataclass(frozen=True)
 class NDLawFit(LawFit):
     """A law of parameters N and tokens D: predictions, bands and intervals at (N, D)."""
 
-    def _X(self, N, D):
+    def _inputs(self, N, D):
         N, D = np.broadcast_arrays(np.asarray(N, float), np.asarray(D, float))
         return (N.reshape(-1), D.reshape(-1)), N.shape
 
     def predict(self, N, D) -> np.ndarray:
-        X, shape = self._X(N, D)
-        return self._point(X).reshape(shape)
+        return self._curve((N, D))
 
     def band(self, N, D, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of the fitted curve at (N, D)."""
-        X, shape = self._X(N, D)
-        lo, hi = self._band(X, level, noise=False)
-        return lo.reshape(shape), hi.reshape(shape)
+        return self._curve((N, D), level, noise=False)
 
     def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
         """Interval for a new observation at (N, D): bootstrap curves plus resampled residuals."""
-        X, shape = self._X(N, D)
-        lo, hi = self._band(X, level, noise=True, seed=seed)
-        return lo.reshape(shape), hi.reshape(shape)
+        return self._curve((N, D), level, noise=True, seed=seed)
 
 
 @dataclass(frozen=True)
 class CurveFit(LawFit):
     """A law of one input x (a loss): y = f(x)."""
 
-    def predict(self, x) -> np.ndarray:
+    def _inputs(self, x):
         x = np.asarray(x, float)
-        return self._point(x.reshape(-1)).reshape(x.shape)
+        return x.reshape(-1), x.shape
+
+    def predict(self, x) -> np.ndarray:
+        return self._curve((x,))
 
     def predict_interval(self, x, level: float | None = None, *, seed: int = 0):
-        x = np.asarray(x, float)
-        lo, hi = self._band(x.reshape(-1), level, noise=True, seed=seed)
-        return lo.reshape(x.shape), hi.reshape(x.shape)
+        return self._curve((x,), level, noise=True, seed=seed)
 
 
 def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | None = None, *, seed: int = 0):
     """Interval of a chained prediction second(first(N, D)): draws of the first law's new
     observation (curve + noise) pushed through the second law's bootstrap curves (paired by
     replicate), plus the second law's residual noise."""
-    X, shape = first._X(N, D)
+    X, shape = first._inputs(N, D)
     x = first._draws(X, noise=True, seed=seed)  # (S, m)
     th = second.boot if second.boot is not None and len(second.boot) else np.array([second.theta])
     with np.errstate(over="ignore", invalid="ignore"):
         y = second._law().model(th[np.arange(len(x)) % len(th)], x)[0]
-    eps = resample_noise(np.random.default_rng(seed + 1), second.resid if second.resid is not None else np.zeros(0),
-                         y.shape, len(second.theta))
-    y = np.exp(np.log(y) + eps) if second.loss == "huber_log" else y + eps
-    lo, hi = band_from_draws(y, level or second.level)
+    lo, hi = band_from_draws(second._noisy(y, seed + 1), level or second.level)
     return lo.reshape(shape), hi.reshape(shape)
 
 
-def finish_bootstrap(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
-                     delta: float, weights, warnings: list[str], derived, bounds=None,
-                     keep=None) -> tuple[dict, np.ndarray | None, int]:
-    """Run the bootstrap of a fit and turn its draws into intervals: ``derived(draws)`` maps
-    the (S, k) theta draws to named arrays (the reported parameters)."""
-    if not spec.n_boot:
-        return {}, None, 0
-    draws, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights, bounds=bounds,
-                                      keep=keep)
-    for m in msgs:
-        emit(warnings, m)
-    return spec.intervals(derived(draws)), draws, n_ok
-
-
-def relative_error(pred: float, actual: float) -> float:
-    """(pred - actual) / actual."""
-    return (pred - actual) / actual if actual else math.nan
+def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, name: str, objective: float,
+               converged: bool, status: str, recipe: str, loss: str, warnings: list[str], derived,
+               delta: float = HUBER_DELTA, weights=None, bounds=None, keep=None, params: dict | None = None, **extra):
+    """The frozen ``cls`` result of a law fit at ``theta``: every replicate of ``spec`` refitted
+    (:func:`bootstrap_law`), intervals of ``derived(draws)`` (the reported parameters, named
+    arrays from (S, k) theta rows; also ``params`` unless given) and residuals on the fit's scale."""
+    theta = np.asarray(theta, float)
+    ci, boot, n_ok = {}, None, 0
+    if spec.n_boot:
+        boot, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights,
+                                         bounds=bounds, keep=keep)
+        for m in msgs:
+            emit(warnings, m)
+        ci = spec.intervals(derived(boot))
+    fitted = law.model(theta[None, :], X)[0][0]
+    if params is None:
+        params = {k: float(v[0]) for k, v in derived(theta[None, :]).items()}
+    return cls(law=name, params=params, objective=float(objective), n=len(T), recipe=recipe, loss=loss,
+               converged=bool(converged), theta=tuple(float(v) for v in theta), ci=ci, level=spec.level,
+               bootstrap=spec.kind, n_boot_ok=n_ok, warnings=tuple(warnings), status=status, boot=boot,
+               resid=T - to_fit_scale(fitted, loss), **extra)

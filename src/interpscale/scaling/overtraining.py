@@ -26,10 +26,10 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import curve_fit
 
-from ._base import as_array, check_lengths, check_min_points, emit
+from ._base import check_points, check_weights, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
-from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, finish_bootstrap, multistart, to_fit_scale
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, law_result, multistart, to_fit_scale
 
 AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
@@ -108,11 +108,6 @@ def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)
     return a * np.power(N, b) + c * np.power(6, b / 2) * np.power(M * N, b) + E
 
 
-def _result_fields(res_x, objective, ok, status, spec, bootstrap, warnings):
-    return dict(converged=bool(ok), status=status, level=spec.level, bootstrap=bootstrap, warnings=tuple(warnings),
-                theta=tuple(float(v) for v in res_x), objective=float(objective))
-
-
 def fit_overtraining(
     N, D, loss, *,
     recipe: Literal["authors", "robust"] = "authors",
@@ -131,17 +126,11 @@ def fit_overtraining(
     authors' 128 starts of (a, c, b, E)); ``"robust"``: summed Huber (delta) on log L from the
     same grid, all starts together. Bootstrap replicates refit the recipe's objective.
     """
-    N = as_array(N, "N (params)", positive=True)
-    D = as_array(D, "D (tokens)", positive=True)
-    L = as_array(loss, "loss", positive=True)
-    n = check_lengths(N=N, D=D, loss=L)
-    check_min_points(n, 5, "fit_overtraining (4 free parameters)")
-    if recipe not in ("authors", "robust"):
-        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
-    loss_kind = "ls" if recipe == "authors" else "huber_log"
+    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5, "fit_overtraining (4 free parameters)")
+    loss_kind = "ls" if check_recipe(recipe) == "authors" else "huber_log"
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
-                     smooth=loss_kind == "huber_log").checked(n, "fit_overtraining")
-    w = None if weights is None else as_array(weights, "weights")
+                     smooth=loss_kind == "huber_log").checked(len(L), "fit_overtraining")
+    w = check_weights(weights, len(L))
     starts = np.asarray(AUTHORS_GRID if grid is None else grid, float).reshape(-1, 4)
     law, X, T = OvertrainingLaw(), (N, D), to_fit_scale(L, loss_kind)
     warnings: list[str] = []
@@ -163,13 +152,9 @@ def fit_overtraining(
         return {"E": th[:, 3], "a": th[:, 0], "c": th[:, 1], "b": th[:, 2], "eta": -th[:, 2],
                 "B": th[:, 1] * np.exp(th[:, 2] * LOG6_HALF)}
 
-    ci, boot, n_ok = finish_bootstrap(law, X, T, np.asarray(theta, float), spec, loss=loss_kind, delta=delta,
-                                      weights=w, warnings=warnings, derived=derived)
-    params = {k: float(v[0]) for k, v in derived(np.asarray(theta, float)[None, :]).items()}
-    fitted = law.model(np.asarray(theta, float)[None, :], X)[0][0]
-    return OvertrainingFit(law="overtraining", params=params, n=n, recipe=recipe, loss=loss_kind, ci=ci,
-                           n_boot_ok=n_ok, boot=boot, resid=T - to_fit_scale(fitted, loss_kind),
-                           **_result_fields(theta, obj, ok, st, spec, bootstrap, warnings))
+    return law_result(OvertrainingFit, law, X, T, theta, spec, name="overtraining", objective=obj, converged=ok,
+                      status=st, recipe=recipe, loss=loss_kind, warnings=warnings, derived=derived, delta=delta,
+                      weights=w)
 
 
 def fit_downstream_error(
@@ -183,21 +168,15 @@ def fit_downstream_error(
 ) -> DownstreamErrorFit:
     """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
     (k, gamma, eps), default all ones as the authors)."""
-    L = as_array(loss, "loss")
-    Err = as_array(error, "error")
-    n = check_lengths(loss=L, error=Err)
-    check_min_points(n, 4, "fit_downstream_error (3 free parameters)")
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_downstream_error")
+    L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)", positive=False)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
+        len(L), "fit_downstream_error")
     try:
         p, _ = curve_fit(lambda t, k, g, eps: eps - k * np.exp(-g * t), L, Err, p0=list(p0), maxfev=10000)
     except RuntimeError as exc:
         raise ValueError(f"fit_downstream_error: curve_fit did not converge ({exc})") from exc
     law = ErrorLaw()
-    warnings: list[str] = []
-    ci, boot, n_ok = finish_bootstrap(law, L, Err, p, spec, loss="ls", delta=HUBER_DELTA, weights=None,
-                                      warnings=warnings, derived=lambda th: dict(zip(law.names, th.T)))
-    fitted = law.model(p[None, :], L)[0][0]
-    sse = float(np.sum((Err - fitted) ** 2))
-    return DownstreamErrorFit(law="downstream-error", params=dict(zip(law.names, map(float, p))), n=n, recipe="authors",
-                              loss="ls", ci=ci, n_boot_ok=n_ok, boot=boot, resid=Err - fitted,
-                              **_result_fields(p, sse, True, "curve_fit", spec, bootstrap, warnings))
+    sse = float(np.sum((Err - law.model(p[None, :], L)[0][0]) ** 2))
+    return law_result(DownstreamErrorFit, law, L, Err, p, spec, name="downstream-error", objective=sse, converged=True,
+                      status="curve_fit", recipe="authors", loss="ls", warnings=[],
+                      derived=lambda th: dict(zip(law.names, th.T)))
