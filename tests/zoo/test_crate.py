@@ -99,7 +99,7 @@ def test_crate_trains_and_is_sparse():
 def test_autointerp_on_ista_codes_with_offline_judge(make_batches, trainer):
     from interpscale.judges import LexicalJudge
     from interpscale.metrics.autointerp import crate_autointerp
-    from interpscale.models.zoo.crate_interp import unit_activations
+    from interpscale.models.zoo.crate import unit_activations
 
     torch.manual_seed(0)
     m = build_model("crate", "nano", vocab_size=128, max_seq_len=32)

@@ -23,7 +23,7 @@ from interpscale.models.registry import (
     params_nonembedding,
     register_family,
 )
-import interpscale.models.steerling  # noqa: F401,E402  (registers ar, cdlm, ...)
+import interpscale.models.lm  # noqa: F401,E402  (registers ar, cdlm, ...)
 
 # The zoo registers its families on import. It imports interpscale.models.registry /
 # .types / .config directly (never this package), so there is no import cycle, and an

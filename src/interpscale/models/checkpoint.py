@@ -41,11 +41,8 @@ def _plugins_of(model: nn.Module) -> list[str]:
 
 
 def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None) -> Path:
-    """Write ``{format, family, config, class, state_dict, extra}`` atomically to ``path``.
-
-    ``extra`` must hold only plain data (numbers, strings, lists, dicts, tensors) so that
-    it loads under ``weights_only=True``.
-    """
+    """Write ``{format, family, config, class, state_dict, extra}`` atomically to ``path``; ``extra``
+    holds only plain data (numbers, strings, lists, dicts, tensors): it loads ``weights_only``."""
     path = Path(path)
     cfg = _config_dict(model)
     if "family" not in cfg or "size" not in cfg:
@@ -85,11 +82,8 @@ def _rebuild(family: str, cfg: dict[str, Any], cls_path: str, build: Optional[di
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple[nn.Module, dict]:
-    """Rebuild the model from its saved config and load the weights; returns ``(model, extra)``.
-
-    Raises ``ValueError`` when the file is not a model checkpoint or its weights do not
-    match its config (missing/unexpected keys or shape differences).
-    """
+    """``(model, extra)``: the model rebuilt from its saved config with the weights loaded; a
+    ValueError when the file is not a model checkpoint or its weights do not match its config."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")

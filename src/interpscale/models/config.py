@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Optional
 
 from interpscale import paper
@@ -91,10 +91,17 @@ def derived_heads(p: SizePreset, d_model: int) -> int:
     return max(1, d_model // 32) if d_model % 32 == 0 else 1
 
 
+@dataclass
 class ConfigRecord:
-    """The rule every family's config dataclass follows: positive sizes, whole heads and KV
-    groups, special ids inside the vocabulary, ``to_dict`` / ``from_dict`` (old names read
+    """The rule every family's config dataclass follows: the special-token ids (the bundled
+    tokenizer's by default; a pretrained tokenizer passes its own), positive sizes, whole heads
+    and KV groups, special ids inside the vocabulary, ``to_dict`` / ``from_dict`` (old names read
     through :func:`renamed`) and ``mask_token_id``, the old name of ``mask_id``."""
+
+    pad_id: int = field(default=PAD_ID, kw_only=True)
+    eos_id: int = field(default=EOS_ID, kw_only=True)
+    eoc_id: int = field(default=EOC_ID, kw_only=True)
+    mask_id: int = field(default=MASK_ID, kw_only=True)  # diffusion [MASK]; also the IG baseline (Eq. 16)
 
     def check(self, *positive: str) -> None:
         for name in positive:
@@ -150,11 +157,6 @@ class ModelConfig(ConfigRecord):
     norm_eps: float = 1e-6
     dropout: float = 0.0
     init_std: float = 0.02
-    # special-token ids (defaults: the bundled tokenizer's; a pretrained tokenizer passes its own)
-    pad_id: int = PAD_ID
-    eos_id: int = EOS_ID
-    eoc_id: int = EOC_ID
-    mask_id: int = MASK_ID  # diffusion [MASK]; also the IG baseline (Eq. 16)
     # memory: tokens per LM-head + cross-entropy chunk (logits of one chunk alive at a time),
     # and per-block activation checkpointing (recompute each block in the backward pass)
     loss_chunk_tokens: int = 4096

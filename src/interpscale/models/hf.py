@@ -26,12 +26,13 @@ import torch.nn as nn
 
 from interpscale import paper
 from interpscale.errors import UserError
+from interpscale.models.checkpoint import load_checkpoint
 from interpscale.models.config import ConfigRecord, derived_heads, preset, renamed
 from interpscale.models.objectives import ar_targets, head_loss
 from interpscale.models.pricing import measure
 from interpscale.models.protocol import DataFields, FamilyModel
 from interpscale.models.registry import register_family
-from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, LossOutput, ModelOutput
+from interpscale.models.types import Batch, LossOutput, ModelOutput
 
 PREFIX = "hf:"
 ANALYTIC_TYPES = ("llama", "qwen2", "gpt_neox")  # P from the config (Eq. 23); others are measured
@@ -70,10 +71,6 @@ class HFConfig(ConfigRecord):
     norm_eps: float = 1e-6
     init_std: float = 0.02
     tie_embeddings: bool = True
-    pad_id: int = PAD_ID
-    eos_id: int = EOS_ID
-    eoc_id: int = EOC_ID
-    mask_id: int = MASK_ID
     loss_chunk_tokens: int = 4096
     activation_checkpointing: bool = False
     hf: dict[str, Any] = field(default_factory=dict)
@@ -244,16 +241,10 @@ for _type in (*ANALYTIC_TYPES, *MEASURED_TYPES):
 
 # ---- export --------------------------------------------------------------------------------------
 def export_pretrained(source: "str | os.PathLike | nn.Module", out_dir: "str | os.PathLike") -> Path:
-    """Write an ``hf:`` model — or the checkpoint at ``source`` — as a Hugging Face directory
-    (``config.json``, ``model.safetensors``, ``generation_config.json``) that
-    ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads, plus ``interpscale.json`` (our
-    config, to rebuild the wrapper). Returns ``out_dir``."""
-    if isinstance(source, nn.Module):
-        model = source
-    else:
-        from interpscale.models.checkpoint import load_checkpoint
-
-        model, _ = load_checkpoint(source)
+    """Write an ``hf:`` model, or the checkpoint at ``source``, as a directory that
+    ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads (``config.json``, ``model.safetensors``,
+    ``generation_config.json``), plus ``interpscale.json`` (our config). Returns ``out_dir``."""
+    model = source if isinstance(source, nn.Module) else load_checkpoint(source)[0]
     if not isinstance(model, HFCausalLM):
         fam = getattr(getattr(model, "config", None), "family", type(model).__name__)
         raise UserError(f"{source if not isinstance(source, nn.Module) else fam}: family {fam!r} is not an "

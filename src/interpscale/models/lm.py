@@ -1,21 +1,25 @@
-"""SteerlingLM: one class for the four families ar, cdlm, ar+concept, cdlm+concept."""
+"""SteerlingLM: one class for the four Steerling families ar, cdlm, ar+concept, cdlm+concept
+(§8.1), registered on import."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from functools import partial
 from typing import Any, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from interpscale.models import accounting
+from interpscale import paper
+from interpscale.models.accounting import flops_per_token_cfg, params_cfg
 from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
                                         reconstruction_loss)
-from interpscale.models.config import ModelConfig
-from interpscale.models.objectives import (alpha_schedule, ar_targets, head_loss, mask_tokens, mdm_targets,
-                                           sample_noise_levels)
-from interpscale.models.registry import get_family
+from interpscale.models.config import ModelConfig, make_config
+from interpscale.models.objectives import alpha_schedule, ar_targets, head_loss, mask_batch, mdm_targets
+from interpscale.models.protocol import DataFields
+from interpscale.models.registry import get_family, register_family
 from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
 
 
@@ -48,10 +52,10 @@ class SteerlingLM(nn.Module):
 
     # --- accounting ---------------------------------------------------------------
     def params_nonembedding(self) -> int:
-        return accounting.params_cfg(self.config, concept=self.is_concept)
+        return params_cfg(self.config, concept=self.is_concept)
 
     def flops_per_token(self, seq_len: int) -> float:
-        return accounting.flops_per_token_cfg(self.config, seq_len, concept=self.is_concept)
+        return flops_per_token_cfg(self.config, seq_len, concept=self.is_concept)
 
     def set_phase(self, phase: PhaseSchedule) -> None:
         """Stable or anneal (Tables 25/26): α schedules and anneal-phase top-k."""
@@ -126,23 +130,11 @@ class SteerlingLM(nn.Module):
         chunk_ids, chunk_labels = self.check_concepts(tokens, chunk_ids, chunk_labels)
         return self.run(tokens, chunk_ids=chunk_ids, chunk_labels=chunk_labels)
 
-    def run(
-        self,
-        tokens: Optional[torch.Tensor],
-        *,
-        embeds: Optional[torch.Tensor] = None,
-        chunk_ids: Optional[torch.Tensor] = None,
-        chunk_labels: Optional[torch.Tensor] = None,
-        step: int = 0,
-        cache: Optional[KVCache] = None,
-        commit: bool = False,
-        steer_vec: Optional[torch.Tensor] = None,
-        steer_mask: Optional[torch.Tensor] = None,
-        steer_layer: int = 0,
-    ) -> ModelOutput:
-        """Unvalidated forward used by generation, attribution and steering."""
-        h = self.backbone(tokens, kind=self.attn_kind, embeds=embeds, cache=cache, commit=commit,
-                          steer_vec=steer_vec, steer_mask=steer_mask, steer_layer=steer_layer)
+    def run(self, tokens: Optional[torch.Tensor], *, chunk_ids: Optional[torch.Tensor] = None,
+            chunk_labels: Optional[torch.Tensor] = None, step: int = 0, **backbone: Any) -> ModelOutput:
+        """Unvalidated forward (generation, attribution, steering); ``backbone``: the ``embeds``,
+        KV ``cache`` / ``commit`` and steering arguments of ``Backbone.forward``."""
+        h = self.backbone(tokens, kind=self.attn_kind, **backbone)
         if self.concept is None:
             return ModelOutput(logits=F.linear(h, self.lm_head), hidden=h)
         p = self._concept(h, chunk_ids, chunk_labels, step, need_acts=True)
@@ -180,9 +172,7 @@ class SteerlingLM(nn.Module):
         if chunk_ids is not None and not self.is_concept:
             raise ValueError(f"family {cfg.family!r} has no concept module; drop chunk_ids/chunk_labels")
         if self.is_diffusion:
-            t = sample_noise_levels(cfg, tokens.size(0), tokens.size(1), step, self.phase.max_steps,
-                                    device=tokens.device)
-            x_t, masked = mask_tokens(tokens, t, cfg.mask_id, valid)
+            x_t, masked = mask_batch(cfg, tokens, step, self.phase.max_steps, valid)
             targets = mdm_targets(tokens, masked)
         else:
             x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.bool())
@@ -224,7 +214,36 @@ class SteerlingLM(nn.Module):
         return KVCache(self.config, batch, max_len, w.device, w.dtype)
 
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
-        """[B, P + max_new_tokens] ids; ``kwargs`` and the sampling are :func:`models.generation.generate`'s."""
+        """[B, P + max_new_tokens] ids; sampling and ``kwargs`` as ``models.generation.generate``."""
         from interpscale.models.generation import generate
 
         return generate(self, prompt_ids, max_new_tokens, **kwargs)
+
+
+STEERLING_FAMILIES = paper.PAPER_FAMILIES  # name -> (diffusion, concept, description), §8.1
+CONFIG_FIELDS = frozenset(f.name for f in fields(ModelConfig)) - {"family", "size"}
+
+
+def steerling_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> ModelConfig:
+    """The config as built: the data's fields, then the overrides."""
+    return make_config(family, size, **{**data.config_fields(concept=STEERLING_FAMILIES[family].concept), **overrides})
+
+
+def _build(family: str, size: str, **kw: Any) -> SteerlingLM:
+    return SteerlingLM(steerling_config(family, size, **kw))
+
+
+def _params(family: str, size: str, **kw: Any) -> int:
+    return params_cfg(steerling_config(family, size, **kw), concept=STEERLING_FAMILIES[family].concept)
+
+
+def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
+    return flops_per_token_cfg(steerling_config(family, size, **kw), seq_len, concept=STEERLING_FAMILIES[family].concept)
+
+
+for _name, _f in STEERLING_FAMILIES.items():
+    register_family(
+        _name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
+        is_diffusion=_f.diffusion, is_concept=_f.concept, description=_f.description, config_fields=CONFIG_FIELDS,
+        config_fn=partial(steerling_config, _name), overwrite=True,
+    )

@@ -108,6 +108,13 @@ def sample_noise_levels(cfg: ModelConfig, batch: int, seq_len: int, step: int, m
     return t.expand(batch, seq_len)
 
 
+def mask_batch(cfg: ModelConfig, tokens: torch.Tensor, step: int, max_steps: int,
+               valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 2's corruption of a batch: noise levels t (§5.4.2), then [MASK] with probability t."""
+    t = sample_noise_levels(cfg, tokens.size(0), tokens.size(1), step, max_steps, device=tokens.device)
+    return mask_tokens(tokens, t, cfg.mask_id, valid)
+
+
 def mask_tokens(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, valid: Optional[torch.Tensor] = None,
                 generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Replace each valid token by [MASK] with probability t (Eq. 35). Every row with a valid

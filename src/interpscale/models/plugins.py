@@ -1,14 +1,8 @@
-"""Plugin families: modules outside the package that register model families.
-
-Three ways in, all ending in an import that calls ``register_family``:
-
-- ``--plugin MODULE`` on the command line and ``[plan] plugins = ["MODULE"]`` in a preset
-  (:func:`load_plugins`; MODULE is a module name or the path of a ``.py`` file); the planner records the modules in every run's ``spec.json`` and
-  checkpoints record them too, so submitit jobs (local and SLURM), ``train``, ``evaluate``,
-  the lm-eval adapter and the checkpoint judges import them before looking a family up;
-- an entry point in the group ``interpscale.families`` (a package's ``pyproject.toml``:
-  ``[project.entry-points."interpscale.families"] myarch = "myarch"``), loaded the first
-  time a family name is not found in a process (:func:`load_entry_points`).
+"""Plugin families: modules outside the package that register model families, named by
+``--plugin MODULE`` / ``[plan] plugins`` (a module name or a ``.py`` path; recorded in every
+run's ``spec.json`` and in checkpoints, so every process imports them before a family lookup)
+or by an entry point of the group ``interpscale.families``, loaded the first time a family
+name is not found (docs/own-model.md).
 """
 
 from __future__ import annotations
@@ -31,9 +25,8 @@ ENTRY_POINTS: list[str] = []  # "name = value" of the entry points loaded in thi
 
 
 def load_plugins(modules: Iterable[str] | str | None) -> tuple[str, ...]:
-    """Import each plugin (idempotent): a module name (``myarch``, importable from the Python
-    path) or the path of a ``.py`` file (recorded absolute, so other processes find it from any
-    directory). A plugin that does not import is a UserError naming it."""
+    """Import each plugin (idempotent): a module name on the Python path or a ``.py`` file (recorded
+    absolute, for other processes). A plugin that does not import is a UserError naming it."""
     names = [modules] if isinstance(modules, str) else list(modules or ())
     out = []
     for name in names:

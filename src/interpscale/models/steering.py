@@ -8,30 +8,21 @@ from typing import Literal, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from interpscale.models.objectives import mask_tokens, mdm_loss
+from interpscale.models.objectives import ar_loss, mask_batch, mdm_loss
 
 
 @dataclass(frozen=True)
 class Steering:
-    """What to steer and how.
+    """What to steer and how (§6.2). ``suppress_inject`` also adds the negative injection (Eq. 18
+    with γ < 0); it is off by default because it can raise anti-aligned logits through the
+    hidden-state path, which the gate of Eq. 21 exists to prevent (Fig. 20)."""
 
-    concepts:   known (or unknown, with ``kind="unknown"``) concept ids; several are summed
-                then normalised into one direction e_c (§6.2.1).
-    tau:        target peak logit shift; γ = τ / peak(e_c) (Eq. 19). ``gamma`` overrides it.
-    layer:      L_inj; the direction is added to h^(l) for l >= L_inj (Eq. 18), l = L being
-                the final hidden state. None -> n_layers // 2.
-    suppress:   push away from the concept: ReLU-gated logit mask with strength ``strength``
-                (Eq. 21). ``suppress_inject`` also adds the negative injection (Eq. 18 with
-                γ < 0); it is off by default because it can raise anti-aligned logits
-                through the hidden-state path, which the gate exists to prevent (Fig. 20).
-    """
-
-    concepts: tuple[int, ...]
+    concepts: tuple[int, ...]  # known (or unknown) concept ids, summed and normalised into e_c (§6.2.1)
     kind: Literal["known", "unknown"] = "known"
-    tau: float = 1.0
-    gamma: Optional[float] = None
-    layer: Optional[int] = None
-    suppress: bool = False
+    tau: float = 1.0  # target peak logit shift: γ = τ / peak(e_c) (Eq. 19)
+    gamma: Optional[float] = None  # overrides tau
+    layer: Optional[int] = None  # L_inj: e_c joins h^(l) for l >= L_inj (Eq. 18; l = L final); None: L // 2
+    suppress: bool = False  # push away: ReLU-gated logit mask of strength ``strength`` (Eq. 21)
     strength: float = 1.0
     suppress_inject: bool = False
 
@@ -118,27 +109,19 @@ def steering_training_loss(model, tokens: torch.Tensor, concept: int, attributed
                            step: int = 0, lambda_respond: float = 1.0, lambda_express: float = 1.0):
     """Eq. 33: L_MDM + λ_r L_respond + λ_e L_express, injecting γ·K_c/‖K_c‖ at the masked
     positions attributed to c (``attributed`` [B, T] bool). Returns (total, parts)."""
-    from interpscale.models.objectives import sample_noise_levels
-
     tokens = model.check_tokens(tokens)
     if attributed.shape != tokens.shape:
         raise ValueError(f"attributed shape {tuple(attributed.shape)} != tokens shape {tuple(tokens.shape)}")
     cfg = model.config
     if model.is_diffusion:
-        t = sample_noise_levels(cfg, tokens.size(0), tokens.size(1), step, model.phase.max_steps, device=tokens.device)
-        x_t, masked = mask_tokens(tokens, t, cfg.mask_id)
+        x_t, masked = mask_batch(cfg, tokens, step, model.phase.max_steps)
     else:
         x_t, masked = tokens, torch.ones_like(tokens, dtype=torch.bool)
     inj = masked & attributed.bool()
     e = concept_direction(model, [concept])
     out = model.run(x_t, steer_vec=gamma * e, steer_mask=inj,
                     steer_layer=cfg.n_layers // 2 if layer is None else layer)
-    if model.is_diffusion:
-        lm, _ = mdm_loss(out.logits, tokens, masked)
-    else:
-        from interpscale.models.objectives import ar_loss
-
-        lm, _ = ar_loss(out.logits, tokens, None)
+    lm, _ = mdm_loss(out.logits, tokens, masked) if model.is_diffusion else ar_loss(out.logits, tokens, None)
     if not bool(inj.any()):
         return lm, {"lm": float(lm.detach())}
     l_r = respond_loss(out.known_act, concept, inj)

@@ -1,8 +1,5 @@
-"""Data contracts shared by the zoo, the training loop, the metrics and the judges.
-
-Everything that crosses a subpackage boundary is one of these small dataclasses, so
-orchestration and metrics can be written against the zoo without knowing its internals.
-"""
+"""Data contracts shared by the zoo, the training loop, the metrics and the judges: what crosses
+a subpackage boundary is one of these small dataclasses."""
 
 from __future__ import annotations
 
@@ -11,17 +8,15 @@ from typing import Any, Literal, Optional, Union
 
 import torch
 
-# Special token ids reserved at the bottom of every vocabulary this project builds
-# (the bundled tokenizer and the BPEs that interpscale.data trains both honour them).
-# These are the defaults of ModelConfig's pad_id / eos_id / eoc_id / mask_id; model code
-# reads the config, so a pretrained tokenizer's ids can be passed as build_model overrides.
+# Special token ids reserved at the bottom of every vocabulary this project builds (the bundled
+# tokenizer and interpscale.data's BPEs): the defaults of every config's pad_id / eos_id / eoc_id /
+# mask_id; model code reads the config, so a pretrained tokenizer's ids can be passed instead.
 PAD_ID = 0
 EOS_ID = 1
 EOC_ID = 2  # end-of-chunk: closes each concept-annotated chunk (paper §4.5.2)
 MASK_ID = 3  # diffusion [MASK]; also the "absence" baseline for IG (Eq. 16)
 SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[EOC]", "[MASK]")
-# the same four by name (the keys of a prepared corpus' ``special_ids`` and, with "_id", of the
-# model config's fields) -> default id, and -> the token's text
+# by name (a prepared corpus' ``special_ids`` keys; with "_id", the config fields) -> id, -> text
 SPECIAL_IDS = {"pad": PAD_ID, "eos": EOS_ID, "eoc": EOC_ID, "mask": MASK_ID}
 SPECIAL_TEXT = dict(zip(SPECIAL_IDS, SPECIAL_TOKENS))
 
@@ -30,20 +25,12 @@ Phase = Literal["stable", "anneal"]
 
 @dataclass
 class Batch:
-    """One training / evaluation batch.
+    """One training / evaluation batch; the concept fields are None without concept annotations."""
 
-    tokens:       [B, T] int64 token ids (clean, never containing [MASK]).
-    chunk_ids:    [B, T] int64, index of the chunk each token belongs to along the
-                  second axis of ``chunk_labels`` (per row); -1 for tokens in no chunk.
-    chunk_labels: [B, C, n] float {0,1} multi-hot known-concept labels per chunk.
-    valid:        [B, T] bool, False on padding; None means all valid.
-    Concept fields are None for data without concept annotations.
-    """
-
-    tokens: torch.Tensor
-    chunk_ids: Optional[torch.Tensor] = None
-    chunk_labels: Optional[torch.Tensor] = None
-    valid: Optional[torch.Tensor] = None
+    tokens: torch.Tensor  # [B, T] int64 ids (clean, never containing [MASK])
+    chunk_ids: Optional[torch.Tensor] = None  # [B, T] int64: chunk per token (chunk_labels axis 1), -1: none
+    chunk_labels: Optional[torch.Tensor] = None  # [B, C, n] float {0,1} multi-hot known concepts per chunk
+    valid: Optional[torch.Tensor] = None  # [B, T] bool, False on padding; None: all valid
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda x: None if x is None else x.to(device, non_blocking=True)  # noqa: E731
@@ -56,14 +43,10 @@ class Batch:
 
 @dataclass
 class ModelOutput:
-    """What every family's ``forward`` returns.
-
-    logits: [B, T, V].  For concept families ``known + unknown + residual`` ([B, T, d]
-    each) is the bottlenecked hidden state h~ whose LM-head image equals ``logits``
-    exactly (Eq. 5, Eq. 8).  ``known_act`` [B, T, n] / ``unknown_act`` [B, T, m] are the
-    sigmoid activations k, u (Eq. 6).  ``hidden`` is the backbone output h.  ``parts``
-    holds the concept module's full record (``ConceptParts``) for attribution.
-    """
+    """What every family's ``forward`` returns: ``logits`` [B, T, V] and the backbone output
+    ``hidden`` h. For concept families ``known + unknown + residual`` ([B, T, d] each) is the
+    bottlenecked h~ whose LM-head image equals ``logits`` exactly (Eqs. 5, 8); ``known_act`` [B, T, n]
+    / ``unknown_act`` [B, T, m] are k, u (Eq. 6); ``parts`` is the ``ConceptParts`` record."""
 
     logits: torch.Tensor
     hidden: Optional[torch.Tensor] = None
@@ -77,10 +60,9 @@ class ModelOutput:
 
 @dataclass
 class LossOutput:
-    """``total`` is the scalar to backpropagate (Eq. 15); ``parts`` are detached 0-d
-    tensors (no host sync inside the step; ``float(v)`` reads one) named as in the paper
-    (``lm``, ``concept``, ``rec``, ``indep``, ...); ``n_tokens`` counts the positions the LM
-    loss averaged over (a 0-d tensor for the Steerling families)."""
+    """``total`` to backpropagate (Eq. 15); ``parts`` detached 0-d tensors (no host sync in the
+    step) named as in the paper (``lm``, ``concept``, ``rec``, ``indep``, ...); ``n_tokens`` the
+    positions the LM loss averaged over."""
 
     total: torch.Tensor
     parts: dict[str, Union[torch.Tensor, float]] = field(default_factory=dict)
@@ -89,11 +71,9 @@ class LossOutput:
 
 @dataclass(frozen=True)
 class PhaseSchedule:
-    """Where training is: ``phase`` (stable or anneal), ``max_steps`` (T_max of the stable
-    run, used by the α ramps of Table 25) and, in the anneal phase, ``anneal_steps`` (the
-    length of the 20% linear decay, used by Table 26's α_known 0.5→0 ramp).
-    ``anneal_start`` is the global step at which the anneal began (the anneal ramps use
-    ``step - anneal_start``; leave 0 if the loop counts anneal steps from zero)."""
+    """Where training is: ``phase``; ``max_steps`` (T_max of the stable run, Table 25's α ramps);
+    in the anneal, ``anneal_steps`` (the 20% decay, Table 26's α_known 0.5→0 ramp) counted from
+    the global step ``anneal_start``."""
 
     phase: Phase = "stable"
     max_steps: int = 1

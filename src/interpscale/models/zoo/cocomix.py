@@ -152,12 +152,6 @@ class CoCoMixLM(ZooLM):
         """True while a variant that trains against the teacher has none attached."""
         return self.variant != "pause" and not self._frozen
 
-    def _require_teacher(self) -> None:
-        if self.needs_teacher:
-            raise ValueError(f"{self.config.family} needs a frozen teacher for its training loss: build it with "
-                             "teacher=/sae=, call attach_teacher(), or let the trainer attach the "
-                             "teacher_checkpoint/sae_checkpoint of orchestration.teachers.prepare_cocomix_teacher()")
-
     def attach_teacher(self, teacher: Optional[nn.Module], sae: Optional[TopKSAE], *,
                        sae_layer: Optional[int] = None) -> None:
         """Attach the frozen teacher (and, for ``cocomix``, its SAE trained at ``sae_layer``)."""
@@ -214,7 +208,10 @@ class CoCoMixLM(ZooLM):
 
     def extra_loss(self, out: ModelOutput, aux: dict, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         ex = self.config.extra
-        self._require_teacher()
+        if self.needs_teacher:
+            raise ValueError(f"{self.config.family} needs a frozen teacher for its training loss: build it with "
+                             "teacher=/sae=, call attach_teacher(), or let the trainer attach the "
+                             "teacher_checkpoint/sae_checkpoint of orchestration.teachers.prepare_cocomix_teacher()")
         if self.variant == "cocomix":
             targets = concept_targets(self._frozen["teacher"], self._frozen["sae"], self.teacher_layer, batch.tokens,
                                       ex["k_attr"])  # [B, T-1, k_attr]

@@ -15,7 +15,7 @@ import torch
 from interpscale.models.config import SIZES, ConfigRecord, ModelConfig, derived_heads, make_config, preset, renamed
 from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
 from interpscale.models.protocol import DataFields, FamilyModel
-from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, Batch, LossOutput, ModelOutput
+from interpscale.models.types import Batch, LossOutput, ModelOutput
 
 
 @dataclass
@@ -32,10 +32,6 @@ class ZooConfig(ConfigRecord):
     max_seq_len: int
     block_size: int = 64  # diffusion block of the protocol; unused by these AR families
     n_concepts: int = 0
-    pad_id: int = PAD_ID
-    eos_id: int = EOS_ID
-    eoc_id: int = EOC_ID
-    mask_id: int = MASK_ID
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

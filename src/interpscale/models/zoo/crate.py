@@ -1,4 +1,4 @@
-"""CRATE language model (white-box transformer) and its parameter-matched GPT baseline.
+"""CRATE language model (white-box transformer) and the units its auto-interpretability reads.
 
 Per layer (CRATE-LM §4): Z ← Z + MSSA(LN₁ Z) with one shared Q = K = V projection per
 head and a causal mask (Eq. 8), then Z ← D·A₂ with A₂ the two-step ISTA code of LN₂ Z over
@@ -7,6 +7,9 @@ an overcomplete dictionary D ∈ ℝ^{d×4d} (Eq. 9-13); no residual around ISTA
 
 from __future__ import annotations
 
+from typing import Any, Optional, Sequence
+
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -128,3 +131,22 @@ class CRATELM(AbsPosLM):
 def activation_sparsity(acts: list[torch.Tensor], threshold: float = 0.0) -> list[float]:
     """Fraction of units with |activation| <= threshold, one value per layer."""
     return [float((a.abs() <= threshold).float().mean()) for a in acts]
+
+
+def unit_activations(model: Any, tokens: torch.Tensor, layer: int, units: Optional[Sequence[int]] = None,
+                     *, n_units: int = 16, seed: int = 0) -> tuple[np.ndarray, list[int]]:
+    """Activations [units, B, T] of ``layer`` (ISTA codes A₂ for ``crate``, post-GELU neurons for
+    ``crate-gpt``; CRATE-LM §5.3) and the unit ids; without ``units``, ``n_units`` ids drawn
+    uniformly at random (seeded), as the paper samples neurons per layer. Scoring them is a
+    metric: ``interpscale.metrics.autointerp.crate_autointerp``."""
+    acts = model.neuron_activations(tokens)
+    if not 0 <= layer < len(acts):
+        raise ValueError(f"layer {layer} out of range [0, {len(acts)})")
+    a = acts[layer]  # [B, T, h]
+    h = a.size(-1)
+    if units is None:
+        units = torch.randperm(h, generator=torch.Generator().manual_seed(seed))[: min(n_units, h)].tolist()
+    bad = [u for u in units if not 0 <= u < h]
+    if bad:
+        raise ValueError(f"unit ids {bad} out of range [0, {h})")
+    return a[..., list(units)].permute(2, 0, 1).double().numpy(), list(units)

@@ -1,14 +1,8 @@
-"""Model-side pieces of replacing one MLP of a zoo model by a sparse layer (MxD, TopK
-transcoder, skip transcoder, TopK SAE): find the MLP, hook its output, capture its I/O, build
-a parameter-matched sparse layer, and the training objective (MxD paper §3.1, App. B).
-
-The loops live above the models: training in ``interpscale.orchestration.replacement``
-(``fit_sparse_layer``, ``train_replacement``), the measurements in
-``interpscale.metrics.replacement`` (``evaluate_replacement``, ``ReplacementReport``).
-
-Works on any zoo model whose blocks are reachable as ``model.blocks`` or
-``model.backbone.blocks`` and have an ``.mlp`` submodule (GPT-2 ``GPT2MLP``, Steerling
-``SwiGLU``); a SwiGLU base gets the Swish-GLU MxD variant.
+"""Model-side pieces of replacing one MLP by a sparse layer (MxD, TopK transcoder, skip
+transcoder, TopK SAE; MxD paper §3.1, App. B): find the MLP (a block's ``.mlp``: GPT-2
+``GPT2MLP`` or Steerling ``SwiGLU``, which gets the Swish-GLU MxD), hook its output, capture its
+I/O, build a parameter-matched layer, the training objective. The loops live above the models
+(``orchestration.replacement``, ``metrics.replacement``).
 """
 
 from __future__ import annotations
@@ -19,18 +13,19 @@ from typing import Callable, Iterable, Iterator, Literal
 import torch
 import torch.nn as nn
 
+from interpscale.models import protocol
 from interpscale.models.types import Batch
 from interpscale.models.zoo.mxd import MxD, TopKSAE, TopKTranscoder, mxd_expert_count
 
 Kind = Literal["mxd", "transcoder", "skip_transcoder", "sae"]
 
 
-def find_blocks(model: nn.Module) -> nn.ModuleList:
-    for owner in (model, getattr(model, "backbone", None)):
-        blocks = getattr(owner, "blocks", None)
-        if isinstance(blocks, nn.ModuleList):
-            return blocks
-    raise ValueError(f"{type(model).__name__} exposes no .blocks / .backbone.blocks ModuleList")
+def find_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model protocol's blocks (``protocol.find_blocks``); a ValueError when there are none."""
+    blocks = protocol.find_blocks(model)
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} exposes no transformer blocks (.blocks / .backbone.blocks)")
+    return blocks
 
 
 def find_mlp(model: nn.Module, layer: int) -> nn.Module:
