@@ -1,38 +1,19 @@
 """The one launcher: submitit jobs on this machine (``local``), on SLURM (``slurm``) or in
-this process (``debug``), used by sweeps, ``data prepare`` and concept annotation.
-
-A bottom module: it imports the standard library and submitit only.  The API::
+this process (``debug``), used by sweeps, ``data prepare`` and concept annotation
+(``docs/launching.md``).  A bottom module: it imports the standard library and submitit only.
 
     launcher = make_executor("local", folder, name="sweep", timeout_min=60, max_parallel=2)
     with launcher:                       # Ctrl-C / SIGTERM / an error inside: cancel() the jobs
         jobs = launcher.map(fn, items)   # one job per item (several iterables zip, as map_array)
         results = launcher.wait(jobs, progress=lambda done, total: ...)  # raises JobsFailed
 
-- ``make_executor(kind, folder, *, name, timeout_min, slurm, max_parallel, tasks_per_node,
-  nodes)`` builds a :class:`Launcher` on ``submitit.AutoExecutor(cluster=kind)``.  ``kind``
-  is one of :data:`EXECUTORS` or an already configured ``submitit.Executor`` (used as is).
-  ``slurm`` is the preset's ``[launch.slurm]`` table: AutoExecutor's shared parameters
-  (``timeout_min``, ``cpus_per_task``, ``mem_gb``, ``gpus_per_node`` ...) as they are, any
-  other key as ``slurm_<key>`` (``partition``, ``account``, ``qos`` ...), and
-  ``max_array_size`` caps the array size (else ``scontrol show config``'s MaxArraySize).
-- ``Launcher.map`` bounds the local executor to ``max_parallel`` jobs at once (submitit's
-  ``LocalExecutor`` starts everything at once; ``map`` returns when the last job has
-  started) and sends SLURM jobs as arrays of at most MaxArraySize tasks, at most
-  ``max_parallel`` running (``slurm_array_parallelism``).
-- ``Launcher.wait`` waits for every job, calling ``progress(done, total)`` about once per
-  ``poll_s``, and raises :class:`JobsFailed` (every failed job's last error line) at the end.
-- ``Launcher.cancel`` stops unfinished jobs: a local job gets SIGTERM (its function, having
-  called :func:`handle_stop_signals`, saves its state and returns), then SIGKILL after
-  ``grace_s``; SLURM jobs are ``scancel``-ed.
-
 Inside a job function: :func:`handle_stop_signals` once, then poll :func:`stop_requested`
 at safe points.  In a local job SIGTERM (from ``cancel``, ``timeout`` or a scheduler) sets
 the flag instead of being ignored (submitit's default), and the job also stops when the
 launcher process has gone (``kill -9``), so no training process outlives its sweep.  On
 SLURM SIGTERM keeps submitit's meaning (the warning before USR2's checkpoint-and-requeue).
-
-Local controllers are started with SIGINT ignored, so Ctrl-C in a terminal (which signals
-the whole process group) reaches the launcher only: it cancels its jobs in order instead of
+Local controllers start with SIGINT ignored, so a terminal's Ctrl-C (sent to the whole
+process group) reaches the launcher only, which cancels its jobs in order instead of
 submitit's controllers killing their tasks a second later and printing tracebacks.
 """
 
@@ -68,7 +49,11 @@ class JobsFailed(RuntimeError):
 def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, name: str = "interpscale",
                   timeout_min: float | None = None, slurm: dict[str, Any] | None = None, max_parallel: int = 2,
                   tasks_per_node: int = 1, nodes: int = 1) -> "Launcher":
-    """A :class:`Launcher` writing its submitit files under ``folder`` (``%j`` is added)."""
+    """A :class:`Launcher` on ``submitit.AutoExecutor(cluster=kind)`` writing under ``folder``
+    (``%j`` added), or on ``kind`` itself when it is a configured ``submitit.Executor``.
+    ``slurm`` is the ``[launch]`` cluster table: AutoExecutor's shared parameters as they
+    are, any other key as ``slurm_<key>``; ``max_array_size`` caps the array size (else
+    ``scontrol show config``'s MaxArraySize)."""
     slurm = dict(slurm or {})
     if max_parallel < 1:
         raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
@@ -133,8 +118,7 @@ class Launcher:
         size = int(self.max_array_size or (max_array_size() if slurm else None) or 1000)
         jobs: list[submitit.Job] = []
         for i in range(0, len(items), size):  # submitit's map_array makes one array per call
-            chunk = items[i: i + size]
-            new = self.executor.map_array(fn, *zip(*chunk)) if chunk else []
+            new = self.executor.map_array(fn, *zip(*items[i: i + size]))
             self.jobs += new
             jobs += new
         return jobs
@@ -142,8 +126,8 @@ class Launcher:
     def wait(self, jobs: Sequence[submitit.Job] | None = None, progress: Callable[[int, int], None] | None = None,
              poll_s: float = 1.0) -> list[Any]:
         """Every job's result (a list of the tasks' results for a job of several tasks), in
-        order, once all have ended; :class:`JobsFailed` lists the
-        failures (the others' results are lost to the caller but their work is kept)."""
+        order, once all have ended, calling ``progress(done, total)`` about once per ``poll_s``;
+        :class:`JobsFailed` lists every failed job's last error line at the end."""
         jobs = list(self.jobs if jobs is None else jobs)
         if self.kind != "debug" and not isinstance(self.executor, submitit.DebugExecutor):
             while not all(j.done() for j in jobs):
@@ -186,14 +170,21 @@ class Launcher:
                 _ended(j)
 
     def __enter__(self) -> "Launcher":
-        self._term = _sigterm_raises()
-        self._term.__enter__()
+        """In here SIGTERM raises KeyboardInterrupt, so it cancels the jobs as Ctrl-C does."""
+        self._main = threading.current_thread() is threading.main_thread()
+        if self._main:
+            self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._term.__exit__(None, None, None)  # a second SIGTERM while cancelling ends the launcher
+        if self._main:  # restored first: a second SIGTERM while cancelling ends the launcher
+            signal.signal(signal.SIGTERM, self._old_term)
         if exc_type is not None:
             self.cancel()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def _ended(job: submitit.Job) -> bool:
@@ -240,28 +231,6 @@ def _controllers_ignore_sigint(local: bool) -> Iterator[None]:
             os.environ.pop(LAUNCHER_PID_ENV, None)
         else:
             os.environ[LAUNCHER_PID_ENV] = env
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """In the launcher: SIGTERM raises KeyboardInterrupt, so it cancels the jobs as Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def interruptible() -> Any:
-    """A context in which SIGTERM raises KeyboardInterrupt (for launchers outside ``with Launcher``)."""
-    return _sigterm_raises()
 
 
 # -- inside a job ---------------------------------------------------------------------------

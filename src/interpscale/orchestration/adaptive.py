@@ -111,37 +111,12 @@ class AdaptiveResult:
         return {"rounds": self.rounds, "all_bracketed": self.all_bracketed, "slices": [asdict(s) for s in self.slices]}
 
 
-def _preset_grid(preset: str | os.PathLike, families: Sequence[str] | None) -> tuple[dict, dict]:
-    """(the validated preset, {family: [slice C, ...] ascending})."""
-    from interpscale.errors import UserError
-    from interpscale.orchestration.config_schema import validate_config
-    from interpscale.orchestration.planner import load_preset, slice_targets
-
-    cfg = validate_config(load_preset(preset), preset)
-    p = cfg.get("plan", {})
-    fams = list(families or p.get("families") or [])
-    if not fams or p.get("slices") is None:
-        raise UserError(f"{preset}: an adaptive sweep needs [plan] families and slices")
-    try:
-        return cfg, {f: sorted(cs) for f, cs in slice_targets(fams, p["slices"]).items()}
-    except ValueError as exc:
-        raise UserError(f"{preset}: [plan] slices: {exc}") from exc
-
-
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
     from interpscale.orchestration.planner import plan
 
     # the rate only prices runtime, which choosing sizes does not use: no CPU timing unless ``priced``
     return plan(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder, strict=strict,
                 flops_per_s=None if priced else 1.0, max_sizes_per_slice=len(sizes) + 1)
-
-
-def _tokens_per_param(cfg: dict, given: float | None) -> float:
-    """The prior's D/N: ``given``, else the planner's centre of ``[plan] tokens_per_param``."""
-    from interpscale.orchestration.planner import window_centre
-
-    return float(given) if given is not None else window_centre(cfg.get("plan", {}).get("tokens_per_param",
-                                                                                        (0.0, math.inf)))
 
 
 def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, initial: int,
@@ -165,6 +140,30 @@ def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, in
             st.history.append(f"round 0: {', '.join(chosen)} around N*={prior:.3g}")
             states.append(st)
     return states
+
+
+def _first_states(preset: str | os.PathLike, families: Sequence[str] | None, initial: int,
+                  tokens_per_param: float | None) -> tuple[dict, dict, list[SliceState]]:
+    """(the validated preset, the ladder's ``size_presets`` unless it names sizes, each
+    slice's first state); the prior's D/N is ``tokens_per_param``, else the planner's centre
+    of ``[plan] tokens_per_param``."""
+    from interpscale.errors import UserError
+    from interpscale.orchestration.config_schema import validate_config
+    from interpscale.orchestration.planner import load_preset, slice_targets, window_centre
+
+    cfg = validate_config(load_preset(preset), preset)
+    p = cfg.get("plan", {})
+    fams = list(families or p.get("families") or [])
+    if not fams or p.get("slices") is None:
+        raise UserError(f"{preset}: an adaptive sweep needs [plan] families and slices")
+    try:
+        per = {f: sorted(cs) for f, cs in slice_targets(fams, p["slices"]).items()}
+    except ValueError as exc:
+        raise UserError(f"{preset}: [plan] slices: {exc}") from exc
+    given = list(p.get("sizes") or [])
+    ladder = {} if given else ladder_presets()
+    tpp = window_centre(p.get("tokens_per_param", (0.0, math.inf))) if tokens_per_param is None else tokens_per_param
+    return cfg, ladder, _initial_states(preset, per, given or list(ladder), ladder, initial, float(tpp))
 
 
 def _final_rows(df: pd.DataFrame, family: str, c: float) -> pd.DataFrame:
@@ -229,11 +228,7 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
 
     if initial < 3 or max_added < 0:
         raise ValueError(f"initial must be >= 3 (a parabola) and max_added >= 0, got {initial}, {max_added}")
-    cfg, per = _preset_grid(preset, families)
-    given = list(cfg.get("plan", {}).get("sizes") or [])
-    ladder = {} if given else ladder_presets()
-    names = given or [name for name, *_ in LADDER]
-    states = _initial_states(preset, per, names, ladder, initial, _tokens_per_param(cfg, tokens_per_param))
+    cfg, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     rounds, sweep = 0, None
     while any(not s.done for s in states):
         runs = [r for s in states for r in _plan(preset, s.family, s.slice_flops, s.sizes, ladder, True).runs]
@@ -257,10 +252,7 @@ def first_grid(preset: str | os.PathLike, *, families: Sequence[str] | None = No
     around the prior N*(C) of Eq. (1) (what ``plan`` shows and the adaptive sweep trains first)."""
     from interpscale.orchestration.planner import Plan
 
-    cfg, per = _preset_grid(preset, families)
-    ladder = ladder_presets()
-    states = _initial_states(preset, per, [name for name, *_ in LADDER], ladder, initial,
-                             _tokens_per_param(cfg, tokens_per_param))
+    cfg, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     plans = [_plan(preset, s.family, s.slice_flops, s.sizes, ladder, True, priced=True) for s in states]
     return Plan(runs=[r for p in plans for r in p.runs], table=pd.concat([p.table for p in plans], ignore_index=True),
                 launch=dict(cfg.get("launch", {})), device=plans[0].device if plans else {})

@@ -1,30 +1,15 @@
-"""The training loop's checkpointing: what to save, when, and with every rank agreeing.
+"""The training loop's checkpointing: what to save, when, and with every rank agreeing
+(docs/training.md, "Checkpoints"), modelled on torchtitan's ``CheckpointManager``: the loop
+calls :meth:`Checkpointer.after_step` after every optimizer step and the manager decides.
 
-Modelled on torchtitan's ``CheckpointManager`` (the loop calls one method after every
-optimizer step and the manager decides whether this step saves), cut down to this
-recipe's two kinds of file.
-
-What.  *Resume state* — weights, AdamW state, the torch (and CUDA) RNG, the segment and
-the step (the step is the data position: batches are a pure function of it) — in
-``RUN_DIR/state/``: ``resume.pt``, the latest, and ``stable_<step>.pt`` at every
-reservoir step and at the end of the stable phase, where the anneal branches start
-from (App. I).  *Evaluation checkpoints* — weights with step, phase and tokens — in
-``RUN_DIR/checkpoints/``: ``stable_step<step>.pt`` at the same stable steps and
-``anneal<start>_step<end>.pt`` at the end of each anneal branch.
-
-When.  :meth:`Checkpointer.after_step`: the reservoir steps are a pure function of the
-step, so the ranks agree without talking.  The resume state is due every
-``save_every_steps`` steps, or ``save_every_s`` seconds after the last save (the work a
-preemption can lose).  Clocks differ between ranks and FSDP2 saving is collective, so
-with several ranks the time rule uses rank 0's clock, broadcast at log steps only (one
-one-element collective every ``log_every`` steps; torchtitan likewise reduces its
-time-interval flag only every few steps).  :meth:`end_segment` saves the annealed
-checkpoint and the resume state; :meth:`stop` saves the resume state of an interrupted
-segment.
-
-Files.  Rank 0 writes them through ``models.save_checkpoint`` (a temp file in the same
-directory, then ``os.replace``: a killed writer leaves the previous file whole); they
-load through ``models.load_checkpoint`` (``torch.load(..., weights_only=True)``).
+*Resume state* (weights, AdamW state, RNG, segment, step: the step is the data position) in
+``RUN_DIR/state/``: ``resume.pt``, and ``stable_<step>.pt`` at every reservoir step and the
+end of the stable phase, where anneal branches start (App. I).  *Evaluation checkpoints*
+in ``RUN_DIR/checkpoints/``: ``stable_step<step>.pt`` at the same steps and
+``anneal<start>_step<end>.pt`` at the end of each anneal branch.  The resume state is due
+every ``save_every_steps`` steps or ``save_every_s`` seconds; clocks differ between ranks
+and FSDP2 saving is collective, so with several ranks the time rule uses rank 0's clock,
+broadcast at log steps only.  Rank 0 writes through ``models.save_checkpoint`` (atomic).
 """
 
 from __future__ import annotations
@@ -59,12 +44,8 @@ def restore_rng(extra: dict[str, Any], device: torch.device) -> None:
 
 
 class Checkpointer:
-    """Saves and loads one run's checkpoints (see the module docstring for the rules).
-
-    ``build()`` makes a fresh model of the run (the same one every rank builds): under
-    FSDP2 rank 0 loads the gathered weights into one to save a whole model.
-    :meth:`bind` tells it the objects to save once the trainer has set them up.
-    """
+    """Saves and loads one run's checkpoints.  ``build()`` makes a fresh model of the run:
+    under FSDP2 rank 0 loads the gathered weights into one to save a whole model."""
 
     def __init__(self, run_dir: str | Path, spec: RunSpec, *, rank: int, world: int, device: torch.device,
                  build: Callable[[], torch.nn.Module], save_every_s: float = 60.0,
@@ -109,7 +90,7 @@ class Checkpointer:
 
     # -- when ------------------------------------------------------------------------------
     def after_step(self, seg: Segment, step: int, logged: bool) -> None:
-        """Called after every optimizer step (``step`` is the count of steps done)."""
+        """After every optimizer step (``step``: the steps done)."""
         if seg.phase == "stable" and step in self.stable_saves:
             self.save_eval(seg, step)
             self.save_state(seg, step, f"stable_{step:07d}.pt")
@@ -131,10 +112,6 @@ class Checkpointer:
             self.save_eval(seg, step)
         self.save_state(seg, step)
 
-    def stop(self, seg: Segment, step: int) -> None:
-        """Save the resume state of a segment interrupted at ``step`` (a preemption)."""
-        self.save_state(seg, step)
-
     def finish(self) -> None:
         """Every segment done: the resume state is no longer needed (rank 0)."""
         (self.state_dir / RESUME).unlink(missing_ok=True)
@@ -148,7 +125,7 @@ class Checkpointer:
 
     # -- what ------------------------------------------------------------------------------
     def save_state(self, seg: Segment, step: int, name: str = RESUME) -> None:
-        """The resume state at ``step`` (collective under FSDP2; rank 0 writes)."""
+        """The resume state at ``step``, also of a segment stopped there (collective under FSDP2)."""
         from interpscale.models import save_checkpoint
 
         model, osd = self._whole()

@@ -54,6 +54,8 @@ LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "save_every_s": (Number, "a number (seconds between resume states)"),
 }
 SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
+POSITIVE = {"plan": ("seq_len", "batch_tokens", "max_sizes_per_slice"), "train": ("vocab_size", "eval_batches",
+            "log_every", "lr"), "launch": ("max_parallel", "threads_per_job", "runs_per_job", "n_boot")}
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
             "flops_per_token", "base_size", "model_overrides", "data", "plugins"}
@@ -79,52 +81,31 @@ def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> N
         raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
 
 
+_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+
+
 def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
     """key -> (types, description) from a dataclass's defaults (int fields take ints, float
-    fields any number, tuples lists)."""
+    fields any number, tuples lists); a field defaulting to None (or required) by the name
+    in its annotation, else any value."""
     out = {}
     for f in fields(cls):
         default = f.default if f.default is not MISSING else (
             f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
-        if isinstance(default, bool):
-            out[f.name] = ((bool,), "true or false")
-        elif isinstance(default, int):
-            out[f.name] = ((int,), "an integer")
-        elif isinstance(default, float):
-            out[f.name] = (Number, "a number")
-        elif isinstance(default, str):
-            out[f.name] = ((str,), "a string")
-        elif isinstance(default, (tuple, list)):
-            out[f.name] = ((list,), "a list")
-        elif isinstance(default, dict):
-            out[f.name] = ((dict,), "a table")
-        else:  # Optional[...] = None or required: only reject tables/lists where a scalar is meant
-            ann = str(f.type)
-            if "int" in ann:
-                out[f.name] = ((int,), "an integer")
-            elif "float" in ann:
-                out[f.name] = (Number, "a number")
-            elif "str" in ann:
-                out[f.name] = ((str,), "a string")
-            else:
-                out[f.name] = ((object,), "a value")
+        kind = list if isinstance(default, tuple) else type(default)
+        if kind not in _DESC:
+            kind = next((t for t in (int, float, str) if t.__name__ in str(f.type)), object)
+        out[f.name] = (Number if kind is float else (kind,), _DESC.get(kind, "a value"))
     return out
 
 
 def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
     """Valid ``[model]`` / ``[size_presets.*]`` keys: ModelConfig's fields (and the zoo's)."""
     from interpscale.models.config import ModelConfig
+    from interpscale.models.zoo.common import ZooConfig
 
-    keys = _dataclass_types(ModelConfig)
-    try:
-        from interpscale.models.zoo.common import ZooConfig
-
-        keys = {**_dataclass_types(ZooConfig), **keys}
-    except ImportError:  # pragma: no cover - the zoo is optional
-        pass
-    for k in ("family", "size"):
-        keys.pop(k, None)
-    return keys
+    keys = {**_dataclass_types(ZooConfig), **_dataclass_types(ModelConfig)}
+    return {k: v for k, v in keys.items() if k not in ("family", "size")}
 
 
 def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
@@ -173,24 +154,21 @@ def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, 
 
 
 def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
-    """``[plan] slices``: a list of positive targets, or ``{family = [C, ...]}`` over planned families."""
+    """``[plan] slices``: positive targets, a list or ``{family = [C, ...]}`` over planned families."""
     from interpscale.models import FAMILIES
 
     slices = plan.get("slices")
-    if isinstance(slices, dict):
-        fams = plan.get("families") or list(FAMILIES)
-        for fam, targets in slices.items():
-            if fam not in fams:
-                raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
-                                  f"{list(fams)}{_suggest(fam, fams)}")
-            _check_type(targets, (list,), "a list of compute targets (FLOPs)", _where(source, "plan.slices", fam))
-            for c in targets:
-                _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan.slices", fam))
-                if not c > 0:
-                    raise ConfigError(f"{_where(source, 'plan.slices', fam)}: target {c!r} must be positive")
-    elif isinstance(slices, list):
-        for c in slices:
-            _check_type(c, Number, "a positive number of FLOPs", _where(source, "plan", "slices"))
+    fams = plan.get("families") or list(FAMILIES)
+    for fam, targets in ({None: slices} if isinstance(slices, list) else slices or {}).items():
+        where = _where(source, "plan", "slices") if fam is None else _where(source, "plan.slices", fam)
+        if fam is not None and fam not in fams:
+            raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
+                              f"{list(fams)}{_suggest(fam, fams)}")
+        _check_type(targets, (list,), "a list of compute targets (FLOPs)", where)
+        for c in targets:
+            _check_type(c, Number, "a positive number of FLOPs", where)
+            if not c > 0:
+                raise ConfigError(f"{where}: target {c!r} must be positive")
 
 
 def _load_plugins(plan: Mapping[str, Any], source: Any) -> None:
@@ -223,11 +201,6 @@ def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> Non
         raise ConfigError(f"{source}: {exc}" if not str(exc).startswith(str(source)) else str(exc)) from exc
 
 
-def _positive_int(table: Mapping, key: str, source: Any, section: str) -> None:
-    if key in table and table[key] <= 0:
-        raise ConfigError(f"{_where(source, section, key)} = {table[key]!r}: must be positive")
-
-
 def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config") -> Mapping[str, Any]:
     """Check a loaded preset; raise ``ConfigError`` naming the file, section and key at fault."""
     from interpscale.models import FAMILIES, SIZES
@@ -248,8 +221,6 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         if fam not in FAMILIES:
             raise ConfigError(f"{_where(source, 'plan', 'families')}: unknown family {fam!r}"
                               f"{_suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))})")
-    for key in ("seq_len", "batch_tokens", "max_sizes_per_slice"):
-        _positive_int(plan, key, source, "plan")
     if "tolerance" in plan and not 0 < plan["tolerance"] < 1:
         raise ConfigError(f"{_where(source, 'plan', 'tolerance')} = {plan['tolerance']!r}: must be in (0, 1)")
     tpp = plan.get("tokens_per_param")
@@ -277,10 +248,6 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
 
     train = cfg.get("train", {})
     _check_keys(train, train_keys(), source, "train")
-    for key in ("vocab_size", "eval_batches", "log_every"):
-        _positive_int(train, key, source, "train")
-    if "lr" in train and not train["lr"] > 0:
-        raise ConfigError(f"{_where(source, 'train', 'lr')} = {train['lr']!r}: must be positive")
 
     data = cfg.get("data", {})
     if not isinstance(data, Mapping):
@@ -294,9 +261,10 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     if "executor" in launch and launch["executor"] not in EXECUTORS:
         raise ConfigError(f"{_where(source, 'launch', 'executor')} = {launch['executor']!r}: expected one of "
                           f"{', '.join(EXECUTORS)}{_suggest(launch['executor'], EXECUTORS)}")
-    for key in ("max_parallel", "threads_per_job", "runs_per_job", "n_boot"):
-        _positive_int(launch, key, source, "launch")
-
+    for section, keys in POSITIVE.items():
+        for key in keys:
+            if key in cfg.get(section, {}) and not cfg[section][key] > 0:
+                raise ConfigError(f"{_where(source, section, key)} = {cfg[section][key]!r}: must be positive")
     _cross_checks(cfg, source)
     return cfg
 
@@ -318,6 +286,9 @@ def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
 
 
 def _cross_checks(cfg: Mapping, source: Any) -> None:
+    from interpscale.data.corpus import CorpusConfig
+    from interpscale.models import FAMILIES
+
     plan, train, data = cfg.get("plan", {}), cfg.get("train", {}), cfg.get("data", {})
     fams = plan.get("families", [])
     seq_len = plan.get("seq_len", paper.SEQ_LEN)
@@ -331,7 +302,7 @@ def _cross_checks(cfg: Mapping, source: Any) -> None:
             raise ConfigError(f"{source}: [train] {key} = {micro!r} does not divide the batch "
                               f"({whole} {'tokens' if 'token' in key else 'sequences'})")
     for size in plan.get("sizes", []):
-        if any(f.startswith("cdlm") for f in fams):
+        if any(FAMILIES[f].is_diffusion for f in fams if f in FAMILIES):  # block diffusion denoises whole blocks
             block = _size_value(cfg, size, "block_size")
             if isinstance(block, int) and block > 0 and seq_len % block:
                 raise ConfigError(f"{source}: size {size!r} has block_size = {block}, which does not divide "
@@ -339,16 +310,10 @@ def _cross_checks(cfg: Mapping, source: Any) -> None:
         if data.get("kind", "synthetic") == "synthetic":
             # the trainer takes the concept count from the data unless the config sets one
             n_model = _size_value(cfg, size, "n_concepts", explicit=True)
-            n_data = data.get("n_concepts", _corpus_default("n_concepts"))
+            n_data = data.get("n_concepts", CorpusConfig().n_concepts)
             if n_model is not None and n_model != n_data:
                 raise ConfigError(f"{source}: size {size!r} has n_concepts = {n_model} but [data] n_concepts = "
                                   f"{n_data}; the concept head must match the corpus' concepts (set both)")
     if "vocab_size" in train and "vocab_size" in cfg.get("model", {}) and train["vocab_size"] != cfg["model"]["vocab_size"]:
         raise ConfigError(f"{source}: [train] vocab_size = {train['vocab_size']} but [model] vocab_size = "
                           f"{cfg['model']['vocab_size']}; the planner prices the model that is trained (set both alike)")
-
-
-def _corpus_default(name: str):
-    from interpscale.data.corpus import CorpusConfig
-
-    return next(f.default for f in fields(CorpusConfig) if f.name == name)

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def default_estimators(family: str) -> tuple[str, ...]:
+    """``mdlm_elbo`` for a diffusion family, else ``ar_ce``."""
     from interpscale.models import get_family
 
     return ("mdlm_elbo",) if get_family(family).is_diffusion else ("ar_ce",)
@@ -31,7 +32,8 @@ EVAL_BATCH_TOKENS = 65_536  # 16 x 4096-token rows per forward at paper scale
 
 
 def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
-    """Rows per evaluation batch: ``eval_batch_tokens`` (at least one row), at most the training batch."""
+    """Rows per evaluation batch: ``eval_batch_tokens`` (default ``EVAL_BATCH_TOKENS``; at
+    least one row), at most the training batch."""
     tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
     if tokens < 1:
         raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
@@ -39,9 +41,8 @@ def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
 
 
 def checkpoint_signature(path: Path) -> str:
-    """What the cached rows of a checkpoint are keyed by besides its name: its size and
-    modification time (ns).  A checkpoint rewritten since it was evaluated (retrained,
-    replaced, restored from elsewhere) has another, so its rows are recomputed."""
+    """A checkpoint's size and modification time (ns), which its cached rows are keyed by
+    besides its name: one rewritten since it was evaluated has its rows recomputed."""
     st = Path(path).stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
 
@@ -63,18 +64,14 @@ def pending_evaluations(run_dir: str | os.PathLike, estimators: Sequence[str] | 
 def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None = None,
                  eval_batches: int | None = None, seed: int = 0, interp: bool = True,
                  device: str | torch.device | None = None, eval_batch_tokens: int | None = None) -> pd.DataFrame:
-    """Evaluate each RUN_DIR/checkpoints/*.pt not yet in RUN_DIR/results.parquet (or
-    changed since it was: see :func:`checkpoint_signature`).
+    """Evaluate each of :func:`pending_evaluations` and return the run's full table, rewritten
+    after every checkpoint (a killed evaluation resumes where it stopped).
 
-    The validation set is ``eval_batches`` x the training batch (rows), cut into batches
-    of ``eval_batch_tokens`` (default: ``EVAL_BATCH_TOKENS`` or the training batch if
-    smaller) held on the host; each is moved to ``device`` (default: CUDA when
-    available) only while it is evaluated, so memory stays bounded at paper scale.
-
-    Loss via ``metrics.estimate_loss`` (``ar_ce`` for AR families, ``mdlm_elbo`` for
-    diffusion unless ``estimators`` says otherwise) and, for concept families,
-    ``metrics.interp_metrics``.  The table is rewritten after every checkpoint, so a
-    killed evaluation resumes where it stopped.  Returns the run's full table.
+    The validation set is ``eval_batches`` x the training batch (rows), in batches of
+    :func:`eval_rows` held on the host, each moved to ``device`` (default: CUDA when
+    available) only while evaluated, so memory stays bounded at paper scale.  Loss by
+    ``metrics.estimate_loss`` (default: :func:`default_estimators`) and, for concept
+    families, ``metrics.interp_metrics``.
     """
     from interpscale.metrics.bpb import scored_bytes
     from interpscale.models import get_family

@@ -70,25 +70,6 @@ def peak_memory() -> dict[str, float]:
     return {"peak_rss_gib": rss / (2**30 if sys.platform == "darwin" else 2**20)}
 
 
-class TensorBoard:
-    """Event files in RUN_DIR/tb (so ``tensorboard --logdir SWEEP`` lists every run);
-    scalars tagged ``<segment>/<name>`` because anneal branches revisit stable steps."""
-
-    def __init__(self, run_dir: Path, purge_step: int | None = None):
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge_step)
-
-    def log(self, segment: str, step: int, record: dict[str, Any]) -> None:
-        for k, v in record.items():
-            if isinstance(v, (int, float)) and k not in ("step",):
-                self.writer.add_scalar(f"{segment}/{k}", v, step)
-
-    def close(self) -> None:
-        self.writer.flush()
-        self.writer.close()
-
-
 def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> int:
     """Cut ``metrics.jsonl`` back to what a run resuming ``segment`` at ``step`` has done:
     rows of finished segments (``done``) and of ``segment`` up to ``step``; everything
@@ -114,7 +95,9 @@ def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> 
 
 class SegmentLog:
     """One segment's logging on every rank: the metrics window (:class:`StepMeter`), and on
-    the lead rank ``metrics.jsonl``, TensorBoard and a tqdm bar."""
+    the lead rank ``metrics.jsonl``, a tqdm bar and TensorBoard event files in RUN_DIR/tb
+    (so ``tensorboard --logdir SWEEP`` lists every run), tagged ``<segment>/<name>`` because
+    anneal branches revisit stable steps; a resumed segment purges the steps it redoes."""
 
     def __init__(self, run_dir: Path, spec: Any, segment: Any, step: int, *, device: torch.device, world: int,
                  lead: bool, progress: bool, tensorboard: bool):
@@ -126,8 +109,11 @@ class SegmentLog:
                                world=world)
         self.bar = tqdm(total=segment.length, initial=step - segment.start, desc=f"{spec.run_id} {segment.name}",
                         disable=not progress or not lead, leave=False, mininterval=2.0)
-        self.tb = TensorBoard(run_dir, purge_step=step if step > segment.start else None) \
-            if lead and tensorboard else None
+        self.tb = None
+        if lead and tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=step if step > segment.start else None)
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -149,10 +135,13 @@ class SegmentLog:
                    "tokens": step * self.spec.batch_tokens, "time": time.time()}
             append_jsonl(self.metrics, rec)
             if self.tb is not None:
-                self.tb.log(self.segment.name, step, rec)
+                for k, v in rec.items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        self.tb.add_scalar(f"{self.segment.name}/{k}", v, step)
         return True
 
     def close(self) -> None:
         self.bar.close()
         if self.tb is not None:
+            self.tb.flush()
             self.tb.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -34,9 +34,8 @@ class LossModule(torch.nn.Module):
 
 
 def wrap(model: torch.nn.Module, parallel: str, world: int, device: torch.device) -> torch.nn.Module:
-    """The loss module, data-parallel over ``world`` ranks when world > 1."""
-    if parallel not in PARALLEL:
-        raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
+    """The loss module, data-parallel over ``world`` ranks when world > 1 (``parallel`` is
+    checked by the trainer)."""
     module = LossModule(model)
     if world == 1:
         return module
@@ -111,13 +110,9 @@ class Prefetcher:
     """Builds the batch of step ``s + 1`` on a background thread while step ``s`` trains."""
 
     def __init__(self, make: Callable[[int], Batch], start: int, end: int):
-        self.make, self.end = make, end
+        self.make, self.end, self.step = make, end, start
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
         self.next = self.pool.submit(make, start) if start < end else None
-        self.step = start
-
-    def __iter__(self) -> Iterator[Batch]:
-        return self
 
     def __next__(self) -> Batch:
         if self.next is None:

@@ -263,7 +263,7 @@ class Trainer:
                 self.ckpt.after_step(seg, step, logged)
                 if stop_at_step is not None and stop_at_step <= step < seg.end or \
                         self.world == 1 and step < seg.end and stop_requested():  # a cancelled local job
-                    self.ckpt.stop(seg, step)
+                    self.ckpt.save_state(seg, step)
                     return False
         finally:
             batches.close()
