@@ -19,10 +19,10 @@ from interpscale.concepts.check import best_match_f1, check, write_synthetic
 from interpscale.concepts.chunk import ChunkStats, chunk_corpus, chunk_text
 from interpscale.concepts.library import Library, LibraryOptions, build_library
 from interpscale.concepts.tag import offline_tags, tag_corpus
-from interpscale.concepts.validate import validate
+from interpscale.concepts.validate import stage_headlines, validate
 
 __all__ = [
     "Annotator", "AnnotatorOptions", "annotate_corpus", "train_annotator", "BuildOptions", "Endpoint", "build",
     "library_stage", "annotator_stage", "make_judge", "best_match_f1", "check", "write_synthetic", "ChunkStats", "chunk_corpus", "chunk_text",
-    "Library", "LibraryOptions", "build_library", "offline_tags", "tag_corpus", "validate",
+    "Library", "LibraryOptions", "build_library", "offline_tags", "stage_headlines", "tag_corpus", "validate",
 ]

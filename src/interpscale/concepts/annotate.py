@@ -38,9 +38,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from interpscale._atomic import atomic_path
-from interpscale.concepts.library import inherit, library_tag_map, read_library
-from interpscale.concepts.store import ANNOTATOR, CACHE_NAME, LABELLED, iter_doc_chunks, manifest, read_json, write_json
-from interpscale.concepts.tag import flat_tags, read_tags
+from interpscale.concepts.library import inherited
+from interpscale.concepts.store import ANNOTATOR, CACHE_NAME, LABELLED, iter_doc_chunks, part_files, read_json, write_json
 from interpscale.errors import FailedWork, UserError
 
 log = logging.getLogger(__name__)
@@ -75,10 +74,6 @@ def logistic_loss(z: np.ndarray) -> np.ndarray:  # ℓ(z, +1) = log(1 + e^{-z})
     return np.logaddexp(0.0, -z)
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
 def nnpu_step(z: np.ndarray, y: np.ndarray, prior: np.ndarray) -> tuple[float, np.ndarray]:
     """nnPU risk (module doc) summed over concepts, and dR/dz. z, y: [n, K]; prior: [K]."""
     n_pos = np.maximum(y.sum(0), 1.0)
@@ -87,7 +82,7 @@ def nnpu_step(z: np.ndarray, y: np.ndarray, prior: np.ndarray) -> tuple[float, n
     r_pos = prior * (lp * y).sum(0) / n_pos
     r_neg = ln.sum(0) / n - prior * (ln * y).sum(0) / n_pos
     active = r_neg > 0  # max(0, .): the negative part stops pushing once it would go below zero
-    s = _sigmoid(z)
+    s = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z), without overflow
     g = prior * (-(1 - s)) * y / n_pos  # d ℓ(z,+1)/dz = -(1 - σ(z))
     g = g + active * (s / n - prior * s * y / n_pos)  # d ℓ(z,-1)/dz = σ(z)
     return float((r_pos + np.maximum(r_neg, 0)).sum()), g
@@ -219,14 +214,11 @@ class Annotator:
 
 def training_set(out: Path) -> tuple[list[str], np.ndarray, list[str]]:
     """Texts of the tagged sample, their inherited positives [n, K], concept labels."""
-    lib = read_library(out)
-    tag_map = library_tag_map(lib)
-    labels = [c["label"] for c in lib["concepts"]]
-    recs = [r for r in read_tags(out) if r["tags"] is not None]
-    y = np.zeros((len(recs), len(labels)))
-    for i, r in enumerate(recs):
-        y[i, inherit(flat_tags(r["tags"]), tag_map, lib.get("min_tags", 2))] = 1.0
-    return [r["text"] for r in recs], y, labels
+    lib, recs, positives = inherited(out)
+    y = np.zeros((len(recs), len(lib["concepts"])))
+    for i, cs in enumerate(positives):
+        y[i, cs] = 1.0
+    return [r["text"] for r in recs], y, [c["label"] for c in lib["concepts"]]
 
 
 def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions(), *,
@@ -324,7 +316,7 @@ def annotate_corpus(out: str | os.PathLike, *, executor: str = "inline", slurm: 
     if executor not in ("inline", *EXECUTORS):
         raise UserError(f"unknown executor {executor!r}; expected one of {('inline', *EXECUTORS)}")
     read_json(out / ANNOTATOR / "meta.json", "annotate")
-    files = [f["output"] for f in manifest(out)["files"]]
+    files = part_files(out)
     (out / LABELLED).mkdir(parents=True, exist_ok=True)
     args = [(str(out / ANNOTATOR), str(out / "chunks" / f), str(out / LABELLED / f)) for f in files]
     results = {i: finished(*a) for i, a in enumerate(args)}

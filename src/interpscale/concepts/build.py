@@ -19,7 +19,7 @@ from interpscale.concepts.chunk import chunk_corpus
 from interpscale.concepts.library import LibraryOptions, build_library
 from interpscale.concepts.store import CACHE_NAME, write_json
 from interpscale.concepts.tag import tag_corpus
-from interpscale.concepts.validate import validate
+from interpscale.concepts.validate import stage_headlines, validate
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,7 @@ def annotator_stage(out: str | os.PathLike, opts: AnnotatorOptions, judge: Any, 
         raise UserError("annotator features 'embedding' need an endpoint (--base-url and --model)")
     from interpscale.concepts.llm import EndpointEmbedder
 
-    settings = {"base_url": endpoint.base_url, "model": endpoint.model, "embed_model": endpoint.embed_model,
-                "max_retries": endpoint.max_retries, "timeout": endpoint.timeout}
+    settings = {k: v for k, v in asdict(endpoint).items() if k != "concurrency"}  # what a per-file task reconnects with
     return train_annotator(out, opts, embedder=EndpointEmbedder(judge, endpoint.embed_model), endpoint=settings)
 
 
@@ -109,10 +108,9 @@ def build(inputs, out: str | os.PathLike, opts: BuildOptions = BuildOptions(),
         val = validate(out, judge=judge, n_chunks=opts.n_validate, seed=opts.seed)
         summary = {"chunks": man["totals"], "tags": {k: v for k, v in tags.items() if k != "usage"},
                    "library": lib, "annotator": {k: ann[k] for k in ("n_train", "n_heldout", "loss")},
-                   "labelled": files, "validation": {k: {m: s.get(m) for m in ("success_rate", "mean", "n_scored")}
-                                                     for k, s in val["stages"].items()},
-                   "judge": val["judge"], "usage": judge.usage.to_dict() if judge is not None else {},
-                   "options": {**asdict(opts), "endpoint": {k: v for k, v in asdict(endpoint).items()}}}
+                   "labelled": files, "validation": stage_headlines(val), "judge": val["judge"],
+                   "usage": judge.usage.to_dict() if judge is not None else {},
+                   "options": {**asdict(opts), "endpoint": asdict(endpoint)}}
         write_json(out / "summary.json", summary)
         return summary
     finally:

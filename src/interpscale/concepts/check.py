@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from interpscale.concepts.store import LABELLED, manifest
+from interpscale.concepts.store import LABELLED, part_files
 from interpscale.errors import UserError
 
 RAW, TRUTH = "raw.jsonl", "truth.jsonl"
@@ -71,7 +71,7 @@ def check(out: str | os.PathLike, truth_paths: Sequence[str | os.PathLike]) -> d
     from interpscale.data.sources import expand_sources
 
     out = Path(out)
-    files = [out / LABELLED / f["output"] for f in manifest(out)["files"]]
+    files = [out / LABELLED / f for f in part_files(out)]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
         raise UserError(f"{missing[0]}: missing; run `interpscale concepts annotate {out}` first")

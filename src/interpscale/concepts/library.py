@@ -28,8 +28,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from interpscale.concepts.store import CONCEPTS_FILE, LIBRARY, write_json
-from interpscale.concepts.tag import flat_tags, read_tags
+from interpscale.concepts.store import CONCEPTS_FILE, LIBRARY, read_json, write_json
+from interpscale.concepts.tag import read_tags
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -138,29 +138,12 @@ def offline_card(tags: Sequence[str], n_words: int) -> dict:
     return {"label": label, "description": f"Text about {shown}.", "words": list(tags[:n_words])}
 
 
-def _components(n: int, edges: Sequence[tuple[int, int]]) -> list[list[int]]:
-    parent = list(range(n))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for a, b in edges:
-        parent[find(a)] = find(b)
-    groups: dict[int, list[int]] = {}
-    for i in range(n):
-        groups.setdefault(find(i), []).append(i)
-    return sorted(groups.values(), key=lambda g: g[0])
-
-
 def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(), *,
                   embed: Optional[Callable[[list[str]], np.ndarray]] = None,
                   name: Optional[Callable[[list[list[str]]], list[Optional[dict]]]] = None) -> Library:
     """Stage 2 over DIR/tags.jsonl; writes DIR/library/ and DIR/concepts.json."""
     out = Path(out)
-    chunk_tags = [flat_tags(r["tags"]) for r in read_tags(out) if r["tags"] is not None]
+    chunk_tags = [r["flat"] for r in read_tags(out)]
     support = Counter(t for ts in chunk_tags for t in ts)
     vocab = sorted(t for t, n in support.items() if n >= opts.min_tag_support)
     if len(vocab) < 4:
@@ -231,17 +214,19 @@ def dedupe(clusters: list[dict], cos: float, jaccard: float) -> list[dict]:
     clusters whose unit centroids have cosine >= ``cos`` or whose chunk sets have Jaccard
     >= ``jaccard``. A cluster is ``{"tags", "support", "coherence", "centroid", "chunks"}``;
     a merged one lists the larger clusters' tags first and counts ``merged_from``."""
+    from scipy.sparse.csgraph import connected_components
+
     n = len(clusters)
-    edges = []
+    near = np.eye(n, dtype=bool)
     for a in range(n):
         for b in range(a + 1, n):
             ca, cb = clusters[a]["chunks"], clusters[b]["chunks"]
             jac = len(ca & cb) / max(1, len(ca | cb))
-            if float(clusters[a]["centroid"] @ clusters[b]["centroid"]) >= cos or jac >= jaccard:
-                edges.append((a, b))
+            near[a, b] = float(clusters[a]["centroid"] @ clusters[b]["centroid"]) >= cos or jac >= jaccard
+    k, comp = connected_components(near, directed=False)  # numbered in order of their first cluster
     merged = []
-    for comp in _components(n, edges):
-        recs = [clusters[i] for i in comp]
+    for c in range(k):
+        recs = [clusters[i] for i in np.flatnonzero(comp == c)]
         if len(recs) == 1:
             merged.append({**recs[0], "merged_from": 1})
             continue
@@ -279,11 +264,12 @@ def _unique_labels(cards: list[dict]) -> None:
 
 
 def read_library(out: str | os.PathLike) -> dict:
-    from interpscale.concepts.store import read_json
-
     return read_json(Path(out) / LIBRARY / "library.json", "library")
 
 
-def library_tag_map(lib: dict) -> dict[str, int]:
-    return {t: c for c, con in enumerate(lib["concepts"]) for t in con["tags"]}
-
+def inherited(out: str | os.PathLike) -> tuple[dict, list[dict], list[list[int]]]:
+    """The library, the tagged sample (``read_tags``) and the concepts each sampled chunk inherits."""
+    lib = read_library(out)
+    tag_map = {t: c for c, con in enumerate(lib["concepts"]) for t in con["tags"]}
+    recs = read_tags(out)
+    return lib, recs, [inherit(r["flat"], tag_map, lib.get("min_tags", 2)) for r in recs]

@@ -66,9 +66,9 @@ def manifest(out: str | os.PathLike) -> dict:
     return read_json(Path(out) / CHUNKS / MANIFEST, "chunk")
 
 
-def chunk_files(out: str | os.PathLike) -> list[Path]:
-    m = manifest(out)
-    return [Path(out) / CHUNKS / f["output"] for f in m["files"]]
+def part_files(out: str | os.PathLike) -> list[str]:
+    """The names of the chunk files (and of their labelled twins), in reading order."""
+    return [f["output"] for f in manifest(out)["files"]]
 
 
 def iter_doc_chunks(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -84,8 +84,8 @@ def iter_doc_chunks(path: Path) -> Iterator[tuple[int, list[str]]]:
 def iter_chunks(out: str | os.PathLike) -> Iterator[ChunkRef]:
     """Every chunk of DIR/chunks in reading order."""
     gid = 0
-    for f, path in enumerate(chunk_files(out)):
-        for d, texts in iter_doc_chunks(path):
+    for f, name in enumerate(part_files(out)):
+        for d, texts in iter_doc_chunks(Path(out) / CHUNKS / name):
             for j, t in enumerate(texts):
                 yield ChunkRef(gid, f, d, j, t)
                 gid += 1

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from interpscale._atomic import atomic_path
 from interpscale.concepts.prompts import TAG, tag_values
-from interpscale.concepts.store import TAGS_FILE, ChunkRef, iter_sample, manifest, sample_ids, write_json
+from interpscale.concepts.store import TAGS_FILE, ChunkRef, iter_sample, manifest, read_json, sample_ids, write_json
 from interpscale.concepts.text import content_words, guess_domain, normalize_tag
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,10 @@ def tag_corpus(out: str | os.PathLike, *, judge: Any = None, n_sample: int = 200
 
 
 def read_tags(out: str | os.PathLike) -> list[dict]:
-    """The tagged sample (DIR/tags.jsonl); chunks whose tagging failed have ``tags: None``."""
+    """The chunks of DIR/tags.jsonl whose tagging succeeded, each with its ``flat_tags`` as ``"flat"``."""
     from interpscale._jsonl import iter_jsonl
-    from interpscale.concepts.store import read_json
 
     p = Path(out) / TAGS_FILE
     if not p.exists():
         read_json(p, "tag")  # raises the "run `concepts tag` first" error
-    return [rec for _, rec in iter_jsonl(p)]
+    return [{**rec, "flat": flat_tags(rec["tags"])} for _, rec in iter_jsonl(p) if rec["tags"] is not None]

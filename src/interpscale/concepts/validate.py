@@ -19,9 +19,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from interpscale.concepts.annotate import Annotator
-from interpscale.concepts.library import inherit, library_tag_map, read_library
+from interpscale.concepts.library import inherited
 from interpscale.concepts.store import ANNOTATOR, VALIDATION, read_json, write_json
-from interpscale.concepts.tag import flat_tags, read_tags
 from interpscale.judges import LEXICAL_LABEL, ConceptCard, LexicalJudge, score_relevance
 
 log = logging.getLogger(__name__)
@@ -66,16 +65,13 @@ def judge_stage(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard
 
 def _candidates(out: Path, n: int, seed: int) -> dict[str, tuple[list[str], list[list[ConceptCard]]]]:
     """(chunks, candidate cards) per stage, each on its own seeded sample."""
-    lib = read_library(out)
-    tag_map, cards = library_tag_map(lib), [ConceptCard.from_dict(c) for c in lib["concepts"]]
-    recs = [r for r in read_tags(out) if r["tags"] is not None]
+    lib, recs, positives = inherited(out)
+    cards = [ConceptCard.from_dict(c) for c in lib["concepts"]]
     rng = np.random.default_rng([seed, 5])
     pick = sorted(rng.choice(len(recs), size=min(n, len(recs)), replace=False).tolist())
     texts = [recs[i]["text"] for i in pick]
-    tags = [[_tag_card(t) for t in flat_tags(recs[i]["tags"])] for i in pick]
-    inherited = [[cards[c] for c in inherit(flat_tags(recs[i]["tags"]), tag_map, lib.get("min_tags", 2))]
-                 for i in pick]
-    stages = {"tags": (texts, tags), "concepts": (texts, inherited)}
+    stages = {"tags": (texts, [[_tag_card(t) for t in recs[i]["flat"]] for i in pick]),
+              "concepts": (texts, [[cards[c] for c in positives[i]] for i in pick])}
     if (out / ANNOTATOR / "meta.json").exists():
         held = read_json(out / ANNOTATOR / "meta.json", "annotate")["heldout_ids"]
         held = sorted(rng.choice(held, size=min(n, len(held)), replace=False).tolist()) if held else []
@@ -103,6 +99,11 @@ def validate(out: str | os.PathLike, *, judge: Any = None, n_chunks: int = 200, 
     atomic_write_text(out / VALIDATION / "report.md", report_markdown(report))
     _figure(report, out / VALIDATION / "stages.png")
     return report
+
+
+def stage_headlines(report: dict) -> dict:
+    """Success rate, mean and pairs scored of each stage of a ``validate`` report."""
+    return {k: {m: s.get(m) for m in ("success_rate", "mean", "n_scored")} for k, s in report["stages"].items()}
 
 
 def _fmt(x: Optional[float]) -> str:
