@@ -1,19 +1,14 @@
 """The ``interpscale`` command: a thin dispatcher over ``interpscale._commands``.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; modules are imported only when their subcommand runs, so
-``interpscale plan`` never imports PyMC and ``interpscale fit`` never imports torch.
-All logic lives in the library; these modules only parse arguments and call it.
+Each subcommand is a module exposing ``add_arguments(parser)`` and ``run(args) -> int``,
+imported only when its subcommand runs (``interpscale fit`` never imports torch). A module
+with several operations declares them as sub-verbs; one naming ``DEFAULT_VERB`` still runs
+the old spelling without a verb (``fit RESULTS``) for one release, with one deprecation line.
 
-A command with several operations declares them as sub-verbs (``fit families|chinchilla``,
-``sweep launch|status|collect|evaluate``, ``forecast record|check|list``, ``judge ...``,
-``data prepare|info``). A module may name ``DEFAULT_VERB``: the old spelling without a verb
-(``fit RESULTS``, ``sweep --preset P``) still runs it for one release, with one deprecation line.
-
-:func:`main` is the only place where an exception becomes a message and an exit code:
-bad input (:class:`interpscale.errors.UserError`, any ``ValueError``, a missing or
-unreadable file) exits 2, failed work (:class:`interpscale.errors.FailedWork`) and
-anything unexpected exit 1, Ctrl-C 130. Each is one line on stderr; ``-v`` adds the traceback.
+:func:`main` is the only place where an exception becomes a message and an exit code: bad
+input (:class:`interpscale.errors.UserError`, any ``ValueError``, a missing or unreadable
+file) exits 2, failed work (``FailedWork``) and anything unexpected 1, Ctrl-C 130; one line
+on stderr, ``-v`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +19,8 @@ import logging
 import sys
 import traceback
 import warnings
+
+from interpscale.errors import FailedWork
 
 # subcommand -> (module under interpscale._commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -124,19 +121,13 @@ def _quiet_warnings(verbose: int) -> None:
 
 def exit_code(exc: BaseException) -> int:
     """The exit status of a command that raised ``exc``: 2 bad input, 130 Ctrl-C, else 1."""
-    from interpscale.errors import FailedWork
-
     if isinstance(exc, KeyboardInterrupt):
         return 130
-    if isinstance(exc, FailedWork):
-        return 1
-    return 2 if isinstance(exc, _BAD_INPUT) or isinstance(exc, UnicodeDecodeError) else 1
+    return 2 if isinstance(exc, _BAD_INPUT) and not isinstance(exc, FailedWork) else 1
 
 
 def _message(exc: BaseException, verbose: int) -> str:
     """The one stderr line for ``exc`` (without the command prefix)."""
-    from interpscale.errors import FailedWork
-
     if isinstance(exc, KeyboardInterrupt):
         return str(exc) or "interrupted"  # e.g. the sweep's "interrupted; N run(s) stopped ..."
     msg = str(exc) or type(exc).__name__

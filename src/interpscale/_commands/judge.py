@@ -11,14 +11,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import given, option
 
-
 VERBS = ("alignment", "steering", "relevance")
+
+
+def _numbers(text: str) -> list[float]:
+    """An argparse ``type``: comma-separated numbers."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -63,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--run-dir")
     s.add_argument("--prompts", help="text file, one prompt per line (default: built-in neutral prompts)")
     option(s, "--n-concepts", run_steering_benchmark, type=int, help="concepts steered")
-    option(s, "--strengths", run_steering_benchmark, help="comma-separated τ values; >1 value selects per concept "
-           "on held-out prompts")
+    option(s, "--strengths", run_steering_benchmark, type=_numbers, help="comma-separated τ values; >1 value "
+           "selects per concept on held-out prompts")
     option(s, "--max-new-tokens", run_steering_benchmark, type=int)
     s.add_argument("--temperature", type=float, help="sampling temperature (default: judge_checkpoint_steering's)")
     s.add_argument("--instruction-judge", action="store_true", help="add AxBench's instruction-relevance judge")
@@ -81,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _judge(args: argparse.Namespace) -> Any:
-    from interpscale.judges.build import build_judge
+    from interpscale.judges import build_judge
 
     return build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
                        templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
@@ -90,27 +98,10 @@ def _judge(args: argparse.Namespace) -> Any:
                        **given(args, "api_key_env", "concurrency", "max_retries", "timeout"))
 
 
-def _score(args: argparse.Namespace, judge: Any) -> Any:
-    from interpscale.judges import inputs
-
-    if args.verb == "alignment":
-        return _alignment(args, judge)
-    if args.verb == "steering":
-        return _steering(args, judge)
-    if args.checkpoint:
-        from interpscale.metrics.checkpoint_judging import judge_checkpoint_relevance
-
-        return judge_checkpoint_relevance(args.checkpoint, inputs.read_texts(args.input), run_dir=args.run_dir,
-                                          judge=judge, **given(args, "top"))
-    from interpscale.judges import score_relevance
-
-    texts, candidates = inputs.read_relevance_input(args.input)
-    return score_relevance(texts, candidates, judge=judge)
-
-
 def run(args: argparse.Namespace) -> int:
-    from interpscale.errors import UserError
+    from interpscale.errors import FailedWork, UserError
     from interpscale.judges.batch import BatchWritten
+    from interpscale.judges.outcome import outcome
 
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -118,30 +109,33 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.checkpoint}: no such checkpoint file")
     judge = _judge(args)
     try:
-        result = _score(args, judge)
+        result = {"alignment": _alignment, "steering": _steering, "relevance": _relevance}[args.verb](args, judge)
     except BatchWritten as done:  # not an error: the request file is the output
         sys.stdout.write(f"{done}; submit it, then rerun with --batch-read <output file>\n")
         return 0
     md = result.to_markdown()
     if args.out:
-        out = Path(args.out)
-        atomic_write_text(out / f"{args.verb}.json", json.dumps(result.to_dict(), indent=1, default=str))
-        atomic_write_text(out / f"{args.verb}.md", md)
+        atomic_write_text(Path(args.out) / f"{args.verb}.json", json.dumps(result.to_dict(), indent=1, default=str))
+        atomic_write_text(Path(args.out) / f"{args.verb}.md", md)
     sys.stdout.write(md)
     sys.stderr.write(_usage_line(result.usage, judge) + "\n")
-    return _report_outcome(f"interpscale judge {args.verb}", result)
+    o = outcome(result)
+    if o.n_failed:
+        sys.stderr.write(f"interpscale judge {args.verb}: {o.summary()}\n")
+    if o.all_failed:
+        raise FailedWork("no item could be scored (the outputs are written, with each failure's status)")
+    return 0
 
 
-def _usage_line(u: dict[str, Any], judge: Any) -> str:
-    from interpscale.judges.build import cache_of
-
-    line = (f"judge usage: {u.get('tasks', 0)} tasks, {u.get('cache_hits', 0)} cached, {u.get('requests', 0)} requests "
-            f"({u.get('retries', 0)} retries, {u.get('reasks', 0)} re-asks), {u.get('parse_failures', 0)} parse "
-            f"failures, {u.get('api_errors', 0)} API errors, {u.get('refusals', 0)} refusals, "
-            f"{u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens")
+def _usage_line(usage: dict[str, Any], judge: Any) -> str:
+    u = defaultdict(int, usage)
+    line = (f"judge usage: {u['tasks']} tasks, {u['cache_hits']} cached, {u['requests']} requests "
+            f"({u['retries']} retries, {u['reasks']} re-asks), {u['parse_failures']} parse "
+            f"failures, {u['api_errors']} API errors, {u['refusals']} refusals, "
+            f"{u['prompt_tokens']}+{u['completion_tokens']} tokens")
     if u.get("cost") is not None:
         line += f", cost {u['cost']:.4f}"
-    cache = cache_of(judge)
+    cache = getattr(getattr(judge, "client", judge), "cache", None)  # none for the offline backend
     if cache is not None and str(cache.path) != ":memory:":
         total = cache.ledger_totals()["total"]
         cost = "" if total["cost"] is None else f", cost {total['cost']:.4f}"
@@ -150,34 +144,33 @@ def _usage_line(u: dict[str, Any], judge: Any) -> str:
     return line
 
 
-def _report_outcome(name: str, result: Any) -> int:
-    from interpscale.judges.outcome import outcome
-
-    o = outcome(result)
-    if o.n_failed:
-        sys.stderr.write(f"{name}: {o.summary()}\n")
-    if o.all_failed:
-        from interpscale.errors import FailedWork
-
-        raise FailedWork("no item could be scored (the outputs are written, with each failure's status)")
-    return 0
-
-
 def _alignment(args: argparse.Namespace, judge: Any) -> Any:
-    from interpscale.judges import score_alignment
-
     if args.checkpoint:
         from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 
         return judge_checkpoint_alignment(args.checkpoint, run_dir=args.run_dir, judge=judge, n_sample=args.n_sample,
                                           **given(args, "k", "seed"))
+    from interpscale.judges import score_alignment
     from interpscale.judges.inputs import read_alignment_input
 
     cards, tokens = read_alignment_input(args.input)
     return score_alignment(cards, tokens, judge=judge, n_sample=args.n_sample, **given(args, "seed"))
 
 
+def _relevance(args: argparse.Namespace, judge: Any) -> Any:
+    from interpscale.judges import inputs, score_relevance
+
+    if args.checkpoint:
+        from interpscale.metrics.checkpoint_judging import judge_checkpoint_relevance
+
+        return judge_checkpoint_relevance(args.checkpoint, inputs.read_texts(args.input), run_dir=args.run_dir,
+                                          judge=judge, **given(args, "top"))
+    return score_relevance(*inputs.read_relevance_input(args.input), judge=judge)
+
+
 def _steering(args: argparse.Namespace, judge: Any) -> Any:
+    from interpscale.judges.steering import DEFAULT_PROMPTS
+
     if args.input:
         from interpscale.judges.inputs import read_steering_input
         from interpscale.judges.steering import score_steering_continuations
@@ -186,18 +179,11 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
                                             instruction_judge=args.instruction_judge,
                                             quality_with_prefix=args.quality_with_prefix)
     from interpscale.errors import UserError
-    from interpscale.judges.steering import DEFAULT_PROMPTS
     from interpscale.metrics.checkpoint_judging import judge_checkpoint_steering
 
-    if args.strengths is not None:
-        try:
-            args.strengths = [float(x) for x in args.strengths.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(f"--strengths must be comma-separated numbers, got {args.strengths!r}") from None
     prompts = DEFAULT_PROMPTS
     if args.prompts:
-        prompts = tuple(line.strip() for line in Path(args.prompts).read_text(encoding="utf-8").splitlines()
-                        if line.strip())
+        prompts = tuple(ln.strip() for ln in Path(args.prompts).read_text(encoding="utf-8").splitlines() if ln.strip())
         if not prompts:
             raise UserError(f"{args.prompts}: no prompts (the file is empty)")
     gens = str(Path(args.out) / "generations.jsonl") if args.out else None

@@ -1,24 +1,17 @@
-"""LLM judges (OpenAI-compatible client, cache, prompts, alignment / steering /
-relevance / auto-interp scorers) and the offline lexical backend. Imports nothing
-else from interpscale (but its bottom module `errors`) and never imports torch.
+"""LLM judges (OpenAI-compatible client, cache, prompts, alignment / steering / relevance /
+auto-interp scorers) and the offline lexical backend; imports nothing else from interpscale
+but its bottom modules, and never torch.
 
->>> judge = JudgeClient(model="mistral-small-3.1-24b-instruct", base_url="http://localhost:8000/v1",
+>>> judge = build_judge(model="mistral-small-3.1-24b-instruct", base_url="http://localhost:8000/v1",
 ...                     cache_path="runs/judge_cache.sqlite")                       # doctest: +SKIP
 >>> score_alignment(cards, top_tokens, judge=judge).mean                            # doctest: +SKIP
 >>> run_steering_benchmark(generate, cards, judge=judge).table9()                   # doctest: +SKIP
 
-Without a judge (and without $INTERPSCALE_JUDGE_BASE_URL / $INTERPSCALE_JUDGE_MODEL)
-every scorer falls back to ``LexicalJudge`` and labels its output accordingly.
-``build_judge(...)``, the one builder, picks the backend and cache file from user settings
-(what the ``interpscale judge`` command and the scorers use); every backend implements the
-``Judge`` protocol. ``outcome(result)`` counts failed items by status. Every item ends as a
-JudgeRecord (the one record type; ``Reply`` is its older name): a value, or None with its
-status (``parse_error``, ``api_error``, ``refused``, ``undefined``), never a zero.
-
-The client is split as openai-python splits its own: ``retry`` (the policy and its
-constants, the SDK's), ``transport`` (the request and the concurrency slot), ``classify``
-(one reply classifier for live and Batch API answers), ``client`` (cache, keys, re-ask,
-usage), ``env`` (the environment, read there only).
+``build_judge`` is the one builder (without an endpoint, argument or $INTERPSCALE_JUDGE_*,
+it is the offline ``LexicalJudge``, and every output says so); every backend implements the
+``Judge`` protocol and returns one ``JudgeRecord`` per item: a value, or None with its status
+(``parse_error``, ``api_error``, ``refused``, ``undefined``), never a zero. The client is split
+as openai-python's: ``retry``, ``transport``, ``classify``, ``client``, ``env``.
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
@@ -42,6 +35,7 @@ __all__ = [
     "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",
     "score_alignment", "AlignmentResult", "score_relevance", "RelevanceResult", "ScoreSummary",
     "score_autointerp", "AutoInterpResult", "pearson",
-    "run_steering_benchmark", "judge_continuations", "score_steering_continuations", "SteeringResult", "SteeringSample", "ConditionScores", "aggregate",
-    "harmonic", "select_strengths", "table17", "CONDITIONS", "DEFAULT_PROMPTS",
+    "run_steering_benchmark", "judge_continuations", "score_steering_continuations", "SteeringResult",
+    "SteeringSample", "ConditionScores", "aggregate", "harmonic", "select_strengths", "table17", "CONDITIONS",
+    "DEFAULT_PROMPTS",
 ]

@@ -1,12 +1,12 @@
-"""The one builder of a judge from user settings: an endpoint or the offline backend, the
-cache file, Batch API files. The ``interpscale judge`` command, the scorers (given no
-judge) and notebooks all call :func:`build_judge`, with the same defaults."""
+"""The one builder of a judge from user settings (an endpoint or the offline backend, the
+cache file, Batch API files), used with the same defaults by the ``interpscale judge``
+command, the scorers given no judge, and notebooks."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from interpscale.judges import env
 from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
@@ -22,8 +22,7 @@ OFFLINE_BASE_URL = "batch://offline"  # the base URL recorded when only Batch AP
 
 
 def default_cache_path(out_dir: str | Path | None = None) -> Path:
-    """``<out_dir>/judge_cache.sqlite`` when an output directory is given, else
-    ``$XDG_CACHE_HOME/interpscale/judge_cache.sqlite`` (``~/.cache`` by default)."""
+    """``<out_dir>/judge_cache.sqlite``, else ``$XDG_CACHE_HOME/interpscale/judge_cache.sqlite``."""
     return Path(out_dir) / CACHE_NAME if out_dir is not None else env.cache_home() / CACHE_NAME
 
 
@@ -58,17 +57,9 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
     cache = Path(cache_path) if cache_path is not None else default_cache_path(out_dir)
     client = JudgeClient(model=model, base_url=base_url or OFFLINE_BASE_URL, cache_path=cache, templates=tset,
                          **client_kwargs)
-    if batch_write:
-        return BatchWriteJudge(client, batch_write)
-    if batch_read:
-        return BatchReadJudge(client, batch_read)
+    if batch:
+        return (BatchWriteJudge if batch_write else BatchReadJudge)(client, batch)
     return client
 
 
 resolve_judge = build_judge  # the scorers' name for it before the one builder (issue 30.7)
-
-
-def cache_of(judge: Judge) -> Optional[Any]:
-    """The JudgeCache behind a judge (None for the offline backend)."""
-    client = getattr(judge, "client", judge)
-    return getattr(client, "cache", None)

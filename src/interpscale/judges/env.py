@@ -1,11 +1,7 @@
-"""The judges' environment variables, read here and nowhere else in ``interpscale.judges``.
-
-- ``$INTERPSCALE_JUDGE_BASE_URL`` / ``$INTERPSCALE_JUDGE_MODEL``: the endpoint and model
-  when no argument gives them;
-- the API key, from the variable the caller names (``$OPENAI_API_KEY`` by default), read
-  at call time and never stored, logged or cached;
-- ``$XDG_CACHE_HOME``: where the default judge cache lives (``~/.cache`` without it).
-"""
+"""The judges' environment variables, read here and nowhere else in ``interpscale.judges``:
+``$INTERPSCALE_JUDGE_BASE_URL`` / ``$INTERPSCALE_JUDGE_MODEL`` (the endpoint and model when no
+argument gives them), the API key from the variable the caller names (read at call time and
+never stored, logged or cached), ``$XDG_CACHE_HOME`` (where the default judge cache lives)."""
 
 from __future__ import annotations
 

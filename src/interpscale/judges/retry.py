@@ -1,24 +1,18 @@
 """The judge client's retry policy: its constants and the three decisions it makes.
 
-The names and the policy mirror the openai SDK (openai-python): ``INITIAL_RETRY_DELAY`` and
-``MAX_RETRY_DELAY`` are its ``_constants.py`` values; :func:`should_retry`,
-:func:`parse_retry_after_header` and :func:`calculate_retry_timeout` are its
-``_base_client.py`` ``_should_retry``, ``_parse_retry_after_header`` and
-``_calculate_retry_timeout`` (408/409/429/5xx and dropped connections are retried, a
-server's ``x-should-retry`` header overrides the status, ``retry-after-ms`` /
-``retry-after`` are honoured, else exponential backoff 0.5, 1, 2, 4, 8 s less up to 25 %
-jitter).
+They mirror the openai SDK (openai-python): ``INITIAL_RETRY_DELAY`` and ``MAX_RETRY_DELAY``
+are its ``_constants.py`` values; :func:`should_retry`, :func:`parse_retry_after_header` and
+:func:`calculate_retry_timeout` its ``_base_client.py`` ``_should_retry``,
+``_parse_retry_after_header`` and ``_calculate_retry_timeout`` (408/409/429/5xx and dropped
+connections retried, ``x-should-retry`` overriding the status, ``retry-after-ms`` /
+``retry-after`` honoured, else backoff 0.5, 1, 2, 4, 8 s less up to 25 % jitter).
 
-Why the client re-implements it instead of passing ``max_retries`` to the SDK: the SDK
-sleeps between attempts inside the request call, so a request waiting out a backoff would
-keep its concurrency slot (``asyncio.Semaphore``) and a burst of 429s would idle every
-slot. The client calls the SDK with ``max_retries=0`` and sleeps here, outside the slot,
-so ``concurrency`` requests stay in flight while others back off (``judges.transport``).
-
-Where we differ from the SDK, on purpose: ``DEFAULT_MAX_RETRIES`` is 4 (the SDK's 2) and
-``DEFAULT_TIMEOUT`` 120 s (the SDK's 600 s), for long judge runs against local servers;
-a server asking to wait longer than ``MAX_RETRY_AFTER`` seconds is not retried (the SDK
-falls back to its own backoff above 60 s): the call fails as that item's ``api_error``.
+Why not the SDK's own ``max_retries``: the SDK sleeps between attempts inside the request
+call, so a request waiting out a backoff would keep its concurrency slot and a burst of 429s
+would idle every slot. The client calls the SDK with ``max_retries=0`` and sleeps outside the
+slot (``judges.transport``). On purpose unlike the SDK: 4 retries (its 2), a 120 s timeout
+(its 600 s), and a server asking to wait over ``MAX_RETRY_AFTER`` is not retried (the item's
+``api_error``) where the SDK falls back to its own backoff.
 """
 
 from __future__ import annotations
@@ -84,35 +78,20 @@ def should_retry(exc: BaseException) -> bool:
 def parse_retry_after_header(headers: Any) -> Optional[float]:
     """The wait a reply asks for (``retry-after-ms``, then ``retry-after`` in seconds or
     as an HTTP date); None when absent or unreadable; never negative or NaN."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name)
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0), ("retry-after", None)):
+        value = headers.get(name) if headers is not None else None
         if value is None or len(value) > 64:
             continue
         try:
-            v = float(value) * scale
-        except ValueError:
+            if scale is None:  # an HTTP date
+                v = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            else:
+                v = float(value) * scale
+        except (TypeError, ValueError, IndexError, OverflowError, OSError, AttributeError):
             continue
-        if math.isnan(v):
-            continue
-        return max(v, 0.0)  # inf stays inf: longer than anything we honour
-    value = headers.get("retry-after")
-    if value is None or len(value) > 64:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:
-        return None
-    try:
-        return max(when.timestamp() - time.time(), 0.0)
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
-retry_after_seconds = parse_retry_after_header  # the name this module's function had before the split
+        if not math.isnan(v):
+            return max(v, 0.0)  # inf stays inf: longer than anything we honour
+    return None
 
 
 def calculate_retry_timeout(exc: BaseException, attempt: int, max_retries: int) -> Optional[float]:

@@ -1,29 +1,32 @@
-"""Known concept alignment (App. E) and concept relevance (App. C) scorers, the
-backend choice, and the summary every judge result reports (means over parsed items
-only, failures counted next to them)."""
+"""Known concept alignment (App. E) and concept relevance (App. C) scorers, and the summary
+every judge result reports (means over parsed items only, failures counted next to them)."""
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import string
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 from interpscale.judges.build import build_judge, resolve_judge  # noqa: F401  (resolve_judge: its old home)
 from interpscale.judges.client import JudgeTask, Reply
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
 
-log = logging.getLogger(__name__)
 
 def to_record(reply: Reply, value: Any = None, **meta: Any) -> JudgeRecord:
-    """A Reply (or one value out of a multi-score reply) as a JudgeRecord."""
+    """A reply (or one value out of a multi-score reply) as a numeric JudgeRecord: a value
+    that is not a number fails as ``parse_error``."""
     v = reply.value if value is None else value
     ok = reply.status in ("ok", "reasked", "lexical") and isinstance(v, (int, float)) and not isinstance(v, bool)
-    return JudgeRecord(value=float(v) if ok else None, raw=reply.raw,
-                       status=reply.status if ok or reply.status in ("parse_error", "api_error", "refused") else "parse_error",
-                       cached=reply.cached, expected=reply.expected if ok else None, backend=reply.backend, meta=meta)
+    failed = reply.status if reply.status in ("parse_error", "api_error", "refused") else "parse_error"
+    return replace(reply, value=float(v) if ok else None, status=reply.status if ok else failed,
+                   expected=reply.expected if ok else None, meta=meta)
+
+
+def fmt(x: Optional[float]) -> str:
+    """A score in a markdown table: three decimals, ``n/a`` when missing."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,11 @@ class ScoreSummary:
                    n_refused=sum(r.status == "refused" for r in records))
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
-
-def _fmt(x: Optional[float]) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+    def refused_note(self) -> str:
+        return f"\nThe judge refused {self.n_refused} item(s) (not scored, excluded from the mean).\n" \
+            if self.n_refused else ""
 
 
 @dataclass(frozen=True)
@@ -80,18 +83,7 @@ class AlignmentResult:
         s = self.summary
         return (f"Known concept alignment (1-5), judge: {self.label}\n\n"
                 f"| Concepts scored | Mean | Parse failures | API errors |\n|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n" + _refused_note(s))
-
-
-def _refused_note(s: ScoreSummary) -> str:
-    return f"\nThe judge refused {s.n_refused} item(s) (not scored, excluded from the mean).\n" if s.n_refused else ""
-
-
-def _sample(n_total: int, n_sample: int | None, seed: int) -> list[int]:
-    idx = list(range(n_total))
-    if n_sample is not None and n_sample < n_total:
-        idx = sorted(random.Random(seed).sample(idx, n_sample))
-    return idx
+                f"| {s.n} | {fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n" + s.refused_note())
 
 
 def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[str]], *,
@@ -102,18 +94,19 @@ def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[
     if len(cards) != len(top_tokens):
         raise ValueError(f"score_alignment: {len(cards)} cards but {len(top_tokens)} token lists")
     judge = build_judge(judge)
-    tpl = judge.templates["alignment"]
-    idx = _sample(len(cards), n_sample, seed)
+    idx = list(range(len(cards)))
+    if n_sample is not None and n_sample < len(cards):
+        idx = sorted(random.Random(seed).sample(idx, n_sample))
     tasks = []
     for i in idx:
         toks = [str(t) for t in top_tokens[i]]
         if not toks:
             raise ValueError(f"score_alignment: concept {cards[i].label!r} (index {i}) has no tokens")
         shown = "\n".join(t.strip() or repr(t) for t in toks)
-        tasks.append(JudgeTask(tpl, {"label": cards[i].label, "description": cards[i].description, "tokens": shown},
+        tasks.append(JudgeTask(judge.templates["alignment"], {"label": cards[i].label, "tokens": shown,
+                                                              "description": cards[i].description},
                                data={"card": cards[i], "tokens": toks}))
-    replies = judge.run(tasks)
-    records = tuple(to_record(r, concept=cards[i].label, index=i) for i, r in zip(idx, replies))
+    records = tuple(to_record(r, concept=cards[i].label, index=i) for i, r in zip(idx, judge.run(tasks)))
     return AlignmentResult(records, ScoreSummary.of(records), judge.backend, judge.label, judge.usage.to_dict())
 
 
@@ -133,9 +126,6 @@ class RelevanceResult:
         s = [r.score for row in self.records for r in row if r.score is not None]
         return sum(x >= 2 for x in s) / len(s) if s else None
 
-    def per_chunk_means(self) -> list[Optional[float]]:
-        return [ScoreSummary.of(row).mean for row in self.records]
-
     def to_dict(self) -> dict[str, Any]:
         return {"metric": "concept_relevance", "scale": [1, 5], "backend": self.backend, "judge": self.label,
                 "summary": self.summary.to_dict(), "success_rate": self.success_rate, "usage": self.usage,
@@ -145,8 +135,8 @@ class RelevanceResult:
         s = self.summary
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
                 f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
-                f"| {s.n} | {_fmt(s.mean)} | {_fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n"
-                + _refused_note(s))
+                f"| {s.n} | {fmt(s.mean)} | {fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n"
+                + s.refused_note())
 
 
 def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,
@@ -156,21 +146,17 @@ def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[Concept
     if len(chunks) != len(candidates):
         raise ValueError(f"score_relevance: {len(chunks)} chunks but {len(candidates)} candidate lists")
     judge = build_judge(judge)
-    tpl = judge.templates["relevance"]
     tasks = []
     for i, (chunk, cards) in enumerate(zip(chunks, candidates)):
         if not cards or len(cards) > 26:
             raise ValueError(f"score_relevance: chunk {i} needs 1-26 candidate concepts, got {len(cards)}")
         letters = list(string.ascii_uppercase[: len(cards)])
         listing = "\n".join(f"{k}. {c.label}: {c.description}" for k, c in zip(letters, cards))
-        tasks.append(JudgeTask(tpl, {"chunk": chunk, "concepts": listing}, parse_kwargs={"keys": letters},
+        tasks.append(JudgeTask(judge.templates["relevance"], {"chunk": chunk, "concepts": listing},
+                               parse_kwargs={"keys": letters},
                                data={"chunk": chunk, "cards": list(cards), "letters": letters}))
-    replies = judge.run(tasks)
-    rows = []
-    for i, (reply, cards) in enumerate(zip(replies, candidates)):
-        vals = reply.value or {}
-        rows.append(tuple(to_record(reply, vals.get(k), chunk=i, concept=c.label)
-                          if reply.value is not None else to_record(reply, None, chunk=i, concept=c.label)
-                          for k, c in zip(string.ascii_uppercase, cards)))
-    flat = [r for row in rows for r in row]
-    return RelevanceResult(tuple(rows), ScoreSummary.of(flat), judge.backend, judge.label, judge.usage.to_dict())
+    rows = tuple(tuple(to_record(reply, (reply.value or {}).get(k), chunk=i, concept=c.label)
+                       for k, c in zip(string.ascii_uppercase, cards))
+                 for i, (reply, cards) in enumerate(zip(judge.run(tasks), candidates)))
+    return RelevanceResult(rows, ScoreSummary.of([r for row in rows for r in row]), judge.backend, judge.label,
+                           judge.usage.to_dict())
