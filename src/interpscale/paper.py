@@ -1,18 +1,11 @@
 """The Steerling paper's published constants and its count formulas, in one place.
 
-A bottom-level module (no imports from the package, no torch): the models' accounting, the
-planner, the example table, the figures and the tests all read the paper's numbers from here.
-Section, equation and table numbers are the Steerling paper's (App. G for Tables 23–26).
-
-Counts (one function per count):
-
-- :func:`concept_module_params` — the concept module's parameters, 2dn + 2dR + 2Rm
-  (factorised U) or 2dn + 2dm (dense U); this reproduces Table 23's "+Concept total" column
-  to the printed precision for every size (``tests/test_paper.py``), where the alternative
-  2dn + dR + 2Rm misses eight of the nine sizes by more than the rounding.
-- :func:`concept_module_flops` — Eq. 24's concept terms, 6(2dn) + 6(2dR + Rm).
-- :func:`flops_per_token` — M per training token: Eq. 23 (6P + 12·L·d·N) plus, for a
-  +Concept model, Eq. 24's terms.
+A bottom-level module (no imports from the package, no torch) that everything reads the
+paper's numbers from; section, equation and table numbers are the Steerling paper's (App. G
+for Tables 23–26). One function per count: :func:`concept_module_params` (2dn + 2dR + 2Rm,
+which reproduces Table 23's "+Concept total" to the printed precision for every size, where
+2dn + dR + 2Rm misses eight of nine), :func:`concept_module_flops` (Eq. 24) and
+:func:`flops_per_token` (Eq. 23 + Eq. 24).
 """
 
 from __future__ import annotations
@@ -72,7 +65,6 @@ N_KNOWN = 33_732  # n
 UNKNOWN_RATIO = 3  # m = 3n
 N_UNKNOWN = UNKNOWN_RATIO * N_KNOWN  # m = 101,196
 RANK = 256  # R, factorisation rank of U = AB
-
 
 
 @dataclass(frozen=True)

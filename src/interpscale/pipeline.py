@@ -1,11 +1,7 @@
 """The end-to-end pipeline behind ``interpscale demo``: plan -> train + evaluate -> collect ->
-fit -> figures + report.
-
-It sits above ``orchestration`` (planning, training, results) and ``analysis`` / ``scaling``
-(fits, figures, report) and is the only module that imports both sides; the CLI calls it.
-Every stage reports progress (a tqdm bar on stderr, one log line per stage), and every stage
-after training degrades gracefully: a failed fit or figure is recorded in the summary and the
-results table is still written.
+judge -> fit -> figures + report; the only module that imports both ``orchestration`` and
+``analysis`` / ``scaling``. Each stage shows progress (tqdm, one log line); every stage after
+training degrades gracefully: a failed fit or figure is a problem in the summary, not an end.
 """
 
 from __future__ import annotations
@@ -20,9 +16,22 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from interpscale._atomic import atomic_write_text
 from interpscale import paper
+from interpscale._atomic import atomic_write_text
+from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
+from interpscale.analysis.report import write_report
 from interpscale.errors import FailedWork
+from interpscale.judges.scorers import resolve_judge
+from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
+from interpscale.models import FAMILIES
+from interpscale.orchestration.adaptive import adaptive_sweep
+from interpscale.orchestration.launch import Sweep
+from interpscale.orchestration.planner import plan
+from interpscale.orchestration.results import write_results
+from interpscale.orchestration.rundir import ensure_writable
+from interpscale.orchestration.runtime import estimate_report
+from interpscale.scaling import fit_families
+from interpscale.scaling.isoflop import slice_minimum
 
 log = logging.getLogger(__name__)
 
@@ -33,28 +42,15 @@ class PipelineError(FailedWork):
     """The pipeline could not produce any result (every run failed, no rows to fit): exit 1."""
 
 
-def _stage(bar, i: int, name: str, detail: str = "") -> None:
-    bar.set_description(f"demo [{i + 1}/{len(STAGES)}] {name}")
-    log.info("demo: stage %d/%d %s%s", i + 1, len(STAGES), name, f" ({detail})" if detail else "")
-
-
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, max_parallel: int | None = None,
              executor: str | None = None, preset: str | os.PathLike | None = None,
              n_boot: int | None = None) -> dict[str, Any]:
-    """Run the embedded demo sweep end to end; returns a summary dict (also DIR/demo.json).
+    """Run the embedded demo sweep end to end; returns a summary dict (also DIR/demo.json):
+    each slice's interior-minimum status, each fit's status and each stage's wall time.
 
     ``preset`` replaces the embedded grid (``demo``, or ``demo-quick`` with ``quick``) by any
-    preset name or TOML path, e.g. ``demo-zoo`` (CRATE and reEtym next to AR). The summary
-    records the interior-minimum status of every slice, each fit's status (identified / not
-    identified, trend / no trend) and the wall time of each stage.
-
-    Raises ``PipelineError`` when no run produced a result row.
+    preset name or TOML path, e.g. ``demo-zoo``. ``PipelineError`` when no run produced a row.
     """
-    from interpscale.orchestration.launch import Sweep
-    from interpscale.orchestration.planner import plan
-    from interpscale.orchestration.rundir import ensure_writable
-    from interpscale.orchestration.runtime import estimate_report
-
     t0, cpu0 = time.monotonic(), _cpu_seconds()
     times: dict[str, float] = {}
     out = ensure_writable(out_dir)
@@ -90,7 +86,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
 def _timed(bar, times: dict[str, float], i: int, name: str, detail: str = ""):
     """One stage: its progress line, its wall time in ``times`` (keyed by its name)."""
     t = time.monotonic()
-    _stage(bar, i, name, detail)
+    bar.set_description(f"demo [{i + 1}/{len(STAGES)}] {name}")
+    log.info("demo: stage %d/%d %s%s", i + 1, len(STAGES), name, f" ({detail})" if detail else "")
     yield
     times[name.replace(" + ", "_").split(" ")[0]] = time.monotonic() - t  # plan, train_evaluate, ..., judge
     bar.update()
@@ -98,8 +95,6 @@ def _timed(bar, times: dict[str, float], i: int, name: str, detail: str = ""):
 
 def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
     """Stage 3: the sweep's results table (DIR/results.parquet); PipelineError when empty."""
-    from interpscale.orchestration.results import write_results
-
     results = sweep.collect()
     results_path = write_results(results, out / "results.parquet")
     summary["results"] = str(results_path)
@@ -115,15 +110,13 @@ def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
 
 def _judge(results: pd.DataFrame, results_path, sweep, runs, summary: dict[str, Any]) -> pd.DataFrame:
     """Stage 4: known-concept alignment of the concept checkpoints (a failure is a problem, not an end)."""
-    from interpscale.orchestration.results import write_results
-
     try:
         results = judge_alignment(results, sweep.run_dir, runs)
         write_results(results, results_path)
     except (ValueError, OSError, RuntimeError) as exc:
         log.error("demo: known concept alignment not scored (%s)", exc)
         summary["problems"].append(f"alignment: {type(exc).__name__}: {exc}")
-    empty = [c for c in METRIC_COLUMNS if c in results.columns and not results[c].notna().any()
+    empty = [c for c in paper.INTERP_METRICS if c in results.columns and not results[c].notna().any()
              and _concept_rows(results).any()]
     if empty:
         summary["problems"].append(f"metric column(s) {empty} are empty in every row")
@@ -133,8 +126,6 @@ def _judge(results: pd.DataFrame, results_path, sweep, runs, summary: dict[str, 
 def _fit(results: pd.DataFrame, out, boot: int, summary: dict[str, Any]):
     """Stage 5: every family's fits, written as `interpscale fit` writes them; None when they fail."""
     try:
-        from interpscale.scaling import fit_families
-
         fits = fit_families(results, annealed=True, n_boot=boot, seed=0)
         fit_dir = out / "fits"
         fit_dir.mkdir(exist_ok=True)
@@ -149,8 +140,6 @@ def _fit(results: pd.DataFrame, out, boot: int, summary: dict[str, Any]):
 def _report(results: pd.DataFrame, out, fits, run_dirs, boot: int, results_path, summary: dict[str, Any]) -> None:
     """Stage 6: the report, which draws its figures into DIR/figures as well."""
     try:
-        from interpscale.analysis.report import write_report
-
         summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
                                              source=str(results_path)))
     except (ValueError, OSError) as exc:
@@ -183,12 +172,7 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-METRIC_COLUMNS = tuple(paper.INTERP_METRICS)
-
-
-def _concept_rows(results: pd.DataFrame) -> pd.Series:
-    from interpscale.models import FAMILIES  # "has concepts" is a registry fact
-
+def _concept_rows(results: pd.DataFrame) -> pd.Series:  # "has concepts" is a registry fact
     return results["family"].astype(str).map(lambda f: f in FAMILIES and FAMILIES[f].is_concept).astype(bool)
 
 
@@ -198,9 +182,6 @@ def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, 
 
     Without a configured endpoint the judge is the offline lexical backend, a word-overlap
     proxy on the judge's scale (``interpscale judge alignment`` rescores with an LLM)."""
-    from interpscale.judges.scorers import resolve_judge
-    from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
-
     out = results.copy()
     rows = out.index[_concept_rows(out) & out.get("checkpoint", pd.Series(index=out.index, dtype=object)).notna()]
     if not len(rows):
@@ -239,8 +220,6 @@ def interior_minima(results: pd.DataFrame) -> dict[str, str]:
 
 def fit_statuses(fits: Any) -> dict[str, dict[str, str]]:
     """Per family: the status of the IsoFLOP fit, the joint fit and each metric's bounded fit."""
-    from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
-
     out = {}
     for fam, f in fits.families.items():
         rec = {"isoflop": isoflop_status(f.isoflop), "joint": joint_status(f.chinchilla)}
@@ -252,7 +231,4 @@ def fit_statuses(fits: Any) -> dict[str, dict[str, str]]:
 def run_adaptive(preset: str | os.PathLike, out_dir: str | os.PathLike, **options: Any):
     """``sweep launch --adaptive``: :func:`interpscale.orchestration.adaptive.adaptive_sweep`
     judged by the IsoFLOP fit's own slice parabola (``scaling.isoflop.slice_minimum``)."""
-    from interpscale.orchestration.adaptive import adaptive_sweep
-    from interpscale.scaling.isoflop import slice_minimum
-
     return adaptive_sweep(preset, out_dir, slice_minimum=slice_minimum, **options)

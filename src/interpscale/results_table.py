@@ -1,10 +1,8 @@
 """The results table's columns and its one reader, :func:`read_results`, with one validation.
 
-A bottom-level module (pandas only, nothing else from the package), so that orchestration
-(which writes and collects the table) and analysis / the CLI (which fit and draw it) read it
-the same way. Every problem is a ``ValueError`` naming the file, the column, the row as the
-user sees it in the file (CSV/TSV: the line number, header = line 1; parquet: the 1-based
-row) and the offending value.
+A bottom-level module (pandas only), so orchestration, analysis and the CLI read the table the
+same way. Every problem is a ``ValueError`` naming the file, the column, the row as the user
+sees it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and the value.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from interpscale.paper import INTERP_METRICS
 RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
                   "annealed", "estimator", "loss", "loss_se", "bpb", *INTERP_METRICS)
 NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se",
-                   *INTERP_METRICS,
-                   "bpb", "bytes")
+                   *INTERP_METRICS, "bpb", "bytes")
 BOOLEAN_COLUMNS = ("annealed",)
 POSITIVE_COLUMNS = ("slice_flops", "flops", "params", "tokens")  # > 0 where given (empty: unknown)
 SUFFIXES = (".parquet", ".csv", ".tsv")
@@ -57,10 +54,8 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
         raise ValueError(f"results table {path} does not exist" if not path.exists()
                          else f"results table {path} is not a file")
     try:
-        if suffix == ".parquet":
-            df = pd.read_parquet(path)
-        else:
-            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        sep = "\t" if suffix == ".tsv" else ","
+        df = pd.read_parquet(path) if suffix == ".parquet" else pd.read_csv(path, sep=sep)
     except Exception as exc:  # pyarrow / the C parser raise several types for a damaged file
         hint = "; its CSV twin may still be intact" if suffix == ".parquet" else ""
         raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
@@ -76,12 +71,10 @@ def parse_bool(value) -> bool | None:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
-    if text == "" or text == "nan":
+    if text in ("", "nan"):
         return None
-    if text in TRUE:
-        return True
-    if text in FALSE:
-        return False
+    if text in TRUE or text in FALSE:
+        return text in TRUE
     raise ValueError(value)
 
 

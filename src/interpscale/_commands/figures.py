@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.options import given, option
+from interpscale.errors import FailedWork, UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +24,6 @@ def expand_run_dirs(paths) -> list[Path]:
     """Run directories given directly, or every run holding a metrics.jsonl under a sweep
     directory (``SWEEP/runs/*``, or its direct children). A path that does not exist, or
     holds no run, is an error naming it."""
-    from interpscale.errors import UserError
-
     out = []
     for p in map(Path, paths):
         if (p / "metrics.jsonl").exists():
@@ -44,12 +43,11 @@ def expand_run_dirs(paths) -> list[Path]:
 def load_table(spec: str):
     """The bundled example table, or the results table at ``spec`` with at least one loss."""
     from interpscale.analysis.example_data import example_results
-    from interpscale.analysis.report import load_results
-    from interpscale.results_table import require_values
+    from interpscale.results_table import read_results, require_values
 
     if spec == "example":
         return example_results()
-    df = load_results(spec)
+    df = read_results(spec)
     require_values(df, "loss")
     return df
 
@@ -64,7 +62,5 @@ def run(args: argparse.Namespace) -> int:
     for title, reason in result.skipped.items():
         sys.stdout.write(f"skipped {title}: {reason}\n")
     if not result.drawn:
-        from interpscale.errors import FailedWork
-
         raise FailedWork("the results table supports none of the figures (reasons above)")
     return 0

@@ -1,15 +1,11 @@
 """A paper-shaped example results table, generated deterministically from published laws.
 
-The table mimics the Steerling scaling study (§8, App. G–I): four families on the Table 24
-IsoFLOP slices with the Table 23 backbones, validation losses drawn from a joint
-Chinchilla surface (Eq. 27) whose exponents are set from Table 6, interpretability metrics
-from the bounded form (Eq. 29) with Table 7's ``beta, e``, extra CDLM rows for the four
-ELBO estimators (Table 27) and nine fixed mask rates (Table 28), and pre-anneal
-CDLM+Concept rows (Tables 29/30). Noise is seeded, so the table is identical run to run.
-
-The bundled copy ``data/example_results.csv`` is what :func:`example_results` returns; it is
-regenerated with ``python -m interpscale.analysis.example_data`` and a test checks that the
-file still equals :func:`generate_example_results`.
+It mimics the Steerling scaling study (§8, App. G–I): four families on the Table 24 slices with
+the Table 23 backbones, losses from a joint surface (Eq. 27) with Table 6's exponents, metrics
+from the bounded form (Eq. 29) with Table 7's ``beta, e``, CDLM rows for the four ELBO
+estimators (Table 27) and nine mask rates (Table 28), pre-anneal CDLM+Concept rows (Tables
+29/30); seeded noise. The bundled ``data/example_results.csv`` (what :func:`example_results`
+returns) is regenerated with ``python -m interpscale.analysis.example_data``; a test checks it.
 """
 
 from __future__ import annotations
@@ -23,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from interpscale._atomic import atomic_write_text  # noqa: F401  (re-exported)
 
 from interpscale import paper
-from interpscale.paper import N_KNOWN, N_UNKNOWN, RANK, SEQ_LEN, BATCH_TOKENS  # noqa: F401  (App. G, Table 25)
+from interpscale._atomic import atomic_write_text
+from interpscale.paper import BATCH_TOKENS, SEQ_LEN  # App. G
+from interpscale.results_table import read_results
 
 FAMILIES = ("ar", "ar+concept", "cdlm", "cdlm+concept")
 
@@ -34,10 +31,7 @@ FAMILIES = ("ar", "ar+concept", "cdlm", "cdlm+concept")
 BACKBONES: dict[str, tuple[int, int, float]] = {s: (L, d, float(p)) for s, (L, d, p, _) in paper.TABLE23.items()}
 SLICES = paper.TABLE24  # Table 24: IsoFLOP slice targets per family
 PAPER_TABLE6 = paper.TABLE6  # (alpha_P, alpha_D, alpha_L, L_inf) — the published fits the example is built from
-# Table 7: (beta, e, 8B prediction) per metric and +Concept family; sign +1 for "lower is better".
 METRICS = tuple(paper.INTERP_METRICS)
-METRIC_SIGN = {k: m.sign for k, m in paper.INTERP_METRICS.items()}
-PAPER_TABLE7 = paper.TABLE7
 PAPER_TABLE27 = paper.TABLE27  # CDLM, four ELBO estimators
 PAPER_TABLE28 = paper.TABLE28  # CDLM, fixed mask rate t -> (alpha_P, alpha_L)
 PAPER_TABLE29 = paper.TABLE29  # CDLM+Concept pre-anneal vs annealed
@@ -174,9 +168,9 @@ def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate
 
 def _metric_truth(family: str, metric: str, flops: np.ndarray) -> np.ndarray:
     """Eq. 29: m(C) = e ± A C^-beta, A pinned so that m(7.6e22) is Table 7's 8B prediction."""
-    ref = PAPER_TABLE7[family][metric]
+    ref = paper.TABLE7[family][metric]  # (beta, e, 8B prediction); sign +1 when lower is better
     amp = abs(ref["pred_8b"] - ref["e"]) * paper.STEERLING_8B["flops"] ** ref["beta"]
-    return ref["e"] + METRIC_SIGN[metric] * amp * flops ** -ref["beta"]
+    return ref["e"] + paper.INTERP_METRICS[metric].sign * amp * flops ** -ref["beta"]
 
 
 def _add_metrics(rng, df: pd.DataFrame, family: str, *, r2: float = 0.65, pre_anneal: bool = False) -> None:
@@ -198,7 +192,7 @@ def _add_metrics(rng, df: pd.DataFrame, family: str, *, r2: float = 0.65, pre_an
         values = truth + rng.normal(0.0, sd, size=truth.size)
         # keep each metric in its natural range (a loss stays above a tenth of its trend)
         lo, hi = paper.INTERP_METRICS[metric].low, paper.INTERP_METRICS[metric].high
-        values = np.maximum(values, 0.1 * truth) if METRIC_SIGN[metric] > 0 else values
+        values = np.maximum(values, 0.1 * truth) if paper.INTERP_METRICS[metric].sign > 0 else values
         df.loc[sel, metric] = np.clip(values, lo, hi)
 
 
@@ -238,19 +232,14 @@ def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) ->
                           sizes_from=laws["cdlm+concept"])
     pre_rows = _loss_rows(rng, "cdlm+concept", pre, estimator="mdlm_elbo", annealed=False, sigma=0.0035, noise=noise,
                           sizes_from=laws["cdlm+concept"])
-    df = pd.DataFrame(rows)
-    for metric in METRICS:
-        df[metric] = np.nan
+    df = pd.DataFrame(rows).assign(**{m: np.nan for m in METRICS})
     main = (df["estimator"].isin(["ar_ce", "mdlm_elbo"])) & df["annealed"]
     for family in (f for f, c in paper.PAPER_FAMILIES.items() if c.concept):
         sub = df[main & (df["family"] == family)].copy()
         _add_metrics(rng, sub, family)
         df.loc[sub.index, list(METRICS)] = sub[list(METRICS)]
-    pre_df = pd.DataFrame(pre_rows)
-    for metric in METRICS:
-        pre_df[metric] = np.nan
+    pre_df = pd.DataFrame(pre_rows).assign(**{m: np.nan for m in METRICS})  # the same runs before their anneal
     _add_metrics(rng, pre_df, "cdlm+concept", pre_anneal=True)
-    pre_df["run_id"] = pre_df["run_id"]  # same runs, evaluated before their anneal
     df = pd.concat([df, pre_df], ignore_index=True)
     df["annealed"] = df["annealed"].astype(bool)
     return df
@@ -262,12 +251,7 @@ def _data_path() -> Path:
 
 def example_results() -> pd.DataFrame:
     """The bundled example results table (one row per run x evaluation state x estimator)."""
-    path = _data_path()
-    if not path.exists():  # a source checkout before the CSV was generated
-        return generate_example_results()
-    from interpscale.results_table import read_results
-
-    return read_results(path)
+    return read_results(_data_path())
 
 
 def example_fit_table(df: pd.DataFrame | None = None) -> pd.DataFrame:

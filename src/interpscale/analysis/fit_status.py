@@ -1,10 +1,6 @@
-"""The status of each fit, in words a reader can act on: one function per kind of fit.
-
-``joint_status`` says whether the joint fit (Eq. 27) pins down L∞ ("identified") or not;
-``isoflop_status`` whether the IsoFLOP parabolas (Eq. 25-26) were fitted; ``trend_status``
-whether a metric moves with compute at all (Eq. 29) or shows "no trend". The report, the
-figures and the demo pipeline all use these, so a number is never shown for a fit that did
-not identify it.
+"""The status of each fit, in words a reader can act on: one function per kind of fit (joint
+Eq. 27, IsoFLOP Eqs. 25-26, bounded Eq. 29). The report, the figures and the demo all use
+these, so a number is never shown for a fit that did not identify it.
 """
 
 from __future__ import annotations

@@ -14,9 +14,13 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from interpscale._atomic import atomic_write_text
 from interpscale import paper
+from interpscale._atomic import atomic_write_text
+from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
 from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
+from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
+from interpscale.scaling import backtest as backtest_budgets
+from interpscale.scaling.forecasting import forecast_table
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "problem_fits",
            "scaling_table", "status_table", "trend_status", "write_report"]
@@ -27,26 +31,22 @@ REPORT_BOOT = 1000  # bootstrap replicates for the report's fits (pass n_boot=10
 BACKTEST_BOOT = 100  # per refit in the backtest section (one refit per held-out budget and scheme)
 
 
-def load_results(results: pd.DataFrame | str | os.PathLike) -> pd.DataFrame:
-    """A results table from a DataFrame, a ``.parquet``, ``.csv`` or ``.tsv`` path (validated)."""
-    from interpscale.results_table import read_results
-
-    return read_results(results)
-
-
 def markdown_table(df: pd.DataFrame, *, floatfmt: str = ".4g") -> str:
     """A GitHub-style pipe table of ``df`` (index dropped; NaN shown as —)."""
     def cell(v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "—"
-        if isinstance(v, float):
-            return format(v, floatfmt)
-        return str(v).replace("|", "\\|").replace("\n", " ")
+        return format(v, floatfmt) if isinstance(v, float) else str(v).replace("|", "\\|").replace("\n", " ")
 
     cols = [str(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+    return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)])
+
+
+def _section(title: str, *blocks: str) -> list[str]:
+    """The lines of one ``## title`` section: its ``INTROS`` paragraph and blocks, each then a blank line."""
+    intro = [INTROS[title], ""] if title in INTROS else []
+    return [f"## {title}", "", *intro, *(line for b in blocks for line in (b, ""))]
 
 
 def data_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -54,9 +54,7 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("family", "estimator", "annealed") if k in df.columns]
     rows = []
     for key, g in df.groupby(keys, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        rec = dict(zip(keys, key))
-        rec["rows"] = len(g)
+        rec = dict(zip(keys, key if isinstance(key, tuple) else (key,)), rows=len(g))
         if "slice_flops" in g:
             rec["slices"] = g["slice_flops"].nunique()
         if "flops" in g:
@@ -67,36 +65,35 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-METRIC_COLUMNS = tuple(paper.INTERP_METRICS)
-
-
 def metric_notes(df: pd.DataFrame) -> list[str]:
     """Which interpretability metrics the table holds (rows with a value), which it does not,
     and the judge that scored known concept alignment."""
-    have = {m: int(pd.to_numeric(df[m], errors="coerce").notna().sum()) for m in METRIC_COLUMNS if m in df.columns}
+    have = {m: int(pd.to_numeric(df[m], errors="coerce").notna().sum())
+            for m in paper.INTERP_METRICS if m in df.columns}
     if not have:
         return []
-    lines = ["Interpretability metrics: " + ", ".join(f"{m} ({n} rows)" for m, n in have.items() if n)
-             + ("" if all(have.values()) else "; not measured in any row: "
-                + ", ".join(m for m, n in have.items() if not n)) + "."]
+    line = ("Interpretability metrics: " + ", ".join(f"{m} ({n} rows)" for m, n in have.items() if n)
+            + ("" if all(have.values()) else "; not measured in any row: "
+               + ", ".join(m for m, n in have.items() if not n)) + ".")
     if "alignment_judge" in df.columns and df["alignment_judge"].notna().any():
         judges = sorted(map(str, df["alignment_judge"].dropna().unique()))
         note = (" (an offline word-overlap proxy on the 1-5 scale, not an LLM judge; rescore with "
                 "`interpscale judge alignment --base-url ... --model ...`)" if judges == ["lexical"] else "")
-        lines[0] += f" Known concept alignment scored by: {', '.join(judges)}{note}."
-    return lines + [""]
+        line += f" Known concept alignment scored by: {', '.join(judges)}{note}."
+    return [line, ""]
 
 
 def collect_warnings(obj: Any, path: str = "") -> list[str]:
     """Every ``warnings`` entry anywhere in a fit's ``to_dict()`` tree, prefixed by where it
     sits; a message already listed under another path is not repeated."""
-    found: list[tuple[str, str]] = []
+    found: dict[str, str] = {}  # message -> where it was first seen
 
     def walk(node: Any, where: str) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 if k == "warnings" and isinstance(v, (list, tuple)):
-                    found.extend((where or "fits", str(w)) for w in v if w)
+                    for w in filter(None, v):
+                        found.setdefault(str(w), where or "fits")
                 else:
                     walk(v, f"{where}.{k}" if where else str(k))
         elif isinstance(node, (list, tuple)):
@@ -104,37 +101,28 @@ def collect_warnings(obj: Any, path: str = "") -> list[str]:
                 walk(v, f"{where}[{i}]")
 
     walk(obj, path)
-    seen: set[str] = set()
-    out = []
-    for where, msg in found:
-        if msg not in seen:
-            seen.add(msg)
-            out.append(f"{where}: {msg}")
-    return out
+    return [f"{where}: {msg}" for msg, where in found.items()]
 
 
 def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
     """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style).
 
-    The precision grows until the interval shows a width (a value of 1e-5 is printed as
-    ``1.2e-05``, not ``0.000``); an interval of zero width is said in words, never printed
-    as ``[-0.000, +0.000]``."""
+    The precision grows until the interval shows a width (1e-5 prints as ``1.2e-05``, not
+    ``0.000``); a zero-width interval is said in words, never printed as ``[-0.000, +0.000]``."""
     if value is None or not np.isfinite(value):
         return "—"
     small = value != 0 and abs(value) < 10 ** -digits
     est = f"{value:.{digits}g}" if small else f"{value:.{digits}f}"
     if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
         return f"{est} (no interval)"
-    width = hi - lo
-    if not width > 0 or width < 1e-12 * max(abs(value), 1e-300):
+    if not hi - lo > 0 or hi - lo < 1e-12 * max(abs(value), 1e-300):
         return f"{est} (zero-width interval: every bootstrap replicate agrees)"
     d = digits
     while d < 8 and (round(lo - value, d) == 0 and round(hi - value, d) == 0):
         d += 1
     if small or round(lo - value, d) == round(hi - value, d):
         return f"{value:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
-    est = f"{value:.{d}f}"
-    return f"{est} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"
+    return f"{value:.{d}f} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"
 
 
 def _interval(lo: Any, hi: Any, digits: int = 3) -> str:
@@ -145,62 +133,48 @@ def _interval(lo: Any, hi: Any, digits: int = 3) -> str:
 
 
 def _ci(fit: Any, key: str) -> tuple[float, float]:
-    return tuple((getattr(fit, "ci", {}) or {}).get(key) or (math.nan, math.nan))  # type: ignore[return-value]
+    return tuple((fit.ci or {}).get(key) or (math.nan, math.nan))  # type: ignore[return-value]
 
 
 def scaling_table(fits: Any) -> pd.DataFrame:
-    """Table 6 with each exponent's source in its column name. α_P and α_L come from the
-    IsoFLOP power laws (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit
-    (Eq. 27), shown only where it is identified (else "not identified")."""
+    """Table 6 with each exponent's source in its column name: α_P and α_L from the IsoFLOP
+    power laws (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit (Eq. 27),
+    shown only where it is identified (else its status)."""
     rows = []
     for fam, f in fits.families.items():
         iso, ch = f.isoflop, f.chinchilla
         r = {"Family": fam}
-        r["α_P (IsoFLOP, Eq. 26)"] = _ci_cell(iso.alpha_P, *_ci(iso, "alpha_P")) if iso is not None else "—"
-        r["α_L (IsoFLOP, Eq. 26)"] = _ci_cell(iso.alpha_L, *_ci(iso, "alpha_L")) if iso is not None else "—"
+        for name, key in (("α_P", "alpha_P"), ("α_L", "alpha_L")):
+            cell = _ci_cell(getattr(iso, key), *_ci(iso, key)) if iso is not None else "—"
+            r[f"{name} (IsoFLOP, Eq. 26)"] = cell
         status, _ = joint_status(ch)
-        if status == "identified":
-            lo_d, hi_d = _ci(ch, "alpha_D")
-            r["α_D (joint, Eq. 27)"] = _ci_cell(ch.alpha_D, lo_d, hi_d)
-            r["α_P (joint, Eq. 27)"] = _ci_cell(ch.alpha_P, 1 - hi_d, 1 - lo_d)  # α_P = 1 - α_D
-            r["L∞ (joint, Eq. 27)"] = _ci_cell(ch.L_inf, *_ci(ch, "L_inf"))
-        else:
-            for k in ("α_D (joint, Eq. 27)", "α_P (joint, Eq. 27)", "L∞ (joint, Eq. 27)"):
-                r[k] = status
+        lo_d, hi_d = _ci(ch, "alpha_D") if status == "identified" else (math.nan, math.nan)
+        cells = (_ci_cell(ch.alpha_D, lo_d, hi_d), _ci_cell(ch.alpha_P, 1 - hi_d, 1 - lo_d),  # α_P = 1 - α_D
+                 _ci_cell(ch.L_inf, *_ci(ch, "L_inf"))) if status == "identified" else (status,) * 3
+        r.update(zip(("α_D (joint, Eq. 27)", "α_P (joint, Eq. 27)", "L∞ (joint, Eq. 27)"), cells))
         rows.append(r)
     return pd.DataFrame(rows)
 
 
 def status_table(fits: Any) -> pd.DataFrame:
     """One row per family: the status of its IsoFLOP fit, joint fit and each metric fit."""
-    from interpscale.scaling.bounded import METRICS
-
-    rows = []
-    for fam, f in fits.families.items():
-        r = {"Family": fam, "rows": f.n_rows, "IsoFLOP (Eq. 25-26)": isoflop_status(f.isoflop)[0],
-             "joint (Eq. 27)": joint_status(f.chinchilla)[0]}
-        for m in METRICS:
-            if m in f.bounded:
-                r[m] = trend_status(f.bounded[m])[0]
-        rows.append(r)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([
+        {"Family": fam, "rows": f.n_rows, "IsoFLOP (Eq. 25-26)": isoflop_status(f.isoflop)[0],
+         "joint (Eq. 27)": joint_status(f.chinchilla)[0],
+         **{m: trend_status(f.bounded[m])[0] for m in paper.INTERP_METRICS if m in f.bounded}}
+        for fam, f in fits.families.items()])
 
 
 def problem_fits(fits: Any) -> list[str]:
     """One line per fit that failed, was skipped, is not identified or shows no trend."""
     lines = []
     for fam, f in fits.families.items():
-        st, why = isoflop_status(f.isoflop)
-        if st != "ok":
-            lines.append(f"**{fam}** IsoFLOP fit: {st}" + (f" — {why}" if why else ""))
-        st, why = joint_status(f.chinchilla)
-        if st != "identified":
-            lines.append(f"**{fam}** joint fit (Eq. 27): {st}" + (f" — {why}" if why else "")
-                         + "; its α_D and L∞ are left out of the tables and the extrapolation")
-        for m, b in f.bounded.items():
-            st, why = trend_status(b)
-            if st != "trend":
-                lines.append(f"**{fam}** {m}: {st}" + (f" — {why}" if why else ""))
+        checks = [("IsoFLOP fit", isoflop_status(f.isoflop), "ok", ""),
+                  ("joint fit (Eq. 27)", joint_status(f.chinchilla), "identified",
+                   "; its α_D and L∞ are left out of the tables and the extrapolation")]
+        checks += [(m, trend_status(b), "trend", "") for m, b in f.bounded.items()]
+        lines += [f"**{fam}** {what}: {st}" + (f" — {why}" if why else "") + tail
+                  for what, (st, why), good, tail in checks if st != good]
         lines += [f"**{fam}**: {w}" for w in f.warnings if "skipped" in str(w)]
     return lines
 
@@ -209,157 +183,111 @@ def table7_markdown(t7: pd.DataFrame) -> str:
     """Table 7 layout: per metric and family, beta, e [CI] (flagged when on its bound), R²,
     the prediction at the target compute with its prediction interval (a new run's value:
     curve uncertainty plus residual noise), the observed value and their difference."""
-    rows = []
-    for r in t7.to_dict("records"):
-        rows.append({
-            "Metric": r["metric"], "Family": r["family"], "β": f"{r['beta']:.3f}",
-            "e [CI]": _ci_cell(r["e"], r["e_lo"], r["e_hi"]) + (" (bound)" if r["e_at_bound"] else ""),
-            "R²": f"{r['r2']:.3f}", "pred": r["prediction"], "pred PI": _interval(r.get("pred_lo"), r.get("pred_hi")),
-            "actual": r["actual"], "Δ": r["delta"],
-        })
-    return markdown_table(pd.DataFrame(rows))
+    return markdown_table(pd.DataFrame([{
+        "Metric": r["metric"], "Family": r["family"], "β": f"{r['beta']:.3f}",
+        "e [CI]": _ci_cell(r["e"], r["e_lo"], r["e_hi"]) + (" (bound)" if r["e_at_bound"] else ""),
+        "R²": f"{r['r2']:.3f}", "pred": r["prediction"],
+        "pred PI": _interval(r.get("pred_lo"), r.get("pred_hi")), "actual": r["actual"], "Δ": r["delta"],
+    } for r in t7.to_dict("records")]))
 
 
-def trend_table7(fits: Any, t7: pd.DataFrame | None) -> pd.DataFrame | None:
+def trend_table7(fits: Any) -> pd.DataFrame | None:
     """Table 7 rows of the metric fits that show a trend (the others are listed as "no trend")."""
-    if t7 is None:
+    try:
+        t7 = fits.table7()
+    except ValueError as exc:  # e.g. no +Concept family -> no Table 7
+        log.info("report: table7 unavailable: %s", exc)
         return None
     keep = [trend_status(fits.families[r["family"]].bounded.get(r["metric"]))[0] == "trend"
             for r in t7.to_dict("records")]
-    out = t7[keep]
-    return out if len(out) else None
-
-
-def _fit_families(df: pd.DataFrame, n_boot: int, target_compute: float | None, actual: Mapping | None):
-    """The families' fits with ``interpscale fit``'s options (made once per process and table:
-    the figures drawn in the same process reuse them)."""
-    from interpscale.analysis.figures import family_fits
-
-    return family_fits(df, n_boot=n_boot, target_compute=target_compute, actual=actual)
-
-
-def _table(fits: Any, name: str) -> pd.DataFrame | None:
-    method = getattr(fits, name, None)
-    if method is None:
-        return None
-    try:
-        table = method()
-    except ValueError as exc:  # e.g. no +Concept family -> no Table 7
-        log.info("report: %s unavailable: %s", name, exc)
-        return None
-    return table if isinstance(table, pd.DataFrame) and not table.empty else None
+    return t7[keep] if any(keep) else None
 
 
 def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
     """Forecasts of each held-out compute budget from the smaller ones (``scaling.backtest``),
     or None with a log line when the table has too few budgets to hold one out."""
-    from interpscale.scaling import backtest
-
     try:
-        return backtest(df, family=list(fits.families), estimator=fits.estimator, annealed=fits.annealed,
-                        methods=("isoflop-powerlaw", "joint"), n_boot=n_boot, level=fits.level,
-                        target_compute=fits.target_compute)
+        return backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
+                                annealed=fits.annealed, methods=("isoflop-powerlaw", "joint"), n_boot=n_boot,
+                                level=fits.level, target_compute=fits.target_compute)
     except ValueError as exc:
         log.info("report: no backtest (%s)", exc)
         return None
 
 
-def forecast_section(fits: Any) -> list[str]:
-    """Every forecast method at the target compute, the default chosen by backtest (issue 27):
-    the forecast, its calibrated prediction interval (split-conformal on the backtest's errors
-    scaled to the log extrapolation distance, docs/forecasting.md) and the raw bootstrap one."""
-    from interpscale.scaling.forecasting import forecast_table
-
-    table = forecast_table({k: f.forecast for k, f in fits.families.items() if getattr(f, "forecast", None)})
-    if table.empty:
-        return []
-    return ["## Forecast at the target compute", "",
-            "Each method by name (`joint` Eq. 27, `isoflop-powerlaw` Eq. 26, `isoflop-saturating` E + A·C^-α on "
-            "the slice minima); the default is the method with the lowest rolling-origin backtest error at the "
-            "largest extrapolation ratio the sweep can test. The calibrated interval is the larger of the curve's "
-            "bootstrap interval and a split-conformal interval on the backtest's forecast errors, scaled to the "
-            "log extrapolation distance (docs/forecasting.md).", "", markdown_table(table), ""]
+# The paragraph under each fit section's heading: what its numbers are and which equation.
+INTROS = {
+    "Fit status": "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
+    "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. Metrics: "
+    "bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not move with compute.",
+    "Compute-optimal scaling (Table 6 layout)": "Each column names the fit it comes from: α_P and α_L from "
+    "the IsoFLOP power laws P*(C) ∝ C^α_P and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the "
+    "joint fit (Eq. 27), shown only where it is identified. The IsoFLOP α_P and the joint α_D come from "
+    "different fits, so they need not sum to 1.",
+    "Interpretability scaling (Table 7 layout)": "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on "
+    "every checkpoint; metrics with no trend are listed under the next heading instead.",
+    "Loss extrapolation to the target compute": "Joint form (Eq. 27, compute-optimal allocation) vs the "
+    "log-linear L*(C) law: each with the bootstrap confidence interval of the curve (as offsets) and the "
+    "prediction interval of one new run at that compute (curve uncertainty plus the residual noise of the "
+    "fitted points; families with an identified joint fit only).",
+    "Forecast at the target compute": "Each method by name (`joint` Eq. 27, `isoflop-powerlaw` Eq. 26, "
+    "`isoflop-saturating` E + A·C^-α on the slice minima); the default is the method with the lowest "
+    "rolling-origin backtest error at the largest extrapolation ratio the sweep can test. The calibrated "
+    "interval is the larger of the curve's bootstrap interval and a split-conformal interval on the "
+    "backtest's forecast errors, scaled to the log extrapolation distance (docs/forecasting.md).",
+    "Backtest: forecasting held-out budgets": "Each law is refitted without the largest budget(s) (rolling "
+    "origin) or one budget at a time (leave one out) and asked for the loss-optimal point of the budget it "
+    "did not see: absolute percentage error, bias and how often the prediction interval covered the "
+    "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
+}
 
 
 def fit_sections(fits: Any, backtest: Any = None) -> list[str]:
     """The report's sections on the fits: status, Table 6 and 7 layouts, the extrapolation and
     the forecast at the target compute (the same ``forecast_table`` as ``tables.md``), the
     backtest and the fits that failed."""
-    parts: list[str] = []
-    parts += ["## Fit status", "",
-              "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
-              "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. "
-              "Metrics: bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not "
-              "move with compute.", ""]
-    parts += [markdown_table(status_table(fits)), ""]
-    parts += ["## Compute-optimal scaling (Table 6 layout)", "",
-              "Each column names the fit it comes from: α_P and α_L from the IsoFLOP power laws P*(C) ∝ C^α_P "
-              "and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the joint fit (Eq. 27), shown "
-              "only where it is identified. The IsoFLOP α_P and the joint α_D come from different fits, so "
-              "they need not sum to 1.", ""]
-    parts += [markdown_table(scaling_table(fits)), ""]
-    t7 = trend_table7(fits, _table(fits, "table7"))
-    parts += ["## Interpretability scaling (Table 7 layout)", "",
-              "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on every checkpoint; metrics with "
-              "no trend are listed under the next heading instead.", ""]
-    parts += [table7_markdown(t7) if t7 is not None else "_No interpretability metric shows a trend with compute._", ""]
+    t7 = trend_table7(fits)
+    parts = _section("Fit status", markdown_table(status_table(fits)))
+    parts += _section("Compute-optimal scaling (Table 6 layout)", markdown_table(scaling_table(fits)))
+    parts += _section("Interpretability scaling (Table 7 layout)", table7_markdown(t7) if t7 is not None
+                      else "_No interpretability metric shows a trend with compute._")
     ext = [(k, f.extrapolation) for k, f in fits.families.items()
            if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
     if ext:
-        parts += ["## Loss extrapolation to the target compute", "",
-                  "Joint form (Eq. 27, compute-optimal allocation) vs the log-linear L*(C) law: each with the "
-                  "bootstrap confidence interval of the curve (as offsets) and the prediction interval of one "
-                  "new run at that compute (curve uncertainty plus the residual noise of the fitted points; "
-                  "families with an identified joint fit only).", ""]
-        parts += [markdown_table(pd.DataFrame([{
+        parts += _section("Loss extrapolation to the target compute", markdown_table(pd.DataFrame([{
             "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
             "joint PI": _interval(*x.joint_pi), "log-linear": _ci_cell(x.loglinear, *x.loglinear_ci),
             "log-linear PI": _interval(*x.loglinear_pi),
             "observed": x.observed, "Δ joint": x.joint_error, "Δ log-linear": x.loglinear_error,
-        } for k, x in ext])), ""]
-    parts += forecast_section(fits)
+        } for k, x in ext])))
+    forecasts = forecast_table({k: f.forecast for k, f in fits.families.items()})
+    if not forecasts.empty:  # every forecast method at the target, the default chosen by backtest (issue 27)
+        parts += _section("Forecast at the target compute", markdown_table(forecasts))
     if backtest is not None:
-        parts += ["## Backtest: forecasting held-out budgets", "",
-                  "Each law is refitted without the largest budget(s) (rolling origin) or one budget at a "
-                  "time (leave one out) and asked for the loss-optimal point of the budget it did not see: "
-                  "absolute percentage error, bias and how often the prediction interval covered the "
-                  "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
-                  "", backtest.to_markdown(), ""]
+        parts += _section("Backtest: forecasting held-out budgets", backtest.to_markdown())
     problems = problem_fits(fits)
-    parts += ["## Failed, unidentified or flat fits", ""]
-    parts += [f"- {p}" for p in problems] if problems else ["None."]
-    parts += [""]
-    return parts
+    return parts + _section("Failed, unidentified or flat fits",
+                            "\n".join(f"- {p}" for p in problems) or "None.")
 
 
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
                    n_boot: int | None = None, backtest: Any = None) -> str:
     """The report's markdown text (figures referenced relative to the report); ``backtest``
     a ``scaling.Backtest`` of the same table, shown in its own section."""
-    level = getattr(fits, "level", None)
-    ci_text = (f"Intervals are {level:.0%} bootstrap percentile intervals"
+    ci_text = (f"Intervals are {fits.level:.0%} bootstrap percentile intervals"
                + (f" ({n_boot} replicates)" if n_boot else "") + ", written as offsets from the estimate."
-               if level is not None else "No fits, so no intervals.")
-    parts = [
-        "# Scaling report",
-        "",
-        f"Results table: `{source}` — {len(df)} rows, families {', '.join(map(str, sorted(df['family'].unique())))}. "
-        f"{ci_text} Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by interpscale.",
-        "",
-        "## Data",
-        "",
-        markdown_table(data_summary(df)),
-        "",
-    ]
-    parts += metric_notes(df)
+               if fits is not None else "No fits, so no intervals.")
+    families = ", ".join(map(str, sorted(df["family"].unique())))
+    parts = ["# Scaling report", "", f"Results table: `{source}` — {len(df)} rows, families {families}. "
+             f"{ci_text} Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by interpscale.", "",
+             *_section("Data", markdown_table(data_summary(df))), *metric_notes(df)]
     if fits is None:
-        parts += ["## Fits", "", "_No fits could be made from this table (see the log for the reason)._", ""]
+        parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
         parts += fit_sections(fits, backtest)
-    warnings = collect_warnings(fits.to_dict()) if fits is not None and hasattr(fits, "to_dict") else []
-    parts += ["## Fit warnings", ""]
-    parts += [f"- {w}" for w in warnings] if warnings else ["None: every fit converged without boundary or quality flags."]
-    parts += ["", "## Figures", ""]
+    warnings = collect_warnings(fits.to_dict()) if fits is not None else []
+    parts += _section("Fit warnings", "\n".join(f"- {w}" for w in warnings)
+                      or "None: every fit converged without boundary or quality flags.") + ["## Figures", ""]
     if figure_set is not None:
         for title, paths in figure_set.drawn.items():
             png = next((p for p in paths if p.suffix == ".png"), None)
@@ -367,74 +295,71 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
                 parts += [f"### {title}", "", f"![{title}]({fig_dir}/{png.name})", ""]
         if figure_set.skipped:
             parts += ["### Figures not drawn", ""]
-            parts += [f"- **{title}**: {reason}" for title, reason in figure_set.skipped.items()]
-            parts += [""]
+            parts += [f"- **{title}**: {why}" for title, why in figure_set.skipped.items()] + [""]
     return "\n".join(parts).rstrip() + "\n"
 
 
-_INLINE_CODE = re.compile(r"`([^`]+)`")
-_BOLD = re.compile(r"\*\*([^*]+)\*\*")
-_ITALIC = re.compile(r"(?<![\w*])_([^_]+)_(?![\w])")
+_INLINE = ((re.compile(r"`([^`]+)`"), r"<code>\1</code>"),  # inline code, bold, italic
+           (re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
+           (re.compile(r"(?<![\w*])_([^_]+)_(?![\w])"), r"<em>\1</em>"))
 _IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
+_BLOCK_START = re.compile(r"^(#|\||- |!\[)")
+_STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
+          "table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}"
+          "th,td{border:1px solid #ccc;padding:.25rem .5rem}th{background:#f3f3f3}img{max-width:100%}"
+          "figure{margin:1rem 0}figcaption{font-size:.85rem;color:#555}"
+          "code{background:#f3f3f3;padding:0 .2rem}")
 
 
 def _inline(text: str) -> str:
     text = html.escape(text, quote=False)
-    text = _INLINE_CODE.sub(r"<code>\1</code>", text)
-    text = _BOLD.sub(r"<strong>\1</strong>", text)
-    return _ITALIC.sub(r"<em>\1</em>", text)
+    for pattern, repl in _INLINE:
+        text = pattern.sub(repl, text)
+    return text
 
 
-def _split_row(line: str) -> list[str]:
-    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
-    return [c.strip().replace("\\|", "|") for c in cells]
+def _cells(line: str, tag: str) -> str:
+    cells = (c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|")))
+    return "<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>"
 
 
 def markdown_to_html(md: str, *, title: str = "Scaling report") -> str:
     """HTML for the subset of markdown this module writes: headings, pipe tables, images,
     bullet lists, paragraphs, inline code/bold/italic."""
     body: list[str] = []
-    lines = md.splitlines()
+    lines = md.splitlines() + [""]
     i = 0
-    while i < len(lines):
+
+    def run(start: int, keep) -> list[str]:  # lines[start:] while ``keep`` holds; moves i past them
+        nonlocal i
+        i = start
+        while keep(lines[i]):
+            i += 1
+        return lines[start:i]
+
+    while i < len(lines) - 1:
         line = lines[i]
-        if not line.strip():
-            i += 1
-        elif m := re.match(r"^(#{1,6}) (.*)$", line):
-            level = len(m.group(1))
-            body.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
-            i += 1
+        if m := re.match(r"^(#{1,6}) (.*)$", line):
+            body.append(f"<h{len(m[1])}>{_inline(m[2])}</h{len(m[1])}>")
         elif m := _IMAGE.match(line.strip()):
-            alt, src = html.escape(m.group(1)), html.escape(m.group(2))
+            alt, src = html.escape(m[1]), html.escape(m[2])
             body.append(f'<figure><img src="{src}" alt="{alt}"><figcaption>{alt}</figcaption></figure>')
-            i += 1
         elif line.startswith("|"):
-            block = []
-            while i < len(lines) and lines[i].startswith("|"):
-                block.append(lines[i])
-                i += 1
-            head, rows = _split_row(block[0]), [_split_row(r) for r in block[2:]]
-            body.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
-                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows)
-                        + "</tbody></table>")
+            head, *rows = run(i, lambda s: s.startswith("|"))
+            body.append(f"<table><thead>{_cells(head, 'th')}</thead><tbody>"
+                        + "".join(_cells(r, "td") for r in rows[1:]) + "</tbody></table>")
+            continue
         elif line.startswith("- "):
-            items = []
-            while i < len(lines) and lines[i].startswith("- "):
-                items.append(f"<li>{_inline(lines[i][2:])}</li>")
-                i += 1
-            body.append("<ul>" + "".join(items) + "</ul>")
-        else:
-            para = []
-            while i < len(lines) and lines[i].strip() and not re.match(r"^(#|\||- |!\[)", lines[i]):
-                para.append(lines[i])
-                i += 1
+            items = run(i, lambda s: s.startswith("- "))
+            body.append("<ul>" + "".join(f"<li>{_inline(s[2:])}</li>" for s in items) + "</ul>")
+            continue
+        elif line.strip():
+            para = [line] + run(i + 1, lambda s: s.strip() and not _BLOCK_START.match(s))
             body.append(f"<p>{_inline(' '.join(para))}</p>")
-    style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
-             "table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem}"
-             "th{background:#f3f3f3}img{max-width:100%}figure{margin:1rem 0}figcaption{font-size:.85rem;color:#555}"
-             "code{background:#f3f3f3;padding:0 .2rem}")
+            continue
+        i += 1
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
@@ -444,12 +369,10 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, embedded figures under
     ``out_dir/figures``) and its ``report.html`` twin; returns the markdown path.
 
-    ``fits`` is a ``scaling.fit_families`` result; when omitted the families are fitted here
-    with ``n_boot`` bootstrap replicates, extrapolated to ``target_compute`` and compared with
-    ``actual[family][metric or "loss"]`` when given. ``source`` names the table in the header.
-    ``backtest`` adds held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
-    from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
-
+    ``fits`` is a ``scaling.fit_families`` result; when omitted the families are fitted here with
+    ``interpscale fit``'s options (``figures.family_fits``, once per process and table), ``n_boot``
+    replicates, extrapolated to ``target_compute`` and compared with ``actual[family][metric or
+    "loss"]``. ``backtest`` adds held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = load_results(results)
@@ -460,10 +383,9 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     out.mkdir(parents=True, exist_ok=True)
     if fits is None:
         try:
-            fits = _fit_families(df, n_boot, target_compute, actual)
+            fits = family_fits(df, n_boot=n_boot, target_compute=target_compute, actual=actual)
         except ValueError as exc:
             log.warning("report: family fits failed: %s", exc)
-            fits = None
     target = None
     if target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
         observed = (actual or {}).get("cdlm+concept") or (actual or {}).get("ar+concept") or {}

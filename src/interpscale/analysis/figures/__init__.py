@@ -34,6 +34,7 @@ from interpscale.analysis.figures.estimators import (
     mask_rate_power_law_figure,
 )
 from interpscale.analysis.figures.extrapolation import extrapolation_figure, interp_extrapolation_figure
+from interpscale.analysis.figures.human_study import forest_figure
 from interpscale.analysis.figures.interp import interp_scaling_figure
 from interpscale.analysis.figures.isoflop import isoflop_figure, power_law_figure
 from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
@@ -42,16 +43,6 @@ from interpscale.analysis.figures.overhead import concept_overhead_figure
 log = logging.getLogger("interpscale.analysis.figures")
 
 CORE_COLUMNS = ("family", "slice_flops", "params", "loss")
-
-
-def __getattr__(name: str):
-    # Figure 14 lives in figures/human_study.py (owned by the human-study analysis); import it
-    # on first use so this package works before and without it.
-    if name == "forest_figure":
-        from interpscale.analysis.figures.human_study import forest_figure
-
-        return forest_figure
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -66,11 +57,14 @@ def _families_with(results: pd.DataFrame, families: Iterable[str]) -> list[str]:
     return [f for f in families if f in present]
 
 
-def _first_family(results: pd.DataFrame, preferred: Iterable[str]) -> str:
-    fams = _families_with(results, preferred)
-    if not fams:
-        raise ValueError(f"no rows for any of the families {list(preferred)}")
-    return fams[0]
+def _cdlm_first(draw: Callable[..., object]) -> Callable[..., object]:
+    """Figures 34-37 draw the first of CDLM, CDLM+Concept the table has."""
+    def spec(results, fits, n_boot, target):
+        fams = _families_with(results, _CDLM)
+        if not fams:
+            raise ValueError(f"no rows for any of the families {list(_CDLM)}")
+        return draw(results, family=fams[0], n_boot=n_boot)
+    return spec
 
 
 def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferred: Iterable[str], **kwargs):
@@ -86,6 +80,7 @@ def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferre
 
 
 _CONCEPT_FIRST = ("cdlm+concept", "ar+concept", "cdlm", "ar")
+_CDLM = ("cdlm", "cdlm+concept")
 
 
 FIGURES: tuple[FigureSpec, ...] = (
@@ -104,13 +99,13 @@ FIGURES: tuple[FigureSpec, ...] = (
                lambda r, f, b, t: _first_drawable(interp_extrapolation_figure, r, ("cdlm+concept", "ar+concept"),
                                                  target=t, n_boot=b, fits=f)),
     FigureSpec("fig34_estimator_isoflop", "Figure 34: IsoFLOP fits under four ELBO estimators",
-               lambda r, f, b, t: estimator_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               _cdlm_first(estimator_isoflop_figure)),
     FigureSpec("fig35_estimator_power_laws", "Figure 35: power laws under four ELBO estimators",
-               lambda r, f, b, t: estimator_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               _cdlm_first(estimator_power_law_figure)),
     FigureSpec("fig36_mask_rate_isoflop", "Figure 36: IsoFLOP fits at fixed mask rates",
-               lambda r, f, b, t: mask_rate_isoflop_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               _cdlm_first(mask_rate_isoflop_figure)),
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
-               lambda r, f, b, t: mask_rate_power_law_figure(r, family=_first_family(r, ("cdlm", "cdlm+concept")), n_boot=b)),
+               _cdlm_first(mask_rate_power_law_figure)),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
                lambda r, f, b, t: _first_drawable(anneal_loss_figure, r, _CONCEPT_FIRST, n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
@@ -133,7 +128,9 @@ class FigureSet:
 def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                    run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
                    target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
-    """Draw every figure the table supports into ``out_dir``; record why others were skipped.
+    """Draw every figure the table supports into ``out_dir``; record why others were skipped
+    (absent data: no estimator comparison, no pre-anneal rows, no run directories...). A table
+    missing a core column (family, slice_flops, params, loss) is a ValueError naming it.
 
     ``target`` (``flops`` plus observed ``loss`` / metric values) is what Figures 24 and 26
     extrapolate to; by default Steerling-8B for a paper-scale sweep (``default_target``)."""
@@ -142,7 +139,10 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
         raise ValueError("make_all_figures: the results table has no rows")
     drawn: dict[str, list[Path]] = {}
     skipped: dict[str, str] = {}
-    for spec in tqdm(FIGURES, desc="figures", unit="fig", disable=None, leave=False):
+    run_dirs = list(run_dirs or [])
+    curves = FigureSpec("loss_curves", "Loss curves of every run", lambda *_: loss_curves_figure(run_dirs))
+    specs = FIGURES + ((curves,) if run_dirs else ())
+    for spec in tqdm(specs, desc="figures", unit="fig", disable=None, leave=False):
         try:
             fig = spec.draw(results_df, fits, n_boot, target)
         except (ValueError, np.linalg.LinAlgError) as exc:  # the table cannot support this figure
@@ -150,17 +150,9 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
             log.warning("skipped %s: %s", spec.title, exc)
             continue
         drawn[spec.title] = save_figure(fig, out_dir, spec.name, formats=formats)
-    run_dirs = list(run_dirs or [])
-    title = "Loss curves of every run"
-    if run_dirs:
-        try:
-            drawn[title] = save_figure(loss_curves_figure(run_dirs), out_dir, "loss_curves", formats=formats)
-        except ValueError as exc:
-            skipped[title] = str(exc)
-            log.warning("skipped %s: %s", title, exc)
-    else:
-        skipped[title] = "no run directories given (run_dirs=...)"
-        log.info("skipped %s: no run directories given", title)
+    if not run_dirs:
+        skipped[curves.title] = "no run directories given (run_dirs=...)"
+        log.info("skipped %s: no run directories given", curves.title)
     skipped["Figure 14: human-study forest plot"] = ("needs a human-rating study, not a results table; "
                                                      "draw it with forest_figure(...)")
     return FigureSet(drawn=drawn, skipped=skipped)
@@ -169,12 +161,7 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
 def make_all_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                      run_dirs: Iterable[str | os.PathLike] | None = None,
                      n_boot: int = DEFAULT_FIG_BOOT, target: Mapping | None = None) -> list[Path]:
-    """Write PNG + PDF of every figure the results table supports; returns the files.
-
-    Figures whose data is absent (no estimator comparison, no pre-anneal rows, no run
-    directories...) are skipped with a logged reason; a table missing one of the core
-    columns (family, slice_flops, params, loss) raises ValueError naming it.
-    """
+    """Write PNG + PDF of every figure the results table supports (``render_figures``); returns the files."""
     return render_figures(results_df, out_dir, fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target).paths
 
 

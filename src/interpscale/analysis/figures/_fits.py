@@ -1,19 +1,14 @@
-"""What the figures need from ``interpscale.scaling``, in one place.
-
-The figures never fit anything themselves: every curve comes from the scaling fitters
-(``fit_isoflop`` for Eqs. 25-26, ``fit_chinchilla`` for Eq. 27, ``fit_bounded`` for Eq. 29,
-``fit_power_law`` for log-linear trends). This module turns a slice of the results table
-into those fits and exposes the few numbers a panel draws.
+"""What the figures need from ``interpscale.scaling``, in one place: the figures never fit
+anything themselves (``fit_isoflop`` Eqs. 25-26, ``fit_chinchilla`` Eq. 27, ``fit_bounded`` Eq. 29).
 
 Fit once, render many: ``family_fits`` is ``scaling.fit_families`` with ``interpscale fit``'s
 options, made once per process and table (keyed by the table's content hash and the options);
-the report and every figure of the families' own fits read that one result, so ``fits.json``,
-``report.md`` and the figures show the same numbers and each fit logs its warnings once.
+the report and the figures read that one result, so ``fits.json``, ``report.md`` and the
+figures show the same numbers and each fit logs its warnings once.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -22,9 +17,8 @@ import numpy as np
 import pandas as pd
 
 from interpscale.paper import SLICE_TOLERANCE
+from interpscale.scaling import fit_bounded, fit_families, fit_isoflop, inputs_hash, quiet
 from interpscale.scaling.tables import slice_rows
-
-log = logging.getLogger("interpscale.analysis.figures")
 
 DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,000 belong in reports)
 _FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's fits of each table
@@ -35,8 +29,6 @@ def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | N
     """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults (the Epoch start
     grid; annealed rows when the table mixes both), made once per process for each table and set
     of options."""
-    from interpscale.scaling import fit_families, inputs_hash
-
     options = dict(n_boot=n_boot, seed=seed, target_compute=target_compute,
                    actual={k: dict(v) for k, v in (actual or {}).items()})
     key = inputs_hash(results, options)
@@ -44,13 +36,6 @@ def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | N
         _FAMILY_FITS.clear()  # one table at a time: keep memory flat in long sessions
         _FAMILY_FITS[key] = fit_families(results, **options)
     return _FAMILY_FITS[key]
-
-
-def isoflop_rows(rows: pd.DataFrame, tolerance: float | None = SLICE_TOLERANCE) -> pd.DataFrame:
-    """Rows usable in an IsoFLOP fit: finite slice target, params and loss, and (when the
-    achieved ``flops`` is known and ``tolerance`` given) within ±15% of the slice target:
-    ``scaling.tables.slice_rows``, the rule ``fit_families`` applies."""
-    return slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
 
 
 @dataclass
@@ -86,15 +71,12 @@ class IsoflopSummary:
 def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
                     tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
     """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``
-    (``fit``: an already computed ``IsoFlopFit`` of the same rows, reused as is;
-    ``tolerance``: the slice-membership window on achieved compute, None to keep all rows).
+    (``fit``: an ``IsoFlopFit`` of the same rows, reused as is; ``tolerance``: the slice window on
+    achieved compute, ``scaling.tables.slice_rows`` as in ``fit_families``; None keeps all rows).
 
-    When fewer than two slices pass ``fit_isoflop``'s checks (convex, converged, interior
-    minimum) there are no power laws (``power_P``/``power_L`` None, reason in ``warnings``),
-    but every convex parabola is still returned so the slices can be drawn."""
-    from interpscale.scaling import fit_isoflop, quiet
-
-    rows = isoflop_rows(rows, tolerance)
+    With fewer than two slices passing ``fit_isoflop``'s checks there are no power laws (None,
+    reason in ``warnings``), but every convex parabola is returned so the slices can be drawn."""
+    rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
     warnings: list[str] = []
     strict = True
     if fit is None:  # a figure's own fit: its flags go into ``warnings``, not the log (the report lists fits')
@@ -130,28 +112,24 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
                           fit=fit if strict else None, warnings=list(dict.fromkeys(warnings)))
 
 
-def require_power_laws(summary: IsoflopSummary, what: str) -> None:
-    """ValueError (with the IsoFLOP fit's reason) when ``summary`` has no power laws."""
-    if summary.power_L is None or summary.power_P is None:
-        raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(summary.warnings) or 'no usable slices'})")
-
-
-def bounded_fit(compute: np.ndarray, values: np.ndarray, metric: str, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0):
-    """Eq. 29 fit of one interpretability metric against compute; the scaling package knows
-    each paper metric's direction and natural bound from its name."""
-    from interpscale.scaling import fit_bounded, quiet
-
-    with quiet():  # a figure's own fit: its flags are on the result, the report lists the fits'
-        return fit_bounded(compute, values, name=metric, n_boot=n_boot, seed=seed)
+def require_power_laws(summaries: Mapping[Any, IsoflopSummary], what: str, key: Any = None) -> None:
+    """ValueError when no summary has power laws, with the IsoFLOP fit's reason from
+    ``summaries[key]`` (default: the first)."""
+    if all(s.power_L is None for s in summaries.values()):
+        why = (summaries[key] if key is not None else next(iter(summaries.values()))).warnings
+        raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(why) or 'no usable slices'})")
 
 
 def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):
     """The family's Eq. 29 fit of ``metric`` from ``fits`` (``fit_families``) when it has one, so
-    the figure draws the fit the report prints; else fitted here on ``rows`` (flops, metric)."""
+    the figure draws the fit the report prints; else fitted here on ``rows`` (flops, metric),
+    quietly: its flags are on the result, the report lists the families' fits'."""
     given = getattr(fits, "families", {}).get(family) if fits is not None else None
     if given is not None and metric in given.bounded:
         return given.bounded[metric]
-    return bounded_fit(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), metric, n_boot=n_boot)
+    with quiet():  # the scaling package knows each paper metric's direction and bound by name
+        return fit_bounded(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), name=metric,
+                           n_boot=n_boot, seed=0)
 
 
 def curve_band(fit: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

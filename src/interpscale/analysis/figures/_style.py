@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,8 +13,6 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale._atomic import atomic_path
-
-log = logging.getLogger("interpscale.analysis.figures")
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0  # inches: full text width
@@ -88,14 +85,12 @@ def paper_style() -> Iterator[None]:
         yield
 
 
-def new_figure(nrows: int, ncols: int, *, width: float | None = None, panel_height: float = 1.9,
-               sharex: bool = False, sharey: bool = False, squeeze: bool = False):
-    """A figure sized for print: one column up to two panels across, full width beyond."""
+def new_figure(nrows: int, ncols: int, *, width: float | None = None, panel_height: float = 1.9, **kwargs):
+    """(figure, 2-D axes array) sized for print: one column up to two panels across, full width beyond."""
     if width is None:
         width = COLUMN_WIDTH if ncols <= 1 else PAGE_WIDTH if ncols > 2 else 0.75 * PAGE_WIDTH
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 0.35), sharex=sharex,
-                             sharey=sharey, squeeze=squeeze, constrained_layout=True)
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width, panel_height * nrows + 0.35), squeeze=False,
+                        constrained_layout=True, **kwargs)
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> None:
@@ -138,15 +133,25 @@ def headline_estimator(df: pd.DataFrame, family: str) -> str | None:
     return sorted(present)[0] if present else None
 
 
+def annealed_if_any(df: pd.DataFrame) -> bool | None:
+    """True (annealed rows only) when the table has any annealed row, else None (no filter)."""
+    return True if "annealed" in df.columns and df["annealed"].astype(bool).any() else None
+
+
 def main_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
     """Annealed rows (when the column exists) under the family's headline estimator."""
-    annealed = True if "annealed" in df.columns and df["annealed"].astype(bool).any() else None
-    return select(df, family=family, estimator=headline_estimator(df, family), annealed=annealed)
+    return select(df, family=family, estimator=headline_estimator(df, family), annealed=annealed_if_any(df))
+
+
+def compute_axis(ax, label: str = "Compute C (FLOPs)") -> None:
+    """A log compute x axis with readable ticks, the one every compute-scaling panel uses."""
+    ax.set_xscale("log")
+    compact_log_ticks(ax, "x")
+    ax.set_xlabel(label)
 
 
 def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write ``name.png`` (``DPI`` dots per inch) and ``name.pdf`` atomically into ``out_dir``;
-    closes the figure."""
+    """Write ``name.png`` (``DPI`` dots per inch) and ``name.pdf`` atomically into ``out_dir``; closes it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -159,18 +164,6 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence
     finally:
         plt.close(fig)
     return paths
-
-
-def legend_with_room(ax, loc: str, *, room: float = 0.3, **kwargs) -> None:
-    """Place the legend at ``loc`` ("upper ..."/"lower ...") after widening the y-range on that
-    side by ``room`` of its span, so the legend never sits on the data."""
-    lo, hi = ax.get_ylim()
-    span = hi - lo
-    if loc.startswith("upper"):
-        ax.set_ylim(lo, hi + room * span)
-    elif loc.startswith("lower"):
-        ax.set_ylim(lo - room * span, hi)
-    ax.legend(loc=loc, **kwargs)
 
 
 LEGEND_DROP_IN = 0.4  # inches from an axes' bottom edge to a legend below it: clears tick labels and x label

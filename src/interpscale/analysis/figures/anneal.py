@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Sequence
 
 import numpy as np
@@ -17,7 +16,7 @@ from interpscale.analysis.figures._fits import (
 )
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
-    compact_log_ticks,
+    compute_axis,
     family_label,
     legend_below,
     headline_estimator,
@@ -28,8 +27,6 @@ from interpscale.analysis.figures._style import (
 )
 from interpscale.analysis.figures.interp import METRICS, metrics_with_data
 from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_panel, draw_power_law_panels
-
-log = logging.getLogger("interpscale.analysis.figures")
 
 STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
 STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
@@ -62,8 +59,7 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
     # ±15% slice window applies to the annealed state only
     summaries: dict[bool, IsoflopSummary] = {
         s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None) for s, r in rows.items()}
-    if all(s.power_L is None for s in summaries.values()):
-        require_power_laws(summaries[True], figure)
+    require_power_laws(summaries, figure, key=True)
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)
         for j, state in enumerate((False, True)):
@@ -100,9 +96,7 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
                 ax.plot(10**grid, intercept + slope * grid, color=STATE_COLORS[state], lw=1.1 if trend else 0.9,
                         ls="-" if trend else ":",
                         label=f"{STATE_LABELS[state]}: " + (f"β={slope:+.2g}, R²={r2:.2f}" if trend else "no trend"))
-            ax.set_xscale("log")
-            compact_log_ticks(ax, "x")
-            ax.set_xlabel("Compute C (FLOPs)")
+            compute_axis(ax)
             ax.set_title(METRIC_LABELS.get(metric, metric))
             legend_below(ax, handlelength=1.5)
     return fig

@@ -10,24 +10,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary, require_power_laws
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, IsoflopSummary, isoflop_summary
 from interpscale.analysis.figures._style import (
     ESTIMATOR_COLORS,
     ESTIMATOR_LABELS,
+    annealed_if_any,
     new_figure,
     paper_style,
     require_columns,
     select,
 )
-from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_panel, draw_power_law_panels, fmt_compute
+from interpscale.analysis.figures.isoflop import (ISOFLOP_COLUMNS, draw_isoflop_panel, fmt_compute,
+                                                  power_law_pair)
 
 log = logging.getLogger("interpscale.analysis.figures")
 
 ELBO_ESTIMATORS = ("fixed_rate", "fixed_grid", "mdlm_elbo", "per_block")
-
-
-def _annealed(results: pd.DataFrame) -> bool | None:
-    return True if "annealed" in results.columns and results["annealed"].astype(bool).any() else None
 
 
 def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence[str], *, n_boot: int,
@@ -36,7 +34,7 @@ def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator"), figure)
     out = {}
     for est in estimators:
-        rows = select(results, family=family, estimator=est, annealed=_annealed(results))
+        rows = select(results, family=family, estimator=est, annealed=annealed_if_any(results))
         if est == "fixed_rate" and "mask_rate" in rows.columns and rows["mask_rate"].notna().any():
             rows = rows[np.isclose(rows["mask_rate"].astype(float), 0.5)]  # App. H.1: tau = 0.5
         if rows.empty:
@@ -84,20 +82,14 @@ def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", e
     """Figure 35: (a) L*(C) and (b) P*(C) under each estimator."""
     figure = "Figure 35 (estimator_power_law_figure)"
     summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
-    if all(s.power_L is None for s in summaries.values()):
-        require_power_laws(next(iter(summaries.values())), figure)
-    labelled = {ESTIMATOR_LABELS.get(e, e): s for e, s in summaries.items()}
-    colors = {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}
-    with paper_style():
-        fig, axes = new_figure(1, 2, panel_height=2.3)
-        draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, colors)
-    return fig
+    return power_law_pair({ESTIMATOR_LABELS.get(e, e): s for e, s in summaries.items()},
+                          {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}, figure)
 
 
 def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figure: str) -> dict[float, IsoflopSummary]:
     """One IsoFLOP summary per fixed mask rate t (rows with estimator fixed_rate and a mask_rate)."""
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator", "mask_rate"), figure)
-    rows = select(results, family=family, estimator="fixed_rate", annealed=_annealed(results))
+    rows = select(results, family=family, estimator="fixed_rate", annealed=annealed_if_any(results))
     rates = sorted(float(t) for t in rows["mask_rate"].dropna().unique())
     if len(rates) < 2:
         raise ValueError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
@@ -133,13 +125,8 @@ def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", n
     """Figure 37: (a) L*(C) and (b) P*(C) at each fixed mask rate (colour: t)."""
     figure = "Figure 37 (mask_rate_power_law_figure)"
     summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
-    if all(s.power_L is None for s in summaries.values()):
-        require_power_laws(next(iter(summaries.values())), figure)
     colors = _rate_colors(list(summaries))
-    labelled = {f"t={t:g}": s for t, s in summaries.items()}
-    with paper_style():
-        fig, axes = new_figure(1, 2, panel_height=2.4)
-        draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, {f"t={t:g}": c for t, c in colors.items()},
-                              bands=False, fig=fig)
-    return fig
+    return power_law_pair({f"t={t:g}": s for t, s in summaries.items()},
+                          {f"t={t:g}": c for t, c in colors.items()}, figure,
+                          panel_height=2.4, legend_right=True, bands=False)
 

@@ -12,7 +12,7 @@ from interpscale import paper
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, curve_band, metric_fit
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
-    compact_log_ticks,
+    compute_axis,
     family_color,
     legend_below,
     family_label,
@@ -79,9 +79,7 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
     else:  # a flat fit carries no exponent: say so instead of printing β and R² ≈ 0
         ax.plot(grid, fit.predict(grid), color=line_color, lw=0.9, ls=":", label="no trend")
-    ax.set_xscale("log")
-    compact_log_ticks(ax, "x")
-    ax.set_xlabel("Compute C (FLOPs)")
+    compute_axis(ax)
     ax.set_title(METRIC_LABELS.get(metric, metric))
 
 

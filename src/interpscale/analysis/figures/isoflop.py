@@ -5,7 +5,6 @@ The panel drawers here are shared with the estimator (34-37) and annealing (38) 
 
 from __future__ import annotations
 
-import logging
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -22,21 +21,19 @@ from interpscale.analysis.figures._style import (
     FAMILY_MARKERS,
     family_color,
     family_label,
+    compact_log_ticks,
+    compute_axis,
+    legend_below,
     main_rows,
     new_figure,
     ordered_families,
-    compact_log_ticks,
-    legend_below,
     paper_style,
     plain_log_axis,
     require_columns,
     slice_colors,
 )
 
-log = logging.getLogger("interpscale.analysis.figures")
-
 ISOFLOP_COLUMNS = ("family", "slice_flops", "params", "loss")
-POWER_LAW_COLUMNS = ISOFLOP_COLUMNS
 
 
 def fmt_compute(c: float) -> str:
@@ -119,15 +116,11 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
                     handles.append(line)
                     labels.append(f"{key}: α_L={fit.alpha:.3f}, α_P={summ.power_P.alpha:.3f}")
         n += 1
-    ax_loss.set_xscale("log")
     plain_log_axis(ax_loss, "y")
-    ax_params.set_xscale("log")
     ax_params.set_yscale("log")
     for ax in (ax_loss, ax_params):
-        compact_log_ticks(ax, "x")
+        compute_axis(ax)
     compact_log_ticks(ax_params, "y", max_decades=2.5)  # vertical axis: room for 1-2-5 labels
-    ax_loss.set_xlabel("Compute C (FLOPs)")
-    ax_params.set_xlabel("Compute C (FLOPs)")
     ax_loss.set_ylabel("L*(C) (nats)")
     ax_params.set_ylabel("P*(C)")
     ax_loss.set_title("(a) compute-optimal loss")
@@ -138,6 +131,17 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
         for ax in (ax_loss, ax_params):
             legend_below(ax)
     return n
+
+
+def power_law_pair(summaries: Mapping[str, IsoflopSummary], colors: Mapping[str, str], figure: str, *,
+                   panel_height: float = 2.3, legend_right: bool = False, **kwargs):
+    """Figures 23, 35, 37: (a) L*(C) and (b) P*(C) of labelled summaries, side by side."""
+    require_power_laws(summaries, figure)
+    with paper_style():
+        fig, axes = new_figure(1, 2, panel_height=panel_height)
+        draw_power_law_panels(axes[0, 0], axes[0, 1], summaries, colors, fig=fig if legend_right else None,
+                              **kwargs)
+    return fig
 
 
 def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, fits: Mapping | None,
@@ -156,12 +160,8 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
 
 
 def _isoflop_from_fits(fits, family: str):
-    """A precomputed IsoFlopFit for ``family`` from a FamilyFits / dict, if present."""
-    if fits is None:
-        return None
-    per = fits.get(family) if isinstance(fits, Mapping) else getattr(fits, "families", {}).get(family)
-    if per is None:
-        return None
+    """A precomputed IsoFlopFit for ``family`` from a FamilyFits or a dict (of FamilyFit or IsoFlopFit)."""
+    per = None if fits is None else (fits if isinstance(fits, Mapping) else fits.families).get(family)
     return getattr(per, "isoflop", per if hasattr(per, "slices") else None)
 
 
@@ -190,12 +190,6 @@ def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str
     per-slice minima of Figure 22, shaded 90% bootstrap bands."""
     figure = "Figure 23 (power_law_figure)"
     summaries = family_summaries(results, families, fits=fits, n_boot=n_boot, figure=figure)
-    if all(s.power_L is None for s in summaries.values()):
-        require_power_laws(next(iter(summaries.values())), figure)
-    labelled = {family_label(f): s for f, s in summaries.items()}
-    colors = {family_label(f): family_color(f) for f in summaries}
-    markers = {family_label(f): FAMILY_MARKERS.get(f, "o") for f in summaries}
-    with paper_style():
-        fig, axes = new_figure(1, 2, panel_height=2.3)
-        draw_power_law_panels(axes[0, 0], axes[0, 1], labelled, colors, markers=markers)
-    return fig
+    return power_law_pair({family_label(f): s for f, s in summaries.items()},
+                          {family_label(f): family_color(f) for f in summaries}, figure,
+                          markers={family_label(f): FAMILY_MARKERS.get(f, "o") for f in summaries})

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Mapping
 
 import numpy as np
 
 from interpscale.analysis.figures._style import family_color, new_figure, paper_style
-
-log = logging.getLogger("interpscale.analysis.figures")
 
 STEERLING_BACKBONE = 8.0e9  # §8.2.2: Steerling-8B
 
