@@ -162,8 +162,10 @@ def _first_states(preset: str | os.PathLike, families: Sequence[str] | None, ini
         raise UserError(f"{preset}: [plan] slices: {exc}") from exc
     given = list(p.get("sizes") or [])
     ladder = {} if given else ladder_presets()
-    tpp = window_centre(p.get("tokens_per_param", (0.0, math.inf))) if tokens_per_param is None else tokens_per_param
-    return cfg, ladder, _initial_states(preset, per, given or list(ladder), ladder, initial, float(tpp))
+    if tokens_per_param is None:
+        tokens_per_param = window_centre(p.get("tokens_per_param", (0.0, math.inf)))
+    names = given or list(ladder)
+    return cfg, ladder, _initial_states(preset, per, names, ladder, initial, float(tokens_per_param))
 
 
 def _final_rows(df: pd.DataFrame, family: str, c: float) -> pd.DataFrame:

@@ -54,8 +54,9 @@ LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "save_every_s": (Number, "a number (seconds between resume states)"),
 }
 SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
-POSITIVE = {"plan": ("seq_len", "batch_tokens", "max_sizes_per_slice"), "train": ("vocab_size", "eval_batches",
-            "log_every", "lr"), "launch": ("max_parallel", "threads_per_job", "runs_per_job", "n_boot")}
+POSITIVE = {"plan": ("seq_len", "batch_tokens", "max_sizes_per_slice"),
+            "train": ("vocab_size", "eval_batches", "log_every", "lr"),
+            "launch": ("max_parallel", "threads_per_job", "runs_per_job", "n_boot")}
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
             "flops_per_token", "base_size", "model_overrides", "data", "plugins"}
@@ -81,7 +82,8 @@ def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> N
         raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
 
 
-_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+         dict: "a table"}
 
 
 def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
@@ -115,21 +117,16 @@ def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
     return {k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED}
 
 
-def synthetic_data_keys() -> dict[str, tuple[tuple[type, ...], str]]:
-    from interpscale.data.corpus import CorpusConfig
-
-    return {"kind": ((str,), "a data kind"), **_dataclass_types(CorpusConfig)}
-
-
 def _check_data_source(data: Mapping[str, Any], kind: str, source: Any) -> None:
     """``[data]``: a known kind, its keys and types; ``path`` one path or a list of them."""
+    from interpscale.data.corpus import CorpusConfig
     from interpscale.data.loaders import DATA_KINDS, FILE_SOURCE_KEYS
 
     if kind not in DATA_KINDS:
         raise ConfigError(f"{_where(source, 'data', 'kind')} = {kind!r}: expected one of {', '.join(DATA_KINDS)}"
                           f"{_suggest(kind, DATA_KINDS)}")
     if kind == "synthetic":
-        _check_keys(data, synthetic_data_keys(), source, "data")
+        _check_keys(data, {"kind": ((str,), "a data kind"), **_dataclass_types(CorpusConfig)}, source, "data")
         return
     _check_keys(data, FILE_SOURCE_KEYS, source, "data")
     path = data.get("path")
@@ -171,16 +168,6 @@ def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
                 raise ConfigError(f"{where}: target {c!r} must be positive")
 
 
-def _load_plugins(plan: Mapping[str, Any], source: Any) -> None:
-    """Import ``[plan] plugins`` (modules registering families) before any family is looked up."""
-    from interpscale.models.plugins import load_plugins
-
-    try:
-        load_plugins([p for p in plan.get("plugins", []) if isinstance(p, str)])
-    except UserError as exc:
-        raise ConfigError(f"{_where(source, 'plan', 'plugins')}: {exc}") from exc
-
-
 def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> None:
     """``[model]``: shared keys (each a field of some planned family) and ``[model.<family>]``
     tables (each key a field of that family), typed where the built-in configs know the field."""
@@ -204,6 +191,7 @@ def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> Non
 def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config") -> Mapping[str, Any]:
     """Check a loaded preset; raise ``ConfigError`` naming the file, section and key at fault."""
     from interpscale.models import FAMILIES, SIZES
+    from interpscale.models.plugins import load_plugins
 
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{source}: expected a TOML table at the top level")
@@ -213,7 +201,10 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
                               f"(valid sections: {', '.join(f'[{s}]' for s in SECTIONS)})")
     plan = cfg.get("plan", {})
     _check_keys(plan, PLAN_KEYS, source, "plan")
-    _load_plugins(plan, source)
+    try:  # [plan] plugins register families: imported before any family is looked up
+        load_plugins([p for p in plan.get("plugins", []) if isinstance(p, str)])
+    except UserError as exc:
+        raise ConfigError(f"{_where(source, 'plan', 'plugins')}: {exc}") from exc
     for key in ("families", "sizes", "plugins"):
         for v in plan.get(key, []):
             _check_type(v, (str,), "a list of names", _where(source, "plan", key))
@@ -302,7 +293,7 @@ def _cross_checks(cfg: Mapping, source: Any) -> None:
             raise ConfigError(f"{source}: [train] {key} = {micro!r} does not divide the batch "
                               f"({whole} {'tokens' if 'token' in key else 'sequences'})")
     for size in plan.get("sizes", []):
-        if any(FAMILIES[f].is_diffusion for f in fams if f in FAMILIES):  # block diffusion denoises whole blocks
+        if any(FAMILIES[f].is_diffusion for f in fams if f in FAMILIES):
             block = _size_value(cfg, size, "block_size")
             if isinstance(block, int) and block > 0 and seq_len % block:
                 raise ConfigError(f"{source}: size {size!r} has block_size = {block}, which does not divide "

@@ -203,7 +203,7 @@ class Sweep:
         before = set(data_root.iterdir()) if data_root.exists() else set()
         try:
             fps = self._data_fingerprints()
-            manifest = check_manifest(self.out_dir, [r.run_id for r in self.runs], fps.values(), extend=self.extend)
+            manifest = check_manifest(self.out_dir, list(fps), fps.values(), extend=self.extend)
         except BaseException:
             if not existed:
                 shutil.rmtree(self.out_dir, ignore_errors=True)
@@ -219,7 +219,8 @@ class Sweep:
 
     def _groups(self, todo: list[RunSpec]) -> list[list[str]]:
         """Runs packed into jobs of ~runs_per_job by :func:`run_cost` (:func:`pack`)."""
-        return [[str(self.run_dir(todo[i])) for i in g] for g in pack([run_cost(r) for r in todo], self.runs_per_job)]
+        jobs = pack([run_cost(r) for r in todo], self.runs_per_job)
+        return [[str(self.run_dir(todo[i])) for i in g] for g in jobs]
 
     def _launcher(self):
         return make_executor(self.executor, self.out_dir / "submitit", name=f"sweep-{self.out_dir.name}",
@@ -235,10 +236,11 @@ class Sweep:
             log.info("sweep %s: all %d runs finished", self.out_dir, len(self.runs))
             return []
         groups = self._groups(todo)
-        train = {"micro_batch_tokens": self.micro_batch_tokens, "parallel": self.parallel, "compile": self.compile}
+        train = dict(micro_batch_tokens=self.micro_batch_tokens, parallel=self.parallel, compile=self.compile)
+        args = (str(self.out_dir / "_data"), self.threads_per_job, self.evaluate, None, self.save_every_s,
+                train)
         log.info("sweep %s: %d runs in %d jobs (%s)", self.out_dir, len(todo), len(groups), self.executor_name)
-        return self._run(TrainJob(), groups, (str(self.out_dir / "_data"), self.threads_per_job, self.evaluate,
-                                              None, self.save_every_s, train), wait, "running")
+        return self._run(TrainJob(), groups, args, wait, "running")
 
     def evaluate_runs(self, wait: bool = True, eval_batch_tokens: int | None = None) -> list[submitit.Job]:
         """Evaluate every trained run not yet fully evaluated, through the sweep's executor."""
@@ -246,7 +248,8 @@ class Sweep:
                 and not self._evaluated(self.run_dir(r))]
         if not todo:
             return []
-        return self._run(EvalJob(), self._groups(todo), (self.threads_per_job, eval_batch_tokens), wait, "evaluated")
+        args = (self.threads_per_job, eval_batch_tokens)
+        return self._run(EvalJob(), self._groups(todo), args, wait, "evaluated")
 
     def _run(self, fn, groups: list[list[str]], args: tuple, wait: bool, what: str) -> list[submitit.Job]:
         launcher = self._launcher()
@@ -271,8 +274,8 @@ class Sweep:
     def _progress(self, dirs: list[Path], what: str):
         """(update, close) of the live ``runs done, running, failed, interrupted, total`` line
         on stderr (tqdm, from the runs' status files, at most once a second)."""
-        bar = tqdm(total=len(dirs), desc=f"sweep {self.out_dir.name}: runs {what}", unit="run", file=sys.stderr,
-                   dynamic_ncols=True, mininterval=1.0, smoothing=0.0)
+        bar = tqdm(total=len(dirs), desc=f"sweep {self.out_dir.name}: runs {what}", unit="run",
+                   file=sys.stderr, dynamic_ncols=True, mininterval=1.0, smoothing=0.0)
         last = [0.0]
 
         def update(*_: int, force: bool = False) -> None:

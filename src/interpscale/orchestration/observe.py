@@ -113,7 +113,8 @@ class SegmentLog:
         if lead and tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=step if step > segment.start else None)
+            purge = step if step > segment.start else None
+            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge)
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from interpscale.orchestration import runtime
-from interpscale.orchestration.config_schema import validate_config
+from interpscale.orchestration.config_schema import train_keys, validate_config
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 # installs under <prefix>/share/interpscale/configs (pyproject data-files)
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
 INSTALLED_CONFIG_DIR = Path(sysconfig.get_path("data")) / "share" / "interpscale" / "configs"
-_TRAIN_KEYS = {"seed", "lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_max_steps", "warmup_frac",
-               "decay_frac", "reservoir", "vocab_size", "val_fraction", "eval_batches", "log_every"}
 VOCAB_RANGE = (256, 32_768)  # the default vocabulary's bounds (docs/training.md)
 
 
@@ -76,12 +74,12 @@ class Plan:
         cols = ["family", "size", "P", "n_concepts", "M", "pricing", "M_head", "C_target", "D", "steps", "C_err_pct",
                 "tokens_per_param", "est_runtime_s", "status"]
         t = self.table[[c for c in cols if c in self.table.columns]].copy()
-        for c in ("P", "M", "M_head", "C_target", "D", "tokens_per_param"):
-            t[c] = t[c].map(lambda v: f"{v:.3g}")
-        t["C_err_pct"] = t["C_err_pct"].map(lambda v: f"{v:+.2f}")
-        if "n_concepts" in t:
-            t["n_concepts"] = t["n_concepts"].map(lambda v: f"{int(v)}" if v else "-")
-        t["est_runtime_s"] = t["est_runtime_s"].map(fmt)
+        sig3 = ("P", "M", "M_head", "C_target", "D", "tokens_per_param")
+        formats = {**dict.fromkeys(sig3, "{:.3g}".format),
+                   "C_err_pct": "{:+.2f}".format, "n_concepts": lambda v: f"{int(v)}" if v else "-",
+                   "est_runtime_s": fmt}
+        for c in set(formats) & set(t.columns):
+            t[c] = t[c].map(formats[c])
         ok = self.table[self.table.status == "ok"]
         total, dev, e = ok["est_runtime_s"].sum(), self.device, self.estimate
         lines = [t.to_string(index=False),
@@ -101,8 +99,9 @@ class Plan:
                          f"({dev.get('how', 'given')})")
         if e:
             lines.append(f"estimated sweep wall time {fmt(e['wall_s'])}: every run with its anneal branches, "
-                         f"evaluation and fixed costs ({fmt(sum(e['runs'].values()))} in all), {e['max_parallel']} "
-                         f"job(s) at a time, {e['runs_per_job']} run(s) per job, {e['job_start_s']:.1f} s start-up per job")
+                         f"evaluation and fixed costs ({fmt(sum(e['runs'].values()))} in all), "
+                         f"{e['max_parallel']} job(s) at a time, {e['runs_per_job']} run(s) per job, "
+                         f"{e['job_start_s']:.1f} s start-up per job")
         return "\n".join(lines)
 
 
@@ -219,9 +218,9 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
     p = dict(cfg.get("plan", {}))
     plugin_modules.load_plugins([*p.get("plugins", []), *(plugins or [])])  # before any family is looked up
     train_kw = {**cfg.get("train", {}), **train}
-    bad = set(train_kw) - _TRAIN_KEYS
+    bad = set(train_kw) - set(train_keys())
     if bad:
-        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(_TRAIN_KEYS)}")
+        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(train_keys())}")
     g = _Grid(families=list(families or p.get("families") or []), slices={}, sizes=list(sizes or p.get("sizes") or []),
               explicit_sizes=sizes is not None, seq_len=int(seq_len or p.get("seq_len", paper.SEQ_LEN)),
               batch_tokens=int(batch_tokens or p.get("batch_tokens", paper.BATCH_TOKENS)),
@@ -231,7 +230,7 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
               overrides=dict(cfg.get("model", {})), train=train_kw,
               custom={k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()},
               data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})),
-              plugins=tuple(plugin_modules.LOADED))  # with --plugin's: the runs of plugin families record them
+              plugins=tuple(plugin_modules.LOADED))  # with --plugin's: plugin families' runs record them
     slices = slices if slices is not None else p.get("slices")
     if not g.families:
         raise ValueError("no families to plan (pass families=... or a preset)")
@@ -302,10 +301,11 @@ def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) 
         status = f"infeasible: C off by {100 * err:+.1f}% (> {100 * g.tolerance:.0f}%)"
     elif not g.explicit_sizes and not g.window[0] <= tpp <= g.window[1]:
         status = f"skipped: D/P={tpp:.3g} outside {g.window}"
-    return dict(family=family, size=size, P=P, n_concepts=pr.n_concepts, M=M, M_head=pr.head_flops, C_target=c_target,
-                D=D, steps=steps, C_achieved=M * D, C_err_pct=100 * err, tokens_per_param=tpp,
-                C_with_head=(M + pr.head_flops) * D, est_runtime_s=math.nan, est_run_s=math.nan, status=status,
-                pricing=pr.how)
+    return dict(family=family, size=size, P=P, n_concepts=pr.n_concepts, M=M, M_head=pr.head_flops,
+                C_target=c_target, D=D, steps=steps, C_achieved=M * D, C_err_pct=100 * err,
+                tokens_per_param=tpp,
+                C_with_head=(M + pr.head_flops) * D, est_runtime_s=math.nan, est_run_s=math.nan,
+                status=status, pricing=pr.how)
 
 
 def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
@@ -332,15 +332,14 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
          **train: Any) -> Plan:
     """Plan an IsoFLOP sweep; explicit arguments override the preset's values.
 
-    ``slices``: targets shared by all families or ``{family: [C, ...]}``.  ``sizes`` given
-    explicitly are all planned (infeasible ones flagged); a preset's are kept only with D/P
-    inside ``tokens_per_param``, at most ``max_sizes_per_slice`` (closest in log D/P to the
-    window's centre); a preset without sizes plans the adaptive sweep's first grid.
-    ``size_presets`` adds named sizes; ``strict``: a slice with no feasible size raises
-    ``ValueError``; ``plugins``: modules registering families, recorded in every RunSpec.
-    Models are priced as trained (the data's concept count and vocabulary, checked against
-    ``[model]`` here).  Runtime: ``orchestration.runtime`` (timed CPU steps, or FLOPs at
-    ``device``'s peak x ``mfu`` or at ``flops_per_s``).
+    ``slices``: targets shared by all families or ``{family: [C, ...]}``.  Explicit ``sizes``
+    are all planned (infeasible ones flagged); a preset's only with D/P inside
+    ``tokens_per_param``, at most ``max_sizes_per_slice`` (nearest the window's centre); a
+    preset without sizes plans the adaptive sweep's first grid.  ``strict``: a slice with no
+    feasible size raises.  ``plugins``: modules registering families, recorded in every
+    RunSpec.  Models are priced as trained (the data's concepts and vocabulary); runtime by
+    ``orchestration.runtime`` (timed CPU steps, or FLOPs at ``device``'s peak x ``mfu`` or at
+    ``flops_per_s``).
     """
     from interpscale.models import FAMILIES
 
@@ -370,6 +369,7 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
                     plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
             rows.extend(cands)
     estimate = runtime.price_runs(rows, runs, rate, lambda r: _priced_args(g, r["family"], r["size"], priced),
-                                  seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch, data=g.data)
+                                  seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch,
+                                  data=g.data)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
                 estimate=estimate)

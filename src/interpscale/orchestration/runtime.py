@@ -252,8 +252,9 @@ def device_rate(device: str | None, flops_per_s: float | None, mfu: float | None
     return rate, {"name": device, "peak": PLAN_DEVICES[device]["peak"], "mfu": u, "rate": rate, "how": device}
 
 
-def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None, build_args: Callable[[dict], tuple],
-               *, seq_len: int, batch_tokens: int, launch: dict, data: dict) -> dict[str, Any]:
+def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
+               build_args: Callable[[dict], tuple], *, seq_len: int, batch_tokens: int, launch: dict,
+               data: dict) -> dict[str, Any]:
     """Fill the plan rows' ``est_runtime_s`` (the main run's training steps) and ``est_run_s``
     (the whole run: :func:`run_seconds`) of the rows ``runs`` plans (row index -> RunSpec;
     ``build_args(row)`` is its (base size, build arguments)); the plan's estimate record."""
@@ -266,8 +267,8 @@ def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None, build
         if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
             continue
         base, kw = build_args(r)
-        st = step_time(r["family"], base, seq_len, batch_tokens, flops_per_token=r["M"] + r["M_head"], rate=rate,
-                       threads=threads, **kw)
+        st = step_time(r["family"], base, seq_len, batch_tokens, flops_per_token=r["M"] + r["M_head"],
+                       rate=rate, threads=threads, **kw)
         r["est_runtime_s"] = st.seconds * r["steps"]
         if i in runs:
             r["est_run_s"] = per_run[runs[i].run_id] = run_seconds(runs[i], st)

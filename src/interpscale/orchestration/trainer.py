@@ -65,7 +65,8 @@ def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.
         data_dir, _ = prepare_run_data(spec, data_root or run_dir.parent / "_data")
         for name in ("tokenizer.json", "concepts.json"):
             shutil.copyfile(data_dir / name, run_dir / name)
-        atomic_write_text(run_dir / "data.json", json.dumps({"path": str(data_dir.resolve()), "seq_len": spec.seq_len}))
+        link = {"path": str(data_dir.resolve()), "seq_len": spec.seq_len}
+        atomic_write_text(run_dir / "data.json", json.dumps(link))
     return run_dir
 
 
