@@ -1,16 +1,9 @@
-"""One data path: sources -> tokenizer -> prepare -> memory-mapped shards -> ``open_data``,
-plus the bundled synthetic concept corpus.  A layer below ``orchestration``: it imports
-only ``models.types`` and the bottom modules.
+"""One data path: sources -> tokenizer -> prepare -> memory-mapped shards -> ``open_data``, plus
+the bundled synthetic concept corpus (``docs/data.md``).  A layer below ``orchestration``: it
+imports only ``models.types`` and the bottom modules.
 
->>> from interpscale.data import prepare, open_data, describe
 >>> prepare(["corpus/*.jsonl"], "data/mycorpus", vocab_size=4096)   # doctest: +SKIP
 >>> describe("data/mycorpus").n_concepts                              # doctest: +SKIP
-
-Modules, in the order data flows: ``sources`` (reading files), ``corpus`` (the synthetic
-corpus and concept cards), ``tokenizer`` (the one tokenizer loader), ``split`` (the one
-validation-split rule), ``request`` / ``parts`` / ``finalize`` / ``prepare`` (the steps of
-preparation and their driver), ``batches`` / ``shards`` (rows and batches of prepared
-data), ``loaders`` (data sources of a sweep, ``open_data``, ``describe``).
 """
 
 from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, generate_documents, make_concepts,

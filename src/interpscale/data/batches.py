@@ -9,8 +9,6 @@ against lives in ``tests/datapkg/reference_packing.py``.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 
 import numpy as np
 
@@ -58,8 +56,3 @@ def local_chunks(gid: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 def _perm(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 7]).permutation(n)
 
-
-def data_key(source: dict) -> str:
-    """Content key of a data-preparation request (for the shared on-disk cache)."""
-    blob = json.dumps(source, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]

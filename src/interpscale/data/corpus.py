@@ -1,17 +1,10 @@
-"""Bundled synthetic concept corpus: seeded documents of concept-labelled chunks.
-
-Each concept has a semantic card (label, one-sentence description, characteristic words;
-paper §3.1).  Text carries learnable structure at several scales, so that small models
-show real scaling and compute-matched sweeps have interior optima:
-
-- word level: invented entity names are built from syllables (BPE sub-word structure);
-- sentence level: a fixed grammar over a concept's nouns / verbs / adjectives;
-- chunk level: every sentence of a chunk is about the chunk's 1-2 concepts, so the
-  concept must be inferred from context (these are the exact ground-truth labels);
-- knowledge: each concept owns a table of entity -> attribute facts repeated across the
-  corpus, a memorisation load that rewards parameters;
-- document level: consecutive chunks follow a sparse Markov chain over concepts, and
-  entities introduced in a chunk recur later in it (in-context copying).
+"""Bundled synthetic concept corpus: seeded documents of concept-labelled chunks, each concept
+with a semantic card (label, description, characteristic words; paper §3.1).  The text has
+learnable structure at several scales, so small models show real scaling and IsoFLOP sweeps
+have interior optima: syllable-built entity names (sub-words), a grammar over a concept's
+words (sentences), chunks about their 1-2 concepts (the exact ground-truth labels), entity ->
+attribute facts repeated across the corpus (memorisation rewards parameters), and a sparse
+Markov chain over the concepts of consecutive chunks with entities recurring (documents).
 """
 
 from __future__ import annotations
@@ -67,10 +60,8 @@ _FILLER = ("the", "a", "and", "of", "with", "near", "while", "then", "so", "agai
 
 @dataclass(frozen=True)
 class Concept:
-    """A concept's semantic card plus the vocabulary the generator draws from.
-
-    ``card()`` returns the judges' ``{label, description, words}`` form (words are the
-    characteristic words a rater or lexical judge looks for)."""
+    """A concept's semantic card (``card()``: the judges' ``{label, description, words}``) plus
+    the vocabulary the generator draws from."""
 
     label: str
     description: str
@@ -205,7 +196,7 @@ def write_concepts(concepts: list[Concept] | list[dict], path: str | os.PathLike
 
 
 def read_concepts(path: str | os.PathLike) -> list[dict]:
-    """Read concepts.json back; each card has label, description and words."""
+    """concepts.json read back and checked: a list of cards with label, description and words."""
     try:
         cards = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -1,15 +1,12 @@
-"""Step 4 of preparation: the parts become one memory-mapped shard per split, then ``meta.json``.
-
-``{split}.tokens.bin`` (uint16 / uint32, ``np.memmap``), ``{split}.chunk_end.npy`` (stream
-position of each chunk's [EOC]) and the CSR concept labels ``{split}.label_offsets.npy`` /
-``{split}.label_ids.npy``; ``meta.json`` is written last, with the corpus fingerprint
-(``corpus_sha``).  Memory stays bounded by a block, whatever the corpus size.
+"""Step 4 of preparation: the parts become one shard per split (``{split}.tokens.bin``, uint16 /
+uint32; ``{split}.chunk_end.npy``, each chunk's [EOC] position; CSR concept labels
+``{split}.label_offsets.npy`` / ``{split}.label_ids.npy``), then ``meta.json`` with the corpus
+fingerprint (``corpus_sha``).  Memory stays bounded by a block, whatever the corpus size.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -22,7 +19,7 @@ import numpy as np
 from interpscale._atomic import atomic_path, atomic_write_text
 from interpscale.data.corpus import read_concepts, write_concepts
 from interpscale.data.parts import part_done, part_prefix
-from interpscale.data.request import FORMAT, PARTS, SPLITS, comparable, read_request
+from interpscale.data.request import FORMAT, PARTS, SPLITS, comparable, file_sha, read_request
 from interpscale.data.tokenizer import load_tokenizer, special_ids
 from interpscale.errors import UserError
 
@@ -35,13 +32,8 @@ SHARD_FILES = ("tokens.bin", "chunk_end.npy", "label_offsets.npy", "label_ids.np
 def corpus_sha(path: str | os.PathLike) -> str:
     """Fingerprint of a prepared corpus: SHA-256 (16 hex digits) of every split's shard files
     and concepts.json, in a fixed order (the tokenizer has its own, ``file_sha``)."""
-    h = hashlib.sha256()
-    for name in [f"{s}.{f}" for s in SPLITS for f in SHARD_FILES] + ["concepts.json"]:
-        h.update(name.encode() + b"\0")
-        with open(Path(path) / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
+    names = [f"{s}.{f}" for s in SPLITS for f in SHARD_FILES] + ["concepts.json"]
+    return file_sha(*(Path(path) / n for n in names), named=True)
 
 
 def _read_blocks(path: Path, dtype) -> Iterator[np.ndarray]:

@@ -1,25 +1,18 @@
-"""Data sources (a TOML ``[data]`` section / ``RunSpec.data``) -> a prepared data directory,
-and prepared data opened for training (``open_data``) or described (``describe``).
-
-Sources:
-- ``{"kind": "synthetic", **CorpusConfig fields}``: the bundled concept corpus;
-- ``{"kind": "jsonl" | "parquet" | "text", "path": file, glob or list}``: user files, read
-  as ``data.sources`` describes (JSONL chunks with concept labels, Parquet rows, plain
-  text); optional ``"concepts"`` (a concepts.json fixing the concept order and cards),
-  ``"tokenizer"`` (a Hugging Face tokenizer.json to use instead of training a BPE),
-  ``"tokenizer_sample_bytes"`` and ``"document_per_file"`` (each file one document);
-- ``{"kind": "prepared", "path": DIR}``: a directory made by ``interpscale data prepare``.
+"""Data sources (a TOML ``[data]`` section / ``RunSpec.data``: ``{"kind": "synthetic", **CorpusConfig
+fields}``, ``{"kind": "jsonl" | "parquet" | "text", "path": ..., **FILE_SOURCE_KEYS}`` or
+``{"kind": "prepared", "path": DIR}``) -> a prepared data directory, and prepared data opened
+for training (``open_data``) or described (``describe``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from interpscale.data.batches import data_key
 from interpscale.data.corpus import corpus_config, read_concepts
 from interpscale.data.finalize import corpus_sha
 from interpscale.data.prepare import prepare
@@ -88,8 +81,9 @@ def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vo
         read_meta(source.get("path") or "")
         return Path(source.get("path") or "")
     sources, opts = _prepare_options(source, vocab_size, val_fraction, seed)
-    req = comparable(make_request(sources, **opts))
-    out = Path(cache_dir) / data_key({**req, "seq_len": seq_len})
+    key = json.dumps({**comparable(make_request(sources, **opts)), "seq_len": seq_len}, sort_keys=True,
+                     default=str)  # the content key of the shared cache
+    out = Path(cache_dir) / hashlib.sha256(key.encode()).hexdigest()[:16]
     prepare(sources, out, extra={"seq_len": seq_len, "source": source}, **opts)
     log.info("data %s ready", out)
     return out
@@ -103,19 +97,16 @@ def read_meta(path: str | os.PathLike) -> dict:
     if meta.get("format") == FORMAT:
         return meta
     if (path / "train.npz").exists():
-        raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no longer "
-                        f"read; rerun `interpscale data prepare` on its sources (a sweep prepares its data again "
-                        f"in a new run directory)")
+        raise UserError(f"{path}: data prepared by an older interpscale (train.npz), which is no "
+                        f"longer read; rerun `interpscale data prepare` on its sources (a sweep "
+                        f"prepares its data again in a new run directory)")
     raise UserError(f"{path}: not prepared data of this version (no meta.json of format {FORMAT!r}); "
                     f"rerun `interpscale data prepare`")
 
 
 class PreparedData:
-    """A prepared data directory opened for training / evaluation.
-
-    ``train`` / ``val`` are splits whose ``.tokens`` is an ``np.memmap`` (nothing is loaded);
-    ``seq_len`` cuts them into rows (default: the one recorded at preparation, if any).
-    """
+    """A prepared data directory opened for training / evaluation: ``train`` / ``val`` splits
+    (memory-mapped) cut into rows of ``seq_len`` (default: the one recorded at preparation)."""
 
     def __init__(self, path: str | os.PathLike, seq_len: int | None = None):
         self.path = Path(path)
@@ -169,10 +160,7 @@ class DataSummary:
 
 def describe(path: str | os.PathLike) -> DataSummary:
     """Vocabulary size, concept count and fingerprints of prepared data (a data or run directory),
-    read from its files without loading the tokenizer or the shards.
-
-    >>> info = describe("data/mycorpus"); info.vocab_size, info.n_concepts, info.corpus_sha  # doctest: +SKIP
-    """
+    read from its files without loading the tokenizer or the shards."""
     data_dir, _ = _data_dir(path)
     meta = read_meta(data_dir)
     return DataSummary(path=str(data_dir), vocab_size=int(meta["vocab_size"]), n_concepts=int(meta["n_concepts"]),

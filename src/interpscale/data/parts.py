@@ -1,9 +1,7 @@
-"""Steps 2 and 3 of preparation: the tokenizer, then one token part per input file.
-
-A part is ``DIR/.parts/NNNNN.{train,val}.{tokens,eoc,count,labels}`` (append-only) plus a
-marker ``NNNNN.json`` written last; a part whose marker matches its input file (size,
-mtime) and the tokenizer counts as done, so a rerun skips it.  Each part is one
-submitit array task; memory stays bounded by a batch of about ``batch_bytes`` of text.
+"""Steps 2 and 3 of preparation: the tokenizer, then one token part per input file (one array
+task each): ``DIR/.parts/NNNNN.{train,val}.{tokens,eoc,count,labels}`` (append-only) plus a
+marker ``NNNNN.json`` written last.  A part whose marker matches its input file (size, mtime)
+and the tokenizer is done; memory stays bounded by a batch of about ``batch_bytes`` of text.
 """
 
 from __future__ import annotations
@@ -115,8 +113,8 @@ class PartWriter:
 
 
 class ChunkLabels:
-    """Concept ids of chunk labels: the order of a fixed concepts.json, or ids in order of
-    first appearance in this part (``finalize`` maps them onto the sorted label names)."""
+    """Concept ids of chunk labels: a fixed concepts.json's order, or first appearance in this
+    part (``finalize`` maps those onto the sorted label names)."""
 
     def __init__(self, fixed: dict[str, int] | None):
         self.fixed, self.local = fixed, {}

@@ -1,9 +1,6 @@
-"""What a data directory is being prepared from: the request, recorded first and checked on
-every rerun, and the documents of each of its inputs.
-
-``DIR/.parts/request.json`` holds the request while preparation runs; ``meta.json`` keeps
-its comparable part (``comparable``) so that preparing other data into a finished
-directory is refused, and an input whose size or mtime changed is prepared again.
+"""What a data directory is prepared from: the request (``DIR/.parts/request.json`` while
+preparation runs, its ``comparable`` part kept in ``meta.json``), checked on every rerun so that
+other data is refused and an input whose size or mtime changed is prepared again.
 """
 
 from __future__ import annotations
@@ -48,12 +45,16 @@ def stat_of(inp: dict) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
-def file_sha(path: str | os.PathLike) -> str:
-    """The first 16 hex digits of a file's SHA-256 (streamed)."""
+def file_sha(*paths: str | os.PathLike, named: bool = False) -> str:
+    """The first 16 hex digits of the SHA-256 of the files' bytes (streamed), each file preceded
+    by its name and a NUL when ``named``."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    for path in paths:
+        if named:
+            h.update(Path(path).name.encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
     return h.hexdigest()[:16]
 
 
@@ -127,11 +128,6 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
     return jsonable(req)
 
 
-def _stale(out: Path, req: dict) -> bool:
-    meta = json.loads((out / "meta.json").read_text())
-    return [i.get("stat") for i in meta.get("inputs", [])] != [stat_of(i) for i in req["inputs"]]
-
-
 def _restart(out: Path) -> None:
     log.warning("%s: an input changed since it was prepared; preparing it again", out)
     (out / "meta.json").unlink()  # first: a kill during the cleanup leaves no half directory
@@ -147,7 +143,7 @@ def start(out: Path, req: dict) -> bool:
         meta = json.loads((out / "meta.json").read_text())
         if meta.get("request") != comparable(req):
             raise UserError(f"{out} already holds other prepared data; choose another --out or delete it")
-        if not _stale(out, req):
+        if [i.get("stat") for i in meta.get("inputs", [])] == [stat_of(i) for i in req["inputs"]]:
             return True
         _restart(out)
     if old_path.exists():

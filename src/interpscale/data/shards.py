@@ -1,15 +1,10 @@
-"""Prepared data on disk, opened without loading it: memory-mapped token shards and CSR labels.
+"""A split of prepared data opened without loading it: ``{split}.tokens.bin`` (the token stream,
+``np.memmap``-ed), ``{split}.chunk_end.npy`` (the stream position of each chunk's [EOC]) and the
+CSR labels ``{split}.label_offsets.npy`` / ``{split}.label_ids.npy`` (layout: ``finalize``).
 
-A split (``train`` / ``val``) of a data directory written by ``data.prepare``:
-
-- ``{split}.tokens.bin``: the token stream (uint16 or uint32), ``np.memmap``-ed as ``.tokens``;
-- ``{split}.chunk_end.npy``: stream position of each chunk's [EOC], in chunk order;
-- ``{split}.label_offsets.npy`` / ``{split}.label_ids.npy``: each chunk's concept ids (CSR).
-
-Row ``r`` is ``tokens[r*T:(r+1)*T]`` (the last row padded with [PAD]); the chunk of a
-token is the number of [EOC] before it ([EOS] and [PAD] are in no chunk), so chunk ids are
-derived from the tokens and the row's first chunk is one binary search in ``chunk_end``.
-A batch reads only its rows' tokens and its chunks' labels.
+Row ``r`` is ``tokens[r*T:(r+1)*T]`` (the last row padded with [PAD]); the chunk of a token
+is the number of [EOC] before it ([EOS] and [PAD] are in no chunk), so a row's first chunk is
+one binary search in ``chunk_end``.  A batch reads only its rows' tokens and chunks' labels.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import gzip
 import io
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -128,19 +129,12 @@ def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
 
 
 def iter_text_docs(path: Path) -> Iterator[RawDoc]:
-    buf: list[str] = []
-    start = 0
+    """Documents separated by blank lines, each named by its first line."""
     with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.strip():
-                if not buf:
-                    start = lineno
-                buf.append(line)
-            elif buf:
-                yield RawDoc([("".join(buf).rstrip("\n"), [])], f"{path}: line {start}")
-                buf = []
-        if buf:
-            yield RawDoc([("".join(buf).rstrip("\n"), [])], f"{path}: line {start}")
+        for blank, lines in itertools.groupby(enumerate(fh, 1), key=lambda x: not x[1].strip()):
+            if not blank:
+                lines = list(lines)
+                yield RawDoc([("".join(t for _, t in lines).rstrip("\n"), [])], f"{path}: line {lines[0][0]}")
 
 
 def iter_file_doc(path: Path) -> Iterator[RawDoc]:

@@ -1,21 +1,15 @@
-"""Tokenizers for prepared data: a trained byte-level BPE, or any Hugging Face ``tokenizer.json``.
-
-``load_tokenizer`` is the one loader of the package (data preparation, ``open_data``, the
-checkpoint judges and the lm-eval adapter all read tokenizer files through it).
-
-Our four special tokens ([PAD] [EOS] [EOC] [MASK]) are in every tokenizer this module
-returns; their ids are whatever the tokenizer gives them (``special_ids``) and are stored
-in the prepared data's metadata, so nothing downstream needs them at 0..3.  A trained
-tokenizer still puts them at 0..3 (the ``models.types`` defaults).
+"""Tokenizers for prepared data: a trained BPE, or any Hugging Face ``tokenizer.json`` read by
+``load_tokenizer``, the one loader of the package.  Our four special tokens ([PAD] [EOS] [EOC]
+[MASK]) are in every tokenizer returned here, at whatever ids it gives them (``special_ids``,
+stored in the prepared data's metadata); a trained tokenizer puts them at 0..3.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable
-
 from pathlib import Path
+from typing import Iterable
 
 from interpscale.errors import UserError
 from interpscale.models.types import SPECIAL_TEXT, SPECIAL_TOKENS
@@ -27,14 +21,10 @@ BYTE_LEVEL_MIN_VOCAB = 256 + len(SPECIAL_TOKENS) + 28
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, byte_level: bool | None = None):
-    """Train a BPE tokenizer on ``texts``; [PAD] [EOS] [EOC] [MASK] get ids 0..3.
-
-    ``byte_level`` (default: when ``vocab_size >= BYTE_LEVEL_MIN_VOCAB``): a byte-level BPE
-    (GPT-2 style) whose vocabulary holds all 256 bytes, so no character is ever dropped.
-    Otherwise a character-level BPE over the characters of ``texts`` (right for a closed
-    alphabet such as the synthetic corpus, and the only choice for toy vocabularies that
-    cannot hold the bytes; characters never seen in ``texts`` are then dropped).
-    """
+    """A BPE trained on ``texts``, [PAD] [EOS] [EOC] [MASK] at ids 0..3.  ``byte_level`` (default:
+    when ``vocab_size >= BYTE_LEVEL_MIN_VOCAB``): GPT-2 style, all 256 bytes in the vocabulary, so
+    no character is ever dropped; else character-level over the characters of ``texts`` (right
+    for a closed alphabet like the synthetic corpus and for toy vocabularies; unseen ones drop)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size <= len(SPECIAL_TOKENS) + 16:

@@ -1,9 +1,5 @@
-"""Evaluation: validation-loss estimators, interpretability metrics, soft MMLU, lm-eval adapter.
-
-The lm-evaluation-harness adapter lives in :mod:`interpscale.metrics.lm_eval_adapter`
-(imported lazily: it pulls in lm_eval and registers ``interpscale-ar`` /
-``interpscale-diffusion``); :func:`run_lm_eval` here forwards to it.
-"""
+"""Evaluation: validation-loss estimators, interpretability metrics, soft MMLU, the lm-eval
+adapter (``lm_eval_adapter``, imported lazily by :func:`run_lm_eval`: it pulls in lm_eval)."""
 
 from interpscale.metrics.bpb import bits_per_byte, scored_bytes
 from interpscale.metrics.alignment import alignment_inputs, concept_top_tokens, known_concept_alignment

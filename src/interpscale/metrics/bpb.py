@@ -1,9 +1,7 @@
-"""Bits per byte: a loss in nats per token put on a tokenizer-free scale.
-
-bpb = (nats/token) × tokens / (bytes × ln 2), where ``tokens`` are the positions the loss
-averages (``LossEstimate.n_tokens``) and ``bytes`` the UTF-8 length of those same tokens
-decoded by the run's tokenizer, row by row (special tokens decode to nothing). Families with
-different tokenizers, and AR next-token vs diffusion ELBO losses, then compare on one scale.
+"""Bits per byte, a tokenizer-free scale: bpb = (nats/token) × tokens / (bytes × ln 2), ``tokens``
+the positions the loss averages (``LossEstimate.n_tokens``), ``bytes`` the UTF-8 length of those
+tokens decoded row by row (special tokens decode to nothing).  Families with different
+tokenizers, and AR vs diffusion ELBO losses, then compare on one scale.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ def scored_bytes(batches: Iterable[Batch], decoder: Decoder, estimator: str) -> 
     n = 0
     for batch in batches:
         keep = scored_positions(batch, estimator).cpu()
-        tokens = batch.tokens.cpu()
-        for row, mask in zip(tokens, keep):
+        for row, mask in zip(batch.tokens.cpu(), keep):
             n += len(decode(row[mask].tolist()).encode("utf-8"))
     return n
 

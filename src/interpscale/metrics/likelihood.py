@@ -102,8 +102,8 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     limit, mask_id, device = max_length(model), mask_token_id(model), model_device(model)
     block = block_size(model, default=1)
-    # Per request: n_samples masked copies plus one fully masked copy for is_greedy.
-    jobs = []  # (length, request index, sample index or -1, masked positions, weight)
+    # Per request: n_samples masked copies plus one fully masked copy for is_greedy, grouped by length:
+    by_len = defaultdict(list)  # length -> [(request index, sample index or -1, masked positions, weight)]
     seqs = []
     draws: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
     for i, (ctx, cont) in enumerate(requests):
@@ -113,36 +113,30 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share
         ctx = ([prefix_id] if not ctx else list(ctx))[-(limit - L):]
         # block-causal models take whole blocks: the rest of the last block stays [MASK],
         # exactly as when that block is being generated (never scored)
-        pad = -(len(ctx) + L) % block
-        seq = torch.tensor(ctx + list(cont) + [mask_id] * pad)
-        seqs.append(seq)
-        start = len(ctx)
+        seqs.append(torch.tensor(ctx + list(cont) + [mask_id] * (-(len(ctx) + L) % block)))
+        start, jobs = len(ctx), by_len[len(seqs[-1])]
         key = tuple(requests[i][0]) if share_masks else (tuple(requests[i][0]), tuple(cont), i)
         if key not in draws:
             draws[key] = _draws(key, n_samples, seed, limit)
         frac, prio = draws[key]
         for k in range(n_samples):
             l = int(frac[k] * L) + 1  # uniform on 1..L
-            pos = start + torch.argsort(prio[k, :L])[:l]
-            jobs.append((len(seq), i, k, pos, L / l))
-        jobs.append((len(seq), i, -1, torch.arange(start, start + L), 0.0))
-    by_len = defaultdict(list)
-    for j in jobs:
-        by_len[j[0]].append(j)
+            jobs.append((i, k, start + torch.argsort(prio[k, :L])[:l], L / l))
+        jobs.append((i, -1, torch.arange(start, start + L), 0.0))
     est = torch.zeros(len(requests), dtype=torch.float64)
     greedy = [False] * len(requests)
     with eval_mode(model):
-        for T, group in by_len.items():
+        for group in by_len.values():
             for s in range(0, len(group), batch_size):
                 chunk = group[s : s + batch_size]
-                x = torch.stack([seqs[i] for _, i, _, _, _ in chunk])
+                x = torch.stack([seqs[i] for i, _, _, _ in chunk])
                 mask = torch.zeros_like(x, dtype=torch.bool)
-                for r, (_, _, _, pos, _) in enumerate(chunk):
+                for r, (_, _, pos, _) in enumerate(chunk):
                     mask[r, pos] = True
                 x, mask = x.to(device), mask.to(device)
                 logp = torch.log_softmax(logits_of(model(x.masked_fill(mask, mask_id))).float(), -1)
                 tok_lp = logp.gather(-1, x[..., None]).squeeze(-1)  # [R, T]
-                for r, (_, i, k, pos, w) in enumerate(chunk):
+                for r, (i, k, pos, w) in enumerate(chunk):
                     if k < 0:
                         greedy[i] = bool((logp[r, pos].argmax(-1) == x[r, pos]).all())
                     else:

@@ -100,10 +100,9 @@ class _InterpscaleLM(LM):
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         reqs = [encode_pair(self.tok, ctx, cont) for ctx, cont in (r.args for r in requests)]
-        out = []
         step = max(self.batch_size * 8, 64)
-        for s in tqdm(range(0, len(reqs), step), desc=f"{self.NAME} loglikelihood", disable=disable_tqdm):
-            out += self._ll(reqs[s : s + step])
+        starts = tqdm(range(0, len(reqs), step), desc=f"{self.NAME} loglikelihood", disable=disable_tqdm)
+        out = [res for s in starts for res in self._ll(reqs[s : s + step])]
         for r, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", r.args, res)
         return out
@@ -144,9 +143,8 @@ class _InterpscaleLM(LM):
             if self._eos in new:
                 new = new[: new.index(self._eos)]
             text = self.tok.decode(new)
-            for stop in until:
-                if stop and stop in text:
-                    text = text[: text.index(stop)]
+            cuts = [text.index(stop) for stop in until if stop and stop in text]
+            text = text[: min(cuts)] if cuts else text
             self.cache_hook.add_partial("generate_until", r.args, text)
             out.append(text)
         return out

@@ -274,22 +274,12 @@ def _estimates(ctx: EstimationContext, units: dict[str, _Units], n_tokens: int, 
     return out
 
 
-def estimate_losses(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    estimators: Sequence[str] = DIFFUSION_ESTIMATORS,
-    *,
-    n_passes: int = 1,
-    seed: int = 0,
-    antithetic: bool = False,
-    stratified: bool = False,
-    tau: float = FIXED_RATE_TAU,
-    rates: Sequence[float] = masking.GRID_RATES,
-    per_rate: bool = False,
-    block: Optional[int] = None,
-    t_range: tuple[float, float] = masking.T_RANGE,
-    progress: bool = False,
-) -> dict[str, LossEstimate]:
+def estimate_losses(model: nn.Module, batches: Iterable[Batch],
+                    estimators: Sequence[str] = DIFFUSION_ESTIMATORS, *, n_passes: int = 1, seed: int = 0,
+                    antithetic: bool = False, stratified: bool = False, tau: float = FIXED_RATE_TAU,
+                    rates: Sequence[float] = masking.GRID_RATES, per_rate: bool = False,
+                    block: Optional[int] = None, t_range: tuple[float, float] = masking.T_RANGE,
+                    progress: bool = False) -> dict[str, LossEstimate]:
     """Several registered estimators in one sweep over ``batches``.
 
     ``n_passes``: Monte Carlo passes per batch (even when ``antithetic``, which pairs each
@@ -309,18 +299,14 @@ def estimate_losses(
     b = block or block_size(model)
     short = min(bt.tokens.shape[1] for bt in data)
     if any(get_estimator(e).diffusion for e in want) and short < b:
-        raise ValueError(
-            f"diffusion estimators need sequences of at least one block: the shortest sequence "
-            f"has {short} tokens, the model's block size is {b}"
-        )
+        raise ValueError(f"diffusion estimators need sequences of at least one block: the shortest sequence "
+                         f"has {short} tokens, the model's block size is {b}")
     device = model_device(model)
-    lo, hi = t_range
     ctx = EstimationContext(
         model=model, mask_id=mask_id, n_batches=len(data), groups=n_passes // 2 if antithetic else n_passes,
         twins=(False, True) if antithetic else (False,), seed=seed, stratified=stratified, tau=tau,
-        rates=tuple(rates), block=b, lo=lo, hi=hi, gens={e: seeded_generator(device, seed, e) for e in want},
-        rate_units={r: _Units() for r in rates},
-    )
+        rates=tuple(rates), block=b, lo=t_range[0], hi=t_range[1],
+        gens={e: seeded_generator(device, seed, e) for e in want}, rate_units={r: _Units() for r in rates})
     for e in want:
         if get_estimator(e).prepare is not None:
             get_estimator(e).prepare(ctx)
@@ -336,9 +322,8 @@ def estimate_loss(model: nn.Module, batches: Iterable[Batch], estimator: str = "
     """Validation loss of ``model`` on ``batches`` (a re-iterable of Batch) in nats/token:
     ``ar_ce`` (AR models) or ``mdlm_elbo | fixed_rate | fixed_grid | per_block`` (diffusion);
     other keywords go to :func:`estimate_losses`."""
-    return estimate_losses(
-        model, batches, (estimator,), n_passes=n_passes, seed=seed, antithetic=antithetic, **kwargs
-    )[estimator]
+    return estimate_losses(model, batches, (estimator,), n_passes=n_passes, seed=seed, antithetic=antithetic,
+                           **kwargs)[estimator]
 
 
 def per_mask_rate_losses(model: nn.Module, batches: Iterable[Batch],

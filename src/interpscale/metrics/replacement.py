@@ -4,6 +4,7 @@ CE, L0, dead fraction (firing frequency < 1e-8) and normalised expert rank."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -60,12 +61,11 @@ def evaluate_replacement(model: nn.Module, layer: int, sparse: nn.Module, batche
         fired = f if fired is None else fired + f
         return out.y_hat
 
+    swaps = {"base": None, "swap": swap, "zero": lambda x, y: torch.zeros_like(y)}
     for b in batches:
-        ce["base"].append(float(next_token_ce(model(b.tokens).logits, b.tokens, b.valid)[0]))
-        with override_output(mlp, swap):
-            ce["swap"].append(float(next_token_ce(model(b.tokens).logits, b.tokens, b.valid)[0]))
-        with override_output(mlp, lambda x, y: torch.zeros_like(y)):
-            ce["zero"].append(float(next_token_ce(model(b.tokens).logits, b.tokens, b.valid)[0]))
+        for name, fn in swaps.items():
+            with override_output(mlp, fn) if fn else contextlib.nullcontext():
+                ce[name].append(float(next_token_ce(model(b.tokens).logits, b.tokens, b.valid)[0]))
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     freq = fired.float() / n_tok
     return ReplacementReport(
