@@ -30,7 +30,7 @@ def test_a_formula_less_family_is_priced_on_the_meta_device_once_per_size():
     """A 16-row plan (4 sizes x 4 slices) of a family without formulas builds each size once,
     every build on the meta device, and the table says "measured" (ar's rows "analytic")."""
     from interpscale.models.zoo.gpt2 import GPTLM
-    from interpscale.models.zoo.catalog import zoo_config
+    from interpscale.models.zoo import zoo_config
     from interpscale.orchestration import plan
 
     devices = []

@@ -22,13 +22,9 @@ class IGResult:
 def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int | torch.Tensor, *,
                          steps: int = 64, positions: Optional[torch.Tensor] = None,
                          method: str = "midpoint", batch_size: int = 16) -> IGResult:
-    """Eq. 16: IG of the logit ℓ_y at ``position`` along T_[MASK] → T_x.
-
-    ``positions`` [T] bool selects the tokens moved along the path (default: all); the
-    others stay at their own embedding. ``method="right"`` evaluates the path at s/S,
-    s = 1..S, exactly as Eq. 16 writes it; the default ``"midpoint"`` uses (s − ½)/S, the
-    same S gradient evaluations with O(1/S²) instead of O(1/S) quadrature error.
-    """
+    """Eq. 16: IG of the logit ℓ_y at ``position`` along T_[MASK] → T_x, moving the tokens of
+    ``positions`` [T] bool (default: all). ``method="right"`` evaluates the path at s/S, s = 1..S,
+    as Eq. 16 writes it; ``"midpoint"`` at (s − ½)/S: the same S gradients, O(1/S²) error not O(1/S)."""
     if method not in ("midpoint", "right"):
         raise ValueError(f"method must be 'midpoint' or 'right', got {method!r}")
     tokens = model.check_tokens(tokens)
@@ -81,11 +77,8 @@ class ConceptContributions:
 @torch.no_grad()
 def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, *,
                           targets: Optional[torch.Tensor] = None, n_chunks: Optional[int] = None) -> ConceptContributions:
-    """Γ^known_i = Σ_{t∈chunk} k_{i,t} K_iᵀ W_{y_t}, Γ^unknown_j likewise, plus the residual.
-
-    ``targets`` [B, T] are the tokens y_t whose logits are explained (default: the model's
-    argmax at each position). The activations are those actually composed (after top-k).
-    """
+    """Γ^known_i = Σ_{t∈chunk} k_{i,t} K_iᵀ W_{y_t}, Γ^unknown_j likewise, plus the residual, for
+    the ``targets`` y_t [B, T] (default: the argmax), with the activations composed (after top-k)."""
     if getattr(model, "concept", None) is None:
         raise ValueError(f"family {model.config.family!r} has no concept module")
     tokens = model.check_tokens(tokens)

@@ -1,9 +1,8 @@
 """The shared transformer backbone (App. G): post-norm RMSNorm, QK-norm, RoPE, SwiGLU, GQA.
 
-Attention is causal (AR) or block-causal (CDLM: bidirectional inside a block of b tokens,
-causal across blocks, §5.2). A :class:`KVCache` serves both AR decoding and CDLM
-block-by-block denoising. Plain PyTorch, one code path on every device; speed comes from
-``torch.compile``.
+Attention is causal (AR) or block-causal (CDLM: bidirectional inside a block of b tokens, causal
+across blocks, §5.2); a :class:`KVCache` serves AR decoding and CDLM block-by-block denoising.
+One plain-PyTorch code path on every device; speed comes from ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -176,18 +175,9 @@ class Backbone(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=self.cfg.init_std)
 
-    def forward(
-        self,
-        tokens: Optional[torch.Tensor],
-        *,
-        kind: str,
-        embeds: Optional[torch.Tensor] = None,
-        cache: Optional[KVCache] = None,
-        commit: bool = False,
-        steer_vec: Optional[torch.Tensor] = None,
-        steer_mask: Optional[torch.Tensor] = None,
-        steer_layer: int = 0,
-    ) -> torch.Tensor:
+    def forward(self, tokens: Optional[torch.Tensor], *, kind: str, embeds: Optional[torch.Tensor] = None,
+                cache: Optional[KVCache] = None, commit: bool = False, steer_vec: Optional[torch.Tensor] = None,
+                steer_mask: Optional[torch.Tensor] = None, steer_layer: int = 0) -> torch.Tensor:
         """Hidden states h [B, T, d]. Steering (Eq. 18) adds ``steer_vec`` at positions
         ``steer_mask`` to h^(l) for l >= ``steer_layer`` (l = L is the final hidden state)."""
         x = self.embed(tokens) if embeds is None else embeds

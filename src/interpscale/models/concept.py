@@ -20,12 +20,9 @@ Selection = tuple[torch.Tensor, torch.Tensor]  # (σ of the selected logits, the
 
 
 def compose(logits: torch.Tensor, emb: torch.Tensor, k: Optional[int]) -> tuple[torch.Tensor, Optional[Selection]]:
-    """Σ_i σ(logit_i) E_i (Eq. 7) over all rows of ``emb`` [n, r], or over the k largest logits.
-
-    Top-k selects on the logits (σ is monotone) and composes the k rows with
-    ``F.embedding_bag``: k·r work per token, with no [.., k, r] gather and no dense [.., n]
-    activations. Returns (composition [.., r], selection or None when dense).
-    """
+    """(Σ_i σ(logit_i) E_i (Eq. 7) [.., r] over all rows of ``emb`` [n, r] or the k largest logits,
+    the selection or None). Top-k selects on the logits (σ is monotone) and composes with
+    ``F.embedding_bag``: k·r work per token, no [.., k, r] gather, no dense [.., n] activations."""
     if k is None or k >= logits.size(-1):
         return torch.sigmoid(logits) @ emb, None
     top, idx = logits.topk(k, dim=-1, sorted=False)
@@ -109,15 +106,9 @@ class ConceptModule(nn.Module):
         """U [m, d] (materialised; only for attribution/steering, not the forward pass)."""
         return self.unk_a @ self.unk_b if self.unk_down is not None else self.unk_emb
 
-    def forward(
-        self,
-        h: torch.Tensor,
-        *,
-        k_gt: Optional[torch.Tensor] = None,
-        tf_known: Optional[torch.Tensor] = None,
-        tf_unknown: Optional[torch.Tensor] = None,
-        need_acts: bool = True,
-    ) -> ConceptParts:
+    def forward(self, h: torch.Tensor, *, k_gt: Optional[torch.Tensor] = None,
+                tf_known: Optional[torch.Tensor] = None, tf_unknown: Optional[torch.Tensor] = None,
+                need_acts: bool = True) -> ConceptParts:
         """``k_gt`` [B, T, d]: k̂^GT (Eq. 11) per token, 0 outside chunks;
         ``tf_known`` / ``tf_unknown`` [B, T] bool: positions that take k̂^GT / û^GT.
         ``need_acts=False`` (the training loss) skips the dense activations nothing reads."""
@@ -149,12 +140,9 @@ class ConceptModule(nn.Module):
 # --- losses -----------------------------------------------------------------------
 def concept_loss(known_logits: torch.Tensor, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor,
                  valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """OR-aggregated chunk BCE (Eqs. 9–10), summed over concepts, mean over chunks that
-    hold a token. Returns (loss, number of such chunks).
-
-    Computed in log space: log Π_t(1 − k_t) = −Σ_t softplus(f_t), summed per chunk with
-    ``index_add`` over the flat (row, chunk) index.
-    """
+    """(OR-aggregated chunk BCE (Eqs. 9–10) summed over concepts, mean over the chunks holding a
+    token; their number), in log space: log Π_t(1 − k_t) = −Σ_t softplus(f_t), summed per chunk
+    with ``index_add`` over the flat (row, chunk) index."""
     B, T, n = known_logits.shape
     C = chunk_labels.size(1)
     inside = chunk_ids >= 0
@@ -184,13 +172,10 @@ def reconstruction_loss(u_hat: torch.Tensor, h: torch.Tensor, k_gt_hat: torch.Te
 
 def independence_loss(a: torch.Tensor, b_fixed: torch.Tensor, positions: torch.Tensor,
                       basis: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Eqs. 13–14: ‖Ψᵀ Φ‖²_F / (d²(B−1)) over the selected tokens; Φ (``b_fixed``) is detached.
-
-    Tokens outside ``positions`` get weight 0 (no boolean indexing, so no data-dependent
-    shapes); fewer than two selected tokens give 0. With ``basis`` [R, d], ``a`` holds
-    coordinates z [B, T, R] of Ψ = z·basis (û = z·B for the factorised U = A·B): centring
-    commutes with ·B, so ΨᵀΦ = Bᵀ(z̄ᵀΦ̄), the same value for 2NRd instead of 2Nd² FLOPs.
-    """
+    """Eqs. 13–14: ‖Ψᵀ Φ‖²_F / (d²(B−1)) over the selected tokens, Φ (``b_fixed``) detached; tokens
+    outside ``positions`` weigh 0 (no data-dependent shapes), fewer than two selected give 0. With
+    ``basis`` [R, d], ``a`` holds coordinates z [B, T, R] of Ψ = z·basis (û = z·B, U = A·B):
+    centring commutes with ·B, so ΨᵀΦ = Bᵀ(z̄ᵀΦ̄), the same value for 2NRd instead of 2Nd² FLOPs."""
     dtype = torch.promote_types(a.dtype, torch.float32)  # bf16 activations: centre and sum in float32
     w = positions.flatten().to(dtype)[:, None]
     psi, phi = a.flatten(0, -2).to(dtype), b_fixed.flatten(0, -2).detach().to(dtype)

@@ -78,26 +78,14 @@ def generate(
 
 def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps, gen):
     B, P = prompt.shape
-    seq = prompt
-    # steering acts on the positions whose outputs produce new tokens: t >= P - 1
-    if use_cache:
-        cache = model.new_cache(B, P + n_new)
-        mask = torch.zeros(B, P, dtype=torch.bool, device=prompt.device)
-        mask[:, -1] = True
-        logits = _logits(model, prompt, st, mask, cache, commit=True)[:, -1]
-        one = torch.ones(B, 1, dtype=torch.bool, device=prompt.device)
-        for i in range(n_new):
-            nxt, _ = _sample(logits, temperature, top_k, gen)
-            seq = torch.cat([seq, nxt[:, None]], dim=1)
-            if i + 1 < n_new:
-                logits = _logits(model, nxt[:, None], st, one, cache, commit=True)[:, -1]
-        return seq
+    cache = model.new_cache(B, P + n_new) if use_cache else None
+    seq = inp = prompt  # with a cache, each step feeds only the newest token
     for _ in range(n_new):
-        pos = torch.arange(seq.size(1), device=seq.device)
-        mask = (pos >= P - 1).expand(B, -1)
-        logits = _logits(model, seq, st, mask)[:, -1]
-        nxt, _ = _sample(logits, temperature, top_k, gen)
+        pos = torch.arange(seq.size(1) - inp.size(1), seq.size(1), device=seq.device)
+        mask = (pos >= P - 1).expand(B, -1)  # steering acts on the positions that produce new tokens
+        nxt, _ = _sample(_logits(model, inp, st, mask, cache, commit=use_cache)[:, -1], temperature, top_k, gen)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
+        inp = nxt[:, None] if use_cache else seq
     return seq
 
 

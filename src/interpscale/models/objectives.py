@@ -1,11 +1,7 @@
-"""Training objectives and schedules: AR CE (Eq. 1), masked diffusion (Eq. 2), noise-level
-schedules (uniform, per-block t_b §5.4.2, moving Gaussian App. J.2) and the teacher-forcing
-α ramps of Tables 25–26.
-
-Nothing here reads tensor values on the host, so a compiled training step has no graph
-breaks. Schedules are plain arithmetic on the integer ``step`` (under ``torch.compile`` it
-becomes a symbolic int after the first recompile, so the step count does not recompile).
-Random draws take an optional ``generator`` and otherwise use the device's default one.
+"""Training objectives and schedules: AR CE (Eq. 1), masked diffusion (Eq. 2), noise levels
+(uniform, per-block t_b §5.4.2, moving Gaussian App. J.2), the teacher-forcing α ramps of
+Tables 25–26. Nothing reads tensor values on the host (no graph breaks when compiled);
+schedules are arithmetic on the int ``step`` (a symbolic int under ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -48,10 +44,8 @@ def _head_ce_sum(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -
 
 
 def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Σ CE of the logits h·Wᵀ, ``chunk`` tokens at a time: each chunk's logits are
-    recomputed in the backward pass (activation checkpointing), so at most one chunk of
-    [chunk, V] logits is alive instead of [tokens, V]. Same value and gradients as
-    ``cross_entropy_sum(F.linear(h, weight), targets)``."""
+    """Σ CE of the logits h·Wᵀ, ``chunk`` tokens at a time, each chunk's logits recomputed in the
+    backward pass: one [chunk, V] block alive instead of [tokens, V]; same value and gradients."""
     h, targets = h.flatten(0, -2), targets.flatten()
     if h.size(0) <= chunk:  # one chunk: nothing to bound, skip the recompute
         return _head_ce_sum(h, weight, targets)
@@ -81,8 +75,7 @@ def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -
     return cross_entropy_sum(logits, mdm_targets(tokens, masked)) / n.clamp(min=1), n
 
 
-def _frac(num: int, den: float) -> float:
-    """clamp(num / den, 0, 1)."""
+def _frac(num: int, den: float) -> float:  # clamp(num / den, 0, 1)
     return min(max(num / max(den, 1e-9), 0.0), 1.0)
 
 
@@ -131,15 +124,12 @@ def mask_tokens(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, valid: Opti
 
 
 def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: int) -> tuple[float, float]:
-    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step``.
-
-    Stable (Table 25): α_known cosine 1 → 0.5 and α_unknown linear 1 → 0.5 by 0.1·T_max,
-    then flat. Table 25 prints α_unknown as "0.0 → 0.5" and Table 26 as "1.0": those are the
-    probability of using the *predicted* unknown (App. I: "fully rely on the learned unknown
-    head"; §5.4.2/App. K: the GT probability anneals from 1), so here α_unknown = 1 − that.
-    Anneal (Table 26): α_known linear 0.5 → 0 over ``anneal_steps`` counted from
-    ``phase.anneal_start``; α_unknown = 0 (predicted unknown only).
-    """
+    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step``. Stable (Table
+    25): α_known cosine 1 → 0.5 and α_unknown linear 1 → 0.5 by 0.1·T_max, then flat. Tables 25/26
+    print α_unknown as "0.0 → 0.5" / "1.0": the probability of the *predicted* unknown (App. I:
+    "fully rely on the learned unknown head"; §5.4.2/App. K: the GT probability anneals from 1),
+    so here α_unknown = 1 − that. Anneal (Table 26): α_known linear 0.5 → 0 over
+    ``anneal_steps`` from ``phase.anneal_start``; α_unknown = 0 (predicted unknown only)."""
     if phase.phase == "anneal":
         a0, a1 = cfg.anneal_alpha_known
         frac = _frac(step - phase.anneal_start, max(phase.anneal_steps, 1))

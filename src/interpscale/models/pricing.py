@@ -41,16 +41,9 @@ class Measured:
 
 
 def nonembedding_params(model: nn.Module) -> int:
-    """Parameters except token embeddings (shared tensors once)."""
+    """Parameters except token embeddings (``parameters()`` yields a shared tensor once)."""
     emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) in seen or id(p) in emb:
-            continue
-        seen.add(id(p))
-        total += p.numel()
-    return int(total)
+    return int(sum(p.numel() for p in model.parameters() if id(p) not in emb))
 
 
 class _AttentionAsEq23(TorchFunctionMode):
@@ -78,8 +71,7 @@ def _batch(model: nn.Module, seq_len: int, concept: bool) -> Batch:
     n = int(getattr(getattr(model, "config", None), "n_concepts", 0) or 0)
     if not (concept and n):
         return Batch(tokens)
-    return Batch(tokens, torch.zeros(1, seq_len, dtype=torch.long, device="meta"),
-                 torch.zeros(1, 1, n, device="meta"))
+    return Batch(tokens, torch.zeros_like(tokens), torch.zeros(1, 1, n, device="meta"))
 
 
 def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> tuple[float, float]:
@@ -165,5 +157,5 @@ def price(family: str, size: str, seq_len: int, *, data: DataFields = DataFields
     cfg = model_config(family, size, data=data, **overrides)
     n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0
     return Price(params_nonembedding(family, size, data=data, **overrides),
-                 flops_per_token(family, size, seq_len, data=data, **overrides),
-                 lm_head_flops(family, size, data=data, **overrides), n_concepts, spec.pricing)
+                 flops_per_token(family, size, seq_len, data=data, **overrides), _head_flops(cfg), n_concepts,
+                 spec.pricing)

@@ -1,13 +1,58 @@
-"""The other seeds' architectures as registered families: ``crate`` (+ ``crate-gpt``
-baseline), ``mxd``, ``reetym``, ``cocomix`` (+ ``cocomix-pause``, ``cocomix-kd``
-baselines). See docs/zoo.md for their parameter and FLOP accounting.
+"""The other seeds' architectures as registered families (docs/zoo.md): ``crate`` (+ ``crate-gpt``
+baseline), ``mxd``, ``reetym``, ``cocomix`` (+ ``cocomix-pause``, ``cocomix-kd`` baselines).
 
-Imports only submodules of ``interpscale.models`` (never the package top level), because
-``interpscale/models/__init__.py`` imports this package at its end.
+The catalogue maps a family to (model class, defaults of its ``extra`` knobs, description); the
+class's ``params_fn`` / ``flops_fn`` price it unbuilt. Imports only submodules of
+``interpscale.models`` (its ``__init__`` imports this package at its end).
 """
 
-from interpscale.models.zoo.catalog import ZOO_FAMILIES, register, zoo_config
+from __future__ import annotations
 
-register()
+from functools import partial
+from typing import Any
 
-__all__ = ["ZOO_FAMILIES", "register", "zoo_config"]
+from interpscale.models.registry import register_family
+from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, CoCoMixLM
+from interpscale.models.zoo.common import ZooConfig, make_zoo_config, zoo_fields
+from interpscale.models.zoo.crate import CRATE_DEFAULTS, CRATELM
+from interpscale.models.zoo.gpt2 import MXD_DEFAULTS, GPTLM, MxDLM
+from interpscale.models.zoo.reetym import REETYM_DEFAULTS, ReEtymLM
+
+ZOO_FAMILIES: dict[str, tuple[type, dict, str]] = {
+    "crate": (CRATELM, CRATE_DEFAULTS, "CRATE-LM: MSSA attention + two-step overcomplete ISTA (white-box transformer)"),
+    "crate-gpt": (GPTLM, {"expansion": 4}, "GPT-2 block baseline matched to CRATE (CRATE-LM Table 1)"),
+    "mxd": (MxDLM, MXD_DEFAULTS, "GPT-2 blocks whose MLPs are Mixture-of-Decoders layers trained end to end"),
+    "reetym": (ReEtymLM, REETYM_DEFAULTS,
+               "Steerling backbone with the factorised recipe×basis tied embedding (reEtym)"),
+    "cocomix": (CoCoMixLM, COCOMIX_DEFAULTS,
+                "CoCoMix: predict a frozen teacher's SAE concepts and interleave them as continuous vectors"),
+    "cocomix-pause": (CoCoMixLM, COCOMIX_DEFAULTS | {"variant": "pause"},
+                      "CoCoMix's pause-token baseline (learned vector interleaved)"),
+    "cocomix-kd": (CoCoMixLM, COCOMIX_DEFAULTS | {"variant": "kd"},
+                   "CoCoMix's knowledge-distillation baseline (λ_KD·KL to the teacher)"),
+}
+FROZEN_OBJECTS = ("teacher", "sae")  # build_model("cocomix", size, teacher=model, sae=sae) passes objects through
+
+
+def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
+    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
+    return make_zoo_config(family, size, ZOO_FAMILIES[family][1], **overrides)
+
+
+def _build(family: str, size: str, **overrides: Any):
+    objects = {k: overrides[k] for k in FROZEN_OBJECTS if k in overrides}
+    return ZOO_FAMILIES[family][0](zoo_config(family, size, **overrides), **objects)
+
+
+def _params(family: str, size: str, **overrides: Any) -> int:
+    return int(ZOO_FAMILIES[family][0].params_fn(zoo_config(family, size, **overrides)))
+
+
+def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
+    return float(ZOO_FAMILIES[family][0].flops_fn(zoo_config(family, size, **overrides), seq_len))
+
+
+for _name, (_, _defaults, _desc) in ZOO_FAMILIES.items():
+    register_family(_name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
+                    description=_desc, config_fields=zoo_fields(_defaults), config_fn=partial(zoo_config, _name),
+                    overwrite=True)

@@ -1,11 +1,9 @@
 """Mixture of Decoders (MxD) and the sparse-MLP baselines it is compared against.
 
-Notation follows the MxD paper (``docs/zoo.md`` restates the layer's equations, which the
-paper's extracted text lost): input x ∈ ℝᴵ (the MLP input after the block's norm), target y ∈ ℝᴼ
-(the MLP output), dense hidden z ∈ ℝᴴ, expert coefficients a ∈ ℝᴺ.
-
-Every layer returns ``SparseOut(y_hat, codes)`` where ``codes`` are the sparse units that
-count for L0 / dead fraction (expert coefficients for MxD, latents for the others).
+Notation of the MxD paper (``docs/zoo.md`` restates the equations): input x ∈ ℝᴵ (the MLP input
+after the block's norm), target y ∈ ℝᴼ (the MLP output), dense hidden z ∈ ℝᴴ, expert
+coefficients a ∈ ℝᴺ. Every layer returns ``SparseOut(y_hat, codes)``, ``codes`` the sparse units
+that count for L0 / dead fraction (expert coefficients for MxD, latents for the others).
 """
 
 from __future__ import annotations
@@ -33,6 +31,11 @@ def topk_relu(pre: torch.Tensor, k: int) -> torch.Tensor:
     return torch.zeros_like(pre).scatter(-1, idx, F.relu(vals))
 
 
+def _check_k(k: int, n: int, name: str) -> None:
+    if not 0 < k <= n:
+        raise ValueError(f"k={k} must be in [1, {name}={n}]")
+
+
 def _linear_init(fan_in: int, *shape: int) -> nn.Parameter:
     """nn.Linear's default init U(-1/√fan_in, 1/√fan_in) for a raw parameter."""
     bound = 1.0 / math.sqrt(fan_in)
@@ -51,8 +54,7 @@ class MxD(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, d_hidden: int, n_experts: int, k: int, *, glu: bool = False):
         super().__init__()
-        if not 0 < k <= n_experts:
-            raise ValueError(f"k={k} must be in [1, n_experts={n_experts}]")
+        _check_k(k, n_experts, "n_experts")
         self.d_in, self.d_out, self.d_hidden, self.n_experts, self.k, self.glu = d_in, d_out, d_hidden, n_experts, k, glu
         self.enc = nn.Linear(d_in, d_hidden, bias=not glu)  # E, b_E
         self.enc_glu = nn.Linear(d_in, d_hidden, bias=False) if glu else None  # E_GLU
@@ -103,8 +105,7 @@ class TopKTranscoder(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, width: int, k: int, *, skip: bool = False):
         super().__init__()
-        if not 0 < k <= width:
-            raise ValueError(f"k={k} must be in [1, width={width}]")
+        _check_k(k, width, "width")
         self.d_in, self.d_out, self.width, self.k = d_in, d_out, width, k
         self.kind: SparseKind = "skip_transcoder" if skip else "transcoder"
         self.enc = nn.Linear(d_in, width)
@@ -123,17 +124,14 @@ class TopKTranscoder(nn.Module):
 
 
 class TopKSAE(nn.Module):
-    """TopK sparse autoencoder x̂ = W_decᵀ TopK(W_encᵀ(x − b_dec) + b_enc) + b_dec.
-
-    Used on the MLP *output* in the replacement tool (input = target) and on a teacher's
-    residual stream by CoCoMix."""
+    """TopK sparse autoencoder x̂ = W_decᵀ TopK(W_encᵀ(x − b_dec) + b_enc) + b_dec: on the MLP
+    *output* in the replacement tool (input = target), on a teacher's residual stream by CoCoMix."""
 
     kind: SparseKind = "sae"
 
     def __init__(self, d: int, width: int, k: int):
         super().__init__()
-        if not 0 < k <= width:
-            raise ValueError(f"k={k} must be in [1, width={width}]")
+        _check_k(k, width, "width")
         self.d_in = self.d_out = d
         self.width, self.k = width, k
         self.enc = nn.Linear(d, width)

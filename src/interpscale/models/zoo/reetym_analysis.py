@@ -1,9 +1,6 @@
-"""reEtym interventions (paper §3.5 / App. E) and signal-space statistics (App. D Exp. 2, 3, 5),
-each statistic paired with the random-matrix control the paper left out (or ran once).
-
-Every intervention is a context manager that restores the model on exit, so an experiment
-can never leak an edit into the next one.
-"""
+"""reEtym interventions (§3.5 / App. E; context managers that restore the model on exit, so no
+edit leaks into the next experiment) and signal-space statistics (App. D Exp. 2, 3, 5), each
+paired with the random-matrix control the paper left out (or ran once)."""
 
 from __future__ import annotations
 
@@ -145,28 +142,15 @@ def analogy_topk(recipe: torch.Tensor, analogies: Sequence[tuple[int, int, int, 
     return hits / len(analogies)
 
 
-def signal_statistics(
-    emb: EtymEmbedding,
-    analogies: Sequence[tuple[int, int, int, int]] = (),
-    *,
-    k: int = 5,
-    n_controls: int = 8,
-    seed: int = 0,
-) -> dict[str, ControlledStat]:
+def signal_statistics(emb: EtymEmbedding, analogies: Sequence[tuple[int, int, int, int]] = (), *, k: int = 5,
+                      n_controls: int = 8, seed: int = 0) -> dict[str, ControlledStat]:
     """The three signal-space statistics with Gaussian-matrix controls: activation rate of
     W_recipe, effective rank of W_basis (control N(0, 1) as in the paper, but n_controls
     draws), and analogy hit rate (only when ``analogies`` are given)."""
     R, B = emb.recipe.detach(), emb.basis.detach()
-    out = {
-        "activation_rate": _summarise(
-            "activation_rate", threshold_activation_rate(R)[0], [threshold_activation_rate(c)[0] for c in _controls(R, n_controls, seed)]
-        ),
-        "effective_rank": _summarise(
-            "effective_rank", effective_rank(B), [effective_rank(c) for c in _controls(B, n_controls, seed + 1, unit=True)]
-        ),
-    }
+    todo = [("activation_rate", lambda m: threshold_activation_rate(m)[0], R, False),
+            ("effective_rank", effective_rank, B, True)]
     if analogies:
-        out["analogy_topk"] = _summarise(
-            "analogy_topk", analogy_topk(R, analogies, k), [analogy_topk(c, analogies, k) for c in _controls(R, n_controls, seed + 2)]
-        )
-    return out
+        todo.append(("analogy_topk", lambda m: analogy_topk(m, analogies, k), R, False))
+    return {name: _summarise(name, fn(m), [fn(c) for c in _controls(m, n_controls, seed + i, unit=unit)])
+            for i, (name, fn, m, unit) in enumerate(todo)}

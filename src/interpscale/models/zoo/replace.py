@@ -8,16 +8,16 @@ I/O, build a parameter-matched layer, the training objective. The loops live abo
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn as nn
 
 from interpscale.models import protocol
 from interpscale.models.types import Batch
-from interpscale.models.zoo.mxd import MxD, TopKSAE, TopKTranscoder, mxd_expert_count
+from interpscale.models.zoo.mxd import MxD, SparseKind, TopKSAE, TopKTranscoder, mxd_expert_count
 
-Kind = Literal["mxd", "transcoder", "skip_transcoder", "sae"]
+Kind = SparseKind
 
 
 def find_blocks(model: nn.Module) -> list[nn.Module]:
