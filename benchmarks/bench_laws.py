@@ -71,7 +71,7 @@ def bench_law(name, law, X, y, theta, starts, loss, fit_authors, args):
           f"x{t_loop / t_grid:.1f}")
     spec = Bootstrap(n_boot=args.n_boot, kind="pairs", seed=0)
     (_, n_ok, _), t_boot = timed(lambda: bootstrap_law(law, X, T, theta, spec, loss=loss))
-    W = Bootstrap(n_boot=args.loop_reps, kind="pairs", seed=0).resampler().weights(len(y))
+    W = Bootstrap(n_boot=args.loop_reps, kind="pairs", seed=0).weights(np.random.default_rng(0), len(y))
 
     def loop():
         for w in W:

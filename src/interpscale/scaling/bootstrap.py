@@ -30,7 +30,7 @@ Kind = Literal["residual", "pairs", "cluster"]
 
 PI_MIN_DRAWS = 200  # a prediction interval reads its tails off at least this many curve draws
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "Resampler", "band_from_draws", "check_level",
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "band_from_draws", "check_level",
            "cluster_weights", "curve_rows", "pairs_weights", "percentile_ci", "resample_noise"]
 
 
@@ -67,47 +67,32 @@ class Bootstrap:
                 raise ValueError(f"{what}: groups: {len(self.groups)} labels for {n} rows")
         return self
 
-    def resampler(self) -> "Resampler":
-        return Resampler(self)
-
     def intervals(self, draws: Mapping[str, np.ndarray], *, missing: str = "drop") -> dict:
         """name -> percentile interval at ``level`` of each array of draws."""
         return {k: percentile_ci(v, self.level, missing=missing) for k, v in draws.items()}
 
-
-class Resampler:
-    """The draws of one bootstrap (one numpy Generator seeded by the spec)."""
-
-    def __init__(self, spec: Bootstrap):
-        self.spec = spec
-        self.rng = np.random.default_rng(spec.seed)
-
-    def weights(self, n: int) -> np.ndarray:
+    def weights(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """(n_boot, n) multiplicities of a pairs or cluster bootstrap."""
-        s = self.spec
-        if s.kind == "cluster":
-            return cluster_weights(self.rng, s.groups, s.n_boot)
-        return pairs_weights(self.rng, n, s.n_boot)
-
-    def residuals(self, fitted: np.ndarray, resid: np.ndarray, n_params: int) -> np.ndarray:
-        """(n_boot, n) responses fitted + resampled residuals (smoothed when the spec says so)."""
-        E = resample_noise(self.rng, resid, (self.spec.n_boot, len(resid)), n_params)
-        if self.spec.smooth:  # variance-preserving Gaussian kernel (De Angelis, Hall & Young 1993)
-            sd = float(E.std())
-            if sd > 0:
-                h = 1.06 * sd * len(resid) ** (-0.2)
-                E = (E + self.rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2)
-        return np.asarray(fitted, float)[None, :] + E
+        return cluster_weights(rng, self.groups, self.n_boot) if self.kind == "cluster" else \
+            pairs_weights(rng, n, self.n_boot)
 
     def replicates(self, observed: np.ndarray, fitted: np.ndarray, n_params: int, *,
                    weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """(Y, W) to refit: ``residual`` gives Y (S, n) and the per-point ``weights`` (or None);
-        ``pairs``/``cluster`` give the observed Y (n,) and W (S, n) = multiplicities x weights."""
-        observed = np.asarray(observed, float)
-        if self.spec.kind == "residual":
-            return self.residuals(fitted, observed - np.asarray(fitted, float), n_params), weights
-        W = self.weights(observed.size)
-        return observed, W if weights is None else W * np.asarray(weights, float)[None, :]
+        """(Y, W) to refit, drawn from a generator seeded by ``seed``: ``residual`` gives Y (S, n) =
+        fitted + resampled residuals (smoothed when ``smooth``) and the per-point ``weights``
+        (or None); ``pairs``/``cluster`` the observed Y (n,) and W (S, n) = multiplicities x weights."""
+        rng = np.random.default_rng(self.seed)
+        observed, fitted = np.asarray(observed, float), np.asarray(fitted, float)
+        if self.kind != "residual":
+            W = self.weights(rng, observed.size)
+            return observed, W if weights is None else W * np.asarray(weights, float)[None, :]
+        E = resample_noise(rng, observed - fitted, (self.n_boot, observed.size), n_params)
+        if self.smooth:  # variance-preserving Gaussian kernel (De Angelis, Hall & Young 1993)
+            sd = float(E.std())
+            if sd > 0:
+                h = 1.06 * sd * observed.size ** (-0.2)
+                E = (E + rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2)
+        return fitted[None, :] + E, weights
 
 
 def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:

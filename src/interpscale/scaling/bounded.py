@@ -251,7 +251,7 @@ def _replicates(pb: _Problem, fitted: np.ndarray, spec: Bootstrap):
     """(draws (S, 3) of (e, A, beta) in raw-compute units, intervals), or (None, {})."""
     if spec.n_boot <= 0:
         return None, {}
-    Y, W = spec.resampler().replicates(pb.m, fitted, 3)
+    Y, W = spec.replicates(pb.m, fitted, 3)
     if spec.kind == "residual":
         M = Y
         if pb.side != 0:  # resampled metrics cannot cross their natural bound

@@ -279,7 +279,7 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
     if spec.n_boot <= 0:
         return None, {}, 0
     fitted = log_pred(theta[None, :], x.lP, x.lD)[0]
-    Y, W = spec.resampler().replicates(x.lL, fitted, 5, weights=x.w)
+    Y, W = spec.replicates(x.lL, fitted, 5, weights=x.w)
     br = minimize_huber_lse(x.lP, x.lD, Y, np.broadcast_to(theta, (spec.n_boot, 5)), W=W,
                             max_iter=max_iter, tol=BOOT_TOL, **x.opts)
     good = br.converged & np.isfinite(br.x).all(axis=1)

@@ -164,14 +164,13 @@ def fit_data_constrained(
 ) -> DataConstrainedFit:
     """Fit Eq. 5 to runs (N params, D tokens, U unique tokens, final loss).
 
-    ``recipe="authors"``: their objective (summed Huber, delta 1e-3, on log L) from their start
-    grid {6.67, 13.33, 20}^2 of (R_D*, R_N*); ``"robust"``: the same objective from a wide
-    log-spaced grid (0.5 .. 1000)^2. ``grid``: explicit (R_D*, R_N*) starts (one start = a local
-    optimisation from there). ``free="all"`` also fits the five Chinchilla coefficients,
-    starting from ``coefficients``; U_N always uses ``coefficients`` (as the authors' inputs do).
-    The default bootstrap resamples runs (``"pairs"``): R_N* is informed by the few runs with
-    N > U_N only, and a residual bootstrap, which moves residuals between runs, shifts it
-    (its 90% interval on the 182 runs excludes the estimate).
+    ``recipe="authors"``: their objective from their start grid {6.67, 13.33, 20}^2 of (R_D*, R_N*);
+    ``"robust"``: the same objective from a log-spaced grid (0.5 .. 1000)^2; ``grid``: explicit
+    (R_D*, R_N*) starts. ``free="all"`` also fits the five Chinchilla coefficients from
+    ``coefficients``; U_N always uses ``coefficients`` (as the authors' inputs do). The default
+    bootstrap resamples runs (``"pairs"``): R_N* is informed by the few runs with N > U_N only,
+    and a residual bootstrap, moving residuals between runs, shifts it (its 90% interval on the
+    182 runs excludes the estimate).
     """
     if free not in ("R", "all"):
         raise ValueError(f"free must be 'R' or 'all', got {free!r}")
@@ -235,9 +234,13 @@ def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float 
     a, b, e, al, be = (float(c) for c in coefficients)
     params = {"R_D_star": float(R_D_star), "R_N_star": float(R_N_star), "E": math.exp(e), "A": math.exp(a),
               "B": math.exp(b), "alpha": al, "beta": be}
+    return _given(params, (math.log(R_D_star), math.log(R_N_star)), (a, b, e, al, be))
+
+
+def _given(params: dict, theta, coefficients, free: bool = False) -> DataConstrainedFit:
     return DataConstrainedFit(law="data-constrained", params=params, objective=math.nan, n=0, recipe="given",
-                              loss="huber_log", converged=True, theta=(math.log(R_D_star), math.log(R_N_star)),
-                              coefficients=(a, b, e, al, be), status="given")
+                              loss="huber_log", converged=True, theta=tuple(theta), coefficients=tuple(coefficients),
+                              free=free, status="given")
 
 
 def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:
@@ -274,10 +277,7 @@ def read_data_constrained(path) -> DataConstrainedFit:
         d = json.loads(p.read_text())
         d = d.get("fit", d)
         if d.get("free"):  # all seven fitted: theta = (a, b, e, alpha, beta, log R_D*, log R_N*)
-            return DataConstrainedFit(law="data-constrained", params=dict(d["params"]), objective=math.nan, n=0,
-                                      recipe="given", loss="huber_log", converged=True,
-                                      theta=tuple(map(float, d["theta"])), coefficients=tuple(d["coefficients"]),
-                                      free=True, status="given")
+            return _given(dict(d["params"]), map(float, d["theta"]), d["coefficients"], free=True)
         return data_constrained_law(d["params"]["R_D_star"], d["params"]["R_N_star"], coefficients=d["coefficients"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{p}: not a saved data-constrained fit ({type(exc).__name__}: {exc})") from exc

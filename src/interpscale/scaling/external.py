@@ -8,8 +8,7 @@ or a column, e.g. the batch size in tokens) where the tokens cell is empty::
 
     runs = read_runs("ladder.csv", params="N", tokens="throughput/total_tokens", loss="eval/c4/CE",
                      run="run", step="_step", tokens_per_step="batch_size_in_tokens", last=5)
-    runs.frame            # run, params, tokens, unique_tokens, loss, metric, rows
-    steps = read_runs(..., last=None).frame   # every logged row, mapped (for ladder step 2)
+    runs.frame  # run, params, tokens, unique_tokens, loss, metric, rows (last=None: every logged row)
 
 A mapping value may also be ``{column: weight}``: the weighted mean of several columns per row
 (e.g. MMLU's four categories). Bad input raises :class:`interpscale.errors.UserError` naming the
@@ -163,13 +162,9 @@ def read_runs(paths: Union[str, Path, Sequence[Union[str, Path]]], *, params: Co
               unique_tokens: Column = None, loss: Column = None, metric: Column = None, run: str | None = None,
               step: str | None = None, tokens_per_step: Union[str, float, None] = None,
               last: int | None = 1) -> RunTable:
-    """Read runs from one or more tables by column mapping (see the module docstring).
-
-    ``last=K`` reduces each run (rows of one ``run`` value; without ``run``, the whole file
-    when ``step`` is mapped, else every row is a run of its own) to one row; ``last=None``
-    keeps every logged row. At least one of ``loss`` and
-    ``metric`` must be mapped.
-    """
+    """Read runs from one or more tables by column mapping (module doc). A run is the rows of one
+    ``run`` value (without ``run``: the file when ``step`` is mapped, else each row); ``last=K``
+    reduces it to one row, ``last=None`` keeps every logged row. Map ``loss`` and/or ``metric``."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not files:
         raise UserError("read_runs: no files given")

@@ -169,12 +169,12 @@ def _fit_slices(Cs: np.ndarray, P: np.ndarray, L: np.ndarray, window, minimum) -
 
 def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
     """(log P*, L*, degenerate) of every replicate and used slice, each (S, slices)."""
-    rs = spec.resampler()
+    rng = np.random.default_rng(spec.seed)
     if spec.kind == "residual":
         resid = np.concatenate([f["y"] - f["fitted"] for f in used])
-        draws = resample_noise(rs.rng, resid, (spec.n_boot, resid.size), 3 * len(used))  # (S, window points)
+        draws = resample_noise(rng, resid, (spec.n_boot, resid.size), 3 * len(used))  # (S, window points)
     elif spec.kind == "cluster":
-        Wall = rs.weights(n_rows)  # (S, rows of the table)
+        Wall = spec.weights(rng, n_rows)  # (S, rows of the table)
     out, pos = [], 0
     for f in used:
         k = len(f["x"])
@@ -182,7 +182,7 @@ def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
             out.append(replicate_residual(f, f["fitted"][None, :] + draws[:, pos : pos + k], minimum))
             pos += k
         else:  # pairs within the window, or whole clusters
-            Wt = pairs_weights(rs.rng, k, spec.n_boot) if spec.kind == "pairs" else Wall[:, f["idx"]]
+            Wt = pairs_weights(rng, k, spec.n_boot) if spec.kind == "pairs" else Wall[:, f["idx"]]
             out.append(replicate_weighted(f, Wt))
     return tuple(np.column_stack([o[i] for o in out]) for i in range(3))
 

@@ -110,20 +110,12 @@ class LadderFit:
     step1: TaskLossFit
     step2: SigmoidFit | None = None
 
-    @property
-    def converged(self) -> bool:
-        return self.step1.converged and (self.step2 is None or self.step2.converged)
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        return self.step1.warnings + (self.step2.warnings if self.step2 else ())
+    converged = property(lambda self: self.step1.converged and (self.step2 is None or self.step2.converged))
+    warnings = property(lambda self: self.step1.warnings + (self.step2.warnings if self.step2 else ()))
 
     @property
     def ci(self) -> dict:
-        out = dict(self.step1.ci)
-        if self.step2:
-            out.update({f"step2_{k}": v for k, v in self.step2.ci.items()})
-        return out
+        return dict(self.step1.ci) | {f"step2_{k}": v for k, v in (self.step2.ci if self.step2 else {}).items()}
 
     def predict(self, N, D) -> np.ndarray:
         """Step 1: predicted task loss."""
@@ -150,10 +142,7 @@ class LadderFit:
         return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}
 
     def summary(self) -> str:
-        out = [self.step1.summary()]
-        if self.step2:
-            out.append(self.step2.summary())
-        return "\n".join(out)
+        return "\n".join(f.summary() for f in (self.step1, self.step2) if f is not None)
 
 
 def _step1_authors(N, D, L, delta, w):

@@ -1,17 +1,9 @@
-"""Fit a published law to an external run table (``interpscale fit law LAW FILE ...``).
-
-``fit_law_table(law, paths, ...)`` reads the table(s) with :func:`read_runs` (column mapping,
-per-step logs reduced by ``last``) and fits
-
-* ``chinchilla`` -- the joint fit (Eq. 27) on (params, tokens, loss);
-* ``data-constrained`` -- Eq. 5 of Muennighoff et al. on (params, tokens, unique_tokens, loss);
-* ``overtraining`` -- Gadre et al.'s one-exponent law on (params, tokens, loss), and, when a
-  metric (downstream error) is mapped, the error law Err(L) on the runs' (loss, metric);
-* ``ladder`` -- Bhagia et al.'s step 1 on (params, tokens, loss = task loss) and, when a metric
-  (accuracy) is mapped on per-step logs (``run``/``step``), step 2 on every logged checkpoint
-  (first 10% skipped, moving average over ``last``).
-
-It returns a :class:`LawTableFit`: the fit(s), the runs used, and a JSON-ready ``to_dict``.
+"""Fit a published law to an external run table (``interpscale fit law LAW FILE ...``): the table(s)
+read by :func:`read_runs` (column mapping, per-step logs reduced by ``last``), then ``chinchilla``
+(Eq. 27) or ``data-constrained`` (Muennighoff et al. Eq. 5, needs ``unique_tokens``) on the runs;
+``overtraining`` (Gadre et al.) with the error law Err(L) when a metric is mapped; ``ladder``
+(Bhagia et al.) step 1, and step 2 on every logged checkpoint when a metric is mapped on per-step
+logs (first 10% skipped, moving average over ``last``).
 """
 
 from __future__ import annotations
@@ -54,10 +46,7 @@ class LawTableFit:
     def summary(self) -> str:
         head = f"{self.law} fit of {len(self.runs)} runs from {', '.join(self.source)}" + (
             f" (mean of the last {self.last} logged rows per run)" if self.last and self.last > 1 else "")
-        parts = [head, self.fit.summary()]
-        if self.extra is not None:
-            parts.append(self.extra.summary())
-        return "\n".join(parts)
+        return "\n".join([head] + [f.summary() for f in (self.fit, self.extra) if f is not None])
 
 
 def _boot(n_boot, level, seed) -> dict:
@@ -82,7 +71,6 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
     mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
                    step=step, tokens_per_step=tokens_per_step)
     table: RunTable = read_runs(paths, last=last, **mapping)
-    r = table.frame
     P, D, L = table.column("params"), table.column("tokens"), table.column("loss")
     boot = _boot(n_boot, level, seed)
     extra = None
@@ -103,4 +91,4 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
             x, y, g = checkpoint_points(steps["run"], steps["loss"], steps["metric"], window=max(int(last), 1))
             ck = dict(checkpoint_loss=x, checkpoint_accuracy=y, checkpoint_groups=g)
         fit = fit_ladder(P, D, L, recipe=recipe, task_min=task_min, **ck, **boot)
-    return LawTableFit(law=law, fit=fit, runs=r, source=table.source, last=last, extra=extra)
+    return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra)

@@ -159,7 +159,7 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
     Returns (draws (n_ok, k), n_ok, messages): replicates whose optimiser did not converge
     or ended non-finite are dropped and counted."""
     fitted = law.model(theta[None, :], X)[0][0]
-    Y, W = spec.resampler().replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
+    Y, W = spec.replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
     if keep is not None:
         keep = np.asarray(keep, bool)
         if Y.ndim == 2:

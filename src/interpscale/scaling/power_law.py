@@ -139,7 +139,7 @@ def fit_power_law(
                       x_range=(float(x.min()), float(x.max())), resid=resid)
     if spec.n_boot <= 0:
         return fit
-    Y, WB = spec.resampler().replicates(ly, fitted, 2, weights=w)
+    Y, WB = spec.replicates(ly, fitted, 2, weights=w)
     if Y.ndim == 1:  # pairs / cluster: the observed logs under (S, n) multiplicities
         Y = np.broadcast_to(Y, WB.shape)
     elif WB is not None:
