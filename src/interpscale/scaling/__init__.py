@@ -40,10 +40,9 @@ from .forecasting import (
     ForecastOptions,
     calibrate,
     forecast_family,
-    forecast_from_results,
     register_method,
 )
-from .ledger import Forecast, ForecastLedger, inputs_hash
+from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
 from .data_constrained import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
                                fit_data_constrained)
 from .external import RunTable, read_runs

@@ -1,27 +1,16 @@
 """Backtests: how well does each forecast method forecast a budget it has not seen?
 
-Two schemes over the compute budgets (IsoFLOP slices) of a results table, both run on the one
-fold machinery of ``forecasting.fold_forecasts`` (``forecasting.rolling_origin``, which picks
-the default forecast method, is the same machinery with every larger budget held out):
-
-* ``rollout`` -- fit on the smallest k budgets, forecast budget k+1 (k = min_train, ...), the
-  expanding-window test of how a law extrapolates to the next, larger budget;
-* ``loo`` -- leave one budget out, fit on the rest, forecast it.
-
-Methods: the forecast methods by name (``forecasting.METHODS``: ``isoflop-powerlaw`` -- slice
-minima and the power laws P*(C), L*(C), Eq. 25-26, scored on the held-out slice's L* and P*;
-``joint`` -- the Chinchilla surface, Eq. 27, scored on every held-out run and on the held-out
-slice's minimum through its compute-optimal L*(C); ``isoflop-saturating``; a registered law)
-and ``bounded`` (the metric fits of Eq. 29 against compute, one per metric column). Each
-forecast carries the fit's bootstrap prediction interval (curve uncertainty + observation
-noise); the table records whether it covered the observation. With ``target_compute`` the
-leave-one-out fits also forecast that compute, and ``forecast_shift()`` reports how far
-dropping one budget moves each method's forecast (a stability diagnostic).
+Two schemes over the compute budgets (IsoFLOP slices), on the fold machinery of
+``forecasting.fold_forecasts``: ``rollout`` (fit the smallest k budgets, forecast budget k+1) and
+``loo`` (leave one budget out). Methods: the forecast methods by name (``forecasting.METHODS``;
+``isoflop-powerlaw`` is scored on the held-out slice's L* and P*, ``joint`` on every held-out run
+and the slice's compute-optimal L*) and ``bounded`` (the metric fits of Eq. 29 against compute).
+Each forecast carries the fit's bootstrap prediction interval and whether it covered the
+observation; with ``target_compute``, ``forecast_shift()`` says how far leaving one budget out
+moves each method's forecast there (a stability diagnostic).
 
     bt = backtest(results, n_boot=200)
-    bt.summary()            # text: error and coverage of each method
-    bt.errors()             # one row per (family, method, quantity, scheme)
-    bt.to_frame()           # one row per forecast
+    bt.summary(); bt.errors(); bt.to_frame()
 """
 
 from __future__ import annotations
@@ -260,15 +249,12 @@ def backtest(
     target_compute: float | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
-    """Backtest each method (a forecast method by name, or ``"bounded"`` for the metric fits)
-    on each family of ``results`` (one row per checkpoint; the columns of ``fit_families`` plus
-    ``budget``), on the fold machinery of ``forecasting.fold_forecasts``. ``min_train`` is the smallest number of
-    budgets a rollout fits on. ``groups`` (one label per row of ``results``, e.g. its
-    ``run_id`` column) switches the joint fit to a cluster bootstrap. ``metrics``: metric
-    columns for the ``bounded`` method (default: every METRICS column present). ``loss`` may
-    name another column (e.g. bits per byte). ``minimum``: how slice minima are read, for the
-    fits and the held-out observations alike. Fits that fail are recorded with their reason in
-    ``status``, never dropped silently."""
+    """Backtest each method (by name, or ``"bounded"``) on each family of ``results`` (the
+    columns of ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout
+    fits on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint
+    fit; ``metrics``: the ``bounded`` columns (default: every METRICS column present);
+    ``minimum``: how slice minima are read, for fits and observations alike. A fit that fails
+    is recorded with its reason in ``status``, never dropped."""
     level = check_level(level)
     _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     warnings: list[str] = []
@@ -293,7 +279,8 @@ def backtest(
         if not has_c:
             sub = sub.assign(flops=sub["slice_flops"])
         o = ForecastOptions(loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window,
-                            tolerance=tolerance, k=flops_per_token_per_param(sub, "flops"), minimum=minimum)
+                            tolerance=tolerance, k=flops_per_token_per_param(sub, "flops"), minimum=minimum,
+                            calibration="distance")  # raw intervals are scored here: no spreads needed
         budgets = np.sort(sub["slice_flops"].dropna().unique())
         if len(budgets) <= min_train and "rollout" in schemes:
             warnings.append(f"{fam}: {len(budgets)} budget(s); a rollout needs more than min_train = {min_train}")

@@ -20,18 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, check_level, jsonable, quiet
+from ._base import jsonable, quiet
 from .calibration import calibrate, conformal_quantile, spread
 from .forecast_methods import CALIBRATIONS, METHODS, ForecastMethod, ForecastOptions, get_method, register_method
 from .isoflop import slice_minimum
-from .ledger import inputs_hash
-from .tables import (ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows,
-                     slice_rows)
+from .tables import flops_per_token_per_param, slice_rows
 
 __all__ = ["CALIBRATIONS", "METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast",
-           "calibrate", "calibrated", "choose_method", "conformal_quantile", "fit_flags", "fold_forecasts",
-           "forecast_family", "forecast_from_results", "forecast_runs", "forecast_table", "get_method",
-           "register_method", "rolling_origin"]
+           "calibrate", "calibrated", "choose_method", "conformal_quantile", "fold_forecasts", "forecast_family",
+           "forecast_runs", "forecast_table", "get_method", "register_method", "rolling_origin"]
 
 
 # ---- rolling origin: the one fold machinery (scaling.backtest runs its schemes on it) ----
@@ -93,7 +90,7 @@ def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[in
 
 def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: ForecastOptions) -> list[dict]:
     """The rows of one method's forecast of one target: predicted with its bootstrap PI, the log
-    error, the fit's bootstrap log spread there (``calibration.spread``; nan without bootstrap);
+    error, the fit's bootstrap log spread there (``calibration.spread``; studentized rules only);
     for an IsoFLOP power-law fit also the compute-optimal size P* (Eq. 26)."""
     base = dict(method=name, origin=origin, ratio=t["compute"] / origin, **{k: t[k] for k in (
         "quantity", "held_out", "compute", "params", "tokens", "observed")})
@@ -101,7 +98,8 @@ def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: Foreca
     ok = bool(np.isfinite(pred) and pred > 0)
     status = t["status"] if t["status"] != "ok" else ("ok" if ok else "no finite prediction")
     err = math.log(t["observed"] / pred) if ok and status == "ok" else math.nan
-    s = spread(m, fit, t["compute"], o, t["params"], t["tokens"]) if o.n_boot and ok else math.nan
+    s = math.nan if o.calibration == "distance" or not ok else spread(m, fit, t["compute"], o, t["params"],
+                                                                      t["tokens"])
     out = [dict(base, predicted=pred, lo=lo, hi=hi, log_error=err, spread=s, status=status)]
     if hasattr(fit, "power_P") and t["quantity"] == "L_star":
         P = float(fit.power_P.predict(t["compute"]))
@@ -184,9 +182,12 @@ def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
 def calibrated(m: ForecastMethod, fit, compute: float, o: ForecastOptions, errors: pd.DataFrame, ratio: float,
                params=None, tokens=None) -> tuple[float, float, float, float, float, float]:
     """(prediction, bootstrap PI lo, hi, calibrated lo, hi, m) of ``fit`` at the target: ``calibrate``
-    by ``o.calibration`` on the backtest forecasts of ``m`` in ``errors`` (``rolling_origin``)."""
+    by ``o.calibration`` on the backtest forecasts of ``m`` in ``errors`` (``rolling_origin``);
+    without a scored one, the bootstrap prediction interval stands."""
     pred, lo, hi = m.predict(fit, compute, o, params, tokens)
-    e = errors[(errors["method"] == m.name) & (errors["status"] == "ok")]
+    e = errors[(errors["method"] == m.name) & (errors["status"] == "ok")].dropna(subset=["log_error"])
+    if e.empty:
+        return pred, lo, hi, lo, hi, 0.0
     stud = o.calibration != "distance"
     cal = calibrate(pred, *m.interval(fit, compute, o, params, tokens), ratio, e["log_error"], e["ratio"], o.level,
                     spreads=e["spread"] if stud else None, signed=o.calibration == "studentized-signed",
@@ -325,74 +326,6 @@ def _positive(target_compute) -> float:
     if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
         raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     return float(target_compute)
-
-
-def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warnings) -> pd.DataFrame:
-    """One family's rows of ``results`` (``family`` required when the table has several)."""
-    for col in ("params", "tokens", loss):
-        if col not in results.columns:
-            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
-    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="forecast")
-    if "family" in df.columns:
-        fams = sorted(df["family"].dropna().unique(), key=str)
-        if family is None and len(fams) > 1:
-            raise ValueError(f"the table has several families {fams}; pass family=")
-        if family is not None:
-            if family not in fams:
-                raise ValueError(f"family {family!r} not in the table; have {fams}")
-            df = df[df["family"] == family]
-    df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller="forecast")
-    return df.dropna(subset=["params", "tokens", loss])
-
-
-def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
-                          method: str | None = None, loss: str = "loss", params: float | None = None,
-                          tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
-                          n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
-                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
-                          force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
-    """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
-    keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these
-    options). A fit flagged by :func:`fit_flags` is refused with a ValueError saying why, unless
-    ``force``; then the flags go into ``note``."""
-    _positive(target_compute)
-    warnings: list[str] = []
-    df = _family_rows(results, family, estimator, annealed, loss, warnings)
-    o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
-                        tolerance=tolerance, k=flops_per_token_per_param(df, "flops"), calibration=calibration)
-    fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
-    b, flags = fc.best, fit_flags(fc.best.fit)
-    if flags and not force:
-        raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
-                         "forecast and interval are not to be trusted (pass force=True, CLI --force, to record it "
-                         "anyway with the flag stored in its note)")
-    if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
-        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
-                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
-                         "add budgets (3 or more IsoFLOP slices) or use another method")
-    options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
-                   n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
-                   flops_per_token_per_param=o.k, calibration=calibration)
-    cols = [c for c in ("family", "slice_flops", "flops", "params", "tokens", loss) if c in df.columns]
-    return dict(target_compute=float(target_compute), predicted=b.predicted, lo=b.lo, hi=b.hi, raw_lo=b.raw_lo,
-                raw_hi=b.raw_hi, level=o.level, method=fc.chosen, chosen_by=fc.chosen_by, ratio=fc.ratio,
-                backtest={k: v.backtest_error for k, v in fc.methods.items()}, quantity=loss, family=family,
-                params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols),
-                calibration=calibration, **({"note": "FLAGGED: " + "; ".join(flags)} if flags else {}))
-
-
-def fit_flags(fit: Any) -> list[str]:
-    """Why a forecast from ``fit`` is not to be trusted: a fit that does not identify L_inf or its
-    exponents (``identified``), did not converge, or has flagged IsoFLOP intervals."""
-    out = []
-    if getattr(fit, "identified", True) is False:
-        why = [w for w in getattr(fit, "warnings", ()) if "identif" in w or "exponent" in w]
-        out.append("not identified" + (f" ({why[0]})" if why else ""))
-    if getattr(fit, "converged", True) is False:
-        out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
-    if getattr(fit, "flagged", False):
-        out.append("unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)")
-    return out
 
 
 def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "joint",

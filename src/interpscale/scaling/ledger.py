@@ -1,13 +1,10 @@
 """A forecast ledger: write the prediction down before the big run, check it after.
 
-The paper's Figure 24 workflow (the joint law's forecast ``paper.STEERLING_8B_FORECAST["joint"]``
-for Steerling-8B at ``paper.STEERLING_8B_COMPUTE`` FLOPs, observed ``paper.STEERLING_8B["loss"]``)
-made auditable: ``record`` stores the target compute, the predicted value with its calibrated
-prediction interval and the raw bootstrap interval (``forecasting.calibrate``), the method and
-how it was chosen, a hash of the fit's inputs (the rows and options it saw) and the UTC date;
-``check`` adds the observed value and its date and scores both intervals. One JSON object per
-line (JSONL); every write replaces the file atomically, so a crash never leaves a half-written
-ledger.
+The paper's Figure 24 workflow (``paper.STEERLING_8B_FORECAST["joint"]`` at
+``paper.STEERLING_8B_COMPUTE`` FLOPs, observed ``paper.STEERLING_8B["loss"]``) made auditable:
+``record`` stores the prediction with its calibrated and raw bootstrap intervals, the method, how
+it was chosen, the calibration rule, a hash of the fit's inputs and the UTC date; ``check`` adds
+the observation and scores both intervals. One JSON object per line, every write atomic.
 
     ledger = ForecastLedger("forecasts.jsonl")
     fc = ledger.record(**forecast_from_results(df, target_compute=paper.STEERLING_8B_COMPUTE))
@@ -22,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -30,26 +26,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale._atomic import atomic_write_text
+from interpscale._jsonl import iter_jsonl
+
 from ._base import DEFAULT_LEVEL, check_level, jsonable
+from .forecasting import ForecastOptions, forecast_family
+from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same directory, then os.replace (the scaling package imports nothing
-    else from interpscale, so it carries this two-line form of ``interpscale._atomic``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def inputs_hash(table: pd.DataFrame, options: Mapping[str, Any] | None = None,
@@ -152,11 +138,8 @@ class ForecastLedger:
         if not self.path.exists():
             return []
         out = []
-        for i, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
+        for i, d in iter_jsonl(self.path):
             try:
-                d = json.loads(line)
                 extra = set(d) - _FIELDS
                 if extra:
                     raise ValueError(f"unknown field(s) {sorted(extra)}")
@@ -166,8 +149,8 @@ class ForecastLedger:
         return out
 
     def _save(self, forecasts: Sequence[Forecast]) -> None:
-        text = "".join(json.dumps(f.to_dict(), sort_keys=True, allow_nan=False) + "\n" for f in forecasts)
-        _write_atomic(self.path, text)
+        atomic_write_text(self.path, "".join(json.dumps(f.to_dict(), sort_keys=True, allow_nan=False) + "\n"
+                                             for f in forecasts))
 
     def get(self, forecast_id: str) -> Forecast:
         """The forecast whose id starts with ``forecast_id`` (a unique prefix is enough)."""
@@ -216,3 +199,72 @@ class ForecastLedger:
         done = dataclasses.replace(target, observed=float(observed), checked=checked or _now())
         self._save([done if f.id == target.id else f for f in self.load()])
         return done
+
+
+def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warnings) -> pd.DataFrame:
+    """One family's rows of ``results`` (``family`` required when the table has several)."""
+    for col in ("params", "tokens", loss):
+        if col not in results.columns:
+            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
+    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="forecast")
+    if "family" in df.columns:
+        fams = sorted(df["family"].dropna().unique(), key=str)
+        if family is None and len(fams) > 1:
+            raise ValueError(f"the table has several families {fams}; pass family=")
+        if family is not None:
+            if family not in fams:
+                raise ValueError(f"family {family!r} not in the table; have {fams}")
+            df = df[df["family"] == family]
+    df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller="forecast")
+    return df.dropna(subset=["params", "tokens", loss])
+
+
+def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
+                          method: str | None = None, loss: str = "loss", params: float | None = None,
+                          tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
+                          n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
+                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
+                          force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
+    """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
+    keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these
+    options). A fit flagged by :func:`fit_flags` is refused with a ValueError saying why, unless
+    ``force``; then the flags go into ``note``."""
+    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    warnings: list[str] = []
+    df = _family_rows(results, family, estimator, annealed, loss, warnings)
+    o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
+                        tolerance=tolerance, k=flops_per_token_per_param(df, "flops"), calibration=calibration)
+    fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
+    b, flags = fc.best, fit_flags(fc.best.fit)
+    if flags and not force:
+        raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
+                         "forecast and interval are not to be trusted (pass force=True, CLI --force, to record it "
+                         "anyway with the flag stored in its note)")
+    if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
+        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
+                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
+                         "add budgets (3 or more IsoFLOP slices) or use another method")
+    options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
+                   n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
+                   flops_per_token_per_param=o.k)
+    cols = [c for c in ("family", "slice_flops", "flops", "params", "tokens", loss) if c in df.columns]
+    return dict(target_compute=float(target_compute), predicted=b.predicted, lo=b.lo, hi=b.hi, raw_lo=b.raw_lo,
+                raw_hi=b.raw_hi, level=o.level, method=fc.chosen, chosen_by=fc.chosen_by, ratio=fc.ratio,
+                backtest={k: v.backtest_error for k, v in fc.methods.items()}, quantity=loss, family=family,
+                params=params, tokens=tokens, inputs_hash=inputs_hash(df, options, columns=cols),
+                calibration=calibration, **({"note": "FLAGGED: " + "; ".join(flags)} if flags else {}))
+
+
+def fit_flags(fit: Any) -> list[str]:
+    """Why a forecast from ``fit`` is not to be trusted: a fit that does not identify L_inf or its
+    exponents (``identified``), did not converge, or has flagged IsoFLOP intervals."""
+    out = []
+    if getattr(fit, "identified", True) is False:
+        why = [w for w in getattr(fit, "warnings", ()) if "identif" in w or "exponent" in w]
+        out.append("not identified" + (f" ({why[0]})" if why else ""))
+    if getattr(fit, "converged", True) is False:
+        out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
+    if getattr(fit, "flagged", False):
+        out.append("unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)")
+    return out
