@@ -1,7 +1,5 @@
-"""``interpscale data prepare SOURCE --out DIR``: tokenize a corpus into memory-mapped shards.
-
-``interpscale data info DIR`` prints what a prepared directory holds.
-"""
+"""``interpscale data prepare SOURCE --out DIR``: tokenize a corpus into memory-mapped shards;
+``interpscale data info DIR``: what a prepared directory holds."""
 
 from __future__ import annotations
 
@@ -79,18 +77,16 @@ def run(args: argparse.Namespace) -> int:
         from interpscale.data import open_data
 
         data = open_data(args.dir)
-        m = data.meta
         sys.stdout.write(f"{args.dir}: vocab {data.vocab_size}, {data.n_concepts} concepts, special ids "
                          f"{data.special_ids}\n")
-        for s, v in m.get("splits", {}).items():
+        for s, v in data.meta.get("splits", {}).items():
             sys.stdout.write(f"  {s}: {v['tokens']:,} tokens, {v['docs']:,} documents, {v['chunks']:,} chunks, "
                              f"{v['labels']:,} labels\n")
         return 0
     from interpscale.data import prepare
 
     out = prepare(args.sources, args.out, slurm=_slurm_params(args.slurm), progress=True, fmt=args.format,
-                  tokenizer=args.tokenizer, concepts=args.concepts,
-                  document_per_file=args.document_per_file,
+                  tokenizer=args.tokenizer, concepts=args.concepts, document_per_file=args.document_per_file,
                   **given(args, "executor", "max_parallel", "workers", "vocab_size", "val_fraction", "seed",
                           sample_bytes="tokenizer_sample_bytes"))
     meta = json.loads((out / "meta.json").read_text())

@@ -36,13 +36,12 @@ def corpus_sha(path: str | os.PathLike) -> str:
     return file_sha(*(Path(path) / n for n in names), named=True)
 
 
-def _read_blocks(path: Path, dtype) -> Iterator[np.ndarray]:
+def _blocks(path: str, dtype, start: int) -> Iterator[tuple[slice, np.ndarray]]:
+    """The array in ``path`` block by block, each with its slice of the output from ``start``."""
     with open(path, "rb") as f:
-        while True:
-            a = np.fromfile(f, dtype=dtype, count=_BLOCK)
-            if not a.size:
-                return
-            yield a
+        while (a := np.fromfile(f, dtype=dtype, count=_BLOCK)).size:
+            yield slice(start, start + a.size), a
+            start += a.size
 
 
 @contextlib.contextmanager
@@ -102,21 +101,14 @@ def _write_split(out: Path, s: str, markers: list[dict], remaps: list, tot: dict
         if offs is not None:
             offs[0] = 0
         for i, m in enumerate(markers):
-            pre = f"{part_prefix(out, i)}.{s}"
-            c = c0
-            for a in _read_blocks(Path(f"{pre}.eoc"), np.int64):
-                ends[c: c + a.size] = a + t0
-                c += a.size
-            c, run = c0, l0
-            for a in _read_blocks(Path(f"{pre}.count"), np.uint32):
-                cum = np.cumsum(a, dtype=np.int64) + run
-                offs[c + 1: c + 1 + a.size] = cum
+            pre, run = f"{part_prefix(out, i)}.{s}", l0
+            for sl, a in _blocks(f"{pre}.eoc", np.int64, c0):
+                ends[sl] = a + t0
+            for sl, a in _blocks(f"{pre}.count", np.uint32, c0 + 1):
+                offs[sl] = cum = np.cumsum(a, dtype=np.int64) + run
                 run = int(cum[-1])
-                c += a.size
-            li = l0
-            for a in _read_blocks(Path(f"{pre}.labels"), np.uint32):
-                labs[li: li + a.size] = a if remaps[i] is None else remaps[i][a]
-                li += a.size
+            for sl, a in _blocks(f"{pre}.labels", np.uint32, l0):
+                labs[sl] = a if remaps[i] is None else remaps[i][a]
             t0 += m[s]["tokens"]
             c0 += m[s]["chunks"]
             l0 += m[s]["labels"]

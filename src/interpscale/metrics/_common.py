@@ -58,6 +58,16 @@ def block_size(model: nn.Module, default: int = 64) -> int:
     return default if not b else int(b)
 
 
+def generate_text(model: nn.Module, tokenizer, ids: list[int], n_new: int, max_len: int, **options) -> str:
+    """``model.generate``'s ``n_new`` tokens after ``ids`` (cut to leave them room in ``max_len``),
+    up to the model's EOS, decoded (special tokens skipped)."""
+    ids = ids[-(max_len - n_new):]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids], device=model_device(model)), n_new, **options)
+    new, eos = out[0, len(ids):].tolist(), special_id(model, "eos_id")
+    return tokenizer.decode(new[: new.index(eos)] if eos in new else new, skip_special_tokens=True)
+
+
 def logits_of(out: ModelOutput | torch.Tensor) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.logits
 

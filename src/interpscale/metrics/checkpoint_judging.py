@@ -17,7 +17,7 @@ from interpscale.data.tokenizer import load_tokenizer
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, build_judge,
                                 run_steering_benchmark, score_alignment)
 from interpscale.judges.steering import DEFAULT_PROMPTS
-from interpscale.metrics._common import block_size, is_diffusion, model_device, special_id, special_ids
+from interpscale.metrics._common import block_size, generate_text, is_diffusion, model_device, special_ids
 from interpscale.metrics.alignment import concept_top_tokens as _top_ids
 from interpscale.models.steering import Steering
 
@@ -44,26 +44,18 @@ class ZooGenerator:
         ids = self.tokenizer.encode(prompt).ids
         if not ids:
             raise ValueError(f"prompt {prompt!r} encodes to no tokens")
-        room = int(self.model.config.max_seq_len) - int(max_new_tokens)
-        if room < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_seq_len={self.model.config.max_seq_len}")
-        ids = ids[-room:]
+        max_len = int(self.model.config.max_seq_len)
+        if max_len - int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_seq_len={max_len}")
         steer = None
         if card is not None:
             if card.label not in self.index:
                 raise ValueError(f"concept {card.label!r} is not in this model's concept library")
             steer = Steering(concepts=(self.index[card.label],), tau=float(strength if strength is not None else 1.0),
                              layer=self.layer)
-        with torch.no_grad():
-            prompt_ids = torch.tensor([ids], device=model_device(self.model))
-            out = self.model.generate(prompt_ids, int(max_new_tokens),
-                                      temperature=self.temperature, top_k=self.top_k, steer=steer,
-                                      steps_per_block=self.steps, seed=int(seed))
-        new = out[0, len(ids):].tolist()
-        eos = special_id(self.model, "eos_id")
-        if eos in new:
-            new = new[: new.index(eos)]
-        return self.tokenizer.decode(new, skip_special_tokens=True)
+        return generate_text(self.model, self.tokenizer, ids, int(max_new_tokens), max_len,
+                             temperature=self.temperature, top_k=self.top_k, steer=steer,
+                             steps_per_block=self.steps, seed=int(seed))
 
 
 def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from interpscale._atomic import atomic_write_text  # noqa: E402
 from interpscale._jsonl import jsonable  # noqa: E402
 from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
-from interpscale.metrics._common import family_name, is_diffusion, model_device, special_id  # noqa: E402
+from interpscale.metrics._common import family_name, generate_text, is_diffusion, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 
 TASKS_DIR = Path(__file__).with_name("tasks")
@@ -89,7 +89,6 @@ class _InterpscaleLM(LM):
             raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
         self.model = model
         self.tok = load_tokenizer(tokenizer, add_specials=False)
-        self._device = model_device(model)
         self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
         self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
         self.n_samples, self.seed, self.max_gen_toks = int(n_samples), int(seed), int(max_gen_toks)
@@ -136,13 +135,8 @@ class _InterpscaleLM(LM):
             if not gen_kwargs.pop("do_sample", temperature > 0):
                 temperature = 0.0
             ids = self.tok.encode(context, add_special_tokens=False).ids or [self._eos]
-            ids = ids[-(max_length(self.model) - n_new):]
-            prompt = torch.tensor([ids], device=self._device)
-            seq = self.model.generate(prompt, n_new, temperature=temperature, seed=self.seed)
-            new = seq[0, len(ids):].tolist()
-            if self._eos in new:
-                new = new[: new.index(self._eos)]
-            text = self.tok.decode(new)
+            text = generate_text(self.model, self.tok, ids, n_new, max_length(self.model),
+                                 temperature=temperature, seed=self.seed)
             cuts = [text.index(stop) for stop in until if stop and stop in text]
             text = text[: min(cuts)] if cuts else text
             self.cache_hook.add_partial("generate_until", r.args, text)
