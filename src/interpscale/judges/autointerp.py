@@ -18,11 +18,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from interpscale.judges.client import JudgeTask
 from interpscale.judges.build import build_judge
-from interpscale.judges.scorers import ScoreSummary
-from interpscale.judges.types import Judge
-from interpscale.judges.types import JudgeRecord
+from interpscale.judges.client import JudgeTask
+from interpscale.judges.scorers import ScoreSummary, fmt
+from interpscale.judges.types import Judge, JudgeRecord
 
 METHODS = ("top_and_random", "random_only")
 
@@ -94,13 +93,8 @@ class AutoInterpResult:
         lines = [f"Auto-interpretability (explain/simulate, Pearson r), judge: {self.label}", "",
                  "| Method | Units scored | Mean r | Undefined | Parse failures | API errors |", "|---|---|---|---|---|---|"]
         for m, s in self.summaries.items():
-            mean = "n/a" if s.mean is None else f"{s.mean:.3f}"
-            lines.append(f"| {m} | {s.n} | {mean} | {self.n_undefined[m]} | {s.n_parse_failures} | {s.n_api_errors} |")
+            lines.append(f"| {m} | {s.n} | {fmt(s.mean)} | {self.n_undefined[m]} | {s.n_parse_failures} | {s.n_api_errors} |")
         return "\n".join(lines) + "\n"
-
-
-def _excerpt_block(tokens: Sequence[str], shown: np.ndarray) -> str:
-    return "\n".join(f"{t}\t{int(a)}" for t, a in zip(tokens, shown))
 
 
 def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, judge: Judge | None = None,
@@ -131,18 +125,14 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
     for u, plan in enumerate(plans):
         ref = float(max(acts[u, i].max() for i in plan.explain))
         recs = [(list(excerpts[i]), scale_0_10(acts[u, i], ref)) for i in plan.explain]
-        text = "\n---\n".join(_excerpt_block(t, a) for t, a in recs)
+        text = "\n---\n".join("\n".join(f"{t}\t{int(a)}" for t, a in zip(toks, shown)) for toks, shown in recs)
         tasks.append(JudgeTask(t_exp, {"excerpts": text}, data={"records": recs}))
     exp_replies = judge.run(tasks)
     explanations = [r.value if isinstance(r.value, str) else None for r in exp_replies]
     # stage 2: simulate every excerpt a method needs (the random set is shared)
     t_sim = judge.templates["simulate"]
-    need: list[tuple[int, int]] = []
-    for u, plan in enumerate(plans):
-        if explanations[u] is None:
-            continue
-        ids = set(plan.random) | (set(plan.top) if "top_and_random" in methods else set())
-        need += [(u, i) for i in sorted(ids)]
+    need = [(u, i) for u, plan in enumerate(plans) if explanations[u] is not None
+            for i in sorted(set(plan.random) | (set(plan.top) if "top_and_random" in methods else set()))]
     sim_tasks = [JudgeTask(t_sim, {"explanation": explanations[u], "n_tokens": len(excerpts[i]),
                                    "tokens": "\n".join(f"{k + 1}\t{t}" for k, t in enumerate(excerpts[i]))},
                            parse_kwargs={"n": len(excerpts[i])},
@@ -150,16 +140,14 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
                  for u, i in need]
     sim = dict(zip(need, judge.run(sim_tasks)))
     records: dict[str, list[JudgeRecord]] = {m: [] for m in methods}
-    undefined = {m: 0 for m in methods}
     for u, plan in enumerate(plans):
         for m in methods:
             ids = (plan.top + plan.random) if m == "top_and_random" else plan.random
             meta = {"unit": u, "method": m, "explanation": explanations[u], "excerpts": list(ids)}
-            rec = _unit_record(exp_replies[u], [sim.get((u, i)) for i in ids], acts[u, list(ids)], meta)
-            undefined[m] += rec.status == "undefined"
-            records[m].append(rec)
+            records[m].append(_unit_record(exp_replies[u], [sim.get((u, i)) for i in ids], acts[u, list(ids)], meta))
     return AutoInterpResult({m: tuple(v) for m, v in records.items()}, tuple(explanations),
-                            {m: ScoreSummary.of(v) for m, v in records.items()}, undefined,
+                            {m: ScoreSummary.of(v) for m, v in records.items()},
+                            {m: sum(r.status == "undefined" for r in v) for m, v in records.items()},
                             judge.backend, judge.label, judge.usage.to_dict())
 
 
@@ -168,8 +156,7 @@ def _unit_record(exp_reply: Any, sims: list[Any], true: np.ndarray, meta: dict) 
     failed = [r for r in [exp_reply, *sims] if r is None or r.value is None]
     if failed:
         seen = {r.status for r in failed if r is not None}
-        status = "api_error" if "api_error" in seen else "refused" if "refused" in seen \
-            else "parse_error"
+        status = next((st for st in ("api_error", "refused") if st in seen), "parse_error")
         raw = "; ".join(r.raw for r in failed if r is not None)[:2000]
         return JudgeRecord(None, raw, status, cached, None, exp_reply.backend, meta)
     rho = pearson(true.ravel(), np.concatenate([np.asarray(s.value, float) for s in sims]))

@@ -31,26 +31,30 @@ CREATE TABLE IF NOT EXISTS calls (
     created REAL NOT NULL
 )
 """
+_LEDGER_COUNTS = ("requests", "retries", "reasks", "prompt_tokens", "completion_tokens")
 # One row per (run, model): what the run sent and was billed for (prices per 1M tokens).
-_LEDGER = """
+_LEDGER = f"""
 CREATE TABLE IF NOT EXISTS ledger (
     run TEXT NOT NULL,
     model TEXT NOT NULL,
     base_url TEXT NOT NULL,
     started REAL NOT NULL,
     updated REAL NOT NULL,
-    requests INTEGER NOT NULL DEFAULT 0,
-    retries INTEGER NOT NULL DEFAULT 0,
-    reasks INTEGER NOT NULL DEFAULT 0,
-    prompt_tokens INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    {", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in _LEDGER_COUNTS)},
     price_in_per_mtok REAL,
     price_out_per_mtok REAL,
     PRIMARY KEY (run, model)
 )
 """
-_LEDGER_COUNTS = ("requests", "retries", "reasks", "prompt_tokens", "completion_tokens")
 BUSY_TIMEOUT_S = 60.0
+
+
+def token_cost(prompt_tokens: int, completion_tokens: int, price_in: Optional[float],
+               price_out: Optional[float]) -> Optional[float]:
+    """The cost of the tokens at prices per 1M tokens (None unless both prices are known)."""
+    if price_in is None or price_out is None:
+        return None
+    return (prompt_tokens * price_in + completion_tokens * price_out) / 1e6
 
 
 def cache_key(*, model: str, base_url: str, messages: list[dict], sampling: Mapping[str, Any],
@@ -129,7 +133,8 @@ class JudgeCache:
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r)) for r in cur.fetchall()]
         for r in rows:
-            r["cost"] = _cost(r)
+            r["cost"] = token_cost(r["prompt_tokens"], r["completion_tokens"], r["price_in_per_mtok"],
+                                   r["price_out_per_mtok"])
         return rows
 
     def ledger_totals(self) -> dict[str, Any]:
@@ -158,13 +163,6 @@ class JudgeCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _cost(row: Mapping[str, Any]) -> Optional[float]:
-    pin, pout = row.get("price_in_per_mtok"), row.get("price_out_per_mtok")
-    if pin is None or pout is None:
-        return None
-    return (row["prompt_tokens"] * pin + row["completion_tokens"] * pout) / 1e6
 
 
 def _open(path: str, busy_timeout: float) -> sqlite3.Connection:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges import env
-from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key
+from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
 from interpscale.judges.classify import SCORE_OUTPUTS, classify, needs_reask
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL  # noqa: F401  (re-exported)
 from interpscale.judges.replies import MalformedReply, cap
@@ -81,9 +81,7 @@ class UsageStats:
 
     @property
     def cost(self) -> Optional[float]:
-        if self.price_in_per_mtok is None or self.price_out_per_mtok is None:
-            return None
-        return (self.prompt_tokens * self.price_in_per_mtok + self.completion_tokens * self.price_out_per_mtok) / 1e6
+        return token_cost(self.prompt_tokens, self.completion_tokens, self.price_in_per_mtok, self.price_out_per_mtok)
 
     def add_tokens(self, model: str, prompt: int, completion: int) -> None:
         self.prompt_tokens += prompt

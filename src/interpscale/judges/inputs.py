@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from interpscale._jsonl import iter_jsonl
-from interpscale.judges.steering import CONDITIONS
+from interpscale.judges.steering import row_problem
 from interpscale.judges.types import ConceptCard
 
 
@@ -85,15 +85,11 @@ def read_steering_input(path: str | Path) -> list[dict[str, Any]]:
     """Checked steering rows, in the form ``score_steering_continuations`` takes."""
     out = []
     for lineno, row in _rows(path):
-        missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]
-        if missing:
-            raise ValueError(f"{path}: line {lineno}: lacks {', '.join(missing)}")
+        if why := row_problem(row):
+            raise ValueError(f"{path}: line {lineno}: {why}")
         for k in ("prompt", "continuation"):
             if not isinstance(row[k], str):
                 raise ValueError(f"{path}: line {lineno}: '{k}' must be a string")
-        if row["condition"] not in CONDITIONS:
-            raise ValueError(f"{path}: line {lineno}: 'condition' must be one of {', '.join(CONDITIONS)}, "
-                             f"got {row['condition']!r:.40}")
         s = row.get("strength")
         if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s)):
             raise ValueError(f"{path}: line {lineno}: 'strength' must be a finite number")

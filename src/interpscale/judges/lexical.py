@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from interpscale.judges.client import JudgeTask, Reply, UsageStats
 from interpscale.judges.templates import TemplateSet
@@ -126,6 +126,19 @@ def simulate_tokens(explanation: str, tokens: Sequence[str]) -> list[float]:
     return [10.0 if (w := normalize_token(t)) and _stem(w) in vocab else 0.0 for t in tokens]
 
 
+# template name -> the score of a task's ``data``
+_SCORERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "alignment": lambda d: alignment_score(d["card"], d["tokens"]),
+    "steer_concept": lambda d: presence_score(d["card"], d["continuation"]),
+    "steer_quality": lambda d: quality_score(d["continuation"]),
+    "steer_quality_prefix": lambda d: quality_score(d["continuation"]),
+    "steer_instruction": lambda d: instruction_score(d["prompt"], d["continuation"]),
+    "relevance": lambda d: {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])},
+    "explain": lambda d: explain_tokens(d["records"]),
+    "simulate": lambda d: simulate_tokens(d["explanation"], d["tokens"]),
+}
+
+
 class LexicalJudge:
     """Same ``run(tasks)`` interface as JudgeClient; scores from ``task.data``."""
 
@@ -144,24 +157,10 @@ class LexicalJudge:
 
     def run(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
         self.usage.tasks += len(tasks)
-        return [self._one(t) for t in tasks]
-
-    def _one(self, task: JudgeTask) -> Reply:
-        d, name = task.data, task.template.name
-        if name == "alignment":
-            v: Any = alignment_score(d["card"], d["tokens"])
-        elif name == "steer_concept":
-            v = presence_score(d["card"], d["continuation"])
-        elif name.startswith("steer_quality"):
-            v = quality_score(d["continuation"])
-        elif name == "steer_instruction":
-            v = instruction_score(d["prompt"], d["continuation"])
-        elif name == "relevance":
-            v = {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])}
-        elif name == "explain":
-            v = explain_tokens(d["records"])
-        elif name == "simulate":
-            v = simulate_tokens(d["explanation"], d["tokens"])
-        else:
-            raise ValueError(f"the lexical backend cannot score template {name!r}")
-        return Reply(v, f"[lexical] {v}", "lexical", False, None, self.backend)
+        out = []
+        for task in tasks:
+            if task.template.name not in _SCORERS:
+                raise ValueError(f"the lexical backend cannot score template {task.template.name!r}")
+            v = _SCORERS[task.template.name](task.data)
+            out.append(Reply(v, f"[lexical] {v}", "lexical", backend=self.backend))
+        return out

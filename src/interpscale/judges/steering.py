@@ -18,7 +18,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from interpscale.judges.client import JudgeTask
 from interpscale.judges.build import build_judge
@@ -57,16 +57,13 @@ class _Generations:
     a killed benchmark does not regenerate them."""
 
     def __init__(self, path: str | Path | None):
-        self.path = Path(path) if path else None
-        self.done: dict[str, str] = {}
-        if self.path and self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                    self.done[row["key"]] = row["continuation"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a line cut short by a kill
-        self._f = None
+        self.path, self.done, self._f = Path(path) if path else None, {}, None
+        for line in self.path.read_text().splitlines() if self.path and self.path.exists() else []:
+            try:
+                row = json.loads(line)
+                self.done[row["key"]] = row["continuation"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut short by a kill
 
     def get_or_make(self, key: str, make: Callable[[], str]) -> str:
         if key in self.done:
@@ -80,8 +77,7 @@ class _Generations:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 torn = self.path.exists() and self.path.stat().st_size > 0 and not self.path.read_bytes().endswith(b"\n")
                 self._f = open(self.path, "a")
-                if torn:  # a line cut short by a kill: start a fresh line
-                    self._f.write("\n")
+                self._f.write("\n" if torn else "")  # a line cut short by a kill: start a fresh line
             self._f.write(json.dumps({"key": key, "continuation": text}) + "\n")
             self._f.flush()
             os.fsync(self._f.fileno())
@@ -169,15 +165,8 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
             jobs = [_Job(c, p, "steered", s, "select") for c in cidx for p in sel for s in strengths]
             samples += _run_jobs(jobs, **ctx)
             chosen = select_strengths(samples, objective="harmonic3" if instruction_judge else "harmonic")
-        jobs = []
-        for c in cidx:
-            for p in ev:
-                for cond in conditions:
-                    if cond != "steered":
-                        jobs.append(_Job(c, p, cond, None, "eval"))
-                    else:
-                        s = chosen.get(cards[c].label, strengths[0]) if selecting else strengths[0]
-                        jobs.append(_Job(c, p, cond, s, "eval"))
+        jobs = [_Job(c, p, cond, chosen.get(cards[c].label, strengths[0]) if cond == "steered" else None, "eval")
+                for c in cidx for p in ev for cond in conditions]
         samples += _run_jobs(jobs, **ctx)
     finally:
         gens.close()
@@ -193,13 +182,10 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
 def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequence[str], judge: Judge,
               gens: _Generations, generate: GenerateFn, seed: int, max_new_tokens: int, instruction: bool,
               with_prefix: bool, prompting_template: str, progress: bool, generator_id: str) -> list[SteeringSample]:
-    it: Any = jobs
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        it = tqdm(jobs, desc="generate", unit="continuation")
     texts = []
-    for j in it:
+    for j in tqdm(jobs, desc="generate", unit="continuation", disable=not progress):
         card, prompt = cards[j.ci], prompts[j.pi]
         full = prompting_template.format(label=card.label, description=card.description, prompt=prompt) \
             if j.condition == "prompting" else prompt
@@ -245,6 +231,16 @@ def judge_continuations(items: Sequence[dict], *, judge: Judge, instruction: boo
     return out
 
 
+def row_problem(row: Mapping[str, Any]) -> Optional[str]:
+    """What is wrong with a steering row (a missing key, an unknown condition), or None."""
+    missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    if row["condition"] not in CONDITIONS:
+        return f"'condition' must be one of {', '.join(CONDITIONS)}, got {row['condition']!r:.40}"
+    return None
+
+
 def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = None, instruction_judge: bool = False,
                                  quality_with_prefix: bool = False) -> SteeringResult:
     """Judge and aggregate continuations generated elsewhere. Each row:
@@ -252,11 +248,8 @@ def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = 
     judge = build_judge(judge)
     items = []
     for i, row in enumerate(rows):
-        missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]
-        if missing:
-            raise ValueError(f"steering row {i} lacks {missing}")
-        if row["condition"] not in CONDITIONS:
-            raise ValueError(f"steering row {i}: condition must be one of {CONDITIONS}, got {row['condition']!r}")
+        if why := row_problem(row):
+            raise ValueError(f"steering row {i}: {why}")
         card = ConceptCard(str(row["label"]), str(row.get("description", "")), tuple(row.get("words", ()) or ()))
         items.append(dict(card=card, prompt=str(row["prompt"]), continuation=str(row["continuation"]),
                           condition=row["condition"], strength=row.get("strength"), prompt_index=i))

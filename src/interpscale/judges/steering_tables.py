@@ -3,11 +3,11 @@ selection, and the Table 9 / Table 17 layouts. Pure Python (no torch, no I/O).""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from interpscale.judges.scorers import fmt
 from interpscale.judges.types import JudgeRecord
 
 
@@ -54,11 +54,8 @@ class SteeringSample:
                                            "strength", "split", "continuation")}
         for axis in ("concept", "quality", "instruction"):
             r: Optional[JudgeRecord] = getattr(self, f"{axis}_score")
-            d[f"{axis}_score"] = None if r is None else r.score
-            d[f"{axis}_status"] = None if r is None else r.status
-            d[f"{axis}_cached"] = None if r is None else r.cached
-        d["sample_harmonic"] = self.sample_harmonic
-        return d
+            d.update({f"{axis}_{k}": None if r is None else getattr(r, k) for k in ("score", "status", "cached")})
+        return {**d, "sample_harmonic": self.sample_harmonic}
 
 
 def _mean(xs: Sequence[float]) -> Optional[float]:
@@ -88,54 +85,43 @@ class ConditionScores:
     refused: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "eval") -> ConditionScores:
     rows = [s for s in samples if s.condition == condition and s.split == split]
-    c = [s.concept_score.score for s in rows if s.concept_score.score is not None]
-    q = [s.quality_score.score for s in rows if s.quality_score.score is not None]
-    ins = [s.instruction_score.score for s in rows if s.instruction_score is not None and s.instruction_score.score is not None]
-    sh = [h for s in rows if (h := s.sample_harmonic) is not None]
-    mc, mq = _mean(c), _mean(q)
-    recs = [r for s in rows for r in (s.concept_score, s.quality_score, s.instruction_score) if r is not None]
+    recs = {axis: [r for s in rows if (r := getattr(s, f"{axis}_score")) is not None]
+            for axis in ("concept", "quality", "instruction")}
+    scores = {axis: [r.score for r in rs if r.score is not None] for axis, rs in recs.items()}
+    fails = {axis: sum(r.status == "parse_error" for r in rs) for axis, rs in recs.items()}
+    flat = [r for rs in recs.values() for r in rs]
+    mc, mq = _mean(scores["concept"]), _mean(scores["quality"])
     return ConditionScores(
-        condition=condition, concept=mc, quality=mq, harmonic=harmonic(mc, mq), sample_harmonic=_mean(sh),
-        instruction=_mean(ins),
-        concept_expected=_mean([s.concept_score.expected for s in rows if s.concept_score.expected is not None]),
-        quality_expected=_mean([s.quality_score.expected for s in rows if s.quality_score.expected is not None]),
-        n_samples=len(rows), n_concept=len(c), n_quality=len(q),
-        concept_parse_failures=sum(s.concept_score.status == "parse_error" for s in rows),
-        quality_parse_failures=sum(s.quality_score.status == "parse_error" for s in rows),
-        instruction_parse_failures=sum(s.instruction_score is not None and s.instruction_score.status == "parse_error"
-                                       for s in rows),
-        api_errors=sum(r.status == "api_error" for r in recs), refused=sum(r.status == "refused" for r in recs))
+        condition=condition, concept=mc, quality=mq, harmonic=harmonic(mc, mq),
+        sample_harmonic=_mean([h for s in rows if (h := s.sample_harmonic) is not None]),
+        instruction=_mean(scores["instruction"]),
+        concept_expected=_mean([r.expected for r in recs["concept"] if r.expected is not None]),
+        quality_expected=_mean([r.expected for r in recs["quality"] if r.expected is not None]),
+        n_samples=len(rows), n_concept=len(scores["concept"]), n_quality=len(scores["quality"]),
+        concept_parse_failures=fails["concept"], quality_parse_failures=fails["quality"],
+        instruction_parse_failures=fails["instruction"],
+        api_errors=sum(r.status == "api_error" for r in flat), refused=sum(r.status == "refused" for r in flat))
 
 
 def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmonic") -> dict[str, float]:
     """Per concept, the steering strength with the best mean per-sample harmonic on the
     held-out selection prompts (AxBench-style); ties go to the smaller strength."""
-    by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by: dict[str, dict[float, list[float]]] = defaultdict(dict)
     for s in samples:
-        if s.condition != "steered" or s.split != "select" or s.strength is None:
-            continue
-        h = s.sample_harmonic3 if objective == "harmonic3" else s.sample_harmonic
-        by[s.concept][s.strength]  # register the strength even when nothing parsed
-        if h is not None:
-            by[s.concept][s.strength].append(h)
+        if s.condition == "steered" and s.split == "select" and s.strength is not None:
+            h = s.sample_harmonic3 if objective == "harmonic3" else s.sample_harmonic
+            by[s.concept].setdefault(s.strength, []).extend([] if h is None else [h])  # a strength with no parse too
     out = {}
     for concept, per in by.items():
         scored = {st: sum(v) / len(v) for st, v in per.items() if v}
-        if scored:
-            best = max(scored.values())
-            out[concept] = min(st for st, v in scored.items() if v == best)
-        else:
-            out[concept] = min(per)  # nothing parsed: fall back to the gentlest strength
+        # the best mean (ties: the smaller strength); nothing parsed: the gentlest strength
+        out[concept] = min(scored, key=lambda st: (-scored[st], st)) if scored else min(per)
     return out
-
-
-def _f(x: Optional[float]) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
 _NAMES = {"unsteered": "Unsteered", "prompting": "Prompting", "steered": "Steered"}
@@ -156,12 +142,12 @@ class SteeringResult:
         label and the parse-failure counts underneath."""
         lines = ["| Method | Concept ↑ | Quality ↑ | Harmonic ↑ |", "|---|---|---|---|"]
         for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} |")
+            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} |")
         return "\n".join(lines) + "\n\n" + self._footer()
 
     def row17(self, checkpoint: str, condition: str = "steered") -> str:
         c = self.conditions[condition]
-        return f"| {checkpoint} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} | {_f(c.sample_harmonic)} |"
+        return f"| {checkpoint} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} | {fmt(c.sample_harmonic)} |"
 
     def _footer(self) -> str:
         parts = [f"judge: {self.label}"]
@@ -178,8 +164,8 @@ class SteeringResult:
         lines = ["| Method | Concept | Quality | Harmonic | Sample harmonic | n | Concept failures | Quality failures |",
                  "|---|---|---|---|---|---|---|---|"]
         for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {_f(c.concept)} | {_f(c.quality)} | {_f(c.harmonic)} | "
-                         f"{_f(c.sample_harmonic)} | {c.n_samples} | {c.concept_parse_failures} | "
+            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} | "
+                         f"{fmt(c.sample_harmonic)} | {c.n_samples} | {c.concept_parse_failures} | "
                          f"{c.quality_parse_failures} |")
         return "\n".join(lines) + "\n"
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-# Reply formats a template can ask for; each has a parser in judges.parsing.
-OUTPUTS = ("alignment", "rating", "json_scores", "explanation", "activations", "json_object")
+from interpscale.judges.parsing import PARSERS
+
+OUTPUTS = tuple(PARSERS)  # the reply formats a template can ask for, each with its parser
 
 
 @dataclass(frozen=True)
@@ -43,18 +44,17 @@ class PromptTemplate:
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise ValueError(f"template {self.name!r}: output must be one of {OUTPUTS}, got {self.output!r}")
-        for part, text in (("user", self.user), ("system", self.system or "")):
-            try:
-                list(string.Formatter().parse(text))
-            except ValueError as exc:
-                raise ValueError(f"template {self.name!r}: bad placeholder syntax in {part} text: {exc}") from None
+        self.fields  # noqa: B018  (checks the placeholder syntax)
 
     @property
     def fields(self) -> frozenset[str]:
         """Placeholders the template needs."""
         out = set()
-        for text in (self.user, self.system or ""):
-            out.update(f for _, f, _, _ in string.Formatter().parse(text) if f)
+        for part, text in (("user", self.user), ("system", self.system or "")):
+            try:
+                out.update(f for _, f, _, _ in string.Formatter().parse(text) if f)
+            except ValueError as exc:
+                raise ValueError(f"template {self.name!r}: bad placeholder syntax in {part} text: {exc}") from None
         return frozenset(out)
 
     def render(self, values: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -62,15 +62,15 @@ class PromptTemplate:
         missing = sorted(self.fields - set(values))
         if missing:
             raise ValueError(f"template {self.name!r} needs values for {missing}")
-        msgs = []
-        if self.system:
-            msgs.append({"role": "system", "content": self.system.format(**values)})
-        msgs.append({"role": "user", "content": self.user.format(**values)})
-        return msgs
+        msgs = [{"role": "system", "content": self.system.format(**values)}] if self.system else []
+        return msgs + [{"role": "user", "content": self.user.format(**values)}]
+
+
+RATING_REASK = "Reply with exactly one line: Rating: [[0]], Rating: [[1]] or Rating: [[2]]."
 
 
 def _t(name: str, output: str, lo: float, hi: float, user: str, *, system: str | None = None,
-       reask: str, max_tokens: int = 16) -> PromptTemplate:
+       reask: str = RATING_REASK, max_tokens: int = 16) -> PromptTemplate:
     return PromptTemplate(name=name, user=user.strip("\n"), system=system.strip("\n") if system else None,
                           version=f"{name}-v1", output=output, lo=lo, hi=hi, reask=reask, max_tokens=max_tokens)
 
@@ -126,7 +126,7 @@ Reply with exactly one line of the form Rating: [[0]], Rating: [[1]] or Rating: 
 {continuation}
 
 Grade the TEXT now, replying only with Rating: [[0]], Rating: [[1]] or Rating: [[2]].
-""", reask="Reply with exactly one line: Rating: [[0]], Rating: [[1]] or Rating: [[2]].")
+""")
 
 # --- App. M: steering quality score, 0-2; the judge sees only the continuation ---------
 STEER_QUALITY = _t("steer_quality", "rating", 0, 2, user="""
@@ -145,7 +145,7 @@ Reply with exactly one line of the form Rating: [[0]], Rating: [[1]] or Rating: 
 {continuation}
 
 Grade the TEXT now, replying only with Rating: [[0]], Rating: [[1]] or Rating: [[2]].
-""", reask="Reply with exactly one line: Rating: [[0]], Rating: [[1]] or Rating: [[2]].")
+""")
 
 # Paper variant (App. M): the prefix is shown for context but not graded.
 STEER_QUALITY_WITH_PREFIX = _t("steer_quality_prefix", "rating", 0, 2, user="""
@@ -167,7 +167,7 @@ Reply with exactly one line of the form Rating: [[0]], Rating: [[1]] or Rating: 
 {continuation}
 
 Grade the CONTINUATION now, replying only with Rating: [[0]], Rating: [[1]] or Rating: [[2]].
-""", reask="Reply with exactly one line: Rating: [[0]], Rating: [[1]] or Rating: [[2]].")
+""")
 
 # --- AxBench's third judge: does the continuation address the instruction? ------------
 STEER_INSTRUCTION = _t("steer_instruction", "rating", 0, 2, user="""
@@ -189,7 +189,7 @@ Reply with exactly one line of the form Rating: [[0]], Rating: [[1]] or Rating: 
 {continuation}
 
 Grade the RESPONSE now, replying only with Rating: [[0]], Rating: [[1]] or Rating: [[2]].
-""", reask="Reply with exactly one line: Rating: [[0]], Rating: [[1]] or Rating: [[2]].")
+""")
 
 # --- App. C: concept relevance to a text chunk, 1-5 per candidate as JSON ---------------
 RELEVANCE = _t("relevance", "json_scores", 1, 5, system="""
