@@ -11,8 +11,8 @@ from typing import Literal
 
 import numpy as np
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths
-from ._base import check_min_points, check_weights, emit, fmt_ci, log
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights, emit
+from ._base import fmt_ci, log
 from ._optim import STATUS
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 from .joint_objective import BOOT_TOL, COARSE_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
@@ -176,7 +176,7 @@ L_INF_COLLAPSE = 0.01
 
 @dataclass(frozen=True)
 class _Inputs:
-    """Checked inputs of one joint fit: logs of the points, weights, starts and options."""
+    """Checked inputs of one joint fit: logs of the points, weights, starts and objective options."""
 
     lP: np.ndarray
     lD: np.ndarray
@@ -185,24 +185,16 @@ class _Inputs:
     starts: np.ndarray
     opts: dict
 
-    @property
-    def n(self) -> int:
-        return self.lL.size
-
 
 def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_L_inf, grid) -> _Inputs:
     """Validated logs, per-point weights and start grid (ValueError naming the bad input)."""
-    P = as_array(params, "params", positive=True)
-    D = as_array(tokens, "tokens", positive=True)
-    L = as_array(loss, "loss", positive=True)
-    n = check_lengths(params=P, tokens=D, loss=L)
-    check_min_points(n, 6, "fit_chinchilla (5 free parameters)")
+    P, D, L = check_points({"params": params, "tokens": tokens, "loss": loss}, 6, "fit_chinchilla (5 free parameters)")
     check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
     if not delta > 0:
         raise ValueError(f"delta must be positive, got {delta}")
     if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
         raise ValueError("params/tokens: need at least two distinct values of each")
-    w = check_weights(weights, n)
+    w = check_weights(weights, L.size)
     if not overestimate_penalty >= 1.0:
         raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
     e_max = float(np.log(L.min())) if bound_L_inf else None
@@ -216,21 +208,9 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
                    dict(delta=delta, overestimate=overestimate_penalty, e_max=e_max))
 
 
-@dataclass(frozen=True)
-class _Point:
-    """The point estimate: best polished start, its objective and convergence."""
-
-    theta: np.ndarray
-    objective: float
-    converged: bool
-    best: int
-    n_ok: int
-    status: str
-    failure: str  # STATUS text of the best start when it did not converge, else ""
-
-
-def _point_fit(x: _Inputs, *, max_iter: int, n_polish: int) -> _Point:
-    """Every start to scipy's default tolerance, then the best ``n_polish`` to machine precision."""
+def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int):
+    """(theta, objective, converged, best start, starts converged, status): every start to scipy's
+    default tolerance, then the best ``n_polish`` to machine precision; failures in ``warnings``."""
     res = minimize_huber_lse(x.lP, x.lD, x.lL, x.starts, W=x.w, max_iter=max_iter, tol=COARSE_TOL, **x.opts)
     ok = res.converged & np.isfinite(res.f)
     pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
@@ -242,34 +222,31 @@ def _point_fit(x: _Inputs, *, max_iter: int, n_polish: int) -> _Point:
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
     best = int(top[j])
     converged = bool(ok[best]) and bool(pol.converged[j])
-    failure = "" if converged else (STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])])
     log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
              len(x.starts), best, float(pol.f[j]), int(ok.sum()))
-    return _Point(pol.x[j], float(pol.f[j]), converged, best, int(ok.sum()), STATUS[int(pol.status[j])], failure)
-
-
-def _diagnose(x: _Inputs, pt: _Point, warnings: list[str]) -> tuple[bool, bool]:
-    """(converged, identified) of the point fit, each problem recorded in ``warnings``.
-
-    L_inf is *identified* unless its log ran off towards -inf (below ``L_INF_COLLAPSE`` x the
-    smallest observed loss) or an exponent is non-positive (the law does not decrease)."""
-    converged = pt.converged
     if not converged:
-        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{pt.failure}'", warn=True)
-    if np.allclose(pt.theta, x.starts[pt.best], rtol=0, atol=1e-12):
+        failure = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
+        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{failure}'", warn=True)
+    if np.allclose(pol.x[j], x.starts[best], rtol=0, atol=1e-12):
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
-    _, _, e, al, be = pt.theta
+    return pol.x[j], float(pol.f[j]), converged, best, int(ok.sum()), STATUS[int(pol.status[j])]
+
+
+def _identified(theta: np.ndarray, lL: np.ndarray, warnings: list[str]) -> bool:
+    """L_inf is *identified* unless its log ran off towards -inf (below ``L_INF_COLLAPSE`` x the
+    smallest observed loss) or an exponent is non-positive (the law does not decrease)."""
+    _, _, e, al, be = theta
     identified = True
     if al <= 0 or be <= 0:
         identified = False
         emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); "
                        "the law is not decreasing")
-    if math.exp(e) < L_INF_COLLAPSE * float(np.exp(x.lL.min())):
+    if math.exp(e) < L_INF_COLLAPSE * float(np.exp(lL.min())):
         identified = False
         emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
                        "observed loss); the irreducible loss is not identified by these points")
-    return converged, identified
+    return identified
 
 
 def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int,
@@ -278,8 +255,7 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
     together, warm-started from the point estimate."""
     if spec.n_boot <= 0:
         return None, {}, 0
-    fitted = log_pred(theta[None, :], x.lP, x.lD)[0]
-    Y, W = spec.replicates(x.lL, fitted, 5, weights=x.w)
+    Y, W = spec.replicates(x.lL, log_pred(theta[None, :], x.lP, x.lD)[0], 5, weights=x.w)
     br = minimize_huber_lse(x.lP, x.lD, Y, np.broadcast_to(theta, (spec.n_boot, 5)), W=W,
                             max_iter=max_iter, tol=BOOT_TOL, **x.opts)
     good = br.converged & np.isfinite(br.x).all(axis=1)
@@ -287,12 +263,9 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
     if n_ok < 0.99 * spec.n_boot:
         emit(warnings, f"bootstrap: {spec.n_boot - n_ok} of {spec.n_boot} replicates did not converge and were dropped")
     boot = br.x[good]
-    draws = {
-        "a": boot[:, 0], "b": boot[:, 1], "e": boot[:, 2], "alpha": boot[:, 3], "beta": boot[:, 4],
-        "L_inf": np.exp(boot[:, 2]), "A_P": np.exp(boot[:, 0]), "A_D": np.exp(boot[:, 1]),
-        "alpha_D": boot[:, 3] / (boot[:, 3] + boot[:, 4]),
-    }
-    return boot, spec.intervals(draws), n_ok
+    a, b, e, al, be = boot.T
+    return boot, spec.intervals(dict(a=a, b=b, e=e, alpha=al, beta=be, L_inf=np.exp(e), A_P=np.exp(a), A_D=np.exp(b),
+                                     alpha_D=al / (al + be))), n_ok
 
 
 def fit_chinchilla(
@@ -332,18 +305,18 @@ def fit_chinchilla(
     x = _check(params, tokens, loss, delta=delta, weights=weights, overestimate_penalty=overestimate_penalty,
                bound_L_inf=bound_L_inf, grid=grid)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
-                     smooth=smooth and bootstrap == "residual").checked(x.n, "fit_chinchilla")
-    pt = _point_fit(x, max_iter=max_iter, n_polish=n_polish)
+                     smooth=smooth and bootstrap == "residual").checked(x.lL.size, "fit_chinchilla")
     warnings: list[str] = []
-    converged, identified = _diagnose(x, pt, warnings)
-    boot, ci, n_ok = _replicates(x, pt.theta, spec, max_iter=max_iter, warnings=warnings)
-    a, b, e, al, be = pt.theta
+    theta, objective, converged, best, n_ok_starts, status = _point_fit(x, warnings, max_iter=max_iter,
+                                                                        n_polish=n_polish)
+    identified = _identified(theta, x.lL, warnings)
+    boot, ci, n_ok = _replicates(x, theta, spec, max_iter=max_iter, warnings=warnings)
+    a, b, e, al, be = theta
     return ChinchillaFit(
         L_inf=float(np.exp(e)), A_P=float(np.exp(a)), A_D=float(np.exp(b)), alpha=float(al), beta=float(be),
-        objective=pt.objective, converged=converged, n=x.n, huber_delta=float(delta), n_starts=int(len(x.starts)),
-        n_converged_starts=pt.n_ok, best_start=tuple(float(v) for v in x.starts[pt.best]),
-        best_start_index=pt.best, status=pt.status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
-        warnings=tuple(warnings), overestimate_penalty=float(overestimate_penalty), L_inf_bounded=bool(bound_L_inf),
-        weighted=x.w is not None, identified=identified, boot=boot,
-        resid=x.lL - log_pred(pt.theta[None, :], x.lP, x.lD)[0],
+        objective=objective, converged=converged, n=x.lL.size, huber_delta=float(delta), n_starts=int(len(x.starts)),
+        n_converged_starts=n_ok_starts, best_start=tuple(float(v) for v in x.starts[best]), best_start_index=best,
+        status=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok, warnings=tuple(warnings),
+        overestimate_penalty=float(overestimate_penalty), L_inf_bounded=bool(bound_L_inf), weighted=x.w is not None,
+        identified=identified, boot=boot, resid=x.lL - log_pred(theta[None, :], x.lP, x.lD)[0],
     )
