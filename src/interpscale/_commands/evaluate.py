@@ -31,7 +31,7 @@ def evaluation_options(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.orchestration.launch import EXECUTORS
+    from interpscale.executors import EXECUTORS
 
     p.add_argument("run_dir", help="a run directory (or a directory of run directories)")
     add_evaluation_options(p)

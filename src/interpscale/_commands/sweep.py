@@ -20,15 +20,15 @@ VERBS = ("launch", "status", "collect", "evaluate")
 DEFAULT_VERB = "launch"  # `interpscale sweep --preset P` (deprecated spelling)
 
 
-def _sweep_dir(p: argparse.ArgumentParser, required_help: str = "sweep directory") -> None:
-    p.add_argument("sweep_dir", nargs="?", metavar="SWEEP_DIR", help=required_help)
+def _sweep_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep_dir", nargs="?", metavar="SWEEP_DIR", help="sweep directory")
     p.add_argument("--out", help="the sweep directory (same as SWEEP_DIR)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from interpscale._commands.options import option
+    from interpscale.executors import EXECUTORS
     from interpscale.orchestration.adaptive import adaptive_sweep
-    from interpscale.orchestration.launch import EXECUTORS
     from interpscale.orchestration.parallel import PARALLEL
 
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -58,46 +58,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     option(la, "--tokens-per-param", adaptive_sweep, "tokens_per_param", type=float, metavar="R",
            help="adaptive: the first grid centres on the size trained at R tokens per parameter at the smallest "
                 "slice, scaled to the others by the family's alpha_P (Table 6)")
-    st = sub.add_parser("status", help="one line per run: state, step, loss")
-    _sweep_dir(st)
-    co = sub.add_parser("collect", help="merge every run's evaluations into SWEEP_DIR/results.parquet (+ .csv)")
-    _sweep_dir(co)
-    ev = sub.add_parser("evaluate", help="evaluate every trained run, then collect")
-    _sweep_dir(ev)
-    add_evaluation_options(ev)
+    for verb, text in (("status", "one line per run: state, step, loss"),
+                       ("collect", "merge every run's evaluations into SWEEP_DIR/results.parquet (+ .csv)"),
+                       ("evaluate", "evaluate every trained run, then collect")):
+        _sweep_dir(ev := sub.add_parser(verb, help=text))
+    add_evaluation_options(ev)  # the last parser: evaluate
     ev.add_argument("--executor", choices=EXECUTORS,
                     help="evaluate through this submitit executor (default: in this process)")
 
 
 def _sweep_options(args: argparse.Namespace) -> dict:
     """The launch flags as :meth:`Sweep.from_plan` overrides (None keeps the preset's)."""
-    return dict(executor=args.executor, max_parallel=args.max_parallel, runs_per_job=args.runs_per_job,
-                partition=args.partition, timeout_min=args.timeout_min, gpus_per_node=args.gpus_per_node,
-                nodes=args.nodes, micro_batch_tokens=args.micro_batch_tokens, parallel=args.parallel,
-                compile=False if args.no_compile else None, extend=args.extend or None)
-
-
-def _launch_adaptive(args: argparse.Namespace, out: str) -> int:
     from interpscale._commands.options import given
-    from interpscale.pipeline import run_adaptive
 
-    opts = _sweep_options(args)
-    result = run_adaptive(args.preset, out, families=args.families, extend=bool(opts.pop("extend")),
-                          **given(args, "max_added", "tokens_per_param"), **opts)
-    sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
-    return 0
+    return {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min", "gpus_per_node",
+                    "nodes", "micro_batch_tokens", "parallel"), "compile": False if args.no_compile else None,
+            "extend": args.extend or None}
 
 
 def _launch(args: argparse.Namespace, out: str) -> int:
     import time
 
+    from interpscale._commands.options import given
     from interpscale.orchestration import Sweep, plan
     from interpscale.orchestration.runtime import estimate_report
 
+    opts = _sweep_options(args)
     if args.adaptive:
-        return _launch_adaptive(args, out)
+        from interpscale.pipeline import run_adaptive
+
+        result = run_adaptive(args.preset, out, families=args.families, extend=bool(opts.pop("extend")),
+                              **given(args, "max_added", "tokens_per_param"), **opts)
+        sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
+        return 0
     p = plan(args.preset, families=args.families)
-    sw = Sweep.from_plan(p, out, **_sweep_options(args))
+    sw = Sweep.from_plan(p, out, **opts)
     t0, since = time.monotonic(), time.time()
     sw.launch()
     sw.collect()

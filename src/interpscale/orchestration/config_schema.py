@@ -21,33 +21,24 @@ from interpscale.executors import EXECUTORS
 
 Number = (int, float)
 
-# [plan]: key -> (accepted types, description for the message)
+INTEGER = ((int,), "an integer")
+# [plan] and [launch]: key -> (accepted types, description for the message)
 PLAN_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "families": ((list,), "a list of family names"),
     "sizes": ((list,), "a list of size names"),
     "slices": ((list, dict), "a list of compute targets or a table {family = [C, ...]}"),
-    "seq_len": ((int,), "an integer"),
-    "batch_tokens": ((int,), "an integer"),
+    **dict.fromkeys(("seq_len", "batch_tokens", "max_sizes_per_slice"), INTEGER),
     "tolerance": (Number, "a number in (0, 1)"),
     "tokens_per_param": ((list,), "a [low, high] pair of numbers"),
-    "max_sizes_per_slice": ((int,), "an integer"),
     "plugins": ((list,), "a list of module names that register model families"),
 }
 LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "executor": ((str,), "one of local, slurm, debug"),
-    "max_parallel": ((int,), "an integer"),
-    "threads_per_job": ((int,), "an integer"),
-    "runs_per_job": ((int,), "an integer"),
-    "n_boot": ((int,), "an integer"),
+    **dict.fromkeys(("max_parallel", "threads_per_job", "runs_per_job", "n_boot", "gpus_per_node",
+                     "tasks_per_node", "cpus_per_task", "max_array_size", "nodes"), INTEGER),
     "timeout_min": ((int,), "an integer (minutes)"),
-    "gpus_per_node": ((int,), "an integer"),
-    "tasks_per_node": ((int,), "an integer"),
-    "cpus_per_task": ((int,), "an integer"),
     "mem_gb": (Number, "a number"),
-    "max_array_size": ((int,), "an integer"),
-    "nodes": ((int,), "an integer"),
-    "partition": ((str,), "a SLURM partition name"),
-    "slurm_partition": ((str,), "a SLURM partition name"),
+    **dict.fromkeys(("partition", "slurm_partition"), ((str,), "a SLURM partition name")),
     "micro_batch_tokens": ((int,), "an integer (tokens per rank and micro-batch)"),
     "parallel": ((str,), "ddp or fsdp"),
     "compile": ((bool,), "true or false"),

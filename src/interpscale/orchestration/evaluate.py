@@ -139,13 +139,16 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
 
 def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:
     """Evaluate several run directories in this process (trained ones only; others are
-    skipped with a log line); returns their merged tables."""
+    skipped with a log line) until a job is asked to stop; returns their merged tables."""
     from tqdm.auto import tqdm
 
+    from interpscale.executors import stop_requested
     from interpscale.orchestration.rundir import read_status
 
     tables = []
     for d in tqdm(list(run_dirs), desc="evaluating runs", unit="run", disable=not progress):
+        if stop_requested():  # a cancelled job: the next launch evaluates what is left
+            break
         if read_status(Path(d)).get("state") != "done":
             log.info("%s: not trained yet; skipped", d)
             continue

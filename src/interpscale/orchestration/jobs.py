@@ -93,14 +93,10 @@ class EvalJob(submitit.helpers.Checkpointable):
     def __call__(self, run_dirs: list[str], threads: int = 1, eval_batch_tokens: int | None = None) -> int:
         import torch
 
-        from interpscale.orchestration.evaluate import evaluate_run
+        from interpscale.orchestration.evaluate import evaluate_runs
 
         handle_stop_signals()
         torch.set_num_threads(max(1, threads))
         device = "cuda" if torch.cuda.is_available() else None
-        rows = 0
-        for d in run_dirs:
-            if stop_requested():  # cancelled: the next launch evaluates what is left
-                break
-            rows += len(evaluate_run(d, device=device, eval_batch_tokens=eval_batch_tokens))
-        return rows
+        return len(evaluate_runs(run_dirs, progress=False, device=device,
+                                 eval_batch_tokens=eval_batch_tokens))

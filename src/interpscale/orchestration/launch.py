@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 
 from interpscale.executors import EXECUTORS, JobsFailed, make_executor
 from interpscale.orchestration.jobs import EvalJob, TrainJob
-from interpscale.orchestration.rundir import read_status, run_state, trainer_alive, write_status
+from interpscale.orchestration.rundir import (ensure_writable, find_run_dirs, read_status, run_state,
+                                              trainer_alive, write_status)
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,6 @@ SLURM_KEYS = ("timeout_min", "gpus_per_node", "cpus_per_task", "mem_gb", "max_ar
 # [launch] keys that are Sweep fields as they are
 SWEEP_KEYS = ("executor", "max_parallel", "runs_per_job", "threads_per_job", "nodes", "micro_batch_tokens",
               "parallel", "compile", "save_every_s")
-
-
-def _check_writable(directory: Path) -> None:
-    """Raise ``PermissionError`` unless ``directory`` exists writable or could be created."""
-    p = directory
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
-        raise PermissionError(f"output directory {directory} is not writable ({p} is "
-                              f"{'not a directory' if not p.is_dir() else 'read-only'})")
 
 
 @dataclass
@@ -127,8 +118,10 @@ class Sweep:
             if r.batch_size % world:
                 raise ValueError(f"{r.run_id}: batch of {r.batch_size} sequences does not split over "
                                  f"{world} tasks ({self.nodes} nodes x {self.tasks_per_node})")
-        self.out_dir = Path(self.out_dir)
-        _check_writable(self.out_dir)  # created by launch(), once every check has passed
+        self.out_dir = p = Path(self.out_dir)
+        while not p.exists() and p != p.parent:  # created by launch(), once every check has passed
+            p = p.parent
+        ensure_writable(p)
 
     @classmethod
     def from_plan(cls, plan, out_dir: str | os.PathLike, **overrides: Any) -> "Sweep":
@@ -151,14 +144,10 @@ class Sweep:
     @classmethod
     def from_dir(cls, out_dir: str | os.PathLike, **kwargs: Any) -> "Sweep":
         """Re-open a sweep from its manifest (for ``sweep status`` / ``sweep collect``)."""
-        from interpscale.orchestration.manifest import read_manifest
-
         out = Path(out_dir)
         if not (out / "sweep.json").exists():
             raise ValueError(f"{out} is not a sweep directory (no sweep.json)")
-        runs = [RunSpec.load(out / "runs" / i) for i in read_manifest(out)["runs"]
-                if (out / "runs" / i / "spec.json").exists()]
-        return cls(runs, out, **kwargs)
+        return cls([RunSpec.load(d) for d in find_run_dirs(out)], out, **kwargs)
 
     @property
     def executor_name(self) -> str:

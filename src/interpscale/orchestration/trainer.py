@@ -44,7 +44,7 @@ def prepare_run_data(spec: RunSpec, data_root: str | os.PathLike) -> tuple[Path,
     path = prepare_data(spec.data, data_root, seq_len=spec.seq_len, vocab_size=spec.vocab_size,
                         val_fraction=spec.val_fraction, seed=spec.seed)
     data = PreparedData(path, spec.seq_len)
-    if getattr(data.val, "n_tokens", 1) == 0:
+    if data.val.n_tokens == 0:
         raise ValueError(f"{path}: the data has no validation split; prepare it with val_fraction > 0")
     model_kwargs(spec, data)  # a vocabulary / concept mismatch fails here
     return path, data
@@ -80,9 +80,8 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
     from interpscale.models.protocol import DataFields
     from interpscale.models.types import SPECIAL_IDS
 
-    ids = getattr(data, "special_ids", SPECIAL_IDS)
     fields = DataFields(vocab_size=spec.vocab_size, n_concepts=data.n_concepts,
-                        special_ids={k: v for k, v in ids.items() if SPECIAL_IDS.get(k) != v})
+                        special_ids={k: v for k, v in data.special_ids.items() if SPECIAL_IDS.get(k) != v})
     kw = dict(spec.model_overrides)
     if kw.get("n_concepts", data.n_concepts) != data.n_concepts:
         raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
