@@ -1,6 +1,6 @@
 """The one launcher: submitit jobs on this machine (``local``), on SLURM (``slurm``) or in
 this process (``debug``), used by sweeps, ``data prepare`` and concept annotation
-(``docs/launching.md``).  A bottom module: it imports the standard library and submitit only.
+(docs/launching.md).  A bottom module: it imports the standard library and submitit only.
 
     launcher = make_executor("local", folder, name="sweep", timeout_min=60, max_parallel=2)
     with launcher:                       # Ctrl-C / SIGTERM / an error inside: cancel() the jobs
@@ -8,15 +8,10 @@ this process (``debug``), used by sweeps, ``data prepare`` and concept annotatio
         results = launcher.wait(jobs, progress=lambda done, total: ...)  # raises JobsFailed
 
 Inside a job function: :func:`handle_stop_signals` once, then poll :func:`stop_requested`
-at safe points.  In a local job SIGTERM (from ``cancel``, ``timeout`` or a scheduler) sets
-the flag instead of being ignored (submitit's default), and the job also stops when the
-launcher process has gone (``kill -9``), so no training process outlives its sweep.  On
-SLURM SIGTERM keeps submitit's meaning (the warning before USR2's checkpoint-and-requeue).
-Local controllers start with SIGINT ignored, so a terminal's Ctrl-C (sent to the whole
-process group) reaches the launcher only, which cancels its jobs in order instead of
-submitit's controllers killing their tasks a second later and printing tracebacks.
+at safe points, so no training process outlives its sweep.  Local controllers start with
+SIGINT ignored, so a terminal's Ctrl-C reaches the launcher only, which cancels its jobs in
+order (instead of submitit's controllers killing their tasks and printing tracebacks).
 """
-
 from __future__ import annotations
 
 import os

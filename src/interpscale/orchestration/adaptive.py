@@ -1,22 +1,12 @@
-"""An IsoFLOP sweep that brackets its optima (issue 29.1): train, fit each slice's parabola,
-add the next size beyond an edge minimum, repeat up to a stated limit.
-
-Each slice's first grid is the ``initial`` ladder sizes nearest the prior optimal size
+"""An IsoFLOP sweep that brackets its optima (issue 29.1; docs/data.md, "Sweeping a new
+corpus"): train, fit each slice's parabola, add the next size beyond an edge minimum, repeat
+up to a stated limit.  Each slice's first grid centres on the prior optimal size
 
     N*(C) = N_0 · (C / C_0)^α_P                                                    (1)
 
-α_P from Table 6 (0.5, Chinchilla's, outside it); N_0 the size whose planned D/N at the
-family's smallest slice C_0 is ``tokens_per_param`` (log-linear along the ladder; default:
-the centre of ``[plan] tokens_per_param``, else 20; tiny models on a small real corpus want
-~100-300, which the rounds find).  Sizes: the preset's ``sizes``, else :data:`LADDER`.
-
-After each round ``slice_minimum`` (the IsoFLOP fit's Eq. 25 parabola, injected by the
-caller since scaling sits above this layer) judges every open slice: an interior convex
-minimum brackets the optimum; a minimum at the smallest (largest) size adds the next
-smaller (larger) ladder size, at most ``max_added`` per slice; a slice that cannot be
-bracketed says why.  ``SWEEP/adaptive.json`` records each slice's sizes, rounds, optimum and reason.
+(:func:`prior_params`); ``slice_minimum`` (the IsoFLOP fit's Eq. 25 parabola, injected by
+the caller since scaling sits above this layer) judges each slice after a round.
 """
-
 from __future__ import annotations
 
 import json

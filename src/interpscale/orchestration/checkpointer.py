@@ -1,17 +1,11 @@
 """The training loop's checkpointing: what to save, when, and with every rank agreeing
 (docs/training.md, "Checkpoints"), modelled on torchtitan's ``CheckpointManager``: the loop
 calls :meth:`Checkpointer.after_step` after every optimizer step and the manager decides.
-
-*Resume state* (weights, AdamW state, RNG, segment, step: the step is the data position) in
-``RUN_DIR/state/``: ``resume.pt``, and ``stable_<step>.pt`` at every reservoir step and the
-end of the stable phase, where anneal branches start (App. I).  *Evaluation checkpoints*
-in ``RUN_DIR/checkpoints/``: ``stable_step<step>.pt`` at the same steps and
-``anneal<start>_step<end>.pt`` at the end of each anneal branch.  The resume state is due
-every ``save_every_steps`` steps or ``save_every_s`` seconds; clocks differ between ranks
-and FSDP2 saving is collective, so with several ranks the time rule uses rank 0's clock,
-broadcast at log steps only.  Rank 0 writes through ``models.save_checkpoint`` (atomic).
+Resume state (``RUN_DIR/state/``) holds weights, AdamW state, RNG, segment and step (the
+data position); evaluation checkpoints (``RUN_DIR/checkpoints/``) the weights.  Clocks
+differ between ranks and FSDP2 saving is collective, so the time rule uses rank 0's clock,
+broadcast at log steps only.
 """
-
 from __future__ import annotations
 
 import logging

@@ -1,14 +1,7 @@
-"""A sweep directory's identity: SWEEP/sweep.json binds it to its runs and its data.
-
-    {"runs": [run_id, ...],
-     "data": [{"tokenizer_sha": ..., "corpus_sha": ..., "vocab_size": ..., "n_concepts": ...}, ...]}
-
-Relaunching the same plan resumes it.  A plan with runs the manifest does not list is
-refused unless ``extend=True``; runs on data with another fingerprint (another corpus or
-tokenizer) are refused always — a new directory keeps two corpora apart.  The checks run
-before anything is written, so a refused launch leaves the directory as it was.
+"""A sweep directory's identity (docs/launching.md): SWEEP/sweep.json binds it to its runs
+and to the fingerprints of their data, ``{"runs": [run_id, ...], "data": [{"tokenizer_sha",
+"corpus_sha", "vocab_size", "n_concepts"}, ...]}``; the checks run before anything is written.
 """
-
 from __future__ import annotations
 
 import json

@@ -105,42 +105,29 @@ class Plan:
         return "\n".join(lines)
 
 
-def data_concept_count(source: dict) -> int | None:
-    """Concepts a data source states it gives the model, without building it: a synthetic
-    corpus's explicit ``n_concepts``, prepared data's (meta.json), the cards of a
-    ``concepts`` file; None when the source does not say."""
+def data_counts(source: dict) -> tuple[int | None, int | None]:
+    """(concept count, tokenizer vocabulary) a data source fixes, read without preparing it:
+    prepared data's meta.json, a synthetic corpus's explicit ``n_concepts``, the cards of a
+    ``concepts`` file, a given tokenizer file; None where the source does not say (a
+    tokenizer still to be trained has the training ``vocab_size``)."""
+    from interpscale.data.corpus import read_concepts
+    from interpscale.data.loaders import describe
+    from interpscale.data.tokenizer import load_tokenizer
+
     kind = source.get("kind", "synthetic")
     if kind == "synthetic":
-        return int(source["n_concepts"]) if "n_concepts" in source else None
-    if kind == "prepared":
-        from interpscale.data.loaders import describe
-
-        return describe(source.get("path") or "").n_concepts
-    if source.get("concepts"):
-        from interpscale.data.corpus import read_concepts
-
-        try:
-            return len(read_concepts(source["concepts"]))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"data concepts file {source['concepts']!r}: {exc}") from exc
-    return None
-
-
-def data_vocab_size(source: dict) -> int | None:
-    """The tokenizer vocabulary a data source fixes, without preparing it (prepared data's, a
-    given tokenizer file's); None when the tokenizer is still to be trained."""
+        return (int(source["n_concepts"]) if "n_concepts" in source else None), None
+    what = source.get("path") or ""
     try:
-        if source.get("kind") == "prepared":
-            from interpscale.data.loaders import describe
-
-            return describe(source.get("path") or "").vocab_size
-        if source.get("tokenizer"):
-            from interpscale.data.tokenizer import load_tokenizer
-
-            return load_tokenizer(source["tokenizer"]).get_vocab_size()
+        if kind == "prepared":
+            info = describe(what)
+            return info.n_concepts, info.vocab_size
+        what = source.get("concepts")
+        n = len(read_concepts(what)) if what else None
+        what = source.get("tokenizer")
+        return n, load_tokenizer(what).get_vocab_size() if what else None
     except OSError as exc:
-        raise ValueError(f"data {source.get('path') or source.get('tokenizer')!r}: {exc}") from exc
-    return None
+        raise ValueError(f"data {what!r}: {exc}") from exc
 
 
 def default_vocab_size(g: "_Grid") -> int:
@@ -256,7 +243,7 @@ def _data_fields(g: _Grid) -> dict[str, int]:
     vocabulary), checked against ``[model]`` before anything trains."""
     from interpscale.models import FAMILIES
 
-    n_data, v_data = data_concept_count(g.data), data_vocab_size(g.data)
+    n_data, v_data = data_counts(g.data)
     where = "the prepared data (meta.json)" if g.data.get("kind") == "prepared" else "the data source"
     if n_data is not None and "n_concepts" in g.overrides and int(g.overrides["n_concepts"]) != n_data:
         raise ValueError(f"[model] n_concepts = {g.overrides['n_concepts']} but {where} has {n_data} "

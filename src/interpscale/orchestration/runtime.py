@@ -1,19 +1,13 @@
-"""The planner's runtime estimate, and the same estimate set against a finished sweep.
+"""The planner's runtime estimate (docs/training.md, "The planner's runtime estimate"), and
+the same estimate set against a finished sweep:
 
     t_run = n_train · t_step + n_eval · eval_batches · f_eval · t_step + RUN_FIXED_S
 
-``n_train``: the optimizer steps of every segment (the main run and each reservoir anneal
-branch, App. I); ``n_eval``: the checkpoints evaluated; ``f_eval``: one evaluation batch
-relative to one step; ``RUN_FIXED_S``: what every run pays whatever its size.  A sweep adds
-a start-up per job (timed once in a subprocess for CPU plans, ``JOB_START_S`` otherwise) and
-the data's preparation; jobs run ``max_parallel`` at a time, so its wall time is the larger
-of (total work / max_parallel) and its longest job.  On the CPU ``t_step`` is *timed* (real
-steps of the planned family and size, the mean after ``WARMUP_STEPS``: a median would miss
-the waits a long job sees on a busy machine); a larger step (``MAX_TIMED_FLOPS``) and every
-GPU step is (Eq. 23/24 + LM head) x batch tokens / the device's sustained rate.  The
-constants were measured on the machine that wrote benchmarks/README.md ("runtime estimate").
+plus a start-up per job and the data's preparation, jobs ``max_parallel`` at a time.  On
+the CPU ``t_step`` is timed (the mean of real steps: a median would miss the waits a long
+job sees on a busy machine); a larger step (``MAX_TIMED_FLOPS``) and every GPU step is
+(Eq. 23/24 + LM head) x batch tokens / the device's sustained rate.
 """
-
 from __future__ import annotations
 
 import json
