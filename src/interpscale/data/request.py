@@ -69,9 +69,7 @@ def comparable(req: dict) -> dict:
 
 def _input_file(path: str | os.PathLike, base_dir: str | os.PathLike | None, what: str) -> Path:
     """``path`` (relative ones against ``base_dir``), which must be an existing file."""
-    p = Path(path)
-    if base_dir is not None and not p.is_absolute():
-        p = Path(base_dir) / p
+    p = Path(base_dir or "") / path  # an absolute path stays as it is
     if not p.is_file():
         raise UserError(f"{what} file not found: {path}")
     return p

@@ -68,9 +68,7 @@ def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[
         patterns = [patterns]
     out: list[Path] = []
     for pat in patterns:
-        p = Path(os.path.expanduser(str(pat)))
-        if base_dir is not None and not p.is_absolute():
-            p = Path(base_dir) / p
+        p = Path(base_dir or "") / os.path.expanduser(str(pat))  # an absolute path stays as it is
         hits = sorted(glob.glob(str(p), recursive=True)) if glob.has_magic(str(p)) else ([str(p)] if p.exists() else [])
         files = [Path(h) for h in hits if not Path(h).is_dir()]
         if not files:
@@ -156,25 +154,21 @@ def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
     if "text" not in names:
         raise UserError(f"{path}: missing column(s) ['text']; need text[, concepts][, doc_id]")
     cols = [c for c in ("doc_id", "text", "concepts") if c in names]
-    row, cur_id, doc, where = 0, None, [], ""
-    for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
-        d = rb.to_pydict()
-        ids, texts, labs = d.get("doc_id"), d["text"], d.get("concepts")
-        for i, text in enumerate(texts):
-            here = f"{path}: row {row}"
-            row += 1
-            if not isinstance(text, str):
-                raise UserError(f"{here}: column 'text' must be a string, got {text!r}")
-            chunk = (text, labels_of(labs[i] if labs is not None else None, here))
-            key = ids[i] if ids is not None else object()
-            if doc and (ids is None or key != cur_id):
-                yield RawDoc(doc, where, chunked=True)
-                doc = []
-            if not doc:
-                cur_id, where = key, here
-            doc.append(chunk)
-    if doc:
-        yield RawDoc(doc, where, chunked=True)
+
+    def rows() -> Iterator[tuple[object, str, tuple[str, list]]]:  # (document key, where, chunk)
+        row = 0
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
+            d = rb.to_pydict()
+            for i, text in enumerate(d["text"]):
+                here, row = f"{path}: row {row}", row + 1
+                if not isinstance(text, str):
+                    raise UserError(f"{here}: column 'text' must be a string, got {text!r}")
+                key = d["doc_id"][i] if "doc_id" in d else object()  # no doc_id: every row a document
+                yield key, here, (text, labels_of(d["concepts"][i] if "concepts" in d else None, here))
+
+    for _, group in itertools.groupby(rows(), key=lambda r: r[0]):  # consecutive rows of one doc_id
+        group = list(group)
+        yield RawDoc([chunk for _, _, chunk in group], group[0][1], chunked=True)
 
 
 def iter_documents(path: str | os.PathLike, fmt: str | None = None, *,

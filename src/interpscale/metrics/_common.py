@@ -86,13 +86,11 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 
 def require_family(model: nn.Module, *, diffusion: bool, what: str) -> None:
     """Raise if ``what`` (an estimator / metric name) does not fit the model's family."""
-    if is_diffusion(model) != diffusion:
+    if is_diffusion(model) != diffusion:  # then the model's own family is the other kind
         need = "a diffusion (CDLM-style) model" if diffusion else "an autoregressive model"
-        raise ValueError(
-            f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
-            f"(is_diffusion={is_diffusion(model)}); pick an estimator for its family "
-            f"({'ar_ce' if is_diffusion(model) else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})"
-        )
+        raise ValueError(f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
+                         f"(is_diffusion={not diffusion}); pick an estimator for its family "
+                         f"({'ar_ce' if diffusion else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})")
 
 
 def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> list[Batch]:

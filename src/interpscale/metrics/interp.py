@@ -22,9 +22,8 @@ from interpscale.models.types import Batch, ModelOutput
 LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
 
 
-def concept_loss_terms(
-    known_act: torch.Tensor, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor, valid: torch.Tensor
-) -> tuple[float, int]:
+def concept_loss_terms(known_act: torch.Tensor, chunk_ids: torch.Tensor, chunk_labels: torch.Tensor,
+                       valid: torch.Tensor) -> tuple[float, int]:
     """Summed Eq. 10 over the chunks of one batch, and the number of chunks seen; known_act
     [B, T, n] (sigmoid k), chunk_ids [B, T] (-1 outside chunks), chunk_labels [B, C, n] multi-hot."""
     B, T, n = known_act.shape
@@ -60,9 +59,8 @@ def concept_independence(k_hat: torch.Tensor, u_hat: torch.Tensor) -> float:
     return float((psi.T @ phi).pow(2).sum() / (d * d * (Bn - 1)))
 
 
-def concept_contribution(
-    known: torch.Tensor, unknown: torch.Tensor, residual: torch.Tensor, w_y: torch.Tensor
-) -> torch.Tensor:
+def concept_contribution(known: torch.Tensor, unknown: torch.Tensor, residual: torch.Tensor,
+                         w_y: torch.Tensor) -> torch.Tensor:
     """Eq. 22 per prediction: (|k^T W_y| + |u^T W_y|) / (that + |eps^T W_y|); inputs [N, d]."""
     a = (known * w_y).sum(-1).abs()
     b = (unknown * w_y).sum(-1).abs()
@@ -101,8 +99,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
     for i, b in enumerate(data):
         if b.chunk_ids is None or b.chunk_labels is None:
             raise ValueError(f"batch {i} has no concept annotations (chunk_ids / chunk_labels); interp metrics need annotated chunks")
-    device = model_device(model)
-    W = lm_head_weight(model)
+    device, W = model_device(model), lm_head_weight(model)
     gen = seeded_generator(device, seed, "interp")
     cl_sum, n_chunks, indep, contrib_sum, n_pred = 0.0, 0, [], 0.0, 0
     with eval_mode(model):
@@ -114,17 +111,14 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
                 pred, _ = masking.draw_mask(mask_rate, valid, gen)
                 x = x.masked_fill(pred, mask_id)
             out: ModelOutput = model(x)
-            if out.known is None or out.unknown is None or out.residual is None or out.known_act is None:
-                raise ValueError(
-                    f"interp metrics need a concept family (known/unknown/residual outputs); "
-                    f"{family_name(model)!r} returned none"
-                )
+            if any(v is None for v in (out.known, out.unknown, out.residual, out.known_act)):
+                raise ValueError(f"interp metrics need a concept family (known/unknown/residual outputs); "
+                                 f"{family_name(model)!r} returned none")
             s, c = concept_loss_terms(out.known_act, batch.chunk_ids, batch.chunk_labels.to(out.known_act.dtype), valid)
             cl_sum, n_chunks = cl_sum + s, n_chunks + c
             if int(valid.sum()) >= 2:
                 indep.append(concept_independence(out.known[valid], out.unknown[valid]))
-            y = out.logits[pred].argmax(-1)
-            w_y = W[y].to(out.known.dtype)
+            w_y = W[out.logits[pred].argmax(-1)].to(out.known.dtype)  # the predicted token y's row of W
             cc = concept_contribution(out.known[pred], out.unknown[pred], out.residual[pred], w_y)
             contrib_sum, n_pred = contrib_sum + float(cc.double().sum()), n_pred + int(cc.numel())
     if n_chunks == 0:

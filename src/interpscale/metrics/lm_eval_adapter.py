@@ -185,11 +185,9 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
                 num_fewshot: Optional[int] = None, n_samples: int = 32, batch_size: int = 16,
                 device: Optional[str] = None, seed: int = 0, bootstrap_iters: int = 100,
                 allow_builtin: bool = True) -> dict[str, Any]:
-    """Run lm-eval ``tasks`` (names or a comma list; bundled offline tasks are always
-    visible, lm-eval's built-in ones when ``allow_builtin`` and their data is available
-    offline) on a checkpoint, or on ``model`` + ``tokenizer`` objects.  Writes
-    ``out_dir/lm_eval_results.json`` atomically and returns the harness's ``results``
-    dict (task -> metrics)."""
+    """Run lm-eval ``tasks`` (names or a comma list: the bundled offline tasks, lm-eval's built-in
+    ones when ``allow_builtin`` and their data is offline) on a checkpoint or ``model`` +
+    ``tokenizer``; writes ``out_dir/lm_eval_results.json`` and returns the harness's ``results``."""
     from lm_eval import simple_evaluate
 
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
@@ -207,20 +205,17 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
         raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
     lm = make_lm(checkpoint, model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size,
                  device=device, seed=seed)
-    res = simple_evaluate(
-        model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
-        log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed,
-    )
+    res = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
+                          log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=seed,
+                          numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
     results = jsonable(res["results"])
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:  # the directory is made by the atomic write
         payload = {"checkpoint": None if checkpoint is None else str(checkpoint), "model": lm.NAME,
                    "tasks": names, "limit": limit, "n_samples": n_samples, "seed": seed,
                    "results": results, "versions": jsonable(res.get("versions", {})),
                    "n-samples": jsonable(res.get("n-samples", {}))}
-        atomic_write_text(out / "lm_eval_results.json", json.dumps(payload, indent=2, sort_keys=True))
+        atomic_write_text(Path(out_dir) / "lm_eval_results.json",
+                          json.dumps(payload, indent=2, sort_keys=True))
     return results
 
 
