@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -190,20 +190,16 @@ def _ended(job: submitit.Job) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _children(pid: int) -> list[int]:
     """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
+        with suppress(OSError):
             out += [int(c) for c in task.read_text().split()]
-        except OSError:
-            pass
     return out
 
 
@@ -262,9 +258,8 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")  # a zombie (killed, not yet reaped) is gone for our purpose
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    try:  # a zombie (killed, not yet reaped) is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
 

@@ -71,9 +71,9 @@ def _sweep_options(args: argparse.Namespace) -> dict:
     """The launch flags as :meth:`Sweep.from_plan` overrides (None keeps the preset's)."""
     from interpscale._commands.options import given
 
-    return {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min", "gpus_per_node",
-                    "nodes", "micro_batch_tokens", "parallel"), "compile": False if args.no_compile else None,
-            "extend": args.extend or None}
+    return {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min",
+                    "gpus_per_node", "nodes", "micro_batch_tokens", "parallel"),
+            "compile": False if args.no_compile else None, "extend": args.extend or None}
 
 
 def _launch(args: argparse.Namespace, out: str) -> int:

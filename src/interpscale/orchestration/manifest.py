@@ -53,23 +53,19 @@ def check_manifest(sweep_dir: str | Path, run_ids: Iterable[str], data: Iterable
     """The manifest this launch will write, or a ``UserError`` naming why the directory
     refuses it (another corpus / tokenizer; new runs without ``extend``)."""
     old = read_manifest(sweep_dir)
-    new_data = {_key(d): d for d in data}
     path = Path(sweep_dir) / "sweep.json"
-    if old["runs"] and old["data"]:
-        known = {_key(d) for d in old["data"]}
-        other = [d for k, d in new_data.items() if k not in known]
-        if other:
-            was = ", ".join(fingerprint_label(d) for d in old["data"])
-            raise UserError(f"{path}: this sweep trains on data {was}; the plan's data is "
-                            f"{fingerprint_label(other[0])} (another corpus or tokenizer): launch it into a "
-                            f"new directory")
-    ids = list(run_ids)
-    added = [i for i in ids if i not in set(old["runs"])]
+    known = {_key(d) for d in old["data"]}
+    new = list({_key(d): d for d in data if _key(d) not in known}.values())
+    if old["runs"] and old["data"] and new:
+        was = ", ".join(fingerprint_label(d) for d in old["data"])
+        raise UserError(f"{path}: this sweep trains on data {was}; the plan's data is "
+                        f"{fingerprint_label(new[0])} (another corpus or tokenizer): launch it into a "
+                        f"new directory")
+    added = [i for i in run_ids if i not in set(old["runs"])]
     if old["runs"] and added and not extend:
         raise UserError(f"{path}: the plan has {len(added)} run(s) this sweep does not list (e.g. {added[0]}): "
                         f"another preset or grid; pass --extend to add them, or launch into a new directory")
-    data_out = old["data"] + [d for k, d in new_data.items() if k not in {_key(o) for o in old["data"]}]
-    return {"runs": old["runs"] + added, "data": data_out}
+    return {"runs": old["runs"] + added, "data": old["data"] + new}
 
 
 def write_manifest(sweep_dir: str | Path, manifest: dict[str, Any]) -> None:

@@ -36,12 +36,11 @@ PREPARE_S_PER_DOC = 2e-3  # preparing a synthetic corpus (generation, BPE, shard
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds per optimizer step, ``spread`` ((max - min) / median of the timed steps, 0
-    when priced by FLOPs) and ``how`` (``"timed"`` or ``"flops"``)."""
+    """Seconds per optimizer step and ``spread``: (max - min) / median of the timed steps, 0
+    when priced by FLOPs."""
 
     seconds: float
     spread: float = 0.0
-    how: str = "flops"
 
 
 _TIMED: dict[str, StepTime] = {}
@@ -91,7 +90,7 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
             times.append(time.perf_counter() - t0)
     timed = times[WARMUP_STEPS:]
     mean = sum(timed) / len(timed)  # the mean, not the median: it keeps the waits a busy machine adds
-    _TIMED[key] = StepTime(mean, (max(timed) - min(timed)) / statistics.median(timed), "timed")
+    _TIMED[key] = StepTime(mean, (max(timed) - min(timed)) / statistics.median(timed))
     return _TIMED[key]
 
 

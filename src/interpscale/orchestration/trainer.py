@@ -144,9 +144,7 @@ class Trainer:
         self.data = open_data(self.run_dir)
         if spec.batch_size % self.world:
             raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
-        self.rows = spec.batch_size // self.world  # this rank's rows of every global batch
-        self.n_micro = _micro_batches(spec, self.rows, self.world, micro_batch_tokens)
-        self.segments = segments(spec)
+        self.n_micro = _micro_batches(spec, spec.batch_size // self.world, self.world, micro_batch_tokens)
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
         # build: a partial, not the bound method, so no cycle keeps this trainer (and its lock) alive
         self.ckpt = Checkpointer(self.run_dir, spec, rank=self.rank, world=self.world, device=self.device,
@@ -158,7 +156,7 @@ class Trainer:
         by the kernel even on SIGKILL), so a relaunched sweep never trains a run twice at once."""
         import fcntl
 
-        if getattr(self, "_lock_file", None) is not None:
+        if getattr(self, "_lock_file", None):
             return
         f = open(self.run_dir / ".lock", "w")
         try:
@@ -224,7 +222,7 @@ class Trainer:
             # job that trains several sizes in one process would hit it, so each run starts clean
             torch.compiler.reset()
         done = set(status.get("segments_done", []))
-        for seg in self.segments:
+        for seg in segments(self.spec):
             if seg.name in done:
                 continue
             self._barrier()  # rank 0's files for this segment are complete before anyone reads them
