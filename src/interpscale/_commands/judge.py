@@ -101,7 +101,7 @@ def _judge(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from interpscale.errors import FailedWork, UserError
     from interpscale.judges.batch import BatchWritten
-    from interpscale.judges.outcome import outcome
+    from interpscale.judges import outcome
 
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

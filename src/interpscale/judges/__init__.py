@@ -19,14 +19,14 @@ from interpscale.judges.build import build_judge, default_cache_path, resolve_ju
 from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
 from interpscale.judges.retry import JudgeConfigError
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
-from interpscale.judges.outcome import Outcome, outcome
 from interpscale.judges.scorers import AlignmentResult, RelevanceResult, ScoreSummary, score_alignment, score_relevance
 from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_continuations, run_steering_benchmark,
                                         score_steering_continuations)
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
 from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
-from interpscale.judges.types import FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord, ParseStatus
+from interpscale.judges.types import (FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord, Outcome,
+                                     ParseStatus, outcome)
 
 __all__ = [
     "ConceptCard", "Judge", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",

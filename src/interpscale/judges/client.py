@@ -19,8 +19,8 @@ task reaches the others. Only an error no retry can fix (401/403/404) stops the 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,13 +89,6 @@ class UsageStats:
         m = self.tokens_by_model.setdefault(model, {"prompt_tokens": 0, "completion_tokens": 0})
         m["prompt_tokens"] += prompt
         m["completion_tokens"] += completion
-
-    def count(self, status: str) -> None:
-        """Count a classified reply's failure (refused, unparseable)."""
-        if status == "refused":
-            self.refusals += 1
-        elif status == "parse_error":
-            self.parse_failures += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cost": self.cost}
@@ -185,7 +178,8 @@ class JudgeClient:
 
     def _settle(self, key: str, rec: Reply, meta: Mapping[str, Any]) -> Reply:
         """Count and cache a classified answer."""
-        self.usage.count(rec.status)
+        self.usage.refusals += rec.status == "refused"
+        self.usage.parse_failures += rec.status == "parse_error"
         self.cache.put(key, raw=rec.raw, value=rec.value, status=rec.status, expected=rec.expected, meta=meta,
                        ledger=self.ledger)
         return rec
@@ -197,20 +191,8 @@ class JudgeClient:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(self.arun(tasks))
-        box: dict[str, Any] = {}  # already inside an event loop (e.g. Jupyter): use a thread
-
-        def target() -> None:
-            try:
-                box["out"] = asyncio.run(self.arun(tasks))
-            except BaseException as exc:  # re-raised in the caller's thread
-                box["err"] = exc
-
-        t = threading.Thread(target=target)
-        t.start()
-        t.join()
-        if "err" in box:
-            raise box["err"]
-        return box["out"]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # inside an event loop (e.g. Jupyter): a thread
+            return pool.submit(asyncio.run, self.arun(tasks)).result()
 
     async def arun(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
         keys = [self.key(t) for t in tasks]

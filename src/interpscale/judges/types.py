@@ -1,9 +1,11 @@
-"""Records the judges exchange with the rest of the package (no torch, no I/O)."""
+"""Records the judges exchange with the rest of the package (no torch, no I/O), and how a
+judged result went (``outcome``: how many scores there are, how many failed and why)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Literal, Optional, Protocol, Sequence, get_args, runtime_checkable
 
 # How a judge reply was (or was not) turned into a score.
 #   ok          parsed on the first answer
@@ -16,7 +18,7 @@ from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
 #   undefined   replies parsed but the score is undefined (e.g. a correlation with a
 #               constant series in the auto-interp scorer); excluded like a failure
 ParseStatus = Literal["ok", "reasked", "parse_error", "api_error", "refused", "lexical", "undefined"]
-PARSE_STATUSES: tuple[str, ...] = ("ok", "reasked", "parse_error", "api_error", "refused", "lexical", "undefined")
+PARSE_STATUSES: tuple[str, ...] = get_args(ParseStatus)
 FAILED_STATUSES: tuple[str, ...] = ("parse_error", "api_error", "refused", "undefined")
 
 
@@ -34,11 +36,9 @@ class ConceptCard:
             raise ValueError(f"ConceptCard.label must be a non-empty string, got {self.label!r}")
         if not isinstance(self.description, str):
             raise ValueError(f"ConceptCard.description must be a string, got {self.description!r}")
-        words = tuple(self.words)
-        bad = [w for w in words if not isinstance(w, str) or not w.strip()]
-        if bad:
+        object.__setattr__(self, "words", tuple(self.words))
+        if bad := [w for w in self.words if not isinstance(w, str) or not w.strip()]:
             raise ValueError(f"ConceptCard {self.label!r}: words must be non-empty strings, got {bad!r}")
-        object.__setattr__(self, "words", words)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ConceptCard":
@@ -107,3 +107,52 @@ class Judge(Protocol):
 
     def config(self) -> dict[str, Any]:
         """Its settings, for the outputs (never the API key)."""
+
+
+def result_records(result: Any) -> list[JudgeRecord]:
+    """Every JudgeRecord in an alignment, relevance, steering or auto-interp result."""
+    if hasattr(result, "samples"):  # SteeringResult
+        return [r for s in result.samples for r in (s.concept_score, s.quality_score, s.instruction_score)
+                if r is not None]
+    recs = result.records
+    if isinstance(recs, dict):  # AutoInterpResult: method -> records
+        return [r for rs in recs.values() for r in rs]
+    return [r for item in recs for r in (item if isinstance(item, tuple) else (item,))]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    n: int  # judged items (records)
+    n_scored: int
+    failures: dict[str, int]  # status -> count, failures only
+    reasons: dict[str, int]  # api_error descriptions -> count (most common first)
+
+    @property
+    def n_failed(self) -> int:
+        return sum(self.failures.values())
+
+    @property
+    def all_failed(self) -> bool:
+        return self.n > 0 and self.n_scored == 0
+
+    def summary(self) -> str:
+        """One line: '3 of 10 judge scores failed: 2 api_error (APIConnectionError x2), 1 parse_error'."""
+        if not self.n_failed:
+            return f"all {self.n} judge scores parsed"
+        why = " (" + "; ".join(f"{r} x{c}" for r, c in list(self.reasons.items())[:3]) + ")" if self.reasons else ""
+        parts = [f"{k} {status}{why if status == 'api_error' else ''}" for status, k in self.failures.items()]
+        return f"{self.n_failed} of {self.n} judge scores failed: " + ", ".join(parts)
+
+
+def outcome(result: Any) -> Outcome:
+    """How ``result`` (any judged result) went; the CLI prints its failures and exits 1 when
+    nothing at all was scored."""
+    return outcome_of(result_records(result))
+
+
+def outcome_of(records: Iterable[JudgeRecord]) -> Outcome:
+    recs = list(records)
+    failures = Counter(r.status for r in recs if r.score is None and r.status in FAILED_STATUSES)
+    reasons = Counter(r.raw.splitlines()[0][:120] if r.raw else "no detail" for r in recs if r.status == "api_error")
+    return Outcome(len(recs), sum(r.score is not None for r in recs), dict(failures.most_common()),
+                   dict(reasons.most_common()))
