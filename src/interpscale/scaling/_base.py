@@ -93,13 +93,9 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
     _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     inverse = np.asarray(inverse).reshape(-1)
     if len(first) < len(stacked):
-        for i, grp in enumerate(inverse):
-            j = int(first[grp])
-            if j != i:
-                raise ValueError(
-                    f"{what}: duplicate rows {j} and {i} (identical {', '.join(columns)}); "
-                    "drop or aggregate repeated measurements first"
-                )
+        i = next(i for i, grp in enumerate(inverse) if first[grp] != i)
+        raise ValueError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical {', '.join(columns)}); "
+                         "drop or aggregate repeated measurements first")
 
 
 _ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")

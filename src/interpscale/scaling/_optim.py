@@ -17,6 +17,16 @@ import numpy as np
 Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 STATUS = {0: "converged (gradient)", 1: "converged (no further decrease)", 2: "max iterations", 3: "line search failed", 4: "non-finite"}
+# scipy L-BFGS-B's default stopping rule (factr 1e7 -> ftol 2.2e-9 on max(|f|, 1); pgtol 1e-5): start grids
+COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)
+
+
+def chunked(evaluate: Objective, Z: np.ndarray, rows: np.ndarray, chunk: int = 64):
+    """``evaluate(Z, rows) -> (f, g)`` in row blocks of ``chunk``: the (block, n) temporaries stay in cache."""
+    if len(Z) <= chunk:
+        return evaluate(Z, rows)
+    parts = [evaluate(Z[i : i + chunk], rows[i : i + chunk]) for i in range(0, len(Z), chunk)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ._base import DEFAULT_LEVEL, jsonable
 from .bootstrap import percentile_ci
-from .chinchilla import ChinchillaFit, optimal_allocation
+from .chinchilla import ChinchillaFit, optimal_allocation, optimal_loss
 from .isoflop import IsoFlopFit
 
 
@@ -66,31 +66,23 @@ def compare_approaches(isoflop: IsoFlopFit, joint: ChinchillaFit, compute, *, le
     C = np.atleast_1d(np.asarray(compute, float))
     if not (C > 0).all():
         raise ValueError(f"compute must be positive, got {C.tolist()}")
-    lv = level or joint.level
-    k = float(flops_per_token_per_param)
+    lv, k = level or joint.level, float(flops_per_token_per_param)
     # Approach 2: power laws of the slice minima (Eq. 26)
-    N2 = isoflop.power_P.predict(C)
-    L2 = isoflop.power_L.predict(C)
-    N2lo, N2hi = isoflop.band_P(C, lv)
-    L2lo, L2hi = isoflop.band_L(C, lv)
+    N2, L2 = isoflop.power_P.predict(C), isoflop.power_L.predict(C)
+    (N2lo, N2hi), (L2lo, L2hi) = isoflop.band_P(C, lv), isoflop.band_L(C, lv)
     # Approach 3: closed-form allocation of the joint surface (Hoffmann et al. App. D.2)
     N3, D3 = (np.atleast_1d(v) for v in joint.optimal_allocation(C, k))
     L3 = np.atleast_1d(joint.predict_optimal(C, k))
-    L3lo, L3hi = joint.band_optimal(C, lv, k)
-    L3lo, L3hi = np.atleast_1d(L3lo), np.atleast_1d(L3hi)
+    L3lo, L3hi = (np.atleast_1d(v) for v in joint.band_optimal(C, lv, k))
     rows, dis = [], []
     bP, bL, bJ = isoflop.power_P.boot, isoflop.power_L.boot, joint.boot
     for i, c in enumerate(C):
         n2 = n3 = l2 = l3 = None
         if bP is not None and len(bP):
-            n2 = np.exp(bP[:, 0] + bP[:, 1] * math.log(c))
-            l2 = np.exp(bL[:, 0] + bL[:, 1] * math.log(c))
+            n2, l2 = np.exp(bP[:, 0] + bP[:, 1] * math.log(c)), np.exp(bL[:, 0] + bL[:, 1] * math.log(c))
         if bJ is not None and len(bJ):
-            P, D = optimal_allocation(bJ, np.array([c]), k)
-            n3 = P[:, 0]
-            a, b, e, al, be = (bJ[:, j] for j in range(5))
-            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-                l3 = np.exp(e) + np.exp(a) / n3**al + np.exp(b) / D[:, 0] ** be
+            n3 = optimal_allocation(bJ, np.array([c]), k)[0][:, 0]
+            l3 = optimal_loss(bJ, np.array([c]), k)[:, 0]
         N3lo, N3hi = percentile_ci(n3, lv) if n3 is not None else (N3[i], N3[i])
         rows.append(dict(compute=c, approach="isoflop", N_opt=N2[i], N_lo=N2lo[i], N_hi=N2hi[i],
                          D_opt=c / (k * N2[i]), D_lo=c / (k * N2hi[i]), D_hi=c / (k * N2lo[i]),

@@ -13,9 +13,9 @@ import numpy as np
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights, emit
 from ._base import fmt_ci, log
-from ._optim import STATUS
+from ._optim import COARSE_TOL, STATUS
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
-from .joint_objective import BOOT_TOL, COARSE_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
+from .joint_objective import BOOT_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
 
 __all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation", "optimal_loss"]
 

@@ -1,18 +1,12 @@
 """IsoFLOP analysis: per-slice parabolas in log P (paper Eq. 25), then power laws in C (Eq. 26).
 
-Window rule: each slice's parabola is fitted to the ``window`` points (default 5) centred on
-the observed minimum-loss model (shifted to stay inside the slice; all points when the slice
-has fewer). Whole-slice parabolas are biased when the slice spans sizes far from the optimum.
-The parabola is L = a (ln P - ln P*)^2 + L*, fitted by Levenberg-Marquardt from the exact
-least-squares quadratic (the two coincide at the optimum; LM certifies convergence).
-``minimum="akima"`` reads the slice minimum off an Akima interpolant of the window instead
-(Porian et al. 2024), which does not assume a parabola.
-
-Bootstrap replicates are never dropped. A replicate whose slice degenerates (fewer than 3
-distinct sizes, a non-convex parabola, or a vertex outside the slice's sizes) takes that
-replicate's minimum over its window instead -- the censored optimum, at an edge --
-so it lands in the tails where it belongs rather than vanishing from them; the fraction of
-such replicates is reported and the intervals are flagged when it exceeds 10%.
+Each slice's parabola L = a (ln P - ln P*)^2 + L* is fitted (Levenberg-Marquardt from the exact
+least-squares quadratic) to the ``window`` points (default 5) centred on its minimum-loss model,
+as whole-slice parabolas are biased when sizes span far from the optimum; ``minimum="akima"``
+reads the minimum off an Akima interpolant instead (Porian et al. 2024). Bootstrap replicates are
+never dropped: a replicate whose slice degenerates (< 3 distinct sizes, non-convex, vertex
+outside the sizes) takes its window's minimum (censored at an edge), so it lands in the tails
+rather than vanishing from them; above 10% such replicates the intervals are flagged.
 """
 
 from __future__ import annotations
@@ -36,10 +30,9 @@ from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
 class IsoFlopFit(FitResult):
     """Per-slice parabolas and the power laws P*(C) = a_P C^alpha_P, L*(C) = a_L C^alpha_L.
 
-    ``slices`` has one row per slice: compute, n_points, n_window, P_star, L_star,
-    curvature (a of Eq. 25, loss per (ln P)^2), converged, convex, interior, used, reason,
-    and bootstrap intervals P_star_lo/hi, L_star_lo/hi. ``power_P``/``power_L`` are
-    PowerLawFit objects whose bootstrap draws come from refitting the slice parabolas.
+    ``slices``: one row per slice (compute, n_points, n_window, P_star, L_star, curvature = a of
+    Eq. 25, converged, convex, interior, used, reason, intervals P_star_lo/hi, L_star_lo/hi);
+    ``power_P``/``power_L``: power laws whose bootstrap draws refit the slice parabolas.
     """
 
     slices: pd.DataFrame = field(compare=False)
@@ -139,9 +132,7 @@ def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, windo
         raise ValueError(f"degenerate must be 'censor' or 'drop', got {degenerate!r}")
     if minimum == "akima" and spec.kind != "residual" and spec.n_boot > 0:
         raise ValueError("minimum='akima' supports the residual bootstrap only")
-    Cs = as_array(results[compute], compute, positive=True)
-    P = as_array(results[params], params, positive=True)
-    L = as_array(results[loss], loss, positive=True)
+    Cs, P, L = (as_array(results[c], c, positive=True) for c in (compute, params, loss))
     check_duplicates({compute: Cs, params: P, loss: L}, "fit_isoflop")
     if np.unique(Cs).size < 2:
         what = f"a single slice ({Cs[0]:g})" if Cs.size else "no rows"
@@ -229,9 +220,7 @@ def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, mini
     Cu = np.array([f["c"] for f in used])
     WB = None if wts is None else np.broadcast_to(wts, LP.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
-        iP, sP = ols_lines(np.log(Cu), LP, WB)
-        iL, sL = ols_lines(np.log(Cu), lLS, WB)
-    pP, pL = attach_draws(pP, iP, sP, missing=missing), attach_draws(pL, iL, sL, missing=missing)
+        pP, pL = (attach_draws(p, *ols_lines(np.log(Cu), Y, WB), missing=missing) for p, Y in ((pP, LP), (pL, lLS)))
     for j, c in enumerate(Cu):
         i = slices.index[slices.compute == c][0]
         slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[:, j], spec.level, missing=missing))
@@ -251,10 +240,8 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
             emit(warnings, f"slice C={r['compute']:g}: {r['reason']}" + ("; excluded" if exclude_flagged else ""))
     used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
-        raise ValueError(
-            f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
-            + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"])
-        )
+        raise ValueError(f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
+                         + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"]))
     return slices.assign(**dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"),
                                          math.nan)), used
 

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 
-from ._optim import batched_bfgs
+from ._optim import batched_bfgs, chunked
 
 
 def epoch_grid() -> np.ndarray:
@@ -76,15 +76,8 @@ class HuberLSE:
             theta[:, 2] = self.e_max - np.logaddexp(0.0, -z[:, 2])
         return theta
 
-    def __call__(self, Z, rows, chunk=64):
-        # Work in row blocks so the (block, n) temporaries stay in cache.
-        if Z.shape[0] <= chunk:
-            return self._eval(Z, rows)
-        f = np.empty(Z.shape[0])
-        g = np.empty((Z.shape[0], 5))
-        for i in range(0, Z.shape[0], chunk):
-            f[i : i + chunk], g[i : i + chunk] = self._eval(Z[i : i + chunk], rows[i : i + chunk])
-        return f, g
+    def __call__(self, Z, rows):
+        return chunked(self._eval, Z, rows)
 
     def _eval(self, Z, rows):
         # log L-hat = e + log(1 + exp(v1) + exp(v2)), v1 = a' - alpha xP - e, v2 = b' - beta xD - e;
@@ -132,9 +125,7 @@ class HuberLSE:
             return r.sum(axis=1), g
 
 
-# Grid phase: scipy L-BFGS-B's default stopping rule (factr 1e7 -> ftol 2.2e-9 on
-# max(|f|, 1); pgtol 1e-5). Polish phase: run the best starts to machine precision.
-COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)
+# grid phase: _optim.COARSE_TOL (scipy's default rule); polish phase: the best starts to machine precision
 FINE_TOL = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)
 BOOT_TOL = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
 

@@ -18,14 +18,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from ._base import FitResult, emit, fmt_ci
-from ._optim import batched_bfgs
+from ._optim import COARSE_TOL, batched_bfgs, chunked
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
 LOSSES = ("huber_log", "ls")
 RECIPES = ("authors", "robust")
 FIT_TOL = dict(gtol=1e-11, ftol=1e-14, fscale=1e-300)
-COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)  # scipy L-BFGS-B's defaults (factr 1e7, pgtol 1e-5)
 BOOT_TOL = dict(gtol=1e-9, ftol=1e-11, fscale=1e-300)
 
 
@@ -59,12 +58,8 @@ class LawObjective:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.law, self.X, self.T, self.W, self.loss, self.delta = law, X, T, W, loss, delta
 
-    def __call__(self, Z: np.ndarray, rows: np.ndarray, chunk: int = 64):
-        if len(Z) <= chunk:
-            return self._eval(Z, rows)
-        # row blocks keep the (block, n, k) Jacobian temporaries in cache
-        parts = [self._eval(Z[i : i + chunk], rows[i : i + chunk]) for i in range(0, len(Z), chunk)]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    def __call__(self, Z: np.ndarray, rows: np.ndarray):
+        return chunked(self._eval, Z, rows)  # row blocks keep the (block, n, k) Jacobians in cache
 
     def _eval(self, Z: np.ndarray, rows: np.ndarray):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

@@ -1,15 +1,8 @@
-"""Reading a results table for the fitters: which rows, which estimator, which FLOPs accounting.
-
-One copy of each rule the family fits, the backtest, the forecast methods and the figures
-share:
-
-* ``select_rows`` -- rows of one value of a column (``annealed``, ``estimator``), falling back
-  to the paper's preference with a warning when the column mixes values and none was chosen;
-* ``slice_rows`` -- rows usable in an IsoFLOP fit: achieved compute within the slice
-  tolerance of its target (App. G, ``paper.SLICE_TOLERANCE``);
-* ``flops_per_token_per_param`` -- k in C = k P D, read off the data;
-* ``attach_groups`` / ``row_groups`` -- cluster-bootstrap labels (``groups=``, one per row of
-  the table) carried through every row selection as a hidden column.
+"""Reading a results table for the fitters, one copy of each rule the family fits, the backtest,
+the forecast methods and the figures share: which rows (``select_rows``: one value of a column,
+else the paper's preference with a warning; ``slice_rows``: achieved compute within the slice
+tolerance of its target, App. G), which FLOPs accounting (``flops_per_token_per_param``), and
+the cluster-bootstrap labels carried through every selection (``attach_groups``/``row_groups``).
 """
 
 from __future__ import annotations
