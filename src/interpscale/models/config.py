@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
 from interpscale import paper
@@ -91,20 +91,27 @@ def derived_heads(p: SizePreset, d_model: int) -> int:
     return max(1, d_model // 32) if d_model % 32 == 0 else 1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ConfigRecord:
-    """The rule every family's config dataclass follows: the special-token ids (the bundled
-    tokenizer's by default; a pretrained tokenizer passes its own), positive sizes, whole heads
-    and KV groups, special ids inside the vocabulary, ``to_dict`` / ``from_dict`` (old names read
-    through :func:`renamed`) and ``mask_token_id``, the old name of ``mask_id``."""
+    """The one config rule, the base of every family's config (keyword fields): the shape and
+    the special-token ids (the bundled tokenizer's by default; a pretrained tokenizer passes its
+    own), checks (positive sizes, whole heads and KV groups, special ids inside the vocabulary),
+    ``to_dict`` / ``from_dict`` (old names read through :func:`renamed`) and ``mask_token_id``."""
 
-    pad_id: int = field(default=PAD_ID, kw_only=True)
-    eos_id: int = field(default=EOS_ID, kw_only=True)
-    eoc_id: int = field(default=EOC_ID, kw_only=True)
-    mask_id: int = field(default=MASK_ID, kw_only=True)  # diffusion [MASK]; also the IG baseline (Eq. 16)
+    family: str
+    size: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
+    max_seq_len: int = 4096
+    pad_id: int = PAD_ID
+    eos_id: int = EOS_ID
+    eoc_id: int = EOC_ID
+    mask_id: int = MASK_ID  # diffusion [MASK]; also the IG baseline (Eq. 16)
 
     def check(self, *positive: str) -> None:
-        for name in positive:
+        for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len", *positive):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
@@ -142,14 +149,7 @@ class ModelConfig(ConfigRecord):
     base 5e5, SwiGLU ratio 4, no biases, clip_qkv 10, tied embeddings, dropout 0; CDLM block 64,
     t ~ U(0.05, 0.95); concept module per Table 25 (stable) and Table 26 (anneal)."""
 
-    family: str
-    size: str
-    n_layers: int
-    d_model: int
-    n_heads: int
     n_kv_heads: int
-    vocab_size: int
-    max_seq_len: int = 4096
     mlp_ratio: float = 4.0
     rope_base: float = 5e5
     clip_qkv: Optional[float] = 10.0
@@ -193,8 +193,7 @@ class ModelConfig(ConfigRecord):
     anneal_alpha_unknown: float = 0.0
 
     def __post_init__(self) -> None:
-        self.check("n_layers", "d_model", "n_heads", "n_kv_heads", "vocab_size", "max_seq_len", "block_size",
-                   "loss_chunk_tokens")
+        self.check("n_kv_heads", "block_size", "loss_chunk_tokens")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
         if not 0.0 <= self.t_min < self.t_max <= 1.0:

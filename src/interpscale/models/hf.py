@@ -1,15 +1,8 @@
-"""Hugging Face architectures as families: ``hf:<model_type>`` (``hf:llama``, ``hf:qwen2``,
-``hf:gpt_neox``, ``hf:qwen3``; :func:`register_hf_family` adds another ``model_type``).
-
-Each is built with ``AutoConfig.for_model`` + ``AutoModelForCausalLM.from_config`` (never a hub
-download) from a ``SIZES`` preset (Table 23's L, d, heads, KV heads; MLP width 4d), the
-``DataFields``' vocabulary and special ids, and App. G's RoPE base, norm eps, init std and tied
-embeddings (``hf = {...}`` passes further config arguments). :class:`HFCausalLM` trains Eq. 1
-through ``ar``'s chunked LM head + cross-entropy and exposes the decoder layers as ``blocks``.
-Pricing is Eq. 23 from the config where :func:`analytic_params` knows the architecture, else
-measured (``models.pricing``); :func:`export_pretrained` writes a directory
-``AutoModelForCausalLM.from_pretrained`` loads. ``transformers`` is imported only to build or
-export: without the ``hf`` extra the families are registered and priced.
+"""Hugging Face architectures as families, ``hf:<model_type>`` (docs/own-model.md): built with
+``AutoModelForCausalLM.from_config`` (never a hub download) from our size presets and the data's
+vocabulary and special ids, trained on Eq. 1 through ``ar``'s chunked head + cross-entropy,
+priced by Eq. 23 where :func:`analytic_params` knows the architecture (else measured), exported
+by :func:`export_pretrained`. ``transformers`` is imported only to build or export.
 """
 
 from __future__ import annotations
@@ -57,16 +50,9 @@ class HFConfig(ConfigRecord):
     the Hugging Face config by :func:`hf_kwargs`; ``hf`` holds extra ``AutoConfig.for_model``
     arguments, which win."""
 
-    family: str
-    size: str
     model_type: str
-    n_layers: int
-    d_model: int
-    n_heads: int
     n_kv_heads: int
     d_ff: int
-    vocab_size: int
-    max_seq_len: int
     rope_base: float = 5e5
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -76,8 +62,7 @@ class HFConfig(ConfigRecord):
     hf: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.check("n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "max_seq_len",
-                   "loss_chunk_tokens")
+        self.check("n_kv_heads", "d_ff", "loss_chunk_tokens")
         if self.model_type in NEOX_STYLE and self.n_kv_heads != self.n_heads:
             raise ValueError(f"{self.family}: {self.model_type} has no grouped-query attention; "
                              f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
@@ -89,10 +74,9 @@ CONFIG_FIELDS = frozenset(f.name for f in fields(HFConfig)) - {"family", "size",
 
 
 def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> HFConfig:
-    """The config ``build_model(family, size, data=data, **overrides)`` gives, without building:
-    the preset's shape, the data's vocabulary and special ids, then the overrides. A width
-    without heads keeps the preset's head width (``config.derived_heads``); KV heads are the
-    preset's at its head count, else one per head; ``d_ff`` defaults to ``mlp_ratio`` (4) × d."""
+    """The config ``build_model`` gives: the preset's shape, the data's vocabulary and special ids,
+    the overrides. A new width keeps the preset's head width (``config.derived_heads``); KV heads
+    are the preset's at its head count, else one per head; ``d_ff`` is ``mlp_ratio`` (4) × d."""
     model_type, p = family[len(PREFIX):], preset(size)
     kw = {**data.config_fields(concept=False), **renamed(overrides)}
     unknown = sorted(set(kw) - CONFIG_FIELDS)
@@ -209,9 +193,8 @@ class HFCausalLM(FamilyModel):
 
 
 def _meta_mask(tokens: torch.Tensor) -> Optional[torch.Tensor]:
-    """None (the model's own causal mask), except on the meta device (measured pricing), where
-    Hugging Face's mask preparation reads tensor values: a ready 4-D mask of the right shape
-    skips it (its values are never read there)."""
+    """None (the model's own causal mask), except on the meta device (measured pricing), where Hugging
+    Face's mask preparation reads tensor values: a ready 4-D mask (never read there) skips it."""
     if not tokens.is_meta:
         return None
     B, T = tokens.shape
@@ -223,9 +206,8 @@ def _build(family: str, size: str, **kw: Any) -> HFCausalLM:
 
 
 def register_hf_family(model_type: str, *, overwrite: bool = True) -> str:
-    """Register ``hf:<model_type>`` (a decoder-only ``model_type`` of ``transformers`` whose
-    config takes the Llama-style names, or ``gpt_neox``); returns the family name. Priced by
-    Eq. 23 from the config where :func:`analytic_params` knows it, else measured on the meta device."""
+    """Register ``hf:<model_type>`` (a decoder-only ``transformers`` model type whose config takes
+    the Llama-style names, or ``gpt_neox``); returns the family name."""
     name = f"{PREFIX}{model_type}"
     analytic = model_type in ANALYTIC_TYPES
     register_family(name, partial(_build, name), params_fn=partial(_params, name) if analytic else None,

@@ -74,17 +74,15 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
 
 def set_phase(model: Any, phase: PhaseSchedule) -> None:
     """``model.set_phase(phase)`` where the model has it, else ``model.phase = phase``."""
-    fn = getattr(model, "set_phase", None)
-    if callable(fn):
-        fn(phase)
+    if callable(getattr(model, "set_phase", None)):
+        model.set_phase(phase)
     else:
         model.phase = phase
 
 
 def check_batch(model: Any, batch: Batch) -> None:
-    fn = getattr(model, "check_batch", None)
-    if callable(fn):
-        fn(batch)
+    if callable(getattr(model, "check_batch", None)):
+        model.check_batch(batch)
 
 
 class FamilyModel(nn.Module):
@@ -99,11 +97,11 @@ class FamilyModel(nn.Module):
 
     @property
     def is_diffusion(self) -> bool:  # registry facts
-        return _spec(self).is_diffusion
+        return _registry().get_family(self.config.family).is_diffusion
 
     @property
     def is_concept(self) -> bool:
-        return _spec(self).is_concept
+        return _registry().get_family(self.config.family).is_concept
 
     def check_batch(self, batch: Batch) -> None:
         return None
@@ -112,14 +110,10 @@ class FamilyModel(nn.Module):
         self.phase = phase
 
     def params_nonembedding(self) -> int:
-        from interpscale.models.registry import params_nonembedding
-
-        return params_nonembedding(self.config.family, self.config.size, **build_args(self))
+        return _registry().params_nonembedding(self.config.family, self.config.size, **build_args(self))
 
     def flops_per_token(self, seq_len: int) -> float:
-        from interpscale.models.registry import flops_per_token
-
-        return flops_per_token(self.config.family, self.config.size, seq_len, **build_args(self))
+        return _registry().flops_per_token(self.config.family, self.config.size, seq_len, **build_args(self))
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
@@ -138,10 +132,10 @@ class FamilyModel(nn.Module):
         return tokens
 
 
-def _spec(model: nn.Module):
-    from interpscale.models.registry import get_family
+def _registry():
+    from interpscale.models import registry  # it imports this module
 
-    return get_family(model.config.family)
+    return registry
 
 
 BUILD_ATTR = "_interpscale_build"  # where build_model records (data, overrides) on the model

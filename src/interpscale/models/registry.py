@@ -71,11 +71,9 @@ def register_family(
     config_fn: Optional[Callable[..., Any]] = None,
     overwrite: bool = False,
 ) -> FamilySpec:
-    """Register ``name``; re-registering an existing name needs ``overwrite=True``.
-
-    ``config_fields``: the names ``[model.<name>]`` may set (an iterable, or a dataclass whose
-    fields they are); leave it None to let the builder check its own overrides. ``config_fn``:
-    the config a build would have, without building (else the planner reads it off a meta build)."""
+    """Register ``name`` (again only with ``overwrite=True``). ``config_fields``: the names
+    ``[model.<name>]`` may set (an iterable or a dataclass; None: the builder checks them);
+    ``config_fn``: the config a build would have, without building (else read off a meta build)."""
     if not callable(builder):
         raise ValueError(f"builder for family {name!r} is not callable: {builder!r}")
     if config_fields is not None and hasattr(config_fields, "__dataclass_fields__"):
@@ -124,8 +122,8 @@ def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: 
         if _is_family_table(table, key):
             check_overrides(key, dict(value), f"[model.{key!r}]" if "+" in key else f"[model.{key}]")
             continue
-        takers = [f for f in families if get_family(f).config_fields is None or key in get_family(f).config_fields]
-        if not takers:
+        if not any(get_family(f).config_fields is None or key in get_family(f).config_fields
+                   for f in families):
             fields = {k for f in families for k in (get_family(f).config_fields or ())}
             raise UserError(f"{where}: unknown key {key!r}{_close(key, fields)}; no planned family "
                             f"({', '.join(families)}) takes it. Family-specific knobs go in [model.<family>] tables")
@@ -149,10 +147,8 @@ def _jsonable(value: Any) -> bool:
 
 
 def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> nn.Module:
-    """Instantiate ``family`` at size preset ``size`` with the data's fields and config ``overrides``.
-
-    The arguments are recorded on the model, so a checkpoint of a plugin family reloads
-    through the same builder (``models.checkpoint``)."""
+    """``family`` at size preset ``size`` with the data's fields and config ``overrides``, recorded
+    on the model so that a checkpoint of a plugin family reloads through the same builder."""
     data = data if data is not None else DataFields()
     model = get_family(family).builder(size, data=data, **overrides)
     plain = {k: v for k, v in overrides.items() if _jsonable(v)}  # CoCoMix's teacher is attached, not recorded
@@ -161,9 +157,8 @@ def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **
 
 
 def params_nonembedding(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> int:
-    """Non-embedding parameters of ``family``/``size``: the family's formula, else counted on
-    the meta device (no memory). For the +concept families this is backbone + concept module
-    (Table 23's "+Concept total"); Eq. 24's P is the backbone alone (``accounting.backbone_params``)."""
+    """Non-embedding parameters: the family's formula, else counted on the meta device. +concept
+    families: backbone + concept module (Table 23's "+Concept total"; Eq. 24's P is the backbone)."""
     spec, data = get_family(family), data if data is not None else DataFields()
     if spec.params_fn is not None:
         return int(spec.params_fn(size, data=data, **overrides))
@@ -174,8 +169,8 @@ def params_nonembedding(family: str, size: str, *, data: Optional[DataFields] = 
 
 def flops_per_token(family: str, size: str, seq_len: int, *, data: Optional[DataFields] = None,
                     **overrides: Any) -> float:
-    """Forward+backward FLOPs per training token: the family's formula (Eq. 23; Eq. 24 for
-    concept families), else measured on the meta device by the rule of ``models.pricing``."""
+    """Forward+backward FLOPs per training token: the family's formula (Eq. 23; Eq. 24 for concept
+    families), else measured on the meta device (``models.pricing``)."""
     if int(seq_len) <= 0:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
     spec, data = get_family(family), data if data is not None else DataFields()

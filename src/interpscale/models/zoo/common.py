@@ -23,19 +23,12 @@ class ZooConfig(ConfigRecord):
     """Config of a zoo model (``config.ConfigRecord``'s rule); ``extra`` holds the family's own
     knobs (JSON-able)."""
 
-    family: str
-    size: str
-    vocab_size: int
-    d_model: int
-    n_layers: int
-    n_heads: int
-    max_seq_len: int
     block_size: int = 64  # diffusion block of the protocol; unused by these AR families
     n_concepts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.check("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len")
+        self.check()
 
 
 _CORE = ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "block_size", "n_concepts",
