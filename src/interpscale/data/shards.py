@@ -73,19 +73,16 @@ class Split(RowSplit):
         """Rows -> Batch with per-row local chunk ids and multi-hot chunk labels ([B, C, n];
         ``concepts=False``: tokens only, for families without a concept module)."""
         rows = np.asarray(rows, dtype=np.int64)
-        tok_np = self.row_tokens(rows)
-        tok = torch.from_numpy(tok_np)
+        tok = torch.from_numpy(tok_np := self.row_tokens(rows))
         valid = tok != self.pad_id
         if self.n_concepts == 0 or not concepts:
             return Batch(tokens=tok, valid=valid)
         local, per_row = local_chunks(self.chunk_ids(rows, tok_np))
         c_max = max(1, max(len(p) for p in per_row))
         lab = np.zeros((len(rows), c_max, self.n_concepts), dtype=np.float32)
-        labels = self.chunk_labels(np.concatenate(per_row)) if sum(map(len, per_row)) else []
-        k = 0
+        labels = iter(self.chunk_labels(np.concatenate(per_row)) if sum(map(len, per_row)) else [])
         for r, ids in enumerate(per_row):
             for j in range(len(ids)):
-                lab[r, j, labels[k]] = 1.0
-                k += 1
+                lab[r, j, next(labels)] = 1.0
         return Batch(tok, torch.from_numpy(local), torch.from_numpy(lab), valid)
 

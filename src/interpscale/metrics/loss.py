@@ -202,8 +202,7 @@ def _mdlm_elbo(ctx: EstimationContext, batch: Batch, i: int, group: int, weight:
 
 def _per_block(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
     tokens, g = batch.tokens, ctx.gens["per_block"]  # Eq. 40: one t_b per block of each row
-    lv = masking.block_levels(tokens.shape[0], tokens.shape[1], ctx.block, ctx.lo, ctx.hi, g, stratified=ctx.stratified)
-    rate = masking.expand_blocks(lv, tokens.shape[1], ctx.block)
+    rate = masking.block_levels(*tokens.shape, ctx.block, ctx.lo, ctx.hi, g, stratified=ctx.stratified)
     return masked_loss(ctx, batch, rate, g, reflect=True)
 
 

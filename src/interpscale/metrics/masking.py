@@ -27,16 +27,11 @@ def uniform_levels(shape: tuple[int, ...], lo: float, hi: float, gen: torch.Gene
 
 def block_levels(n_rows: int, seq_len: int, block: int, lo: float, hi: float, gen: torch.Generator, *,
                  stratified: bool) -> torch.Tensor:
-    """Per-block noise levels [n_rows, n_blocks] (Eq. 40; a trailing partial block gets its own);
-    ``stratified`` spreads each row's levels over one stratum per block."""
+    """Per-position noise levels [n_rows, seq_len], one level per block (Eq. 40; a trailing
+    partial block gets its own); ``stratified`` spreads each row's over one stratum per block."""
     n_blocks = -(-seq_len // block)
-    if not stratified:
-        return uniform_levels((n_rows, n_blocks), lo, hi, gen)
-    return torch.stack([stratified_uniform(n_blocks, lo, hi, gen) for _ in range(n_rows)])
-
-
-def expand_blocks(levels: torch.Tensor, seq_len: int, block: int) -> torch.Tensor:
-    """[B, n_blocks] -> [B, T] per-position rates."""
+    levels = (torch.stack([stratified_uniform(n_blocks, lo, hi, gen) for _ in range(n_rows)]) if stratified
+              else uniform_levels((n_rows, n_blocks), lo, hi, gen))
     return levels.repeat_interleave(block, dim=1)[:, :seq_len]
 
 
