@@ -40,22 +40,14 @@ def normalize_token(tok: str) -> str:
 def concept_vocabulary(card: ConceptCard) -> frozenset[str]:
     """Stems of the card's characteristic words and label (the description's content words
     only when the card lists no words)."""
-    words: list[str] = []
-    for w in card.words:
-        words += _WORD.findall(w)
-    words += _WORD.findall(card.label)
-    if not card.words:
-        words += _WORD.findall(card.description)
-    return frozenset(_stem(w) for w in words if w.lower() not in _STOP and len(w) > 1)
+    text = " ".join([*card.words, card.label, "" if card.words else card.description])
+    return frozenset(_stem(w) for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 1)
 
 
 def _matches(word: str, vocab: frozenset[str]) -> bool:
     s = _stem(word)
-    if len(s) < 2:
-        return False
-    if s in vocab:
-        return True
-    return len(s) >= 4 and any(len(v) >= 4 and (s.startswith(v) or v.startswith(s)) for v in vocab)
+    return len(s) >= 2 and (s in vocab or len(s) >= 4 and any(
+        len(v) >= 4 and (s.startswith(v) or v.startswith(s)) for v in vocab))
 
 
 def _hits(text: str, vocab: frozenset[str]) -> tuple[int, int]:
@@ -67,8 +59,7 @@ def _hits(text: str, vocab: frozenset[str]) -> tuple[int, int]:
 def alignment_score(card: ConceptCard, tokens: Sequence[str]) -> int:
     """1–5 from the fraction of top tokens that are concept words (App. E scale)."""
     vocab = concept_vocabulary(card)
-    toks = [normalize_token(t) for t in tokens]
-    toks = [t for t in toks if t]
+    toks = [t for t in map(normalize_token, tokens) if t]
     if not toks:
         return 1
     frac = sum(_matches(t, vocab) for t in toks) / len(toks)

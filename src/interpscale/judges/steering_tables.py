@@ -179,11 +179,6 @@ class SteeringResult:
                 "selected_strengths": dict(self.selected_strengths), "usage": dict(self.usage),
                 "config": dict(self.config), "samples": [s.to_dict() for s in self.samples]}
 
-    def to_dataframe(self):  # pandas imported lazily
-        import pandas as pd
-
-        return pd.DataFrame([s.to_dict() for s in self.samples])
-
 
 def table17(results: Mapping[str, SteeringResult], condition: str = "steered") -> str:
     """Markdown in the layout of Table 17: one row per checkpoint."""
