@@ -31,7 +31,7 @@ Kind = Literal["residual", "pairs", "cluster"]
 PI_MIN_DRAWS = 200  # a prediction interval reads its tails off at least this many curve draws
 
 __all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "band_from_draws", "check_level",
-           "cluster_weights", "curve_rows", "pairs_weights", "percentile_ci", "resample_noise"]
+           "cluster_weights", "curve_rows", "dropped", "pairs_weights", "percentile_ci", "resample_noise"]
 
 
 def check_level(level: float) -> float:
@@ -93,6 +93,12 @@ class Bootstrap:
                 h = 1.06 * sd * observed.size ** (-0.2)
                 E = (E + rng.normal(0.0, h, E.shape)) / math.sqrt(1.0 + (h / sd) ** 2)
         return fitted[None, :] + E, weights
+
+
+def dropped(n_ok: int, n_boot: int) -> list[str]:
+    """The warning when more than 1% of the replicates did not converge (those are dropped)."""
+    return [f"bootstrap: {n_boot - n_ok} of {n_boot} replicates did not converge and were dropped"] \
+        if n_ok < 0.99 * n_boot else []
 
 
 def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:

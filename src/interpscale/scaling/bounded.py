@@ -122,27 +122,22 @@ def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
     if side != 0:
         e_0 = np.maximum(e_0, bound) if side > 0 else np.minimum(e_0, bound)
     cands.append((e_0 + 0 * szm, np.zeros_like(szm)))
-    best_e, best_A = cands[0]
-    best_s = np.where(np.isfinite(best_e), sse(np.nan_to_num(best_e), np.nan_to_num(best_A)), np.inf)
-    for e, A in cands[1:]:
-        s = np.where(np.isfinite(e), sse(np.nan_to_num(e), np.nan_to_num(A)), np.inf)
-        take = s < best_s
-        best_e, best_A, best_s = np.where(take, e, best_e), np.where(take, A, best_A), np.where(take, s, best_s)
-    return best_e, best_A, best_s
+    E, A = (np.stack(v) for v in zip(*cands))  # (candidates, ...)
+    S = np.where(np.isfinite(E), sse(np.nan_to_num(E), np.nan_to_num(A)), np.inf)
+    j = np.argmin(S, axis=0)[None]  # the first of equal candidates, as in the order above
+    return tuple(np.take_along_axis(v, j, 0)[0] for v in (E, A, S))
 
 
 def _profile(lx, M, W, sgn, side, bound, betas):
     """Profile sse over beta for each row of M: betas (S, G) or (G,) -> e, A, sse (S, G)."""
-    betas = np.atleast_1d(betas)
+    betas, WM = np.atleast_1d(betas), W * M
     if betas.ndim == 1:  # shared grid: the sums are matrix products
         Z = sgn * np.exp(-betas[:, None] * lx[None, :])  # (G, n)
-        WM = W * M
         szm = WM @ Z.T
         sz = W @ Z.T
         szz = W @ (Z * Z).T
     else:  # per-row betas (S, G)
         Z = sgn * np.exp(-betas[:, :, None] * lx[None, None, :])  # (S, G, n)
-        WM = W * M
         szm = np.einsum("sn,sgn->sg", WM, Z)
         sz = np.einsum("sn,sgn->sg", W, Z)
         szz = np.einsum("sn,sgn->sg", W, Z * Z)

@@ -14,7 +14,7 @@ import numpy as np
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights, emit
 from ._base import fmt_ci, log
 from ._optim import COARSE_TOL, STATUS
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 from .joint_objective import BOOT_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
 
 __all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation", "optimal_loss"]
@@ -260,8 +260,8 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
                             max_iter=max_iter, tol=BOOT_TOL, **x.opts)
     good = br.converged & np.isfinite(br.x).all(axis=1)
     n_ok = int(good.sum())
-    if n_ok < 0.99 * spec.n_boot:
-        emit(warnings, f"bootstrap: {spec.n_boot - n_ok} of {spec.n_boot} replicates did not converge and were dropped")
+    for msg in dropped(n_ok, spec.n_boot):
+        emit(warnings, msg)
     boot = br.x[good]
     a, b, e, al, be = boot.T
     return boot, spec.intervals(dict(a=a, b=b, e=e, alpha=al, beta=be, L_inf=np.exp(e), A_P=np.exp(a), A_D=np.exp(b),

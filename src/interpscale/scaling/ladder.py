@@ -1,18 +1,13 @@
 """Two-step task prediction of model ladders (Bhagia et al. 2024).
 
-Step 1 (paper Eq. 2): task loss from parameters and tokens,
-    L(N, D) = A / N^alpha + B / D^beta + E,   A = e^a, B = e^b,
-fitted on one point per ladder run (the metric averaged over the run's last logged evaluations)
-by the summed Huber loss (delta = 1e-3) of log L-hat - log L, from the authors' single start
-(a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1) with every parameter bounded below by 0
-(scipy L-BFGS-B, ftol = 0, gtol = 1e-10).
-Step 2 (paper Eq. 3): accuracy from task loss on the intermediate checkpoints,
-    Acc(L) = a / (1 + exp(-k (L - L0))) + b,
-by least squares (scipy ``curve_fit``, trf) from (task_min - 1, 0.9, 3, task_max) within
-a in [-1, 0], L0, k >= 0, b in [0, 1], with the ideal point (0, task_max) added.
-Chained: Acc(L-hat(N, D)). ``checkpoint_points`` builds step 2's points the authors' way
-(skip the first 10% of each run's evaluations, trailing moving average of 5).
-``recipe="robust"``: both steps by summed Huber on log residuals from a start grid.
+Step 1 (paper Eq. 2): task loss L(N, D) = A / N^alpha + B / D^beta + E (A = e^a, B = e^b) on one
+point per ladder run, by the summed Huber loss (delta = 1e-3) of log L-hat - log L from the
+authors' start (a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1), every parameter >= 0 (scipy
+L-BFGS-B, ftol = 0, gtol = 1e-10). Step 2 (paper Eq. 3): accuracy Acc(L) = a / (1 + exp(-k (L -
+L0))) + b on the intermediate checkpoints, by least squares (``curve_fit``, trf) from (task_min
+- 1, 0.9, 3, task_max) within a in [-1, 0], L0, k >= 0, b in [0, 1], with the ideal point
+(0, task_max) added. Chained: Acc(L-hat(N, D)). ``recipe="robust"``: both steps by summed Huber
+on log residuals from a start grid.
 """
 
 from __future__ import annotations
@@ -91,16 +86,14 @@ def checkpoint_points(runs, x, y, *, skip_frac: float = 0.1, window: int = 5):
 class TaskLossFit(NDLawFit):
     """Step 1: L(N, D) = A/N^alpha + B/D^beta + E (``params``: A, B, alpha, beta, E, a, b)."""
 
-    def _law(self):
-        return TaskLossLaw()
+    _law = TaskLossLaw
 
 
 @dataclass(frozen=True)
 class SigmoidFit(CurveFit):
     """Step 2: Acc(L) = a / (1 + exp(-k (L - x0))) + b."""
 
-    def _law(self):
-        return SigmoidLaw()
+    _law = SigmoidLaw
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ._base import FitResult, emit, fmt_ci
 from ._optim import COARSE_TOL, batched_bfgs, chunked
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
 LOSSES = ("huber_log", "ls")
@@ -91,9 +91,8 @@ def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: s
 
 def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
                W: np.ndarray | None = None, n_polish: int = 8):
-    """A start grid the way ``fit_chinchilla`` runs it: every start to scipy L-BFGS-B's default
-    stopping rule (at most 300 iterations), then the best ``n_polish`` end points to machine
-    precision. Returns (theta, objective, converged, status code, BatchResult of the grid)."""
+    """(theta, objective, converged, status code, BatchResult of the grid): every start to scipy
+    L-BFGS-B's default rule (<= 300 iterations), the best ``n_polish`` to machine precision."""
     res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=300)
     f = np.where(np.isfinite(res.f), res.f, np.inf)
     if not np.isfinite(f).any():
@@ -105,9 +104,8 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
 
 
 def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float = 1e-3) -> list[tuple[np.ndarray, float]]:
-    """The distinct end points of a multi-start run (rows of ``x`` with converged ``ok``),
-    lowest objective first; two end points are the same minimum when every coordinate agrees
-    to ``rtol`` (relative)."""
+    """The distinct converged (``ok``) end points of a multi-start run, lowest objective first;
+    two are the same minimum when every coordinate agrees to ``rtol``."""
     out: list[tuple[np.ndarray, float]] = []
     for i in np.argsort(np.where(ok & np.isfinite(f), f, np.inf)):
         if not (ok[i] and np.isfinite(f[i])):
@@ -147,12 +145,10 @@ class Bounded:
 def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
                   delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000,
                   bounds=None, keep=None):
-    """Refit every replicate of ``spec`` together, warm-started at ``theta``; ``bounds``:
-    (lower, upper) kept in every replicate (see :class:`Bounded`); ``keep``: a mask of
-    points that are anchors, not data (e.g. the ladder's ideal point): in every replicate as observed.
-
-    Returns (draws (n_ok, k), n_ok, messages): replicates whose optimiser did not converge
-    or ended non-finite are dropped and counted."""
+    """(draws (n_ok, k), n_ok, warnings): every replicate of ``spec`` refitted together from
+    ``theta``, those not converged or non-finite dropped; ``bounds``: (lower, upper) kept in every
+    replicate (:class:`Bounded`); ``keep``: a mask of anchor points (the ladder's ideal point)
+    left as observed in every replicate."""
     fitted = law.model(theta[None, :], X)[0][0]
     Y, W = spec.replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
     if keep is not None:
@@ -168,10 +164,7 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
     if bounds is not None:
         res.x = inner.to_external(res.x)
     good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)
-    msgs = []
-    if good.sum() < 0.99 * spec.n_boot:
-        msgs.append(f"bootstrap: {spec.n_boot - int(good.sum())} of {spec.n_boot} replicates did not converge and were dropped")
-    return res.x[good], int(good.sum()), msgs
+    return res.x[good], int(good.sum()), dropped(int(good.sum()), spec.n_boot)
 
 
 @dataclass(frozen=True)

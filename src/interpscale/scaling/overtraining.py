@@ -1,19 +1,12 @@
 """Over-training law and chained downstream error (Gadre et al. 2024).
 
-Loss law with one exponent for parameters and tokens (paper Eq. 4, the authors' ``powlaw_ours``;
-M = D/N tokens per parameter)::
-
-    L(N, M) = E + a N^b + c 6^(b/2) (M N)^b,     b = -eta < 0
-
-i.e. Chinchilla's form with alpha = beta. Downstream top-1 error as a function of loss
-(paper Eq. 5)::
-
-    Err(L) = eps - k exp(-gamma L)
-
-and the chained prediction Err(L-hat(N, M)). The authors' recipe: least squares on L with scipy
-``curve_fit`` from every start of a0, c0 in {1e2, 3e2, 1e3, 3e3}, b0 in {-0.1, -0.3},
-E0 in {0, 1, 2, 10}, keeping the lowest sqrt(SSR / (n - 2)); the error law by ``curve_fit`` from
-its default start. ``recipe="robust"``: summed Huber (delta 1e-3) on log L from the same grid.
+Paper Eq. 4 (the authors' ``powlaw_ours``; M = D/N tokens per parameter; Chinchilla's form with
+alpha = beta): L(N, M) = E + a N^b + c 6^(b/2) (M N)^b, b = -eta < 0. Paper Eq. 5, downstream
+top-1 error from loss: Err(L) = eps - k exp(-gamma L); chained: Err(L-hat(N, M)). The authors'
+recipe: least squares on L by scipy ``curve_fit`` from every start of a0, c0 in {1e2, 3e2, 1e3,
+3e3}, b0 in {-0.1, -0.3}, E0 in {0, 1, 2, 10}, keeping the lowest sqrt(SSR / (n - 2)); the error
+law by ``curve_fit`` from its default start. ``recipe="robust"``: summed Huber (delta 1e-3) on
+log L from the same grid.
 """
 
 from __future__ import annotations
@@ -65,25 +58,24 @@ class ErrorLaw:
 
 
 def _ls_curve_fit(f, x, y, starts):
-    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept."""
-    best, best_p, best_i = np.inf, None, -1
-    for i, p0 in enumerate(starts):
+    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept (None: none ran)."""
+    best, best_p = np.inf, None
+    for p0 in starts:
         try:
             p, _ = curve_fit(f, x, y, p0=list(p0), maxfev=10000)
         except RuntimeError:  # curve_fit: no convergence within maxfev from this start
             continue
         s = float(np.sqrt(np.sum((y - f(x, *p)) ** 2) / max(y.size - 2, 1)))
         if s < best:
-            best, best_p, best_i = s, p, i
-    return best_p, best_i
+            best, best_p = s, p
+    return best_p
 
 
 @dataclass(frozen=True)
 class DownstreamErrorFit(CurveFit):
     """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, Eq. 5)."""
 
-    def _law(self):
-        return ErrorLaw()
+    _law = ErrorLaw
 
 
 @dataclass(frozen=True)
@@ -91,8 +83,7 @@ class OvertrainingFit(NDLawFit):
     """L(N, D) = E + a N^b + c 6^(b/2) D^b. ``params``: E, a, c, b, eta = -b, and ``B`` = c 6^(b/2)
     (so L = E + a/N^eta + B/D^eta)."""
 
-    def _law(self):
-        return OvertrainingLaw()
+    _law = OvertrainingLaw
 
     def predict_error(self, N, D, error_fit: DownstreamErrorFit) -> np.ndarray:
         """Chained downstream error Err(L-hat(N, D)) (the authors' chained prediction)."""
@@ -135,7 +126,7 @@ def fit_overtraining(
     law, X, T = OvertrainingLaw(), (N, D), to_fit_scale(L, loss_kind)
     warnings: list[str] = []
     if recipe == "authors":
-        p, _ = _ls_curve_fit(_powlaw, np.array([N, D / N]), L, starts)
+        p = _ls_curve_fit(_powlaw, np.array([N, D / N]), L, starts)
         if p is None:
             raise ValueError("fit_overtraining: curve_fit failed from every start")
         theta, st, ok = np.asarray(p, float), "curve_fit", True
