@@ -91,19 +91,19 @@ def test_studentized_calibration_covers_about_level_of_synthetic_forecasts():
 
 
 def test_studentized_interval_narrows_with_more_data():
-    """The same 16 runs of Eq. 27 (1% log-normal noise) once and repeated 4 times with fresh
-    noise: the final fit's bootstrap spread at a run 4.4x beyond them shrinks, and the studentized
+    """The same 12 runs of Eq. 27 (1% log-normal noise) once and repeated 3 times with fresh
+    noise: the final fit's bootstrap spread at a run 5.2x beyond them shrinks, and the studentized
     interval with it (the distance rule's width is set by the backtest's errors alone)."""
     rng = np.random.default_rng(0)
     width = []
-    for reps in (1, 4):
-        P = np.repeat(np.geomspace(1e7, 3e8, 16), reps)
-        D = P * np.repeat(np.tile([5.0, 20.0, 80.0, 10.0], 4), reps)
+    for reps in (1, 3):
+        P = np.repeat(np.geomspace(1e7, 3e8, 12), reps)
+        D = P * np.repeat(np.tile([5.0, 20.0, 80.0, 10.0], 3), reps)
         runs = pd.DataFrame(dict(params=P, tokens=D, loss=(1.8 + 400 / P**0.34 + 2000 / D**0.37)
                                  * np.exp(rng.normal(0, 0.01, P.size))))
-        o = ForecastOptions(n_boot=50, k=6.0, calibration="studentized", backtest_boot=30)
+        o = ForecastOptions(n_boot=40, k=6.0, calibration="studentized", backtest_boot=20)
         f = forecast_runs(runs, pd.DataFrame(dict(params=[1e9], tokens=[2e10])), method="joint", options=o)
-        assert f["n_backtest"].iloc[0] > 0 and f["ratio"].iloc[0] == pytest.approx(4.37, rel=0.01)
+        assert f["n_backtest"].iloc[0] > 0 and f["ratio"].iloc[0] == pytest.approx(5.16, rel=0.01)
         width.append(float(f["hi"].iloc[0] / f["lo"].iloc[0]))
     assert width[1] < width[0]
 

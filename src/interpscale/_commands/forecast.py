@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     option(r, "--level", forecast_from_results, type=float, help="prediction-interval level")
     option(r, "--grid", forecast_from_results, help="joint-fit start grid (epoch | coarse)")
     option(r, "--seed", forecast_from_results, type=int)
+    option(r, "--calibration", forecast_from_results, help="interval rule: studentized | distance | studentized-signed "
+           "(docs/forecasting.md)")
     r.add_argument("--note", default="", help="free text stored with the forecast")
     r.add_argument("--force", action="store_true",
                    help="record even when the fit is flagged unidentified or unreliable (the flag is stored)")
@@ -65,7 +67,8 @@ def _record(args) -> int:
     kw = forecast_from_results(df, target_compute=args.target_compute, family=args.family, params=args.params,
                                tokens=args.tokens, estimator=args.estimator, annealed=args.annealed,
                                force=args.force,
-                               **given(args, "method", "n_boot", "level", "seed", "grid", loss="metric"))
+                               **given(args, "method", "n_boot", "level", "seed", "grid", "calibration",
+                                       loss="metric"))
     flag = kw.pop("note", "")
     fc = ForecastLedger(args.registry).record(note=" ".join(filter(None, (flag, args.note))), **kw)
     sys.stdout.write(fc.summary() + f"\nrecorded in {args.registry}\n")

@@ -17,7 +17,7 @@ from .chinchilla import fit_chinchilla
 from .isoflop import fit_isoflop
 from .tables import SLICE_TOLERANCE, row_groups, slice_rows
 
-CALIBRATIONS = ("distance", "studentized", "studentized-signed")  # the interval rules of docs/forecasting.md
+CALIBRATIONS = ("studentized", "distance", "studentized-signed")  # docs/forecasting.md; the first the default
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ForecastOptions:
     tolerance: float | None = SLICE_TOLERANCE
     k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
     minimum: str = "parabola"  # how slice minima are read (Eq. 25 parabola vertex or Akima)
-    calibration: str = "distance"
+    calibration: str = CALIBRATIONS[0]
     backtest_boot: int = 50
 
     def __post_init__(self):

@@ -1,21 +1,16 @@
 """The published laws as forecast methods (``forecasting.METHODS``), registered on import.
 
-Opt-in: ``import interpscale.scaling.law_methods`` (or :func:`register`) adds them to the
-registry, after which ``forecast_family`` / ``rolling_origin`` score them beside the built-in
-methods and ``method="overtraining"`` etc. select them. They are not registered by importing
-``interpscale.scaling``: Figure 24 draws every registered method as an L*(C) curve, and these
-laws forecast a run at its (P, D) or at their own compute-optimal allocation.
+Opt-in (``import interpscale.scaling.law_methods`` or :func:`register`): each registered method
+adds its refits to the backtest of every default forecast.
 
-* ``overtraining`` -- Gadre et al. 2024: L = E + a/N^eta + B/D^eta (one exponent), robust recipe
-  (Huber on log L from the authors' 128 starts, batched; many refits in a backtest);
-* ``ladder`` -- Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E from the authors' single
-  start with bounds >= 0;
-* ``data-constrained`` -- Muennighoff et al. 2023 Eq. 5 with every parameter free (a results
-  table is not C4): needs a ``unique_tokens`` column; a target's unique tokens are
-  min(D, the largest U of the fitted runs) -- the sweep's corpus, repeated as needed.
+* ``overtraining`` -- Gadre et al. 2024: L = E + a/N^eta + B/D^eta, robust recipe (Huber on log L
+  from the authors' 128 starts, batched);
+* ``ladder`` -- Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E, the authors' start, bounds >= 0;
+* ``data-constrained`` -- Muennighoff et al. 2023 Eq. 5, every parameter free; needs
+  ``unique_tokens``; a target's unique tokens are min(D, the largest U fitted).
 
-At a compute budget without (P, D), each law is evaluated at its own compute-optimal allocation
-of C = k P D (closed forms below); intervals are the fit's bootstrap prediction intervals.
+Without (P, D) each law forecasts L*(C) at its own compute-optimal allocation of C = k P D;
+intervals are the fit's bootstrap prediction intervals.
 """
 
 from __future__ import annotations
@@ -46,34 +41,27 @@ def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
     return rows.dropna(subset=["params", "tokens", o.loss, *extra])
 
 
-def _interval(fit, N, D, o: ForecastOptions, *extra):
-    lo, hi = fit.predict_interval(N, D, *extra, level=o.level, seed=o.seed)
-    return float(fit.predict(N, D, *extra)), float(lo), float(hi)
+def _predictor(coef=("A", "B", "alpha", "beta"), unique: bool = False):
+    """predict(fit, compute, o, params, tokens): at (params, tokens), or the law's compute-optimal
+    allocation of ``compute`` (``coef`` names its A, B, alpha, beta); ``unique``: min(D, max U)."""
+    def predict(fit, compute, o, params=None, tokens=None):
+        if params is None or tokens is None:
+            params, tokens = optimal_allocation(*(fit.params[c] for c in coef), compute, o.k)
+        extra = (np.minimum(tokens, fit.max_unique_tokens),) if unique else ()
+        lo, hi = fit.predict_interval(params, tokens, *extra, level=o.level, seed=o.seed)
+        return float(fit.predict(params, tokens, *extra)), float(lo), float(hi)
+    return predict
 
 
 def _fit_overtraining(rows, o):
     r = _rows(rows, o)
-    return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level, seed=o.seed)
-
-
-def _target(fit, compute, o, params, tokens, coef=("A", "B", "alpha", "beta")):
-    """(params, tokens) of the target: as given, or the law's compute-optimal allocation."""
-    if params is not None and tokens is not None:
-        return params, tokens
-    return optimal_allocation(*(fit.params[c] for c in coef), compute, o.k)
-
-
-def _predict_overtraining(fit, compute, o, params=None, tokens=None):
-    return _interval(fit, *_target(fit, compute, o, params, tokens, ("a", "B", "eta", "eta")), o)
+    return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level,
+                            seed=o.seed)
 
 
 def _fit_ladder(rows, o):
     r = _rows(rows, o)
     return fit_ladder(r["params"], r["tokens"], r[o.loss], n_boot=o.n_boot, level=o.level, seed=o.seed).step1
-
-
-def _predict_ladder(fit, compute, o, params=None, tokens=None):
-    return _interval(fit, *_target(fit, compute, o, params, tokens), o)
 
 
 def _fit_data_constrained(rows, o):
@@ -82,17 +70,13 @@ def _fit_data_constrained(rows, o):
                                 n_boot=o.n_boot, level=o.level, seed=o.seed)
 
 
-def _predict_data_constrained(fit, compute, o, params=None, tokens=None):
-    params, tokens = _target(fit, compute, o, params, tokens)
-    return _interval(fit, params, tokens, o, np.minimum(tokens, fit.max_unique_tokens))
-
-
 LAW_METHODS = (
-    ForecastMethod("overtraining", "Gadre et al. 2024: L = E + a/N^eta + B/D^eta", _fit_overtraining, _predict_overtraining),
+    ForecastMethod("overtraining", "Gadre et al. 2024: L = E + a/N^eta + B/D^eta", _fit_overtraining,
+                   _predictor(("a", "B", "eta", "eta"))),
     ForecastMethod("ladder", "Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E (authors' start, bounds >= 0)",
-                   _fit_ladder, _predict_ladder),
+                   _fit_ladder, _predictor()),
     ForecastMethod("data-constrained", "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
-                   _fit_data_constrained, _predict_data_constrained),
+                   _fit_data_constrained, _predictor(unique=True)),
 )
 
 
