@@ -206,10 +206,8 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
     if direction not in ("lower", "higher"):
         raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
     label = name or "metric"
-    C = as_array(compute, "compute", positive=True)
-    m = as_array(metric, label)
-    n = check_lengths(compute=C, metric=m)
-    check_min_points(n, 4, f"fit_bounded({label})")
+    C, m = as_array(compute, "compute", positive=True), as_array(metric, label)
+    check_min_points(check_lengths(compute=C, metric=m), 4, f"fit_bounded({label})")
     check_duplicates({"compute": C, label: m}, f"fit_bounded({label})")
     if np.ptp(C) == 0:
         raise ValueError("compute: all values are equal; need at least two distinct compute values")

@@ -8,12 +8,11 @@ decay in value (paper §3.1, Eq. 5)::
     N'  = U_N + U_N R_N* (1 - exp(-R_N / R_N*))          (effective parameters)
     L   = E + A / N'^alpha + B / D'^beta
 
-N_opt(C(U)) is the Chinchilla compute-optimal size for the compute at which U tokens would be
-optimal, from the fixed coefficients (default: the authors' C4 fit ``C4_COEFFICIENTS``).
-The authors' recipe fits R_D*, R_N* only, with those coefficients held, by the summed Huber
-loss (delta = 1e-3) of log L-hat - log L from the start grid {6.67, 13.33, 20}^2.
-``free="all"`` also fits E, A, B, alpha, beta. The surface in R* is flat and has several local
-minima: every distinct minimum the starts reach is reported in ``local_minima``.
+N_opt(C(U)): the Chinchilla compute-optimal size where U tokens are optimal, from fixed
+coefficients (default: the authors' C4 fit). The authors' recipe fits R_D*, R_N* only, by the
+summed Huber loss (delta = 1e-3) of log L-hat - log L from the grid {6.67, 13.33, 20}^2;
+``free="all"`` also fits E, A, B, alpha, beta. The R* surface is flat with several local minima:
+every distinct one the starts reach is in ``local_minima``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ._base import as_array, check_lengths, check_points, check_weights, emit
+from ._base import check_points, check_weights, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
 from .lawfit import HUBER_DELTA, LawFit, LawObjective, check_recipe, distinct_minima, law_result, minimize_law
@@ -244,18 +243,12 @@ def _given(params: dict, theta, coefficients, free: bool = False) -> DataConstra
 
 
 def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:
-    """The loss cost of the repetition a grid implies under a unique-token budget (Eq. 5).
-
-    For each planned (params, tokens): epochs = tokens / U (U = ``unique_tokens``, never more
-    than the tokens), the loss with U unique tokens repeated, the loss had all tokens been
-    unique, and their difference ``epoch_cost`` (absolute and in % of the unique-data loss).
-    ``fit``: a fitted law (``fit_data_constrained`` on your own repeated-data runs); default the
-    authors' C4 law (``data_constrained_law()``), whose absolute losses are C4 nats.
-    """
+    """The loss cost of the repetition a grid implies under a unique-token budget (Eq. 5): per
+    (params, tokens), epochs = tokens / U (U = ``unique_tokens``, at most the tokens), the loss with
+    U unique tokens repeated, with all tokens unique, and ``epoch_cost`` (absolute and in %).
+    ``fit``: a fitted law; default the authors' C4 law, whose absolute losses are C4 nats."""
     law = fit or data_constrained_law()
-    P = as_array(params, "params", positive=True)
-    D = as_array(tokens, "tokens", positive=True)
-    check_lengths(params=P, tokens=D)
+    P, D = check_points({"params": params, "tokens": tokens}, 1, "epoch_costs")
     if not unique_tokens > 0:
         raise ValueError(f"unique_tokens must be positive, got {unique_tokens}")
     U = np.minimum(D, float(unique_tokens))

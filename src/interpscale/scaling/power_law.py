@@ -10,8 +10,7 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_lengths, check_min_points, check_weights
-from ._base import fmt_ci
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_points, check_weights, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, percentile_ci, resample_noise
 
 
@@ -120,10 +119,8 @@ def fit_power_law(
 ) -> PowerLawFit:
     """Fit y = a x^alpha (x, y > 0) by OLS of log y on log x (Eq. 26), optionally weighted;
     intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
-    x = as_array(x, "x", positive=True)
-    y = as_array(y, "y", positive=True)
-    n = check_lengths(x=x, y=y)
-    check_min_points(n, 2, "fit_power_law")
+    x, y = check_points({"x": x, "y": y}, 2, "fit_power_law")
+    n = x.size
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_power_law")
     w = check_weights(weights, n)
     lx, ly = np.log(x), np.log(y)
