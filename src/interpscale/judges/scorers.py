@@ -60,24 +60,37 @@ class ScoreSummary:
             if self.n_refused else ""
 
 
-@dataclass(frozen=True)
-class AlignmentResult:
-    """Known concept alignment: per-concept records and their mean (§7)."""
+def sample_indices(n: int, n_sample: int | None, seed: int) -> list[int]:
+    """A seeded random subset of ``range(n)`` of ``n_sample`` indices, sorted (all when None or more)."""
+    idx = list(range(n))
+    return sorted(random.Random(seed).sample(idx, n_sample)) if n_sample is not None and n_sample < n else idx
 
-    records: tuple[JudgeRecord, ...]
+
+@dataclass(frozen=True)
+class _Scored:
+    """A scorer's records and their summary, who judged (``label``) and what it sent."""
+
+    records: tuple  # JudgeRecords; relevance: a tuple of them per chunk ([chunk][candidate])
     summary: ScoreSummary
     backend: str
     label: str
     usage: dict[str, Any] = field(default_factory=dict)
+
+    def _dict(self, metric: str, records: list, **extra: Any) -> dict[str, Any]:
+        return {"metric": metric, "scale": [1, 5], "backend": self.backend, "judge": self.label,
+                "summary": self.summary.to_dict(), **extra, "usage": self.usage, "records": records}
+
+
+@dataclass(frozen=True)
+class AlignmentResult(_Scored):
+    """Known concept alignment: per-concept records and their mean (§7)."""
 
     @property
     def mean(self) -> Optional[float]:
         return self.summary.mean
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": "known_concept_alignment", "scale": [1, 5], "backend": self.backend,
-                "judge": self.label, "summary": self.summary.to_dict(), "usage": self.usage,
-                "records": [r.to_dict() for r in self.records]}
+        return self._dict("known_concept_alignment", [r.to_dict() for r in self.records])
 
     def to_markdown(self) -> str:
         s = self.summary
@@ -94,10 +107,7 @@ def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[
     if len(cards) != len(top_tokens):
         raise ValueError(f"score_alignment: {len(cards)} cards but {len(top_tokens)} token lists")
     judge = build_judge(judge)
-    idx = list(range(len(cards)))
-    if n_sample is not None and n_sample < len(cards):
-        idx = sorted(random.Random(seed).sample(idx, n_sample))
-    tasks = []
+    idx, tasks = sample_indices(len(cards), n_sample, seed), []
     for i in idx:
         toks = [str(t) for t in top_tokens[i]]
         if not toks:
@@ -111,15 +121,9 @@ def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[
 
 
 @dataclass(frozen=True)
-class RelevanceResult:
+class RelevanceResult(_Scored):
     """Concept relevance per (chunk, candidate), 1–5 (App. C). ``success_rate`` is the
     share of parsed scores ≥ 2, the paper's 'at least minimally present' threshold."""
-
-    records: tuple[tuple[JudgeRecord, ...], ...]  # [chunk][candidate]
-    summary: ScoreSummary
-    backend: str
-    label: str
-    usage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> Optional[float]:
@@ -127,9 +131,8 @@ class RelevanceResult:
         return sum(x >= 2 for x in s) / len(s) if s else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": "concept_relevance", "scale": [1, 5], "backend": self.backend, "judge": self.label,
-                "summary": self.summary.to_dict(), "success_rate": self.success_rate, "usage": self.usage,
-                "records": [[r.to_dict() for r in row] for row in self.records]}
+        return self._dict("concept_relevance", [[r.to_dict() for r in row] for row in self.records],
+                          success_rate=self.success_rate)
 
     def to_markdown(self) -> str:
         s = self.summary

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from interpscale.judges.client import JudgeTask
 from interpscale.judges.build import build_judge
-from interpscale.judges.scorers import to_record
+from interpscale.judges.scorers import sample_indices, to_record
 from interpscale.judges.types import Judge
 from interpscale.judges.steering_tables import SteeringResult, SteeringSample, aggregate, select_strengths
 from interpscale.judges.types import ConceptCard
@@ -149,9 +149,7 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
     """
     strengths = _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens)
     judge = build_judge(judge)
-    cidx = list(range(len(cards)))
-    if n_concepts is not None and n_concepts < len(cards):
-        cidx = sorted(random.Random(seed).sample(cidx, n_concepts))
+    cidx = sample_indices(len(cards), n_concepts, seed)
     selecting = "steered" in conditions and len(strengths) > 1
     sel, ev = _split_prompts(len(prompts), seed, select_fraction) if selecting else ([], list(range(len(prompts))))
     gens = _Generations(generations_path)
