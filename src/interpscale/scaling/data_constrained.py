@@ -111,11 +111,6 @@ class DataConstrainedFit(LawFit):
         """Interval for a new observed loss: bootstrap curves plus resampled log residuals."""
         return self._curve((N, D, U), level, noise=True, seed=seed)
 
-    def effective_data(self, D, U) -> np.ndarray:
-        """D' of Eq. 5: the unique-data equivalent of D tokens drawn from U unique ones."""
-        D, U = np.asarray(D, float), np.asarray(U, float)
-        return U + U * _decay(np.maximum(D / U - 1.0, 0.0), self.params["R_D_star"])[0]
-
     def epoch_cost(self, N, D, U) -> np.ndarray:
         """Loss cost of repetition: L(N, D, U) - L(N, D, D), what training on D tokens of which
         only U are unique adds over D unique tokens (0 for a single epoch)."""
