@@ -1,12 +1,9 @@
 """The model zoo: the four Steerling families plus the other seeds' models in ``zoo/``.
 
->>> from interpscale.models import build_model, DataFields, FAMILIES, SIZES
 >>> model = build_model("cdlm+concept", "tiny", data=DataFields(vocab_size=512, n_concepts=8))
 
-Counts (``params_nonembedding``, ``flops_per_token``) never allocate: a family's formulas,
-else a measurement on the meta device (``models.pricing``). Your own family: subclass
-``FamilyModel`` (or satisfy ``LanguageModel``), ``register_family`` it, and name its module with
-``--plugin`` / ``[plan] plugins`` or an ``interpscale.families`` entry point (docs/own-model.md).
+Your own family: subclass ``FamilyModel`` (or satisfy ``LanguageModel``) and ``register_family``
+it in a module named by ``--plugin`` / ``[plan] plugins`` or an entry point (docs/own-model.md).
 """
 
 from interpscale.models.accounting import backbone_params, concept_overhead_fraction, concept_params
@@ -24,11 +21,7 @@ from interpscale.models.registry import (
     register_family,
 )
 import interpscale.models.lm  # noqa: F401,E402  (registers ar, cdlm, ...)
-
-# The zoo registers its families on import. It imports interpscale.models.registry /
-# .types / .config directly (never this package), so there is no import cycle, and an
-# error inside it propagates instead of silently dropping families.
-import interpscale.models.zoo  # noqa: E402,F401
+import interpscale.models.zoo  # noqa: E402,F401  (registers crate, mxd, ...; imports submodules only, no cycle)
 import interpscale.models.hf  # noqa: E402,F401  (registers hf:llama, ...; transformers imported only to build)
 
 __all__ = [

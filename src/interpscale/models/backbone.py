@@ -38,7 +38,6 @@ class KVCache:
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layers)]
         self.length = 0
-        self.max_len = max_len
 
 
 def allowed_mask(kind: str, q_pos: torch.Tensor, k_pos: torch.Tensor, block: int) -> torch.Tensor:

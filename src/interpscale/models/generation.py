@@ -11,23 +11,17 @@ import torch
 from interpscale.models.steering import SteerState, Steering, steer_state
 
 
-def _filter(logits: torch.Tensor, temperature: float, top_k: Optional[int]) -> torch.Tensor:
-    logits = logits.float()
-    if top_k is not None and top_k < logits.size(-1):
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return logits if temperature == 0 else logits / temperature
-
-
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], gen: torch.Generator):
-    """Returns (token ids, probability of the chosen id) for logits [..., V]."""
-    z = _filter(logits, temperature, top_k)
+    """(token ids, probability of the chosen id) for logits [..., V]; temperature 0 is greedy."""
+    z = logits.float()
+    if top_k is not None and top_k < z.size(-1):
+        z = z.masked_fill(z < z.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    probs = (z if temperature == 0 else z / temperature).softmax(-1)
     if temperature == 0:
-        p, idx = z.softmax(-1).max(-1)
+        p, idx = probs.max(-1)
         return idx, p
-    probs = z.softmax(-1)
-    flat = probs.reshape(-1, probs.size(-1))
-    idx = torch.multinomial(flat.cpu(), 1, generator=gen).view(probs.shape[:-1]).to(logits.device)
+    idx = torch.multinomial(probs.reshape(-1, probs.size(-1)).cpu(), 1, generator=gen)
+    idx = idx.view(probs.shape[:-1]).to(logits.device)
     return idx, probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
 
 
@@ -43,20 +37,13 @@ def _logits(model, tokens, st: Optional[SteerState], steer_mask, cache=None, com
 
 
 @torch.no_grad()
-def generate(
-    model,
-    prompt_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: Optional[int] = None,
-    steer: Optional[Steering] = None,
-    use_cache: bool = True,
-    steps_per_block: Optional[int] = None,
-    seed: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
-) -> torch.Tensor:
-    """See :meth:`SteerlingLM.generate`. Returns [B, P + max_new_tokens]."""
+def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+             top_k: Optional[int] = None, steer: Optional[Steering] = None, use_cache: bool = True,
+             steps_per_block: Optional[int] = None, seed: Optional[int] = None,
+             generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """[B, P + max_new_tokens] ids: AR sampling with a KV cache, or CDLM block-by-block
+    confidence-based denoising with the cache across blocks; ``steer`` amplifies or suppresses
+    a concept (Eqs. 18–21)."""
     prompt = model.check_tokens(prompt_ids, need_blocks=False)
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -109,12 +96,9 @@ def _generate_cdlm(model, prompt, n_new, temperature, top_k, st, use_cache, step
         n_masked = int(masked[0].sum())
         steps = min(steps_per_block or n_masked, n_masked)
         for s in range(steps):
-            if use_cache:
-                logits = _logits(model, block, st, masked, cache, commit=False)
-            else:
-                ctx = torch.cat([done, block], dim=1)
-                full_mask = torch.cat([torch.zeros_like(done, dtype=torch.bool), masked], dim=1)
-                logits = _logits(model, ctx, st, full_mask)[:, -b:]
+            ctx = block if use_cache else torch.cat([done, block], dim=1)  # without a cache, the whole context
+            at = masked if use_cache else torch.cat([torch.zeros_like(done, dtype=torch.bool), masked], dim=1)
+            logits = _logits(model, ctx, st, at, cache)[:, -b:]
             cand, conf = _sample(logits, temperature, top_k, gen)
             conf = conf.masked_fill(~masked, float("-inf"))
             k = math.ceil(int(masked[0].sum()) / (steps - s))  # spread the remaining masks evenly

@@ -58,19 +58,10 @@ FAMILIES: Registry[FamilySpec] = Registry("family", hint=plugins.where_looked,
                                           on_miss=plugins.load_entry_points)
 
 
-def register_family(
-    name: str,
-    builder: Builder,
-    *,
-    params_fn: Optional[ParamsFn] = None,
-    flops_fn: Optional[FlopsFn] = None,
-    is_diffusion: bool = False,
-    is_concept: bool = False,
-    description: str = "",
-    config_fields: Optional[Any] = None,
-    config_fn: Optional[Callable[..., Any]] = None,
-    overwrite: bool = False,
-) -> FamilySpec:
+def register_family(name: str, builder: Builder, *, params_fn: Optional[ParamsFn] = None,
+                    flops_fn: Optional[FlopsFn] = None, is_diffusion: bool = False, is_concept: bool = False,
+                    description: str = "", config_fields: Optional[Any] = None,
+                    config_fn: Optional[Callable[..., Any]] = None, overwrite: bool = False) -> FamilySpec:
     """Register ``name`` (again only with ``overwrite=True``). ``config_fields``: the names
     ``[model.<name>]`` may set (an iterable or a dataclass; None: the builder checks them);
     ``config_fn``: the config a build would have, without building (else read off a meta build)."""
@@ -91,18 +82,6 @@ def get_family(name: str) -> FamilySpec:
     return FAMILIES.lookup(name)
 
 
-def check_overrides(family: str, overrides: dict[str, Any], where: str = "") -> None:
-    """Raise a UserError naming an override ``family``'s config does not have (with a close
-    match); families that declare no ``config_fields`` leave the check to their builder."""
-    valid = get_family(family).config_fields
-    if valid is None:
-        return
-    for key in overrides:
-        if key not in valid:
-            raise UserError(f"{where or f'family {family!r}'}: unknown key {key!r}{_close(key, valid)}; "
-                            f"{family!r} takes: {', '.join(sorted(valid))}")
-
-
 def family_overrides(table: Mapping[str, Any], family: str) -> dict[str, Any]:
     """A preset's ``[model]`` table for one family: its shared keys that the family's config
     has (every shared key when the family declares no fields), then ``[model.<family>]``."""
@@ -119,8 +98,13 @@ def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: 
     at least one planned family (UserError naming the key and a close match otherwise)."""
     families = list(families)
     for key, value in table.items():
-        if _is_family_table(table, key):
-            check_overrides(key, dict(value), f"[model.{key!r}]" if "+" in key else f"[model.{key}]")
+        if _is_family_table(table, key):  # [model.<family>]: that family's fields (None: its builder checks)
+            valid = get_family(key).config_fields
+            bad = [k for k in value if valid is not None and k not in valid]
+            if bad:
+                at = f"[model.{key!r}]" if "+" in key else f"[model.{key}]"
+                raise UserError(f"{at}: unknown key {bad[0]!r}{_close(bad[0], valid)}; "
+                                f"{key!r} takes: {', '.join(sorted(valid))}")
             continue
         if not any(get_family(f).config_fields is None or key in get_family(f).config_fields
                    for f in families):

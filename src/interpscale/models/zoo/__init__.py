@@ -1,10 +1,6 @@
-"""The other seeds' architectures as registered families (docs/zoo.md): ``crate`` (+ ``crate-gpt``
-baseline), ``mxd``, ``reetym``, ``cocomix`` (+ ``cocomix-pause``, ``cocomix-kd`` baselines).
-
-The catalogue maps a family to (model class, defaults of its ``extra`` knobs, description); the
-class's ``params_fn`` / ``flops_fn`` price it unbuilt. Imports only submodules of
-``interpscale.models`` (its ``__init__`` imports this package at its end).
-"""
+"""The other seeds' architectures as registered families (docs/zoo.md). The catalogue maps a
+family to (model class, defaults of its ``extra`` knobs, description); the class's
+``params_fn`` / ``flops_fn`` price it unbuilt. Imports only submodules of ``interpscale.models``."""
 
 from __future__ import annotations
 

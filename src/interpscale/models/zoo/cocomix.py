@@ -1,16 +1,12 @@
 """CoCoMix (continuous concept mixing) and its pause-token and knowledge-distillation baselines.
 
-A frozen teacher from our own zoo and a TopK SAE trained locally on its layer-L_con hidden
-states give the targets: the top-K_attr SAE latents by activation × gradient of the teacher's
-next-token loss (Eq. 1). The student predicts them with a linear head at its insertion layer
-(Eq. 2, weight λ), compresses TopK(K_concept) of the logits to ĉ_t = W·TopK(z_t) + b (Eq. 3)
-and interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks (sequence 2T); x_{t+1} is
-predicted at ĉ_t's position. ``variant='pause'`` interleaves a learned pause vector instead;
-``variant='kd'`` is a plain student with λ_KD·KL(teacher ‖ student).
-
-Building reads no file: the teacher and SAE are passed in (``teacher=``, ``sae=``) or attached
-with :meth:`CoCoMixLM.attach_teacher`; training, saving and loading them is
-``interpscale.orchestration.teachers``' job. A student without them still runs forward.
+Targets: the top-K_attr latents, by activation × gradient of the teacher's next-token loss
+(Eq. 1), of a TopK SAE on a frozen teacher's layer-L_con states. The student predicts them at
+its insertion layer (Eq. 2, weight λ), compresses TopK(K_concept) of the logits to
+ĉ_t = W·TopK(z_t) + b (Eq. 3) and interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks;
+x_{t+1} is predicted at ĉ_t. ``pause`` interleaves a learned vector; ``kd`` adds λ_KD·KL(teacher
+‖ student). Building reads no file: teacher and SAE are passed in or attached
+(``orchestration.teachers`` trains, saves and loads them); without them the student runs forward.
 """
 
 from __future__ import annotations
@@ -61,13 +57,10 @@ def _teacher_logits(teacher: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def concept_targets(teacher: nn.Module, sae: TopKSAE, layer: int, tokens: torch.Tensor, k_attr: int = 4) -> torch.Tensor:
-    """[B, T−1, k_attr] indices of the largest a_t = c_t ⊙ ∇_{c_t}(−log p(x_{t+1})) (Eq. 1).
-
-    The teacher's layer-L_con state is replaced by D(c) plus the (detached) SAE error, so
-    its outputs are unchanged while the gradient reaches the concepts c. The loss is the
-    summed next-token CE of the sequence, so ∇_{c_t} also carries c_t's effect on later
-    positions' predictions through attention.
-    """
+    """[B, T−1, k_attr] indices of the largest a_t = c_t ⊙ ∇_{c_t}(−log p(x_{t+1})) (Eq. 1). The
+    teacher's layer-L_con state becomes D(c) plus the detached SAE error (outputs unchanged, the
+    gradient reaches c); the loss is the sequence's summed CE, so ∇_{c_t} carries c_t's effect on
+    later positions through attention."""
     store: dict[str, torch.Tensor] = {}
 
     def through_sae(_inp, h):

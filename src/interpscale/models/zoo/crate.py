@@ -1,8 +1,8 @@
 """CRATE language model (white-box transformer) and the units its auto-interpretability reads.
 
-Per layer (CRATE-LM §4): Z ← Z + MSSA(LN₁ Z) with one shared Q = K = V projection per
-head and a causal mask (Eq. 8), then Z ← D·A₂ with A₂ the two-step ISTA code of LN₂ Z over
-an overcomplete dictionary D ∈ ℝ^{d×4d} (Eq. 9-13); no residual around ISTA.
+Per layer (CRATE-LM §4): Z ← Z + MSSA(LN₁ Z), one shared Q = K = V projection per head, causal
+(Eq. 8); then Z ← D·A₂, A₂ the two-step ISTA code of LN₂ Z over an overcomplete dictionary
+D ∈ ℝ^{d×4d} (Eq. 9-13); no residual around ISTA.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""GPT-2-style language models with learned absolute positions: the host of CRATE (whose
-blocks replace these), CRATE's matched GPT baseline (``crate-gpt``) and the ``mxd`` family
-(GPT-2 blocks whose MLPs are MxD layers trained end to end).
-
-The GPT-2 block (pre-LayerNorm, biased fused QKV, 4d GELU MLP) is what CRATE-LM's Table 1
-compares against, so it is built here rather than borrowed from the Steerling backbone.
+"""GPT-2-style language models with learned absolute positions: the host of CRATE, CRATE's
+matched GPT baseline (``crate-gpt``: the pre-LayerNorm, biased, 4d-GELU block CRATE-LM's Table 1
+compares against, hence not the Steerling backbone) and ``mxd`` (MLPs replaced by MxD layers).
 """
 
 from __future__ import annotations

@@ -43,12 +43,9 @@ def _linear_init(fan_in: int, *shape: int) -> nn.Parameter:
 
 
 class MxD(nn.Module):
-    """ŷ = (Cᵀa) ∗ (Dᵀz) + b_out with a = TopK(ReLU(Gᵀx + b_G)) (MxD Eq. 3-5).
-
-    Expert n's decoder is W_n = D·diag(c_n) ∈ ℝ^{H×O}; the factorised forward pass equals
-    Σ_n a_n W_nᵀ z (Lemma 2) at the cost of one dense decoder instead of N.
-    ``glu=True`` is the Swish-GLU variant z = Swish(E_GLUᵀx) ∗ (Eᵀx) (Eq. 6).
-    """
+    """ŷ = (Cᵀa) ∗ (Dᵀz) + b_out, a = TopK(ReLU(Gᵀx + b_G)) (MxD Eq. 3-5): expert n's decoder is
+    W_n = D·diag(c_n) ∈ ℝ^{H×O}, and this equals Σ_n a_n W_nᵀ z (Lemma 2) at the cost of one dense
+    decoder. ``glu=True``: the Swish-GLU variant z = Swish(E_GLUᵀx) ∗ (Eᵀx) (Eq. 6)."""
 
     kind: SparseKind = "mxd"
 
@@ -167,12 +164,9 @@ def transcoder_params(d_in: int, d_out: int, width: int, *, skip: bool = False) 
 
 
 def mxd_expert_count(d_in: int, d_out: int, d_hidden: int, tc_width: int | None = None, *, glu: bool = False) -> int:
-    """Expert count N that parameter-matches a TopK transcoder of width H_TC (default 32·I).
-
-    Matching the weight matrices (biases ignored, as the paper does):
-    N·(I + O + 1) = I·H_TC + H_TC·O − (encoder weights + H·O); for I = O and an MLP encoder
-    this is N = (2·I·H_TC − 2·I·H)/(I + O + 1), giving N = 21,490 for GPT-2 small.
-    """
+    """Expert count N parameter-matching a TopK transcoder of width H_TC (default 32·I), weights
+    only as in the paper: N·(I + O + 1) = I·H_TC + H_TC·O − (encoder weights + H·O); for I = O and
+    an MLP encoder N = (2·I·H_TC − 2·I·H)/(I + O + 1), 21,490 for GPT-2 small."""
     if min(d_in, d_out, d_hidden) <= 0:
         raise ValueError(f"dimensions must be positive, got I={d_in}, O={d_out}, H={d_hidden}")
     tc_width = 32 * d_in if tc_width is None else tc_width

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.zoo.reetym import EtymEmbedding
+from interpscale.models.zoo.replace import override_output
 
 
 # ---- interventions ------------------------------------------------------------------
@@ -61,21 +62,13 @@ def ablate_signals(emb: EtymEmbedding, signal_ids: Sequence[int]) -> Iterator[No
         yield
 
 
-@contextlib.contextmanager
-def inject(layer: nn.Module, vector: torch.Tensor, alpha: float = 1.0) -> Iterator[None]:
-    """h_ℓ ← h_ℓ + α·v on the output of ``layer`` (zero-parameter injection; pass
+def inject(layer: nn.Module, vector: torch.Tensor, alpha: float = 1.0) -> contextlib.AbstractContextManager:
+    """h_ℓ ← h_ℓ + α·v on the output of ``layer`` while active (zero-parameter injection; pass
     ``emb.basis[k]`` to inject signal k, or ``recipe[target] @ basis`` to steer)."""
+    def add(_inp, out):
+        return (out[0] + alpha * vector, *out[1:]) if isinstance(out, tuple) else out + alpha * vector
 
-    def hook(_mod, _inp, out):
-        if isinstance(out, tuple):
-            return (out[0] + alpha * vector,) + tuple(out[1:])
-        return out + alpha * vector
-
-    handle = layer.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
+    return override_output(layer, add)
 
 
 # ---- statistics -------------------------------------------------------------------
