@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
-from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
+from interpscale.analysis.fit_status import fit_statuses
 from interpscale.analysis.report import write_report
 from interpscale.errors import FailedWork
 from interpscale.judges.scorers import resolve_judge
@@ -215,16 +215,6 @@ def interior_minima(results: pd.DataFrame) -> dict[str, str]:
         g = g.sort_values("params")
         i = int(g["loss"].to_numpy().argmin())
         out[f"{fam} C={c:.3g}"] = "interior" if 0 < i < len(g) - 1 else "edge"
-    return out
-
-
-def fit_statuses(fits: Any) -> dict[str, dict[str, str]]:
-    """Per family: the status of the IsoFLOP fit, the joint fit and each metric's bounded fit."""
-    out = {}
-    for fam, f in fits.families.items():
-        rec = {"isoflop": isoflop_status(f.isoflop), "joint": joint_status(f.chinchilla)}
-        rec.update({m: trend_status(b) for m, b in f.bounded.items()})
-        out[fam] = rec
     return out
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from interpscale import paper
 from interpscale._commands.figures import expand_run_dirs, load_table
 from interpscale._commands.options import given, option
 
@@ -24,7 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale import paper
     from interpscale.analysis.example_data import steerling_actual
     from interpscale.analysis.report import write_report
 

@@ -238,20 +238,19 @@ def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) ->
         sub = df[main & (df["family"] == family)].copy()
         _add_metrics(rng, sub, family)
         df.loc[sub.index, list(METRICS)] = sub[list(METRICS)]
-    pre_df = pd.DataFrame(pre_rows).assign(**{m: np.nan for m in METRICS})  # the same runs before their anneal
+    pre_df = pd.DataFrame(pre_rows).assign(**{m: np.nan for m in METRICS})  # the runs before their anneal
     _add_metrics(rng, pre_df, "cdlm+concept", pre_anneal=True)
     df = pd.concat([df, pre_df], ignore_index=True)
     df["annealed"] = df["annealed"].astype(bool)
     return df
 
 
-def _data_path() -> Path:
-    return Path(str(resources.files("interpscale.analysis") / "data" / "example_results.csv"))
+DATA_PATH = Path(str(resources.files("interpscale.analysis") / "data" / "example_results.csv"))
 
 
 def example_results() -> pd.DataFrame:
     """The bundled example results table (one row per run x evaluation state x estimator)."""
-    return read_results(_data_path())
+    return read_results(DATA_PATH)
 
 
 def example_fit_table(df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -278,9 +277,8 @@ def write_example_runs(out_dir: str | os.PathLike, *, seed: int = EXAMPLE_SEED, 
         steps = np.unique(np.linspace(1, total, n_log).astype(int))
         frac = steps / total
         lr = np.where(frac < 0.02, frac / 0.02, np.where(frac < 0.8, 1.0, (1 - frac) / 0.2)) * 4e-4
-        final = row.loss
         # power-law decay towards the pre-anneal level, then the anneal drop over the last 20%
-        curve = final + 0.08 + 4.0 * (frac * 50 + 1) ** -0.6 + 0.06 * np.clip((0.8 - frac) / 0.8, 0, 1)
+        curve = row.loss + 0.08 + 4.0 * (frac * 50 + 1) ** -0.6 + 0.06 * np.clip((0.8 - frac) / 0.8, 0, 1)
         curve -= 0.08 * np.clip((frac - 0.8) / 0.2, 0, 1)
         curve += rng.normal(0, 0.02, size=curve.size)
         lines = [json.dumps({"step": int(s), "loss": float(v), "lr": float(l), "tokens": int(s) * BATCH_TOKENS})
@@ -293,9 +291,8 @@ def write_example_runs(out_dir: str | os.PathLike, *, seed: int = EXAMPLE_SEED, 
 
 
 def main() -> None:  # pragma: no cover - regeneration helper
-    path = _data_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, generate_example_results().to_csv(index=False, float_format="%.6g"))
+    DATA_PATH.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(DATA_PATH, generate_example_results().to_csv(index=False, float_format="%.6g"))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,3 +76,8 @@ def trend_status(b: Any) -> tuple[str, str]:
     return "trend", ""
 
 
+def fit_statuses(fits: Any) -> dict[str, dict[str, tuple[str, str]]]:
+    """Per family of a ``fit_families`` result: (status, reason) of its IsoFLOP fit (``isoflop``),
+    joint fit (``joint``) and each metric's bounded fit (by metric name)."""
+    return {fam: {"isoflop": isoflop_status(f.isoflop), "joint": joint_status(f.chinchilla),
+                  **{m: trend_status(b) for m, b in f.bounded.items()}} for fam, f in fits.families.items()}

@@ -17,7 +17,7 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
-from interpscale.analysis.fit_status import isoflop_status, joint_status, trend_status
+from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
 from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
 from interpscale.scaling import backtest as backtest_budgets
 from interpscale.scaling.forecasting import forecast_table
@@ -105,10 +105,8 @@ def collect_warnings(obj: Any, path: str = "") -> list[str]:
 
 
 def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
-    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style).
-
-    The precision grows until the interval shows a width (1e-5 prints as ``1.2e-05``, not
-    ``0.000``); a zero-width interval is said in words, never printed as ``[-0.000, +0.000]``."""
+    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style), the
+    precision grown until the interval shows a width; a zero-width interval is said in words."""
     if value is None or not np.isfinite(value):
         return "—"
     small = value != 0 and abs(value) < 10 ** -digits
@@ -158,24 +156,22 @@ def scaling_table(fits: Any) -> pd.DataFrame:
 
 def status_table(fits: Any) -> pd.DataFrame:
     """One row per family: the status of its IsoFLOP fit, joint fit and each metric fit."""
-    return pd.DataFrame([
-        {"Family": fam, "rows": f.n_rows, "IsoFLOP (Eq. 25-26)": isoflop_status(f.isoflop)[0],
-         "joint (Eq. 27)": joint_status(f.chinchilla)[0],
-         **{m: trend_status(f.bounded[m])[0] for m in paper.INTERP_METRICS if m in f.bounded}}
-        for fam, f in fits.families.items()])
+    names = {"isoflop": "IsoFLOP (Eq. 25-26)", "joint": "joint (Eq. 27)"}
+    return pd.DataFrame([{"Family": fam, "rows": fits[fam].n_rows,
+                          **{names.get(k, k): st for k, (st, _) in statuses.items()}}
+                         for fam, statuses in fit_statuses(fits).items()])
 
 
 def problem_fits(fits: Any) -> list[str]:
     """One line per fit that failed, was skipped, is not identified or shows no trend."""
+    names = {"isoflop": "IsoFLOP fit", "joint": "joint fit (Eq. 27)"}
+    good = {"isoflop": "ok", "joint": "identified"}  # a metric fit: "trend"
+    tail = {"joint": "; its α_D and L∞ are left out of the tables and the extrapolation"}
     lines = []
-    for fam, f in fits.families.items():
-        checks = [("IsoFLOP fit", isoflop_status(f.isoflop), "ok", ""),
-                  ("joint fit (Eq. 27)", joint_status(f.chinchilla), "identified",
-                   "; its α_D and L∞ are left out of the tables and the extrapolation")]
-        checks += [(m, trend_status(b), "trend", "") for m, b in f.bounded.items()]
-        lines += [f"**{fam}** {what}: {st}" + (f" — {why}" if why else "") + tail
-                  for what, (st, why), good, tail in checks if st != good]
-        lines += [f"**{fam}**: {w}" for w in f.warnings if "skipped" in str(w)]
+    for fam, statuses in fit_statuses(fits).items():
+        lines += [f"**{fam}** {names.get(k, k)}: {st}" + (f" — {why}" if why else "") + tail.get(k, "")
+                  for k, (st, why) in statuses.items() if st != good.get(k, "trend")]
+        lines += [f"**{fam}**: {w}" for w in fits[fam].warnings if "skipped" in str(w)]
     return lines
 
 
@@ -366,13 +362,11 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,
                  actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True) -> Path:
-    """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, embedded figures under
-    ``out_dir/figures``) and its ``report.html`` twin; returns the markdown path.
-
-    ``fits`` is a ``scaling.fit_families`` result; when omitted the families are fitted here with
-    ``interpscale fit``'s options (``figures.family_fits``, once per process and table), ``n_boot``
-    replicates, extrapolated to ``target_compute`` and compared with ``actual[family][metric or
-    "loss"]``. ``backtest`` adds held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
+    """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, figures in ``out_dir/figures``)
+    and ``report.html``; returns the markdown path. ``fits``: a ``fit_families`` result, else made here
+    with ``interpscale fit``'s options (``figures.family_fits``, once per process and table) from
+    ``n_boot``, ``target_compute`` and ``actual[family][metric or "loss"]``; ``backtest`` adds
+    held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = load_results(results)

@@ -1,8 +1,6 @@
-"""Paper figures from a results table: one function per figure, plus ``make_all_figures``.
-
-Every function returns a matplotlib ``Figure`` in the toolkit's style (colour per family,
-sized for a two-column paper); ``save_figure`` writes PNG and PDF. A table missing a column
-a figure needs raises ``ValueError`` naming the column and the figure.
+"""Paper figures from a results table: one function per figure returning a matplotlib ``Figure``
+in the toolkit's style (``save_figure`` writes PNG and PDF), plus ``render_figures`` for all of them.
+A table missing a column a figure needs raises ``ValueError`` naming the column and the figure.
 """
 
 from __future__ import annotations

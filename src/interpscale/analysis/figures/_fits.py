@@ -70,12 +70,10 @@ class IsoflopSummary:
 
 def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
                     tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
-    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows``
-    (``fit``: an ``IsoFlopFit`` of the same rows, reused as is; ``tolerance``: the slice window on
-    achieved compute, ``scaling.tables.slice_rows`` as in ``fit_families``; None keeps all rows).
-
-    With fewer than two slices passing ``fit_isoflop``'s checks there are no power laws (None,
-    reason in ``warnings``), but every convex parabola is returned so the slices can be drawn."""
+    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows`` (``fit``:
+    an ``IsoFlopFit`` of them, reused; ``tolerance``: ``slice_rows``' window, None keeps all rows).
+    Without two usable slices there are no power laws (reason in ``warnings``), but every convex
+    parabola is kept so the slices can be drawn."""
     rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
     warnings: list[str] = []
     strict = True
@@ -130,12 +128,3 @@ def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boo
     with quiet():  # the scaling package knows each paper metric's direction and bound by name
         return fit_bounded(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), name=metric,
                            n_boot=n_boot, seed=0)
-
-
-def curve_band(fit: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The fit's bootstrap band at ``x`` when it has one."""
-    band = getattr(fit, "band", None)
-    if band is None:
-        return None
-    lo, hi = band(x)
-    return np.asarray(lo, float), np.asarray(hi, float)

@@ -10,6 +10,9 @@ from typing import Iterable, Iterator, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
+from matplotlib.colors import to_rgb
+from matplotlib.transforms import ScaledTranslation
 
 from interpscale import paper
 from interpscale._atomic import atomic_path
@@ -62,8 +65,6 @@ def slice_colors(n: int) -> list:
 
 def contrast_ratio(color, background="white") -> float:
     """WCAG contrast ratio of ``color`` against ``background`` (1 = invisible, 21 = black on white)."""
-    from matplotlib.colors import to_rgb
-
     def lum(c):
         r = np.array(to_rgb(c))
         r = np.where(r <= 0.03928, r / 12.92, ((r + 0.055) / 1.055) ** 2.4)
@@ -172,11 +173,8 @@ LEGEND_DROP_IN = 0.4  # inches from an axes' bottom edge to a legend below it: c
 def legend_below(ax, handles=None, labels=None, **kwargs):
     """A legend under ``ax``, below its x label whatever the panel's height, so it never sits
     on the data (constrained layout makes room for it)."""
-    from matplotlib.transforms import ScaledTranslation
-
-    fig = ax.get_figure()
     drop = LEGEND_DROP_IN if ax.get_xlabel() else LEGEND_DROP_IN - 0.15
-    transform = ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
+    transform = ax.transAxes + ScaledTranslation(0, -drop, ax.get_figure().dpi_scale_trans)
     args = () if handles is None else (handles, labels)
     return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=transform,
                      borderaxespad=0.0, **kwargs)
@@ -184,8 +182,6 @@ def legend_below(ax, handles=None, labels=None, **kwargs):
 
 def plain_log_axis(ax, which: str = "y") -> None:
     """Log scale labelled with plain numbers (2.5, 3, 3.5 ...) — for losses spanning < 1 decade."""
-    from matplotlib import ticker
-
     axis = ax.yaxis if which == "y" else ax.xaxis
     (ax.set_yscale if which == "y" else ax.set_xscale)("log")
     axis.set_major_locator(ticker.LogLocator(subs=(1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0)))
@@ -196,8 +192,6 @@ def plain_log_axis(ax, which: str = "y") -> None:
 def compact_log_ticks(ax, which: str = "x", *, max_decades: float = 1.2) -> None:
     """On a log axis spanning under ``max_decades`` decades, ticks at 1, 2 and 5 × 10^k labelled
     ``2e10``-style (matplotlib's default labels every minor tick there and they collide)."""
-    from matplotlib import ticker
-
     lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
     if not (lo > 0 and hi > 0):
         return

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from interpscale.analysis.figures._style import new_figure, paper_style, save_figure
+
 TYPE_LABELS = {"llm": "LLM label", "human": "human label", "embedding": "embedding distractor",
                "taxonomy": "taxonomy distractor", "filler": "filler (floor)"}
 
@@ -18,8 +20,6 @@ def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scal
     table's order; the dotted line marks the scale's neutral ``midpoint``. With ``out_dir``
     the figure is saved (PNG + PDF, atomically) and the paths returned; else the Figure is.
     """
-    from interpscale.analysis.figures._style import new_figure, paper_style, save_figure
-
     missing = [c for c in ("mean", "ci_lo", "ci_hi") if c not in summary.columns]
     if missing:
         raise ValueError(f"Figure 14 needs column(s) {missing} (from type_summary); present: {list(summary.columns)}")

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, curve_band, metric_fit
+from interpscale.analysis.fit_status import trend_status
+from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, metric_fit
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
     compute_axis,
@@ -68,13 +69,8 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
         ax.scatter(sub["flops"], sub[metric], s=12, linewidths=0.8, zorder=3, **kw)
     x = rows["flops"].to_numpy(float)
     grid = np.geomspace(x.min() / 1.2, (x_max or x.max()) * 1.2, 200)
-    band = curve_band(fit, grid)
-    if band is not None:  # 90% bootstrap band of the fitted curve
-        ax.fill_between(grid, *band, color=line_color, alpha=0.15, lw=0)
-    from interpscale.analysis.fit_status import trend_status
-
-    status, _ = trend_status(fit)
-    if status == "trend":
+    ax.fill_between(grid, *fit.band(grid), color=line_color, alpha=0.15, lw=0)  # the curve's bootstrap band
+    if trend_status(fit)[0] == "trend":
         label = f"Eq. 29: β={fit.beta:.2f}, R²={fit.r2:.2f}"
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
     else:  # a flat fit carries no exponent: say so instead of printing β and R² ≈ 0

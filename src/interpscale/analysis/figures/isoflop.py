@@ -9,11 +9,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from interpscale.analysis.figures._fits import (
     DEFAULT_FIG_BOOT,
     IsoflopSummary,
-    curve_band,
     isoflop_summary,
     require_power_laws,
 )
@@ -50,8 +50,6 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
     The axes span the measured points (a parabola vertex outside them is drawn as a grey
     arrow at the edge instead of stretching the axis), and the legend, which names every
     slice plus the run and minimum markers, sits below the panel, off the data."""
-    from matplotlib.lines import Line2D
-
     colors = list(colors) if colors is not None else slice_colors(len(summary.slices))
     n_curves = 0
     xs = np.concatenate([sl.params for sl in summary.slices if sl.params.size]) if summary.slices else np.array([])
@@ -109,9 +107,8 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
             ax.scatter(c, y, color=color, marker=mk, s=16, zorder=3, linewidths=0)
             if fit is not None:
                 (line,) = ax.plot(grid, fit.predict(grid), color=color, lw=1.1, label=f"{key} ({sym}={fit.alpha:.3f})")
-                band = curve_band(fit, grid) if bands else None
-                if band is not None:
-                    ax.fill_between(grid, *band, color=color, alpha=0.12, lw=0)
+                if bands:  # the fit's bootstrap band
+                    ax.fill_between(grid, *fit.band(grid), color=color, alpha=0.12, lw=0)
                 if ax is ax_loss and fig is not None and summ.power_P is not None:
                     handles.append(line)
                     labels.append(f"{key}: α_L={fit.alpha:.3f}, α_P={summ.power_P.alpha:.3f}")
@@ -154,8 +151,7 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
         rows = main_rows(results, fam)
         if rows.empty:
             raise ValueError(f"{figure}: no rows for family {fam!r}")
-        given = _isoflop_from_fits(fits, fam)
-        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=given)
+        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=_isoflop_from_fits(fits, fam))
     return out
 
 

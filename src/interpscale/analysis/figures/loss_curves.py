@@ -28,35 +28,25 @@ LOSS_PARTS = {"lm": "LM loss (nats)", "concept": "Concept loss", "rec": "Reconst
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
-    """``step``, ``loss`` (the logged total), ``tokens``, ``lr``, the loss parts ``lm``,
-    ``concept``, ``rec``, ``indep`` (NaN when not logged; a run that logs no ``lm`` has
-    ``lm`` = ``loss``) and ``segment`` (the training segment name, "" when not logged) from
-    RUN_DIR/metrics.jsonl.
-
-    Lines without a finite ``loss`` (e.g. evaluation-only records) are skipped; a line that
-    is not JSON raises ValueError naming the file and line number.
-    """
+    """RUN_DIR/metrics.jsonl as arrays: ``step``, ``loss`` (the logged total), ``tokens``, ``lr``, the
+    loss parts ``lm`` (= ``loss`` for a run that logs none), ``concept``, ``rec``, ``indep`` (NaN when
+    not logged) and ``segment`` ("" when not logged). Lines without a finite ``loss`` (evaluation-only
+    records) are skipped; a line that is not JSON is a ValueError naming the file and line."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise ValueError(f"{FIGURE}: {path} does not exist")
-    cols: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [], **{k: [] for k in LOSS_PARTS}}
-    segments: list[str] = []
+    def num(value) -> float:
+        return float(value) if isinstance(value, (int, float)) else math.nan
+
     try:
-        records = [rec for _, rec in iter_jsonl(path)]
+        records = [r for _, r in iter_jsonl(path) if math.isfinite(num(r.get("loss"))) and "step" in r]
     except ValueError as exc:
         raise ValueError(f"{FIGURE}: {exc}") from None
-    for rec in records:
-        loss = rec.get("loss")
-        if not isinstance(loss, (int, float)) or not math.isfinite(loss) or "step" not in rec:
-            continue
-        for key in cols:
-            val = rec.get(key)
-            cols[key].append(float(val) if isinstance(val, (int, float)) else math.nan)
-        segments.append(str(rec.get("segment", "")))
-    out = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    out = {k: np.array([num(r.get(k)) for r in records], dtype=float)
+           for k in ("step", "loss", "tokens", "lr", *LOSS_PARTS)}
     if out["lm"].size and not np.isfinite(out["lm"]).any():  # a plain LM logs its LM loss as ``loss``
         out["lm"] = out["loss"].copy()
-    out["segment"] = np.asarray(segments, dtype=object)
+    out["segment"] = np.asarray([str(r.get("segment", "")) for r in records], dtype=object)
     return out
 
 
@@ -98,12 +88,10 @@ def _size_order(runs) -> list[str]:
 
 
 def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "tokens", smooth: int = 1):
-    """Training curves of every run: the top row shows the LM loss per family (one panel per
-    family, coloured by model size, light = small); concept families' other loss parts
-    (concept, reconstruction, independence) get a row of panels each, never summed into the
-    LM curve. Lines run per training segment (stable phase, then each annealed tail) against
-    ``x`` = "tokens" or "step" on a log axis; ``smooth`` > 1 applies a trailing moving average.
-    One legend (model sizes) sits to the right of the panels."""
+    """Training curves of every run: LM loss per family on top (coloured by model size, light =
+    small), each other loss part of concept families in a row of its own, never summed into the LM
+    curve; one line per training segment against ``x`` ("tokens" or "step", log axis); ``smooth`` > 1
+    a trailing moving average; one legend of model sizes on the right."""
     if x not in ("tokens", "step"):
         raise ValueError(f"{FIGURE}: x must be 'tokens' or 'step', got {x!r}")
     runs = []

@@ -6,17 +6,16 @@ from typing import Mapping
 
 import numpy as np
 
+from interpscale import paper
 from interpscale.analysis.figures._style import family_color, new_figure, paper_style
 
-STEERLING_BACKBONE = 8.0e9  # §8.2.2: Steerling-8B
+STEERLING_BACKBONE = float(paper.STEERLING_8B["params"])  # §8.2.2: Steerling-8B
 
 
 def paper_size_params() -> dict[str, tuple[float, float]]:
     """size -> (backbone P, +Concept total P) for Table 23's sizes: the printed backbone P plus
     the concept module's count (``paper.concept_module_params``, Eq. 24's heads). Numbers in,
     no models built: pass your own ``sizes`` to :func:`concept_overhead_figure` for other zoos."""
-    from interpscale import paper
-
     return {s: (float(p), float(p + paper.concept_module_params(d))) for s, (_, d, p, _) in paper.TABLE23.items()}
 
 
