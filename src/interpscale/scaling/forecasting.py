@@ -244,17 +244,10 @@ class FamilyForecast:
         })
 
     def summary(self) -> str:
-        pct = round(100 * self.level)
-        lines = [f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; the "
-                 f"backtest tested up to {self.max_tested_ratio:.3g}x): {self.chosen} (chosen by {self.chosen_by}; "
-                 f"{self.options.calibration} calibration)",
-                 f"  {'method':<20}{'forecast':>10}  {pct}% calibrated PI      bootstrap PI         backtest err %"]
-        for k, v in self.methods.items():
-            err = "—" if v.backtest_error is None else f"{v.backtest_error:.2f}"
-            mark = "*" if k == self.chosen else " "
-            lines.append(f" {mark}{k:<20}{v.predicted:>10.4f}  [{v.lo:.4f}, {v.hi:.4f}]   "
-                         f"[{v.raw_lo:.4f}, {v.raw_hi:.4f}]   {err}")
-        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+        table = forecast_table({"": self}).drop(columns=["Family", "C", "ratio"])
+        return "\n".join([f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; "
+                          f"the backtest tested up to {self.max_tested_ratio:.3g}x), {self.options.calibration} "
+                          "calibration:", table.to_string(index=False)] + [f"  warning: {w}" for w in self.warnings])
 
 
 def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:

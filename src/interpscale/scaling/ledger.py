@@ -105,12 +105,12 @@ class Forecast:
         return jsonable(dataclasses.asdict(self))
 
     def summary(self) -> str:
-        pct = round(100 * self.level)
+        pct = f"{round(100 * self.level)}% PI" + (f", {self.calibration} calibration" if self.calibration else "")
         who = f"{self.family} " if self.family else ""
         raw = "" if self.raw_lo is None else f", bootstrap [{self.raw_lo:.4f}, {self.raw_hi:.4f}]"
         how = f" (chosen by {self.chosen_by})" if self.chosen_by else ""
         head = (f"forecast {self.id} ({self.created}): {who}{self.quantity} at C = {self.target_compute:.3g} by "
-                f"{self.method}{how}: {self.predicted:.4f} [{self.lo:.4f}, {self.hi:.4f}] ({pct}% PI{raw}); "
+                f"{self.method}{how}: {self.predicted:.4f} [{self.lo:.4f}, {self.hi:.4f}] ({pct}{raw}); "
                 f"inputs {self.inputs_hash[:12]}")
         if self.backtest:
             head += "\n  backtest error at the largest tested ratio: " + ", ".join(
@@ -176,13 +176,12 @@ class ForecastLedger:
             raise ValueError(f"record: target_compute must be positive, got {target_compute}")
         if not lo <= predicted <= hi:
             raise ValueError(f"record: the interval [{lo}, {hi}] does not contain the prediction {predicted}")
-        body = dict(created=created or _now(), target_compute=float(target_compute), predicted=float(predicted),
-                    lo=float(lo), hi=float(hi), level=level, method=str(method), inputs_hash=str(inputs_hash),
-                    quantity=str(quantity), family=family, params=None if params is None else float(params),
-                    tokens=None if tokens is None else float(tokens), note=str(note),
-                    raw_lo=None if raw_lo is None else float(raw_lo), raw_hi=None if raw_hi is None else float(raw_hi),
-                    chosen_by=str(chosen_by), backtest=None if backtest is None else jsonable(dict(backtest)),
-                    ratio=None if ratio is None else float(ratio), calibration=str(calibration))
+        num = dict(target_compute=target_compute, predicted=predicted, lo=lo, hi=hi, params=params, tokens=tokens,
+                   raw_lo=raw_lo, raw_hi=raw_hi, ratio=ratio)
+        body = dict({k: None if v is None else float(v) for k, v in num.items()}, created=created or _now(),
+                    level=level, method=str(method), inputs_hash=str(inputs_hash), quantity=str(quantity),
+                    family=family, note=str(note), chosen_by=str(chosen_by), calibration=str(calibration),
+                    backtest=None if backtest is None else jsonable(dict(backtest)))
         fid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
         existing = self.load()
         if any(f.id == fid for f in existing):
