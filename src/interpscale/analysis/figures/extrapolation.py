@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -21,8 +21,6 @@ from interpscale.analysis.figures._style import (
     require_columns,
 )
 from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows, metrics_with_data
-
-log = logging.getLogger("interpscale.analysis.figures")
 
 
 def default_target(results: pd.DataFrame, family: str) -> dict:
@@ -73,21 +71,14 @@ def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray
 
 def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
     """(compute, lo, hi) of the chosen method's calibrated prediction band from the largest
-    fitted compute to the target (``forecasting.calibrate`` at each compute)."""
-    from interpscale.scaling import FORECAST_METHODS, ForecastOptions, calibrate
+    fitted compute to the target (``forecasting.calibrated`` at each compute, the forecast's rule)."""
+    from interpscale.scaling import FORECAST_METHODS
+    from interpscale.scaling.forecasting import calibrated
 
-    m, mf = FORECAST_METHODS[name], fc.methods[name]
-    e = fc.errors[(fc.errors["method"] == name) & (fc.errors["status"] == "ok")]
+    m, fit, opts = FORECAST_METHODS[name], fc.methods[name].fit, replace(fc.options, level=fc.level, k=k)
     grid = np.geomspace(c_max, c_t, 25)
-    opts = ForecastOptions(level=fc.level, k=k)
-    lo, hi = [], []
-    for c in grid:
-        pred = m.predict(mf.fit, float(c), opts)[0]
-        ci = m.interval(mf.fit, float(c), opts)
-        clo, chi, _ = calibrate(pred, *ci, c / c_max, e["log_error"], e["ratio"], fc.level)
-        lo.append(clo)
-        hi.append(chi)
-    return grid, np.array(lo), np.array(hi)
+    lo, hi = np.array([calibrated(m, fit, float(c), opts, fc.errors, c / c_max)[3:5] for c in grid]).T
+    return grid, lo, hi
 
 
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
