@@ -92,7 +92,7 @@ def _key(family: str, data: DataFields, overrides: dict[str, Any]) -> str:
 
 
 @lru_cache(maxsize=256)
-def _measure(family: str, size: str, key: str) -> tuple[nn.Module, int]:
+def _build(family: str, size: str, key: str) -> tuple[nn.Module, int]:
     args = json.loads(key)
     BUILDS["count"] += 1  # lru_cache: once per (family, size, arguments)
     with torch.device("meta"):
@@ -103,18 +103,16 @@ def _measure(family: str, size: str, key: str) -> tuple[nn.Module, int]:
 def measure(family: str, size: str, seq_len: Optional[int], *, data: DataFields = DataFields(),
             **overrides: Any) -> Measured:
     """Measured P (and M at ``seq_len``) of ``family``/``size``; one meta build per arguments."""
-    model, params = _measure(family, size, _key(family, data, overrides))
-    if seq_len is None:
-        return Measured(params)
-    flops, attention = _flops(family, size, _key(family, data, overrides), int(seq_len))
-    return Measured(params, flops, attention)
+    return _measure(family, size, _key(family, data, overrides), None if seq_len is None else int(seq_len))
 
 
 @lru_cache(maxsize=1024)
-def _flops(family: str, size: str, key: str, seq_len: int) -> tuple[float, float]:
-    model, _ = _measure(family, size, key)
+def _measure(family: str, size: str, key: str, seq_len: Optional[int]) -> Measured:
+    model, params = _build(family, size, key)
+    if seq_len is None:
+        return Measured(params)
     model.zero_grad(set_to_none=True)
-    return count_flops(model, seq_len, concept=get_family(family).is_concept)
+    return Measured(params, *count_flops(model, seq_len, concept=get_family(family).is_concept))
 
 
 # ---- what the planner asks ----------------------------------------------------------------
@@ -136,7 +134,7 @@ def model_config(family: str, size: str, *, data: DataFields = DataFields(), **o
     spec = get_family(family)
     if spec.config_fn is not None:
         return spec.config_fn(size, data=data, **overrides)
-    return getattr(_measure(family, size, _key(family, data, overrides))[0], "config", None)
+    return getattr(_build(family, size, _key(family, data, overrides))[0], "config", None)
 
 
 def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> float:

@@ -77,15 +77,6 @@ class MxD(nn.Module):
         """W_n = D·diag(c_n) for the experts in ``idx``: [len(idx), H, O]."""
         return self.D.unsqueeze(0) * self.C[idx].unsqueeze(1)
 
-    def explicit_mixture(self, x: torch.Tensor) -> torch.Tensor:
-        """Σ_n a_n W_nᵀ z + b_out computed expert by expert (reference for tests)."""
-        z, a = self.hidden(x), self.coefficients(x)
-        out = torch.zeros(*x.shape[:-1], self.d_out, dtype=x.dtype)
-        for n in torch.nonzero(a.reshape(-1, self.n_experts).abs().sum(0)).flatten():
-            W_n = self.expert_weights(n.view(1))[0]  # [H, O]
-            out = out + a[..., n, None] * (z @ W_n)
-        return out + self.b_out
-
     @torch.no_grad()
     def normalised_expert_rank(self, n_sample: int | None = 256, seed: int = 0) -> float:
         """Mean rank(W_n) / min(H, O) over (a sample of) experts (MxD App. B.4.2)."""
@@ -135,11 +126,8 @@ class TopKSAE(nn.Module):
         self.W_dec = nn.Parameter(self.enc.weight.detach().clone())  # transpose init [width, d]
         self.b_dec = nn.Parameter(torch.zeros(d))
 
-    def encode_pre(self, x: torch.Tensor) -> torch.Tensor:
-        return self.enc(x - self.b_dec)
-
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return topk_relu(self.encode_pre(x), self.k)
+        return topk_relu(self.enc(x - self.b_dec), self.k)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         return codes @ self.W_dec + self.b_dec
