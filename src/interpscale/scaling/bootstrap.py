@@ -1,4 +1,4 @@
-"""One bootstrap for every scaling fitter: a spec, a resampler and percentile intervals.
+"""One bootstrap for every scaling fitter: a spec, its replicates and percentile intervals.
 
 Every fitter takes ``n_boot=10_000, bootstrap="residual" | "pairs" | "cluster", level=0.90,
 seed=0, groups=None`` and turns them into a :class:`Bootstrap`; all replicates of a fit are
@@ -145,14 +145,10 @@ def curve_rows(boot: np.ndarray | None, point) -> np.ndarray:
 
 
 def percentile_ci(samples: np.ndarray, level: float, *, missing: str = "drop") -> tuple[float, float]:
-    """Percentile interval of ``samples``.
-
-    ``missing="drop"`` uses the finite entries only (nan, nan when none). ``"bound"`` keeps
-    every replicate: a non-finite entry counts as -inf for the lower limit and +inf for the
-    upper one, so the interval contains the percentile interval of *any* completion of the
-    missing replicates (never narrower than an interval that did not lose them); it is
-    infinite on a side once more than (1 - level)/2 of the replicates are missing.
-    """
+    """Percentile interval of ``samples``: ``missing="drop"`` uses the finite entries (nan, nan
+    when none); ``"bound"`` counts a non-finite entry as -inf for the lower limit and +inf for the
+    upper, so the interval contains that of *any* completion of the missing replicates (infinite
+    on a side once more than (1 - level)/2 of them are missing)."""
     s = np.asarray(samples, dtype=float).ravel()
     fin = s[np.isfinite(s)]
     q = (1.0 - level) / 2.0

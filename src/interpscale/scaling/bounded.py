@@ -1,9 +1,8 @@
 """Bounded metric fits m(C) = e +/- A C^(-beta) (paper Eq. 29) with e held to its natural bound.
 
-For a fixed beta the model is linear in (e, A), so each beta's best (e, A) under the
-constraints A >= 0 and e on the allowed side of its bound is a closed-form 2-variable
-constrained least squares; beta is then found by a log-spaced grid and a golden-section
-refinement. All bootstrap replicates are solved together the same way.
+For a fixed beta the model is linear in (e, A): each beta's best (e, A) with A >= 0 and e on
+its bound's allowed side is a closed-form constrained least squares; beta comes from a log grid
+and a golden-section refinement. All bootstrap replicates are solved together the same way.
 """
 
 from __future__ import annotations
@@ -272,12 +271,8 @@ def fit_bounded(
 ) -> BoundedFit:
     """Fit m(C) = e + A C^-beta (``direction="lower"``: lower is better, e >= bound) or
     m(C) = e - A C^-beta (``"higher"``: e <= bound) by least squares (Eq. 29), A >= 0, beta > 0.
-
-    ``name`` (one of ``METRICS``: concept_loss, concept_independence, concept_contribution,
-    known_concept_alignment) supplies the paper's direction and natural bound; explicit
-    ``direction``/``bound`` override it; ``bound=None`` with no name leaves e free.
-    Intervals: ``bootstrap.Bootstrap`` (``"cluster"`` resamples whole ``groups``).
-    """
+    ``name`` (one of ``METRICS``) supplies the paper's direction and natural bound; explicit
+    ``direction``/``bound`` override it; ``bound=None`` with no name leaves e free."""
     pb = _check(compute, metric, direction, bound, name)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
         pb.m.size, f"fit_bounded({pb.label})")

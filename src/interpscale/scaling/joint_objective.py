@@ -17,10 +17,8 @@ from ._optim import batched_bfgs, chunked
 
 
 def epoch_grid() -> np.ndarray:
-    """Hoffmann/Epoch initialisation grid as (a, b, e, alpha, beta) rows: 4,500 starts.
-
-    alpha, beta in {0, 0.5, ..., 2}; e in {-1, -0.5, ..., 1}; a, b in {0, 5, ..., 25}.
-    """
+    """Hoffmann/Epoch initialisation grid, 4,500 (a, b, e, alpha, beta) rows: alpha, beta in
+    {0, 0.5, ..., 2}; e in {-1, -0.5, ..., 1}; a, b in {0, 5, ..., 25}."""
     ab = np.arange(0.0, 25.0 + 1e-9, 5.0)
     e = np.arange(-1.0, 1.0 + 1e-9, 0.5)
     al = np.arange(0.0, 2.0 + 1e-9, 0.5)
@@ -44,12 +42,9 @@ def log_pred(theta: np.ndarray, lP: np.ndarray, lD: np.ndarray) -> np.ndarray:
 
 
 class HuberLSE:
-    """Summed Huber objective (Eq. 28) and its analytic gradient, batched over rows.
-
-    Internally the exponent terms are centred (a' = a - alpha*mean(log P), likewise b),
-    a linear change of variables that leaves the minimisers unchanged but makes the
-    Hessian far better conditioned for BFGS.
-    """
+    """Summed Huber objective (Eq. 28) and its analytic gradient, batched over rows. The exponent
+    terms are centred internally (a' = a - alpha*mean(log P), likewise b): the minimisers stay,
+    the Hessian is far better conditioned for BFGS."""
 
     def __init__(self, lP, lD, Y, W, delta, *, overestimate=1.0, e_max=None):
         self.cP, self.cD = float(lP.mean()), float(lD.mean())
