@@ -5,18 +5,9 @@ from interpscale.metrics.bpb import bits_per_byte, scored_bytes
 from interpscale.metrics.alignment import alignment_inputs, concept_top_tokens, known_concept_alignment
 from interpscale.metrics.interp import concept_contribution, concept_independence, interp_metrics
 from interpscale.metrics.likelihood import encode_pair, loglikelihood
-from interpscale.metrics.loss import (
-    DIFFUSION_ESTIMATORS,
-    ESTIMATOR_REGISTRY,
-    ESTIMATORS,
-    LossEstimate,
-    estimate_loss,
-    estimate_losses,
-    get_estimator,
-    passes_per_batch,
-    per_mask_rate_losses,
-    register_estimator,
-)
+from interpscale.metrics.loss import (DIFFUSION_ESTIMATORS, ESTIMATOR_REGISTRY, ESTIMATORS, LossEstimate,
+                                      estimate_loss, estimate_losses, get_estimator, passes_per_batch,
+                                      per_mask_rate_losses, register_estimator)
 from interpscale.metrics.masking import GRID_RATES
 from interpscale.metrics.mmlu import SoftScoreResult, mmlu_soft_score, soft_score
 

@@ -40,16 +40,8 @@ def alignment_inputs(model: nn.Module, decode, *, k: int = 10) -> list[list[str]
     return [[dec(i) for i in row] for row in concept_top_tokens(model, k).tolist()]
 
 
-def known_concept_alignment(
-    model: nn.Module,
-    cards: Sequence[Any],
-    decode,
-    *,
-    judge: Any = None,
-    k: int = 10,
-    n_sample: Optional[int] = None,
-    seed: int = 0,
-):
+def known_concept_alignment(model: nn.Module, cards: Sequence[Any], decode, *, judge: Any = None, k: int = 10,
+                            n_sample: Optional[int] = None, seed: int = 0):
     """Mean judge rating (1-5, App. E) of the concepts' top-k tokens against their cards,
     over a seeded random subset of ``n_sample`` concepts; returns the judges module's
     ``AlignmentResult`` (``.mean``).  ``cards[i]`` describes known concept i."""

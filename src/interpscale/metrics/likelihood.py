@@ -40,16 +40,9 @@ def max_length(model: nn.Module, default: int = 2048) -> int:
     return int(getattr(cfg, "max_seq_len", None) or default)
 
 
-def loglikelihood(
-    model: nn.Module,
-    requests: Sequence[Request],
-    *,
-    n_samples: int = 32,
-    seed: int = 0,
-    batch_size: int = 32,
-    prefix_id: int | None = None,
-    share_masks: bool = True,
-) -> list[tuple[float, bool]]:
+def loglikelihood(model: nn.Module, requests: Sequence[Request], *, n_samples: int = 32, seed: int = 0,
+                  batch_size: int = 32, prefix_id: int | None = None,
+                  share_masks: bool = True) -> list[tuple[float, bool]]:
     """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion
     (``n_samples`` mask draws per request, shared by requests with the same context unless
     ``share_masks=False``). An empty context is replaced by ``prefix_id`` (default: the

@@ -45,10 +45,8 @@ def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
     for cand in (ck.parent / "tokenizer.json", ck.parent.parent / "tokenizer.json"):
         if cand.is_file():
             return cand
-    raise ValueError(
-        f"no tokenizer.json found next to {ck} or in its run directory {ck.parent.parent}; "
-        f"pass tokenizer=PATH in model_args"
-    )
+    raise ValueError(f"no tokenizer.json found next to {ck} or in its run directory {ck.parent.parent}; "
+                     f"pass tokenizer=PATH in model_args")
 
 
 def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Optional[str], who: str):
@@ -79,10 +77,8 @@ class _InterpscaleLM(LM):
         super().__init__()
         unknown = sorted(set(kwargs) - HARNESS_ARGS)
         if unknown:
-            raise ValueError(
-                f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, checkpoint, tokenizer, "
-                f"device, batch_size, n_samples, seed, max_gen_toks"
-            )
+            raise ValueError(f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, "
+                             f"checkpoint, tokenizer, device, batch_size, n_samples, seed, max_gen_toks")
         model, tokenizer = _load(checkpoint or pretrained, model, tokenizer, device, self.NAME)
         if is_diffusion(model) != self.DIFFUSION:
             other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"

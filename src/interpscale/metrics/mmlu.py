@@ -44,9 +44,7 @@ class SoftScoreResult:
     per_item: tuple[float, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("per_item")
-        return d
+        return {k: v for k, v in asdict(self).items() if k != "per_item"}
 
 
 def load_mc_jsonl(path: Union[str, Path]) -> list[dict]:
