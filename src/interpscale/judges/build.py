@@ -30,15 +30,10 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
                 cache_path: str | Path | None = None, out_dir: str | Path | None = None,
                 templates: TemplateSet | str | Path | None = None, batch_write: str | Path | None = None,
                 batch_read: str | Path | None = None, **client_kwargs: Any) -> Judge:
-    """``judge`` itself when given; else the judge the settings ask for:
-
-    - ``base_url`` and ``model`` (arguments or $INTERPSCALE_JUDGE_BASE_URL /
-      $INTERPSCALE_JUDGE_MODEL): a ``JudgeClient`` caching in ``cache_path`` (default
-      ``default_cache_path(out_dir)``); ``client_kwargs`` go to JudgeClient.
-    - ``batch_write`` / ``batch_read``: the client wrapped to write a Batch API request
-      file or read an output file (a model name is needed; the endpoint is not).
-    - neither: the offline ``LexicalJudge``, with a warning.
-    """
+    """``judge`` itself when given; else a ``JudgeClient`` (``client_kwargs``) for ``base_url``
+    and ``model`` (arguments or $INTERPSCALE_JUDGE_*) caching in ``cache_path`` (default
+    ``default_cache_path(out_dir)``), wrapped for ``batch_write`` / ``batch_read`` files (a
+    model name is needed, no endpoint); without either, the offline ``LexicalJudge``."""
     if judge is not None:
         return judge
     if batch_write and batch_read:

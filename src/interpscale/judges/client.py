@@ -1,19 +1,13 @@
 """JudgeClient: concurrent, cached, retrying judge calls to an OpenAI-compatible API.
 
-Every task ends as one ``Reply`` whatever the server does: a parsed value, or ``None``
-with a status (``parse_error``, ``api_error``, ``refused``); nothing that happens to one
-task reaches the others. Only an error no retry can fix (401/403/404) stops the run, as
-``JudgeConfigError``, and only while no request of the run has been answered.
-
-- Transport errors are retried by ``judges.transport`` under the policy of ``judges.retry``.
-- A reply body of the wrong shape (``judges.replies``) is an ``api_error``, not cached, so
-  a rerun asks again.
-- An unparseable answer gets one re-ask that shows the judge its own (truncated) reply;
-  still unparseable, it is a ``parse_error`` (cached, as a deterministic answer). Live and
-  Batch API answers go through the one classifier, ``judges.classify``.
-- Finished calls are committed to the sqlite cache as they arrive (a killed run resumes
-  where it stopped). ``usage`` counts what was sent and the cache keeps a cost ledger of
-  every run. The API key is read at call time and never stored, logged or cached.
+Every task ends as one ``Reply``: a parsed value, or None with a status (``parse_error``,
+``api_error``, ``refused``); nothing that happens to one task reaches the others, except a
+401/403/404 before any answer of the run (``JudgeConfigError``: the settings are wrong).
+Transport errors are retried (``judges.transport``, ``judges.retry``); a malformed reply
+body is an uncached ``api_error``; an unparseable answer gets one re-ask showing the judge
+its own (truncated) reply, then is a cached ``parse_error``. Finished calls are committed
+to the sqlite cache as they arrive (a killed run resumes), ``usage`` and the cache's cost
+ledger count what was sent, and the API key is never stored, logged or cached.
 """
 
 from __future__ import annotations
@@ -94,17 +88,8 @@ class UsageStats:
         return {**asdict(self), "cost": self.cost}
 
 
-def _cached(row: Mapping[str, Any]) -> Reply:
-    return Reply(row["value"], row["raw"], row["status"], True, row["expected"])
-
-
 class JudgeClient:
-    """An LLM judge behind an OpenAI-compatible endpoint.
-
-    >>> judge = JudgeClient(model="mistral-small", base_url="http://localhost:8000/v1",
-    ...                     cache_path="runs/judge_cache.sqlite")        # doctest: +SKIP
-    >>> replies = judge.run(tasks)                                        # doctest: +SKIP
-    """
+    """An LLM judge behind an OpenAI-compatible endpoint (``run(tasks)`` -> one Reply each)."""
 
     backend = "llm"
 
@@ -176,6 +161,15 @@ class JudgeClient:
             counts.update(prompt_tokens=tokens[0], completion_tokens=tokens[1])
         self.ledger.add(**counts)
 
+    def _lookup(self, tasks: Sequence[JudgeTask]) -> tuple[list[str], dict[str, Reply]]:
+        """The tasks' cache keys and the replies the cache holds for them (counted in ``usage``)."""
+        keys = [self.key(t) for t in tasks]
+        hits = {k: Reply(row["value"], row["raw"], row["status"], True, row["expected"])
+                for k, row in self.cache.get_many(keys).items()}
+        self.usage.tasks += len(tasks)
+        self.usage.cache_hits += sum(k in hits for k in keys)
+        return keys, hits
+
     def _settle(self, key: str, rec: Reply, meta: Mapping[str, Any]) -> Reply:
         """Count and cache a classified answer."""
         self.usage.refusals += rec.status == "refused"
@@ -195,10 +189,7 @@ class JudgeClient:
             return pool.submit(asyncio.run, self.arun(tasks)).result()
 
     async def arun(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
-        keys = [self.key(t) for t in tasks]
-        self.usage.tasks += len(tasks)
-        results = {k: _cached(row) for k, row in self.cache.get_many(keys).items()}
-        self.usage.cache_hits += sum(1 for k in keys if k in results)
+        keys, results = self._lookup(tasks)
         todo = {k: t for k, t in zip(keys, tasks) if k not in results}  # identical tasks run once
         if todo:
             log.info("judge: %d tasks, %d cached, %d to call", len(tasks), len(tasks) - len(todo), len(todo))
@@ -285,15 +276,12 @@ class JudgeClient:
         from interpscale.judges.batch import read_batch_results
 
         results = read_batch_results(path)
-        keys = [self.key(t) for t in tasks]
-        cached = self.cache.get_many(keys)
-        self.usage.tasks += len(tasks)
+        keys, cached = self._lookup(tasks)
         out = []
         for k, t in zip(keys, tasks):
             res = results.get(k)
             if k in cached:
-                self.usage.cache_hits += 1
-                out.append(_cached(cached[k]))
+                out.append(cached[k])
             elif res is None or res["error"] is not None:
                 out.append(self._failed(res["error"] if res else "missing from batch output"))
             else:

@@ -244,12 +244,9 @@ PARSERS: dict[str, Callable[..., Optional[Parsed]]] = {
 
 
 def expected_score(logprobs: Optional[list[dict]], span: Optional[tuple[int, int]], lo: float, hi: float) -> Optional[float]:
-    """Probability-weighted score at the token carrying the parsed digit.
-
-    ``logprobs`` is the chat ``choices[0].logprobs.content`` list (dicts with ``token`` and
-    ``top_logprobs``). The alternatives that are integers in [lo, hi] are renormalised;
-    None when the digit is not a token of its own or no alternatives are in range.
-    """
+    """Probability-weighted score at the token of the parsed digit in ``logprobs`` (the chat
+    ``choices[0].logprobs.content``): its alternatives that are integers in [lo, hi],
+    renormalised; None when the digit is not a token of its own or none is in range."""
     if not logprobs or span is None:
         return None
     pos = 0

@@ -203,20 +203,16 @@ def judge_continuations(items: Sequence[dict], *, judge: Judge, instruction: boo
     """Concept, quality (and optionally instruction) judgements of given continuations.
     Each item has ``card, prompt, continuation, condition`` and optionally ``strength,
     split, concept_index, prompt_index``. All calls go to the judge in one concurrent run."""
-    t_c = judge.templates["steer_concept"]
-    t_q = judge.templates["steer_quality_prefix" if with_prefix else "steer_quality"]
-    t_i = judge.templates["steer_instruction"]
+    names = ["steer_concept", "steer_quality_prefix" if with_prefix else "steer_quality"]
+    tpls = [judge.templates[n] for n in names + (["steer_instruction"] if instruction else [])]
     tasks = []
     for it in items:
-        card, prompt, text = it["card"], it["prompt"], it["continuation"]
-        d = {"card": card, "prompt": prompt, "continuation": text}
-        tasks.append(JudgeTask(t_c, {"label": card.label, "description": card.description, "continuation": text}, data=d))
-        tasks.append(JudgeTask(t_q, {"prompt": prompt, "continuation": text} if with_prefix
-                               else {"continuation": text}, data=d))
-        if instruction:
-            tasks.append(JudgeTask(t_i, {"prompt": prompt, "continuation": text}, data=d))
+        card, d = it["card"], {k: it[k] for k in ("card", "prompt", "continuation")}
+        values = {"label": card.label, "description": card.description, "prompt": it["prompt"],
+                  "continuation": it["continuation"]}  # each template uses the placeholders it names
+        tasks += [JudgeTask(t, values, data=d) for t in tpls]
     replies = judge.run(tasks)
-    k = 3 if instruction else 2
+    k = len(tpls)
     out = []
     for n, it in enumerate(items):
         r = replies[n * k: (n + 1) * k]

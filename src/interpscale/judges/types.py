@@ -53,12 +53,9 @@ class ConceptCard:
 
 @dataclass(frozen=True)
 class JudgeRecord:
-    """One judged item -- what every backend returns per task and what every scorer
-    reports. ``value`` is the parsed reply (a number for a 1-5 / 0-2 score; a dict, list or
-    text for other outputs), None whenever the reply could not be parsed or the call failed:
-    a failure is never a zero. ``score`` is the value as a number (None otherwise).
-    ``expected`` is the probability-weighted score from ``top_logprobs`` when the server
-    returned them."""
+    """One judged item, what every backend returns and every scorer reports: ``value`` the
+    parsed reply (a 1-5 / 0-2 score, or a dict, list or text), None when it failed (never a
+    zero); ``expected`` the probability-weighted score from ``top_logprobs`` when given."""
 
     value: Any
     raw: str
