@@ -172,7 +172,8 @@ class LawFit(FitResult):
     """Frozen result of a published-law fit. ``params``: the law's parameters by name; ``ci``: their
     (and derived quantities') intervals; ``recipe``: ``"authors"`` (the paper's objective, start and
     optimiser) or ``"robust"`` (Huber on log residuals from a grid); ``boot``: replicate draws of
-    ``theta``; ``resid``: residuals on the fit's scale (log for ``huber_log``)."""
+    ``theta``; ``resid``: residuals on the fit's scale (log for ``huber_log``). A subclass names
+    its law class ``_law`` and maps its inputs by ``_inputs(*args) -> (X, shape of the answer)``."""
 
     law: str
     params: dict
@@ -190,12 +191,6 @@ class LawFit(FitResult):
     status: str = ""
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)
-
-    def _law(self) -> Law:  # the law behind the result (each subclass returns its own)
-        raise NotImplementedError
-
-    def _inputs(self, *args) -> tuple[Any, tuple]:  # (X of the law, shape of the answer)
-        raise NotImplementedError
 
     def __getitem__(self, name: str) -> float:
         return self.params[name]
