@@ -104,10 +104,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     shapes = [f"{k}: saved {tuple(state[k].shape)} vs config {tuple(own[k].shape)}"
               for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
     if missing or unexpected or shapes:
-        raise ValueError(
-            f"checkpoint {path} does not match its config ({payload['family']}/{cfg.get('size')}): "
-            f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}"
-        )
+        raise ValueError(f"checkpoint {path} does not match its config ({payload['family']}/{cfg.get('size')}): "
+                         f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
     model.load_state_dict(state, strict=True)
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
     return model, dict(payload.get("extra") or {})
