@@ -8,6 +8,7 @@ import json
 import sys
 
 from interpscale._commands.options import given, option
+from interpscale.errors import UserError
 
 _OUTPUT_HELP = """\
 output DIR: {train,val}.tokens.bin (np.memmap, uint16/uint32), CSR concept labels,
@@ -58,8 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _slurm_params(items: list[str]) -> dict:
-    from interpscale.errors import UserError
-
     out = {}
     for item in items:
         key, sep, value = item.partition("=")

@@ -179,10 +179,8 @@ def generate_documents(cfg: CorpusConfig) -> tuple[list[Concept], list[Document]
             if cfg.n_concepts > 1 and rng.random() < cfg.multi_label_prob:
                 labels.add(int(succ[cur, 1]))
             seen: list[str] = []
-            sents = [
-                _sentence(concepts[int(rng.choice(sorted(labels)))], rng, seen)
-                for _ in range(int(rng.integers(cfg.sentences_per_chunk[0], cfg.sentences_per_chunk[1] + 1)))
-            ]
+            n_sents = int(rng.integers(cfg.sentences_per_chunk[0], cfg.sentences_per_chunk[1] + 1))
+            sents = [_sentence(concepts[int(rng.choice(sorted(labels)))], rng, seen) for _ in range(n_sents)]
             doc.append((" ".join(sents), tuple(sorted(labels))))
             cur = int(succ[cur, 0] if rng.random() < 0.7 else rng.integers(cfg.n_concepts))
         docs.append(doc)

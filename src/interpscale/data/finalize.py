@@ -109,9 +109,7 @@ def _write_split(out: Path, s: str, markers: list[dict], remaps: list, tot: dict
                 run = int(cum[-1])
             for sl, a in _blocks(f"{pre}.labels", np.uint32, l0):
                 labs[sl] = a if remaps[i] is None else remaps[i][a]
-            t0 += m[s]["tokens"]
-            c0 += m[s]["chunks"]
-            l0 += m[s]["labels"]
+            t0, c0, l0 = t0 + m[s]["tokens"], c0 + m[s]["chunks"], l0 + m[s]["labels"]
 
 
 def finalize(out: str | os.PathLike) -> dict:

@@ -113,18 +113,11 @@ class PreparedData:
         self.meta = read_meta(self.path)
         self.concepts = read_concepts(self.path / "concepts.json")
         self.tokenizer = load_tokenizer(self.path / "tokenizer.json")
+        self.vocab_size, self.n_concepts = self.tokenizer.get_vocab_size(), len(self.concepts)
         self.special_ids: dict[str, int] = dict(self.meta["special_ids"])
         self.seq_len = seq_len or self.meta.get("seq_len")
         self.train = Split(self.path, "train", self.meta, self.seq_len)
         self.val = Split(self.path, "val", self.meta, self.seq_len)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
-    @property
-    def n_concepts(self) -> int:
-        return len(self.concepts)
 
 
 def _data_dir(path: str | os.PathLike) -> tuple[Path, int | None]:

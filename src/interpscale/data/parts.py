@@ -76,10 +76,7 @@ class PartWriter:
         self.dtype = dtype
         self.files = {k: open(f"{prefix}.{k}", "wb") for k in ("tokens", "eoc", "count", "labels")}
         self.n = {"tokens": 0, "chunks": 0, "docs": 0, "labels": 0}
-        self._clear()
-
-    def _clear(self):
-        self.flat, self.eoc, self.count, self.labels = [], [], [], []
+        self.flat, self.eoc, self.count, self.labels = [], [], [], []  # the buffered batch
 
     def add(self, chunks: list[list[int]], labels: list[list[int]], eoc: int, eos: int) -> None:
         """One document: each chunk's tokens then [EOC], then [EOS]."""
@@ -102,7 +99,7 @@ class PartWriter:
         self.n["tokens"] += len(self.flat)
         self.n["chunks"] += len(self.eoc)
         self.n["labels"] += len(self.labels)
-        self._clear()
+        self.flat, self.eoc, self.count, self.labels = [], [], [], []
 
     def close(self):
         self.flush()

@@ -67,19 +67,14 @@ def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Option
              for i in row if i not in special][:k] for row in ids.tolist()]
 
 
-def _run_dir(checkpoint: Path, run_dir: str | Path | None) -> Path:
-    rd = Path(run_dir) if run_dir else checkpoint.parent.parent  # RUN_DIR/checkpoints/x.pt
-    for name in ("tokenizer.json", "concepts.json"):
-        if not (rd / name).is_file():
-            raise ValueError(f"run directory {rd} has no {name} (pass run_dir=...)")
-    return rd
-
-
 def _open(checkpoint: str | Path, run_dir: str | Path | None) -> tuple[Any, Any, list[ConceptCard], Path]:
     """A checkpoint's model (eval mode), its run's tokenizer, concept cards and run directory."""
     from interpscale.models import load_checkpoint
 
-    rd = _run_dir(Path(checkpoint), run_dir)
+    rd = Path(run_dir) if run_dir else Path(checkpoint).parent.parent  # RUN_DIR/checkpoints/x.pt
+    for name in ("tokenizer.json", "concepts.json"):
+        if not (rd / name).is_file():
+            raise ValueError(f"run directory {rd} has no {name} (pass run_dir=...)")
     model, _ = load_checkpoint(Path(checkpoint))
     cards = [ConceptCard.from_dict(c) for c in read_concepts(rd / "concepts.json")]  # list order = concept id
     return model.eval(), load_tokenizer(rd / "tokenizer.json"), cards, rd
