@@ -1,16 +1,12 @@
 """Concept annotation of a corpus (Steerling §4.2): chunks → tags → concept library →
 annotator → the concept-labelled JSONL and ``concepts.json`` that ``data prepare
---concepts`` reads, with every stage validated by the relevance judge (App. C).
+--concepts`` reads, every stage validated by the relevance judge (App. C). The directory
+layout is in ``interpscale.concepts.store``; offline by default, an ``Endpoint`` puts the
+LLM calls on an OpenAI-compatible server through ``interpscale.judges``.
 
 >>> from interpscale.concepts import build, check
 >>> build(["corpus/*.jsonl"], "concepts-out")                      # doctest: +SKIP
 >>> check("concepts-out", ["truth.jsonl"])["mean_best_f1"]        # doctest: +SKIP
-
-Stages one by one: ``chunk_corpus``, ``tag_corpus``, ``build_library``,
-``train_annotator`` + ``annotate_corpus``, ``validate``; the directory layout is in
-``interpscale.concepts.store``. Offline by default (tf-idf tags, PPMI-SVD tag embeddings,
-cards from central tags, lexical judge); an ``Endpoint`` puts tagging, embeddings, names
-and the judge on an OpenAI-compatible server through ``interpscale.judges.JudgeClient``.
 """
 
 from interpscale.concepts.annotate import Annotator, AnnotatorOptions, annotate_corpus, train_annotator

@@ -123,16 +123,12 @@ def pu_thresholds(z: np.ndarray, y: np.ndarray, min_pos: int) -> np.ndarray:
 
 
 class HashedFeatures:
-    """Offline features: the hashed n-gram columns seen in training (``fit``)."""
+    """Offline features: the hashed n-gram columns ``cols`` seen in training."""
 
     kind = "hashed"
 
-    def __init__(self, cols: Optional[np.ndarray] = None):
+    def __init__(self, cols: np.ndarray):
         self.cols = cols
-
-    def fit(self, texts: Sequence[str]) -> "HashedFeatures":
-        self.cols = np.unique(featurizer().transform(texts).indices)
-        return self
 
     def transform(self, texts: Sequence[str]):
         """(rows [n, d] sparse, which rows are usable [n])."""
@@ -148,9 +144,6 @@ class EmbeddingFeatures:
     def __init__(self, embedder: Callable[[Sequence[str]], np.ndarray]):
         self.embedder = embedder
         self.cols = np.zeros(0, np.int64)
-
-    def fit(self, texts: Sequence[str]) -> "EmbeddingFeatures":
-        return self
 
     def transform(self, texts: Sequence[str]):
         x = np.asarray(self.embedder(list(texts)), dtype=np.float64)
@@ -170,15 +163,11 @@ class Annotator:
     max_concepts: int = 8
     min_concepts: int = 1
 
-    def scores(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        x, ok = self.features.transform(texts)
-        return np.asarray(x @ self.w) + self.b, ok
-
     def predict(self, texts: Sequence[str]) -> list[Optional[list[str]]]:
         """Each chunk's concepts, most confident first (margin over its threshold); None
         for a chunk whose features could not be computed."""
-        z, ok = self.scores(texts)
-        z = z - self.thresholds
+        x, ok = self.features.transform(texts)
+        z = np.asarray(x @ self.w) + self.b - self.thresholds
         out: list[Optional[list[str]]] = []
         for row, good in zip(z, ok):
             order = np.argsort(-row, kind="stable")
@@ -232,8 +221,10 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
     if not labels:
         raise UserError(f"{out}: the concept library is empty; nothing to annotate with")
     held = np.random.default_rng([opts.seed, 3]).random(len(texts)) < opts.heldout
-    feats: Any = EmbeddingFeatures(embedder) if embedder is not None else HashedFeatures()
-    feats.fit([t for t, h in zip(texts, held) if not h])
+    if embedder is not None:
+        feats: Any = EmbeddingFeatures(embedder)
+    else:  # the columns of the training chunks' n-grams
+        feats = HashedFeatures(np.unique(featurizer().transform([t for t, h in zip(texts, held) if not h]).indices))
     x, ok = feats.transform(texts)
     train, test = ~held & ok, held & ok  # chunks without features sit out
     prior = np.clip(y[train].mean(0) / opts.label_frequency, 1e-4, 0.5)

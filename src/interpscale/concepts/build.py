@@ -1,14 +1,12 @@
 """Every stage in one call: chunk → tag → library → annotate → validate (``concepts build``).
 
-Offline unless an endpoint and a model are given; then tags, cluster names, embeddings
-and the validation judge all go through one judge client whose sqlite cache lives in
-DIR/judge_cache.sqlite, so a rerun (after a crash, a SIGKILL or a change further down the
-pipeline) is served from the cache and asks only what was never answered.
+Online, tags, names, embeddings and the judge go through one judge client caching in
+DIR/judge_cache.sqlite, so a rerun (after a crash or a change further down) asks only what
+was never answered.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,8 +19,6 @@ from interpscale.concepts.store import CACHE_NAME, write_json
 from interpscale.concepts.tag import tag_corpus
 from interpscale.concepts.validate import stage_headlines, validate
 from interpscale.errors import UserError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

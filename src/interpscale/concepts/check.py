@@ -1,15 +1,5 @@
-"""The honest check: recovered concepts against known chunk labels.
-
-- ``mean_best_f1``: for each true concept, the best F1 of chunk membership over the
-  recovered concepts, averaged over true concepts (``per_concept`` lists each, with the
-  recovered concept it matched);
-- ``ami``: adjusted mutual information (scikit-learn) between the true and the recovered
-  assignment of the chunks that carry exactly one true concept; a chunk's recovered
-  assignment is its first (most confident) concept, or "none".
-
-Chunks are aligned in order: the i-th chunk of the labelled files is the i-th chunk of
-the truth file(s).
-"""
+"""The honest check: recovered concepts against known chunk labels, aligned in order (the
+i-th chunk of the labelled files is the i-th chunk of the truth file(s))."""
 
 from __future__ import annotations
 
@@ -35,7 +25,8 @@ def iter_labels(path: str | os.PathLike) -> Iterator[list[str]]:
 
 
 def best_match_f1(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict:
-    """``{"mean_best_f1", "per_concept": {true: {"f1", "match", "support"}}}`` of chunk membership."""
+    """For each true concept the best F1 of chunk membership over the recovered concepts
+    (``per_concept``: ``{"f1", "match", "support"}``) and their mean (``mean_best_f1``)."""
     t_names = sorted({c for ls in truth for c in ls})
     p_names = sorted({c for ls in pred for c in ls})
     n = len(truth)
@@ -58,6 +49,8 @@ def best_match_f1(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]])
 
 
 def ami(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
+    """Adjusted mutual information (scikit-learn) between the true and recovered assignment of
+    the chunks with exactly one true concept; a chunk's recovered one is its first, or "none"."""
     from sklearn.metrics import adjusted_mutual_info_score
 
     pairs = [(ts[0], ps[0] if ps else "none") for ts, ps in zip(truth, pred) if len(ts) == 1]

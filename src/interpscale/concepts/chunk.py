@@ -70,13 +70,6 @@ def chunk_text(text: str, count, *, domain: str | None = None, threshold: int | 
     return chunks, total, dropped
 
 
-def token_counter(tok):
-    """``count(texts) -> token counts`` in tokenizer ``tok`` (special-token text as plain text)."""
-    from interpscale.data.tokenizer import encode_texts
-
-    return lambda texts: [len(ids) for ids in encode_texts(tok, list(texts))]
-
-
 def project_tokenizer(inputs: Sequence[Path], out: Path, tokenizer: str | os.PathLike | None, fmt: str | None):
     """The tokenizer ``tokenizer`` names, else DIR/tokenizer.json (trained once on a sample)."""
     from interpscale.data.tokenizer import load_tokenizer, train_tokenizer
@@ -139,13 +132,15 @@ def chunk_corpus(inputs, out: str | os.PathLike, *, tokenizer: str | os.PathLike
                  fmt: str | None = None, domain: str | None = None, rechunk: bool = False) -> dict:
     """Stage 0 over every input (paths or glob patterns); writes DIR/chunks/ and returns the manifest."""
     from interpscale.data.sources import expand_sources
+    from interpscale.data.tokenizer import encode_texts
 
     if domain is not None and domain not in DOMAINS:
         raise UserError(f"unknown domain {domain!r}; expected one of {DOMAINS}")
     out = Path(out)
     paths = expand_sources(inputs)
     (out / CHUNKS).mkdir(parents=True, exist_ok=True)
-    count = token_counter(project_tokenizer(paths, out, tokenizer, fmt))
+    tok = project_tokenizer(paths, out, tokenizer, fmt)
+    count = lambda texts: [len(ids) for ids in encode_texts(tok, list(texts))]  # noqa: E731  (special tokens as text)
     files, total = [], ChunkStats()
     for i, path in enumerate(paths):
         st = chunk_file(path, out / CHUNKS / part_name(i), count, fmt=fmt, domain=domain, rechunk=rechunk)

@@ -263,13 +263,9 @@ def _unique_labels(cards: list[dict]) -> None:
             c["label"] = f"{c['label']} ({seen[c['label']]})"
 
 
-def read_library(out: str | os.PathLike) -> dict:
-    return read_json(Path(out) / LIBRARY / "library.json", "library")
-
-
 def inherited(out: str | os.PathLike) -> tuple[dict, list[dict], list[list[int]]]:
     """The library, the tagged sample (``read_tags``) and the concepts each sampled chunk inherits."""
-    lib = read_library(out)
+    lib = read_json(Path(out) / LIBRARY / "library.json", "library")
     tag_map = {t: c for c, con in enumerate(lib["concepts"]) for t in con["tags"]}
     recs = read_tags(out)
     return lib, recs, [inherit(r["flat"], tag_map, lib.get("min_tags", 2)) for r in recs]

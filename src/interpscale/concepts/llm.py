@@ -1,13 +1,9 @@
-"""The LLM path's calls besides tagging: tag embeddings from an OpenAI-compatible
-``/embeddings`` endpoint and the cluster names (semantic cards), both through the judge
-client's settings and sqlite cache, so a rerun asks nothing already answered.
+"""The LLM path's calls besides tagging, through the judge client's settings and sqlite cache
+(a rerun asks nothing already answered): tag embeddings from ``/embeddings`` and cluster names.
 
-Embeddings go through the ``openai`` SDK's own ``embeddings.create`` (its retry policy:
-429 / 5xx / timeouts with exponential backoff, ``max_retries`` of the judge client), in
-batches; every vector is cached under (embedding model, endpoint, text) as it arrives. A
-batch that still fails, or a reply of the wrong shape (wrong count, not numbers, ragged
-dimensions), leaves NaN rows for its texts: those tags are dropped and counted, the run
-goes on.
+Embeddings go through the ``openai`` SDK's ``embeddings.create`` (its retry policy, the judge
+client's ``max_retries``) in batches, each vector cached as it arrives. A batch that still
+fails, or a reply of the wrong shape, leaves NaN rows: those tags are dropped and counted.
 """
 
 from __future__ import annotations

@@ -29,10 +29,6 @@ BINS = np.arange(1.0, 5.01, 0.5)  # histogram edges on the 1-5 scale
 MAX_CANDIDATES = 26  # letters A-Z in one relevance call
 
 
-def _tag_card(tag: str) -> ConceptCard:
-    return ConceptCard(label=tag, description=f"The text is about {tag}.", words=(tag,))
-
-
 def judge_stage(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], judge: Any) -> dict:
     """Relevance of each chunk's candidates: success rate, means and histograms."""
     keep = [i for i, c in enumerate(candidates) if c]
@@ -70,7 +66,9 @@ def _candidates(out: Path, n: int, seed: int) -> dict[str, tuple[list[str], list
     rng = np.random.default_rng([seed, 5])
     pick = sorted(rng.choice(len(recs), size=min(n, len(recs)), replace=False).tolist())
     texts = [recs[i]["text"] for i in pick]
-    stages = {"tags": (texts, [[_tag_card(t) for t in recs[i]["flat"]] for i in pick]),
+    tag_cards = [[ConceptCard(label=t, description=f"The text is about {t}.", words=(t,)) for t in recs[i]["flat"]]
+                 for i in pick]
+    stages = {"tags": (texts, tag_cards),
               "concepts": (texts, [[cards[c] for c in positives[i]] for i in pick])}
     if (out / ANNOTATOR / "meta.json").exists():
         held = read_json(out / ANNOTATOR / "meta.json", "annotate")["heldout_ids"]

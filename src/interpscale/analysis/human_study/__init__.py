@@ -6,15 +6,15 @@
     report.write("out/")                                 # markdown, JSON, Figure 14
 """
 
-from ._validate import validate_phase1, validate_ratings
-from .bayes import Diagnostics, OrdinalMixedModel, OrdinalMixedResult, Priors, build_model, fit_ordinal_mixed
-from .design import Design, build_design
-from .design import parse_random
-from .frequentist import GaussianMixedResult, OrdinalResult, compare, fit_gaussian_mixed, fit_ordinal
-from .phase1 import coherence_dependence, icc1, phase1_agreement
-from .power import PowerResult, power_analysis, truth_from_fit
-from .robust import PairedComparison, paired_comparison, type_summary
-from .simulate import SimulatedStudy, StudyTruth, draw_ratings, resimulate, simulate_study
+from .bayes import OrdinalMixedModel, Priors, build_model, fit_ordinal_mixed
+from .design import Design, build_design, parse_random, validate_phase1, validate_ratings
+from .frequentist import OrdinalResult, compare, fit_ordinal
+from .gaussian import GaussianMixedResult, fit_gaussian_mixed
+from .posterior import Diagnostics, OrdinalMixedResult
+from .robust import (PairedComparison, coherence_dependence, icc1, paired_comparison, phase1_agreement,
+                     type_summary)
+from .simulate import (PowerResult, SimulatedStudy, StudyTruth, draw_ratings, power_analysis, resimulate,
+                       simulate_study, truth_from_fit)
 from .study import HumanStudyReport, analyse_study
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Helpers shared by the human-study result objects (plain-text tables, X rebuilds)."""
+"""Parts shared by the frequentist and Bayesian ordinal fits: checks, Wald / odds-ratio
+tables, plain-text tables, X rebuilds for new data and category probabilities."""
 
 from __future__ import annotations
 
@@ -7,6 +8,47 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy.special import expit, ndtr
+from scipy.stats import norm
+
+LINKS = ("logit", "probit")
+KINDS = ("zero", "conditional", "marginal")  # what a prediction conditions the random effects on
+
+
+def check_link(link: str) -> str:
+    if link not in LINKS:
+        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+    return link
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
+
+
+def z_value(level: float) -> float:
+    """Two-sided normal quantile for a ``level`` interval (0.95 -> 1.96)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    return float(norm.ppf(0.5 + level / 2))
+
+
+def tail_names(level: float) -> tuple[str, str]:
+    """Column heads of a ``level`` interval's ends: 0.95 -> ("2.5%", "97.5%")."""
+    return f"{(1 - level) / 2:.1%}", f"{(1 + level) / 2:.1%}"
+
+
+def wald(names: Sequence[str], est, se, zq: float) -> tuple[dict, dict, dict]:
+    """Estimates, SEs and Wald intervals est -/+ zq se, keyed by ``names``."""
+    coef = {n: float(b) for n, b in zip(names, est)}
+    ses = {n: float(s) for n, s in zip(names, se)}
+    return coef, ses, {n: (coef[n] - zq * ses[n], coef[n] + zq * ses[n]) for n in names}
+
+
+def odds_ratios(coef: dict, ci: dict) -> tuple[dict, dict]:
+    """exp of log-odds estimates and of their interval ends."""
+    with np.errstate(over="ignore"):  # a separated level has |beta| and SE huge: OR inf
+        return ({k: float(np.exp(b)) for k, b in coef.items()},
+                {k: (float(np.exp(ci[k][0])), float(np.exp(ci[k][1]))) for k in coef})
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence], title: str = "") -> str:
@@ -32,33 +74,28 @@ def design_rows(data: pd.DataFrame, coef_names: Sequence[str]) -> np.ndarray:
 
 
 def _cdf(x: np.ndarray, link: str) -> np.ndarray:
-    if link == "logit":
-        return expit(x)
-    if link == "probit":
-        return ndtr(x)
-    raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+    return expit(x) if check_link(link) == "logit" else ndtr(x)
+
+
+def _probs(cum: np.ndarray) -> np.ndarray:
+    """Pr(y = k) from Pr(y <= k), k < K: pad with 0 and 1 and difference."""
+    ones = np.ones_like(cum[..., :1])
+    return np.diff(np.concatenate([np.zeros_like(ones), cum, ones], axis=-1), axis=-1)
 
 
 def category_probs(eta: np.ndarray, thresholds: np.ndarray, link: str = "logit") -> np.ndarray:
     """Pr(y = k) from Pr(y <= k) = F(tau_k - eta) (App. D.3); shapes (..., n) -> (..., n, K)."""
-    cum = _cdf(thresholds[..., None, :] - eta[..., :, None], link)
-    ones = np.ones_like(cum[..., :1])
-    cum = np.concatenate([np.zeros_like(ones), cum, ones], axis=-1)
-    return np.diff(cum, axis=-1)
+    return _probs(_cdf(thresholds[..., None, :] - eta[..., :, None], link))
 
 
 def marginal_category_probs(eta: np.ndarray, thresholds: np.ndarray, sd, link: str = "logit",
                             n_nodes: int = 32) -> np.ndarray:
-    """Population-averaged Pr(y = k): the conditional probabilities integrated over a
-    N(0, sd^2) random part of the linear predictor, Pr(y <= k) = E_u F(tau_k - eta - u),
-    by Gauss-Hermite quadrature. ``sd`` broadcasts against ``eta`` (a total SD per row
-    or per posterior draw). Shapes as ``category_probs``."""
+    """Population-averaged Pr(y = k): Pr(y <= k) = E_u F(tau_k - eta - u) over u ~ N(0, sd^2)
+    by Gauss-Hermite quadrature; ``sd`` broadcasts against ``eta`` (per row or per draw)."""
     x, w = np.polynomial.hermite.hermgauss(n_nodes)
     sd = np.broadcast_to(np.asarray(sd, float), np.shape(eta))
     cum = 0.0
     for xi, wi in zip(x, w):
         u = np.sqrt(2.0) * sd * xi
         cum = cum + wi / np.sqrt(np.pi) * _cdf(thresholds[..., None, :] - (eta + u)[..., :, None], link)
-    ones = np.ones_like(cum[..., :1])
-    cum = np.concatenate([np.zeros_like(ones), cum, ones], axis=-1)
-    return np.diff(cum, axis=-1)
+    return _probs(cum)

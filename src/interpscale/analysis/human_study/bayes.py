@@ -1,23 +1,21 @@
-"""Bayesian cumulative-link mixed model with crossed random intercepts and slopes (App. D.3), in PyMC."""
+"""Bayesian cumulative-link mixed model with crossed random intercepts and slopes (App. D.3), in PyMC.
+
+The draws are read (summary, diagnostics, log-likelihood, predictions) in ``posterior.py``.
+"""
 
 from __future__ import annotations
 
-import logging
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from interpscale._jsonl import jsonable
-from ._common import category_probs, design_rows, marginal_category_probs, text_table
-from ._validate import ordinal_codes
-from .design import Design, build_design, parse_random
-
-log = logging.getLogger(__name__)
-
-RANDOM = ("rater", "concept", "context", "label")
+from ._common import z_value
+from .design import RANDOM, Design, ordinal_codes, ordinal_design
+from .posterior import OrdinalMixedResult, add_log_likelihood, slope_matrix, summarise, term_names
 
 
 @dataclass(frozen=True)
@@ -55,176 +53,6 @@ class Priors:
         return cls(beta_sd=10.0, threshold_sd=10.0, sd_scale=5.0)
 
 
-@dataclass(frozen=True)
-class Diagnostics:
-    max_rhat: float
-    min_ess_bulk: float
-    min_ess_tail: float
-    divergences: int
-    n_draws: int
-    chains: int
-    sampling_seconds: float  # NUTS tuning + draws, without compilation
-    sampler: str
-    compile_seconds: float = float("nan")  # model compilation paid by this fit (0 on a refit; nan: pymc)
-    mass_matrix: str = "diag"
-
-    @property
-    def ess_per_second(self) -> float:
-        return self.min_ess_bulk / max(self.sampling_seconds, 1e-9)
-
-
-@dataclass(frozen=True)
-class OrdinalMixedResult:
-    """Posterior summary of a cumulative-link mixed model (medians, ``level`` equal-tailed CrIs).
-
-    ``random_sd`` holds each random intercept's SD under the group's name and, for groups
-    with random slopes, each slope's SD under ``"group:coef"``; ``idata`` carries the
-    posterior, sample stats and the pointwise ``log_likelihood`` group (``loo()``, ``waic()``).
-    """
-
-    coef: dict[str, float]  # posterior medians of beta (log-odds)
-    coef_sd: dict[str, float]
-    ci: dict[str, tuple[float, float]]  # ``level`` CrI of beta, and of thresholds / SDs
-    odds_ratio: dict[str, float]
-    odds_ratio_ci: dict[str, tuple[float, float]]
-    prob_positive: dict[str, float]  # P(beta > 0): the type beats the reference
-    thresholds: tuple[float, ...]
-    random_sd: dict[str, float]
-    random_sd_sd: dict[str, float]
-    diagnostics: Diagnostics
-    converged: bool
-    warnings: tuple[str, ...]
-    priors: Priors
-    n_obs: int
-    levels: tuple
-    idata: Any = field(repr=False, compare=False, default=None)
-    level: float = 0.95
-    link: str = "logit"
-    random: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> slope factors
-
-    def draws(self, name: str) -> np.ndarray:
-        """Flattened posterior draws of a coefficient, ``tau``, or ``sd_<group>``."""
-        post = self.idata.posterior
-        if name in self.coef:
-            return post["beta"].sel(coef=name).values.ravel()
-        return post[name].values.reshape(-1, *post[name].shape[2:])
-
-    def predict(self, data: pd.DataFrame, kind: str = "zero", max_draws: int = 1000) -> np.ndarray:
-        """Posterior-mean Pr(y = k) for the rows of ``data``, shape (n, K).
-
-        ``kind="zero"``: at zero random effects; ``"conditional"``: given the posterior random
-        effects of the levels named in ``data`` (0 for unseen levels); ``"marginal"``:
-        population-averaged over the random-effect distribution of each draw (for groups with
-        random slopes the variance depends on the row's covariates). Uses at most
-        ``max_draws`` evenly spaced draws.
-        """
-        if kind not in ("zero", "conditional", "marginal"):
-            raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
-        X = design_rows(data, list(self.coef))
-        post = self.idata.posterior
-        n_all = post.sizes["chain"] * post.sizes["draw"]
-        take = np.unique(np.linspace(0, n_all - 1, min(max_draws, n_all)).astype(int))
-        flat = lambda v: post[v].values.reshape(n_all, *post[v].shape[2:])[take]  # noqa: E731
-        beta = flat("beta")
-        tau = flat("tau")
-        eta = beta @ X.T  # (S, n)
-        if kind == "zero":
-            return category_probs(eta, tau, self.link).mean(axis=0)
-        var = np.zeros_like(eta)
-        for g, slopes in self.random.items():
-            Xg = _slope_matrix(data, X, list(self.coef), g, slopes)  # (n, m): [1, slope columns]
-            if kind == "conditional":
-                if g not in data.columns:
-                    raise ValueError(f"data needs column {g!r} for conditional predictions")
-                names = list(post[f"z_{g}"].coords[g].values)
-                pos = data[g].astype(str).map({k: i for i, k in enumerate(names)})
-                known = pos.notna().to_numpy()
-                u = _group_effects(post, g, slopes)  # (chain, draw, levels, m)
-                u = u.reshape(n_all, *u.shape[2:])[take]
-                rows = np.where(known, pos.fillna(0).to_numpy(int), 0)
-                eta = eta + np.where(known, np.einsum("snm,nm->sn", u[:, rows, :], Xg), 0.0)
-            else:
-                cov = _group_cov(post, g, slopes).reshape(n_all, Xg.shape[1], Xg.shape[1])[take]
-                var = var + np.einsum("nm,smk,nk->sn", Xg, cov, Xg)
-        if kind == "conditional":
-            return category_probs(eta, tau, self.link).mean(axis=0)
-        return marginal_category_probs(eta, tau, np.sqrt(var), self.link).mean(axis=0)
-
-    def loo(self, **kwargs):
-        """PSIS-LOO of the fit through ArviZ (``az.loo``) on the stored pointwise log-likelihood."""
-        import arviz as az
-
-        return az.loo(self.idata, **kwargs)
-
-    def waic(self, **kwargs):
-        import arviz as az
-
-        return az.waic(self.idata, **kwargs)
-
-    def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("idata", "priors", "diagnostics")}
-        out["priors"] = asdict(self.priors)
-        out["diagnostics"] = {**asdict(self.diagnostics), "ess_per_second": self.diagnostics.ess_per_second}
-        out["levels"] = [int(v) if isinstance(v, (int, np.integer)) else v for v in self.levels]
-        out["warnings"] = list(self.warnings)
-        return jsonable(out)
-
-    def summary(self) -> str:
-        rows = [
-            (k, self.coef[k], self.coef_sd[k], *self.ci[k], self.odds_ratio[k], *self.odds_ratio_ci[k],
-             self.prob_positive[k])
-            for k in self.coef
-        ]
-        lo, hi = f"{(1 - self.level) / 2:.1%}", f"{(1 + self.level) / 2:.1%}"
-        head = ("coef", "median", "sd", lo, hi, "OR", f"OR {lo}", f"OR {hi}", "P(>0)")
-        fixed = text_table(head, rows, f"Bayesian cumulative-link mixed model ({self.link}; {self.level:.0%} CrI)")
-        sds = text_table(("random effect", "sd (median)", "posterior sd", lo, hi),
-                         [(g, self.random_sd[g], self.random_sd_sd[g], *self.ci[f"sd_{g}"]) for g in self.random_sd])
-        d = self.diagnostics
-        comp = "" if np.isnan(d.compile_seconds) else f" (+ {d.compile_seconds:.1f} s compile)"
-        diag = (f"n={self.n_obs}  thresholds={np.round(self.thresholds, 3).tolist()}\n"
-                f"{d.sampler} ({d.mass_matrix} mass matrix): {d.chains} chains x {d.n_draws} draws in "
-                f"{d.sampling_seconds:.1f} s{comp}; "
-                f"max R-hat {d.max_rhat:.3f}, min bulk ESS {d.min_ess_bulk:.0f} "
-                f"({d.ess_per_second:.1f}/s), divergences {d.divergences}")
-        warn = "".join(f"\nWARNING: {w}" for w in self.warnings)
-        return f"{fixed}\n{sds}\n{diag}{warn}"
-
-
-def _slope_columns(coef_names: Sequence[str], factor: str) -> list[int]:
-    """Fixed-effect columns of ``factor`` (its treatment contrasts, or the covariate itself)."""
-    cols = [j for j, n in enumerate(coef_names) if n == factor or n.startswith(f"{factor}[")]
-    if not cols:
-        raise ValueError(f"random slope of {factor!r} needs {factor!r} among the fixed effects {list(coef_names)}")
-    return cols
-
-
-def _slope_matrix(data: pd.DataFrame, X: np.ndarray, coef_names: Sequence[str], group: str,
-                  slopes: Sequence[str]) -> np.ndarray:
-    """[1, the slope factors' columns of X] for one grouping factor, shape (n, m)."""
-    cols = [j for f in slopes for j in _slope_columns(coef_names, f)]
-    return np.column_stack([np.ones(len(X)), X[:, cols]]) if cols else np.ones((len(X), 1))
-
-
-def _term_names(coef_names: Sequence[str], slopes: Sequence[str]) -> list[str]:
-    return ["(Intercept)", *[coef_names[j] for f in slopes for j in _slope_columns(coef_names, f)]]
-
-
-def _group_effects(post, g: str, slopes: Sequence[str]) -> np.ndarray:
-    """Random effects of group ``g`` per draw: (chain, draw, levels, m), m = 1 + slopes."""
-    if slopes:
-        return post[f"u_{g}"].values
-    return (post[f"sd_{g}"].values[..., None] * post[f"z_{g}"].values)[..., None]
-
-
-def _group_cov(post, g: str, slopes: Sequence[str]) -> np.ndarray:
-    """Covariance of group ``g``'s (intercept, slopes) per draw: (chain, draw, m, m)."""
-    if slopes:
-        L = post[f"chol_{g}"].values
-        return L @ np.swapaxes(L, -1, -2)
-    return (post[f"sd_{g}"].values ** 2)[..., None, None]
-
-
 def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence[str]] | None = None,
                 link: str = "logit"):
     """The PyMC model of App. D.3: Pr(y <= k) = F(tau_k - eta), eta = X beta + sum_g u_g.
@@ -241,9 +69,7 @@ def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence
     K = len(design.levels)
     coords = {"coef": list(design.coef_names), "threshold": [f"{k}|{k + 1}" for k in range(1, K)]}
     coords.update({g: list(names) for g, (_, names) in design.groups.items()})
-    for g, sl in slopes.items():
-        if sl:
-            coords[f"{g}_term"] = _term_names(design.coef_names, sl)
+    coords.update({f"{g}_term": term_names(design.coef_names, sl) for g, sl in slopes.items() if sl})
     with pm.Model(coords=coords) as model:
         y_obs = pm.Data("y_obs", design.y)
         beta = pm.Normal("beta", 0.0, priors.beta_sd, dims="coef")
@@ -258,8 +84,7 @@ def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence
                 z = pm.Normal(f"z_{g}", 0.0, 1.0, dims=g)  # non-centred: u_g = sd_g * z_g
                 eta = eta + sd * z[codes]
                 continue
-            Xg = np.column_stack([np.ones(design.n), design.X[:, [j for f in slopes[g]
-                                                                    for j in _slope_columns(design.coef_names, f)]]])
+            Xg = slope_matrix(design.X, design.coef_names, slopes[g])
             m = Xg.shape[1]
             chol, _, sds = pm.LKJCholeskyCov(f"chol_{g}_packed", n=m, eta=priors.lkj_eta,
                                              sd_dist=pm.HalfNormal.dist(priors.sd_scale, shape=m),
@@ -306,15 +131,10 @@ class OrdinalMixedModel:
                  fixed: Sequence[str] = ("candidate_type",), random: str | Sequence[str] = RANDOM,
                  reference: Mapping[str, str] | None = None, levels: Sequence = (1, 2, 3, 4, 5),
                  priors: Priors | None = None, sampler: str = "auto", link: str = "logit"):
-        if reference is None:
-            reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
-        if link not in ("logit", "probit"):
-            raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+        self.design, self.random = ordinal_design(data, response=response, fixed=fixed, random=random,
+                                                  reference=reference, levels=levels, link=link)
         self.response, self.levels, self.link = response, tuple(levels), link
         self.priors = priors or Priors()
-        self.random = parse_random(random)
-        self.design = build_design(data, response=response, fixed=fixed, random=list(self.random),
-                                   reference=reference, levels=levels)
         self.model = build_model(self.design, self.priors, slopes=self.random, link=link)
         self.sampler = _resolve_sampler(sampler)
         self._compiled = None
@@ -322,7 +142,7 @@ class OrdinalMixedModel:
     def fit(self, y: Sequence | None = None, *, draws: int = 1000, tune: int = 1000, chains: int = 4,
             cores: int | None = None, target_accept: float = 0.95, seed: int = 0, progressbar: bool = False,
             rhat_max: float = 1.01, ess_min: float = 400.0, mass_matrix: str = "low-rank", level: float = 0.95,
-            sampler_kwargs: Mapping[str, Any] | None = None) -> "OrdinalMixedResult":
+            sampler_kwargs: Mapping[str, Any] | None = None) -> OrdinalMixedResult:
         """Sample the posterior (of the original ratings, or of ``y`` on the same rows).
 
         ``mass_matrix``: nutpie's ``"low-rank"`` adaptation (default) or ``"diag"``; the
@@ -330,20 +150,15 @@ class OrdinalMixedModel:
         the thresholds trade off against the mean of a few rater intercepts, which a
         diagonal mass matrix adapts to poorly. PyMC's own sampler always uses a diagonal one.
         """
-        import time
-
-        import pymc as pm
-
         if mass_matrix not in MASS_MATRICES:
             raise ValueError(f"mass_matrix must be one of {MASS_MATRICES}, got {mass_matrix!r}")
-        if not 0 < level < 1:
-            raise ValueError(f"level must be in (0, 1), got {level!r}")
+        z_value(level)  # 0 < level < 1
         ycodes = self.design.y
         if y is not None:
             ycodes = ordinal_codes(pd.Series(np.asarray(y), index=self.design.index), self.levels,
                                    self.response, "y")
-        cores = cores or min(chains, 2)
-        compile_s = float("nan")
+        kw = dict(draws=draws, tune=tune, chains=chains, cores=cores or min(chains, 2), target_accept=target_accept)
+        compile_s, mass_used = float("nan"), "diag"
         if self.sampler == "nutpie":
             import nutpie
 
@@ -351,172 +166,42 @@ class OrdinalMixedModel:
             if self._compiled is None:
                 self._compiled = nutpie.compile_pymc_model(self.model)
             compile_s = time.perf_counter() - t0
-            kw = {"low_rank_modified_mass_matrix": mass_matrix == "low-rank", **(sampler_kwargs or {})}
+            kw.update(low_rank_modified_mass_matrix=mass_matrix == "low-rank", **(sampler_kwargs or {}))
             mass_used = "low-rank" if kw["low_rank_modified_mass_matrix"] else "diag"
             t0 = time.perf_counter()
-            idata = nutpie.sample(self._compiled.with_data(y_obs=ycodes), draws=draws, tune=tune, chains=chains,
-                                  cores=cores, seed=seed, progress_bar=progressbar, target_accept=target_accept,
-                                  **kw)
+            idata = nutpie.sample(self._compiled.with_data(y_obs=ycodes), seed=seed, progress_bar=progressbar, **kw)
         else:
-            mass_used = "diag"
+            import pymc as pm
+
             t0 = time.perf_counter()
             with self.model:
                 pm.set_data({"y_obs": ycodes})
-                idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, target_accept=target_accept,
-                                  random_seed=seed, progressbar=progressbar, compute_convergence_checks=False,
-                                  **(sampler_kwargs or {}))
+                idata = pm.sample(random_seed=seed, progressbar=progressbar, compute_convergence_checks=False,
+                                  **kw, **(sampler_kwargs or {}))
         seconds = time.perf_counter() - t0
-        _add_log_likelihood(idata, self.design, ycodes, self.random, self.link)
-        return _summarise(idata, self.design, self.priors, ycodes, seconds, self.sampler,
-                          draws=draws, chains=chains, rhat_max=rhat_max, ess_min=ess_min, level=level,
-                          compile_seconds=compile_s, mass_matrix=mass_used, link=self.link, random=self.random)
+        add_log_likelihood(idata, self.design, ycodes, self.random, self.link)
+        return summarise(idata, self.design, self.priors, ycodes, rhat_max=rhat_max, ess_min=ess_min, level=level,
+                         link=self.link, random=self.random, n_draws=draws, chains=chains, sampling_seconds=seconds,
+                         sampler=self.sampler, compile_seconds=compile_s, mass_matrix=mass_used)
 
 
-def fit_ordinal_mixed(
-    data: pd.DataFrame,
-    *,
-    response: str = "rating",
-    fixed: Sequence[str] = ("candidate_type",),
-    random: str | Sequence[str] = RANDOM,
-    reference: Mapping[str, str] | None = None,
-    levels: Sequence = (1, 2, 3, 4, 5),
-    priors: Priors | None = None,
-    draws: int = 1000,
-    tune: int = 1000,
-    chains: int = 4,
-    cores: int | None = None,
-    target_accept: float = 0.95,
-    seed: int = 0,
-    sampler: str = "auto",
-    mass_matrix: str = "low-rank",
-    link: str = "logit",
-    level: float = 0.95,
-    progressbar: bool = False,
-    rhat_max: float = 1.01,
-    ess_min: float = 400.0,
-    sampler_kwargs: Mapping[str, Any] | None = None,
-) -> OrdinalMixedResult:
+def fit_ordinal_mixed(data: pd.DataFrame, *, response: str = "rating", fixed: Sequence[str] = ("candidate_type",),
+                      random: str | Sequence[str] = RANDOM, reference: Mapping[str, str] | None = None,
+                      levels: Sequence = (1, 2, 3, 4, 5), priors: Priors | None = None, sampler: str = "auto",
+                      link: str = "logit", **fit_kwargs: Any) -> OrdinalMixedResult:
     """Fit the Bayesian cumulative-link mixed model of App. D.3 by NUTS.
 
     Fixed effects are treatment-coded against ``reference`` (default
     ``{"candidate_type": "human"}``); ``random`` factors get crossed non-centred intercepts,
     and terms like ``"candidate_type|rater"`` add correlated random slopes.
     ``sampler="auto"`` uses nutpie when installed, else PyMC's NUTS; both seeded.
-    ``mass_matrix="low-rank"`` (default, nutpie) was chosen by measurement on a small crossed
-    design and on the paper-sized study (benchmarks/README.md). Credible intervals are
-    equal-tailed at ``level``. The fit is ``converged`` when max R-hat <= ``rhat_max``, min
-    bulk ESS >= ``ess_min`` and there are no divergences; each failure is logged and listed in
-    ``warnings``. ``sampler_kwargs`` go to ``nutpie.sample`` / ``pm.sample``.
+    ``fit_kwargs`` go to ``OrdinalMixedModel.fit``: ``draws``, ``tune``, ``chains``, ``cores``,
+    ``target_accept``, ``seed``, ``mass_matrix`` (``"low-rank"``, the default, was chosen by
+    measurement on a small crossed design and on the paper-sized study, benchmarks/README.md),
+    ``level`` (equal-tailed credible intervals), ``progressbar``, ``rhat_max`` and ``ess_min``
+    (the fit is ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >= ``ess_min`` and
+    there are no divergences; each failure is logged and listed in ``warnings``) and
+    ``sampler_kwargs`` (to ``nutpie.sample`` / ``pm.sample``).
     """
-    model = OrdinalMixedModel(data, response=response, fixed=fixed, random=random, reference=reference,
-                              levels=levels, priors=priors, sampler=sampler, link=link)
-    return model.fit(draws=draws, tune=tune, chains=chains, cores=cores, target_accept=target_accept, seed=seed,
-                     progressbar=progressbar, rhat_max=rhat_max, ess_min=ess_min, mass_matrix=mass_matrix,
-                     level=level, sampler_kwargs=sampler_kwargs)
-
-
-def _log_prob(y: np.ndarray, eta: np.ndarray, tau: np.ndarray, link: str) -> np.ndarray:
-    """log Pr(y | eta, tau) per draw and row: eta (S, n), tau (S, K-1) -> (S, n)."""
-    from scipy.special import log_ndtr
-
-    S = eta.shape[0]
-    pad = np.concatenate([np.full((S, 1), -np.inf), tau, np.full((S, 1), np.inf)], axis=1)
-    a, b = pad[:, y + 1] - eta, pad[:, y] - eta
-    if link == "logit":
-        lF = lambda x: -np.logaddexp(0.0, -x)  # noqa: E731  log F(x) for the logistic
-    else:
-        lF = log_ndtr
-    # log(F(a) - F(b)) on the tail that does not cancel (symmetric links: 1 - F(x) = F(-x))
-    upper = a + b > 0
-    hi = np.where(upper, lF(-b), lF(a))
-    lo = np.where(upper, lF(-a), lF(b))
-    with np.errstate(divide="ignore"):
-        return hi + np.log1p(-np.exp(np.minimum(lo - hi, 0.0)))
-
-
-def _add_log_likelihood(idata, design: Design, y: np.ndarray, random: Mapping[str, Sequence[str]],
-                        link: str) -> None:
-    """Store the pointwise log-likelihood (chain, draw, obs) so ``az.loo`` / ``az.waic`` work."""
-    import xarray as xr
-
-    post = idata.posterior
-    C, D = post.sizes["chain"], post.sizes["draw"]
-    beta = post["beta"].values.reshape(C * D, -1)
-    tau = post["tau"].values.reshape(C * D, -1)
-    eta = beta @ design.X.T if design.X.shape[1] else np.zeros((C * D, design.n))
-    for g, (codes, _) in design.groups.items():
-        sl = random.get(g, ())
-        u = _group_effects(post, g, sl)
-        u = u.reshape(C * D, *u.shape[2:])  # (S, levels, m)
-        Xg = np.column_stack([np.ones(design.n), design.X[:, [j for f in sl for j in _slope_columns(design.coef_names, f)]]])
-        eta = eta + np.einsum("snm,nm->sn", u[:, codes, :], Xg)
-    ll = _log_prob(y, eta, tau, link).reshape(C, D, design.n)
-    da = xr.DataArray(ll, dims=("chain", "draw", "obs"),
-                      coords={"chain": post.coords["chain"].values, "draw": post.coords["draw"].values})
-    if "log_likelihood" in idata.groups():
-        del idata.log_likelihood
-    idata.add_groups({"log_likelihood": xr.Dataset({"y": da})})
-
-
-def _summarise(idata, design: Design, priors: Priors, y: np.ndarray, seconds: float, sampler: str, *,
-               draws: int, chains: int, rhat_max: float, ess_min: float, level: float = 0.95,
-               compile_seconds: float = float("nan"), mass_matrix: str = "diag", link: str = "logit",
-               random: Mapping[str, Sequence[str]] | None = None) -> OrdinalMixedResult:
-    import arviz as az
-
-    random = dict(random or {g: () for g in design.groups})
-    q = ((1 - level) / 2, 0.5, (1 + level) / 2)
-    levels = design.levels
-    warnings_: list[str] = []
-    empty = [str(levels[k]) for k in range(len(levels)) if not np.any(y == k)]
-    if empty:
-        warnings_.append(f"no observations at level(s) {empty}; their thresholds rest on the prior")
-    post = idata.posterior
-    names = ["beta", "tau", *[f"sd_{g}" for g in design.groups], *[f"z_{g}" for g in design.groups]]
-    rhat = az.rhat(idata, var_names=names)
-    ess_b = az.ess(idata, var_names=names, method="bulk")
-    ess_t = az.ess(idata, var_names=names, method="tail")
-    as_min = lambda ds: float(min(np.nanmin(ds[v].values) for v in ds.data_vars))  # noqa: E731
-    max_rhat = float(max(np.nanmax(rhat[v].values) for v in rhat.data_vars))
-    div = int(idata.sample_stats["diverging"].values.sum()) if "diverging" in idata.sample_stats else 0
-    diag = Diagnostics(max_rhat=max_rhat, min_ess_bulk=as_min(ess_b), min_ess_tail=as_min(ess_t),
-                       divergences=div, n_draws=draws, chains=chains, sampling_seconds=seconds, sampler=sampler,
-                       compile_seconds=compile_seconds, mass_matrix=mass_matrix)
-    bad = False
-    if max_rhat > rhat_max:
-        bad = True
-        warnings_.append(f"max R-hat {max_rhat:.3f} > {rhat_max}: chains disagree; run longer")
-    if diag.min_ess_bulk < ess_min:
-        bad = True
-        warnings_.append(f"min bulk ESS {diag.min_ess_bulk:.0f} < {ess_min:.0f}: draw more samples")
-    if div:
-        bad = True
-        warnings_.append(f"{div} divergent transitions: raise target_accept or tighten priors")
-    for w in warnings_:
-        log.warning("fit_ordinal_mixed: %s", w)
-
-    beta = post["beta"].values.reshape(-1, len(design.coef_names))
-    coef, coef_sd, ci, orr, or_ci, pp = {}, {}, {}, {}, {}, {}
-    for j, name in enumerate(design.coef_names):
-        b = beta[:, j]
-        lo, med, hi = np.quantile(b, q)
-        coef[name], coef_sd[name], ci[name] = float(med), float(b.std(ddof=1)), (float(lo), float(hi))
-        orr[name], or_ci[name] = float(np.exp(med)), (float(np.exp(lo)), float(np.exp(hi)))
-        pp[name] = float(np.mean(b > 0))
-    tau = post["tau"].values.reshape(-1, len(levels) - 1)
-    for k in range(tau.shape[1]):
-        ci[f"tau_{k + 1}"] = (float(np.quantile(tau[:, k], q[0])), float(np.quantile(tau[:, k], q[2])))
-    rsd, rsd_sd = {}, {}
-    for g in design.groups:
-        sds = post[f"sd_{g}"].values.reshape(post.sizes["chain"] * post.sizes["draw"], -1)
-        keys = [g] + [f"{g}:{t}" for t in _term_names(design.coef_names, random[g])[1:]] if random[g] else [g]
-        for i, key in enumerate(keys):
-            s = sds[:, i]
-            rsd[key], rsd_sd[key] = float(np.median(s)), float(s.std(ddof=1))
-            ci[f"sd_{key}"] = (float(np.quantile(s, q[0])), float(np.quantile(s, q[2])))
-    return OrdinalMixedResult(
-        coef=coef, coef_sd=coef_sd, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, prob_positive=pp,
-        thresholds=tuple(float(t) for t in np.median(tau, axis=0)), random_sd=rsd, random_sd_sd=rsd_sd,
-        diagnostics=diag, converged=not bad, warnings=tuple(warnings_), priors=priors, n_obs=design.n,
-        levels=tuple(levels), idata=idata, level=level, link=link, random=random,
-    )
+    return OrdinalMixedModel(data, response=response, fixed=fixed, random=random, reference=reference, levels=levels,
+                             priors=priors, sampler=sampler, link=link).fit(**fit_kwargs)

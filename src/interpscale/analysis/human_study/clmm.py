@@ -25,9 +25,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch  # this module is imported only when a mixed model is fitted
 from scipy import optimize, stats
 
-LINKS = ("logit", "probit")
+from ._common import check_link
+
 _BIG = 1e4  # stands in for tau_0 = -inf and tau_K = +inf (F(1e4) == 1 exactly in float64)
 
 
@@ -48,51 +50,22 @@ class ClmmFit:
     max_grad: float
 
 
-def _check_link(link: str) -> str:
-    if link not in LINKS:
-        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
-    return link
-
-
-def link_inverse(x: np.ndarray, link: str) -> np.ndarray:
-    """F(x) in numpy (for predictions)."""
-    from scipy.special import expit, ndtr
-
-    return expit(x) if _check_link(link) == "logit" else ndtr(x)
-
-
 def _torch_link(link: str):
     """F, f = F', f' as torch functions; symmetric links, so 1 - F(x) = F(-x)."""
-    import torch
-
     if link == "logit":
-        def F(x):
-            return torch.sigmoid(x)
-
         def f(x):
             return torch.sigmoid(x) * torch.sigmoid(-x)
+        return torch.sigmoid, f, lambda x: f(x) * (torch.sigmoid(-x) - torch.sigmoid(x))
 
-        def fp(x):
-            return f(x) * (torch.sigmoid(-x) - torch.sigmoid(x))
-    else:
-        def F(x):
-            return torch.special.ndtr(x)
-
-        def f(x):
-            return torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-
-        def fp(x):
-            return -x * f(x)
-    return F, f, fp
+    def f(x):
+        return torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return torch.special.ndtr, f, lambda x: -x * f(x)
 
 
 class _Problem:
     """Tensors of one data set and the Laplace / AGQ objective on them."""
 
     def __init__(self, y, X, group_codes, K: int, link: str, nagq: int):
-        import torch
-
-        self.torch = torch
         dt = torch.float64
         self.n, self.p = X.shape
         self.K, self.G = K, len(group_codes)
@@ -117,7 +90,6 @@ class _Problem:
     # --- per-observation terms -------------------------------------------------------------
     def terms(self, eta, tau):
         """log p_i, d log p_i / d eta_i and w_i = -d^2 log p_i / d eta_i^2 (eta broadcasts)."""
-        torch = self.torch
         big = torch.full((1,), _BIG, dtype=tau.dtype)
         pad = torch.cat([-big, tau, big])
         a = pad[self.y + 1] - eta.T if eta.dim() == 2 else pad[self.y + 1] - eta
@@ -136,14 +108,12 @@ class _Problem:
 
     def grad_h(self, s, z, d1):
         """dh/dz = z - s * Z' d1."""
-        torch = self.torch
         acc = torch.zeros(self.q, dtype=z.dtype).index_add(0, self.idx.reshape(-1),
                                                           d1[:, None].expand(-1, self.G).reshape(-1))
         return z - s * acc
 
     def hessian(self, s, w):
         """H = diag(s) Z' W Z diag(s) + I (dense; q = total number of levels)."""
-        torch = self.torch
         M = torch.zeros(self.q * self.q, dtype=w.dtype).index_add(
             0, self.pairs, w[:, None].expand(-1, self.G * self.G).reshape(-1)).view(self.q, self.q)
         return M * (s[:, None] * s[None, :]) + torch.eye(self.q, dtype=w.dtype)
@@ -151,7 +121,6 @@ class _Problem:
     # --- conditional modes -----------------------------------------------------------------
     def mode(self, tau, beta, sigma, z0=None, tol=1e-10, max_iter=100):
         """z^ = argmin h(z) by Newton with step halving; returns (z^, Cholesky of H(z^))."""
-        torch = self.torch
         s = sigma[self.factor_of_level]
         z = (self.z if z0 is None else z0).clone()
 
@@ -177,7 +146,6 @@ class _Problem:
             converged_step = float(step.abs().max()) < 1e-12
             z, h, d1, w = z_new, h_new, d1_new, w_new
             if converged_step:
-                g = self.grad_h(s, z, d1)
                 L = torch.linalg.cholesky(self.hessian(s, w))
                 break
         return z, L
@@ -185,7 +153,6 @@ class _Problem:
     # --- objective -------------------------------------------------------------------------
     def nll(self, tau, beta, sigma, *, grad: bool):
         """-log L (Laplace or AGQ) and, with ``grad``, its gradient in (tau, beta, sigma)."""
-        torch = self.torch
         with torch.no_grad():
             zhat, L0 = self.mode(tau, beta, sigma)
         self.z = zhat
@@ -209,7 +176,6 @@ class _Problem:
         """log|H| / 2 with the gradient d = tr(H^-1 dH) / 2 through a surrogate: with P = H^-1
         held fixed, tr(P diag(s) Z'WZ diag(s)) / 2 = sum_i w_i sum_gh s_a s_b P_ab / 2 has that
         gradient (a, b the levels of row i), and avoids differentiating a dense Cholesky."""
-        torch = self.torch
         with torch.no_grad():
             L = torch.linalg.cholesky(self.hessian(s.detach(), w.detach()))
             value = torch.log(torch.diagonal(L)).sum()
@@ -221,7 +187,6 @@ class _Problem:
 
     def _agq(self, tau, beta, s, z, w):
         """Adaptive Gauss-Hermite quadrature for one grouping factor (levels independent)."""
-        torch = self.torch
         lev = self.idx[:, 0]
         Hj = 1.0 + s * s * torch.zeros(self.q, dtype=w.dtype).index_add(0, lev, w)  # curvature per level
         scale = torch.sqrt(2.0 / Hj)
@@ -253,9 +218,7 @@ def fit_clmm(
     max_iter: int = 500,
 ) -> ClmmFit:
     """Maximise the Laplace (``nagq`` = 1) or AGQ (``nagq`` > 1, one factor) likelihood."""
-    import torch
-
-    _check_link(link)
+    check_link(link)
     if nagq < 1:
         raise ValueError(f"nagq must be >= 1, got {nagq}")
     if nagq > 1 and len(group_codes) != 1:

@@ -1,4 +1,4 @@
-"""Frequentist fits: cumulative-link models (R clm / clmm) and the Gaussian crossed mixed model."""
+"""Maximum-likelihood cumulative-link models: R ``clm`` (statsmodels) and ``clmm`` (``clmm.py``)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,11 @@ import pandas as pd
 from scipy.stats import chi2, norm
 
 from interpscale._jsonl import jsonable
-from ._common import category_probs, design_rows, marginal_category_probs, text_table
-from .bayes import RANDOM
-from .design import build_design, coef_name, parse_random, random_formula
+from ._common import (category_probs, check_kind, design_rows, marginal_category_probs, odds_ratios, tail_names,
+                      text_table, wald, z_value)
+from .design import ordinal_design, random_formula
 
 log = logging.getLogger(__name__)
-
-
-def z_value(level: float) -> float:
-    """Two-sided normal quantile for a ``level`` interval (0.95 -> 1.96)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    return float(norm.ppf(0.5 + level / 2))
 
 
 @dataclass(frozen=True)
@@ -73,23 +66,18 @@ class OrdinalResult:
         not in the fit); ``"marginal"``: population-averaged, integrated over the
         random-effect distribution. Without random effects the three agree.
         """
+        check_kind(kind)
         X = design_rows(data, list(self.coef))
         eta = X @ np.array(list(self.coef.values()), float) if len(self.coef) else np.zeros(len(data))
         tau = np.asarray(self.thresholds)
-        if kind == "zero" or not self.random_sd:
-            if kind not in ("zero", "conditional", "marginal"):
-                raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
-            return category_probs(eta, tau, self.link)
-        if kind == "conditional":
-            for g, modes in self.random_effects.items():
-                if g not in data.columns:
-                    raise ValueError(f"data needs column {g!r} for conditional predictions")
-                eta = eta + data[g].astype(str).map(modes).fillna(0.0).to_numpy(float)
-            return category_probs(eta, tau, self.link)
-        if kind == "marginal":
+        if kind == "marginal" and self.random_sd:
             total = float(np.sqrt(sum(self.random_variance.values())))
             return marginal_category_probs(eta, tau, total, self.link)
-        raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
+        for g, modes in self.random_effects.items() if kind == "conditional" else ():
+            if g not in data.columns:
+                raise ValueError(f"data needs column {g!r} for conditional predictions")
+            eta = eta + data[g].astype(str).map(modes).fillna(0.0).to_numpy(float)
+        return category_probs(eta, tau, self.link)
 
     def lr_test(self, other: "OrdinalResult") -> dict:
         """Likelihood-ratio test against a nested model (either order), like R ``anova``.
@@ -115,7 +103,7 @@ class OrdinalResult:
 
     def summary(self) -> str:
         lvl = f"{self.level:.0%}"
-        lo_h, hi_h = f"{(1 - self.level) / 2:.1%}", f"{(1 + self.level) / 2:.1%}"
+        lo_h, hi_h = tail_names(self.level)
         is_logit = self.link == "logit"
         rows = [(k, self.coef[k], self.se[k], *self.ci[k], *((self.odds_ratio[k],) if is_logit else ()),
                  self.p_value[k]) for k in self.coef]
@@ -179,11 +167,14 @@ def fit_ordinal(
     ``link`` is ``"logit"`` or ``"probit"``; every interval is a Wald ``level`` interval.
     """
     zq = z_value(level)
-    rand = _check_ordinal_args(fixed, random, cluster, link)
-    if reference is None:
-        reference = {"candidate_type": "human"} if "candidate_type" in fixed else {}
-    design = build_design(data, response=response, fixed=fixed, random=list(rand), reference=reference,
-                          levels=levels)
+    design, rand = ordinal_design(data, response=response, fixed=fixed, random=random, reference=reference,
+                                  levels=levels, link=link)
+    slopes = {g: s for g, s in rand.items() if s}
+    if slopes:
+        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
+                         "the maximum-likelihood fit takes random intercepts")
+    if rand and cluster is not None:
+        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
     K, p = len(levels), len(design.coef_names)
     observed = np.unique(design.y)
     if len(observed) < K:
@@ -191,40 +182,27 @@ def fit_ordinal(
                          f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
     if rand:
         params, ses, loglik, converged, warn, fit, se_all = _fit_mixed(design, K, p, link, nagq)
-        method, n_params = ("Laplace" if nagq == 1 else f"AGQ({nagq})"), K - 1 + p + len(rand)
+        method = "Laplace" if nagq == 1 else f"AGQ({nagq})"
     else:
         params, ses, loglik, converged, warn = _fit_clm(design, data, cluster, link)
-        method, n_params, fit, se_all = "ML", K - 1 + p, None, None
-    coef, se, ci, orr, or_ci, pv = _wald_tables(design.coef_names, params, ses, zq, link)
-    tau, tau_se = params[p:], ses[p:]
-    for k in range(K - 1):
-        ci[f"tau_{k + 1}"] = (float(tau[k] - zq * tau_se[k]), float(tau[k] + zq * tau_se[k]))
+        method = "ML"
+    coef, se, ci = wald(design.coef_names, params, ses, zq)
+    orr, or_ci = odds_ratios(coef, ci) if link == "logit" else ({}, {})
+    ci.update(wald([f"tau_{k + 1}" for k in range(K - 1)], params[p:], ses[p:], zq)[2])
     rsd, modes, mode_sd = _random_tables(design, fit, se_all, K - 1 + p, zq, ci) if rand else ({}, {}, {})
     for w in warn:
         log.warning("fit_ordinal: %s", w)
+    n_params = K - 1 + p + len(rand)
     return OrdinalResult(
-        coef=coef, se=se, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, p_value=pv,
-        thresholds=tuple(float(t) for t in tau), threshold_se=tuple(float(s) for s in tau_se),
+        coef=coef, se=se, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci,
+        p_value={k: float(2 * norm.sf(abs(coef[k] / se[k]))) for k in coef},
+        thresholds=tuple(float(t) for t in params[p:]), threshold_se=tuple(float(s) for s in ses[p:]),
         loglik=float(loglik), aic=float(-2 * loglik + 2 * n_params), n_obs=design.n,
         cov_type="cluster" if cluster else "nonrobust", converged=converged, warnings=tuple(warn),
         levels=tuple(levels), link=link, level=level, method=method, n_params=n_params,
         formula=random_formula(response, fixed, rand),
         random_sd=rsd, random_effects=modes, random_effects_sd=mode_sd,
     )
-
-
-def _check_ordinal_args(fixed, random, cluster, link) -> dict:
-    """The parsed random terms; ValueError for a link, random slopes or cluster + random."""
-    if link not in ("logit", "probit"):
-        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
-    rand = parse_random(random)
-    slopes = {g: s for g, s in rand.items() if s}
-    if slopes:
-        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
-                         "the maximum-likelihood fit takes random intercepts")
-    if rand and cluster is not None:
-        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
-    return rand
 
 
 def _fit_mixed(design, K, p, link, nagq):
@@ -241,25 +219,11 @@ def _fit_mixed(design, K, p, link, nagq):
     return params, ses, fit.loglik, fit.converged, warn, fit, se_all
 
 
-def _wald_tables(names, params, ses, zq, link):
-    """Per coefficient: estimate, SE, Wald CI, odds ratio and its CI (logit), two-sided p."""
-    coef, se, ci, orr, or_ci, pv = {}, {}, {}, {}, {}, {}
-    for j, name in enumerate(names):
-        b, s = float(params[j]), float(ses[j])
-        coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
-        if link == "logit":
-            with np.errstate(over="ignore"):  # a separated level has |beta| and SE huge: OR inf
-                orr[name], or_ci[name] = float(np.exp(b)), (float(np.exp(b - zq * s)), float(np.exp(b + zq * s)))
-        pv[name] = float(2 * norm.sf(abs(b / s)))
-    return coef, se, ci, orr, or_ci, pv
-
-
 def _random_tables(design, fit, se_all, offset, zq, ci):
     """Random-effect SDs (Wald CI on log sd, added to ``ci``), conditional modes and their SDs."""
     rsd, modes, mode_sd, start = {}, {}, {}, 0
     for gi, (g, (_, names)) in enumerate(design.groups.items()):
-        sd = float(fit.sigma[gi])
-        rsd[g] = sd
+        sd = rsd[g] = float(fit.sigma[gi])
         s_sd = float(se_all[offset + gi])
         if sd > 1e-4 and np.isfinite(s_sd):  # Wald on log(sd): se(log sd) = se(sd) / sd
             half = zq * s_sd / sd
@@ -279,17 +243,14 @@ def _fit_clm(design, data, cluster, link):
 
     K, p = len(design.levels), len(design.coef_names)
     endog = pd.Series(pd.Categorical(design.y, categories=range(K), ordered=True))
-    exog = pd.DataFrame(design.X, columns=list(design.coef_names))
-    model = OrderedModel(endog, exog, distr=link)
+    model = OrderedModel(endog, pd.DataFrame(design.X, columns=list(design.coef_names)), distr=link)
     fit_kw = {"method": "bfgs", "disp": False, "maxiter": 2000}
     if cluster is not None:
-        groups = pd.factorize(data[cluster].astype(str))[0]
-        fit_kw.update(cov_type="cluster", cov_kwds={"groups": groups})
+        fit_kw.update(cov_type="cluster", cov_kwds={"groups": pd.factorize(data[cluster].astype(str))[0]})
     with _warnings.catch_warnings(record=True) as caught:
         _warnings.simplefilter("always")
         res = model.fit(**fit_kw)
-    params = np.asarray(res.params, float)
-    cov = np.asarray(res.cov_params(), float)
+    params, cov = np.asarray(res.params, float), np.asarray(res.cov_params(), float)
     warn = [str(w.message) for w in caught if "converge" in str(w.message).lower()]
     converged = bool(res.mle_retvals.get("converged", True))
     if not converged:
@@ -304,106 +265,3 @@ def _fit_clm(design, data, cluster, link):
     tau_se = np.sqrt(np.diag(J @ cov[p:, p:] @ J.T))
     beta_se = np.sqrt(np.diag(cov)[:p])
     return (np.concatenate([params[:p], tau]), np.concatenate([beta_se, tau_se]), float(res.llf), converged, warn)
-
-
-@dataclass(frozen=True)
-class GaussianMixedResult:
-    """Linear mixed model on the raw 1–5 scores (App. D.4): contrasts in rating points."""
-
-    coef: dict[str, float]
-    se: dict[str, float]
-    ci: dict[str, tuple[float, float]]
-    intercept: float
-    variance_components: dict[str, float]
-    residual_variance: float
-    n_obs: int
-    converged: bool
-    warnings: tuple[str, ...]
-
-    def predict(self, data: pd.DataFrame) -> np.ndarray:
-        """Expected rating at zero random effects."""
-        return self.intercept + design_rows(data, list(self.coef)) @ np.array(list(self.coef.values()))
-
-    def to_dict(self) -> dict:
-        return jsonable(dict(self.__dict__))
-
-    def summary(self) -> str:
-        rows = [(k, self.coef[k], self.se[k], *self.ci[k]) for k in self.coef]
-        vc = ", ".join(f"{g} {v:.3f}" for g, v in self.variance_components.items())
-        return (text_table(("term", "points", "se", "2.5%", "97.5%"), rows,
-                           "Gaussian mixed model (REML, crossed variance components)")
-                + f"\nvariances: {vc}, residual {self.residual_variance:.3f}; n={self.n_obs}")
-
-
-def fit_gaussian_mixed(
-    data: pd.DataFrame,
-    *,
-    response: str = "rating",
-    factor: str = "candidate_type",
-    reference: str = "human",
-    random: Sequence[str] = RANDOM,
-    engine: str = "reml",
-    level: float = 0.95,
-) -> GaussianMixedResult:
-    """REML linear mixed model ``response ~ factor`` with crossed random intercepts (App. D.4).
-
-    ``engine="statsmodels"`` fits statsmodels ``MixedLM`` with the crossed effects as
-    variance components inside one all-encompassing group (slow: minutes for 1,025 ratings
-    on 2 cores); ``engine="reml"`` (default) maximises the same restricted likelihood with a
-    dense Cholesky of the marginal covariance (seconds) and agrees with it to optimizer
-    tolerance. Contrasts carry Wald ``level`` intervals.
-    """
-    if engine not in ("reml", "statsmodels"):
-        raise ValueError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
-    zq = z_value(level)
-    random = list(parse_random(random))
-    design = build_design(data, response=response, fixed=[factor], random=random,
-                          reference={factor: reference},
-                          levels=sorted(pd.unique(data[response].dropna())))
-    if engine == "reml":
-        from ._reml import fit_reml
-
-        X = np.column_stack([np.ones(design.n), design.X])
-        y = data[response].to_numpy(float)
-        fit = fit_reml(y, X, [codes for codes, _ in design.groups.values()])
-        se_all = np.sqrt(np.diag(fit.cov_beta))
-        coef, se, ci = {}, {}, {}
-        for j, name in enumerate(design.coef_names, start=1):
-            b, s = float(fit.beta[j]), float(se_all[j])
-            coef[name], se[name], ci[name] = b, s, (b - zq * s, b + zq * s)
-        vcomp = {g: float(v) for g, v in zip(design.groups, fit.variances)}
-        warn = [] if fit.converged else ["REML optimizer did not converge"]
-        warn += [f"variance of {g!r} at the boundary (~0)" for g, v in vcomp.items() if v < 1e-6]
-        return GaussianMixedResult(coef=coef, se=se, ci=ci, intercept=float(fit.beta[0]),
-                                   variance_components=vcomp, residual_variance=fit.residual,
-                                   n_obs=design.n, converged=fit.converged, warnings=tuple(warn))
-    return _fit_mixedlm(data, response, factor, reference, list(random), zq)
-
-
-def _fit_mixedlm(data, response, factor, reference, random, zq) -> GaussianMixedResult:
-    import statsmodels.formula.api as smf
-
-    df = pd.DataFrame({"y": data[response].astype(float), "t": data[factor].astype(str), "one": 1})
-    for i, g in enumerate(random):
-        df[f"g{i}"] = data[g].astype(str).to_numpy()
-    vc = {g: f"0 + C(g{i})" for i, g in enumerate(random)}
-    model = smf.mixedlm(f"y ~ C(t, Treatment({reference!r}))", df, groups="one", vc_formula=vc, re_formula="0")
-    with _warnings.catch_warnings(record=True) as caught:
-        _warnings.simplefilter("always")
-        res = model.fit(reml=True, method=["lbfgs"])
-    warn = [str(w.message).splitlines()[0] for w in caught
-            if any(s in str(w.message).lower() for s in ("converge", "boundary", "singular"))]
-    coef, se, ci = {}, {}, {}
-    for name in res.fe_params.index:
-        if name == "Intercept":
-            continue
-        level = name.rsplit("[T.", 1)[1].rstrip("]")
-        key = coef_name(factor, level)
-        b, s = float(res.fe_params[name]), float(res.bse_fe[name])
-        coef[key], se[key], ci[key] = b, s, (b - zq * s, b + zq * s)
-    names = list(res.model.exog_vc.names)  # statsmodels sorts the components by key
-    vcomp = {g: float(res.vcomp[names.index(g)]) for g in random}
-    return GaussianMixedResult(
-        coef=coef, se=se, ci=ci, intercept=float(res.fe_params["Intercept"]), variance_components=vcomp,
-        residual_variance=float(res.scale), n_obs=len(df), converged=bool(res.converged), warnings=tuple(warn),
-    )

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
 from interpscale._atomic import atomic_write_text
-
 from interpscale._jsonl import jsonable
-from ._validate import validate_phase1, validate_ratings
-from .bayes import RANDOM, OrdinalMixedResult, Priors, fit_ordinal_mixed
-from .design import parse_random
-from .frequentist import GaussianMixedResult, OrdinalResult, fit_gaussian_mixed, fit_ordinal, z_value
-from .phase1 import coherence_dependence, phase1_agreement
-from .robust import PairedComparison, paired_comparison, type_summary
-
-log = logging.getLogger(__name__)
+from ._common import z_value
+from .bayes import Priors, fit_ordinal_mixed
+from .design import RANDOM, parse_random, validate_phase1, validate_ratings
+from .frequentist import OrdinalResult, fit_ordinal
+from .gaussian import GaussianMixedResult, fit_gaussian_mixed
+from .posterior import OrdinalMixedResult
+from .robust import PairedComparison, coherence_dependence, paired_comparison, phase1_agreement, type_summary
 
 
 @dataclass(frozen=True)
@@ -42,41 +40,39 @@ class HumanStudyReport:
         """Robustness checks for the contrast vs the reference, as rows of Table 21."""
         c, r, t4 = self.contrast, self.reference, self.table4
         key = f"candidate_type[{c}]"
+
+        def odds(fit, interval: str) -> str:
+            lo, hi = fit.odds_ratio_ci[key]
+            return f"OR {fit.odds_ratio[key]:.2f}, {interval} [{lo:.2f}, {hi:.2f}]"
+
         rows = [
             ("Mean Phase 2 fit score", f"{c} {t4.loc[c, 'mean']:.2f} vs. {r} {t4.loc[r, 'mean']:.2f}"),
             ("Top-two rating rate (>= 4)", f"{c} {t4.loc[c, 'top_two']:.0%} vs. {r} {t4.loc[r, 'top_two']:.0%}"),
         ]
         if self.bayes is not None:
-            b = self.bayes
-            lo, hi = b.odds_ratio_ci[key]
-            rows += [("Bayesian cumulative-link model", f"OR {b.odds_ratio[key]:.2f}, 95% CrI [{lo:.2f}, {hi:.2f}]"),
-                     (f"Posterior probability of {c} advantage", f"{b.prob_positive[key]:.2f}")]
+            rows += [("Bayesian cumulative-link model", odds(self.bayes, f"{self.bayes.level:.0%} CrI")),
+                     (f"Posterior probability of {c} advantage", f"{self.bayes.prob_positive[key]:.2f}")]
         if self.ordinal_mixed is not None and key in self.ordinal_mixed.odds_ratio:
             m = self.ordinal_mixed
-            lo, hi = m.odds_ratio_ci[key]
-            rows += [(f"Cumulative-link mixed model ({m.method})", f"OR {m.odds_ratio[key]:.2f}, "
-                      f"{m.level:.0%} CI [{lo:.2f}, {hi:.2f}]")]
-        lo, hi = self.ordinal.odds_ratio_ci[key]
-        rows += [
-            ("Cumulative-link model, no random effects", f"OR {self.ordinal.odds_ratio[key]:.2f}, "
-             f"{self.ordinal.level:.0%} CI [{lo:.2f}, {hi:.2f}]"),
+            rows += [(f"Cumulative-link mixed model ({m.method})", odds(m, f"{m.level:.0%} CI"))]
+        g = self.gaussian
+        return pd.DataFrame(rows + [
+            ("Cumulative-link model, no random effects", odds(self.ordinal, f"{self.ordinal.level:.0%} CI")),
             ("Paired comparison probability", f"{self.paired.prob:.2f}, bootstrap 95% CI "
              f"[{self.paired.ci[0]:.2f}, {self.paired.ci[1]:.2f}]"),
-            ("Gaussian mixed model", f"{self.gaussian.coef[key]:+.2f} points, {self.ordinal.level:.0%} CI "
-             f"[{self.gaussian.ci[key][0]:.2f}, {self.gaussian.ci[key][1]:.2f}]"),
-        ]
-        return pd.DataFrame(rows, columns=["analysis", "result"])
+            ("Gaussian mixed model", f"{g.coef[key]:+.2f} points, {self.ordinal.level:.0%} CI "
+             f"[{g.ci[key][0]:.2f}, {g.ci[key][1]:.2f}]"),
+        ], columns=["analysis", "result"])
 
     def to_dict(self) -> dict:
+        maybe = lambda fit: None if fit is None else fit.to_dict()  # noqa: E731
         return jsonable({
             "contrast": self.contrast, "reference": self.reference,
             "table4": self.table4.reset_index().to_dict(orient="records"),
             "table21": self.table21().to_dict(orient="records"),
             "paired": self.paired.to_dict(), "ordinal": self.ordinal.to_dict(),
-            "ordinal_mixed": None if self.ordinal_mixed is None else self.ordinal_mixed.to_dict(),
-            "gaussian_mixed": self.gaussian.to_dict(),
-            "bayes": None if self.bayes is None else self.bayes.to_dict(),
-            "phase1": self.phase1, "coherence": self.coherence,
+            "ordinal_mixed": maybe(self.ordinal_mixed), "gaussian_mixed": self.gaussian.to_dict(),
+            "bayes": maybe(self.bayes), "phase1": self.phase1, "coherence": self.coherence,
         })
 
     def to_markdown(self) -> str:
@@ -153,19 +149,16 @@ def analyse_study(
     if contrast not in set(r["candidate_type"]):
         raise ValueError(f"contrast type {contrast!r} not in candidate_type levels {sorted(set(r['candidate_type']))}")
     p1 = validate_phase1(phase1) if phase1 is not None else None
-    table4 = type_summary(r, seed=seed, n_boot=n_boot)
-    paired = paired_comparison(r, contrast, reference, n_boot=n_boot, seed=seed)
     ref = {"candidate_type": reference}
-    ordinal = fit_ordinal(r, reference=ref, cluster="concept", level=level)
-    mixed = fit_ordinal(r, reference=ref, random=list(terms), level=level) if clmm else None
-    gaussian = fit_gaussian_mixed(r, reference=reference, random=list(terms), level=level)
-    fit = fit_ordinal_mixed(r, reference=ref, random=[f"{'+'.join(s)}|{g}" if s else g for g, s in terms.items()],
-                            draws=draws, tune=tune, chains=chains, seed=seed, sampler=sampler,
-                            mass_matrix=mass_matrix, target_accept=target_accept, priors=priors,
-                            level=level) if bayes else None
     return HumanStudyReport(
-        contrast=contrast, reference=reference, table4=table4, paired=paired, ordinal=ordinal,
-        gaussian=gaussian, bayes=fit, phase1=phase1_agreement(p1) if p1 is not None else None,
+        contrast=contrast, reference=reference, table4=type_summary(r, seed=seed, n_boot=n_boot),
+        paired=paired_comparison(r, contrast, reference, n_boot=n_boot, seed=seed),
+        ordinal=fit_ordinal(r, reference=ref, cluster="concept", level=level),
+        ordinal_mixed=fit_ordinal(r, reference=ref, random=list(terms), level=level) if clmm else None,
+        gaussian=fit_gaussian_mixed(r, reference=reference, random=list(terms), level=level),
+        bayes=fit_ordinal_mixed(r, reference=ref, random=random, draws=draws, tune=tune, chains=chains, seed=seed,
+                                sampler=sampler, mass_matrix=mass_matrix, target_accept=target_accept,
+                                priors=priors, level=level) if bayes else None,
+        phase1=phase1_agreement(p1) if p1 is not None else None,
         coherence=coherence_dependence(r, p1, types=(reference, contrast)) if p1 is not None else None,
-        ordinal_mixed=mixed,
     )
