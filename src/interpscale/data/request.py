@@ -126,14 +126,6 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
     return jsonable(req)
 
 
-def _restart(out: Path) -> None:
-    log.warning("%s: an input changed since it was prepared; preparing it again", out)
-    (out / "meta.json").unlink()  # first: a kill during the cleanup leaves no half directory
-    for p in out.iterdir():
-        if p.name != ".lock":
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-
-
 def start(out: Path, req: dict) -> bool:
     """Record the request (or check it matches a resumed one); True when already finished."""
     old_path = out / PARTS / "request.json"
@@ -143,7 +135,11 @@ def start(out: Path, req: dict) -> bool:
             raise UserError(f"{out} already holds other prepared data; choose another --out or delete it")
         if [i.get("stat") for i in meta.get("inputs", [])] == [stat_of(i) for i in req["inputs"]]:
             return True
-        _restart(out)
+        log.warning("%s: an input changed since it was prepared; preparing it again", out)
+        (out / "meta.json").unlink()  # first: a kill during the cleanup leaves no half directory
+        for p in out.iterdir():
+            if p.name != ".lock":
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
     if old_path.exists():
         if comparable(json.loads(old_path.read_text())) != comparable(req):
             raise UserError(f"{out} holds an unfinished preparation of other data; choose another --out "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import io
 import itertools
 import json
 import os
@@ -78,9 +77,7 @@ def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[
 
 
 def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
 
 
 def labels_of(value, where: str) -> list[str]:
