@@ -172,7 +172,8 @@ class CoCoMixLM(ZooLM):
                 m._apply(fn, *args, **kwargs)
         return self
 
-    def forward_train(self, tokens: torch.Tensor) -> tuple[ModelOutput, dict[str, torch.Tensor]]:
+    def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:
+        """Logits; ``parts`` holds the predicted concept logits z (``concept_logits``) for the loss."""
         bb, L = self.backbone, self.config.n_layers
         x = bb.embed(tokens)
         B, T, d = x.shape
@@ -194,12 +195,9 @@ class CoCoMixLM(ZooLM):
         h = bb.norm(x)
         if h.size(1) == 2 * T:
             h = h[:, 1::2]  # predict x_{t+1} after ĉ_t
-        return ModelOutput(logits=F.linear(h, bb.embed.weight), hidden=h), aux
+        return ModelOutput(logits=F.linear(h, bb.embed.weight), hidden=h, parts=aux)
 
-    def forward(self, tokens: torch.Tensor, *, chunk_ids=None, chunk_labels=None) -> ModelOutput:
-        return self.forward_train(tokens)[0]
-
-    def extra_loss(self, out: ModelOutput, aux: dict, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+    def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         ex = self.config.extra
         if self.needs_teacher:
             raise ValueError(f"{self.config.family} needs a frozen teacher for its training loss: build it with "
@@ -208,7 +206,7 @@ class CoCoMixLM(ZooLM):
         if self.variant == "cocomix":
             targets = concept_targets(self._frozen["teacher"], self._frozen["sae"], self.teacher_layer, batch.tokens,
                                       ex["k_attr"])  # [B, T-1, k_attr]
-            z = aux["concept_logits"][:, :-1]
+            z = out.parts["concept_logits"][:, :-1]
             logp = F.log_softmax(z.float(), dim=-1)
             ce = -logp.gather(-1, targets).mean(-1)  # (1/K_attr) Σ_i CE(z_t, i) (Eq. 2)
             if batch.valid is not None:

@@ -101,12 +101,9 @@ class ZooLM(FamilyModel):
     def flops_per_token(self, seq_len: int) -> float:
         return float(self.flops_fn(self.config, seq_len))
 
-    def forward_train(self, tokens: torch.Tensor) -> tuple[ModelOutput, dict[str, torch.Tensor]]:
-        """Forward pass for the loss: the output and any intermediates ``extra_loss`` needs."""
-        return self(tokens), {}
-
-    def extra_loss(self, out: ModelOutput, aux: dict[str, torch.Tensor], batch: Batch, step: int) -> dict[str, torch.Tensor]:
-        """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept)."""
+    def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
+        """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept, from the
+        intermediates its forward leaves in ``out.parts``)."""
         return {}
 
     def loss(self, batch: Batch, step: int) -> LossOutput:
@@ -114,9 +111,9 @@ class ZooLM(FamilyModel):
             raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
         if batch.tokens.dim() != 2 or batch.tokens.size(1) < 2:
             raise ValueError(f"Batch.tokens must be [B, T] with T >= 2, got shape {tuple(batch.tokens.shape)}")
-        out, aux = self.forward_train(batch.tokens)
+        out = self(batch.tokens)
         lm, n = next_token_ce(out.logits, batch.tokens, batch.valid)
-        extras = self.extra_loss(out, aux, batch, step)
+        extras = self.extra_loss(out, batch, step)
         total = lm + sum(extras.values()) if extras else lm
         parts = {"lm": lm.detach()} | {k: v.detach() for k, v in extras.items()}  # tensors: no host sync
         return LossOutput(total=total, parts=parts, n_tokens=n)
