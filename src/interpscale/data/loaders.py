@@ -36,10 +36,8 @@ FILE_SOURCE_KEYS = {
 def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict:
     """A data source with its relative paths (``path`` — a path, glob or list of them —
     ``concepts``, ``tokenizer``) made absolute against ``base_dir`` (a TOML's directory)."""
-    if base_dir is None:
-        return dict(source)
     out = dict(source)
-    for k in ("path", "concepts", "tokenizer"):
+    for k in ("path", "concepts", "tokenizer") if base_dir is not None else ():
         v = out.get(k)
         if isinstance(v, (list, tuple)):
             out[k] = [str(Path(base_dir) / x) if not Path(x).is_absolute() else str(x) for x in v]

@@ -34,12 +34,10 @@ __all__ = ["MODES", "make_request", "prepare"]
 
 def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm: dict | None = None,
             max_parallel: int = 2, workers: int = 1, progress: bool = False, **options: Any) -> Path:
-    """Prepare ``sources`` into the data directory ``out`` and return it (see ``make_request``
-    for ``options``).  Rerunning after a crash or a kill resumes: finished parts are kept.
-
-    ``executor="inline"`` works in this process, with ``workers`` processes tokenizing
-    input files side by side (each with a single-threaded encoder); ``local`` / ``slurm``
-    run one submitit task per input file, at most ``max_parallel`` at once."""
+    """Prepare ``sources`` into the data directory ``out`` and return it (``options``: see
+    ``make_request``); a rerun after a crash or a kill resumes, keeping finished parts.
+    ``inline`` works in this process (``workers`` processes, each with a single-threaded encoder);
+    ``local`` / ``slurm`` run one submitit task per input file, at most ``max_parallel`` at once."""
     if executor not in MODES:
         raise UserError(f"unknown executor {executor!r}; expected one of {MODES}")
     out = Path(out)

@@ -67,10 +67,8 @@ def _ar(model, requests, *, batch_size, prefix_id):
     with eval_mode(model):
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size]
-            T = max(len(rows[i][0]) for i in idx)
-            x = torch.full((len(idx), T), special_id(model, "pad_id"), dtype=torch.long)
-            for r, i in enumerate(idx):
-                x[r, : len(rows[i][0])] = torch.tensor(rows[i][0])
+            x = torch.nn.utils.rnn.pad_sequence([torch.tensor(rows[i][0], dtype=torch.long) for i in idx],
+                                                batch_first=True, padding_value=special_id(model, "pad_id"))
             logp = torch.log_softmax(logits_of(model(x.to(device))).float(), -1)
             for r, i in enumerate(idx):
                 inp, L = rows[i]

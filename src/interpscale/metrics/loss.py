@@ -60,8 +60,7 @@ class _Units:
         self.weights.append(weight)
 
     def mean_se(self) -> tuple[float, float]:
-        v = torch.tensor(self.values, dtype=torch.float64)
-        w = torch.tensor(self.weights, dtype=torch.float64)
+        v, w = (torch.tensor(x, dtype=torch.float64) for x in (self.values, self.weights))
         w = w / w.sum()
         mean, n = float((w * v).sum()), len(self.values)
         if n < 2:

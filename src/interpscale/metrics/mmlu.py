@@ -73,9 +73,8 @@ def mmlu_soft_score(model: nn.Module, tokenizer, questions: Union[str, Path, Ite
                     n_samples: int = 32, seed: int = 0, batch_size: int = 32) -> SoftScoreResult:
     """Soft score of ``model`` on multiple-choice ``questions`` (JSONL path or rows); ``tokenizer``
     has ``encode(text, add_special_tokens=False).ids``; ``n_samples``: diffusion MC samples."""
-    rows = load_mc_jsonl(questions) if isinstance(questions, (str, Path)) else [
-        _normalise(r, f"row {i}") for i, r in enumerate(questions)
-    ]
+    rows = (load_mc_jsonl(questions) if isinstance(questions, (str, Path))
+            else [_normalise(r, f"row {i}") for i, r in enumerate(questions)])
     if not rows:
         raise ValueError("no questions given")
     reqs, spans = [], []
@@ -85,10 +84,8 @@ def mmlu_soft_score(model: nn.Module, tokenizer, questions: Union[str, Path, Ite
         reqs += [encode_pair(tokenizer, prompt, f" {LETTERS[j]}") for j in range(len(r["choices"]))]
         spans.append((start, len(reqs)))
     ll = [x for x, _ in loglikelihood(model, reqs, n_samples=n_samples, seed=seed, batch_size=batch_size)]
-    scores, hits = [], []
-    for r, (a, b) in zip(rows, spans):
-        scores.append(soft_score(ll[a:b], r["answer"]))
-        hits.append(float(max(range(b - a), key=lambda j: ll[a + j]) == r["answer"]))
+    scores = [soft_score(ll[a:b], r["answer"]) for r, (a, b) in zip(rows, spans)]
+    hits = [float(max(range(b - a), key=lambda j: ll[a + j]) == r["answer"]) for r, (a, b) in zip(rows, spans)]
     n = len(scores)
     mean = sum(scores) / n
     se = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1) / n) if n > 1 else float("nan")
