@@ -1,9 +1,6 @@
 """One data path: sources -> tokenizer -> prepare -> memory-mapped shards -> ``open_data``, plus
 the bundled synthetic concept corpus (``docs/data.md``).  A layer below ``orchestration``: it
 imports only ``models.types`` and the bottom modules.
-
->>> prepare(["corpus/*.jsonl"], "data/mycorpus", vocab_size=4096)   # doctest: +SKIP
->>> describe("data/mycorpus").n_concepts                              # doctest: +SKIP
 """
 
 from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, generate_documents, make_concepts,

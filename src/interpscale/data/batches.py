@@ -1,9 +1,5 @@
-"""Rows and batches: the row order every split shares.
-
-Batches are a pure function of (seed, step): the data position of a resumed run is its
-step, which is what makes resume bit-exact.  ``shards.Split`` (memory-mapped prepared
-data) is the split that builds batches; the in-memory packing the shards are tested
-against lives in ``tests/datapkg/reference_packing.py``.
+"""Rows and batches, the row order every split (``shards.Split``) shares.  Batches are a pure
+function of (seed, step): a resumed run's data position is its step, so resume is bit-exact.
 """
 
 from __future__ import annotations

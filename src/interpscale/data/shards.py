@@ -1,10 +1,7 @@
-"""A split of prepared data opened without loading it: ``{split}.tokens.bin`` (the token stream,
-``np.memmap``-ed), ``{split}.chunk_end.npy`` (the stream position of each chunk's [EOC]) and the
-CSR labels ``{split}.label_offsets.npy`` / ``{split}.label_ids.npy`` (layout: ``finalize``).
-
-Row ``r`` is ``tokens[r*T:(r+1)*T]`` (the last row padded with [PAD]); the chunk of a token
-is the number of [EOC] before it ([EOS] and [PAD] are in no chunk), so a row's first chunk is
-one binary search in ``chunk_end``.  A batch reads only its rows' tokens and chunks' labels.
+"""A split of prepared data (the files ``finalize`` writes) opened without loading it.  Row ``r``
+is ``tokens[r*T:(r+1)*T]`` (the last padded with [PAD]); a token's chunk is the number of [EOC]
+before it ([EOS] and [PAD] are in no chunk), so a row's first chunk is one binary search in
+``chunk_end``, and a batch reads only its rows' tokens and its chunks' labels.
 """
 
 from __future__ import annotations

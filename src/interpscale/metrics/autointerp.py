@@ -1,8 +1,6 @@
-"""Neuron-level auto-interpretability of CRATE's ISTA codes (and its GPT baseline's MLP
-neurons) through the judges' explain/simulate scorer (CRATE-LM §5.3, Algorithm 1).
-
-A metric: it reads units from the model (``models.zoo.crate.unit_activations``) and
-asks ``judges`` to explain and simulate them, so models never import judges."""
+"""Neuron-level auto-interpretability of CRATE's ISTA codes (and its GPT baseline's MLP neurons)
+through the judges' explain/simulate scorer (CRATE-LM §5.3, Algorithm 1); a metric, so that
+models never import judges."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""lm-evaluation-harness adapter: registered models ``interpscale-ar`` / ``interpscale-diffusion``.
-
-Importing this module registers both ``lm_eval.api.model.LM`` subclasses.  Model args:
-``pretrained`` (checkpoint path; ``checkpoint`` is an alias), ``tokenizer`` (tokenizer.json;
-default RUN_DIR/tokenizer.json next to RUN_DIR/checkpoints/), ``device``, ``batch_size``,
-``n_samples`` (diffusion MC samples per request), ``seed``, ``max_gen_toks``.  Bundled offline
-tasks live in ``tasks/`` next to this file; :func:`run_lm_eval` runs them.
+"""lm-evaluation-harness adapter: importing it registers the ``lm_eval.api.model.LM`` classes
+``interpscale-ar`` / ``interpscale-diffusion``.  Model args: ``pretrained`` (a checkpoint; alias
+``checkpoint``), ``tokenizer`` (default RUN_DIR/tokenizer.json beside RUN_DIR/checkpoints/),
+``device``, ``batch_size``, ``n_samples`` (diffusion MC samples per request), ``seed``,
+``max_gen_toks``.  :func:`run_lm_eval` runs the bundled offline tasks (``tasks/``).
 """
 
 from __future__ import annotations

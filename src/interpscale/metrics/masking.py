@@ -1,9 +1,7 @@
-"""Noise levels and masks for the diffusion loss estimators (Steerling App. H, Eq. 35).
-
-Every estimator masks each valid position independently: position i is replaced by [MASK]
-when its uniform draw ``U_i`` falls below its noise level.  Antithetic pairs reuse the
-draws as ``(t, U) -> (lo + hi - t, 1 - U)``, which masks exactly the complement of the
-first pass whenever the two levels sum to one — each token is scored once per pair.
+"""Noise levels and masks for the diffusion loss estimators (Steerling App. H, Eq. 35): a valid
+position is [MASK] when its uniform draw ``U_i`` falls below its noise level.  Antithetic pairs
+reuse the draws as ``(t, U) -> (lo + hi - t, 1 - U)``, which masks exactly the complement of the
+first pass when the two levels sum to one (each token scored once per pair).
 """
 
 from __future__ import annotations

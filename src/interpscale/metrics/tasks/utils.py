@@ -1,9 +1,6 @@
-"""Loader for the bundled offline lm-eval tasks: local JSONL files next to the YAMLs.
-
-The YAMLs declare ``dataset_path: json`` with ``data_files`` relative to this folder;
-``load_local`` resolves those paths here (not against the working directory) and builds
-the splits directly, so nothing touches a dataset hub or its cache.
-"""
+"""Loader for the bundled offline lm-eval tasks: the YAMLs' ``data_files`` resolved in this
+folder (not the working directory) and the splits built directly, so nothing touches a
+dataset hub or its cache."""
 
 from __future__ import annotations
 
