@@ -58,9 +58,9 @@ class Registry(Mapping, Generic[T]):
 
     # Mapping
     def __getitem__(self, name: str) -> T:
-        if self._load_missing(name):
-            return self._items[name]
-        raise KeyError(name)
+        if not self._load_missing(name):
+            raise KeyError(name)
+        return self._items[name]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._load_missing(name)

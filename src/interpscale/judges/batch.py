@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from interpscale._atomic import atomic_path
 from interpscale._jsonl import iter_jsonl
-from interpscale.judges.replies import MalformedReply, cap, read_completion
+from interpscale.judges.replies import Answer, MalformedReply, cap, read_completion
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -32,10 +32,9 @@ def write_batch_requests(path: str | Path, bodies: Mapping[str, Mapping[str, Any
     return path
 
 
-def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
-    """``custom_id -> {text, logprobs, refusal, prompt_tokens, completion_tokens, error}``;
-    ``error`` is None for a well-formed 200 response and a short description otherwise."""
-    out: dict[str, dict[str, Any]] = {}
+def read_batch_results(path: str | Path) -> dict[str, Answer | str]:
+    """``custom_id -> `` the checked ``Answer`` of a 200 response, else what went wrong."""
+    out: dict[str, Answer | str] = {}
     for lineno, row in iter_jsonl(path):
         cid = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(cid, str):
@@ -44,20 +43,16 @@ def read_batch_results(path: str | Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _result(row: dict[str, Any]) -> dict[str, Any]:
-    res: dict[str, Any] = {"text": "", "logprobs": None, "refusal": None, "prompt_tokens": 0,
-                           "completion_tokens": 0, "error": None}
+def _result(row: dict[str, Any]) -> Answer | str:
     err, resp = row.get("error"), row.get("response")
     code = resp.get("status_code") if isinstance(resp, dict) else None
     if err or code != 200:
         msg = err.get("message") if isinstance(err, dict) else err
-        return {**res, "error": cap(f"batch error: {msg or ''} (status {code})".strip(), 500)}
+        return cap(f"batch error: {msg or ''} (status {code})".strip(), 500)
     try:
-        ans = read_completion(resp.get("body"))
+        return read_completion(resp.get("body"))
     except MalformedReply as exc:
-        return {**res, "error": f"malformed reply: {exc}"}
-    return {**res, "text": ans.text, "logprobs": ans.logprobs, "refusal": ans.refusal,
-            "prompt_tokens": ans.prompt_tokens, "completion_tokens": ans.completion_tokens}
+        return f"malformed reply: {exc}"
 
 
 class BatchWritten(Exception):

@@ -24,7 +24,7 @@ from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
 from interpscale.judges.classify import SCORE_OUTPUTS, classify, needs_reask
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL  # noqa: F401  (re-exported)
-from interpscale.judges.replies import MalformedReply, cap
+from interpscale.judges.replies import Answer, MalformedReply, cap
 from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
                                       JudgeConfigError, describe)
 from interpscale.judges.retry import parse_retry_after_header as retry_after_seconds  # noqa: F401  (old name)
@@ -282,11 +282,11 @@ class JudgeClient:
             res = results.get(k)
             if k in cached:
                 out.append(cached[k])
-            elif res is None or res["error"] is not None:
-                out.append(self._failed(res["error"] if res else "missing from batch output"))
+            elif not isinstance(res, Answer):
+                out.append(self._failed(res or "missing from batch output"))
             else:
-                self.tally(tokens=(res["prompt_tokens"], res["completion_tokens"]))
-                rec = classify(t.template, res["text"], res["refusal"], res["logprobs"], t.parse_kwargs)
+                self.tally(tokens=(res.prompt_tokens, res.completion_tokens))
+                rec = classify(t.template, res.text, res.refusal, res.logprobs, t.parse_kwargs)
                 out.append(self._settle(k, rec, {"batch": True}))
         return out
 
