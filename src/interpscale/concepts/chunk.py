@@ -1,12 +1,11 @@
 """Stage 0 (§4.2.1): documents → chunks at sentence boundaries, streamed.
 
 Consecutive sentences are concatenated while the chunk stays within the domain's token
-threshold (150 prose, 256 code and maths); a sentence over the threshold stays one chunk,
-and one over 50,000 tokens is dropped and counted. A document that arrives already split
-into chunks (JSONL ``{"chunks": [...]}``, Parquet rows) keeps them (``rechunk`` to redo them).
-Token counts are in the project's tokenizer: a ``tokenizer.json`` you give (the one
-``data prepare`` will use), else a byte-level BPE trained on a sample of the inputs and
-saved as DIR/tokenizer.json so the chunk sizes can be reproduced.
+threshold (150 prose, 256 code and maths); a longer sentence stays one chunk, one over
+50,000 tokens is dropped and counted. A document that arrives chunked keeps its chunks
+(``rechunk`` redoes them). Tokens are counted in a ``tokenizer.json`` you give (the one
+``data prepare`` will use), else in a byte-level BPE trained on the inputs, saved as
+DIR/tokenizer.json so the chunk sizes can be reproduced.
 """
 
 from __future__ import annotations

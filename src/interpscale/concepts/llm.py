@@ -28,9 +28,7 @@ class EndpointEmbedder:
     def __init__(self, judge: Any, model: Optional[str] = None, batch: int = EMBED_BATCH):
         self.judge, self.batch = judge, batch
         self.model = model or judge.model
-        self.failed = 0
-        self.requests = 0
-        self.cache_hits = 0
+        self.failed = 0  # texts of the last call left without a vector
 
     def _key(self, text: str) -> str:
         from interpscale.judges.cache import cache_key
@@ -41,12 +39,13 @@ class EndpointEmbedder:
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         import openai
 
+        from interpscale.judges.env import api_key  # the one place the key is read
+
         keys = [self._key(t) for t in texts]
         got = {k: row["value"] for k, row in self.judge.cache.get_many(keys).items() if row["value"] is not None}
-        self.cache_hits += len(got)
         todo = [(k, t) for k, t in zip(keys, texts) if k not in got]
         if todo:
-            client = openai.OpenAI(base_url=self.judge.base_url, api_key=os.environ.get(self.judge.api_key_env) or "unused",
+            client = openai.OpenAI(base_url=self.judge.base_url, api_key=api_key(self.judge.api_key_env) or "unused",
                                    max_retries=self.judge.max_retries, timeout=self.judge.timeout)
             for i in range(0, len(todo), self.batch):
                 got.update(self._one_batch(client, todo[i:i + self.batch]))
@@ -62,7 +61,6 @@ class EndpointEmbedder:
     def _one_batch(self, client: Any, batch: list[tuple[str, str]]) -> dict[str, list[float]]:
         import openai
 
-        self.requests += 1
         try:
             resp = client.embeddings.create(model=self.model, input=[t for _, t in batch])
             vecs = [d.embedding for d in sorted(resp.data, key=lambda d: d.index)]

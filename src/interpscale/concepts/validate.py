@@ -1,11 +1,10 @@
 """Validation of every stage with the relevance judge (App. C: 1–5, success = score ≥ 2).
 
-On a seeded sample of chunks per stage the judge scores each (candidate, chunk) pair:
-stage 1 the chunk's raw tags, stage 2 the concepts it inherits from them, stage 3 the
-annotator's predictions on chunks held out of its training. Reported per stage: the
-success rate and mean over parsed scores, failures by status (never averaged in), and
-histograms of per-chunk and per-tag / per-concept mean scores (the paper's Figs. 6, 10,
-11), written to DIR/validation/ (validation.json, report.md, stages.png).
+On a seeded sample of chunks per stage the judge scores each (candidate, chunk) pair: the
+raw tags (stage 1), the inherited concepts (stage 2), the annotator's predictions on chunks
+held out of its training (stage 3). Per stage: success rate and mean over parsed scores,
+failures by status (never averaged in), histograms of per-chunk and per-item means (the
+paper's Figs. 6, 10, 11), in DIR/validation/ (validation.json, report.md, stages.png).
 """
 
 from __future__ import annotations

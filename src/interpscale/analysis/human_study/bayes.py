@@ -118,14 +118,9 @@ def _resolve_sampler(sampler: str) -> str:
 
 
 class OrdinalMixedModel:
-    """A cumulative-link mixed model bound to one design, compiled once, fitted many times.
-
+    """A cumulative-link mixed model bound to one design, compiled once, fitted many times:
     ``OrdinalMixedModel(data, ...).fit()`` is ``fit_ordinal_mixed(data, ...)``; ``fit(y=...)``
-    refits new ratings for the same rows (same levels, same order) without recompiling —
-    what simulation-based coverage and power studies need. ``random`` takes grouping
-    factors (``"rater"``) and random-slope terms (``"candidate_type|rater"``), as a list or
-    a comma-separated string.
-    """
+    refits new ratings for the same rows without recompiling (coverage and power studies)."""
 
     def __init__(self, data: pd.DataFrame, *, response: str = "rating",
                  fixed: Sequence[str] = ("candidate_type",), random: str | Sequence[str] = RANDOM,
@@ -166,7 +161,7 @@ class OrdinalMixedModel:
             if self._compiled is None:
                 self._compiled = nutpie.compile_pymc_model(self.model)
             compile_s = time.perf_counter() - t0
-            kw.update(low_rank_modified_mass_matrix=mass_matrix == "low-rank", **(sampler_kwargs or {}))
+            kw.update({"low_rank_modified_mass_matrix": mass_matrix == "low-rank", **(sampler_kwargs or {})})
             mass_used = "low-rank" if kw["low_rank_modified_mass_matrix"] else "diag"
             t0 = time.perf_counter()
             idata = nutpie.sample(self._compiled.with_data(y_obs=ycodes), seed=seed, progress_bar=progressbar, **kw)
@@ -191,17 +186,14 @@ def fit_ordinal_mixed(data: pd.DataFrame, *, response: str = "rating", fixed: Se
                       link: str = "logit", **fit_kwargs: Any) -> OrdinalMixedResult:
     """Fit the Bayesian cumulative-link mixed model of App. D.3 by NUTS.
 
-    Fixed effects are treatment-coded against ``reference`` (default
-    ``{"candidate_type": "human"}``); ``random`` factors get crossed non-centred intercepts,
-    and terms like ``"candidate_type|rater"`` add correlated random slopes.
-    ``sampler="auto"`` uses nutpie when installed, else PyMC's NUTS; both seeded.
-    ``fit_kwargs`` go to ``OrdinalMixedModel.fit``: ``draws``, ``tune``, ``chains``, ``cores``,
-    ``target_accept``, ``seed``, ``mass_matrix`` (``"low-rank"``, the default, was chosen by
-    measurement on a small crossed design and on the paper-sized study, benchmarks/README.md),
-    ``level`` (equal-tailed credible intervals), ``progressbar``, ``rhat_max`` and ``ess_min``
-    (the fit is ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >= ``ess_min`` and
-    there are no divergences; each failure is logged and listed in ``warnings``) and
-    ``sampler_kwargs`` (to ``nutpie.sample`` / ``pm.sample``).
+    Fixed effects are treatment-coded against ``reference`` (default ``{"candidate_type":
+    "human"}``); ``random`` factors (a list or ``"rater,concept"``) get crossed non-centred
+    intercepts, terms like ``"candidate_type|rater"`` correlated random slopes.
+    ``sampler="auto"``: nutpie when installed, else PyMC's NUTS; both seeded. ``fit_kwargs`` go
+    to ``OrdinalMixedModel.fit`` (draws, tune, chains, cores, target_accept, seed, mass_matrix,
+    level of the equal-tailed CrIs, progressbar, sampler_kwargs for ``nutpie.sample`` /
+    ``pm.sample``); the fit is ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >=
+    ``ess_min`` and no transition diverged, each failure logged and listed in ``warnings``.
     """
     return OrdinalMixedModel(data, response=response, fixed=fixed, random=random, reference=reference, levels=levels,
                              priors=priors, sampler=sampler, link=link).fit(**fit_kwargs)

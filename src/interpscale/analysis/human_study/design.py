@@ -72,12 +72,9 @@ def validate_ratings(
 ) -> pd.DataFrame:
     """Check a long-format Phase 2 table and return a clean copy (string ids, int ratings).
 
-    Raises ``ValueError`` for a missing column, a missing value (NaN) in any required
-    column, a rating outside ``scale`` or not a whole number, a ``reference`` level absent
-    from ``candidate_type``, and a rater with fewer than ``min_rater_ratings`` ratings
-    (such a rater's random intercept is identified by the prior alone; pass
-    ``min_rater_ratings=1`` to keep them deliberately).
-    """
+    ``ValueError`` for a missing column or value (NaN), a rating outside ``scale`` or not whole,
+    a ``reference`` absent from ``candidate_type``, a rater with fewer than ``min_rater_ratings``
+    ratings (their random intercept rests on the prior alone; 1 keeps them deliberately)."""
     what = "ratings"
     require_columns(ratings, RATING_COLUMNS, what)
     require_no_missing(ratings, RATING_COLUMNS, what)
@@ -127,13 +124,9 @@ RANDOM = ("rater", "concept", "context", "label")  # App. D.3's crossed random i
 
 @dataclass(frozen=True)
 class Design:
-    """Everything a fitter needs, decoupled from column names.
-
-    ``X`` holds one column per fixed-effect coefficient (treatment contrasts against the
-    reference level of each factor, numeric covariates as given; no intercept, because the
-    ordinal thresholds absorb it). ``groups`` maps each random-intercept factor to
-    ``(codes, level_names)``.
-    """
+    """Everything a fitter needs, decoupled from column names: ``X`` has one column per
+    coefficient (treatment contrasts, numeric covariates as given; no intercept: the ordinal
+    thresholds absorb it), ``groups`` maps each random factor to ``(codes, level_names)``."""
 
     y: np.ndarray  # (n,) ordinal codes 0..K-1
     levels: tuple
@@ -152,13 +145,9 @@ def coef_name(factor: str, level: str) -> str:
 
 
 def parse_random(spec: str | Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """Random-effect terms -> ``{group: slope factors}`` (empty tuple: intercept only).
-
-    Each term is ``"rater"`` (or R's ``"1|rater"`` / ``"(1|rater)"``): a random intercept,
-    or ``"candidate_type|rater"``: intercept plus random slopes of the fixed factor
-    ``candidate_type`` by rater (``(candidate_type | rater)`` in R). A string is split on
-    commas, as on the command line (``--random rater,concept``).
-    """
+    """Random-effect terms -> ``{group: slope factors}``: ``"rater"`` (or R's ``"(1|rater)"``) a
+    random intercept, ``"candidate_type|rater"`` intercept plus random slopes of a fixed factor
+    (R ``(candidate_type | rater)``). A string is split on commas (``--random rater,concept``)."""
     terms = [t for t in spec.split(",")] if isinstance(spec, str) else list(spec)
     out: dict[str, tuple[str, ...]] = {}
     for raw in terms:

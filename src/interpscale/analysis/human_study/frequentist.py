@@ -59,13 +59,9 @@ class OrdinalResult:
         return {g: s * s for g, s in self.random_sd.items()}
 
     def predict(self, data: pd.DataFrame, kind: str = "zero") -> np.ndarray:
-        """Pr(y = k) for the rows of ``data``, shape (n, K).
-
-        ``kind="zero"``: at zero random effects (a typical rater / concept; R ``predict``);
-        ``"conditional"``: at the conditional modes of the levels in ``data`` (0 for levels
-        not in the fit); ``"marginal"``: population-averaged, integrated over the
-        random-effect distribution. Without random effects the three agree.
-        """
+        """Pr(y = k) for the rows of ``data``, shape (n, K): at zero random effects (``kind="zero"``,
+        R ``predict``), at the conditional modes of the levels in ``data`` (``"conditional"``; 0
+        for levels not in the fit), or integrated over the random effects (``"marginal"``)."""
         check_kind(kind)
         X = design_rows(data, list(self.coef))
         eta = X @ np.array(list(self.coef.values()), float) if len(self.coef) else np.zeros(len(data))
@@ -82,10 +78,8 @@ class OrdinalResult:
     def lr_test(self, other: "OrdinalResult") -> dict:
         """Likelihood-ratio test against a nested model (either order), like R ``anova``.
 
-        A zero variance lies on the boundary of the parameter space, so for one random
-        effect the chi-square p-value is conservative (the exact null is a 50:50 mixture
-        of chi2(0) and chi2(1): halve it); ``p_value_boundary`` gives that halved value.
-        """
+        A zero variance lies on the boundary of the parameter space: for one random effect the
+        exact null is a 50:50 mixture of chi2(0) and chi2(1), so ``p_value_boundary`` halves p."""
         small, big = sorted((self, other), key=lambda r: r.n_params)
         if small.n_obs != big.n_obs:
             raise ValueError(f"models fitted to different data (n={small.n_obs} vs n={big.n_obs})")
@@ -155,16 +149,12 @@ def fit_ordinal(
 ) -> OrdinalResult:
     """Maximum-likelihood cumulative-link model: R ``clm`` or, with ``random``, ``clmm``.
 
-    Without ``random``: statsmodels ``OrderedModel``; statsmodels parameterises the
-    thresholds as (tau_1, log(tau_2 - tau_1), ...); they are converted to tau_k with
-    delta-method standard errors, so the numbers match R ``clm(response ~ fixed)``.
-    ``cluster`` names a column for cluster-robust (sandwich) standard errors, e.g. ``"concept"``.
-
-    With ``random`` (e.g. ``("rater", "concept")`` or ``"rater,concept"``): crossed random
-    intercepts, marginal likelihood by the Laplace approximation, or for a single grouping
-    factor by adaptive Gauss-Hermite quadrature with ``nagq`` nodes (R's ``nAGQ``); see
-    ``clmm.py``. Matches R ``clmm(response ~ fixed + (1|g1) + (1|g2))``.
-    ``link`` is ``"logit"`` or ``"probit"``; every interval is a Wald ``level`` interval.
+    Without ``random``: statsmodels ``OrderedModel``, its thresholds (tau_1, log(tau_2 - tau_1),
+    ...) converted to tau_k with delta-method SEs, so the numbers match R ``clm``; ``cluster``
+    names a column for cluster-robust (sandwich) SEs, e.g. ``"concept"``. With ``random``
+    (``"rater,concept"``): crossed random intercepts by the Laplace approximation, or for one
+    factor adaptive Gauss-Hermite quadrature with ``nagq`` nodes (R's ``nAGQ``; ``clmm.py``).
+    Every interval is a Wald ``level`` interval.
     """
     zq = z_value(level)
     design, rand = ordinal_design(data, response=response, fixed=fixed, random=random, reference=reference,

@@ -61,14 +61,10 @@ def fit_gaussian_mixed(
     engine: str = "reml",
     level: float = 0.95,
 ) -> GaussianMixedResult:
-    """REML linear mixed model ``response ~ factor`` with crossed random intercepts (App. D.4).
-
-    ``engine="statsmodels"`` fits statsmodels ``MixedLM`` with the crossed effects as
-    variance components inside one all-encompassing group (slow: minutes for 1,025 ratings
-    on 2 cores); ``engine="reml"`` (default) maximises the same restricted likelihood with a
-    dense Cholesky of the marginal covariance (seconds) and agrees with it to optimizer
-    tolerance. Contrasts carry Wald ``level`` intervals.
-    """
+    """REML linear mixed model ``response ~ factor`` with crossed random intercepts (App. D.4),
+    contrasts with Wald ``level`` intervals. ``engine="reml"`` (seconds) agrees to optimizer
+    tolerance with ``"statsmodels"``: ``MixedLM``, the crossed effects as variance components
+    in one all-encompassing group (minutes for 1,025 ratings on 2 cores)."""
     if engine not in ("reml", "statsmodels"):
         raise ValueError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
     zq = z_value(level)

@@ -77,14 +77,9 @@ class OrdinalMixedResult:
         return post[name].values.reshape(-1, *post[name].shape[2:])
 
     def predict(self, data: pd.DataFrame, kind: str = "zero", max_draws: int = 1000) -> np.ndarray:
-        """Posterior-mean Pr(y = k) for the rows of ``data``, shape (n, K).
-
-        ``kind="zero"``: at zero random effects; ``"conditional"``: given the posterior random
-        effects of the levels named in ``data`` (0 for unseen levels); ``"marginal"``:
-        population-averaged over the random-effect distribution of each draw (for groups with
-        random slopes the variance depends on the row's covariates). Uses at most
-        ``max_draws`` evenly spaced draws.
-        """
+        """Posterior-mean Pr(y = k) for the rows of ``data``, shape (n, K), over at most ``max_draws``
+        evenly spaced draws; ``kind`` as ``OrdinalResult.predict`` (``"marginal"`` integrates each
+        draw's random effects, whose variance depends on the row's covariates with random slopes)."""
         check_kind(kind)
         X = design_rows(data, list(self.coef))
         post = self.idata.posterior

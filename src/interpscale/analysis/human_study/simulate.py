@@ -144,13 +144,10 @@ def simulate_study(
 
 def draw_ratings(rows: pd.DataFrame, truth: StudyTruth, rng: np.random.Generator, *,
                  clarity: dict[str, float] | None = None) -> np.ndarray:
-    """Ratings 1..K for the design ``rows`` (rater, concept, candidate_type, label, context)
-    under the cumulative-logit model of App. D.3 with fresh crossed intercepts.
-
-    With ``clarity`` (latent Phase 1 clarity per concept) the concept intercept is
-    ``sd * (link * clarity + sqrt(1 - link^2) * e)`` and the LLM effect moves by
-    ``gap_slope * clarity``; without it both use a fresh standard-normal clarity.
-    """
+    """Ratings 1..K for the design ``rows`` under the cumulative-logit model of App. D.3 with
+    fresh crossed intercepts. The concept intercept is ``sd * (link * clarity + sqrt(1 - link^2)
+    * e)`` and the LLM effect moves by ``gap_slope * clarity``, ``clarity`` the latent Phase 1
+    clarity per concept (fresh standard normals when not given)."""
     sd, link = truth.sd, truth.coherence_link
     u = {}
     for g in ("rater", "concept", "context", "label"):
@@ -237,16 +234,13 @@ def power_analysis(
     progress: bool = False,
 ) -> PowerResult:
     """Power to detect ``contrast`` vs the human reference against the number of fully rated
-    concepts (each scored by all ``n_raters``), simulating the clustered generative model:
-    one design per size, fresh rater / concept / context / label intercepts and ratings per
-    simulation.
+    concepts (each scored by all ``n_raters``): one design per size, fresh crossed intercepts
+    and ratings per simulation, a detection when the ``level`` interval excludes zero.
 
-    ``truth`` is a ``StudyTruth``, a fitted ``OrdinalMixedResult`` (its posterior medians) or
-    None (the simulator's defaults: OR 2.38). A simulation counts as a detection when the
-    ``level`` interval for the contrast excludes zero. ``method``: ``"ordinal_cluster"``
-    (proportional-odds ML with concept-clustered sandwich SEs; fast, mildly liberal with
-    very few concepts), ``"gaussian_mixed"`` (crossed REML on raw scores), or ``"bayes"``
-    (the full cumulative-link mixed model with short chains; slow).
+    ``truth``: a ``StudyTruth``, a fitted ``OrdinalMixedResult`` (its posterior medians) or None
+    (the simulator's defaults: OR 2.38). ``method``: ``"ordinal_cluster"`` (ML with
+    concept-clustered sandwich SEs; fast, mildly liberal with very few concepts),
+    ``"gaussian_mixed"`` (crossed REML on raw scores) or ``"bayes"`` (short chains; slow).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
