@@ -118,9 +118,7 @@ class ChunkLabels:
         self._seen: dict[tuple, list[int]] = {}  # label combinations recur: map each one once
 
     def ids(self, labs, where: str) -> list[int]:
-        key = tuple(labs)
-        ids = self._seen.get(key)
-        if ids is not None:
+        if (ids := self._seen.get(key := tuple(labs))) is not None:
             return ids
         if self.fixed is not None:
             unknown = [lab for lab in labs if lab not in self.fixed]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -162,8 +163,6 @@ def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _Interp
 def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defaults: bool = False):
     """A ``TaskManager`` over the bundled offline tasks (+ ``include_path``); lm-eval's
     built-in tasks too when ``include_defaults`` (they need their datasets available)."""
-    import inspect
-
     from lm_eval.tasks import TaskManager
 
     paths = [str(TASKS_DIR)] + [str(p) for p in include_path]

@@ -47,7 +47,5 @@ def draw_mask(rate: torch.Tensor | float, valid: torch.Tensor, gen: torch.Genera
     if not bool(mask.any()):
         flat = valid.reshape(-1).nonzero().squeeze(1)
         pick = flat[torch.randint(len(flat), (1,), generator=gen, device=gen.device).to(flat.device)]
-        mask = mask.reshape(-1).clone()
-        mask[pick] = True
-        mask = mask.reshape(valid.shape)
+        mask = mask.reshape(-1).index_fill(0, pick, True).reshape(valid.shape)
     return mask, uniforms
