@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
+from interpscale.analysis.fit_status import joint_status
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits, isoflop_summary, metric_fit
 from interpscale.analysis.figures._style import (
     family_color,
@@ -21,24 +22,27 @@ from interpscale.analysis.figures._style import (
     require_columns,
 )
 from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows, metrics_with_data
+from interpscale.scaling import FORECAST_METHODS, ForecastOptions, forecast_family
+from interpscale.scaling.forecasting import calibrated
 
 
-def default_target(results: pd.DataFrame, family: str) -> dict:
-    """Steerling-8B (C = 7.6e22 FLOPs, L* = 2.72, Table 7's measured metrics) for a paper-scale
-    CDLM+Concept sweep (largest compute >= 1e18); otherwise 100x the family's largest compute,
-    with no observed values."""
-
-    c_max = float(results.loc[results["family"] == family, "slice_flops"].max())
-    if family == paper.STEERLING_8B["family"] and c_max >= 1e18:
-        return dict(paper.STEERLING_8B)
-    return {"flops": 100.0 * c_max}
+def default_target(results: pd.DataFrame, family: str, target: Mapping | None = None,
+                   figure: str = "Figure 24") -> dict:
+    """``target``, checked for a positive ``flops`` (ValueError naming ``figure``); when None,
+    Steerling-8B (C = 7.6e22 FLOPs, L* = 2.72, Table 7's measured metrics) for a paper-scale
+    CDLM+Concept sweep (largest compute >= 1e18), else 100x the family's largest compute."""
+    if target is None:
+        c_max = float(results.loc[results["family"] == family, "slice_flops"].max())
+        big = family == paper.STEERLING_8B["family"] and c_max >= 1e18
+        target = paper.STEERLING_8B if big else {"flops": 100.0 * c_max}
+    if not float(target.get("flops") or 0) > 0:
+        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+    return dict(target)
 
 
 def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, n_boot: int):
     """(FamilyFit, FamilyForecast at ``c_t``) from the given fits, else from this process's
     ``family_fits`` of the table; a forecast made for another target is redone from the same fits."""
-    from interpscale.scaling import ForecastOptions, forecast_family
-
     if fits is None:  # this family's fits, made once per process (the report passes all families')
         fits = family_fits(results[results["family"] == family], n_boot=n_boot, target_compute=c_t)
     if family not in fits.families:
@@ -47,8 +51,7 @@ def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, 
     fc = ff.forecast
     if fc is None or not math.isclose(fc.target_compute, c_t, rel_tol=1e-9):
         rows = main_rows(results, family).dropna(subset=["params", "tokens", "loss"])
-        level = getattr(fits, "level", 0.9)
-        opts = ForecastOptions(n_boot=n_boot, level=level, k=ff.flops_per_token_per_param)
+        opts = ForecastOptions(n_boot=n_boot, level=fits.level, k=ff.flops_per_token_per_param)
         given = {m: f for m, f in (("joint", ff.chinchilla), ("isoflop-powerlaw", ff.isoflop)) if f is not None}
         fc = forecast_family(rows, c_t, options=opts, fits=given)
     return ff, fc
@@ -63,18 +66,13 @@ def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray
         return fit.power_L.predict(grid)
     if name == "isoflop-saturating":
         return fit.predict(grid)
-    from interpscale.scaling import FORECAST_METHODS, ForecastOptions  # a registered law: its own L*(C)
-
-    opts = ForecastOptions(k=k)
+    opts = ForecastOptions(k=k)  # a registered law: its own L*(C)
     return np.array([FORECAST_METHODS[name].predict(fit, float(c), opts)[0] for c in grid])
 
 
 def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
     """(compute, lo, hi) of the chosen method's calibrated prediction band from the largest
     fitted compute to the target (``forecasting.calibrated`` at each compute, the forecast's rule)."""
-    from interpscale.scaling import FORECAST_METHODS
-    from interpscale.scaling.forecasting import calibrated
-
     m, fit, opts = FORECAST_METHODS[name], fc.methods[name].fit, replace(fc.options, level=fc.level, k=k)
     grid = np.geomspace(c_max, c_t, 25)
     lo, hi = np.array([calibrated(m, fit, float(c), opts, fc.errors, c / c_max)[3:5] for c in grid]).T
@@ -83,22 +81,16 @@ def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
 
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                          n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
-    """Figure 24: every forecast method on one family's small-scale runs, extended to the target
-    compute (issue 27): the method chosen by backtest solid with its calibrated prediction band
-    (bootstrap widened by the backtest's errors grown with log extrapolation distance), the
-    alternatives dashed; at the target each method's calibrated interval as a bar and the raw
-    bootstrap one fainter; the target's measured loss a filled star. The joint fit's L∞ is drawn
-    only when identified. ``fits``: the families' fits (``fit_families``) to draw from; by
-    default this process's ``family_fits`` of the table.
-
-    ``target`` needs ``flops`` and may carry ``loss`` (default: see ``default_target``)."""
+    """Figure 24: every forecast method on one family's runs extended to the target compute (issue 27):
+    the method chosen by backtest solid with its calibrated prediction band, the others dashed; at the
+    target each method's calibrated interval as a bar, the bootstrap one fainter, the measured loss a
+    star; L∞ only when identified. ``fits``: the families' fits (default: this process's
+    ``family_fits``); ``target``: ``flops`` and maybe ``loss`` (default: ``default_target``)."""
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
     if main_rows(results, family).empty:
         raise ValueError(f"{figure}: no rows for family {family!r}")
-    target = dict(default_target(results, family) if target is None else target)
-    if not float(target.get("flops") or 0) > 0:
-        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+    target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
     ff, fc = _family_forecast(results, family, c_t, fits, n_boot)
     summ = isoflop_summary(main_rows(results, family), fit=ff.isoflop, n_boot=n_boot)
@@ -126,8 +118,6 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
 
 def _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff) -> None:
     """Each method's curve (chosen solid, others dashed) and its intervals at the target."""
-    from interpscale.analysis.fit_status import joint_status
-
     pct = round(100 * fc.level)
     shades = ("0.25", "0.5", "0.65", "0.75")
     for i, (name, mf) in enumerate(fc.methods.items()):
@@ -164,9 +154,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     if family not in set(results["family"]):
         raise ValueError(f"{figure}: no rows for family {family!r}")
-    target = dict(default_target(results, family) if target is None else target)
-    if not float(target.get("flops") or 0) > 0:
-        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+    target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
     metrics = metrics_with_data(results, [family], metrics, figure)
     with paper_style():
