@@ -62,19 +62,17 @@ def _where(source: Any, section: str, key: str | None = None) -> str:
     return f"{source}: [{section}]" + (f" {key}" if key is not None else "")
 
 
+_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+         dict: "a table"}
+
+
 def _type_name(v: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "a table"}.get(type(v), type(v).__name__)
+    return "a boolean" if isinstance(v, bool) else _DESC.get(type(v), type(v).__name__)
 
 
 def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> None:
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-    if not ok:
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
-
-
-_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-         dict: "a table"}
 
 
 def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:

@@ -18,7 +18,7 @@ from interpscale.orchestration.rundir import write_status
 from interpscale.orchestration.spec import RunSpec
 
 
-def _setup_job(threads: int, distributed: bool | None):
+def _setup_job(threads: int):
     """Threads, this task's device and (several tasks) the torch.distributed group, from
     submitit's ``TorchDistributedEnvironment`` (NCCL on GPUs, gloo on CPU)."""
     import torch
@@ -29,8 +29,7 @@ def _setup_job(threads: int, distributed: bool | None):
         rank, local_rank, n_tasks = env.global_rank, env.local_rank, env.num_tasks
     except RuntimeError:  # not inside a submitit job (e.g. called directly)
         rank, local_rank, n_tasks = 0, 0, 1
-    distributed = n_tasks > 1 if distributed is None else distributed
-    device = None
+    distributed, device = n_tasks > 1, None
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"
@@ -48,13 +47,12 @@ class TrainJob(submitit.helpers.Checkpointable):
     the end, naming them."""
 
     def __call__(self, run_dirs: list[str], data_root: str, threads: int = 1, evaluate: bool = True,
-                 distributed: bool | None = None, save_every_s: float = 60.0,
-                 train: dict[str, Any] | None = None) -> list[dict]:
+                 save_every_s: float = 60.0, train: dict[str, Any] | None = None) -> list[dict]:
         from interpscale.orchestration.evaluate import evaluate_run
         from interpscale.orchestration.trainer import train_run
 
         handle_stop_signals()
-        rank, device, distributed = _setup_job(threads, distributed)
+        rank, device, distributed = _setup_job(threads)
         out, failed = [], []
         try:
             for d in run_dirs:

@@ -104,10 +104,9 @@ class Sweep:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
             raise ValueError(f"unknown executor {self.executor!r}; expected one of {EXECUTORS} "
                              f"or a submitit.Executor")
-        if self.max_parallel < 1 or self.runs_per_job < 1:
-            raise ValueError("max_parallel and runs_per_job must be >= 1")
-        if self.nodes < 1 or self.tasks_per_node < 1:
-            raise ValueError(f"nodes and tasks_per_node must be >= 1 (got {self.nodes}, {self.tasks_per_node})")
+        counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
+        if min(counts) < 1:
+            raise ValueError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
         if self.parallel not in PARALLEL:
             raise ValueError(f"unknown parallelism {self.parallel!r}; expected one of {PARALLEL}")
         ids = [r.run_id for r in self.runs]
@@ -226,8 +225,7 @@ class Sweep:
             return []
         groups = self._groups(todo)
         train = dict(micro_batch_tokens=self.micro_batch_tokens, parallel=self.parallel, compile=self.compile)
-        args = (str(self.out_dir / "_data"), self.threads_per_job, self.evaluate, None, self.save_every_s,
-                train)
+        args = (str(self.out_dir / "_data"), self.threads_per_job, self.evaluate, self.save_every_s, train)
         log.info("sweep %s: %d runs in %d jobs (%s)", self.out_dir, len(todo), len(groups), self.executor_name)
         return self._run(TrainJob(), groups, args, wait, "running")
 

@@ -36,9 +36,7 @@ class StepMeter:
 
     def _reset(self) -> None:
         self.sums: dict[str, torch.Tensor | float] = {}
-        self.n = 0
-        self.data_wait = 0.0
-        self.t0 = time.monotonic()
+        self.n, self.data_wait, self.t0 = 0, 0.0, time.monotonic()
 
     def add(self, values: dict[str, Any]) -> None:
         """Add one step's scalars (tensors stay on the device; no sync)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,18 +128,13 @@ def start_job_probe() -> None:
     """Start timing a job's start-up in a subprocess (see :func:`job_start_seconds`), so that
     it overlaps the step timings; a no-op once started in this process."""
     if not _JOB_START:
-        import subprocess
-        import sys
-
         _JOB_START.append((time.perf_counter(), subprocess.Popen(
             [sys.executable, "-c", _JOB_PROBE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
 
 
 def job_start_seconds() -> float:
-    """Seconds a fresh job costs besides its runs' steps, timed once per process: a new
-    interpreter importing what a job imports, taking a first (cold) training step of a tiny
-    model and exiting (what every job of a local or SLURM sweep pays; several seconds, more
-    on a loaded machine).  ``JOB_START_S`` when the probe fails."""
+    """Seconds a fresh job costs besides its runs' steps (several, more on a loaded machine),
+    timed once per process by :data:`_JOB_PROBE`; ``JOB_START_S`` when the probe fails."""
     start_job_probe()
     t0, probe = _JOB_START[0]
     if not isinstance(probe, float):
