@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import zlib
 from typing import Iterable, Iterator
 
@@ -13,11 +14,8 @@ from interpscale.models.types import SPECIAL_IDS, Batch, ModelOutput
 
 
 def model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
+    """The device of the model's first parameter (or buffer); CPU for a model with neither."""
+    return next((t.device for t in itertools.chain(model.parameters(), model.buffers())), torch.device("cpu"))
 
 
 def family_name(model: nn.Module) -> str:

@@ -84,8 +84,7 @@ def _draws(ctx: Sequence[int], n_samples: int, seed: int, width: int) -> tuple[t
     h = hashlib.blake2b(repr((seed, list(ctx))).encode(), digest_size=8).digest()
     g = torch.Generator().manual_seed(int.from_bytes(h, "little") % (2**63))
     frac = (torch.randperm(n_samples, generator=g) + torch.rand(n_samples, generator=g)) / n_samples
-    prio = torch.rand(n_samples, width, generator=g)
-    return frac, prio
+    return frac, torch.rand(n_samples, width, generator=g)  # then the priorities
 
 
 def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share_masks):
@@ -95,8 +94,7 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share
     block = block_size(model, default=1)
     # Per request: n_samples masked copies plus one fully masked copy for is_greedy, grouped by length:
     by_len = defaultdict(list)  # length -> [(request index, sample index or -1, masked positions, weight)]
-    seqs = []
-    draws: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+    seqs, draws = [], {}  # draws: the context key -> its (fractions, priorities)
     for i, (ctx, cont) in enumerate(requests):
         L = len(cont)
         if L >= limit:

@@ -45,8 +45,7 @@ class ReplacementReport:
 @torch.no_grad()
 def evaluate_replacement(model: nn.Module, layer: int, sparse: nn.Module, batches: list[Batch]) -> ReplacementReport:
     mlp = find_mlp(model, layer)
-    is_sae = getattr(sparse, "kind", "") == "sae"
-    run = (lambda x, y: sparse(y)) if is_sae else (lambda x, y: sparse(x))
+    run = (lambda x, y: sparse(y)) if getattr(sparse, "kind", "") == "sae" else (lambda x, y: sparse(x))
     err, n_tok, l0, fired = 0.0, 0, 0.0, None
     ce = {"base": [], "swap": [], "zero": []}
 
