@@ -141,11 +141,6 @@ def _message(exc: BaseException, verbose: int) -> str:
     return f"internal error: {type(exc).__name__}: {msg}{'' if verbose else ' (rerun with -v for the traceback)'}"
 
 
-def _verb_of(args: argparse.Namespace) -> str:
-    verb = getattr(args, "verb", None)
-    return f"{args.command} {verb}" if verb else args.command
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand and return its exit status (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -169,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
             if args.verbose:
                 traceback.print_exc()
-            sys.stderr.write(f"interpscale {_verb_of(args)}: {_message(exc, args.verbose)}\n")
+            verb = " ".join(filter(None, (args.command, getattr(args, "verb", None))))
+            sys.stderr.write(f"interpscale {verb}: {_message(exc, args.verbose)}\n")
             return exit_code(exc)
 
 

@@ -23,11 +23,10 @@ from typing import Any, Mapping, Optional, Sequence
 from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
 from interpscale.judges.classify import SCORE_OUTPUTS, classify, needs_reask
-from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL  # noqa: F401  (re-exported)
+from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL
 from interpscale.judges.replies import Answer, MalformedReply, cap
 from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
                                       JudgeConfigError, describe)
-from interpscale.judges.retry import parse_retry_after_header as retry_after_seconds  # noqa: F401  (old name)
 from interpscale.judges.templates import PromptTemplate, TemplateSet
 from interpscale.judges.transport import Transport, open_transport
 from interpscale.judges.types import JudgeRecord

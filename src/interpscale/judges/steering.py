@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 import random
@@ -20,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
-from interpscale.judges.client import JudgeTask
 from interpscale.judges.build import build_judge
+from interpscale.judges.client import JudgeTask
 from interpscale.judges.scorers import sample_indices, to_record
-from interpscale.judges.types import Judge
 from interpscale.judges.steering_tables import SteeringResult, SteeringSample, aggregate, select_strengths
-from interpscale.judges.types import ConceptCard
-
-log = logging.getLogger(__name__)
+from interpscale.judges.types import ConceptCard, Judge
 
 CONDITIONS = ("unsteered", "prompting", "steered")
 # Neutral, concept-free prefixes (our own); the paper used one fixed prompt.
