@@ -80,7 +80,7 @@ def check_min_points(n: int, need: int, what: str) -> None:
         raise ValueError(f"{what}: need at least {need} points, got {n}")
 
 
-def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: bool = True) -> list[np.ndarray]:
+def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: bool = True) -> list:
     """The named columns as checked 1-D arrays (``as_array``) of one length, at least ``need``."""
     out = {k: as_array(v, k, positive=positive) for k, v in arrays.items()}
     check_min_points(check_lengths(**out), need, what)
@@ -94,8 +94,8 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
     inverse = np.asarray(inverse).reshape(-1)
     if len(first) < len(stacked):
         i = next(i for i, grp in enumerate(inverse) if first[grp] != i)
-        raise ValueError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical {', '.join(columns)}); "
-                         "drop or aggregate repeated measurements first")
+        raise ValueError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical "
+                         f"{', '.join(columns)}); drop or aggregate repeated measurements first")
 
 
 _ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")

@@ -22,7 +22,7 @@ COARSE_TOL = dict(gtol=1e-5, ftol=2.2e-9, fscale=1.0)
 
 
 def chunked(evaluate: Objective, Z: np.ndarray, rows: np.ndarray, chunk: int = 64):
-    """``evaluate(Z, rows) -> (f, g)`` in row blocks of ``chunk``: the (block, n) temporaries stay in cache."""
+    """``evaluate(Z, rows) -> (f, g)`` in row blocks of ``chunk`` (the temporaries stay in cache)."""
     if len(Z) <= chunk:
         return evaluate(Z, rows)
     parts = [evaluate(Z[i : i + chunk], rows[i : i + chunk]) for i in range(0, len(Z), chunk)]

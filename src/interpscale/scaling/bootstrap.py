@@ -125,7 +125,7 @@ def cluster_weights(rng: np.random.Generator, groups, n_boot: int) -> np.ndarray
     return counts[:, inv]
 
 
-def resample_noise(rng: np.random.Generator, resid: np.ndarray | None, shape: tuple, n_params: int) -> np.ndarray:
+def resample_noise(rng: np.random.Generator, resid: np.ndarray | None, shape: tuple, n_params: int):
     """Draws of ``shape`` from the finite residuals of a fit, inflated by sqrt(n/(n-p)) for the
     degrees of freedom the fit used (residuals of a least-squares fit are shrunk): the residual
     bootstrap's errors, and the observation noise of a prediction interval."""

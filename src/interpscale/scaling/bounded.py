@@ -15,8 +15,8 @@ import numpy as np
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths, check_min_points
-from ._base import emit, fmt_ci
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths
+from ._base import check_min_points, emit, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 
 # metric -> (direction, natural bound); paper §8.3.1
@@ -77,7 +77,8 @@ class BoundedFit(FitResult):
     def predict_interval(self, compute, level: float | None = None, *, seed: int = 0):
         """Prediction interval (lo, hi) of a new observation at ``compute``: bootstrap curve
         draws plus resampled residuals, kept on the allowed side of the natural bound."""
-        draws = self._curves(curve_rows(self.boot, [self.e, self.A, self.beta]), np.atleast_1d(np.asarray(compute, float)))
+        C = np.atleast_1d(np.asarray(compute, float))
+        draws = self._curves(curve_rows(self.boot, [self.e, self.A, self.beta]), C)
         draws = draws + resample_noise(np.random.default_rng(seed), self.resid, draws.shape, 3)
         if self.bound is not None:
             draws = np.maximum(draws, self.bound) if self.direction == "lower" else np.minimum(draws, self.bound)
@@ -85,9 +86,11 @@ class BoundedFit(FitResult):
         return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
 
     def _lines(self) -> list[str]:
-        return [f"bounded fit m(C) = e {'+' if self.direction == 'lower' else '-'} A C^-beta   ({self.metric or 'metric'}, "
-                f"n = {self.n}, R^2 = {self.r2:.3f}, bound {self.bound}, {round(100 * self.level)}% CI)",
-                f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}" + ("   (on its bound)" if self.e_at_bound else ""),
+        s = "+" if self.direction == "lower" else "-"
+        return [f"bounded fit m(C) = e {s} A C^-beta   ({self.metric or 'metric'}, n = {self.n}, "
+                f"R^2 = {self.r2:.3f}, bound {self.bound}, {round(100 * self.level)}% CI)",
+                f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}"
+                + ("   (on its bound)" if self.e_at_bound else ""),
                 f"  beta  {fmt_ci(self.beta, self.ci.get('beta'), 4)}", f"  A     {self.A:.4g}"]
 
 
@@ -214,9 +217,11 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
     side, bnd = (0, 0.0) if bound is None else (int(sgn), float(bound))
     if side and (side * (m - bnd) < 0).any():
         i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
-        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} ({direction} is better)")
+        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} "
+                         f"({direction} is better)")
     c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
-    return _Problem(C, m, np.log(C / c_ref), c_ref, direction, None if bound is None else bnd, label, sgn, side, bnd)
+    bound = None if bound is None else bnd
+    return _Problem(C, m, np.log(C / c_ref), c_ref, direction, bound, label, sgn, side, bnd)
 
 
 def _point_fit(pb: _Problem, warnings: list[str]):

@@ -11,13 +11,14 @@ from typing import Literal
 
 import numpy as np
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights, emit
-from ._base import fmt_ci, log
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights
+from ._base import emit, fmt_ci, log
 from ._optim import COARSE_TOL, STATUS
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 from .joint_objective import BOOT_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
 
-__all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation", "optimal_loss"]
+__all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation",
+           "optimal_loss"]
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class ChinchillaFit(FitResult):
     def band(self, params, tokens, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of L(P, D) at the given points."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
-        return self._band(lambda th: np.exp(log_pred(th, np.log(P.ravel()), np.log(D.ravel()))), P.shape, level,
-                          lambda: self.predict(P, D))
+        lP, lD = np.log(P.ravel()), np.log(D.ravel())
+        return self._band(lambda th: np.exp(log_pred(th, lP, lD)), P.shape, level, lambda: self.predict(P, D))
 
     def band_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0):
         """Bootstrap band of the compute-optimal loss curve (each replicate at its own optimum)."""
@@ -116,28 +117,29 @@ class ChinchillaFit(FitResult):
         """Prediction interval (lo, hi) for a *new observed* loss at (P, D): bootstrap curves plus
         resampled residual noise (``band`` covers the curve only and is narrower)."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
-        return self._interval(lambda th: log_pred(th, np.log(P.ravel()), np.log(D.ravel())), P.shape, level, seed)
+        lP, lD = np.log(P.ravel()), np.log(D.ravel())
+        return self._interval(lambda th: log_pred(th, lP, lD), P.shape, level, seed)
 
     def predict_interval_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0,
                                  *, seed: int = 0):
         """Prediction interval of a new run's loss at the compute-optimal allocation of ``compute``."""
-        C = np.atleast_1d(np.asarray(compute, float))
-        return self._interval(lambda th: np.log(optimal_loss(th, C, flops_per_token_per_param)), np.shape(compute),
-                              level, seed)
+        C, k = np.atleast_1d(np.asarray(compute, float)), flops_per_token_per_param
+        return self._interval(lambda th: np.log(optimal_loss(th, C, k)), np.shape(compute), level, seed)
 
     def _lines(self) -> list[str]:
         lines = [
             f"joint Chinchilla fit L = L_inf + A_P/P^alpha + A_D/D^beta   (n = {self.n}, "
             f"Huber delta = {self.huber_delta:g}, objective = {self.objective:.10f})",
             f"  converged: {self.converged} ({self.status}); best of {self.n_starts} starts "
-            f"(#{self.best_start_index}, {self.n_converged_starts} converged); {round(100 * self.level)}% CI, "
-            f"{self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
+            f"(#{self.best_start_index}, {self.n_converged_starts} converged); {round(100 * self.level)}% "
+            f"CI, {self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
         ]
         opts = [o for o, on in (("per-point weights", self.weighted), ("L_inf <= min(loss)", self.L_inf_bounded),
                                 (f"over-estimate penalty x{self.overestimate_penalty:g}", self.overestimate_penalty != 1.0)) if on]
         if opts:
             lines.append("  options: " + ", ".join(opts))
-        lines += [f"  {k:<8}{fmt_ci(getattr(self, k), self.ci.get(k), 4)}" for k in ("L_inf", "alpha", "beta", "alpha_D")]
+        lines += [f"  {k:<8}{fmt_ci(getattr(self, k), self.ci.get(k), 4)}"
+                  for k in ("L_inf", "alpha", "beta", "alpha_D")]
         for name in ("A_P", "A_D"):
             lo, hi = self.ci.get(name, (math.nan, math.nan))
             lines.append(f"  {name:<8}{getattr(self, name):.5g} [{lo:.5g}, {hi:.5g}]")
@@ -188,7 +190,8 @@ class _Inputs:
 
 def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_L_inf, grid) -> _Inputs:
     """Validated logs, per-point weights and start grid (ValueError naming the bad input)."""
-    P, D, L = check_points({"params": params, "tokens": tokens, "loss": loss}, 6, "fit_chinchilla (5 free parameters)")
+    P, D, L = check_points({"params": params, "tokens": tokens, "loss": loss}, 6,
+                           "fit_chinchilla (5 free parameters)")
     check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
     if not delta > 0:
         raise ValueError(f"delta must be positive, got {delta}")
@@ -226,7 +229,8 @@ def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int)
              len(x.starts), best, float(pol.f[j]), int(ok.sum()))
     if not converged:
         failure = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
-        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{failure}'", warn=True)
+        emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{failure}'",
+             warn=True)
     if np.allclose(pol.x[j], x.starts[best], rtol=0, atol=1e-12):
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
@@ -264,8 +268,9 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
         emit(warnings, msg)
     boot = br.x[good]
     a, b, e, al, be = boot.T
-    return boot, spec.intervals(dict(a=a, b=b, e=e, alpha=al, beta=be, L_inf=np.exp(e), A_P=np.exp(a), A_D=np.exp(b),
-                                     alpha_D=al / (al + be))), n_ok
+    draws = dict(a=a, b=b, e=e, alpha=al, beta=be, L_inf=np.exp(e), A_P=np.exp(a), A_D=np.exp(b),
+                 alpha_D=al / (al + be))
+    return boot, spec.intervals(draws), n_ok
 
 
 def fit_chinchilla(
@@ -312,11 +317,13 @@ def fit_chinchilla(
     identified = _identified(theta, x.lL, warnings)
     boot, ci, n_ok = _replicates(x, theta, spec, max_iter=max_iter, warnings=warnings)
     a, b, e, al, be = theta
+    w_given = x.w is not None
     return ChinchillaFit(
         L_inf=float(np.exp(e)), A_P=float(np.exp(a)), A_D=float(np.exp(b)), alpha=float(al), beta=float(be),
-        objective=objective, converged=converged, n=x.lL.size, huber_delta=float(delta), n_starts=int(len(x.starts)),
-        n_converged_starts=n_ok_starts, best_start=tuple(float(v) for v in x.starts[best]), best_start_index=best,
-        status=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok, warnings=tuple(warnings),
-        overestimate_penalty=float(overestimate_penalty), L_inf_bounded=bool(bound_L_inf), weighted=x.w is not None,
-        identified=identified, boot=boot, resid=x.lL - log_pred(theta[None, :], x.lP, x.lD)[0],
+        objective=objective, converged=converged, n=x.lL.size, huber_delta=float(delta),
+        n_starts=len(x.starts), n_converged_starts=n_ok_starts, best_start=tuple(map(float, x.starts[best])),
+        best_start_index=best, status=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
+        warnings=tuple(warnings), overestimate_penalty=float(overestimate_penalty),
+        L_inf_bounded=bool(bound_L_inf), weighted=w_given, identified=identified, boot=boot,
+        resid=x.lL - log_pred(theta[None, :], x.lP, x.lD)[0],
     )

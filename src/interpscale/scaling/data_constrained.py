@@ -117,7 +117,8 @@ class DataConstrainedFit(LawFit):
         return self.predict(N, D, U) - self.predict(N, D, D)
 
     def _lines(self) -> list[str]:
-        lines = super()._lines("data-constrained law L = E + A/N'^alpha + B/D'^beta (Muennighoff et al. 2023, Eq. 5)")
+        lines = super()._lines("data-constrained law L = E + A/N'^alpha + B/D'^beta "
+                               "(Muennighoff et al. 2023, Eq. 5)")
         if len(self.local_minima) > 1:
             lines.append("  local minima reached (R_D*, R_N*, objective):")
             lines += [f"    {m['R_D_star']:.4f}  {m['R_N_star']:.4f}  {m['objective']:.9f}" for m in self.local_minima]
@@ -125,7 +126,8 @@ class DataConstrainedFit(LawFit):
 
 
 def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective"):
-    N, D, U, L = check_points({"N (params)": N, "D (tokens)": D, "U (unique tokens)": U, "loss": loss}, need, what)
+    N, D, U, L = check_points({"N (params)": N, "D (tokens)": D, "U (unique tokens)": U, "loss": loss}, need,
+                              what)
     if (U > D * (1 + 1e-9)).any():
         i = int(np.flatnonzero(U > D * (1 + 1e-9))[0])
         raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
@@ -176,7 +178,8 @@ def fit_data_constrained(
                      smooth=True).checked(len(L), "fit_data_constrained")
     w = check_weights(weights, len(L))
     law, X, T = DataConstrainedLaw(coefficients, is_free), repetition_inputs(N, D, U, coefficients), np.log(L)
-    res = minimize_law(law, X, T, _starts(grid, is_free, coefficients, recipe), loss="huber_log", delta=delta, W=w)
+    starts = _starts(grid, is_free, coefficients, recipe)
+    res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
     ok = res.converged & np.isfinite(res.f)
     warnings: list[str] = []
     if not ok.any():
@@ -213,8 +216,8 @@ def data_constrained_objective(N, D, U, loss, R_D_star: float, R_N_star: float, 
                                coefficients=C4_COEFFICIENTS, delta: float = HUBER_DELTA) -> float:
     """The authors' objective (summed Huber of log L-hat - log L) at given R_D*, R_N*."""
     N, D, U, L = _check(N, D, U, loss)
-    obj = LawObjective(DataConstrainedLaw(coefficients), repetition_inputs(N, D, U, coefficients), np.log(L), None,
-                       "huber_log", delta)
+    X = repetition_inputs(N, D, U, coefficients)
+    obj = LawObjective(DataConstrainedLaw(coefficients), X, np.log(L), None, "huber_log", delta)
     return float(obj(np.array([[math.log(R_D_star), math.log(R_N_star)]]), np.arange(1))[0][0])
 
 
@@ -233,8 +236,8 @@ def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float 
 
 def _given(params: dict, theta, coefficients, free: bool = False) -> DataConstrainedFit:
     return DataConstrainedFit(law="data-constrained", params=params, objective=math.nan, n=0, recipe="given",
-                              loss="huber_log", converged=True, theta=tuple(theta), coefficients=tuple(coefficients),
-                              free=free, status="given")
+                              loss="huber_log", converged=True, theta=tuple(theta),
+                              coefficients=tuple(coefficients), free=free, status="given")
 
 
 def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:

@@ -53,7 +53,8 @@ class Extrapolation(FitResult):
     def _lines(self) -> list[str]:
         lines = [f"extrapolation to C = {self.compute:.3g} FLOPs ({self.allocation}: P = {self.params:.3g}, "
                  f"D = {self.tokens:.3g}; {round(100 * self.level)}% confidence | prediction intervals)",
-                 f"  joint Chinchilla  {fmt_ci(self.joint, self.joint_ci)}  PI [{self.joint_pi[0]:.3f}, {self.joint_pi[1]:.3f}]",
+                 f"  joint Chinchilla  {fmt_ci(self.joint, self.joint_ci)}  "
+                 f"PI [{self.joint_pi[0]:.3f}, {self.joint_pi[1]:.3f}]",
                  f"  log-linear L*(C)  {fmt_ci(self.loglinear, self.loglinear_ci)}  "
                  f"PI [{self.loglinear_pi[0]:.3f}, {self.loglinear_pi[1]:.3f}]"]
         if self.observed is not None:
@@ -96,8 +97,9 @@ def extrapolate(
     warnings = list(joint.warnings) + list(pl.warnings)
     if math.isfinite(pl.x_range[1]) and compute > 100 * pl.x_range[1]:
         warnings.append(f"extrapolating {compute / pl.x_range[1]:.3g}x beyond the largest fitted compute")
-    return Extrapolation(compute=float(compute), joint=j, joint_ci=(float(jlo[0]), float(jhi[0])),
-                         loglinear=float(pl.predict(compute)), loglinear_ci=(float(llo[0]), float(lhi[0])), params=P,
-                         tokens=D, allocation=allocation, observed=None if observed is None else float(observed),
-                         joint_pi=(float(jpl[0]), float(jph[0])), loglinear_pi=(float(lpl[0]), float(lph[0])),
-                         level=level, converged=bool(joint.converged and pl.converged), warnings=tuple(warnings))
+    return Extrapolation(
+        compute=float(compute), joint=j, joint_ci=(float(jlo[0]), float(jhi[0])),
+        loglinear=float(pl.predict(compute)), loglinear_ci=(float(llo[0]), float(lhi[0])), params=P, tokens=D,
+        allocation=allocation, observed=None if observed is None else float(observed),
+        joint_pi=(float(jpl[0]), float(jph[0])), loglinear_pi=(float(lpl[0]), float(lph[0])), level=level,
+        converged=bool(joint.converged and pl.converged), warnings=tuple(warnings))

@@ -16,8 +16,8 @@ from .extrapolate import extrapolate
 from .family_results import FamilyFit, FamilyFits
 from .forecasting import ForecastOptions, forecast_family
 from .isoflop import fit_isoflop
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, attach_groups, flops_per_token_per_param, row_groups
-from .tables import select_rows, slice_rows
+from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, attach_groups, flops_per_token_per_param
+from .tables import row_groups, select_rows, slice_rows
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,11 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
             return None
 
     iso_rows = slice_rows(lossy.dropna(subset=["slice_flops"]), o.tolerance)
-    iso = attempt("isoflop", "IsoFLOP fit", lambda: fit_isoflop(iso_rows, loss=o.loss, window=o.window,
-                                                                minimum=o.minimum, **o.boot(row_groups(iso_rows))))
-    ch = attempt("joint", "joint fit", lambda: fit_chinchilla(lossy["params"], lossy["tokens"], lossy[o.loss], grid=o.grid,
-                                                              **o.boot(row_groups(lossy)), **dict(o.joint_options)))
+    iso = attempt("isoflop", "IsoFLOP fit", lambda: fit_isoflop(
+        iso_rows, loss=o.loss, window=o.window, minimum=o.minimum, **o.boot(row_groups(iso_rows))))
+    ch = attempt("joint", "joint fit", lambda: fit_chinchilla(lossy["params"], lossy["tokens"], lossy[o.loss],
+                                                              grid=o.grid, **o.boot(row_groups(lossy)),
+                                                              **o.joint_options))
     bounded, ccol = {}, "flops" if "flops" in sub.columns else "slice_flops"
     for metric in METRICS:
         if metric in sub.columns and sub[metric].notna().sum() > 0:

@@ -23,8 +23,8 @@ from .isoflop import IsoFlopFit
 
 METRIC_LABELS = {k: m.label for k, m in INTERP_METRICS.items()}
 TABLE6 = ("alpha_P", "alpha_D", "alpha_L", "L_inf")  # alpha_P, alpha_L from IsoFLOP; alpha_D, L_inf joint
-TABLE7 = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "pred_lo", "pred_hi",
-          "actual", "delta"]
+TABLE7 = ["metric", "family", "beta", "e", "e_lo", "e_hi", "e_at_bound", "r2", "prediction", "pred_lo",
+          "pred_hi", "actual", "delta"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ class FamilyFit:
 
     @property
     def converged(self) -> bool:
-        return all(f.converged for f in (self.isoflop, self.chinchilla, *self.bounded.values()) if f is not None)
+        fits = (self.isoflop, self.chinchilla, *self.bounded.values())
+        return all(f.converged for f in fits if f is not None)
 
     @property
     def ci(self) -> dict:
@@ -84,8 +85,8 @@ class FamilyFit:
 
     def summary(self) -> str:
         parts = [f"== {self.family} ({self.n_rows} rows, estimator {self.estimator}) =="]
-        parts += [f.summary() for f in (self.isoflop, self.chinchilla, *self.bounded.values(), self.extrapolation,
-                                        self.forecast) if f is not None]
+        fits = (self.isoflop, self.chinchilla, *self.bounded.values(), self.extrapolation, self.forecast)
+        parts += [f.summary() for f in fits if f is not None]
         return "\n".join(parts + [f"warning: {w}" for w in self.warnings])
 
 
@@ -146,7 +147,8 @@ class FamilyFits:
                 lo, hi = (fit.ci.get(k) if fit is not None else None) or (math.nan, math.nan)
                 r.update({k: math.nan if fit is None else getattr(fit, k), f"{k}_lo": lo, f"{k}_hi": hi})
             rows.append(r)
-        return pd.DataFrame(rows, columns=["family"] + [f"{k}{s}" for k in TABLE6 for s in ("", "_lo", "_hi")])
+        cols = ["family"] + [f"{k}{s}" for k in TABLE6 for s in ("", "_lo", "_hi")]
+        return pd.DataFrame(rows, columns=cols)
 
     def table7(self) -> pd.DataFrame:
         """One row per (metric, family): beta, e, e_lo, e_hi, e_at_bound, r2, prediction with its
@@ -158,7 +160,8 @@ class FamilyFits:
                 if b is None:
                     continue
                 pred = float(b.predict(C)) if C else math.nan
-                plo, phi = (float(v) for v in b.predict_interval(C, self.level)) if C else (math.nan, math.nan)
+                plo, phi = (float(v) for v in b.predict_interval(C, self.level)) if C else \
+                    (math.nan, math.nan)
                 actual = f.actual.get(metric, math.nan)
                 delta = actual - pred if np.isfinite(actual) and np.isfinite(pred) else math.nan
                 rows.append(dict(zip(TABLE7, (metric, name, b.beta, b.e, *b.ci.get("e", (math.nan, math.nan)),
@@ -179,7 +182,8 @@ class FamilyFits:
             if d0 is not None and d1 is not None:
                 m = min(len(d0), len(d1))
                 lo, hi = percentile_ci(d1[:m] - d0[:m], self.level) if m else (math.nan, math.nan)
-            rows.append({"param": name, base: e0, other: e1, "shift": e1 - e0, "shift_lo": lo, "shift_hi": hi})
+            rows.append({"param": name, base: e0, other: e1, "shift": e1 - e0, "shift_lo": lo,
+                         "shift_hi": hi})
         return pd.DataFrame(rows)
 
     def to_markdown(self, digits: int = 3) -> str:
@@ -211,8 +215,9 @@ class FamilyFits:
         for r in t7.itertuples(index=False):
             e = fmt_sub(r.e, (r.e_lo, r.e_hi), digits) + (" (bound)" if r.e_at_bound else "")
             pred = f(r.prediction) + (f" [{f(r.pred_lo)}, {f(r.pred_hi)}]" if np.isfinite(r.pred_lo) else "")
+            delta = ('%+.' + str(digits) + 'f') % r.delta if np.isfinite(r.delta) else '—'
             out.append(f"| {METRIC_LABELS[r.metric]} | {r.family} | {f(r.beta)} | {e} | {f(r.r2)} | "
-                       f"{pred} | {f(r.actual)} | {('%+.' + str(digits) + 'f') % r.delta if np.isfinite(r.delta) else '—'} |")
+                       f"{pred} | {f(r.actual)} | {delta} |")
         return out
 
     def _forecast_lines(self, pct: int) -> list[str]:
@@ -225,8 +230,8 @@ class FamilyFits:
                     "|---|---|---|---|---|---|---|"]
         for k, x in ext:
             obs = f"{x.observed:.3f}" if x.observed is not None else "—"
-            out.append(f"| {k} | {x.compute:.3g} | {x.joint:.3f} [{x.joint_ci[0]:.3f}, {x.joint_ci[1]:.3f}] | "
-                       f"[{x.joint_pi[0]:.3f}, {x.joint_pi[1]:.3f}] | "
+            out.append(f"| {k} | {x.compute:.3g} | {x.joint:.3f} [{x.joint_ci[0]:.3f}, "
+                       f"{x.joint_ci[1]:.3f}] | [{x.joint_pi[0]:.3f}, {x.joint_pi[1]:.3f}] | "
                        f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | "
                        f"[{x.loglinear_pi[0]:.3f}, {x.loglinear_pi[1]:.3f}] | {obs} |")
         fct = forecast_table({k: f.forecast for k, f in self.families.items()})
@@ -258,7 +263,8 @@ class FamilyFits:
         C = compute or self.target_compute
         if not C:
             return {}
-        return {k: c for k, f in self.families.items() if (c := f.approaches(C, level=self.level)) is not None}
+        out = {k: f.approaches(C, level=self.level) for k, f in self.families.items()}
+        return {k: c for k, c in out.items() if c is not None}
 
     def to_dict(self) -> dict:
         return jsonable({

@@ -19,8 +19,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, emit, fields_dict, fmt_ci
-from ._base import jsonable
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, emit, fields_dict
+from ._base import fmt_ci, jsonable
 from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .isoflop_slices import replicate_residual, replicate_weighted, slice_minimum, slice_optimum  # noqa: F401
 from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
@@ -93,7 +93,8 @@ class IsoFlopFit(FitResult):
     def to_dict(self) -> dict:
         d = fields_dict(self, skip=("slices", "power_P", "power_L"))
         d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged,
-                 power_P=self.power_P.to_dict(), power_L=self.power_L.to_dict(), slices=self.slices.to_dict("records"))
+                 power_P=self.power_P.to_dict(), power_L=self.power_L.to_dict(),
+                 slices=self.slices.to_dict("records"))
         return jsonable(d)
 
     def _lines(self) -> list[str]:
@@ -220,7 +221,8 @@ def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, mini
     Cu = np.array([f["c"] for f in used])
     WB = None if wts is None else np.broadcast_to(wts, LP.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
-        pP, pL = (attach_draws(p, *ols_lines(np.log(Cu), Y, WB), missing=missing) for p, Y in ((pP, LP), (pL, lLS)))
+        pP, pL = (attach_draws(p, *ols_lines(np.log(Cu), Y, WB), missing=missing)
+                  for p, Y in ((pP, LP), (pL, lLS)))
     for j, c in enumerate(Cu):
         i = slices.index[slices.compute == c][0]
         slices.loc[i, ["P_star_lo", "P_star_hi"]] = np.exp(percentile_ci(LP[:, j], spec.level, missing=missing))
@@ -231,7 +233,7 @@ def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, mini
                 noise_sd=_noise_sd(LP, lLS, pP, pL, used))
 
 
-def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[str]) -> tuple[pd.DataFrame, list]:
+def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[str]):
     """The slices table and the slices that enter the power laws (ValueError when fewer than 2)."""
     slices = pd.DataFrame(rows)
     slices["used"] = [bool(r["reason"] == "" or (not exclude_flagged and r["convex"])) for r in rows]
@@ -242,8 +244,8 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
     if len(used) < 2:
         raise ValueError(f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
                          + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"]))
-    return slices.assign(**dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"),
-                                         math.nan)), used
+    empty = dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"), math.nan)
+    return slices.assign(**empty), used
 
 
 def fit_isoflop(
@@ -295,5 +297,6 @@ def fit_isoflop(
                     warnings=warnings)
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
-    return IsoFlopFit(slices=slices, window=window, level=spec.level, warnings=tuple(warnings), minimum=minimum,
-                      converged=bool(all(slices.loc[slices.used, "converged"])), bootstrap=bootstrap, _coef=coef, **bt)
+    converged = bool(all(slices.loc[slices.used, "converged"]))
+    return IsoFlopFit(slices=slices, window=window, level=spec.level, converged=converged,
+                      warnings=tuple(warnings), minimum=minimum, bootstrap=bootstrap, _coef=coef, **bt)

@@ -23,8 +23,8 @@ from scipy.optimize import curve_fit, minimize
 from ._base import check_points, check_weights, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
-from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, huber, law_result, multistart
-from .lawfit import to_fit_scale
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, huber, law_result
+from .lawfit import multistart, to_fit_scale
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
 STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
@@ -108,7 +108,8 @@ class LadderFit:
 
     @property
     def ci(self) -> dict:
-        return dict(self.step1.ci) | {f"step2_{k}": v for k, v in (self.step2.ci if self.step2 else {}).items()}
+        step2 = self.step2.ci if self.step2 else {}
+        return dict(self.step1.ci) | {f"step2_{k}": v for k, v in step2.items()}
 
     def predict(self, N, D) -> np.ndarray:
         """Step 1: predicted task loss."""
@@ -174,9 +175,10 @@ def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
                 "a": th[:, 0], "b": th[:, 1]}
 
     # the authors' bounds (every parameter >= 0) hold in the replicates too
-    return law_result(TaskLossFit, law, X, T, theta, spec, name="ladder-step1", objective=obj, converged=ok, status=st,
-                      recipe=recipe, loss="huber_log", warnings=warnings, derived=derived, delta=delta, weights=w,
-                      bounds=([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None)
+    bounds = ([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None
+    return law_result(TaskLossFit, law, X, T, theta, spec, name="ladder-step1", objective=obj, converged=ok,
+                      status=st, recipe=recipe, loss="huber_log", warnings=warnings, derived=derived,
+                      delta=delta, weights=w, bounds=bounds)
 
 
 def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> SigmoidFit:

@@ -221,8 +221,9 @@ class LawFit(FitResult):
 
     def _lines(self, title: str | None = None) -> list[str]:
         return [f"{title or self.law}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = "
-                f"{self.objective:.10g})", f"  converged: {self.converged} ({self.status}); {round(100 * self.level)}% "
-                f"CI, {self.bootstrap} bootstrap ({self.n_boot_ok} replicates)"] + \
+                f"{self.objective:.10g})", f"  converged: {self.converged} ({self.status}); "
+                f"{round(100 * self.level)}% CI, {self.bootstrap} bootstrap ({self.n_boot_ok} "
+                "replicates)"] + \
             [f"  {name:<10}{fmt_ci(value, self.ci.get(name), 5)}" for name, value in self.params.items()]
 
 
@@ -276,7 +277,8 @@ def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | Non
 
 def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, name: str, objective: float,
                converged: bool, status: str, recipe: str, loss: str, warnings: list[str], derived,
-               delta: float = HUBER_DELTA, weights=None, bounds=None, keep=None, params: dict | None = None, **extra):
+               delta: float = HUBER_DELTA, weights=None, bounds=None, keep=None, params: dict | None = None,
+               **extra):
     """The frozen ``cls`` result of a law fit at ``theta``: every replicate of ``spec`` refitted
     (:func:`bootstrap_law`), intervals of ``derived(draws)`` (the reported parameters, named
     arrays from (S, k) theta rows; also ``params`` unless given) and residuals on the fit's scale."""

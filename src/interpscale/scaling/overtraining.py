@@ -22,7 +22,8 @@ from scipy.optimize import curve_fit
 from ._base import check_points, check_weights, emit
 from ._optim import STATUS
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
-from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, law_result, multistart, to_fit_scale
+from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, law_result, multistart
+from .lawfit import to_fit_scale
 
 AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
@@ -58,7 +59,7 @@ class ErrorLaw:
 
 
 def _ls_curve_fit(f, x, y, starts):
-    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept (None: none ran)."""
+    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept (None: none)."""
     best, best_p = np.inf, None
     for p0 in starts:
         try:
@@ -117,7 +118,8 @@ def fit_overtraining(
     authors' 128 starts of (a, c, b, E)); ``"robust"``: summed Huber (delta) on log L from the
     same grid, all starts together. Bootstrap replicates refit the recipe's objective.
     """
-    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5, "fit_overtraining (4 free parameters)")
+    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5,
+                           "fit_overtraining (4 free parameters)")
     loss_kind = "ls" if check_recipe(recipe) == "authors" else "huber_log"
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
                      smooth=loss_kind == "huber_log").checked(len(L), "fit_overtraining")
@@ -143,9 +145,9 @@ def fit_overtraining(
         return {"E": th[:, 3], "a": th[:, 0], "c": th[:, 1], "b": th[:, 2], "eta": -th[:, 2],
                 "B": th[:, 1] * np.exp(th[:, 2] * LOG6_HALF)}
 
-    return law_result(OvertrainingFit, law, X, T, theta, spec, name="overtraining", objective=obj, converged=ok,
-                      status=st, recipe=recipe, loss=loss_kind, warnings=warnings, derived=derived, delta=delta,
-                      weights=w)
+    return law_result(OvertrainingFit, law, X, T, theta, spec, name="overtraining", objective=obj,
+                      converged=ok, status=st, recipe=recipe, loss=loss_kind, warnings=warnings,
+                      derived=derived, delta=delta, weights=w)
 
 
 def fit_downstream_error(
@@ -159,7 +161,8 @@ def fit_downstream_error(
 ) -> DownstreamErrorFit:
     """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
     (k, gamma, eps), default all ones as the authors)."""
-    L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)", positive=False)
+    L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)",
+                          positive=False)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
         len(L), "fit_downstream_error")
     try:
@@ -168,6 +171,6 @@ def fit_downstream_error(
         raise ValueError(f"fit_downstream_error: curve_fit did not converge ({exc})") from exc
     law = ErrorLaw()
     sse = float(np.sum((Err - law.model(p[None, :], L)[0][0]) ** 2))
-    return law_result(DownstreamErrorFit, law, L, Err, p, spec, name="downstream-error", objective=sse, converged=True,
-                      status="curve_fit", recipe="authors", loss="ls", warnings=[],
+    return law_result(DownstreamErrorFit, law, L, Err, p, spec, name="downstream-error", objective=sse,
+                      converged=True, status="curve_fit", recipe="authors", loss="ls", warnings=[],
                       derived=lambda th: dict(zip(law.names, th.T)))

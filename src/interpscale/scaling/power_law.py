@@ -44,7 +44,8 @@ class PowerLawFit(FitResult):
             y = self.predict(x)
             return y, y
         lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
-        lo, hi = band_from_draws(np.exp(self.boot[:, :1] + self.boot[:, 1:2] * lx[None, :]), level or self.level)
+        draws = np.exp(self.boot[:, :1] + self.boot[:, 1:2] * lx[None, :])
+        lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
 
     def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
@@ -78,8 +79,10 @@ class PowerLawFit(FitResult):
 
     def _lines(self) -> list[str]:
         lo, hi = self.ci.get("a", (np.nan, np.nan))
-        return [f"power law y = a * x^alpha   (n = {self.n}, R^2 = {self.r2:.4f}, {round(100 * self.level)}% CI)",
-                f"  alpha  {fmt_ci(self.alpha, self.ci.get('alpha'), 4)}", f"  a      {self.a:.4g}  [{lo:.4g}, {hi:.4g}]"]
+        pct = round(100 * self.level)
+        return [f"power law y = a * x^alpha   (n = {self.n}, R^2 = {self.r2:.4f}, {pct}% CI)",
+                f"  alpha  {fmt_ci(self.alpha, self.ci.get('alpha'), 4)}",
+                f"  a      {self.a:.4g}  [{lo:.4g}, {hi:.4g}]"]
 
 
 def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray, *, missing: str = "drop") -> PowerLawFit:
@@ -121,7 +124,8 @@ def fit_power_law(
     intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
     x, y = check_points({"x": x, "y": y}, 2, "fit_power_law")
     n = x.size
-    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(n, "fit_power_law")
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
+        n, "fit_power_law")
     w = check_weights(weights, n)
     lx, ly = np.log(x), np.log(y)
     if np.ptp(lx) == 0:
