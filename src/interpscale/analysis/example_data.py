@@ -62,6 +62,12 @@ def total_params(size: str, concept: bool) -> float:
     return p + (paper.concept_module_params(d) if concept else 0.0)
 
 
+def _points(sizes: list[str], target: float, concept: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(params, tokens) of each size trained at compute ``target`` (D = C / M, Eqs. 23-24)."""
+    return (np.array([total_params(s, concept) for s in sizes]),
+            target / np.array([_flops_per_token(s, concept) for s in sizes]))
+
+
 @dataclass(frozen=True)
 class _Law:
     """Joint surface L(P, D) = E + A/P^a + B/D^b (Eq. 27) pinned by compute-optimal facts."""
@@ -104,8 +110,7 @@ _LEVEL = {"ar": (3.05, 2.6e8), "ar+concept": (3.20, 4.5e8), "cdlm": (3.75, 2.6e8
 def _slice_sizes(law: _Law, target: float, concept: bool, n_max: int = 6) -> list[str]:
     """The (up to) six Table 23 sizes nearest the slice's optimum in log P (4-6 per slice)."""
     sizes = list(BACKBONES)
-    params = np.array([total_params(s, concept) for s in sizes])
-    tokens = target / np.array([_flops_per_token(s, concept) for s in sizes])
+    params, tokens = _points(sizes, target, concept)
     p_opt = params[int(np.argmin(law(params, tokens)))]
     order = np.argsort(np.abs(np.log10(params) - math.log10(p_opt)), kind="stable")
     keep = sorted(int(i) for i in order[:n_max] if abs(math.log10(params[i] / p_opt)) < 1.0)
@@ -118,9 +123,7 @@ def _noiseless_exponents(law: _Law, family: str, sizes_law: _Law) -> tuple[float
     concept = paper.PAPER_FAMILIES[family].concept
     cs, ps, ls = [], [], []
     for target in SLICES[family]:
-        sizes = _slice_sizes(sizes_law, target, concept)
-        params = np.array([total_params(s, concept) for s in sizes])
-        tokens = target / np.array([_flops_per_token(s, concept) for s in sizes])
+        params, tokens = _points(_slice_sizes(sizes_law, target, concept), target, concept)
         loss = law(params, tokens)
         lo = min(max(int(np.argmin(loss)) - 2, 0), max(len(loss) - 5, 0))  # the 5 points around the minimum
         c2, c1, c0 = np.polyfit(np.log(params[lo:lo + 5]), loss[lo:lo + 5], 2)
