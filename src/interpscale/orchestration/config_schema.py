@@ -215,9 +215,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         raise ConfigError(f"{_where(source, 'size_presets')} must be a table of size tables")
     for name, p in presets.items():
         section = f"size_presets.{name}"
-        if not isinstance(p, Mapping):
-            raise ConfigError(f"{_where(source, section)} must be a table")
-        _check_keys({k: v for k, v in p.items() if k != "base"}, mkeys, source, section)
+        _check_keys(p, {**mkeys, "base": ((str,), "a size preset name")}, source, section)
         if p.get("base") not in SIZES:
             raise ConfigError(f"{_where(source, section, 'base')} = {p.get('base')!r}: not a size preset"
                               f"{_suggest(str(p.get('base')), SIZES)} (presets: {', '.join(SIZES)})")

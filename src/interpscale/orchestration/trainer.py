@@ -308,12 +308,9 @@ class Trainer:
 
 def _pick_device(device: str | None) -> torch.device:
     """``device``, else this process's GPU (``cuda:<LOCAL_RANK>``) when there is one, else the CPU."""
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    dev = torch.device(device if device is not None else f"cuda:{local_rank}" if torch.cuda.is_available()
-                       else "cpu")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda":
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank)
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) if dev.index is None else dev.index)
         torch.cuda.set_device(dev)
     return dev
 
