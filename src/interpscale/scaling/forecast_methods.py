@@ -98,12 +98,14 @@ def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=
     return float(fit.predict_optimal(compute, o.k)), float(lo), float(hi)
 
 
+def _first(band) -> tuple[float, float]:
+    return float(np.ravel(band[0])[0]), float(np.ravel(band[1])[0])
+
+
 def _band_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
     if params is not None and tokens is not None:
-        lo, hi = fit.band(params, tokens, o.level)
-    else:
-        lo, hi = fit.band_optimal(compute, o.level, o.k)
-    return float(np.ravel(lo)[0]), float(np.ravel(hi)[0])
+        return _first(fit.band(params, tokens, o.level))
+    return _first(fit.band_optimal(compute, o.level, o.k))
 
 
 def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
@@ -122,8 +124,7 @@ def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, toke
 
 
 def _band_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.band_L(np.array([compute]), o.level)
-    return float(lo[0]), float(hi[0])
+    return _first(fit.band_L(np.array([compute]), o.level))
 
 
 def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
@@ -140,8 +141,7 @@ def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, to
 
 
 def _band_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    lo, hi = fit.band(np.array([compute]), o.level)
-    return float(lo[0]), float(hi[0])
+    return _first(fit.band(np.array([compute]), o.level))
 
 
 register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,

@@ -1,14 +1,11 @@
 """Forecasts by the named methods (``forecast_methods``): the rolling-origin backtest, the
 default method it chooses and intervals calibrated on its errors (``calibration``).
 
-**Rolling origin.** Budgets are the IsoFLOP slices (or, for a table of runs without slices, the
-runs' compute). At each origin (for run tables from half of the runs, so the errors are those of
-fits that saw much of the data; at most 6 origins) each method is fitted on the budgets up to it
-and forecasts every larger one: a held-out slice's loss-optimal L*, or a held-out run's loss at its
-(P, D); the extrapolation ratio is the target's compute over the largest fitted one. The default
-is the method with the lowest mean absolute error at the far end (log ratio at least half the
-largest tested) on the folds every method forecast (``choose_method``). docs/forecasting.md
-states the calibration rules and their measured coverage.
+Rolling origin: at each origin (a number of budgets: IsoFLOP slices, or the runs' computes, from
+half of the runs for a run table; at most 6) each method is fitted on the budgets up to it and
+forecasts every larger one (a slice's loss-optimal L*, or a run's loss at its (P, D)). The default
+is the method with the lowest mean absolute error at the far end on the folds every method
+forecast (``choose_method``); docs/forecasting.md states the rules and their coverage.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The published laws as forecast methods (``forecasting.METHODS``), registered on import.
-
-Opt-in (``import interpscale.scaling.law_methods`` or :func:`register`): each registered method
-adds its refits to the backtest of every default forecast.
-
-* ``overtraining`` -- Gadre et al. 2024: L = E + a/N^eta + B/D^eta, robust recipe (Huber on log L
-  from the authors' 128 starts, batched);
-* ``ladder`` -- Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E, the authors' start, bounds >= 0;
-* ``data-constrained`` -- Muennighoff et al. 2023 Eq. 5, every parameter free; needs
-  ``unique_tokens``; a target's unique tokens are min(D, the largest U fitted).
-
-Without (P, D) each law forecasts L*(C) at its own compute-optimal allocation of C = k P D;
-intervals are the fit's bootstrap prediction intervals.
+"""The published laws as forecast methods, registered on import (opt-in: each registered method
+adds its refits to the backtest of every default forecast). ``overtraining`` (Gadre et al. 2024,
+robust recipe), ``ladder`` (Bhagia et al. 2024 step 1, the authors' start, bounds >= 0) and
+``data-constrained`` (Muennighoff et al. 2023 Eq. 5, every parameter free; needs
+``unique_tokens``; a target's unique tokens are min(D, the largest U fitted)). Without (P, D)
+each law forecasts L*(C) at its own compute-optimal allocation of C = k P D; intervals are the
+fit's bootstrap prediction intervals.
 """
 
 from __future__ import annotations
