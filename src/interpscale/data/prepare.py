@@ -63,8 +63,7 @@ def _write_fixed_concepts(out: Path, req: dict) -> None:
         cards = read_concepts(req["concepts"])  # checked by make_request
     else:
         cfg = corpus_config(req["inputs"][0])
-        cards = [c.card() for c in make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept,
-                                                 seed=cfg.seed)]
+        cards = make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept, seed=cfg.seed)
     write_concepts(cards, out / "concepts.json")
 
 

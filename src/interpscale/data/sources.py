@@ -44,20 +44,15 @@ def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file
     ``document_per_file`` always "text" (a JSONL / Parquet file or format is an error)."""
     p = Path(path)
     ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
-    if document_per_file:
-        kind = fmt or _EXT.get(ext.lower(), "text")
-        if kind != "text":
-            raise UserError(f"{path}: --document-per-file reads each file as one plain-text document, "
-                            f"not {kind}")
-        return "text"
-    if fmt:
-        if fmt not in FORMATS:
-            raise UserError(f"unknown format {fmt!r}; expected one of {FORMATS}")
-        return fmt
-    if ext.lower() not in _EXT:
+    if fmt and fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+    kind = fmt or _EXT.get(ext.lower(), "text" if document_per_file else None)
+    if document_per_file and kind != "text":
+        raise UserError(f"{path}: --document-per-file reads each file as one plain-text document, not {kind}")
+    if kind is None:
         raise UserError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
                          f".parquet or .txt (optionally .gz) or pass --format")
-    return _EXT[ext.lower()]
+    return kind
 
 
 def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[Path]:

@@ -82,8 +82,7 @@ class _InterpscaleLM(LM):
         if is_diffusion(model) != self.DIFFUSION:
             other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"
             raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
-        self.model = model
-        self.tok = load_tokenizer(tokenizer, add_specials=False)
+        self.model, self.tok = model, load_tokenizer(tokenizer, add_specials=False)
         self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
         self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
         self.n_samples, self.seed, self.max_gen_toks = int(n_samples), int(seed), int(max_gen_toks)
