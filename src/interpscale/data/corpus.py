@@ -60,8 +60,7 @@ _FILLER = ("the", "a", "and", "of", "with", "near", "while", "then", "so", "agai
 
 @dataclass(frozen=True)
 class Concept:
-    """A concept's semantic card (``card()``: the judges' ``{label, description, words}``) plus
-    the vocabulary the generator draws from."""
+    """A concept's semantic card (``card()``) plus the vocabulary the generator draws from."""
 
     label: str
     description: str
@@ -103,8 +102,7 @@ class CorpusConfig:
 
 
 def corpus_config(source: dict) -> CorpusConfig:
-    """The ``CorpusConfig`` of a ``{"kind": "synthetic", ...}`` data source (TOML lists become
-    tuples); an unknown option is a ``UserError`` naming it."""
+    """The ``CorpusConfig`` of a synthetic data source; an unknown option is a ``UserError``."""
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in source.items() if k != "kind"}
     try:
         return CorpusConfig(**fields)

@@ -87,8 +87,7 @@ def _check_totals(out: Path, req: dict, s: str, tot: dict, n_train_docs: int) ->
 
 
 def _write_split(out: Path, s: str, markers: list[dict], remaps: list, tot: dict, lab_dtype) -> None:
-    """Concatenate the parts of split ``s``: tokens, [EOC] positions (shifted by the tokens
-    before each part) and CSR labels (offsets accumulated, local ids remapped)."""
+    """Concatenate split ``s`` of the parts ([EOC] positions shifted, label offsets summed, ids remapped)."""
     with atomic_path(out / f"{s}.tokens.bin", suffix=".bin") as tmp:
         with open(tmp, "wb") as f:
             for i in range(len(markers)):

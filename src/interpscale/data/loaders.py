@@ -103,8 +103,7 @@ def read_meta(path: str | os.PathLike) -> dict:
 
 
 class PreparedData:
-    """A prepared data directory opened for training / evaluation: ``train`` / ``val`` splits
-    (memory-mapped) cut into rows of ``seq_len`` (default: the one recorded at preparation)."""
+    """A prepared data directory opened: memory-mapped ``train`` / ``val`` in rows of ``seq_len``."""
 
     def __init__(self, path: str | os.PathLike, seq_len: int | None = None):
         self.path = Path(path)
@@ -150,8 +149,7 @@ class DataSummary:
 
 
 def describe(path: str | os.PathLike) -> DataSummary:
-    """Vocabulary size, concept count and fingerprints of prepared data (a data or run directory),
-    read from its files without loading the tokenizer or the shards."""
+    """Vocabulary, concept count and fingerprints of prepared data, read without loading anything."""
     data_dir, _ = _data_dir(path)
     meta = read_meta(data_dir)
     return DataSummary(path=str(data_dir), vocab_size=int(meta["vocab_size"]), n_concepts=int(meta["n_concepts"]),

@@ -98,8 +98,7 @@ def make_request(sources, *, fmt: str | None = None, tokenizer: str | os.PathLik
                  seed: int = 0, concepts: str | os.PathLike | None = None, batch_bytes: int = 1 << 18,
                  document_per_file: bool = False, base_dir: str | os.PathLike | None = None,
                  extra: dict | None = None) -> dict:
-    """What ``prepare`` builds, as a JSON-able dict.  ``sources``: paths / globs, or
-    ``{"kind": "synthetic", ...}`` dicts (the bundled corpus)."""
+    """What ``prepare`` builds, as a JSON-able dict (``sources``: paths / globs or synthetic dicts)."""
     if not 0 <= val_fraction < 1:
         raise UserError(f"val_fraction must be in [0, 1), got {val_fraction}")
     inputs = _inputs(sources, fmt, base_dir, document_per_file)

@@ -40,8 +40,7 @@ class RawDoc:
 
 
 def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file: bool = False) -> str:
-    """The format of ``path``: ``fmt`` when given, else by extension; with
-    ``document_per_file`` always "text" (a JSONL / Parquet file or format is an error)."""
+    """The format of ``path``: ``fmt``, else by extension; only "text" with ``document_per_file``."""
     p = Path(path)
     ext = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
     if fmt and fmt not in FORMATS:

@@ -119,8 +119,7 @@ def valid_mask(batch: Batch) -> torch.Tensor:
 
 
 def seeded_generator(device: torch.device, seed: int, name: str) -> torch.Generator:
-    """A generator on ``device`` seeded from (seed, name): each estimator / metric its own
-    reproducible stream, independent of the others and of the global RNG."""
+    """A generator on ``device`` seeded from (seed, name): one reproducible stream per estimator."""
     g = torch.Generator(device=device)
     g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
     return g

@@ -34,8 +34,7 @@ def concept_top_tokens(model: nn.Module, k: int = 10, concepts: Optional[Sequenc
 
 
 def alignment_inputs(model: nn.Module, decode, *, k: int = 10) -> list[list[str]]:
-    """Top-k tokens of every known concept in concept order (the judge's input), decoded by
-    ``decode`` (id -> text, or a tokenizers.Tokenizer)."""
+    """Top-k tokens of every known concept, decoded by ``decode`` (id -> text, or a tokenizer)."""
     dec = (lambda i: decode.decode([int(i)])) if hasattr(decode, "decode") else decode
     return [[dec(i) for i in row] for row in concept_top_tokens(model, k).tolist()]
 

@@ -123,8 +123,7 @@ def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top:
 
 def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, run_dir: str | Path | None = None,
                                top: int = 3, judge: Any = None):
-    """Predicted-concept relevance (App. C): each chunk against the checkpoint's top
-    predicted concepts, 1–5 per concept."""
+    """Predicted-concept relevance (App. C): each chunk against its top predicted concepts, 1–5 each."""
     from interpscale.judges import score_relevance
 
     model, tok, cards, rd = _open(checkpoint, run_dir)

@@ -160,8 +160,7 @@ def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _Interp
 
 
 def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defaults: bool = False):
-    """A ``TaskManager`` over the bundled offline tasks (+ ``include_path``); lm-eval's
-    built-in tasks too when ``include_defaults`` (they need their datasets available)."""
+    """A ``TaskManager`` over the bundled tasks (+ ``include_path``; lm-eval's own: ``include_defaults``)."""
     from lm_eval.tasks import TaskManager
 
     paths = [str(TASKS_DIR)] + [str(p) for p in include_path]

@@ -26,8 +26,7 @@ def load_local(data_files: dict | None = None, **_ignored):
 
 
 def mc_soft_score(doc: dict, results: list) -> dict:
-    """Per-question accuracy and App. J soft score (``metrics.mmlu.soft_score``) from the
-    harness's per-choice ``(loglikelihood, is_greedy)`` results."""
+    """Accuracy and App. J soft score of one question from the harness's per-choice results."""
     from interpscale.metrics.mmlu import soft_score
 
     lls = [float(r[0]) for r in results]
