@@ -67,7 +67,7 @@ class Split(RowSplit):
         return np.split(np.asarray(flat, dtype=np.int64), np.cumsum(hi - lo)[:-1])
 
     def rows_to_batch(self, rows: np.ndarray, concepts: bool = True) -> Batch:
-        """Rows -> Batch: tokens, and local chunk ids and multi-hot labels [B, C, n] if ``concepts``."""
+        """Rows -> Batch: tokens, plus local chunk ids and multi-hot labels [B, C, n] if concepts."""
         rows = np.asarray(rows, dtype=np.int64)
         tok = torch.from_numpy(tok_np := self.row_tokens(rows))
         valid = tok != self.pad_id
