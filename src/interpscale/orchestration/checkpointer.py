@@ -97,9 +97,7 @@ class Checkpointer:
         if self.save_every_steps and step % self.save_every_steps == 0:
             return True
         late = time.monotonic() - self.last_save > self.save_every_s
-        if self.world == 1:
-            return late
-        return logged and self._agree(late)
+        return late if self.world == 1 else logged and self._agree(late)
 
     def end_segment(self, seg: Segment, step: int) -> None:
         if seg.phase == "anneal":

@@ -39,15 +39,12 @@ def segments(spec: RunSpec) -> list[Segment]:
 def reservoir_steps(spec: RunSpec) -> list[int]:
     """Intermediate stable checkpoints (evenly spaced, excluding the final stable step)."""
     k, S = spec.reservoir, spec.stable_steps
-    steps = sorted({int(round(S * i / (k + 1))) for i in range(1, k + 1)} - {0, S})
-    return steps
+    return sorted({int(round(S * i / (k + 1))) for i in range(1, k + 1)} - {0, S})
 
 
 def lr_at(spec: RunSpec, seg: Segment, step: int) -> float:
     """WSD: linear warmup over min(2000, 2%) steps, constant peak, then linear decay to 0
     across the anneal segment (the last anneal step uses peak/len, reaching 0 after it)."""
-    peak = spec.lr
     if seg.phase == "anneal":
-        return peak * (seg.end - step) / seg.length
-    w = spec.warmup_steps
-    return peak * min(1.0, (step + 1) / w)
+        return spec.lr * (seg.end - step) / seg.length
+    return spec.lr * min(1.0, (step + 1) / spec.warmup_steps)
