@@ -273,10 +273,9 @@ def fit_isoflop(
     ``slice_weights="n_points"`` weights slices by their window size in the OLS. ``minimum``:
     the vertex of Eq. 25 or the minimum of an Akima interpolant.
 
-    CIs (``bootstrap.Bootstrap``): ``"residual"`` resamples the pooled parabola residuals and
-    refits every slice and both power laws per replicate; ``"pairs"`` resamples each window's
-    points; ``"cluster"`` whole ``groups`` (one label per row of ``results``, e.g. its run id).
-    Degenerate replicates are kept (module docstring) and counted in ``degenerate_fraction``;
+    CIs: ``"residual"`` resamples the pooled parabola residuals, refitting every slice and both
+    power laws per replicate; ``"pairs"`` each window's points; ``"cluster"`` whole ``groups`` (one
+    label per row). Degenerate replicates are kept (``degenerate_fraction``; module doc);
     ``degenerate="drop"`` drops them (biased narrow), for comparison only.
     """
     if not isinstance(results, pd.DataFrame):

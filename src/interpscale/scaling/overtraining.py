@@ -112,12 +112,8 @@ def fit_overtraining(
     seed: int = 0,
     groups=None,
 ) -> OvertrainingFit:
-    """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b (one exponent) to runs (N params, D tokens, loss).
-
-    ``recipe="authors"``: least squares on L by ``curve_fit`` from ``grid`` (default the
-    authors' 128 starts of (a, c, b, E)); ``"robust"``: summed Huber (delta) on log L from the
-    same grid, all starts together. Bootstrap replicates refit the recipe's objective.
-    """
+    """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b to runs by the ``recipe`` (module doc) from ``grid``
+    (default the authors' 128 starts of (a, c, b, E)); replicates refit the recipe's objective."""
     N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5,
                            "fit_overtraining (4 free parameters)")
     loss_kind = "ls" if check_recipe(recipe) == "authors" else "huber_log"
