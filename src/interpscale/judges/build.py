@@ -38,7 +38,7 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
         return judge
     if batch_write and batch_read:
         raise ValueError("give either batch_write or batch_read, not both")
-    tset = templates if isinstance(templates, TemplateSet) or templates is None else load_templates(templates)
+    tset = templates if isinstance(templates, TemplateSet) else load_templates(templates)
     base_url, model = env.endpoint(base_url, model)
     batch = batch_write or batch_read
     if batch and not model:

@@ -1,7 +1,7 @@
 """One classifier for a judge's answer, used by the live client and the Batch API reader:
 refused, parsed (with the expected score from ``top_logprobs`` for 1-5 / 0-2 scores) or a
-parse error. The live client re-asks once when :func:`needs_reask`; the Batch API path has
-no second turn."""
+parse error. The live client re-asks a parse error once; the Batch API path has no second
+turn."""
 
 from __future__ import annotations
 
@@ -25,11 +25,6 @@ def parse_reply(tpl: PromptTemplate, text: str, kwargs: Mapping[str, Any]) -> Op
     except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as exc:
         log.warning("judge parser %s raised %s: counted as a parse failure", tpl.output, type(exc).__name__)
         return None
-
-
-def needs_reask(tpl: PromptTemplate, text: str, refusal: Optional[str], kwargs: Mapping[str, Any]) -> bool:
-    """Whether the first answer earns the one re-ask: not a refusal, and unparseable."""
-    return not refusal and parse_reply(tpl, text, kwargs) is None
 
 
 def classify(tpl: PromptTemplate, text: str, refusal: Optional[str], logprobs: Any, kwargs: Mapping[str, Any],

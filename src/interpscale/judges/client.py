@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
-from interpscale.judges.classify import SCORE_OUTPUTS, classify, needs_reask
+from interpscale.judges.classify import SCORE_OUTPUTS, classify
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL
 from interpscale.judges.replies import Answer, MalformedReply, cap
 from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
@@ -243,18 +243,18 @@ class JudgeClient:
         tpl, messages = task.template, task.messages()
         sampling = self._sampling(tpl)
         ans = await transport.ask(messages, sampling)
-        first: Optional[str] = None
-        if needs_reask(tpl, ans.text, ans.refusal, task.parse_kwargs):  # one re-ask, showing its own reply
+        rec, first = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs), None
+        if rec.status == "parse_error":  # one re-ask, showing the judge its own reply
             first = ans.text
             self.tally(reasks=1)
             follow = messages + [{"role": "assistant", "content": cap(ans.text)}, {"role": "user", "content": tpl.reask}]
             ans = await transport.ask(follow, sampling)
+            rec = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs, reasked=True)
         meta: dict[str, Any] = {}
         if first is not None and first != ans.text:
             meta["first_reply"] = cap(first)
         if ans.refusal and ans.text:  # otherwise the refusal is the raw reply itself
             meta["refusal"] = cap(ans.refusal)
-        rec = classify(tpl, ans.text, ans.refusal, ans.logprobs, task.parse_kwargs, reasked=first is not None)
         return self._settle(key, rec, meta)
 
     # ---- OpenAI Batch API files ------------------------------------------------------------
