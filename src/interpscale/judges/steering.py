@@ -15,7 +15,6 @@ import json
 import math
 import os
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -84,13 +83,7 @@ class _Generations:
             self._f.close()
 
 
-@dataclass(frozen=True)
-class _Job:
-    ci: int
-    pi: int
-    condition: str
-    strength: Optional[float]
-    split: str
+_Job = tuple[int, int, str, Optional[float], str]  # (concept index, prompt index, condition, strength, split)
 
 
 def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens) -> list[float]:
@@ -156,10 +149,10 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
         samples: list[SteeringSample] = []
         chosen: dict[str, float] = {}
         if selecting:  # phase 1: every strength on the selection prompts
-            jobs = [_Job(c, p, "steered", s, "select") for c in cidx for p in sel for s in strengths]
+            jobs: list[_Job] = [(c, p, "steered", s, "select") for c in cidx for p in sel for s in strengths]
             samples += _run_jobs(jobs, **ctx)
             chosen = select_strengths(samples, objective="harmonic3" if instruction_judge else "harmonic")
-        jobs = [_Job(c, p, cond, chosen.get(cards[c].label, strengths[0]) if cond == "steered" else None, "eval")
+        jobs = [(c, p, cond, chosen.get(cards[c].label, strengths[0]) if cond == "steered" else None, "eval")
                 for c in cidx for p in ev for cond in conditions]
         samples += _run_jobs(jobs, **ctx)
     finally:
@@ -179,18 +172,18 @@ def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequen
     from tqdm.auto import tqdm
 
     texts = []
-    for j in tqdm(jobs, desc="generate", unit="continuation", disable=not progress):
-        card, prompt = cards[j.ci], prompts[j.pi]
+    for ci, pi, cond, strength, _ in tqdm(jobs, desc="generate", unit="continuation", disable=not progress):
+        card, prompt = cards[ci], prompts[pi]
         full = prompting_template.format(label=card.label, description=card.description, prompt=prompt) \
-            if j.condition == "prompting" else prompt
-        s = _seed(seed, card.label, j.pi, j.condition, j.strength)
-        key = json.dumps([generator_id, card.label, full, j.condition, j.strength, s, max_new_tokens])
-        steer_card = card if j.condition == "steered" else None
-        texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=j.strength,
+            if cond == "prompting" else prompt
+        s = _seed(seed, card.label, pi, cond, strength)
+        key = json.dumps([generator_id, card.label, full, cond, strength, s, max_new_tokens])
+        steer_card = card if cond == "steered" else None
+        texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=strength,
                                                             max_new_tokens=max_new_tokens, seed=s)))
-    items = [dict(card=cards[j.ci], concept_index=j.ci, prompt_index=j.pi, prompt=prompts[j.pi],
-                  condition=j.condition, strength=j.strength, split=j.split, continuation=text)
-             for j, text in zip(jobs, texts)]
+    items = [dict(card=cards[ci], concept_index=ci, prompt_index=pi, prompt=prompts[pi], condition=cond,
+                  strength=strength, split=split, continuation=text)
+             for (ci, pi, cond, strength, split), text in zip(jobs, texts)]
     return judge_continuations(items, judge=judge, instruction=instruction, with_prefix=with_prefix)
 
 
