@@ -15,10 +15,11 @@ import torch
 from interpscale.data.corpus import read_concepts
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, build_judge,
-                                run_steering_benchmark, score_alignment)
+                                run_steering_benchmark, score_alignment, score_relevance)
 from interpscale.judges.steering import DEFAULT_PROMPTS
 from interpscale.metrics._common import block_size, generate_text, is_diffusion, model_device, special_ids
 from interpscale.metrics.alignment import concept_top_tokens as _top_ids
+from interpscale.models import load_checkpoint
 from interpscale.models.steering import Steering
 
 
@@ -69,8 +70,6 @@ def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Option
 
 def _open(checkpoint: str | Path, run_dir: str | Path | None) -> tuple[Any, Any, list[ConceptCard], Path]:
     """A checkpoint's model (eval mode), its run's tokenizer, concept cards and run directory."""
-    from interpscale.models import load_checkpoint
-
     rd = Path(run_dir) if run_dir else Path(checkpoint).parent.parent  # RUN_DIR/checkpoints/x.pt
     for name in ("tokenizer.json", "concepts.json"):
         if not (rd / name).is_file():
@@ -124,8 +123,6 @@ def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top:
 def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, run_dir: str | Path | None = None,
                                top: int = 3, judge: Any = None):
     """Predicted-concept relevance (App. C): each chunk against its top predicted concepts, 1–5 each."""
-    from interpscale.judges import score_relevance
-
     model, tok, cards, rd = _open(checkpoint, run_dir)
     preds = predicted_concepts(model, tok, texts, top=top)
     bad = sorted({c for row in preds for c in row if c >= len(cards)})

@@ -17,8 +17,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing is fetched from a h
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from lm_eval import simple_evaluate  # noqa: E402
 from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.api.registry import register_model  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
@@ -161,8 +163,6 @@ def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _Interp
 
 def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defaults: bool = False):
     """A ``TaskManager`` over the bundled tasks (+ ``include_path``; lm-eval's own: ``include_defaults``)."""
-    from lm_eval.tasks import TaskManager
-
     paths = [str(TASKS_DIR)] + [str(p) for p in include_path]
     if "include_defaults" in inspect.signature(TaskManager.__init__).parameters:
         return TaskManager(include_path=paths, include_defaults=include_defaults)
@@ -179,8 +179,6 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
     """Run lm-eval ``tasks`` (names or a comma list: the bundled offline tasks, lm-eval's built-in
     ones when ``allow_builtin`` and their data is offline) on a checkpoint or ``model`` +
     ``tokenizer``; writes ``out_dir/lm_eval_results.json`` and returns the harness's ``results``."""
-    from lm_eval import simple_evaluate
-
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
     names = [t for t in names if t]
     if not names:
