@@ -1,9 +1,6 @@
-"""Atomic file writes: write a temp file in the destination's directory, then ``os.replace``.
-
-A reader never sees a half-written file and a killed writer leaves the previous file
-intact.  Every subpackage writes through these two functions; this module imports nothing
-from interpscale, so ``scaling`` and ``judges`` stay free of in-package dependencies.
-"""
+"""Atomic file writes: a temp file in the destination's directory, then ``os.replace`` (a reader
+never sees a half-written file, a killed writer leaves the previous one intact). A bottom
+module: it imports nothing from interpscale."""
 
 from __future__ import annotations
 

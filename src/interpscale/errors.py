@@ -1,9 +1,5 @@
-"""Errors that mean "the user's input is wrong" rather than "the program is wrong".
-
-The CLI (``interpscale.cli.main``, the only place that does) turns any of these (and ``ValueError`` or a
-missing or unreadable file) into one line on stderr and exit code 2, ``FailedWork`` into exit code 1;
-``-v`` adds the traceback.
-"""
+"""Errors that mean "the user's input is wrong" rather than "the program is wrong"; ``cli.main``
+(the only place that does) turns them into one line on stderr and exit code 2, ``FailedWork`` 1."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Offline lexical backend: scores from a concept card's characteristic words, no LLM.
-
-It is the default when no judge endpoint is configured, so demos and tests run end to
-end; every result it produces carries ``backend="lexical"`` and the label
-``LEXICAL_LABEL``. Its scores are a word-overlap proxy on the judges' scales, not a
-substitute for an LLM judge.
-"""
+"""Offline lexical backend, the default without a judge endpoint (demos and tests run end to
+end): a word-overlap proxy with the concept card on the judges' scales, not a substitute for
+an LLM judge; its results carry ``backend="lexical"`` and ``LEXICAL_LABEL``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""One run's connection to an OpenAI-compatible endpoint: the HTTP request with its
-retries (``judges.retry``) and the concurrency slot each attempt holds while in flight.
-
-A slot (``asyncio.Semaphore``) is held only while a request is on the wire; the backoff
-between attempts happens outside it, so ``concurrency`` requests stay in flight while
-others wait. The whole request is bounded by the timeout (``asyncio.wait_for``), so a
-server trickling bytes cannot keep a slot, and the reply body is read as a stream and
-refused beyond ``replies.MAX_BODY_BYTES``. A 401/403/404 before any request of the run was
-answered means the settings are wrong: ``JudgeConfigError`` stops the run; after that it
-is the item's own failure.
+"""One run's connection to an OpenAI-compatible endpoint: the HTTP request with its retries
+(``judges.retry``; the backoff outside the slot) and the concurrency slot (``asyncio.Semaphore``)
+each attempt holds while on the wire. The whole request is bounded by the timeout (a server
+trickling bytes cannot keep a slot) and its body refused beyond ``replies.MAX_BODY_BYTES``. A
+401/403/404 before any request of the run was answered stops the run (``JudgeConfigError``:
+the settings are wrong); after that it is the item's own failure.
 """
 
 from __future__ import annotations
