@@ -31,9 +31,8 @@ log = logging.getLogger(__name__)
 # -- step 2: tokenizer ------------------------------------------------------------------------
 def _sample_texts(req: dict) -> Iterator[str]:
     """Training-side chunk texts, about ``sample_bytes`` in all, spread over the inputs."""
-    inputs = req["inputs"]
-    budget = max(1, int(req["sample_bytes"]) // len(inputs))
-    for inp in inputs:
+    budget = max(1, int(req["sample_bytes"]) // len(req["inputs"]))
+    for inp in req["inputs"]:
         used = 0
         for doc in input_docs(req, inp):
             texts = [t for t, _ in doc.chunks]

@@ -96,7 +96,6 @@ def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> 
     out = list(batches)
     if not out:
         raise ValueError("validation set is empty: `batches` yielded no Batch")
-    n_tok = 0
     for i, b in enumerate(out):
         if not isinstance(b, Batch):
             raise ValueError(f"batch {i}: expected interpscale.models.types.Batch, got {type(b).__name__}")
@@ -106,16 +105,13 @@ def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> 
             raise ValueError(f"batch {i}: valid has shape {tuple(b.valid.shape)}, tokens {tuple(b.tokens.shape)}")
         if mask_id is not None and bool((b.tokens == mask_id).any()):
             raise ValueError(f"batch {i}: clean validation tokens contain the [MASK] id {mask_id}")
-        n_tok += b.n_tokens
-    if n_tok == 0:
+    if sum(b.n_tokens for b in out) == 0:
         raise ValueError("validation set is empty: every token is marked invalid (padding)")
     return out
 
 
 def valid_mask(batch: Batch) -> torch.Tensor:
-    if batch.valid is None:
-        return torch.ones_like(batch.tokens, dtype=torch.bool)
-    return batch.valid.bool()
+    return torch.ones_like(batch.tokens, dtype=torch.bool) if batch.valid is None else batch.valid.bool()
 
 
 def seeded_generator(device: torch.device, seed: int, name: str) -> torch.Generator:

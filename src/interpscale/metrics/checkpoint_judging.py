@@ -110,8 +110,7 @@ def predicted_concepts(model: Any, tokenizer: Any, texts: Sequence[str], *, top:
         ids = tokenizer.encode(text).ids[: int(model.config.max_seq_len)]
         if not ids:
             raise ValueError(f"chunk {i} encodes to no tokens")
-        n = len(ids)
-        ids = ids + [0] * (-n % block)  # PAD to whole diffusion blocks; padded positions are ignored
+        n, ids = len(ids), ids + [0] * (-len(ids) % block)  # PAD to whole diffusion blocks (ignored)
         with torch.no_grad():
             act = model(torch.tensor([ids], device=model_device(model))).known_act
         if act is None:

@@ -123,8 +123,6 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
             contrib_sum, n_pred = contrib_sum + float(cc.double().sum()), n_pred + int(cc.numel())
     if n_chunks == 0:
         raise ValueError("no annotated chunk in the validation set (every chunk_id is -1 or padding)")
-    return {
-        "concept_loss": cl_sum / n_chunks,
-        "concept_independence": sum(indep) / len(indep) if indep else float("nan"),
-        "concept_contribution": contrib_sum / max(n_pred, 1),
-    }
+    independence = sum(indep) / len(indep) if indep else float("nan")
+    return {"concept_loss": cl_sum / n_chunks, "concept_independence": independence,
+            "concept_contribution": contrib_sum / max(n_pred, 1)}

@@ -225,8 +225,7 @@ def _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_ra
         raise ValueError(f"n_passes must be >= 1, got {n_passes}")
     if antithetic and n_passes % 2:
         raise ValueError(f"antithetic sampling pairs passes, so n_passes must be even (got {n_passes})")
-    lo, hi = t_range
-    if not 0.0 < lo < hi < 1.0:
+    if not 0.0 < t_range[0] < t_range[1] < 1.0:
         raise ValueError(f"t_range must satisfy 0 < lo < hi < 1, got {t_range}")
     if not 0.0 < tau < 1.0 or any(not 0.0 < r < 1.0 for r in rates):
         raise ValueError(f"mask rates must lie in (0, 1); got tau={tau}, rates={tuple(rates)}")
