@@ -46,8 +46,6 @@ class ClmmFit:
     mode_sd: np.ndarray  # conditional SDs sigma * sqrt(diag H^-1)
     converged: bool
     message: str
-    n_iter: int
-    max_grad: float
 
 
 def _torch_link(link: str):
@@ -226,7 +224,7 @@ def fit_clmm(
                          f"got {len(group_codes)}; use nagq=1 (Laplace) for crossed factors")
     prob = _Problem(y, X, group_codes, K, link, nagq)
     p, G = X.shape[1], len(group_codes)
-    dt = torch.float64
+    as_t = lambda *arrays: [torch.as_tensor(a, dtype=torch.float64) for a in arrays]  # noqa: E731
 
     def unpack(v):
         t = v[: K - 1]
@@ -235,7 +233,7 @@ def fit_clmm(
 
     def fun(v):
         tau, beta, sigma = unpack(v)
-        val, (gt, gb, gs) = prob.nll(*(torch.as_tensor(a, dtype=dt) for a in (tau, beta, sigma)), grad=True)
+        val, (gt, gb, gs) = prob.nll(*as_t(tau, beta, sigma), grad=True)
         # chain rule through tau_k = t_1 + sum_{j<=k} exp(t_j)
         g_t = np.empty(K - 1)
         g_t[0] = gt.sum()
@@ -251,9 +249,7 @@ def fit_clmm(
     theta = np.concatenate([tau, beta, sigma])
 
     def grad_direct(th):
-        _, g = prob.nll(*(torch.as_tensor(a, dtype=dt) for a in (th[: K - 1], th[K - 1 : K - 1 + p], th[K - 1 + p :])),
-                        grad=True)
-        return np.concatenate(g)
+        return np.concatenate(prob.nll(*as_t(th[: K - 1], th[K - 1 : K - 1 + p], th[K - 1 + p :]), grad=True)[1])
 
     g_opt = grad_direct(theta)
     free = np.ones(len(theta), bool)
@@ -274,14 +270,14 @@ def fit_clmm(
         converged = False
         message += f"; max |gradient| {max_grad:.2g} at the optimum"
     with torch.no_grad():
-        t_ = [torch.as_tensor(a, dtype=dt) for a in (tau, beta, sigma)]
+        t_ = as_t(tau, beta, sigma)
         val, _ = prob.nll(*t_, grad=False)
         zhat, L = prob.mode(*t_)
         s = t_[2][prob.factor_of_level]
         Hinv_diag = torch.cholesky_inverse(L).diagonal()
         modes, mode_sd = (s * zhat).numpy(), (s * Hinv_diag.sqrt()).numpy()
     return ClmmFit(tau=tau, beta=beta, sigma=sigma, cov=cov, loglik=-val, modes=modes, mode_sd=mode_sd,
-                   converged=converged, message=message, n_iter=int(res.nit), max_grad=max_grad)
+                   converged=converged, message=message)
 
 
 def _fd_hessian(grad, theta: np.ndarray, free: np.ndarray) -> np.ndarray:

@@ -123,8 +123,6 @@ class OrdinalMixedResult:
         out = {k: v for k, v in self.__dict__.items() if k not in ("idata", "priors", "diagnostics")}
         out["priors"] = asdict(self.priors)
         out["diagnostics"] = {**asdict(self.diagnostics), "ess_per_second": self.diagnostics.ess_per_second}
-        out["levels"] = [int(v) if isinstance(v, (int, np.integer)) else v for v in self.levels]
-        out["warnings"] = list(self.warnings)
         return jsonable(out)
 
     def summary(self) -> str:
