@@ -76,10 +76,6 @@ class JudgeRecord:
         v = self.value
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    @property
-    def parsed(self) -> bool:
-        return self.score is not None
-
     def to_dict(self) -> dict[str, Any]:
         d = {"score": self.score, "raw": self.raw, "status": self.status, "cached": self.cached,
              "expected": self.expected, "backend": self.backend, "meta": dict(self.meta)}
