@@ -201,15 +201,6 @@ class Annotator:
         return cls(feats, w, b, th, meta["labels"], meta["max_concepts"], meta["min_concepts"])
 
 
-def training_set(out: Path) -> tuple[list[str], np.ndarray, list[str]]:
-    """Texts of the tagged sample, their inherited positives [n, K], concept labels."""
-    lib, recs, positives = inherited(out)
-    y = np.zeros((len(recs), len(lib["concepts"])))
-    for i, cs in enumerate(positives):
-        y[i, cs] = 1.0
-    return [r["text"] for r in recs], y, [c["label"] for c in lib["concepts"]]
-
-
 def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions(), *,
                     embedder: Optional[Callable[[Sequence[str]], np.ndarray]] = None,
                     endpoint: Optional[dict] = None) -> dict:
@@ -217,9 +208,13 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
     ``embedder`` (and the ``endpoint`` settings it was built from, recorded so the per-file
     tasks can reconnect) the features are the endpoint's embeddings, else hashed n-grams."""
     out = Path(out)
-    texts, y, labels = training_set(out)
+    lib, recs, positives = inherited(out)
+    texts, labels = [r["text"] for r in recs], [c["label"] for c in lib["concepts"]]
     if not labels:
         raise UserError(f"{out}: the concept library is empty; nothing to annotate with")
+    y = np.zeros((len(recs), len(labels)))  # the tagged sample's inherited positives
+    for i, cs in enumerate(positives):
+        y[i, cs] = 1.0
     held = np.random.default_rng([opts.seed, 3]).random(len(texts)) < opts.heldout
     if embedder is not None:
         feats: Any = EmbeddingFeatures(embedder)

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -90,8 +91,7 @@ def tag_corpus(out: str | os.PathLike, *, judge: Any = None, n_sample: int = 200
     status = Counter(s for _, s in results)
     with atomic_path(out / TAGS_FILE) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for ref, (tags, st) in zip(refs, results):
-            fh.write(json.dumps({"id": ref.id, "file": ref.file, "doc": ref.doc, "chunk": ref.chunk,
-                                 "text": ref.text, "tags": tags, "status": st}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({**asdict(ref), "tags": tags, "status": st}, ensure_ascii=False) + "\n")
     n_tags_all = [len(flat_tags(t)) for t, _ in results if t is not None]
     summary = {"backend": backend, "n_sample": len(refs), "n_total_chunks": total, "seed": seed,
                "status": dict(status), "failed": sum(v for k, v in status.items() if k not in ("ok", "reasked", "offline")),
