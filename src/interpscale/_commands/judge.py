@@ -109,14 +109,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.checkpoint}: no such checkpoint file")
     judge = _judge(args)
     try:
-        result = {"alignment": _alignment, "steering": _steering, "relevance": _relevance}[args.verb](args, judge)
+        score = {"alignment": _alignment, "steering": _steering, "relevance": _relevance}[args.verb]
+        result = score(args, judge)
     except BatchWritten as done:  # not an error: the request file is the output
         sys.stdout.write(f"{done}; submit it, then rerun with --batch-read <output file>\n")
         return 0
     md = result.to_markdown()
     if args.out:
-        atomic_write_text(Path(args.out) / f"{args.verb}.json", json.dumps(result.to_dict(), indent=1, default=str))
-        atomic_write_text(Path(args.out) / f"{args.verb}.md", md)
+        out = Path(args.out)
+        atomic_write_text(out / f"{args.verb}.json", json.dumps(result.to_dict(), indent=1, default=str))
+        atomic_write_text(out / f"{args.verb}.md", md)
     sys.stdout.write(md)
     sys.stderr.write(_usage_line(result.usage, judge) + "\n")
     o = outcome(result)
@@ -183,7 +185,8 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
 
     prompts = DEFAULT_PROMPTS
     if args.prompts:
-        prompts = tuple(ln.strip() for ln in Path(args.prompts).read_text(encoding="utf-8").splitlines() if ln.strip())
+        lines = Path(args.prompts).read_text(encoding="utf-8").splitlines()
+        prompts = tuple(ln.strip() for ln in lines if ln.strip())
         if not prompts:
             raise UserError(f"{args.prompts}: no prompts (the file is empty)")
     gens = str(Path(args.out) / "generations.jsonl") if args.out else None

@@ -25,8 +25,8 @@ from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_cont
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
 from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
-from interpscale.judges.types import (FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord, Outcome,
-                                     ParseStatus, outcome)
+from interpscale.judges.types import (FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord,
+                                     Outcome, ParseStatus, outcome)
 
 __all__ = [
     "ConceptCard", "Judge", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",

@@ -93,7 +93,8 @@ class AutoInterpResult:
         lines = [f"Auto-interpretability (explain/simulate, Pearson r), judge: {self.label}", "",
                  "| Method | Units scored | Mean r | Undefined | Parse failures | API errors |", "|---|---|---|---|---|---|"]
         for m, s in self.summaries.items():
-            lines.append(f"| {m} | {s.n} | {fmt(s.mean)} | {self.n_undefined[m]} | {s.n_parse_failures} | {s.n_api_errors} |")
+            lines.append(f"| {m} | {s.n} | {fmt(s.mean)} | {self.n_undefined[m]} | {s.n_parse_failures} "
+                         f"| {s.n_api_errors} |")
         return "\n".join(lines) + "\n"
 
 
@@ -125,7 +126,8 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
     for u, plan in enumerate(plans):
         ref = float(max(acts[u, i].max() for i in plan.explain))
         recs = [(list(excerpts[i]), scale_0_10(acts[u, i], ref)) for i in plan.explain]
-        text = "\n---\n".join("\n".join(f"{t}\t{int(a)}" for t, a in zip(toks, shown)) for toks, shown in recs)
+        text = "\n---\n".join("\n".join(f"{t}\t{int(a)}" for t, a in zip(toks, shown))
+                                for toks, shown in recs)
         tasks.append(JudgeTask(t_exp, {"excerpts": text}, data={"records": recs}))
     exp_replies = judge.run(tasks)
     explanations = [r.value if isinstance(r.value, str) else None for r in exp_replies]
@@ -144,7 +146,8 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
         for m in methods:
             ids = (plan.top + plan.random) if m == "top_and_random" else plan.random
             meta = {"unit": u, "method": m, "explanation": explanations[u], "excerpts": list(ids)}
-            records[m].append(_unit_record(exp_replies[u], [sim.get((u, i)) for i in ids], acts[u, list(ids)], meta))
+            sims = [sim.get((u, i)) for i in ids]
+            records[m].append(_unit_record(exp_replies[u], sims, acts[u, list(ids)], meta))
     return AutoInterpResult({m: tuple(v) for m, v in records.items()}, tuple(explanations),
                             {m: ScoreSummary.of(v) for m, v in records.items()},
                             {m: sum(r.status == "undefined" for r in v) for m, v in records.items()},

@@ -74,7 +74,8 @@ class UsageStats:
 
     @property
     def cost(self) -> Optional[float]:
-        return token_cost(self.prompt_tokens, self.completion_tokens, self.price_in_per_mtok, self.price_out_per_mtok)
+        return token_cost(self.prompt_tokens, self.completion_tokens, self.price_in_per_mtok,
+                          self.price_out_per_mtok)
 
     def add_tokens(self, model: str, prompt: int, completion: int) -> None:
         self.prompt_tokens += prompt
@@ -121,7 +122,8 @@ class JudgeClient:
         self.cache = JudgeCache(cache_path if cache_path is not None else ":memory:")
         self.usage = UsageStats(price_in_per_mtok=price_in_per_mtok, price_out_per_mtok=price_out_per_mtok)
         self.run_id = uuid.uuid4().hex[:16]  # this client's row in the cache's cost ledger
-        self.ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok, price_out_per_mtok)
+        self.ledger = LedgerDelta(self.run_id, self.model, self.base_url, price_in_per_mtok,
+                                  price_out_per_mtok)
 
     # ---- description (never includes the key) ------------------------------------------
     @property
@@ -184,7 +186,8 @@ class JudgeClient:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(self.arun(tasks))
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # inside an event loop (e.g. Jupyter): a thread
+        # already inside an event loop (e.g. Jupyter): run in a thread of its own
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, self.arun(tasks)).result()
 
     async def arun(self, tasks: Sequence[JudgeTask]) -> list[Reply]:

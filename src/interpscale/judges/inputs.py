@@ -74,7 +74,8 @@ def read_relevance_input(path: str | Path) -> tuple[list[str], list[list[Concept
     for where, row in _rows(path):
         texts.append(_text(where, row))
         c = row.get("candidates")
-        _need(isinstance(c, list) and 1 <= len(c) <= 26, where, "'candidates' must be a list of 1-26 concepts")
+        _need(isinstance(c, list) and 1 <= len(c) <= 26, where,
+              "'candidates' must be a list of 1-26 concepts")
         cands.append([_card(f"{where}, candidate {k + 1}", d) for k, d in enumerate(c)])
     return texts, cands
 
@@ -87,8 +88,8 @@ def read_steering_input(path: str | Path) -> list[dict[str, Any]]:
         for k in ("prompt", "continuation"):
             _need(isinstance(row[k], str), where, f"'{k}' must be a string")
         s = row.get("strength")
-        _need(s is None or (not isinstance(s, bool) and isinstance(s, (int, float)) and math.isfinite(s)), where,
-              "'strength' must be a finite number")
+        finite = not isinstance(s, bool) and isinstance(s, (int, float)) and math.isfinite(s)
+        _need(s is None or finite, where, "'strength' must be a finite number")
         card = _card(where, row)
         out.append({**row, "label": card.label, "description": card.description, "words": list(card.words)})
     return out

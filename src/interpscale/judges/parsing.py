@@ -83,7 +83,8 @@ def _bounded(parse: Callable[..., Optional[Parsed]]) -> Callable[..., Optional[P
     """``parse`` refusing (None) a reply that is not text or is longer than MAX_PARSE_CHARS."""
     @functools.wraps(parse)
     def bounded(text: Any, *args: Any, **kwargs: Any) -> Optional[Parsed]:
-        return parse(text, *args, **kwargs) if isinstance(text, str) and len(text) <= MAX_PARSE_CHARS else None
+        readable = isinstance(text, str) and len(text) <= MAX_PARSE_CHARS
+        return parse(text, *args, **kwargs) if readable else None
     return bounded
 
 
@@ -162,7 +163,8 @@ def _one_answer(text: str, opener: str, kind: type) -> Any:
     return values[0]
 
 
-def _json_dict(text: str, names: Optional[dict[str, str]], convert: Callable[[str, Any], Any]) -> Optional[Parsed]:
+def _json_dict(text: str, names: Optional[dict[str, str]],
+               convert: Callable[[str, Any], Any]) -> Optional[Parsed]:
     """The one JSON object whose keys are exactly ``names``' (upper-case; all of the object's
     when None), each value through ``convert(name, value)`` (None fails the reply); keys come
     back as ``names``' values."""

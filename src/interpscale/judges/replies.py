@@ -84,15 +84,16 @@ def _logprobs(lp: Any) -> Optional[list[dict[str, Any]]]:
     content = lp.get("content")
     if content is None:
         return None
-    _need(isinstance(content, list) and len(content) <= MAX_LOGPROB_TOKENS, "choices[0].logprobs.content is not a list")
+    _need(isinstance(content, list) and len(content) <= MAX_LOGPROB_TOKENS,
+          "choices[0].logprobs.content is not a list")
     out = []
     for tok in content:
         _need(isinstance(tok, dict) and isinstance(tok.get("token"), str),
               "a logprobs token is not an object with a string token")
         top = [] if tok.get("top_logprobs") is None else tok["top_logprobs"]
         _need(isinstance(top, list), "top_logprobs is not a list")
-        _need(all(isinstance(alt, dict) and isinstance(alt.get("token"), str) and _is_number(alt.get("logprob"))
-                  and math.isfinite(alt["logprob"]) for alt in top),
+        _need(all(isinstance(alt, dict) and isinstance(alt.get("token"), str)
+                  and _is_number(alt.get("logprob")) and math.isfinite(alt["logprob"]) for alt in top),
               "a top_logprobs entry is not {token: str, logprob: number}")
         out.append({"token": tok["token"], "top_logprobs": top})
     return out

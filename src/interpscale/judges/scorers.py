@@ -138,7 +138,8 @@ class RelevanceResult(_Scored):
         s = self.summary
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
                 f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
-                f"| {s.n} | {fmt(s.mean)} | {fmt(self.success_rate)} | {s.n_parse_failures} | {s.n_api_errors} |\n"
+                f"| {s.n} | {fmt(s.mean)} | {fmt(self.success_rate)} | {s.n_parse_failures} "
+                f"| {s.n_api_errors} |\n"
                 + s.refused_note())
 
 
@@ -161,5 +162,5 @@ def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[Concept
     rows = tuple(tuple(to_record(reply, (reply.value or {}).get(k), chunk=i, concept=c.label)
                        for k, c in zip(string.ascii_uppercase, cards))
                  for i, (reply, cards) in enumerate(zip(judge.run(tasks), candidates)))
-    return RelevanceResult(rows, ScoreSummary.of([r for row in rows for r in row]), judge.backend, judge.label,
-                           judge.usage.to_dict())
+    flat = [r for row in rows for r in row]
+    return RelevanceResult(rows, ScoreSummary.of(flat), judge.backend, judge.label, judge.usage.to_dict())

@@ -10,6 +10,7 @@ several steering strengths, each concept's strength is chosen on held-out prompt
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -43,15 +44,23 @@ class GenerateFn(Protocol):
                  max_new_tokens: int, seed: int) -> str: ...
 
 
+_Job = tuple[int, int, str, Optional[float], str]  # (concept index, prompt index, condition, strength, split)
+
+
 def _seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(json.dumps(parts).encode()).digest()[:4], "little")
 
 
 class _Generations:
-    """Continuations already generated, appended to a JSONL file as they are produced so
-    a killed benchmark does not regenerate them."""
+    """The benchmark's continuations, made by ``generate`` and appended to a JSONL file
+    (``path``) as they are made, so a killed benchmark re-uses them instead of regenerating."""
 
-    def __init__(self, path: str | Path | None):
+    def __init__(self, generate: GenerateFn, cards: Sequence[ConceptCard], prompts: Sequence[str],
+                 path: str | Path | None, *, seed: int, max_new_tokens: int, template: str, generator_id: str,
+                 progress: bool):
+        self.generate, self.cards, self.prompts, self.template = generate, cards, prompts, template
+        self.seed, self.max_new_tokens, self.generator_id = seed, max_new_tokens, generator_id
+        self.progress = progress
         self.path, self.done, self._f = Path(path) if path else None, {}, None
         for line in self.path.read_text().splitlines() if self.path and self.path.exists() else []:
             try:
@@ -59,6 +68,25 @@ class _Generations:
                 self.done[row["key"]] = row["continuation"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line cut short by a kill
+
+    def items(self, jobs: list[_Job]) -> list[dict[str, Any]]:
+        """Each job as the item ``judge_continuations`` takes, with its continuation."""
+        from tqdm.auto import tqdm
+
+        out = []
+        bar = tqdm(jobs, desc="generate", unit="continuation", disable=not self.progress)
+        for ci, pi, cond, strength, split in bar:
+            card, prompt = self.cards[ci], self.prompts[pi]
+            full = self.template.format(label=card.label, description=card.description, prompt=prompt) \
+                if cond == "prompting" else prompt
+            s = _seed(self.seed, card.label, pi, cond, strength)
+            key = json.dumps([self.generator_id, card.label, full, cond, strength, s, self.max_new_tokens])
+            steer = card if cond == "steered" else None
+            text = self.get_or_make(key, lambda: self.generate(full, card=steer, strength=strength,
+                                                               max_new_tokens=self.max_new_tokens, seed=s))
+            out.append(dict(card=card, concept_index=ci, prompt_index=pi, prompt=prompt, condition=cond,
+                            strength=strength, split=split, continuation=text))
+        return out
 
     def get_or_make(self, key: str, make: Callable[[], str]) -> str:
         if key in self.done:
@@ -81,9 +109,6 @@ class _Generations:
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
-
-
-_Job = tuple[int, int, str, Optional[float], str]  # (concept index, prompt index, condition, strength, split)
 
 
 def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens) -> list[float]:
@@ -141,20 +166,20 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
     cidx = sample_indices(len(cards), n_concepts, seed)
     selecting = "steered" in conditions and len(strengths) > 1
     sel, ev = _split_prompts(len(prompts), seed, select_fraction) if selecting else ([], list(range(len(prompts))))
-    gens = _Generations(generations_path)
-    ctx = dict(cards=cards, prompts=prompts, judge=judge, gens=gens, generate=generate, seed=seed,
-               max_new_tokens=max_new_tokens, instruction=instruction_judge, with_prefix=quality_with_prefix,
-               prompting_template=prompting_template, progress=progress, generator_id=generator_id)
+    gens = _Generations(generate, cards, prompts, generations_path, seed=seed, max_new_tokens=max_new_tokens,
+                        template=prompting_template, generator_id=generator_id, progress=progress)
+    judged = functools.partial(judge_continuations, judge=judge, instruction=instruction_judge,
+                               with_prefix=quality_with_prefix)
     try:
         samples: list[SteeringSample] = []
         chosen: dict[str, float] = {}
         if selecting:  # phase 1: every strength on the selection prompts
             jobs: list[_Job] = [(c, p, "steered", s, "select") for c in cidx for p in sel for s in strengths]
-            samples += _run_jobs(jobs, **ctx)
+            samples += judged(gens.items(jobs))
             chosen = select_strengths(samples, objective="harmonic3" if instruction_judge else "harmonic")
         jobs = [(c, p, cond, chosen.get(cards[c].label, strengths[0]) if cond == "steered" else None, "eval")
                 for c in cidx for p in ev for cond in conditions]
-        samples += _run_jobs(jobs, **ctx)
+        samples += judged(gens.items(jobs))
     finally:
         gens.close()
     per_cond = {cond: aggregate(samples, cond) for cond in conditions}
@@ -164,27 +189,6 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
               "judge": judge.config()}
     return SteeringResult(tuple(samples), per_cond, chosen, judge.backend, judge.label,
                           judge.usage.to_dict(), config)
-
-
-def _run_jobs(jobs: list[_Job], *, cards: Sequence[ConceptCard], prompts: Sequence[str], judge: Judge,
-              gens: _Generations, generate: GenerateFn, seed: int, max_new_tokens: int, instruction: bool,
-              with_prefix: bool, prompting_template: str, progress: bool, generator_id: str) -> list[SteeringSample]:
-    from tqdm.auto import tqdm
-
-    texts = []
-    for ci, pi, cond, strength, _ in tqdm(jobs, desc="generate", unit="continuation", disable=not progress):
-        card, prompt = cards[ci], prompts[pi]
-        full = prompting_template.format(label=card.label, description=card.description, prompt=prompt) \
-            if cond == "prompting" else prompt
-        s = _seed(seed, card.label, pi, cond, strength)
-        key = json.dumps([generator_id, card.label, full, cond, strength, s, max_new_tokens])
-        steer_card = card if cond == "steered" else None
-        texts.append(gens.get_or_make(key, lambda: generate(full, card=steer_card, strength=strength,
-                                                            max_new_tokens=max_new_tokens, seed=s)))
-    items = [dict(card=cards[ci], concept_index=ci, prompt_index=pi, prompt=prompts[pi], condition=cond,
-                  strength=strength, split=split, continuation=text)
-             for (ci, pi, cond, strength, split), text in zip(jobs, texts)]
-    return judge_continuations(items, judge=judge, instruction=instruction, with_prefix=with_prefix)
 
 
 def judge_continuations(items: Sequence[dict], *, judge: Judge, instruction: bool = False,

@@ -54,7 +54,8 @@ class SteeringSample:
                                            "strength", "split", "continuation")}
         for axis in ("concept", "quality", "instruction"):
             r: Optional[JudgeRecord] = getattr(self, f"{axis}_score")
-            d.update({f"{axis}_{k}": None if r is None else getattr(r, k) for k in ("score", "status", "cached")})
+            d.update({f"{axis}_{k}": None if r is None else getattr(r, k)
+                      for k in ("score", "status", "cached")})
         return {**d, "sample_harmonic": self.sample_harmonic}
 
 
@@ -105,7 +106,8 @@ def aggregate(samples: Sequence[SteeringSample], condition: str, split: str = "e
         n_samples=len(rows), n_concept=len(scores["concept"]), n_quality=len(scores["quality"]),
         concept_parse_failures=fails["concept"], quality_parse_failures=fails["quality"],
         instruction_parse_failures=fails["instruction"],
-        api_errors=sum(r.status == "api_error" for r in flat), refused=sum(r.status == "refused" for r in flat))
+        api_errors=sum(r.status == "api_error" for r in flat),
+        refused=sum(r.status == "refused" for r in flat))
 
 
 def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmonic") -> dict[str, float]:
@@ -115,7 +117,8 @@ def select_strengths(samples: Sequence[SteeringSample], objective: str = "harmon
     for s in samples:
         if s.condition == "steered" and s.split == "select" and s.strength is not None:
             h = s.sample_harmonic3 if objective == "harmonic3" else s.sample_harmonic
-            by[s.concept].setdefault(s.strength, []).extend([] if h is None else [h])  # a strength with no parse too
+            # every strength is registered, even one whose samples did not parse
+            by[s.concept].setdefault(s.strength, []).extend([] if h is None else [h])
     out = {}
     for concept, per in by.items():
         scored = {st: sum(v) / len(v) for st, v in per.items() if v}
@@ -142,12 +145,14 @@ class SteeringResult:
         label and the parse-failure counts underneath."""
         lines = ["| Method | Concept ↑ | Quality ↑ | Harmonic ↑ |", "|---|---|---|---|"]
         for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} |")
+            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} "
+                         f"| {fmt(c.harmonic)} |")
         return "\n".join(lines) + "\n\n" + self._footer()
 
     def row17(self, checkpoint: str, condition: str = "steered") -> str:
         c = self.conditions[condition]
-        return f"| {checkpoint} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} | {fmt(c.sample_harmonic)} |"
+        return (f"| {checkpoint} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} "
+                f"| {fmt(c.sample_harmonic)} |")
 
     def _footer(self) -> str:
         parts = [f"judge: {self.label}"]
@@ -164,7 +169,8 @@ class SteeringResult:
         lines = ["| Method | Concept | Quality | Harmonic | Sample harmonic | n | Concept failures | Quality failures |",
                  "|---|---|---|---|---|---|---|---|"]
         for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} | "
+            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | "
+                         f"{fmt(c.harmonic)} | "
                          f"{fmt(c.sample_harmonic)} | {c.n_samples} | {c.concept_parse_failures} | "
                          f"{c.quality_parse_failures} |")
         return "\n".join(lines) + "\n"

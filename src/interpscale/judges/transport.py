@@ -58,8 +58,9 @@ class Transport:
             return TotalTimeout(f"no complete reply within {timeout:g} s")
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
             if not self.answered:  # nothing got through yet: the settings are wrong, stop
-                raise JudgeConfigError(f"judge endpoint {self.client.base_url} refused the request ({describe(exc)}); "
-                                       f"check --base-url, --model and ${self.client.api_key_env}") from None
+                raise JudgeConfigError(f"judge endpoint {self.client.base_url} refused the request "
+                                       f"({describe(exc)}); check --base-url, --model and "
+                                       f"${self.client.api_key_env}") from None
             return exc  # others got through: this item's own failure, not retried
         except (BodyReadError, openai.APIError) as exc:
             return exc

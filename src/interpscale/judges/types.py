@@ -132,7 +132,8 @@ class Outcome:
         """One line: '3 of 10 judge scores failed: 2 api_error (APIConnectionError x2), 1 parse_error'."""
         if not self.n_failed:
             return f"all {self.n} judge scores parsed"
-        why = " (" + "; ".join(f"{r} x{c}" for r, c in list(self.reasons.items())[:3]) + ")" if self.reasons else ""
+        top = "; ".join(f"{r} x{c}" for r, c in list(self.reasons.items())[:3])
+        why = f" ({top})" if self.reasons else ""
         parts = [f"{k} {status}{why if status == 'api_error' else ''}" for status, k in self.failures.items()]
         return f"{self.n_failed} of {self.n} judge scores failed: " + ", ".join(parts)
 
