@@ -162,14 +162,10 @@ class SteerlingLM(nn.Module):
     def loss(self, batch: Batch, step: int) -> LossOutput:
         """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15). No host
         reads (one ``torch.compile(fullgraph=True)`` graph): values are :meth:`check_batch`'s job."""
-        if not isinstance(batch, Batch):
-            raise ValueError(f"loss() expects a Batch, got {type(batch).__name__}")
         tokens, valid, cfg = batch.tokens.long(), batch.valid, self.config
         self._check_blocks(tokens)
         chunk_ids = None if batch.chunk_ids is None else batch.chunk_ids.long()
         chunk_labels = batch.chunk_labels
-        if chunk_ids is not None and not self.is_concept:
-            raise ValueError(f"family {cfg.family!r} has no concept module; drop chunk_ids/chunk_labels")
         if self.is_diffusion:
             x_t, masked = mask_batch(cfg, tokens, step, self.phase.max_steps, valid)
             targets = mdm_targets(tokens, masked)
