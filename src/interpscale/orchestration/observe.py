@@ -69,10 +69,9 @@ def peak_memory() -> dict[str, float]:
 
 
 def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> int:
-    """Cut ``metrics.jsonl`` back to what a run resuming ``segment`` at ``step`` has done:
-    rows of finished segments (``done``) and of ``segment`` up to ``step``; everything
-    else was logged past the state training restarts from and is logged again.  Rewritten
-    atomically, only when something goes; returns the number of rows dropped."""
+    """Cut ``metrics.jsonl`` back to the rows of finished segments (``done``) and of
+    ``segment`` up to ``step`` (the rest was logged past the state training restarts from
+    and is logged again); rewritten atomically when something goes; the rows dropped."""
     path = Path(path)
     if not path.exists():
         return 0

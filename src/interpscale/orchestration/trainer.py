@@ -115,13 +115,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 class Trainer:
     """Trains one RunSpec in its run directory; ``run()`` resumes wherever it stopped.
 
-    Data parallel over the ranks of an initialised ``torch.distributed`` group: each rank
-    takes its share of Table 24's global batch (``spec.batch_size`` rows whatever the
-    world size), split into micro-batches of ``micro_batch_tokens`` for gradient
-    accumulation.  ``parallel``: ``"ddp"`` (default) or ``"fsdp"`` (FSDP2 ``fully_shard``).
-    On CUDA: bf16 autocast, ``torch.compile`` of the loss (``compile=False`` turns it
-    off), fused AdamW, pinned batches copied without blocking; the CPU default is eager.
-    ``save_every_s`` / ``save_every_steps``: the resume-state cadence (``Checkpointer``).
+    Data parallel over an initialised ``torch.distributed`` group: each rank takes its share
+    of Table 24's global batch (``spec.batch_size`` rows whatever the world size), in
+    micro-batches of ``micro_batch_tokens``; ``parallel``: ``"ddp"`` or ``"fsdp"`` (FSDP2).
+    On CUDA: bf16 autocast, ``torch.compile`` of the loss (unless ``compile=False``), fused
+    AdamW, pinned batches; the CPU default is eager.  ``save_every_s`` / ``save_every_steps``:
+    the resume-state cadence (``Checkpointer``).
     """
 
     def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, *, data_root: str | os.PathLike | None = None,
