@@ -34,13 +34,10 @@ def empty_results() -> pd.DataFrame:
 
 
 def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool = False) -> pd.DataFrame:
-    """The results table at ``source`` (``.parquet``, ``.csv`` or ``.tsv``), validated.
-
-    ``source`` may also be a DataFrame (validated the same way; rows numbered from 1). A
-    missing file raises, unless ``missing_ok`` (then: :func:`empty_results`). Booleans in
-    ``annealed`` may be written true/false, yes/no, t/f, y/n or 1/0 (any case); a column with
-    no value at all means "not annealed". Numeric columns must hold numbers or be empty.
-    """
+    """The results table at ``source`` (``.parquet``, ``.csv``, ``.tsv`` or a DataFrame, rows numbered
+    from 1), validated; a missing file raises unless ``missing_ok`` (then :func:`empty_results`).
+    ``annealed`` may read true/false, yes/no, t/f, y/n or 1/0 (any case), or be empty in every row
+    ("not annealed"); numeric columns hold numbers or nothing."""
     if isinstance(source, pd.DataFrame):
         return validate_results(source.copy(), where="results table", row_offset=1)
     path = Path(source)

@@ -43,12 +43,10 @@ def isoflop_status(iso: Any) -> tuple[str, str]:
     sl = getattr(iso, "slices", None)
     detail = ""
     if isinstance(sl, pd.DataFrame) and len(sl):
-        used = int(sl["used"].sum()) if "used" in sl else len(sl)
-        detail = f"{used} of {len(sl)} slices used"
-        if "interior" in sl:
-            edge = int((~sl["interior"].astype(bool)).sum())
-            if edge:
-                detail += f"; {edge} slice(s) with the minimum at an edge size"
+        detail = f"{int(sl['used'].sum()) if 'used' in sl else len(sl)} of {len(sl)} slices used"
+        edge = int((~sl["interior"].astype(bool)).sum()) if "interior" in sl else 0
+        if edge:
+            detail += f"; {edge} slice(s) with the minimum at an edge size"
     if not iso.converged:
         return "not converged", detail
     lo, hi = (getattr(iso, "ci", {}) or {}).get("alpha_P") or (math.nan, math.nan)

@@ -47,9 +47,8 @@ STYLE = {
 
 
 def family_color(family: str) -> str:
-    if family in FAMILY_COLORS:
-        return FAMILY_COLORS[family]
-    return _EXTRA_COLORS[sum(map(ord, family)) % len(_EXTRA_COLORS)]  # stable for zoo families
+    # a zoo family gets a stable colour from its name
+    return FAMILY_COLORS.get(family) or _EXTRA_COLORS[sum(map(ord, family)) % len(_EXTRA_COLORS)]
 
 
 def family_label(family: str) -> str:
@@ -128,10 +127,7 @@ def headline_estimator(df: pd.DataFrame, family: str) -> str | None:
     if "estimator" not in df.columns:
         return None
     present = set(df.loc[df["family"] == family, "estimator"].dropna())
-    for est in ("mdlm_elbo", "ar_ce"):
-        if est in present:
-            return est
-    return sorted(present)[0] if present else None
+    return next((e for e in ("mdlm_elbo", "ar_ce") if e in present), min(present, default=None))
 
 
 def annealed_if_any(df: pd.DataFrame) -> bool | None:
