@@ -21,7 +21,7 @@ from interpscale._atomic import atomic_write_text
 from interpscale.analysis.fit_status import fit_statuses
 from interpscale.analysis.report import write_report
 from interpscale.errors import FailedWork
-from interpscale.judges.scorers import resolve_judge
+from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 from interpscale.models import FAMILIES
 from interpscale.orchestration.adaptive import adaptive_sweep
@@ -186,7 +186,7 @@ def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, 
     rows = out.index[_concept_rows(out) & out.get("checkpoint", pd.Series(index=out.index, dtype=object)).notna()]
     if not len(rows):
         return out
-    judge = resolve_judge(judge)
+    judge = build_judge(judge)
     name = getattr(judge, "backend", None) or type(judge).__name__
     dirs = {r.run_id: run_dir(r) for r in runs}
     if "known_concept_alignment" not in out.columns or out["known_concept_alignment"].dtype != float:
