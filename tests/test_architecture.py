@@ -346,3 +346,30 @@ def test_the_function_length_check_can_fail(tmp_path):
     (pkg / "long.py").write_text("def f():\n" + "    x = 1\n" * 81)
     (pkg / "short.py").write_text("def g():\n" + "    x = 1\n" * 79)
     assert long_functions(pkg) == ["interpscale/long.py:f (82 lines)"]
+
+
+MAX_MODULE_LINES = 400  # CONTRIBUTING: "no file over ~400 lines without a reason"
+LONG_MODULE_EXCEPTIONS: dict[str, str] = {}  # "path" -> why (also stated in docs/architecture.md)
+
+
+def long_modules(root: Path = SRC, limit: int = MAX_MODULE_LINES) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        n = len(path.read_text().splitlines())
+        key = str(path.relative_to(root.parent))
+        if n > limit and key not in LONG_MODULE_EXCEPTIONS:
+            out.append(f"{key} ({n} lines)")
+    return out
+
+
+def test_no_module_is_over_400_lines():
+    bad = long_modules()
+    assert not bad, "modules over 400 lines (split them by job, or say why in docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_the_module_length_check_can_fail(tmp_path):
+    pkg = tmp_path / "interpscale"
+    pkg.mkdir()
+    (pkg / "long.py").write_text("x = 1\n" * 401)
+    (pkg / "short.py").write_text("x = 1\n" * 400)
+    assert long_modules(pkg) == ["interpscale/long.py (401 lines)"]
