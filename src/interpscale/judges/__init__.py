@@ -7,11 +7,7 @@ but its bottom modules, and never torch.
 >>> score_alignment(cards, top_tokens, judge=judge).mean                            # doctest: +SKIP
 >>> run_steering_benchmark(generate, cards, judge=judge).table9()                   # doctest: +SKIP
 
-``build_judge`` is the one builder (without an endpoint, argument or $INTERPSCALE_JUDGE_*,
-it is the offline ``LexicalJudge``, and every output says so); every backend implements the
-``Judge`` protocol and returns one ``JudgeRecord`` per item: a value, or None with its status
-(``parse_error``, ``api_error``, ``refused``, ``undefined``), never a zero. The client is split
-as openai-python's: ``retry``, ``transport``, ``classify``, ``client``, ``env``.
+The modules and their split: docs/architecture.md. A failed item is None with its status, never a zero.
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp

@@ -1,13 +1,10 @@
 """JudgeClient: concurrent, cached, retrying judge calls to an OpenAI-compatible API.
 
-Every task ends as one ``Reply``: a parsed value, or None with a status (``parse_error``,
-``api_error``, ``refused``); nothing that happens to one task reaches the others, except a
-401/403/404 before any answer of the run (``JudgeConfigError``: the settings are wrong).
-Transport errors are retried (``judges.transport``, ``judges.retry``); a malformed reply
-body is an uncached ``api_error``; an unparseable answer gets one re-ask showing the judge
-its own (truncated) reply, then is a cached ``parse_error``. Finished calls are committed
-to the sqlite cache as they arrive (a killed run resumes), ``usage`` and the cache's cost
-ledger count what was sent, and the API key is never stored, logged or cached.
+Every task ends as one ``Reply``, whatever happens to the others (only a settings error,
+``judges.transport``, stops the run): a malformed reply body is an uncached ``api_error``;
+an unparseable answer gets one re-ask showing the judge its own (truncated) reply, then is
+a cached ``parse_error``. Finished calls are committed to the sqlite cache as they arrive
+(a killed run resumes); the API key is never stored, logged or cached.
 """
 
 from __future__ import annotations
@@ -76,13 +73,6 @@ class UsageStats:
     def cost(self) -> Optional[float]:
         return token_cost(self.prompt_tokens, self.completion_tokens, self.price_in_per_mtok,
                           self.price_out_per_mtok)
-
-    def add_tokens(self, model: str, prompt: int, completion: int) -> None:
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        m = self.tokens_by_model.setdefault(model, {"prompt_tokens": 0, "completion_tokens": 0})
-        m["prompt_tokens"] += prompt
-        m["completion_tokens"] += completion
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cost": self.cost}
@@ -155,11 +145,12 @@ class JudgeClient:
     def tally(self, *, tokens: tuple[int, int] | None = None, **counts: int) -> None:
         """Add ``counts`` (requests, retries, reasks) and reported ``(prompt, completion)``
         tokens to ``usage`` and to the ledger's pending row."""
+        if tokens is not None:
+            counts.update(prompt_tokens=tokens[0], completion_tokens=tokens[1])
+            m = self.usage.tokens_by_model.setdefault(self.model, {"prompt_tokens": 0, "completion_tokens": 0})
+            m.update({k: m[k] + counts[k] for k in m})
         for name, n in counts.items():
             setattr(self.usage, name, getattr(self.usage, name) + n)
-        if tokens is not None:
-            self.usage.add_tokens(self.model, *tokens)
-            counts.update(prompt_tokens=tokens[0], completion_tokens=tokens[1])
         self.ledger.add(**counts)
 
     def _lookup(self, tasks: Sequence[JudgeTask]) -> tuple[list[str], dict[str, Reply]]:

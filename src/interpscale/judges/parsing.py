@@ -103,32 +103,21 @@ def parse_rating(text: str, lo: float = 0, hi: float = 2) -> Optional[Parsed]:
     return parsed
 
 
+def _reject(why: str) -> Any:
+    raise _Reject(why)
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k.strip().upper() for k, _ in pairs]
     if len(set(keys)) != len(keys):
-        raise _Reject("duplicate or case-variant keys")
+        _reject("duplicate or case-variant keys")
     return dict(zip(keys, (v for _, v in pairs)))
 
 
-def _json_int(s: str) -> int:
-    if len(s) > MAX_NUMBER_CHARS:
-        raise _Reject("integer too long")
-    return int(s)
-
-
-def _json_float(s: str) -> float:
-    v = _number(s)
-    if v is None:
-        raise _Reject("number too long or not finite")
-    return v
-
-
-def _json_constant(s: str) -> Any:
-    raise _Reject(f"{s} is not a score")
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_json_int, parse_float=_json_float,
-                            parse_constant=_json_constant)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_constant=lambda s: _reject(f"{s} is not a score"),
+    parse_int=lambda s: int(s) if len(s) <= MAX_NUMBER_CHARS else _reject("integer too long"),
+    parse_float=lambda s: _reject("number too long or not finite") if (v := _number(s)) is None else v)
 
 
 def _json_values(text: str, opener: str) -> Optional[list[Any]]:

@@ -17,7 +17,7 @@ import math
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
@@ -74,24 +74,22 @@ class _Generations:
         from tqdm.auto import tqdm
 
         out = []
-        bar = tqdm(jobs, desc="generate", unit="continuation", disable=not self.progress)
-        for ci, pi, cond, strength, split in bar:
+        for ci, pi, cond, strength, split in tqdm(jobs, desc="generate", unit="continuation",
+                                                   disable=not self.progress):
             card, prompt = self.cards[ci], self.prompts[pi]
             full = self.template.format(label=card.label, description=card.description, prompt=prompt) \
                 if cond == "prompting" else prompt
             s = _seed(self.seed, card.label, pi, cond, strength)
             key = json.dumps([self.generator_id, card.label, full, cond, strength, s, self.max_new_tokens])
-            steer = card if cond == "steered" else None
-            text = self.get_or_make(key, lambda: self.generate(full, card=steer, strength=strength,
-                                                               max_new_tokens=self.max_new_tokens, seed=s))
+            if key not in self.done:
+                steer = card if cond == "steered" else None
+                self._keep(key, self.generate(full, card=steer, strength=strength,
+                                              max_new_tokens=self.max_new_tokens, seed=s))
             out.append(dict(card=card, concept_index=ci, prompt_index=pi, prompt=prompt, condition=cond,
-                            strength=strength, split=split, continuation=text))
+                            strength=strength, split=split, continuation=self.done[key]))
         return out
 
-    def get_or_make(self, key: str, make: Callable[[], str]) -> str:
-        if key in self.done:
-            return self.done[key]
-        text = make()
+    def _keep(self, key: str, text: Any) -> None:
         if not isinstance(text, str):
             raise ValueError(f"generate returned {type(text).__name__}, expected str (key {key})")
         self.done[key] = text
@@ -104,7 +102,6 @@ class _Generations:
             self._f.write(json.dumps({"key": key, "continuation": text}) + "\n")
             self._f.flush()
             os.fsync(self._f.fileno())
-        return text
 
     def close(self) -> None:
         if self._f is not None:

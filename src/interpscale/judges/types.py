@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Optional, Protocol, Sequence, get_args, runtime_checkable
+from typing import Any, Literal, Optional, Protocol, Sequence, get_args, runtime_checkable
 
 # How a judge reply was (or was not) turned into a score.
 #   ok          parsed on the first answer
@@ -141,11 +141,7 @@ class Outcome:
 def outcome(result: Any) -> Outcome:
     """How ``result`` (any judged result) went; the CLI prints its failures and exits 1 when
     nothing at all was scored."""
-    return outcome_of(result_records(result))
-
-
-def outcome_of(records: Iterable[JudgeRecord]) -> Outcome:
-    recs = list(records)
+    recs = result_records(result)
     failures = Counter(r.status for r in recs if r.score is None and r.status in FAILED_STATUSES)
     reasons = Counter(r.raw.splitlines()[0][:120] if r.raw else "no detail" for r in recs if r.status == "api_error")
     return Outcome(len(recs), sum(r.score is not None for r in recs), dict(failures.most_common()),
