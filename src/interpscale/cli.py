@@ -1,14 +1,7 @@
-"""The ``interpscale`` command: a thin dispatcher over ``interpscale._commands``.
-
-Each subcommand is a module exposing ``add_arguments(parser)`` and ``run(args) -> int``,
-imported only when its subcommand runs (``interpscale fit`` never imports torch). A module
-with several operations declares them as sub-verbs; one naming ``DEFAULT_VERB`` still runs
-the old spelling without a verb (``fit RESULTS``) for one release, with one deprecation line.
-
-:func:`main` is the only place where an exception becomes a message and an exit code: bad
-input (:class:`interpscale.errors.UserError`, any ``ValueError``, a missing or unreadable
-file) exits 2, failed work (``FailedWork``) and anything unexpected 1, Ctrl-C 130; one line
-on stderr, ``-v`` adds the traceback.
+"""The ``interpscale`` command: a thin dispatcher over ``interpscale._commands`` (each module's
+``add_arguments(parser)`` and ``run(args) -> int``, imported only when its subcommand runs).
+:func:`main` is the only place an exception becomes one stderr line and an exit code (bad
+input 2, failed work and the unexpected 1, Ctrl-C 130; ``-v`` adds the traceback).
 """
 
 from __future__ import annotations
@@ -45,13 +38,7 @@ _BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
 
 
 def _load(name: str):
-    module, _ = COMMANDS[name]
-    return importlib.import_module(f"interpscale._commands.{module}")
-
-
-def _command_in(argv: list[str]) -> str | None:
-    """The subcommand named in argv: its first argument that is not an option."""
-    return next((a for a in argv if not a.startswith("-")), None)
+    return importlib.import_module(f"interpscale._commands.{COMMANDS[name][0]}")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -144,7 +131,7 @@ def _message(exc: BaseException, verbose: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand and return its exit status (see the module docstring)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = _command_in(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)  # its first non-option argument
     argv = _old_spelling(argv, command)
     parser = build_parser(command)
     args = parser.parse_args(argv)

@@ -1,16 +1,7 @@
 """The one launcher: submitit jobs on this machine (``local``), on SLURM (``slurm``) or in
-this process (``debug``), used by sweeps, ``data prepare`` and concept annotation
-(docs/launching.md).  A bottom module: it imports the standard library and submitit only.
-
-    launcher = make_executor("local", folder, name="sweep", timeout_min=60, max_parallel=2)
-    with launcher:                       # Ctrl-C / SIGTERM / an error inside: cancel() the jobs
-        jobs = launcher.map(fn, items)   # one job per item (several iterables zip, as map_array)
-        results = launcher.wait(jobs, progress=lambda done, total: ...)  # raises JobsFailed
-
-Inside a job function: :func:`handle_stop_signals` once, then poll :func:`stop_requested`
-at safe points, so no training process outlives its sweep.  Local controllers start with
-SIGINT ignored, so a terminal's Ctrl-C reaches the launcher only, which cancels its jobs in
-order (instead of submitit's controllers killing their tasks and printing tracebacks).
+this process (``debug``); usage and signal handling in docs/launching.md.  A bottom module:
+it imports the standard library and submitit only.  Inside a job function call
+:func:`handle_stop_signals` once, then poll :func:`stop_requested` at safe points.
 """
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``interpscale evaluate RUN_DIR``: evaluate every checkpoint of a run into its results.
-
-A run directory gets every default estimator and metric of its family; a directory of run
-directories gets each of them. A sweep is evaluated (and collected) by
-``interpscale sweep evaluate SWEEP_DIR``; ``evaluate SWEEP_DIR`` still does that for one
-release, with a deprecation line.
-"""
+"""``interpscale evaluate RUN_DIR``: every checkpoint of a run (or of each run under a directory)
+into its results; ``evaluate SWEEP_DIR`` is the deprecated spelling of ``sweep evaluate``."""
 
 from __future__ import annotations
 

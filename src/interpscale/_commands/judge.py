@@ -88,26 +88,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(r)
 
 
-def _judge(args: argparse.Namespace) -> Any:
-    from interpscale.judges import build_judge
-
-    return build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
-                       templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
-                       top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,
-                       price_out_per_mtok=args.price_out, progress=sys.stderr.isatty(),
-                       **given(args, "api_key_env", "concurrency", "max_retries", "timeout"))
-
-
 def run(args: argparse.Namespace) -> int:
     from interpscale.errors import FailedWork, UserError
+    from interpscale.judges import build_judge, outcome
     from interpscale.judges.batch import BatchWritten
-    from interpscale.judges import outcome
 
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
     if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
         raise UserError(f"{args.checkpoint}: no such checkpoint file")
-    judge = _judge(args)
+    judge = build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
+                        templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
+                        top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,
+                        price_out_per_mtok=args.price_out, progress=sys.stderr.isatty(),
+                        **given(args, "api_key_env", "concurrency", "max_retries", "timeout"))
     try:
         score = {"alignment": _alignment, "steering": _steering, "relevance": _relevance}[args.verb]
         result = score(args, judge)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
+import typing
 from typing import Any, Callable
 
 
@@ -23,12 +25,8 @@ def option(p: argparse.ArgumentParser | Any, flag: str, func: Callable, name: st
     no argparse default and the library default shown in the help."""
     name = name or flag.lstrip("-").replace("-", "_")
     default = library_default(func, name)
-    if isinstance(default, float) and 1e4 <= abs(default):
-        shown = f"{default:g}"
-    elif isinstance(default, (tuple, list)):
-        shown = ",".join(map(str, default))
-    else:
-        shown = default
+    shown = f"{default:g}" if isinstance(default, float) and 1e4 <= abs(default) else (
+        ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default)
     text = f"{help} (default: {shown})" if help else f"default: {shown}"
     p.add_argument(flag, dest=kw.pop("dest", flag.lstrip("-").replace("-", "_")), default=None,
                    help=text.replace("%", "%%"), **kw)
@@ -44,8 +42,6 @@ def given(args: argparse.Namespace, *names: str, **rename: str) -> dict[str, Any
 def literal_choices(func: Callable, name: str) -> tuple[str, ...] | None:
     """The string values of a ``Literal[...]`` annotation of ``func``'s keyword ``name``
     (``None`` when it is not one: the library then checks the value itself)."""
-    import typing
-
     try:
         hint = typing.get_type_hints(func)[name]
     except Exception:  # noqa: BLE001 -- an annotation that does not resolve: no choices, the library checks
@@ -57,8 +53,6 @@ def literal_choices(func: Callable, name: str) -> tuple[str, ...] | None:
 
 def positive_float(text: str) -> float:
     """An argparse ``type``: a finite number > 0 (a compute budget, a count)."""
-    import math
-
     value = float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")

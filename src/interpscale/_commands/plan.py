@@ -1,7 +1,4 @@
-"""``interpscale plan --preset P``: print the dry-run table of an IsoFLOP sweep.
-
-``--preset`` is required: the embedded demo is ``interpscale demo`` (or ``--preset demo``).
-"""
+"""``interpscale plan --preset P``: print the dry-run table of an IsoFLOP sweep."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """The training loop's checkpointing: what to save, when, and with every rank agreeing
-(docs/training.md, "Checkpoints"), modelled on torchtitan's ``CheckpointManager``: the loop
-calls :meth:`Checkpointer.after_step` after every optimizer step and the manager decides.
-Resume state (``RUN_DIR/state/``) holds weights, AdamW state, RNG, segment and step (the
-data position); evaluation checkpoints (``RUN_DIR/checkpoints/``) the weights.  Clocks
-differ between ranks and FSDP2 saving is collective, so the time rule uses rank 0's clock,
-broadcast at log steps only.
+(docs/training.md, "Checkpoints"), modelled on torchtitan's ``CheckpointManager``.  The time
+rule uses rank 0's clock, broadcast at log steps only (clocks differ; FSDP2 saving is collective).
 """
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Validation of a preset (TOML) before anything runs.
-
-``validate_config(cfg, source)`` checks every section and key by name (an unknown one is
-rejected with the closest valid spelling, e.g. ``[dataa]`` -> "did you mean [data]?"), the
-type of every value, and the facts that must agree across sections: the model's concept
-count and the data's, the CDLM block size and the sequence length, the batch and its
-micro-batch, the model's and the tokenizer's vocabulary. It raises ``ConfigError`` (a
-``ValueError``) naming the file, the section and the key; it returns the config unchanged.
-"""
+"""Validation of a preset (TOML) before anything runs: every section, key (an unknown one with
+the closest valid spelling) and value type, and the facts sections must agree on; one
+``ConfigError`` naming the file, the section and the key."""
 
 from __future__ import annotations
 
@@ -253,14 +247,10 @@ def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
     from interpscale.models import SIZES
 
     preset = cfg.get("size_presets", {}).get(size, {})
-    if key in preset:
-        return preset[key]
-    if key in cfg.get("model", {}):
-        return cfg["model"][key]
-    if explicit:
-        return None
-    base = SIZES.get(preset.get("base", size))
-    return getattr(base, key, None)
+    for table in (preset, cfg.get("model", {})):
+        if key in table:
+            return table[key]
+    return None if explicit else getattr(SIZES.get(preset.get("base", size)), key, None)
 
 
 def _cross_checks(cfg: Mapping, source: Any) -> None:

@@ -101,6 +101,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     return table
 
 
+@torch.no_grad()
 def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], batches, n_bytes: dict[str, int], *,
                          device: torch.device, seed: int, interp: bool, table_path: Path) -> list[dict]:
     """One results row per estimator for checkpoint ``ckpt``."""
@@ -119,13 +120,11 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
     if interp:
         from interpscale.metrics.interp import interp_metrics
 
-        with torch.no_grad():
-            interp_vals = dict(interp_metrics(model, batches, seed=seed))
+        interp_vals = dict(interp_metrics(model, batches, seed=seed))
     out = []
     step = int(extra.get("step", 0))
     for est in estimators:
-        with torch.no_grad():
-            le = estimate_loss(model, batches, est, seed=seed)
+        le = estimate_loss(model, batches, est, seed=seed)
         out.append({"run_id": spec.run_id, "family": spec.family, "size": spec.size,
                     "slice_flops": spec.slice_flops, "flops": spec.flops_per_token * step * spec.batch_tokens,
                     "params": spec.params, "tokens": step * spec.batch_tokens, "seq_len": spec.seq_len,

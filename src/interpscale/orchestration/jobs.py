@@ -1,10 +1,5 @@
-"""What a sweep's submitit job runs: train (then evaluate) its runs, or evaluate them.
-
-Jobs are ``Checkpointable``: on preemption / timeout submitit requeues them unchanged and
-every run resumes from its last saved state.  Asked to stop
-(:func:`interpscale.executors.stop_requested`), the run in progress saves its state and is
-marked ``interrupted``, and the job returns.
-"""
+"""What a sweep's submitit job runs: train (then evaluate) its runs, or evaluate them.  Jobs are
+``Checkpointable`` (requeued unchanged on preemption; every run resumes from its saved state)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Launching a sweep through :mod:`interpscale.executors` (``local`` with bounded
-concurrency, ``slurm`` job arrays, ``debug`` in this process); ``docs/launching.md``.
-
-A job (:mod:`~interpscale.orchestration.jobs`) trains, then evaluates, its runs one after
-another; finished runs are never submitted again, a failed run fails alone.  Ctrl-C or
-SIGTERM stops the local jobs (each saves its state), marks their runs ``interrupted`` and
-ends in one line.  The sweep directory is bound to its runs and data
-(:mod:`~interpscale.orchestration.manifest`).
-"""
+"""Launching a sweep through :mod:`interpscale.executors`: finished runs are never submitted
+again, a failed run fails alone, Ctrl-C / SIGTERM stops the jobs with their state saved
+(``docs/launching.md``)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Training observability: device-side metric accumulation, throughput/MFU/memory, the
-metrics file, TensorBoard and the progress bar.
-
-Losses and gradient norms are summed on the device every step and read back (one host
-sync) only when a metrics record is written, every ``log_every`` steps.  A resumed
-segment first cuts ``metrics.jsonl`` back to the step it resumes from
-(:func:`rewind_metrics`), so redone steps are never logged twice.
-"""
+"""Training observability: metrics summed on the device and read back (one host sync) every
+``log_every`` steps, throughput/MFU/memory, the metrics file, TensorBoard and the progress bar
+(docs/training.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Data parallelism for the trainer: DDP (default) or FSDP2, micro-batches, batch prefetch.
-
-Every rank builds the same model from the same seed; ``wrap`` hands back the module whose
-``forward(batch, step)`` is the model's loss, wrapped so gradients are averaged across
-ranks by the wrapper's own bucketed, backward-overlapped all-reduce (DDP) or
-reduce-scatter (FSDP2).  Gradient accumulation skips that synchronisation on all but
-the last micro-batch of a step (``sync``).
+Every rank builds the same model from the same seed; gradients are averaged by the wrapper's
+own all-reduce (DDP) or reduce-scatter (FSDP2), only on a step's last micro-batch (``sync``).
 """
 
 from __future__ import annotations

@@ -18,11 +18,9 @@ KEY = ("run_id", "checkpoint", "estimator")
 
 
 def _ordered(df: pd.DataFrame) -> pd.DataFrame:
-    for c in RESULT_COLUMNS:
-        if c not in df.columns:
-            df[c] = pd.NA
+    """The table's columns first (missing ones all NA), extra columns after."""
     extra = [c for c in df.columns if c not in RESULT_COLUMNS]
-    return df[list(RESULT_COLUMNS) + extra]
+    return df.reindex(columns=[*RESULT_COLUMNS, *extra], fill_value=pd.NA)
 
 
 def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -30,7 +28,7 @@ def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.suffix != ".parquet":
         raise ValueError(f"results path must end in .parquet, got {path}")
-    df = _ordered(df.copy())
+    df = _ordered(df)
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)
     with atomic_path(path.with_suffix(".csv")) as tmp:

@@ -97,8 +97,7 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSpec":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
+        unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown RunSpec field(s) {sorted(unknown)}")
         return cls(**d)

@@ -1,11 +1,5 @@
 """Frozen teachers for the CoCoMix families: train the teacher's SAE, save both, and attach
-them to a student built from a run's overrides (the model itself never reads a file).
-
-``prepare_cocomix_teacher`` returns the overrides (``teacher_checkpoint``, ``sae_checkpoint``,
-``teacher_size``, ``teacher_layer``, ``sae_width``) a RunSpec carries; the trainer calls
-``attach_frozen`` after building or resuming a model, which loads them when the model
-``needs_teacher``.
-"""
+them to a student built from a run's overrides (the model itself never reads a file)."""
 
 from __future__ import annotations
 

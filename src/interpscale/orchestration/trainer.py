@@ -1,10 +1,5 @@
-"""The training loop (App. G recipe), resumable bit-exactly from its last saved state.
-
-A run is a list of segments (``schedule.segments``: the stable phase, then one anneal
-branch per reservoir checkpoint, App. I); each segment is a short loop of optimizer steps
-(WSD learning rate, micro-batches) whose logging is ``observe.SegmentLog`` and whose saving
-is ``checkpointer.Checkpointer`` (what to save, when, rank agreement).
-"""
+"""The training loop (App. G recipe), resumable bit-exactly from its last saved state: segments
+(App. I) of short loops whose logging is ``observe`` and saving ``checkpointer`` (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -30,12 +25,6 @@ from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
-
-
-def _dist() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def prepare_run_data(spec: RunSpec, data_root: str | os.PathLike) -> tuple[Path, PreparedData]:
@@ -133,7 +122,8 @@ class Trainer:
         if parallel not in PARALLEL:
             raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
         self.spec, self.progress, self.parallel, self.tensorboard = spec, progress, parallel, tensorboard
-        self.rank, self.world = _dist()
+        dist = torch.distributed
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         self.device = _pick_device(device)
         self.compile = self.device.type == "cuda" if compile is None else bool(compile)
         if self.rank == 0:
