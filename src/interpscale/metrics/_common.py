@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from interpscale.models.types import SPECIAL_IDS, Batch, ModelOutput
+from interpscale.models.types import SPECIAL_IDS, Batch, ModelOutput, evaluating
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -35,10 +35,7 @@ def is_diffusion(model: nn.Module) -> bool:
 def special_id(model: nn.Module, name: str) -> int:
     """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` from its config (a pretrained
     tokenizer puts them anywhere), else the built-in id."""
-    cfg = getattr(model, "config", None)
-    value = getattr(cfg, name, None)
-    if value is None and name == "mask_id":
-        value = getattr(cfg, "mask_token_id", None)  # zoo configs' name for it
+    value = getattr(getattr(model, "config", None), name, None)
     return SPECIAL_IDS[name.removesuffix("_id")] if value is None else int(value)
 
 
@@ -73,13 +70,8 @@ def logits_of(out: ModelOutput | torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Inference mode with dropout off; restores the caller's train/eval state."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
+    with evaluating(model), torch.inference_mode():
+        yield
 
 
 def require_family(model: nn.Module, *, diffusion: bool, what: str) -> None:

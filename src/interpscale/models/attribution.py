@@ -8,6 +8,8 @@ from typing import Optional
 
 import torch
 
+from interpscale.models.types import evaluating
+
 
 @dataclass(frozen=True)
 class IGResult:
@@ -39,9 +41,7 @@ def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int
     sel = torch.ones(T, dtype=torch.bool, device=tokens.device) if positions is None else positions.bool()
     base = torch.where(sel[None, :, None], emb[model.config.mask_id].detach().expand_as(x), x)
     diff = x - base
-    was = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         grads = torch.zeros_like(x)
         alphas = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device)
         alphas = (alphas - 0.5 if method == "midpoint" else alphas) / steps
@@ -55,8 +55,6 @@ def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int
         with torch.no_grad():
             ends = model.run(None, embeds=torch.cat([x, base])).logits[:, position]
             ell_end = ends.gather(-1, target.repeat(2)[:, None]).squeeze(-1)
-    finally:
-        model.train(was)
     scores = (diff * grads / steps).sum(-1)  # Eq. 16
     delta = ell_end[:B] - ell_end[B:]
     err = (scores.sum(-1) - delta).abs() / delta.abs().clamp_min(1e-12)
@@ -84,12 +82,8 @@ def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, 
     tokens = model.check_tokens(tokens)
     if chunk_ids.shape != tokens.shape:
         raise ValueError(f"chunk_ids shape {tuple(chunk_ids.shape)} != tokens shape {tuple(tokens.shape)}")
-    was = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         out = model.run(tokens)
-    finally:
-        model.train(was)
     cm = model.concept
     if targets is None:
         targets = out.logits.argmax(-1)

@@ -161,8 +161,7 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         inv = 1.0 / cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
         ang = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float64), inv).repeat(1, 2)  # [T, hd]
-        sign = torch.ones(cfg.head_dim, dtype=torch.float64)
-        sign[: cfg.head_dim // 2] = -1
+        sign = torch.tensor([-1.0, 1.0], dtype=torch.float64).repeat_interleave(cfg.head_dim // 2)
         self.register_buffer("rope_cos", ang.cos().float(), persistent=False)
         self.register_buffer("rope_sin", (ang.sin() * sign).float(), persistent=False)
         self.apply(self._init)

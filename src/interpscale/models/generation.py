@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from interpscale.models.steering import SteerState, Steering, steer_state
+from interpscale.models.types import evaluating
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], gen: torch.Generator):
@@ -54,13 +55,9 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, *, temperatur
     if generator is None:
         generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
     st = steer_state(model, steer) if steer is not None else None
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         fn = _generate_cdlm if model.is_diffusion else _generate_ar
         return fn(model, prompt, int(max_new_tokens), temperature, top_k, st, use_cache, steps_per_block, generator)
-    finally:
-        model.train(was_training)
 
 
 def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps, gen):

@@ -193,10 +193,9 @@ class SteerlingLM(nn.Module):
         else:
             k_gt = torch.zeros_like(p.hidden)
         l_rec = reconstruction_loss(p.unknown_pred, p.hidden, k_gt, masked)  # Eqs. 11-12
-        if p.unknown_coords is not None:  # û = z·B: the same loss through the R-dim coordinates
-            l_ind = independence_loss(p.unknown_coords, p.known_pred, masked, basis=self.concept.unk_b)
-        else:
-            l_ind = independence_loss(p.unknown_pred, p.known_pred, masked)  # Eqs. 13-14
+        coords = p.unknown_coords is not None  # û = z·B: the same loss through the R-dim coordinates
+        l_ind = independence_loss(p.unknown_coords if coords else p.unknown_pred, p.known_pred, masked,
+                                  basis=self.concept.unk_b if coords else None)  # Eqs. 13-14
         if c.indep_terms != 1:  # §10.2.2: L(û, k̂) + L(ε, k̂), half weight each
             eps = p.hidden - p.known_pred - p.unknown_pred
             l_ind = 0.5 * (l_ind + independence_loss(eps, p.known_pred, masked))

@@ -3,8 +3,9 @@ a subpackage boundary is one of these small dataclasses."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Iterator, Literal, Optional, Union
 
 import torch
 
@@ -79,3 +80,14 @@ class PhaseSchedule:
     max_steps: int = 1
     anneal_steps: int = 0
     anneal_start: int = 0
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in eval mode (dropout off) inside the block; its train/eval state restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

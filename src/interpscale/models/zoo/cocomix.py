@@ -1,13 +1,6 @@
-"""CoCoMix (continuous concept mixing) and its pause-token and knowledge-distillation baselines.
-
-Targets: the top-K_attr latents, by activation × gradient of the teacher's next-token loss
-(Eq. 1), of a TopK SAE on a frozen teacher's layer-L_con states. The student predicts them at
-its insertion layer (Eq. 2, weight λ), compresses TopK(K_concept) of the logits to
-ĉ_t = W·TopK(z_t) + b (Eq. 3) and interleaves (h_1, ĉ_1, …, h_T, ĉ_T) into the remaining blocks;
-x_{t+1} is predicted at ĉ_t. ``pause`` interleaves a learned vector; ``kd`` adds λ_KD·KL(teacher
-‖ student). Building reads no file: teacher and SAE are passed in or attached
-(``orchestration.teachers`` trains, saves and loads them); without them the student runs forward.
-"""
+"""CoCoMix (continuous concept mixing) and its pause-token and knowledge-distillation baselines
+(method, knobs and counts: docs/zoo.md). Building reads no file: teacher and SAE are passed in or
+attached (``orchestration.teachers`` trains, saves and loads them); without them it runs forward."""
 
 from __future__ import annotations
 
@@ -99,11 +92,8 @@ def cocomix_params(c: ZooConfig) -> int:
 
 
 def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
-    """Eq. 23 with the doubled sequence after the insertion layer: the upper L − L_ins
-    layers process 2 positions per token with a 2N context, so they cost 2·6·P_layer and
-    2·12·d·(2N); plus the dense concept head (6·d·C) and the TopK-sparse compression
-    (6·K·d); plus, when ``count_teacher``, the teacher's forward 2P_T + 4·L_T·d_T·N (and
-    for cocomix the same again for the attribution backward, and the SAE 6·d_T·C)."""
+    """Eq. 23 with the doubled sequence (2 positions per token, context 2N) above the insertion
+    layer, the concept head, the compression and, with ``count_teacher``, the teacher (docs/zoo.md)."""
     bcfg = backbone_config(c)
     ins, C, _ = _dims(c)
     d, L, N, v = c.d_model, c.n_layers, int(seq_len), c.extra["variant"]

@@ -1,9 +1,5 @@
-"""What every zoo family shares: its config record and the autoregressive training protocol.
-
-A zoo model subclasses :class:`ZooLM`, implements ``forward(tokens) -> ModelOutput`` and names
-its analytic counts ``params_fn(config)`` / ``flops_fn(config, seq_len)`` (so the planner can
-price sizes it never builds); the next-token loss lives here, the rest in ``FamilyModel``.
-"""
+"""What every zoo family shares: its config record and the autoregressive training protocol (a
+:class:`ZooLM` subclass writes ``forward`` and its analytic ``params_fn`` / ``flops_fn``)."""
 
 from __future__ import annotations
 

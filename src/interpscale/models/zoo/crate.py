@@ -1,9 +1,5 @@
-"""CRATE language model (white-box transformer) and the units its auto-interpretability reads.
-
-Per layer (CRATE-LM §4): Z ← Z + MSSA(LN₁ Z), one shared Q = K = V projection per head, causal
-(Eq. 8); then Z ← D·A₂, A₂ the two-step ISTA code of LN₂ Z over an overcomplete dictionary
-D ∈ ℝ^{d×4d} (Eq. 9-13); no residual around ISTA.
-"""
+"""CRATE language model (white-box transformer, CRATE-LM §4: MSSA then two-step ISTA, Eqs. 8-13;
+docs/zoo.md) and the units its auto-interpretability reads."""
 
 from __future__ import annotations
 
@@ -98,9 +94,7 @@ def crate_nonembedding_params(c: ZooConfig) -> int:
 
 
 def crate_flops_per_token(c: ZooConfig, seq_len: int) -> float:
-    """6·P_eff + 12·L·d·N (Eq. 23) where CRATE's P_eff counts the dictionary once per
-    matmul it takes part in: Dᵀz, and per extra ISTA step DᵀD·A (two), then D·A_t,
-    i.e. (2 + 2·(t−1))·h·d instead of the 2·h·d of a GPT MLP."""
+    """6·P_eff + 12·L·d·N (Eq. 23), P_eff counting the dictionary once per matmul it takes part in."""
     d, L = c.d_model, c.n_layers
     h, t = c.extra.get("expansion", 4) * d, c.extra.get("n_steps", 2)
     dict_uses = 2 + 2 * (t - 1)  # Dᵀz, D A₁, Dᵀ(D A₁), D A₂

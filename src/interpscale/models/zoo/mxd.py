@@ -1,10 +1,6 @@
-"""Mixture of Decoders (MxD) and the sparse-MLP baselines it is compared against.
-
-Notation of the MxD paper (``docs/zoo.md`` restates the equations): input x ∈ ℝᴵ (the MLP input
-after the block's norm), target y ∈ ℝᴼ (the MLP output), dense hidden z ∈ ℝᴴ, expert
-coefficients a ∈ ℝᴺ. Every layer returns ``SparseOut(y_hat, codes)``, ``codes`` the sparse units
-that count for L0 / dead fraction (expert coefficients for MxD, latents for the others).
-"""
+"""Mixture of Decoders (MxD) and its sparse-MLP baselines in the MxD paper's notation (docs/zoo.md):
+MLP input x ∈ ℝᴵ, output y ∈ ℝᴼ, hidden z ∈ ℝᴴ, expert coefficients a ∈ ℝᴺ. Every layer returns
+``SparseOut(y_hat, codes)``, ``codes`` the units counted for L0 / dead fraction."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""reEtym: the token embedding factorised as W_recipe (V×S) · W_basis (S×d), tied to the head.
-
-Logits are h·(W_recipe·W_basis)ᵀ = s·W_recipeᵀ with s = h·W_basisᵀ the *signal
-activations* (reEtym §1.1, App. D Exp. 8), so the head costs 2·d·S + 2·S·V per token.
-Interventions (App. E) and the signal-space statistics live in ``reetym_analysis``.
-"""
+"""reEtym: the token embedding factorised as W_recipe (V×S) · W_basis (S×d), tied to the head
+(docs/zoo.md); interventions (App. E) and signal-space statistics live in ``reetym_analysis``."""
 
 from __future__ import annotations
 

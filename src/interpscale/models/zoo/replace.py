@@ -1,9 +1,6 @@
-"""Model-side pieces of replacing one MLP by a sparse layer (MxD, TopK transcoder, skip
-transcoder, TopK SAE; MxD paper §3.1, App. B): find the MLP (a block's ``.mlp``: GPT-2
-``GPT2MLP`` or Steerling ``SwiGLU``, which gets the Swish-GLU MxD), hook its output, capture its
-I/O, build a parameter-matched layer, the training objective. The loops live above the models
-(``orchestration.replacement``, ``metrics.replacement``).
-"""
+"""Model-side pieces of replacing one MLP (a block's ``.mlp``) by a sparse layer (MxD paper §3.1,
+App. B; docs/zoo.md): find, hook and capture the MLP, build a parameter-matched layer. The loops
+live above the models (``orchestration.replacement``, ``metrics.replacement``)."""
 
 from __future__ import annotations
 
