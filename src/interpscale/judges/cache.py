@@ -1,11 +1,9 @@
 """On-disk sqlite cache of finished judge calls, committed as each result arrives, and
 the cost ledger of every run that used it.
 
-The key hashes everything that determines a reply (model, base URL, messages, sampling
-parameters, template version, reply format) and nothing secret: the API key is never
-part of a key or a row. Several processes may create and use one cache file at once:
-opening retries while another process holds the lock (switching a fresh file to WAL
-needs a moment of exclusive access), and every write waits under a busy timeout.
+The key hashes everything that determines a reply and nothing secret (the API key is never
+part of a key or a row). Several processes may share one cache file: opening retries while
+another holds the lock (``_open``), and every write waits under a busy timeout.
 """
 
 from __future__ import annotations

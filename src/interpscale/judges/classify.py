@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, Optional
 
-from interpscale.judges.parsing import PARSERS, Parsed, expected_score
+from interpscale.judges.parsing import PARSERS, expected_score
 from interpscale.judges.replies import cap
 from interpscale.judges.templates import PromptTemplate
 from interpscale.judges.types import JudgeRecord
@@ -18,15 +18,6 @@ log = logging.getLogger("interpscale.judges.client")
 SCORE_OUTPUTS = ("alignment", "rating")  # outputs whose logprobs give an expected score
 
 
-def parse_reply(tpl: PromptTemplate, text: str, kwargs: Mapping[str, Any]) -> Optional[Parsed]:
-    """The template's parser; a parser that raises (it should not) counts as no parse."""
-    try:
-        return PARSERS[tpl.output](text, tpl.lo, tpl.hi, **kwargs)
-    except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as exc:
-        log.warning("judge parser %s raised %s: counted as a parse failure", tpl.output, type(exc).__name__)
-        return None
-
-
 def classify(tpl: PromptTemplate, text: str, refusal: Optional[str], logprobs: Any, kwargs: Mapping[str, Any],
              *, reasked: bool = False) -> JudgeRecord:
     """The record of an answer (``reasked``: it answers the re-ask); its raw text is the
@@ -34,7 +25,11 @@ def classify(tpl: PromptTemplate, text: str, refusal: Optional[str], logprobs: A
     raw = cap(text or refusal or "")
     if refusal:
         return JudgeRecord(None, raw, "refused")
-    parsed = parse_reply(tpl, text, kwargs)
+    try:
+        parsed = PARSERS[tpl.output](text, tpl.lo, tpl.hi, **kwargs)
+    except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as exc:  # it should not raise
+        log.warning("judge parser %s raised %s: counted as a parse failure", tpl.output, type(exc).__name__)
+        parsed = None
     if parsed is None:
         return JudgeRecord(None, raw, "parse_error")
     exp = expected_score(logprobs, parsed.span, tpl.lo, tpl.hi) if tpl.output in SCORE_OUTPUTS else None

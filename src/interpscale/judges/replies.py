@@ -1,12 +1,9 @@
 """Read one chat-completion reply body, whatever a server sent, into a checked ``Answer``.
 
-Only the fields the judges use are read, and each must have the shape the OpenAI chat
-API documents; anything else raises ``MalformedReply`` (the item becomes an
-``api_error``, never a score, and is not cached). Absent optional fields are fine:
-a reply without ``usage`` counts no tokens, one without ``logprobs`` has no expected
-score, ``content: null`` is an empty answer, and content given as a list of typed parts
-is read from its ``text`` parts. A refusal (``message.refusal`` or
-``finish_reason: content_filter``) is an answer too: the judge declined to score.
+Only the fields the judges use are read, each in the shape the OpenAI chat API documents;
+anything else raises ``MalformedReply`` (an uncached ``api_error``, never a score). Absent
+optional fields are fine (no ``usage``: no tokens counted; ``content: null``: an empty
+answer). A refusal (``message.refusal``, ``finish_reason: content_filter``) is an answer.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Steering benchmark (§9.4.4, §10.3, App. M; protocol of AxBench, Wu et al. 2025).
 
-For a seeded sample of concepts and prompts, continuations are generated under the
-unsteered, prompting (concept label and description prepended) and steered conditions
-by a caller-supplied ``generate`` callable, scored by the concept and quality judges
-(optionally AxBench's instruction judge), and aggregated as in Tables 9 and 17. With
-several steering strengths, each concept's strength is chosen on held-out prompts
-(AxBench-style) and reported on the others. Aggregation lives in steering_tables.
+Continuations of seeded concepts and prompts under the unsteered, prompting and steered
+conditions, judged for concept and quality (optionally AxBench's instruction judge); with
+several strengths each concept's is chosen on held-out prompts. Tables: steering_tables.
 """
 
 from __future__ import annotations

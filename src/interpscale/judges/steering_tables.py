@@ -169,10 +169,9 @@ class SteeringResult:
         lines = ["| Method | Concept | Quality | Harmonic | Sample harmonic | n | Concept failures | Quality failures |",
                  "|---|---|---|---|---|---|---|---|"]
         for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} | "
-                         f"{fmt(c.harmonic)} | "
-                         f"{fmt(c.sample_harmonic)} | {c.n_samples} | {c.concept_parse_failures} | "
-                         f"{c.quality_parse_failures} |")
+            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} "
+                         f"| {fmt(c.harmonic)} | {fmt(c.sample_harmonic)} | {c.n_samples} "
+                         f"| {c.concept_parse_failures} | {c.quality_parse_failures} |")
         return "\n".join(lines) + "\n"
 
     def to_markdown(self) -> str:

@@ -1,9 +1,7 @@
-"""One run's connection to an OpenAI-compatible endpoint: the HTTP request with its retries
-(``judges.retry``; the backoff outside the slot) and the concurrency slot (``asyncio.Semaphore``)
-each attempt holds while on the wire. The whole request is bounded by the timeout (a server
-trickling bytes cannot keep a slot) and its body refused beyond ``replies.MAX_BODY_BYTES``. A
-401/403/404 before any request of the run was answered stops the run (``JudgeConfigError``:
-the settings are wrong); after that it is the item's own failure.
+"""One run's connection to an OpenAI-compatible endpoint: each attempt holds a concurrency
+slot only while on the wire (``judges.retry``: the backoff outside it), is bounded by the
+timeout as a whole and its body by ``replies.MAX_BODY_BYTES``. A 401/403/404 before any
+answer of the run stops it (``JudgeConfigError``); after that it is the item's own failure.
 """
 
 from __future__ import annotations
