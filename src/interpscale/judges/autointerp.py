@@ -1,13 +1,11 @@
 """Explain/simulate auto-interpretability scorer (Bills et al. 2023, as used by the CRATE
 paper, Algorithm 1 and App. B.1).
 
-For each unit: an explainer sees its top-activating excerpts with activations (scaled to
-0–10) and writes a short explanation; a simulator sees only the explanation and the tokens
-of held-out excerpts and predicts each token's activation; the score is the Pearson
-correlation between simulated and true activations. ``top_and_random`` simulates 5 top
-(held out from the explanation) plus 5 random excerpts, ``random_only`` the 5 random ones
-(Table 5 of the CRATE paper). A correlation with a constant series is undefined and
-excluded (as CRATE App. D does), never scored.
+An explainer sees a unit's top excerpts (activations scaled to 0–10) and explains it; a
+simulator predicts held-out tokens' activations from the explanation alone; the score is
+Pearson r between simulated and true. ``top_and_random``: 5 held-out top + 5 random
+excerpts, ``random_only``: the 5 random (CRATE Table 5). Undefined r (a constant series)
+is excluded, as in CRATE App. D.
 """
 
 from __future__ import annotations

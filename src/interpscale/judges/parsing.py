@@ -3,12 +3,10 @@
 Every parser returns ``Parsed(value, span)`` or None. ``span`` is the character span of
 the score digit in the reply, used to read its ``top_logprobs`` for an expected score.
 
-One strict rule for every judge: a reply is read only when it gives one answer. Two
-different scores, a later answer that "corrects" an earlier one, duplicate keys or keys
-that differ only in case or spacing make the reply a parse failure; repeating the same
-answer is fine. Numbers are bounded in length before they are converted (no huge
-integers, no NaN/Infinity), and replies longer than ``MAX_PARSE_CHARS`` are not read.
-No parser raises on any input.
+One strict rule for every judge: a reply is read only when it gives one answer (two
+different scores, a "correction", duplicate or case-variant keys fail; a repeat is fine).
+Numbers are bounded in length (no huge integers, no NaN/Infinity), replies longer than
+``MAX_PARSE_CHARS`` are not read, and no parser raises on any input.
 """
 
 from __future__ import annotations

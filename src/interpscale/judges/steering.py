@@ -144,17 +144,11 @@ def run_steering_benchmark(generate: GenerateFn, cards: Sequence[ConceptCard],
                            quality_with_prefix: bool = False, prompting_template: str = PROMPTING_TEMPLATE,
                            generations_path: str | Path | None = None, generator_id: str = "",
                            progress: bool = False) -> SteeringResult:
-    """Generate, judge and aggregate the steering benchmark.
-
-    ``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` is
-    called with ``card=None`` for the unsteered and prompting conditions and with the
-    concept and a strength (the calibrated target τ of Eq. 19) for the steered one.
-    Only the continuation is judged. ``n_concepts`` concepts are sampled with ``seed``
-    (all when None or larger than the library). With ``generations_path`` every
-    continuation is appended to a JSONL file as it is made and re-used on a rerun;
-    ``generator_id`` (e.g. the checkpoint and sampling settings) is part of its key, so a
-    different model never re-uses another's text.
-    """
+    """Generate, judge and aggregate the steering benchmark. ``generate`` gets ``card=None``
+    except in the steered condition (the concept and a strength, the target τ of Eq. 19);
+    only its continuation is judged. ``n_concepts`` are sampled with ``seed`` (all when None).
+    ``generations_path``: a JSONL store re-used on a rerun, keyed with ``generator_id`` (e.g.
+    the checkpoint and sampling settings) so a different model never re-uses another's text."""
     strengths = _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens)
     judge = build_judge(judge)
     cidx = sample_indices(len(cards), n_concepts, seed)

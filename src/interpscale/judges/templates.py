@@ -25,11 +25,9 @@ OUTPUTS = tuple(PARSERS)  # the reply formats a template can ask for, each with 
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """A chat prompt: optional system text and a user text with ``{placeholders}``.
-
-    ``output`` names the reply format (one of OUTPUTS) and ``lo``/``hi`` its score range.
-    ``reask`` is the follow-up sent once when a reply cannot be parsed.
-    """
+    """A chat prompt (optional system text, user text with ``{placeholders}``); ``output``
+    the reply format (one of OUTPUTS), ``lo``/``hi`` its score range, ``reask`` the follow-up
+    sent once when a reply cannot be parsed."""
 
     name: str
     user: str
@@ -258,12 +256,9 @@ class TemplateSet:
             raise ValueError(f"unknown judge template {name!r}; known: {sorted(self.templates)}") from None
 
     def override(self, overrides: Mapping[str, Mapping[str, Any]]) -> "TemplateSet":
-        """Replace the ``system``/``user``/``reask``/``max_tokens`` of named templates.
-
-        An override keeps the default's placeholders (it must use every one the default
-        uses for its user text, so no input is silently dropped) and gets the version
-        ``<name>-custom-<hash>`` unless it names its own.
-        """
+        """Replace the ``system``/``user``/``reask``/``max_tokens`` of named templates; an
+        override uses exactly the default's placeholders (no input silently dropped) and gets
+        the version ``<name>-custom-<hash>`` unless it names its own."""
         out = dict(self.templates)
         for name, spec in overrides.items():
             base = self[name]
