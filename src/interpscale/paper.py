@@ -1,11 +1,5 @@
-"""The Steerling paper's published constants and its count formulas, in one place.
-
-A bottom-level module (no imports from the package, no torch) that everything reads the
-paper's numbers from; section, equation and table numbers are the Steerling paper's (App. G
-for Tables 23–26). One function per count: :func:`concept_module_params` (2dn + 2dR + 2Rm,
-which reproduces Table 23's "+Concept total" to the printed precision for every size, where
-2dn + dR + 2Rm misses eight of nine), :func:`concept_module_flops` (Eq. 24) and
-:func:`flops_per_token` (Eq. 23 + Eq. 24).
+"""The Steerling paper's published constants and count formulas, in one place: a bottom-level
+module (no package imports, no torch); section, equation and table numbers are the paper's.
 """
 
 from __future__ import annotations
@@ -152,7 +146,9 @@ def concept_module_params(d: int, n: int = N_KNOWN, m: int = N_UNKNOWN, rank: Op
 
     Known head: predictor d×n and its concept embeddings n×d (2dn). Unknown head, factorised
     (``rank`` R): down-projection d×R, predictor R×m and U = AB with A m×R, B R×d
-    (2dR + 2Rm); dense (``rank`` 0 or None): predictor d×m and U m×d (2dm).
+    (2dR + 2Rm); dense (``rank`` 0 or None): predictor d×m and U m×d (2dm). 2dn + 2dR + 2Rm
+    reproduces Table 23's "+Concept total" to the printed precision for every size, where
+    2dn + dR + 2Rm misses eight of nine.
     """
     unknown = (2 * d * rank + 2 * rank * m) if rank else 2 * d * m
     return int(2 * d * n + unknown)

@@ -1,7 +1,5 @@
-"""The end-to-end pipeline behind ``interpscale demo``: plan -> train + evaluate -> collect ->
-judge -> fit -> figures + report; the only module that imports both ``orchestration`` and
-``analysis`` / ``scaling``. Each stage shows progress (tqdm, one log line); every stage after
-training degrades gracefully: a failed fit or figure is a problem in the summary, not an end.
+"""The end-to-end pipeline behind ``interpscale demo`` (``STAGES``), above both ``orchestration``
+and ``analysis``; after training a failed stage is a problem in the summary, not an end.
 """
 
 from __future__ import annotations
@@ -45,12 +43,9 @@ class PipelineError(FailedWork):
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, max_parallel: int | None = None,
              executor: str | None = None, preset: str | os.PathLike | None = None,
              n_boot: int | None = None) -> dict[str, Any]:
-    """Run the embedded demo sweep end to end; returns a summary dict (also DIR/demo.json):
-    each slice's interior-minimum status, each fit's status and each stage's wall time.
-
-    ``preset`` replaces the embedded grid (``demo``, or ``demo-quick`` with ``quick``) by any
-    preset name or TOML path, e.g. ``demo-zoo``. ``PipelineError`` when no run produced a row.
-    """
+    """Run the demo sweep (``preset``, default ``demo`` / ``demo-quick``) end to end; returns the
+    summary (also DIR/demo.json): slice minima, fit statuses, stage times. ``PipelineError`` when
+    no run produced a row."""
     t0, cpu0 = time.monotonic(), _cpu_seconds()
     times: dict[str, float] = {}
     out = ensure_writable(out_dir)
@@ -97,8 +92,7 @@ def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
     """Stage 3: the sweep's results table (DIR/results.parquet); PipelineError when empty."""
     results = sweep.collect()
     results_path = write_results(results, out / "results.parquet")
-    summary["results"] = str(results_path)
-    summary["rows"] = len(results)
+    summary.update(results=str(results_path), rows=len(results))
     done = int(results["run_id"].nunique()) if "run_id" in results.columns and len(results) else 0
     summary["runs_failed"] = n_runs - done
     if not len(results):

@@ -176,9 +176,8 @@ def problem_fits(fits: Any) -> list[str]:
 
 
 def table7_markdown(t7: pd.DataFrame) -> str:
-    """Table 7 layout: per metric and family, beta, e [CI] (flagged when on its bound), R²,
-    the prediction at the target compute with its prediction interval (a new run's value:
-    curve uncertainty plus residual noise), the observed value and their difference."""
+    """Table 7 layout: per metric and family β, e [CI] (flagged on its bound), R², the prediction
+    at the target compute with a new run's prediction interval, the observed value, the difference."""
     return markdown_table(pd.DataFrame([{
         "Metric": r["metric"], "Family": r["family"], "β": f"{r['beta']:.3f}",
         "e [CI]": _ci_cell(r["e"], r["e_lo"], r["e_hi"]) + (" (bound)" if r["e_at_bound"] else ""),
@@ -197,18 +196,6 @@ def trend_table7(fits: Any) -> pd.DataFrame | None:
     keep = [trend_status(fits.families[r["family"]].bounded.get(r["metric"]))[0] == "trend"
             for r in t7.to_dict("records")]
     return t7[keep] if any(keep) else None
-
-
-def _backtest(df: pd.DataFrame, fits: Any, n_boot: int):
-    """Forecasts of each held-out compute budget from the smaller ones (``scaling.backtest``),
-    or None with a log line when the table has too few budgets to hold one out."""
-    try:
-        return backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
-                                annealed=fits.annealed, methods=("isoflop-powerlaw", "joint"), n_boot=n_boot,
-                                level=fits.level, target_compute=fits.target_compute)
-    except ValueError as exc:
-        log.info("report: no backtest (%s)", exc)
-        return None
 
 
 # The paragraph under each fit section's heading: what its numbers are and which equation.
@@ -239,9 +226,7 @@ INTROS = {
 
 
 def fit_sections(fits: Any, backtest: Any = None) -> list[str]:
-    """The report's sections on the fits: status, Table 6 and 7 layouts, the extrapolation and
-    the forecast at the target compute (the same ``forecast_table`` as ``tables.md``), the
-    backtest and the fits that failed."""
+    """The report's sections on the fits, in the order of their ``INTROS``, then the failed fits."""
     t7 = trend_table7(fits)
     parts = _section("Fit status", markdown_table(status_table(fits)))
     parts += _section("Compute-optimal scaling (Table 6 layout)", markdown_table(scaling_table(fits)))
@@ -386,7 +371,15 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         target = {"flops": float(target_compute), **observed}
     figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
                   if figures else None)
-    bt = _backtest(df, fits, min(n_boot, BACKTEST_BOOT)) if backtest and fits is not None else None
+    bt = None
+    try:  # forecasts of each held-out compute budget from the smaller ones (scaling.backtest)
+        if backtest and fits is not None:
+            bt = backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
+                                  annealed=fits.annealed, methods=("isoflop-powerlaw", "joint"),
+                                  n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
+                                  target_compute=fits.target_compute)
+    except ValueError as exc:  # too few budgets to hold one out
+        log.info("report: no backtest (%s)", exc)
     md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot, backtest=bt)
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))

@@ -1,7 +1,5 @@
-"""Step 4 of preparation: the parts become one shard per split (``{split}.tokens.bin``, uint16 /
-uint32; ``{split}.chunk_end.npy``, each chunk's [EOC] position; CSR concept labels
-``{split}.label_offsets.npy`` / ``{split}.label_ids.npy``), then ``meta.json`` with the corpus
-fingerprint (``corpus_sha``).  Memory stays bounded by a block, whatever the corpus size.
+"""Step 4 of preparation: the parts become one shard per split (the files of ``docs/data.md``,
+"The prepared directory"), then ``meta.json``; memory stays bounded by a block.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Data sources (a TOML ``[data]`` section / ``RunSpec.data``: ``{"kind": "synthetic", **CorpusConfig
-fields}``, ``{"kind": "jsonl" | "parquet" | "text", "path": ..., **FILE_SOURCE_KEYS}`` or
-``{"kind": "prepared", "path": DIR}``) -> a prepared data directory, and prepared data opened
-for training (``open_data``) or described (``describe``).
+"""A sweep's ``[data]`` source (``DATA_KINDS``, ``docs/data.md``) -> a prepared data directory,
+and prepared data opened for training (``open_data``) or described (``describe``).
 """
 
 from __future__ import annotations

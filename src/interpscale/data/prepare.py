@@ -1,14 +1,6 @@
-"""Streaming data preparation, the driver; each step resumable and atomic, in its own module:
-
-1. ``request``: ``DIR/.parts/request.json`` records what is being prepared (``concepts.json``
-   first when the concept set is fixed: ``--concepts`` or the synthetic corpus);
-2. ``parts.build_tokenizer``: ``DIR/tokenizer.json``, pretrained or a BPE trained on a sample;
-3. ``parts.tokenize_part``: one task per input file into ``DIR/.parts/NNNNN.*``;
-4. ``finalize``: ``{train,val}.tokens.bin`` and the CSR concept labels, then ``meta.json``.
-
-A split's token stream: each chunk's tokens then [EOC], each document closed by [EOS],
-documents in input order; a document's split is ``split.is_validation``.  Tasks run in this
-process (``inline``, optionally ``workers`` processes) or as jobs of ``interpscale.executors``.
+"""Streaming data preparation, the driver of ``request`` -> ``parts`` (tokenizer, one task per
+input file) -> ``finalize``, each step resumable and atomic (``docs/data.md``, "What `data
+prepare` does"); tasks run in this process or as jobs of ``interpscale.executors``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""A split of prepared data (the files ``finalize`` writes) opened without loading it.  Row ``r``
-is ``tokens[r*T:(r+1)*T]`` (the last padded with [PAD]); a token's chunk is the number of [EOC]
-before it ([EOS] and [PAD] are in no chunk), so a row's first chunk is one binary search in
-``chunk_end``, and a batch reads only its rows' tokens and its chunks' labels.
+"""A split of prepared data opened through memory maps, read a batch's rows and chunks at a time
+(rows, chunks and the binary search in ``chunk_end``: ``docs/data.md``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Tokenizers for prepared data: a trained BPE, or any Hugging Face ``tokenizer.json`` read by
-``load_tokenizer``, the one loader of the package.  Our four special tokens ([PAD] [EOS] [EOC]
-[MASK]) are in every tokenizer returned here, at whatever ids it gives them (``special_ids``,
-stored in the prepared data's metadata); a trained tokenizer puts them at 0..3.
+"""Tokenizers for prepared data: a trained BPE, or a Hugging Face ``tokenizer.json`` through
+``load_tokenizer``, the one loader; our four special tokens are in every one (``special_ids``).
 """
 
 from __future__ import annotations

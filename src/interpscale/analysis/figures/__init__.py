@@ -126,12 +126,9 @@ class FigureSet:
 def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                    run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
                    target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
-    """Draw every figure the table supports into ``out_dir``; record why others were skipped
-    (absent data: no estimator comparison, no pre-anneal rows, no run directories...). A table
-    missing a core column (family, slice_flops, params, loss) is a ValueError naming it.
-
-    ``target`` (``flops`` plus observed ``loss`` / metric values) is what Figures 24 and 26
-    extrapolate to; by default Steerling-8B for a paper-scale sweep (``default_target``)."""
+    """Draw every figure the table supports into ``out_dir`` and record why the others were
+    skipped; ``target`` (``flops`` plus observed values) is what Figures 24 and 26 extrapolate
+    to (default: ``default_target``). A missing ``CORE_COLUMNS`` column is a ValueError."""
     require_columns(results_df, CORE_COLUMNS, "make_all_figures (Figures 22-24)")
     if results_df.empty:
         raise ValueError("make_all_figures: the results table has no rows")

@@ -1,10 +1,5 @@
-"""What the figures need from ``interpscale.scaling``, in one place: the figures never fit
-anything themselves (``fit_isoflop`` Eqs. 25-26, ``fit_chinchilla`` Eq. 27, ``fit_bounded`` Eq. 29).
-
-Fit once, render many: ``family_fits`` is ``scaling.fit_families`` with ``interpscale fit``'s
-options, made once per process and table (keyed by the table's content hash and the options);
-the report and the figures read that one result, so ``fits.json``, ``report.md`` and the
-figures show the same numbers and each fit logs its warnings once.
+"""What the figures need from ``interpscale.scaling`` (Eqs. 25-27, 29), in one place: the figures
+never fit anything themselves ("Fit once, render many" in ``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -26,9 +21,8 @@ _FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's f
 
 def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | None = None,
                 actual: Mapping | None = None, seed: int = 0):
-    """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults (the Epoch start
-    grid; annealed rows when the table mixes both), made once per process for each table and set
-    of options."""
+    """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults, made once per
+    process for each table (keyed by its content hash) and set of options."""
     options = dict(n_boot=n_boot, seed=seed, target_compute=target_compute,
                    actual={k: dict(v) for k, v in (actual or {}).items()})
     key = inputs_hash(results, options)
@@ -119,9 +113,8 @@ def require_power_laws(summaries: Mapping[Any, IsoflopSummary], what: str, key: 
 
 
 def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):
-    """The family's Eq. 29 fit of ``metric`` from ``fits`` (``fit_families``) when it has one, so
-    the figure draws the fit the report prints; else fitted here on ``rows`` (flops, metric),
-    quietly: its flags are on the result, the report lists the families' fits'."""
+    """The family's Eq. 29 fit of ``metric`` from ``fits`` (the one the report prints) when it has
+    one, else fitted here on ``rows`` (flops, metric), quietly: its flags are on the result."""
     given = getattr(fits, "families", {}).get(family) if fits is not None else None
     if given is not None and metric in given.bounded:
         return given.bounded[metric]

@@ -81,11 +81,9 @@ def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
 
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                          n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
-    """Figure 24: every forecast method on one family's runs extended to the target compute (issue 27):
-    the method chosen by backtest solid with its calibrated prediction band, the others dashed; at the
-    target each method's calibrated interval as a bar, the bootstrap one fainter, the measured loss a
-    star; L∞ only when identified. ``fits``: the families' fits (default: this process's
-    ``family_fits``); ``target``: ``flops`` and maybe ``loss`` (default: ``default_target``)."""
+    """Figure 24: every forecast method on one family's runs extended to the target compute, the
+    one chosen by backtest solid with its calibrated band; at the target each method's calibrated
+    and (fainter) bootstrap interval, the measured loss a star; L∞ only when identified."""
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
     if main_rows(results, family).empty:
@@ -145,11 +143,9 @@ def _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff) -> None:
 
 def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                                 metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
-    """Figure 26: Eq. 29 fits of each metric on one family's runs (open markers coloured by
-    slice, 90% band of the curve) extended to the target compute, where the prediction
-    interval of a new run is drawn as a bar; filled stars at the target's values
-    (``target``: ``flops`` plus any metric values; default: see ``default_target``).
-    ``fits``: the families' fits (``fit_families``), whose metric fits are drawn as they are."""
+    """Figure 26: Eq. 29 fits of each metric on one family's runs (90% band of the curve) extended
+    to the target compute, a new run's prediction interval there as a bar, stars at the target's
+    values (``target``: see ``default_target``); ``fits``' metric fits are drawn as they are."""
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     if family not in set(results["family"]):

@@ -15,11 +15,9 @@ TYPE_LABELS = {"llm": "LLM label", "human": "human label", "embedding": "embeddi
 
 def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scale: tuple[float, float] = (1, 5),
                   out_dir: str | os.PathLike | None = None, name: str = "fig14_human_study_forest"):
-    """Draw Figure 14 from ``type_summary(...)`` output (index = candidate type; columns
-    ``mean, ci_lo, ci_hi``; ``n`` is shown when present). Types run top to bottom in the
-    table's order; the dotted line marks the scale's neutral ``midpoint``. With ``out_dir``
-    the figure is saved (PNG + PDF, atomically) and the paths returned; else the Figure is.
-    """
+    """Figure 14 from ``type_summary(...)`` (index = candidate type, top to bottom; ``mean, ci_lo,
+    ci_hi``, ``n`` shown when present), dotted at the neutral ``midpoint``. With ``out_dir`` it is
+    saved (PNG + PDF) and the paths returned; else the Figure is."""
     missing = [c for c in ("mean", "ci_lo", "ci_hi") if c not in summary.columns]
     if missing:
         raise ValueError(f"Figure 14 needs column(s) {missing} (from type_summary); present: {list(summary.columns)}")

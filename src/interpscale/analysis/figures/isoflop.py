@@ -1,7 +1,4 @@
-"""Figures 22 and 23: per-slice IsoFLOP parabolas and the compute-optimal power laws (§8.2).
-
-The panel drawers here are shared with the estimator (34-37) and annealing (38) figures.
-"""
+"""Figures 22 and 23 (§8.2), with the panel drawers Figures 34-38 share."""
 
 from __future__ import annotations
 
@@ -45,11 +42,8 @@ def fmt_compute(c: float) -> str:
 
 def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None = None, label_prefix: str = "",
                        marker: str = "o", mark_minima: bool = True, legend: bool = True) -> int:
-    """Points, parabola and × minimum for each slice of ``summary``; returns curves drawn.
-
-    The axes span the measured points (a parabola vertex outside them is drawn as a grey
-    arrow at the edge instead of stretching the axis), and the legend, which names every
-    slice plus the run and minimum markers, sits below the panel, off the data."""
+    """Points, parabola and × minimum for each slice of ``summary``; returns curves drawn. The
+    axes span the measured points (a vertex outside them is a grey arrow at the edge)."""
     colors = list(colors) if colors is not None else slice_colors(len(summary.slices))
     n_curves = 0
     xs = np.concatenate([sl.params for sl in summary.slices if sl.params.size]) if summary.slices else np.array([])

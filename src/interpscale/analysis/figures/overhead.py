@@ -21,12 +21,9 @@ def paper_size_params() -> dict[str, tuple[float, float]]:
 
 def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = None, *,
                             extrapolate_to: float = 1e12):
-    """Concept-module fraction of the +Concept total, one marker per backbone preset.
-
-    The dashed curve extends the trend beyond the presets: the module's size is linear in
-    the hidden width d (O(d), §8.1) while P grows like d²L, so the module size c is a power
-    law in P; it is fitted on the presets and overhead(P) = c(P) / (c(P) + P).
-    """
+    """Concept-module fraction of the +Concept total per backbone preset; the dashed trend: the
+    module is O(d) (§8.1) while P grows like d²L, so its size c is a power law in P fitted on
+    the presets, overhead(P) = c(P) / (c(P) + P)."""
     sizes = dict(paper_size_params() if sizes is None else sizes)
     if len(sizes) < 2:
         raise ValueError("Figure 21 (concept_overhead_figure) needs at least two sizes")
@@ -36,10 +33,9 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
     if (backbone <= 0).any() or (total < backbone).any():
         bad = names[int(np.flatnonzero((backbone <= 0) | (total < backbone))[0])]
         raise ValueError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
-    frac = (total - backbone) / total
-    # c(P) = k P^q on the presets (q ≈ 1/3 when L grows with d)
     module = total - backbone
-    q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)
+    frac = module / total
+    q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)  # c(P) = k P^q (q ≈ 1/3 when L grows with d)
     grid = np.logspace(np.log10(backbone.min()), np.log10(max(extrapolate_to, backbone.max())), 200)
     c_grid = np.exp(log_k) * grid**q
     with paper_style():
@@ -54,8 +50,8 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
                             xytext=(6, 2) if name == names[0] else (-4, 9), fontsize=6.5,
                             ha="left" if name == names[0] else "right")
         c8 = np.exp(log_k) * STEERLING_BACKBONE**q
-        ax.plot([STEERLING_BACKBONE], [100 * c8 / (c8 + STEERLING_BACKBONE)], "*", ms=9, color="k",
-                label=f"Steerling-8B ({100 * c8 / (c8 + STEERLING_BACKBONE):.0f}%)")
+        share8 = 100 * c8 / (c8 + STEERLING_BACKBONE)
+        ax.plot([STEERLING_BACKBONE], [share8], "*", ms=9, color="k", label=f"Steerling-8B ({share8:.0f}%)")
         ax.set_xscale("log")
         ax.set_ylim(0, 100)
         ax.set_xlabel("Backbone non-embedding parameters P")

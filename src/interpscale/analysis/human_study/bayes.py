@@ -184,16 +184,11 @@ def fit_ordinal_mixed(data: pd.DataFrame, *, response: str = "rating", fixed: Se
                       random: str | Sequence[str] = RANDOM, reference: Mapping[str, str] | None = None,
                       levels: Sequence = (1, 2, 3, 4, 5), priors: Priors | None = None, sampler: str = "auto",
                       link: str = "logit", **fit_kwargs: Any) -> OrdinalMixedResult:
-    """Fit the Bayesian cumulative-link mixed model of App. D.3 by NUTS.
-
-    Fixed effects are treatment-coded against ``reference`` (default ``{"candidate_type":
-    "human"}``); ``random`` factors (a list or ``"rater,concept"``) get crossed non-centred
-    intercepts, terms like ``"candidate_type|rater"`` correlated random slopes.
-    ``sampler="auto"``: nutpie when installed, else PyMC's NUTS; both seeded. ``fit_kwargs`` go
-    to ``OrdinalMixedModel.fit`` (draws, tune, chains, cores, target_accept, seed, mass_matrix,
-    level of the equal-tailed CrIs, progressbar, sampler_kwargs for ``nutpie.sample`` /
-    ``pm.sample``); the fit is ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >=
-    ``ess_min`` and no transition diverged, each failure logged and listed in ``warnings``.
+    """Fit the Bayesian cumulative-link mixed model of App. D.3 by NUTS (nutpie when installed,
+    else PyMC's; seeded). ``random``: crossed non-centred intercepts (``"rater,concept"``), terms
+    like ``"candidate_type|rater"`` correlated random slopes; ``fit_kwargs`` go to
+    ``OrdinalMixedModel.fit``. ``converged`` when max R-hat <= ``rhat_max``, min bulk ESS >=
+    ``ess_min`` and nothing diverged, each failure logged and listed in ``warnings``.
     """
     return OrdinalMixedModel(data, response=response, fixed=fixed, random=random, reference=reference, levels=levels,
                              priors=priors, sampler=sampler, link=link).fit(**fit_kwargs)

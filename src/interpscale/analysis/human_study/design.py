@@ -18,13 +18,9 @@ _SHOW = 8  # offending rows quoted in an error message
 
 
 def _rows(index: Sequence, values: Sequence | None = None) -> str:
-    items = list(index)
-    if values is None:
-        text = ", ".join(str(i) for i in items[:_SHOW])
-    else:
-        text = ", ".join(f"{i} ({v!r})" for i, v in list(zip(items, values))[:_SHOW])
+    items = list(index) if values is None else [f"{i} ({v!r})" for i, v in zip(index, values)]
     more = f" and {len(items) - _SHOW} more" if len(items) > _SHOW else ""
-    return f"row(s) {text}{more}"
+    return f"row(s) {', '.join(map(str, items[:_SHOW]))}{more}"
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str = "table") -> None:
@@ -111,8 +107,7 @@ def validate_phase1(phase1: pd.DataFrame, *, scale: Sequence[int] = SCALE) -> pd
     df = phase1.copy()
     codes = ordinal_codes(df["coherence"], scale, "coherence", what)
     df["coherence"] = np.asarray(scale)[codes]
-    df["concept"] = df["concept"].astype(str)
-    df["annotator"] = df["annotator"].astype(str)
+    df[["concept", "annotator"]] = df[["concept", "annotator"]].astype(str)
     dup = df.index[df.duplicated(["concept", "annotator"], keep=False)]
     if len(dup):
         raise ValueError(f"{what}: an annotator rated the same concept twice at {_rows(dup)}")

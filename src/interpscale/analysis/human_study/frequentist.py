@@ -96,7 +96,6 @@ class OrdinalResult:
         return jsonable({**self.__dict__, "levels": [str(v) for v in self.levels]})
 
     def summary(self) -> str:
-        lvl = f"{self.level:.0%}"
         lo_h, hi_h = tail_names(self.level)
         is_logit = self.link == "logit"
         rows = [(k, self.coef[k], self.se[k], *self.ci[k], *((self.odds_ratio[k],) if is_logit else ()),
@@ -105,7 +104,7 @@ class OrdinalResult:
                  for k, (t, s) in enumerate(zip(self.thresholds, self.threshold_se))]
         head = ("term", "estimate", "se", lo_h, hi_h, *(("OR",) if is_logit else ()), "p")
         kind = "mixed model" if self.random_sd else "model"
-        title = f"Cumulative-link {kind} ({self.link}, {self.method}; {lvl} Wald intervals)"
+        title = f"Cumulative-link {kind} ({self.link}, {self.method}; {self.level:.0%} Wald intervals)"
         if self.formula:
             title += f"\n{self.formula}"
         out = text_table(head, rows, title)
@@ -248,10 +247,7 @@ def _fit_clm(design, data, cluster, link):
     # statsmodels: params = [beta, tau_1, log(tau_2 - tau_1), ...] -> tau_k = tau_1 + sum exp(.)
     raw = params[p:]
     tau = np.concatenate([[raw[0]], raw[0] + np.cumsum(np.exp(raw[1:]))])
-    J = np.zeros((K - 1, K - 1))
-    J[:, 0] = 1.0
-    for k in range(1, K - 1):
-        J[k, 1 : k + 1] = np.exp(raw[1 : k + 1])
+    J = np.tril(np.tile(np.concatenate([[1.0], np.exp(raw[1:])]), (K - 1, 1)))  # d tau_k / d raw_j, j <= k
     tau_se = np.sqrt(np.diag(J @ cov[p:, p:] @ J.T))
     beta_se = np.sqrt(np.diag(cov)[:p])
     return (np.concatenate([params[:p], tau]), np.concatenate([beta_se, tau_se]), float(res.llf), converged, warn)

@@ -117,10 +117,8 @@ def fit_reml(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray]):
         n, p = X.shape
         sizes = [int(c.max()) + 1 for c in group_codes]
         Z = np.zeros((n, sum(sizes)))
-        offset = 0
-        for c, k in zip(group_codes, sizes):
+        for c, offset in zip(group_codes, np.cumsum([0, *sizes[:-1]])):
             Z[np.arange(n), offset + c] = 1.0
-            offset += k
         which = np.repeat(np.arange(len(sizes)), sizes)  # factor of each level
         XtX, XtZ, ZtZ = X.T @ X, X.T @ Z, Z.T @ Z
         Xty, Zty, yty = X.T @ y, Z.T @ y, float(y @ y)
