@@ -39,20 +39,15 @@ def read_batch_results(path: str | Path) -> dict[str, Answer | str]:
         cid = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(cid, str):
             raise ValueError(f"{path}: line {lineno} has no custom_id")
-        out[cid] = _result(row)
-    return out
-
-
-def _result(row: dict[str, Any]) -> Answer | str:
-    err, resp = row.get("error"), row.get("response")
-    code = resp.get("status_code") if isinstance(resp, dict) else None
-    if err or code != 200:
+        err, resp = row.get("error"), row.get("response")
+        code = resp.get("status_code") if isinstance(resp, dict) else None
         msg = err.get("message") if isinstance(err, dict) else err
-        return cap(f"batch error: {msg or ''} (status {code})".strip(), 500)
-    try:
-        return read_completion(resp.get("body"))
-    except MalformedReply as exc:
-        return f"malformed reply: {exc}"
+        try:
+            out[cid] = cap(f"batch error: {msg or ''} (status {code})".strip(), 500) if err or code != 200 \
+                else read_completion(resp.get("body"))
+        except MalformedReply as exc:
+            out[cid] = f"malformed reply: {exc}"
+    return out
 
 
 class BatchWritten(Exception):

@@ -140,14 +140,12 @@ class JudgeCache:
         None when some run had no prices (its tokens are still counted)."""
         per: dict[str, dict[str, Any]] = {}
         for r in self.ledger():
-            m = per.setdefault(r["model"], {**{c: 0 for c in _LEDGER_COUNTS}, "runs": 0, "cost": 0.0})
-            m["runs"] += 1
-            for c in _LEDGER_COUNTS:
-                m[c] += r[c]
+            m = per.setdefault(r["model"], {**dict.fromkeys(_LEDGER_COUNTS, 0), "runs": 0, "cost": 0.0})
+            m.update({c: m[c] + r[c] for c in _LEDGER_COUNTS}, runs=m["runs"] + 1)
             m["cost"] = None if m["cost"] is None or r["cost"] is None else m["cost"] + r["cost"]
         total = {c: sum(m[c] for m in per.values()) for c in _LEDGER_COUNTS}
         costs = [m["cost"] for m in per.values()]
-        total["cost"] = None if not costs or any(c is None for c in costs) else sum(costs)
+        total["cost"] = None if not costs or None in costs else sum(costs)
         return {"models": per, "total": total}
 
     def __len__(self) -> int:

@@ -3,9 +3,8 @@
 They mirror the openai SDK (openai-python): ``INITIAL_RETRY_DELAY`` and ``MAX_RETRY_DELAY``
 are its ``_constants.py`` values; :func:`should_retry`, :func:`parse_retry_after_header` and
 :func:`calculate_retry_timeout` its ``_base_client.py`` ``_should_retry``,
-``_parse_retry_after_header`` and ``_calculate_retry_timeout`` (408/409/429/5xx and dropped
-connections retried, ``x-should-retry`` overriding the status, ``retry-after-ms`` /
-``retry-after`` honoured, else backoff 0.5, 1, 2, 4, 8 s less up to 25 % jitter).
+``_parse_retry_after_header`` and ``_calculate_retry_timeout`` (backoff 0.5, 1, 2, 4, 8 s
+less up to 25 % jitter).
 
 Why not the SDK's own ``max_retries``: the SDK sleeps between attempts inside the request
 call, so a request waiting out a backoff would keep its concurrency slot and a burst of 429s
@@ -43,8 +42,7 @@ class TotalTimeout(Exception):
 
 
 class BodyReadError(Exception):
-    """The connection failed while the reply body was being read (retried like a
-    connection error)."""
+    """The connection failed while the reply body was being read (retried as a connection error)."""
 
 
 class CallFailed(Exception):
