@@ -147,13 +147,10 @@ class Launcher:
         deadline = time.monotonic() + grace_s
         while any(not _ended(j) for j in live) and time.monotonic() < deadline:
             time.sleep(0.1)
-        for j in live:
-            if not _ended(j):
-                pid = int(j.job_id)
-                for child in _children(pid):
-                    _signal(child, signal.SIGKILL)
+        for j in [j for j in live if not _ended(j)]:
+            for pid in [*_children(int(j.job_id)), int(j.job_id)]:  # the controller's tasks, then it
                 _signal(pid, signal.SIGKILL)
-                _ended(j)
+            _ended(j)
 
     def __enter__(self) -> "Launcher":
         """In here SIGTERM raises KeyboardInterrupt, so it cancels the jobs as Ctrl-C does."""

@@ -77,24 +77,15 @@ def _record(args) -> int:
     return 0
 
 
-def _check(args) -> int:
+def run(args) -> int:
     from interpscale.scaling import ForecastLedger
 
-    fc = ForecastLedger(args.registry).check(args.id, args.observed)
-    sys.stdout.write(fc.summary() + "\n")
-    return 0
-
-
-def _list(args) -> int:
-    from interpscale.scaling import ForecastLedger
-
-    items = ForecastLedger(args.registry).load()
+    if args.verb == "record":
+        return _record(args)
+    ledger = ForecastLedger(args.registry)
+    items = [ledger.check(args.id, args.observed)] if args.verb == "check" else ledger.load()
     if not items:
         sys.stdout.write(f"no forecasts in {args.registry}\n")
     for fc in items:
         sys.stdout.write(fc.summary() + "\n")
     return 0
-
-
-def run(args) -> int:
-    return {"record": _record, "check": _check, "list": _list}[args.verb](args)

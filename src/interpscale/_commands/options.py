@@ -1,9 +1,6 @@
-"""Argparse options whose defaults and choices are the library's, stated once there.
-
-An option added with :func:`option` has ``default=None`` in argparse; its help shows the
-library function's own default (read from its signature), and :func:`given` passes on only
-the options the user set, so the library default applies otherwise.
-"""
+"""Argparse options whose defaults and choices are the library's, stated once there: an
+:func:`option` has ``default=None``, its help shows the library default read from the
+signature, and :func:`given` passes on only the options the user set."""
 
 from __future__ import annotations
 

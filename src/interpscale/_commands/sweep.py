@@ -67,15 +67,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="evaluate through this submitit executor (default: in this process)")
 
 
-def _sweep_options(args: argparse.Namespace) -> dict:
-    """The launch flags as :meth:`Sweep.from_plan` overrides (None keeps the preset's)."""
-    from interpscale._commands.options import given
-
-    return {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min",
-                    "gpus_per_node", "nodes", "micro_batch_tokens", "parallel"),
-            "compile": False if args.no_compile else None, "extend": args.extend or None}
-
-
 def _launch(args: argparse.Namespace, out: str) -> int:
     import time
 
@@ -83,7 +74,10 @@ def _launch(args: argparse.Namespace, out: str) -> int:
     from interpscale.orchestration import Sweep, plan
     from interpscale.orchestration.runtime import estimate_report
 
-    opts = _sweep_options(args)
+    # the launch flags as Sweep.from_plan overrides (None keeps the preset's)
+    opts = {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min",
+                    "gpus_per_node", "nodes", "micro_batch_tokens", "parallel"),
+            "compile": False if args.no_compile else None, "extend": args.extend or None}
     if args.adaptive:
         from interpscale.pipeline import run_adaptive
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.orchestration.schedule import Segment, reservoir_steps
 from interpscale.orchestration.spec import RunSpec
 
@@ -55,7 +56,6 @@ class Checkpointer:
     # -- load ------------------------------------------------------------------------------
     def load(self, path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         """(model on CPU with its frozen parts attached, extra) from a resume state."""
-        from interpscale.models import load_checkpoint
         from interpscale.orchestration.teachers import attach_frozen
 
         try:
@@ -114,8 +114,6 @@ class Checkpointer:
     # -- what ------------------------------------------------------------------------------
     def save_state(self, seg: Segment, step: int, name: str = RESUME) -> None:
         """The resume state at ``step``, also of a segment stopped there (collective under FSDP2)."""
-        from interpscale.models import save_checkpoint
-
         model, osd = self._whole()
         self.last_save = time.monotonic()
         if self.rank != 0:
@@ -127,8 +125,6 @@ class Checkpointer:
 
     def save_eval(self, seg: Segment, step: int) -> None:
         """An evaluation checkpoint at ``step`` (collective under FSDP2; rank 0 writes)."""
-        from interpscale.models import save_checkpoint
-
         model, _ = self._whole()
         if self.rank != 0:
             return

@@ -279,15 +279,12 @@ class Sweep:
 
     @staticmethod
     def _mark_interrupted(dirs: list[Path]) -> int:
-        """Runs left ``running`` by a stopped job (no live trainer) become ``interrupted``."""
-        n = 0
+        """Runs left ``running`` by a stopped job (no live trainer) become ``interrupted``; the
+        number of interrupted runs."""
         for d in dirs:
-            st = read_status(d).get("state")
-            if st == "interrupted" or (st == "running" and not trainer_alive(d)):
-                if st == "running":
-                    write_status(d, "interrupted")
-                n += 1
-        return n
+            if read_status(d).get("state") == "running" and not trainer_alive(d):
+                write_status(d, "interrupted")
+        return sum(read_status(d).get("state") == "interrupted" for d in dirs)
 
     def status(self) -> pd.DataFrame:
         """One row per run; a run left ``running`` by a dead process shows ``interrupted``."""

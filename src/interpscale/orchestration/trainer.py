@@ -20,6 +20,8 @@ from interpscale.executors import stop_requested
 from interpscale.models.types import PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
 from interpscale.orchestration.observe import SegmentLog, rewind_metrics
+from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optimizer, pin, seed_step, split,
+                                                step_seed, sync, wrap)
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
 from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
@@ -117,7 +119,6 @@ class Trainer:
                  save_every_steps: int | None = None, micro_batch_tokens: int | None = None,
                  parallel: str = "ddp", compile: bool | None = None, tensorboard: bool = True):
         from interpscale.models import get_family
-        from interpscale.orchestration.parallel import PARALLEL
 
         if parallel not in PARALLEL:
             raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
@@ -162,8 +163,6 @@ class Trainer:
     # -- model -----------------------------------------------------------------------------
     def _setup(self, model, opt_state):
         """Move to the device, wrap for data parallelism, build AdamW (loading its state)."""
-        from interpscale.orchestration.parallel import load_optimizer, wrap
-
         model = model.to(self.device)
         module = wrap(model, self.parallel, self.world, self.device)
         s = self.spec
@@ -231,8 +230,6 @@ class Trainer:
 
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
         """Steps ``step`` .. ``seg.end``; False when stopped early (state saved)."""
-        from interpscale.orchestration.parallel import Prefetcher
-
         _set_phase(model, seg, self.spec)
         model.train()
         check = getattr(model, "check_batch", None)
@@ -262,8 +259,6 @@ class Trainer:
         """One optimizer step over this rank's rows, accumulated over equal micro-batches
         (their mean loss is the batch's); returns the step's loss, parts and gradient norm
         as device tensors (no host sync)."""
-        from interpscale.orchestration.parallel import seed_step, split, step_seed, sync
-
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
@@ -285,8 +280,6 @@ class Trainer:
     def _host_batch(self, step: int, check=None):
         """This rank's rows of global batch ``step`` on the host (pinned on CUDA), validated
         by ``check`` (the model's ``check_batch``); runs on the prefetch thread."""
-        from interpscale.orchestration.parallel import pin
-
         spec = self.spec
         batch = self.data.train.batch(step, spec.batch_size, seed=spec.seed, rank=self.rank, world=self.world,
                                       concepts=self.concepts)
