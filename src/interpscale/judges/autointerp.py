@@ -99,11 +99,8 @@ class AutoInterpResult:
 def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, judge: Judge | None = None,
                      methods: Sequence[str] = METHODS, n_explain: int = 5, n_top: int = 5, n_random: int = 5,
                      seed: int = 0) -> AutoInterpResult:
-    """Score units with the explain/simulate protocol.
-
-    ``excerpts``: B token-string lists of equal length T. ``activations``: array
-    [units, B, T] of true activations (e.g. CRATE's ISTA codes or an MLP's neurons).
-    """
+    """Score units with the explain/simulate protocol: ``excerpts`` B token-string lists of
+    length T, ``activations`` [units, B, T] (e.g. CRATE's ISTA codes or an MLP's neurons)."""
     bad = set(methods) - set(METHODS)
     if bad or not methods:
         raise ValueError(f"methods must be a non-empty subset of {METHODS}, got {list(methods)}")

@@ -1,8 +1,7 @@
 """OpenAI Batch API files: write the request JSONL, read the output JSONL.
 
-Request line: ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}``.
-Output line: ``{"custom_id", "response": {"status_code", "body": <chat completion>},
-"error"}``. Lines are joined back to requests on ``custom_id``.
+Request line ``{"custom_id", "method", "url", "body"}``, output line ``{"custom_id",
+"response": {"status_code", "body": <chat completion>}, "error"}``, joined on ``custom_id``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The one builder of a judge from user settings (an endpoint or the offline backend, the
-cache file, Batch API files), used with the same defaults by the ``interpscale judge``
-command, the scorers given no judge, and notebooks."""
+"""The one builder of a judge from user settings, used by the ``interpscale judge`` command,
+the scorers given no judge, and notebooks."""
 
 from __future__ import annotations
 
