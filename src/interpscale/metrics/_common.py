@@ -35,7 +35,10 @@ def is_diffusion(model: nn.Module) -> bool:
 def special_id(model: nn.Module, name: str) -> int:
     """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` from its config (a pretrained
     tokenizer puts them anywhere), else the built-in id."""
-    value = getattr(getattr(model, "config", None), name, None)
+    cfg = getattr(model, "config", None)
+    value = getattr(cfg, name, None)
+    if value is None and name == "mask_id":
+        value = getattr(cfg, "mask_token_id", None)  # the old name (docs/models.md: a read-only alias)
     return SPECIAL_IDS[name.removesuffix("_id")] if value is None else int(value)
 
 

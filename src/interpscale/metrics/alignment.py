@@ -41,9 +41,8 @@ def alignment_inputs(model: nn.Module, decode, *, k: int = 10) -> list[list[str]
 
 def known_concept_alignment(model: nn.Module, cards: Sequence[Any], decode, *, judge: Any = None, k: int = 10,
                             n_sample: Optional[int] = None, seed: int = 0):
-    """Mean judge rating (1-5, App. E) of the concepts' top-k tokens against their cards,
-    over a seeded random subset of ``n_sample`` concepts; returns the judges module's
-    ``AlignmentResult`` (``.mean``).  ``cards[i]`` describes known concept i."""
+    """The judges' ``AlignmentResult``: ratings (1-5, App. E) of the top-k tokens of a seeded subset
+    of ``n_sample`` concepts against their cards (``cards[i]`` describes known concept i)."""
     from interpscale.judges import ConceptCard, score_alignment
 
     n = known_concept_embeddings(model).shape[0]

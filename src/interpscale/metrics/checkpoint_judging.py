@@ -24,9 +24,8 @@ from interpscale.models.steering import Steering
 
 
 class ZooGenerator:
-    """``generate(prompt, *, card, strength, max_new_tokens, seed) -> continuation`` for
-    ``run_steering_benchmark`` from a zoo model.  ``cards`` in concept-id order (a card's
-    position is the known concept injected); ``strength`` is the target peak logit shift τ,
+    """A zoo model's continuations for ``run_steering_benchmark``. ``cards`` in concept-id order (a
+    card's position is the known concept injected); ``strength`` is the target peak logit shift τ,
     γ = τ / peak(e_c) calibrated per concept by the model (Eq. 19)."""
 
     def __init__(self, model: Any, tokenizer: Any, cards: Sequence[ConceptCard], *, temperature: float = 1.0,

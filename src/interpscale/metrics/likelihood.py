@@ -45,8 +45,7 @@ def loglikelihood(model: nn.Module, requests: Sequence[Request], *, n_samples: i
                   share_masks: bool = True) -> list[tuple[float, bool]]:
     """``(log p(cont | ctx), is_greedy)`` per request; exact for AR, MC ELBO for diffusion
     (``n_samples`` mask draws per request, shared by requests with the same context unless
-    ``share_masks=False``). An empty context is replaced by ``prefix_id`` (default: the
-    model's EOS id)."""
+    ``share_masks=False``). An empty context is ``prefix_id`` (default: the model's EOS)."""
     if prefix_id is None:
         prefix_id = special_id(model, "eos_id")
     for i, (ctx, cont) in enumerate(requests):

@@ -1,9 +1,6 @@
 """lm-evaluation-harness adapter: importing it registers the ``lm_eval.api.model.LM`` classes
-``interpscale-ar`` / ``interpscale-diffusion``.  Model args: ``pretrained`` (a checkpoint; alias
-``checkpoint``), ``tokenizer`` (default RUN_DIR/tokenizer.json beside RUN_DIR/checkpoints/),
-``device``, ``batch_size``, ``n_samples`` (diffusion MC samples per request), ``seed``,
-``max_gen_toks``.  :func:`run_lm_eval` runs the bundled offline tasks (``tasks/``).
-"""
+``interpscale-ar`` / ``interpscale-diffusion`` (model args: ``_InterpscaleLM``); :func:`run_lm_eval`
+runs the bundled offline tasks (``tasks/``)."""
 
 from __future__ import annotations
 
@@ -68,6 +65,10 @@ def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Option
 
 
 class _InterpscaleLM(LM):
+    """Model args: ``pretrained`` (a checkpoint; alias ``checkpoint``), ``tokenizer`` (default: the run's,
+    :func:`find_tokenizer`), ``device``, ``batch_size``, ``n_samples`` (diffusion MC samples per request),
+    ``seed``, ``max_gen_toks``."""
+
     DIFFUSION: bool = False
     NAME: str = ""
 

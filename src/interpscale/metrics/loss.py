@@ -147,11 +147,9 @@ def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator
     diffusion estimator's ``unit``."""
     vals, uniforms, valid = [], None, valid_mask(batch)
     for twin in ctx.twins:
-        r = rate
         if twin:
             uniforms = 1.0 - uniforms
-            if reflect:
-                r = ctx.lo + ctx.hi - rate
+        r = ctx.lo + ctx.hi - rate if twin and reflect else rate
         mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
         logits = logits_of(ctx.model(batch.tokens.masked_fill(mask, ctx.mask_id)))
         vals.append(float(F.cross_entropy(logits[mask].float(), batch.tokens[mask], reduction="mean")))
@@ -161,9 +159,7 @@ def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator
 def _ar_scored(batch: Batch) -> torch.Tensor:
     """Positions predicted by the previous one (Eq. 1): i >= 1 with i and i-1 valid."""
     valid = valid_mask(batch)
-    keep = torch.zeros_like(valid)
-    keep[:, 1:] = valid[:, 1:] & valid[:, :-1]
-    return keep
+    return F.pad(valid[:, 1:] & valid[:, :-1], (1, 0), value=False)
 
 
 def _ar_ce(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> tuple[float, int]:
@@ -260,8 +256,7 @@ def _estimates(ctx: EstimationContext, units: dict[str, _Units], n_tokens: int, 
             nll, n = sum(u.values), sum(u.weights)
             out[e] = LossEstimate(nll / max(n, 1), 0.0, n, e, 1, u.n_forward)
             continue
-        value, se = u.mean_se()
-        out[e] = LossEstimate(value, se, n_tokens, e, n_passes, u.n_forward, spec.rate(ctx) if spec.rate else None)
+        out[e] = LossEstimate(*u.mean_se(), n_tokens, e, n_passes, u.n_forward, spec.rate and spec.rate(ctx))
     if per_rate:
         for r in ctx.rates:
             value, se = ctx.rate_units[r].mean_se()
@@ -314,9 +309,8 @@ def estimate_losses(model: nn.Module, batches: Iterable[Batch],
 
 def estimate_loss(model: nn.Module, batches: Iterable[Batch], estimator: str = "mdlm_elbo", *,
                   n_passes: int = 1, seed: int = 0, antithetic: bool = False, **kwargs) -> LossEstimate:
-    """Validation loss of ``model`` on ``batches`` (a re-iterable of Batch) in nats/token:
-    ``ar_ce`` (AR models) or ``mdlm_elbo | fixed_rate | fixed_grid | per_block`` (diffusion);
-    other keywords go to :func:`estimate_losses`."""
+    """Validation loss of ``model`` on ``batches`` (a re-iterable of Batch) in nats/token under one
+    registered ``estimator``; other keywords go to :func:`estimate_losses`."""
     return estimate_losses(model, batches, (estimator,), n_passes=n_passes, seed=seed, antithetic=antithetic,
                            **kwargs)[estimator]
 

@@ -11,15 +11,8 @@ from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.models.config import PAPER_SIZES, SIZES, TINY_SIZES, ModelConfig, SizePreset, make_config
 from interpscale.models.plugins import ENTRY_POINT_GROUP, load_plugins
 from interpscale.models.protocol import DataFields, FamilyModel, LanguageModel
-from interpscale.models.registry import (
-    FAMILIES,
-    FamilySpec,
-    build_model,
-    flops_per_token,
-    get_family,
-    params_nonembedding,
-    register_family,
-)
+from interpscale.models.registry import (FAMILIES, FamilySpec, build_model, flops_per_token, get_family,
+                                         params_nonembedding, register_family)
 import interpscale.models.lm  # noqa: F401,E402  (registers ar, cdlm, ...)
 import interpscale.models.zoo  # noqa: E402,F401  (registers crate, mxd, ...; imports submodules only, no cycle)
 import interpscale.models.hf  # noqa: E402,F401  (registers hf:llama, ...; transformers imported only to build)

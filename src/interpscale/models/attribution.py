@@ -85,8 +85,7 @@ def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, 
     with evaluating(model):
         out = model.run(tokens)
     cm = model.concept
-    if targets is None:
-        targets = out.logits.argmax(-1)
+    targets = out.logits.argmax(-1) if targets is None else targets
     W_y = model.lm_head[targets]  # [B, T, d]
     k, u = out.parts.sparse_acts()  # the activations that entered k̂ and û
     per_known = k * (W_y @ cm.known_emb.T)  # [B, T, n]

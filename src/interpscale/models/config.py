@@ -93,10 +93,8 @@ def derived_heads(p: SizePreset, d_model: int) -> int:
 
 @dataclass(kw_only=True)
 class ConfigRecord:
-    """The one config rule, the base of every family's config (keyword fields): the shape and
-    the special-token ids (the bundled tokenizer's by default; a pretrained tokenizer passes its
-    own), checks (positive sizes, whole heads and KV groups, special ids inside the vocabulary),
-    ``to_dict`` / ``from_dict`` (old names read through :func:`renamed`) and ``mask_token_id``."""
+    """The one config rule, the base of every family's config: the shape and the special-token ids
+    (the bundled tokenizer's by default; a pretrained tokenizer passes its own), and their checks."""
 
     family: str
     size: str

@@ -87,8 +87,7 @@ def _generate_cdlm(model, prompt, n_new, temperature, top_k, st, use_cache, step
     while done.size(1) < total:
         block = torch.full((B, b), mask_id, dtype=prompt.dtype, device=prompt.device)
         block[:, : carry.size(1)] = carry
-        masked = torch.zeros(B, b, dtype=torch.bool, device=prompt.device)
-        masked[:, carry.size(1):] = True
+        masked = (torch.arange(b, device=prompt.device) >= carry.size(1)).expand(B, b)
         carry = carry[:, :0]
         n_masked = int(masked[0].sum())
         steps = min(steps_per_block or n_masked, n_masked)

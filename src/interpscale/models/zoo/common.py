@@ -16,8 +16,7 @@ from interpscale.models.types import Batch, LossOutput, ModelOutput
 
 @dataclass
 class ZooConfig(ConfigRecord):
-    """Config of a zoo model (``config.ConfigRecord``'s rule); ``extra`` holds the family's own
-    knobs (JSON-able)."""
+    """Config of a zoo model (``ConfigRecord``'s rule); ``extra`` holds the family's own knobs (JSON-able)."""
 
     block_size: int = 64  # diffusion block of the protocol; unused by these AR families
     n_concepts: int = 0
@@ -38,9 +37,8 @@ def zoo_fields(defaults: dict[str, Any]) -> frozenset[str]:
 
 def make_zoo_config(family: str, size: str, defaults: dict[str, Any], *, data: DataFields = DataFields(),
                     **overrides: Any) -> ZooConfig:
-    """Config of a zoo ``family`` at a ``SIZES`` preset: the data's vocabulary and special ids
-    (zoo families have no concept library), then overrides of core fields, of the family's
-    ``defaults`` (its extra knobs), or ``extra={...}`` (the form checkpoints round-trip)."""
+    """Config of a zoo ``family`` at a ``SIZES`` preset: the data's vocabulary and special ids, then
+    overrides of core fields, of its extra knobs ``defaults``, or ``extra={...}`` (as checkpoints)."""
     p = preset(size)
     core = {"vocab_size": p.vocab_size, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,
             "max_seq_len": p.max_seq_len, "block_size": p.block_size, "n_concepts": 0}
@@ -77,8 +75,7 @@ def backbone_config(c: ZooConfig) -> ModelConfig:
 
 
 class ZooLM(FamilyModel):
-    """Base class of the zoo families: Eq. 1's loss plus ``extra_loss`` terms, and the
-    family's analytic counts on this model's own config."""
+    """Base of the zoo families: Eq. 1's loss plus ``extra_loss`` terms, and the family's analytic counts."""
 
     params_fn: Callable[[ZooConfig], int]
     flops_fn: Callable[[ZooConfig, int], float]

@@ -131,8 +131,7 @@ def unit_activations(model: Any, tokens: torch.Tensor, layer: int, units: Option
                      *, n_units: int = 16, seed: int = 0) -> tuple[np.ndarray, list[int]]:
     """Activations [units, B, T] of ``layer`` (ISTA codes A₂ for ``crate``, post-GELU neurons for
     ``crate-gpt``; CRATE-LM §5.3) and the unit ids; without ``units``, ``n_units`` ids drawn
-    uniformly at random (seeded), as the paper samples neurons per layer. Scoring them is a
-    metric: ``interpscale.metrics.autointerp.crate_autointerp``."""
+    uniformly at random (seeded), as the paper samples neurons per layer."""
     acts = model.neuron_activations(tokens)
     if not 0 <= layer < len(acts):
         raise ValueError(f"layer {layer} out of range [0, {len(acts)})")

@@ -95,8 +95,7 @@ def reetym_flops_per_token(c: ZooConfig, seq_len: int) -> float:
 
 
 class ReEtymLM(ZooLM):
-    """Steerling backbone (RoPE, SwiGLU, RMSNorm — the paper's "GPT-2-New") whose token
-    embedding and tied head are :class:`EtymEmbedding`."""
+    """The Steerling backbone (the paper's "GPT-2-New") with an :class:`EtymEmbedding` embedding and head."""
 
     params_fn, flops_fn = staticmethod(reetym_nonembedding_params), staticmethod(reetym_flops_per_token)
 
