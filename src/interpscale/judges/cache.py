@@ -130,10 +130,8 @@ class JudgeCache:
         cur = self._db.execute("SELECT * FROM ledger ORDER BY started, run, model")
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r)) for r in cur.fetchall()]
-        for r in rows:
-            r["cost"] = token_cost(r["prompt_tokens"], r["completion_tokens"], r["price_in_per_mtok"],
-                                   r["price_out_per_mtok"])
-        return rows
+        return [{**r, "cost": token_cost(r["prompt_tokens"], r["completion_tokens"], r["price_in_per_mtok"],
+                                         r["price_out_per_mtok"])} for r in rows]
 
     def ledger_totals(self) -> dict[str, Any]:
         """Totals over every run recorded in this cache, per model and overall; ``cost`` is

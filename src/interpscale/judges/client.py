@@ -104,11 +104,10 @@ class JudgeClient:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if top_logprobs is not None and not 0 <= top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be in 0..20, got {top_logprobs}")
-        self.api_key_env = api_key_env
+        self.api_key_env, self.progress = api_key_env, progress
         self.concurrency, self.max_retries, self.timeout = concurrency, max_retries, timeout
         self.temperature, self.top_logprobs, self.seed = temperature, top_logprobs, seed
         self.templates = templates or TemplateSet()
-        self.progress = progress
         self.cache = JudgeCache(cache_path if cache_path is not None else ":memory:")
         self.usage = UsageStats(price_in_per_mtok=price_in_per_mtok, price_out_per_mtok=price_out_per_mtok)
         self.run_id = uuid.uuid4().hex[:16]  # this client's row in the cache's cost ledger
@@ -146,9 +145,10 @@ class JudgeClient:
         """Add ``counts`` (requests, retries, reasks) and reported ``(prompt, completion)``
         tokens to ``usage`` and to the ledger's pending row."""
         if tokens is not None:
-            counts.update(prompt_tokens=tokens[0], completion_tokens=tokens[1])
-            m = self.usage.tokens_by_model.setdefault(self.model, {"prompt_tokens": 0, "completion_tokens": 0})
-            m.update({k: m[k] + counts[k] for k in m})
+            new = {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}
+            counts.update(new)
+            m = self.usage.tokens_by_model.setdefault(self.model, dict.fromkeys(new, 0))
+            m.update({k: m[k] + n for k, n in new.items()})
         for name, n in counts.items():
             setattr(self.usage, name, getattr(self.usage, name) + n)
         self.ledger.add(**counts)

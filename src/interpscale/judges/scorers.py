@@ -139,8 +139,7 @@ class RelevanceResult(_Scored):
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
                 f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
                 f"| {s.n} | {fmt(s.mean)} | {fmt(self.success_rate)} | {s.n_parse_failures} "
-                f"| {s.n_api_errors} |\n"
-                + s.refused_note())
+                f"| {s.n_api_errors} |\n" + s.refused_note())
 
 
 def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,

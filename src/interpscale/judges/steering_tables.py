@@ -45,9 +45,8 @@ class SteeringSample:
 
     @property
     def sample_harmonic3(self) -> Optional[float]:
-        if self.instruction_score is None:
-            return None
-        return harmonic(self.concept_score.score, self.quality_score.score, self.instruction_score.score)
+        instruction = self.instruction_score.score if self.instruction_score is not None else None
+        return harmonic(self.concept_score.score, self.quality_score.score, instruction)  # None without it
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("concept", "concept_index", "prompt_index", "prompt", "condition",
