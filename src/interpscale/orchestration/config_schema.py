@@ -10,8 +10,16 @@ from dataclasses import MISSING, fields
 from typing import Any, Iterable, Mapping
 
 from interpscale import paper
+from interpscale.data.corpus import CorpusConfig
+from interpscale.data.loaders import DATA_KINDS, FILE_SOURCE_KEYS
 from interpscale.errors import ConfigError, UserError
 from interpscale.executors import EXECUTORS
+from interpscale.models import FAMILIES, SIZES
+from interpscale.models.config import ModelConfig
+from interpscale.models.plugins import load_plugins
+from interpscale.models.registry import check_model_table
+from interpscale.models.zoo.common import ZooConfig
+from interpscale.orchestration.spec import RunSpec
 
 Number = (int, float)
 
@@ -86,25 +94,17 @@ def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
 
 def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
     """Valid ``[model]`` / ``[size_presets.*]`` keys: ModelConfig's fields (and the zoo's)."""
-    from interpscale.models.config import ModelConfig
-    from interpscale.models.zoo.common import ZooConfig
-
     keys = {**_dataclass_types(ZooConfig), **_dataclass_types(ModelConfig)}
     return {k: v for k, v in keys.items() if k not in ("family", "size")}
 
 
 def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
     """Valid ``[train]`` keys: the RunSpec training-recipe fields."""
-    from interpscale.orchestration.spec import RunSpec
-
     return {k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED}
 
 
 def _check_data_source(data: Mapping[str, Any], kind: str, source: Any) -> None:
     """``[data]``: a known kind, its keys and types; ``path`` one path or a list of them."""
-    from interpscale.data.corpus import CorpusConfig
-    from interpscale.data.loaders import DATA_KINDS, FILE_SOURCE_KEYS
-
     if kind not in DATA_KINDS:
         raise ConfigError(f"{_where(source, 'data', 'kind')} = {kind!r}: expected one of {', '.join(DATA_KINDS)}"
                           f"{_suggest(kind, DATA_KINDS)}")
@@ -135,8 +135,6 @@ def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, 
 
 def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
     """``[plan] slices``: positive targets, a list or ``{family = [C, ...]}`` over planned families."""
-    from interpscale.models import FAMILIES
-
     slices = plan.get("slices")
     fams = plan.get("families") or list(FAMILIES)
     for fam, targets in ({None: slices} if isinstance(slices, list) else slices or {}).items():
@@ -154,9 +152,6 @@ def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
 def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> None:
     """``[model]``: shared keys (each a field of some planned family) and ``[model.<family>]``
     tables (each key a field of that family), typed where the built-in configs know the field."""
-    from interpscale.models import FAMILIES
-    from interpscale.models.registry import check_model_table
-
     if not isinstance(model, Mapping):
         raise ConfigError(f"{_where(source, 'model')} must be a table, got {_type_name(model)}")
     tables = {k: v for k, v in model.items() if isinstance(v, Mapping) and k in FAMILIES}
@@ -173,9 +168,6 @@ def _check_model(model: Any, families: list, mkeys: Mapping, source: Any) -> Non
 
 def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config") -> Mapping[str, Any]:
     """Check a loaded preset; raise ``ConfigError`` naming the file, section and key at fault."""
-    from interpscale.models import FAMILIES, SIZES
-    from interpscale.models.plugins import load_plugins
-
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"{source}: expected a TOML table at the top level")
     for section in cfg:
@@ -244,8 +236,6 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
 def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
     """A model setting of ``size``: its size preset's, else [model]'s, else (unless
     ``explicit``) the base preset's."""
-    from interpscale.models import SIZES
-
     preset = cfg.get("size_presets", {}).get(size, {})
     for table in (preset, cfg.get("model", {})):
         if key in table:
@@ -254,9 +244,6 @@ def _size_value(cfg: Mapping, size: str, key: str, *, explicit: bool = False):
 
 
 def _cross_checks(cfg: Mapping, source: Any) -> None:
-    from interpscale.data.corpus import CorpusConfig
-    from interpscale.models import FAMILIES
-
     plan, train, data = cfg.get("plan", {}), cfg.get("train", {}), cfg.get("data", {})
     fams = plan.get("families", [])
     seq_len = plan.get("seq_len", paper.SEQ_LEN)

@@ -19,6 +19,15 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from interpscale import paper
+from interpscale.data.corpus import read_concepts
+from interpscale.data.loaders import describe, resolve_data_paths
+from interpscale.data.tokenizer import load_tokenizer
+from interpscale.models import FAMILIES, SIZES, params_nonembedding
+from interpscale.models import plugins as plugin_modules
+from interpscale.models.pricing import model_config, price
+from interpscale.models.protocol import DataFields
+from interpscale.models.registry import family_overrides
 from interpscale.orchestration import runtime
 from interpscale.orchestration.config_schema import train_keys, validate_config
 from interpscale.orchestration.spec import RunSpec
@@ -53,8 +62,6 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
     if isinstance(cfg.get("data"), dict):  # data paths are relative to the TOML, not the working directory
-        from interpscale.data.loaders import resolve_data_paths
-
         cfg["data"] = resolve_data_paths(cfg["data"], p.resolve().parent)
     return cfg
 
@@ -110,10 +117,6 @@ def data_counts(source: dict) -> tuple[int | None, int | None]:
     prepared data's meta.json, a synthetic corpus's explicit ``n_concepts``, the cards of a
     ``concepts`` file, a given tokenizer file; None where the source does not say (a
     tokenizer still to be trained has the training ``vocab_size``)."""
-    from interpscale.data.corpus import read_concepts
-    from interpscale.data.loaders import describe
-    from interpscale.data.tokenizer import load_tokenizer
-
     kind = source.get("kind", "synthetic")
     if kind == "synthetic":
         return (int(source["n_concepts"]) if "n_concepts" in source else None), None
@@ -134,9 +137,6 @@ def default_vocab_size(g: "_Grid") -> int:
     """The largest power of two V with V·d ≤ P for the largest planned model (its embedding no
     bigger than its non-embedding part, so the LM head does not dominate the small models'
     compute), within ``VOCAB_RANGE``: the vocabulary when neither the preset nor the data sets one."""
-    from interpscale.models import params_nonembedding
-    from interpscale.models.pricing import model_config
-
     best = 0.0
     for size in g.sizes:
         for family in g.families:
@@ -186,8 +186,6 @@ class _Grid:
 
     def size_args(self, size: str, family: str) -> tuple[str, dict]:
         """(the SIZES preset ``size`` is built from, ``family``'s model overrides there)."""
-        from interpscale.models.registry import family_overrides
-
         kw = family_overrides(self.overrides, family)
         if size in self.custom:
             c = self.custom[size]
@@ -198,10 +196,6 @@ class _Grid:
 def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
           max_sizes_per_slice, size_presets, train, plugins=None) -> _Grid:
     """Resolve a plan's options and check those ``validate_config`` has not (explicit arguments)."""
-    from interpscale import paper
-    from interpscale.models import FAMILIES, SIZES
-    from interpscale.models import plugins as plugin_modules
-
     p = dict(cfg.get("plan", {}))
     plugin_modules.load_plugins([*p.get("plugins", []), *(plugins or [])])  # before any family is looked up
     train_kw = {**cfg.get("train", {}), **train}
@@ -241,8 +235,6 @@ def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, toleranc
 def _data_fields(g: _Grid) -> dict[str, int]:
     """What the data decides of the models the plan prices (its concept count, the training
     vocabulary), checked against ``[model]`` before anything trains."""
-    from interpscale.models import FAMILIES
-
     n_data, v_data = data_counts(g.data)
     where = "the prepared data (meta.json)" if g.data.get("kind") == "prepared" else "the data source"
     if n_data is not None and "n_concepts" in g.overrides and int(g.overrides["n_concepts"]) != n_data:
@@ -264,8 +256,6 @@ def _data_fields(g: _Grid) -> dict[str, int]:
 def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, dict]:
     """(base size, build arguments) as trained: the data's fields (concepts, the training
     vocabulary) through ``data=``, the family's overrides beside them."""
-    from interpscale.models.protocol import DataFields
-
     base, kw = g.size_args(size, family)
     data = DataFields(vocab_size=priced.get("vocab_size"), n_concepts=priced.get("n_concepts"))
     return base, {"data": data, **{k: v for k, v in kw.items() if k not in priced}}
@@ -273,8 +263,6 @@ def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, d
 
 def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
     """One (family, slice, size) point: its price (Eq. 23/24 or measured, the LM head), D and status."""
-    from interpscale.models.pricing import price
-
     base, kw = _priced_args(g, family, size, priced)
     pr = price(family, base, g.seq_len, **kw)
     P, M = pr.params, pr.flops_per_token
@@ -328,8 +316,6 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
     ``orchestration.runtime`` (timed CPU steps, or FLOPs at ``device``'s peak x ``mfu`` or at
     ``flops_per_s``).
     """
-    from interpscale.models import FAMILIES
-
     cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
     if preset is not None and sizes is None and not cfg.get("plan", {}).get("sizes"):
         from interpscale.orchestration.adaptive import first_grid  # sizes optional: the prior-centred grid
