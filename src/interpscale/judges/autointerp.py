@@ -151,8 +151,7 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
 
 def _unit_record(exp_reply: Any, sims: list[Any], true: np.ndarray, meta: dict) -> JudgeRecord:
     cached = bool(exp_reply.cached) and all(s is not None and s.cached for s in sims)
-    failed = [r for r in [exp_reply, *sims] if r is None or r.value is None]
-    if failed:
+    if failed := [r for r in [exp_reply, *sims] if r is None or r.value is None]:
         seen = {r.status for r in failed if r is not None}
         status = next((st for st in ("api_error", "refused") if st in seen), "parse_error")
         raw = "; ".join(r.raw for r in failed if r is not None)[:2000]

@@ -208,8 +208,7 @@ def judge_continuations(items: Sequence[dict], *, judge: Judge, instruction: boo
 
 def row_problem(row: Mapping[str, Any]) -> Optional[str]:
     """What is wrong with a steering row (a missing key, an unknown condition), or None."""
-    missing = [k for k in ("label", "prompt", "continuation", "condition") if k not in row]
-    if missing:
+    if missing := [k for k in ("label", "prompt", "continuation", "condition") if k not in row]:
         return f"lacks {', '.join(missing)}"
     if row["condition"] not in CONDITIONS:
         return f"'condition' must be one of {', '.join(CONDITIONS)}, got {row['condition']!r:.40}"

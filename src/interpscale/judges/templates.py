@@ -57,8 +57,7 @@ class PromptTemplate:
 
     def render(self, values: Mapping[str, Any]) -> list[dict[str, str]]:
         """Fill the placeholders and return chat messages."""
-        missing = sorted(self.fields - set(values))
-        if missing:
+        if missing := sorted(self.fields - set(values)):
             raise ValueError(f"template {self.name!r} needs values for {missing}")
         msgs = [{"role": "system", "content": self.system.format(**values)}] if self.system else []
         return msgs + [{"role": "user", "content": self.user.format(**values)}]
@@ -262,15 +261,12 @@ class TemplateSet:
         out = dict(self.templates)
         for name, spec in overrides.items():
             base = self[name]
-            unknown = set(spec) - {"system", "user", "reask", "max_tokens", "version"}
-            if unknown:
+            if unknown := set(spec) - {"system", "user", "reask", "max_tokens", "version"}:
                 raise ValueError(f"template override {name!r}: unknown keys {sorted(unknown)}")
             new = replace(base, **{k: v for k, v in spec.items() if k != "version"})
-            lost = base.fields - new.fields
-            if lost:
+            if lost := base.fields - new.fields:
                 raise ValueError(f"template override {name!r} drops placeholders {sorted(lost)}")
-            extra = new.fields - base.fields
-            if extra:
+            if extra := new.fields - base.fields:
                 raise ValueError(f"template override {name!r} uses unknown placeholders {sorted(extra)}")
             digest = hashlib.sha256(json.dumps([new.system, new.user, new.reask], sort_keys=True).encode()).hexdigest()
             out[name] = replace(new, version=str(spec.get("version") or f"{name}-custom-{digest[:12]}"))
