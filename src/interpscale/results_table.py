@@ -1,8 +1,6 @@
-"""The results table's columns and its one reader, :func:`read_results`, with one validation.
-
-A bottom-level module (pandas only), so orchestration, analysis and the CLI read the table the
-same way. Every problem is a ``ValueError`` naming the file, the column, the row as the user
-sees it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and the value.
+"""The results table's columns and its one reader, :func:`read_results`: a bottom-level module
+(pandas only); every problem is a ``ValueError`` naming the file, column, row as the user sees
+it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and value.
 """
 
 from __future__ import annotations
@@ -63,11 +61,9 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
 
 def parse_bool(value) -> bool | None:
     """True/False for a recognised boolean spelling, None for a missing value; raises otherwise."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = "" if value is None or value is pd.NA else str(value).strip().lower()  # a float NaN reads "nan"
     if text in ("", "nan"):
         return None
     if text in TRUE or text in FALSE:
@@ -94,9 +90,8 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
                                  f"(write true/false, yes/no or 1/0)") from None
         missing = [i for i, v in enumerate(parsed) if v is None]
         if missing and len(missing) < len(parsed):
-            i = missing[0]
-            raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: empty, while other rows "
-                             f"say true/false; fill it in ({len(missing)} empty cell(s))")
+            raise ValueError(f"{where}: column {col!r}, {unit} {missing[0] + row_offset}: empty, while other "
+                             f"rows say true/false; fill it in ({len(missing)} empty cell(s))")
         df[col] = pd.Series([bool(v) for v in parsed], index=df.index, dtype=bool)
     for col in NUMERIC_COLUMNS:
         if col not in df.columns or pd.api.types.is_numeric_dtype(df[col]):

@@ -155,8 +155,7 @@ def _loss_rows(rng, family, law, *, estimator, annealed, sigma, noise, mask_rate
         sizes = _slice_sizes(sizes_from or law, target, concept)
         for size in sizes:
             flops = target * (1.0 + noise * float(rng.uniform(-0.05, 0.05)))  # achieved C near the target (±15% allowed)
-            m = _flops_per_token(size, concept)
-            tokens = flops / m
+            tokens = flops / _flops_per_token(size, concept)
             params = total_params(size, concept)
             loss = float(law(np.array(params), np.array(tokens))) + noise * float(rng.normal(0.0, sigma))
             rows.append({

@@ -1,7 +1,6 @@
-"""Steps 2 and 3 of preparation: the tokenizer, then one token part per input file (one array
-task each): ``DIR/.parts/NNNNN.{train,val}.{tokens,eoc,count,labels}`` (append-only) plus a
-marker ``NNNNN.json`` written last.  A part whose marker matches its input file (size, mtime)
-and the tokenizer is done; memory stays bounded by a batch of about ``batch_bytes`` of text.
+"""Steps 2 and 3 of preparation: the tokenizer, then one append-only token part per input file
+``DIR/.parts/NNNNN.*``, done when its marker ``NNNNN.json`` (written last) still matches the
+input file (size, mtime) and the tokenizer.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The validation split, one rule for every corpus: a document is held out when a keyed hash
-of its chunk texts falls below ``val_fraction``.  Deterministic, independent of document order
-and of other files, exact duplicates on the same side; a document is never cut.
+"""The validation split, one rule for every corpus (``docs/data.md``, step 2): a keyed hash of a
+whole document's chunk texts.
 """
 
 from __future__ import annotations

@@ -48,8 +48,7 @@ def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = 
     numeric = pd.api.types.is_numeric_dtype(values)
     keys = [float(v) for v in levels] if numeric else [str(v) for v in levels]
     as_key = values.astype(float) if numeric else values.astype(str)
-    lookup = {k: i for i, k in enumerate(keys)}
-    codes = as_key.map(lookup)
+    codes = as_key.map({k: i for i, k in enumerate(keys)})
     bad = values.index[codes.isna()]
     if len(bad):
         raise ValueError(
