@@ -14,6 +14,7 @@ import torch
 from interpscale.models.checkpoint import load_checkpoint, save_checkpoint
 from interpscale.orchestration.schedule import Segment, reservoir_steps
 from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.teachers import attach_frozen
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,6 @@ class Checkpointer:
     # -- load ------------------------------------------------------------------------------
     def load(self, path: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
         """(model on CPU with its frozen parts attached, extra) from a resume state."""
-        from interpscale.orchestration.teachers import attach_frozen
-
         try:
             model, extra = load_checkpoint(path, map_location="cpu")
             return attach_frozen(model), extra

@@ -13,9 +13,16 @@ from typing import Sequence
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from interpscale.data.loaders import open_data
+from interpscale.executors import stop_requested
+from interpscale.metrics import estimate_loss
+from interpscale.metrics.bpb import bits_per_byte, scored_bytes
+from interpscale.metrics.interp import interp_metrics
+from interpscale.models import get_family, load_checkpoint
 from interpscale.orchestration.results import merge_results, read_results, write_results
+from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -23,8 +30,6 @@ log = logging.getLogger(__name__)
 
 def default_estimators(family: str) -> tuple[str, ...]:
     """``mdlm_elbo`` for a diffusion family, else ``ar_ce``."""
-    from interpscale.models import get_family
-
     return ("mdlm_elbo",) if get_family(family).is_diffusion else ("ar_ce",)
 
 
@@ -73,9 +78,6 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     ``metrics.estimate_loss`` (default: :func:`default_estimators`) and, for concept
     families, ``metrics.interp_metrics``.
     """
-    from interpscale.metrics.bpb import scored_bytes
-    from interpscale.models import get_family
-
     run_dir = Path(run_dir)
     spec = RunSpec.load(run_dir)
     table_path = run_dir / "results.parquet"
@@ -105,10 +107,6 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
 def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], batches, n_bytes: dict[str, int], *,
                          device: torch.device, seed: int, interp: bool, table_path: Path) -> list[dict]:
     """One results row per estimator for checkpoint ``ckpt``."""
-    from interpscale.metrics import estimate_loss
-    from interpscale.metrics.bpb import bits_per_byte
-    from interpscale.models import load_checkpoint
-
     sig = checkpoint_signature(ckpt)  # before reading: a rewrite during evaluation is caught next time
     try:
         model, extra = load_checkpoint(ckpt, map_location=device)
@@ -118,8 +116,6 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
     model.eval()
     interp_vals: dict[str, float] = {}
     if interp:
-        from interpscale.metrics.interp import interp_metrics
-
         interp_vals = dict(interp_metrics(model, batches, seed=seed))
     out = []
     step = int(extra.get("step", 0))
@@ -139,11 +135,6 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
 def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:
     """Evaluate several run directories in this process (trained ones only; others are
     skipped with a log line) until a job is asked to stop; returns their merged tables."""
-    from tqdm.auto import tqdm
-
-    from interpscale.executors import stop_requested
-    from interpscale.orchestration.rundir import read_status
-
     tables = []
     for d in tqdm(list(run_dirs), desc="evaluating runs", unit="run", disable=not progress):
         if stop_requested():  # a cancelled job: the next launch evaluates what is left

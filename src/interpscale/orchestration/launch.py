@@ -18,10 +18,15 @@ import submitit
 from tqdm.auto import tqdm
 
 from interpscale.executors import EXECUTORS, JobsFailed, make_executor
+from interpscale.orchestration.evaluate import pending_evaluations
 from interpscale.orchestration.jobs import EvalJob, TrainJob
+from interpscale.orchestration.manifest import check_manifest, data_fingerprint, write_manifest
+from interpscale.orchestration.parallel import PARALLEL
+from interpscale.orchestration.results import collect
 from interpscale.orchestration.rundir import (ensure_writable, find_run_dirs, read_status, run_state,
                                               trainer_alive, write_status)
 from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.trainer import init_run_dir, model_kwargs, prepare_run_data
 
 log = logging.getLogger(__name__)
 __all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "TrainJob", "EvalJob", "run_cost", "pack"]
@@ -93,8 +98,6 @@ class Sweep:
     extend: bool = False  # add runs the sweep directory does not list yet
 
     def __post_init__(self) -> None:
-        from interpscale.orchestration.parallel import PARALLEL
-
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
             raise ValueError(f"unknown executor {self.executor!r}; expected one of {EXECUTORS} "
                              f"or a submitit.Executor")
@@ -150,8 +153,6 @@ class Sweep:
         return self.out_dir / "runs" / spec.run_id
 
     def _evaluated(self, d: Path) -> bool:
-        from interpscale.orchestration.evaluate import pending_evaluations
-
         return not pending_evaluations(d)  # a checkpoint changed since it was evaluated counts as not
 
     def _finished(self, spec: RunSpec) -> bool:
@@ -161,9 +162,6 @@ class Sweep:
     def _data_fingerprints(self) -> dict[str, dict]:
         """Prepare (or find) each run's data and check the run against it; each run's data
         fingerprint."""
-        from interpscale.orchestration.manifest import data_fingerprint
-        from interpscale.orchestration.trainer import model_kwargs, prepare_run_data
-
         cache: dict[tuple, tuple] = {}
         out = {}
         for r in self.runs:
@@ -178,9 +176,6 @@ class Sweep:
     def _prepare(self) -> list[RunSpec]:
         """Check everything, then write the manifest and the run directories; a refused
         launch leaves the directory as it was (a new one is removed again)."""
-        from interpscale.orchestration.manifest import check_manifest, write_manifest
-        from interpscale.orchestration.trainer import init_run_dir
-
         existed, data_root = self.out_dir.exists(), self.out_dir / "_data"
         before = set(data_root.iterdir()) if data_root.exists() else set()
         try:
@@ -302,6 +297,4 @@ class Sweep:
         return {k: int(v) for k, v in self.status()["state"].value_counts().items()}
 
     def collect(self) -> pd.DataFrame:
-        from interpscale.orchestration.results import collect
-
         return collect([self.run_dir(r) for r in self.runs], self.out_dir / "results.parquet")

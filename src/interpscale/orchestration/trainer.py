@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import logging
@@ -17,7 +18,9 @@ import torch
 from interpscale._atomic import atomic_write_text
 from interpscale.data.loaders import PreparedData, open_data, prepare_data
 from interpscale.executors import stop_requested
-from interpscale.models.types import PhaseSchedule
+from interpscale.models import build_model, get_family
+from interpscale.models.protocol import DataFields, set_phase
+from interpscale.models.types import SPECIAL_IDS, PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
 from interpscale.orchestration.observe import SegmentLog, rewind_metrics
 from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optimizer, pin, seed_step, split,
@@ -25,6 +28,7 @@ from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optim
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
 from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.teachers import attach_frozen
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +72,6 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
     """Build arguments (``models.build_model``): what the data decides through ``data=``
     (``models.protocol.DataFields``: the spec's vocabulary, the data's concept count, its
     special-token ids where they differ from the defaults), then the spec's own overrides."""
-    from interpscale.models.protocol import DataFields
-    from interpscale.models.types import SPECIAL_IDS
-
     fields = DataFields(vocab_size=spec.vocab_size, n_concepts=data.n_concepts,
                         special_ids={k: v for k, v in data.special_ids.items() if SPECIAL_IDS.get(k) != v})
     kw = dict(spec.model_overrides)
@@ -84,9 +85,6 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
 
 def build_run_model(spec: RunSpec, data: PreparedData) -> torch.nn.Module:
     """A fresh model of ``spec`` for ``data`` (with CoCoMix's frozen teacher attached)."""
-    from interpscale.models import build_model
-    from interpscale.orchestration.teachers import attach_frozen
-
     model = build_model(spec.family, spec.model_size, **model_kwargs(spec, data))
     return attach_frozen(model)  # CoCoMix teachers: loaded here, never by the model
 
@@ -118,8 +116,6 @@ class Trainer:
                  device: str | None = None, progress: bool = True, save_every_s: float = 60.0,
                  save_every_steps: int | None = None, micro_batch_tokens: int | None = None,
                  parallel: str = "ddp", compile: bool | None = None, tensorboard: bool = True):
-        from interpscale.models import get_family
-
         if parallel not in PARALLEL:
             raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
         self.spec, self.progress, self.parallel, self.tensorboard = spec, progress, parallel, tensorboard
@@ -144,8 +140,6 @@ class Trainer:
     def _lock(self) -> None:
         """One trainer per run directory: an flock held for the process lifetime (released
         by the kernel even on SIGKILL), so a relaunched sweep never trains a run twice at once."""
-        import fcntl
-
         if getattr(self, "_lock_file", None):
             return
         f = open(self.run_dir / ".lock", "w")
@@ -313,8 +307,6 @@ def _micro_batches(spec: RunSpec, rows: int, world: int, micro_batch_tokens: int
 def _set_phase(model, seg: Segment, spec: RunSpec) -> None:
     """The model's phase schedule: Table 25 ramps over T_max = the stable run's length;
     Table 26 ramps over an anneal branch's decay, counted from its first step."""
-    from interpscale.models.protocol import set_phase
-
     if seg.phase == "stable":
         set_phase(model, PhaseSchedule("stable", max_steps=max(1, spec.stable_steps)))
     else:
