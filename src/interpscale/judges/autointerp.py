@@ -101,8 +101,7 @@ def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, jud
                      seed: int = 0) -> AutoInterpResult:
     """Score units with the explain/simulate protocol: ``excerpts`` B token-string lists of
     length T, ``activations`` [units, B, T] (e.g. CRATE's ISTA codes or an MLP's neurons)."""
-    bad = set(methods) - set(METHODS)
-    if bad or not methods:
+    if set(methods) - set(METHODS) or not methods:
         raise ValueError(f"methods must be a non-empty subset of {METHODS}, got {list(methods)}")
     acts = np.asarray(activations, dtype=float)
     if acts.ndim != 3 or acts.shape[1] != len(excerpts):

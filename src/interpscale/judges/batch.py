@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from interpscale._atomic import atomic_path
+from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 from interpscale.judges.replies import Answer, MalformedReply, cap, read_completion
 
@@ -19,16 +19,12 @@ ENDPOINT = "/v1/chat/completions"
 
 def write_batch_requests(path: str | Path, bodies: Mapping[str, Mapping[str, Any]]) -> Path:
     """Atomically write one request line per ``custom_id -> body``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     for cid in bodies:
         if not isinstance(cid, str) or not cid or len(cid) > 64:
             raise ValueError(f"batch custom_id must be a string of 1-64 characters, got {cid!r}")
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for cid, body in bodies.items():
-            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": dict(body)},
-                               ensure_ascii=False) + "\n")
-    return path
+    return atomic_write_text(path, "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT,
+                                                       "body": dict(body)}, ensure_ascii=False) + "\n"
+                                           for cid, body in bodies.items()))
 
 
 def read_batch_results(path: str | Path) -> dict[str, Answer | str]:

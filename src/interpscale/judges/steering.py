@@ -107,8 +107,7 @@ class _Generations:
 
 def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens) -> list[float]:
     """The benchmark's settings checked (ValueError naming the bad one); the strengths as floats."""
-    bad = set(conditions) - set(CONDITIONS)
-    if bad or not conditions:
+    if set(conditions) - set(CONDITIONS) or not conditions:
         raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}")
     if not cards:
         raise ValueError("run_steering_benchmark needs at least one concept card")

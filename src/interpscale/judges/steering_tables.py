@@ -18,9 +18,7 @@ def harmonic(*scores: Optional[float]) -> Optional[float]:
         return None
     if any(s < 0 for s in scores):
         raise ValueError(f"harmonic mean needs non-negative scores, got {scores}")
-    if any(s == 0 for s in scores):
-        return 0.0
-    return len(scores) / sum(1.0 / s for s in scores)
+    return 0.0 if any(s == 0 for s in scores) else len(scores) / sum(1.0 / s for s in scores)
 
 
 @dataclass(frozen=True)
