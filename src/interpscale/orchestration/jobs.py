@@ -7,17 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+import torch
 
 from interpscale.executors import handle_stop_signals, stop_requested
+from interpscale.orchestration.evaluate import evaluate_run, evaluate_runs
 from interpscale.orchestration.rundir import write_status
 from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.trainer import train_run
 
 
 def _setup_job(threads: int):
     """Threads, this task's device and (several tasks) the torch.distributed group, from
     submitit's ``TorchDistributedEnvironment`` (NCCL on GPUs, gloo on CPU)."""
-    import torch
-
     torch.set_num_threads(max(1, threads))
     try:
         env = submitit.JobEnvironment()
@@ -43,9 +44,6 @@ class TrainJob(submitit.helpers.Checkpointable):
 
     def __call__(self, run_dirs: list[str], data_root: str, threads: int = 1, evaluate: bool = True,
                  save_every_s: float = 60.0, train: dict[str, Any] | None = None) -> list[dict]:
-        from interpscale.orchestration.evaluate import evaluate_run
-        from interpscale.orchestration.trainer import train_run
-
         handle_stop_signals()
         rank, device, distributed = _setup_job(threads)
         out, failed = [], []
@@ -72,8 +70,6 @@ class TrainJob(submitit.helpers.Checkpointable):
                 out.append(status)
         finally:
             if distributed:
-                import torch
-
                 torch.distributed.destroy_process_group()
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(run_dirs)} runs failed: " + "; ".join(failed))
@@ -84,10 +80,6 @@ class EvalJob(submitit.helpers.Checkpointable):
     """Evaluate run directories (on the job's GPU when it has one); resumable per checkpoint."""
 
     def __call__(self, run_dirs: list[str], threads: int = 1, eval_batch_tokens: int | None = None) -> int:
-        import torch
-
-        from interpscale.orchestration.evaluate import evaluate_runs
-
         handle_stop_signals()
         torch.set_num_threads(max(1, threads))
         device = "cuda" if torch.cuda.is_available() else None
