@@ -174,11 +174,8 @@ def build_design(
     reference: Mapping[str, str] | None = None,
     levels: Sequence = (1, 2, 3, 4, 5),
 ) -> Design:
-    """Treatment-code ``fixed`` factors and index ``random`` factors of ``data``.
-
-    A factor listed in ``reference`` uses that level as baseline (it must occur); other
-    non-numeric factors use their first sorted level; numeric columns enter as covariates.
-    """
+    """Treatment-code ``fixed`` factors (baseline: the ``reference`` level, which must occur, else
+    the first sorted; numeric columns enter as covariates) and index ``random`` factors."""
     reference = dict(reference or {})
     fixed, random = list(fixed), list(random)
     require_columns(data, [response, *fixed, *random], "data")

@@ -22,13 +22,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class OrdinalResult:
     """Maximum-likelihood cumulative-link model, R ``clm`` / ``clmm`` conventions:
-    Pr(y <= k | u) = F(tau_k - x'beta - sum_g u_g), thresholds reported on the tau scale.
-
-    Without random effects (``clm``) ``random_sd`` is empty. With them (``clmm``),
-    ``random_sd`` holds each grouping factor's SD, ``random_effects`` the conditional modes
-    of the intercepts (R ``ranef``) and ``random_effects_sd`` their conditional SDs
-    (``condVar``); ``ci["sd_<group>"]`` is a Wald interval on the log-SD scale.
-    """
+    Pr(y <= k | u) = F(tau_k - x'beta - sum_g u_g), thresholds on the tau scale. ``clmm`` fills
+    ``random_sd`` (per grouping factor), ``random_effects`` (conditional modes, R ``ranef``) and
+    their SDs (``condVar``); ``ci["sd_<group>"]`` is a Wald interval on the log-SD scale."""
 
     coef: dict[str, float]
     se: dict[str, float]
@@ -146,15 +142,10 @@ def fit_ordinal(
     nagq: int = 1,
     level: float = 0.95,
 ) -> OrdinalResult:
-    """Maximum-likelihood cumulative-link model: R ``clm`` or, with ``random``, ``clmm``.
-
-    Without ``random``: statsmodels ``OrderedModel``, its thresholds (tau_1, log(tau_2 - tau_1),
-    ...) converted to tau_k with delta-method SEs, so the numbers match R ``clm``; ``cluster``
-    names a column for cluster-robust (sandwich) SEs, e.g. ``"concept"``. With ``random``
-    (``"rater,concept"``): crossed random intercepts by the Laplace approximation, or for one
-    factor adaptive Gauss-Hermite quadrature with ``nagq`` nodes (R's ``nAGQ``; ``clmm.py``).
-    Every interval is a Wald ``level`` interval.
-    """
+    """Maximum-likelihood cumulative-link model with Wald ``level`` intervals: R ``clm``
+    (statsmodels ``OrderedModel``, thresholds converted to tau_k with delta-method SEs as R has them;
+    ``cluster``: a column for sandwich SEs) or, with ``random`` (``"rater,concept"``), ``clmm``:
+    crossed intercepts by Laplace, or one factor by adaptive Gauss-Hermite with ``nagq`` nodes."""
     zq = z_value(level)
     design, rand = ordinal_design(data, response=response, fixed=fixed, random=random, reference=reference,
                                   levels=levels, link=link)

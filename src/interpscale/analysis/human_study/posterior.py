@@ -42,12 +42,9 @@ class Diagnostics:
 
 @dataclass(frozen=True)
 class OrdinalMixedResult:
-    """Posterior summary of a cumulative-link mixed model (medians, ``level`` equal-tailed CrIs).
-
-    ``random_sd`` holds each random intercept's SD under the group's name and, for groups
-    with random slopes, each slope's SD under ``"group:coef"``; ``idata`` carries the
-    posterior, sample stats and the pointwise ``log_likelihood`` group (``loo()``, ``waic()``).
-    """
+    """Posterior summary of a cumulative-link mixed model (medians, ``level`` equal-tailed CrIs);
+    ``random_sd`` keys: the group (intercept SD), ``"group:coef"`` (a random slope's SD); ``idata``
+    holds the posterior and the pointwise ``log_likelihood`` (``loo()``, ``waic()``)."""
 
     coef: dict[str, float]  # posterior medians of beta (log-odds)
     coef_sd: dict[str, float]

@@ -40,11 +40,9 @@ def paired_comparison(
     level: float = 0.95,
     seed: int = 0,
 ) -> PairedComparison:
-    """Every (a, b) pair of ratings sharing a ``context`` scores 1 if a > b, 1/2 if tied.
-
-    The CI resamples whole ``cluster``s (concepts) with replacement, so the dependence of
-    pairs within a concept is kept (App. D.4: 0.62 [0.58, 0.66] over 402 pairs).
-    """
+    """Every (a, b) pair of ratings sharing a ``context`` scores 1 if a > b, 1/2 if tied; the CI
+    resamples whole ``cluster``s, keeping the dependence of pairs within one (App. D.4: 0.62
+    [0.58, 0.66] over 402 pairs)."""
     for t in (a, b):
         if t not in set(ratings["candidate_type"]):
             raise ValueError(f"candidate_type {t!r} not in ratings (levels: {sorted(set(ratings['candidate_type']))})")
@@ -76,12 +74,9 @@ def type_summary(
     seed: int = 0,
     order: list[str] | None = None,
 ) -> pd.DataFrame:
-    """Table 4 plus top-two rates: per candidate type the mean fit, SD, n, a ``level`` CI of
-    the mean, and the share of ratings >= 4 with its CI.
-
-    ``ci="t"`` uses t intervals for means and Wilson intervals for shares (ratings treated
-    as independent, as in Figure 14); ``ci="cluster"`` resamples concepts for both.
-    """
+    """Table 4 plus top-two rates: per candidate type the mean fit, SD, n, a ``level`` CI of the
+    mean and the share of ratings >= 4 with its CI: t and Wilson intervals (``ci="t"``, ratings
+    independent as in Figure 14) or concepts resampled for both (``ci="cluster"``)."""
     if ci not in ("t", "cluster"):
         raise ValueError(f"ci must be 't' or 'cluster', got {ci!r}")
     g = ratings.groupby("candidate_type")["rating"]
@@ -120,11 +115,8 @@ def type_summary(
 
 
 def icc1(data: pd.DataFrame, *, target: str, value: str) -> float:
-    """One-way random-effects ICC(1) (Shrout & Fleiss ICC(1,1)): (MSB - MSW) / (MSB + (k0 - 1) MSW).
-
-    ``k0`` is the usual average group size for unbalanced designs,
-    (N - sum n_i^2 / N) / (g - 1); it equals k when every target has k ratings.
-    """
+    """One-way random-effects ICC(1) (Shrout & Fleiss ICC(1,1)): (MSB - MSW) / (MSB + (k0 - 1) MSW),
+    k0 = (N - sum n_i^2 / N) / (g - 1) the average group size (k when every target has k ratings)."""
     require_columns(data, [target, value], "data")
     require_no_missing(data, [target, value], "data")
     y = data[value].astype(float)
@@ -177,10 +169,8 @@ def coherence_dependence(
     labels: Sequence[str] = ("low", "mid", "high"),
 ) -> dict:
     """App. D.5: Pearson correlation of concept mean Phase 1 coherence with Phase 2 fit ratings
-    (per type, over ratings), and the gap (types[1] - types[0] mean fit) per coherence bin.
-    Bins split the concept mean coherence at ``edges`` (left-closed): low < 3 <= mid < 4 <= high.
-    Ratings of concepts without Phase 1 data are reported as ``n_unmatched``, not used.
-    """
+    (per type), and the gap (types[1] - types[0] mean fit) per coherence bin, split at ``edges``
+    (left-closed: low < 3 <= mid < 4 <= high); ratings without Phase 1 data: ``n_unmatched``."""
     if len(labels) != len(edges) + 1:
         raise ValueError(f"need {len(edges) + 1} labels for edges {list(edges)}, got {list(labels)}")
     p1 = validate_phase1(phase1)
