@@ -276,9 +276,8 @@ class TemplateSet:
 def load_templates(path: str | Path | None = None) -> TemplateSet:
     """The default templates, overridden from a TOML or JSON file of
     ``{name: {system?, user?, reask?, max_tokens?, version?}}`` when ``path`` is given."""
-    ts = TemplateSet()
     if path is None:
-        return ts
+        return TemplateSet()
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"template file {p} does not exist")
@@ -290,6 +289,6 @@ def load_templates(path: str | Path | None = None) -> TemplateSet:
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"template file {p}: expected a table of tables {{name: {{user: ...}}}}")
     try:
-        return ts.override(data)
+        return TemplateSet().override(data)
     except ValueError as exc:
         raise ValueError(f"template file {p}: {exc}") from None
