@@ -193,9 +193,9 @@ def _add_metrics(rng, df: pd.DataFrame, family: str, *, r2: float = 0.65, pre_an
         sd = spread * math.sqrt((1.0 - fit_r2) / max(fit_r2, 0.02)) if fit_r2 > 0 else spread
         values = truth + rng.normal(0.0, sd, size=truth.size)
         # keep each metric in its natural range (a loss stays above a tenth of its trend)
-        lo, hi = paper.INTERP_METRICS[metric].low, paper.INTERP_METRICS[metric].high
-        values = np.maximum(values, 0.1 * truth) if paper.INTERP_METRICS[metric].sign > 0 else values
-        df.loc[sel, metric] = np.clip(values, lo, hi)
+        m = paper.INTERP_METRICS[metric]
+        values = np.maximum(values, 0.1 * truth) if m.sign > 0 else values
+        df.loc[sel, metric] = np.clip(values, m.low, m.high)
 
 
 def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) -> pd.DataFrame:

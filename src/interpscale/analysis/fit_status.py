@@ -9,7 +9,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 # β of the bounded fit at the lower end of its search range means m(C) is a constant offset
 _FLAT_BETA = 1.01e-3
@@ -40,16 +39,14 @@ def isoflop_status(iso: Any) -> tuple[str, str]:
     α_P includes 0), ``not converged`` or ``not fitted``."""
     if iso is None:
         return "not fitted", "fewer than two usable slices"
-    sl = getattr(iso, "slices", None)
-    detail = ""
-    if isinstance(sl, pd.DataFrame) and len(sl):
-        detail = f"{int(sl['used'].sum()) if 'used' in sl else len(sl)} of {len(sl)} slices used"
-        edge = int((~sl["interior"].astype(bool)).sum()) if "interior" in sl else 0
-        if edge:
+    sl, detail = iso.slices, ""  # IsoFlopFit.slices: one row per slice, with "used" and "interior"
+    if len(sl):
+        detail = f"{int(sl['used'].sum())} of {len(sl)} slices used"
+        if edge := int((~sl["interior"].astype(bool)).sum()):
             detail += f"; {edge} slice(s) with the minimum at an edge size"
     if not iso.converged:
         return "not converged", detail
-    lo, hi = (getattr(iso, "ci", {}) or {}).get("alpha_P") or (math.nan, math.nan)
+    lo, hi = iso.ci.get("alpha_P") or (math.nan, math.nan)
     if np.isfinite(lo) and np.isfinite(hi) and lo <= 0 <= hi:
         return "uncertain", (f"the {iso.level:.0%} interval of α_P [{lo:.2f}, {hi:.2f}] includes 0: "
                              "these slices do not fix how the optimal size grows" + (f"; {detail}" if detail else ""))

@@ -54,7 +54,7 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("family", "estimator", "annealed") if k in df.columns]
     rows = []
     for key, g in df.groupby(keys, sort=True, dropna=False):
-        rec = dict(zip(keys, key if isinstance(key, tuple) else (key,)), rows=len(g))
+        rec = dict(zip(keys, key), rows=len(g))  # a list of keys groups by tuples (pandas >= 2)
         if "slice_flops" in g:
             rec["slices"] = g["slice_flops"].nunique()
         if "flops" in g:
