@@ -1,10 +1,5 @@
-"""The model zoo: the four Steerling families plus the other seeds' models in ``zoo/``.
-
->>> model = build_model("cdlm+concept", "tiny", data=DataFields(vocab_size=512, n_concepts=8))
-
-Your own family: subclass ``FamilyModel`` (or satisfy ``LanguageModel``) and ``register_family``
-it in a module named by ``--plugin`` / ``[plan] plugins`` or an entry point (docs/own-model.md).
-"""
+"""The model zoo: the four Steerling families plus the other seeds' models in ``zoo/`` (docs/models.md,
+docs/zoo.md); your own family registers the same way (docs/own-model.md)."""
 
 from interpscale.models.accounting import backbone_params, concept_overhead_fraction, concept_params
 from interpscale.models.checkpoint import load_checkpoint, save_checkpoint

@@ -24,9 +24,8 @@ class IGResult:
 def integrated_gradients(model, tokens: torch.Tensor, position: int, target: int | torch.Tensor, *,
                          steps: int = 64, positions: Optional[torch.Tensor] = None,
                          method: str = "midpoint", batch_size: int = 16) -> IGResult:
-    """Eq. 16: IG of the logit ℓ_y at ``position`` along T_[MASK] → T_x, moving the tokens of
-    ``positions`` [T] bool (default: all). ``method="right"`` evaluates the path at s/S, s = 1..S,
-    as Eq. 16 writes it; ``"midpoint"`` at (s − ½)/S: the same S gradients, O(1/S²) error not O(1/S)."""
+    """Eq. 16: IG of the logit ℓ_y at ``position`` along T_[MASK] → T_x for the tokens of ``positions``
+    [T] bool (default: all); ``method``: Eq. 16's right ends s/S or midpoints (s − ½)/S, error O(1/S²)."""
     if method not in ("midpoint", "right"):
         raise ValueError(f"method must be 'midpoint' or 'right', got {method!r}")
     tokens = model.check_tokens(tokens)

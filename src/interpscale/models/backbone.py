@@ -1,9 +1,5 @@
-"""The shared transformer backbone (App. G): post-norm RMSNorm, QK-norm, RoPE, SwiGLU, GQA.
-
-Attention is causal (AR) or block-causal (CDLM: bidirectional inside a block of b tokens, causal
-across blocks, §5.2); a :class:`KVCache` serves AR decoding and CDLM block-by-block denoising.
-One plain-PyTorch code path on every device; speed comes from ``torch.compile``.
-"""
+"""The shared transformer backbone (App. G, docs/models.md) with causal (AR) or block-causal (CDLM,
+§5.2) attention and a :class:`KVCache`: one plain-PyTorch path on every device, fast via ``torch.compile``."""
 
 from __future__ import annotations
 

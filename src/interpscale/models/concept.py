@@ -1,9 +1,5 @@
-"""The concept module (§5.3) and its losses (Eqs. 9–14).
-
-h̃ = k̂ + û + ε with k̂ = Σ k_i K_i, û = Σ u_j U_j, ε = h − k̂ − û (Eqs. 5–7). In eval mode
-h̃ = h exactly; training adds teacher forcing (§5.4.2), known-head dropout p_cfg and
-residual dropout p_ε, all of which keep the decomposition exact.
-"""
+"""The concept module (§5.3) and its losses (Eqs. 9–14): h̃ = k̂ + û + ε (Eqs. 5–7), exact in eval mode
+and under training's teacher forcing and dropouts (docs/models.md)."""
 
 from __future__ import annotations
 

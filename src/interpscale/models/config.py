@@ -14,11 +14,8 @@ SPECIAL_ID_FIELDS = tuple(f"{k}_id" for k in SPECIAL_IDS)  # pad_id, eos_id, eoc
 
 @dataclass(frozen=True)
 class SizePreset:
-    """One backbone size; ``paper_params`` is Table 23's backbone P (None for CPU presets).
-
-    ``n_kv_heads`` reproduces Table 23's counts: P = L·(14d² + 2d·d_kv), i.e. SwiGLU (ratio 4)
-    plus grouped-query attention with two KV heads of width 128 (three at 3B); docs/models.md
-    has the derivation and the 5B exception."""
+    """One backbone size; ``paper_params`` is Table 23's backbone P (None for CPU presets); ``n_kv_heads``
+    reproduces Table 23's counts, P = L·(14d² + 2d·d_kv) (docs/models.md: derivation, 5B exception)."""
 
     name: str
     n_layers: int

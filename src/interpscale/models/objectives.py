@@ -124,12 +124,9 @@ def mask_tokens(tokens: torch.Tensor, t: torch.Tensor, mask_id: int, valid: Opti
 
 
 def alpha_schedule(cfg: ModelConfig, phase: PhaseSchedule, step: int) -> tuple[float, float]:
-    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step``. Stable (Table
-    25): α_known cosine 1 → 0.5 and α_unknown linear 1 → 0.5 by 0.1·T_max, then flat. Tables 25/26
-    print α_unknown as "0.0 → 0.5" / "1.0": the probability of the *predicted* unknown (App. I:
-    "fully rely on the learned unknown head"; §5.4.2/App. K: the GT probability anneals from 1),
-    so here α_unknown = 1 − that. Anneal (Table 26): α_known linear 0.5 → 0 over
-    ``anneal_steps`` from ``phase.anneal_start``; α_unknown = 0 (predicted unknown only)."""
+    """Probabilities (α_known, α_unknown) of substituting ground truth at ``step``. Stable (Table 25):
+    α_known cosine 1 → 0.5, α_unknown linear 1 → 0.5 by 0.1·T_max, then flat; anneal (Table 26): α_known
+    linear 0.5 → 0 over ``anneal_steps``, α_unknown = 0. α_unknown is 1 − the tables' (docs/models.md)."""
     if phase.phase == "anneal":
         a0, a1 = cfg.anneal_alpha_known
         frac = _frac(step - phase.anneal_start, max(phase.anneal_steps, 1))

@@ -14,8 +14,7 @@ from interpscale.models.objectives import ar_loss, mask_batch, mdm_loss
 @dataclass(frozen=True)
 class Steering:
     """What to steer and how (§6.2). ``suppress_inject`` also adds the negative injection (Eq. 18
-    with γ < 0); it is off by default because it can raise anti-aligned logits through the
-    hidden-state path, which the gate of Eq. 21 exists to prevent (Fig. 20)."""
+    with γ < 0), off by default: it can raise anti-aligned logits, which Eq. 21's gate prevents (Fig. 20)."""
 
     concepts: tuple[int, ...]  # known (or unknown) concept ids, summed and normalised into e_c (§6.2.1)
     kind: Literal["known", "unknown"] = "known"
