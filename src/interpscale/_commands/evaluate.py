@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.options import given, option
+from interpscale.errors import UserError
+from interpscale.executors import EXECUTORS
+from interpscale.orchestration import evaluate_run
+from interpscale.orchestration.evaluate import evaluate_runs
+from interpscale.orchestration.rundir import find_run_dirs
 
 
 def add_evaluation_options(p: argparse.ArgumentParser) -> None:
     """The options ``evaluate`` and ``sweep evaluate`` share."""
-    from interpscale.orchestration import evaluate_run
-
     p.add_argument("--estimators", nargs="+", help="default: ar_ce (AR) or mdlm_elbo (diffusion)")
     p.add_argument("--eval-batches", type=int)
     p.add_argument("--eval-batch-tokens", type=int, help="tokens per evaluation forward (bounds memory)")
@@ -26,19 +29,12 @@ def evaluation_options(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.executors import EXECUTORS
-
     p.add_argument("run_dir", help="a run directory (or a directory of run directories)")
     add_evaluation_options(p)
     p.add_argument("--executor", choices=EXECUTORS, help=argparse.SUPPRESS)  # `sweep evaluate`'s, deprecated here
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.errors import UserError
-    from interpscale.orchestration import evaluate_run
-    from interpscale.orchestration.evaluate import evaluate_runs
-    from interpscale.orchestration.rundir import find_run_dirs
-
     target = Path(args.run_dir)
     if not target.exists():
         raise UserError(f"{target} does not exist")

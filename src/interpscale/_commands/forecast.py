@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.options import given, library_default, option, positive_float
+from interpscale.errors import UserError
 from interpscale.results_table import read_results as read_table
 from interpscale.results_table import require_values
+from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results
 
 VERBS = ("record", "check", "list")
 DEFAULT_REGISTRY = "forecasts.jsonl"  # in the working directory
@@ -20,15 +22,11 @@ def _registry(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.scaling import forecast_from_results
-
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     r = sub.add_parser("record", help="fit a results table and record its forecast for a run not yet made")
     r.add_argument("results", metavar="RESULTS", help="the results table (.parquet or .csv)")
     r.add_argument("--target-compute", type=positive_float, required=True, help="compute (FLOPs) of the run forecast, e.g. 7.6e22")
     r.add_argument("--family", help="the family to fit (needed when the table has several)")
-    from interpscale.scaling import FORECAST_METHODS
-
     r.add_argument("--method", metavar="NAME",
                    help=f"forecast method: {' | '.join(FORECAST_METHODS)} (default: the one with the lowest "
                         "rolling-origin backtest error at the largest extrapolation ratio the table can test)")
@@ -57,9 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _record(args) -> int:
-    from interpscale.errors import UserError
-    from interpscale.scaling import ForecastLedger, forecast_from_results
-
     if (args.params is None) != (args.tokens is None):
         raise UserError("give both --params and --tokens, or neither (compute-optimal allocation)")
     df = read_table(Path(args.results))
@@ -78,8 +73,6 @@ def _record(args) -> int:
 
 
 def run(args) -> int:
-    from interpscale.scaling import ForecastLedger
-
     if args.verb == "record":
         return _record(args)
     ledger = ForecastLedger(args.registry)

@@ -17,6 +17,7 @@ from typing import Any
 
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import given, option
+from interpscale.errors import FailedWork, UserError
 
 VERBS = ("alignment", "steering", "relevance")
 
@@ -89,7 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.errors import FailedWork, UserError
     from interpscale.judges import build_judge, outcome
     from interpscale.judges.batch import BatchWritten
 
@@ -174,7 +174,6 @@ def _steering(args: argparse.Namespace, judge: Any) -> Any:
         return score_steering_continuations(read_steering_input(args.input), judge=judge,
                                             instruction_judge=args.instruction_judge,
                                             quality_with_prefix=args.quality_with_prefix)
-    from interpscale.errors import UserError
     from interpscale.metrics.checkpoint_judging import judge_checkpoint_steering
 
     prompts = DEFAULT_PROMPTS

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from interpscale._commands.evaluate import add_evaluation_options, evaluation_options
+from interpscale._commands.options import given, option
 from interpscale._commands.plan import PRESET_HELP
+from interpscale.errors import UserError
+from interpscale.executors import EXECUTORS
+from interpscale.orchestration import Sweep, plan
+from interpscale.orchestration.evaluate import evaluate_runs
 
 VERBS = ("launch", "status", "collect", "evaluate")
 DEFAULT_VERB = "launch"  # `interpscale sweep --preset P` (deprecated spelling)
@@ -26,8 +32,6 @@ def _sweep_dir(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale._commands.options import option
-    from interpscale.executors import EXECUTORS
     from interpscale.orchestration.adaptive import adaptive_sweep
     from interpscale.orchestration.parallel import PARALLEL
 
@@ -68,10 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _launch(args: argparse.Namespace, out: str) -> int:
-    import time
-
-    from interpscale._commands.options import given
-    from interpscale.orchestration import Sweep, plan
     from interpscale.orchestration.runtime import estimate_report
 
     # the launch flags as Sweep.from_plan overrides (None keeps the preset's)
@@ -99,22 +99,15 @@ def _launch(args: argparse.Namespace, out: str) -> int:
 
 def evaluate_sweep(out: str, args: argparse.Namespace):
     """``sweep evaluate``: every trained run of the sweep at ``out``; returns its collected table."""
-    from interpscale.orchestration import Sweep
-
     sw = Sweep.from_dir(out, **({"executor": args.executor} if args.executor else {}))
     if args.executor:
         sw.evaluate_runs(eval_batch_tokens=args.eval_batch_tokens)
     else:
-        from interpscale.orchestration.evaluate import evaluate_runs
-
         evaluate_runs([sw.run_dir(r) for r in sw.runs], **evaluation_options(args))
     return sw.collect()
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.errors import UserError
-    from interpscale.orchestration import Sweep
-
     out = args.sweep_dir or args.out
     if not out:
         raise UserError(f"no sweep directory: pass it (interpscale sweep {args.verb} runs/x) or --out DIR")
