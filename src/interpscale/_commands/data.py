@@ -8,6 +8,9 @@ import json
 import sys
 
 from interpscale._commands.options import given, option
+from interpscale.data import open_data
+from interpscale.data.prepare import MODES, make_request, prepare
+from interpscale.data.sources import FORMATS, FORMATS_HELP
 from interpscale.errors import UserError
 
 _OUTPUT_HELP = """\
@@ -22,9 +25,6 @@ VERBS = ("prepare", "info")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.data.prepare import MODES, make_request, prepare
-    from interpscale.data.sources import FORMATS, FORMATS_HELP
-
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     pr = sub.add_parser("prepare", help="tokenize files into memory-mapped shards (resumable)",
                         description="Stream JSONL / Parquet / plain-text files (globs, gzip) into token shards "
@@ -73,8 +73,6 @@ def _slurm_params(items: list[str]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.verb == "info":
-        from interpscale.data import open_data
-
         data = open_data(args.dir)
         sys.stdout.write(f"{args.dir}: vocab {data.vocab_size}, {data.n_concepts} concepts, special ids "
                          f"{data.special_ids}\n")
@@ -82,8 +80,6 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"  {s}: {v['tokens']:,} tokens, {v['docs']:,} documents, {v['chunks']:,} chunks, "
                              f"{v['labels']:,} labels\n")
         return 0
-    from interpscale.data import prepare
-
     out = prepare(args.sources, args.out, slurm=_slurm_params(args.slurm), progress=True, fmt=args.format,
                   tokenizer=args.tokenizer, concepts=args.concepts, document_per_file=args.document_per_file,
                   **given(args, "executor", "max_parallel", "workers", "vocab_size", "val_fraction", "seed",

@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.options import given, option
+from interpscale.analysis.example_data import example_results
+from interpscale.analysis.figures import render_figures
 from interpscale.errors import FailedWork, UserError
+from interpscale.results_table import read_results, require_values
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,8 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="directory for the PNG and PDF files")
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(),
                         help="run directories whose metrics.jsonl loss curves to draw (a sweep directory works too)")
-    from interpscale.analysis.figures import render_figures
-
     option(parser, "--n-boot", render_figures, type=int, help="bootstrap replicates for the CI bands")
 
 
@@ -42,9 +43,6 @@ def expand_run_dirs(paths) -> list[Path]:
 
 def load_table(spec: str):
     """The bundled example table, or the results table at ``spec`` with at least one loss."""
-    from interpscale.analysis.example_data import example_results
-    from interpscale.results_table import read_results, require_values
-
     if spec == "example":
         return example_results()
     df = read_results(spec)
@@ -53,8 +51,6 @@ def load_table(spec: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.analysis.figures import render_figures
-
     df = load_table(args.results)
     result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
     for title, paths in result.drawn.items():

@@ -6,16 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from interpscale._commands.options import given, option
+from interpscale.analysis.human_study import Priors, analyse_study
+from interpscale.analysis.human_study.bayes import MASS_MATRICES, SAMPLERS
 
 _STUDY = ("contrast", "reference", "random", "level", "draws", "tune", "chains", "sampler", "mass_matrix",
           "target_accept", "n_boot", "min_rater_ratings", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from interpscale.analysis.human_study import Priors, analyse_study
-    from interpscale.analysis.human_study.bayes import MASS_MATRICES, SAMPLERS
-
     parser.add_argument("ratings", type=Path, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
     parser.add_argument("--phase1", type=Path, help="Phase 1 CSV: concept, annotator, name, coherence")
     parser.add_argument("--out", type=Path, required=True, help="output directory (created)")
@@ -48,10 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from interpscale.analysis.human_study import Priors, analyse_study
-
     priors = Priors(**given(args, beta_sd="prior_beta_sd", threshold_sd="prior_threshold_sd",
                             sd_scale="prior_sd_scale", lkj_eta="prior_lkj_eta"))
     ratings = pd.read_csv(args.ratings)

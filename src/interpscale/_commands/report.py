@@ -9,14 +9,14 @@ from pathlib import Path
 from interpscale import paper
 from interpscale._commands.figures import expand_run_dirs, load_table
 from interpscale._commands.options import given, option
+from interpscale.analysis.example_data import steerling_actual
+from interpscale.analysis.report import write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", help="results table (.parquet or .csv), or 'example' for the bundled example table")
     parser.add_argument("--out", required=True, type=Path, help="directory for report.md, report.html and figures/")
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(), help="run directories for the loss-curve figure")
-    from interpscale.analysis.report import write_report
-
     option(parser, "--n-boot", write_report, type=int,
            help="bootstrap replicates for the fitted CIs (the paper used 10000)")
     parser.add_argument("--no-figures", action="store_true", help="tables and warnings only")
@@ -25,9 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.analysis.example_data import steerling_actual
-    from interpscale.analysis.report import write_report
-
     example = args.results == "example"
     target = args.target_compute if args.target_compute is not None else (paper.STEERLING_8B["flops"] if example else None)
     df = load_table(args.results)

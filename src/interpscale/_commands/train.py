@@ -10,13 +10,15 @@ import argparse
 import os
 import sys
 
+import torch
+
 from interpscale._commands.options import given, option
+from interpscale.orchestration import RunSpec, train_run
+from interpscale.orchestration.parallel import PARALLEL
+from interpscale.orchestration.trainer import Trainer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.orchestration.parallel import PARALLEL
-    from interpscale.orchestration.trainer import Trainer
-
     p.add_argument("run_dir", help="run directory (holds spec.json, or gets --spec copied in)")
     p.add_argument("--spec", help="a RunSpec JSON file (default: RUN_DIR/spec.json)")
     p.add_argument("--data-root", help="shared prepared-data cache (default: RUN_DIR/../_data)")
@@ -28,10 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from interpscale.orchestration import RunSpec, train_run
-
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized()
     if distributed:  # torchrun's env:// variables
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
