@@ -323,16 +323,20 @@ MAX_FUNCTION_LINES = 80  # CONTRIBUTING: functions fit on a screen; docs/archite
 LONG_FUNCTION_EXCEPTIONS: dict[str, str] = {}  # "path:function" -> why (also stated in docs/architecture.md)
 
 
-def long_functions(root: Path = SRC, limit: int = MAX_FUNCTION_LINES) -> list[str]:
-    out = []
+def too_long(spans, limit: int, exceptions: dict[str, str]) -> list[str]:
+    """The (key, lines) spans over ``limit`` that ``exceptions`` does not name, as "key (n lines)"."""
+    return [f"{key} ({n} lines)" for key, n in spans if n > limit and key not in exceptions]
+
+
+def function_spans(root: Path):
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                key = f"{path.relative_to(root.parent)}:{node.name}"
-                if n > limit and key not in LONG_FUNCTION_EXCEPTIONS:
-                    out.append(f"{key} ({n} lines)")
-    return out
+                yield f"{path.relative_to(root.parent)}:{node.name}", node.end_lineno - node.lineno + 1
+
+
+def long_functions(root: Path = SRC, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    return too_long(function_spans(root), limit, LONG_FUNCTION_EXCEPTIONS)
 
 
 def test_no_function_is_over_80_lines():
@@ -353,13 +357,8 @@ LONG_MODULE_EXCEPTIONS: dict[str, str] = {}  # "path" -> why (also stated in doc
 
 
 def long_modules(root: Path = SRC, limit: int = MAX_MODULE_LINES) -> list[str]:
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        n = len(path.read_text().splitlines())
-        key = str(path.relative_to(root.parent))
-        if n > limit and key not in LONG_MODULE_EXCEPTIONS:
-            out.append(f"{key} ({n} lines)")
-    return out
+    spans = ((str(p.relative_to(root.parent)), len(p.read_text().splitlines())) for p in sorted(root.rglob("*.py")))
+    return too_long(spans, limit, LONG_MODULE_EXCEPTIONS)
 
 
 def test_no_module_is_over_400_lines():
