@@ -352,7 +352,7 @@ def test_the_function_length_check_can_fail(tmp_path):
     assert long_functions(pkg) == ["interpscale/long.py:f (82 lines)"]
 
 
-MAX_MODULE_LINES = 400  # CONTRIBUTING: "no file over ~400 lines without a reason"
+MAX_MODULE_LINES = 900  # rooms by concept: a module may be long when it is one idea (issue 34); this catches a warren's opposite
 LONG_MODULE_EXCEPTIONS: dict[str, str] = {}  # "path" -> why (also stated in docs/architecture.md)
 
 
@@ -361,14 +361,14 @@ def long_modules(root: Path = SRC, limit: int = MAX_MODULE_LINES) -> list[str]:
     return too_long(spans, limit, LONG_MODULE_EXCEPTIONS)
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_is_over_900_lines():
     bad = long_modules()
-    assert not bad, "modules over 400 lines (split them by job, or say why in docs/architecture.md):\n" + "\n".join(bad)
+    assert not bad, "modules over 900 lines (split them by concept, or say why in docs/architecture.md):\n" + "\n".join(bad)
 
 
 def test_the_module_length_check_can_fail(tmp_path):
     pkg = tmp_path / "interpscale"
     pkg.mkdir()
-    (pkg / "long.py").write_text("x = 1\n" * 401)
-    (pkg / "short.py").write_text("x = 1\n" * 400)
-    assert long_modules(pkg) == ["interpscale/long.py (401 lines)"]
+    (pkg / "long.py").write_text("x = 1\n" * 901)
+    (pkg / "short.py").write_text("x = 1\n" * 900)
+    assert long_modules(pkg) == ["interpscale/long.py (901 lines)"]
