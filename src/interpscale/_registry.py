@@ -1,7 +1,10 @@
-"""One registry class for every "name -> how to do it" table (model families, loss estimators).
+"""One registry class for every "name -> how to do it" table (model families, loss estimators,
+laws, forecast methods, calibration rules, executors, figures, judge kinds).
 
 Shaped like lm-evaluation-harness's ``Registry``: ``register(name, item)`` adds an entry
-(re-registering needs ``overwrite=True``), ``lookup(name)`` returns it or raises a
+(re-registering needs ``overwrite=True``); an entry may be a lazy ``"module:object"`` string
+(``lazy=True``), imported the first time it is looked up, so a registry can name what it
+does not load yet. ``lookup(name)`` returns it or raises a
 :class:`~interpscale.errors.UserError` that lists the registered names and, through the
 registry's ``hint``, says where it looked and how to register. A registry reads as a
 mapping (``name in reg``, ``reg[name]``, ``sorted(reg)``), and ``on_miss`` (e.g. loading
@@ -13,6 +16,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator, Mapping
 from typing import Callable, Generic, Optional, TypeVar
+
+import importlib
 
 from interpscale.errors import UserError
 
@@ -29,16 +34,29 @@ class Registry(Mapping, Generic[T]):
         self._hint = hint
         self._on_miss = on_miss
         self._missed = False
+        self._lazy: set[str] = set()
 
-    def register(self, name: str, item: T, *, overwrite: bool = False) -> T:
+    def register(self, name: str, item: T, *, overwrite: bool = False, lazy: bool = False) -> T:
+        """Add ``item`` under ``name``; with ``lazy=True`` ``item`` is a ``"module:object"`` path."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
         if name in self._items and not overwrite:
             raise ValueError(f"{self.kind} {name!r} is already registered (pass overwrite=True to replace it)")
+        if lazy and not (isinstance(item, str) and item.count(":") == 1):
+            raise ValueError(f"lazy {self.kind} {name!r} must be a 'module:object' string, got {item!r}")
         self._items[name] = item
+        (self._lazy.add if lazy else self._lazy.discard)(name)
         return item
 
+    def _resolved(self, name: str) -> T:
+        if name in self._lazy:  # import on first use, then keep the object
+            module, _, attr = self._items[name].partition(":")
+            self._items[name] = getattr(importlib.import_module(module), attr)
+            self._lazy.discard(name)
+        return self._items[name]
+
     def pop(self, name: str, *default):
+        self._lazy.discard(name)
         return self._items.pop(name, *default)
 
     def _load_missing(self, name: str) -> bool:
@@ -50,7 +68,7 @@ class Registry(Mapping, Generic[T]):
     def lookup(self, name: str) -> T:
         """The entry ``name``; unknown names raise a UserError naming the registered ones."""
         if self._load_missing(name):
-            return self._items[name]
+            return self._resolved(name)
         close = difflib.get_close_matches(str(name), list(self._items), n=1)
         msg = f"unknown {self.kind} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
         msg += f"; registered: {', '.join(sorted(self._items))}"
@@ -60,7 +78,7 @@ class Registry(Mapping, Generic[T]):
     def __getitem__(self, name: str) -> T:
         if not self._load_missing(name):
             raise KeyError(name)
-        return self._items[name]
+        return self._resolved(name)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._load_missing(name)
