@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.spec import RunSpec, anneal_every
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def segments(spec: RunSpec) -> list[Segment]:
     if A > 0:
         segs.append(Segment(f"anneal@{S}", "anneal", S, S + A))
     ratio = spec.decay_frac / (1.0 - spec.decay_frac)
-    for r in reservoir_steps(spec):
+    for r in annealed_reservoir_steps(spec):
         a = max(1, int(ratio * r + 0.5))
         segs.append(Segment(f"anneal@{r}", "anneal", r, r + a))
     return segs
@@ -40,6 +40,17 @@ def reservoir_steps(spec: RunSpec) -> list[int]:
     """Intermediate stable checkpoints (evenly spaced, excluding the final stable step)."""
     k, S = spec.reservoir, spec.stable_steps
     return sorted({int(round(S * i / (k + 1))) for i in range(1, k + 1)} - {0, S})
+
+
+def annealed_reservoir_steps(spec: RunSpec) -> list[int]:
+    """The reservoir checkpoints that get an anneal branch under ``spec.anneal`` (issue 36): of
+    the anneal points r_1 < ... < r_k < S, "all" keeps every one, "every:K" every K-th counted back
+    from S (S always), "ends" r_1 and S; the others are predicted (scaling.anneal_rows)."""
+    res, every = reservoir_steps(spec), anneal_every(spec.anneal)
+    if every is None:
+        return res[:1]
+    points = [*res, spec.stable_steps]
+    return [r for i, r in enumerate(res) if (len(points) - 1 - i) % every == 0]
 
 
 def lr_at(spec: RunSpec, seg: Segment, step: int) -> float:

@@ -9,6 +9,21 @@ from pathlib import Path
 from typing import Any
 
 
+ANNEAL_RULES = ("all", "every:K", "ends")
+
+
+def anneal_every(rule: str) -> int | None:
+    """``[train] anneal``: "all" -> 1, "every:K" -> K (K >= 1), "ends" -> None (first and last only)."""
+    if rule == "all":
+        return 1
+    if rule == "ends":
+        return None
+    head, _, k = str(rule).partition(":")
+    if head == "every" and k.isdigit() and int(k) >= 1:
+        return int(k)
+    raise ValueError(f"anneal = {rule!r}: expected one of {', '.join(ANNEAL_RULES)} (K a positive integer)")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One (family, size, slice) training run.  Field names follow the results table:
@@ -35,6 +50,7 @@ class RunSpec:
     warmup_frac: float = 0.02
     decay_frac: float = 0.2  # WSD: final 20% linear decay to zero (App. I anneal)
     reservoir: int = 0  # extra stable checkpoints, each annealed independently (App. I)
+    anneal: str = "all"  # which of them get an anneal branch: "all" | "every:K" | "ends" (docs/anneal.md)
     base_size: str = ""  # the models.SIZES preset ``size`` is built from ("" = ``size`` itself)
     model_overrides: dict = field(default_factory=dict)
     data: dict = field(default_factory=lambda: {"kind": "synthetic"})
@@ -53,6 +69,7 @@ class RunSpec:
                 f"({self.batch_tokens} tokens)")
         if not 0.0 <= self.decay_frac < 1.0:
             raise ValueError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
+        anneal_every(self.anneal)  # a bad rule fails here, naming the value
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "plugins", tuple(self.plugins))
 
@@ -90,6 +107,8 @@ class RunSpec:
         d = asdict(self)
         if not d["plugins"]:  # runs of built-in families keep the ids they had before plugins existed
             del d["plugins"]
+        if d["anneal"] == "all":  # likewise for runs that anneal every reservoir checkpoint
+            del d["anneal"]
         return d
 
     def to_json(self) -> str:
