@@ -372,3 +372,75 @@ def test_the_module_length_check_can_fail(tmp_path):
     (pkg / "long.py").write_text("x = 1\n" * 901)
     (pkg / "short.py").write_text("x = 1\n" * 900)
     assert long_modules(pkg) == ["interpscale/long.py (901 lines)"]
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """module -> the package modules it imports (inside functions too; `from pkg import submodule` is the submodule)."""
+    mods = {module_name(p, root): p for p in root.rglob("*.py")}
+    graph = {}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                out |= {f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names}
+        graph[mod] = {t for t in out if t in mods and t != mod}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        comp.append(member)
+                        if member == node:
+                            break
+                    if len(comp) > 1:
+                        cycles.append(sorted(comp))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return cycles
+
+
+def test_no_import_cycle_among_modules():
+    cycles = import_cycles(import_graph())
+    assert not cycles, "modules that import each other (directly or in a ring):\n" + "\n".join(map(" <-> ".join, cycles))
+
+
+def test_the_cycle_check_can_fail(tmp_path):
+    pkg = tmp_path / "interpscale"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "x.py").write_text("def f():\n    from interpscale.a import y\n")
+    (pkg / "a" / "y.py").write_text("from . import z\n")
+    (pkg / "a" / "z.py").write_text("import interpscale.a.x\n")
+    (pkg / "b.py").write_text("from interpscale.a import x\n")
+    assert import_cycles(import_graph(pkg)) == [["interpscale.a.x", "interpscale.a.y", "interpscale.a.z"]]
