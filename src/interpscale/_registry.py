@@ -24,6 +24,12 @@ from interpscale.errors import UserError
 T = TypeVar("T")
 
 
+def resolve(path: str):
+    """The object a lazy ``"module:object"`` path names (imported now)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 class Registry(Mapping, Generic[T]):
     """Named entries of one ``kind`` (e.g. "model family")."""
 
@@ -50,8 +56,7 @@ class Registry(Mapping, Generic[T]):
 
     def _resolved(self, name: str) -> T:
         if name in self._lazy:  # import on first use, then keep the object
-            module, _, attr = self._items[name].partition(":")
-            self._items[name] = getattr(importlib.import_module(module), attr)
+            self._items[name] = resolve(self._items[name])
             self._lazy.discard(name)
         return self._items[name]
 

@@ -288,14 +288,16 @@ def test_api_key_appears_in_no_file_the_tool_writes(serve, tmp_path, monkeypatch
 
 def test_the_split_client_mirrors_the_sdk_and_has_one_record_type_and_protocol(tmp_path):
     """Issue 30.7: the retry constants are the openai SDK's (_constants.py); one record type
-    for a judged item; the four backends implement the Judge protocol; one builder."""
+    for a judged item; the four backends implement the Judge protocol; one builder (issue 34:
+    the old aliases Reply and resolve_judge are gone after their release)."""
     import openai._constants as sdk
 
-    from interpscale.judges import Judge, JudgeRecord, LexicalJudge, Reply, build_judge, resolve_judge, retry
+    import interpscale.judges as judges
+    from interpscale.judges import Judge, JudgeRecord, LexicalJudge, build_judge, retry
     from interpscale.judges.batch import BatchReadJudge, BatchWriteJudge
 
     assert (retry.INITIAL_RETRY_DELAY, retry.MAX_RETRY_DELAY) == (sdk.INITIAL_RETRY_DELAY, sdk.MAX_RETRY_DELAY)
-    assert Reply is JudgeRecord and resolve_judge is build_judge
+    assert not hasattr(judges, "Reply") and not hasattr(judges, "resolve_judge") and callable(build_judge)
     client = JudgeClient(model="m", base_url="http://127.0.0.1:9/v1")
     backends = [client, LexicalJudge(), BatchWriteJudge(client, tmp_path / "w.jsonl"),
                 BatchReadJudge(client, tmp_path / "r.jsonl")]

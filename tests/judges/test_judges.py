@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from interpscale.judges import (LEXICAL_LABEL, ConceptCard, JudgeClient, LexicalJudge, TemplateSet, load_templates,
-                                pearson, resolve_judge, score_alignment, score_autointerp, score_relevance)
+                                pearson, build_judge, score_alignment, score_autointerp, score_relevance)
 from judge_server import ServerReply
 from interpscale.judges.parsing import expected_score, parse_activations, parse_alignment, parse_json_scores, parse_rating
 from interpscale.judges.steering import judge_continuations
@@ -174,7 +174,7 @@ def test_pearson_reference_and_undefined():
 def test_lexical_backend_is_default_and_labelled_everywhere(monkeypatch, cards):
     monkeypatch.delenv("INTERPSCALE_JUDGE_BASE_URL", raising=False)
     monkeypatch.delenv("INTERPSCALE_JUDGE_MODEL", raising=False)
-    assert isinstance(resolve_judge(), LexicalJudge)
+    assert isinstance(build_judge(), LexicalJudge)
     res = score_alignment(cards, [["Ġpeloton", "Ġcyclist", "Ġbicycle", "Ġthe"], ["Ġcar", "Ġsky", "Ġmagma", "Ġrun"],
                                   ["Ġlava", "Ġvolcano", "Ġerupt", "Ġash"]])
     assert [r.score for r in res.records] == [5.0, 1.0, 5.0]
@@ -186,7 +186,7 @@ def test_lexical_backend_is_default_and_labelled_everywhere(monkeypatch, cards):
     ai = score_autointerp(ex, acts)
     assert ai.records["top_and_random"][0].score == pytest.approx(1.0) and LEXICAL_LABEL in ai.to_markdown()
     with pytest.raises(ValueError, match="both base_url and model"):
-        resolve_judge(base_url="http://127.0.0.1:1/v1")
+        build_judge(base_url="http://127.0.0.1:1/v1")
 
 
 def test_bad_inputs_name_the_problem(cards):
@@ -200,3 +200,27 @@ def test_bad_inputs_name_the_problem(cards):
         score_autointerp([["a"]] * 3, np.zeros((1, 2, 1)), judge=LexicalJudge())
     with pytest.raises(ValueError, match="needs a model"):
         JudgeClient(base_url="http://x/v1", model="")
+
+
+def test_a_judge_kind_is_one_registry_entry_and_a_new_one_needs_nothing_else(tmp_path, monkeypatch):
+    """Issue 34.4: template, reply parser, offline scorer and result type in one entry; a kind
+    registered as a user would is served by the lexical backend and the template set."""
+    from interpscale.judges import JUDGE_KINDS, JudgeKind, JudgeTask, PromptTemplate, register_judge_kind
+    from interpscale.judges.parsing import parse_rating
+
+    kind = JUDGE_KINDS.lookup("steer_concept")
+    assert kind.template.name == "steer_concept" and kind.parser is parse_rating
+    assert kind.result_type.__name__ == "SteeringResult"
+    assert sorted(JUDGE_KINDS) == sorted(TemplateSet().templates)
+    (tmp_path / "shout_plugin.py").write_text("def shout_task(data):\n    return 2 if data['text'].isupper() else 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the user's own module with the offline scorer
+    tpl = PromptTemplate(name="shout", user="Is {text} shouting?", version="shout-v1", output="rating", lo=0, hi=2)
+    register_judge_kind(JudgeKind(tpl, "shout_plugin:shout_task", "interpscale.judges.scorers:ScoreSummary"))
+    try:
+        rec = LexicalJudge(TemplateSet({**TemplateSet().templates, "shout": tpl})).run(
+            [JudgeTask(tpl, {"text": "HEY"}, data={"text": "HEY"})])[0]
+    finally:
+        JUDGE_KINDS.pop("shout")
+    assert rec.value == 2 and rec.status == "lexical"
+    with pytest.raises(Exception, match="unknown judge kind 'shoutt'"):
+        JUDGE_KINDS.lookup("shoutt")

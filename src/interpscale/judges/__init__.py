@@ -11,8 +11,8 @@ The modules and their split: docs/architecture.md. A failed item is None with it
 """
 
 from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
-from interpscale.judges.build import build_judge, default_cache_path, resolve_judge
-from interpscale.judges.client import JudgeClient, JudgeTask, Reply, UsageStats
+from interpscale.judges.build import build_judge, default_cache_path
+from interpscale.judges.client import JudgeClient, JudgeTask, UsageStats
 from interpscale.judges.retry import JudgeConfigError
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
 from interpscale.judges.scorers import AlignmentResult, RelevanceResult, ScoreSummary, score_alignment, score_relevance
@@ -20,15 +20,16 @@ from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_cont
                                         score_steering_continuations)
 from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
                                                 harmonic, select_strengths, table17)
-from interpscale.judges.templates import DEFAULT_TEMPLATES, PromptTemplate, TemplateSet, load_templates
+from interpscale.judges.templates import (DEFAULT_TEMPLATES, JUDGE_KINDS, JudgeKind, PromptTemplate, TemplateSet, load_templates,
+                                         register_judge_kind)
 from interpscale.judges.types import (FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord,
                                      Outcome, ParseStatus, outcome)
 
 __all__ = [
     "ConceptCard", "Judge", "JudgeRecord", "ParseStatus", "PARSE_STATUSES", "FAILED_STATUSES",
-    "JudgeClient", "JudgeConfigError", "JudgeTask", "Reply", "UsageStats", "LexicalJudge", "LEXICAL_LABEL",
-    "resolve_judge", "build_judge", "default_cache_path", "outcome", "Outcome",
-    "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates",
+    "JudgeClient", "JudgeConfigError", "JudgeTask", "UsageStats", "LexicalJudge", "LEXICAL_LABEL",
+    "build_judge", "default_cache_path", "outcome", "Outcome",
+    "PromptTemplate", "TemplateSet", "DEFAULT_TEMPLATES", "load_templates", "JUDGE_KINDS", "JudgeKind", "register_judge_kind",
     "score_alignment", "AlignmentResult", "score_relevance", "RelevanceResult", "ScoreSummary",
     "score_autointerp", "AutoInterpResult", "pearson",
     "run_steering_benchmark", "judge_continuations", "score_steering_continuations", "SteeringResult",

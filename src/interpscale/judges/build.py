@@ -56,4 +56,3 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
     return client
 
 
-resolve_judge = build_judge  # the scorers' name for it before the one builder (issue 30.7)

@@ -1,6 +1,6 @@
 """JudgeClient: concurrent, cached, retrying judge calls to an OpenAI-compatible API.
 
-Every task ends as one ``Reply``, whatever happens to the others (only a settings error,
+Every task ends as one ``JudgeRecord``, whatever happens to the others (only a settings error,
 ``judges.transport``, stops the run): a malformed reply body is an uncached ``api_error``;
 an unparseable answer gets one re-ask showing the judge its own (truncated) reply, then is
 a cached ``parse_error``. Finished calls are committed to the sqlite cache as they arrive
@@ -30,7 +30,6 @@ from interpscale.judges.types import JudgeRecord
 
 log = logging.getLogger(__name__)
 
-Reply = JudgeRecord  # what a backend returns per task: the one record type of a judged item
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ class UsageStats:
 
 
 class JudgeClient:
-    """An LLM judge behind an OpenAI-compatible endpoint (``run(tasks)`` -> one Reply each)."""
+    """An LLM judge behind an OpenAI-compatible endpoint (``run(tasks)`` -> one JudgeRecord each)."""
 
     backend = "llm"
 
@@ -153,16 +152,16 @@ class JudgeClient:
             setattr(self.usage, name, getattr(self.usage, name) + n)
         self.ledger.add(**counts)
 
-    def _lookup(self, tasks: Sequence[JudgeTask]) -> tuple[list[str], dict[str, Reply]]:
+    def _lookup(self, tasks: Sequence[JudgeTask]) -> tuple[list[str], dict[str, JudgeRecord]]:
         """The tasks' cache keys and the replies the cache holds for them (counted in ``usage``)."""
         keys = [self.key(t) for t in tasks]
-        hits = {k: Reply(row["value"], row["raw"], row["status"], True, row["expected"])
+        hits = {k: JudgeRecord(row["value"], row["raw"], row["status"], True, row["expected"])
                 for k, row in self.cache.get_many(keys).items()}
         self.usage.tasks += len(tasks)
         self.usage.cache_hits += sum(k in hits for k in keys)
         return keys, hits
 
-    def _settle(self, key: str, rec: Reply, meta: Mapping[str, Any]) -> Reply:
+    def _settle(self, key: str, rec: JudgeRecord, meta: Mapping[str, Any]) -> JudgeRecord:
         """Count and cache a classified answer."""
         self.usage.refusals += rec.status == "refused"
         self.usage.parse_failures += rec.status == "parse_error"
@@ -171,7 +170,7 @@ class JudgeClient:
         return rec
 
     # ---- running -------------------------------------------------------------------------
-    def run(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
+    def run(self, tasks: Sequence[JudgeTask]) -> list[JudgeRecord]:
         """Judge every task (cache first, then the endpoint); replies in task order."""
         try:
             asyncio.get_running_loop()
@@ -181,7 +180,7 @@ class JudgeClient:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, self.arun(tasks)).result()
 
-    async def arun(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
+    async def arun(self, tasks: Sequence[JudgeTask]) -> list[JudgeRecord]:
         keys, results = self._lookup(tasks)
         todo = {k: t for k, t in zip(keys, tasks) if k not in results}  # identical tasks run once
         if todo:
@@ -192,10 +191,10 @@ class JudgeClient:
                 self.cache.add_ledger(self.ledger)  # counts of calls that stored nothing
         return [results[k] for k in keys]
 
-    async def _call_all(self, todo: dict[str, JudgeTask]) -> dict[str, Reply]:
+    async def _call_all(self, todo: dict[str, JudgeTask]) -> dict[str, JudgeRecord]:
         from tqdm.auto import tqdm
 
-        out: dict[str, Reply] = {}
+        out: dict[str, JudgeRecord] = {}
         with tqdm(total=len(todo), desc="judge", unit="call", disable=not self.progress) as bar:
             async with open_transport(self) as transport:
                 async def one(k: str, task: JudgeTask) -> None:
@@ -213,7 +212,7 @@ class JudgeClient:
         return out
 
     # ---- one task ------------------------------------------------------------------------
-    async def _judge_one(self, transport: Transport, key: str, task: JudgeTask) -> Reply:
+    async def _judge_one(self, transport: Transport, key: str, task: JudgeTask) -> JudgeRecord:
         """One task, start to end; whatever goes wrong stays with this task."""
         try:
             return await self._judge(transport, key, task)
@@ -229,11 +228,11 @@ class JudgeClient:
             log.warning("judge task failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
             return self._failed(f"error handling the reply: {describe(exc)}")
 
-    def _failed(self, why: str) -> Reply:
+    def _failed(self, why: str) -> JudgeRecord:
         self.usage.api_errors += 1
-        return Reply(None, cap(why), "api_error")
+        return JudgeRecord(None, cap(why), "api_error")
 
-    async def _judge(self, transport: Transport, key: str, task: JudgeTask) -> Reply:
+    async def _judge(self, transport: Transport, key: str, task: JudgeTask) -> JudgeRecord:
         tpl, messages = task.template, task.messages()
         sampling = self._sampling(tpl)
         ans = await transport.ask(messages, sampling)
@@ -263,7 +262,7 @@ class JudgeClient:
                  for k, t in zip(keys, tasks) if k not in cached}
         return write_batch_requests(path, lines)
 
-    def read_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> list[Reply]:
+    def read_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> list[JudgeRecord]:
         """Join a Batch API output file to ``tasks`` on ``custom_id``; parsed results go to
         the cache (no re-ask offline: an unparseable line is a parse failure)."""
         from interpscale.judges.batch import read_batch_results

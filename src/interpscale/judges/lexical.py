@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from interpscale.judges.client import JudgeTask, Reply, UsageStats
-from interpscale.judges.templates import TemplateSet
-from interpscale.judges.types import ConceptCard
+from interpscale.judges.client import JudgeTask, UsageStats
+from interpscale.judges.templates import JUDGE_KINDS, TemplateSet
+from interpscale.judges.types import ConceptCard, JudgeRecord
 
 LEXICAL_LABEL = "offline lexical backend (word overlap with the concept card; not an LLM judge)"
 
@@ -113,17 +113,33 @@ def simulate_tokens(explanation: str, tokens: Sequence[str]) -> list[float]:
     return [10.0 if (w := normalize_token(t)) and _stem(w) in vocab else 0.0 for t in tokens]
 
 
-# template name -> the score of a task's ``data``
-_SCORERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
-    "alignment": lambda d: alignment_score(d["card"], d["tokens"]),
-    "steer_concept": lambda d: presence_score(d["card"], d["continuation"]),
-    "steer_quality": lambda d: quality_score(d["continuation"]),
-    "steer_quality_prefix": lambda d: quality_score(d["continuation"]),
-    "steer_instruction": lambda d: instruction_score(d["prompt"], d["continuation"]),
-    "relevance": lambda d: {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])},
-    "explain": lambda d: explain_tokens(d["records"]),
-    "simulate": lambda d: simulate_tokens(d["explanation"], d["tokens"]),
-}
+# The offline score of one task's ``data`` for each judge kind (templates.JUDGE_KINDS names them).
+def alignment_task(d: Mapping[str, Any]) -> int:
+    return alignment_score(d["card"], d["tokens"])
+
+
+def steer_concept_task(d: Mapping[str, Any]) -> int:
+    return presence_score(d["card"], d["continuation"])
+
+
+def quality_task(d: Mapping[str, Any]) -> int:
+    return quality_score(d["continuation"])
+
+
+def instruction_task(d: Mapping[str, Any]) -> int:
+    return instruction_score(d["prompt"], d["continuation"])
+
+
+def relevance_task(d: Mapping[str, Any]) -> dict[str, int]:
+    return {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])}
+
+
+def explain_task(d: Mapping[str, Any]) -> str:
+    return explain_tokens(d["records"])
+
+
+def simulate_task(d: Mapping[str, Any]) -> list[float]:
+    return simulate_tokens(d["explanation"], d["tokens"])
 
 
 class LexicalJudge:
@@ -142,12 +158,12 @@ class LexicalJudge:
     def config(self) -> dict[str, Any]:
         return {"backend": self.backend, "label": self.label}
 
-    def run(self, tasks: Sequence[JudgeTask]) -> list[Reply]:
+    def run(self, tasks: Sequence[JudgeTask]) -> list[JudgeRecord]:
         self.usage.tasks += len(tasks)
         out = []
         for task in tasks:
-            if task.template.name not in _SCORERS:
+            if task.template.name not in JUDGE_KINDS:
                 raise ValueError(f"the lexical backend cannot score template {task.template.name!r}")
-            v = _SCORERS[task.template.name](task.data)
-            out.append(Reply(v, f"[lexical] {v}", "lexical", backend=self.backend))
+            v = JUDGE_KINDS[task.template.name].score_offline(task.data)
+            out.append(JudgeRecord(v, f"[lexical] {v}", "lexical", backend=self.backend))
         return out

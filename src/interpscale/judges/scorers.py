@@ -9,12 +9,12 @@ import string
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional, Sequence
 
-from interpscale.judges.build import build_judge, resolve_judge  # noqa: F401  (resolve_judge: its old home)
-from interpscale.judges.client import JudgeTask, Reply
+from interpscale.judges.build import build_judge
+from interpscale.judges.client import JudgeTask
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
 
 
-def to_record(reply: Reply, value: Any = None, **meta: Any) -> JudgeRecord:
+def to_record(reply: JudgeRecord, value: Any = None, **meta: Any) -> JudgeRecord:
     """A reply (or one value out of a multi-score reply) as a numeric JudgeRecord: a value
     that is not a number fails as ``parse_error``."""
     v = reply.value if value is None else value

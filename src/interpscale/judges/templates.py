@@ -1,4 +1,6 @@
-"""Versioned, user-overridable prompt templates for every judge.
+"""The judge kinds: one registry entry each (``JUDGE_KINDS``) bundling the versioned,
+user-overridable prompt template, its reply parser (by the template's ``output``), the
+offline lexical scorer and the result type. A new judge kind is one ``register_judge_kind``.
 
 The wording is ours; the rubrics, score scales and reply formats follow the Steerling
 paper (App. C relevance 1–5 as JSON, App. E alignment 1–5 ``ALIGNMENT: <n>``, App. M
@@ -16,9 +18,10 @@ import string
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from interpscale.judges.parsing import PARSERS
+from interpscale._registry import Registry, resolve
+from interpscale.judges.parsing import PARSERS, Parsed
 
 OUTPUTS = tuple(PARSERS)  # the reply formats a template can ask for, each with its parser
 
@@ -236,10 +239,52 @@ Tokens ({n_tokens} in total):
 {tokens}
 """, reask="Reply with one line only: a JSON list with exactly one integer (0-10) per token.", max_tokens=512)
 
-DEFAULT_TEMPLATES: dict[str, PromptTemplate] = {
-    t.name: t for t in (ALIGNMENT, STEER_CONCEPT, STEER_QUALITY, STEER_QUALITY_WITH_PREFIX,
-                        STEER_INSTRUCTION, RELEVANCE, EXPLAIN, SIMULATE)
-}
+@dataclass(frozen=True)
+class JudgeKind:
+    """One kind of judgement: its template, the parser of its replies, the offline lexical
+    backend's scorer and the result type its scorer returns (lazy ``"module:object"`` paths,
+    imported when first used, so this table names them without loading them)."""
+
+    template: PromptTemplate
+    offline: str  # "module:function" scoring one task's data without an LLM
+    result: str  # "module:Class" of the scorer's result
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    @property
+    def parser(self) -> Callable[..., Optional[Parsed]]:
+        return PARSERS[self.template.output]
+
+    def score_offline(self, data: Mapping[str, Any]) -> Any:
+        return resolve(self.offline)(data)
+
+    @property
+    def result_type(self) -> type:
+        return resolve(self.result)
+
+
+JUDGE_KINDS: Registry[JudgeKind] = Registry("judge kind", hint=lambda name: "add one with templates.register_judge_kind")
+
+
+def register_judge_kind(kind: JudgeKind, *, overwrite: bool = False) -> JudgeKind:
+    return JUDGE_KINDS.register(kind.name, kind, overwrite=overwrite)
+
+
+_LEX, _SCORED = "interpscale.judges.lexical", "interpscale.judges.scorers"
+for _tpl, _offline, _result in (
+        (ALIGNMENT, "alignment_task", f"{_SCORED}:AlignmentResult"),
+        (STEER_CONCEPT, "steer_concept_task", "interpscale.judges.steering_tables:SteeringResult"),
+        (STEER_QUALITY, "quality_task", "interpscale.judges.steering_tables:SteeringResult"),
+        (STEER_QUALITY_WITH_PREFIX, "quality_task", "interpscale.judges.steering_tables:SteeringResult"),
+        (STEER_INSTRUCTION, "instruction_task", "interpscale.judges.steering_tables:SteeringResult"),
+        (RELEVANCE, "relevance_task", f"{_SCORED}:RelevanceResult"),
+        (EXPLAIN, "explain_task", "interpscale.judges.autointerp:AutoInterpResult"),
+        (SIMULATE, "simulate_task", "interpscale.judges.autointerp:AutoInterpResult")):
+    register_judge_kind(JudgeKind(_tpl, f"{_LEX}:{_offline}", _result))
+
+DEFAULT_TEMPLATES: Mapping[str, PromptTemplate] = {name: kind.template for name, kind in JUDGE_KINDS.items()}
 
 
 @dataclass(frozen=True)
