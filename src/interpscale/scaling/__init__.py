@@ -23,8 +23,8 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
-from ._base import ScalingFitWarning, quiet
-from .bootstrap import KINDS as BOOTSTRAP_KINDS, Bootstrap
+from ._base import FitStatus, ScalingFitWarning, fit_status, quiet
+from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
 from .approaches import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -36,6 +36,7 @@ from .power_law import PowerLawFit, fit_power_law
 from .forecasting import (
     METHODS as FORECAST_METHODS,
     FamilyForecast,
+    FitOptions,
     ForecastMethod,
     ForecastOptions,
     calibrate,
@@ -48,8 +49,10 @@ from .data_constrained import (DataConstrainedFit, data_constrained_law, data_co
 from .external import RunTable, read_runs
 from .ladder import LadderFit, checkpoint_points, fit_ladder
 from .overtraining import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
+from .tables import fit_rows
 
 __all__ = [
+    "FitStatus", "fit_status", "FitOptions", "N_BOOT", "fit_rows",
     "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",
     "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
     "METRICS", "ScalingFitWarning", "epoch_grid", "coarse_grid",

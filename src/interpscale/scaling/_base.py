@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+from dataclasses import dataclass
 import logging
 import warnings as _warnings
 from typing import Any, Iterable, Mapping
@@ -142,9 +143,58 @@ def fields_dict(obj: Any, skip: Iterable[str] = ()) -> dict:
             if f.name not in skip and not f.name.startswith("_") and f.repr}
 
 
+STATES = ("identified", "flagged", "failed")
+
+
+@dataclass(frozen=True)
+class FitStatus:
+    """Whether a fit can be used, decided once where the fit is made and read by every reader
+    (tables, report, figures, forecasts, the ledger): ``identified`` (use it), ``flagged`` (made,
+    but a quantity is not pinned down by the points: ``reason`` says which) or ``failed``
+    (the optimiser did not converge, or no fit)."""
+
+    state: str = "identified"
+    reason: str = ""
+
+    def __post_init__(self):
+        if self.state not in STATES:
+            raise ValueError(f"FitStatus.state must be one of {STATES}, got {self.state!r}")
+
+    @property
+    def identified(self) -> bool:
+        return self.state == "identified"
+
+    def __str__(self) -> str:
+        return self.state + (f": {self.reason}" if self.reason else "")
+
+    def to_dict(self) -> dict:
+        return {"state": self.state, "reason": self.reason}
+
+    @classmethod
+    def decide(cls, converged: bool, flags: Iterable[str] = (), failure: str = "") -> "FitStatus":
+        """``failed`` (``failure``, else "did not converge") unless ``converged``; else ``flagged``
+        with the ``flags`` joined by "; ", else ``identified``."""
+        if not converged:
+            return cls("failed", failure or "the optimiser did not converge")
+        flags = [f for f in flags if f]
+        return cls("flagged", "; ".join(flags)) if flags else cls()
+
+
+NOT_FITTED = FitStatus("failed", "not fitted")
+
+
+def fit_status(fit: Any) -> FitStatus:
+    """The status of ``fit`` (a result's own ``status``; None -> failed, "not fitted")."""
+    if fit is None:
+        return NOT_FITTED
+    st = getattr(fit, "status", None)
+    return st if isinstance(st, FitStatus) else FitStatus.decide(bool(getattr(fit, "converged", True)))
+
+
 class FitResult:
-    """What the frozen fit results share: ``to_dict`` (the fields without bootstrap draws, plus
-    the properties named in ``_derived``) and ``summary`` (``_lines()``, then the warnings)."""
+    """What the frozen fit results share: ``status`` (a :class:`FitStatus` field), ``to_dict``
+    (the fields without bootstrap draws, plus the properties named in ``_derived``) and
+    ``summary`` (``_lines()``, the status when not identified, then the warnings)."""
 
     _derived: tuple[str, ...] = ()
 
@@ -152,7 +202,9 @@ class FitResult:
         return fields_dict(self) | {k: jsonable(getattr(self, k)) for k in self._derived}
 
     def summary(self) -> str:
-        return "\n".join(self._lines() + [f"  warning: {w}" for w in self.warnings])
+        st = fit_status(self)
+        head = [] if st.identified else [f"  status: {st}"]
+        return "\n".join(self._lines() + head + [f"  warning: {w}" for w in self.warnings])
 
 
 def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:
@@ -170,3 +222,4 @@ def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3) -> st
     sl = "-" if lo <= 0 else "+"
     sh = "+" if hi >= 0 else "-"
     return f"{value:.{digits}f}_[{sl}{abs(lo):.{digits}f},{sh}{abs(hi):.{digits}f}]"
+

@@ -26,7 +26,7 @@ from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
 from .bounded import METRICS, fit_bounded
 from .forecasting import METHODS as FORECAST_METHODS
 from .forecasting import ForecastOptions, fold_forecasts
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, attach_groups, flops_per_token_per_param, select_rows
+from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
 BOUNDED = "bounded"  # the metric fits (Eq. 29): not a loss forecast method, backtested here alone
 SCHEMES = ("rollout", "loo")
@@ -258,20 +258,15 @@ def backtest(
     level = check_level(level)
     _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     warnings: list[str] = []
+    if "family" not in results.columns:
+        results = results.assign(family="all")
     with quiet():  # the row choice is the fits' own, logged once there; here it goes into ``warnings``
-        df = select_rows(attach_groups(results, groups, "backtest"), "annealed", annealed, (True,), "annealed",
-                         warnings, caller="backtest")
-    if "family" not in df.columns:
-        df = df.assign(family="all")
+        df = fit_rows(results, family=family, estimator=estimator, annealed=annealed, groups=groups,
+                      caller="backtest", warnings=warnings)
     fams = [family] if isinstance(family, str) else list(family or sorted(df["family"].dropna().unique(), key=str))
-    unknown = [f for f in fams if f not in set(df["family"])]
-    if unknown:
-        raise ValueError(f"backtest: family {unknown} not in the table; have {sorted(set(df['family']), key=str)}")
     rows, shifts = [], []
     for fam in fams:
-        with quiet():
-            sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
-                              warnings, caller="backtest")
+        sub = df[df["family"] == fam]
         ms = [m for m in (metrics or METRICS) if m in sub.columns and sub[m].notna().any()]
         has_c = compute in sub.columns
         sub = sub.drop(columns=[c for c in ("slice_flops", "flops") if c not in (budget, compute) and c in sub]) \

@@ -23,14 +23,23 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-DEFAULT_N_BOOT = 10_000  # paper §8.2.1 / §8.3.1: 10,000 bootstrap iterations
+# The bootstrap replicates of each purpose, stated once (every default below reads this table):
+N_BOOT = {
+    "paper": 10_000,  # every fitter's default: paper §8.2.1 / §8.3.1, 10,000 bootstrap iterations
+    "forecast": 1_000,  # a forecast's fits (forecast_family, the ledger, the report's fits)
+    "backtest": 200,  # each refit of backtest()
+    "figure": 200,  # figure bands
+    "report_backtest": 100,  # each refit of the report's backtest section
+    "refit": 50,  # each rolling-origin refit of a forecast (the spreads of the studentized calibration)
+}
+DEFAULT_N_BOOT = N_BOOT["paper"]
 DEFAULT_LEVEL = 0.90  # paper: 90% percentile intervals
 KINDS = ("residual", "pairs", "cluster")
 Kind = Literal["residual", "pairs", "cluster"]
 
 PI_MIN_DRAWS = 200  # a prediction interval reads its tails off at least this many curve draws
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "KINDS", "Bootstrap", "band_from_draws", "check_level",
+__all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "N_BOOT", "KINDS", "Bootstrap", "band_from_draws", "check_level",
            "cluster_weights", "curve_rows", "dropped", "pairs_weights", "percentile_ci", "resample_noise"]
 
 

@@ -7,6 +7,7 @@ and a golden-section refinement. All bootstrap replicates are solved together th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,7 +16,7 @@ import numpy as np
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, check_lengths
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_lengths
 from ._base import check_min_points, emit, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
 
@@ -51,6 +52,7 @@ class BoundedFit(FitResult):
     bootstrap: str = "residual"
     warnings: tuple[str, ...] = ()
     compute_range: tuple[float, float] = (math.nan, math.nan)
+    status: FitStatus = FitStatus()  # decided by ``bounded_status`` when the fit is made
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # m - fitted
 
@@ -92,6 +94,29 @@ class BoundedFit(FitResult):
                 f"  e     {fmt_ci(self.e, self.ci.get('e'), 4)}"
                 + ("   (on its bound)" if self.e_at_bound else ""),
                 f"  beta  {fmt_ci(self.beta, self.ci.get('beta'), 4)}", f"  A     {self.A:.4g}"]
+
+
+FLAT_BETA = 1.01e-3  # beta at the lower end of BETA_RANGE: m(C) is a constant offset
+MIN_TREND_R2 = 0.1  # below this the metric does not move with compute beyond its noise
+
+
+def bounded_status(fit) -> FitStatus:
+    """The status of a bounded fit (Eq. 29), from its fields: ``failed`` when the best fit is flat
+    (A = 0) or did not converge; ``flagged`` (no trend: the metric's rate and asymptote are not
+    identified) when beta sits at its lower bound, R^2 < ``MIN_TREND_R2`` or the interval of A
+    reaches 0."""
+    if not fit.A > 0:
+        return FitStatus("failed", "the best fit is flat (A = 0)")
+    flags = []
+    if not fit.beta > FLAT_BETA:
+        flags.append(f"β at its lower bound ({fit.beta:.3g}): a constant offset")
+    elif not (np.isfinite(fit.r2) and fit.r2 >= MIN_TREND_R2):
+        flags.append(f"R² = {fit.r2:.2f}: compute explains no more than the noise")
+    else:
+        lo = (fit.ci or {}).get("A", (math.nan, math.nan))[0]
+        if np.isfinite(lo) and lo <= 0:
+            flags.append(f"the {fit.level:.0%} interval of A includes 0")
+    return FitStatus.decide(fit.converged, flags, "the best fit is flat (A = 0)")
 
 
 def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
@@ -285,9 +310,10 @@ def fit_bounded(
     e, A, beta, sse, fitted, converged, at_bound = _point_fit(pb, warnings)
     sst = float(((pb.m - pb.m.mean()) ** 2).sum())
     boot, ci = _replicates(pb, fitted, spec)
-    return BoundedFit(
+    fit = BoundedFit(
         e=e, A=A * math.exp(beta * math.log(pb.c_ref)), beta=beta, r2=float(1.0 - sse / sst if sst > 0 else math.nan),
         n=pb.m.size, direction=pb.direction, bound=pb.bound, e_at_bound=bool(at_bound), converged=converged,
         metric=name, sse=sse, ci=ci, level=spec.level, bootstrap=bootstrap, warnings=tuple(warnings),
         compute_range=(float(pb.C.min()), float(pb.C.max())), boot=boot, resid=pb.m - fitted,
     )
+    return dataclasses.replace(fit, status=bounded_status(fit))

@@ -5,6 +5,7 @@ objective (summed Huber on log residuals, Eq. 28) and its batched minimiser: ``j
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -12,12 +13,12 @@ from typing import Literal
 import numpy as np
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights
-from ._base import emit, fmt_ci, log
+from ._base import FitStatus, emit, fmt_ci, log
 from ._optim import COARSE_TOL, STATUS
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 from .joint_objective import BOOT_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
 
-__all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "optimal_allocation",
+__all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "joint_status", "optimal_allocation",
            "optimal_loss"]
 
 
@@ -42,7 +43,7 @@ class ChinchillaFit(FitResult):
     n_converged_starts: int = 1
     best_start: tuple[float, ...] = ()
     best_start_index: int = 0
-    status: str = ""
+    optimizer: str = ""  # how the optimiser ended (``_optim.STATUS``)
     ci: dict = field(default_factory=dict)
     level: float = DEFAULT_LEVEL
     bootstrap: str = "residual"
@@ -51,10 +52,16 @@ class ChinchillaFit(FitResult):
     overestimate_penalty: float = 1.0
     L_inf_bounded: bool = False
     weighted: bool = False
-    identified: bool = True  # L_inf pinned down and both exponents positive (see ``_diagnose``)
+    min_loss: float = math.nan  # the smallest observed loss (what a collapsed L_inf is measured against)
+    status: FitStatus = FitStatus()  # decided by ``joint_status`` when the fit is made
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log L - log L-hat
     _derived = ("alpha_D", "alpha_P")
+
+    @property
+    def identified(self) -> bool:
+        """L_inf pinned down, both exponents positive and the optimiser converged (``status``)."""
+        return self.status.identified
 
     @property
     def alpha_D(self) -> float:
@@ -130,7 +137,7 @@ class ChinchillaFit(FitResult):
         lines = [
             f"joint Chinchilla fit L = L_inf + A_P/P^alpha + A_D/D^beta   (n = {self.n}, "
             f"Huber delta = {self.huber_delta:g}, objective = {self.objective:.10f})",
-            f"  converged: {self.converged} ({self.status}); best of {self.n_starts} starts "
+            f"  converged: {self.converged} ({self.optimizer}); best of {self.n_starts} starts "
             f"(#{self.best_start_index}, {self.n_converged_starts} converged); {round(100 * self.level)}% "
             f"CI, {self.bootstrap} bootstrap ({self.n_boot_ok} replicates)",
         ]
@@ -237,20 +244,35 @@ def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int)
     return pol.x[j], float(pol.f[j]), converged, best, int(ok.sum()), STATUS[int(pol.status[j])]
 
 
-def _identified(theta: np.ndarray, lL: np.ndarray, warnings: list[str]) -> bool:
-    """L_inf is *identified* unless its log ran off towards -inf (below ``L_INF_COLLAPSE`` x the
-    smallest observed loss) or an exponent is non-positive (the law does not decrease)."""
+def joint_status(fit) -> FitStatus:
+    """The status of a joint fit (Eq. 27), from its fields: ``failed`` when the optimiser did not
+    converge; ``flagged`` when an exponent is non-positive (the law does not decrease), L_inf
+    collapsed (below ``L_INF_COLLAPSE`` x the smallest observed loss, ``min_loss``) or the lower
+    end of its interval reaches below ``L_INF_COLLAPSE`` x the estimate (not identified)."""
+    flags = []
+    if not (fit.alpha > 0 and fit.beta > 0):
+        flags.append(f"non-positive exponent (α={fit.alpha:.3g}, β={fit.beta:.3g}): the law is not decreasing")
+    if fit.L_inf < L_INF_COLLAPSE * getattr(fit, "min_loss", math.nan):
+        flags.append(f"L∞ at its bound / not identified: it collapsed to {fit.L_inf:.3g} (< {L_INF_COLLAPSE:g} × the "
+                     "smallest observed loss); the points do not pin down the irreducible loss")
+    else:
+        lo = (fit.ci or {}).get("L_inf", (math.nan, math.nan))[0]
+        if np.isfinite(lo) and lo < L_INF_COLLAPSE * fit.L_inf:
+            flags.append(f"L∞ not identified: the {fit.level:.0%} interval of L∞ reaches down to {lo:.3g} "
+                         f"(< {L_INF_COLLAPSE:g} × the estimate {fit.L_inf:.3g})")
+    return FitStatus.decide(fit.converged, flags, getattr(fit, "optimizer", ""))
+
+
+def _identified(theta: np.ndarray, lL: np.ndarray, warnings: list[str]) -> None:
+    """Log why the point fit does not identify the law: L_inf ran off towards -inf (below
+    ``L_INF_COLLAPSE`` x the smallest observed loss) or an exponent is non-positive."""
     _, _, e, al, be = theta
-    identified = True
     if al <= 0 or be <= 0:
-        identified = False
         emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); "
                        "the law is not decreasing")
     if math.exp(e) < L_INF_COLLAPSE * float(np.exp(lL.min())):
-        identified = False
         emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
                        "observed loss); the irreducible loss is not identified by these points")
-    return identified
 
 
 def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int,
@@ -314,16 +336,17 @@ def fit_chinchilla(
     warnings: list[str] = []
     theta, objective, converged, best, n_ok_starts, status = _point_fit(x, warnings, max_iter=max_iter,
                                                                         n_polish=n_polish)
-    identified = _identified(theta, x.lL, warnings)
+    _identified(theta, x.lL, warnings)
     boot, ci, n_ok = _replicates(x, theta, spec, max_iter=max_iter, warnings=warnings)
     a, b, e, al, be = theta
     w_given = x.w is not None
-    return ChinchillaFit(
+    fit = ChinchillaFit(
         L_inf=float(np.exp(e)), A_P=float(np.exp(a)), A_D=float(np.exp(b)), alpha=float(al), beta=float(be),
         objective=objective, converged=converged, n=x.lL.size, huber_delta=float(delta),
         n_starts=len(x.starts), n_converged_starts=n_ok_starts, best_start=tuple(map(float, x.starts[best])),
-        best_start_index=best, status=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
+        best_start_index=best, optimizer=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
         warnings=tuple(warnings), overestimate_penalty=float(overestimate_penalty),
-        L_inf_bounded=bool(bound_L_inf), weighted=w_given, identified=identified, boot=boot,
+        L_inf_bounded=bool(bound_L_inf), weighted=w_given, boot=boot, min_loss=float(np.exp(x.lL.min())),
         resid=x.lL - log_pred(theta[None, :], x.lP, x.lD)[0],
     )
+    return dataclasses.replace(fit, status=joint_status(fit))

@@ -237,7 +237,7 @@ def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float 
 def _given(params: dict, theta, coefficients, free: bool = False) -> DataConstrainedFit:
     return DataConstrainedFit(law="data-constrained", params=params, objective=math.nan, n=0, recipe="given",
                               loss="huber_log", converged=True, theta=tuple(theta),
-                              coefficients=tuple(coefficients), free=free, status="given")
+                              coefficients=tuple(coefficients), free=free, optimizer="given")
 
 
 def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:

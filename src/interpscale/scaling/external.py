@@ -8,7 +8,8 @@ or a column, e.g. the batch size in tokens) where the tokens cell is empty::
 
     runs = read_runs("ladder.csv", params="N", tokens="throughput/total_tokens", loss="eval/c4/CE",
                      run="run", step="_step", tokens_per_step="batch_size_in_tokens", last=5)
-    runs.frame  # run, params, tokens, unique_tokens, loss, metric, rows (last=None: every logged row)
+    runs.frame  # run, params, tokens, unique_tokens, loss, metric, rows, logged, step, line, file
+                # (last=None: every logged row)
 
 A mapping value may also be ``{column: weight}``: the weighted mean of several columns per row
 (e.g. MMLU's four categories). Bad input raises :class:`interpscale.errors.UserError` naming the
@@ -17,6 +18,7 @@ file, the column, the line as counted in the file (header = line 1) and the valu
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, Union
@@ -26,6 +28,8 @@ import pandas as pd
 
 from interpscale.errors import UserError
 
+log = logging.getLogger("interpscale.scaling.external")
+
 Column = Union[str, Mapping[str, float], None]
 FIELDS = ("params", "tokens", "unique_tokens", "loss", "metric")
 POSITIVE = ("params", "tokens", "unique_tokens")
@@ -33,8 +37,9 @@ POSITIVE = ("params", "tokens", "unique_tokens")
 
 @dataclass(frozen=True)
 class RunTable:
-    """Mapped runs: ``frame`` with columns run, params, tokens, unique_tokens, loss, metric
-    (absent fields are NaN) and ``rows`` (logged rows averaged); ``source`` the file(s)."""
+    """Mapped runs: ``frame`` with columns run, params, tokens, unique_tokens, loss, metric, step
+    (absent fields are NaN), ``rows`` (logged rows averaged), ``logged`` (rows the run logged),
+    ``line`` / ``file`` (where its last row is, as in the file); ``source`` the file(s)."""
 
     frame: pd.DataFrame
     source: tuple[str, ...]
@@ -137,11 +142,68 @@ def _map_file(path: Path, cols: dict, run, step, tokens_per_step) -> pd.DataFram
             i = int(np.flatnonzero(bad)[0])
             raise UserError(f"{path}, {out['_line'].iloc[i]}: {f} must be > 0, got {out[f].iloc[i]:g}")
     out["_file"] = str(path)
+    out["step"] = _numbers(df, step, path, kind, "--step", required=False) if step else np.nan
     if step:  # a log's rows in step order within each run (stable: equal steps keep the file's order)
-        out["_step"] = _numbers(df, step, path, kind, "--step", required=False)
         out["_order"] = pd.factorize(out["run"])[0]  # runs stay in order of first appearance
-        out = out.sort_values(["_order", "_step"], kind="stable").drop(columns=["_step", "_order"])
+        out = out.sort_values(["_order", "step"], kind="stable").drop(columns=["_order"])
+    elif not run:
+        _say_run_column(df, path)
     return out
+
+
+RUN_LIKE = ("run_id", "run", "run_name", "name", "model")  # columns that often name a row's run
+
+
+def _say_run_column(df: pd.DataFrame, path: Path) -> None:
+    """Each row is taken as one run (no --run/--step): warn once when a column looks like it names
+    fewer runs than there are rows (checkpoints of one run are not separate runs)."""
+    for col in RUN_LIKE:
+        if col in df.columns and 1 < df[col].nunique() < len(df):
+            log.warning("%s: each of the %d rows is taken as one run, but column %r names %d runs; map --run %s "
+                        "when rows are checkpoints of fewer runs", path, len(df), col, df[col].nunique(), col)
+            return
+
+
+def _say_repeats(rows: pd.DataFrame) -> None:
+    """One log line when runs repeat another run's (params, tokens, loss): they are kept as data."""
+    cols = [c for c in ("params", "tokens", "unique_tokens", "loss") if rows[c].notna().any()]
+    dup = rows.duplicated(cols, keep="first").to_numpy()
+    if dup.any():
+        first = rows.groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
+        at = {g: i for i, g in reversed(list(enumerate(first)))}
+        pairs = [f"{rows['line'].iloc[i]} repeats {rows['line'].iloc[at[first[i]]]}" for i in dup.nonzero()[0]]
+        log.warning("%s: %d run(s) repeat another run's (%s) (%s); kept as repeated runs: each is one point of "
+                    "the fit and one run the bootstrap resamples", ", ".join(dict.fromkeys(rows["file"])),
+                    len(pairs), ", ".join(cols), ", ".join(pairs[:3]) + (", ..." if len(pairs) > 3 else ""))
+
+
+def count_runs(runs: pd.DataFrame, last: int | None, per_run: str | None) -> str:
+    """How many runs a fit used, in words: runs with their logged rows when a --run/--step column
+    grouped them, else rows each taken as one run (``fit law``'s summary head)."""
+    n = len(runs)
+    if not per_run:
+        return f"{n} rows (each taken as one run: no --run or --step column mapped)"
+    if last is None:
+        return f"{n} logged rows of {runs['run'].nunique()} runs (every logged row)"
+    logged = int(runs["logged"].sum()) if "logged" in runs else n
+    each = "its last logged row" if last == 1 else f"the mean of its last {last} logged rows"
+    return f"{n} runs ({logged} logged rows; each run's {each})"
+
+
+def same_end_reason(paths, mapping: dict, last: int) -> str | None:
+    """Why a fit of per-step logs has one distinct tokens (or params) value, when that is what
+    ``--last`` left: every run ends at the same step. None when that is not the cause."""
+    if not (mapping.get("run") or mapping.get("step")):
+        return None
+    runs = read_runs(paths, last=last, **mapping).frame
+    for field in ("tokens", "params"):
+        if runs[field].nunique() == 1 and len(runs) > 1:
+            at = f"step {runs['step'].iloc[0]:g} " if runs["step"].nunique() == 1 and runs["step"].notna().all() else ""
+            return (f"all {len(runs)} runs end at {at}with {field} {runs[field].iloc[0]:g}: --last {last} keeps each "
+                    f"run's last {'row' if last == 1 else f'{last} rows'}, which leaves one distinct {field} value, "
+                    "and the law needs at least two; fit runs of different lengths and sizes (or map --tokens / "
+                    "--step to columns that differ between runs)")
+    return None
 
 
 def _reduce(rows: pd.DataFrame, last: int) -> pd.DataFrame:
@@ -154,7 +216,8 @@ def _reduce(rows: pd.DataFrame, last: int) -> pd.DataFrame:
                             f"({', '.join(map(str, tail['params'].unique()))}); map --run to a column that separates runs")
         recs.append({"run": run, "params": tail["params"].iloc[-1], "tokens": tail["tokens"].iloc[-1],
                      "unique_tokens": tail["unique_tokens"].iloc[-1], "loss": tail["loss"].mean(),
-                     "metric": tail["metric"].mean(), "rows": len(tail)})
+                     "metric": tail["metric"].mean(), "rows": len(tail), "logged": len(g),
+                     "step": tail["step"].iloc[-1], "line": tail["_line"].iloc[-1], "file": tail["_file"].iloc[-1]})
     return pd.DataFrame.from_records(recs)
 
 
@@ -176,5 +239,8 @@ def read_runs(paths: Union[str, Path, Sequence[Union[str, Path]]], *, params: Co
     if tokens is None and step is None:
         raise UserError("read_runs: map --tokens, or --step with --tokens-per-step")
     rows = pd.concat([_map_file(p, cols, run, step, tokens_per_step) for p in files], ignore_index=True)
-    frame = _reduce(rows, int(last)) if last is not None else rows.drop(columns=["_line", "_file"]).assign(rows=1)
+    frame = (_reduce(rows, int(last)) if last is not None else
+             rows.rename(columns={"_line": "line", "_file": "file"}).assign(rows=1, logged=1))
+    if last is not None:
+        _say_repeats(frame)
     return RunTable(frame=frame.reset_index(drop=True), source=tuple(map(str, files)), last=last)

@@ -16,8 +16,7 @@ from .extrapolate import extrapolate
 from .family_results import FamilyFit, FamilyFits
 from .forecasting import ForecastOptions, forecast_family
 from .isoflop import fit_isoflop
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, attach_groups, flops_per_token_per_param
-from .tables import row_groups, select_rows, slice_rows
+from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups, slice_rows
 
 
 @dataclass(frozen=True)
@@ -42,20 +41,17 @@ class _Options:
         return kw if groups is None else dict(kw, bootstrap="cluster", groups=groups)
 
 
-def _check(results, families, groups, loss, annealed, warnings) -> tuple[pd.DataFrame, list]:
-    """The rows to fit (annealed choice applied, groups attached) and the families to fit."""
+def _check(results, families, groups, loss, annealed, estimator, warnings) -> tuple[pd.DataFrame, list]:
+    """The rows to fit (``tables.fit_rows``) and the families to fit."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_families: results must be a pandas DataFrame")
     need = ["family", "slice_flops", "params", "tokens", loss]
     missing = [c for c in need if c not in results.columns]
     if missing:
         raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results.columns)}")
-    results = attach_groups(results, groups, "fit_families")
-    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings)
+    df = fit_rows(results, family=families, estimator=estimator, annealed=annealed, groups=groups,
+                  caller="fit_families", warnings=warnings)
     fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
-    unknown = [f for f in fams if f not in set(df["family"])]
-    if unknown:
-        raise ValueError(f"fit_families: family {unknown} not in the table; have {sorted(set(df['family']))}")
     return df, fams
 
 
@@ -90,7 +86,7 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
 def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapping, warnings: list[str]):
     """Every fit of one family: IsoFLOP, joint, metrics, the extrapolation to the target."""
     fw: list[str] = []
-    sub = select_rows(df[df["family"] == fam], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", fw)
+    sub = df[df["family"] == fam]  # the estimator is chosen per family by ``fit_rows``
     est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
     lossy = sub.dropna(subset=["params", "tokens", o.loss])
     if len(lossy) < len(sub):
@@ -160,7 +156,7 @@ def fit_families(
         raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
                          "give target_compute (CLI: --method needs --target-compute)")
     warnings: list[str] = []
-    df, fams = _check(results, families, groups, loss, annealed, warnings)
+    df, fams = _check(results, families, groups, loss, annealed, estimator, warnings)
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
                  method=method)

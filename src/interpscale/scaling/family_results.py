@@ -12,7 +12,7 @@ import pandas as pd
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import DEFAULT_LEVEL, fmt_sub, jsonable
+from ._base import DEFAULT_LEVEL, fit_status, fmt_sub, jsonable
 from .approaches import compare_approaches
 from .bootstrap import percentile_ci
 from .bounded import METRICS
@@ -190,19 +190,24 @@ class FamilyFits:
         pct = round(100 * self.level)
         out = [f"### Compute-optimal scaling (Table 6 layout; subscripts: {pct}% bootstrap CI offsets)", "",
                "| Family | α_P | α_D | α_L | L_∞ |", "|---|---|---|---|---|"]
-        flagged = []
+        notes = []
         for r in self.table6().itertuples(index=False):
             cells = [fmt_sub(getattr(r, k), (getattr(r, f"{k}_lo"), getattr(r, f"{k}_hi")), digits)
                      if np.isfinite(getattr(r, k)) else "—" for k in TABLE6]
-            iso = self.families[r.family].isoflop
-            if iso is not None and iso.flagged:  # > 10% degenerate bootstrap replicates
+            f = self.families[r.family]
+            iso, joint = fit_status(f.isoflop), fit_status(f.chinchilla)
+            if f.isoflop is not None and not iso.identified:  # flagged where the fit was made
                 cells[0] += " †"
                 cells[2] += " †"
-                flagged.append(f"{r.family} ({100 * iso.degenerate_fraction:.0f}%)")
+                notes.append(f"† {r.family} IsoFLOP fit {iso}" + (
+                    " (more than 10% of bootstrap replicates had a degenerate slice; kept, censored at the slice "
+                    "edge)" if f.isoflop.flagged else ""))
+            if f.chinchilla is not None and not joint.identified:  # no number for what the points do not fix
+                cells[1] = cells[3] = "not identified ‡" if joint.state == "flagged" else "not converged ‡"
+                notes.append(f"‡ {r.family} joint fit (Eq. 27) {joint}")
             out.append(f"| {r.family} | " + " | ".join(cells) + " |")
-        if flagged:
-            out += ["", "† IsoFLOP intervals flagged: more than 10% of bootstrap replicates had a degenerate slice "
-                        "(kept, censored at the slice edge): " + ", ".join(flagged)]
+        if notes:
+            out += [""] + notes
         return "\n".join(out + self._metric_lines(digits, pct) + self._forecast_lines(pct)) + "\n"
 
     def _metric_lines(self, digits: int, pct: int) -> list[str]:
@@ -230,8 +235,10 @@ class FamilyFits:
                     "|---|---|---|---|---|---|---|"]
         for k, x in ext:
             obs = f"{x.observed:.3f}" if x.observed is not None else "—"
-            out.append(f"| {k} | {x.compute:.3g} | {x.joint:.3f} [{x.joint_ci[0]:.3f}, "
-                       f"{x.joint_ci[1]:.3f}] | [{x.joint_pi[0]:.3f}, {x.joint_pi[1]:.3f}] | "
+            joint = f"{x.joint:.3f} [{x.joint_ci[0]:.3f}, {x.joint_ci[1]:.3f}] | [{x.joint_pi[0]:.3f}, " \
+                    f"{x.joint_pi[1]:.3f}]" if fit_status(self.families[k].chinchilla).identified else \
+                    "not identified ‡ | —"
+            out.append(f"| {k} | {x.compute:.3g} | {joint} | "
                        f"{x.loglinear:.3f} [{x.loglinear_ci[0]:.3f}, {x.loglinear_ci[1]:.3f}] | "
                        f"[{x.loglinear_pi[0]:.3f}, {x.loglinear_pi[1]:.3f}] | {obs} |")
         fct = forecast_table({k: f.forecast for k, f in self.families.items()})
@@ -248,7 +255,8 @@ class FamilyFits:
                     "|---|---|---|---|---|---|---|"]
         for fam, c in cmp.items():
             t, d = c.table.set_index("approach"), c.disagreement.iloc[0]
-            out.append(f"| {fam} | {t.loc['isoflop', 'N_opt']:.3g} | {t.loc['joint', 'N_opt']:.3g} | "
+            flag = "" if fit_status(self.families[fam].chinchilla).identified else " (joint not identified ‡)"
+            out.append(f"| {fam}{flag} | {t.loc['isoflop', 'N_opt']:.3g} | {t.loc['joint', 'N_opt']:.3g} | "
                        f"{t.loc['isoflop', 'L_opt']:.3f} | {t.loc['joint', 'L_opt']:.3f} | "
                        f"{d['L_diff']:+.3f} [{d['L_diff_lo']:+.3f}, {d['L_diff_hi']:+.3f}] | "
                        f"{'yes' if d['disagree'] else 'no'} |")

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL
+from .bootstrap import N_BOOT
 from .bounded import fit_bounded
 from .chinchilla import fit_chinchilla
 from .isoflop import fit_isoflop
@@ -21,13 +22,14 @@ CALIBRATIONS = ("studentized", "distance", "studentized-signed")  # docs/forecas
 
 
 @dataclass(frozen=True)
-class ForecastOptions:
-    """What every method's fit reads (one set per forecast, so the backtest refits alike);
-    ``calibration`` names the interval rule and ``backtest_boot`` the bootstrap replicates of each
-    backtest refit (the spread the ``studentized`` rule divides by)."""
+class FitOptions:
+    """The one set of fit options (and their defaults) every reader passes to the fits: a
+    forecast's methods, the backtest's refits, the ledger, the figures. ``calibration`` names the
+    interval rule and ``backtest_boot`` the bootstrap replicates of each rolling-origin refit (the
+    spread the ``studentized`` rule divides by); n_boot defaults come from ``bootstrap.N_BOOT``."""
 
     loss: str = "loss"
-    n_boot: int = 1000
+    n_boot: int = N_BOOT["forecast"]
     level: float = DEFAULT_LEVEL
     seed: int = 0
     grid: str = "coarse"
@@ -36,11 +38,14 @@ class ForecastOptions:
     k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
     minimum: str = "parabola"  # how slice minima are read (Eq. 25 parabola vertex or Akima)
     calibration: str = CALIBRATIONS[0]
-    backtest_boot: int = 50
+    backtest_boot: int = N_BOOT["refit"]
 
     def __post_init__(self):
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
+
+
+ForecastOptions = FitOptions  # the name the forecast API has used
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._base import jsonable, quiet
+from ._base import FitStatus, fit_status, jsonable, quiet
 from .calibration import calibrate, conformal_quantile, spread
-from .forecast_methods import CALIBRATIONS, METHODS, ForecastMethod, ForecastOptions, get_method, register_method
+from .forecast_methods import CALIBRATIONS, METHODS, FitOptions, ForecastMethod, ForecastOptions, get_method, register_method
 from .isoflop import slice_minimum
 from .tables import flops_per_token_per_param, slice_rows
 
-__all__ = ["CALIBRATIONS", "METHODS", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast",
+__all__ = ["CALIBRATIONS", "METHODS", "FitOptions", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast",
            "calibrate", "calibrated", "choose_method", "conformal_quantile", "fold_forecasts", "forecast_family",
            "forecast_runs", "forecast_table", "get_method", "register_method", "rolling_origin"]
 
@@ -207,6 +207,11 @@ class MethodForecast:
     model_sd: float = 0.0  # the calibration's model-error half-width (log scale)
     fit: Any = field(default=None, repr=False, compare=False)
 
+    @property
+    def status(self) -> FitStatus:
+        """The status of the fit behind this forecast (decided where the fit was made)."""
+        return fit_status(self.fit)
+
 
 @dataclass(frozen=True)
 class FamilyForecast:
@@ -236,7 +241,7 @@ class FamilyForecast:
             "params": self.params, "tokens": self.tokens, "warnings": list(self.warnings),
             "calibration": self.options.calibration,
             "methods": {k: {f: getattr(v, f) for f in ("predicted", "raw_lo", "raw_hi", "lo", "hi",
-                                                         "backtest_error", "model_sd")}
+                                                         "backtest_error", "model_sd", "status")}
                         for k, v in self.methods.items()},
         })
 
@@ -265,6 +270,7 @@ def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:
                 f"{pct}% PI (calibrated)": f"[{v.lo:.{digits}f}, {v.hi:.{digits}f}]",
                 f"{pct}% PI (bootstrap)": f"[{v.raw_lo:.{digits}f}, {v.raw_hi:.{digits}f}]",
                 "backtest error %": "—" if v.backtest_error is None else f"{v.backtest_error:.2f}",
+                "fit status": str(v.status),
             })
     return pd.DataFrame(rows)
 
@@ -332,6 +338,7 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
     errors = rolling_origin(rows, [method], o)
     with quiet():
         fit = m.fit(rows, o)
+    status = fit_status(fit)  # every row says whether the fit behind it is identified
     c_max = float(_run_compute(rows, o).max())
     out = []
     for t in targets.to_dict("records"):
@@ -339,7 +346,8 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
         C = float(t["flops"]) if "flops" in t and np.isfinite(t["flops"]) else o.k * P * D
         pred, lo, hi, clo, chi, msd = calibrated(m, fit, C, o, errors, C / c_max, P, D)
         rec = dict(t, method=method, calibration=o.calibration, ratio=C / c_max, predicted=pred, raw_lo=lo,
-                   raw_hi=hi, lo=clo, hi=chi, model_sd=msd, n_backtest=int((errors["status"] == "ok").sum()))
+                   raw_hi=hi, lo=clo, hi=chi, model_sd=msd, n_backtest=int((errors["status"] == "ok").sum()),
+                   fit_status=status.state, fit_reason=status.reason)
         if o.loss in t and np.isfinite(t[o.loss]):
             obs = float(t[o.loss])
             rec.update(observed=obs, abs_rel_error=abs(pred / obs - 1), covered_raw=bool(lo <= obs <= hi),

@@ -11,6 +11,7 @@ rather than vanishing from them; above 10% such replicates the intervals are fla
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings as _warnings
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, as_array, check_duplicates, emit, fields_dict
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, emit, fields_dict
 from ._base import fmt_ci, jsonable
 from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .isoflop_slices import replicate_residual, replicate_weighted, slice_minimum, slice_optimum  # noqa: F401
@@ -48,6 +49,7 @@ class IsoFlopFit(FitResult):
     bootstrap: str = "residual"
     degenerate_fraction: float = 0.0  # share of replicates with at least one degenerate slice
     noise_sd: dict = field(default_factory=dict)  # log-scale sd of one slice's P*, L* estimate
+    status: FitStatus = FitStatus()  # decided by ``isoflop_status`` when the fit is made
     _coef: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -91,7 +93,7 @@ class IsoFlopFit(FitResult):
         return a * (np.log(np.asarray(params, float)) - lp) ** 2 + Ls
 
     def to_dict(self) -> dict:
-        d = fields_dict(self, skip=("slices", "power_P", "power_L"))
+        d = fields_dict(self, skip=("slices", "power_P", "power_L"))  # status included
         d.update(alpha_P=self.alpha_P, alpha_L=self.alpha_L, a_P=self.a_P, a_L=self.a_L, flagged=self.flagged,
                  power_P=self.power_P.to_dict(), power_L=self.power_L.to_dict(),
                  slices=self.slices.to_dict("records"))
@@ -117,6 +119,26 @@ class IsoFlopFit(FitResult):
 
 
 DEGENERATE_FLAG = 0.10  # issue 17: intervals are flagged above 10% degenerate replicates
+MIN_SLICES = 3  # fewer used slices: the power laws pass exactly through them (nothing left to test)
+
+
+def isoflop_status(fit) -> FitStatus:
+    """The status of an IsoFLOP fit (Eqs. 25-26), from its fields: ``failed`` when a used slice's
+    parabola did not converge; ``flagged`` when fewer than ``MIN_SLICES`` slices are used, the
+    interval of α_P includes 0 (the slices do not fix how the optimal size grows) or more than
+    10% of the bootstrap replicates had a degenerate slice."""
+    sl, flags = fit.slices, []
+    used = int(sl["used"].sum()) if len(sl) else 0
+    if used < MIN_SLICES:
+        flags.append(f"only {used} usable slice(s): the power laws pass exactly through them")
+    lo, hi = (fit.ci or {}).get("alpha_P") or (math.nan, math.nan)
+    if np.isfinite(lo) and np.isfinite(hi) and lo <= 0 <= hi:
+        flags.append(f"the {fit.level:.0%} interval of α_P [{lo:.2f}, {hi:.2f}] includes 0: these slices do not "
+                     "fix how the optimal size grows")
+    if getattr(fit, "degenerate_fraction", 0.0) > DEGENERATE_FLAG:
+        flags.append(f"unreliable intervals ({100 * fit.degenerate_fraction:.0f}% of the bootstrap replicates had a "
+                     f"degenerate slice, > {100 * DEGENERATE_FLAG:.0f}%)")
+    return FitStatus.decide(fit.converged, flags, "a slice's parabola did not converge")
 
 
 def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, window, minimum, spec: Bootstrap,
@@ -297,5 +319,6 @@ def fit_isoflop(
     if len(used) == 2:
         emit(warnings, "only 2 slices: the power laws pass exactly through them")
     converged = bool(all(slices.loc[slices.used, "converged"]))
-    return IsoFlopFit(slices=slices, window=window, level=spec.level, converged=converged,
-                      warnings=tuple(warnings), minimum=minimum, bootstrap=bootstrap, _coef=coef, **bt)
+    fit = IsoFlopFit(slices=slices, window=window, level=spec.level, converged=converged,
+                     warnings=tuple(warnings), minimum=minimum, bootstrap=bootstrap, _coef=coef, **bt)
+    return dataclasses.replace(fit, status=isoflop_status(fit))

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._base import FitResult, emit, fmt_ci
+from ._base import FitResult, FitStatus, emit, fmt_ci
 from ._optim import COARSE_TOL, batched_bfgs, chunked
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 
@@ -188,7 +188,8 @@ class LawFit(FitResult):
     bootstrap: str = "residual"
     n_boot_ok: int = 0
     warnings: tuple[str, ...] = ()
-    status: str = ""
+    optimizer: str = ""  # how the optimiser ended (``_optim.STATUS``, or the authors' routine)
+    status: FitStatus = FitStatus()  # decided by ``law_status`` when the fit is made
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)
 
@@ -221,7 +222,7 @@ class LawFit(FitResult):
 
     def _lines(self, title: str | None = None) -> list[str]:
         return [f"{title or self.law}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = "
-                f"{self.objective:.10g})", f"  converged: {self.converged} ({self.status}); "
+                f"{self.objective:.10g})", f"  converged: {self.converged} ({self.optimizer}); "
                 f"{round(100 * self.level)}% CI, {self.bootstrap} bootstrap ({self.n_boot_ok} "
                 "replicates)"] + \
             [f"  {name:<10}{fmt_ci(value, self.ci.get(name), 5)}" for name, value in self.params.items()]
@@ -275,6 +276,16 @@ def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | Non
     return lo.reshape(shape), hi.reshape(shape)
 
 
+_UNIDENTIFIED = ("not identified", "at its bound", "on their bound", "ran to", "does not fall")
+
+
+def law_status(converged: bool, warnings, optimizer: str = "") -> FitStatus:
+    """The status of a law fit: ``failed`` when not converged; ``flagged`` when a warning says a
+    parameter is not identified or ran to a bound."""
+    flags = [w for w in warnings if any(m in w for m in _UNIDENTIFIED)]
+    return FitStatus.decide(converged, flags, optimizer)
+
+
 def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, name: str, objective: float,
                converged: bool, status: str, recipe: str, loss: str, warnings: list[str], derived,
                delta: float = HUBER_DELTA, weights=None, bounds=None, keep=None, params: dict | None = None,
@@ -295,5 +306,6 @@ def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, 
         params = {k: float(v[0]) for k, v in derived(theta[None, :]).items()}
     return cls(law=name, params=params, objective=float(objective), n=len(T), recipe=recipe, loss=loss,
                converged=bool(converged), theta=tuple(float(v) for v in theta), ci=ci, level=spec.level,
-               bootstrap=spec.kind, n_boot_ok=n_ok, warnings=tuple(warnings), status=status, boot=boot,
+               bootstrap=spec.kind, n_boot_ok=n_ok, warnings=tuple(warnings), optimizer=status,
+               status=law_status(converged, warnings, status), boot=boot,
                resid=T - to_fit_scale(fitted, loss), **extra)

@@ -29,9 +29,9 @@ import pandas as pd
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 
-from ._base import DEFAULT_LEVEL, check_level, jsonable
+from ._base import DEFAULT_LEVEL, check_level, fit_status, jsonable
 from .forecasting import ForecastOptions, forecast_family
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows
+from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
 
 def _now() -> str:
@@ -200,25 +200,7 @@ class ForecastLedger:
         return done
 
 
-def _family_rows(results: pd.DataFrame, family, estimator, annealed, loss, warnings) -> pd.DataFrame:
-    """One family's rows of ``results`` (``family`` required when the table has several)."""
-    for col in ("params", "tokens", loss):
-        if col not in results.columns:
-            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
-    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="forecast")
-    if "family" in df.columns:
-        fams = sorted(df["family"].dropna().unique(), key=str)
-        if family is None and len(fams) > 1:
-            raise ValueError(f"the table has several families {fams}; pass family=")
-        if family is not None:
-            if family not in fams:
-                raise ValueError(f"family {family!r} not in the table; have {fams}")
-            df = df[df["family"] == family]
-    df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller="forecast")
-    return df.dropna(subset=["params", "tokens", loss])
-
-
-def forecast_from_results(results: pd.DataFrame, *, target_compute: float, family: str | None = None,
+def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None = None, family: str | None = None,
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
                           n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
@@ -226,14 +208,23 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
                           force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
     """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
     keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these
-    options). A fit flagged by :func:`fit_flags` is refused with a ValueError saying why, unless
-    ``force``; then the flags go into ``note``."""
-    if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
+    options). A run given by ``params`` and ``tokens`` needs no ``target_compute``: it is
+    C = k·P·D (:func:`run_target_compute`), and a contradicting one is refused. A fit flagged by
+    :func:`fit_flags` is refused with a ValueError saying why, unless ``force``; then the flags go
+    into ``note``."""
+    if target_compute is None and (params is None or tokens is None):
+        raise ValueError("give the target compute, or the run's params and tokens (its compute is then k·P·D)")
+    if target_compute is not None and not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
         raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     warnings: list[str] = []
-    df = _family_rows(results, family, estimator, annealed, loss, warnings)
+    for col in ("params", "tokens", loss):
+        if col not in results.columns:
+            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
+    df = fit_rows(results, family=family, estimator=estimator, annealed=annealed, loss=loss, caller="forecast",
+                  warnings=warnings, one_family=True)
     o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
                         tolerance=tolerance, k=flops_per_token_per_param(df, "flops"), calibration=calibration)
+    target_compute = run_target_compute(df, target_compute, params, tokens, o.k)
     fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
     b, flags = fc.best, fit_flags(fc.best.fit)
     if flags and not force:
@@ -256,14 +247,42 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float, famil
 
 
 def fit_flags(fit: Any) -> list[str]:
-    """Why a forecast from ``fit`` is not to be trusted: a fit that does not identify L_inf or its
-    exponents (``identified``), did not converge, or has flagged IsoFLOP intervals."""
-    out = []
-    if getattr(fit, "identified", True) is False:
-        why = [w for w in getattr(fit, "warnings", ()) if "identif" in w or "exponent" in w]
-        out.append("not identified" + (f" ({why[0]})" if why else ""))
-    if getattr(fit, "converged", True) is False:
-        out.append("not converged" + (f" ({fit.status})" if getattr(fit, "status", "") else ""))
-    if getattr(fit, "flagged", False):
-        out.append("unreliable intervals (more than 10% of the bootstrap replicates had a degenerate slice)")
-    return out
+    """Why a forecast from ``fit`` is not to be trusted: its status (``scaling.FitStatus``,
+    decided where the fit was made) when not identified."""
+    st = fit_status(fit)
+    return [] if st.identified else [str(st)]
+
+
+K_TOLERANCE = 0.01  # a given compute may differ by 1% from k·P·D at the table's extreme k
+
+
+def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params: float | None,
+                       tokens: float | None, k: float) -> float:
+    """The compute of the forecast run. For a run given by ``params`` and ``tokens`` it is C = k·P·D,
+    with k the table's FLOPs per token per parameter (``tables.flops_per_token_per_param``: the
+    median of C / (P·D) over its runs, i.e. the planner's flops_per_token / params; 6 without a
+    ``flops`` column); a ``target_compute`` outside k·P·D at the runs' smallest and largest k
+    (1% either side) contradicts the run and is refused. Without params/tokens: ``target_compute``."""
+    if (params is None) != (tokens is None):
+        raise ValueError("give both the run's params and tokens, or neither (compute-optimal allocation)")
+    if params is None:
+        return float(target_compute)
+    for name, v in (("params", params), ("tokens", tokens)):
+        if not (math.isfinite(float(v)) and float(v) > 0):
+            raise ValueError(f"the run's {name} must be a positive number, got {v}")
+    pd_ = float(params) * float(tokens)
+    derived = k * pd_
+    if target_compute is None:
+        return derived
+    ks = (rows["flops"] / (rows["params"] * rows["tokens"])).to_numpy(float) if "flops" in rows.columns else []
+    ks = np.asarray(ks, float)
+    ks = ks[np.isfinite(ks) & (ks > 0)]
+    lo, hi = (float(ks.min()), float(ks.max())) if ks.size else (k, k)
+    given_k = float(target_compute) / pd_
+    if not lo * (1 - K_TOLERANCE) <= given_k <= hi * (1 + K_TOLERANCE):
+        span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
+        raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params {float(params):.4g}"
+                         f" x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D with k = {span} FLOPs "
+                         f"per token per parameter, i.e. {derived:.4g} (k = {k:.4g}); {float(target_compute):.4g} "
+                         f"implies k = {given_k:.4g}. Leave the compute out (it is derived) or fix it")
+    return float(target_compute)

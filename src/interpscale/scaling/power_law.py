@@ -10,7 +10,7 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_points, check_weights, fmt_ci
+from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, check_points, check_weights, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, percentile_ci, resample_noise
 
 
@@ -28,6 +28,7 @@ class PowerLawFit(FitResult):
     converged: bool = True
     warnings: tuple[str, ...] = ()
     x_range: tuple[float, float] = (float("nan"), float("nan"))
+    status: FitStatus = FitStatus()  # flagged through exactly 2 points
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
     resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log y - fitted
 
@@ -136,8 +137,9 @@ def fit_power_law(
     ww = np.ones(n) if w is None else w
     sst = float((ww * (ly - np.average(ly, weights=ww)) ** 2).sum())
     r2 = 1.0 - float((ww * resid**2).sum()) / sst if sst > 0 else 1.0
+    exact = "only 2 points: the fit is exact and bootstrap intervals have zero width" if n <= 2 else ""
     fit = PowerLawFit(a=float(np.exp(b0)), alpha=float(b1), r2=float(r2), n=n, level=spec.level,
-                      x_range=(float(x.min()), float(x.max())), resid=resid)
+                      x_range=(float(x.min()), float(x.max())), resid=resid, status=FitStatus.decide(True, [exact]))
     if spec.n_boot <= 0:
         return fit
     Y, WB = spec.replicates(ly, fitted, 2, weights=w)
@@ -145,5 +147,5 @@ def fit_power_law(
         Y = np.broadcast_to(Y, WB.shape)
     elif WB is not None:
         WB = np.broadcast_to(WB, Y.shape)
-    warnings = ("only 2 points: the fit is exact and bootstrap intervals have zero width",) if n <= 2 else ()
+    warnings = (exact,) if exact else ()
     return dataclasses.replace(attach_draws(fit, *ols_lines(lx, Y, WB)), warnings=warnings)

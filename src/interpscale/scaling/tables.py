@@ -16,8 +16,8 @@ from ._base import emit
 
 ESTIMATOR_PREFERENCE = ("mdlm_elbo", "ar_ce", "fixed_rate", "fixed_grid", "per_block")  # paper §8.2.1
 
-__all__ = ["ESTIMATOR_PREFERENCE", "GROUPS_COLUMN", "SLICE_TOLERANCE", "attach_groups", "flops_per_token_per_param",
-           "row_groups", "select_rows", "slice_rows"]
+__all__ = ["ESTIMATOR_PREFERENCE", "GROUPS_COLUMN", "SLICE_TOLERANCE", "attach_groups", "fit_rows",
+           "flops_per_token_per_param", "row_groups", "select_rows", "slice_rows"]
 
 GROUPS_COLUMN = "__bootstrap_group__"  # carries the cluster labels through the row selections
 
@@ -58,6 +58,35 @@ def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnin
     pick = next((p for p in prefer if p in vals), sorted(vals, key=str)[0])
     emit(warnings, f"{col} mixes {sorted(vals, key=str)}; using {col} == {pick!r} (pass {what}= to choose)")
     return results[results[col] == pick]
+
+
+def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None, annealed: bool | None = None,
+             loss: str | None = None, groups=None, caller: str = "fit", warnings: list[str] | None = None,
+             one_family: bool = False) -> pd.DataFrame:
+    """The rows a fit uses, one rule for fit, backtest, forecast, ledger, figures and report:
+    ``groups`` attached (cluster labels), the ``annealed`` choice (else annealed rows when mixed),
+    the families (``family``: a name, a list, or None for all; ``one_family``: None is allowed
+    only when the table has one), each family's ``estimator`` (else the paper's preference when
+    mixed), and with ``loss`` only rows with ``params``, ``tokens`` and ``loss``. Each fallback is
+    recorded in ``warnings``; a requested value that is missing is a ValueError naming it."""
+    warnings = [] if warnings is None else warnings
+    df = select_rows(attach_groups(results, groups, caller), "annealed", annealed, (True,), "annealed", warnings,
+                     caller=caller)
+    if "family" in df.columns:
+        fams = sorted(df["family"].dropna().unique().tolist(), key=str)
+        want = [family] if isinstance(family, str) else list(family or [])
+        if one_family and not want and len(fams) > 1:
+            raise ValueError(f"the table has several families {fams}; pass family=")
+        unknown = [f for f in want if f not in fams]
+        if unknown:
+            raise ValueError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
+                             f"have {fams}")
+        parts = [select_rows(df[df["family"] == f], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
+                             warnings, caller=caller) for f in (want or fams)]
+        df = pd.concat(parts) if parts else df.iloc[:0]
+    else:
+        df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller=caller)
+    return df if loss is None else df.dropna(subset=["params", "tokens", loss])
 
 
 def slice_rows(rows: pd.DataFrame, tolerance: float | None = SLICE_TOLERANCE, *, compute: str = "flops",

@@ -1,0 +1,371 @@
+"""Loss at the end of a learning-rate schedule from a stable (constant-LR) run and some of its
+annealed (cooldown) branches (issue 36, App. I; docs/anneal.md).
+
+Four predictors of a branch's final loss, each fitted on the stable curve and the other branches:
+
+- ``offset-add``: the branch ends ``Δ`` below the stable loss at its branch point, ``Δ`` the mean
+  of the fitted branches' drops;
+- ``offset-mul``: the same as a ratio, ``L = ρ · L_stable(b)``;
+- ``lr-annealing``: Tissue et al. 2024, ``L(s) = L0 + A·S1^(-α) − C·S2`` with ``S1`` the forward
+  LR area and ``S2`` the annealing area with momentum ``m_i = λ·m_{i-1} + (η_{i-1} − η_i)``,
+  ``S2 = Σ m_i`` (their Eq. 1, λ = 0.999);
+- ``multi-power``: Luo et al. 2025, ``L(t) = L0 + A·S1(t)^(-α) − LD(t)``,
+  ``LD(t) = B Σ_k (η_{k-1} − η_k)·G(η_k^(-γ)·S_k(t))``, ``G(x) = 1 − (C·x + 1)^(-β)``,
+  ``S_k(t) = Σ_{τ=k..t} η_τ`` (their Eq. 5; warmup area folded into ``S1``).
+
+Learning rates are used relative to the stable run's peak (the fitted constants are then free of
+the LR's units). The predictor is chosen by leave-one-branch-out error (:func:`leave_one_out`), and
+the interval of a prediction comes from those errors (:func:`error_interval`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.optimize import least_squares, minimize_scalar, nnls
+from scipy.signal import lfilter
+
+log = logging.getLogger(__name__)
+
+METHODS = ("offset-add", "offset-mul", "lr-annealing", "multi-power")
+TISSUE_LAMBDA = 0.999  # Tissue et al. 2024: momentum of the annealing area
+MAX_DROPS = 300  # multi-power: LR drops grouped into at most this many blocks per curve
+LR_MATCH = 1e-6  # relative tolerance when finding where a schedule leaves the stable run
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's schedule and evaluated losses: ``lr[t]`` is the LR of step ``t`` (t = 0..T-1),
+    ``steps``/``loss`` the evaluated points (a step ``s`` is the loss after ``s`` steps)."""
+
+    name: str
+    lr: np.ndarray
+    steps: np.ndarray
+    loss: np.ndarray
+
+    @property
+    def final_step(self) -> int:
+        return int(self.steps[-1])
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.loss[-1])
+
+
+def schedule_from_points(steps, lrs, until: int | None = None) -> np.ndarray:
+    """A per-step LR array from logged (step, lr) pairs: linear between logged steps, the first
+    logged LR before the first logged step, the last after the last."""
+    steps, lrs = np.asarray(steps, float), np.asarray(lrs, float)
+    order = np.argsort(steps, kind="stable")
+    steps, lrs = steps[order], lrs[order]
+    end = int(until if until is not None else steps[-1])
+    return np.interp(np.arange(end + 1, dtype=float), steps, lrs)
+
+
+def curve_from_log(name: str, steps, lrs, losses) -> Curve:
+    """A :class:`Curve` from one run's per-step log (rows sorted by step, the lr of each logged step)."""
+    steps, losses = np.asarray(steps, float), np.asarray(losses, float)
+    order = np.argsort(steps, kind="stable")
+    return Curve(name, schedule_from_points(steps, lrs), steps[order].astype(int), losses[order])
+
+
+def branch_point(stable: Curve, curve: Curve) -> int:
+    """The last step at which ``curve`` still follows the stable run's LR (its branch point)."""
+    n = min(len(stable.lr), len(curve.lr))
+    a, b = stable.lr[:n], curve.lr[:n]
+    off = np.flatnonzero(np.abs(a - b) > LR_MATCH * np.maximum(np.abs(a), 1e-30))
+    return int(off[0]) if len(off) else n - 1
+
+
+# ---------------------------------------------------------------- schedule features
+
+def _lr_area(lr: np.ndarray) -> np.ndarray:
+    """S1 after s steps, s = 0..T: cumulative LR area (``S1[s] = Σ_{t<s} η_t``)."""
+    return np.concatenate([[0.0], np.cumsum(lr)])
+
+
+def _annealing_area(lr: np.ndarray, lam: float = TISSUE_LAMBDA) -> np.ndarray:
+    """Tissue et al. 2024 S2 after s steps: ``m_i = λ m_{i-1} + (η_{i-1} − η_i)``, ``S2 = Σ m_i``."""
+    drops = np.concatenate([[0.0], lr[:-1] - lr[1:]])
+    m = lfilter([1.0], [1.0, -lam], drops)
+    return np.concatenate([[0.0], np.cumsum(m)])
+
+
+@dataclass
+class _Features:
+    """Per evaluated point: S1, S2 and the multi-power drop blocks (drop size, LR after, area to t)."""
+
+    s1: np.ndarray
+    s2: np.ndarray
+    drop: np.ndarray  # (n_points, n_blocks)
+    lr_after: np.ndarray  # (n_points, n_blocks)
+    area_after: np.ndarray  # (n_points, n_blocks): S1(t) − S1(block end), 0 where the block is after t
+    loss: np.ndarray
+
+
+def _curve_features(c: Curve, peak: float) -> _Features:
+    lr = c.lr / peak
+    s1, s2 = _lr_area(lr), _annealing_area(lr)
+    steps = np.clip(c.steps, 0, len(lr))
+    edges = np.unique(np.linspace(0, len(lr) - 1, min(MAX_DROPS, len(lr)) + 1).astype(int))
+    start, end = edges[:-1], edges[1:]
+    d = np.maximum(lr[start] - lr[end], 0.0)  # Luo et al.: only LR decreases add a loss drop
+    keep = d > 0
+    start, end, d = start[keep], end[keep], d[keep]
+    after = s1[steps][:, None] - s1[end + 1][None, :]
+    valid = after >= 0
+    shape = (len(steps), len(d))
+    return _Features(s1[steps], s2[steps], np.where(valid, np.broadcast_to(d, shape), 0.0),
+                     np.broadcast_to(lr[end], shape), np.where(valid, after, 0.0), np.asarray(c.loss, float))
+
+
+def _stack(feats: Sequence[_Features]) -> _Features:
+    width = max((f.drop.shape[1] for f in feats), default=0)
+
+    def pad(a):
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=0.0)
+
+    return _Features(np.concatenate([f.s1 for f in feats]), np.concatenate([f.s2 for f in feats]),
+                     np.vstack([pad(f.drop) for f in feats]), np.vstack([pad(f.lr_after) for f in feats]),
+                     np.vstack([pad(f.area_after) for f in feats]), np.concatenate([f.loss for f in feats]))
+
+
+# ---------------------------------------------------------------- the laws
+
+def _nonneg_linear(columns: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares with every coefficient >= 0 (L0, A, C or B); returns (coefficients, residuals)."""
+    X = np.column_stack(columns)
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-300)
+    coef, _ = nnls(X / scale, y)
+    coef = coef / scale
+    return coef, X @ coef - y
+
+
+def _tissue_columns(f: _Features, alpha: float) -> list[np.ndarray]:
+    return [np.ones_like(f.s1), np.maximum(f.s1, 1e-12) ** -alpha, -f.s2]  # Tissue et al. Eq. 1
+
+
+def _fit_tissue(f: _Features) -> dict:
+    """Variable projection: L0, A, C >= 0 linear given α; α by bounded search on (0, 3)."""
+    def sse(alpha):
+        return float(np.sum(_nonneg_linear(_tissue_columns(f, alpha), f.loss)[1] ** 2))
+
+    grid = np.linspace(0.05, 2.5, 25)
+    a0 = grid[int(np.argmin([sse(a) for a in grid]))]
+    res = minimize_scalar(sse, bounds=(max(0.01, a0 - 0.1), a0 + 0.1), method="bounded")
+    alpha = float(res.x)
+    coef, _ = _nonneg_linear(_tissue_columns(f, alpha), f.loss)
+    return {"L0": coef[0], "A": coef[1], "alpha": alpha, "C": coef[2]}
+
+
+def _predict_tissue(p: dict, f: _Features) -> np.ndarray:
+    return p["L0"] + p["A"] * np.maximum(f.s1, 1e-12) ** -p["alpha"] - p["C"] * f.s2
+
+
+def _loss_drop_unit(f: _Features, logC: float, beta: float, gamma: float) -> np.ndarray:
+    """Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)) with G(x) = 1 − (Cx + 1)^(-β) (Luo et al. Eq. 5, B = 1)."""
+    x = np.maximum(f.lr_after, 1e-12) ** -gamma * f.area_after
+    return np.sum(f.drop * (1.0 - (math.exp(logC) * x + 1.0) ** -beta), axis=1)
+
+
+def _mpl_columns(f: _Features, theta) -> list[np.ndarray]:
+    alpha, logC, beta, gamma = theta
+    return [np.ones_like(f.s1), np.maximum(f.s1, 1e-12) ** -alpha, -_loss_drop_unit(f, logC, beta, gamma)]
+
+
+def _fit_mpl(f: _Features) -> dict:
+    """Variable projection: L0, A, B >= 0 linear given (α, log C, β, γ), those by least squares
+    from a small grid of starts (C's start scaled to the LR area of the data)."""
+    def resid(theta):
+        return _nonneg_linear(_mpl_columns(f, theta), f.loss)[1]
+
+    scale = -math.log(max(float(np.median(f.s1[f.s1 > 0])) if np.any(f.s1 > 0) else 1.0, 1.0))
+    lo, hi = [0.01, scale - 12, 0.05, 0.0], [3.0, scale + 12, 5.0, 2.0]
+    best = None
+    for alpha in (0.3, 0.6):
+        for dc in (-2.0, 2.0):
+            x0 = np.clip([alpha, scale + dc, 0.6, 0.6], lo, hi)
+            r = least_squares(resid, x0, bounds=(lo, hi), x_scale=[0.2, 2.0, 0.3, 0.3], max_nfev=200)
+            if best is None or r.cost < best.cost:
+                best = r
+    coef, _ = _nonneg_linear(_mpl_columns(f, best.x), f.loss)
+    alpha, logC, beta, gamma = (float(v) for v in best.x)
+    return {"L0": coef[0], "A": coef[1], "alpha": alpha, "B": coef[2], "C": math.exp(logC), "beta": beta,
+            "gamma": gamma}
+
+
+def _predict_mpl(p: dict, f: _Features) -> np.ndarray:
+    cols = _mpl_columns(f, (p["alpha"], math.log(p["C"]), p["beta"], p["gamma"]))
+    return p["L0"] * cols[0] + p["A"] * cols[1] + p["B"] * cols[2]
+
+
+# ---------------------------------------------------------------- one predictor, fitted
+
+@dataclass
+class CurveModel:
+    """One method fitted on a stable curve and some branches; ``predict(curve)`` is the loss at
+    ``curve``'s last evaluated step."""
+
+    method: str
+    stable: Curve
+    params: dict = field(default_factory=dict)
+    peak: float = 1.0
+
+    def stable_loss_at(self, step: float) -> float:
+        return float(np.interp(step, self.stable.steps, self.stable.loss))
+
+    def predict(self, curve: Curve) -> float:
+        if self.method in ("offset-add", "offset-mul"):
+            base = self.stable_loss_at(branch_point(self.stable, curve))
+            return base + self.params["delta"] if self.method == "offset-add" else base * self.params["ratio"]
+        last = Curve(curve.name, curve.lr, curve.steps[-1:], curve.loss[-1:])
+        f = _curve_features(last, self.peak)
+        pred = _predict_tissue if self.method == "lr-annealing" else _predict_mpl
+        return float(pred(self.params, f)[0])
+
+
+N_PARAMS = {"offset-add": 1, "offset-mul": 1, "lr-annealing": 4, "multi-power": 7}
+
+
+def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> CurveModel:
+    """Fit ``method`` on the stable curve and ``branches`` (each a schedule leaving the stable run)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown curve method {method!r}; expected one of {', '.join(METHODS)}")
+    if not branches:
+        raise ValueError(f"{method}: needs at least one annealed branch to fit")
+    model = CurveModel(method, stable, peak=float(np.max(np.abs(stable.lr))) or 1.0)
+    if method in ("offset-add", "offset-mul"):
+        base = np.array([model.stable_loss_at(branch_point(stable, b)) for b in branches])
+        end = np.array([b.final_loss for b in branches])
+        model.params = {"delta": float(np.mean(end - base)), "ratio": float(np.mean(end / base))}
+        return model
+    f = _stack([_curve_features(c, model.peak) for c in (stable, *branches)])
+    if len(f.loss) < N_PARAMS[method] + 1:
+        raise ValueError(f"{method}: {len(f.loss)} evaluated points for {N_PARAMS[method]} parameters")
+    model.params = _fit_tissue(f) if method == "lr-annealing" else _fit_mpl(f)
+    return model
+
+
+def usable_methods(stable: Curve, branches: Sequence[Curve], methods: Sequence[str] = METHODS) -> list[str]:
+    """Methods with enough points to fit (and to leave a branch out): a law needs more evaluated
+    points than parameters after one branch's are removed."""
+    n = len(stable.steps) + sum(len(b.steps) for b in branches) - max((len(b.steps) for b in branches), default=0)
+    return [m for m in methods if len(branches) >= 2 and (m.startswith("offset") or n > N_PARAMS[m] + 1)]
+
+
+def leave_one_out(stable: Curve, branches: Sequence[Curve], methods: Sequence[str] | None = None,
+                  fit: Callable = fit_curve_model) -> list[dict]:
+    """Leave-one-branch-out: each method fitted without one branch predicts that branch's final
+    loss. Rows: method, branch, step, predicted, actual, rel_error = predicted/actual − 1."""
+    rows = []
+    for m in usable_methods(stable, branches, methods or METHODS):
+        for i, held in enumerate(branches):
+            rest = [b for j, b in enumerate(branches) if j != i]
+            try:
+                pred = fit(m, stable, rest).predict(held)
+            except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
+                log.debug("%s without %s: %s", m, held.name, exc)
+                pred = math.nan
+            rows.append({"method": m, "branch": held.name, "step": held.final_step, "predicted": pred,
+                         "actual": held.final_loss, "rel_error": pred / held.final_loss - 1.0})
+    return rows
+
+
+def error_interval(rel_errors: Sequence[float], level: float = 0.9) -> tuple[float, str]:
+    """Half-width q of a relative interval ``[pred·(1 − q), pred·(1 + q)]`` from leave-one-out
+    errors: the split-conformal quantile (the ⌈(n+1)·level⌉-th smallest |error|) when n allows it,
+    else the largest |error| (then the stated level is not guaranteed; the second value says which)."""
+    e = np.sort(np.abs(np.asarray([x for x in rel_errors if np.isfinite(x)], float)))
+    if not len(e):
+        return math.inf, "no leave-one-out errors"
+    k = math.ceil((len(e) + 1) * level)
+    if k <= len(e):
+        return float(e[k - 1]), f"conformal {level:g} quantile of {len(e)} leave-one-out errors"
+    return float(e[-1]), f"largest of {len(e)} leave-one-out errors (too few for level {level:g})"
+
+
+def choose_method(loo_rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
+    """The method with the smallest mean |relative error| (a method with a failed fit never wins)."""
+    scores: dict[str, list[float]] = {}
+    for r in loo_rows:
+        scores.setdefault(r["method"], []).append(abs(r["rel_error"]))
+    mean = {m: (float(np.mean(v)) if np.all(np.isfinite(v)) else math.inf) for m, v in scores.items()}
+    if not mean or all(not math.isfinite(v) for v in mean.values()):
+        raise ValueError("no predictor could be fitted with one branch left out (need >= 2 annealed branches)")
+    return min(mean, key=lambda m: (mean[m], METHODS.index(m))), mean
+
+
+@dataclass
+class CurvePredictor:
+    """The chosen method fitted on all branches, with its leave-one-out errors and interval."""
+
+    model: CurveModel
+    loo: list[dict]
+    scores: dict[str, float]
+    half_width: float
+    interval: str
+    level: float
+
+    @property
+    def method(self) -> str:
+        return self.model.method
+
+    def predict(self, curve: Curve) -> tuple[float, float, float]:
+        """(predicted, lo, hi) loss at ``curve``'s last step."""
+        p = self.model.predict(curve)
+        return p, p * (1.0 - self.half_width), p * (1.0 + self.half_width)
+
+
+def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence[str] | None = None,
+                  level: float = 0.9) -> CurvePredictor:
+    """Choose among ``methods`` by leave-one-branch-out error; fit the winner on every branch."""
+    loo = leave_one_out(stable, branches, methods)
+    best, scores = choose_method(loo)
+    q, how = error_interval([r["rel_error"] for r in loo if r["method"] == best], level)
+    return CurvePredictor(fit_curve_model(best, stable, branches), loo, scores, q, how, level)
+
+
+# ---------------------------------------------------------------- a per-step log (fit curve)
+
+def _is_stable(c: Curve) -> bool:
+    """Constant LR after its peak (warmup allowed): no step lowers the LR."""
+    peak = int(np.argmax(c.lr))
+    return bool(np.all(np.abs(c.lr[peak:] - c.lr[peak]) <= LR_MATCH * abs(c.lr[peak])))
+
+
+def split_runs(curves: Sequence[Curve], stable: str | None = None) -> tuple[Curve, list[Curve], list[str]]:
+    """The stable run (named, else the longest constant-LR run), the runs that branch from it
+    (same LR up to their branch point, later than its first logged step) and the names left out."""
+    by_name = {c.name: c for c in curves}
+    if stable is not None:
+        if stable not in by_name:
+            raise ValueError(f"stable run {stable!r} is not in the log (runs: {', '.join(sorted(by_name))})")
+        st = by_name[stable]
+    else:
+        flat = [c for c in curves if _is_stable(c)]
+        if not flat:
+            raise ValueError("no run of the log keeps a constant learning rate after warmup (name one with --stable)")
+        st = max(flat, key=lambda c: c.final_step)
+    branches, skipped = [], []
+    for c in curves:
+        if c is st:
+            continue
+        shared = branch_point(st, c) > st.steps[0] and np.allclose(
+            np.interp(st.steps[st.steps <= branch_point(st, c)], c.steps, c.loss),
+            st.loss[st.steps <= branch_point(st, c)], rtol=5e-3)
+        (branches if shared else skipped).append(c if shared else c.name)
+    return st, branches, skipped
+
+
+def schedule_curve(name: str, steps, lrs, stable: Curve) -> Curve:
+    """A schedule to predict (its steps and LRs), the stable run's LR before its first step."""
+    steps = np.asarray(steps, float)
+    lr = schedule_from_points(steps, lrs)
+    first = int(np.min(steps))
+    lr[:first] = stable.lr[:first] if len(stable.lr) >= first else stable.lr[-1]
+    end = int(np.max(steps))
+    return Curve(name, lr, np.array([end]), np.array([math.nan]))

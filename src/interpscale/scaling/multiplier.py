@@ -1,0 +1,595 @@
+"""Compute multiplier between two families (issue 36; docs/multiplier.md): k(C) = C_variant(L*_base(C)) / C,
+the compute the variant needs to reach the base family's compute-optimal loss at C (k > 1: a tax,
+k < 1: a gain), and a test of whether k grows with C.
+
+Two methods, each on its own law of the loss-optimal frontier:
+
+* ``isoflop`` -- the IsoFLOP envelopes L*(C) = a_L C^alpha_L (Eq. 26) of both families: log k(C) =
+  (ln L*_base(C) - ln a_L,variant) / alpha_L,variant - ln C, a power law in C whose exponent
+  alpha_L,base / alpha_L,variant - 1 is the growth slope. Bands: a wild bootstrap of the envelope
+  points paired by slice (one Gaussian multiplier per slice, the same for both families where they
+  share a slice, so a shock common to a slice moves both), residuals inflated by sqrt(n / (n - 2)).
+* ``joint`` -- the joint fits L(P, D) (Eq. 27) at their compute-optimal allocations: the variant's
+  frontier is inverted numerically. Bands: each fit's cluster bootstrap over runs, the same draws
+  for both families when their runs carry the same (slice, size rank) labels (paired), else
+  independent. The growth slope is the OLS slope of ln k on ln C over the sweep's range.
+
+The growth test (``GrowthTest``): the slope of ln k against ln C with its percentile interval and
+a bootstrap p-value; verdict ``growing`` / ``shrinking`` when the interval excludes 0, ``constant``
+when it contains 0 and lies within +-``margin``, else ``undetermined``. A second test
+(``SharedExponentTest``): the envelopes fitted jointly with one shared exponent and per-family
+offsets against free exponents, an F (Gaussian likelihood-ratio) test. Beyond the sweep, the band at
+a target compute is widened to the forecast machinery's calibrated interval where one is given
+(``scaling.forecasting``: the families' calibrated log half-widths of L*, through the envelope's slope).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ._base import DEFAULT_LEVEL, FitStatus, emit, fit_status, jsonable, quiet
+from .chinchilla import ChinchillaFit, fit_chinchilla, optimal_loss
+from .isoflop import fit_isoflop
+from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
+
+__all__ = ["GrowthTest", "MultiplierFit", "SharedExponentTest", "VERDICTS", "fit_multiplier",
+           "planted_multiplier", "simulate_pair"]
+
+METHODS = ("isoflop", "joint")
+VERDICTS = ("constant", "growing", "shrinking", "undetermined")
+TARGETS = (1e20, 7.6e22)  # a round 1e20 and Steerling-8B's compute (paper §8)
+DEFAULT_MARGIN = 0.1  # |slope| below which a multiplier is called constant: k changes < 26% per decade
+MULTIPLIER_BOOT = 1000
+CSV_COLUMNS = ["compute", "k", "lo", "hi", "method", "extrapolated"]
+
+
+@dataclass(frozen=True)
+class GrowthTest:
+    """The slope of ln k against ln C (k proportional to C^slope) with its interval, a two-sided
+    bootstrap p-value for slope = 0 and the verdict; ``assumes`` states the test's assumptions."""
+
+    method: str
+    slope: float
+    slope_lo: float
+    slope_hi: float
+    p_value: float
+    verdict: str
+    level: float
+    margin: float
+    assumes: str
+
+    def to_dict(self) -> dict:
+        return jsonable(dict(self.__dict__))
+
+
+@dataclass(frozen=True)
+class SharedExponentTest:
+    """Both families' envelopes ln L* = ln a_f + alpha ln C fitted with one shared exponent against
+    one exponent per family (F test = Gaussian likelihood ratio with the noise variance profiled)."""
+
+    statistic: float
+    df: tuple[int, int]
+    p_value: float
+    alpha_base: float
+    alpha_variant: float
+    alpha_shared: float
+    assumes: str = ("slice optima independent with equal-variance Gaussian log-scale noise about power "
+                    "laws in C (Eq. 26); ignores pairing by slice")
+
+    def to_dict(self) -> dict:
+        return jsonable(dict(self.__dict__))
+
+
+@dataclass(frozen=True)
+class MultiplierFit:
+    """k(C) of ``variant`` against ``base``: ``table`` has one row per (method, compute) with the
+    columns ``compute, k, lo, hi, method, extrapolated``; ``growth`` one ``GrowthTest`` per method;
+    ``primary`` names the method whose test is the verdict (isoflop when it was fitted)."""
+
+    base: str
+    variant: str
+    level: float
+    table: pd.DataFrame = field(compare=False)
+    growth: dict
+    primary: str
+    shared_exponent: SharedExponentTest | None = None
+    paired: dict = field(default_factory=dict)  # method -> how its bootstrap pairs the families
+    sweep_range: tuple[float, float] = (math.nan, math.nan)
+    n_boot: int = 0
+    warnings: tuple[str, ...] = ()
+    status: FitStatus = FitStatus()
+
+    @property
+    def test(self) -> GrowthTest:
+        """The primary method's growth test."""
+        return self.growth[self.primary]
+
+    @property
+    def verdict(self) -> str:
+        return self.test.verdict
+
+    def at(self, compute: float, method: str | None = None) -> dict:
+        """The row of ``table`` at ``compute`` (nearest in log) for ``method`` (default: primary)."""
+        rows = self.table[self.table["method"] == (method or self.primary)]
+        if rows.empty:
+            raise ValueError(f"no multiplier for method {method!r}; have {sorted(set(self.table['method']))}")
+        i = int(np.argmin(np.abs(np.log(rows["compute"].to_numpy(float) / compute))))
+        return rows.iloc[i].to_dict()
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.table[CSV_COLUMNS].copy()
+
+    def growth_dict(self) -> dict:
+        """``multiplier.json``: the primary test's fields, every method's test and the F test."""
+        d = self.test.to_dict()
+        d.update(base=self.base, variant=self.variant, tests={m: t.to_dict() for m, t in self.growth.items()},
+                 shared_exponent=None if self.shared_exponent is None else self.shared_exponent.to_dict(),
+                 paired=self.paired, sweep_range=list(self.sweep_range), n_boot=self.n_boot,
+                 status=self.status.to_dict(), warnings=list(self.warnings))
+        return jsonable(d)
+
+    def to_dict(self) -> dict:
+        return jsonable(dict(self.growth_dict(), table=self.to_frame().to_dict("records")))
+
+    def summary(self) -> str:
+        pct = round(100 * self.level)
+        lines = [f"compute multiplier k(C) of {self.variant} against {self.base} (k > 1: {self.variant} needs "
+                 f"more compute for {self.base}'s compute-optimal loss; {pct}% bands)",
+                 "  method    C           k        band                 extrapolated"]
+        for r in self.table.itertuples():
+            lines.append(f"  {r.method:<10}{r.compute:<12.3g}{r.k:<9.3g}[{r.lo:.3g}, {r.hi:.3g}]".ljust(55)
+                         + ("yes" if r.extrapolated else "no"))
+        for m, t in self.growth.items():
+            lines.append(f"  growth ({m}{', primary' if m == self.primary else ''}): k ~ C^{t.slope:+.3f} "
+                         f"[{t.slope_lo:+.3f}, {t.slope_hi:+.3f}], p = {t.p_value:.3g}: {t.verdict}")
+        if self.shared_exponent is not None:
+            s = self.shared_exponent
+            lines.append(f"  shared vs free envelope exponents: F = {s.statistic:.3g}, p = {s.p_value:.3g} "
+                         f"(alpha_L {s.alpha_base:.4f} vs {s.alpha_variant:.4f})")
+        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+
+
+# ---- the data of each family -------------------------------------------------------------------
+
+def _family_rows(results: pd.DataFrame, fam: str, *, loss: str, estimator, annealed, warnings) -> pd.DataFrame:
+    """The rows of one family that the fits use (annealed / estimator choice as ``fit_families``)."""
+    for col in ("family", "slice_flops", "params", "tokens", loss):
+        if col not in results.columns:
+            raise ValueError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
+    if fam not in set(results["family"]):
+        raise ValueError(f"fit_multiplier: family {fam!r} not in the table; have "
+                         f"{sorted(set(results['family'].dropna().astype(str)))}")
+    rows = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="fit_multiplier")
+    rows = rows[rows["family"] == fam]
+    rows = select_rows(rows, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings,
+                       caller="fit_multiplier")
+    return rows.dropna(subset=["slice_flops", "params", "tokens", loss])
+
+
+@dataclass(frozen=True)
+class _Envelope:
+    """One family's used slice optima (ln C, ln L*) and its Eq. 26 line."""
+
+    compute: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    log_a: float
+    alpha: float
+
+
+def _envelope(rows: pd.DataFrame, fam: str, loss: str, window, tolerance) -> _Envelope:
+    with quiet():
+        iso = fit_isoflop(slice_rows(rows, tolerance), loss=loss, window=window, n_boot=0)
+    s = iso.slices[iso.slices["used"]]
+    if len(s) < 3:
+        raise ValueError(f"fit_multiplier: {fam}: {len(s)} usable IsoFLOP slices; the envelope's band needs >= 3")
+    C = s["compute"].to_numpy(float)
+    return _Envelope(C, np.log(C), np.log(s["L_star"].to_numpy(float)), iso.power_L.log_a, iso.alpha_L)
+
+
+def _ols(x: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(intercepts, slopes) of y = b0 + b1 x for each row of Y (S, n)."""
+    xc = x - x.mean()
+    b1 = (Y - Y.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+    return Y.mean(axis=1) - b1 * x.mean(), b1
+
+
+def _slice_units(*computes: np.ndarray) -> list[np.ndarray]:
+    """Index of each family's slices into the union of slices (equal targets share an index)."""
+    union = np.unique(np.round(np.log(np.concatenate(computes)), 6))
+    return [np.searchsorted(union, np.round(np.log(c), 6)) for c in computes]
+
+
+def _leverage_residuals(e: _Envelope) -> np.ndarray:
+    """Residuals of the envelope line divided by sqrt(1 - h_i) (h: the OLS leverages), each with
+    the variance of the noise under a homoscedastic line (HC2; raw residuals are shrunk)."""
+    xc = e.x - e.x.mean()
+    h = 1.0 / e.x.size + xc**2 / float(xc @ xc)
+    return (e.y - e.log_a - e.alpha * e.x) / np.sqrt(np.clip(1.0 - h, 1e-12, None))
+
+
+def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: int) -> list[np.ndarray]:
+    """Per family, (S, 2) draws of (ln a, alpha): a residual bootstrap of the two envelope lines
+    paired by slice. A shared slice's two residuals are drawn together, as one pair out of the
+    shared slices' pairs taken in either order (keeping their correlation and pooling the two
+    families' noise, assumed equal); a slice of one family alone draws from both families'
+    residuals. Each draw's deviation from the point estimate is scaled by t_df / z at the level: the
+    noise scale is estimated from few slices (df = shared slices - 2, the slope of the slices'
+    differences, when the families share >= 3 slices, else points - 4)."""
+    units = _slice_units(*(e.compute for e in envs))
+    R = [_leverage_residuals(e) for e in envs]
+    shared = np.intersect1d(units[0], units[1])
+    idx = [np.searchsorted(u, shared) for u in units]  # each family's position of the shared slices
+    pairs = np.column_stack([R[0][idx[0]], R[1][idx[1]]])
+    pairs = np.vstack([pairs, pairs[:, ::-1]])  # either order: one pooled noise scale
+    pooled = np.concatenate(R)
+    rng = np.random.default_rng(seed)
+    n_units = int(max(u.max() for u in units)) + 1
+    pick = rng.integers(0, max(len(pairs), 1), size=(n_boot, n_units))
+    q = 0.5 + level / 2
+    df = shared.size - 2 if shared.size >= 3 else max(pooled.size - 4, 1)
+    widen = stats.t.ppf(q, df) / stats.norm.ppf(q)
+    out = []
+    for f, (e, u) in enumerate(zip(envs, units)):
+        E = pooled[rng.integers(0, pooled.size, size=(n_boot, u.size))]
+        if shared.size:
+            on = np.isin(u, shared)
+            E[:, on] = pairs[pick[:, u[on]], f]
+        b0, b1 = _ols(e.x, (e.log_a + e.alpha * e.x)[None, :] + E)
+        out.append(np.column_stack([e.log_a + widen * (b0 - e.log_a), e.alpha + widen * (b1 - e.alpha)]))
+    return out
+
+
+def _log_k_isoflop(base: np.ndarray, variant: np.ndarray, lc: np.ndarray) -> np.ndarray:
+    """ln k(C) (S, m) of Eq. 26 envelopes: ln L*_b(C) = b0 + b1 ln C, ln C_v(L) = (ln L - v0) / v1."""
+    b0, b1, v0, v1 = base[:, :1], base[:, 1:2], variant[:, :1], variant[:, 1:2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (b0 + b1 * lc[None, :] - v0) / v1 - lc[None, :]
+    return np.where(v1 < 0, out, np.nan)  # a non-decreasing variant envelope reaches no lower loss
+
+
+# ---- the joint fits (Eq. 27) ------------------------------------------------------------------
+
+def _invert_frontier(theta: np.ndarray, target: np.ndarray, lc: np.ndarray, k: float) -> np.ndarray:
+    """ln C' (S, m) at which each row's compute-optimal Eq. 27 loss equals ``target`` (S, m),
+    by bisection in ln C' within ln C +- 46 (a factor 1e20); +inf where the target is at or
+    below L_inf (never reached), nan where the row's frontier does not decrease."""
+    S, m = target.shape
+    lo, hi = np.broadcast_to(lc - 46.0, (S, m)).copy(), np.broadcast_to(lc + 46.0, (S, m)).copy()
+    idx = np.repeat(np.arange(S), m)
+
+    for _ in range(64):
+        mid = 0.5 * (lo + hi)
+        above = _frontier(theta[idx], mid.ravel(), k).reshape(S, m) > target  # above the target: more compute
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    out = 0.5 * (lo + hi)
+    L_inf = np.exp(theta[:, 2:3])
+    out = np.where(target <= L_inf, np.inf, out)
+    bad = (theta[:, 3:4] <= 0) | (theta[:, 4:5] <= 0)
+    return np.where(bad, np.nan, out)
+
+
+def _frontier(theta_rows: np.ndarray, lcs: np.ndarray, k: float) -> np.ndarray:
+    """Compute-optimal Eq. 27 loss of row i of ``theta_rows`` at ln C = lcs[i] (one C per row)."""
+    a, b, e, al, be = theta_rows.T
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        G = np.exp(np.log(al * np.exp(a - b) / be) / (al + be))
+        P = G * np.exp((lcs - math.log(k)) * be / (al + be))
+        D = np.exp(lcs - math.log(k)) / P
+        return np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
+
+
+def _run_labels(rows: pd.DataFrame) -> np.ndarray:
+    """One label per row naming its run by (slice, size rank in the slice): shared by both
+    families' runs at the same slice and rank, so equal label sets give the same cluster draws."""
+    rank = rows.groupby("slice_flops")["params"].rank(method="dense").astype(int)
+    return np.array([f"{c:.6g}|{r}" for c, r in zip(rows["slice_flops"], rank)])
+
+
+def _joint_fits(rows_b, rows_v, o: dict, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
+    lab_b, lab_v = _run_labels(rows_b), _run_labels(rows_v)
+    paired = set(lab_b) == set(lab_v)
+    fits = []
+    for rows, lab in ((rows_b, lab_b), (rows_v, lab_v)):
+        with quiet():
+            fits.append(fit_chinchilla(rows["params"], rows["tokens"], rows[o["loss"]], grid=o["grid"],
+                                       n_boot=o["n_boot"], level=o["level"], seed=o["seed"],
+                                       bootstrap="cluster", groups=lab))
+    how = ("cluster bootstrap over runs, the same draws for both families (same slices and sizes per slice)"
+           if paired else "cluster bootstrap over runs, independent per family (their slices or sizes differ)")
+    for name, f in zip(("base", "variant"), fits):
+        if not fit_status(f).identified:
+            emit(warnings, f"joint fit of the {name} family is {fit_status(f)}")
+    return fits[0], fits[1], how
+
+
+def _log_k_joint(fb: ChinchillaFit, fv: ChinchillaFit, kb: float, kv: float, lc: np.ndarray):
+    """(point ln k (m,), draws (S, m)) of the joint fits at the computes exp(lc)."""
+    out = []
+    for tb, tv in ((fb.theta[None, :], fv.theta[None, :]), (fb.boot, fv.boot)):
+        if tb is None or tv is None or not len(tb) or not len(tv):
+            out.append(np.full((0, lc.size), np.nan))
+            continue
+        S = min(len(tb), len(tv))
+        tb, tv = tb[:S], tv[:S]
+        target = optimal_loss(tb, np.exp(lc), kb)
+        out.append(_invert_frontier(tv, target, lc, kv) - lc[None, :])
+    return out[0][0], out[1]
+
+
+# ---- bands, growth tests, calibration ---------------------------------------------------------
+
+def _quantiles(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile band over axis 0 with non-finite draws kept as the infinite side (a replicate
+    whose variant never reaches the loss is k = +inf; an invalid one, nan, counts as both)."""
+    q = (1.0 - level) / 2.0
+    lo_d = np.where(np.isnan(draws), -np.inf, draws)
+    hi_d = np.where(np.isnan(draws), np.inf, draws)
+    return (np.quantile(lo_d, q, axis=0, method="lower"), np.quantile(hi_d, 1 - q, axis=0, method="higher"))
+
+
+def growth_test(method: str, slope: float, draws: np.ndarray, level: float, margin: float,
+                assumes: str) -> GrowthTest:
+    """Verdict from the point slope and its bootstrap draws: the percentile interval, the two-sided
+    bootstrap p-value 2 min(P*(slope <= 0), P*(slope >= 0)) (the interval excludes 0 exactly when
+    p < 1 - level), then growing / shrinking / constant (inside +-margin) / undetermined."""
+    d = np.asarray(draws, float)
+    d = d[np.isfinite(d)]
+    if d.size < 20 or not math.isfinite(slope):
+        return GrowthTest(method, float(slope), math.nan, math.nan, math.nan, "undetermined", level, margin, assumes)
+    q = (1.0 - level) / 2.0
+    lo, hi = (float(v) for v in np.quantile(d, [q, 1 - q]))
+    p = float(min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0))))
+    if lo > 0:
+        verdict = "growing"
+    elif hi < 0:
+        verdict = "shrinking"
+    else:
+        verdict = "constant" if -margin <= lo and hi <= margin else "undetermined"
+    return GrowthTest(method, float(slope), lo, hi, p, verdict, level, margin, assumes)
+
+
+def shared_exponent_test(base: _Envelope, variant: _Envelope) -> SharedExponentTest:
+    """F test of one shared Eq. 26 exponent (per-family offsets) against free exponents."""
+    x = np.concatenate([base.x, variant.x])
+    y = np.concatenate([base.y, variant.y])
+    g = np.r_[np.zeros(base.x.size), np.ones(variant.x.size)]
+    X0 = np.column_stack([1 - g, g, x])
+    X1 = np.column_stack([1 - g, g, x * (1 - g), x * g])
+    rss = [float(np.sum((y - X @ np.linalg.lstsq(X, y, rcond=None)[0]) ** 2)) for X in (X0, X1)]
+    shared = float(np.linalg.lstsq(X0, y, rcond=None)[0][2])
+    df2 = x.size - 4
+    if df2 < 1:
+        return SharedExponentTest(math.nan, (1, df2), math.nan, base.alpha, variant.alpha, shared)
+    F = (rss[0] - rss[1]) / (rss[1] / df2) if rss[1] > 0 else math.inf
+    return SharedExponentTest(float(F), (1, df2), float(stats.f.sf(F, 1, df2)), base.alpha, variant.alpha, shared)
+
+
+def _calibrated_halfwidth(forecasts: Mapping | None, method: str, alpha_v: float) -> float:
+    """The calibrated log half-width of ln k at a target: the two families' calibration
+    half-widths m of ln L* (``FamilyForecast.methods[...].model_sd``) in quadrature, divided by
+    |alpha_L| of the variant (d ln C / d ln L along its frontier); 0 when not available."""
+    if not forecasts or not (alpha_v < 0):
+        return 0.0
+    name = {"isoflop": "isoflop-powerlaw", "joint": "joint"}[method]
+    ms = []
+    for fc in forecasts:
+        mf = None if fc is None else fc.methods.get(name)
+        if mf is None or not math.isfinite(mf.model_sd):
+            return 0.0
+        ms.append(mf.model_sd)
+    return math.sqrt(sum(m * m for m in ms)) / abs(alpha_v)
+
+
+ASSUMES = {
+    "isoflop": ("L*(C) of each family is a power law in C over the sweep and beyond (Eq. 26); slice optima "
+                "independent across slices, a slice's shocks shared by both families (wild bootstrap paired by "
+                "slice); k ~ C^slope exactly under these laws"),
+    "joint": ("each family follows Eq. 27 at its compute-optimal allocation; runs resampled as clusters; the slope "
+              "is the average d ln k / d ln C over the sweep's range"),
+}
+
+
+# ---- the fit ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Options:
+    loss: str
+    n_boot: int
+    level: float
+    seed: int
+    window: int | None
+    tolerance: float | None
+    grid: str
+    margin: float
+
+    def joint(self) -> dict:
+        return dict(loss=self.loss, grid=self.grid, n_boot=self.n_boot, level=self.level, seed=self.seed)
+
+
+def _method_isoflop(rows_b, rows_v, lc, o: _Options, names, warnings):
+    """(point ln k, draws, GrowthTest, F test, |alpha_L| of the variant, variant's slice range)."""
+    eb, ev = (_envelope(r, n, o.loss, o.window, o.tolerance) for r, n in zip((rows_b, rows_v), names))
+    db, dv = _paired_draws((eb, ev), o.n_boot, o.level, o.seed)
+    point = _log_k_isoflop(np.array([[eb.log_a, eb.alpha]]), np.array([[ev.log_a, ev.alpha]]), lc)[0]
+    draws = _log_k_isoflop(db, dv, lc)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope_draws = np.where(dv[:, 1] < 0, db[:, 1] / dv[:, 1] - 1.0, np.nan)
+    slope = eb.alpha / ev.alpha - 1.0 if ev.alpha < 0 else math.nan
+    if not ev.alpha < 0:
+        emit(warnings, f"isoflop: {names[1]}'s envelope does not decrease (alpha_L = {ev.alpha:.4g}); k undefined")
+    test = growth_test("isoflop", slope, slope_draws, o.level, o.margin, ASSUMES["isoflop"])
+    return point, draws, test, shared_exponent_test(eb, ev), ev.alpha, (ev.compute.min(), ev.compute.max())
+
+
+def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, warnings):
+    """(point ln k, draws, GrowthTest, how the bootstrap pairs, -d ln L*/d ln C of the variant at the sweep's end)."""
+    fb, fv, how = _joint_fits(rows_b, rows_v, o.joint(), warnings)
+    kb, kv = flops_per_token_per_param(rows_b), flops_per_token_per_param(rows_v)
+    point, draws = _log_k_joint(fb, fv, kb, kv, lc)
+    grid = np.linspace(math.log(sweep[0]), math.log(sweep[1]), 8)
+    p_grid, d_grid = _log_k_joint(fb, fv, kb, kv, grid)
+    xc = grid - grid.mean()
+    slope = float(p_grid @ xc / (xc @ xc)) if np.isfinite(p_grid).all() else math.nan
+    with np.errstate(invalid="ignore"):
+        slope_draws = np.where(np.isfinite(d_grid).all(axis=1), np.nan_to_num(d_grid, posinf=0.0) @ xc / (xc @ xc),
+                               np.nan)
+    test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
+    Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
+    alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
+    return point, draws, test, how, alpha_v
+
+
+def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
+    """Computes outside [lo, hi] widened by the relative tolerance ``tol`` (nan: outside)."""
+    with np.errstate(invalid="ignore"):
+        return ~((C >= bounds[0] * (1 - tol)) & (C <= bounds[1] * (1 + tol)))
+
+
+def _rows(method, C, point, draws, level, extrapolated, half) -> list[dict]:
+    lo, hi = _quantiles(draws, level) if len(draws) else (point, point)
+    lo = np.minimum(lo, point - half)
+    hi = np.maximum(hi, point + half)
+    return [dict(compute=float(c), k=float(np.exp(p)), lo=float(np.exp(a)), hi=float(np.exp(b)), method=method,
+                 extrapolated=bool(e)) for c, p, a, b, e in zip(C, point, lo, hi, extrapolated)]
+
+
+def _computes(rows_b: pd.DataFrame, computes, target_compute) -> tuple[np.ndarray, tuple[float, float]]:
+    """The table's computes (the base's slices, or ``computes``, then the targets) and the sweep range."""
+    slices = np.unique(rows_b["slice_flops"].to_numpy(float))
+    sweep = (float(slices.min()), float(slices.max()))
+    C = np.asarray(slices if computes is None else computes, float)
+    targets = np.atleast_1d(np.asarray([] if target_compute is None else target_compute, float))
+    C = np.unique(np.concatenate([C, targets]))
+    if not (C > 0).all():
+        raise ValueError(f"fit_multiplier: computes must be positive, got {C[~(C > 0)][0]!r}")
+    return C, sweep
+
+
+def fit_multiplier(
+    results: pd.DataFrame,
+    base: str,
+    variant: str,
+    *,
+    computes=None,
+    target_compute=TARGETS,
+    methods: Sequence[str] = METHODS,
+    n_boot: int = MULTIPLIER_BOOT,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    loss: str = "loss",
+    estimator: str | None = None,
+    annealed: bool | None = None,
+    window: int | None = 5,
+    tolerance: float | None = SLICE_TOLERANCE,
+    grid: str = "coarse",
+    margin: float = DEFAULT_MARGIN,
+    forecasts: Mapping[float, tuple] | None = None,
+) -> MultiplierFit:
+    """k(C) = C_variant(L*_base(C)) / C of two families of a results table (module doc).
+
+    ``computes``: where to evaluate k on the sweep (default: the base family's slice targets);
+    ``target_compute``: computes to extrapolate to (default 1e20 and Steerling-8B's 7.6e22);
+    ``methods``: ``isoflop`` (Eq. 26 envelopes) and/or ``joint`` (Eq. 27); ``margin``: the growth
+    test calls k constant when the slope's interval lies within +-margin; ``forecasts``: target
+    compute -> (base FamilyForecast, variant FamilyForecast) whose calibrated half-widths widen the
+    band there (``family_forecasts``). Rows are chosen as in ``fit_families`` (annealed rows, the
+    paper's estimator preference). A method that cannot be fitted is left out with a warning;
+    ValueError when none can.
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValueError(f"fit_multiplier: methods must be among {METHODS}, got {list(methods)}")
+    if base == variant:
+        raise ValueError(f"fit_multiplier: base and variant are the same family ({base!r})")
+    o = _Options(loss, int(n_boot), float(level), int(seed), window, tolerance, grid, float(margin))
+    warnings: list[str] = []
+    rows_b, rows_v = (_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)
+                      for f in (base, variant))
+    C, sweep = _computes(rows_b, computes, target_compute)
+    lc = np.log(C)
+    table, growth, paired, shared = [], {}, {}, None
+    for method in methods:
+        try:
+            if method == "isoflop":
+                point, draws, test, shared, alpha_v, vrange = _method_isoflop(rows_b, rows_v, lc, o, (base, variant),
+                                                                              warnings)
+                paired[method] = "wild bootstrap of the envelope points, one multiplier per slice shared by both families"
+            else:
+                point, draws, test, paired[method], alpha_v = _method_joint(rows_b, rows_v, lc, sweep, o, warnings)
+                vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
+        except ValueError as exc:
+            emit(warnings, f"{method} multiplier skipped: {exc}")
+            continue
+        k_point = np.exp(point)
+        extrap = _outside(C, sweep, 1e-9) | _outside(k_point * C, vrange, SLICE_TOLERANCE)
+        half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, alpha_v) if e else 0.0
+                         for c, e in zip(C, extrap)])
+        table += _rows(method, C, point, draws, level, extrap, half)
+        growth[method] = test
+    if not growth:
+        raise ValueError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
+    primary = "isoflop" if "isoflop" in growth else next(iter(growth))
+    test = growth[primary]
+    status = FitStatus("identified") if test.verdict != "undetermined" else \
+        FitStatus("flagged", f"growth test undetermined: slope interval [{test.slope_lo:.3g}, {test.slope_hi:.3g}]")
+    return MultiplierFit(base=base, variant=variant, level=level, table=pd.DataFrame(table, columns=CSV_COLUMNS),
+                         growth=growth, primary=primary, shared_exponent=shared, paired=paired, sweep_range=sweep,
+                         n_boot=o.n_boot, warnings=tuple(warnings), status=status)
+
+
+# ---- synthetic ground truth -----------------------------------------------------------------
+
+DEMO_SLICES = (1e10, 2e10, 4e10, 8e10, 1.6e11)  # a sweep shaped like configs/demo.toml's (docs/multiplier.md)
+SIM_LAW = dict(A_P=22.0, alpha=0.3, A_D=323.0, beta=0.3, L_inf=0.0)  # Eq. 27; D*/P* ~ 87, L* ~ 3 at 3e10
+
+
+def planted_multiplier(compute, multiplier: float = 1.3, growth: float = 0.0, pivot: float | None = None):
+    """The multiplier k(C) of ``simulate_pair``'s variant as defined here (C_variant(L*_base(C)) / C).
+
+    The variant's loss at compute C is the base's at C / m(C), m(C) = multiplier (C / pivot)^growth,
+    so it reaches L*_base(C) at C' with C' / m(C') = C: k(C) = m(C') solves
+    ln k = (ln multiplier + growth ln(C / pivot)) / (1 - growth)."""
+    C = np.asarray(compute, float)
+    piv = float(np.sqrt(DEMO_SLICES[0] * DEMO_SLICES[-1])) if pivot is None else float(pivot)
+    return np.exp((math.log(multiplier) + growth * np.log(C / piv)) / (1.0 - growth))
+
+
+def simulate_pair(multiplier: float = 1.3, growth: float = 0.0, *, slices: Sequence[float] = DEMO_SLICES,
+                  sizes_per_slice: int = 4, noise: float = 0.003, seed: int = 0, law: Mapping | None = None,
+                  pivot: float | None = None, names: tuple[str, str] = ("base", "variant")) -> pd.DataFrame:
+    """A results table of two families on an IsoFLOP sweep with a planted multiplier.
+
+    The base follows Eq. 27 (``law``, default ``SIM_LAW``); the variant's loss at (P, D) is the base's
+    at (P, D) / sqrt(m(C)), C = 6 P D, m(C) = multiplier (C / pivot)^growth (pivot: the sweep's
+    geometric middle), so its compute-optimal loss at C is the base's at C / m(C). Each family gets
+    ``sizes_per_slice`` sizes per slice a factor 2 apart around its own optimum (offset by a random
+    half step), and multiplicative log-normal noise ``noise`` on every loss."""
+    law = dict(SIM_LAW, **(law or {}))
+    rng = np.random.default_rng(seed)
+    piv = float(np.sqrt(slices[0] * slices[-1])) if pivot is None else float(pivot)
+    a, b = law["alpha"], law["beta"]
+    G = (a * law["A_P"] / (b * law["A_D"])) ** (1.0 / (a + b))
+
+    def base_loss(P, D):
+        return law["L_inf"] + law["A_P"] / P**a + law["A_D"] / D**b
+
+    rows = []
+    for fam in names:
+        for C in slices:
+            m = 1.0 if fam == names[0] else multiplier * (C / piv) ** growth
+            P_opt = math.sqrt(m) * G * (C / m / 6.0) ** (b / (a + b))
+            u = rng.uniform(-0.5, 0.5)
+            for j in range(sizes_per_slice):
+                P = P_opt * 2.0 ** (j - (sizes_per_slice - 1) / 2 + u)
+                D = C / (6.0 * P)
+                L = base_loss(P / math.sqrt(m), D / math.sqrt(m)) * math.exp(noise * rng.standard_normal())
+                rows.append(dict(run_id=f"{fam}-{C:.3g}-{j}", family=fam, slice_flops=C, flops=C, params=P,
+                                 tokens=D, loss=L, annealed=True))
+    return pd.DataFrame(rows)
