@@ -546,7 +546,7 @@ def fit_multiplier(
 
 # ---- synthetic ground truth -----------------------------------------------------------------
 
-DEMO_SLICES = (1e10, 2e10, 4e10, 8e10, 1.6e11)  # a sweep shaped like configs/demo.toml's (docs/multiplier.md)
+DEMO_SLICES = (6.4e9, 1.28e10, 2.56e10, 5.12e10, 1.024e11)  # a sweep shaped like configs/demo.toml's (docs/multiplier.md)
 SIM_LAW = dict(A_P=22.0, alpha=0.3, A_D=323.0, beta=0.3, L_inf=0.0)  # Eq. 27; D*/P* ~ 87, L* ~ 3 at 3e10
 
 
