@@ -5,13 +5,17 @@ it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and val
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
+from typing import Mapping
 
 import pandas as pd
 
 from interpscale.paper import INTERP_METRICS
+
+log = logging.getLogger("interpscale.results_table")
 
 # The columns of one row per evaluated checkpoint (docs/architecture.md); extra columns allowed.
 # loss in nats per token; bpb the same loss in bits per UTF-8 byte (metrics.bpb).
@@ -31,13 +35,16 @@ def empty_results() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
 
 
-def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool = False) -> pd.DataFrame:
+def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool = False,
+                 columns: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The results table at ``source`` (``.parquet``, ``.csv``, ``.tsv`` or a DataFrame, rows numbered
     from 1), validated; a missing file raises unless ``missing_ok`` (then :func:`empty_results`).
     ``annealed`` may read true/false, yes/no, t/f, y/n or 1/0 (any case), or be empty in every row
-    ("not annealed"); numeric columns hold numbers or nothing."""
+    ("not annealed"); numeric columns hold numbers or nothing. ``columns`` maps a results-table
+    name to the table's own column (``{"params": "N", "loss": "eval/c4"}``, :func:`map_columns`)."""
     if isinstance(source, pd.DataFrame):
-        return validate_results(source.copy(), where="results table", row_offset=1)
+        return validate_results(map_columns(source.copy(), columns, "results table"), where="results table",
+                                row_offset=1)
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
@@ -55,8 +62,26 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
         hint = "; its CSV twin may still be intact" if suffix == ".parquet" else ""
         raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
     # CSV/TSV: data row i (0-based) is line i + 2 of the file; parquet: row i + 1
-    return validate_results(df, where=str(path), row_offset=1 if suffix == ".parquet" else 2,
+    return validate_results(map_columns(df, columns, str(path)), where=str(path), row_offset=1 if suffix == ".parquet" else 2,
                             unit="row" if suffix == ".parquet" else "line")
+
+
+def map_columns(df: pd.DataFrame, columns: Mapping[str, str] | None, where: str) -> pd.DataFrame:
+    """``df`` with each ``columns[name]`` renamed to ``name`` (a results-table column); a column of
+    the table already called ``name`` gives way to the mapped one. A mapped column the table lacks
+    is a ValueError naming it and the table's columns."""
+    columns = {k: v for k, v in (columns or {}).items() if v is not None and v != k}
+    if not columns:
+        return df
+    missing = {k: v for k, v in columns.items() if v not in df.columns}
+    if missing:
+        name, col = next(iter(missing.items()))
+        flag = "run" if name == "run_id" else name
+        raise ValueError(f"{where}: no column {col!r} (--{flag}); the columns are {list(map(str, df.columns))}")
+    replaced = [k for k in columns if k in df.columns and k not in columns.values()]
+    if replaced:
+        log.info("%s: column(s) %s replaced by the mapped %s", where, replaced, [columns[k] for k in replaced])
+    return df.drop(columns=replaced).rename(columns={v: k for k, v in columns.items()})
 
 
 def parse_bool(value) -> bool | None:
@@ -137,3 +162,17 @@ def require_values(df: pd.DataFrame, column: str) -> None:
     if not finite.any():
         raise ValueError(f"{where}: column {column!r} holds no number (all {len(df)} rows are empty, NaN "
                          f"or infinite, {row_label(df, 0)} to {row_label(df, len(df) - 1)})")
+
+
+def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """``(first, repeat)`` pairs of rows identical in every one of ``columns`` (repeated runs, or one
+    run listed twice), each named as in the file (:func:`row_label`), in file order."""
+    cols = [c for c in columns if c in df.columns]
+    if not cols or not len(df):
+        return []
+    dup = df.duplicated(cols, keep="first").to_numpy()
+    if not dup.any():
+        return []
+    first = df.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
+    where_first = {g: i for i, g in reversed(list(enumerate(first)))}
+    return [(row_label(df, where_first[first[i]]), row_label(df, i)) for i in dup.nonzero()[0]]

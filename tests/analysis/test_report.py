@@ -159,7 +159,8 @@ def test_collapsed_joint_fit_is_not_identified_and_kept_out_of_the_table(synthet
     md = (write_report(df, tmp_path, fits=fits, figures=False, n_boot=20, source="synthetic.csv")).read_text()
     assert "## Failed, unidentified or flat fits" in md
     assert "**ar+concept** joint fit (Eq. 27): not identified" in md
-    assert "**ar+concept** concept_loss: no trend" in md
+    assert "**ar+concept** concept_loss: bounded fit (Eq. 29) flat" in md
+    assert "concept_loss shows no significant trend with compute" in md  # the log-linear slope agrees
     assert "[-0.000, +0.000]" not in md and "+0.000]" not in md.split("## Fit warnings")[0].replace("(bound)", "")
     assert "90% bootstrap percentile intervals (20 replicates)" in md
     assert "Results table: `synthetic.csv`" in md

@@ -1,5 +1,11 @@
 """`interpscale fit families RESULTS`: scaling-law fits of a results table; `fit chinchilla FILE` on any table;
-`fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md)."""
+`fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md).
+
+Every verb is one :func:`verb`-registered function that adds its parser and sets ``handler`` (the
+function the command calls, ``p.set_defaults(handler=...)``); adding a verb (``fit multiplier``, ``fit curve``) is one such function.
+Every table is read through one column vocabulary (``--params/--tokens/--loss/--family/--run/--step COL``,
+``options.add_columns``).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,42 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 from interpscale._atomic import atomic_write_text
-from interpscale._commands.options import given, library_default, literal_choices, option
+from interpscale._commands.options import (
+    add_columns,
+    column_map,
+    deprecated,
+    given,
+    library_default,
+    literal_choices,
+    option,
+)
 from interpscale.errors import UserError
 from interpscale.results_table import read_results as read_table
-from interpscale.results_table import require_values
+from interpscale.results_table import repeated_rows, require_values
 
-VERBS = ("families", "chinchilla", "law")
+VERBS: dict[str, Callable] = {}  # verb -> the function that adds its parser (filled by @verb below)
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
+
+
+def verb(name: str) -> Callable:
+    """Register ``add(sub) -> parser`` as the parser of ``fit NAME``; it sets ``handler`` with set_defaults."""
+    def register(add: Callable) -> Callable:
+        VERBS[name] = add
+        return add
+    return register
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for add in VERBS.values():
+        add(sub)
+
+
+def run(args) -> int:
+    return args.handler(args)
 
 
 def _bootstrap_options(p: argparse.ArgumentParser, fitter) -> None:
@@ -30,14 +63,87 @@ def _bootstrap_options(p: argparse.ArgumentParser, fitter) -> None:
            help="joint fit: weight K >= 1 on points whose loss the fit over-estimates")
 
 
-def _add_families(sub) -> None:
+def _write(out: Path | None, name: str, text: str) -> None:
+    """``text`` to ``out`` (a .json file) or to ``out/name`` (a directory), said on stderr."""
+    if out is not None:
+        dest = out if out.suffix.lower() == ".json" else out / name
+        atomic_write_text(dest, text)
+        sys.stderr.write(f"wrote {dest}\n")
+
+
+def _write_all(out: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        atomic_write_text(out / name, text)
+    sys.stdout.write(f"wrote {' and '.join(str(out / n) for n in files)}\n")
+
+
+def _joint_options(args) -> dict:
+    return dict(bound_L_inf=args.bound_l_inf, **given(args, "overestimate_penalty"))
+
+
+def _column(df, path: Path, flag: str, name: str | None):
+    """Column ``name`` as an array (None when not asked for); a missing one names ``flag``."""
+    if not name:
+        return None
+    if name not in df.columns:
+        raise UserError(f"{path}: {flag} column {name!r} not found; have {list(df.columns)}")
+    return df[name].to_numpy()
+
+
+def say_repeats(command: str, df, columns: tuple[str, ...]) -> None:
+    """One stderr line when rows repeat another row's ``columns`` (named as file lines): they are
+    kept as repeated runs, each one point of the fit and one unit the bootstrap resamples."""
+    pairs = repeated_rows(df, columns)
+    if pairs:
+        where = df.attrs.get("rows", {}).get("where", "the table")
+        shown = ", ".join(f"{b} repeats {a}" for a, b in pairs[:3]) + (", ..." if len(pairs) > 3 else "")
+        sys.stderr.write(f"interpscale {command}: {where}: {len(pairs)} row(s) repeat another row's "
+                         f"({', '.join(columns)}) ({shown}); kept as repeated runs: each is one point of the fit "
+                         "and one run the bootstrap resamples\n")
+
+
+def family_filter(args, df, command: str) -> list[str] | None:
+    """The families to fit: ``--only-family`` values, or an old ``--family NAME`` (a value, not a
+    column of the table: deprecated, said once)."""
+    only = args.only_family
+    chosen = [only] if isinstance(only, str) else list(only or [])
+    if args.family is not None and args.family not in df.columns and args.family != "family":
+        values = set(map(str, df["family"].dropna().unique())) if "family" in df.columns else set()
+        if args.family not in values:
+            raise UserError(f"--family {args.family!r}: neither a column of the table nor one of its families "
+                            f"({', '.join(sorted(values)) or 'none'}); --family COL names the family column, "
+                            "--only-family NAME picks a family")
+        deprecated(command, f"--family {args.family} (a family, not a column)", f"--only-family {args.family}")
+        chosen.append(args.family)
+    return chosen or None
+
+
+def read_mapped(args, path: Path, fields: tuple[str, ...]):
+    """The results table at ``path`` with the column flags among ``fields`` applied (``--family``
+    only when it names a column: an old ``--family NAME`` is a filter, :func:`family_filter`)."""
+    mapping = column_map(args, *[f for f in fields if f != "family"])
+    if "family" in fields and args.family is not None:
+        head = read_table(path)  # only to tell a column from a family value
+        if args.family in head.columns:
+            mapping["family"] = args.family
+    return read_table(path, columns=mapping)
+
+
+# ---------------------------------------------------------------- fit families
+
+RESULT_FIELDS = ("params", "tokens", "loss", "family", "run", "step")
+
+
+@verb("families")
+def _add_families(sub) -> argparse.ArgumentParser:
     from interpscale.scaling import backtest, fit_families
 
     p = sub.add_parser("families", help="Table 6/7 fits of a results table: fits.json and tables.md in --out",
                        description="IsoFLOP (Eq. 25-26) and joint (Eq. 27) fits per family of a results table.")
     p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
     p.add_argument("--out", type=Path, required=True, help="output directory for fits.json and tables.md")
-    p.add_argument("--family", action="append", help="fit only this family (repeatable)")
+    add_columns(p, *RESULT_FIELDS)
+    p.add_argument("--only-family", action="append", metavar="NAME", help="fit only this family (repeatable)")
     p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
     p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
                    help="use (non-)annealed rows only")
@@ -60,146 +166,25 @@ def _add_families(sub) -> None:
     p.add_argument("--allow-partial", action="store_true",
                    help="exit 0 even when some family's fit could not be made (listed in tables.md)")
     _bootstrap_options(p, fit_families)
+    p.set_defaults(handler=_families)
+    return p
 
 
-def _add_chinchilla(sub) -> None:
-    from interpscale.scaling import fit_chinchilla
-
-    p = sub.add_parser("chinchilla", help="the joint fit (Eq. 27) of any table of runs, by column names",
-                       description="Fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta to any CSV / Parquet table.")
-    p.add_argument("table", metavar="FILE", help="a CSV or Parquet table of runs")
-    p.add_argument("--params", required=True, help="column with parameter counts")
-    tok = p.add_mutually_exclusive_group(required=True)
-    tok.add_argument("--tokens", help="column with training tokens")
-    tok.add_argument("--flops", help="column with training FLOPs (tokens = FLOPs / (6 params))")
-    p.add_argument("--loss", required=True, help="column with losses")
-    p.add_argument("--out", type=Path, help="chinchilla.json in this directory, or the .json file named")
-    p.add_argument("--weights", metavar="COL", help="column of per-point weights")
-    p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column")
-    p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K", help="drop the K highest-loss rows first")
-    option(p, "--delta", fit_chinchilla, type=float, help="Huber delta")
-    option(p, "--bootstrap", fit_chinchilla, choices=literal_choices(fit_chinchilla, "bootstrap"),
-           help="bootstrap kind (--cluster implies cluster)")
-    _bootstrap_options(p, fit_chinchilla)
-
-
-def _add_law(sub) -> None:
-    from interpscale.scaling.law_table import LAWS, fit_law_table
-
-    p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
-                       "CSV/Parquet table or per-step evaluation logs, by column names (docs/laws.md)",
-                       description="Fit a published scaling law to external runs; per-step logs are reduced to the "
-                                   "mean of each run's last K logged rows.")
-    p.add_argument("law", choices=LAWS, help="the law to fit")
-    p.add_argument("tables", nargs="+", metavar="FILE", help="CSV (.csv, .csv.gz, .tsv) or Parquet; one per run "
-                   "for per-step logs without a --run column")
-    p.add_argument("--params", required=True, metavar="COL", help="parameter counts")
-    p.add_argument("--tokens", metavar="COL", help="training tokens (of the logged step)")
-    p.add_argument("--unique-tokens", metavar="COL", help="unique tokens (data-constrained)")
-    p.add_argument("--loss", required=True, metavar="COL", help="the loss (ladder: the task loss)")
-    p.add_argument("--metric", metavar="COL", help="downstream error (overtraining) or accuracy (ladder step 2)")
-    p.add_argument("--run", metavar="COL", help="per-step logs: the column naming each row's run")
-    p.add_argument("--step", metavar="COL", help="per-step logs: the step column (tokens = step x --tokens-per-step "
-                   "where --tokens is empty)")
-    p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
-    option(p, "--last", fit_law_table, type=int, metavar="K", help="average each run's last K logged rows")
-    option(p, "--recipe", fit_law_table, choices=literal_choices(fit_law_table, "recipe"),
-           help="the authors' recipe or Huber on log residuals from a start grid")
-    option(p, "--task-min", fit_law_table, type=float, help="ladder: chance accuracy (step 2's start)")
-    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none; default: the law's)")
-    p.add_argument("--level", type=float, help="interval level (default: the law's)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
-
-
-def _write(out: Path | None, name: str, text: str) -> None:
-    """``text`` to ``out`` (a .json file) or to ``out/name`` (a directory), said on stderr."""
-    if out is not None:
-        dest = out if out.suffix.lower() == ".json" else out / name
-        atomic_write_text(dest, text)
-        sys.stderr.write(f"wrote {dest}\n")
-
-
-def _write_all(out: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        atomic_write_text(out / name, text)
-    sys.stdout.write(f"wrote {' and '.join(str(out / n) for n in files)}\n")
-
-
-def _law(args) -> int:
-    from interpscale.scaling.law_table import fit_law_table
-
-    per_step = args.tokens_per_step
-    if per_step is not None:
-        try:
-            per_step = float(per_step)
-        except ValueError:
-            pass  # a column name
-    res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens,
-                        unique_tokens=args.unique_tokens, loss=args.loss, metric=args.metric, run=args.run,
-                        step=args.step, tokens_per_step=per_step,
-                        **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
-    sys.stdout.write(res.summary() + "\n")
-    _write(args.out, f"{args.law}.json", json.dumps(res.to_dict(), indent=2) + "\n")
-    return 0 if res.converged else 1
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
-    _add_families(sub)
-    _add_chinchilla(sub)
-    _add_law(sub)
-
-
-def _joint_options(args) -> dict:
-    return dict(bound_L_inf=args.bound_l_inf, **given(args, "overestimate_penalty"))
-
-
-def _column(df, path: Path, flag: str, name: str | None):
-    """Column ``name`` as an array (None when not asked for); a missing one names ``flag``."""
-    if not name:
-        return None
-    if name not in df.columns:
-        raise UserError(f"{path}: {flag} column {name!r} not found; have {list(df.columns)}")
-    return df[name].to_numpy()
-
-
-def _chinchilla(args, path: Path) -> int:
-    from interpscale.scaling import fit_chinchilla
-
-    df = read_table(path)
-    missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in df.columns]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
-    require_values(df, args.loss)
-    if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
-        df = df[df[args.loss] < df[args.loss].nlargest(args.drop_highest_loss).min()]
-    P = df[args.params].to_numpy(float)
-    D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
-    groups = _column(df, path, "--cluster", args.cluster)
-    boot = {"bootstrap": "cluster", "groups": groups} if groups is not None else {}
-    fit = fit_chinchilla(P, D, df[args.loss], weights=_column(df, path, "--weights", args.weights),
-                         **boot, **_joint_options(args),
-                         **given(args, "delta", "grid", "n_boot", "bootstrap", "level", "seed"))
-    text = json.dumps(fit.to_dict(), indent=2) + "\n"
-    sys.stdout.write(text)
-    _write(args.out, "chinchilla.json", text)
-    return 0 if fit.converged else 1
-
-
-def _results(args, path: Path) -> int:
+def _families(args) -> int:
     from interpscale.scaling import fit_families
 
+    path = Path(args.results)
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
                         "(without it nothing is forecast)")
-    df = read_table(path)
+    df = read_mapped(args, path, RESULT_FIELDS)
+    families = family_filter(args, df, "fit families")
     metric = args.metric or library_default(fit_families, "loss")
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
     require_values(df, metric)
     groups = _column(df, path, "--cluster", args.cluster)
-    fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=args.family,
+    fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=families,
                         target_compute=args.target_compute, loss=metric, groups=groups,
                         joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
@@ -208,14 +193,7 @@ def _results(args, path: Path) -> int:
         if f.forecast is not None:
             sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
     if args.backtest:
-        from interpscale.scaling import backtest
-
-        bt = backtest(df, family=args.family, estimator=args.estimator, annealed=args.annealed, loss=metric,
-                      methods=("isoflop-powerlaw", "joint", "bounded"), target_compute=args.target_compute,
-                      groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
-        sys.stdout.write(bt.summary() + "\n")
-        _write_all(args.out, {"backtest.json": json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n",
-                              "backtest.md": bt.to_markdown()})
+        _backtest(args, df, families, metric, groups)
     for fam, why in fits.dropped.items():
         for name, reason in why.items():
             sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
@@ -226,9 +204,294 @@ def _results(args, path: Path) -> int:
     return 0
 
 
-def run(args) -> int:
-    if args.verb == "law":
-        return _law(args)
-    if args.verb == "chinchilla":
-        return _chinchilla(args, Path(args.table))
-    return _results(args, Path(args.results))
+def _backtest(args, df, families, metric, groups) -> None:
+    from interpscale.scaling import backtest
+
+    bt = backtest(df, family=families, estimator=args.estimator, annealed=args.annealed, loss=metric,
+                  methods=("isoflop-powerlaw", "joint", "bounded"), target_compute=args.target_compute,
+                  groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
+    sys.stdout.write(bt.summary() + "\n")
+    _write_all(args.out, {"backtest.json": json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n",
+                          "backtest.md": bt.to_markdown()})
+
+
+# ---------------------------------------------------------------- fit chinchilla
+
+@verb("chinchilla")
+def _add_chinchilla(sub) -> argparse.ArgumentParser:
+    from interpscale.scaling import fit_chinchilla
+
+    p = sub.add_parser("chinchilla", help="the joint fit (Eq. 27) of any table of runs, by column names",
+                       description="Fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta to any CSV / Parquet table. "
+                                   "Rows that repeat another row's (params, tokens, loss) are repeated runs: "
+                                   "kept, each one point of the fit and one run the bootstrap resamples.")
+    p.add_argument("table", metavar="FILE", help="a CSV or Parquet table of runs")
+    add_columns(p, "params", "loss", required=("params", "loss"))
+    tok = p.add_mutually_exclusive_group(required=True)
+    add_columns(tok, "tokens", defaults=False)
+    tok.add_argument("--flops", metavar="COL", help="column with training FLOPs (tokens = FLOPs / (6 params))")
+    add_columns(p, "run", defaults=False, help={"run": "column naming each row's run: the bootstrap resamples "
+                                                "whole runs (several checkpoints of one run)"})
+    p.add_argument("--out", type=Path, help="chinchilla.json in this directory, or the .json file named "
+                   "(stdout then gets the summary; without --out the JSON goes to stdout)")
+    p.add_argument("--weights", metavar="COL", help="column of per-point weights")
+    p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column")
+    p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K", help="drop the K highest-loss rows first")
+    option(p, "--delta", fit_chinchilla, type=float, help="Huber delta")
+    option(p, "--bootstrap", fit_chinchilla, choices=literal_choices(fit_chinchilla, "bootstrap"),
+           help="bootstrap kind (--cluster implies cluster)")
+    _bootstrap_options(p, fit_chinchilla)
+    p.set_defaults(handler=_chinchilla)
+    return p
+
+
+def _chinchilla(args) -> int:
+    from interpscale.scaling import fit_chinchilla
+
+    path = Path(args.table)
+    df = read_table(path)
+    missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
+    require_values(df, args.loss)
+    if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
+        df = df[df[args.loss] < df[args.loss].nlargest(args.drop_highest_loss).min()]
+    P = df[args.params].to_numpy(float)
+    D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
+    say_repeats("fit chinchilla", df, tuple(c for c in (args.params, args.tokens or args.flops, args.loss)))
+    if args.run and args.cluster and args.run != args.cluster:
+        raise UserError("--run and --cluster both name the bootstrap's groups; give one")
+    groups = _column(df, path, "--run" if args.run else "--cluster", args.run or args.cluster)
+    boot = {"bootstrap": "cluster", "groups": groups} if groups is not None else {}
+    fit = fit_chinchilla(P, D, df[args.loss], weights=_column(df, path, "--weights", args.weights),
+                         **boot, **_joint_options(args),
+                         **given(args, "delta", "grid", "n_boot", "bootstrap", "level", "seed"))
+    text = json.dumps(fit.to_dict(), indent=2) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)  # the JSON is the output (pipe it); with --out it goes to the file only
+    else:
+        sys.stdout.write(f"joint fit (Eq. 27) of {len(df)} rows of {path}\n{fit.summary()}\n")
+        _write(args.out, "chinchilla.json", text)
+    return 0 if fit.converged else 1
+
+
+# ---------------------------------------------------------------- fit law
+
+@verb("law")
+def _add_law(sub) -> argparse.ArgumentParser:
+    from interpscale.scaling.law_table import LAWS, fit_law_table
+
+    p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
+                       "CSV/Parquet table or per-step evaluation logs, by column names (docs/laws.md)",
+                       description="Fit a published scaling law to external runs; per-step logs are reduced to the "
+                                   "mean of each run's last K logged rows.")
+    p.add_argument("law", choices=LAWS, help="the law to fit")
+    p.add_argument("tables", nargs="+", metavar="FILE", help="CSV (.csv, .csv.gz, .tsv) or Parquet; one per run "
+                   "for per-step logs without a --run column")
+    add_columns(p, "params", "tokens", "loss", "run", "step", required=("params", "loss"), defaults=False,
+                help={"tokens": "column with training tokens (of the logged step)",
+                      "loss": "column with the loss (ladder: the task loss)",
+                      "run": "per-step logs or checkpoints: the column naming each row's run",
+                      "step": "per-step logs: the step column (tokens = step x --tokens-per-step where "
+                              "--tokens is empty)"})
+    p.add_argument("--unique-tokens", metavar="COL", help="unique tokens (data-constrained)")
+    p.add_argument("--metric", metavar="COL", help="downstream error (overtraining) or accuracy (ladder step 2)")
+    p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
+    option(p, "--last", fit_law_table, type=int, metavar="K", help="average each run's last K logged rows")
+    option(p, "--recipe", fit_law_table, choices=literal_choices(fit_law_table, "recipe"),
+           help="the authors' recipe or Huber on log residuals from a start grid")
+    option(p, "--task-min", fit_law_table, type=float, help="ladder: chance accuracy (step 2's start)")
+    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none; default: the law's)")
+    p.add_argument("--level", type=float, help="interval level (default: the law's)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
+    p.set_defaults(handler=_law)
+    return p
+
+
+def _law(args) -> int:
+    from interpscale.scaling import law_table
+
+    per_step = args.tokens_per_step
+    if per_step is not None:
+        try:
+            per_step = float(per_step)
+        except ValueError:
+            pass  # a column name
+    mapping = dict(params=args.params, tokens=args.tokens, unique_tokens=args.unique_tokens, loss=args.loss,
+                   metric=args.metric, run=args.run, step=args.step, tokens_per_step=per_step)
+    try:
+        res = law_table.fit_law_table(args.law, args.tables, **mapping,
+                                      **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
+    except ValueError as exc:
+        raise UserError(why_no_fit(args, mapping, exc)) from None
+    sys.stdout.write(runs_line(args.law, res.runs, res.source, res.last, args.run or args.step) + "\n")
+    sys.stdout.write("\n".join(f.summary() for f in (res.fit, res.extra) if f is not None) + "\n")
+    _write(args.out, f"{args.law}.json", json.dumps(res.to_dict(), indent=2) + "\n")
+    return 0 if res.converged else 1
+
+
+def runs_line(law: str, runs, source, last, per_run: str | None) -> str:
+    """The head of ``fit law``'s summary: runs counted as runs, not as logged rows or checkpoints."""
+    from interpscale.scaling.external import count_runs
+
+    return f"{law} fit of {count_runs(runs, last, per_run)} from {', '.join(source)}"
+
+
+def why_no_fit(args, mapping: dict, exc: ValueError) -> str:
+    """``exc`` in the user's terms: a fit refused for identical tokens on per-step logs says that
+    every run ends at the same step, and what ``--last`` left."""
+    from interpscale.scaling.external import same_end_reason
+
+    if "distinct" in str(exc):
+        reason = same_end_reason(args.tables, mapping, args.last or library_default_last())
+        if reason:
+            return reason
+    return str(exc)
+
+
+def library_default_last() -> int:
+    from interpscale.scaling.law_table import fit_law_table
+
+    return int(library_default(fit_law_table, "last"))
+
+
+# ---------------------------------------------------------------- fit curve (H7, issue 36)
+
+@verb("curve")
+def _add_curve(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("curve", help="annealed (cooldown) loss from a stable run and its branches in a per-step "
+                       "log with an LR column (docs/anneal.md)",
+                       description="Fit offset, LR-annealing (Tissue et al. 2024) and multi-power (Luo et al. "
+                                   "2025) predictors on a log's stable run and its branches, choose one by "
+                                   "leave-one-run-out error, and predict the last-step loss of other schedules.")
+    p.add_argument("log", metavar="LOG", help="per-step log (.csv, .tsv or .parquet), one row per logged step")
+    add_columns(p, "run", "step", "loss", required=("run", "step", "loss"), defaults=False)
+    p.add_argument("--lr", metavar="COL", required=True, help="column with the learning rate of each logged step")
+    p.add_argument("--stable", metavar="RUN", help="the constant-LR run (default: the longest one the log has)")
+    p.add_argument("--predict", type=Path, metavar="SCHEDULES.csv",
+                   help="schedules to predict: columns run, step, lr (each sharing its start with the stable run)")
+    p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
+    p.add_argument("--out", type=Path, required=True, help="directory for loo.csv and predictions.csv")
+    p.set_defaults(handler=_curve)
+    return p
+
+
+def _curve_table(path: Path, cols: dict[str, str]):
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(
+            path, sep="\t" if path.suffix == ".tsv" else ",")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from exc
+    for flag, col in cols.items():
+        if col not in df.columns:
+            raise UserError(f"{path}: {flag} column {col!r} not found; have {list(df.columns)}")
+        if flag not in ("--run", "run"):
+            bad = pd.to_numeric(df[col], errors="coerce").isna()
+            if bad.any():
+                i = int(bad.to_numpy().argmax())
+                raise UserError(f"{path}: line {i + 2}: column {col!r} holds {df[col].iloc[i]!r}, not a number")
+    return df
+
+
+def _curve(args) -> int:
+    import pandas as pd
+
+    from interpscale.scaling.curve import curve_from_log, fit_predictor, schedule_curve, split_runs
+
+    log_df = _curve_table(Path(args.log), {"--run": args.run, "--step": args.step, "--lr": args.lr,
+                                           "--loss": args.loss})
+    curves = [curve_from_log(str(r), g[args.step], g[args.lr], g[args.loss])
+              for r, g in log_df.groupby(args.run, sort=False)]
+    try:
+        stable, branches, skipped = split_runs(curves, args.stable)
+        pred = fit_predictor(stable, branches, level=args.level)
+    except ValueError as exc:
+        raise UserError(f"{args.log}: {exc}") from exc
+    if skipped:
+        sys.stderr.write(f"interpscale fit curve: runs not branching from {stable.name!r} left out: "
+                         f"{', '.join(skipped)}\n")
+    rows = []
+    if args.predict is not None:
+        sched = _curve_table(args.predict, {"run": "run", "step": "step", "lr": "lr"})
+        for r, g in sched.groupby("run", sort=False):
+            c = schedule_curve(str(r), g["step"], g["lr"], stable)
+            p, lo, hi = pred.predict(c)
+            rows.append({"run": r, "step": c.final_step, "predicted": p, "lo": lo, "hi": hi, "method": pred.method})
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "loo.csv", pd.DataFrame(pred.loo).to_csv(index=False))
+    atomic_write_text(args.out / "predictions.csv", pd.DataFrame(
+        rows, columns=["run", "step", "predicted", "lo", "hi", "method"]).to_csv(index=False))
+    scores = ", ".join(f"{m} {100 * s:.2f}%" for m, s in pred.scores.items())
+    sys.stdout.write(f"stable run {stable.name!r}, {len(branches)} branches; leave-one-run-out mean |error|: "
+                     f"{scores}; chosen {pred.method}, interval ±{100 * pred.half_width:.2f}% ({pred.interval}); "
+                     f"{len(rows)} schedule(s) predicted -> {args.out / 'predictions.csv'}\n")
+    return 0
+
+
+# ---------------------------------------------------------------- fit multiplier (H6, issue 36)
+
+@verb("multiplier")
+def _add_multiplier(sub) -> argparse.ArgumentParser:
+    from interpscale.scaling.multiplier import fit_multiplier
+
+    p = sub.add_parser("multiplier", help="compute multiplier k(C) of one family against another, with bands "
+                       "and a growth test: multiplier.csv and multiplier.json in --out",
+                       description="k(C) = C_variant(L*_base(C)) / C: the compute the variant needs to reach the "
+                       "base family's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP "
+                       "envelopes (Eq. 26) and the joint fits (Eq. 27); docs/multiplier.md.")
+    p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
+    p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
+    p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
+    p.add_argument("--out", type=Path, required=True, help="output directory for multiplier.csv and multiplier.json")
+    add_columns(p, *RESULT_FIELDS)
+    p.add_argument("--target-compute", type=float, nargs="+", metavar="C",
+                   help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
+    p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
+    p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "
+                   "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
+    p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
+    p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
+                   help="use (non-)annealed rows only")
+    option(p, "--metric", fit_multiplier, "loss", metavar="COL", help="loss column (e.g. a bits-per-byte column)")
+    option(p, "--margin", fit_multiplier, type=float,
+           help="the growth test calls k constant when the slope's interval lies within +-MARGIN")
+    option(p, "--grid", fit_multiplier, choices=("epoch", "coarse"), help="initialisation grid of the joint fits")
+    option(p, "--n-boot", fit_multiplier, type=int, help="bootstrap replicates")
+    option(p, "--level", fit_multiplier, type=float, help="level of the bands and of the slope's interval")
+    option(p, "--seed", fit_multiplier, type=int)
+    p.set_defaults(handler=_multiplier)
+    return p
+
+
+def _multiplier(args) -> int:
+    from interpscale.scaling.multiplier import TARGETS, family_forecasts, fit_multiplier
+
+    path = Path(args.results)
+    df = read_mapped(args, path, RESULT_FIELDS)
+    metric = args.metric or library_default(fit_multiplier, "loss")
+    if metric not in df.columns:
+        raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
+    require_values(df, metric)
+    have = set(map(str, df["family"].dropna().unique())) if "family" in df.columns else set()
+    for flag, fam in (("--base", args.base), ("--variant", args.variant)):
+        if fam not in have:
+            raise UserError(f"{path}: {flag} {fam!r} is not a family of the table; have {', '.join(sorted(have))}")
+    targets = tuple(args.target_compute or TARGETS)
+    kw = dict(loss=metric, estimator=args.estimator, annealed=args.annealed, target_compute=targets,
+              **given(args, "n_boot", "seed", "level", "grid", "margin"))
+    if args.methods:
+        kw["methods"] = tuple(args.methods)
+    try:
+        fc = family_forecasts(df, args.base, args.variant, targets, **{k: kw[k] for k in ("loss", "estimator",
+                              "annealed")}) if args.calibrate else None
+        m = fit_multiplier(df, args.base, args.variant, forecasts=fc, **kw)
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from exc
+    args.out.mkdir(parents=True, exist_ok=True)
+    _write_all(args.out, {"multiplier.csv": m.to_frame().to_csv(index=False),
+                          "multiplier.json": json.dumps(m.growth_dict(), indent=2, allow_nan=False) + "\n"})
+    sys.stdout.write(m.summary() + "\n")
+    return 0

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.options import given, library_default, option, positive_float
+from interpscale._commands.fit import RESULT_FIELDS, family_filter, read_mapped, say_repeats
+from interpscale._commands.options import add_columns, deprecated, given, library_default, option, positive_float
 from interpscale.errors import UserError
-from interpscale.results_table import read_results as read_table
 from interpscale.results_table import require_values
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results
 
@@ -25,14 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     r = sub.add_parser("record", help="fit a results table and record its forecast for a run not yet made")
     r.add_argument("results", metavar="RESULTS", help="the results table (.parquet or .csv)")
-    r.add_argument("--target-compute", type=positive_float, required=True, help="compute (FLOPs) of the run forecast, e.g. 7.6e22")
-    r.add_argument("--family", help="the family to fit (needed when the table has several)")
+    r.add_argument("--target-compute", type=positive_float, help="compute (FLOPs) of the run forecast, e.g. 7.6e22 "
+                   "(derived as k·P·D from --target-params and --target-tokens when those are given)")
+    r.add_argument("--target-params", type=positive_float, metavar="N", help="the run's parameter count (with "
+                   "--target-tokens; default: the compute-optimal allocation at --target-compute)")
+    r.add_argument("--target-tokens", type=positive_float, metavar="N", help="the run's training tokens")
+    add_columns(r, *RESULT_FIELDS)
+    r.add_argument("--only-family", metavar="NAME", help="the family to fit (needed when the table has several)")
     r.add_argument("--method", metavar="NAME",
                    help=f"forecast method: {' | '.join(FORECAST_METHODS)} (default: the one with the lowest "
                         "rolling-origin backtest error at the largest extrapolation ratio the table can test)")
-    r.add_argument("--params", type=float, help="the run's parameter count (with --tokens; "
-                   "default: the compute-optimal allocation)")
-    r.add_argument("--tokens", type=float, help="the run's training tokens")
     option(r, "--metric", forecast_from_results, "loss", metavar="COL", help="column forecast")
     r.add_argument("--estimator", help="use rows with this loss estimator")
     r.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None)
@@ -54,19 +56,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _registry(ls)
 
 
+def _number(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+def _targets(args) -> tuple[float | None, float | None]:
+    """--target-params / --target-tokens, or the old spelling (--params/--tokens NUMBER), said once."""
+    out = []
+    for field in ("params", "tokens"):
+        target, old = getattr(args, f"target_{field}"), _number(getattr(args, field))
+        if old is not None:  # a number where a column name goes: the spelling before issue 37
+            deprecated("forecast record", f"--{field} NUMBER (now --{field} names a column)",
+                       f"--target-{field} {getattr(args, field)}")
+            if target is not None and target != old:
+                raise UserError(f"--{field} {getattr(args, field)} and --target-{field} {target:g} disagree; "
+                                f"give --target-{field} only")
+            setattr(args, field, None)
+            target = old
+        out.append(target)
+    return out[0], out[1]
+
+
 def _record(args) -> int:
-    if (args.params is None) != (args.tokens is None):
-        raise UserError("give both --params and --tokens, or neither (compute-optimal allocation)")
-    df = read_table(Path(args.results))
+    params, tokens = _targets(args)
+    if (params is None) != (tokens is None):
+        raise UserError("give both --target-params and --target-tokens, or neither (compute-optimal allocation)")
+    if args.target_compute is None and params is None:
+        raise UserError("give --target-compute, or --target-params and --target-tokens (the compute is then k·P·D)")
+    df = read_mapped(args, Path(args.results), RESULT_FIELDS)
+    families = family_filter(args, df, "forecast record") or [None]
+    if len(families) > 1:
+        raise UserError(f"forecast record fits one family; got {', '.join(families)}")
+    family = families[0]
     require_values(df, args.metric or library_default(forecast_from_results, "loss"))
-    kw = forecast_from_results(df, target_compute=args.target_compute, family=args.family, params=args.params,
-                               tokens=args.tokens, estimator=args.estimator, annealed=args.annealed,
-                               force=args.force,
+    say_repeats("forecast record", df, ("family", "params", "tokens", args.metric or "loss"))
+    kw = forecast_from_results(df, target_compute=args.target_compute, family=family, params=params, tokens=tokens,
+                               estimator=args.estimator, annealed=args.annealed, force=args.force,
                                **given(args, "method", "n_boot", "level", "seed", "grid", "calibration",
                                        loss="metric"))
     flag = kw.pop("note", "")
     fc = ForecastLedger(args.registry).record(note=" ".join(filter(None, (flag, args.note))), **kw)
-    sys.stdout.write(fc.summary() + f"\nrecorded in {args.registry}\n")
+    derived = "" if args.target_compute is not None or params is None else \
+        f"target compute {kw['target_compute']:.4g} FLOPs = k·P·D (k from the table)\n"
+    sys.stdout.write(derived + fc.summary() + f"\nrecorded in {args.registry}\n")
     if flag:
         sys.stderr.write(f"interpscale forecast record: recorded with --force: {flag}\n")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import sys
 import typing
 from typing import Any, Callable
 
@@ -54,3 +55,39 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+# One column-mapping vocabulary for every command that reads a table (issue 37): the flag names
+# the user's column, the results-table name it stands for is the key's value.
+COLUMN_FLAGS: dict[str, tuple[str, str]] = {
+    "params": ("params", "parameter counts"),
+    "tokens": ("tokens", "training tokens"),
+    "loss": ("loss", "the loss"),
+    "family": ("family", "the model family of each row"),
+    "run": ("run_id", "the run each row belongs to (several checkpoints of one run)"),
+    "step": ("step", "the training step of each row"),
+}
+
+
+def add_columns(p: argparse.ArgumentParser | Any, *fields: str, required: tuple[str, ...] = (),
+                defaults: bool = True, help: dict[str, str] | None = None) -> None:
+    """``--params COL``, ``--tokens COL`` ... for ``fields`` (keys of :data:`COLUMN_FLAGS`); with
+    ``defaults`` the help says the results-table column read when the flag is left out."""
+    for field in fields:
+        canonical, what = COLUMN_FLAGS[field]
+        text = (help or {}).get(field, f"column with {what}")
+        if defaults and field not in required:
+            text += f" (default: {canonical})"
+        p.add_argument(f"--{field}", metavar="COL", required=field in required, help=text.replace("%", "%%"))
+
+
+def column_map(args: argparse.Namespace, *fields: str) -> dict[str, str]:
+    """``{results-table column: the user's column}`` for the column flags among ``fields`` set."""
+    return {COLUMN_FLAGS[f][0]: getattr(args, f) for f in fields
+            if getattr(args, f, None) is not None and getattr(args, f) != COLUMN_FLAGS[f][0]}
+
+
+def deprecated(command: str, old: str, new: str) -> None:
+    """The one deprecation line of an old spelling (kept for one release)."""
+    sys.stderr.write(f"interpscale {command}: {old} is deprecated; write {new} (the old spelling goes in the "
+                     "next release)\n")

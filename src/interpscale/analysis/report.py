@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import inspect
 import logging
 import math
 import os
@@ -20,15 +21,17 @@ from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figur
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
 from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
 from interpscale.scaling import backtest as backtest_budgets
+from interpscale.scaling import N_BOOT, fit_rows
+from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
 from interpscale.scaling.forecasting import forecast_table
 
-__all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "problem_fits",
-           "scaling_table", "status_table", "trend_status", "write_report"]
+__all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
+           "problem_fits", "scaling_table", "status_table", "trend_status", "why_no_backtest", "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
-REPORT_BOOT = 1000  # bootstrap replicates for the report's fits (pass n_boot=10_000 for the paper's)
-BACKTEST_BOOT = 100  # per refit in the backtest section (one refit per held-out budget and scheme)
+REPORT_BOOT = N_BOOT["forecast"]  # bootstrap replicates for the report's fits (n_boot=10_000: the paper's)
+BACKTEST_BOOT = N_BOOT["report_backtest"]  # per refit in the backtest section (one per held-out budget and scheme)
 
 
 def markdown_table(df: pd.DataFrame, *, floatfmt: str = ".4g") -> str:
@@ -67,11 +70,13 @@ def data_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def metric_notes(df: pd.DataFrame) -> list[str]:
     """Which interpretability metrics the table holds (rows with a value), which it does not,
-    and the judge that scored known concept alignment."""
+    and the judge that scored known concept alignment. A metric with no value is *not measured*."""
     have = {m: int(pd.to_numeric(df[m], errors="coerce").notna().sum())
             for m in paper.INTERP_METRICS if m in df.columns}
-    if not have:
-        return []
+    if not any(have.values()):
+        why = (f"columns {', '.join(have)} are empty in every row" if have
+               else "the table has no interpretability metric column")
+        return [f"Interpretability metrics: not measured ({why}).", ""]
     line = ("Interpretability metrics: " + ", ".join(f"{m} ({n} rows)" for m, n in have.items() if n)
             + ("" if all(have.values()) else "; not measured in any row: "
                + ", ".join(m for m, n in have.items() if not n)) + ".")
@@ -81,6 +86,55 @@ def metric_notes(df: pd.DataFrame) -> list[str]:
                 "`interpscale judge alignment --base-url ... --model ...`)" if judges == ["lexical"] else "")
         line += f" Known concept alignment scored by: {', '.join(judges)}{note}."
     return [line, ""]
+
+
+def metric_trends(df: pd.DataFrame, fits: Any) -> dict[tuple[str, str], TrendFit | str]:
+    """Per (family, metric): the log-linear trend against log10 C (``scaling.trend``, Table 30's
+    form) on the rows the family's fits use, or why there is none (``NOT_MEASURED`` when the
+    metric has no value in the family's rows)."""
+    out: dict[tuple[str, str], TrendFit | str] = {}
+    metrics = [m for m in paper.INTERP_METRICS if m in df.columns]
+    for fam in fits.families if metrics else ():
+        try:
+            rows = fit_rows(df, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
+        except ValueError as exc:
+            log.info("report: no trend rows for %s: %s", fam, exc)
+            continue
+        ccol = "flops" if "flops" in rows.columns and rows["flops"].notna().any() else "slice_flops"
+        for m in metrics:
+            vals = pd.to_numeric(rows[m], errors="coerce")
+            if not vals.notna().any():
+                out[(fam, m)] = NOT_MEASURED
+                continue
+            try:
+                out[(fam, m)] = fit_trend(rows[ccol], vals, level=fits.level, name=m)
+            except ValueError as exc:
+                out[(fam, m)] = f"no trend fitted ({exc})"
+    return out
+
+
+def _trend_word(t: TrendFit | str | None) -> str:
+    return t.direction if isinstance(t, TrendFit) else (t or "—")
+
+
+def trend_markdown(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str]) -> str:
+    """The trend table (log-linear slope beside the bounded fit's status) and one sentence per
+    (family, metric) that follows the data: rises, falls, no significant trend, not measured."""
+    rows, lines = [], []
+    for (fam, m), t in trends.items():
+        bounded = trend_status(fits.families[fam].bounded.get(m))
+        rows.append({"Family": fam, "Metric": m, "n": t.n if isinstance(t, TrendFit) else "—",
+                     "slope per decade of C [CI]": (f"{t.slope:+.3g} [{t.ci[0]:+.3g}, {t.ci[1]:+.3g}]"
+                                                    if isinstance(t, TrendFit) else "—"),
+                     "log-linear trend": _trend_word(t),
+                     "bounded fit (Eq. 29)": "flat" if bounded[0] == "no trend" else bounded[0]})
+        if isinstance(t, TrendFit):
+            flat = (f"; the bounded fit (Eq. 29), which assumes the metric improves with compute, "
+                    f"cannot follow it ({bounded[1]})" if bounded[0] != "trend" and t.direction != FLAT else "")
+            lines.append(f"- **{fam}**: {t.sentence().rstrip('.')}{flat}.")
+        else:
+            lines.append(f"- **{fam}**: {m}: {t}.")
+    return markdown_table(pd.DataFrame(rows)) + "\n\n" + "\n".join(lines)
 
 
 def collect_warnings(obj: Any, path: str = "") -> list[str]:
@@ -154,23 +208,40 @@ def scaling_table(fits: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def status_table(fits: Any) -> pd.DataFrame:
-    """One row per family: the status of its IsoFLOP fit, joint fit and each metric fit."""
+def _metric_cell(status: str, trend: TrendFit | str | None) -> str:
+    """A metric's status cell: the bounded fit's when it shows a trend, else what the data do."""
+    if status == "trend" or trend is None:
+        return status
+    return _trend_word(trend) + ("" if trend == NOT_MEASURED else " (Eq. 29 flat)")
+
+
+def status_table(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str] | None = None) -> pd.DataFrame:
+    """One row per family: the status of its IsoFLOP fit, joint fit and each metric fit (a metric
+    whose bounded fit is flat reads as its log-linear trend: rises / falls / no significant trend)."""
     names = {"isoflop": "IsoFLOP (Eq. 25-26)", "joint": "joint (Eq. 27)"}
+    trends = trends or {}
     return pd.DataFrame([{"Family": fam, "rows": fits[fam].n_rows,
-                          **{names.get(k, k): st for k, (st, _) in statuses.items()}}
+                          **{names.get(k, k): st if k in names else _metric_cell(st, trends.get((fam, k)))
+                             for k, (st, _) in statuses.items()}}
                          for fam, statuses in fit_statuses(fits).items()])
 
 
-def problem_fits(fits: Any) -> list[str]:
-    """One line per fit that failed, was skipped, is not identified or shows no trend."""
+def problem_fits(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str] | None = None) -> list[str]:
+    """One line per fit that failed, was skipped or is not identified, and per metric whose bounded
+    fit is flat (with what its log-linear trend says instead)."""
     names = {"isoflop": "IsoFLOP fit", "joint": "joint fit (Eq. 27)"}
     good = {"isoflop": "ok", "joint": "identified"}  # a metric fit: "trend"
     tail = {"joint": "; its α_D and L∞ are left out of the tables and the extrapolation"}
     lines = []
     for fam, statuses in fit_statuses(fits).items():
-        lines += [f"**{fam}** {names.get(k, k)}: {st}" + (f" — {why}" if why else "") + tail.get(k, "")
-                  for k, (st, why) in statuses.items() if st != good.get(k, "trend")]
+        for k, (st, why) in statuses.items():
+            if st == good.get(k, "trend"):
+                continue
+            t = (trends or {}).get((fam, k))
+            head = f"**{fam}** {names.get(k, k)}: " + (st if k in names else
+                                                         f"bounded fit (Eq. 29) {'flat' if st == 'no trend' else st}")
+            data = f"; log-linear: {t.direction} ({t.slope:+.3g} per decade)" if isinstance(t, TrendFit) else ""
+            lines.append(head + (f" — {why}" if why else "") + tail.get(k, "") + data)
         lines += [f"**{fam}**: {w}" for w in fits[fam].warnings if "skipped" in str(w)]
     return lines
 
@@ -202,13 +273,19 @@ def trend_table7(fits: Any) -> pd.DataFrame | None:
 INTROS = {
     "Fit status": "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
     "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. Metrics: "
-    "bounded fits m(C) = e ± A·C^-β (Eq. 29); *no trend* when the metric does not move with compute.",
+    "bounded fits m(C) = e ± A·C^-β (Eq. 29), which assume the direction a metric improves in; where one "
+    "is flat the cell gives the log-linear trend instead (*rises*, *falls* or *no significant trend*), and "
+    "*not measured* where the table has no value.",
     "Compute-optimal scaling (Table 6 layout)": "Each column names the fit it comes from: α_P and α_L from "
     "the IsoFLOP power laws P*(C) ∝ C^α_P and L*(C) (Eq. 26); α_D, the joint α_P = β/(α+β) and L∞ from the "
     "joint fit (Eq. 27), shown only where it is identified. The IsoFLOP α_P and the joint α_D come from "
     "different fits, so they need not sum to 1.",
+    "Interpretability trends": "Each metric against compute either way: the least-squares slope of m on "
+    "log10 C per decade of compute with its t-interval (Table 30's form), beside the status of the bounded fit "
+    "(Eq. 29), which can only follow a metric that improves with compute. A metric *rises* or *falls* when the "
+    "interval of its slope excludes 0.",
     "Interpretability scaling (Table 7 layout)": "Bounded fits m(C) = e ± A·C^-β (Eq. 29) of each metric on "
-    "every checkpoint; metrics with no trend are listed under the next heading instead.",
+    "every checkpoint, for the metrics whose bounded fit shows a trend.",
     "Loss extrapolation to the target compute": "Joint form (Eq. 27, compute-optimal allocation) vs the "
     "log-linear L*(C) law: each with the bootstrap confidence interval of the curve (as offsets) and the "
     "prediction interval of one new run at that compute (curve uncertainty plus the residual noise of the "
@@ -225,13 +302,27 @@ INTROS = {
 }
 
 
-def fit_sections(fits: Any, backtest: Any = None) -> list[str]:
-    """The report's sections on the fits, in the order of their ``INTROS``, then the failed fits."""
+def interp_sections(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str]) -> list[str]:
+    """The trends section (every measured metric, either way) and Table 7 of the bounded fits
+    that show a trend; "not measured" when no metric has a value."""
+    if not trends or all(t == NOT_MEASURED for t in trends.values()):
+        return _section("Interpretability trends", "_Not measured: no interpretability metric has a value in the "
+                        "rows these fits use, so there is no trend to report (this is not \"no trend\")._")
+    parts = _section("Interpretability trends", trend_markdown(fits, trends))
     t7 = trend_table7(fits)
-    parts = _section("Fit status", markdown_table(status_table(fits)))
+    if t7 is not None:
+        parts += _section("Interpretability scaling (Table 7 layout)", table7_markdown(t7))
+    return parts
+
+
+def fit_sections(fits: Any, backtest: Any = None, trends: Mapping | None = None, *,
+                 no_backtest: str | None = None) -> list[str]:
+    """The report's sections on the fits, in the order of their ``INTROS``, then the failed fits.
+    ``no_backtest``: why there is no scored backtest (written in the backtest section)."""
+    trends = trends or {}
+    parts = _section("Fit status", markdown_table(status_table(fits, trends)))
     parts += _section("Compute-optimal scaling (Table 6 layout)", markdown_table(scaling_table(fits)))
-    parts += _section("Interpretability scaling (Table 7 layout)", table7_markdown(t7) if t7 is not None
-                      else "_No interpretability metric shows a trend with compute._")
+    parts += interp_sections(fits, trends)
     ext = [(k, f.extrapolation) for k, f in fits.families.items()
            if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
     if ext:
@@ -244,17 +335,53 @@ def fit_sections(fits: Any, backtest: Any = None) -> list[str]:
     forecasts = forecast_table({k: f.forecast for k, f in fits.families.items()})
     if not forecasts.empty:  # every forecast method at the target, the default chosen by backtest (issue 27)
         parts += _section("Forecast at the target compute", markdown_table(forecasts))
-    if backtest is not None:
+    if backtest is not None and len(backtest.errors()):
         parts += _section("Backtest: forecasting held-out budgets", backtest.to_markdown())
-    problems = problem_fits(fits)
+    elif no_backtest:
+        parts += _section("Backtest: forecasting held-out budgets",
+                          f"_No held-out budget could be scored: {no_backtest}._", *_unscored(backtest))
+    problems = problem_fits(fits, trends)
     return parts + _section("Failed, unidentified or flat fits",
                             "\n".join(f"- {p}" for p in problems) or "None.")
 
 
+def _unscored(backtest: Any) -> list[str]:
+    """The forecasts a backtest could not score, one bullet each (with the reason)."""
+    if backtest is None:
+        return []
+    t = backtest.to_frame()
+    t = t[t["status"] != "ok"].drop_duplicates(["family", "method", "scheme", "held_out", "status"])
+    return ["\n".join(f"- {r.family} {r.method} {r.scheme}, C = {r.held_out:.3g} held out: {r.status}"
+                       for r in t.itertuples(index=False))] if len(t) else []
+
+
+def why_no_backtest(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None) -> str | None:
+    """Why the backtest scored nothing, in the table's terms (budgets per family against the
+    budgets a rollout needs), or None when it scored something."""
+    if backtest is not None and len(backtest.errors()):
+        return None
+    need = int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
+    counts = {}
+    for fam in fits.families:
+        try:
+            rows = fit_rows(df, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
+            counts[fam] = int(rows["slice_flops"].nunique()) if "slice_flops" in rows.columns else 0
+        except ValueError:
+            counts[fam] = 0
+    have = ", ".join(f"{fam} has {n} budget{'s' if n != 1 else ''} (IsoFLOP slices)" for fam, n in counts.items())
+    few = [f for f, n in counts.items() if n < need]
+    why = (f"{have}; a rollout fits on {need - 1} budgets and forecasts the next, so it needs at least {need} "
+           "budgets per family, and leave-one-out fits need 3" if few else
+           f"{have}, but every held-out forecast failed (listed below)")
+    return why + (f" ({error})" if error else "")
+
+
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
-                   n_boot: int | None = None, backtest: Any = None) -> str:
+                   n_boot: int | None = None, backtest: Any = None, backtest_error: str | None = None,
+                   with_backtest: bool = True) -> str:
     """The report's markdown text (figures referenced relative to the report); ``backtest``
-    a ``scaling.Backtest`` of the same table, shown in its own section."""
+    a ``scaling.Backtest`` of the same table, shown in its own section (``backtest_error``: why
+    it could not be made; an empty one is explained when ``with_backtest``)."""
     ci_text = (f"Intervals are {fits.level:.0%} bootstrap percentile intervals"
                + (f" ({n_boot} replicates)" if n_boot else "") + ", written as offsets from the estimate."
                if fits is not None else "No fits, so no intervals.")
@@ -265,7 +392,8 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     if fits is None:
         parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
-        parts += fit_sections(fits, backtest)
+        why = why_no_backtest(df, fits, backtest, backtest_error) if with_backtest else None
+        parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
     parts += _section("Fit warnings", "\n".join(f"- {w}" for w in warnings)
                       or "None: every fit converged without boundary or quality flags.") + ["## Figures", ""]
@@ -371,16 +499,18 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         target = {"flops": float(target_compute), **observed}
     figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
                   if figures else None)
-    bt = None
+    bt, bt_error = None, None
     try:  # forecasts of each held-out compute budget from the smaller ones (scaling.backtest)
         if backtest and fits is not None:
             bt = backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
                                   annealed=fits.annealed, methods=("isoflop-powerlaw", "joint"),
                                   n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
                                   target_compute=fits.target_compute)
-    except ValueError as exc:  # too few budgets to hold one out
+    except ValueError as exc:  # too few budgets to hold one out: said in the report's backtest section
         log.info("report: no backtest (%s)", exc)
-    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot, backtest=bt)
+        bt_error = str(exc)
+    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot, backtest=bt,
+                        backtest_error=bt_error, with_backtest=backtest)
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))
     log.info("report written to %s", md_path)

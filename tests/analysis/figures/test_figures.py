@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import matplotlib
 import numpy as np
@@ -129,9 +130,9 @@ def test_fig38_39_anneal(table):
     assert_drawn(F.anneal_loss_figure(table, n_boot=BOOT), 4, [4, 4, 2, 2])
     fig = F.anneal_interp_figure(table)
     labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
-    slopes = [float(s.split("β=")[1].split(",")[0]) for s in labels]
+    slopes = [float(re.search(r"([+-][0-9.e+-]+)/decade", s)[1]) for s in labels]
     # Table 30: independence falls with compute in both states, much faster pre-anneal
-    assert slopes[0] < slopes[1] < 0
+    assert slopes[0] < slopes[1] < 0 and labels[1].startswith("Annealed: falls:")  # pre-anneal: too noisy to say
     assert_drawn(fig, 4, [2] * 4)
 
 

@@ -25,7 +25,8 @@ from interpscale.analysis.figures._style import (
     require_columns,
     select,
 )
-from interpscale.analysis.figures.interp import METRICS, metrics_with_data
+from interpscale.analysis.figures.interp import METRICS, metrics_with_data, trend_label
+from interpscale.scaling.trend import FLAT, fit_trend
 from interpscale.analysis.figures.isoflop import ISOFLOP_COLUMNS, draw_isoflop_panel, draw_power_law_panels
 
 STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
@@ -72,8 +73,8 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
 
 
 def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", metrics: Sequence[str] = METRICS):
-    """Figure 39: each metric vs compute in both states with its log-linear trend
-    (Table 30's β = slope against log10 C, R² in the legend)."""
+    """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
+    slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
     figure = "Figure 39 (anneal_interp_figure)"
     rows = _state_rows(results, family, figure, extra=("flops", *metrics))
     metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
@@ -85,17 +86,13 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
                 if len(sub) < 3:
                     raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
                                      f"{len(sub)} finite {metric!r} values; need at least 3")
-                x = np.log10(sub["flops"].to_numpy(float))
-                y = sub[metric].to_numpy(float)
-                # Table 30's descriptive trend: ordinary least squares of m on log10 C
-                slope, intercept = np.polyfit(x, y, 1)
-                r2 = 1.0 - float(np.sum((y - (intercept + slope * x)) ** 2)) / max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
-                ax.scatter(10**x, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
-                grid = np.linspace(x.min(), x.max(), 50)
-                trend = r2 >= 0.02  # Table 30 reports weak trends too; only a flat line is called "no trend"
-                ax.plot(10**grid, intercept + slope * grid, color=STATE_COLORS[state], lw=1.1 if trend else 0.9,
-                        ls="-" if trend else ":",
-                        label=f"{STATE_LABELS[state]}: " + (f"β={slope:+.2g}, R²={r2:.2f}" if trend else "no trend"))
+                c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
+                t = fit_trend(c, y, name=metric)  # Table 30's trend: least squares of m on log10 C, either way
+                ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
+                grid = np.geomspace(c.min(), c.max(), 50)
+                flat = t.direction == FLAT
+                ax.plot(grid, t.predict(grid), color=STATE_COLORS[state], lw=0.9 if flat else 1.1,
+                        ls=":" if flat else "-", label=f"{STATE_LABELS[state]}: {trend_label(t)}")
             compute_axis(ax)
             ax.set_title(METRIC_LABELS.get(metric, metric))
             legend_below(ax, handlelength=1.5)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale.analysis.fit_status import trend_status
+from interpscale.scaling.trend import FLAT, TrendFit, fit_trend
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, metric_fit
 from interpscale.analysis.figures._style import (
     METRIC_LABELS,
@@ -69,14 +70,35 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
         ax.scatter(sub["flops"], sub[metric], s=12, linewidths=0.8, zorder=3, **kw)
     x = rows["flops"].to_numpy(float)
     grid = np.geomspace(x.min() / 1.2, (x_max or x.max()) * 1.2, 200)
-    ax.fill_between(grid, *fit.band(grid), color=line_color, alpha=0.15, lw=0)  # the curve's bootstrap band
     if trend_status(fit)[0] == "trend":
+        ax.fill_between(grid, *fit.band(grid), color=line_color, alpha=0.15, lw=0)  # the curve's bootstrap band
         label = f"Eq. 29: β={fit.beta:.2f}, R²={fit.r2:.2f}"
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
-    else:  # a flat fit carries no exponent: say so instead of printing β and R² ≈ 0
-        ax.plot(grid, fit.predict(grid), color=line_color, lw=0.9, ls=":", label="no trend")
+    else:  # Eq. 29 assumes the metric improves: where it is flat, draw what the data do instead
+        draw_trend(ax, x, rows[metric].to_numpy(float), grid, metric, line_color)
     compute_axis(ax)
     ax.set_title(METRIC_LABELS.get(metric, metric))
+
+
+def trend_label(t: TrendFit) -> str:
+    """The legend of a log-linear trend: its direction and slope per decade of compute."""
+    if t.direction == FLAT:
+        return f"no significant trend ({t.slope:+.2g}/decade)"
+    return f"{t.direction}: {t.slope:+.2g}/decade, R²={t.r2:.2f}"
+
+
+def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, name: str, color: str) -> None:
+    """The log-linear trend of ``metric`` on log10 C (Table 30's form) with its confidence band,
+    solid when the slope's interval excludes 0, dotted when it does not."""
+    try:
+        t = fit_trend(compute, metric, name=name)
+    except ValueError as exc:  # e.g. one compute value: nothing to draw a line through
+        log.info("%s: no trend line (%s)", name, exc)
+        return
+    g = grid[(grid >= compute.min()) & (grid <= compute.max())]
+    ax.fill_between(g, *t.band(g), color=color, alpha=0.15, lw=0)
+    flat = t.direction == FLAT
+    ax.plot(g, t.predict(g), color=color, lw=0.9 if flat else 1.1, ls=":" if flat else "--", label=trend_label(t))
 
 
 def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
