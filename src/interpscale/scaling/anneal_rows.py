@@ -47,7 +47,7 @@ def _run_curves(rows: pd.DataFrame, loss: str) -> tuple[Curve, list[Curve]] | No
     end = int(max(stable["step"].max(), branches["step"].max() if len(branches) else 0))
     st = Curve("stable", np.ones(end + 1), stable["step"].to_numpy(int), stable[loss].to_numpy(float))
     curves = [Curve(f"anneal@{int(b.anneal_from)}", _branch_lr(int(b.anneal_from), int(b.step)),
-                    np.array([int(b.step)]), np.array([float(b[loss])]))
+                    np.array([int(b.step)]), np.array([float(getattr(b, loss))]))
               for b in branches.sort_values("anneal_from").itertuples(index=False)]
     return st, curves
 

@@ -354,9 +354,10 @@ def split_runs(curves: Sequence[Curve], stable: str | None = None) -> tuple[Curv
     for c in curves:
         if c is st:
             continue
-        shared = branch_point(st, c) > st.steps[0] and np.allclose(
-            np.interp(st.steps[st.steps <= branch_point(st, c)], c.steps, c.loss),
-            st.loss[st.steps <= branch_point(st, c)], rtol=5e-3)
+        before = st.steps <= branch_point(st, c)
+        # a branch repeats the stable run up to its branch point (median gap: one logging glitch is allowed)
+        shared = before.any() and branch_point(st, c) > st.steps[0] and float(np.median(np.abs(
+            np.interp(st.steps[before], c.steps, c.loss) / st.loss[before] - 1))) < 5e-3
         (branches if shared else skipped).append(c if shared else c.name)
     return st, branches, skipped
 
