@@ -25,15 +25,18 @@ def test_sentences_are_packed_up_to_the_threshold_and_never_split():
     assert [len(c.split()) for c in chunks] == [120, 120, 120, 40]  # 150 prose: three sentences fit, a fourth does not
     code = "\n".join(sentence(40) for _ in range(10))  # code and maths: a statement per line, 256 tokens
     chunks, _, _ = chunk_text(code, words, domain="code")
-    assert [len(c.split()) for c in chunks] == [240, 160] and chunks[0].count("\n") == 5
+    assert [len(c.split()) for c in chunks] == [240, 160] and chunks[0].count("\n") == 6  # a line keeps its break
+    assert "".join(chunks) == code
     long = sentence(40) + " " + sentence(300) + " " + sentence(40)
     chunks, _, _ = chunk_text(long, words, domain="prose")
     assert [len(c.split()) for c in chunks] == [40, 300, 40]  # a sentence over the threshold stays one chunk
 
 
-def test_a_sentence_over_the_limit_is_dropped_and_counted():
+def test_a_sentence_over_the_limit_is_kept_unless_dropping_is_asked_for():
     text = sentence(10) + " " + sentence(60) + " " + sentence(10)
-    chunks, total, dropped = chunk_text(text, words, domain="prose", max_tokens=50)
+    chunks, total, dropped = chunk_text(text, words, domain="prose")
+    assert dropped == 0 and total == 80 and "".join(chunks) == text  # by default nothing is dropped
+    chunks, total, dropped = chunk_text(text, words, domain="prose", drop_over=50)  # the paper's rule, opt-in
     assert dropped == 1 and total == 20 and [len(c.split()) for c in chunks] == [20]
 
 
@@ -42,8 +45,9 @@ def test_domains():
     assert guess_domain(code) == "code"
     assert guess_domain(r"Let $x = 2$ and $y = 3$; then $\frac{x}{y} = 0.66$ since x = 2.") == "maths"
     assert guess_domain("The ship left the harbour. It rained.") == "prose"
-    assert list(split_sentences("One. Two!  Three?\n\nFour")) == ["One.", "Two!", "Three?", "Four"]
-    assert len(list(split_sentences(code, "code"))) == 6  # a statement per line
+    assert split_sentences("One. Two!  Three?\n\nFour") == ["One. ", "Two!  ", "Three?\n\n", "Four"]
+    lines = split_sentences(code, "code")  # a statement per line, a blank line with the line above
+    assert len(lines) == 6 and lines[2] == "    return y;\n\n" and "".join(lines) == code
 
 
 def test_chunk_corpus_streams_files_keeps_given_chunks_and_counts(tmp_path):
@@ -58,7 +62,7 @@ def test_chunk_corpus_streams_files_keeps_given_chunks_and_counts(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "out/chunks/00000.jsonl").read_text().splitlines()]
     assert [c["text"] for c in lines[1]["chunks"]] == ["kept one.", "kept two."]
     assert len(lines[0]["chunks"]) >= 3  # 360 words are more than two 150-token chunks in any tokenizer
-    assert "".join(c["text"] for c in lines[0]["chunks"]).replace(" ", "") == long.replace(" ", "")
+    assert "".join(c["text"] for c in lines[0]["chunks"]) == long  # the chunks concatenate to the document
     assert (tmp_path / "out/tokenizer.json").exists()  # the sizes can be recounted
     assert man["totals"]["chunks"] == sum(f["chunks"] for f in man["files"])
 

@@ -53,7 +53,7 @@ def test_document_per_file_keeps_each_code_file_whole_in_one_split(tmp_path, cap
                  "--vocab-size", "300", "--val-fraction", "0.2"]) == 0
     data = open_data(out, seq_len=32)
     texts = _doc_texts(data)
-    files = {p.read_text().rstrip("\n") for p in src.glob("*.py")}
+    files = {p.read_text() for p in src.glob("*.py")}  # every character, the final newline too
     assert len(texts["train"]) + len(texts["val"]) == 30 and texts["val"]  # one document per file
     assert set(texts["train"]) | set(texts["val"]) == files  # whole, blank lines inside
     assert not set(texts["train"]) & set(texts["val"])  # no file's tokens in both splits

@@ -32,7 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--format", dest="fmt", choices=("jsonl", "parquet", "text"),
                        help="input format (default: by extension)")
         p.add_argument("--domain", choices=("prose", "code", "maths"),
-                       help="force one domain (default: guessed per document)")
+                       help="force one domain (default: by file extension, .py etc. code, .tex maths; else "
+                            "guessed per document)")
+        p.add_argument("--document-per-file", action="store_true",
+                       help="each file is one plain-text document, never split at blank lines (code corpora; "
+                            "any extension)")
+        p.add_argument("--drop-sentences-over", dest="drop_over", type=int, metavar="TOKENS",
+                       help="opt-in normalisation, recorded in chunks/manifest.json: drop sentences over TOKENS "
+                            "tokens (the paper: 50000); by default no character of a document is dropped")
     for p in (t, l_, a, v):
         p.add_argument("dir", help="concepts directory (made by `concepts chunk`)")
     for p in (t, b):
@@ -81,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{raw} (what the pipeline sees), {truth} (the true labels)\n")
         return 0
     elif args.verb == "chunk":
-        out = C.chunk_corpus(args.inputs, args.out, **given(args, "tokenizer", "fmt", "domain"))["totals"]
+        out = C.chunk_corpus(args.inputs, args.out, document_per_file=args.document_per_file,
+                             **given(args, "tokenizer", "fmt", "domain", "drop_over"))["totals"]
     else:
         out = _stage(args, C)
     if out is not None:
@@ -96,7 +104,8 @@ def _stage(args: argparse.Namespace, C) -> dict | None:
     annotator = C.AnnotatorOptions(**given(args, "features"))
     if args.verb == "build":
         opts = C.BuildOptions(library=library, annotator=annotator, **given(
-            args, "tokenizer", "fmt", "domain", "n_validate", "seed", "executor", "max_parallel", n_sample="sample"))
+            args, "tokenizer", "fmt", "domain", "drop_over", "n_validate", "seed", "executor", "max_parallel",
+            n_sample="sample"), document_per_file=args.document_per_file)
         s = C.build(args.inputs, args.out, opts, endpoint)
         sys.stdout.write(f"{s['library']['n_concepts']} concepts, {s['chunks']['chunks']} chunks labelled in "
                          f"{args.out}/labelled/; validation: {args.out}/validation/report.md\n")

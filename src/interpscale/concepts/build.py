@@ -84,6 +84,8 @@ class BuildOptions:
     tokenizer: Optional[str] = None
     fmt: Optional[str] = None
     domain: Optional[str] = None
+    document_per_file: bool = False  # each input file is one document (code corpora)
+    drop_over: Optional[int] = None  # opt-in: drop sentences over this many tokens (the paper: 50,000)
     executor: str = "inline"
     max_parallel: int = 2
     library: LibraryOptions = field(default_factory=LibraryOptions)
@@ -96,7 +98,8 @@ def build(inputs, out: str | os.PathLike, opts: BuildOptions = BuildOptions(),
     out = Path(out)
     judge = make_judge(endpoint, out)
     try:
-        man = chunk_corpus(inputs, out, tokenizer=opts.tokenizer, fmt=opts.fmt, domain=opts.domain)
+        man = chunk_corpus(inputs, out, tokenizer=opts.tokenizer, fmt=opts.fmt, domain=opts.domain,
+                           document_per_file=opts.document_per_file, drop_over=opts.drop_over)
         tags = tag_corpus(out, judge=judge, n_sample=opts.n_sample, seed=opts.seed, domain=opts.domain)
         lib = library_stage(out, opts.library, judge, endpoint)
         ann = annotator_stage(out, opts.annotator, judge, endpoint)

@@ -1,22 +1,34 @@
-"""Text helpers shared by the stages: sentence splitting, domain guess, content words.
+"""Text helpers shared by the stages: sentence spans, domain guess, content words.
 
-The paper splits sentences with BlingFire (§4.2.1); it is not a dependency here, so a
-rule-based splitter stands in: a sentence ends at ``. ! ?`` (optionally followed by a
-closing quote or bracket) before whitespace, or at a blank line; code and maths split at
-line ends, where their statements end.
+Sentence splitting never changes a character: :func:`split_sentences` returns pieces that
+concatenate to the text exactly (a piece keeps the whitespace after its sentence; the first
+keeps any leading whitespace), so the chunks built from them concatenate to the document.
+The paper splits sentences with BlingFire (§4.2.1); here prose goes through pysbd (a
+rule-based segmenter with English abbreviation rules, pure Python, no data download),
+paragraph by paragraph, a line break inside a paragraph read as a space; a hand-written
+rule (a sentence ends at ``. ! ? …`` and any closing quotes or brackets, before whitespace)
+stands in when pysbd is not installed or does not return the text it was given. Code and
+maths split after each line, a blank line staying with the line above it.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Iterator
+from functools import lru_cache
+from pathlib import PurePath
+
+from interpscale.data.sources import CODE_EXTENSIONS, MATHS_EXTENSIONS
+
+log = logging.getLogger(__name__)
 
 DOMAINS = ("prose", "code", "maths")
 # §4.2.1: 150 tokens for web text and general documents, 256 for mathematics and code
 THRESHOLDS = {"prose": 150, "code": 256, "maths": 256}
-MAX_SENTENCE_TOKENS = 50_000  # §4.2.1: longer sentences are dropped as malformed
+MAX_SENTENCE_TOKENS = 50_000  # §4.2.1: the paper drops longer sentences as malformed (opt-in here)
 
-_SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+_PARAGRAPH_END = re.compile(r"\n[^\S\n]*\n\s*")  # a run of blank lines ends a paragraph
+_SENT_END = re.compile(r"[.!?…]+[\"'”’»)\]}]*\s+")  # the fallback rule: end mark, closers, whitespace
 _CODE_HINT = re.compile(r"[{};]\s*$|^\s*(def |class |import |#include|function |return\b|for\s*\(|if\s*\()", re.M)
 _MATH_HINT = re.compile(r"\\(frac|sum|int|alpha|beta|mathbb|begin)|\$[^$]+\$|[=<>]\s*-?\d")
 _WORD = re.compile(r"[^\W\d_][\w'-]*[^\W_]|[^\W\d_]", re.UNICODE)
@@ -31,9 +43,18 @@ up very was we were what when where which while who whom why will with would you
 yourselves near again one two may might must shall upon via per yet ever every""".split())
 
 
+def domain_of_path(path) -> str | None:
+    """The domain a file's extension names (``code`` for source files, ``maths`` for TeX),
+    else None (the text decides)."""
+    p = PurePath(str(path))
+    ext = PurePath(p.stem).suffix if p.suffix.lower() == ".gz" else p.suffix
+    ext = ext.lower()
+    return "code" if ext in CODE_EXTENSIONS else "maths" if ext in MATHS_EXTENSIONS else None
+
+
 def guess_domain(text: str) -> str:
     """``code`` when many lines look like statements, ``maths`` with LaTeX or equations,
-    else ``prose``; a document's ``domain`` field overrides this."""
+    else ``prose`` (a file's extension, :func:`domain_of_path`, or ``--domain`` overrides this)."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) >= 3 and len(_CODE_HINT.findall(text)) >= 0.3 * len(lines):
         return "code"
@@ -42,12 +63,78 @@ def guess_domain(text: str) -> str:
     return "prose"
 
 
-def split_sentences(text: str, domain: str = "prose") -> Iterator[str]:
-    """Sentences (prose) or lines (code, maths) of ``text``, whitespace-trimmed, non-empty."""
-    parts = text.splitlines() if domain in ("code", "maths") else _SENT_END.split(text)
-    for p in parts:
-        if p and p.strip():
-            yield p.strip() if domain == "prose" else p.rstrip()
+def _cuts_to_pieces(text: str, cuts, skip_space: bool) -> list[str]:
+    """``text`` cut at ``cuts`` (with ``skip_space`` each moved past the whitespace it points
+    into, so a piece keeps the whitespace after it); no piece is empty and the pieces
+    concatenate to ``text``."""
+    out, start, n = [], 0, len(text)
+    for c in sorted(cuts):
+        while skip_space and c < n and text[c].isspace():
+            c += 1
+        if start < c < n:
+            out.append(text[start:c])
+            start = c
+    if start < n:
+        out.append(text[start:])
+    return out
+
+
+@lru_cache(maxsize=1)
+def _segmenter():
+    """pysbd's English segmenter (None when pysbd is not installed: the fallback rule splits)."""
+    try:
+        import pysbd
+    except ImportError:
+        log.warning("pysbd is not installed: prose is split by the fallback rule (`pip install pysbd`)")
+        return None
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def _rule_cuts(text: str, offset: int = 0) -> list[int]:
+    return [offset + m.end() for m in _SENT_END.finditer(text)]
+
+
+def _paragraph_cuts(para: str, offset: int) -> list[int]:
+    """Sentence starts in one paragraph: pysbd on the paragraph with its line breaks read as
+    spaces (same length, so its pieces map back by length), else the fallback rule."""
+    seg = _segmenter()
+    flat = para.replace("\r", " ").replace("\n", " ")
+    pieces = seg.segment(flat) if seg is not None and flat.strip() else None
+    if not pieces or "".join(pieces) != flat:  # pysbd promises its input back; never trust a piece that is not
+        if pieces:
+            log.debug("pysbd did not return the paragraph at offset %d unchanged; the fallback rule splits it", offset)
+        return _rule_cuts(para, offset)
+    cuts, at = [], offset
+    for p in pieces[:-1]:
+        at += len(p)
+        cuts.append(at)
+    return cuts
+
+
+def _prose_cuts(text: str) -> list[int]:
+    cuts, start = [], 0
+    for m in _PARAGRAPH_END.finditer(text):
+        cuts += _paragraph_cuts(text[start:m.end()], start) + [m.end()]
+        start = m.end()
+    return cuts + _paragraph_cuts(text[start:], start)
+
+
+def _line_cuts(text: str) -> list[int]:
+    """After each line break that a non-blank line follows (blank lines stay with the line above)."""
+    cuts = []
+    for m in re.finditer("\n", text):
+        end = text.find("\n", m.end())
+        if text[m.end():end if end >= 0 else len(text)].strip():
+            cuts.append(m.end())
+    return cuts
+
+
+def split_sentences(text: str, domain: str = "prose") -> list[str]:
+    """Sentences (prose) or lines (code, maths) of ``text``, each with the whitespace after it:
+    ``"".join(split_sentences(text, d)) == text`` for every text and domain."""
+    if domain in ("code", "maths"):
+        return _cuts_to_pieces(text, _line_cuts(text), skip_space=False)
+    return _cuts_to_pieces(text, _prose_cuts(text), skip_space=True)
 
 
 def content_words(text: str) -> list[str]:

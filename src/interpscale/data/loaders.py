@@ -89,6 +89,12 @@ def read_meta(path: str | os.PathLike) -> dict:
     """meta.json of prepared data of this format; anything else is refused, and a directory
     packed in memory before the shards (``train.npz``) with the command that remakes it."""
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"prepared data directory {path} does not exist (a [data] path relative to a preset "
+                        f"resolves against the preset's directory); prepare it with `interpscale data prepare "
+                        f"SOURCE --out {path}` or fix the path")
+    if not path.is_dir():
+        raise UserError(f"{path}: a file, not a prepared data directory (made by `interpscale data prepare`)")
     meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").is_file() else {}
     if meta.get("format") == FORMAT:
         return meta

@@ -17,7 +17,7 @@ from typing import Iterator
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import jsonable
 from interpscale.data.corpus import corpus_config, generate_documents, read_concepts
-from interpscale.data.sources import RawDoc, expand_sources, format_of, iter_documents
+from interpscale.data.sources import RawDoc, check_inputs, expand_sources, iter_documents
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,9 @@ def _inputs(sources, fmt: str | None, base_dir, document_per_file: bool) -> list
                 raise UserError(f"a source dict must be the synthetic corpus, got {s!r}")
             inputs.append(dict(s))
         else:
-            for p in expand_sources([s], base_dir):
-                format_of(p, fmt, document_per_file)  # an unknown extension fails before any work
-                inputs.append({"path": str(p.resolve())})
+            paths = expand_sources([s], base_dir)
+            check_inputs(paths, fmt, document_per_file)  # an unknown extension or non-UTF-8 text fails before any work
+            inputs += [{"path": str(p.resolve())} for p in paths]
     if not inputs:
         raise UserError("no input files")
     return inputs

@@ -5,6 +5,7 @@ chunks; the formats are ``FORMATS_HELP`` (also the ``data prepare --help`` epilo
 
 from __future__ import annotations
 
+import codecs
 import glob
 import gzip
 import itertools
@@ -26,8 +27,19 @@ input formats (by extension, .gz allowed; or --format):
   .parquet  one chunk per row: column text, optional concepts (list or "a,b") and doc_id
           (consecutive rows with one doc_id are one document; without it a row is a document)
   .txt    plain text, documents separated by blank lines, no concepts (also .text, .md)
-  --document-per-file: each file (any extension, e.g. source code) is one plain-text document
+  --document-per-file: each file (any extension, e.g. source code) is one plain-text document,
+          every character kept (blank lines, indentation, the final newline, CRLF)
+text must be UTF-8: UTF-16 / UTF-32 (with or without a byte-order mark), NUL bytes and binary
+files are refused before anything is written
 """
+# source code and TeX by extension (before a .gz): whole-file documents; concept chunking reads their domain
+CODE_EXTENSIONS = frozenset(
+    ".py .pyi .pyx .c .h .cc .cpp .cxx .hpp .hh .cu .java .kt .scala .go .rs .rb .js .mjs .ts .tsx .jsx .php .pl "
+    ".pm .sh .bash .zsh .ps1 .lua .r .jl .swift .m .mm .cs .fs .hs .ml .clj .ex .exs .erl .dart .sql .css .scss "
+    ".html .htm .xml .toml .yaml .yml .ini .cfg .mk .cmake .gradle .vim .el .lisp .scm .asm .s .f90 .zig .nim "
+    ".v .sv .vhd .proto .dockerfile".split())
+MATHS_EXTENSIONS = frozenset(".tex .sty .bib .lean".split())
+
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet",
         ".txt": "text", ".text": "text", ".md": "text"}
 
@@ -49,9 +61,67 @@ def format_of(path: str | os.PathLike, fmt: str | None = None, document_per_file
     if document_per_file and kind != "text":
         raise UserError(f"{path}: --document-per-file reads each file as one plain-text document, not {kind}")
     if kind is None:
+        if ext.lower() in CODE_EXTENSIONS:
+            raise UserError(f"{path}: {ext} is source code; pass --document-per-file (TOML: document_per_file "
+                            f"= true) to read each file as one document")
         raise UserError(f"{path}: cannot tell the format from the extension {ext!r}; name it .jsonl, "
-                         f".parquet or .txt (optionally .gz) or pass --format")
+                        f".parquet or .txt (optionally .gz) or pass --format")
     return kind
+
+
+SNIFF_BYTES = 1 << 20  # the head of each text input checked for UTF-8 before any work
+_MAGIC = ((b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"), (b"PK\x03\x04", "a ZIP archive"),
+          (b"\x1f\x8b", "gzip-compressed data (name it .gz)"), (b"\x7fELF", "an ELF executable"),
+          (b"PAR1", "a Parquet file (name it .parquet)"), (b"\xff\xd8\xff", "a JPEG image"))
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE"), (b"\xff\xfe", "UTF-16-LE"),
+         (b"\xfe\xff", "UTF-16-BE"))
+
+
+def not_utf8(head: bytes, final: bool) -> str | None:
+    """What ``head`` (the first bytes of a file; ``final``: all of it) is when it is not UTF-8
+    text, else None."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return f"{name} text (byte-order mark {bom.hex(' ').upper()}), not UTF-8; convert it: iconv -f {name} -t UTF-8"
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return f"binary data ({name}), not text"
+    nul = head.find(b"\0")
+    if nul >= 0:
+        even, odd = head[0::2], head[1::2]
+        for name, zeros, other in (("UTF-16-LE", odd, even), ("UTF-16-BE", even, odd)):
+            if zeros.count(0) > 0.9 * len(zeros) and other.count(0) < 0.1 * len(other):
+                return (f"{name} text without a byte-order mark (every second byte is NUL), not UTF-8; "
+                        f"convert it: iconv -f {name} -t UTF-8")
+        return f"binary data, not text (a NUL byte at byte {nul})"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=final)
+    except UnicodeDecodeError as exc:
+        bad = head[exc.start]
+        return (f"not UTF-8 text (byte 0x{bad:02X} at byte {exc.start}: {exc.reason}); Latin-1 / cp1252 text? "
+                f"convert it: iconv -f CP1252 -t UTF-8")
+    return None
+
+
+def check_text_input(path: str | os.PathLike) -> None:
+    """Refuse a text input that is not UTF-8 (its first ``SNIFF_BYTES``), naming what it is."""
+    path = Path(path)
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
+            head = fh.read(SNIFF_BYTES)
+            final = not fh.read(1)
+    except (OSError, EOFError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    what = not_utf8(head, final)
+    if what:
+        raise UserError(f"{path}: {what}")
+
+
+def check_inputs(paths, fmt: str | None = None, document_per_file: bool = False) -> None:
+    """Every input's format, and UTF-8 text in each that is not Parquet, before any work."""
+    for p in paths:
+        if format_of(p, fmt, document_per_file) != "parquet":
+            check_text_input(p)
 
 
 def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -71,7 +141,17 @@ def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+    """``path`` as UTF-8 text, line breaks as they are (CRLF stays CRLF)."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _no_nul(text: str, where: str) -> str:
+    if "\0" in text:
+        raise UserError(f"{where}: a NUL character at character {text.index(chr(0))}: binary data or UTF-16 "
+                        f"text, not UTF-8")
+    return text
 
 
 def labels_of(value, where: str) -> list[str]:
@@ -118,20 +198,24 @@ def iter_jsonl_docs(path: Path) -> Iterator[RawDoc]:
 
 
 def iter_text_docs(path: Path) -> Iterator[RawDoc]:
-    """Documents separated by blank lines, each named by its first line."""
+    """Documents separated by blank lines (the separator: the last line break and the blank
+    lines after it), each named by its first line."""
     with _open_text(path) as fh:
         for blank, lines in itertools.groupby(enumerate(fh, 1), key=lambda x: not x[1].strip()):
             if not blank:
                 lines = list(lines)
-                yield RawDoc([("".join(t for _, t in lines).rstrip("\n"), [])], f"{path}: line {lines[0][0]}")
+                where = f"{path}: line {lines[0][0]}"
+                text = "".join(t for _, t in lines)
+                text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+                yield RawDoc([(_no_nul(text, where), [])], where)
 
 
 def iter_file_doc(path: Path) -> Iterator[RawDoc]:
-    """The whole file as one document of one chunk (blank lines stay inside it)."""
+    """The whole file, every character of it, as one document of one chunk."""
     with _open_text(path) as fh:
         text = fh.read()
     if text.strip():
-        yield RawDoc([(text.rstrip("\n"), [])], f"{path}")
+        yield RawDoc([(_no_nul(text, str(path)), [])], f"{path}")
 
 
 def iter_parquet_docs(path: Path, batch_rows: int = 8192) -> Iterator[RawDoc]:
