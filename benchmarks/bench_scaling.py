@@ -132,7 +132,7 @@ def backtests(N, D, L, args) -> None:
         fit_isoflop(epoch[(epoch.flops / epoch.slice_flops - 1).abs() <= 0.15]
                     .groupby(["slice_flops", "params"], as_index=False)["loss"].mean(), n_boot=200)
     with Timer() as t_bt:
-        bt = backtest(epoch, n_boot=200, target_compute=5.76e23)  # Chinchilla's budget
+        bt = backtest(epoch, n_boot=200, target_compute=5.76e23, methods=("isoflop-powerlaw", "joint"))  # Chinchilla's budget
     print(f"[backtest] Epoch data: {len(bt.table)} forecasts in {t_bt.wall:.1f} s wall = "
           f"x{t_bt.wall / t_one.wall:.1f} one joint + one IsoFLOP fit ({t_one.wall:.2f} s)")
     _bt_print("epoch", bt)

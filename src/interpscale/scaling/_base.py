@@ -215,11 +215,16 @@ def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str
 
 
 def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:
-    """Paper Table 6/7 style: ``0.528_[-0.025,+0.023]`` (CI as offsets from the estimate)."""
+    """Paper Table 6/7 style: ``0.528_[-0.025,+0.023]`` (CI as offsets from the estimate); offsets
+    that round to zero get more digits (up to 4 more), so an interval never reads ``[-0.000,+0.000]``."""
     if ci is None or not all(np.isfinite(ci)):
         return f"{value:.{digits}f}"
     lo, hi = ci[0] - value, ci[1] - value
+    d = digits
+    while d < digits + 4 and round(abs(lo), d) == 0 and round(abs(hi), d) == 0:
+        d += 1
+    if round(abs(lo), d) == 0 and round(abs(hi), d) == 0:
+        return f"{value:.{digits}f} (zero-width interval)"
     sl = "-" if lo <= 0 else "+"
     sh = "+" if hi >= 0 else "-"
-    return f"{value:.{digits}f}_[{sl}{abs(lo):.{digits}f},{sh}{abs(hi):.{digits}f}]"
-
+    return f"{value:.{d}f}_[{sl}{abs(lo):.{d}f},{sh}{abs(hi):.{d}f}]"

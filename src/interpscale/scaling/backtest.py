@@ -230,7 +230,7 @@ def backtest(
     results: pd.DataFrame,
     *,
     family: str | Sequence[str] | None = None,
-    methods: Sequence[str] = ("isoflop-powerlaw", "joint"),
+    methods: Sequence[str] | None = None,
     schemes: Sequence[str] = SCHEMES,
     min_train: int = 3,
     budget: str = "slice_flops",
@@ -249,13 +249,15 @@ def backtest(
     target_compute: float | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
-    """Backtest each method (by name, or ``"bounded"``) on each family of ``results`` (the
-    columns of ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout
+    """Backtest each method (by name, or ``"bounded"``; default: every registered forecast
+    method, ``forecasting.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results`` (the columns of
+    ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout
     fits on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint
     fit; ``metrics``: the ``bounded`` columns (default: every METRICS column present);
     ``minimum``: how slice minima are read, for fits and observations alike. A fit that fails
     is recorded with its reason in ``status``, never dropped."""
     level = check_level(level)
+    methods = [*FORECAST_METHODS, BOUNDED] if methods is None else list(methods)
     _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     warnings: list[str] = []
     if "family" not in results.columns:

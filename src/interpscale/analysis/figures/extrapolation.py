@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.fit_status import joint_status
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits, isoflop_summary, metric_fit
 from interpscale.analysis.figures._style import (
     family_color,
@@ -22,7 +21,7 @@ from interpscale.analysis.figures._style import (
     require_columns,
 )
 from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows, metrics_with_data
-from interpscale.scaling import FORECAST_METHODS, ForecastOptions, forecast_family
+from interpscale.scaling import FORECAST_METHODS, ForecastOptions, fit_status, forecast_family
 from interpscale.scaling.forecasting import calibrated
 
 
@@ -82,8 +81,10 @@ def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
                          n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
     """Figure 24: every forecast method on one family's runs extended to the target compute, the
-    one chosen by backtest solid with its calibrated band; at the target each method's calibrated
-    and (fainter) bootstrap interval, the measured loss a star; L∞ only when identified."""
+    one chosen by backtest solid with its calibrated band; at the target each method's forecast
+    (diamonds) with its calibrated and (fainter) bootstrap interval, the measured loss a star; L∞
+    only when identified. A method whose fit is not identified (``scaling.FitStatus``) is not drawn,
+    only named in the legend; the subtitle states how far the target lies past the largest slice."""
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
     if main_rows(results, family).empty:
@@ -109,35 +110,47 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         ax.set_xscale("log")
         ax.set_xlabel("Compute C (FLOPs)")
         ax.set_ylabel("Validation loss (nats)")
-        ax.set_title(f"Extrapolating {family_label(family)}")
+        ax.set_title(f"Extrapolating {family_label(family)}\n{extrapolation_note(fc)}", fontsize=7)
         legend_below(ax)
     return fig
 
 
+def extrapolation_note(fc) -> str:
+    """How far the forecast extrapolates: the target over the largest fitted compute, and the
+    largest ratio the backtest could test (the interval beyond it rests on an assumption)."""
+    tested = fc.max_tested_ratio
+    note = f"target C = {fc.target_compute:.2g}: {fc.ratio:.3g}× the largest slice"
+    if np.isfinite(tested):
+        note += f" (backtest tested up to {tested:.3g}×)"
+    return note
+
+
 def _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff) -> None:
-    """Each method's curve (chosen solid, others dashed) and its intervals at the target."""
+    """Each identified method's curve (chosen solid, others dashed) and its forecast at the target
+    with both intervals; a method whose fit is flagged or failed is named, not drawn."""
     pct = round(100 * fc.level)
     shades = ("0.25", "0.5", "0.65", "0.75")
     for i, (name, mf) in enumerate(fc.methods.items()):
         chosen = name == fc.chosen
         mk = color if chosen else shades[i % len(shades)]
-        if name == "joint" and joint_status(mf.fit)[0] != "identified":
-            label = "joint (L∞ not identified)"
-        else:
-            label = f"{name} → {mf.predicted:.2f}" + (" (chosen)" if chosen else "")
+        st = fit_status(mf.fit)
+        if not st.identified:  # not drawn as if it were fitted
+            ax.plot([], [], " ", label=f"{name}: not drawn ({st.state}{', chosen' if chosen else ''})")
+            continue
         ax.plot(grid, _method_curve(name, mf.fit, grid, k), "-" if chosen else "--", color=mk,
-                lw=1.3 if chosen else 0.9, label=label)
+                lw=1.3 if chosen else 0.9, label=f"{name} → {mf.predicted:.2f}" + (" (chosen)" if chosen else ""))
         if chosen:
             g, lo, hi = _calibrated_band(fc, name, c_max, c_t, k)
             ax.fill_between(g, lo, hi, color=color, alpha=0.18, lw=0, label=f"{pct}% calibrated PI")
         ax.errorbar([c_t], [mf.predicted], yerr=[[max(mf.predicted - mf.lo, 0.0)], [max(mf.hi - mf.predicted, 0.0)]],
-                    fmt="o", ms=3, color=mk, capsize=2, lw=0.9)
+                    fmt="D", ms=3, color=mk, capsize=2, lw=0.9,
+                    label=f"forecast at target ({pct}% calibrated PI)" if chosen else None)
         ax.errorbar([c_t], [mf.predicted], yerr=[[max(mf.predicted - mf.raw_lo, 0.0)],
                                                   [max(mf.raw_hi - mf.predicted, 0.0)]],
                     fmt="none", color=mk, alpha=0.4, capsize=4, lw=0.6,
                     label=f"{pct}% bootstrap PI (faint)" if chosen else None)
     ch = ff.chinchilla
-    if ch is not None and joint_status(ch)[0] == "identified":
+    if ch is not None and fit_status(ch).identified:
         ax.axhline(ch.L_inf, color=color, ls=":", lw=0.9, label=f"L∞ = {ch.L_inf:.2f}")
 
 
