@@ -6,9 +6,9 @@ Two methods, each on its own law of the loss-optimal frontier:
 
 * ``isoflop`` -- the IsoFLOP envelopes L*(C) = a_L C^alpha_L (Eq. 26) of both families: log k(C) =
   (ln L*_base(C) - ln a_L,variant) / alpha_L,variant - ln C, a power law in C whose exponent
-  alpha_L,base / alpha_L,variant - 1 is the growth slope. Bands: a wild bootstrap of the envelope
-  points paired by slice (one Gaussian multiplier per slice, the same for both families where they
-  share a slice, so a shock common to a slice moves both), residuals inflated by sqrt(n / (n - 2)).
+  alpha_L,base / alpha_L,variant - 1 is the growth slope. Bands: a residual bootstrap of the two
+  envelope lines paired by slice (a shared slice's two residuals are drawn together, so a shock
+  common to a slice moves both families), leverage-corrected residuals, t-widened (``_paired_draws``).
 * ``joint`` -- the joint fits L(P, D) (Eq. 27) at their compute-optimal allocations: the variant's
   frontier is inverted numerically. Bands: each fit's cluster bootstrap over runs, the same draws
   for both families when their runs carry the same (slice, size rank) labels (paired), else
@@ -38,7 +38,7 @@ from .chinchilla import ChinchillaFit, fit_chinchilla, optimal_loss
 from .isoflop import fit_isoflop
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
-__all__ = ["GrowthTest", "MultiplierFit", "SharedExponentTest", "VERDICTS", "fit_multiplier",
+__all__ = ["GrowthTest", "MultiplierFit", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
            "planted_multiplier", "simulate_pair"]
 
 METHODS = ("isoflop", "joint")
@@ -100,6 +100,7 @@ class MultiplierFit:
     primary: str
     shared_exponent: SharedExponentTest | None = None
     paired: dict = field(default_factory=dict)  # method -> how its bootstrap pairs the families
+    statuses: dict = field(default_factory=dict)  # method -> FitStatus (joint: flagged when a joint fit is)
     sweep_range: tuple[float, float] = (math.nan, math.nan)
     n_boot: int = 0
     warnings: tuple[str, ...] = ()
@@ -130,7 +131,8 @@ class MultiplierFit:
         d = self.test.to_dict()
         d.update(base=self.base, variant=self.variant, tests={m: t.to_dict() for m, t in self.growth.items()},
                  shared_exponent=None if self.shared_exponent is None else self.shared_exponent.to_dict(),
-                 paired=self.paired, sweep_range=list(self.sweep_range), n_boot=self.n_boot,
+                 paired=self.paired, statuses={m: s.to_dict() for m, s in self.statuses.items()},
+                 sweep_range=list(self.sweep_range), n_boot=self.n_boot,
                  status=self.status.to_dict(), warnings=list(self.warnings))
         return jsonable(d)
 
@@ -146,13 +148,15 @@ class MultiplierFit:
             lines.append(f"  {r.method:<10}{r.compute:<12.3g}{r.k:<9.3g}[{r.lo:.3g}, {r.hi:.3g}]".ljust(55)
                          + ("yes" if r.extrapolated else "no"))
         for m, t in self.growth.items():
+            st = self.statuses.get(m, FitStatus())
             lines.append(f"  growth ({m}{', primary' if m == self.primary else ''}): k ~ C^{t.slope:+.3f} "
-                         f"[{t.slope_lo:+.3f}, {t.slope_hi:+.3f}], p = {t.p_value:.3g}: {t.verdict}")
+                         f"[{t.slope_lo:+.3f}, {t.slope_hi:+.3f}], p = {t.p_value:.3g}: {t.verdict}"
+                         + ("" if st.identified else f"  ({st})"))
         if self.shared_exponent is not None:
             s = self.shared_exponent
             lines.append(f"  shared vs free envelope exponents: F = {s.statistic:.3g}, p = {s.p_value:.3g} "
                          f"(alpha_L {s.alpha_base:.4f} vs {s.alpha_variant:.4f})")
-        return "\n".join(lines + [f"  warning: {w}" for w in self.warnings])
+        return "\n".join(lines)  # the warnings were logged when the fits were made
 
 
 # ---- the data of each family -------------------------------------------------------------------
@@ -389,8 +393,8 @@ def _calibrated_halfwidth(forecasts: Mapping | None, method: str, alpha_v: float
 
 ASSUMES = {
     "isoflop": ("L*(C) of each family is a power law in C over the sweep and beyond (Eq. 26); slice optima "
-                "independent across slices, a slice's shocks shared by both families (wild bootstrap paired by "
-                "slice); k ~ C^slope exactly under these laws"),
+                "independent across slices with one noise scale for both families, a shared slice's two residuals "
+                "resampled together (paired by slice); k ~ C^slope exactly under these laws"),
     "joint": ("each family follows Eq. 27 at its compute-optimal allocation; runs resampled as clusters; the slope "
               "is the average d ln k / d ln C over the sweep's range"),
 }
@@ -443,7 +447,9 @@ def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, warnings):
     test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
     Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
     alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
-    return point, draws, test, how, alpha_v
+    bad = [f"{n}: {fit_status(f)}" for n, f in (("base", fb), ("variant", fv)) if not fit_status(f).identified]
+    status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
+    return point, draws, test, how, alpha_v, status
 
 
 def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
@@ -514,15 +520,18 @@ def fit_multiplier(
                       for f in (base, variant))
     C, sweep = _computes(rows_b, computes, target_compute)
     lc = np.log(C)
-    table, growth, paired, shared = [], {}, {}, None
+    table, growth, paired, shared, statuses = [], {}, {}, None, {}
     for method in methods:
         try:
             if method == "isoflop":
                 point, draws, test, shared, alpha_v, vrange = _method_isoflop(rows_b, rows_v, lc, o, (base, variant),
                                                                               warnings)
-                paired[method] = "wild bootstrap of the envelope points, one multiplier per slice shared by both families"
+                paired[method] = ("residual bootstrap of the envelope lines, a shared slice's two residuals "
+                                  "drawn together")
+                statuses[method] = FitStatus()
             else:
-                point, draws, test, paired[method], alpha_v = _method_joint(rows_b, rows_v, lc, sweep, o, warnings)
+                point, draws, test, paired[method], alpha_v, statuses[method] = _method_joint(
+                    rows_b, rows_v, lc, sweep, o, warnings)
                 vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
         except ValueError as exc:
             emit(warnings, f"{method} multiplier skipped: {exc}")
@@ -537,11 +546,39 @@ def fit_multiplier(
         raise ValueError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
     primary = "isoflop" if "isoflop" in growth else next(iter(growth))
     test = growth[primary]
-    status = FitStatus("identified") if test.verdict != "undetermined" else \
-        FitStatus("flagged", f"growth test undetermined: slope interval [{test.slope_lo:.3g}, {test.slope_hi:.3g}]")
+    status = statuses[primary]
+    if status.identified and test.verdict == "undetermined":
+        status = FitStatus("flagged", f"growth test undetermined: slope interval [{test.slope_lo:.3g}, "
+                                      f"{test.slope_hi:.3g}]")
     return MultiplierFit(base=base, variant=variant, level=level, table=pd.DataFrame(table, columns=CSV_COLUMNS),
-                         growth=growth, primary=primary, shared_exponent=shared, paired=paired, sweep_range=sweep,
+                         growth=growth, primary=primary, shared_exponent=shared, paired=paired, statuses=statuses,
+                         sweep_range=sweep,
                          n_boot=o.n_boot, warnings=tuple(warnings), status=status)
+
+
+def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",
+                     estimator: str | None = None, annealed: bool | None = None, n_boot: int = 200, seed: int = 0,
+                     level: float = DEFAULT_LEVEL) -> dict:
+    """target compute -> (base, variant) ``FamilyForecast`` (``forecasting.forecast_family``, each
+    with its rolling-origin backtest and calibrated intervals; None where it cannot be made): the
+    ``forecasts`` argument of ``fit_multiplier``."""
+    from .forecasting import ForecastOptions, forecast_family
+
+    warnings: list[str] = []
+    rows = [_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)
+            for f in (base, variant)]
+    out = {}
+    for t in np.atleast_1d(np.asarray(targets, float)):
+        pair = []
+        for r in rows:
+            o = ForecastOptions(loss=loss, n_boot=n_boot, level=level, seed=seed, k=flops_per_token_per_param(r))
+            try:
+                with quiet():
+                    pair.append(forecast_family(r, float(t), options=o))
+            except ValueError:
+                pair.append(None)
+        out[float(t)] = tuple(pair)
+    return out
 
 
 # ---- synthetic ground truth -----------------------------------------------------------------
