@@ -6,11 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.options import given, option
+from interpscale._commands.options import COLUMN_FLAGS, add_columns, column_map, given, option
 from interpscale.analysis.example_data import example_results
 from interpscale.analysis.figures import render_figures
 from interpscale.errors import FailedWork, UserError
 from interpscale.results_table import read_results, require_values
+
+
+TABLE_FIELDS = tuple(COLUMN_FLAGS)  # --params/--tokens/--loss/--family/--run/--step COL
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(),
                         help="run directories whose metrics.jsonl loss curves to draw (a sweep directory works too)")
     option(parser, "--n-boot", render_figures, type=int, help="bootstrap replicates for the CI bands")
+    add_columns(parser, *TABLE_FIELDS)
 
 
 def expand_run_dirs(paths) -> list[Path]:
@@ -41,17 +45,20 @@ def expand_run_dirs(paths) -> list[Path]:
     return out
 
 
-def load_table(spec: str):
-    """The bundled example table, or the results table at ``spec`` with at least one loss."""
+def load_table(spec: str, columns: dict[str, str] | None = None):
+    """The bundled example table, or the results table at ``spec`` (its columns mapped by
+    ``columns``, ``options.column_map``) with at least one loss."""
     if spec == "example":
+        if columns:
+            raise UserError("the bundled example table has the standard columns; column flags apply to a file")
         return example_results()
-    df = read_results(spec)
+    df = read_results(spec, columns=columns)
     require_values(df, "loss")
     return df
 
 
 def run(args: argparse.Namespace) -> int:
-    df = load_table(args.results)
+    df = load_table(args.results, column_map(args, *TABLE_FIELDS))
     result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")

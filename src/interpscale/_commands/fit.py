@@ -107,7 +107,7 @@ def family_filter(args, df, command: str) -> list[str] | None:
     column of the table: deprecated, said once)."""
     only = args.only_family
     chosen = [only] if isinstance(only, str) else list(only or [])
-    if args.family is not None and args.family not in df.columns and args.family != "family":
+    if args.family is not None and not getattr(args, "family_is_column", False) and args.family != "family":
         values = set(map(str, df["family"].dropna().unique())) if "family" in df.columns else set()
         if args.family not in values:
             raise UserError(f"--family {args.family!r}: neither a column of the table nor one of its families "
@@ -126,6 +126,7 @@ def read_mapped(args, path: Path, fields: tuple[str, ...]):
         head = read_table(path)  # only to tell a column from a family value
         if args.family in head.columns:
             mapping["family"] = args.family
+            args.family_is_column = True
     return read_table(path, columns=mapping)
 
 
@@ -208,7 +209,7 @@ def _backtest(args, df, families, metric, groups) -> None:
     from interpscale.scaling import backtest
 
     bt = backtest(df, family=families, estimator=args.estimator, annealed=args.annealed, loss=metric,
-                  methods=("isoflop-powerlaw", "joint", "bounded"), target_compute=args.target_compute,
+                  target_compute=args.target_compute,
                   groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
     sys.stdout.write(bt.summary() + "\n")
     _write_all(args.out, {"backtest.json": json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n",

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from interpscale import paper
-from interpscale._commands.figures import expand_run_dirs, load_table
-from interpscale._commands.options import given, option
+from interpscale._commands.figures import TABLE_FIELDS, expand_run_dirs, load_table
+from interpscale._commands.options import add_columns, column_map, given, option
 from interpscale.analysis.example_data import steerling_actual
 from interpscale.analysis.report import write_report
 
@@ -22,12 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-figures", action="store_true", help="tables and warnings only")
     parser.add_argument("--target-compute", type=float, default=None,
                         help="extrapolate the fits to this compute (FLOPs); 'example' defaults to Steerling-8B's 7.6e22")
+    add_columns(parser, *TABLE_FIELDS)
 
 
 def run(args: argparse.Namespace) -> int:
     example = args.results == "example"
     target = args.target_compute if args.target_compute is not None else (paper.STEERLING_8B["flops"] if example else None)
-    df = load_table(args.results)
+    df = load_table(args.results, column_map(args, *TABLE_FIELDS))
     path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"),
                         figures=not args.no_figures, source="bundled example table" if example else args.results,
                         target_compute=target, actual=steerling_actual() if example else None)

@@ -503,7 +503,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     try:  # forecasts of each held-out compute budget from the smaller ones (scaling.backtest)
         if backtest and fits is not None:
             bt = backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
-                                  annealed=fits.annealed, methods=("isoflop-powerlaw", "joint"),
+                                  annealed=fits.annealed,
                                   n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
                                   target_compute=fits.target_compute)
     except ValueError as exc:  # too few budgets to hold one out: said in the report's backtest section

@@ -186,8 +186,8 @@ def count_runs(runs: pd.DataFrame, last: int | None, per_run: str | None) -> str
     if last is None:
         return f"{n} logged rows of {runs['run'].nunique()} runs (every logged row)"
     logged = int(runs["logged"].sum()) if "logged" in runs else n
-    each = "its last logged row" if last == 1 else f"the mean of its last {last} logged rows"
-    return f"{n} runs ({logged} logged rows; each run's {each})"
+    each = "the last logged row of each" if last == 1 else f"the mean of each run's last {last} logged rows"
+    return f"{n} runs ({logged} logged rows; {each})"
 
 
 def same_end_reason(paths, mapping: dict, last: int) -> str | None:
