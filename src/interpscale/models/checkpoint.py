@@ -1,4 +1,6 @@
-"""Checkpoints: weights and config saved together, loaded with ``weights_only=True``."""
+"""Checkpoints: weights and config saved together. Evaluation checkpoints are directories of
+safetensors + JSON (:func:`save_pretrained_dir`, read without unpickling); older ``.pt`` files
+(:func:`save_checkpoint`) still load with ``weights_only=True`` (docs/training.md, "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import importlib
 import json
 import os
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,6 +23,7 @@ from interpscale.models.protocol import BUILD_ATTR, DataFields
 from interpscale.models.registry import build_model, get_family
 
 FORMAT = "interpscale-model/1"
+FORMAT_DIR = "interpscale-model-dir/1"
 
 
 def _config_dict(model: nn.Module) -> dict[str, Any]:
@@ -63,6 +68,126 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[d
     return path
 
 
+SAFETENSORS = "model.safetensors"
+META = "checkpoint.json"
+_ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+              torch.bool: "BOOL"}
+
+
+def _is_hf(cfg: dict[str, Any]) -> bool:
+    return str(cfg.get("family", "")).startswith("hf:")
+
+
+def _entries(model: nn.Module, hf: bool) -> list[tuple[str, torch.Tensor]]:
+    """(file key, tensor) of every state-dict entry; ``hf:`` families drop their ``hf.`` prefix
+    so the file is the ``save_pretrained`` layout."""
+    out = []
+    for k, v in model.state_dict().items():
+        out.append((k.removeprefix("hf.") if hf else k, v))
+    return out
+
+
+def _header(entries: list[tuple[str, torch.Tensor]], metadata: dict[str, str]) -> bytes:
+    """The safetensors header (JSON, padded to 8 bytes) for ``entries`` written in order."""
+    head: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for k, v in entries:
+        if v.dtype not in _ST_DTYPES:
+            raise ValueError(f"{k}: dtype {v.dtype} has no safetensors code")
+        n = v.numel() * v.element_size()
+        head[k] = {"dtype": _ST_DTYPES[v.dtype], "shape": list(v.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    return raw + b" " * (-len(raw) % 8)
+
+
+def _whole(v: torch.Tensor) -> torch.Tensor:
+    """A whole CPU tensor: a DTensor (FSDP2 shard) is all-gathered, a collective on every rank."""
+    full = getattr(v, "full_tensor", None)
+    return (full() if full is not None else v).detach().cpu().contiguous()
+
+
+def save_pretrained_dir(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None, *,
+                        write: Optional[bool] = None) -> Path:
+    """An evaluation checkpoint as a directory: ``model.safetensors`` (streamed one tensor at a
+    time, so under FSDP2 no rank ever holds more than one whole tensor, and no optimizer state)
+    and ``checkpoint.json`` (format, family, config, class, build, plugins, ``extra``); ``hf:``
+    families also get ``config.json``, the ``save_pretrained`` layout ``from_pretrained`` loads.
+    Collective under FSDP2 (every rank calls it; ``write``: default rank 0 writes). Atomic:
+    written in a temp directory renamed into place."""
+    path = Path(path)
+    cfg = _config_dict(model)
+    if "family" not in cfg or "size" not in cfg:
+        raise ValueError("model.config must have 'family' and 'size' fields to be checkpointed")
+    dist = torch.distributed
+    if write is None:
+        write = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    hf = _is_hf(cfg)
+    entries = _entries(model, hf)
+    meta = {"format": FORMAT_DIR, "family": cfg["family"], "config": cfg,
+            "class": f"{type(model).__module__}:{type(model).__qualname__}", "build": getattr(model, BUILD_ATTR, None),
+            "plugins": _plugins_of(model), "extra": dict(extra or {}), "hf_layout": hf}
+    if not write:
+        for _, v in entries:
+            _whole(v)  # take part in each gather
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        header = _header(entries, {"format": "pt"})
+        with open(tmp / SAFETENSORS, "wb") as f:
+            f.write(len(header).to_bytes(8, "little"))
+            f.write(header)
+            for _, v in entries:
+                f.write(_whole(v).view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+        (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True, default=_plain) + "\n")
+        if hf:
+            model.hf.config.to_json_file(str(tmp / "config.json"))
+        os.chmod(tmp, 0o755)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _plain(x: Any) -> Any:
+    """JSON for the non-JSON values an ``extra`` may hold (tensors, tuples are lists already)."""
+    if torch.is_tensor(x):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not plain data; checkpoint extras hold numbers, strings, lists, dicts")
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The evaluation checkpoints in ``directory`` (RUN_DIR/checkpoints), sorted by name:
+    checkpoint directories and older ``*.pt`` files."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [p for p in d.iterdir() if not p.name.startswith(".") and
+             ((p.is_dir() and (p / META).is_file()) or (p.is_file() and p.suffix == ".pt"))]
+    return sorted(found, key=lambda p: p.name)
+
+
+def _read_dir(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(metadata, state dict) of a checkpoint directory, read without unpickling anything."""
+    from safetensors.torch import load_file
+
+    try:
+        meta = json.loads((path / META).read_text())
+        state = load_file(str(path / SAFETENSORS))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); it is incomplete "
+                         "or not a checkpoint: use another one or retrain") from exc
+    if meta.get("format") != FORMAT_DIR:
+        raise ValueError(f"{path / META} is not an interpscale checkpoint (format {FORMAT_DIR!r})")
+    if meta.get("hf_layout"):
+        state = {f"hf.{k}": v for k, v in state.items()}
+    return meta, state
+
+
 def _rebuild(family: str, cfg: dict[str, Any], cls_path: str, build: Optional[dict]) -> nn.Module:
     # A family of this package rebuilds from its class's from_config; a plugin family through
     # its own builder with the arguments it was built with.
@@ -82,11 +207,37 @@ def _rebuild(family: str, cfg: dict[str, Any], cls_path: str, build: Optional[di
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple[nn.Module, dict]:
-    """``(model, extra)``: the model rebuilt from its saved config with the weights loaded; a
-    ValueError when the file is not a model checkpoint or its weights do not match its config."""
+    """``(model, extra)``: the model rebuilt from its saved config with the weights loaded, from a
+    checkpoint directory or an older ``.pt`` file; a ValueError when it is not a model
+    checkpoint or its weights do not match its config."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir() and (path / META).is_file():
+        meta, state = _read_dir(path)
+        cfg, build, cls = meta["config"], meta.get("build"), meta.get("class", "")
+    elif path.is_file():
+        meta = _read_pt(path, map_location)
+        cfg, build, cls = json.loads(meta["config_json"]), json.loads(meta.get("build_json") or "null"), \
+            meta.get("class", "")
+        state = meta["state_dict"]
+    else:
         raise FileNotFoundError(f"no checkpoint at {path}")
+    plugins.load_plugins(meta.get("plugins") or ())  # before the family lookup
+    model = _rebuild(meta["family"], cfg, cls, build)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = [f"{k}: saved {tuple(state[k].shape)} vs config {tuple(own[k].shape)}"
+              for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        raise ValueError(f"checkpoint {path} does not match its config ({meta['family']}/{cfg.get('size')}): "
+                         f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
+    model.load_state_dict(state, strict=True)
+    model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
+    return model, dict(meta.get("extra") or {})
+
+
+def _read_pt(path: Path, map_location: Any) -> dict[str, Any]:
+    """An older ``.pt`` checkpoint's payload, unpickled with ``weights_only=True``."""
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:  # truncated, not a zip, unreadable
@@ -94,18 +245,4 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
                          "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
-    cfg = json.loads(payload["config_json"])
-    plugins.load_plugins(payload.get("plugins") or ())  # before the family lookup
-    model = _rebuild(payload["family"], cfg, payload.get("class", ""), json.loads(payload.get("build_json") or "null"))
-    state = payload["state_dict"]
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [f"{k}: saved {tuple(state[k].shape)} vs config {tuple(own[k].shape)}"
-              for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
-        raise ValueError(f"checkpoint {path} does not match its config ({payload['family']}/{cfg.get('size')}): "
-                         f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
-    model.load_state_dict(state, strict=True)
-    model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
-    return model, dict(payload.get("extra") or {})
+    return payload

@@ -21,7 +21,8 @@ from interpscale.executors import stop_requested
 from interpscale.models import build_model, get_family
 from interpscale.models.protocol import DataFields, set_phase
 from interpscale.models.types import SPECIAL_IDS, PhaseSchedule
-from interpscale.orchestration.checkpointer import Checkpointer, restore_rng
+from interpscale.orchestration.checkpointer import Checkpointer
+from interpscale.orchestration.config import ObserveConfig, TrainConfig, split_settings, with_settings
 from interpscale.orchestration.observe import SegmentLog, rewind_metrics
 from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optimizer, pin, seed_step, split,
                                                 step_seed, sync, wrap)
@@ -107,22 +108,28 @@ class Trainer:
     Data parallel over an initialised ``torch.distributed`` group: each rank takes its share
     of Table 24's global batch (``spec.batch_size`` rows whatever the world size), in
     micro-batches of ``micro_batch_tokens``; ``parallel``: ``"ddp"`` or ``"fsdp"`` (FSDP2).
-    On CUDA: bf16 autocast, ``torch.compile`` of the loss (unless ``compile=False``), fused
-    AdamW, pinned batches; the CPU default is eager.  ``save_every_s`` / ``save_every_steps``:
-    the resume-state cadence (``Checkpointer``).
+    On CUDA: bf16 autocast, ``torch.compile`` of the loss (unless ``compile=False``; in
+    ``compile_mode``), fused AdamW, pinned batches; the CPU default is eager.
+    ``save_every_s`` / ``save_every_steps``: the resume-state cadence (``Checkpointer``).
+    Every setting is a field of ``config`` (:class:`~interpscale.orchestration.config.TrainConfig`).
     """
 
-    def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, *, data_root: str | os.PathLike | None = None,
-                 device: str | None = None, progress: bool = True, save_every_s: float = 60.0,
-                 save_every_steps: int | None = None, micro_batch_tokens: int | None = None,
-                 parallel: str = "ddp", compile: bool | None = None, tensorboard: bool = True):
-        if parallel not in PARALLEL:
-            raise ValueError(f"unknown parallelism {parallel!r}; expected one of {PARALLEL}")
-        self.spec, self.progress, self.parallel, self.tensorboard = spec, progress, parallel, tensorboard
+    def __init__(self, spec: RunSpec, run_dir: str | os.PathLike, config: TrainConfig | None = None, *,
+                 observe: ObserveConfig | None = None, data_root: str | os.PathLike | None = None,
+                 device: str | None = None, progress: bool = True, **settings: Any):
+        """``config`` / ``observe``: the preset's ``[train]`` / ``[observe]`` sections whole;
+        ``settings``: fields of either by name, replacing theirs (``micro_batch_tokens=...``)."""
+        train_kw, observe_kw = split_settings(settings, TrainConfig, ObserveConfig)
+        self.config = with_settings(config or TrainConfig(), **train_kw)
+        self.observe = with_settings(observe or ObserveConfig(), **observe_kw)
+        cfg = self.config
+        if cfg.parallel not in PARALLEL:
+            raise ValueError(f"unknown parallelism {cfg.parallel!r}; expected one of {PARALLEL}")
+        self.spec, self.progress = spec, progress
         dist = torch.distributed
         self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         self.device = _pick_device(device)
-        self.compile = self.device.type == "cuda" if compile is None else bool(compile)
+        self.compile = self.device.type == "cuda" if cfg.compile is None else bool(cfg.compile)
         if self.rank == 0:
             init_run_dir(spec, run_dir, data_root)
         self._barrier()
@@ -130,12 +137,12 @@ class Trainer:
         self.data = open_data(self.run_dir)
         if spec.batch_size % self.world:
             raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
-        self.n_micro = _micro_batches(spec, spec.batch_size // self.world, self.world, micro_batch_tokens)
+        self.n_micro = _micro_batches(spec, spec.batch_size // self.world, self.world, cfg.micro_batch_tokens)
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
         # build: a partial, not the bound method, so no cycle keeps this trainer (and its lock) alive
         self.ckpt = Checkpointer(self.run_dir, spec, rank=self.rank, world=self.world, device=self.device,
                                  build=functools.partial(build_run_model, spec, self.data),
-                                 save_every_s=save_every_s, save_every_steps=save_every_steps)
+                                 save_every_s=cfg.save_every_s, save_every_steps=cfg.save_every_steps)
 
     def _lock(self) -> None:
         """One trainer per run directory: an flock held for the process lifetime (released
@@ -158,14 +165,14 @@ class Trainer:
     def _setup(self, model, opt_state):
         """Move to the device, wrap for data parallelism, build AdamW (loading its state)."""
         model = model.to(self.device)
-        module = wrap(model, self.parallel, self.world, self.device)
+        module = wrap(model, self.config.parallel, self.world, self.device)
         s = self.spec
         opt = torch.optim.AdamW(param_groups(model, s.weight_decay), lr=s.lr, betas=s.betas, eps=s.eps,
                                 fused=self.device.type == "cuda" or None)
         if opt_state is not None:
             load_optimizer(module, opt, opt_state)
         self.module = module
-        self.loss_fn = torch.compile(module) if self.compile else module
+        self.loss_fn = torch.compile(module, mode=self.config.compile_mode) if self.compile else module
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.ckpt.bind(module, model, opt)
         return model, opt
@@ -177,8 +184,8 @@ class Trainer:
         if model is None:
             torch.manual_seed(self.spec.seed)
             return (*self._setup(build_run_model(self.spec, self.data), None), 0)
-        model, opt = self._setup(model, extra["optimizer"])
-        restore_rng(extra, self.device)
+        model, opt = self._setup(model, extra.get("optimizer"))  # a .pt state holds the whole optimizer
+        self.ckpt.restore(extra)  # a DCP state: this rank's shards into the wrapped model, then RNG
         step = int(extra["step"])
         if extra.get("segment") == seg.name:
             log.info("%s: resuming %s at step %d", self.spec.run_id, seg.name, step)
@@ -216,6 +223,7 @@ class Trainer:
             done.add(seg.name)
             if self.rank == 0:
                 write_status(self.run_dir, "running", segments_done=sorted(done))
+        self.ckpt.wait()  # the last asynchronous save complete on every rank
         self._barrier()
         if self.rank == 0:
             self.ckpt.finish()
@@ -229,7 +237,7 @@ class Trainer:
         check = getattr(model, "check_batch", None)
         batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
         logs = SegmentLog(self.run_dir, self.spec, seg, step, device=self.device, world=self.world,
-                          lead=self.rank == 0, progress=self.progress, tensorboard=self.tensorboard)
+                          lead=self.rank == 0, progress=self.progress, tensorboard=self.observe.tensorboard)
         try:
             while step < seg.end:
                 lr = lr_at(self.spec, seg, step)
@@ -241,7 +249,7 @@ class Trainer:
                 self.ckpt.after_step(seg, step, logged)
                 if stop_at_step is not None and stop_at_step <= step < seg.end or \
                         self.world == 1 and step < seg.end and stop_requested():  # a cancelled local job
-                    self.ckpt.save_state(seg, step)
+                    self.ckpt.save_state(seg, step, wait=True)
                     return False
         finally:
             batches.close()
