@@ -171,6 +171,12 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
+def weights_file(path: str | os.PathLike) -> Path:
+    """The file holding a checkpoint's weights: ``model.safetensors`` of a directory, else ``path``."""
+    path = Path(path)
+    return path / SAFETENSORS if path.is_dir() else path
+
+
 def _read_dir(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(metadata, state dict) of a checkpoint directory, read without unpickling anything."""
     from safetensors.torch import load_file

@@ -21,6 +21,7 @@ from interpscale.metrics import estimate_loss
 from interpscale.metrics.bpb import bits_per_byte, scored_bytes
 from interpscale.metrics.interp import interp_metrics
 from interpscale.models import get_family, load_checkpoint
+from interpscale.models.checkpoint import list_checkpoints, weights_file
 from interpscale.orchestration.results import merge_results, read_results, write_results
 from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.spec import RunSpec
@@ -48,7 +49,7 @@ def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
 def checkpoint_signature(path: Path) -> str:
     """A checkpoint's size and modification time (ns), which its cached rows are keyed by
     besides its name: one rewritten since it was evaluated has its rows recomputed."""
-    st = Path(path).stat()
+    st = weights_file(path).stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
@@ -62,7 +63,7 @@ def pending_evaluations(run_dir: str | os.PathLike, estimators: Sequence[str] | 
     estimators = tuple(estimators or default_estimators(RunSpec.load(run_dir).family))
     sigs = table["checkpoint_sig"] if "checkpoint_sig" in table else pd.Series(pd.NA, index=table.index)
     done = set(zip(table.get("checkpoint", []), table.get("estimator", []), sigs))
-    return [(c, e) for c in sorted((run_dir / "checkpoints").glob("*.pt")) for e in estimators
+    return [(c, e) for c in list_checkpoints(run_dir / "checkpoints") for e in estimators
             if (c.name, e, checkpoint_signature(c)) not in done]
 
 
