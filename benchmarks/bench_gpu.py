@@ -17,11 +17,21 @@ import time
 import torch
 
 from interpscale.models import build_model
-from interpscale.models.accounting import concept_flops, flops_per_token_cfg
+from interpscale.models.lm import steerling_price
 from interpscale.models.config import make_config
-from interpscale.models.pricing import lm_head_flops
+from interpscale.models.pricing import price
 from interpscale.models.types import Batch, PhaseSchedule
 from interpscale.orchestration.devices import device_peak_flops
+
+
+def _eq23(cfg, seq_len, *, concept):
+    """M of Eq. 23 (+ Eq. 24 with ``concept``) of a Steerling config."""
+    return steerling_price(cfg, seq_len, concept=concept)[1]
+
+
+def _eq24_concept(cfg):
+    """Eq. 24's concept terms (M with the concept module less M without)."""
+    return _eq23(cfg, 1, concept=True) - _eq23(cfg, 1, concept=False)
 
 
 def peak_flops(device: torch.device) -> float:
@@ -104,8 +114,8 @@ def main() -> None:
                 model.check_batch(batch)
                 loss_fn = lambda m=model, b=batch: m.loss(b, 10).total  # noqa: E731
             dt = time_step(loss_fn, list(model.parameters()), steps, device)
-            flops = flops_per_token_cfg(cfg if fam == "ref" else model.config, T, concept="concept" in fam)  # Eq. 23/24
-            head = lm_head_flops("ar", size, max_seq_len=T, block_size=64, **extra)  # Eq. 23 leaves it out
+            flops = _eq23(cfg if fam == "ref" else model.config, T, concept="concept" in fam)  # Eq. 23/24
+            head = price("ar", size, max_seq_len=T, block_size=64, **extra).head_flops  # Eq. 23 leaves it out
             mem = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else float("nan")
             res[fam] = dt
             print(f"{size:>6} {fam:>19} {1e3 * dt:9.1f} {B * T / dt:10.0f} {flops * B * T / dt / peak:6.1%} "
@@ -115,8 +125,8 @@ def main() -> None:
         if args.quick:
             print(f"{size:>6} ar+concept anneal / ar {res['ar+concept anneal'] / res['ar']:.3f}")
         ccfg = make_config("ar+concept", size, max_seq_len=T, block_size=64, **extra)
-        base_m = flops_per_token_cfg(ccfg, T, concept=False)  # Eq. 23
-        eq24, stable = concept_flops(ccfg) / base_m, stable_concept_flops(ccfg) / base_m
+        base_m = _eq23(ccfg, T, concept=False)  # Eq. 23
+        eq24, stable = _eq24_concept(ccfg) / base_m, stable_concept_flops(ccfg) / base_m
         for b in [b for b in ("ar", "cdlm") if f"{b}+concept" in res]:  # all variants ran (not --quick)
             over_s, over_a = res[f"{b}+concept"] / res[b] - 1, res[f"{b}+concept anneal"] / res[b] - 1
             print(f"{size:>6} {b}+concept overhead: anneal {over_a:.3f} / Eq. 24 {eq24:.3f} = {over_a / eq24:.2f}; "

@@ -19,8 +19,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models import build_model
-from interpscale.models.accounting import concept_flops, flops_per_token_cfg
+from interpscale.models.lm import steerling_price
 from interpscale.models.types import Batch, PhaseSchedule
+
+
+def _eq23(cfg, seq_len, *, concept):
+    """M of Eq. 23 (+ Eq. 24 with ``concept``) of a Steerling config."""
+    return steerling_price(cfg, seq_len, concept=concept)[1]
+
+
+def _eq24_concept(cfg):
+    """Eq. 24's concept terms (M with the concept module less M without)."""
+    return _eq23(cfg, 1, concept=True) - _eq23(cfg, 1, concept=False)
 
 
 class PlainBlock(nn.Module):
@@ -77,7 +87,7 @@ def make_step(model, loss_fn, compiled: bool):
 def stable_concept_flops(cfg) -> float:
     """Concept FLOPs per token of Table 25's stable phase: Eq. 24 plus 6·R·m. That phase has no
     unknown top-k, so û = (u·A)·B composes all m rows, which Eq. 24 (top-k selection) leaves out."""
-    return concept_flops(cfg) + 6 * cfg.concept_rank * cfg.n_unknown
+    return _eq24_concept(cfg) + 6 * cfg.concept_rank * cfg.n_unknown
 
 
 def topk_seconds(cfg, tokens: int, clock, rounds: int) -> float:
@@ -154,8 +164,8 @@ def main() -> None:
     print(f"CDLM step / AR step                : {t['cdlm'] / t['ar']:.3f}  (target <= 1.1)")
     for rank in ranks:
         cfg = models[f"ar+concept R={rank}"].config
-        base_m = flops_per_token_cfg(cfg, T, concept=False)  # Eq. 23
-        predicted = concept_flops(cfg) / base_m  # Eq. 24 extra over Eq. 23
+        base_m = _eq23(cfg, T, concept=False)  # Eq. 23
+        predicted = _eq24_concept(cfg) / base_m  # Eq. 24 extra over Eq. 23
         performed_stable = stable_concept_flops(cfg) / base_m
         topk = topk_seconds(cfg, B * T, clock, n_rounds)
         print(f"R={rank}: Eq. 24 predicts +{predicted:.3f}; anneal top-k (known {cfg.anneal_topk_known} of "

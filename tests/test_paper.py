@@ -1,5 +1,5 @@
 """The paper's constants and counts (interpscale.paper) against its printed tables, and every
-other place that counts (models.accounting, the registry, the example table) against them."""
+other place that counts (models.lm's Steerling price, models.pricing, the example table) against them."""
 
 import math
 
@@ -52,13 +52,13 @@ def test_steerling_8b_compute_exceeds_6ND_by_the_eq23_24_terms():
 
 def test_models_presets_and_accounting_use_the_paper():
     from interpscale.models import SIZES, flops_per_token
-    from interpscale.models.accounting import backbone_params, concept_params
+    from interpscale.models.lm import backbone_params, concept_params
     from interpscale.models.config import PAPER_N_CONCEPTS, make_config
 
     assert PAPER_N_CONCEPTS == paper.N_KNOWN
     for size, (L, d, p, total) in paper.TABLE23.items():
         preset = SIZES[size]
-        assert (preset.n_layers, preset.d_model, preset.paper_params, preset.paper_concept_total) == (L, d, p, total)
+        assert (preset.n_layers, preset.d_model, preset.size) == (L, d, size)  # P and the total: Table 23 itself
         cfg = make_config("cdlm+concept", size)
         assert concept_params(cfg) == paper.concept_module_params(d)
         P = backbone_params(cfg)

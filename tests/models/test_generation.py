@@ -20,7 +20,7 @@ def test_cached_equals_uncached(family, temperature, top_k, tiny):
     assert torch.equal(a[:, :5], prompt)
     assert torch.equal(a, b)
     if model.is_diffusion:
-        assert not (a[:, 5:] == model.config.mask_token_id).any()  # every position denoised
+        assert not (a[:, 5:] == model.config.mask_id).any()  # every position denoised
 
 
 @pytest.mark.parametrize("family", ["ar+concept", "cdlm+concept"])

@@ -18,14 +18,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from interpscale import paper
+
 pytest.importorskip("transformers")  # the `hf` extra (CI installs it)
 
 from interpscale.errors import UserError  # noqa: E402
 from interpscale.models import SIZES, DataFields, build_model, get_family, load_checkpoint, save_checkpoint  # noqa: E402
 from interpscale.models.hf import HFCausalLM, export_pretrained, hf_config  # noqa: E402
-from interpscale.models.pricing import measure, price  # noqa: E402
+from interpscale.models.pricing import price  # noqa: E402
 from interpscale.models.protocol import find_blocks  # noqa: E402
-from interpscale.models.registry import flops_per_token, params_nonembedding  # noqa: E402
+from interpscale.models.pricing import flops_per_token, params_nonembedding  # noqa: E402
 from interpscale.models.types import Batch  # noqa: E402
 
 PRESET = """
@@ -179,7 +181,7 @@ def test_hf_family_builds_trains_and_prices(family):
 def test_hf_llama_measured_pricing_equals_eq23_within_one_percent(size):
     data = DataFields(vocab_size=1024)
     P, M = params_nonembedding("hf:llama", size, data=data), flops_per_token("hf:llama", size, 256, data=data)
-    got = measure("hf:llama", size, 256, data=data)  # counted on the meta device
+    got = price("hf:llama", size, 256, data=data, measure=True)  # counted on the meta device
     assert got.params == P
     assert abs(got.flops_per_token / M - 1) < 0.01
 
@@ -188,9 +190,9 @@ def test_hf_sizes_follow_the_presets_and_a_measured_type_is_priced_on_meta():
     c = hf_config("hf:llama", "85M", data=DataFields(vocab_size=1000))
     assert (c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.d_ff) == (10, 768, 6, 2, 4 * 768)  # Table 23
     # Table 23's backbone P = L(14d² + 2d·d_kv): SwiGLU at 4d and two KV heads; Llama adds only its norms
-    assert abs(params_nonembedding("hf:llama", "85M") / SIZES["85M"].paper_params - 1) < 1e-3
+    assert abs(params_nonembedding("hf:llama", "85M") / paper.TABLE23["85M"][2] - 1) < 1e-3
     assert hf_config("hf:gpt_neox", "85M").n_kv_heads == 6  # NeoX has no grouped-query attention
-    assert get_family("hf:qwen3").pricing == "measured" and get_family("hf:llama").pricing == "analytic"
+    assert price("hf:llama", "nano", 32, data=DataFields(vocab_size=64)).how == "analytic"
     assert price("hf:qwen3", "nano", 32, data=DataFields(vocab_size=64)).how == "measured"
     with pytest.raises(ValueError, match="unknown override"):
         hf_config("hf:llama", "nano", gate="headwise")

@@ -123,8 +123,8 @@ def test_preset_plugins_are_recorded_in_plugin_runs_and_loaded_with_the_spec(tmp
     assert by_family == {"gated-gpt": (plugin,), "ar": ()}
     run = next(r for r in p.runs if r.family == "gated-gpt")
     (tmp_path / "spec.json").write_text(run.to_json())
-    check = ("from interpscale.orchestration.spec import RunSpec\nfrom interpscale.models import get_family\n"
-             f"print(get_family(RunSpec.load({str(tmp_path / 'spec.json')!r}).family).pricing)\n")
+    check = ("from interpscale.orchestration.spec import RunSpec\nfrom interpscale.models import price\n"
+             f"print(price(RunSpec.load({str(tmp_path / 'spec.json')!r}).family, 'nano', 32).how)\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)

@@ -102,7 +102,7 @@ def test_model_loss_chunked_and_checkpointed_equal_plain(family, tiny, chunked):
 
 # The checkpoint layout written by the model code before the plain-PyTorch rewrite (commit
 # 60a886e), copied from a cdlm+concept nano checkpoint it saved: its config (with the old
-# `mask_token_id` field and none of pad_id / eos_id / eoc_id / mask_id / loss_chunk_tokens)
+# `mask_token_id` field, refused since its deprecation release, and none of pad_id / eos_id / eoc_id / mask_id / loss_chunk_tokens)
 # and its state-dict keys. The test writes a checkpoint in that layout from a seeded model.
 PRE_PLAIN_CONFIG = {
     "alpha_known_floor": 0.5, "alpha_known_start": 1.0, "alpha_ramp_frac": 0.1, "alpha_unknown_floor": 0.5,
@@ -125,19 +125,24 @@ PRE_PLAIN_KEYS = [
 
 
 def test_checkpoint_from_before_the_rewrite_loads_and_reproduces_logits(tmp_path):
+    """The pre-rewrite layout loads with today's field names; its old `mask_token_id` key (the
+    alias's deprecation release has passed) is refused, naming the field."""
     import json
 
-    over = {k: v for k, v in PRE_PLAIN_CONFIG.items() if k not in ("family", "size")}
+    renamed = {("mask_id" if k == "mask_token_id" else k): v for k, v in PRE_PLAIN_CONFIG.items()}
+    over = {k: v for k, v in renamed.items() if k not in ("family", "size")}
     torch.manual_seed(0)
     model = build_model("cdlm+concept", "nano", **over).eval()
     state = model.state_dict()
     assert sorted(state) == PRE_PLAIN_KEYS  # the rewrite kept every parameter name
-    path = tmp_path / "pre_plain.pt"
-    torch.save({"format": "interpscale-model/1", "family": "cdlm+concept",
-                "config_json": json.dumps(PRE_PLAIN_CONFIG, sort_keys=True),
-                "class": "interpscale.models.lm:SteerlingLM", "state_dict": state,
-                "extra": {"note": "pre-plain layout (commit 60a886e)"}}, path)
-    loaded, extra = load_checkpoint(path)
+    for name, cfg in (("old", PRE_PLAIN_CONFIG), ("new", renamed)):
+        torch.save({"format": "interpscale-model/1", "family": "cdlm+concept",
+                    "config_json": json.dumps(cfg, sort_keys=True),
+                    "class": "interpscale.models.lm:SteerlingLM", "state_dict": state,
+                    "extra": {"note": "pre-plain layout (commit 60a886e)"}}, tmp_path / f"{name}.pt")
+    with pytest.raises(ValueError, match="mask_token_id"):
+        load_checkpoint(tmp_path / "old.pt")
+    loaded, extra = load_checkpoint(tmp_path / "new.pt")
     assert loaded.config.mask_id == 3 and "60a886e" in extra["note"]
     tokens = torch.randint(4, 64, (2, 32), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(loaded.eval()(tokens).logits, model(tokens).logits, atol=1e-5, rtol=0)
@@ -179,7 +184,6 @@ def test_special_token_ids_come_from_the_config(tiny):
     cfg_ids = dict(pad_id=10, eos_id=11, eoc_id=12, mask_id=13)
     model = tiny("cdlm", **cfg_ids).double()
     assert (model.config.pad_id, model.config.eos_id, model.config.eoc_id, model.config.mask_id) == (10, 11, 12, 13)
-    assert model.config.mask_token_id == 13  # the old name still reads
     out = model.generate(torch.randint(20, 512, (2, 5)), 27, seed=0)
     assert not (out == 13).any() and (out[:, 5:] != 3).any()  # [MASK] = 13 is never emitted; 3 is a token
     with pytest.raises(ValueError, match="mask_id=600"):

@@ -159,7 +159,7 @@ def _preset_with(tmp_path, data_extra: str, model_extra: str = "") -> str:
 
 def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
     from interpscale.models import build_model
-    from interpscale.models.accounting import concept_flops
+    from interpscale import paper
     from interpscale.models.config import make_config
 
     p = plan(_preset_with(tmp_path, "n_concepts = 40"), families=["ar+concept", "ar"], flops_per_s=1e10,
@@ -169,7 +169,7 @@ def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
     # M is Eq. 24 of the model that trains: the backbone plus concept terms at n = 40 concepts
     base = p.table[(p.table.family == "ar") & (p.table["size"] == "nano")].iloc[0]
     cfg = make_config("ar+concept", "nano", vocab_size=512, n_concepts=40)
-    assert row.M - base.M == pytest.approx(concept_flops(cfg))
+    assert row.M - base.M == pytest.approx(paper.concept_module_flops(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank))
     model = build_model("ar+concept", "nano", vocab_size=512, n_concepts=40)
     assert row.P == model.params_nonembedding()
     # LM head: 6·d·V per token, its own column, outside Eq. 23 but inside the runtime

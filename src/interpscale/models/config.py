@@ -1,7 +1,10 @@
-"""Size presets (Table 23 plus tiny CPU sizes) and the one config rule every family follows."""
+"""The one config rule every family follows, the Steerling families' ``ModelConfig``, and the size
+presets, which are ``ModelConfig`` records themselves (Table 23 plus tiny CPU sizes, the sizes a
+sweep defines, and generated names ``L<layers>d<width>``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
@@ -10,82 +13,6 @@ from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_ID
 
 PAPER_N_CONCEPTS = paper.N_KNOWN  # Table 25: n, shared across all sizes
 SPECIAL_ID_FIELDS = tuple(f"{k}_id" for k in SPECIAL_IDS)  # pad_id, eos_id, eoc_id, mask_id
-
-
-@dataclass(frozen=True)
-class SizePreset:
-    """One backbone size; ``paper_params`` is Table 23's backbone P (None for CPU presets); ``n_kv_heads``
-    reproduces Table 23's counts, P = L·(14d² + 2d·d_kv) (docs/models.md: derivation, 5B exception)."""
-
-    name: str
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    paper_params: Optional[int] = None
-    paper_concept_total: Optional[int] = None
-    # defaults that make sense at this scale (overridable per model)
-    vocab_size: int = paper.VOCAB_SIZE  # §4.5.2: cl100k_base + special tokens
-    max_seq_len: int = 4096
-    block_size: int = 64
-    n_concepts: int = PAPER_N_CONCEPTS
-    concept_rank: int = 256
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-
-def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> SizePreset:
-    # CPU demo sizes: MHA, small vocab/concept library, short blocks so a 64-token
-    # sequence still holds several diffusion blocks.
-    return SizePreset(name, n_layers, d_model, n_heads, n_heads, vocab_size=512, max_seq_len=512,
-                      block_size=16, n_concepts=32, concept_rank=16)
-
-
-# Table 23 gives L, d and the counts; the head counts are ours (App. G's head width 128 at
-# two KV heads reproduces the counts; docs/models.md). 5B: no KV-head count reproduces
-# 5,694M at L=24, d=3840; full MHA is closest (-0.6%).
-PAPER_HEADS = {"10M": (4, 2), "25M": (4, 2), "85M": (6, 2), "200M": (8, 2), "400M": (10, 2), "800M": (14, 2),
-               "1.5B": (18, 2), "3B": (24, 3), "5B": (30, 30)}  # size -> (n_heads, n_kv_heads)
-
-SIZES: dict[str, SizePreset] = {
-    p.name: p
-    for p in (
-        _tiny("nano", 2, 32, 2),  # ≈ 33k non-embedding params
-        _tiny("micro", 2, 64, 2),  # ≈ 132k
-        _tiny("tiny", 3, 96, 3),  # ≈ 444k
-        _tiny("mini", 4, 128, 4),  # ≈ 1.05M
-        _tiny("small", 5, 160, 5),  # ≈ 2.05M
-        *(SizePreset(name, L, d, *PAPER_HEADS[name], P, total) for name, (L, d, P, total) in paper.TABLE23.items()),
-    )
-}
-PAPER_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is not None)
-TINY_SIZES = tuple(n for n, p in SIZES.items() if p.paper_params is None)
-
-
-def preset(size: str) -> SizePreset:
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)}")
-    return SIZES[size]
-
-
-def renamed(fields_: dict[str, Any]) -> dict[str, Any]:
-    """Config fields under today's names: ``mask_token_id`` (configs saved before the
-    special-id fields existed) is ``mask_id``."""
-    out = dict(fields_)
-    if "mask_token_id" in out:
-        out.setdefault("mask_id", out.pop("mask_token_id"))
-    return out
-
-
-def derived_heads(p: SizePreset, d_model: int) -> int:
-    """Heads for a width that overrides the preset's: keep its head width where it divides
-    ``d_model``, else heads of width 32, else one head."""
-    hd = p.head_dim
-    if d_model % hd == 0 and d_model >= hd:
-        return d_model // hd
-    return max(1, d_model // 32) if d_model % 32 == 0 else 1
 
 
 @dataclass(kw_only=True)
@@ -122,16 +49,11 @@ class ConfigRecord:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    @property
-    def mask_token_id(self) -> int:
-        return self.mask_id
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
-        data = renamed(data)
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
@@ -211,19 +133,118 @@ class ModelConfig(ConfigRecord):
         return int(self.mlp_ratio * self.d_model)
 
 
-def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
-    """The config of ``family`` at preset ``size`` with ``overrides`` applied (no allocation)."""
-    p = preset(size)
-    base = ModelConfig(family=family, size=size, n_layers=p.n_layers, d_model=p.d_model, n_heads=p.n_heads,
-                       n_kv_heads=p.n_kv_heads, vocab_size=p.vocab_size, max_seq_len=p.max_seq_len,
-                       block_size=p.block_size, n_concepts=p.n_concepts, concept_rank=p.concept_rank)
-    overrides = renamed(overrides)
-    known = {f.name for f in fields(ModelConfig)}
-    bad = sorted(set(overrides) - known)
-    if bad:
-        raise ValueError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
+
+
+# ---- size presets: ModelConfig records (family "") ------------------------------------------------
+def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> ModelConfig:
+    # CPU demo sizes: MHA, small vocab/concept library, short blocks so a 64-token
+    # sequence still holds several diffusion blocks.
+    return ModelConfig(family="", size=name, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads,
+                       vocab_size=512, max_seq_len=512, block_size=16, n_concepts=32, concept_rank=16)
+
+
+# Table 23 gives L, d and the counts; the head counts are ours (App. G's head width 128 at
+# two KV heads reproduces the counts; docs/models.md). 5B: no KV-head count reproduces
+# 5,694M at L=24, d=3840; full MHA is closest (-0.6%).
+PAPER_HEADS = {"10M": (4, 2), "25M": (4, 2), "85M": (6, 2), "200M": (8, 2), "400M": (10, 2), "800M": (14, 2),
+               "1.5B": (18, 2), "3B": (24, 3), "5B": (30, 30)}  # size -> (n_heads, n_kv_heads)
+GENERATED = re.compile(r"L([1-9][0-9]*)d([1-9][0-9]*)")  # the adaptive sweep's names (orchestration.adaptive.LADDER)
+GENERATED_BASE = "nano"
+
+
+def generated_heads(d_model: int) -> int:
+    """Heads of a generated size: head width 16 from d = 32, two heads at 16 and 24, else one
+    (the adaptive sweep's ladder, ``orchestration.adaptive.LADDER``)."""
+    if d_model >= 32 and d_model % 16 == 0:
+        return d_model // 16
+    return 2 if d_model in (16, 24) else 1
+
+
+class Sizes(dict):
+    """Size presets by name: the built-in ones, those a sweep defines (:meth:`define`: a base
+    preset and config fields) and generated names ``L<layers>d<width>`` on the ``nano`` base,
+    valid wherever a size is without being listed."""
+
+    def __missing__(self, name: str) -> ModelConfig:
+        m = GENERATED.fullmatch(name) if isinstance(name, str) else None
+        if m is None:
+            raise KeyError(name)
+        d = int(m[2])
+        return _apply(dict.__getitem__(self, GENERATED_BASE), name, {"n_layers": int(m[1]), "d_model": d,
+                                                                       "n_heads": generated_heads(d)})
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        try:
+            return isinstance(name, str) and self.__missing__(name) is not None
+        except (KeyError, ValueError):
+            return False
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def define(self, name: str, base: str, **fields_: Any) -> ModelConfig:
+        """Add (or replace) preset ``name``: ``base``'s fields, then ``fields_`` (those ``ModelConfig``
+        has; a family's own keys are passed to its builder as overrides). Built-in names are fixed."""
+        if name in BUILTIN_SIZES and name != base:
+            raise ValueError(f"size {name!r} is a built-in preset; name the size preset otherwise")
+        if name in BUILTIN_SIZES:
+            return self[name]
+        own = {f.name for f in fields(ModelConfig)} - {"family", "size"}
+        self[name] = _apply(self[base], name, {k: v for k, v in fields_.items() if k in own})
+        return self[name]
+
+
+def derived_heads(p: ModelConfig, d_model: int) -> int:
+    """Heads for a width that overrides the preset's: keep its head width where it divides
+    ``d_model``, else heads of width 32, else one head."""
+    hd = p.head_dim
+    if d_model % hd == 0 and d_model >= hd:
+        return d_model // hd
+    return max(1, d_model // 32) if d_model % 32 == 0 else 1
+
+
+def _apply(p: ModelConfig, size: str, overrides: dict[str, Any], family: Optional[str] = None) -> ModelConfig:
+    """``p`` renamed ``size`` (and ``family``) with ``overrides``: a new width without heads keeps
+    the preset's head width (:func:`derived_heads`), new heads without KV heads are full MHA."""
+    overrides = dict(overrides)
     if "d_model" in overrides and "n_heads" not in overrides:
         overrides["n_heads"] = derived_heads(p, int(overrides["d_model"]))
     if "n_heads" in overrides and "n_kv_heads" not in overrides:
         overrides["n_kv_heads"] = overrides["n_heads"]
-    return replace(base, **overrides)
+    return replace(p, family=p.family if family is None else family, size=size, **overrides)
+
+
+SIZES: Sizes = Sizes(
+    (p.size, p)
+    for p in (
+        _tiny("nano", 2, 32, 2),  # ≈ 33k non-embedding params
+        _tiny("micro", 2, 64, 2),  # ≈ 132k
+        _tiny("tiny", 3, 96, 3),  # ≈ 444k
+        _tiny("mini", 4, 128, 4),  # ≈ 1.05M
+        _tiny("small", 5, 160, 5),  # ≈ 2.05M
+        *(ModelConfig(family="", size=name, n_layers=L, d_model=d, n_heads=PAPER_HEADS[name][0],
+                      n_kv_heads=PAPER_HEADS[name][1], vocab_size=paper.VOCAB_SIZE)
+          for name, (L, d, _, _) in paper.TABLE23.items()),
+    )
+)
+BUILTIN_SIZES = frozenset(SIZES)
+PAPER_SIZES = tuple(paper.TABLE23)
+TINY_SIZES = tuple(n for n in SIZES if n not in paper.TABLE23)
+
+
+def preset(size: str) -> ModelConfig:
+    """The size preset ``size`` (built-in, defined or generated)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)} or generated L<layers>d<width>")
+    return SIZES[size]
+
+
+def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
+    """The config of ``family`` at preset ``size`` with ``overrides`` applied (no allocation)."""
+    known = {f.name for f in fields(ModelConfig)}
+    bad = sorted(set(overrides) - known)
+    if bad:
+        raise ValueError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
+    return _apply(preset(size), size, overrides, family)

@@ -20,12 +20,11 @@ import torch.nn as nn
 from interpscale import paper
 from interpscale.errors import UserError
 from interpscale.models.checkpoint import load_checkpoint
-from interpscale.models.config import ConfigRecord, derived_heads, preset, renamed
+from interpscale.models.config import ConfigRecord, derived_heads, preset
 from interpscale.models.objectives import ar_targets, head_loss
-from interpscale.models.pricing import measure
-from interpscale.models.protocol import DataFields, FamilyModel
+from interpscale.models.protocol import FamilyModel
 from interpscale.models.registry import register_family
-from interpscale.models.types import Batch, LossOutput, ModelOutput
+from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput
 
 PREFIX = "hf:"
 ANALYTIC_TYPES = ("llama", "qwen2", "gpt_neox")  # P from the config (Eq. 23); others are measured
@@ -78,7 +77,7 @@ def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **over
     the overrides. A new width keeps the preset's head width (``config.derived_heads``); KV heads
     are the preset's at its head count, else one per head; ``d_ff`` is ``mlp_ratio`` (4) × d."""
     model_type, p = family[len(PREFIX):], preset(size)
-    kw = {**data.config_fields(concept=False), **renamed(overrides)}
+    kw = {**data.config_fields(concept=False), **overrides}
     unknown = sorted(set(kw) - CONFIG_FIELDS)
     if unknown:
         raise ValueError(f"unknown override(s) {unknown} for family {family!r}; valid: {sorted(CONFIG_FIELDS)}")
@@ -128,18 +127,17 @@ def analytic_params(c: HFConfig) -> Optional[int]:
     return None
 
 
-def _params(family: str, size: str, **kw: Any) -> int:
-    P = analytic_params(hf_config(family, size, **kw))
-    return measure(family, size, None, **kw).params if P is None else P
+def _params(family: str, size: str, **kw: Any) -> Optional[int]:
+    """:func:`analytic_params` (None: ``pricing.price`` measures)."""
+    return analytic_params(hf_config(family, size, **kw))
 
 
-def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
-    """Eq. 23: 6P + 12·L·d·N (attention at the model width d = heads × head width)."""
+def _flops(family: str, size: str, seq_len: int, **kw: Any) -> Optional[float]:
+    """Eq. 23: 6P + 12·L·d·N (attention at the model width d = heads × head width); None
+    where the formula does not know the architecture (``pricing.price`` measures)."""
     c = hf_config(family, size, **kw)
     P = analytic_params(c)
-    if P is None:
-        return float(measure(family, size, seq_len, **kw).flops_per_token)
-    return paper.flops_per_token(P, c.n_layers, c.n_heads * c.head_dim, seq_len)
+    return None if P is None else paper.flops_per_token(P, c.n_layers, c.n_heads * c.head_dim, seq_len)
 
 
 # ---- the model ---------------------------------------------------------------------------------

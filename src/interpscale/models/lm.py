@@ -1,5 +1,6 @@
 """SteerlingLM: one class for the four Steerling families ar, cdlm, ar+concept, cdlm+concept
-(§8.1), registered on import."""
+(§8.1), on the zoo's ``FamilyModel`` base, with their analytic price (Eq. 23 / Eq. 24, through
+``interpscale.paper``), registered on import."""
 
 from __future__ import annotations
 
@@ -7,22 +8,54 @@ from functools import partial
 from typing import Any, Optional
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale import paper
-from interpscale.models.accounting import flops_per_token_cfg, params_cfg
 from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
                                         reconstruction_loss)
 from interpscale.models.config import ModelConfig, make_config
+from interpscale.models.generation import generate
 from interpscale.models.objectives import alpha_schedule, ar_targets, head_loss, mask_batch, mdm_targets
-from interpscale.models.protocol import DataFields
+from interpscale.models.protocol import FamilyModel
 from interpscale.models.registry import get_family, register_family
-from interpscale.models.types import Batch, LossOutput, ModelOutput, PhaseSchedule
+from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput, PhaseSchedule
 
 
-class SteerlingLM(nn.Module):
+# ---- Eq. 23 / Eq. 24 on a ModelConfig (the formulas live in interpscale.paper) ------------------
+def backbone_params(cfg: ModelConfig) -> int:
+    """Non-embedding backbone P: attention + SwiGLU + RMSNorm weights (+ final norm); the V×d
+    embedding is tied with the LM head and not counted."""
+    d, hd = cfg.d_model, cfg.head_dim
+    q_dim, kv_dim = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    attn = d * q_dim + 2 * d * kv_dim + q_dim * d  # Wq, Wk, Wv, Wo (no biases)
+    mlp = 3 * d * cfg.mlp_hidden  # SwiGLU: gate, up, down
+    norms = 2 * d + ((q_dim + kv_dim) if cfg.qk_norm else 0)  # post-attn, post-mlp, QK-norm
+    return cfg.n_layers * (attn + mlp + norms) + d  # + final norm
+
+
+def concept_params(cfg: ModelConfig) -> int:
+    """Concept-module parameters (``paper.concept_module_params``: Table 23's "+Concept total")."""
+    return paper.concept_module_params(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
+
+
+def steerling_price(cfg: ModelConfig, seq_len: Optional[int], *, concept: bool) -> tuple[int, Optional[float]]:
+    """(P, M): P the backbone plus, when ``concept``, the concept module (Table 23's "+Concept
+    total"); M = 6P_backbone + 12·L·d·N (Eq. 23) plus Eq. 24's concept terms (None without N)."""
+    P = backbone_params(cfg)
+    M = None if seq_len is None else paper.flops_per_token(
+        P, cfg.n_layers, cfg.d_model, seq_len, concept=concept, n=cfg.n_concepts, m=cfg.n_unknown,
+        rank=cfg.concept_rank)
+    return P + (concept_params(cfg) if concept else 0), M
+
+
+def concept_overhead_fraction(cfg: ModelConfig) -> float:
+    """Concept-module share of the +Concept total non-embedding parameters (Figure 21)."""
+    c = concept_params(cfg)
+    return c / (c + backbone_params(cfg))
+
+
+class SteerlingLM(FamilyModel):
     """Backbone (+ concept module) + tied LM head. For the diffusion families the caller of
     ``forward`` puts [MASK] (``config.mask_id``) where tokens are masked, and T is a multiple of
     ``config.block_size``; ``loss(batch, step)`` does the family's own masking / teacher forcing."""
@@ -31,11 +64,17 @@ class SteerlingLM(nn.Module):
         super().__init__()
         spec = get_family(config.family)
         self.config = config
-        self.is_diffusion = spec.is_diffusion
-        self.is_concept = spec.is_concept
+        self._diffusion, self._concept_family = spec.is_diffusion, spec.is_concept  # read in compiled code
         self.backbone = Backbone(config)
         self.concept = ConceptModule(config) if self.is_concept else None
-        self.phase = PhaseSchedule()
+
+    @property
+    def is_diffusion(self) -> bool:
+        return self._diffusion
+
+    @property
+    def is_concept(self) -> bool:
+        return self._concept_family
 
     @classmethod
     def from_config(cls, data: dict[str, Any]) -> "SteerlingLM":
@@ -48,13 +87,6 @@ class SteerlingLM(nn.Module):
     @property
     def lm_head(self) -> torch.Tensor:
         return self.backbone.embed.weight  # tied embeddings: W = T
-
-    # --- accounting ---------------------------------------------------------------
-    def params_nonembedding(self) -> int:
-        return params_cfg(self.config, concept=self.is_concept)
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return flops_per_token_cfg(self.config, seq_len, concept=self.is_concept)
 
     def set_phase(self, phase: PhaseSchedule) -> None:
         """Stable or anneal (Tables 25/26): α schedules and anneal-phase top-k."""
@@ -209,8 +241,6 @@ class SteerlingLM(nn.Module):
 
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
         """[B, P + max_new_tokens] ids; sampling and ``kwargs`` as ``models.generation.generate``."""
-        from interpscale.models.generation import generate
-
         return generate(self, prompt_ids, max_new_tokens, **kwargs)
 
 
@@ -225,12 +255,11 @@ def _build(family: str, size: str, **kw: Any) -> SteerlingLM:
 
 
 def _params(family: str, size: str, **kw: Any) -> int:
-    return params_cfg(steerling_config(family, size, **kw), concept=paper.PAPER_FAMILIES[family].concept)
+    return steerling_price(steerling_config(family, size, **kw), None, concept=paper.PAPER_FAMILIES[family].concept)[0]
 
 
 def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
-    cfg = steerling_config(family, size, **kw)
-    return flops_per_token_cfg(cfg, seq_len, concept=paper.PAPER_FAMILIES[family].concept)
+    return steerling_price(steerling_config(family, size, **kw), seq_len, concept=paper.PAPER_FAMILIES[family].concept)[1]
 
 
 for _name, _f in paper.PAPER_FAMILIES.items():  # name -> (diffusion, concept, description), §8.1

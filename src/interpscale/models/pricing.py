@@ -1,12 +1,19 @@
-"""Measured pricing: parameters and FLOPs of a family that gives no formula, on the meta device.
+"""The one price of a (family, size): non-embedding parameters P and training FLOPs per token M,
+:func:`price` — the family's formulas where it registered them (Eq. 23 / Eq. 24 for the Steerling
+families), else measured on the meta device by the rule of docs/own-model.md ("Pricing"):
 
-The rule (docs/own-model.md, "Pricing"): P = every parameter except the token embeddings
-(``nn.Embedding`` weights, which a tied head shares), each counted once; M = the matmul FLOPs
-``FlopCounterMode`` counts in one ``loss(batch, 0)`` forward + backward of a ``[1, seq_len]``
-batch, per token, with every ``scaled_dot_product_attention`` call priced at Eq. 23's 12·d·N
-per token (whatever kernel would run) and the LM head's 6·d·V taken off (Eq. 23 leaves it
-out; the planner adds it as ``M_head``). Elementwise work is not counted, as in Eq. 23. One
-meta build per (family, size, data, overrides): no memory, a 5B plugin prices in a second.
+- P = every parameter except the token embeddings (``nn.Embedding`` weights, which a tied head
+  shares), each tensor counted once;
+- M = per *trained* token, whatever slice of the sequence the loss feeds the model: the matmul
+  FLOPs ``FlopCounterMode`` counts in one ``loss(batch, 0)`` forward + backward of a ``[1, N]``
+  batch divided by the positions the model ran on (the token-embedding lookups: N, or N − 1 for
+  a loss on ``tokens[:, :-1]``), each ``scaled_dot_product_attention`` booked at Eq. 23's
+  12·d·N per position, plus 6 per vector parameter (norm weights, biases: Eq. 23's 6P books them
+  too), less the LM head's 6·d·V (Eq. 23 leaves it out; the planner adds it as ``M_head``).
+
+The build also checks the model protocol (:func:`check_protocol`), so ``plan`` refuses a family
+whose model the toolkit could not train, checkpoint or evaluate. One meta build per (family,
+size, data, overrides): no memory, a 5B plugin prices in a second.
 """
 
 from __future__ import annotations
@@ -23,45 +30,119 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from interpscale import paper
-from interpscale.models.protocol import DataFields
-from interpscale.models.registry import build_model, flops_per_token, get_family, params_nonembedding
-from interpscale.models.types import Batch
+from interpscale.errors import UserError
+from interpscale.models.registry import build_model, get_family, resolve_size
+from interpscale.models.types import Batch, DataFields
 
 BUILDS = {"count": 0}  # meta builds made in this process (the planner's tests read it)
 
 
 @dataclass(frozen=True)
-class Measured:
-    """Non-embedding ``params``, ``flops_per_token`` (None without a sequence length) and the
-    Eq. 23 ``attention`` term it holds."""
+class Price:
+    """One (family, size) as the planner prices it: non-embedding ``params`` P, ``flops_per_token``
+    M (Eq. 23/24, or measured; None without a sequence length), the LM head's 6·d·V, the concept
+    count it is built with (0 without concepts) and ``how``: "analytic" or "measured"."""
 
     params: int
-    flops_per_token: Optional[float] = None
-    attention: float = 0.0
+    flops_per_token: Optional[float]
+    head_flops: float
+    n_concepts: int
+    how: str
 
 
+def price(family: str, size: str, seq_len: Optional[int] = None, *, data: DataFields = DataFields(),
+          base: Optional[str] = None, measure: bool = False, **overrides: Any) -> Price:
+    """P, M at ``seq_len``, the head's FLOPs and the concept count of ``family`` at size ``size``
+    (defined on ``base`` when not known yet) as trained with ``data`` and ``overrides``;
+    ``measure``: measured even where the family has formulas (to check them)."""
+    if seq_len is not None and int(seq_len) <= 0:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    spec, size = get_family(family), resolve_size(size, base)
+    cfg = model_config(family, size, data=data, **overrides)
+    P = None if spec.params_fn is None or measure else spec.params_fn(size, data=data, **overrides)
+    M = None if spec.flops_fn is None or seq_len is None or measure else spec.flops_fn(size, int(seq_len), data=data,
+                                                                                       **overrides)
+    how, key = "analytic", _key(family, data, overrides)
+    if P is None or (seq_len is not None and M is None):
+        P, M, how = _measure(family, size, key, None if seq_len is None else int(seq_len))
+    elif not spec.builtin:
+        _build(family, size, key)  # a plugin's formulas price it; its model is still checked
+    n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0
+    return Price(int(P), None if M is None else float(M), _head_flops(cfg), n_concepts, how)
+
+
+def params_nonembedding(family: str, size: str, **kw: Any) -> int:
+    """``price(family, size, **kw).params``."""
+    return price(family, size, **kw).params
+
+
+def flops_per_token(family: str, size: str, seq_len: int, **kw: Any) -> float:
+    """``price(family, size, seq_len, **kw).flops_per_token``."""
+    return price(family, size, seq_len, **kw).flops_per_token
+
+
+def model_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> Any:
+    """The config ``build_model`` would give the model, without allocating: the family's
+    ``config_fn``, else read off its (cached) meta build."""
+    spec = get_family(family)
+    if spec.config_fn is not None:
+        return spec.config_fn(size, data=data, **overrides)
+    return getattr(_build(family, size, _key(family, data, overrides)), "config", None)
+
+
+def _head_flops(cfg: Any) -> float:
+    """Forward + backward FLOPs per token of the d × V LM head, 2dV + 4dV (not in Eq. 23), from
+    the config's ``d_model`` and ``vocab_size``; 0 when it names neither."""
+    d, V = getattr(cfg, "d_model", None), getattr(cfg, "vocab_size", None)
+    return 6.0 * d * V if d and V else 0.0
+
+
+# ---- the protocol, checked on the meta build --------------------------------------------------
+PROTOCOL = ("a model with loss(batch, step) -> LossOutput and a `config` record with `family`, `size` and "
+            "to_dict() (checkpoints store it); name the width d_model, the vocabulary vocab_size, the depth "
+            "n_layers (docs/own-model.md, 'The model protocol')")
+
+
+def check_protocol(family: str, model: Any) -> None:
+    """A UserError naming what the model protocol requires and what ``model`` lacks."""
+    cfg = getattr(model, "config", None)
+    missing = [what for what, ok in (
+        ("loss(batch, step)", callable(getattr(model, "loss", None))),
+        ("a `config` attribute", cfg is not None),
+        ("config.family", cfg is None or hasattr(cfg, "family")),
+        ("config.size", cfg is None or hasattr(cfg, "size")),
+        ("config.to_dict()", cfg is None or callable(getattr(cfg, "to_dict", None))
+         or hasattr(cfg, "__dataclass_fields__"))) if not ok]
+    if missing:
+        raise UserError(f"family {family!r}: its builder returns a {type(model).__name__} without "
+                        f"{', '.join(missing)}; the model protocol requires {PROTOCOL}")
+
+
+# ---- measured: one meta build per arguments -----------------------------------------------------
 def nonembedding_params(model: nn.Module) -> int:
     """Parameters except token embeddings (``parameters()`` yields a shared tensor once)."""
     emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     return int(sum(p.numel() for p in model.parameters() if id(p) not in emb))
 
 
-class _AttentionAsEq23(TorchFunctionMode):
-    """Replaces ``F.scaled_dot_product_attention`` by a FLOP-free stand-in of the same shape
-    (its gradient still reaches q, k and v) and books 12·T·S·d_attn per call (Eq. 23)."""
+class _Eq23Counts(TorchFunctionMode):
+    """Books Eq. 23's attention, 12·d_attn·N per query position, for each
+    ``scaled_dot_product_attention`` call (replaced by a FLOP-free stand-in of the same shape whose
+    gradient still reaches q, k and v), and the positions the token embedding looked up."""
 
-    def __init__(self) -> None:
+    def __init__(self, seq_len: int) -> None:
         super().__init__()
-        self.flops = 0.0
+        self.seq_len, self.attention, self.positions = seq_len, 0.0, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             q, k, v = args[:3]
             B, H, T, hd = q.shape
-            S = k.shape[-2]
-            self.flops += B * T * paper.attention_flops(1, H * hd, S)  # Eq. 23's term, one layer of width H·hd
+            self.attention += B * T * paper.attention_flops(1, H * hd, self.seq_len)  # Eq. 23, one layer
             return q * 0 + (k.sum() + v.sum()) * 0
+        if func is F.embedding and self.positions is None:  # the first lookup: the token embedding
+            self.positions = int(args[0].numel())
         return func(*args, **kwargs)
 
 
@@ -74,14 +155,17 @@ def _batch(model: nn.Module, seq_len: int, concept: bool) -> Batch:
     return Batch(tokens, torch.zeros_like(tokens), torch.zeros(1, 1, n, device="meta"))
 
 
-def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> tuple[float, float]:
-    """(M per token by the rule above, its attention part) for a model on the meta device;
+def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> float:
+    """M per trained token by the module docstring's rule for a model on the meta device;
     ``concept``: the batch carries concept labels (a concept family)."""
-    counter, attention = FlopCounterMode(display=False), _AttentionAsEq23()
-    with counter, attention:
+    counter, eq23 = FlopCounterMode(display=False), _Eq23Counts(seq_len)
+    with counter, eq23:
         model.loss(_batch(model, seq_len, concept), 0).total.backward()
-    total = counter.get_total_flops() + attention.flops
-    return total / seq_len - _head_flops(getattr(model, "config", None)), attention.flops / seq_len
+    positions = eq23.positions if eq23.positions and eq23.positions <= seq_len else seq_len
+    emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    vectors = sum(p.numel() for p in model.parameters() if p.ndim < 2 and id(p) not in emb)
+    total = (counter.get_total_flops() + eq23.attention) / positions
+    return total + 6.0 * vectors - _head_flops(getattr(model, "config", None))
 
 
 def _key(family: str, data: DataFields, overrides: dict[str, Any]) -> str:
@@ -92,68 +176,19 @@ def _key(family: str, data: DataFields, overrides: dict[str, Any]) -> str:
 
 
 @lru_cache(maxsize=256)
-def _build(family: str, size: str, key: str) -> tuple[nn.Module, int]:
+def _build(family: str, size: str, key: str) -> nn.Module:
     args = json.loads(key)
     BUILDS["count"] += 1  # lru_cache: once per (family, size, arguments)
     with torch.device("meta"):
         model = build_model(family, size, data=DataFields.from_dict(args["data"]), **args["overrides"])
-    return model, nonembedding_params(model)
-
-
-def measure(family: str, size: str, seq_len: Optional[int], *, data: DataFields = DataFields(),
-            **overrides: Any) -> Measured:
-    """Measured P (and M at ``seq_len``) of ``family``/``size``; one meta build per arguments."""
-    return _measure(family, size, _key(family, data, overrides), None if seq_len is None else int(seq_len))
+    check_protocol(family, model)
+    return model
 
 
 @lru_cache(maxsize=1024)
-def _measure(family: str, size: str, key: str, seq_len: Optional[int]) -> Measured:
-    model, params = _build(family, size, key)
+def _measure(family: str, size: str, key: str, seq_len: Optional[int]) -> tuple[int, Optional[float], str]:
+    model = _build(family, size, key)
     if seq_len is None:
-        return Measured(params)
+        return nonembedding_params(model), None, "measured"
     model.zero_grad(set_to_none=True)
-    return Measured(params, *count_flops(model, seq_len, concept=get_family(family).is_concept))
-
-
-# ---- what the planner asks ----------------------------------------------------------------
-@dataclass(frozen=True)
-class Price:
-    """One (family, size) as the planner prices it: P, M (Eq. 23/24, or measured), the LM head's
-    6·d·V, the concept count it is built with (0 without concepts) and ``how``: "analytic" or "measured"."""
-
-    params: int
-    flops_per_token: float
-    head_flops: float
-    n_concepts: int
-    how: str
-
-
-def model_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> Any:
-    """The config ``build_model`` would give the model, without allocating: the family's
-    ``config_fn``, else read off its (cached) meta build."""
-    spec = get_family(family)
-    if spec.config_fn is not None:
-        return spec.config_fn(size, data=data, **overrides)
-    return getattr(_build(family, size, _key(family, data, overrides))[0], "config", None)
-
-
-def lm_head_flops(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> float:
-    """Forward + backward FLOPs per token of the d × V LM head, 2dV + 4dV (not in Eq. 23), read
-    from the family's config (``d_model``, ``vocab_size``); 0 when the config names neither."""
-    return _head_flops(model_config(family, size, data=data, **overrides))
-
-
-def _head_flops(cfg: Any) -> float:
-    d, V = getattr(cfg, "d_model", None), getattr(cfg, "vocab_size", None)
-    return 6.0 * d * V if d and V else 0.0
-
-
-def price(family: str, size: str, seq_len: int, *, data: DataFields = DataFields(), **overrides: Any) -> Price:
-    """P, M, the head's FLOPs and the concept count of ``family``/``size`` as trained with ``data``;
-    a family without formulas is built once per size on the meta device (``measure``)."""
-    spec = get_family(family)
-    cfg = model_config(family, size, data=data, **overrides)
-    n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0
-    return Price(params_nonembedding(family, size, data=data, **overrides),
-                 flops_per_token(family, size, seq_len, data=data, **overrides), _head_flops(cfg), n_concepts,
-                 spec.pricing)
+    return nonembedding_params(model), count_flops(model, seq_len, concept=get_family(family).is_concept), "measured"

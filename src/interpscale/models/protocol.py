@@ -8,47 +8,18 @@ which the trainer calls so that any object with a ``loss`` works): ``check_batch
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from interpscale.models.types import SPECIAL_IDS, Batch, LossOutput, PhaseSchedule
+from interpscale.models.pricing import price
+from interpscale.models.registry import BUILD_ATTR, build_args, get_family
+from interpscale.models.types import Batch, DataFields, LossOutput, PhaseSchedule
 
-
-@dataclass(frozen=True)
-class DataFields:
-    """What the training data decides about a model, the one argument builders get for it: the
-    tokenizer's ``vocab_size`` (the model's may be larger), the concept library's ``n_concepts``
-    (concept families only), ``special_ids`` ``{"pad", "eos", "eoc", "mask"} -> id`` where they
-    differ from ``types.SPECIAL_IDS``. ``None`` / missing keys mean "the family's default"."""
-
-    vocab_size: Optional[int] = None
-    n_concepts: Optional[int] = None
-    special_ids: Mapping[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.special_ids) - set(SPECIAL_IDS))
-        if unknown:
-            raise ValueError(f"DataFields.special_ids: unknown name(s) {unknown}; known: {sorted(SPECIAL_IDS)}")
-        object.__setattr__(self, "special_ids", {k: int(v) for k, v in self.special_ids.items()})
-
-    def config_fields(self, *, concept: bool) -> dict[str, int]:
-        """The fields under config names (``vocab_size``, ``n_concepts``, ``<name>_id``); ``n_concepts``
-        only for a concept family."""
-        out = {} if self.vocab_size is None else {"vocab_size": int(self.vocab_size)}
-        if concept and self.n_concepts is not None:
-            out["n_concepts"] = int(self.n_concepts)
-        return out | {f"{k}_id": v for k, v in self.special_ids.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"special_ids": dict(self.special_ids)}
-
-    @classmethod
-    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "DataFields":
-        return cls(**dict(d or {}))
+__all__ = ["BUILD_ATTR", "DataFields", "FamilyModel", "LanguageModel", "build_args", "check_batch", "find_blocks",
+           "set_phase"]
 
 
 @runtime_checkable
@@ -97,11 +68,11 @@ class FamilyModel(nn.Module):
 
     @property
     def is_diffusion(self) -> bool:  # registry facts
-        return _registry().get_family(self.config.family).is_diffusion
+        return get_family(self.config.family).is_diffusion
 
     @property
     def is_concept(self) -> bool:
-        return _registry().get_family(self.config.family).is_concept
+        return get_family(self.config.family).is_concept
 
     def check_batch(self, batch: Batch) -> None:
         return None
@@ -110,10 +81,24 @@ class FamilyModel(nn.Module):
         self.phase = phase
 
     def params_nonembedding(self) -> int:
-        return _registry().params_nonembedding(self.config.family, self.config.size, **build_args(self))
+        """P of this model: ``pricing.price`` with the arguments it was built with."""
+        return price(self.config.family, self.config.size, **self._price_args()).params
 
     def flops_per_token(self, seq_len: int) -> float:
-        return _registry().flops_per_token(self.config.family, self.config.size, seq_len, **build_args(self))
+        """M per trained token at ``seq_len`` (``pricing.price``)."""
+        return price(self.config.family, self.config.size, seq_len, **self._price_args()).flops_per_token
+
+    def _price_args(self) -> dict[str, Any]:
+        """``build_model``'s arguments, else (built from a config: a checkpoint, a direct
+        construction) every config field the family accepts, on the nano base when the size
+        is not known here (the fields override every base value)."""
+        if getattr(self, BUILD_ATTR, None):
+            return build_args(self)
+        cfg = self.config
+        fields = cfg.to_dict() if callable(getattr(cfg, "to_dict", None)) else dict(vars(cfg))
+        valid = get_family(cfg.family).config_fields
+        kw = {k: v for k, v in fields.items() if k not in ("family", "size") and (valid is None or k in valid)}
+        return kw | {"base": "nano"}
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,
@@ -130,18 +115,3 @@ class FamilyModel(nn.Module):
                 nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=gen)
             tokens = torch.cat([tokens, nxt], dim=1)
         return tokens
-
-
-def _registry():
-    from interpscale.models import registry  # it imports this module
-
-    return registry
-
-
-BUILD_ATTR = "_interpscale_build"  # where build_model records (data, overrides) on the model
-
-
-def build_args(model: nn.Module) -> dict[str, Any]:
-    """The ``data=`` and overrides ``build_model`` built ``model`` with (``{}`` when unknown)."""
-    rec = getattr(model, BUILD_ATTR, None) or {}
-    return {"data": DataFields.from_dict(rec.get("data")), **dict(rec.get("overrides") or {})}

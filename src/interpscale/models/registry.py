@@ -17,19 +17,21 @@ import torch.nn as nn
 from interpscale._registry import Registry
 from interpscale.errors import UserError
 from interpscale.models import plugins
-from interpscale.models.protocol import BUILD_ATTR, DataFields
+from interpscale.models.config import SIZES
+from interpscale.models.types import DataFields
 
 log = logging.getLogger(__name__)
 
+BUILD_ATTR = "_interpscale_build"  # where build_model records (size, base, data, overrides) on the model
 Builder = Callable[..., nn.Module]  # builder(size, *, data: DataFields, **overrides) -> model
-ParamsFn = Callable[..., int]  # params_fn(size, *, data, **overrides) -> int
-FlopsFn = Callable[..., float]  # flops_fn(size, seq_len, *, data, **overrides) -> float
+ParamsFn = Callable[..., Optional[int]]  # params_fn(size, *, data, **overrides) -> int (None: measure)
+FlopsFn = Callable[..., Optional[float]]  # flops_fn(size, seq_len, *, data, **overrides) -> float (None: measure)
 
 
 @dataclass(frozen=True)
 class FamilySpec:
-    """A registered family. ``params_fn``/``flops_fn`` must not allocate; when omitted the
-    counts are measured on the meta device (``models.pricing``). ``config_fields``: the
+    """A registered family. ``params_fn``/``flops_fn`` must not allocate; when omitted (or
+    returning None) the counts are measured on the meta device (``models.pricing.price``). ``config_fields``: the
     override names the family accepts (None: not declared, the builder checks them)."""
 
     name: str
@@ -47,11 +49,6 @@ class FamilySpec:
         """Registered by this package (else by a plugin module, whose runs record their plugins)."""
         fn = getattr(self.builder, "func", self.builder)  # functools.partial -> the function
         return str(getattr(fn, "__module__", "")).startswith("interpscale.")
-
-    @property
-    def pricing(self) -> str:
-        """"analytic" (the family's formulas) or "measured" (counted on the meta device)."""
-        return "analytic" if self.params_fn is not None and self.flops_fn is not None else "measured"
 
 
 FAMILIES: Registry[FamilySpec] = Registry("family", hint=plugins.where_looked,
@@ -130,36 +127,38 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
-def build_model(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> nn.Module:
-    """``family`` at size preset ``size`` with the data's fields and config ``overrides``, recorded
-    on the model so that a checkpoint of a plugin family reloads through the same builder."""
+def accepted(family: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``table`` (a size preset, say) that ``family``'s config accepts (every key when
+    the family declares no fields: its builder checks them)."""
+    valid = get_family(family).config_fields
+    return {k: v for k, v in table.items() if valid is None or k in valid}
+
+
+def resolve_size(size: str, base: Optional[str] = None) -> str:
+    """``size`` as a known preset: a name not known yet is defined on ``base`` (a sweep's
+    ``[size_presets]`` entry, whose fields reach the builder as overrides); a ValueError otherwise."""
+    if base and size != base and size not in SIZES:
+        SIZES.define(size, base)
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; presets: {sorted(SIZES)} or generated L<layers>d<width>")
+    return size
+
+
+def build_model(family: str, size: str, *, data: Optional[DataFields] = None, base: Optional[str] = None,
+                **overrides: Any) -> nn.Module:
+    """``family`` at size preset ``size`` (defined on ``base`` when not known yet) with the data's
+    fields and config ``overrides``, recorded on the model so that a checkpoint of a plugin family
+    reloads through the same builder."""
     data = data if data is not None else DataFields()
-    model = get_family(family).builder(size, data=data, **overrides)
+    spec = get_family(family)
+    model = spec.builder(resolve_size(size, base), data=data, **overrides)
     plain = {k: v for k, v in overrides.items() if _jsonable(v)}  # CoCoMix's teacher is attached, not recorded
-    object.__setattr__(model, BUILD_ATTR, {"size": size, "data": data.to_dict(), "overrides": plain})
+    object.__setattr__(model, BUILD_ATTR, {"size": size, "base": base, "data": data.to_dict(), "overrides": plain})
     return model
 
 
-def params_nonembedding(family: str, size: str, *, data: Optional[DataFields] = None, **overrides: Any) -> int:
-    """Non-embedding parameters: the family's formula, else counted on the meta device. +concept
-    families: backbone + concept module (Table 23's "+Concept total"; Eq. 24's P is the backbone)."""
-    spec, data = get_family(family), data if data is not None else DataFields()
-    if spec.params_fn is not None:
-        return int(spec.params_fn(size, data=data, **overrides))
-    from interpscale.models.pricing import measure
-
-    return measure(family, size, None, data=data, **overrides).params
-
-
-def flops_per_token(family: str, size: str, seq_len: int, *, data: Optional[DataFields] = None,
-                    **overrides: Any) -> float:
-    """Forward+backward FLOPs per training token: the family's formula (Eq. 23; Eq. 24 for concept
-    families), else measured on the meta device (``models.pricing``)."""
-    if int(seq_len) <= 0:
-        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    spec, data = get_family(family), data if data is not None else DataFields()
-    if spec.flops_fn is not None:
-        return float(spec.flops_fn(size, int(seq_len), data=data, **overrides))
-    from interpscale.models.pricing import measure
-
-    return measure(family, size, int(seq_len), data=data, **overrides).flops_per_token
+def build_args(model: nn.Module) -> dict[str, Any]:
+    """The ``data=``, ``base=`` and overrides ``build_model`` built ``model`` with (``{}`` when unknown)."""
+    rec = getattr(model, BUILD_ATTR, None) or {}
+    out = {"data": DataFields.from_dict(rec.get("data")), **dict(rec.get("overrides") or {})}
+    return out | ({"base": rec["base"]} if rec.get("base") else {})

@@ -4,8 +4,8 @@ a subpackage boundary is one of these small dataclasses."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Optional, Union
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Literal, Mapping, Optional, Union
 
 import torch
 
@@ -22,6 +22,39 @@ SPECIAL_IDS = {"pad": PAD_ID, "eos": EOS_ID, "eoc": EOC_ID, "mask": MASK_ID}
 SPECIAL_TEXT = dict(zip(SPECIAL_IDS, SPECIAL_TOKENS))
 
 Phase = Literal["stable", "anneal"]
+
+
+@dataclass(frozen=True)
+class DataFields:
+    """What the training data decides about a model, the one argument builders get for it: the
+    tokenizer's ``vocab_size`` (the model's may be larger), the concept library's ``n_concepts``
+    (concept families only), ``special_ids`` ``{"pad", "eos", "eoc", "mask"} -> id`` where they
+    differ from ``SPECIAL_IDS``. ``None`` / missing keys mean "the family's default"."""
+
+    vocab_size: Optional[int] = None
+    n_concepts: Optional[int] = None
+    special_ids: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.special_ids) - set(SPECIAL_IDS))
+        if unknown:
+            raise ValueError(f"DataFields.special_ids: unknown name(s) {unknown}; known: {sorted(SPECIAL_IDS)}")
+        object.__setattr__(self, "special_ids", {k: int(v) for k, v in self.special_ids.items()})
+
+    def config_fields(self, *, concept: bool) -> dict[str, int]:
+        """The fields under config names (``vocab_size``, ``n_concepts``, ``<name>_id``); ``n_concepts``
+        only for a concept family."""
+        out = {} if self.vocab_size is None else {"vocab_size": int(self.vocab_size)}
+        if concept and self.n_concepts is not None:
+            out["n_concepts"] = int(self.n_concepts)
+        return out | {f"{k}_id": v for k, v in self.special_ids.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"special_ids": dict(self.special_ids)}
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "DataFields":
+        return cls(**dict(d or {}))
 
 
 @dataclass

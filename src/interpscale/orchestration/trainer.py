@@ -86,7 +86,7 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
 
 def build_run_model(spec: RunSpec, data: PreparedData) -> torch.nn.Module:
     """A fresh model of ``spec`` for ``data`` (with CoCoMix's frozen teacher attached)."""
-    model = build_model(spec.family, spec.model_size, **model_kwargs(spec, data))
+    model = build_model(spec.family, spec.size, base=spec.base_size or None, **model_kwargs(spec, data))
     return attach_frozen(model)  # CoCoMix teachers: loaded here, never by the model
 
 

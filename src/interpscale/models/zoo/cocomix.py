@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from interpscale.models.accounting import backbone_params
+from interpscale.models.lm import backbone_params
 from interpscale.models.backbone import Backbone
 from interpscale.models.config import SIZES, make_config
 from interpscale.models.types import Batch, ModelOutput
@@ -105,7 +105,7 @@ def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
         m += 6.0 * d * C + 6.0 * c.extra["k_concept"] * d
     if c.extra["count_teacher"] and v != "pause":
         t = SIZES[c.extra["teacher_size"]]
-        fwd = 2.0 * backbone_params(make_config("ar", t.name)) + 4.0 * t.n_layers * t.d_model * N
+        fwd = 2.0 * backbone_params(make_config("ar", c.extra["teacher_size"])) + 4.0 * t.n_layers * t.d_model * N
         m += fwd if v == "kd" else 2.0 * fwd + 6.0 * t.d_model * C
     return m
 

@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import torch
 
-from interpscale.models.config import SIZES, ConfigRecord, ModelConfig, derived_heads, make_config, preset, renamed
+from interpscale.models.config import SIZES, ConfigRecord, ModelConfig, derived_heads, make_config, preset
 from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
-from interpscale.models.protocol import DataFields, FamilyModel
-from interpscale.models.types import Batch, LossOutput, ModelOutput
+from interpscale.models.protocol import FamilyModel
+from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput
 
 
 @dataclass
@@ -42,7 +42,7 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], *, data: D
     p = preset(size)
     core = {"vocab_size": p.vocab_size, "d_model": p.d_model, "n_layers": p.n_layers, "n_heads": p.n_heads,
             "max_seq_len": p.max_seq_len, "block_size": p.block_size, "n_concepts": 0}
-    overrides = {**data.config_fields(concept=False), **renamed(overrides)}
+    overrides = {**data.config_fields(concept=False), **overrides}
     extra = dict(defaults) | dict(overrides.pop("extra", None) or {})
     overrides.pop("family", None), overrides.pop("size", None)
     for key, value in overrides.items():
@@ -75,7 +75,8 @@ def backbone_config(c: ZooConfig) -> ModelConfig:
 
 
 class ZooLM(FamilyModel):
-    """Base of the zoo families: Eq. 1's loss plus ``extra_loss`` terms, and the family's analytic counts."""
+    """Base of the zoo families: Eq. 1's loss plus ``extra_loss`` terms; ``params_fn`` /
+    ``flops_fn`` (of a config) are the family's analytic price, which ``pricing.price`` reads."""
 
     params_fn: Callable[[ZooConfig], int]
     flops_fn: Callable[[ZooConfig, int], float]
@@ -87,12 +88,6 @@ class ZooLM(FamilyModel):
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ZooLM":
         return cls(ZooConfig.from_dict(cfg))
-
-    def params_nonembedding(self) -> int:
-        return int(self.params_fn(self.config))
-
-    def flops_per_token(self, seq_len: int) -> float:
-        return float(self.flops_fn(self.config, seq_len))
 
     def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept, from the

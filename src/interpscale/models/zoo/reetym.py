@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn as nn
 
-from interpscale.models.accounting import backbone_params, flops_per_token_cfg
+from interpscale.models.lm import backbone_params, steerling_price
 from interpscale.models.backbone import Backbone
 from interpscale.models.types import ModelOutput
 from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
@@ -91,7 +91,7 @@ def reetym_nonembedding_params(c: ZooConfig) -> int:
 def reetym_flops_per_token(c: ZooConfig, seq_len: int) -> float:
     """Eq. 23 of the backbone plus the factorisation's extra matmuls: R[t]·B at the input
     and h·Bᵀ at the head, 2·S·d each forward, ×3 with the backward: 12·S·d."""
-    return flops_per_token_cfg(backbone_config(c), seq_len, concept=False) + 12.0 * n_signals(c) * c.d_model
+    return steerling_price(backbone_config(c), seq_len, concept=False)[1] + 12.0 * n_signals(c) * c.d_model
 
 
 class ReEtymLM(ZooLM):
