@@ -1,6 +1,7 @@
 """Joint Chinchilla fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eq. 27-28): check ->
 point fit (every start of a grid, the best polished) -> bootstrap replicates -> result. The
-objective (summed Huber on log residuals, Eq. 28) and its batched minimiser: ``joint_objective``.
+objective (summed Huber on log residuals, Eq. 28): ``joint_objective.ChinchillaLaw``, a law of the one
+multistart + bootstrap engine (``lawfit``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import numpy as np
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights
 from ._base import FitStatus, emit, fmt_ci, log
-from ._optim import COARSE_TOL, STATUS
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
-from .joint_objective import BOOT_TOL, FINE_TOL, coarse_grid, epoch_grid, log_pred, minimize_huber_lse
+from ._optim import STATUS
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .joint_objective import ChinchillaLaw, coarse_grid, epoch_grid, log_pred
+from .lawfit import bootstrap_law, multistart
 
 __all__ = ["ChinchillaFit", "coarse_grid", "epoch_grid", "fit_chinchilla", "joint_status", "optimal_allocation",
            "optimal_loss"]
@@ -219,29 +221,25 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
 
 
 def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int):
-    """(theta, objective, converged, best start, starts converged, status): every start to scipy's
-    default tolerance, then the best ``n_polish`` to machine precision; failures in ``warnings``."""
-    res = minimize_huber_lse(x.lP, x.lD, x.lL, x.starts, W=x.w, max_iter=max_iter, tol=COARSE_TOL, **x.opts)
-    ok = res.converged & np.isfinite(res.f)
-    pool = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
-    if pool.size == 0:
-        raise ValueError("fit_chinchilla: the objective is non-finite from every start")
-    # polish the best n_polish end points (distinct basins may differ by < the coarse ftol)
-    top = pool[np.argsort(res.f[pool])[:n_polish]]
-    pol = minimize_huber_lse(x.lP, x.lD, x.lL, res.x[top], W=x.w, max_iter=2 * max_iter, tol=FINE_TOL, **x.opts)
-    j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
-    best = int(top[j])
-    converged = bool(ok[best]) and bool(pol.converged[j])
+    """(theta, objective, converged, best start, starts converged, status): the engine's
+    multistart (every start to scipy's default tolerance, the best ``n_polish`` converged end
+    points polished to machine precision); failures in ``warnings``."""
+    law = ChinchillaLaw(overestimate=x.opts["overestimate"], e_max=x.opts["e_max"])
+    ms = multistart(law, (x.lP, x.lD), x.lL, x.starts, loss="huber_log", delta=x.opts["delta"], W=x.w,
+                    n_polish=n_polish, max_iter=max_iter, polish_iter=2 * max_iter, polish_tol=law.fit_tol,
+                    pool="converged", what="fit_chinchilla")
+    ok = ms.grid.converged & np.isfinite(ms.grid.f)
+    best, converged = ms.best, ms.start_converged and ms.converged
     log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
-             len(x.starts), best, float(pol.f[j]), int(ok.sum()))
+             len(x.starts), best, ms.objective, int(ok.sum()))
     if not converged:
-        failure = STATUS[int(res.status[best])] if not ok[best] else STATUS[int(pol.status[j])]
+        failure = STATUS[int(ms.grid.status[best])] if not ok[best] else STATUS[ms.code]
         emit(warnings, f"fit_chinchilla: no start converged; the best start ended with '{failure}'",
              warn=True)
-    if np.allclose(pol.x[j], x.starts[best], rtol=0, atol=1e-12):
+    if np.allclose(ms.theta, x.starts[best], rtol=0, atol=1e-12):
         converged = False
         emit(warnings, "fit_chinchilla: the optimiser never left its starting point", warn=True)
-    return pol.x[j], float(pol.f[j]), converged, best, int(ok.sum()), STATUS[int(pol.status[j])]
+    return ms.theta, ms.objective, converged, best, int(ok.sum()), STATUS[ms.code]
 
 
 def joint_status(fit) -> FitStatus:
@@ -277,18 +275,15 @@ def _identified(theta: np.ndarray, lL: np.ndarray, warnings: list[str]) -> None:
 
 def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int,
                 warnings: list[str]) -> tuple[np.ndarray | None, dict, int]:
-    """(draws of theta, percentile intervals, replicates kept): every replicate refitted
-    together, warm-started from the point estimate."""
+    """(draws of theta, percentile intervals, replicates kept): the engine's bootstrap, every
+    replicate refitted together, warm-started from the point estimate."""
     if spec.n_boot <= 0:
         return None, {}, 0
-    Y, W = spec.replicates(x.lL, log_pred(theta[None, :], x.lP, x.lD)[0], 5, weights=x.w)
-    br = minimize_huber_lse(x.lP, x.lD, Y, np.broadcast_to(theta, (spec.n_boot, 5)), W=W,
-                            max_iter=max_iter, tol=BOOT_TOL, **x.opts)
-    good = br.converged & np.isfinite(br.x).all(axis=1)
-    n_ok = int(good.sum())
-    for msg in dropped(n_ok, spec.n_boot):
+    law = ChinchillaLaw(overestimate=x.opts["overestimate"], e_max=x.opts["e_max"])
+    boot, n_ok, msgs = bootstrap_law(law, (x.lP, x.lD), x.lL, theta, spec, loss="huber_log", delta=x.opts["delta"],
+                                     weights=x.w, max_iter=max_iter, tol=law.boot_tol)
+    for msg in msgs:
         emit(warnings, msg)
-    boot = br.x[good]
     a, b, e, al, be = boot.T
     draws = dict(a=a, b=b, e=e, alpha=al, beta=be, L_inf=np.exp(e), A_P=np.exp(a), A_D=np.exp(b),
                  alpha_D=al / (al + be))

@@ -4,7 +4,7 @@ Huber loss (delta = 1e-3) on log residuals, *summed* over points (an averaged lo
 L-BFGS-B stop early), in the log-sum-exp parameterisation of Hoffmann et al. / Epoch:
 log L = LSE(a - alpha log P, b - beta log D, e) with A_P = e^a, A_D = e^b, L_inf = e^e. All
 starts of a grid, or all bootstrap replicates, are minimised together by ``_optim.batched_bfgs``
-with analytic gradients.
+with analytic gradients, as the law :class:`ChinchillaLaw` of the one engine (``lawfit``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 
-from ._optim import batched_bfgs, chunked
+from ._optim import chunked
 
 
 def epoch_grid() -> np.ndarray:
@@ -120,16 +120,32 @@ class HuberLSE:
             return r.sum(axis=1), g
 
 
-# grid phase: _optim.COARSE_TOL (scipy's default rule); polish phase: the best starts to machine precision
-FINE_TOL = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)
-BOOT_TOL = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
+class ChinchillaLaw:
+    """The joint law (Eq. 27) as a law of the one engine (``lawfit``): theta = (a, b, e, alpha,
+    beta), inputs X = (log P, log D). It brings its own fused objective (:class:`HuberLSE`, Eq. 28)
+    and its log-scale fitted values, and the engine's multistart and bootstrap do the rest."""
 
+    names = ("a", "b", "e", "alpha", "beta")
+    fit_tol = dict(gtol=1e-11, ftol=1e-13, fscale=1e-300)  # polish: machine precision
+    boot_tol = dict(gtol=1e-8, ftol=1e-10, fscale=1e-300)  # replicates: warm-started, moderate
 
-def minimize_huber_lse(lP, lD, Y, theta0, *, W=None, delta=1e-3, max_iter=1000, tol=None,
-                       overestimate=1.0, e_max=None):
-    """Batched minimisation from the rows of theta0 (a, b, e, alpha, beta); Y (n,) or (S, n);
-    W per-point weights (n,) or per-row weights (S, n)."""
-    obj = HuberLSE(lP, lD, Y, W, delta, overestimate=overestimate, e_max=e_max)
-    res = batched_bfgs(obj, obj.to_internal(np.asarray(theta0, float)), max_iter=max_iter, **(tol or FINE_TOL))
-    res.x = obj.to_external(res.x)
-    return res
+    def __init__(self, *, overestimate: float = 1.0, e_max: float | None = None):
+        self.overestimate, self.e_max = overestimate, e_max
+
+    def model(self, theta, X):
+        """L-hat (S, n) and its Jacobian (S, n, 5) for rows of theta."""
+        lP, lD = X
+        a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
+        t1, t2 = np.exp(a - al * lP[None, :]), np.exp(b - be * lD[None, :])
+        t3 = np.broadcast_to(np.exp(e), t1.shape)
+        J = np.stack([t1, t2, t3, -lP[None, :] * t1, -lD[None, :] * t2], axis=-1)
+        return t1 + t2 + t3, J
+
+    def fitted(self, theta, X):
+        """log L-hat at one theta (the objective's scale), by log-sum-exp."""
+        return log_pred(np.asarray(theta, float)[None, :], *X)[0]
+
+    def objective(self, X, T, W, loss, delta):
+        if loss != "huber_log":
+            raise ValueError(f"the joint law is fitted with the huber_log objective (Eq. 28), got {loss!r}")
+        return HuberLSE(X[0], X[1], T, W, delta, overestimate=self.overestimate, e_max=self.e_max)

@@ -162,7 +162,7 @@ def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
     if recipe == "authors":
         theta, obj, ok, st = _step1_authors(N, D, L, delta, w)
     else:
-        theta, obj, ok, code, _ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
+        theta, obj, ok, code, *_ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
         st = STATUS[code]
     if not ok:
         emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True)
@@ -193,7 +193,7 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> Si
         obj = float(np.sum((y - _sigmoid(x, *theta)) ** 2))
     else:
         grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
-        theta, obj, ok, code, _ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
+        theta, obj, ok, code, *_ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
         st = STATUS[code]
     sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
         n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))

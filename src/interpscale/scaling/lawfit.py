@@ -13,7 +13,7 @@ in :func:`law_result`: replicates of the one bootstrap spec, intervals, a frozen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -84,23 +84,57 @@ class LawObjective:
 
 def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
                  W: np.ndarray | None = None, tol: dict | None = None, max_iter: int = 2000):
-    """Minimise the law's objective from every row of ``starts`` together (BatchResult)."""
-    obj = LawObjective(law, X, T, W, loss, delta)
-    return batched_bfgs(obj, np.asarray(starts, float), max_iter=max_iter, **(tol or FIT_TOL))
+    """Minimise the law's objective from every row of ``starts`` together (BatchResult). A law may
+    bring its own batched objective, ``law.objective(X, T, W, loss, delta)`` with optional
+    ``to_internal``/``to_external`` parameter maps (the joint Chinchilla law's fused Eq. 28)."""
+    make = getattr(law, "objective", None)
+    obj = make(X, T, W, loss, delta) if make is not None else LawObjective(law, X, T, W, loss, delta)
+    x0 = np.asarray(starts, float)
+    res = batched_bfgs(obj, obj.to_internal(x0) if hasattr(obj, "to_internal") else x0, max_iter=max_iter,
+                       **(tol or FIT_TOL))
+    if hasattr(obj, "to_external"):
+        res.x = obj.to_external(res.x)
+    return res
+
+
+class Multistart(NamedTuple):
+    """What :func:`multistart` found: the best polished end point ``theta`` and its ``objective``,
+    whether its polish ``converged`` (and its ``code`` in ``_optim.STATUS``), the grid run
+    (``grid``), the start it came from (``best``) and whether that start's own run converged."""
+
+    theta: np.ndarray
+    objective: float
+    converged: bool
+    code: int
+    grid: Any
+    best: int = 0
+    start_converged: bool = True
 
 
 def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
-               W: np.ndarray | None = None, n_polish: int = 8):
-    """(theta, objective, converged, status code, BatchResult of the grid): every start to scipy
-    L-BFGS-B's default rule (<= 300 iterations), the best ``n_polish`` to machine precision."""
-    res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=300)
-    f = np.where(np.isfinite(res.f), res.f, np.inf)
-    if not np.isfinite(f).any():
-        raise ValueError(f"{type(law).__name__}: the objective is non-finite from every start")
-    top = np.argsort(f)[:n_polish]
-    pol = minimize_law(law, X, T, res.x[top], loss=loss, delta=delta, W=W)
+               W: np.ndarray | None = None, n_polish: int = 8, max_iter: int = 300, polish_iter: int = 2000,
+               polish_tol: dict | None = None, pool: str = "finite", what: str | None = None) -> Multistart:
+    """The one multistart of every law: every start to scipy L-BFGS-B's default rule
+    (``COARSE_TOL``, <= ``max_iter`` iterations), the best ``n_polish`` end points (``pool``:
+    of the ``"finite"`` ones, or of the ``"converged"`` ones when any) to ``polish_tol`` (machine
+    precision), the lowest polished objective wins."""
+    res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=max_iter)
+    ok = res.converged & np.isfinite(res.f)
+    if pool == "converged":
+        cand = np.flatnonzero(ok) if ok.any() else np.flatnonzero(np.isfinite(res.f))
+        if cand.size == 0:
+            raise ValueError(f"{what or type(law).__name__}: the objective is non-finite from every start")
+        top = cand[np.argsort(res.f[cand])[:n_polish]]
+    else:
+        f = np.where(np.isfinite(res.f), res.f, np.inf)
+        if not np.isfinite(f).any():
+            raise ValueError(f"{what or type(law).__name__}: the objective is non-finite from every start")
+        top = np.argsort(f)[:n_polish]
+    pol = minimize_law(law, X, T, res.x[top], loss=loss, delta=delta, W=W, tol=polish_tol, max_iter=polish_iter)
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
-    return pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res
+    best = int(top[j])
+    return Multistart(pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res, best,
+                      bool(ok[best]))
 
 
 def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float = 1e-3) -> list[tuple[np.ndarray, float]]:
@@ -142,15 +176,22 @@ class Bounded:
         return y, J * d[:, None, :]
 
 
+def fit_scale(law: Law, theta: np.ndarray, X: Any, loss: str) -> np.ndarray:
+    """The law's fitted values at ``theta`` on the objective's scale (log y or y); a law may give
+    them itself (``law.fitted``: the joint law's log-sum-exp, exact on the log scale)."""
+    own = getattr(law, "fitted", None)
+    return own(theta, X) if own is not None else to_fit_scale(law.model(theta[None, :], X)[0][0], loss)
+
+
 def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
                   delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000,
-                  bounds=None, keep=None):
-    """(draws (n_ok, k), n_ok, warnings): every replicate of ``spec`` refitted together from
-    ``theta``, those not converged or non-finite dropped; ``bounds``: (lower, upper) kept in every
+                  bounds=None, keep=None, tol: dict | None = None):
+    """The one bootstrap of every law: (draws (n_ok, k), n_ok, warnings), every replicate of
+    ``spec`` refitted together warm-started from ``theta`` (to ``tol``, default ``BOOT_TOL``),
+    those not converged or non-finite dropped; ``bounds``: (lower, upper) kept in every
     replicate (:class:`Bounded`); ``keep``: a mask of anchor points (the ladder's ideal point)
     left as observed in every replicate."""
-    fitted = law.model(theta[None, :], X)[0][0]
-    Y, W = spec.replicates(T, to_fit_scale(fitted, loss), len(theta), weights=weights)
+    Y, W = spec.replicates(T, fit_scale(law, theta, X, loss), len(theta), weights=weights)
     if keep is not None:
         keep = np.asarray(keep, bool)
         if Y.ndim == 2:
@@ -160,7 +201,7 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
     inner = law if bounds is None else Bounded(law, *bounds)
     start = theta if bounds is None else inner.to_internal(theta)
     res = minimize_law(inner, X, Y, np.broadcast_to(start, (spec.n_boot, len(theta))), loss=loss, delta=delta,
-                       W=W, tol=BOOT_TOL, max_iter=max_iter)
+                       W=W, tol=tol or BOOT_TOL, max_iter=max_iter)
     if bounds is not None:
         res.x = inner.to_external(res.x)
     good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)

@@ -130,7 +130,7 @@ def fit_overtraining(
         theta, st, ok = np.asarray(p, float), "curve_fit", True
         obj = float(np.sum((L - law.model(theta[None, :], X)[0][0]) ** 2))
     else:
-        theta, obj, ok, code, _ = multistart(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+        theta, obj, ok, code, *_ = multistart(law, X, T, starts, loss="huber_log", delta=delta, W=w)
         st = STATUS[code]
         if not ok:
             emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True)
