@@ -2,7 +2,8 @@
 `fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md).
 
 Every verb is one :func:`verb`-registered function that adds its parser and sets ``handler`` (the
-function the command calls, ``p.set_defaults(handler=...)``); adding a verb (``fit multiplier``, ``fit curve``) is one such function.
+function the command calls, ``p.set_defaults(handler=...)``); adding a verb (``fit multiplier``,
+``fit curve``) is one such function.
 Every table is read through one column vocabulary (``--params/--tokens/--loss/--family/--run/--step COL``,
 ``options.add_columns``).
 """

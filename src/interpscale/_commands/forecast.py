@@ -99,8 +99,10 @@ def _record(args) -> int:
                                        loss="metric"))
     flag = kw.pop("note", "")
     fc = ForecastLedger(args.registry).record(note=" ".join(filter(None, (flag, args.note))), **kw)
+    C = kw["target_compute"]
     derived = "" if args.target_compute is not None or params is None else \
-        f"target compute {kw['target_compute']:.4g} FLOPs = k·P·D (k from the table)\n"
+        f"target compute {C:.4g} FLOPs = k·P·D, k = {C / (params * tokens):.4g} FLOPs per token per parameter " \
+        "(the table's)\n"
     sys.stdout.write(derived + fc.summary() + f"\nrecorded in {args.registry}\n")
     if flag:
         sys.stderr.write(f"interpscale forecast record: recorded with --force: {flag}\n")

@@ -281,8 +281,9 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     given_k = float(target_compute) / pd_
     if not lo * (1 - K_TOLERANCE) <= given_k <= hi * (1 + K_TOLERANCE):
         span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
-        raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params {float(params):.4g}"
-                         f" x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D with k = {span} FLOPs "
-                         f"per token per parameter, i.e. {derived:.4g} (k = {k:.4g}); {float(target_compute):.4g} "
-                         f"implies k = {given_k:.4g}. Leave the compute out (it is derived) or fix it")
+        raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
+                         f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
+                         f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g} (k = {k:.4g}); "
+                         f"{float(target_compute):.4g} implies k = {given_k:.4g}. Leave the compute out (it is "
+                         "derived) or fix it")
     return float(target_compute)
