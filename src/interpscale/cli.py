@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "figures": ("figures", "draw the paper figures from a results table"),
     "report": ("report", "write report.md / report.html from a results table"),
     "demo": ("demo", "run the embedded demo sweep end to end"),
+    "export": ("export", "export a checkpoint or resume state as safetensors (+ save_pretrained layout for hf:)"),
     "concepts": ("concepts", "concept annotation of a corpus: concepts build | check | synthetic | chunk | tag | library | annotate | validate"),
 }
 
