@@ -296,7 +296,7 @@ def _run_labels(rows: pd.DataFrame) -> np.ndarray:
     return np.array([f"{c:.6g}|{r}" for c, r in zip(rows["slice_flops"], rank)])
 
 
-def _joint_fits(rows_b, rows_v, o: dict, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
+def _joint_fits(rows_b, rows_v, o: dict, names, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
     lab_b, lab_v = _run_labels(rows_b), _run_labels(rows_v)
     paired = set(lab_b) == set(lab_v)
     fits = []
@@ -307,9 +307,9 @@ def _joint_fits(rows_b, rows_v, o: dict, warnings) -> tuple[ChinchillaFit, Chinc
                                        bootstrap="cluster", groups=lab))
     how = ("cluster bootstrap over runs, the same draws for both families (same slices and sizes per slice)"
            if paired else "cluster bootstrap over runs, independent per family (their slices or sizes differ)")
-    for name, f in zip(("base", "variant"), fits):
+    for name, f in zip(names, fits):
         if not fit_status(f).identified:
-            emit(warnings, f"joint fit of the {name} family is {fit_status(f)}")
+            emit(warnings, f"joint multiplier: {name}'s joint fit is {fit_status(f)}")
     return fits[0], fits[1], how
 
 
@@ -432,9 +432,9 @@ def _method_isoflop(rows_b, rows_v, lc, o: _Options, names, warnings):
     return point, draws, test, shared_exponent_test(eb, ev), ev.alpha, (ev.compute.min(), ev.compute.max())
 
 
-def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, warnings):
+def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
     """(point ln k, draws, GrowthTest, how the bootstrap pairs, -d ln L*/d ln C of the variant at the sweep's end)."""
-    fb, fv, how = _joint_fits(rows_b, rows_v, o.joint(), warnings)
+    fb, fv, how = _joint_fits(rows_b, rows_v, o.joint(), names, warnings)
     kb, kv = flops_per_token_per_param(rows_b), flops_per_token_per_param(rows_v)
     point, draws = _log_k_joint(fb, fv, kb, kv, lc)
     grid = np.linspace(math.log(sweep[0]), math.log(sweep[1]), 8)
@@ -447,7 +447,7 @@ def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, warnings):
     test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
     Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
     alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
-    bad = [f"{n}: {fit_status(f)}" for n, f in (("base", fb), ("variant", fv)) if not fit_status(f).identified]
+    bad = [f"{n}: {fit_status(f)}" for n, f in zip(names, (fb, fv)) if not fit_status(f).identified]
     status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
     return point, draws, test, how, alpha_v, status
 
@@ -531,7 +531,7 @@ def fit_multiplier(
                 statuses[method] = FitStatus()
             else:
                 point, draws, test, paired[method], alpha_v, statuses[method] = _method_joint(
-                    rows_b, rows_v, lc, sweep, o, warnings)
+                    rows_b, rows_v, lc, sweep, o, (base, variant), warnings)
                 vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
         except ValueError as exc:
             emit(warnings, f"{method} multiplier skipped: {exc}")

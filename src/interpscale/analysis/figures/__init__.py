@@ -36,6 +36,7 @@ from interpscale.analysis.figures.human_study import forest_figure
 from interpscale.analysis.figures.interp import interp_scaling_figure
 from interpscale.analysis.figures.isoflop import isoflop_figure, power_law_figure
 from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
+from interpscale.analysis.figures.multiplier import multiplier_figure
 from interpscale.analysis.figures.overhead import concept_overhead_figure
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -104,6 +105,8 @@ FIGURES: tuple[FigureSpec, ...] = (
                _cdlm_first(mask_rate_isoflop_figure)),
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
                _cdlm_first(mask_rate_power_law_figure)),
+    FigureSpec("multiplier", "Compute multiplier k(C) of each +Concept family against its backbone",
+               lambda r, f, b, t: multiplier_figure(r, fits=f, n_boot=b)),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
                lambda r, f, b, t: _first_drawable(anneal_loss_figure, r, _CONCEPT_FIRST, n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
@@ -164,6 +167,6 @@ __all__ = [
     "FAMILY_COLORS", "FAMILY_LABELS", "FIGURES", "FigureSet", "anneal_interp_figure", "anneal_loss_figure",
     "concept_overhead_figure", "estimator_isoflop_figure", "estimator_power_law_figure", "extrapolation_figure",
     "family_color", "family_fits", "forest_figure", "interp_extrapolation_figure", "interp_scaling_figure", "isoflop_figure",
-    "loss_curves_figure", "make_all_figures", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
+    "loss_curves_figure", "make_all_figures", "multiplier_figure", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
     "paper_style", "power_law_figure", "read_metrics", "render_figures", "require_columns", "save_figure",
 ]
