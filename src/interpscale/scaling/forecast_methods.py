@@ -11,6 +11,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from interpscale._registry import Registry
+
 from ._base import DEFAULT_LEVEL
 from .bootstrap import N_BOOT
 from .bounded import fit_bounded
@@ -70,15 +72,31 @@ class ForecastMethod:
         return self.predict(fit, compute, options, params, tokens)[1:]
 
 
-METHODS: dict[str, ForecastMethod] = {}
+class MethodRegistry(Registry):
+    """The forecast methods by name: a ``_registry.Registry`` that, like the dict it replaces,
+    can also be edited in place (``del``, ``clear``, ``update``: tests and plugins restore it)."""
+
+    def __setitem__(self, name: str, method) -> None:
+        self.register(name, method, overwrite=True)
+
+    def __delitem__(self, name: str) -> None:
+        self.pop(name)
+
+    def clear(self) -> None:
+        for name in list(self):
+            self.pop(name)
+
+    def update(self, other) -> None:
+        for name, method in dict(other).items():
+            self[name] = method
+
+
+METHODS: MethodRegistry = MethodRegistry("forecast method")
 
 
 def register_method(method: ForecastMethod, *, replace_existing: bool = False) -> ForecastMethod:
     """Add ``method`` to ``METHODS`` under its name (ValueError when taken, unless replacing)."""
-    if method.name in METHODS and not replace_existing:
-        raise ValueError(f"forecast method {method.name!r} is already registered")
-    METHODS[method.name] = method
-    return method
+    return METHODS.register(method.name, method, overwrite=replace_existing)
 
 
 def get_method(name: str) -> ForecastMethod:

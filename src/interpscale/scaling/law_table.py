@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from interpscale._registry import Registry
 from interpscale.errors import UserError
 
 from .external import RunTable, read_runs
 
-LAWS = ("chinchilla", "data-constrained", "overtraining", "ladder")
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,6 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
                   task_min: float = 0.25,
                   n_boot: int | None = None, level: float | None = None, seed: int | None = None) -> LawTableFit:
     """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc."""
-    from . import fit_chinchilla, fit_data_constrained, fit_downstream_error, fit_ladder, fit_overtraining
-    from .ladder import checkpoint_points
-
     if law not in LAWS:
         raise UserError(f"unknown law {law!r}; choose from {', '.join(LAWS)}")
     if loss is None:
@@ -71,24 +68,55 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
     mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
                    step=step, tokens_per_step=tokens_per_step)
     table: RunTable = read_runs(paths, last=last, **mapping)
-    P, D, L = table.column("params"), table.column("tokens"), table.column("loss")
-    boot = _boot(n_boot, level, seed)
-    extra = None
-    if law == "chinchilla":
-        fit = fit_chinchilla(P, D, L, **boot)
-    elif law == "data-constrained":
-        fit = fit_data_constrained(P, D, table.column("unique_tokens"), L, recipe=recipe, **boot)
-    elif law == "overtraining":
-        fit = fit_overtraining(P, D, L, recipe=recipe, **boot)
-        if metric is not None:
-            extra = fit_downstream_error(L, table.column("metric"), **boot)
-    else:
-        ck = {}
-        if metric is not None:
-            if step is None and run is None:
-                raise UserError("fit law ladder: step 2 (--metric) needs per-step logs: map --run and/or --step")
-            steps = read_runs(paths, last=None, **mapping).frame
-            x, y, g = checkpoint_points(steps["run"], steps["loss"], steps["metric"], window=max(int(last), 1))
-            ck = dict(checkpoint_loss=x, checkpoint_accuracy=y, checkpoint_groups=g)
-        fit = fit_ladder(P, D, L, recipe=recipe, task_min=task_min, **ck, **boot)
+    fit, extra = LAWS.lookup(law)(table, paths, mapping, boot=_boot(n_boot, level, seed), recipe=recipe,
+                                  task_min=task_min, last=last, metric=metric)
     return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra)
+
+
+def _pdl(table: RunTable):
+    return table.column("params"), table.column("tokens"), table.column("loss")
+
+
+def chinchilla_table(table, paths, mapping, *, boot, **_):
+    """Eq. 27 on the runs."""
+    from .chinchilla import fit_chinchilla
+
+    return fit_chinchilla(*_pdl(table), **boot), None
+
+
+def data_constrained_table(table, paths, mapping, *, boot, recipe, **_):
+    """Muennighoff et al. Eq. 5 on the runs (needs unique tokens)."""
+    from .data_constrained import fit_data_constrained
+
+    P, D, L = _pdl(table)
+    return fit_data_constrained(P, D, table.column("unique_tokens"), L, recipe=recipe, **boot), None
+
+
+def overtraining_table(table, paths, mapping, *, boot, recipe, metric, **_):
+    """Gadre et al. on the runs, with the error law Err(L) when a metric is mapped."""
+    from .overtraining import fit_downstream_error, fit_overtraining
+
+    P, D, L = _pdl(table)
+    extra = fit_downstream_error(L, table.column("metric"), **boot) if metric is not None else None
+    return fit_overtraining(P, D, L, recipe=recipe, **boot), extra
+
+
+def ladder_table(table, paths, mapping, *, boot, recipe, task_min, last, metric, **_):
+    """Bhagia et al. step 1 on the runs; step 2 on every logged checkpoint when a metric is mapped."""
+    from .ladder import checkpoint_points, fit_ladder
+
+    ck = {}
+    if metric is not None:
+        if mapping["step"] is None and mapping["run"] is None:
+            raise UserError("fit law ladder: step 2 (--metric) needs per-step logs: map --run and/or --step")
+        steps = read_runs(paths, last=None, **mapping).frame
+        x, y, g = checkpoint_points(steps["run"], steps["loss"], steps["metric"], window=max(int(last), 1))
+        ck = dict(checkpoint_loss=x, checkpoint_accuracy=y, checkpoint_groups=g)
+    return fit_ladder(*_pdl(table), recipe=recipe, task_min=task_min, **ck, **boot), None
+
+
+# the laws of ``fit law`` by CLI name: each entry fits its law on a run table -> (fit, chained fit or None)
+LAWS: Registry = Registry("law")
+for _name, _fn in (("chinchilla", "chinchilla_table"), ("data-constrained", "data_constrained_table"),
+                   ("overtraining", "overtraining_table"), ("ladder", "ladder_table")):
+    LAWS.register(_name, f"{__name__}:{_fn}", lazy=True)
