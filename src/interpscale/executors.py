@@ -5,6 +5,7 @@ it imports the standard library and submitit only.  Inside a job function call
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -22,13 +23,16 @@ LAUNCHER_PID_ENV = "INTERPSCALE_LAUNCHER_PID"
 _SHARED = ("timeout_min", "mem_gb", "gpus_per_node", "cpus_per_task", "nodes", "tasks_per_node", "name",
            "stderr_to_stdout")
 _STOP = threading.Event()
+_STOPPED_BY: list[str] = []
 
 
 class JobsFailed(RuntimeError):
-    """Some jobs failed; ``errors`` holds one line per failed job (its last error line)."""
+    """Some jobs failed; ``errors`` holds one line per failed job (its last error line),
+    ``failures`` (index of the job in the waited list, job id, the signal that killed it or
+    None, the error line) the same, structured."""
 
-    def __init__(self, errors: list[str]):
-        self.errors = errors
+    def __init__(self, errors: list[str], failures: list[tuple[int, str, str | None, str]] | None = None):
+        self.errors, self.failures = errors, failures or []
         super().__init__("\n".join(errors))
 
 
@@ -120,18 +124,19 @@ class Launcher:
                 if progress is not None:
                     progress(sum(j.done() for j in jobs), len(jobs))
                 time.sleep(poll_s)
-        results, errors = [], []
-        for j in jobs:
+        results, errors, failures = [], [], []
+        for i, j in enumerate(jobs):
             try:
                 out = j.results()  # one per task
                 results.append(out[0] if len(out) == 1 else out)
             except Exception as exc:  # keep collecting; report every failure at the end
                 results.append(None)
                 errors.append(f"job {j.job_id}: {job_error(exc)}")
+                failures.append((i, str(j.job_id), job_signal(j, exc), job_error(exc)))
         if progress is not None:
             progress(len(jobs), len(jobs))
         if errors:
-            raise JobsFailed(errors)
+            raise JobsFailed(errors, failures)
         return results
 
     def cancel(self, jobs: Sequence[submitit.Job] | None = None, grace_s: float = 60.0) -> None:
@@ -214,14 +219,17 @@ def _controllers_ignore_sigint(local: bool) -> Iterator[None]:
 
 # -- inside a job ---------------------------------------------------------------------------
 def handle_stop_signals(watch_s: float = 1.0) -> None:
-    """Call first in a job function.  In a local submitit job SIGTERM and SIGINT set the flag
+    """Call first in a job function.  In a local submitit job SIGTERM sets the flag
     :func:`stop_requested` reads (instead of submitit ignoring SIGTERM), and a watcher thread
     sets it when the launcher process has gone; elsewhere (SLURM, debug, no job) nothing changes."""
     if os.environ.get("SUBMITIT_EXECUTOR") != "local" or threading.current_thread() is not threading.main_thread():
         return
     _STOP.clear()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: _STOP.set())
+    _STOPPED_BY.clear()
+    faulthandler.enable()  # a fatal signal leaves its name in the job's log (job_signal reads it)
+    # SIGTERM (the launcher's cancel, `kill`) stops the job at the next step; SIGINT stays as
+    # the launcher started it: ignored, so a terminal's Ctrl-C reaches the launcher only
+    signal.signal(signal.SIGTERM, _stop)
     launcher = int(os.environ.get(LAUNCHER_PID_ENV, "0"))
     controller = os.getppid()
 
@@ -232,6 +240,16 @@ def handle_stop_signals(watch_s: float = 1.0) -> None:
             time.sleep(watch_s)
 
     threading.Thread(target=watch, name="interpscale-launcher-watch", daemon=True).start()
+
+
+def _stop(signum, frame) -> None:
+    _STOPPED_BY[:] = [signal.Signals(signum).name]
+    _STOP.set()
+
+
+def stop_signal() -> str | None:
+    """The signal that asked this job to stop (None: not a signal, or no stop asked)."""
+    return _STOPPED_BY[0] if _STOPPED_BY else None
 
 
 def stop_requested() -> bool:
@@ -260,6 +278,29 @@ def job_error(exc: BaseException) -> str:
         if "Error:" in ln:
             return ln.split("Error:", 1)[1].strip()
     return lines[-1] if lines else repr(exc)
+
+
+# faulthandler's names of the fatal signals (a job enables it: handle_stop_signals)
+_FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+          "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def job_signal(job: submitit.Job, exc: BaseException) -> str | None:
+    """The signal that ended a job without a result, where it can be told: the job process's
+    own (a local controller killed), a fatal signal faulthandler reported, else SIGKILL for a
+    task that left no result and no Python error (SIGTERM is caught and SIGINT ignored, which end a
+    job normally, so the uncatchable kill is what remains: ``kill -9``, the OOM killer)."""
+    proc = getattr(job, "_process", None)
+    rc = proc.poll() if proc is not None else None
+    if rc is not None and rc < 0:
+        return signal.Signals(-rc).name
+    text = str(exc)
+    if "has not produced any output" not in text:
+        return None
+    for what, name in _FATAL.items():
+        if f"Fatal Python error: {what}" in text:
+            return name
+    return "SIGKILL" if "Traceback" not in text else None
 
 
 def max_array_size() -> int | None:

@@ -23,10 +23,12 @@ from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 from interpscale.models import FAMILIES
 from interpscale.orchestration.adaptive import adaptive_sweep
+from interpscale.orchestration.config import Preset
 from interpscale.orchestration.launch import Sweep
+from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
 from interpscale.orchestration.planner import plan
 from interpscale.orchestration.results import write_results
-from interpscale.orchestration.rundir import ensure_writable
+from interpscale.orchestration.rundir import ensure_writable, read_status
 from interpscale.orchestration.runtime import estimate_report
 from interpscale.scaling import fit_families
 from interpscale.scaling.isoflop_slices import slice_minimum
@@ -53,15 +55,21 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     summary: dict[str, Any] = {"preset": preset, "problems": []}
     with tqdm(total=len(STAGES), unit="stage", disable=None, leave=False) as bar:
         with _timed(bar, times, 0, "plan", preset):
-            p = plan(preset)
-            boot = int(n_boot or p.launch.get("n_boot", 100))
-            parallel = int(max_parallel or p.launch.get("max_parallel", 2))
+            p = plan(preset)  # the preset is loaded and validated here, once; its tree travels in p.config
+            tree = p.config if p.config is not None else Preset.from_dict({"launch": p.launch})
+            boot = int(n_boot or tree.fit.n_boot)
+            parallel = int(max_parallel or tree.launch.max_parallel)
             atomic_write_text(out / "plan.txt", p.summary() + "\n")
             summary["runs"] = len(p.runs)
         with _timed(bar, times, 1, "train + evaluate", f"{len(p.runs)} runs"):
             sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
             t_launch, since = time.monotonic(), time.time()
-            sweep.launch()
+            try:
+                sweep.launch()
+            except SweepIncomplete as exc:  # the runs that finished are fitted; the demo exits 1 at the end
+                log.error("demo: %s", exc)
+            summary["sweep"] = SweepOutcome.read(sweep.out_dir.name, [sweep.run_dir(r) for r in p.runs]).line()
+            summary["sweep_complete"] = all(read_status(sweep.run_dir(r)).get("state") == "done" for r in p.runs)
             summary["runtime"] = estimate_report(p.estimate, time.monotonic() - t_launch,  # planned vs measured
                                                  [sweep.run_dir(r) for r in p.runs], max_parallel=sweep.max_parallel,
                                                  runs_per_job=sweep.runs_per_job, since=since)

@@ -53,10 +53,13 @@ def test_sweep_default_action_launches_then_status_collect_evaluate(tmp_path, ma
     (out / "results.parquet").unlink()
     assert main(["sweep", "collect", str(out)]) == 0
     assert "2 rows" in capsys.readouterr().out and (out / "results.parquet").exists()
-    # interpscale evaluate SWEEP_DIR evaluates every run (here: new checkpoints only) and collects
+    # interpscale sweep evaluate SWEEP_DIR evaluates every run (here: new checkpoints only) and collects;
+    # the old spelling `evaluate SWEEP_DIR` (deprecated one release) is gone: it names the command to use
     (run_dir / "results.parquet").unlink()
-    assert main(["evaluate", str(out)]) == 0
-    assert "ar_ce" in capsys.readouterr().out and len(read_results(run_dir / "results.parquet")) == 2
+    assert main(["evaluate", str(out)]) == 2
+    assert f"is a sweep directory; write `interpscale sweep evaluate {out}`" in capsys.readouterr().err
+    assert main(["sweep", "evaluate", str(out)]) == 0
+    assert "2 rows" in capsys.readouterr().out and len(read_results(run_dir / "results.parquet")) == 2
     # interpscale evaluate RUN_DIR
     assert main(["evaluate", str(run_dir), "--eval-batch-tokens", "32"]) == 0
     assert "ar_ce" in capsys.readouterr().out

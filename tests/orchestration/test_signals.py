@@ -153,3 +153,111 @@ def test_killed_launcher_jobs_stop_and_a_relaunch_resumes_without_duplicate_rows
     assert st["state"] == "done" and st.get("resumed_at"), st
     steps = [json.loads(ln)["step"] for ln in (d / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == len(set(steps)), "duplicate metrics rows after the resume"
+
+
+def _job_tasks(launcher_pid: int) -> list[psutil.Process]:
+    """The launcher's training processes (submitit tasks, one per local job)."""
+    out = []
+    for p in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if "submitit.core._submit" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_job_fails_the_launch_naming_its_runs_and_a_relaunch_finishes(tmp_path, sig):
+    """Issue 37.4: SIGTERM or SIGKILL (the OOM killer's) to one job's process mid-sweep: the
+    launch exits 1 with one summary line naming the run not done and the signal; the other
+    job's run finishes; launching again finishes the sweep (exit 0, every run done)."""
+    out, preset = tmp_path / "sw", _preset(tmp_path, 2)
+    proc = _launch(preset, out)
+    dirs = _wait_training(out, 2, proc)
+    tasks = _job_tasks(proc.pid)
+    assert len(tasks) == 2, tasks
+    tasks[0].send_signal(sig)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    line = _one_line(err)
+    left = [d.name for d in dirs if read_status(d)["state"] != "done"]
+    assert len(left) == 1, [read_status(d) for d in dirs]
+    assert line.startswith("interpscale sweep launch: sweep sw: 1 of 2 runs done, 0 failed, 1 interrupted, "
+                           "0 pending; "), line
+    if sig == signal.SIGKILL:
+        assert f"killed by SIGKILL (out of memory?): runs {left[0]}; launch again to resume" in line, line
+    else:
+        assert f"interrupted by SIGTERM: {left[0]}; launch again to resume" in line, line
+    assert "internal error" not in line
+    _no_process_left(proc.pid)
+    again = _launch(preset, out)
+    so, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert "sweep sw: 2 of 2 runs done, 0 failed, 0 interrupted, 0 pending" in so
+    assert all(read_status(d)["state"] == "done" for d in dirs)
+
+
+PLUGIN = '''
+import torch
+from interpscale.models import build_model, register_family
+
+def _build(where):
+    def build(size, *, data, **overrides):
+        on_meta = torch.get_default_device().type == "meta"  # the planner's pricing build
+        if where == "build" and not on_meta:
+            raise ValueError("the gate weights do not fit (raised in build)")
+        if where == "price":
+            raise ValueError("no such width (raised in build)")
+        model = build_model("ar", size, data=data, **overrides)
+        inner = model.loss
+        def loss(batch, step):
+            if where == "loss" and batch.tokens.device.type != "meta":  # not the pricing's meta pass
+                raise RuntimeError("shape mismatch in the recurrence (raised in loss)")
+            return inner(batch, step)
+        model.loss = loss
+        return model
+    return build
+
+register_family("boom-build", _build("build"), description="raises in build")
+register_family("boom-loss", _build("loss"), description="raises in loss")
+register_family("boom-price", _build("price"), description="raises in build, also when priced")
+'''
+
+
+def _boom_preset(tmp_path: Path, family: str) -> tuple[Path, dict]:
+    (tmp_path / "boomplug.py").write_text(PLUGIN)
+    text = _preset(tmp_path, 1).read_text()
+    text = text.replace('families = ["ar"]', f'families = ["{family}"]\nplugins = ["boomplug"]')
+    text = text.replace("save_every_s = 3600", "save_every_s = 3600\ngpus_per_node = 1")  # priced by FLOPs: no timed step
+    preset = tmp_path / "boom.toml"
+    preset.write_text(text)
+    return preset, {**os.environ, "OMP_NUM_THREADS": "1",
+                    "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def test_an_error_in_a_familys_own_code_when_priced_names_family_and_size(tmp_path):
+    preset, env = _boom_preset(tmp_path, "boom-price")
+    proc = subprocess.run([sys.executable, "-m", "interpscale.cli", "plan", "--preset", str(preset)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert _one_line(proc.stderr).startswith(
+        "interpscale plan: pricing boom-price size L1d16: family boom-price raised ValueError in its own code "
+        "(boomplug.py:"), proc.stderr
+    assert proc.stderr.rstrip().endswith("in build): no such width (raised in build)"), proc.stderr
+
+
+@pytest.mark.parametrize("family,where", [("boom-build", "build"), ("boom-loss", "loss")])
+def test_an_error_in_a_familys_own_code_names_family_and_run_not_internal_error(tmp_path, family, where):
+    """Issue 37.4: a plugin family that raises in its builder or its loss: one line naming the
+    family, the run and where in the plugin, exit 1, no "internal error"."""
+    preset, env = _boom_preset(tmp_path, family)
+    proc = subprocess.run([sys.executable, "-m", "interpscale.cli", "sweep", "launch", "--preset", str(preset),
+                           "--out", str(tmp_path / "sw")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = _one_line(proc.stderr)
+    (d,) = (tmp_path / "sw" / "runs").iterdir()
+    assert "internal error" not in line and "Traceback" not in proc.stderr
+    assert line.startswith(f"interpscale sweep launch: sweep sw: 0 of 1 runs done, 1 failed, 0 interrupted, "
+                           f"0 pending; run {d.name} failed: family {family} raised "), line
+    assert f"in its own code (boomplug.py:" in line and f"(raised in {where}); launch again to retry" in line, line

@@ -8,6 +8,7 @@ import torch
 
 from interpscale.models import load_checkpoint
 from interpscale.orchestration import Sweep, read_results, train_run
+from interpscale.orchestration.config import TrainConfig
 from interpscale.orchestration.rundir import read_status
 
 
@@ -43,7 +44,7 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     spec = make_spec("ar", steps=1500)
     ref = tmp_path / "ref"
     train_run(spec, ref, data_root=tmp_path / "sw" / "_data", progress=False)
-    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, save_every_s=0.5)
+    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, train=TrainConfig(save_every_s=0.5))
     (job,) = sw.launch(wait=False)
     d = sw.run_dir(spec)
     deadline = time.monotonic() + 240

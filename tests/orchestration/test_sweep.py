@@ -6,6 +6,8 @@ import torch
 
 from interpscale.models import load_checkpoint
 from interpscale.orchestration import Sweep, read_results, train_run
+from interpscale.orchestration.config import TrainConfig
+from interpscale.orchestration.outcome import SweepIncomplete
 from interpscale.orchestration.rundir import read_status
 
 
@@ -96,7 +98,7 @@ def test_two_ranks_by_two_micro_batches_match_one_rank_by_four(tmp_path, make_sp
     single = tmp_path / "single"
     train_run(spec, single, data_root=tmp_path / "_data", progress=False, micro_batch_tokens=spec.seq_len)
     sw = Sweep([spec], tmp_path / "dist", executor="local", tasks_per_node=2, evaluate=False,
-               micro_batch_tokens=spec.seq_len, parallel=parallel, progress=False)
+               train=TrainConfig(micro_batch_tokens=spec.seq_len, parallel=parallel), progress=False)
     sw.launch()
     d = sw.run_dir(spec)
     st = read_status(d)
@@ -131,7 +133,8 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
     state.mkdir(exist_ok=True)
     (state / "resume.pt").write_bytes(b"not a checkpoint")
     capfd.readouterr()
-    with pytest.raises(RuntimeError, match="some sweep jobs failed"):
+    with pytest.raises(SweepIncomplete, match=r"sweep sw: 1 of 2 runs done, 1 failed, 0 interrupted, 0 pending; "
+                                               r"run ar-nano\S+ failed: .*cannot resume from"):
         sw.launch()
     err = capfd.readouterr().err
     assert "runs running" in err and "1/2" in err and "failed 1, total 2" in err
@@ -158,7 +161,7 @@ def test_a_failing_run_does_not_stop_its_jobs_other_runs(tmp_path, make_spec, ca
     state.mkdir(exist_ok=True)
     (state / "resume.pt").write_bytes(b"not a checkpoint")
     capfd.readouterr()
-    with pytest.raises(RuntimeError, match=r"1 of 3 runs failed: ar-nano"):
+    with pytest.raises(SweepIncomplete, match=r"2 of 3 runs done, 1 failed.*; run ar-nano\S+ failed: "):
         sw.launch()
     assert "failed 1, total 3" in capfd.readouterr().err
     states = {r.run_id: read_status(sw.run_dir(r))["state"] for r in runs}

@@ -8,6 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
+from interpscale.errors import FailedWork
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the small CI version (about a minute on 2 idle cores)")
@@ -29,4 +31,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(json.dumps(summary, indent=1) + "\n")
     if summary.get("problems"):
         sys.stderr.write("interpscale demo: finished with problems:\n" + "".join(f"  - {p}\n" for p in summary["problems"]))
+    if not summary.get("sweep_complete", True):  # the sweep's one summary line; exit 1
+        raise FailedWork(summary["sweep"])
+    sys.stdout.write(summary.get("sweep", "") + "\n")
     return 0

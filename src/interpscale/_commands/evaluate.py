@@ -1,5 +1,5 @@
 """``interpscale evaluate RUN_DIR``: every checkpoint of a run (or of each run under a directory)
-into its results; ``evaluate SWEEP_DIR`` is the deprecated spelling of ``sweep evaluate``."""
+into its results; a sweep directory is ``interpscale sweep evaluate SWEEP_DIR``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 from interpscale._commands.options import given, option
 from interpscale.errors import UserError
-from interpscale.executors import EXECUTORS
 from interpscale.orchestration import evaluate_run
 from interpscale.orchestration.evaluate import evaluate_runs
 from interpscale.orchestration.rundir import find_run_dirs
@@ -31,7 +30,6 @@ def evaluation_options(args: argparse.Namespace) -> dict:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run directory (or a directory of run directories)")
     add_evaluation_options(p)
-    p.add_argument("--executor", choices=EXECUTORS, help=argparse.SUPPRESS)  # `sweep evaluate`'s, deprecated here
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,12 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if not target.exists():
         raise UserError(f"{target} does not exist")
     if (target / "sweep.json").exists() and not (target / "spec.json").exists():
-        from interpscale._commands.sweep import evaluate_sweep
-
-        sys.stderr.write(f"interpscale evaluate: deprecated for a sweep directory; write `interpscale sweep "
-                         f"evaluate {target}` (this form goes in the next release)\n")
-        df = evaluate_sweep(str(target), args)
-    elif (target / "spec.json").exists():
+        raise UserError(f"{target} is a sweep directory; write `interpscale sweep evaluate {target}` "
+                        f"(it evaluates every trained run, then collects)")
+    if (target / "spec.json").exists():
         df = evaluate_run(target, **evaluation_options(args))
     else:
         df = evaluate_runs(find_run_dirs(target), **evaluation_options(args))

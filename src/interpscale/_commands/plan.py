@@ -30,25 +30,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unique-tokens", type=float, metavar="U",
                    help="unique-token budget: add each point's epochs and their loss cost (data-constrained law, "
                         "Muennighoff et al. 2023; docs/laws.md)")
+    p.add_argument("--force", action="store_true",
+                   help="plan runs that would train for more than a year at the estimated speed (refused otherwise)")
     p.add_argument("--repetition-law", metavar="FIT.json",
                    help="with --unique-tokens: the law 'interpscale fit law data-constrained --out' saved "
                         "(default: the authors' published C4 law)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.orchestration.planner import plan
+    from interpscale.orchestration.planner import corpus_tokens, plan
 
     pl = plan(args.preset, families=args.families, sizes=args.sizes, slices=args.slices, seq_len=args.seq_len,
               batch_tokens=args.batch_tokens, tolerance=args.tolerance, flops_per_s=args.flops_per_s,
-              device=args.device, mfu=args.mfu, strict=False)
+              device=args.device, mfu=args.mfu, strict=False, force=args.force)
     if not args.all:
         pl.table = pl.table[pl.table.status == "ok"]
     sys.stdout.write(pl.summary() + "\n")
-    if args.unique_tokens is not None:  # the loss cost of the epochs this grid implies (scaling.data_constrained)
+    # the loss cost of the epochs this grid implies (scaling.data_constrained): on --unique-tokens, else
+    # on the prepared corpus when the preset trains on one
+    unique = args.unique_tokens if args.unique_tokens is not None else (
+        corpus_tokens(pl.config.data) if pl.config is not None else None)
+    if unique is not None:
         from interpscale.scaling.data_constrained import plan_epoch_costs, read_data_constrained
 
         law = read_data_constrained(args.repetition_law) if args.repetition_law else None
-        pl.table, text = plan_epoch_costs(pl.table, args.unique_tokens, law)
+        pl.table, text = plan_epoch_costs(pl.table.drop(columns="epochs", errors="ignore"), unique, law)
         sys.stdout.write(text + "\n")
     if args.csv:
         pl.table.to_csv(args.csv, index=False)

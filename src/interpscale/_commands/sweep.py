@@ -20,7 +20,10 @@ from interpscale._commands.plan import PRESET_HELP
 from interpscale.errors import UserError
 from interpscale.executors import EXECUTORS
 from interpscale.orchestration import Sweep, plan
+from interpscale.orchestration.config import LaunchConfig, TrainConfig, add_flags, flag_values
 from interpscale.orchestration.evaluate import evaluate_runs
+from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
+from interpscale.orchestration.rundir import check_writable
 
 VERBS = ("launch", "status", "collect", "evaluate")
 DEFAULT_VERB = "launch"  # `interpscale sweep --preset P` (deprecated spelling)
@@ -33,7 +36,6 @@ def _sweep_dir(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from interpscale.orchestration.adaptive import adaptive_sweep
-    from interpscale.orchestration.parallel import PARALLEL
 
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     la = sub.add_parser("launch", help="plan a preset and train every run of it", description=__doc__,
@@ -41,17 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _sweep_dir(la)
     la.add_argument("--preset", required=True, help=PRESET_HELP)
     la.add_argument("--families", nargs="+", help="override the preset's families")
-    la.add_argument("--executor", choices=EXECUTORS, help="default: the preset's [launch] executor, else local")
-    la.add_argument("--max-parallel", type=int)
-    la.add_argument("--runs-per-job", type=int)
-    la.add_argument("--partition", help="slurm partition")
-    la.add_argument("--timeout-min", type=int, help="slurm/local job time limit")
-    la.add_argument("--nodes", type=int, help="nodes per run (multi-node data parallel)")
-    la.add_argument("--gpus-per-node", type=int, help="GPUs per node = tasks per node (one rank per GPU)")
-    la.add_argument("--micro-batch-tokens", type=int,
-                    help="tokens per rank per micro-batch (gradient accumulation); the global batch is unchanged")
-    la.add_argument("--parallel", choices=PARALLEL, help="data parallelism (default: the preset's, else ddp)")
-    la.add_argument("--no-compile", action="store_true", help="do not torch.compile the loss (CUDA default: on)")
+    add_flags(la, LaunchConfig)  # --executor, --max-parallel, ... (LaunchConfig's fields)
+    add_flags(la, TrainConfig)  # --micro-batch-tokens, --parallel, --compile/--no-compile, ... (TrainConfig's)
+    la.add_argument("--force", action="store_true", help="plan runs that would train for more than a year")
     la.add_argument("--extend", action="store_true",
                     help="add the plan's new runs to an existing sweep directory (same data only)")
     la.add_argument("--adaptive", action="store_true",
@@ -74,10 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _launch(args: argparse.Namespace, out: str) -> int:
     from interpscale.orchestration.runtime import estimate_report
 
-    # the launch flags as Sweep.from_plan overrides (None keeps the preset's)
-    opts = {**given(args, "executor", "max_parallel", "runs_per_job", "partition", "timeout_min",
-                    "gpus_per_node", "nodes", "micro_batch_tokens", "parallel"),
-            "compile": False if args.no_compile else None, "extend": args.extend or None}
+    check_writable(out)  # before planning: a path that cannot be written fails now, not after the plan
+    # the launch and trainer flags as Sweep.from_plan overrides (None keeps the preset's)
+    opts = {**flag_values(args, LaunchConfig), **flag_values(args, TrainConfig), "extend": args.extend or None}
     if args.adaptive:
         from interpscale.pipeline import run_adaptive
 
@@ -85,15 +78,21 @@ def _launch(args: argparse.Namespace, out: str) -> int:
                               **given(args, "max_added", "tokens_per_param"), **opts)
         sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
         return 0
-    p = plan(args.preset, families=args.families)
+    p = plan(args.preset, families=args.families, force=args.force)
     sw = Sweep.from_plan(p, out, **opts)
-    t0, since = time.monotonic(), time.time()
-    sw.launch()
+    t0, since, incomplete = time.monotonic(), time.time(), None
+    try:
+        sw.launch()
+    except SweepIncomplete as exc:  # the table and the estimate first, then the one line and exit 1
+        incomplete = exc
     sw.collect()
     sys.stdout.write(sw.status().to_string(index=False) + "\n")
     sys.stdout.write(estimate_report(p.estimate, time.monotonic() - t0, [sw.run_dir(r) for r in sw.runs],
                                      max_parallel=sw.max_parallel, runs_per_job=sw.runs_per_job,
                                      since=since) + "\n")
+    if incomplete is not None:
+        raise incomplete
+    sys.stdout.write(SweepOutcome.read(sw.out_dir.name, [sw.run_dir(r) for r in sw.runs]).line() + "\n")
     return 0
 
 

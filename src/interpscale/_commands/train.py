@@ -12,10 +12,8 @@ import sys
 
 import torch
 
-from interpscale._commands.options import given, option
 from interpscale.orchestration import RunSpec, train_run
-from interpscale.orchestration.parallel import PARALLEL
-from interpscale.orchestration.trainer import Trainer
+from interpscale.orchestration.config import TrainConfig, add_flags, flag_values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,10 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", help="a RunSpec JSON file (default: RUN_DIR/spec.json)")
     p.add_argument("--data-root", help="shared prepared-data cache (default: RUN_DIR/../_data)")
     p.add_argument("--device", help="cpu / cuda (default: cuda:<local rank> when available)")
-    p.add_argument("--micro-batch-tokens", type=int,
-                   help="tokens per rank per micro-batch (gradient accumulation); the global batch is unchanged")
-    option(p, "--parallel", Trainer, choices=PARALLEL, help="data parallelism across ranks")
-    p.add_argument("--no-compile", action="store_true", help="do not torch.compile the loss (CUDA default: on)")
+    add_flags(p, TrainConfig)  # --micro-batch-tokens, --parallel, --compile/--no-compile, ... (TrainConfig's fields)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +30,8 @@ def run(args: argparse.Namespace) -> int:
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
         spec = RunSpec.load(args.spec or args.run_dir)
-        status = train_run(spec, args.run_dir, data_root=args.data_root, device=args.device,
-                           micro_batch_tokens=args.micro_batch_tokens, compile=False if args.no_compile else None,
-                           **given(args, "parallel"))
+        status = train_run(spec, args.run_dir, config=TrainConfig(**flag_values(args, TrainConfig)),
+                           data_root=args.data_root, device=args.device)
     finally:
         if distributed:
             torch.distributed.destroy_process_group()

@@ -13,43 +13,27 @@ from interpscale import paper
 from interpscale.data.corpus import CorpusConfig
 from interpscale.data.loaders import DATA_KINDS, FILE_SOURCE_KEYS
 from interpscale.errors import ConfigError, UserError
-from interpscale.executors import EXECUTORS
 from interpscale.models import FAMILIES, SIZES
 from interpscale.models.config import ModelConfig
-from interpscale.models.plugins import load_plugins
+from interpscale.models.plugins import load_plugins, where_looked
 from interpscale.models.registry import check_model_table
 from interpscale.models.zoo.common import ZooConfig
 from interpscale.orchestration.spec import RunSpec
 
+from interpscale.orchestration.config import (LAUNCH_ALIASES, SECTION_CLASSES, FitConfig, LaunchConfig,
+                                             PlanConfig, TrainConfig, check_values, section_types)
+
 Number = (int, float)
 
-INTEGER = ((int,), "an integer")
-# [plan] and [launch]: key -> (accepted types, description for the message)
-PLAN_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "families": ((list,), "a list of family names"),
-    "sizes": ((list,), "a list of size names"),
-    "slices": ((list, dict), "a list of compute targets or a table {family = [C, ...]}"),
-    **dict.fromkeys(("seq_len", "batch_tokens", "max_sizes_per_slice"), INTEGER),
-    "tolerance": (Number, "a number in (0, 1)"),
-    "tokens_per_param": ((list,), "a [low, high] pair of numbers"),
-    "plugins": ((list,), "a list of module names that register model families"),
-}
-LAUNCH_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "executor": ((str,), "one of local, slurm, debug"),
-    **dict.fromkeys(("max_parallel", "threads_per_job", "runs_per_job", "n_boot", "gpus_per_node",
-                     "tasks_per_node", "cpus_per_task", "max_array_size", "nodes"), INTEGER),
-    "timeout_min": ((int,), "an integer (minutes)"),
-    "mem_gb": (Number, "a number"),
-    **dict.fromkeys(("partition", "slurm_partition"), ((str,), "a SLURM partition name")),
-    "micro_batch_tokens": ((int,), "an integer (tokens per rank and micro-batch)"),
-    "parallel": ((str,), "ddp or fsdp"),
-    "compile": ((bool,), "true or false"),
-    "save_every_s": (Number, "a number (seconds between resume states)"),
-}
-SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch")
-POSITIVE = {"plan": ("seq_len", "batch_tokens", "max_sizes_per_slice"),
-            "train": ("vocab_size", "eval_batches", "log_every", "lr"),
-            "launch": ("max_parallel", "threads_per_job", "runs_per_job", "n_boot")}
+# [plan] and [launch]: key -> (accepted types, description for the message), from the sections' fields
+PLAN_KEYS = section_types(PlanConfig)
+LAUNCH_KEYS = {**section_types(LaunchConfig),  # + the keys kept from before [train] / [fit] had them
+               **{k: {**section_types(TrainConfig), **section_types(FitConfig)}[k] for k in LAUNCH_ALIASES
+                  if k != "slurm_partition"},
+               "slurm_partition": ((str,), "a SLURM partition name")}
+SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch", "observe", "fit")
+# the recipe's (RunSpec's) positive keys; the sections' own say so in their fields
+POSITIVE = {"train": ("vocab_size", "eval_batches", "log_every", "lr")}
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
             "flops_per_token", "base_size", "model_overrides", "data", "plugins"}
@@ -99,8 +83,15 @@ def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
 
 
 def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
-    """Valid ``[train]`` keys: the RunSpec training-recipe fields."""
-    return {k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED}
+    """Valid ``[train]`` keys: the RunSpec training-recipe fields and the Trainer's settings
+    (``config.TrainConfig``)."""
+    return {**{k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED},
+            **section_types(TrainConfig)}
+
+
+def recipe_keys() -> set[str]:
+    """The ``[train]`` keys that are RunSpec fields (part of the run id)."""
+    return {k for k in _dataclass_types(RunSpec) if k not in _PLANNED}
 
 
 def _check_data_source(data: Mapping[str, Any], kind: str, source: Any) -> None:
@@ -186,7 +177,8 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     for fam in plan.get("families", []):
         if fam not in FAMILIES:
             raise ConfigError(f"{_where(source, 'plan', 'families')}: unknown family {fam!r}"
-                              f"{_suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))})")
+                              f"{_suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))}). "
+                              f"{where_looked(fam)}")
     if "tolerance" in plan and not 0 < plan["tolerance"] < 1:
         raise ConfigError(f"{_where(source, 'plan', 'tolerance')} = {plan['tolerance']!r}: must be in (0, 1)")
     tpp = plan.get("tokens_per_param")
@@ -220,11 +212,16 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     _check_type(kind, (str,), "a data kind (synthetic, jsonl, parquet, ...)", _where(source, "data", "kind"))
     _check_data_source(data, kind, source)
 
-    launch = cfg.get("launch", {})
-    _check_keys(launch, LAUNCH_KEYS, source, "launch")
-    if "executor" in launch and launch["executor"] not in EXECUTORS:
-        raise ConfigError(f"{_where(source, 'launch', 'executor')} = {launch['executor']!r}: expected one of "
-                          f"{', '.join(EXECUTORS)}{_suggest(launch['executor'], EXECUTORS)}")
+    _check_keys(cfg.get("launch", {}), LAUNCH_KEYS, source, "launch")
+    for section in ("observe", "fit"):
+        _check_keys(cfg.get(section, {}), section_types(SECTION_CLASSES[section]), source, section)
+    for section, cls in SECTION_CLASSES.items():  # ranges and choices, from the sections' fields
+        table = cfg.get(section, {})
+        if section == "launch":
+            check_values(TrainConfig, {k: v for k, v in table.items() if LAUNCH_ALIASES.get(k) == "train"},
+                         _where(source, section))
+            check_values(FitConfig, table, _where(source, section))
+        check_values(cls, table, _where(source, section))
     for section, keys in POSITIVE.items():
         for key in keys:
             if key in cfg.get(section, {}) and not cfg[section][key] > 0:

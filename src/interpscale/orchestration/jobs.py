@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import submitit
 import torch
 
-from interpscale.executors import handle_stop_signals, stop_requested
+from interpscale.executors import handle_stop_signals, stop_requested, stop_signal
+from interpscale.orchestration.config import ObserveConfig, TrainConfig
 from interpscale.orchestration.evaluate import evaluate_run, evaluate_runs
+from interpscale.orchestration.outcome import own_code_error
 from interpscale.orchestration.rundir import write_status
 from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import train_run
@@ -36,36 +38,55 @@ def _setup_job(threads: int):
     return rank, device, distributed
 
 
+@dataclass(frozen=True)
+class JobConfig:
+    """What every train job of a launch shares: the prepared-data root, threads, whether to
+    evaluate, and the Trainer's and the observers' sections whole."""
+
+    data_root: str
+    threads: int = 1
+    evaluate: bool = True
+    train: TrainConfig = field(default_factory=TrainConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
+
+
+def run_error(spec: RunSpec | None, exc: BaseException) -> str:
+    """A failed run's error; where the family's own code raised, it says so (``own_code_error``)."""
+    own = own_code_error(spec.family, spec.plugins, exc) if spec is not None else None
+    return own or f"{type(exc).__name__}: {exc}"
+
+
 class TrainJob(submitit.helpers.Checkpointable):
     """Train + evaluate a list of runs, data-parallel over the job's tasks (each binds
     ``cuda:<local rank>``).  A run that raises is marked ``failed`` and the job goes on with
     the next (a distributed job stops: its ranks cannot agree to go on); the job fails at
-    the end, naming them."""
+    the end, naming them.  A run stopped by a signal is marked ``interrupted`` with it."""
 
-    def __call__(self, run_dirs: list[str], data_root: str, threads: int = 1, evaluate: bool = True,
-                 save_every_s: float = 60.0, train: dict[str, Any] | None = None) -> list[dict]:
+    def __call__(self, run_dirs: list[str], job: JobConfig) -> list[dict]:
         handle_stop_signals()
-        rank, device, distributed = _setup_job(threads)
+        rank, device, distributed = _setup_job(job.threads)
         out, failed = [], []
         try:
             for d in run_dirs:
                 if stop_requested():
                     break
+                spec = None
                 try:
-                    status = train_run(RunSpec.load(d), d, data_root=data_root, progress=False,
-                                       save_every_s=save_every_s, device=device, **(train or {}))
+                    spec = RunSpec.load(d)
+                    status = train_run(spec, d, config=job.train, observe=job.observe, data_root=job.data_root,
+                                       progress=False, device=device)
                     if status.get("state") != "done":  # stopped part-way, state saved
                         if rank == 0:
-                            write_status(Path(d), "interrupted")
+                            write_status(Path(d), "interrupted", stopped_by=stop_signal() or "the launcher's exit")
                         break
-                    if evaluate and rank == 0:
+                    if job.evaluate and rank == 0:
                         evaluate_run(d, device=device)
                 except Exception as exc:
                     if rank == 0:
-                        write_status(Path(d), "failed", error=f"{type(exc).__name__}: {exc}")
+                        write_status(Path(d), "failed", error=run_error(spec, exc))
                     if distributed:
                         raise
-                    failed.append(f"{Path(d).name}: {type(exc).__name__}: {exc}")
+                    failed.append(f"{Path(d).name}: {run_error(spec, exc)}")
                     continue
                 out.append(status)
         finally:

@@ -7,20 +7,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 import submitit
-from tqdm.auto import tqdm
-
 from interpscale.executors import EXECUTORS, JobsFailed, make_executor
+from interpscale.orchestration.config import (LaunchConfig, ObserveConfig, Preset, TrainConfig, split_settings,
+                                             with_settings)
 from interpscale.orchestration.evaluate import pending_evaluations
-from interpscale.orchestration.jobs import EvalJob, TrainJob
+from interpscale.orchestration.jobs import EvalJob, JobConfig, TrainJob
 from interpscale.orchestration.manifest import check_manifest, data_fingerprint, write_manifest
+from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, progress_line
 from interpscale.orchestration.parallel import PARALLEL
 from interpscale.orchestration.results import collect
 from interpscale.orchestration.rundir import (ensure_writable, find_run_dirs, read_status, run_state,
@@ -29,7 +28,7 @@ from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import init_run_dir, model_kwargs, prepare_run_data
 
 log = logging.getLogger(__name__)
-__all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "TrainJob", "EvalJob", "run_cost", "pack"]
+__all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "SweepIncomplete", "TrainJob", "EvalJob", "run_cost", "pack"]
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -62,22 +61,16 @@ def pack(costs: Sequence[float], per_job: int) -> list[list[int]]:
     return [j for j in jobs if j]
 
 
-# [launch] keys that configure the cluster rather than the sweep (timeout_min applies locally too)
-SLURM_KEYS = ("timeout_min", "gpus_per_node", "cpus_per_task", "mem_gb", "max_array_size", "partition")
-# [launch] keys that are Sweep fields as they are
-SWEEP_KEYS = ("executor", "max_parallel", "runs_per_job", "threads_per_job", "nodes", "micro_batch_tokens",
-              "parallel", "compile", "save_every_s")
-
-
 @dataclass
 class Sweep:
     """RunSpecs under one directory: ``SWEEP/runs/<run_id>/``, shared data in ``SWEEP/_data``.
 
     ``executor``: ``"local" | "slurm" | "debug"`` or a submitit executor the caller
     configured.  ``nodes`` x ``tasks_per_node`` tasks (one per GPU) train each run
-    data-parallel; ``micro_batch_tokens`` / ``parallel`` / ``compile`` go to the
-    :class:`~interpscale.orchestration.trainer.Trainer`.  ``extend`` lets a launch add runs
-    to a sweep directory that lists others (on the same data).
+    data-parallel; ``train`` (the preset's ``[train]`` settings) goes whole to each
+    :class:`~interpscale.orchestration.trainer.Trainer`, ``observe`` to its loggers.
+    ``extend`` lets a launch add runs to a sweep directory that lists others (on the same data).
+    The launch fields are :class:`~interpscale.orchestration.config.LaunchConfig`'s, by name.
     """
 
     runs: Sequence[RunSpec]
@@ -90,12 +83,11 @@ class Sweep:
     slurm: dict[str, Any] = field(default_factory=dict)  # partition, timeout_min, cpus_per_task, ...
     tasks_per_node: int = 1  # >1: one task per GPU with torch.distributed
     nodes: int = 1
-    save_every_s: float = 60.0  # resume-state cadence: the work a preemption can lose
-    micro_batch_tokens: int | None = None  # per rank and micro-batch; None: the whole per-rank share
-    parallel: str = "ddp"  # or "fsdp" (FSDP2 fully_shard) for models that do not fit one device
-    compile: bool | None = None  # torch.compile the loss (default: on CUDA only)
+    train: TrainConfig = field(default_factory=TrainConfig)  # to every Trainer, whole
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
     progress: bool = True  # the live runs done / running / failed line on stderr
     extend: bool = False  # add runs the sweep directory does not list yet
+    _job_problems: list = field(default_factory=list, init=False, repr=False)  # the last launch's failed jobs
 
     def __post_init__(self) -> None:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
@@ -104,8 +96,8 @@ class Sweep:
         counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
         if min(counts) < 1:
             raise ValueError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
-        if self.parallel not in PARALLEL:
-            raise ValueError(f"unknown parallelism {self.parallel!r}; expected one of {PARALLEL}")
+        if self.train.parallel not in PARALLEL:
+            raise ValueError(f"unknown parallelism {self.train.parallel!r}; expected one of {PARALLEL}")
         ids = [r.run_id for r in self.runs]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate RunSpecs in sweep")
@@ -121,21 +113,19 @@ class Sweep:
 
     @classmethod
     def from_plan(cls, plan, out_dir: str | os.PathLike, **overrides: Any) -> "Sweep":
-        """A sweep of ``plan.runs`` configured by the preset's ``[launch]`` table (validated by
-        ``config_schema``); ``overrides`` that are not ``None`` win.  ``partition``,
-        ``timeout_min`` and ``gpus_per_node`` are cluster settings (``gpus_per_node`` also
-        sets one task per GPU)."""
-        lc = dict(plan.launch)
+        """A sweep of ``plan.runs`` configured by the preset's tree (``plan.config``):
+        ``[launch]`` for the jobs, ``[train]`` / ``[observe]`` whole for the trainers.
+        ``overrides`` that are not ``None`` win: fields of LaunchConfig or TrainConfig by
+        name, or the Sweep's own (``extend``, ``evaluate``, ``progress``).  ``gpus_per_node``
+        also sets one task per GPU."""
+        tree = plan.config if getattr(plan, "config", None) is not None else Preset.from_dict({"launch": plan.launch})
         over = {k: v for k, v in overrides.items() if v is not None}
-        if "slurm_partition" in lc:
-            lc.setdefault("partition", lc.pop("slurm_partition"))
-        slurm = {k: lc[k] for k in SLURM_KEYS if k in lc}
-        slurm.update({k: over.pop(k) for k in ("partition", "timeout_min", "gpus_per_node") if k in over})
-        kw = {k: lc[k] for k in SWEEP_KEYS if k in lc}
-        kw.update(tasks_per_node=slurm.get("gpus_per_node") or lc.get("tasks_per_node") or 1, **over)
-        if kw.get("executor", "local") != "slurm":
-            slurm.pop("gpus_per_node", None)
-        return cls(plan.runs, out_dir, slurm=slurm, **kw)
+        own = {k: over.pop(k) for k in ("extend", "evaluate", "progress") if k in over}
+        launch_kw, train_kw = split_settings(over, LaunchConfig, TrainConfig)
+        launch = with_settings(tree.launch, **launch_kw)
+        kw = {f: getattr(launch, f) for f in ("executor", "max_parallel", "runs_per_job", "threads_per_job", "nodes")}
+        return cls(plan.runs, out_dir, slurm=launch.slurm, tasks_per_node=launch.gpus_per_node or launch.tasks_per_node,
+                   train=with_settings(tree.train, **train_kw), observe=tree.observe, **kw, **own)
 
     @classmethod
     def from_dir(cls, out_dir: str | os.PathLike, **kwargs: Any) -> "Sweep":
@@ -213,10 +203,15 @@ class Sweep:
             log.info("sweep %s: all %d runs finished", self.out_dir, len(self.runs))
             return []
         groups = self._groups(todo)
-        train = dict(micro_batch_tokens=self.micro_batch_tokens, parallel=self.parallel, compile=self.compile)
-        args = (str(self.out_dir / "_data"), self.threads_per_job, self.evaluate, self.save_every_s, train)
+        job = JobConfig(str(self.out_dir / "_data"), self.threads_per_job, self.evaluate, self.train, self.observe)
         log.info("sweep %s: %d runs in %d jobs (%s)", self.out_dir, len(todo), len(groups), self.executor_name)
-        return self._run(TrainJob(), groups, args, wait, "running")
+        jobs = self._run(TrainJob(), groups, (job,), wait, "running")
+        if wait:
+            self.outcome = SweepOutcome.read(self.out_dir.name, [self.run_dir(r) for r in self.runs],
+                                             self._job_problems)
+            if not self.outcome.complete:
+                raise SweepIncomplete(self.outcome)
+        return jobs
 
     def evaluate_runs(self, wait: bool = True, eval_batch_tokens: int | None = None) -> list[submitit.Job]:
         """Evaluate every trained run not yet fully evaluated, through the sweep's executor."""
@@ -229,6 +224,7 @@ class Sweep:
 
     def _run(self, fn, groups: list[list[str]], args: tuple, wait: bool, what: str) -> list[submitit.Job]:
         launcher = self._launcher()
+        self._job_problems = []
         dirs = [Path(d) for g in groups for d in g]
         update, close = self._progress(dirs, what) if self.progress else (None, None)
         try:
@@ -237,7 +233,10 @@ class Sweep:
                 if wait:
                     launcher.wait(jobs, progress=update)
         except JobsFailed as exc:
-            raise RuntimeError("some sweep jobs failed (finished runs are kept):\n" + str(exc)) from None
+            jobs = launcher.jobs
+            self._job_problems = self._describe_failures(exc, groups)
+            if not isinstance(fn, TrainJob):
+                raise RuntimeError("some sweep jobs failed (finished runs are kept):\n" + str(exc)) from None
         except KeyboardInterrupt:
             n = self._mark_interrupted(dirs)
             raise SweepInterrupted(f"sweep {self.out_dir}: interrupted; {n} run(s) stopped with their state "
@@ -249,28 +248,27 @@ class Sweep:
 
     def _progress(self, dirs: list[Path], what: str):
         """(update, close) of the live ``runs done, running, failed, interrupted, total`` line
-        on stderr (tqdm, from the runs' status files, at most once a second)."""
-        bar = tqdm(total=len(dirs), desc=f"sweep {self.out_dir.name}: runs {what}", unit="run",
-                   file=sys.stderr, dynamic_ncols=True, mininterval=1.0, smoothing=0.0)
-        last = [0.0]
+        on stderr (``outcome.progress_line``: tqdm on a terminal, plain lines elsewhere)."""
+        return progress_line(self.out_dir.name, what, dirs, self._evaluated)
 
-        def update(*_: int, force: bool = False) -> None:
-            if not force and time.monotonic() - last[0] < 1.0:
-                return
-            last[0] = time.monotonic()
-            states = [read_status(d).get("state") for d in dirs]
-            n = {k: states.count(k) for k in ("done", "running", "failed", "interrupted")}
-            bar.n = sum(map(self._evaluated, dirs)) if what == "evaluated" else n["done"]
-            extra = f", interrupted {n['interrupted']}" if n["interrupted"] else ""
-            bar.set_postfix_str(f"running {n['running']}, failed {n['failed']}{extra}, total {len(dirs)}",
-                                refresh=False)
-            bar.refresh()
-
-        def close() -> None:
-            update(force=True)
-            bar.close()
-
-        return update, close
+    def _describe_failures(self, exc: JobsFailed, groups: list[list[str]]) -> list[str]:
+        """One clause per job that ended without a result: the signal that killed it and its
+        runs not done (marked ``interrupted``: their state is saved up to the last resume
+        point); a job that raised before any run is named with its error.  Runs that failed
+        alone say so in their own status."""
+        out = []
+        for i, job_id, sig, error in exc.failures:
+            dirs = [Path(d) for d in groups[i]] if i < len(groups) else []
+            left = [d for d in dirs if read_status(d).get("state") not in ("done", "failed")]
+            if sig is not None:
+                for d in left:
+                    if read_status(d).get("state") == "running" and not trainer_alive(d):
+                        write_status(d, "interrupted", stopped_by=sig)
+                hint = " (out of memory?)" if sig == "SIGKILL" else ""
+                out.append(f"job {job_id} killed by {sig}{hint}: runs {', '.join(d.name for d in left) or 'none'}")
+            elif not any(read_status(d).get("state") == "failed" for d in dirs):
+                out.append(f"job {job_id} failed: {error}")
+        return out
 
     @staticmethod
     def _mark_interrupted(dirs: list[Path]) -> int:

@@ -8,6 +8,7 @@ automatically) when D/P lies outside ``tokens_per_param``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -21,15 +22,18 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale.data.corpus import read_concepts
-from interpscale.data.loaders import describe, resolve_data_paths
+from interpscale.data.loaders import describe, read_meta, resolve_data_paths
+from interpscale.errors import FailedWork, UserError
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.models import FAMILIES, SIZES, params_nonembedding
 from interpscale.models import plugins as plugin_modules
 from interpscale.models.pricing import model_config, price
 from interpscale.models.protocol import DataFields
-from interpscale.models.registry import family_overrides
+from interpscale.models.registry import accepted, family_overrides
 from interpscale.orchestration import runtime
-from interpscale.orchestration.config_schema import train_keys, validate_config
+from interpscale.orchestration.config import Preset, TrainConfig, with_settings
+from interpscale.orchestration.config_schema import recipe_keys, validate_config
+from interpscale.orchestration.outcome import own_code_error
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,7 @@ class Plan:
     launch: dict[str, Any]
     device: dict[str, Any] = field(default_factory=dict)  # name, peak, mfu, rate, how
     estimate: dict[str, Any] = field(default_factory=dict)  # runs {run_id: s}, wall_s, ... (runtime.py)
+    config: Preset | None = None  # the preset's tree: its sections go to the sweep and the trainers
 
     def summary(self) -> str:
         fmt = runtime.fmt_seconds
@@ -185,34 +190,36 @@ class _Grid:
     plugins: tuple[str, ...] = ()
 
     def size_args(self, size: str, family: str) -> tuple[str, dict]:
-        """(the SIZES preset ``size`` is built from, ``family``'s model overrides there)."""
+        """(``size``, ``family``'s model overrides there: its [model] keys, then the keys of its
+        [size_presets] entry that its config accepts; the entry is a models.SIZES preset, _grid)."""
         kw = family_overrides(self.overrides, family)
         if size in self.custom:
-            c = self.custom[size]
-            return c["base"], {**kw, **{k: v for k, v in c.items() if k != "base"}}
+            return size, {**kw, **accepted(family, {k: v for k, v in self.custom[size].items() if k != "base"})}
         return size, kw
 
 
-def _grid(cfg: dict, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
-          max_sizes_per_slice, size_presets, train, plugins=None) -> _Grid:
+def _grid(tree: Preset, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
+          max_sizes_per_slice, size_presets, recipe, plugins=None) -> _Grid:
     """Resolve a plan's options and check those ``validate_config`` has not (explicit arguments)."""
-    p = dict(cfg.get("plan", {}))
-    plugin_modules.load_plugins([*p.get("plugins", []), *(plugins or [])])  # before any family is looked up
-    train_kw = {**cfg.get("train", {}), **train}
-    bad = set(train_kw) - set(train_keys())
+    p = tree.plan
+    plugin_modules.load_plugins([*p.plugins, *(plugins or [])])  # before any family is looked up
+    train_kw = {**tree.recipe, **recipe}
+    bad = set(train_kw) - recipe_keys()
     if bad:
-        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(train_keys())}")
-    g = _Grid(families=list(families or p.get("families") or []), slices={}, sizes=list(sizes or p.get("sizes") or []),
-              explicit_sizes=sizes is not None, seq_len=int(seq_len or p.get("seq_len", paper.SEQ_LEN)),
-              batch_tokens=int(batch_tokens or p.get("batch_tokens", paper.BATCH_TOKENS)),
-              tolerance=float(tolerance if tolerance is not None else p.get("tolerance", paper.SLICE_TOLERANCE)),
-              window=tuple(tokens_per_param or p.get("tokens_per_param", (0.0, math.inf))),
-              max_sizes=int(max_sizes_per_slice or p.get("max_sizes_per_slice", 0)) or None,
-              overrides=dict(cfg.get("model", {})), train=train_kw,
-              custom={k: dict(v) for k, v in {**cfg.get("size_presets", {}), **(size_presets or {})}.items()},
-              data=dict(cfg.get("data", {"kind": "synthetic"})), launch=dict(cfg.get("launch", {})),
+        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(recipe_keys())}")
+    g = _Grid(families=list(families or p.families), slices={}, sizes=list(sizes or p.sizes),
+              explicit_sizes=sizes is not None, seq_len=int(seq_len or p.seq_len),
+              batch_tokens=int(batch_tokens or p.batch_tokens),
+              tolerance=float(tolerance if tolerance is not None else p.tolerance),
+              window=tuple(tokens_per_param or p.tokens_per_param or (0.0, math.inf)),
+              max_sizes=int(max_sizes_per_slice or p.max_sizes_per_slice) or None,
+              overrides=dict(tree.model), train=train_kw,
+              custom={k: dict(v) for k, v in {**tree.size_presets, **(size_presets or {})}.items()},
+              data=dict(tree.data), launch=dataclasses.asdict(tree.launch),
               plugins=tuple(plugin_modules.LOADED))  # with --plugin's: plugin families' runs record them
-    slices = slices if slices is not None else p.get("slices")
+    slices = slices if slices is not None else p.slices
+    for name, c in g.custom.items():  # [size_presets]: sizes by their own name (builders, spec.json, checkpoints)
+        SIZES.define(name, c["base"], **{k: v for k, v in c.items() if k != "base"})
     if not g.families:
         raise ValueError("no families to plan (pass families=... or a preset)")
     for f in g.families:
@@ -264,7 +271,13 @@ def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, d
 def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
     """One (family, slice, size) point: its price (Eq. 23/24 or measured, the LM head), D and status."""
     base, kw = _priced_args(g, family, size, priced)
-    pr = price(family, base, g.seq_len, **kw)
+    try:
+        pr = price(family, base, g.seq_len, **kw)
+    except Exception as exc:  # a plugin's own builder or loss, run by the pricing: named as such
+        own = own_code_error(family, g.plugins, exc)
+        if own is None:
+            raise
+        raise FailedWork(f"pricing {family} size {size}: {own}") from exc
     P, M = pr.params, pr.flops_per_token
     steps = round(c_target / M / g.batch_tokens)
     D = steps * g.batch_tokens
@@ -298,32 +311,44 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
     return ok
 
 
-def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | None = None,
+def load_config(preset: "str | os.PathLike | Preset") -> Preset:
+    """A preset's validated config tree (a name, a TOML path, or a tree already loaded)."""
+    if isinstance(preset, Preset):
+        return preset
+    return Preset.from_dict(validate_config(load_preset(preset), preset), preset)
+
+
+def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequence[str] | None = None,
          slices: dict[str, Sequence[float]] | Sequence[float] | None = None, sizes: Sequence[str] | None = None,
          seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
          tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
          flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
          strict: bool = True, size_presets: dict[str, dict] | None = None, plugins: Sequence[str] | None = None,
-         **train: Any) -> Plan:
+         force: bool = False, **train: Any) -> Plan:
     """Plan an IsoFLOP sweep; explicit arguments override the preset's values.
 
-    ``slices``: targets shared by all families or ``{family: [C, ...]}``.  Explicit ``sizes``
-    are all planned (infeasible ones flagged); a preset's only with D/P inside
-    ``tokens_per_param``, at most ``max_sizes_per_slice`` (nearest the window's centre); a
-    preset without sizes plans the adaptive sweep's first grid.  ``strict``: a slice with no
-    feasible size raises.  ``plugins``: modules registering families, recorded in every
-    RunSpec.  Models are priced as trained (the data's concepts and vocabulary); runtime by
+    ``preset``: a name, a TOML path or a loaded :class:`Preset` (``load_config``; loaded and
+    validated once).  ``slices``: targets shared by all families or ``{family: [C, ...]}``.
+    Explicit ``sizes`` are all planned (infeasible ones flagged); a preset's only with D/P
+    inside ``tokens_per_param``, at most ``max_sizes_per_slice`` (nearest the window's
+    centre); a preset without sizes plans the adaptive sweep's first grid.  ``strict``: a
+    slice with no feasible size raises.  ``plugins``: modules registering families, recorded
+    in every RunSpec.  ``train``: recipe (RunSpec) fields or TrainConfig settings.  Models
+    are priced as trained (the data's concepts and vocabulary); runtime by
     ``orchestration.runtime`` (timed CPU steps, or FLOPs at ``device``'s peak x ``mfu`` or at
-    ``flops_per_s``).
+    ``flops_per_s``).  A run that would train for more than a year at the estimated speed is
+    refused unless ``force``; runs above ``MAX_EPOCHS`` of a prepared corpus are warned about.
     """
-    cfg = validate_config(load_preset(preset), preset) if preset is not None else {}
-    if preset is not None and sizes is None and not cfg.get("plan", {}).get("sizes"):
+    tree = load_config(preset) if preset is not None else Preset()
+    if preset is not None and sizes is None and not tree.plan.sizes:
         from interpscale.orchestration.adaptive import first_grid  # sizes optional: the prior-centred grid
 
         return first_grid(preset, families=families)
-    g = _grid(cfg, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
+    recipe, settings = _split_train(train)
+    tree = dataclasses.replace(tree, train=with_settings(tree.train, **settings))
+    g = _grid(tree, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
               tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
-              size_presets=size_presets, train=train, plugins=plugins)
+              size_presets=size_presets, recipe=recipe, plugins=plugins)
     priced = _data_fields(g)
     rate, dev_info = runtime.device_rate(device, flops_per_s, mfu, g.launch)
     rows: list[dict] = []
@@ -338,11 +363,67 @@ def plan(preset: str | os.PathLike | None = None, *, families: Sequence[str] | N
                 runs[len(rows) + cands.index(r)] = RunSpec(
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
                     tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],
-                    base_size=base if r["size"] in g.custom else "", model_overrides=kw, data=g.data,
+                    base_size=g.custom[r["size"]]["base"] if r["size"] in g.custom else "", model_overrides=kw,
+                    data=g.data,
                     plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
             rows.extend(cands)
     estimate = runtime.price_runs(rows, runs, rate, lambda r: _priced_args(g, r["family"], r["size"], priced),
                                   seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch,
                                   data=g.data)
+    _check_epochs(rows, runs, g.data)
+    _check_duration(rows, runs, force, tree.source)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
-                estimate=estimate)
+                estimate=estimate, config=tree)
+
+
+def _split_train(train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(recipe: RunSpec fields, settings: TrainConfig fields) of ``plan(**train)``."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    return ({k: v for k, v in train.items() if k not in names}, {k: v for k, v in train.items() if k in names})
+
+
+MAX_EPOCHS = 4  # above: repeated data costs loss (Muennighoff et al. 2023); `plan --unique-tokens` prices it
+YEAR_S = 365 * 86400.0
+
+
+def corpus_tokens(data: dict) -> int | None:
+    """Training tokens of a prepared corpus (its meta.json); None for a source not yet prepared."""
+    if data.get("kind") != "prepared" or not data.get("path"):
+        return None
+    try:
+        return int(read_meta(data["path"])["splits"]["train"]["tokens"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_epochs(rows: list[dict], runs: dict[int, RunSpec], data: dict) -> None:
+    """Each row's ``epochs`` on the prepared corpus; one warning naming the runs above MAX_EPOCHS."""
+    unique = corpus_tokens(data)
+    if not unique:
+        return
+    for r in rows:
+        r["epochs"] = r["D"] / unique
+    over = [(runs[i].run_id, rows[i]["epochs"]) for i in sorted(runs) if rows[i]["epochs"] > MAX_EPOCHS]
+    if over:
+        worst = max(e for _, e in over)
+        log.warning("%d run(s) would repeat the prepared corpus (%s training tokens) more than %d times (up to "
+                    "%.3g epochs: %s); repeated tokens are worth less than new ones (see `interpscale plan "
+                    "--unique-tokens` for the loss cost)", len(over), f"{unique:,}", MAX_EPOCHS, worst,
+                    ", ".join(f"{rid} {e:.3g}" for rid, e in over[:4]) + (" ..." if len(over) > 4 else ""))
+
+
+def _check_duration(rows: list[dict], runs: dict[int, RunSpec], force: bool, source: str) -> None:
+    """Refuse (``UserError``) a planned run whose training steps alone take more than a year at
+    the estimated speed, unless ``force``: a slice typo (``8e99``) is not a plan."""
+    long = [(runs[i], rows[i]) for i in sorted(runs) if rows[i].get("est_runtime_s", 0) > YEAR_S]
+    if not long:
+        return
+    spec, r = max(long, key=lambda sr: sr[1]["est_runtime_s"])
+    msg = (f"{source}: {len(long)} run(s) would train for more than a year at the estimated speed, e.g. "
+           f"{spec.family} {spec.size} at slice C={spec.slice_flops:.3g}: {r['steps']:.3g} steps, "
+           f"{runtime.fmt_seconds(r['est_runtime_s'])}; check [plan] slices (a typo such as 8e99?) "
+           f"or pass --force")
+    if not force:
+        raise UserError(msg)
+    log.warning("%s (--force given: planned anyway)", msg.replace("; check [plan] slices (a typo such as 8e99?) "
+                                                                  "or pass --force", ""))

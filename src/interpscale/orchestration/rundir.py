@@ -39,6 +39,27 @@ def ensure_writable(directory: str | os.PathLike) -> Path:
     return d
 
 
+def check_writable(directory: str | os.PathLike) -> Path:
+    """Check, creating nothing, that ``directory`` could be made and written: its nearest
+    existing ancestor is a directory a probe file can be written into (``--out`` is checked
+    before any planning, not after)."""
+    d = Path(directory)
+    p = d
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise NotADirectoryError(20, "Not a directory", str(p))
+    try:
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".write-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = (exc.strerror or str(exc)).lower()
+        raise PermissionError(f"output directory {d} is not writable (cannot create a file in {p}: {why}); "
+                              f"pick another --out") from exc
+    return d
+
+
 def read_status(run_dir: Path) -> dict[str, Any]:
     p = Path(run_dir) / "status.json"
     if not p.exists():

@@ -218,12 +218,12 @@ def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: 
 
 
 def fmt_seconds(s: float) -> str:
-    """``12.3 s``, ``2.5 min``, ``1.2 h`` or ``3.0 d``; ``-`` when not finite."""
+    """``12.3 s``, ``2.5 min``, ``1.2 h``, ``3.0 d`` or ``1.26e+87 d``; ``-`` when not finite."""
     if not math.isfinite(s):
         return "-"
     for unit, div in (("d", 86400), ("h", 3600), ("min", 60)):
         if s >= div:
-            return f"{s / div:.1f} {unit}"
+            return f"{s / div:{'.3g' if s / div >= 1e5 else '.1f'}} {unit}"
     return f"{s:.1f} s"
 
 
