@@ -171,3 +171,32 @@ def test_cli_writes_multiplier_csv_and_json(tmp_path, capsys):
     rc = main(["fit", "multiplier", str(path), "--base", "base", "--variant", "nope", "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "--variant 'nope' is not a family of the table" in err and "Traceback" not in err
+
+
+def test_fit_families_writes_the_multiplier_of_each_concept_pair(tmp_path, capsys):
+    from interpscale.cli import main
+    from interpscale.scaling.multiplier import backbone_pairs
+
+    assert backbone_pairs(["ar", "ar+concept", "cdlm+concept", "crate"]) == [("ar", "ar+concept")]
+    path = tmp_path / "results.csv"
+    simulate_pair(seed=3, names=("ar", "ar+concept")).to_csv(path, index=False)
+    assert main(["fit", "families", str(path), "--out", str(tmp_path), "--n-boot", "20", "--grid", "coarse"]) == 0
+    table = pd.read_csv(tmp_path / "multiplier.csv")
+    assert set(zip(table.base, table.variant)) == {("ar", "ar+concept")}
+    assert {"constant", "growing", "shrinking", "undetermined"} >= {
+        json.loads((tmp_path / "multiplier.json").read_text())["ar+concept vs ar"]["verdict"]}
+
+
+def test_report_section_and_figure_state_k_for_each_pair():
+    from interpscale.analysis.figures.multiplier import multiplier_figure, multiplier_section
+
+    df = pd.concat([simulate_pair(seed=1, names=("ar", "ar+concept")),
+                    simulate_pair(seed=2, growth=0.05, names=("cdlm", "cdlm+concept"))], ignore_index=True)
+    md = "\n".join(multiplier_section(df))
+    for pair in ("**ar+concept vs ar**", "**cdlm+concept vs cdlm**"):
+        assert pair in md
+    assert "| 7.6e+22 | yes |" in md and "Growth test (isoflop, the verdict)" in md
+    assert "**growing**" in md.split("**cdlm+concept vs cdlm**")[1]  # the planted C^0.05
+    fig = multiplier_figure(df)
+    assert len(fig.axes) == 2
+    assert multiplier_section(df[df.family.isin(["ar", "cdlm"])]) == []

@@ -191,6 +191,7 @@ def _families(args) -> int:
                         joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
     _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown()})
+    family_multipliers(args, df, fits, metric)  # k(C) of each +Concept family vs its backbone (issue 36)
     for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
         if f.forecast is not None:
             sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
@@ -497,3 +498,27 @@ def _multiplier(args) -> int:
                           "multiplier.json": json.dumps(m.growth_dict(), indent=2, allow_nan=False) + "\n"})
     sys.stdout.write(m.summary() + "\n")
     return 0
+
+
+def family_multipliers(args, df, fits, metric: str) -> None:
+    """``fit families``' multiplier.csv / multiplier.json: k(C) of each backbone / +Concept pair
+    (``scaling.multiplier.backbone_pairs``) with its growth test; a pair that cannot be compared is
+    said on stderr."""
+    import pandas as pd
+
+    from interpscale.scaling.multiplier import backbone_pairs, fit_multiplier
+
+    tables, tests = [], {}
+    for base, variant in backbone_pairs(fits.families):
+        try:
+            m = fit_multiplier(df, base, variant, loss=metric, estimator=fits.estimator, annealed=fits.annealed,
+                               **given(args, "seed", "level", "grid"))
+        except ValueError as exc:
+            sys.stderr.write(f"interpscale fit: multiplier {variant} vs {base} not made: {exc}\n")
+            continue
+        tables.append(m.to_frame().assign(base=base, variant=variant))
+        tests[f"{variant} vs {base}"] = m.growth_dict()
+        sys.stdout.write(m.summary() + "\n")
+    if tables:
+        _write_all(args.out, {"multiplier.csv": pd.concat(tables, ignore_index=True).to_csv(index=False),
+                              "multiplier.json": json.dumps(tests, indent=2, allow_nan=False) + "\n"})

@@ -38,7 +38,7 @@ from .chinchilla import ChinchillaFit, fit_chinchilla, optimal_loss
 from .isoflop import fit_isoflop
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
-__all__ = ["GrowthTest", "MultiplierFit", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
+__all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
            "planted_multiplier", "simulate_pair"]
 
 METHODS = ("isoflop", "joint")
@@ -157,6 +157,13 @@ class MultiplierFit:
             lines.append(f"  shared vs free envelope exponents: F = {s.statistic:.3g}, p = {s.p_value:.3g} "
                          f"(alpha_L {s.alpha_base:.4f} vs {s.alpha_variant:.4f})")
         return "\n".join(lines)  # the warnings were logged when the fits were made
+
+
+def backbone_pairs(families, suffix: str = "+concept") -> list[tuple[str, str]]:
+    """(base, variant) for every family ``X+concept`` whose backbone ``X`` is among ``families``
+    (the paper's comparisons: ar+concept vs ar, cdlm+concept vs cdlm)."""
+    have = set(map(str, families))
+    return [(f[: -len(suffix)], f) for f in sorted(have) if f.endswith(suffix) and f[: -len(suffix)] in have]
 
 
 # ---- the data of each family -------------------------------------------------------------------

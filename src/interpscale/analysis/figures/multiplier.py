@@ -12,20 +12,16 @@ import pandas as pd
 
 from interpscale.analysis.figures._style import family_color, paper_style
 from interpscale.scaling import inputs_hash, quiet
-from interpscale.scaling.multiplier import MULTIPLIER_BOOT, TARGETS, MultiplierFit, family_forecasts, fit_multiplier
+from interpscale.scaling.multiplier import MULTIPLIER_BOOT, TARGETS, MultiplierFit, backbone_pairs, family_forecasts
+from interpscale.scaling.multiplier import fit_multiplier
 
 log = logging.getLogger("interpscale.analysis.figures")
 
-CONCEPT_SUFFIX = "+concept"
 CURVE_POINTS = 24  # computes per decade-spanning curve of the figure
 _MULTIPLIERS: dict = {}  # (table hash, options) -> {(base, variant): MultiplierFit | reason}
 
 
-def multiplier_pairs(families) -> list[tuple[str, str]]:
-    """(base, variant) for every family ``X+concept`` whose backbone ``X`` is in ``families``."""
-    have = set(map(str, families))
-    return [(f[: -len(CONCEPT_SUFFIX)], f) for f in sorted(have)
-            if f.endswith(CONCEPT_SUFFIX) and f[: -len(CONCEPT_SUFFIX)] in have]
+multiplier_pairs = backbone_pairs  # the report's pairs: each +Concept family against its backbone
 
 
 def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
