@@ -240,3 +240,15 @@ def test_fit_curve_cli_missing_column_is_one_line(tmp_path, capsys):
                "--loss", "loss", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == 2 and "--lr column 'eta' not found" in err and "Traceback" not in err
+
+
+def test_report_section_counts_saved_anneal_steps():
+    from interpscale.analysis.anneal_section import anneal_section, anneal_summary
+
+    s = anneal_summary(_results(keep_every=2))
+    assert list(s["family"]) == ["ar", "ar+concept"]
+    # per run: trained branches from 40, 120, 200 (10 + 30 + 50 steps), predicted from 80, 160 (20 + 40)
+    assert (s["anneal steps trained"] == 2 * 90).all() and (s["anneal steps saved"] == 2 * 60).all()
+    lines = anneal_section(_results(keep_every=2))
+    assert lines[0].startswith("## Annealed losses") and any("offset" in line for line in lines)
+    assert anneal_section(_results()) == []  # every checkpoint annealed: nothing predicted, no section

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale.paper import INTERP_METRICS
 from interpscale.scaling.curve import METHODS, Curve, choose_method, error_interval, fit_curve_model, leave_one_out
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,7 @@ def _predicted_row(row: pd.Series, step: int, pred: tuple[float, float, float], 
             out[col] = float(out[col]) * scale
     if "bpb" in out and pd.notna(out.get("bpb")):
         out["bpb"] = float(out["bpb"]) * pred[0] / float(row[loss])  # same bytes per token
-    for col in ("loss_se", "concept_loss", "concept_independence", "concept_contribution",
-                "known_concept_alignment", "checkpoint_sig"):
+    for col in ("loss_se", "checkpoint_sig", *INTERP_METRICS):  # measured on a checkpoint that was never trained
         if col in out:
             out[col] = math.nan
     out.update({"step": step, "annealed": True, "anneal_from": int(row["step"]), loss: pred[0],
