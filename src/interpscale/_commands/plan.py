@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from interpscale.orchestration.planner import corpus_tokens, plan
+    from interpscale.orchestration import plan
+    from interpscale.orchestration.planner import corpus_tokens
 
     pl = plan(args.preset, families=args.families, sizes=args.sizes, slices=args.slices, seq_len=args.seq_len,
               batch_tokens=args.batch_tokens, tolerance=args.tolerance, flops_per_s=args.flops_per_s,

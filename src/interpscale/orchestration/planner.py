@@ -331,7 +331,8 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
     validated once).  ``slices``: targets shared by all families or ``{family: [C, ...]}``.
     Explicit ``sizes`` are all planned (infeasible ones flagged); a preset's only with D/P
     inside ``tokens_per_param``, at most ``max_sizes_per_slice`` (nearest the window's
-    centre); a preset without sizes plans the adaptive sweep's first grid.  ``strict``: a
+    centre); a preset without sizes is ``interpscale.orchestration.plan``'s (the adaptive
+    sweep's first grid).  ``strict``: a
     slice with no feasible size raises.  ``plugins``: modules registering families, recorded
     in every RunSpec.  ``train``: recipe (RunSpec) fields or TrainConfig settings.  Models
     are priced as trained (the data's concepts and vocabulary); runtime by
@@ -340,10 +341,6 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
     refused unless ``force``; runs above ``MAX_EPOCHS`` of a prepared corpus are warned about.
     """
     tree = load_config(preset) if preset is not None else Preset()
-    if preset is not None and sizes is None and not tree.plan.sizes:
-        from interpscale.orchestration.adaptive import first_grid  # sizes optional: the prior-centred grid
-
-        return first_grid(preset, families=families)
     recipe, settings = _split_train(train)
     tree = dataclasses.replace(tree, train=with_settings(tree.train, **settings))
     g = _grid(tree, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
