@@ -117,7 +117,8 @@ def test_fit_metric_and_backtest(tmp_path, capsys, synth):
     assert L_inf < table.loc[table.family == "ar", "bpb"].min()  # fitted on bits per byte
     assert np.isclose(d["table6"][0]["alpha_L"], -0.06, atol=0.01)  # a rescaled loss keeps its exponent
     bt = json.loads((out / "backtest.json").read_text())
-    assert {r["method"] for r in bt["errors"]} == {"isoflop-powerlaw", "joint"} and all(r["family"] == "ar" for r in bt["errors"])
+    # every registered method is backtested (issue 34: isoflop-saturating was left out)
+    assert {r["method"] for r in bt["errors"]} == {"isoflop-powerlaw", "joint", "isoflop-saturating"} and all(r["family"] == "ar" for r in bt["errors"])
     assert "MAPE" in text and "| ar | isoflop-powerlaw | L_star |" in (out / "backtest.md").read_text()
     assert main(["fit", str(path), "--out", str(out), "--metric", "nope"]) == 2
     assert "--metric 'nope' is not a column" in capsys.readouterr().err

@@ -51,7 +51,7 @@ def test_tables_md_marks_the_flagged_fit_and_prints_no_zero_interval(fitted):
     md = fits.to_markdown()
     row = next(line for line in md.splitlines() if line.startswith("| flat |"))
     assert "not identified ‡" in row
-    assert "‡ flat joint fit (Eq. 27) flagged: L∞" in md
+    assert "‡ flat joint fit (Eq. 27) flagged: not identified: L∞" in md
     assert "_[-0.000,+0.000]" not in md and "[-0.000, +0.000]" not in md and "0.000_[" not in md
     assert "not identified" not in next(line for line in md.splitlines() if line.startswith("| ar |"))
 
@@ -88,10 +88,10 @@ def test_figure_24_does_not_draw_the_flagged_curve_and_states_the_ratio(fitted):
 
 def test_forecast_record_refuses_and_forecast_runs_flags(fitted):
     df, _ = fitted
-    with pytest.raises(ValueError, match="flagged: L∞"):
+    with pytest.raises(ValueError, match="flagged: not identified: L∞"):
         forecast_from_results(df, family="flat", method="joint", target_compute=TARGET, n_boot=20)
     rec = forecast_from_results(df, family="flat", method="joint", target_compute=TARGET, n_boot=20, force=True)
-    assert rec["note"].startswith("FLAGGED: flagged: L∞")
+    assert rec["note"].startswith("FLAGGED: not identified: L∞")
     ok = forecast_from_results(df, family="ar", method="joint", target_compute=TARGET, n_boot=20)
     assert "note" not in ok
     rows = df[df.family == "flat"]

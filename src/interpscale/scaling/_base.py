@@ -16,6 +16,7 @@ import numpy as np
 from interpscale._jsonl import jsonable  # noqa: F401  (the one converter; re-exported for the fitters)
 
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, check_level  # noqa: F401  (re-exported for the fitters)
+from .bootstrap import band_from_draws, curve_rows, resample_noise
 
 log = logging.getLogger("interpscale.scaling")
 
@@ -88,8 +89,26 @@ def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: b
     return list(out.values())
 
 
+_KEEP_REPEATS: contextvars.ContextVar[bool] = contextvars.ContextVar("interpscale_keep_repeats", default=False)
+
+
+@contextlib.contextmanager
+def keep_repeats():
+    """Fits inside take rows identical in every fitted column as repeated runs (data: each one point
+    of the fit and one unit the bootstrap resamples) instead of refusing them (issue 37.8); the
+    caller names them to the user (``interpscale fit`` / ``forecast`` say which file lines)."""
+    token = _KEEP_REPEATS.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_REPEATS.reset(token)
+
+
 def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
-    """ValueError naming the first pair of rows identical in every column of ``columns``."""
+    """ValueError naming the first pair of rows identical in every column of ``columns`` (unless
+    inside :func:`keep_repeats`)."""
+    if _KEEP_REPEATS.get():
+        return
     stacked = np.column_stack([np.asarray(v, dtype=float) for v in columns.values()])
     _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     inverse = np.asarray(inverse).reshape(-1)
@@ -200,6 +219,28 @@ class FitResult:
 
     def to_dict(self) -> dict:
         return fields_dict(self) | {k: jsonable(getattr(self, k)) for k in self._derived}
+
+    def _band(self, curves, shape, level: float | None = None, point=None):
+        """The one bootstrap band: pointwise percentiles (at ``level``, default the fit's) of
+        ``curves(rows)`` (S, m) over the bootstrap rows ``boot``; ``point()`` twice without any."""
+        if self.boot is None or len(self.boot) == 0:
+            y = point()
+            return y, y
+        lo, hi = band_from_draws(curves(self.boot), level or self.level)
+        return lo.reshape(shape), hi.reshape(shape)
+
+    def _interval(self, curves, point_row, shape, level: float | None = None, *, seed: int = 0, n_params: int,
+                  back=None, clip=None):
+        """The one prediction interval of a new observation: ``curves(rows)`` (S, m) of the bootstrap
+        rows (else the point ``point_row``, repeated; ``bootstrap.curve_rows``) on the scale the fit
+        resamples its residuals on, plus resampled residuals ``resid``; ``back`` maps the sum to the
+        observation's scale (e.g. ``np.exp`` for a log-scale fit), ``clip(y)`` keeps it in range."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            y = curves(curve_rows(self.boot, point_row))
+            y = y + resample_noise(np.random.default_rng(seed), self.resid, y.shape, n_params)
+            y = y if back is None else back(y)
+        lo, hi = band_from_draws(y if clip is None else clip(y), level or self.level)
+        return lo.reshape(shape), hi.reshape(shape)
 
     def summary(self) -> str:
         st = fit_status(self)

@@ -18,7 +18,7 @@ from interpscale.paper import INTERP_METRICS
 
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_lengths
 from ._base import check_min_points, emit, fmt_ci
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .bootstrap import Bootstrap
 
 # metric -> (direction, natural bound); paper §8.3.1
 METRICS: dict[str, tuple[str, float]] = {k: (m.direction, m.bound) for k, m in INTERP_METRICS.items()}
@@ -70,22 +70,17 @@ class BoundedFit(FitResult):
     def band(self, compute, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of the fitted curve at ``compute``."""
         C = np.atleast_1d(np.asarray(compute, float))
-        if self.boot is None or len(self.boot) == 0:
-            y = self.predict(C)
-            return y.reshape(np.shape(compute)), y.reshape(np.shape(compute))
-        lo, hi = band_from_draws(self._curves(self.boot, C), level or self.level)
-        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+        return self._band(lambda rows: self._curves(rows, C), np.shape(compute), level,
+                          lambda: self.predict(C).reshape(np.shape(compute)))
 
     def predict_interval(self, compute, level: float | None = None, *, seed: int = 0):
         """Prediction interval (lo, hi) of a new observation at ``compute``: bootstrap curve
         draws plus resampled residuals, kept on the allowed side of the natural bound."""
         C = np.atleast_1d(np.asarray(compute, float))
-        draws = self._curves(curve_rows(self.boot, [self.e, self.A, self.beta]), C)
-        draws = draws + resample_noise(np.random.default_rng(seed), self.resid, draws.shape, 3)
-        if self.bound is not None:
-            draws = np.maximum(draws, self.bound) if self.direction == "lower" else np.minimum(draws, self.bound)
-        lo, hi = band_from_draws(draws, level or self.level)
-        return lo.reshape(np.shape(compute)), hi.reshape(np.shape(compute))
+        clip = None if self.bound is None else (lambda y: np.maximum(y, self.bound) if self.direction == "lower"
+                                                else np.minimum(y, self.bound))
+        return self._interval(lambda rows: self._curves(rows, C), [self.e, self.A, self.beta], np.shape(compute),
+                              level, seed=seed, n_params=3, clip=clip)
 
     def _lines(self) -> list[str]:
         s = "+" if self.direction == "lower" else "-"

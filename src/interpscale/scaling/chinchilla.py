@@ -16,7 +16,7 @@ import numpy as np
 from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, check_duplicates, check_points, check_weights
 from ._base import FitStatus, emit, fmt_ci, log
 from ._optim import STATUS
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, resample_noise
+from .bootstrap import Bootstrap
 from .joint_objective import ChinchillaLaw, coarse_grid, epoch_grid, log_pred
 from .lawfit import bootstrap_law, multistart
 
@@ -94,22 +94,6 @@ class ChinchillaFit(FitResult):
         P, D = self.optimal_allocation(compute, flops_per_token_per_param)
         return self.predict(P, D)
 
-    def _band(self, curves, shape, level, point):
-        """Percentile band of ``curves(rows)`` over the bootstrap rows (``point()`` without any)."""
-        if self.boot is None or len(self.boot) == 0:
-            y = point()
-            return y, y
-        lo, hi = band_from_draws(curves(self.boot), level or self.level)
-        return lo.reshape(shape), hi.reshape(shape)
-
-    def _interval(self, log_curves, shape, level, seed):
-        """Prediction interval: log-scale curves of the bootstrap rows plus resampled log residuals."""
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            curve = log_curves(curve_rows(self.boot, self.theta))
-        noise = resample_noise(np.random.default_rng(seed), self.resid, curve.shape, 5)
-        lo, hi = band_from_draws(np.exp(curve + noise), level or self.level)
-        return lo.reshape(shape), hi.reshape(shape)
-
     def band(self, params, tokens, level: float | None = None):
         """Bootstrap percentile band (lo, hi) of L(P, D) at the given points."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
@@ -127,13 +111,15 @@ class ChinchillaFit(FitResult):
         resampled residual noise (``band`` covers the curve only and is narrower)."""
         P, D = np.broadcast_arrays(np.asarray(params, float), np.asarray(tokens, float))
         lP, lD = np.log(P.ravel()), np.log(D.ravel())
-        return self._interval(lambda th: log_pred(th, lP, lD), P.shape, level, seed)
+        return self._interval(lambda th: log_pred(th, lP, lD), self.theta, P.shape, level, seed=seed, n_params=5,
+                              back=np.exp)
 
     def predict_interval_optimal(self, compute, level: float | None = None, flops_per_token_per_param: float = 6.0,
                                  *, seed: int = 0):
         """Prediction interval of a new run's loss at the compute-optimal allocation of ``compute``."""
         C, k = np.atleast_1d(np.asarray(compute, float)), flops_per_token_per_param
-        return self._interval(lambda th: np.log(optimal_loss(th, C, k)), np.shape(compute), level, seed)
+        return self._interval(lambda th: np.log(optimal_loss(th, C, k)), self.theta, np.shape(compute), level,
+                              seed=seed, n_params=5, back=np.exp)
 
     def _lines(self) -> list[str]:
         lines = [
@@ -249,14 +235,15 @@ def joint_status(fit) -> FitStatus:
     end of its interval reaches below ``L_INF_COLLAPSE`` x the estimate (not identified)."""
     flags = []
     if not (fit.alpha > 0 and fit.beta > 0):
-        flags.append(f"non-positive exponent (α={fit.alpha:.3g}, β={fit.beta:.3g}): the law is not decreasing")
+        flags.append(f"not identified: non-positive exponent (α={fit.alpha:.3g}, β={fit.beta:.3g}): the law is not "
+                     "decreasing")
     if fit.L_inf < L_INF_COLLAPSE * getattr(fit, "min_loss", math.nan):
-        flags.append(f"L∞ at its bound / not identified: it collapsed to {fit.L_inf:.3g} (< {L_INF_COLLAPSE:g} × the "
+        flags.append(f"not identified: L∞ collapsed to its bound 0 ({fit.L_inf:.3g} < {L_INF_COLLAPSE:g} × the "
                      "smallest observed loss); the points do not pin down the irreducible loss")
     else:
         lo = (fit.ci or {}).get("L_inf", (math.nan, math.nan))[0]
         if np.isfinite(lo) and lo < L_INF_COLLAPSE * fit.L_inf:
-            flags.append(f"L∞ not identified: the {fit.level:.0%} interval of L∞ reaches down to {lo:.3g} "
+            flags.append(f"not identified: the {fit.level:.0%} interval of L∞ reaches down to {lo:.3g} "
                          f"(< {L_INF_COLLAPSE:g} × the estimate {fit.L_inf:.3g})")
     return FitStatus.decide(fit.converged, flags, getattr(fit, "optimizer", ""))
 

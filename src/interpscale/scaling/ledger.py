@@ -250,7 +250,7 @@ def fit_flags(fit: Any) -> list[str]:
     """Why a forecast from ``fit`` is not to be trusted: its status (``scaling.FitStatus``,
     decided where the fit was made) when not identified."""
     st = fit_status(fit)
-    return [] if st.identified else [str(st)]
+    return [] if st.identified else [st.reason if st.state == "flagged" else f"failed: {st.reason}"]
 
 
 K_TOLERANCE = 0.01  # a given compute may differ by 1% from k·P·D at the table's extreme k

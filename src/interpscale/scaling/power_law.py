@@ -41,13 +41,9 @@ class PowerLawFit(FitResult):
 
     def band(self, x, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise bootstrap percentile band (lo, hi) of the fitted curve at ``x``."""
-        if self.boot is None or len(self.boot) == 0:
-            y = self.predict(x)
-            return y, y
         lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
-        draws = np.exp(self.boot[:, :1] + self.boot[:, 1:2] * lx[None, :])
-        lo, hi = band_from_draws(draws, level or self.level)
-        return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
+        return self._band(lambda rows: np.exp(rows[:, :1] + rows[:, 1:2] * lx[None, :]), np.shape(x), level,
+                          lambda: self.predict(x))
 
     def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
                          df: float | None = None):
