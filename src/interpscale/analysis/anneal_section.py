@@ -55,7 +55,7 @@ def anneal_section(results: pd.DataFrame) -> list[str]:
     if not len(summary):
         return []
     table = loo_table(loo_errors(results))
-    table = table.rename(columns={"mean_abs_pct": "mean |err| %", "max_abs_pct": "max |err| %",
+    table = table.rename(columns={"mean_abs_pct": "mean abs err %", "max_abs_pct": "max abs err %",
                                   "mean_pct": "mean err %"})
     return ["## Annealed losses from a subset of branches", "", INTRO, "", _md(summary), "",
             "Leave-one-branch-out error of each predictor (trained branches only):", "", _md(table), ""]
