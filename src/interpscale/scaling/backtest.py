@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
+from .bootstrap import N_BOOT
 from .bounded import METRICS, fit_bounded
 from .forecasting import METHODS as FORECAST_METHODS
 from .forecasting import ForecastOptions, fold_forecasts
@@ -241,7 +242,7 @@ def backtest(
     tolerance: float | None = SLICE_TOLERANCE,
     window: int | None = 5,
     grid: Literal["epoch", "coarse"] = "coarse",
-    n_boot: int = 200,
+    n_boot: int = N_BOOT["backtest"],
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
     groups=None,

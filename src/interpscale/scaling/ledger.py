@@ -30,6 +30,7 @@ from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 
 from ._base import DEFAULT_LEVEL, check_level, fit_status, jsonable
+from .bootstrap import N_BOOT
 from .forecasting import ForecastOptions, forecast_family
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
@@ -203,8 +204,8 @@ class ForecastLedger:
 def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None = None, family: str | None = None,
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
-                          n_boot: int = 1000, level: float = DEFAULT_LEVEL, seed: int = 0, grid: str = "coarse",
-                          window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
+                          n_boot: int = N_BOOT["forecast"], level: float = DEFAULT_LEVEL, seed: int = 0,
+                          grid: str = "coarse", window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
                           force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
     """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
     keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these

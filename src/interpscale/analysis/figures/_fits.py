@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 
 from interpscale.paper import SLICE_TOLERANCE
-from interpscale.scaling import fit_bounded, fit_families, fit_isoflop, inputs_hash, quiet
+from interpscale.scaling import N_BOOT, fit_bounded, fit_families, fit_isoflop, inputs_hash, quiet
 from interpscale.scaling.tables import slice_rows
 
-DEFAULT_FIG_BOOT = 200  # bootstrap replicates for figure bands (the paper's 10,000 belong in reports)
+DEFAULT_FIG_BOOT = N_BOOT["figure"]  # replicates for figure bands (scaling.N_BOOT; the paper's 10,000: reports)
 _FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's fits of each table
 
 
