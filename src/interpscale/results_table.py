@@ -22,8 +22,8 @@ log = logging.getLogger("interpscale.results_table")
 RESULT_COLUMNS = ("run_id", "family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "step",
                   "annealed", "estimator", "loss", "loss_se", "bpb", *INTERP_METRICS)
 NUMERIC_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se",
-                   *INTERP_METRICS, "bpb", "bytes")
-BOOLEAN_COLUMNS = ("annealed",)
+                   *INTERP_METRICS, "bpb", "bytes", "loss_lo", "loss_hi")
+BOOLEAN_COLUMNS = ("annealed", "predicted")  # predicted: an annealed loss predicted, not measured (docs/anneal.md)
 POSITIVE_COLUMNS = ("slice_flops", "flops", "params", "tokens")  # > 0 where given (empty: unknown)
 SUFFIXES = (".parquet", ".csv", ".tsv")
 TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
