@@ -252,3 +252,15 @@ def test_report_section_counts_saved_anneal_steps():
     lines = anneal_section(_results(keep_every=2))
     assert lines[0].startswith("## Annealed losses") and any("offset" in line for line in lines)
     assert anneal_section(_results()) == []  # every checkpoint annealed: nothing predicted, no section
+
+
+def test_predicted_rows_read_back_as_booleans_and_stay_out_of_fits_unless_asked(tmp_path):
+    from interpscale.results_table import read_results
+    from interpscale.scaling.tables import fit_rows
+
+    both = with_predicted_anneals(_results(keep_every=2), methods=("offset-add",))
+    both.to_csv(tmp_path / "r.csv", index=False)
+    back = read_results(tmp_path / "r.csv")
+    assert back["predicted"].dtype == bool and int(back["predicted"].sum()) == 8
+    assert not fit_rows(back, annealed=True)["predicted"].any()
+    assert fit_rows(back, annealed=True, predicted=True)["predicted"].sum() == 8
