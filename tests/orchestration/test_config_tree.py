@@ -59,7 +59,8 @@ def test_the_preset_is_a_tree_of_typed_sections(preset):
     assert tree.observe == ObserveConfig(tensorboard=False)
     assert tree.plan.families == ["ar"] and tree.plan.seq_len == 32
     # [launch] trainer keys of earlier presets land in [train]'s section
-    old = tomllib.loads(PRESET.replace("micro_batch_tokens = 64\n", "").replace("n_boot = 7", "micro_batch_tokens = 32"))
+    old = tomllib.loads(PRESET.replace("micro_batch_tokens = 64\n", "")
+                        .replace("n_boot = 7", "micro_batch_tokens = 32"))
     assert Preset.from_dict(validate_config(old, preset)).train.micro_batch_tokens == 32
 
 

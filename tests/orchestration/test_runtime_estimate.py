@@ -86,9 +86,11 @@ def test_runtime_estimate_prices_the_whole_run_and_the_sweep(tmp_path):
         assert n_train > r.steps
         assert p.estimate["runs"][r.run_id] == pytest.approx(
             step * (n_train + n_eval * r.eval_batches * runtime.EVAL_STEP_FRACTION) + runtime.RUN_FIXED_S)
-    # two runs, one job each, one at a time: prepare + both runs + two job start-ups
-    total = sum(p.estimate["runs"].values())
-    assert p.estimate["wall_s"] == pytest.approx(200 * runtime.PREPARE_S_PER_DOC + total + 2 * runtime.JOB_START_S)
+    # two runs, one job each, two at a time ([launch] max_parallel's default, as the sweep runs them):
+    # prepare + the longer of the two jobs (its run and its start-up)
+    loads = [s + runtime.JOB_START_S for s in p.estimate["runs"].values()]
+    assert p.estimate["max_parallel"] == 2
+    assert p.estimate["wall_s"] == pytest.approx(200 * runtime.PREPARE_S_PER_DOC + max(sum(loads) / 2, max(loads)))
     assert "estimated sweep wall time" in p.summary()
     line = runtime.estimate_report(p.estimate, 2 * p.estimate["wall_s"])
     assert "measured/estimated 2.00" in line

@@ -229,7 +229,8 @@ def _boom_preset(tmp_path: Path, family: str) -> tuple[Path, dict]:
     (tmp_path / "boomplug.py").write_text(PLUGIN)
     text = _preset(tmp_path, 1).read_text()
     text = text.replace('families = ["ar"]', f'families = ["{family}"]\nplugins = ["boomplug"]')
-    text = text.replace("save_every_s = 3600", "save_every_s = 3600\ngpus_per_node = 1")  # priced by FLOPs: no timed step
+    # priced by FLOPs (a GPU preset), so no training step of the plugin is timed while planning
+    text = text.replace("save_every_s = 3600", "save_every_s = 3600\ngpus_per_node = 1")
     preset = tmp_path / "boom.toml"
     preset.write_text(text)
     return preset, {**os.environ, "OMP_NUM_THREADS": "1",

@@ -31,7 +31,7 @@ from interpscale.models.pricing import model_config, price
 from interpscale.models.protocol import DataFields
 from interpscale.models.registry import accepted, family_overrides
 from interpscale.orchestration import runtime
-from interpscale.orchestration.config import Preset, TrainConfig, with_settings
+from interpscale.orchestration.config import LaunchConfig, Preset, TrainConfig, with_settings
 from interpscale.orchestration.config_schema import recipe_keys, validate_config
 from interpscale.orchestration.outcome import own_code_error
 from interpscale.orchestration.spec import RunSpec
@@ -76,7 +76,7 @@ class Plan:
 
     runs: list[RunSpec]
     table: pd.DataFrame
-    launch: dict[str, Any]
+    launch: dict[str, Any]  # the [launch] table as a dict (config.launch is the typed section)
     device: dict[str, Any] = field(default_factory=dict)  # name, peak, mfu, rate, how
     estimate: dict[str, Any] = field(default_factory=dict)  # runs {run_id: s}, wall_s, ... (runtime.py)
     config: Preset | None = None  # the preset's tree: its sections go to the sweep and the trainers
@@ -186,7 +186,7 @@ class _Grid:
     custom: dict[str, dict]
     train: dict[str, Any]
     data: dict[str, Any]
-    launch: dict[str, Any]
+    launch: LaunchConfig
     plugins: tuple[str, ...] = ()
 
     def size_args(self, size: str, family: str) -> tuple[str, dict]:
@@ -215,7 +215,7 @@ def _grid(tree: Preset, *, families, slices, sizes, seq_len, batch_tokens, toler
               max_sizes=int(max_sizes_per_slice or p.max_sizes_per_slice) or None,
               overrides=dict(tree.model), train=train_kw,
               custom={k: dict(v) for k, v in {**tree.size_presets, **(size_presets or {})}.items()},
-              data=dict(tree.data), launch=dataclasses.asdict(tree.launch),
+              data=dict(tree.data), launch=tree.launch,
               plugins=tuple(plugin_modules.LOADED))  # with --plugin's: plugin families' runs record them
     slices = slices if slices is not None else p.slices
     for name, c in g.custom.items():  # [size_presets]: sizes by their own name (builders, spec.json, checkpoints)
@@ -369,8 +369,8 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
                                   data=g.data)
     _check_epochs(rows, runs, g.data)
     _check_duration(rows, runs, force, tree.source)
-    return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=g.launch, device=dev_info,
-                estimate=estimate, config=tree)
+    return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=dataclasses.asdict(g.launch),
+                device=dev_info, estimate=estimate, config=tree)
 
 
 def _split_train(train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from interpscale.orchestration.config import LaunchConfig
 from interpscale.orchestration.devices import PLAN_DEVICES, cpu_calibration, num_threads, sustained_flops
 from interpscale.orchestration.rundir import read_status
 
@@ -228,13 +229,13 @@ def fmt_seconds(s: float) -> str:
 
 
 def device_rate(device: str | None, flops_per_s: float | None, mfu: float | None,
-                launch: dict) -> tuple[float | None, dict]:
+                launch: LaunchConfig) -> tuple[float | None, dict]:
     """(sustained FLOP/s, or None on the CPU where steps are timed; the plan's device record)."""
     if flops_per_s:
         return float(flops_per_s), {"name": None, "rate": float(flops_per_s), "how": "given"}
-    device = device or ("h100" if launch.get("gpus_per_node") else "cpu")
+    device = device or ("h100" if launch.gpus_per_node else "cpu")
     if device == "cpu":
-        cal = cpu_calibration(int(launch.get("threads_per_job", 1)))
+        cal = cpu_calibration(launch.threads_per_job)
         u = sustained_flops("cpu", mfu)[1]  # the FLOP rate of steps too large to time
         return None, {"name": "cpu", "peak": cal.flops, "mfu": u, "rate": cal.flops * u, "spread": cal.spread,
                       "threads": cal.threads, "how": f"cpu, training steps timed on {cal.threads} thread(s)"}
@@ -243,13 +244,12 @@ def device_rate(device: str | None, flops_per_s: float | None, mfu: float | None
 
 
 def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
-               build_args: Callable[[dict], tuple], *, seq_len: int, batch_tokens: int, launch: dict,
+               build_args: Callable[[dict], tuple], *, seq_len: int, batch_tokens: int, launch: LaunchConfig,
                data: dict) -> dict[str, Any]:
     """Fill the plan rows' ``est_runtime_s`` (the main run's training steps) and ``est_run_s``
     (the whole run: :func:`run_seconds`) of the rows ``runs`` plans (row index -> RunSpec;
     ``build_args(row)`` is its (base size, build arguments)); the plan's estimate record."""
-    threads, max_parallel, per_job = (int(launch.get(k, 1)) for k in ("threads_per_job", "max_parallel",
-                                                                       "runs_per_job"))
+    threads, max_parallel, per_job = launch.threads_per_job, launch.max_parallel, launch.runs_per_job
     per_run, spreads = {}, []
     if rate is None and runs:
         start_job_probe()  # a job's start-up, timed in a subprocess while the steps are
