@@ -70,7 +70,7 @@ def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys):
 
     path = tmp_path / "r.csv"
     example_results().to_csv(path, index=False)
-    argv = ["--out", str(tmp_path / "fits"), "--n-boot", "0", "--grid", "coarse", "--family", "ar", "--allow-partial"]
+    argv = ["--out", str(tmp_path / "fits"), "--n-boot", "0", "--grid", "coarse", "--only-family", "ar", "--allow-partial"]
     assert main(["fit", "families", str(path), *argv]) == 0
     assert "deprecated" not in capsys.readouterr().err
     assert main(["fit", str(path), *argv]) == 0

@@ -48,7 +48,7 @@ def _record(tmp_path, *extra):
 def test_forecast_record_derives_the_compute_of_a_run_from_params_and_tokens(tmp_path, capsys):
     assert _record(tmp_path, "--target-params", "2e9", "--target-tokens", "4e10") == 0
     out = capsys.readouterr().out
-    assert "target compute 4.8e+20 FLOPs = k·P·D (k from the table)" in out  # k = 6 in this table
+    assert "target compute 4.8e+20 FLOPs = k·P·D, k = 6 FLOPs per token per parameter (the table's)" in out
     rec = json.loads((tmp_path / "f.jsonl").read_text())
     assert rec["target_compute"] == pytest.approx(6 * 2e9 * 4e10) and rec["params"] == 2e9
 
@@ -162,3 +162,61 @@ def test_fit_chinchilla_out_prints_the_summary_not_the_json(tmp_path, capsys):
     assert f"wrote {tmp_path / 'o' / 'chinchilla.json'}" in out.err
     assert main(args) == 0  # without --out the JSON is the output
     assert json.loads(capsys.readouterr().out)["n"] == 28
+
+
+# ------------------------------------------------------------------ (a) repeated runs are data
+
+def _with_repeats(df: pd.DataFrame, rows=(1, 5, 9)) -> pd.DataFrame:
+    """``df`` with copies of ``rows`` appended: repeated runs with identical (params, tokens, loss)."""
+    return pd.concat([df, df.iloc[list(rows)]], ignore_index=True)
+
+
+def test_repeated_runs_fit_and_forecast_and_are_named_by_file_line(tmp_path, capsys):
+    from interpscale.scaling import fit_chinchilla
+
+    df = _with_repeats(_results())
+    path = tmp_path / "rep.csv"
+    df.to_csv(path, index=False)
+    cols = ["--params", "params", "--tokens", "tokens", "--loss", "loss"]
+    assert main(["fit", "chinchilla", str(path), *cols, "--n-boot", "0", "--grid", "coarse"]) == 0
+    out = capsys.readouterr()
+    assert (f"interpscale fit chinchilla: {path}: 3 row(s) repeat another row's (params, tokens, loss) (line 30 "
+            "repeats line 3, line 31 repeats line 7, line 32 repeats line 11); kept as repeated runs") in out.err
+    fit = json.loads(out.out)
+    # a repeated run counts as often as it was run: the fit of every row is the weighted fit of the distinct ones
+    once = _results()
+    w = np.ones(len(once))
+    w[[1, 5, 9]] = 2
+    ref = fit_chinchilla(once["params"], once["tokens"], once["loss"], weights=w, n_boot=0, grid="coarse")
+    for k in ("L_inf", "alpha", "beta"):
+        assert fit[k] == pytest.approx(getattr(ref, k), rel=1e-6)
+    assert fit["L_inf"] == pytest.approx(LAW["E"], rel=0.05) and fit["alpha"] == pytest.approx(LAW["alpha"], rel=0.1)
+    assert main(["forecast", "record", str(path), "--method", "joint", "--n-boot", "20", "--grid", "coarse",
+                 "--target-compute", "1e21", "--registry", str(tmp_path / "f.jsonl")]) == 0
+    assert "kept as repeated runs" in capsys.readouterr().err
+    assert main(["fit", "families", str(path), "--out", str(tmp_path / "fits"), "--n-boot", "0", "--grid",
+                 "coarse"]) == 0
+
+
+def test_published_epoch_fit_from_a_table_with_repeated_runs(tmp_path, capsys, epoch_csv):
+    """Epoch's table (its recipe reproduces the published fit, test_chinchilla) with 21 runs listed
+    twice: the repeats are kept, and the fit is exactly Epoch's recipe with those runs at weight 2."""
+    from interpscale.scaling import fit_chinchilla
+
+    d = pd.read_csv(epoch_csv)
+    low = d.nsmallest(63, "loss").index[::3]  # repeats among low-loss rows: --drop-highest-loss is unaffected
+    path = tmp_path / "epoch_repeats.csv"
+    pd.concat([d, d.loc[low]], ignore_index=True).to_csv(path, index=False)
+    assert main(["fit", "chinchilla", str(path), "--params", "Model Size", "--flops", "Training FLOP", "--loss",
+                 "loss", "--drop-highest-loss", "5", "--n-boot", "0", "--grid", "coarse"]) == 0
+    out = capsys.readouterr()
+    assert "21 row(s) repeat another row's (Model Size, Training FLOP, loss)" in out.err
+    fit = json.loads(out.out)
+    keep = d["loss"] < np.sort(d["loss"].to_numpy())[-5]
+    w = np.where(d.index.isin(low), 2.0, 1.0)[keep]
+    N = d.loc[keep, "Model Size"].to_numpy()
+    ref = fit_chinchilla(N, d.loc[keep, "Training FLOP"].to_numpy() / (6 * N), d.loc[keep, "loss"], weights=w,
+                         n_boot=0, grid="coarse")
+    assert fit["n"] == 261
+    for k in ("L_inf", "A_P", "A_D", "alpha", "beta"):
+        assert fit[k] == pytest.approx(getattr(ref, k), rel=1e-4)

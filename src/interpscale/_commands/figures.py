@@ -11,6 +11,7 @@ from interpscale.analysis.example_data import example_results
 from interpscale.analysis.figures import render_figures
 from interpscale.errors import FailedWork, UserError
 from interpscale.results_table import read_results, require_values
+from interpscale.scaling import keep_repeats
 
 
 TABLE_FIELDS = tuple(COLUMN_FLAGS)  # --params/--tokens/--loss/--family/--run/--step COL
@@ -59,7 +60,8 @@ def load_table(spec: str, columns: dict[str, str] | None = None):
 
 def run(args: argparse.Namespace) -> int:
     df = load_table(args.results, column_map(args, *TABLE_FIELDS))
-    result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
+    with keep_repeats():  # repeated runs are data
+        result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
     for title, reason in result.skipped.items():

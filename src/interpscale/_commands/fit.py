@@ -49,7 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    return args.handler(args)
+    from interpscale.scaling import keep_repeats
+
+    with keep_repeats():  # repeated runs are data; each verb names them as file lines (say_repeats)
+        return args.handler(args)
 
 
 def _bootstrap_options(p: argparse.ArgumentParser, fitter) -> None:
@@ -185,6 +188,7 @@ def _families(args) -> int:
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
     require_values(df, metric)
+    say_repeats("fit families", df, ("family", "params", "tokens", metric))
     groups = _column(df, path, "--cluster", args.cluster)
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=families,
                         target_compute=args.target_compute, loss=metric, groups=groups,

@@ -10,7 +10,7 @@ from interpscale._commands.fit import RESULT_FIELDS, family_filter, read_mapped,
 from interpscale._commands.options import add_columns, deprecated, given, library_default, option, positive_float
 from interpscale.errors import UserError
 from interpscale.results_table import require_values
-from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results
+from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results, keep_repeats
 
 VERBS = ("record", "check", "list")
 DEFAULT_REGISTRY = "forecasts.jsonl"  # in the working directory
@@ -111,7 +111,8 @@ def _record(args) -> int:
 
 def run(args) -> int:
     if args.verb == "record":
-        return _record(args)
+        with keep_repeats():  # repeated runs are data, named by file line (say_repeats)
+            return _record(args)
     ledger = ForecastLedger(args.registry)
     items = [ledger.check(args.id, args.observed)] if args.verb == "check" else ledger.load()
     if not items:

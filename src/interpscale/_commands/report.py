@@ -11,6 +11,7 @@ from interpscale._commands.figures import TABLE_FIELDS, expand_run_dirs, load_ta
 from interpscale._commands.options import add_columns, column_map, given, option
 from interpscale.analysis.example_data import steerling_actual
 from interpscale.analysis.report import write_report
+from interpscale.scaling import keep_repeats
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
     example = args.results == "example"
     target = args.target_compute if args.target_compute is not None else (paper.STEERLING_8B["flops"] if example else None)
     df = load_table(args.results, column_map(args, *TABLE_FIELDS))
-    path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"),
-                        figures=not args.no_figures, source="bundled example table" if example else args.results,
-                        target_compute=target, actual=steerling_actual() if example else None)
+    with keep_repeats():  # repeated runs are data
+        path = write_report(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"),
+                            figures=not args.no_figures, source="bundled example table" if example else args.results,
+                            target_compute=target, actual=steerling_actual() if example else None)
     sys.stdout.write(f"{path}\n{path.with_suffix('.html')}\n")
     return 0

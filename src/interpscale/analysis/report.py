@@ -18,6 +18,7 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
+from interpscale.analysis.anneal_section import anneal_section
 from interpscale.analysis.figures.multiplier import multiplier_section
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
 from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
@@ -396,6 +397,7 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
         why = why_no_backtest(df, fits, backtest, backtest_error) if with_backtest else None
         parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why)
         parts += multiplier_section(df, fits)  # k(C) of each +Concept family (issue 36, docs/multiplier.md)
+    parts += anneal_section(df)  # runs that skipped anneal branches and their predicted anneals (docs/anneal.md)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
     parts += _section("Fit warnings", "\n".join(f"- {w}" for w in warnings)
                       or "None: every fit converged without boundary or quality flags.") + ["## Figures", ""]
