@@ -29,7 +29,7 @@ from interpscale.scaling.bootstrap import Bootstrap
 from interpscale.scaling.data_constrained import DataConstrainedLaw, repetition_inputs
 from interpscale.scaling.lawfit import HUBER_DELTA, bootstrap_law, huber, multistart, to_fit_scale
 from interpscale.scaling.ladder import ROBUST_GRID, SigmoidLaw, TaskLossLaw
-from interpscale.scaling.overtraining import AUTHORS_GRID as OT_GRID, OvertrainingLaw
+from interpscale.scaling.overtraining import OVERTRAINING_AUTHORS_GRID as OT_GRID, OvertrainingLaw
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 

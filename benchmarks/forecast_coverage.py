@@ -10,7 +10,7 @@ table of docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
     python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv] [--laws]
                                            [--calibration distance|studentized|studentized-signed]
 
-``--laws`` uses each study's own published law (registered by ``scaling.law_methods``):
+``--laws`` uses each study's own published law (``scaling.law_methods.register_law_methods``):
 ``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
 ``data-constrained`` on datablations, instead of the ``joint`` method for all.
 
@@ -86,7 +86,9 @@ LAWS = {"OLMo ladder": "ladder", "over-training": "overtraining", "datablations"
 def run(n_boot: int, level: float, laws: bool = False,
         calibration: str = ForecastOptions.calibration) -> pd.DataFrame:
     if laws:
-        import interpscale.scaling.law_methods  # noqa: F401 (registers the published laws as methods)
+        from interpscale.scaling.law_methods import register_law_methods
+
+        register_law_methods()  # the published laws as forecast methods
     frames = []
     for cases in (ladder_cases(), overtraining_cases(), datablations_cases()):
         for study, metric, train, test in cases:

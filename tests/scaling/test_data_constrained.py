@@ -119,7 +119,7 @@ def law_methods():
     saved = dict(forecasting.METHODS)
     from interpscale.scaling import law_methods as lm
 
-    lm.register()
+    lm.register_law_methods()
     yield forecasting
     forecasting.METHODS.clear()
     forecasting.METHODS.update(saved)

@@ -33,7 +33,7 @@ from .lawfit import HUBER_DELTA, LawFit, LawObjective, check_recipe, distinct_mi
 # a, b, e, alpha, beta of the authors' C4 Chinchilla fit (alpha = beta tied); README "Parametric Fit"
 C4_COEFFICIENTS = (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596)
 PUBLISHED_R_STAR = (15.387756, 5.309743)  # R_D*, R_N* (notebook cell 29; paper: 15.4, 5.3)
-AUTHORS_GRID = tuple(itertools.product(np.linspace(0, 20, 4)[1:], repeat=2))  # zeros give NaN: skipped
+REPETITION_AUTHORS_GRID = tuple(itertools.product(np.linspace(0, 20, 4)[1:], repeat=2))  # zeros give NaN: skipped
 COEF_NAMES = ("a", "b", "e", "alpha", "beta")
 PLATEAU = 1e6  # an R* this large means exp(-R/R*) ~ 1 on any run: the repetition term is switched off
 
@@ -136,7 +136,7 @@ def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective
 
 def _starts(grid, free: bool, coefficients, recipe: str) -> np.ndarray:
     if grid is None:
-        grid = AUTHORS_GRID if recipe == "authors" else tuple(itertools.product(np.geomspace(0.5, 1000.0, 8), repeat=2))
+        grid = REPETITION_AUTHORS_GRID if recipe == "authors" else tuple(itertools.product(np.geomspace(0.5, 1000.0, 8), repeat=2))
     R = np.log(np.asarray(grid, float).reshape(-1, 2))
     if not free:
         return R

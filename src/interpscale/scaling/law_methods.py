@@ -1,5 +1,5 @@
-"""The published laws as forecast methods, registered on import (opt-in: each registered method
-adds its refits to the backtest of every default forecast). ``overtraining`` (Gadre et al. 2024,
+"""The published laws as forecast methods, registered by ``register_law_methods()`` (opt-in: each
+registered method adds its refits to the backtest of every default forecast). ``overtraining`` (Gadre et al. 2024,
 robust recipe), ``ladder`` (Bhagia et al. 2024 step 1, the authors' start, bounds >= 0) and
 ``data-constrained`` (Muennighoff et al. 2023 Eq. 5, every parameter free; needs
 ``unique_tokens``; a target's unique tokens are min(D, the largest U fitted)). Without (P, D)
@@ -12,20 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .chinchilla import optimal_allocation
 from .data_constrained import fit_data_constrained
 from .forecast_methods import ForecastMethod, ForecastOptions, register_method
 from .ladder import fit_ladder
 from .overtraining import fit_overtraining
 
-__all__ = ["LAW_METHODS", "optimal_allocation", "register"]
-
-
-def optimal_allocation(A: float, B: float, alpha: float, beta: float, compute, k: float = 6.0):
-    """(N_opt, D_opt) minimising A/N^alpha + B/D^beta subject to C = k N D (Hoffmann et al.
-    2022, App. D.2): N_opt = G (C/k)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta))."""
-    G = (alpha * A / (beta * B)) ** (1.0 / (alpha + beta))
-    N = G * (np.asarray(compute, float) / k) ** (beta / (alpha + beta))
-    return N, np.asarray(compute, float) / (k * N)
+__all__ = ["LAW_METHODS", "register_law_methods"]
 
 
 def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
@@ -40,7 +33,8 @@ def _predictor(coef=("A", "B", "alpha", "beta"), unique: bool = False):
     allocation of ``compute`` (``coef`` names its A, B, alpha, beta); ``unique``: min(D, max U)."""
     def predict(fit, compute, o, params=None, tokens=None):
         if params is None or tokens is None:
-            params, tokens = optimal_allocation(*(fit.params[c] for c in coef), compute, o.k)
+            A, B, alpha, beta = (fit.params[c] for c in coef)  # Eq. 27's allocation (Hoffmann et al. App. D.2)
+            params, tokens = optimal_allocation(np.array([np.log(A), np.log(B), 0.0, alpha, beta]), compute, o.k)
         extra = (np.minimum(tokens, fit.max_unique_tokens),) if unique else ()
         lo, hi = fit.predict_interval(params, tokens, *extra, level=o.level, seed=o.seed)
         return float(fit.predict(params, tokens, *extra)), float(lo), float(hi)
@@ -74,10 +68,8 @@ LAW_METHODS = (
 )
 
 
-def register() -> None:
-    """Add (or re-add) the three laws to ``forecasting.METHODS``."""
+def register_law_methods() -> None:
+    """Add (or re-add) the three laws to ``forecasting.METHODS`` (opt-in: each registered method
+    adds its refits to the backtest of every default forecast)."""
     for m in LAW_METHODS:
         register_method(m, replace_existing=True)
-
-
-register()

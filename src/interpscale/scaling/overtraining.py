@@ -25,7 +25,7 @@ from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, Bootstrap
 from .lawfit import HUBER_DELTA, CurveFit, NDLawFit, chained_interval, check_recipe, law_result, multistart
 from .lawfit import to_fit_scale
 
-AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
+OVERTRAINING_AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
 
 
@@ -120,7 +120,7 @@ def fit_overtraining(
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
                      smooth=loss_kind == "huber_log").checked(len(L), "fit_overtraining")
     w = check_weights(weights, len(L))
-    starts = np.asarray(AUTHORS_GRID if grid is None else grid, float).reshape(-1, 4)
+    starts = np.asarray(OVERTRAINING_AUTHORS_GRID if grid is None else grid, float).reshape(-1, 4)
     law, X, T = OvertrainingLaw(), (N, D), to_fit_scale(L, loss_kind)
     warnings: list[str] = []
     if recipe == "authors":
