@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import resource
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -17,6 +19,8 @@ import torch
 from interpscale._atomic import atomic_write_text
 from interpscale.orchestration.devices import device_peak_flops
 from interpscale.orchestration.rundir import append_jsonl
+
+_log = logging.getLogger(__name__)
 
 
 class StepMeter:
@@ -92,10 +96,10 @@ class SegmentLog:
     anneal branches revisit stable steps; a resumed segment purges the steps it redoes."""
 
     def __init__(self, run_dir: Path, spec: Any, segment: Any, step: int, *, device: torch.device, world: int,
-                 lead: bool, progress: bool, tensorboard: bool):
+                 lead: bool, progress: bool, tensorboard: bool, trackers: "Trackers | None" = None):
         from tqdm.auto import tqdm
 
-        self.spec, self.segment, self.lead = spec, segment, lead
+        self.spec, self.segment, self.lead, self.trackers = spec, segment, lead, trackers
         self.metrics = Path(run_dir) / "metrics.jsonl"
         self.meter = StepMeter(device, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
                                world=world)
@@ -127,6 +131,8 @@ class SegmentLog:
             rec = {"step": step, "segment": self.segment.name, "lr": lr, **rec,
                    "tokens": step * self.spec.batch_tokens, "time": time.time()}
             append_jsonl(self.metrics, rec)
+            if self.trackers is not None:
+                self.trackers.log(self.segment.name, step, rec)
             if self.tb is not None:
                 for k, v in rec.items():
                     if isinstance(v, (int, float)) and k != "step":
@@ -138,3 +144,107 @@ class SegmentLog:
         if self.tb is not None:
             self.tb.flush()
             self.tb.close()
+
+
+# -- trackers --------------------------------------------------------------------------------------
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+TRACKER_IDS = "trackers.json"  # RUN_DIR/trackers.json: {tracker: run id}, so a resumed run continues it
+
+
+class Trackers:
+    """The experiment trackers named in ``[observe] trackers`` besides TensorBoard (W&B, MLflow;
+    each client imported only when named), one tracker run per training run: its id is kept in
+    RUN_DIR/trackers.json, so a resumed or requeued run logs into the same one.  W&B runs
+    offline unless ``WANDB_MODE`` says otherwise (files in RUN_DIR/wandb); MLflow writes a local
+    store (RUN_DIR/mlflow.db, SQLite) unless ``MLFLOW_TRACKING_URI`` is set.  A tracker that fails logs
+    one warning and is dropped: it never stops training.  Only the spec and the metrics records
+    are sent (no environment, no keys)."""
+
+    def __init__(self, run_dir: str | Path, spec: Any, names: Iterable[str]):
+        self.run_dir, self.spec = Path(run_dir), spec
+        self.ids = self._read_ids()
+        self.live: dict[str, Any] = {}
+        for name in names:
+            if name in ("wandb", "mlflow"):
+                self._guard(name, getattr(self, f"_open_{name}"))
+        if self.live:
+            atomic_write_text(self.run_dir / TRACKER_IDS, json.dumps(self.ids, sort_keys=True))
+
+    def _read_ids(self) -> dict[str, str]:
+        try:
+            return json.loads((self.run_dir / TRACKER_IDS).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _guard(self, name: str, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # no network, bad key, missing package, full disk: never fatal
+            _log.warning("tracker %s disabled for run %s: %s: %s", name, self.spec.run_id, type(exc).__name__,
+                         str(exc).splitlines()[0][:200] if str(exc) else "")
+            self.live.pop(name, None)
+
+    def _open_wandb(self) -> None:
+        import os
+
+        import wandb
+
+        run_id = self.ids.get("wandb") or uuid.uuid4().hex[:12]
+        d = self.run_dir / "wandb"
+        d.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(project=os.environ.get("WANDB_PROJECT", "interpscale"), id=run_id, resume="allow",
+                         name=self.spec.run_id, dir=str(d), config=self.spec.to_dict(),
+                         mode=os.environ.get("WANDB_MODE", "offline"),
+                         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
+        self.ids["wandb"] = run.id
+        self.live["wandb"] = run
+
+    def _open_mlflow(self) -> None:
+        import os
+
+        from mlflow.tracking import MlflowClient
+
+        # a local store in the run directory: one SQLite file (MLflow's ./mlruns file store is frozen)
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(self.run_dir / 'mlflow.db').resolve()}"
+        client = MlflowClient(tracking_uri=uri)
+        run_id = self.ids.get("mlflow")
+        if run_id is None:
+            exp = client.get_experiment_by_name("interpscale")
+            exp_id = exp.experiment_id if exp else client.create_experiment("interpscale")
+            run_id = client.create_run(exp_id, run_name=self.spec.run_id).info.run_id
+            for k, v in sorted(self.spec.to_dict().items()):
+                client.log_param(run_id, k, json.dumps(v)[:6000] if not isinstance(v, str) else v[:6000])
+        else:
+            client.update_run(run_id, status="RUNNING")
+        self.ids["mlflow"] = run_id
+        self.live["mlflow"] = client
+
+    def log(self, segment: str, step: int, rec: dict[str, Any]) -> None:
+        """One metrics.jsonl record, its numbers under ``<segment>/<name>`` at ``step``."""
+        scalars = {f"{segment}/{k}": float(v) for k, v in rec.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        if "wandb" in self.live:
+            self._guard("wandb", self.live["wandb"].log, {**scalars, "train_step": step})
+        if "mlflow" in self.live:
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            metrics = [Metric(k.replace("@", "-"), v, now, step) for k, v in scalars.items()]
+            self._guard("mlflow", self.live["mlflow"].log_batch, self.ids["mlflow"], metrics)
+
+    def replay(self, metrics: Path, segment: str, upto: int) -> None:
+        """Log again the metrics.jsonl records of ``segment`` up to step ``upto`` (a resumed
+        segment's): a kill may have cut a tracker's last writes; the values are the same."""
+        if not self.live or not Path(metrics).exists():
+            return
+        for line in Path(metrics).read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("segment") == segment and rec.get("step", 0) <= upto:
+                self.log(segment, rec["step"], rec)
+
+    def close(self, finished: bool = False) -> None:
+        if "wandb" in self.live:
+            self._guard("wandb", self.live.pop("wandb").finish)
+        if "mlflow" in self.live:
+            client = self.live.pop("mlflow")
+            self._guard("mlflow", client.set_terminated, self.ids["mlflow"], "FINISHED" if finished else "KILLED")

@@ -23,7 +23,7 @@ from interpscale.models.protocol import DataFields, set_phase
 from interpscale.models.types import SPECIAL_IDS, PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer
 from interpscale.orchestration.config import ObserveConfig, TrainConfig, split_settings, with_settings
-from interpscale.orchestration.observe import SegmentLog, rewind_metrics
+from interpscale.orchestration.observe import TRACKERS, SegmentLog, Trackers, rewind_metrics
 from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optimizer, pin, seed_step, split,
                                                 step_seed, sync, wrap)
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
@@ -210,6 +210,18 @@ class Trainer:
             # Dynamo keeps at most 8 graphs per function and silently runs eager past that; a
             # job that trains several sizes in one process would hit it, so each run starts clean
             torch.compiler.reset()
+        named = set(self.observe.trackers)
+        unknown = named - set(TRACKERS)
+        if unknown:
+            raise ValueError(f"[observe] trackers: unknown {sorted(unknown)}; expected some of {list(TRACKERS)}")
+        self.trackers = Trackers(self.run_dir, self.spec, named) if self.rank == 0 and named - {"tensorboard"} else None
+        try:
+            return self._run_segments(status, stop_at_step)
+        finally:
+            if self.trackers is not None:
+                self.trackers.close(finished=read_status(self.run_dir).get("state") == "done")
+
+    def _run_segments(self, status: dict[str, Any], stop_at_step: int | None) -> dict[str, Any]:
         done = set(status.get("segments_done", []))
         for seg in segments(self.spec):
             if seg.name in done:
@@ -218,6 +230,8 @@ class Trainer:
             model, opt, step = self._start(seg)
             if self.rank == 0:  # rows logged past the state we restart from are logged again
                 rewind_metrics(self.run_dir / "metrics.jsonl", done, seg.name, step)
+                if self.trackers is not None and step > seg.start:  # rows a kill may have cut from them
+                    self.trackers.replay(self.run_dir / "metrics.jsonl", seg.name, step)
             if not self._train_segment(model, opt, seg, step, stop_at_step):
                 return read_status(self.run_dir)
             done.add(seg.name)
@@ -237,7 +251,9 @@ class Trainer:
         check = getattr(model, "check_batch", None)
         batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
         logs = SegmentLog(self.run_dir, self.spec, seg, step, device=self.device, world=self.world,
-                          lead=self.rank == 0, progress=self.progress, tensorboard=self.observe.tensorboard)
+                          lead=self.rank == 0, progress=self.progress,
+                          tensorboard=self.observe.tensorboard or "tensorboard" in self.observe.trackers,
+                          trackers=self.trackers)
         try:
             while step < seg.end:
                 lr = lr_at(self.spec, seg, step)
