@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# torch first, pinned to the tested wheel (the library itself needs torch>=2.6), so nothing later pulls a CUDA build
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[dev,fast,hf]' || $(PY) -m pip install -e '.[dev,hf]'
+	$(PY) -m pip install -e '.[dev,fast,hf,trackers]' || $(PY) -m pip install -e '.[dev,hf,trackers]'
 	touch $(STAMP)
 
 demo: $(STAMP)

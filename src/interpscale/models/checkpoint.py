@@ -207,7 +207,7 @@ def _rebuild(family: str, cfg: dict[str, Any], cls_path: str, build: Optional[di
             return cls.from_config(cfg)
     if build:
         return build_model(family, build["size"], data=DataFields.from_dict(build.get("data")),
-                           **build.get("overrides", {}))
+                           base=build.get("base"), **build.get("overrides", {}))
     overrides = {k: v for k, v in cfg.items() if k not in ("family", "size")}
     return get_family(family).builder(cfg["size"], data=DataFields(), **overrides)
 
