@@ -9,6 +9,7 @@ the caller since scaling sits above this layer) judges each slice after a round.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from interpscale._atomic import atomic_write_text
@@ -69,12 +71,32 @@ class SliceState:
     sizes: list[str]  # trained / planned, a contiguous stretch of the ladder
     prior_params: float
     added: int = 0
+    seeds: int = 1  # runs per size: the first seed and its replicates (seeds 1, 2, ...)
     bracketed: bool = False
     done: bool = False
     P_star: float = math.nan
+    curvature: float = math.nan  # Eq. 25's c of loss on ln P, weighted by each size's loss uncertainty
+    curvature_se: float = math.nan
     reason: str = ""
+    remedy: str = ""  # what would bracket it, when it is not
     history: list[str] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict, repr=False)  # planner status per ladder size
+
+    @property
+    def name(self) -> str:
+        return f"{self.family} C={self.slice_flops:.3g}"
+
+
+@dataclass
+class Budget:
+    """The training FLOPs the adaptive sweep may spend past its size limit (``limit``) and what
+    its runs have cost so far (``used``)."""
+
+    limit: float
+    used: float = 0.0
+
+    def allows(self, flops: float) -> bool:
+        return self.used + flops <= self.limit * (1 + 1e-9)
 
 
 @dataclass
@@ -84,6 +106,7 @@ class AdaptiveResult:
     sweep: Any
     slices: list[SliceState]
     rounds: int
+    budget: Budget | None = None
 
     @property
     def all_bracketed(self) -> bool:
@@ -91,22 +114,44 @@ class AdaptiveResult:
 
     def summary(self) -> str:
         lines = [f"adaptive sweep: {sum(s.bracketed for s in self.slices)} of {len(self.slices)} slices bracket "
-                 f"their optimum after {self.rounds} round(s)"]
+                 f"their optimum after {self.rounds} round(s)"
+                 + (f", {self.budget.used:.3g} of {self.budget.limit:.3g} budgeted FLOPs" if self.budget else "")]
         for s in self.slices:
-            what = f"P*={s.P_star:.3g}" if s.bracketed else f"not bracketed: {s.reason}"
-            lines.append(f"  {s.family} C={s.slice_flops:.3g}: sizes {', '.join(s.sizes)} (+{s.added}); {what}")
+            what = (f"P*={s.P_star:.3g}, curvature {s.curvature:.3g} ± {s.curvature_se:.2g}"
+                    + (" (noise unknown: one seed, three sizes)" if not math.isfinite(s.curvature_se) else "")
+                    if s.bracketed
+                    else f"not bracketed: {s.reason}; would bracket it: {s.remedy}")
+            seeds = f" x {s.seeds} seeds" if s.seeds > 1 else ""
+            lines.append(f"  {s.name}: sizes {', '.join(s.sizes)}{seeds} (+{s.added}); {what}")
+            lines += [f"    {h}" for h in s.history if "past the limit" in h]
         return "\n".join(lines)
 
+    def failure(self) -> str:
+        """One line naming each slice that is not bracketed and what would bracket it ("" when all are)."""
+        bad = [s for s in self.slices if not s.bracketed]
+        return "; ".join(f"{s.name}: {s.reason} (would bracket it: {s.remedy})" for s in bad)
+
+    def check(self) -> None:
+        """Raise ``FailedWork`` (exit 1) naming every slice not bracketed; the caller prints
+        ``summary()`` first."""
+        from interpscale.errors import FailedWork
+
+        if not self.all_bracketed:
+            n = sum(not s.bracketed for s in self.slices)
+            raise FailedWork(f"adaptive sweep: {n} of {len(self.slices)} slices not bracketed: {self.failure()}")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "all_bracketed": self.all_bracketed, "slices": [asdict(s) for s in self.slices]}
+        return {"rounds": self.rounds, "all_bracketed": self.all_bracketed,
+                "budget": asdict(self.budget) if self.budget else None, "slices": [asdict(s) for s in self.slices]}
 
 
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
     from interpscale.orchestration.planner import plan
 
     # the rate only prices runtime, which choosing sizes does not use: no CPU timing unless ``priced``
+    # (a rate no run is slow at, so the planner's more-than-a-year check never fires on it)
     return plan(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder, strict=strict,
-                flops_per_s=None if priced else 1.0, max_sizes_per_slice=len(sizes) + 1)
+                flops_per_s=None if priced else 1e30, max_sizes_per_slice=len(sizes) + 1)
 
 
 def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, initial: int,
@@ -158,12 +203,93 @@ def _first_states(preset: str | os.PathLike, families: Sequence[str] | None, ini
     return cfg, ladder, _initial_states(preset, per, names, ladder, initial, float(tokens_per_param))
 
 
-def _final_rows(df: pd.DataFrame, family: str, c: float) -> pd.DataFrame:
-    """One row per run of the slice: its last annealed evaluation (else its last)."""
-    g = df[(df["family"] == family) & (df["slice_flops"] == c)]
+@dataclass(frozen=True)
+class Limits:
+    """How far the adaptive sweep goes for one slice: ``max_added`` sizes (past it only in the
+    trend's direction, and only while the budget allows), ``max_seeds`` runs per size, and
+    ``z``: a curvature or trend counts when it exceeds ``z`` standard errors."""
+
+    max_added: int = 3
+    max_seeds: int = 2
+    z: float = 2.0
+
+
+def _final_rows(df: pd.DataFrame, run_ids: Sequence[str]) -> pd.DataFrame:
+    """One row per run of ``run_ids``: its last annealed evaluation (else its last)."""
+    g = df[df["run_id"].isin(list(run_ids))] if len(df) else df
     if "annealed" in g.columns and g["annealed"].astype(bool).any():
         g = g[g["annealed"].astype(bool)]
     return g.sort_values("step").groupby("run_id").tail(1).sort_values("params")
+
+
+def size_table(rows: pd.DataFrame, noise: float = math.nan) -> pd.DataFrame:
+    """Per size (``params``): the mean final loss over its seeds, their number ``n``, and the
+    standard error ``se`` of that mean: the larger of the evaluation's own (``loss_se`` where an
+    estimator reports one; 0 counts as not reported) and the run-to-run spread — the seeds'
+    within-size variance pooled over the slice's sizes, else ``noise`` (the family's, from
+    :func:`run_noise`) — NaN when none is known."""
+    groups = [(float(p), g["loss"].to_numpy(float),
+               g["loss_se"].to_numpy(float) if "loss_se" in g.columns else np.full(len(g), np.nan))
+              for p, g in rows.groupby("params")]
+    dof = sum(len(y) - 1 for _, y, _ in groups)
+    spread = sum(float(((y - y.mean()) ** 2).sum()) for _, y, _ in groups) / dof if dof else noise ** 2
+    out = []
+    for p, y, se in groups:
+        se = se[np.isfinite(se) & (se > 0)]
+        se_eval = math.sqrt(float(np.mean(se ** 2)) / len(y)) if len(se) else math.nan
+        se_run = math.sqrt(spread / len(y))
+        both = [v for v in (se_eval, se_run) if math.isfinite(v)]
+        out.append({"params": p, "loss": float(y.mean()), "n": len(y), "se": max(both) if both else math.nan})
+    return pd.DataFrame(out, columns=["params", "loss", "n", "se"]).sort_values("params").reset_index(drop=True)
+
+
+def run_noise(slices: Sequence[pd.DataFrame]) -> float:
+    """The run-to-run standard deviation of a final loss, pooled over a family's slices: the
+    seeds' spread around their size's mean, and the scatter of the size means around each
+    slice's least-squares parabola in ln P where a slice has more than three sizes (a poor
+    parabola makes it larger, never smaller); NaN with no degree of freedom."""
+    ss = dof = 0.0
+    for rows in slices:
+        means = rows.groupby("params")["loss"].agg(["mean", "count"]).reset_index()
+        dev = rows["loss"].to_numpy(float) - rows["params"].map(means.set_index("params")["mean"]).to_numpy(float)
+        ss, dof = ss + float(dev @ dev), dof + len(rows) - len(means)
+        if len(means) > 3:
+            u = np.log(means["params"].to_numpy(float))
+            X = np.column_stack([np.ones_like(u), u - u.mean(), (u - u.mean()) ** 2])
+            n, y = means["count"].to_numpy(float), means["mean"].to_numpy(float)
+            beta = np.linalg.lstsq(X * np.sqrt(n)[:, None], y * np.sqrt(n), rcond=None)[0]
+            ss, dof = ss + float(n @ (y - X @ beta) ** 2), dof + len(means) - 3
+    return math.sqrt(ss / dof) if dof else math.nan
+
+
+def _wls(X: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares (weights 1/se²; equal weights when no se is known): the
+    coefficients and their standard errors, inflated by the reduced χ² when it exceeds 1 (the
+    scatter is larger than the stated uncertainties); NaN errors with no spare degree of freedom
+    and no known se."""
+    known = np.isfinite(se) & (se > 0)
+    w = 1.0 / np.where(known, se, np.nanmedian(se[known]) if known.any() else 1.0) ** 2
+    A = X.T @ (w[:, None] * X)
+    beta = np.linalg.lstsq(A, X.T @ (w * y), rcond=None)[0]
+    cov = np.linalg.pinv(A)
+    dof = len(y) - X.shape[1]
+    s2 = float(w @ (y - X @ beta) ** 2) / dof if dof > 0 else math.nan
+    if known.any():
+        cov = cov * max(1.0, s2) if dof > 0 else cov
+    else:
+        cov = cov * s2  # NaN with no spare degree of freedom: nothing says how noisy the losses are
+    return beta, np.sqrt(np.clip(np.diag(cov), 0, None))
+
+
+def noise_fit(params: np.ndarray, loss: np.ndarray, se: np.ndarray) -> dict[str, float]:
+    """The slice's Eq. 25 parabola L = a + b·u + c·u² (u = ln P − mean) and its trend line,
+    each weighted by the sizes' loss uncertainty: ``c``, ``c_se``, ``b`` (the line's slope),
+    ``b_se``."""
+    x = np.log(np.asarray(params, float))
+    u, y, se = x - x.mean(), np.asarray(loss, float), np.asarray(se, float)
+    quad, quad_se = _wls(np.column_stack([np.ones_like(u), u, u ** 2]), y, se)
+    line, line_se = _wls(np.column_stack([np.ones_like(u), u]), y, se)
+    return {"c": float(quad[2]), "c_se": float(quad_se[2]), "b": float(line[1]), "b_se": float(line_se[1])}
 
 
 def _next(s: SliceState, side: str) -> str | None:
@@ -172,68 +298,175 @@ def _next(s: SliceState, side: str) -> str | None:
     return s.ladder[at] if 0 <= at < len(s.ladder) else None
 
 
-def _judge(s: SliceState, df: pd.DataFrame, slice_minimum: Callable, max_added: int) -> None:
-    """Settle ``s`` (bracketed, or why not) or add the next size(s) beyond its minimum."""
-    rows = _final_rows(df, s.family, s.slice_flops)
-    if len(rows) < len(s.sizes):
-        s.done, s.reason = True, f"{len(s.sizes) - len(rows)} of its runs produced no result"
+def _stop(s: SliceState, reason: str, remedy: str) -> None:
+    s.done, s.reason, s.remedy = True, reason, remedy
+    s.history.append(f"stopped: {reason}")
+
+
+def _blocked(s: SliceState, side: str) -> tuple[str, str] | None:
+    """(reason, remedy) when the ladder has no usable ``side`` size, else None."""
+    name = _next(s, side)
+    edge = s.sizes[0 if side == "smaller" else -1]
+    if name is None:
+        return (f"the size ladder has no {side} size than {edge}",
+                f"a wider grid: a {side} size than {edge} ([size_presets] and [plan] sizes)")
+    if s.status[name] != "ok":
+        fix = ("more steps per run (a smaller [plan] batch_tokens or a larger slice)" if side == "larger"
+               else f"a wider grid: a {side} size between the ladder's and {edge}")
+        return f"the next {side} size {name} is {s.status[name]}", fix
+    return None
+
+
+def _extend(s: SliceState, side: str, why: str, limits: Limits, budget: Budget) -> None:
+    """Add the next ladder size on ``side`` (the trend's direction); past ``max_added`` only
+    while the budget allows, saying so."""
+    if (block := _blocked(s, side)) is not None:
+        return _stop(s, f"{why}; {block[0]}", block[1])
+    cost = s.seeds * s.slice_flops
+    if s.added >= limits.max_added:
+        if not budget.allows(cost):
+            return _stop(s, f"{why}; the limit of {limits.max_added} added sizes is reached and the budget "
+                            f"({budget.used:.3g} of {budget.limit:.3g} FLOPs used) does not allow another size",
+                         f"a larger budget (at least {(budget.used + cost) / budget.limit:.3g}x the current one) "
+                         f"or --max-added {s.added + 1}")
+        note = (f"past the limit of {limits.max_added} added sizes: the trend points {side} and the budget allows "
+                f"it ({budget.used + cost:.3g} of {budget.limit:.3g} FLOPs)")
+        log.warning("adaptive sweep, %s: %s", s.name, note)
+        s.history.append(note)
+    name = _next(s, side)
+    s.sizes = [name] + s.sizes if side == "smaller" else s.sizes + [name]
+    s.added += 1
+    budget.used += cost
+    s.history.append(f"{why}: added {name}")
+
+
+def _settle_noise(s: SliceState, why: str, limits: Limits, budget: Budget) -> None:
+    """The slice's curvature is not significant and its trend points nowhere: widen the grid
+    on both sides (within ``max_added``), else replicate every size with another seed, else
+    stop naming what would settle it."""
+    sides = ("smaller", "larger")
+    cost = 2 * s.seeds * s.slice_flops
+    if s.added + 2 <= limits.max_added and all(_blocked(s, d) is None for d in sides) and budget.allows(cost):
+        for d in sides:
+            _extend(s, d, f"{why}: a wider grid", limits, budget)
         return
-    res = slice_minimum(rows["params"].to_numpy(float), rows["loss"].to_numpy(float))
-    s.P_star = float(res["P_star"])
-    if res["interior"]:
-        s.bracketed, s.done, s.reason = True, True, ""
+    cost = len(s.sizes) * s.slice_flops
+    if s.seeds < limits.max_seeds and budget.allows(cost):
+        s.seeds += 1
+        budget.used += cost
+        s.history.append(f"{why}: a replicate of every size (seed {s.seeds - 1})")
         return
-    i = int(rows["loss"].to_numpy().argmin())
-    if i == 0 or i == len(rows) - 1:
-        sides = ["smaller"] if i == 0 else ["larger"]
-    elif math.isfinite(s.P_star):  # an inner lowest loss but the vertex outside: towards the vertex
-        sides = ["smaller"] if s.P_star < rows["params"].iloc[0] else ["larger"]
-    else:  # a non-convex slice: widen on both sides (where the ladder goes on)
-        sides = [d for d in ("smaller", "larger") if _next(s, d) is not None] or ["smaller"]
-    for side in sides:
-        if s.added >= max_added:
-            s.done, s.reason = True, f"{res['reason']}; the limit of {max_added} added sizes is reached"
-            return
-        name = _next(s, side)
-        if name is None:
-            s.done, s.reason = True, f"{res['reason']}; the size ladder has no {side} size"
-            return
-        status = s.status[name]
-        if status != "ok":
-            s.done, s.reason = True, f"{res['reason']}; the next {side} size {name} is {status}"
-            return
-        s.sizes = [name] + s.sizes if side == "smaller" else s.sizes + [name]
-        s.added += 1
-        s.history.append(f"{res['reason']}: added {name}")
+    more = ("another replicate seed of every size (--max-seeds {})".format(s.seeds + 1) if s.seeds >= limits.max_seeds
+            else f"a larger budget for a replicate ({budget.used + cost:.3g} FLOPs)")
+    _stop(s, why, f"more steps per run (a larger slice, or more [train] eval_batches) or {more}")
+
+
+def _judge(s: SliceState, df: pd.DataFrame, run_ids: Sequence[str], slice_minimum: Callable, limits: Limits,
+           budget: Budget, noise: float = math.nan) -> None:
+    """Settle ``s`` (bracketed, or why not and what would) or add what the next round trains;
+    ``noise``: the family's run-to-run loss spread (:func:`run_noise`)."""
+    rows = _final_rows(df, run_ids)
+    if len(rows) < len(run_ids):
+        return _stop(s, f"{len(run_ids) - len(rows)} of its runs produced no result",
+                     "launching again (finished runs are kept), after fixing what `sweep status` shows")
+    tab = size_table(rows, noise)
+    P, L = tab["params"].to_numpy(float), tab["loss"].to_numpy(float)
+    res = slice_minimum(P, L)
+    fit = noise_fit(P, L, tab["se"].to_numpy(float))
+    s.P_star, s.curvature, s.curvature_se = float(res["P_star"]), fit["c"], fit["c_se"]
+    curved = fit["c"] > limits.z * fit["c_se"] if math.isfinite(fit["c_se"]) else fit["c"] > 0
+    if res["interior"] and curved:
+        s.bracketed, s.done, s.reason, s.remedy = True, True, "", ""
+        return None
+    i = int(L.argmin())
+    if i in (0, len(L) - 1):  # the lowest loss at an edge: the trend points beyond it
+        return _extend(s, "smaller" if i == 0 else "larger", f"lowest loss at the {'smallest' if i == 0 else 'largest'}"
+                       f" size", limits, budget)
+    if abs(fit["b"]) > limits.z * fit["b_se"]:  # a significant trend: towards lower loss
+        return _extend(s, "larger" if fit["b"] < 0 else "smaller", f"loss trends {'down' if fit['b'] < 0 else 'up'} "
+                       f"with size ({fit['b']:.3g} ± {fit['b_se']:.2g} per e-fold)", limits, budget)
+    what = res["reason"] or "vertex inside"
+    return _settle_noise(s, f"{what}; curvature {fit['c']:.3g} ± {fit['c_se']:.2g} is not significant "
+                            f"(z = {limits.z:g})", limits, budget)
+
+
+def _slice_runs(preset, s: SliceState, ladder: dict) -> list:
+    """The slice's runs: each size planned, and ``s.seeds - 1`` replicates of it (seed + k)."""
+    runs = _plan(preset, s.family, s.slice_flops, s.sizes, ladder, True).runs
+    return runs + [dataclasses.replace(r, seed=r.seed + k) for k in range(1, s.seeds) for r in runs]
+
+
+def _launch(sweep) -> None:
+    """Train the round; runs that fail are judged as producing no result."""
+    try:
+        from interpscale.orchestration.outcome import SweepIncomplete
+    except ImportError:  # before the sweep's outcome existed
+        SweepIncomplete = RuntimeError  # noqa: N806
+    try:
+        sweep.launch()
+    except SweepIncomplete as exc:
+        log.warning("adaptive sweep: %s", exc)
+
+
+def _judge_round(states: list[SliceState], df: pd.DataFrame, per: dict, slice_minimum: Callable, limits: Limits,
+                 budget: Budget) -> None:
+    """Judge every slice not stopped — a bracketed one again, with the family's noise as now
+    known (it reopens when its curvature is no longer significant) — then, when everything is
+    settled but a family's noise is still unknown (one seed, three sizes everywhere), replicate
+    the sizes of its smallest slice once to measure it."""
+    rows = {s.name: _final_rows(df, [r.run_id for r in per[s.name]]) for s in states}
+    noise = {f: run_noise([rows[s.name] for s in states if s.family == f]) for f in {s.family for s in states}}
+    for s in states:
+        if not s.done or s.bracketed:
+            was, s.done, s.bracketed = s.bracketed, False, False
+            _judge(s, df, [r.run_id for r in per[s.name]], slice_minimum, limits, budget, noise[s.family])
+            if was and not s.bracketed:
+                s.history.append(f"reopened: the family's run noise is {noise[s.family]:.2g}")
+    if any(not s.done for s in states):
+        return
+    for f in sorted(noise):
+        unknown = [s for s in states if s.family == f and s.bracketed and not math.isfinite(s.curvature_se)]
+        if math.isnan(noise[f]) and unknown and limits.max_seeds > 1:
+            s = min(unknown, key=lambda x: x.slice_flops)
+            if budget.allows(cost := len(s.sizes) * s.slice_flops):
+                s.seeds, s.done, budget.used = s.seeds + 1, False, budget.used + cost
+                s.history.append("the run noise is unknown: a replicate of every size measures it")
 
 
 def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, slice_minimum: Callable,
                    families: Sequence[str] | None = None, initial: int = 3, max_added: int = 3,
-                   tokens_per_param: float | None = None, extend: bool = False,
-                   **sweep_options: Any) -> AdaptiveResult:
-    """Train ``preset``'s slices, adding sizes beyond edge minima until each brackets its
-    optimum (see the module doc).  ``slice_minimum(params, loss) -> {P_star, interior,
-    reason, ...}`` judges a slice (``interpscale.scaling.isoflop.slice_minimum``);
-    ``sweep_options`` go to :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
+                   tokens_per_param: float | None = None, extend: bool = False, budget: float = 4.0,
+                   max_seeds: int = 2, z: float = 2.0, **sweep_options: Any) -> AdaptiveResult:
+    """Train ``preset``'s slices, adding sizes in each slice's trend direction (past
+    ``max_added`` while the sweep's FLOPs stay within ``budget`` times its first grid's),
+    widening the grid or replicating sizes (up to ``max_seeds`` seeds) where the curvature is
+    not significant at ``z`` standard errors, until each slice brackets its optimum or says
+    what would (see the module doc; ``result.check()`` raises when one does not).
+    ``slice_minimum(params, loss) -> {P_star, interior, reason, ...}`` judges a slice
+    (``interpscale.scaling.isoflop_slices.slice_minimum``); ``sweep_options`` go to
+    :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
     from interpscale.orchestration.launch import Sweep
     from interpscale.orchestration.planner import Plan
 
-    if initial < 3 or max_added < 0:
-        raise ValueError(f"initial must be >= 3 (a parabola) and max_added >= 0, got {initial}, {max_added}")
+    if initial < 3 or max_added < 0 or max_seeds < 1 or budget <= 0 or z <= 0:
+        raise ValueError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
+                         f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
     cfg, ladder, states = _first_states(preset, families, initial, tokens_per_param)
+    limits, bud = Limits(max_added, max_seeds, z), None
     rounds, sweep = 0, None
     while any(not s.done for s in states):
-        runs = [r for s in states for r in _plan(preset, s.family, s.slice_flops, s.sizes, ladder, True).runs]
+        per = {s.name: _slice_runs(preset, s, ladder) for s in states}
+        runs = [r for rs in per.values() for r in rs]
+        spent = float(sum(r.flops for r in runs))
+        bud = bud or Budget(budget * spent)
+        bud.used = spent
         sweep = Sweep.from_plan(Plan(runs=runs, table=pd.DataFrame(), launch=dict(cfg.get("launch", {}))), out_dir,
                                 extend=extend or rounds > 0, **sweep_options)
-        sweep.launch()
+        _launch(sweep)
         rounds += 1
-        df = sweep.collect()
-        for s in states:
-            if not s.done:
-                _judge(s, df, slice_minimum, max_added)
+        _judge_round(states, sweep.collect(), per, slice_minimum, limits, bud)
         log.info("adaptive sweep round %d: %d of %d slices settled", rounds, sum(s.done for s in states), len(states))
-    result = AdaptiveResult(sweep, states, rounds)
+    result = AdaptiveResult(sweep, states, rounds, bud)
     atomic_write_text(Path(out_dir) / "adaptive.json", json.dumps(result.to_dict(), indent=1, default=str))
     return result
 
