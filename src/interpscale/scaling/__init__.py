@@ -23,7 +23,7 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
-from ._base import FitStatus, ScalingFitWarning, fit_status, quiet
+from ._base import FitStatus, ScalingFitWarning, fit_status, keep_repeats, quiet
 from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
 from .approaches import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
@@ -47,6 +47,7 @@ from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
 from .data_constrained import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
                                fit_data_constrained)
 from .external import RunTable, read_runs
+from .trend import TrendFit, fit_trend
 from .ladder import LadderFit, checkpoint_points, fit_ladder
 from .overtraining import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
 from .tables import fit_rows
@@ -59,7 +60,7 @@ __all__ = [
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
     "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
     "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",
-    "calibrate", "quiet",
+    "calibrate", "quiet", "keep_repeats", "fit_trend", "TrendFit",
     "fit_data_constrained", "DataConstrainedFit", "data_constrained_objective", "data_constrained_law", "epoch_costs", "fit_overtraining", "OvertrainingFit",
     "fit_downstream_error", "DownstreamErrorFit", "fit_ladder", "LadderFit", "checkpoint_points", "read_runs", "RunTable",
 ]

@@ -284,7 +284,8 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
         span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
         raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
                          f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
-                         f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g} (k = {k:.4g}); "
+                         f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g}"
+                         f"{'' if span == f'{k:.4g}' else f' (median k = {k:.4g})'}; "
                          f"{float(target_compute):.4g} implies k = {given_k:.4g}. Leave the compute out (it is "
                          "derived) or fix it")
     return float(target_compute)
