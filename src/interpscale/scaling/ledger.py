@@ -254,7 +254,7 @@ def fit_flags(fit: Any) -> list[str]:
     return [] if st.identified else [st.reason if st.state == "flagged" else f"failed: {st.reason}"]
 
 
-K_TOLERANCE = 0.01  # a given compute may differ by 1% from k·P·D at the table's extreme k
+K_SLACK = 0.01  # a given compute may differ by 1% from k·P·D at the table's extreme k
 
 
 def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params: float | None,
@@ -280,7 +280,7 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     ks = ks[np.isfinite(ks) & (ks > 0)]
     lo, hi = (float(ks.min()), float(ks.max())) if ks.size else (k, k)
     given_k = float(target_compute) / pd_
-    if not lo * (1 - K_TOLERANCE) <= given_k <= hi * (1 + K_TOLERANCE):
+    if not lo * (1 - K_SLACK) <= given_k <= hi * (1 + K_SLACK):
         span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
         raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
                          f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
