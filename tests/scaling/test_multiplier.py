@@ -200,3 +200,10 @@ def test_report_section_and_figure_state_k_for_each_pair():
     fig = multiplier_figure(df)
     assert len(fig.axes) == 2
     assert multiplier_section(df[df.family.isin(["ar", "cdlm"])]) == []
+
+
+def test_a_flagged_joint_fit_gives_no_verdict():
+    # L_inf = 0: the joint fits' L_inf collapses (flagged), so the joint growth test says nothing
+    m = fit_multiplier(simulate_pair(growth=0.05, seed=1), "base", "variant", methods=("joint",), n_boot=50)
+    assert not m.statuses["joint"].identified and m.verdict == "undetermined"
+    assert m.status.state == "flagged"

@@ -26,7 +26,7 @@ a target compute is widened to the forecast machinery's calibrated interval wher
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -541,13 +541,15 @@ def fit_multiplier(
                     rows_b, rows_v, lc, sweep, o, (base, variant), warnings)
                 vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
         except ValueError as exc:
-            emit(warnings, f"{method} multiplier skipped: {exc}")
+            emit(warnings, f"{variant} vs {base}: {method} multiplier skipped: {exc}")
             continue
         k_point = np.exp(point)
         extrap = _outside(C, sweep, 1e-9) | _outside(k_point * C, vrange, SLICE_TOLERANCE)
         half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, alpha_v) if e else 0.0
                          for c, e in zip(C, extrap)])
         table += _rows(method, C, point, draws, level, extrap, half)
+        if not statuses[method].identified and test.verdict != "undetermined":  # no verdict from a flagged fit
+            test = replace(test, verdict="undetermined")
         growth[method] = test
     if not growth:
         raise ValueError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
