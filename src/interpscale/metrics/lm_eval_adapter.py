@@ -4,6 +4,7 @@ runs the bundled offline tasks (``tasks/``)."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -97,10 +98,12 @@ class _InterpscaleLM(LM):
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         reqs = [encode_pair(self.tok, ctx, cont) for ctx, cont in (r.args for r in requests)]
         step = max(self.batch_size * 8, 64)
-        starts = tqdm(range(0, len(reqs), step), desc=f"{self.NAME} loglikelihood", disable=disable_tqdm)
-        out = [res for s in starts for res in self._ll(reqs[s : s + step])]
-        for r, res in zip(requests, out):
-            self.cache_hook.add_partial("loglikelihood", r.args, res)
+        out = []
+        for s in tqdm(range(0, len(reqs), step), desc=f"{self.NAME} loglikelihood", disable=disable_tqdm):
+            chunk = self._ll(reqs[s : s + step])
+            for r, res in zip(requests[s : s + step], chunk):  # cached as each chunk is done: a killed
+                self.cache_hook.add_partial("loglikelihood", r.args, res)  # run resumes after it
+            out += chunk
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -176,10 +179,13 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
                 include_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
                 num_fewshot: Optional[int] = None, n_samples: int = 32, batch_size: int = 16,
                 device: Optional[str] = None, seed: int = 0, bootstrap_iters: int = 100,
-                allow_builtin: bool = True) -> dict[str, Any]:
+                allow_builtin: bool = True, resume: bool = True) -> dict[str, Any]:
     """Run lm-eval ``tasks`` (names or a comma list: the bundled offline tasks, lm-eval's built-in
     ones when ``allow_builtin`` and their data is offline) on a checkpoint or ``model`` +
-    ``tokenizer``; writes ``out_dir/lm_eval_results.json`` and returns the harness's ``results``."""
+    ``tokenizer``; writes ``out_dir/lm_eval_results.json`` and returns the harness's ``results``.
+    With a checkpoint, an ``out_dir`` and ``resume``, every answered request is kept in the
+    harness's request cache (``out_dir/lm_eval_cache``, :func:`request_cache`), so a killed run
+    restarts where it stopped; a changed checkpoint or setting starts a fresh cache."""
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
     names = [t for t in names if t]
     if not names:
@@ -195,7 +201,9 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
         raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
     lm = make_lm(checkpoint, model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size,
                  device=device, seed=seed)
-    res = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
+    cache = request_cache(out_dir, checkpoint, lm.NAME, n_samples=n_samples, seed=seed) \
+        if resume and out_dir is not None and checkpoint is not None else None
+    res = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot, use_cache=cache,
                           log_samples=False, bootstrap_iters=bootstrap_iters, random_seed=seed,
                           numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
     results = jsonable(res["results"])
@@ -209,3 +217,22 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
     return results
 
 
+
+
+def request_cache(out_dir: Union[str, Path], checkpoint: Union[str, Path], model: str, **settings: Any) -> str:
+    """The harness request-cache path (``use_cache``) of ``checkpoint`` under ``out_dir/lm_eval_cache``:
+    named by a signature of the checkpoint's weights file (path, size, modification time) and
+    the settings that change answers, so another checkpoint never reads it; caches of other
+    signatures are removed."""
+    from interpscale.models.checkpoint import weights_file
+
+    w = weights_file(checkpoint)
+    st = w.stat()
+    key = json.dumps([str(w.resolve()), st.st_size, st.st_mtime_ns, model, sorted(settings.items())])
+    sig = hashlib.sha256(key.encode()).hexdigest()[:16]
+    d = Path(out_dir) / "lm_eval_cache"
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("requests-*"):
+        if not old.name.startswith(f"requests-{sig}_"):
+            old.unlink(missing_ok=True)
+    return str(d / f"requests-{sig}")
