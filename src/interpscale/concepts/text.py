@@ -29,7 +29,8 @@ MAX_SENTENCE_TOKENS = 50_000  # §4.2.1: the paper drops longer sentences as mal
 
 _PARAGRAPH_END = re.compile(r"\n[^\S\n]*\n\s*")  # a run of blank lines ends a paragraph
 _SENT_END = re.compile(r"[.!?…]+[\"'”’»)\]}]*\s+")  # the fallback rule: end mark, closers, whitespace
-_CODE_HINT = re.compile(r"[{};]\s*$|^\s*(def |class |import |#include|function |return\b|for\s*\(|if\s*\()", re.M)
+_CODE_HINT = re.compile(r"[{};:]\s*$|^\s*(def |class |import |from \S+ import |@\w|#include|function |return\b|"
+                        r"for\s*\(|if\s*\(|elif |except\b|self\.)", re.M)
 _MATH_HINT = re.compile(r"\\(frac|sum|int|alpha|beta|mathbb|begin)|\$[^$]+\$|[=<>]\s*-?\d")
 _WORD = re.compile(r"[^\W\d_][\w'-]*[^\W_]|[^\W\d_]", re.UNICODE)
 
