@@ -226,7 +226,9 @@ class FitResult:
         if self.boot is None or len(self.boot) == 0:
             y = point()
             return y, y
-        lo, hi = band_from_draws(curves(self.boot), level or self.level)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            draws = curves(self.boot)
+        lo, hi = band_from_draws(draws, level or self.level)
         return lo.reshape(shape), hi.reshape(shape)
 
     def _interval(self, curves, point_row, shape, level: float | None = None, *, seed: int = 0, n_params: int,

@@ -256,10 +256,15 @@ class LawFit(FitResult):
         """At the law's inputs ``args``: the point curve (``noise`` None), the bootstrap band (False)
         or the prediction interval of a new observation (True)."""
         X, shape = self._inputs(*args)
+        point = lambda: self._law().model(np.array([self.theta]), X)[0][0].reshape(shape)  # noqa: E731
         if noise is None:
-            return self._law().model(np.array([self.theta]), X)[0][0].reshape(shape)
-        lo, hi = band_from_draws(self._draws(X, noise=noise, seed=seed), level or self.level)
-        return lo.reshape(shape), hi.reshape(shape)
+            return point()
+        if not noise:
+            return self._band(lambda th: self._law().model(th, X)[0], shape, level, point)
+        log = self.loss == "huber_log"  # residuals live on the objective's scale
+        return self._interval(lambda th: np.log(self._law().model(th, X)[0]) if log else self._law().model(th, X)[0],
+                              self.theta, shape, level, seed=seed, n_params=len(self.theta),
+                              back=np.exp if log else None)
 
     def _lines(self, title: str | None = None) -> list[str]:
         return [f"{title or self.law}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = "
