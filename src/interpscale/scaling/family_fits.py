@@ -41,7 +41,8 @@ class _Options:
         return kw if groups is None else dict(kw, bootstrap="cluster", groups=groups)
 
 
-def _check(results, families, groups, loss, annealed, estimator, warnings) -> tuple[pd.DataFrame, list]:
+def _check(results, families, groups, loss, annealed, estimator, warnings,
+           predicted: bool = False) -> tuple[pd.DataFrame, list]:
     """The rows to fit (``tables.fit_rows``) and the families to fit."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_families: results must be a pandas DataFrame")
@@ -50,7 +51,7 @@ def _check(results, families, groups, loss, annealed, estimator, warnings) -> tu
     if missing:
         raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results.columns)}")
     df = fit_rows(results, family=families, estimator=estimator, annealed=annealed, groups=groups,
-                  caller="fit_families", warnings=warnings)
+                  caller="fit_families", warnings=warnings, predicted=predicted)
     fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
     return df, fams
 
@@ -137,6 +138,7 @@ def fit_families(
     joint_options: Mapping | None = None,
     minimum: Literal["parabola", "akima"] = "parabola",
     method: str | None = None,
+    predicted: bool = False,
 ) -> FamilyFits:
     """Fit every family of a results table (the columns of docs/architecture.md; one row per checkpoint).
 
@@ -151,12 +153,14 @@ def fit_families(
     paper's estimator, with a warning. Failed fits are listed in ``FamilyFits.dropped``.
     ``groups`` (one label per row, e.g. its run id) resamples whole runs in the IsoFLOP and joint
     bootstraps; ``joint_options`` go to ``fit_chinchilla``; ``minimum`` to ``fit_isoflop``.
+    Rows whose ``predicted`` column is true (annealed losses predicted, not measured:
+    ``scaling.anneal_rows``, docs/anneal.md) are fitted only with ``predicted=True``.
     """
     if method is not None and target_compute is None:
         raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
                          "give target_compute (CLI: --method needs --target-compute)")
     warnings: list[str] = []
-    df, fams = _check(results, families, groups, loss, annealed, estimator, warnings)
+    df, fams = _check(results, families, groups, loss, annealed, estimator, warnings, predicted)
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
                  method=method)
