@@ -121,9 +121,13 @@ def _trend_word(t: TrendFit | str | None) -> str:
 
 def trend_markdown(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str]) -> str:
     """The trend table (log-linear slope beside the bounded fit's status) and one sentence per
-    (family, metric) that follows the data: rises, falls, no significant trend, not measured."""
+    (family, metric) that follows the data: rises, falls, no significant trend; a family with no
+    metric measured (e.g. no concept head) is one "not measured" line, not a row per metric."""
+    unmeasured = {fam for fam, _ in trends} - {fam for (fam, _), t in trends.items() if t != NOT_MEASURED}
     rows, lines = [], []
     for (fam, m), t in trends.items():
+        if fam in unmeasured:
+            continue
         bounded = trend_status(fits.families[fam].bounded.get(m))
         rows.append({"Family": fam, "Metric": m, "n": t.n if isinstance(t, TrendFit) else "—",
                      "slope per decade of C [CI]": (f"{t.slope:+.3g} [{t.ci[0]:+.3g}, {t.ci[1]:+.3g}]"
@@ -136,6 +140,8 @@ def trend_markdown(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str]) 
             lines.append(f"- **{fam}**: {t.sentence().rstrip('.')}{flat}.")
         else:
             lines.append(f"- **{fam}**: {m}: {t}.")
+    lines += [f"- **{fam}**: no interpretability metric measured." for fam in dict.fromkeys(f for f, _ in trends)
+              if fam in unmeasured]
     return markdown_table(pd.DataFrame(rows)) + "\n\n" + "\n".join(lines)
 
 
