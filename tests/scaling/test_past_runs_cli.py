@@ -220,3 +220,15 @@ def test_published_epoch_fit_from_a_table_with_repeated_runs(tmp_path, capsys, e
     assert fit["n"] == 261
     for k in ("L_inf", "A_P", "A_D", "alpha", "beta"):
         assert fit[k] == pytest.approx(getattr(ref, k), rel=1e-4)
+
+
+def test_fit_law_keeps_repeated_runs_and_names_their_lines(tmp_path, capsys, caplog):
+    df = _with_repeats(_results())
+    path = tmp_path / "rep.csv"
+    df.to_csv(path, index=False)
+    with caplog.at_level("WARNING"):
+        assert main(["fit", "law", "chinchilla", str(path), "--params", "params", "--tokens", "tokens", "--loss",
+                     "loss", "--n-boot", "0"]) == 0
+    assert "chinchilla fit of 31 rows" in capsys.readouterr().out
+    assert ("3 run(s) repeat another run's (params, tokens, loss) (line 30 repeats line 3, line 31 repeats line 7, "
+            "line 32 repeats line 11); kept as repeated runs") in caplog.text
