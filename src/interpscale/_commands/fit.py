@@ -170,6 +170,9 @@ def _add_families(sub) -> argparse.ArgumentParser:
            help="IsoFLOP slice minima: Eq. 25 parabola vertex or Akima interpolant (Porian et al.)")
     p.add_argument("--allow-partial", action="store_true",
                    help="exit 0 even when some family's fit could not be made (listed in tables.md)")
+    p.add_argument("--predicted-anneals", action="store_true",
+                   help="add a predicted annealed row for each checkpoint that skipped its anneal branch "
+                        "(scaling.anneal_rows, docs/anneal.md) and fit those rows too")
     _bootstrap_options(p, fit_families)
     p.set_defaults(handler=_families)
     return p
@@ -189,8 +192,16 @@ def _families(args) -> int:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
     require_values(df, metric)
     say_repeats("fit families", df, ("family", "params", "tokens", metric))
+    if args.predicted_anneals:  # checkpoints without an anneal branch get a predicted annealed loss
+        from interpscale.scaling.anneal_rows import with_predicted_anneals
+
+        n = len(df)
+        df = with_predicted_anneals(df, loss=metric)
+        sys.stderr.write(f"interpscale fit families: {len(df) - n} predicted annealed row(s) added and fitted "
+                         "(--predicted-anneals; column predicted = true)\n")
     groups = _column(df, path, "--cluster", args.cluster)
     fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=families,
+                        predicted=args.predicted_anneals,
                         target_compute=args.target_compute, loss=metric, groups=groups,
                         joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
