@@ -1,6 +1,6 @@
 """The one launcher: submitit jobs on this machine (``local``), on SLURM (``slurm``) or in
 this process (``debug``); usage and signal handling in docs/launching.md.  A bottom module:
-it imports the standard library and submitit only.  Inside a job function call
+it imports the standard library, submitit and the registry class only.  Inside a job function call
 :func:`handle_stop_signals` once, then poll :func:`stop_requested` at safe points.
 """
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import submitit
 
-EXECUTORS = ("local", "slurm", "debug")
+from interpscale._registry import Registry
+
+# kind -> how to configure submitit's AutoExecutor for it (one registry entry per executor kind)
+EXECUTORS: Registry = Registry("executor")
 LAUNCHER_PID_ENV = "INTERPSCALE_LAUNCHER_PID"
 # AutoExecutor's shared parameters (the rest of a [launch.slurm] table is SLURM-specific)
 _SHARED = ("timeout_min", "mem_gb", "gpus_per_node", "cpus_per_task", "nodes", "tasks_per_node", "name",
@@ -53,18 +56,37 @@ def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, n
         raise ValueError(f"unknown executor {kind!r}; expected one of {', '.join(EXECUTORS)}")
     ex = submitit.AutoExecutor(folder=Path(folder) / "%j", cluster=kind)
     timeout = slurm.pop("timeout_min", timeout_min)
-    if kind == "slurm":
-        params = {k if k in _SHARED or k.startswith("slurm_") else f"slurm_{k}": v
-                  for k, v in slurm.items() if k != "max_array_size"}
-        params.setdefault("nodes", nodes)
-        params.setdefault("tasks_per_node", tasks_per_node)
-        params.setdefault("slurm_array_parallelism", max_parallel)
-        ex.update_parameters(name=name, timeout_min=int(timeout or 60), **params)
-    elif kind == "local":
-        if nodes != 1 and tasks_per_node != 1:
-            raise ValueError("the local executor runs one node; use tasks_per_node for several tasks")
-        ex.update_parameters(name=name, timeout_min=int(timeout or 24 * 60), tasks_per_node=tasks_per_node * nodes)
+    EXECUTORS.lookup(kind)(ex, name=name, timeout=timeout, slurm=slurm, max_parallel=max_parallel,
+                           tasks_per_node=tasks_per_node, nodes=nodes)
     return Launcher(ex, kind, max_parallel, slurm.get("max_array_size"))
+
+
+def _slurm(ex: submitit.AutoExecutor, *, name: str, timeout: float | None, slurm: dict[str, Any], max_parallel: int,
+           tasks_per_node: int, nodes: int) -> None:
+    """SLURM: the shared parameters as they are, any other ``[launch]`` cluster key as ``slurm_<key>``."""
+    params = {k if k in _SHARED or k.startswith("slurm_") else f"slurm_{k}": v
+              for k, v in slurm.items() if k != "max_array_size"}
+    params.setdefault("nodes", nodes)
+    params.setdefault("tasks_per_node", tasks_per_node)
+    params.setdefault("slurm_array_parallelism", max_parallel)
+    ex.update_parameters(name=name, timeout_min=int(timeout or 60), **params)
+
+
+def _local(ex: submitit.AutoExecutor, *, name: str, timeout: float | None, nodes: int, tasks_per_node: int,
+           **_: Any) -> None:
+    """This machine: one node, ``tasks_per_node`` tasks (a day's time limit unless given)."""
+    if nodes != 1 and tasks_per_node != 1:
+        raise ValueError("the local executor runs one node; use tasks_per_node for several tasks")
+    ex.update_parameters(name=name, timeout_min=int(timeout or 24 * 60), tasks_per_node=tasks_per_node * nodes)
+
+
+def _debug(ex: submitit.AutoExecutor, **_: Any) -> None:
+    """In this process, one job after another (submitit's debug mode)."""
+
+
+EXECUTORS.register("local", _local)
+EXECUTORS.register("slurm", _slurm)
+EXECUTORS.register("debug", _debug)
 
 
 class Launcher:

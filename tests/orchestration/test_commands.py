@@ -87,3 +87,19 @@ def test_find_run_dirs_and_evaluation_through_the_executor(tmp_path, make_spec):
     assert json.loads((tmp_path / "sw" / "sweep.json").read_text())
     with pytest.raises(ValueError, match="_data: no run directories"):
         find_run_dirs(tmp_path / "sw" / "_data")
+
+
+def test_demo_exits_1_with_the_sweeps_summary_line_unless_every_run_is_done(monkeypatch, capsys):
+    """Issue 37.4: `demo` ends with the sweep's one summary line; a sweep with runs not done
+    (the pipeline still fits what finished) makes the command exit 1 with that line."""
+    import interpscale.pipeline
+
+    line = "sweep sweep: 47 of 48 runs done, 0 failed, 1 interrupted, 0 pending; interrupted by SIGTERM: ar-x; " \
+           "launch again to resume"
+    summary = {"problems": [], "sweep": line, "sweep_complete": False}
+    monkeypatch.setattr(interpscale.pipeline, "run_demo", lambda *a, **k: dict(summary))
+    assert main(["demo", "--quick", "--out", "unused"]) == 1
+    assert capsys.readouterr().err.strip() == f"interpscale demo: {line}"
+    summary.update(sweep="sweep sweep: 48 of 48 runs done, 0 failed, 0 interrupted, 0 pending", sweep_complete=True)
+    assert main(["demo", "--quick", "--out", "unused"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("sweep sweep: 48 of 48 runs done, 0 failed, 0 interrupted, 0 pending")

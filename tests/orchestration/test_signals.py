@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from interpscale.orchestration import Sweep
+from interpscale.orchestration.checkpointer import completed_states
 from interpscale.orchestration.rundir import read_status
 
 STEPS = 1500  # long enough to be mid-training when signalled, seconds of CPU per run
@@ -107,7 +108,7 @@ def _interrupted(dirs: list[Path]) -> None:
     for d in dirs:
         st = read_status(d)
         assert st["state"] == "interrupted", (d.name, st)
-        assert (d / "state" / "resume.pt").exists(), f"{d.name}: no resume state saved"
+        assert completed_states(d / "state"), f"{d.name}: no resume state saved"
 
 
 def _one_line(err: str) -> str:

@@ -8,6 +8,7 @@ import torch
 
 from interpscale.models import load_checkpoint
 from interpscale.orchestration import Sweep, read_results, train_run
+from interpscale.orchestration.checkpointer import completed_states
 from interpscale.orchestration.config import TrainConfig
 from interpscale.orchestration.rundir import read_status
 
@@ -50,7 +51,7 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         st = read_status(d)
-        if (d / "state" / "resume.pt").exists() and st.get("state") == "running" and not st.get("segments_done"):
+        if completed_states(d / "state") and st.get("state") == "running" and not st.get("segments_done"):
             break
         time.sleep(0.2)
     else:
@@ -73,8 +74,8 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     job.results()  # waits through the requeue
     st = read_status(d)
     assert st["state"] == "done" and st["attempts"] >= 2 and st.get("resumed_at"), st
-    a = load_checkpoint(ref / "checkpoints" / "anneal0001200_step0001500.pt")[0].state_dict()
-    b = load_checkpoint(d / "checkpoints" / "anneal0001200_step0001500.pt")[0].state_dict()
+    a = load_checkpoint(ref / "checkpoints" / "anneal0001200_step0001500")[0].state_dict()
+    b = load_checkpoint(d / "checkpoints" / "anneal0001200_step0001500")[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert len(read_results(d / "results.parquet")) == 2
 
@@ -97,7 +98,7 @@ def test_two_task_slurm_job_equals_the_single_process_run(tmp_path, make_spec):
     d = sw.run_dir(spec)
     st = read_status(d)
     assert st["state"] == "done" and st["world"] == 2, st
-    for name in ("stable_step0000002.pt", "anneal0000002_step0000003.pt"):
+    for name in ("stable_step0000002", "anneal0000002_step0000003"):
         a = load_checkpoint(single / "checkpoints" / name)[0].state_dict()
         b = load_checkpoint(d / "checkpoints" / name)[0].state_dict()
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6, name

@@ -12,14 +12,16 @@ import pytest
 import torch
 
 from interpscale.models import load_checkpoint
+from interpscale.models.checkpoint import list_checkpoints, weights_file
 from interpscale.orchestration import Trainer, evaluate_run, read_results, train_run
+from interpscale.orchestration.checkpointer import completed_states
 from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.trainer import param_groups
 
 
 
 def _final(run_dir: Path) -> dict[str, torch.Tensor]:
-    ck = sorted((run_dir / "checkpoints").glob("anneal*.pt"))[-1]
+    ck = [p for p in list_checkpoints(run_dir / "checkpoints") if p.name.startswith("anneal")][-1]
     return load_checkpoint(ck)[0].state_dict()
 
 
@@ -30,11 +32,11 @@ def test_run_writes_layout_and_anneals_each_reservoir_checkpoint(tmp_path, make_
     assert status["state"] == "done"
     for name in ("spec.json", "tokenizer.json", "concepts.json", "status.json", "metrics.jsonl"):
         assert (d / name).exists(), name
-    names = sorted(p.name for p in (d / "checkpoints").glob("*.pt"))
+    names = [p.name for p in list_checkpoints(d / "checkpoints")]
     # stable 0..20, main anneal 20->25; reservoir at 10 annealed independently 10->13 (App. I)
-    assert names == ["anneal0000010_step0000013.pt", "anneal0000020_step0000025.pt",
-                     "stable_step0000010.pt", "stable_step0000020.pt"]
-    _, extra = load_checkpoint(d / "checkpoints" / "anneal0000020_step0000025.pt")
+    assert names == ["anneal0000010_step0000013", "anneal0000020_step0000025",
+                     "stable_step0000010", "stable_step0000020"]
+    _, extra = load_checkpoint(d / "checkpoints" / "anneal0000020_step0000025")
     assert extra["annealed"] is True and extra["step"] == 25 and extra["tokens"] == 25 * spec.batch_tokens
     lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     anneal = [r for r in lines if r["segment"] == "anneal@20"]
@@ -42,9 +44,9 @@ def test_run_writes_layout_and_anneals_each_reservoir_checkpoint(tmp_path, make_
     assert {"lm", "concept"} <= set(lines[0])  # loss parts logged
     assert json.loads((d / "concepts.json").read_text())[0]["label"] == "astronomy"
     # running again is a no-op
-    before = (d / "checkpoints" / "stable_step0000020.pt").stat().st_mtime_ns
+    before = weights_file(d / "checkpoints" / "stable_step0000020").stat().st_mtime_ns
     assert train_run(spec, d, progress=False)["state"] == "done"
-    assert (d / "checkpoints" / "stable_step0000020.pt").stat().st_mtime_ns == before
+    assert weights_file(d / "checkpoints" / "stable_step0000020").stat().st_mtime_ns == before
 
 
 def test_weight_decay_excludes_embeddings_and_norms():
@@ -94,7 +96,7 @@ def test_sigkill_mid_training_then_relaunch_gives_identical_params(tmp_path, mak
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         st = killed / "status.json"
-        if (killed / "state" / "resume.pt").exists() and st.exists() and "segments_done" not in json.loads(
+        if completed_states(killed / "state") and st.exists() and "segments_done" not in json.loads(
                 st.read_text()):
             lines = (killed / "metrics.jsonl").read_text().splitlines() if (killed / "metrics.jsonl").exists() else []
             if len(lines) >= 4:  # >= 20 steps in, well before the end of the stable phase
@@ -146,10 +148,14 @@ def test_bad_input_errors(tmp_path, make_spec):
     # corrupt resume state: clear error, the file is left for inspection
     d = tmp_path / "run"
     Trainer(spec, d, progress=False).run(stop_at_step=4)
-    (d / "state" / "resume.pt").write_bytes(b"\x00garbage")
-    with pytest.raises(ValueError, match="cannot resume from .*resume.pt"):
+    state, _ = completed_states(d / "state")[-1]  # the resume state (a DCP directory): its shards corrupted
+    shards = [p for p in state.rglob("*") if p.is_file() and p.suffix == ".distcp"]
+    assert shards, sorted(state.rglob("*"))
+    for p in shards:
+        p.write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match=f"cannot resume from .*{state.name}"):
         train_run(spec, d, progress=False)
-    assert (d / "state" / "resume.pt").read_bytes() == b"\x00garbage"
+    assert all(p.read_bytes() == b"\x00garbage" for p in shards)
     assert (d / "spec.json").exists() and not (d / "checkpoints").exists()  # stopped before any checkpoint
     # an unwritable output directory (a path under a regular file)
     blocker = tmp_path / "file"

@@ -91,7 +91,7 @@ class Sweep:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
-            raise ValueError(f"unknown executor {self.executor!r}; expected one of {EXECUTORS} "
+            raise ValueError(f"unknown executor {self.executor!r}; expected one of {tuple(EXECUTORS)} "
                              f"or a submitit.Executor")
         counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
         if min(counts) < 1:
