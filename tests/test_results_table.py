@@ -2,6 +2,8 @@
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interpscale.results_table import RESULT_COLUMNS, read_results
 
@@ -101,3 +103,18 @@ def test_column_mapping_renames_the_users_columns_and_names_a_missing_one(tmp_pa
         read_results(p, columns={"params": "n_params"})
     with pytest.raises(ValueError, match=r"no column 'runs' \(--run\)"):
         read_results(p, columns={"run_id": "runs"})
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([2.5, 3.0])), min_size=1,
+                max_size=25))
+def test_repeated_rows_names_every_repeat_once_after_its_first_line(rows):
+    from interpscale.results_table import repeated_rows, validate_results
+
+    df = validate_results(pd.DataFrame(rows, columns=["params", "tokens", "loss"]), where="t.csv", row_offset=2,
+                          unit="line")
+    pairs = repeated_rows(df, ("params", "tokens", "loss"))
+    assert len(pairs) == len(rows) - len(set(rows))
+    for first, repeat in pairs:
+        i, j = int(first.split()[1]) - 2, int(repeat.split()[1]) - 2
+        assert i < j and rows[i] == rows[j] and rows.index(rows[j]) == i  # named against the first occurrence

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interpscale.scaling.trend import FALLS, FLAT, RISES, fit_trend
 
@@ -57,16 +59,20 @@ def test_slope_interval_p_value_and_r2_match_statsmodels_ols(level):
     assert np.column_stack(t.band(x)) == pytest.approx(pred, rel=1e-9)
 
 
-def test_the_slope_is_equivariant_under_affine_changes_of_the_metric():
-    rng = np.random.default_rng(5)
-    for _ in range(20):  # a generator of random tables (the property, not one example)
-        C = 10 ** rng.uniform(8, 13, int(rng.integers(3, 40)))
-        m = rng.normal(size=C.size)
-        a, b = rng.normal(), rng.uniform(0.1, 10) * rng.choice([-1, 1])
-        t, u = fit_trend(C, m), fit_trend(C, a + b * m)
-        assert u.slope == pytest.approx(b * t.slope, rel=1e-8, abs=1e-12)
-        assert u.p_value == pytest.approx(t.p_value, rel=1e-6, abs=1e-12)
-        assert (u.direction == FLAT) == (t.direction == FLAT)
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(3, 40), seed=st.integers(0, 2**32 - 1), a=st.floats(-100, 100),
+       b=st.floats(0.01, 100), sign=st.sampled_from([-1, 1]))
+def test_the_slope_is_equivariant_under_affine_changes_of_the_metric(n, seed, a, b, sign):
+    rng = np.random.default_rng(seed)
+    C = 10 ** rng.uniform(8, 13, n)
+    m = rng.normal(size=n)
+    t, u = fit_trend(C, m), fit_trend(C, a + sign * b * m)
+    assert u.slope == pytest.approx(sign * b * t.slope, rel=1e-6, abs=1e-9 * max(1.0, abs(a)))
+    assert u.p_value == pytest.approx(t.p_value, rel=1e-5, abs=1e-9)
+    assert u.direction == {RISES: RISES if sign > 0 else FALLS, FALLS: FALLS if sign > 0 else RISES,
+                           FLAT: FLAT}[t.direction]
+    lo, hi = t.ci
+    assert lo <= t.slope <= hi  # the interval contains its estimate
 
 
 def test_bad_input_is_named():
