@@ -126,3 +126,14 @@ def test_report_without_metrics_says_not_measured_and_explains_the_empty_backtes
                        backtest=False).read_text()
     assert "Interpretability metrics: not measured (the table has no interpretability metric column)." in md2
     assert "## Backtest" not in md2  # not asked for: nothing to explain
+
+
+def test_report_names_a_family_the_backtest_left_out(tmp_path):
+    from interpscale.analysis.report import write_report
+
+    df = pd.concat([_table(slices=(1e17, 1e18, 1e19, 1e20)).assign(family="ar"), _table(slices=(1e17, 1e18))],
+                   ignore_index=True)
+    md = write_report(df, tmp_path, figures=False, n_boot=10, source="t.csv").read_text()
+    section = md.split("## Backtest: forecasting held-out budgets", 1)[1].split("\n## ", 1)[0]
+    assert "| ar |" in section
+    assert "Not backtested: ar+concept (2 budgets); a rollout needs at least 4 budgets per family." in section

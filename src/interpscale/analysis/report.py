@@ -28,7 +28,8 @@ from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
 from interpscale.scaling.forecasting import forecast_table
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
-           "problem_fits", "scaling_table", "status_table", "trend_status", "why_no_backtest", "write_report"]
+           "problem_fits", "scaling_table", "status_table", "trend_status", "not_backtested", "why_no_backtest",
+           "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
@@ -324,9 +325,10 @@ def interp_sections(fits: Any, trends: Mapping[tuple[str, str], TrendFit | str])
 
 
 def fit_sections(fits: Any, backtest: Any = None, trends: Mapping | None = None, *,
-                 no_backtest: str | None = None) -> list[str]:
+                 no_backtest: str | None = None, not_backtested_note: str | None = None) -> list[str]:
     """The report's sections on the fits, in the order of their ``INTROS``, then the failed fits.
-    ``no_backtest``: why there is no scored backtest (written in the backtest section)."""
+    ``no_backtest``: why there is no scored backtest; ``not_backtested_note``: the families a
+    scored backtest left out (both written in the backtest section)."""
     trends = trends or {}
     parts = _section("Fit status", markdown_table(status_table(fits, trends)))
     parts += _section("Compute-optimal scaling (Table 6 layout)", markdown_table(scaling_table(fits)))
@@ -344,7 +346,8 @@ def fit_sections(fits: Any, backtest: Any = None, trends: Mapping | None = None,
     if not forecasts.empty:  # every forecast method at the target, the default chosen by backtest (issue 27)
         parts += _section("Forecast at the target compute", markdown_table(forecasts))
     if backtest is not None and len(backtest.errors()):
-        parts += _section("Backtest: forecasting held-out budgets", backtest.to_markdown())
+        parts += _section("Backtest: forecasting held-out budgets", backtest.to_markdown(),
+                          *filter(None, [not_backtested_note]))
     elif no_backtest:
         parts += _section("Backtest: forecasting held-out budgets",
                           f"_No held-out budget could be scored: {no_backtest}._", *_unscored(backtest))
@@ -363,12 +366,8 @@ def _unscored(backtest: Any) -> list[str]:
                        for r in t.itertuples(index=False))] if len(t) else []
 
 
-def why_no_backtest(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None) -> str | None:
-    """Why the backtest scored nothing, in the table's terms (budgets per family against the
-    budgets a rollout needs), or None when it scored something."""
-    if backtest is not None and len(backtest.errors()):
-        return None
-    need = int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
+def _budget_counts(df: pd.DataFrame, fits: Any) -> dict[str, int]:
+    """IsoFLOP budgets (slices) per family, on the rows its fits use."""
     counts = {}
     for fam in fits.families:
         try:
@@ -376,12 +375,37 @@ def why_no_backtest(df: pd.DataFrame, fits: Any, backtest: Any, error: str | Non
             counts[fam] = int(rows["slice_flops"].nunique()) if "slice_flops" in rows.columns else 0
         except ValueError:
             counts[fam] = 0
+    return counts
+
+
+def _budgets_needed() -> int:
+    return int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
+
+
+def why_no_backtest(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None) -> str | None:
+    """Why the backtest scored nothing, in the table's terms (budgets per family against the
+    budgets a rollout needs), or None when it scored something."""
+    if backtest is not None and len(backtest.errors()):
+        return None
+    need, counts = _budgets_needed(), _budget_counts(df, fits)
     have = ", ".join(f"{fam} has {n} budget{'s' if n != 1 else ''} (IsoFLOP slices)" for fam, n in counts.items())
     few = [f for f, n in counts.items() if n < need]
     why = (f"{have}; a rollout fits on {need - 1} budgets and forecasts the next, so it needs at least {need} "
            "budgets per family, and leave-one-out fits need 3" if few else
            f"{have}, but every held-out forecast failed (listed below)")
     return why + (f" ({error})" if error else "")
+
+
+def not_backtested(df: pd.DataFrame, fits: Any, backtest: Any) -> str | None:
+    """The families a backtest that scored others left out, and why (their budgets), or None."""
+    if backtest is None or not len(backtest.errors()):
+        return None
+    scored = set(map(str, backtest.errors()["family"]))
+    missing = {f: n for f, n in _budget_counts(df, fits).items() if str(f) not in scored}
+    if not missing:
+        return None
+    return ("Not backtested: " + ", ".join(f"{f} ({n} budget{'s' if n != 1 else ''})" for f, n in missing.items())
+            + f"; a rollout needs at least {_budgets_needed()} budgets per family.")
 
 
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
@@ -401,7 +425,8 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
         parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
         why = why_no_backtest(df, fits, backtest, backtest_error) if with_backtest else None
-        parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why)
+        parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why,
+                              not_backtested_note=not_backtested(df, fits, backtest) if with_backtest else None)
         parts += multiplier_section(df, fits)  # k(C) of each +Concept family (issue 36, docs/multiplier.md)
     parts += anneal_section(df)  # runs that skipped anneal branches and their predicted anneals (docs/anneal.md)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
