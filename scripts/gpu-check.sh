@@ -5,7 +5,9 @@
 #      bf16 training step per family (hf: families included), DDP and FSDP2 over NCCL on one GPU
 #      (world size 1, started through torch.distributed.run), trainer resume on CUDA;
 #   2. benchmarks/bench_gpu.py --quick (85M: tokens/s, MFU, peak memory vs a nanoGPT-style step);
-#   3. a ~100M (85M preset) AR and CDLM training run through the trainer: tokens/s, MFU, peak memory.
+#   3. a ~100M (85M preset) AR and CDLM training run through the trainer: tokens/s, MFU, peak memory;
+#   4. benchmarks/bench_checkpoint.py over NCCL (one rank per GPU, DCP's own gloo group for the
+#      asynchronous writes): full gather vs DCP sync vs DCP async saves of a ~200M FSDP2 model.
 # Each stage has its own time limit (GPU_CHECK_TESTS_S, GPU_CHECK_BENCH_S, GPU_CHECK_RUN_S); a
 # stage past it is logged as TIMEOUT and the script goes on. Without a GPU it still runs: the
 # `cuda` tests skip (their count is printed), the benchmark and the runs take their CPU smoke paths.
@@ -20,6 +22,7 @@ PY=${PYTHON:-.venv/bin/python}
 TESTS_S=${GPU_CHECK_TESTS_S:-270}
 BENCH_S=${GPU_CHECK_BENCH_S:-90}
 RUN_S=${GPU_CHECK_RUN_S:-150}
+CKPT_S=${GPU_CHECK_CKPT_S:-120}
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # a private Inductor cache: a stage stopped at its time limit mid-compile can leave a truncated
 # kernel behind, which would break every later compile of that graph sharing the cache
@@ -66,6 +69,14 @@ fi
 stage "cuda tests" "$TESTS_S" "$PY" -m pytest tests/cuda -m cuda -q -rs -p no:cacheprovider
 stage "bench_gpu --quick" "$BENCH_S" "$PY" benchmarks/bench_gpu.py --quick
 stage "~100M AR and CDLM training" "$RUN_S" "$PY" scripts/gpu_check_train.py
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  NGPU=$("$PY" -c 'import torch; print(min(2, torch.cuda.device_count()))')
+  stage "DCP checkpoint saves (NCCL, $NGPU rank(s))" "$CKPT_S" "$PY" benchmarks/bench_checkpoint.py \
+    --backend nccl --ranks "$NGPU" --sizes 200
+else  # the CPU path: the same saves over gloo, 2 ranks, the small model
+  stage "DCP checkpoint saves (gloo, CPU)" "${GPU_CHECK_CKPT_S:-300}" "$PY" benchmarks/bench_checkpoint.py \
+    --sizes 50 --modes dcp_sync dcp_async
+fi
 
 echo
 echo "== gpu-check done in $(( $(date +%s) - START ))s; log: $LOG"
