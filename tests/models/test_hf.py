@@ -127,7 +127,7 @@ def test_swept_hf_llama_checkpoint_reloads_and_exports_for_from_pretrained(sweep
     root, _ = sweep
     run = next(r for r in sorted((root / "sweep" / "runs").iterdir())
                if json.loads((r / "spec.json").read_text())["family"] == "hf:llama")
-    ckpt = sorted((run / "checkpoints").glob("*.pt"))[-1]
+    ckpt = sorted(p.parent for p in (run / "checkpoints").rglob("checkpoint.json"))[-1]  # a checkpoint directory
     model, extra = load_checkpoint(ckpt)  # the protocol's reload
     assert isinstance(model, HFCausalLM) and extra["step"] > 0 and model.config.vocab_size == 192
     out = export_pretrained(ckpt, tmp_path / "export")
