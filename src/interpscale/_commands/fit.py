@@ -147,7 +147,8 @@ def _add_families(sub) -> argparse.ArgumentParser:
                        description="IsoFLOP (Eq. 25-26) and joint (Eq. 27) fits per family of a results table.")
     p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
     p.add_argument("--out", type=Path, required=True, help="output directory for fits.json and tables.md")
-    add_columns(p, *RESULT_FIELDS)
+    add_columns(p, *RESULT_FIELDS, help={"family": "column with the model family of each row (a NAME that is not "
+                                         "a column picks that family, the deprecated spelling of --only-family)"})
     p.add_argument("--only-family", action="append", metavar="NAME", help="fit only this family (repeatable)")
     p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
     p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,

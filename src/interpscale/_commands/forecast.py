@@ -30,7 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--target-params", type=positive_float, metavar="N", help="the run's parameter count (with "
                    "--target-tokens; default: the compute-optimal allocation at --target-compute)")
     r.add_argument("--target-tokens", type=positive_float, metavar="N", help="the run's training tokens")
-    add_columns(r, *RESULT_FIELDS)
+    add_columns(r, *RESULT_FIELDS, help={
+        "params": "column with parameter counts (a number here is the deprecated spelling of --target-params)",
+        "tokens": "column with training tokens (a number here is the deprecated spelling of --target-tokens)",
+        "family": "column with the model family of each row (a NAME that is not a column picks that family, "
+                  "the deprecated spelling of --only-family)"})
     r.add_argument("--only-family", metavar="NAME", help="the family to fit (needed when the table has several)")
     r.add_argument("--method", metavar="NAME",
                    help=f"forecast method: {' | '.join(FORECAST_METHODS)} (default: the one with the lowest "
