@@ -206,7 +206,7 @@ def _families(args) -> int:
                         target_compute=args.target_compute, loss=metric, groups=groups,
                         joint_options=_joint_options(args), method=args.method,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
-    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown()})
+    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown() + trends_md(df, fits)})
     family_multipliers(args, df, fits, metric)  # k(C) of each +Concept family vs its backbone (issue 36)
     for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
         if f.forecast is not None:
@@ -221,6 +221,18 @@ def _families(args) -> int:
                          "--allow-partial to accept)\n")
         return 1
     return 0
+
+
+def trends_md(df, fits) -> str:
+    """The interpretability trends either way (the report's section: log-linear slope on log10 C
+    beside the bounded fit), for tables.md; empty when no metric is measured."""
+    from interpscale.analysis.report import metric_trends, trend_markdown
+    from interpscale.scaling.trend import NOT_MEASURED
+
+    trends = metric_trends(df, fits)
+    if all(t == NOT_MEASURED for t in trends.values()):
+        return ""
+    return "\n## Interpretability trends (log-linear, Table 30's form)\n\n" + trend_markdown(fits, trends) + "\n"
 
 
 def _backtest(args, df, families, metric, groups) -> None:
