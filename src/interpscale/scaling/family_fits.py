@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Literal, Mapping
 
 import pandas as pd
@@ -14,25 +14,18 @@ from .bounded import METRICS, fit_bounded
 from .chinchilla import fit_chinchilla
 from .extrapolate import extrapolate
 from .family_results import FamilyFit, FamilyFits
-from .forecasting import ForecastOptions, forecast_family
+from .forecasting import FitOptions, forecast_family
 from .isoflop import fit_isoflop
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups, slice_rows
 
 
 @dataclass(frozen=True)
-class _Options:
-    """What ``fit_families`` passes to every family's fits (one bootstrap spec for all)."""
+class _Options(FitOptions):
+    """What ``fit_families`` passes to every family's fits: the one ``FitOptions`` (one bootstrap
+    spec for all) plus the joint-fit options and the forecast target."""
 
-    n_boot: int
-    seed: int
-    level: float
-    window: int | None
-    tolerance: float | None
-    grid: str
-    loss: str
-    minimum: str
-    joint_options: Mapping
-    target_compute: float | None
+    joint_options: Mapping = field(default_factory=dict)
+    target_compute: float | None = None
     method: str | None = None
 
     def boot(self, groups) -> dict:
@@ -109,8 +102,7 @@ def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapp
 
 def _forecast(fam: str, lossy: pd.DataFrame, o: _Options, k: float, fits: dict, fw: list[str]):
     """The family's forecast at the target (``forecasting.forecast_family``), reusing its fits."""
-    opts = ForecastOptions(loss=o.loss, n_boot=o.n_boot, level=o.level, seed=o.seed, grid=o.grid, window=o.window,
-                           tolerance=o.tolerance, k=k)
+    opts = FitOptions(**{f.name: getattr(o, f.name) for f in fields(FitOptions)} | {"k": k})
     try:
         return forecast_family(lossy, o.target_compute, method=o.method, options=opts,
                                fits={m: f for m, f in fits.items() if f is not None})
