@@ -1,19 +1,7 @@
-"""The one price of a (family, size): non-embedding parameters P and training FLOPs per token M,
-:func:`price` — the family's formulas where it registered them (Eq. 23 / Eq. 24 for the Steerling
-families), else measured on the meta device by the rule of docs/own-model.md ("Pricing"):
-
-- P = every parameter except the token embeddings (``nn.Embedding`` weights, which a tied head
-  shares), each tensor counted once;
-- M = per *trained* token, whatever slice of the sequence the loss feeds the model: the matmul
-  FLOPs ``FlopCounterMode`` counts in one ``loss(batch, 0)`` forward + backward of a ``[1, N]``
-  batch divided by the positions the model ran on (the token-embedding lookups: N, or N − 1 for
-  a loss on ``tokens[:, :-1]``), each ``scaled_dot_product_attention`` booked at Eq. 23's
-  12·d·N per position, plus 6 per vector parameter (norm weights, biases: Eq. 23's 6P books them
-  too), less the LM head's 6·d·V (Eq. 23 leaves it out; the planner adds it as ``M_head``).
-
-The build also checks the model protocol (:func:`check_protocol`), so ``plan`` refuses a family
-whose model the toolkit could not train, checkpoint or evaluate. One meta build per (family,
-size, data, overrides): no memory, a 5B plugin prices in a second.
+"""The one price of a (family, size): non-embedding parameters P and training FLOPs per trained
+token M, :func:`price` -- the family's formulas where it registered them (Eq. 23 / Eq. 24 for the
+Steerling families), else measured on the meta device by docs/own-model.md's rule ("Pricing a
+family without formulas"), on a build that also checks the model protocol (:func:`check_protocol`).
 """
 
 from __future__ import annotations
@@ -156,8 +144,10 @@ def _batch(model: nn.Module, seq_len: int, concept: bool) -> Batch:
 
 
 def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> float:
-    """M per trained token by the module docstring's rule for a model on the meta device;
-    ``concept``: the batch carries concept labels (a concept family)."""
+    """M per trained token of a model on the meta device: the matmul FLOPs of one ``loss``
+    forward + backward of a [1, N] batch and Eq. 23's attention, over the positions the model
+    ran on (N, or N - 1 for a loss on ``tokens[:, :-1]``), + 6 per vector parameter (Eq. 23's
+    6P books norms and biases), less the LM head's 6·d·V; ``concept``: concept labels in the batch."""
     counter, eq23 = FlopCounterMode(display=False), _Eq23Counts(seq_len)
     with counter, eq23:
         model.loss(_batch(model, seq_len, concept), 0).total.backward()

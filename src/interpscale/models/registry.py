@@ -83,11 +83,8 @@ def family_overrides(table: Mapping[str, Any], family: str) -> dict[str, Any]:
     """A preset's ``[model]`` table for one family: its shared keys that the family's config
     has (every shared key when the family declares no fields), then ``[model.<family>]``."""
     own = table.get(family)
-    own = dict(own) if isinstance(own, Mapping) else {}
-    valid = get_family(family).config_fields
-    shared = {k: v for k, v in table.items() if not _is_family_table(table, k)
-              and (valid is None or k in valid)}
-    return {**shared, **own}
+    shared = accepted(family, {k: v for k, v in table.items() if not _is_family_table(table, k)})
+    return {**shared, **(dict(own) if isinstance(own, Mapping) else {})}
 
 
 def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: str = "[model]") -> None:
