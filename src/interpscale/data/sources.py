@@ -104,8 +104,11 @@ def not_utf8(head: bytes, final: bool) -> str | None:
 
 
 def check_text_input(path: str | os.PathLike) -> None:
-    """Refuse a text input that is not UTF-8 (its first ``SNIFF_BYTES``), naming what it is."""
+    """Refuse a text input that is not UTF-8 (its first ``SNIFF_BYTES``), naming what it is; a
+    pipe is not read ahead (that would consume it): its documents are checked as they stream."""
     path = Path(path)
+    if not path.is_file():
+        return
     try:
         with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
             head = fh.read(SNIFF_BYTES)
