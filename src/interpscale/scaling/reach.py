@@ -1,0 +1,162 @@
+"""Intervals far beyond the sweep: how forecast log errors grow with the extrapolation distance,
+and the widening it implies beyond the largest ratio a backtest can test (docs/reach.md; issue 36).
+
+The calibrated interval (``scaling.calibration``) has log half-width m = q a_T, q a conformal
+quantile of the backtest's scores t_i = |u_i| / a_i. Inside the tested ratios that is what the
+backtest measured; beyond the largest tested ratio r_max it assumes the scores stay the same size.
+The *error-growth relation* says how they grow instead, with d(r) = ln(max(r, 2)):
+
+    ln |u| = a_g + gamma ln d + e        (the log errors; a_g one intercept per forecast series g)
+    ln s   = b_g + sigma ln d + e'       (the fits' bootstrap log spreads at the same forecasts)
+
+fitted with one common slope and an intercept per series (a study's metric or corpus), on the
+backtest forecasts and held-out targets of the public studies of tests/data (``error_rows`` of
+benchmarks/forecast_coverage.py), and leave one study out (``leave_one_study_out``). The scores
+then grow as d^delta: delta = gamma - sigma for the studentized rule (t = |u| / s), gamma - 1 for
+the distance rule (t = |u| / d). Beyond r_max the target's scale a_T is multiplied by
+
+    w(r) = (d(r) / d(r_max)) ** max(delta, 0)      (r > r_max; w = 1 inside the tested ratios)
+
+never narrowing (a relation with delta < 0 leaves the interval as it was). ``PUBLIC`` is the
+relation fitted on all three studies; ``using(relation)`` sets another one (``None``: no widening)
+for a block of code, e.g. a leave-one-study-out measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ErrorGrowth", "PUBLIC", "active", "distance", "fit_error_growth", "leave_one_study_out",
+           "scale_factor", "using"]
+
+RULES = ("studentized", "distance")
+
+
+def distance(ratio) -> np.ndarray:
+    """d(r) = ln(max(r, 2)): the log extrapolation distance (a target inside the data counts as 2x)."""
+    return np.log(np.maximum(np.asarray(ratio, float), 2.0))
+
+
+@dataclass(frozen=True)
+class ErrorGrowth:
+    """The error-growth relation: common slopes of ln |u| (``gamma``) and ln s (``sigma``) on
+    ln d(r), with cluster-robust standard errors (clusters: the series), fitted on ``n`` forecasts
+    of ``series`` series from ``studies``; ``max_ratio``: the largest ratio in its data."""
+
+    gamma: float
+    gamma_se: float
+    sigma: float
+    sigma_se: float
+    delta_se: float  # standard error of gamma - sigma (the studentized scores' slope)
+    n: int
+    series: int
+    studies: tuple[str, ...]
+    max_ratio: float
+
+    def slope(self, rule: str = "studentized") -> float:
+        """delta: how the rule's scores grow with ln d (studentized: gamma - sigma; distance: gamma - 1)."""
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+        return self.gamma - self.sigma if rule == "studentized" else self.gamma - 1.0
+
+    def widening(self, ratio: float, max_tested: float, rule: str = "studentized") -> float:
+        """w(r) = (d(r) / d(r_max)) ** max(delta, 0) beyond the largest tested ratio, else 1."""
+        if not (math.isfinite(ratio) and math.isfinite(max_tested) and ratio > max_tested > 0):
+            return 1.0
+        return float((distance(ratio) / distance(max_tested)) ** max(self.slope(rule), 0.0))
+
+    def to_dict(self) -> dict:
+        return {"gamma": self.gamma, "gamma_se": self.gamma_se, "sigma": self.sigma, "sigma_se": self.sigma_se,
+                "delta_studentized": self.slope("studentized"), "delta_se": self.delta_se,
+                "delta_distance": self.slope("distance"), "n": self.n, "series": self.series,
+                "studies": list(self.studies), "max_ratio": self.max_ratio}
+
+
+def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """x minus its series mean (the fixed-effects transform: only growth within a series counts)."""
+    means = pd.Series(x).groupby(groups).transform("mean").to_numpy()
+    return x - means
+
+
+def _slope(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    """Common slope of y on x with an intercept per group, and its cluster-robust standard error."""
+    xt, yt = _within(x, groups), _within(y, groups)
+    sxx = float(xt @ xt)
+    if sxx <= 0:
+        return math.nan, math.nan
+    b = float(xt @ yt) / sxx
+    score = pd.Series(xt * (yt - b * xt)).groupby(groups).sum().to_numpy()
+    g = len(score)
+    adj = g / (g - 1) if g > 1 else math.nan  # small-cluster correction
+    return b, math.sqrt(adj * float(score @ score)) / sxx
+
+
+def fit_error_growth(rows: pd.DataFrame, *, series: str = "series", study: str = "study") -> ErrorGrowth:
+    """The relation from forecasts ``rows`` (columns ``ratio``, ``log_error`` u, ``spread`` s, the
+    ``series`` and ``study`` they belong to): rows with u != 0 and s > 0, finite; series of one
+    distance only carry no slope. Raises ValueError when no series spans two distances."""
+    need = {"ratio", "log_error", "spread", series, study}
+    if missing := need - set(rows.columns):
+        raise ValueError(f"error-growth rows need columns {sorted(need)}; missing {sorted(missing)}")
+    r = rows[np.isfinite(rows["log_error"]) & (rows["log_error"] != 0) & np.isfinite(rows["spread"])
+             & (rows["spread"] > 0) & np.isfinite(rows["ratio"]) & (rows["ratio"] > 0)]
+    x = np.log(distance(r["ratio"]))
+    g = r[series].astype(str).to_numpy()
+    spans = pd.Series(x).groupby(g).transform(lambda v: v.max() > v.min()).to_numpy(bool)
+    if not spans.any():
+        raise ValueError("no forecast series spans two extrapolation distances: no growth to measure")
+    x, g, r = x[spans], g[spans], r[spans]
+    lu, ls = np.log(np.abs(r["log_error"].to_numpy(float))), np.log(r["spread"].to_numpy(float))
+    gamma, gamma_se = _slope(x, lu, g)
+    sigma, sigma_se = _slope(x, ls, g)
+    _, delta_se = _slope(x, lu - ls, g)
+    return ErrorGrowth(gamma, gamma_se, sigma, sigma_se, delta_se, int(len(r)), int(len(set(g))),
+                       tuple(sorted(set(r[study].astype(str)))), float(r["ratio"].max()))
+
+
+def leave_one_study_out(rows: pd.DataFrame, **kw) -> dict[str, ErrorGrowth]:
+    """{study: the relation fitted on every other study's rows}."""
+    studies = sorted(set(rows[kw.get("study", "study")].astype(str)))
+    return {s: fit_error_growth(rows[rows[kw.get("study", "study")].astype(str) != s], **kw) for s in studies}
+
+
+# The relation fitted on the three public studies of tests/data (joint method, 50 backtest
+# replicates; benchmarks/forecast_coverage.py --errors, the rows in
+# tests/data/scaling_public/reach_errors.csv; docs/reach.md). tests/scaling/test_reach.py refits it.
+PUBLIC = ErrorGrowth(gamma=math.nan, gamma_se=math.nan, sigma=math.nan, sigma_se=math.nan, delta_se=math.nan,
+                     n=0, series=0, studies=(), max_ratio=math.nan)
+
+_ACTIVE: ContextVar[ErrorGrowth | None] = ContextVar("error_growth", default=PUBLIC)
+
+
+def active() -> ErrorGrowth | None:
+    """The relation calibrated intervals use now (``PUBLIC`` unless ``using`` set another)."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def using(relation: ErrorGrowth | None):
+    """Calibrate with ``relation`` inside the block (``None``: no widening beyond the tested ratios)."""
+    token = _ACTIVE.set(relation)
+    try:
+        yield relation
+    finally:
+        _ACTIVE.reset(token)
+
+
+def scale_factor(ratio: float, ratios, rule: str) -> float:
+    """The calibration hook: the factor on the target's scale a_T for a target at ``ratio`` when the
+    backtest scored forecasts at ``ratios`` (w(r) of the active relation; 1 when none is active,
+    its slopes are not finite, or the target is inside the tested ratios)."""
+    rel = active()
+    r = np.asarray(ratios, float)
+    r = r[np.isfinite(r) & (r > 0)]
+    if rel is None or r.size == 0 or not math.isfinite(rel.slope(rule)):
+        return 1.0
+    return rel.widening(float(ratio), float(r.max()), rule)
