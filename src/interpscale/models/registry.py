@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from interpscale._registry import Registry
 from interpscale.errors import UserError
-from interpscale.models import plugins
+from interpscale.models.plugins import load_entry_points, where_looked
 from interpscale.models.config import SIZES
 from interpscale.models.types import DataFields
 
@@ -51,8 +51,8 @@ class FamilySpec:
         return str(getattr(fn, "__module__", "")).startswith("interpscale.")
 
 
-FAMILIES: Registry[FamilySpec] = Registry("family", hint=plugins.where_looked,
-                                          on_miss=plugins.load_entry_points)
+FAMILIES: Registry[FamilySpec] = Registry("family", hint=where_looked,
+                                          on_miss=load_entry_points)
 
 
 def register_family(name: str, builder: Builder, *, params_fn: Optional[ParamsFn] = None,

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator
 import torch
 import torch.nn as nn
 
-from interpscale.models import protocol
+from interpscale.models.protocol import find_blocks as protocol_blocks
 from interpscale.models.types import Batch
 from interpscale.models.zoo.mxd import MxD, SparseKind, TopKSAE, TopKTranscoder, mxd_expert_count
 
@@ -19,7 +19,7 @@ Kind = SparseKind
 
 def find_blocks(model: nn.Module) -> list[nn.Module]:
     """The model protocol's blocks (``protocol.find_blocks``); a ValueError when there are none."""
-    blocks = protocol.find_blocks(model)
+    blocks = protocol_blocks(model)
     if not blocks:
         raise ValueError(f"{type(model).__name__} exposes no transformer blocks (.blocks / .backbone.blocks)")
     return blocks
