@@ -101,3 +101,42 @@ def test_per_family_knobs_reach_their_family_only(tmp_path):
         assert set(p.table["M_head"]) == {6.0 * 32 * 256, 6.0 * 64 * 256}  # 6·d·V, d of nano and micro
     with pytest.raises(ConfigError, match=r"unknown key 'kk' \(did you mean 'k'\?\).*\[model\.<family>\]"):
         plan(bad, flops_per_s=1e12, strict=False)
+
+
+def test_no_import_cycle_in_models():
+    """Issue 34: pricing, protocol and registry imported each other in a circle. Every import
+    among ``interpscale.models`` modules (module level or inside a function; ``from
+    interpscale.models import X`` is the submodule X where X is one, else the package) forms a DAG."""
+    import ast
+    from pathlib import Path
+
+    import interpscale.models as pkg
+
+    root = Path(pkg.__file__).parent
+    names = {".".join(("interpscale", "models", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+             for p in root.rglob("*.py")}
+    graph = {}
+    for p in root.rglob("*.py"):
+        name = ".".join(("interpscale", "models", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("interpscale.models"):
+                subs = {f"{node.module}.{a.name}" for a in node.names} & names
+                deps |= subs if len(subs) == len(node.names) else subs | {node.module}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in names}
+        graph[name] = deps - {name}
+
+    state: dict[str, int] = {}
+
+    def visit(n, path):
+        state[n] = 1
+        for d in graph.get(n, ()):
+            assert state.get(d) != 1, f"import cycle: {' -> '.join(path[path.index(d):] + [d]) if d in path else d}"
+            if d not in state:
+                visit(d, path + [d])
+        state[n] = 2
+
+    for n in graph:
+        if n not in state:
+            visit(n, [n])
