@@ -103,3 +103,18 @@ def test_the_whole_standard_library_round_trips_in_every_domain(tmp_path):
     tok = tmp_path / "guess" / "tokenizer.json"
     for domain in DOMAINS:
         assert _round_trip(files, tmp_path / domain, document_per_file=True, domain=domain, tokenizer=tok) == (0, 0, 0)
+
+
+def test_concepts_build_document_per_file_labels_every_character(tmp_path, capsys):
+    """`concepts build --document-per-file` on source files: the labelled chunks that `data
+    prepare` trains on concatenate to each file exactly; the manifest records the mode."""
+    from interpscale.cli import main
+
+    files = [f for f in _stdlib_sample(40, cap=12_000, seed=1)][:8]
+    assert main(["concepts", "build", *map(str, files), "--document-per-file", "--out", str(tmp_path / "c"),
+                 "--sample", "100", "--n-validate", "10"]) == 0
+    man = json.loads((tmp_path / "c/chunks/manifest.json").read_text())
+    assert man["document_per_file"] is True and man["normalisation"] == {}
+    for rec in man["files"]:
+        docs = [json.loads(x) for x in (tmp_path / "c/labelled" / rec["output"]).read_text().splitlines()]
+        assert "".join(c["text"] for d in docs for c in d["chunks"]) == Path(rec["input"]).read_bytes().decode()
