@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from interpscale.models import load_checkpoint
+from interpscale.models.checkpoint import list_checkpoints
 from interpscale.orchestration.trainer import Trainer
 
 
@@ -23,8 +24,8 @@ def test_interrupted_cuda_run_resumes_to_the_same_weights(family, make_spec, dev
     assert first["state"] != "done"
     done = Trainer(spec, tmp_path / "cut", **kw).run()
     assert whole["state"] == done["state"] == "done" and done.get("resumed_at")
-    a = sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))
-    b = sorted((tmp_path / "cut" / "checkpoints").glob("*.pt"))
+    a = list_checkpoints(tmp_path / "whole" / "checkpoints")
+    b = list_checkpoints(tmp_path / "cut" / "checkpoints")
     assert [p.name for p in a] == [p.name for p in b] and a
     m1, m2 = load_checkpoint(a[-1])[0], load_checkpoint(b[-1])[0]
     # GPU kernels (atomics in embedding backward, Inductor's reductions) need not be bitwise
