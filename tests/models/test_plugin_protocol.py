@@ -15,6 +15,8 @@ would write it, into a file, and registered as a plugin (``load_plugins``):
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -240,6 +242,14 @@ def test_attention_free_plugin_plans_and_trains_from_a_size_preset(plugin, tmp_p
     assert meta["config"]["size"] == meta["build"]["size"] == "s16" and meta["build"]["base"] == "nano"
     model, _ = load_checkpoint(ckpt)
     assert model.config.size == "s16" and model.config.d_model == 16 and model.config.n_layers == 1
+    # a process that was told nothing rebuilds it through the plugin's builder at the preset's name
+    load = (f"from interpscale.models import load_checkpoint\nm, _ = load_checkpoint({str(ckpt)!r})\n"
+            f"print(type(m).__name__, m.config.size, m.config.d_model, m.params_nonembedding())\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", load], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["GLR", "s16", "16", str(model.params_nonembedding())]
 
 
 def test_plan_checks_the_plugin_protocol(plugin, tmp_path):
