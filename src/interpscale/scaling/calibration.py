@@ -17,7 +17,7 @@ import numpy as np
 
 from ._base import DEFAULT_LEVEL, check_level
 from .forecast_methods import ForecastMethod, ForecastOptions
-from .reach import scale_factor
+from .reach import rescale
 
 SPREAD_LEVEL = 0.6827  # the bootstrap interval whose log half-width is the spread s (one sd for normal draws)
 
@@ -49,11 +49,11 @@ def _scores(log_errors, ratios, ratio, spreads, target_spread):
         s = np.asarray(spreads, float)
         ok = np.isfinite(u) & np.isfinite(s) & (s > 0)
         if ok.any():
-            # beyond the largest tested ratio a_T grows by the error-growth relation (scaling.reach)
-            return u[ok], s[ok], float(target_spread) * scale_factor(ratio, np.asarray(ratios, float)[ok], "studentized")
+            # beyond the largest tested ratio the scales grow by the error-growth relation (scaling.reach)
+            return (u[ok], *rescale(s[ok], float(target_spread), ratio, np.asarray(ratios, float)[ok], "studentized"))
     r = np.asarray(ratios, float)
     ok = np.isfinite(u) & np.isfinite(r) & (r > 0)
-    return u[ok], np.log(np.maximum(r[ok], 2.0)), math.log(max(float(ratio), 2.0)) * scale_factor(ratio, r[ok], "distance")
+    return (u[ok], *rescale(np.log(np.maximum(r[ok], 2.0)), math.log(max(float(ratio), 2.0)), ratio, r[ok], "distance"))
 
 
 def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,

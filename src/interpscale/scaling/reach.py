@@ -13,13 +13,16 @@ fitted with one common slope and an intercept per series (a study's metric or co
 backtest forecasts and held-out targets of the public studies of tests/data (``error_rows`` of
 benchmarks/forecast_coverage.py), and leave one study out (``leave_one_study_out``). The scores
 then grow as d^delta: delta = gamma - sigma for the studentized rule (t = |u| / s), gamma - 1 for
-the distance rule (t = |u| / d). Beyond r_max the target's scale a_T is multiplied by
+the distance rule (t = |u| / d). For a target beyond the largest tested ratio r_max the scores are
+put on one footing before the conformal quantile is taken: every scale is multiplied by d^delta,
 
-    w(r) = (d(r) / d(r_max)) ** max(delta, 0)      (r > r_max; w = 1 inside the tested ratios)
+    a_i -> a_i d(r_i)^delta,   a_T -> a_T d(r_T)^delta      (r_T > r_max, delta > 0)
 
-never narrowing (a relation with delta < 0 leaves the interval as it was). ``PUBLIC`` is the
-relation fitted on all three studies; ``using(relation)`` sets another one (``None``: no widening)
-for a block of code, e.g. a leave-one-study-out measurement.
+so the quantile is that of scores with the growth taken out (exchangeable if the relation holds)
+and the half-width grows as d(r_T)^delta from there. Inside the tested ratios, and for delta <= 0,
+nothing changes; beyond them the interval never narrows (each score is divided by (d_i/d_T)^delta
+<= 1). ``PUBLIC`` is the relation fitted on all three studies; ``using(relation)`` sets another
+one (``None``: no widening) for a block of code, e.g. a leave-one-study-out measurement.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ErrorGrowth", "PUBLIC", "active", "distance", "fit_error_growth", "leave_one_study_out",
-           "scale_factor", "using"]
+           "rescale", "using"]
 
 RULES = ("studentized", "distance")
 
@@ -65,11 +68,23 @@ class ErrorGrowth:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
         return self.gamma - self.sigma if rule == "studentized" else self.gamma - 1.0
 
-    def widening(self, ratio: float, max_tested: float, rule: str = "studentized") -> float:
-        """w(r) = (d(r) / d(r_max)) ** max(delta, 0) beyond the largest tested ratio, else 1."""
-        if not (math.isfinite(ratio) and math.isfinite(max_tested) and ratio > max_tested > 0):
-            return 1.0
-        return float((distance(ratio) / distance(max_tested)) ** max(self.slope(rule), 0.0))
+    def rescale(self, a, a_t: float, ratio: float, ratios, rule: str = "studentized"):
+        """(a_i d(r_i)^delta, a_T d(r_T)^delta) for a target beyond the largest tested ratio with
+        delta > 0; else (a, a_T) unchanged. ``ratios``: the r_i of the scales a_i."""
+        a, r = np.asarray(a, float), np.asarray(ratios, float)
+        delta = self.slope(rule)
+        ok = r[np.isfinite(r) & (r > 0)]
+        if not (math.isfinite(delta) and delta > 0 and ok.size and math.isfinite(ratio) and ratio > ok.max()):
+            return a, a_t
+        return a * distance(r) ** delta, a_t * float(distance(ratio)) ** delta
+
+    def widening(self, ratio: float, ratios, rule: str = "studentized", level: float = 0.9, scores=None) -> float:
+        """m(with the relation) / m(without) for a target at ``ratio``: the factor its log half-width
+        grows by, for the given ``scores`` t_i (default: all equal) at ``ratios``."""
+        from_ = np.ones(len(ratios)) if scores is None else np.asarray(scores, float)
+        a, a_t = self.rescale(1.0 / from_, 1.0, ratio, ratios, rule)
+        before, after = _quantile(from_, level), _quantile(1.0 / a, level) * a_t
+        return float(after / before)
 
     def to_dict(self) -> dict:
         return {"gamma": self.gamma, "gamma_se": self.gamma_se, "sigma": self.sigma, "sigma_se": self.sigma_se,
@@ -150,13 +165,15 @@ def using(relation: ErrorGrowth | None):
         _ACTIVE.reset(token)
 
 
-def scale_factor(ratio: float, ratios, rule: str) -> float:
-    """The calibration hook: the factor on the target's scale a_T for a target at ``ratio`` when the
-    backtest scored forecasts at ``ratios`` (w(r) of the active relation; 1 when none is active,
-    its slopes are not finite, or the target is inside the tested ratios)."""
+def rescale(a, a_t: float, ratio: float, ratios, rule: str):
+    """The calibration hook: the scales (a_i, a_T) of a target at ``ratio`` whose backtest scored
+    forecasts at ``ratios``, rescaled by the active relation (``ErrorGrowth.rescale``); unchanged
+    when none is active."""
     rel = active()
-    r = np.asarray(ratios, float)
-    r = r[np.isfinite(r) & (r > 0)]
-    if rel is None or r.size == 0 or not math.isfinite(rel.slope(rule)):
-        return 1.0
-    return rel.widening(float(ratio), float(r.max()), rule)
+    return (np.asarray(a, float), a_t) if rel is None else rel.rescale(a, a_t, ratio, ratios, rule)
+
+
+def _quantile(scores, level: float) -> float:
+    """The split-conformal quantile (as ``calibration.conformal_quantile``, not imported: calibration imports us)."""
+    s = np.sort(np.asarray(scores, float))
+    return float(s[min(math.ceil((s.size + 1) * level - 1e-9), s.size) - 1])
