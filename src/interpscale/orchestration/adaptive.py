@@ -177,30 +177,29 @@ def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, in
     return states
 
 
-def _first_states(preset: str | os.PathLike, families: Sequence[str] | None, initial: int,
-                  tokens_per_param: float | None) -> tuple[dict, dict, list[SliceState]]:
-    """(the validated preset, the ladder's ``size_presets`` unless it names sizes, each
-    slice's first state); the prior's D/N is ``tokens_per_param``, else the planner's centre
-    of ``[plan] tokens_per_param``."""
+def _first_states(preset, families: Sequence[str] | None, initial: int,
+                  tokens_per_param: float | None) -> tuple[Any, dict, list[SliceState]]:
+    """(the preset's validated tree — ``planner.load_config``, which every later plan reuses
+    — the ladder's ``size_presets`` unless it names sizes, each slice's first state); the
+    prior's D/N is ``tokens_per_param``, else the planner's centre of ``[plan] tokens_per_param``."""
     from interpscale.errors import UserError
-    from interpscale.orchestration.config_schema import validate_config
-    from interpscale.orchestration.planner import load_preset, slice_targets, window_centre
+    from interpscale.orchestration.planner import load_config, slice_targets, window_centre
 
-    cfg = validate_config(load_preset(preset), preset)
-    p = cfg.get("plan", {})
-    fams = list(families or p.get("families") or [])
-    if not fams or p.get("slices") is None:
-        raise UserError(f"{preset}: an adaptive sweep needs [plan] families and slices")
+    tree = load_config(preset)
+    p = tree.plan
+    fams = list(families or p.families or [])
+    if not fams or p.slices is None:
+        raise UserError(f"{tree.source}: an adaptive sweep needs [plan] families and slices")
     try:
-        per = {f: sorted(cs) for f, cs in slice_targets(fams, p["slices"]).items()}
+        per = {f: sorted(cs) for f, cs in slice_targets(fams, p.slices).items()}
     except ValueError as exc:
-        raise UserError(f"{preset}: [plan] slices: {exc}") from exc
-    given = list(p.get("sizes") or [])
+        raise UserError(f"{tree.source}: [plan] slices: {exc}") from exc
+    given = list(p.sizes or [])
     ladder = {} if given else ladder_presets()
     if tokens_per_param is None:
-        tokens_per_param = window_centre(p.get("tokens_per_param", (0.0, math.inf)))
+        tokens_per_param = window_centre(tuple(p.tokens_per_param) or (0.0, math.inf))
     names = given or list(ladder)
-    return cfg, ladder, _initial_states(preset, per, names, ladder, initial, float(tokens_per_param))
+    return tree, ladder, _initial_states(tree, per, names, ladder, initial, float(tokens_per_param))
 
 
 @dataclass(frozen=True)
@@ -451,17 +450,17 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
     if initial < 3 or max_added < 0 or max_seeds < 1 or budget <= 0 or z <= 0:
         raise ValueError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
                          f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
-    cfg, ladder, states = _first_states(preset, families, initial, tokens_per_param)
+    tree, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     limits, bud = Limits(max_added, max_seeds, z), None
     rounds, sweep = 0, None
     while any(not s.done for s in states):
-        per = {s.name: _slice_runs(preset, s, ladder) for s in states}
+        per = {s.name: _slice_runs(tree, s, ladder) for s in states}
         runs = [r for rs in per.values() for r in rs]
         spent = float(sum(r.flops for r in runs))
         bud = bud or Budget(budget * spent)
         bud.used = spent
-        sweep = Sweep.from_plan(Plan(runs=runs, table=pd.DataFrame(), launch=dict(cfg.get("launch", {}))), out_dir,
-                                extend=extend or rounds > 0, **sweep_options)
+        sweep = Sweep.from_plan(Plan(runs=runs, table=pd.DataFrame(), launch=dataclasses.asdict(tree.launch),
+                                     config=tree), out_dir, extend=extend or rounds > 0, **sweep_options)
         _launch(sweep)
         rounds += 1
         _judge_round(states, sweep.collect(), per, slice_minimum, limits, bud)
@@ -477,7 +476,7 @@ def first_grid(preset: str | os.PathLike, *, families: Sequence[str] | None = No
     around the prior N*(C) of Eq. (1) (what ``plan`` shows and the adaptive sweep trains first)."""
     from interpscale.orchestration.planner import Plan
 
-    cfg, ladder, states = _first_states(preset, families, initial, tokens_per_param)
-    plans = [_plan(preset, s.family, s.slice_flops, s.sizes, ladder, True, priced=True) for s in states]
+    tree, ladder, states = _first_states(preset, families, initial, tokens_per_param)
+    plans = [_plan(tree, s.family, s.slice_flops, s.sizes, ladder, True, priced=True) for s in states]
     return Plan(runs=[r for p in plans for r in p.runs], table=pd.concat([p.table for p in plans], ignore_index=True),
-                launch=dict(cfg.get("launch", {})), device=plans[0].device if plans else {})
+                launch=dataclasses.asdict(tree.launch), device=plans[0].device if plans else {}, config=tree)
