@@ -74,8 +74,9 @@ def test_evaluate_recomputes_a_checkpoint_that_changed(tmp_path, make_spec):
 def test_checkpointer_saves_at_the_reservoir_and_on_its_cadences(tmp_path, make_spec):
     import torch
 
-    from interpscale.models import build_model, load_checkpoint
-    from interpscale.orchestration.checkpointer import Checkpointer
+    from interpscale.models import build_model
+    from interpscale.models.checkpoint import list_checkpoints
+    from interpscale.orchestration.checkpointer import Checkpointer, completed_states
     from interpscale.orchestration.schedule import reservoir_steps, segments
 
     spec = make_spec("ar", steps=50, reservoir=2)
@@ -84,22 +85,27 @@ def test_checkpointer_saves_at_the_reservoir_and_on_its_cadences(tmp_path, make_
     ck = Checkpointer(tmp_path, spec, rank=0, world=1, device=torch.device("cpu"), build=lambda: model,
                       save_every_s=1e9, save_every_steps=7)
     ck.bind(model, model, torch.optim.AdamW(model.parameters()))
-    resume = tmp_path / "state" / "resume.pt"
     saves = []
     for step in range(1, stable.end + 1):
-        before = resume.stat().st_mtime_ns if resume.exists() else None
         ck.after_step(stable, step, logged=step % 5 == 0)
-        if resume.exists() and resume.stat().st_mtime_ns != before:
-            saves.append(step)
+        ck.wait()  # complete the asynchronous save (if any) to see it
+        _, marker = ck.latest_state() or (None, {"kind": None, "step": 0})
+        if marker["kind"] and (marker["kind"], marker["step"]) not in saves:
+            saves.append((marker["kind"], marker["step"]))
     S = spec.stable_steps
-    assert saves == list(range(7, S, 7))  # the step cadence; never at the segment's end
-    kept = sorted(p.name for p in tmp_path.rglob("*.pt") if p.name != "resume.pt")
-    assert kept == sorted([f"stable_{r:07d}.pt" for r in (*reservoir_steps(spec), S)] +
-                          [f"stable_step{r:07d}.pt" for r in (*reservoir_steps(spec), S)])
-    ck.end_segment(stable, S)
-    assert load_checkpoint(resume)[1]["step"] == S and load_checkpoint(resume)[1]["segment"] == "stable"
+    reservoir = (*reservoir_steps(spec), S)
+    # the step cadence, never at the segment's end; a reservoir step's stable state is its resume state
+    assert [s for k, s in saves if k == "resume"] == [s for s in range(7, S, 7) if s not in reservoir]
+    assert [s for k, s in saves if k == "stable"] == sorted(reservoir)
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == [f"stable_step{r:07d}" for r in reservoir]
+    kinds = [m["kind"] for _, m in completed_states(tmp_path / "state")]
+    assert kinds.count("stable") == len(reservoir) and kinds.count("resume") <= ck.keep  # the last K kept
+    ck.end_segment(stable, S)  # the stable state at S is already the segment's last state
+    assert ck.latest_state(stable)[1]["step"] == S
     ck.save_every_s = 0.0  # overdue: the next step saves the resume state whatever its number
     ck.after_step(main_anneal, S + 1, logged=False)
-    assert load_checkpoint(resume)[1]["step"] == S + 1
+    ck.wait()
+    assert ck.latest_state(main_anneal)[1]["step"] == S + 1
     ck.end_segment(main_anneal, main_anneal.end)
-    assert (tmp_path / "checkpoints" / f"anneal{S:07d}_step{main_anneal.end:07d}.pt").exists()
+    ck.wait()
+    assert (tmp_path / "checkpoints" / f"anneal{S:07d}_step{main_anneal.end:07d}" / "model.safetensors").exists()

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from interpscale._atomic import atomic_write_text
@@ -184,7 +185,7 @@ class Checkpointer:
         if "dcp" in extra:
             try:
                 extra.update(load_sharded(self.module, self.opt, Path(extra["dcp"]), self.rank))
-            except Exception as exc:
+            except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
                 raise ValueError(f"cannot resume from {extra['dcp']}: {exc}. Delete that directory to restart "
                                  "from the previous state") from exc
         restore_rng(extra, self.device)
