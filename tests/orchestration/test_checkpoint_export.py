@@ -7,7 +7,7 @@ import torch
 
 from interpscale.cli import main
 from interpscale.models import DataFields, build_model, load_checkpoint, save_checkpoint
-from interpscale.models.checkpoint import save_pretrained_dir
+from interpscale.models.checkpoint import list_checkpoints, save_pretrained_dir
 from interpscale.orchestration import train_run
 from interpscale.orchestration.checkpointer import completed_states
 
@@ -63,3 +63,31 @@ def test_export_refuses_a_state_cut_short(tmp_path, capsys):
     (tmp_path / "resume_0000004_stable" / ".metadata").write_bytes(b"")
     assert main(["export", str(tmp_path / "resume_0000004_stable"), "--out", str(tmp_path / "o")]) == 2
     assert "COMPLETE marker" in capsys.readouterr().err
+
+
+def test_an_old_resume_pt_state_still_resumes_bit_exactly(tmp_path, make_spec):
+    """A ``state/resume.pt`` of the releases before DCP (weights, whole AdamW state, RNG) resumes."""
+    from interpscale.orchestration.checkpointer import load_sharded
+    from interpscale.orchestration.parallel import LossModule
+    from interpscale.orchestration.rundir import read_status
+    from interpscale.orchestration.trainer import Trainer, build_run_model, open_run_data, param_groups
+
+    spec = make_spec("ar", steps=20)
+    train_run(spec, tmp_path / "ref", data_root=tmp_path / "_data", progress=False)
+    run = tmp_path / "old"
+    Trainer(spec, run, data_root=tmp_path / "_data", progress=False).run(stop_at_step=10)
+    (state, marker), = completed_states(run / "state")
+    model = build_run_model(spec, open_run_data(run))  # the DCP state rewritten as the old format
+    opt = torch.optim.AdamW(param_groups(model, spec.weight_decay), lr=spec.lr, betas=spec.betas, eps=spec.eps)
+    rng = load_sharded(LossModule(model), opt, state)["rng"]
+    save_checkpoint(model, run / "state" / "resume.pt", extra={"segment": "stable", "step": 10,
+                                                                "optimizer": opt.state_dict(), "rng": rng})
+    import shutil
+
+    shutil.rmtree(state)
+    train_run(spec, run, data_root=tmp_path / "_data", progress=False)
+    assert read_status(run)["resumed_at"] == [10] and not (run / "state" / "resume.pt").exists()
+    final = lambda d: load_checkpoint([p for p in list_checkpoints(d / "checkpoints")  # noqa: E731
+                                       if p.name.startswith("anneal")][-1])[0].state_dict()
+    a, b = final(tmp_path / "ref"), final(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)
