@@ -180,7 +180,7 @@ def test_a_round_reopens_a_slice_the_familys_noise_no_longer_supports_and_probes
     per = {shallow.name: [SimpleNamespace(run_id=f"{x}0") for x in "bcd"],
            wide.name: [SimpleNamespace(run_id=f"{x}9") for x in "abcde"]}
     _judge_round([shallow, wide], df, per, _edge, Limits(max_added=3), Budget(1e12))
-    assert not shallow.bracketed and any(h.startswith("reopened: the family's run noise is") for h in shallow.history)
+    assert not shallow.bracketed and shallow.history[0].startswith("reopened: the family's run noise is")
     assert shallow.added == 2 and shallow.sizes == list("abcde")  # widened on both sides to see past the noise
     alone = _slice(["b", "c", "d"])  # one seed, three sizes, no other slice: noise unknown -> measured once
     _judge_round([alone], _rows("bcd", [3.1, 3.0, 3.1]), {alone.name: [SimpleNamespace(run_id=f"{x}0") for x in "bcd"]},

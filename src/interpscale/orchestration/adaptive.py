@@ -417,10 +417,10 @@ def _judge_round(states: list[SliceState], df: pd.DataFrame, per: dict, slice_mi
     noise = {f: run_noise([rows[s.name] for s in states if s.family == f]) for f in {s.family for s in states}}
     for s in states:
         if not s.done or s.bracketed:
-            was, s.done, s.bracketed = s.bracketed, False, False
+            was, s.done, s.bracketed, at = s.bracketed, False, False, len(s.history)
             _judge(s, df, [r.run_id for r in per[s.name]], slice_minimum, limits, budget, noise[s.family])
-            if was and not s.bracketed:
-                s.history.append(f"reopened: the family's run noise is {noise[s.family]:.2g}")
+            if was and not s.bracketed:  # the note goes before what the judge did about it
+                s.history.insert(at, f"reopened: the family's run noise is {noise[s.family]:.2g}")
     if any(not s.done for s in states):
         return
     for f in sorted(noise):
