@@ -7,8 +7,17 @@ its (P, D): the raw bootstrap prediction interval and the calibrated one by the 
 ``--calibration`` names (``scaling.calibration``; default: the library's). Prints the coverage
 table of docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
 
+Intervals far beyond the sweep (issue 36, docs/reach.md): each target is calibrated twice, without
+the error-growth widening beyond the largest tested ratio (``before_*`` columns) and with the
+relation of ``scaling.reach`` fitted on the *other* studies' forecasts (leave one study out; the
+table's calibrated columns); the coverage by extrapolation-ratio bin (<= 3x, 3-30x, > 30x) and the
+relation (all studies, each alone, each left out) are printed below the study table; ``--errors``
+writes the relation's rows (every scored backtest forecast and held-out target: study, series,
+kind, ratio, log error, bootstrap log spread), the file tests/data/scaling_public/reach_errors.csv.
+
     python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv] [--laws]
                                            [--calibration distance|studentized|studentized-signed]
+                                           [--errors rows.csv]
 
 ``--laws`` uses each study's own published law (``scaling.law_methods.register_law_methods``):
 ``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
@@ -26,7 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from interpscale.scaling.forecasting import CALIBRATIONS, ForecastOptions, forecast_runs
+from interpscale.scaling import quiet, reach
+from interpscale.scaling.calibration import spread
+from interpscale.scaling.forecasting import CALIBRATIONS, ForecastOptions, calibrated, get_method, rolling_origin
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 MMLU = {"stem": 0.215, "humanities": 0.335, "social_sciences": 0.219, "other": 0.231}  # authors' weights
@@ -81,22 +92,80 @@ def datablations_cases():
 
 
 LAWS = {"OLMo ladder": "ladder", "over-training": "overtraining", "datablations": "data-constrained"}
+BINS = ((0.0, 3.0, "<= 3x"), (3.0, 30.0, "3-30x"), (30.0, math.inf, "> 30x"))
+
+
+def cases():
+    for group in (ladder_cases(), overtraining_cases(), datablations_cases()):
+        yield from group
+
+
+def _forecast_case(study, metric, train, test, method, o):
+    """One fit and one rolling-origin backtest of ``method`` on ``train``: the backtest's scored
+    forecasts and each held-out target's forecast as error-growth rows (``scaling.reach``), and
+    what the calibration needs later."""
+    m = get_method(method)
+    errors = rolling_origin(train, [method], o)
+    with quiet():
+        fit = m.fit(train, o)
+    c_max = float((o.k * train["params"] * train["tokens"]).max())
+    series = f"{study}: {metric}"
+    ok = errors[errors["status"] == "ok"].dropna(subset=["log_error"])
+    rows = [ok.assign(study=study, series=series, kind="backtest")[["study", "series", "kind", "ratio", "log_error",
+                                                                    "spread"]]]
+    targets = []
+    for t in test.to_dict("records"):
+        P, D, C = float(t["params"]), float(t["tokens"]), o.k * float(t["params"]) * float(t["tokens"])
+        pred = m.predict(fit, C, o, P, D)[0]
+        u = math.log(float(t["loss"]) / pred) if pred > 0 else math.nan
+        targets.append(dict(t, ratio=C / c_max, compute=C, log_error=u, spread=spread(m, fit, C, o, P, D)))
+    tr = pd.DataFrame(targets)
+    rows.append(tr.assign(study=study, series=series, kind="target")[["study", "series", "kind", "ratio", "log_error",
+                                                                       "spread"]])
+    return pd.concat(rows, ignore_index=True), (study, metric, method, m, fit, errors, targets, o)
+
+
+def _calibrate_targets(case, relation) -> list[dict]:
+    """Each held-out target's calibrated interval without the error-growth widening (``before``)
+    and with ``relation`` (fitted without the target's study), as in ``forecast_runs``."""
+    study, metric, method, m, fit, errors, targets, o = case
+    ok = errors[(errors["status"] == "ok")].dropna(subset=["log_error"])
+    out = []
+    for t in targets:
+        P, D, C, obs = float(t["params"]), float(t["tokens"]), t["compute"], float(t["loss"])
+        rec = dict(study=study, metric=metric, method=method, calibration=o.calibration, ratio=t["ratio"],
+                   max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan, n_backtest=len(ok),
+                   observed=obs, spread=t["spread"])
+        for tag, rel in (("before_", None), ("", relation)):
+            with reach.using(rel):
+                pred, lo, hi, clo, chi, msd = calibrated(m, fit, C, o, errors, t["ratio"], P, D)
+            rec.update({f"{tag}lo": clo, f"{tag}hi": chi, f"{tag}model_sd": msd, f"{tag}covered": bool(clo <= obs <= chi),
+                        f"{tag}width": (chi - clo) / obs, f"{tag}half_width": max(pred - clo, chi - pred) / obs})
+        rec.update(predicted=pred, raw_lo=lo, raw_hi=hi, abs_rel_error=abs(pred / obs - 1), covered_raw=bool(lo <= obs <= hi),
+                   raw_width=(hi - lo) / obs, raw_half_width=max(pred - lo, hi - pred) / obs)
+        out.append(rec)
+    return out
 
 
 def run(n_boot: int, level: float, laws: bool = False,
-        calibration: str = ForecastOptions.calibration) -> pd.DataFrame:
+        calibration: str = ForecastOptions.calibration) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(per-target forecasts, error-growth rows, {study: relation fitted without it}); each target
+    calibrated without the widening (``before_*`` columns) and with its leave-one-study-out relation."""
     if laws:
         from interpscale.scaling.law_methods import register_law_methods
 
         register_law_methods()  # the published laws as forecast methods
-    frames = []
-    for cases in (ladder_cases(), overtraining_cases(), datablations_cases()):
-        for study, metric, train, test in cases:
-            o = ForecastOptions(n_boot=n_boot, level=level, k=6.0, calibration=calibration)
-            method = LAWS[study] if laws else "joint"
-            f = forecast_runs(train.reset_index(drop=True), test.reset_index(drop=True), method=method, options=o)
-            frames.append(f.assign(study=study, metric=metric, method=method))
-    return pd.concat(frames, ignore_index=True)
+    rows, done = [], []
+    for study, metric, train, test in cases():
+        o = ForecastOptions(n_boot=n_boot, level=level, k=6.0, calibration=calibration)
+        r, case = _forecast_case(study, metric, train.reset_index(drop=True), test.reset_index(drop=True),
+                                 LAWS[study] if laws else "joint", o)
+        rows.append(r)
+        done.append(case)
+    rows = pd.concat(rows, ignore_index=True)
+    loso = reach.leave_one_study_out(rows)
+    f = pd.DataFrame([rec for case in done for rec in _calibrate_targets(case, loso[case[0]])])
+    return f, rows, loso
 
 
 def table(f: pd.DataFrame, level: float) -> str:
@@ -120,18 +189,64 @@ def table(f: pd.DataFrame, level: float) -> str:
     return "\n".join(lines)
 
 
+def bin_table(f: pd.DataFrame) -> str:
+    """Per extrapolation-ratio bin (target compute over the largest fitted compute) and pooled:
+    coverage and median widths / MAE of the calibrated interval without (before) and with (after)
+    the error-growth widening beyond the largest tested ratio."""
+    lines = ["| ratio bin | targets | median ratio | beyond tested | median abs. error % | coverage before | "
+             "coverage after | full / MAE before | after | half / MAE before | after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    groups = [(name, f[(f["ratio"] > lo) & (f["ratio"] <= hi)]) for lo, hi, name in BINS] + [("all", f)]
+    for name, g in groups:
+        if g.empty:
+            lines.append(f"| {name} | 0 | | | | | | | | | |")
+            continue
+        mae = float(g["abs_rel_error"].median())
+        beyond = int((g["ratio"] > g["max_tested_ratio"]).sum())
+        lines.append(f"| {name} | {len(g)} | {g['ratio'].median():.3g}x | {beyond} | {100 * mae:.2f} | "
+                     f"{g['before_covered'].mean():.2f} | {g['covered'].mean():.2f} | "
+                     f"{g['before_width'].median() / mae:.2f} | {g['width'].median() / mae:.2f} | "
+                     f"{g['before_half_width'].median() / mae:.2f} | {g['half_width'].median() / mae:.2f} |")
+    return "\n".join(lines)
+
+
+def relation_table(rows: pd.DataFrame, loso: dict) -> str:
+    """The error-growth relation fitted on all studies, on each study alone and without each."""
+    fits = {"all studies": reach.fit_error_growth(rows)}
+    for study in sorted(set(rows["study"])):
+        try:
+            fits[f"{study} only"] = reach.fit_error_growth(rows[rows["study"] == study])
+        except ValueError:
+            pass
+        fits[f"without {study}"] = loso[study]
+    lines = ["| fitted on | forecasts | series | gamma (ln abs u on ln d) | sigma (ln s on ln d) | "
+             "delta = gamma - sigma | largest ratio |", "|---|---|---|---|---|---|---|"]
+    for name, r in fits.items():
+        lines.append(f"| {name} | {r.n} | {r.series} | {r.gamma:.3f} ± {r.gamma_se:.3f} | {r.sigma:.3f} ± "
+                     f"{r.sigma_se:.3f} | {r.slope('studentized'):.3f} ± {r.delta_se:.3f} | {r.max_ratio:.3g}x |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--level", type=float, default=0.9)
-    ap.add_argument("--csv", type=Path)
+    ap.add_argument("--csv", type=Path, help="every held-out forecast (before_* columns: without the widening)")
+    ap.add_argument("--errors", type=Path, help="the error-growth rows (backtest forecasts and held-out targets)")
     ap.add_argument("--laws", action="store_true", help="each study's own published law instead of joint")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=ForecastOptions.calibration)
     args = ap.parse_args()
-    f = run(args.n_boot, args.level, args.laws, args.calibration)
+    f, rows, loso = run(args.n_boot, args.level, args.laws, args.calibration)
     if args.csv:
         f.to_csv(args.csv, index=False)
+    if args.errors:
+        rows.to_csv(args.errors, index=False, float_format="%.6g")
     print(table(f, args.level))
+    print("\nBy extrapolation ratio (calibrated interval; after = with the error-growth relation fitted without "
+          "the target's study):\n")
+    print(bin_table(f))
+    print("\nError-growth relation (scaling.reach; slopes ± cluster-robust standard errors):\n")
+    print(relation_table(rows, loso))
     how = "each study's own law (" + ", ".join(sorted(set(f["method"]))) + ")" if args.laws else "joint method (Eq. 27)"
     print(f"\n{len(f)} held-out targets; {how} fitted on the smaller runs of each study; "
           f"{args.n_boot} bootstrap replicates; {args.calibration} calibration; backtest forecasts per fit: "
