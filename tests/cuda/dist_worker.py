@@ -1,6 +1,7 @@
 """One rank of tests/cuda/test_distributed.py, started by ``torch.distributed.run``: the
 trainer's data-parallel wrapper (DDP or FSDP2) around a family, compiled bf16 steps, the
-whole-state gather the checkpointer saves, and that state loaded into a fresh wrapped model."""
+whole-state gather, and that state loaded into a fresh wrapped model; the DCP resume state
+(asynchronous save on its own gloo group) loaded into another."""
 
 import argparse
 import json
@@ -11,6 +12,7 @@ import torch.distributed as dist
 
 from interpscale.models import DataFields, build_model
 from interpscale.models.types import Batch
+from interpscale.orchestration.checkpointer import load_sharded, save_sharded, sharded_state
 from interpscale.orchestration.parallel import full_state, is_sharded, load_optimizer, sync, wrap
 
 
@@ -54,7 +56,15 @@ def main() -> None:
     model2, module2, opt2, _ = wrapped(a.family, a.parallel, device, {k: v.to(device) for k, v in msd.items()})
     load_optimizer(module2, opt2, osd)
     msd2, osd2 = full_state(module2, model2, opt2)
-    out = {"wrapper": type(module).__name__, "sharded": is_sharded(module), "losses": losses,
+    # the resume state as DCP shards, written asynchronously on a gloo group beside NCCL, read back
+    path = os.path.splitext(a.out)[0] + ".dcp"
+    save_sharded(sharded_state(module, opt), path, pg=dist.new_group(backend="gloo")).result()
+    model3, module3, opt3, _ = wrapped(a.family, a.parallel, device)
+    load_sharded(module3, opt3, path)
+    msd3, osd3 = full_state(module3, model3, opt3)
+    out = {"dcp_reloaded": all(torch.equal(msd[k].cpu(), msd3[k].cpu()) for k in msd),
+           "dcp_optimizer_steps": sorted({int(s["step"]) for s in osd3["state"].values()}),
+           "wrapper": type(module).__name__, "sharded": is_sharded(module), "losses": losses,
            "keys": sorted(msd) == sorted(first), "changed": any(not torch.equal(msd[k].cpu(), first[k]) for k in first),
            "reloaded": all(torch.equal(msd[k].cpu(), msd2[k].cpu()) for k in msd),
            "optimizer_steps": sorted({int(s["step"]) for s in osd2["state"].values()})}

@@ -30,3 +30,4 @@ def test_data_parallel_wrapper_trains_gathers_and_reloads(family, parallel, tmp_
     assert r["losses"][-1] < r["losses"][0], r["losses"]
     assert r["keys"] and r["changed"] and r["reloaded"]
     assert r["optimizer_steps"] == [5]
+    assert r["dcp_reloaded"] and r["dcp_optimizer_steps"] == [5]
