@@ -79,3 +79,17 @@ def test_a_missing_prepared_data_path_is_named_as_missing(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="not prepared data of this version"):
         prepare_data({"kind": "prepared", "path": str(tmp_path / "empty")}, tmp_path / "cache", seq_len=16)
+
+
+def test_a_replicate_seed_trains_on_the_same_prepared_data(tmp_path):
+    """The adaptive sweep's replicates change the training seed, not the validation split:
+    ``split_seed`` in the source keys the split, so both find one prepared directory."""
+    from interpscale.data.loaders import prepare_data
+
+    (tmp_path / "t.txt").write_text("\n\n".join(f"Document {i} says something about topic {i % 7}." for i in range(60)))
+    src = {"kind": "text", "path": str(tmp_path / "t.txt")}
+    first = prepare_data(src, tmp_path / "cache", seq_len=16, vocab_size=300, val_fraction=0.2, seed=0)
+    again = prepare_data({**src, "split_seed": 0}, tmp_path / "cache", seq_len=16, vocab_size=300, val_fraction=0.2,
+                         seed=1)
+    other = prepare_data(src, tmp_path / "cache", seq_len=16, vocab_size=300, val_fraction=0.2, seed=1)
+    assert again == first and other != first

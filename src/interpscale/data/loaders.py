@@ -72,7 +72,12 @@ def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vo
     """Prepare (once) and return the data directory of a data source: memory-mapped shards,
     tokenizer.json, concepts.json and meta.json under ``cache_dir/<content key>``.
     ``{"kind": "prepared", "path": DIR}`` is a directory ``interpscale data prepare`` made.
-    Resumable and safe when several jobs race (a lock per directory)."""
+    Resumable and safe when several jobs race (a lock per directory).  ``source["split_seed"]``
+    (set by the adaptive sweep's replicate runs) keys the validation split instead of ``seed``:
+    a replicate trains with another seed on the same prepared data."""
+    if "split_seed" in source:
+        seed = int(source["split_seed"])
+        source = {k: v for k, v in source.items() if k != "split_seed"}
     if source.get("kind") == "prepared":
         read_meta(source.get("path") or "")
         return Path(source.get("path") or "")

@@ -390,9 +390,11 @@ def _judge(s: SliceState, df: pd.DataFrame, run_ids: Sequence[str], slice_minimu
 
 
 def _slice_runs(preset, s: SliceState, ladder: dict) -> list:
-    """The slice's runs: each size planned, and ``s.seeds - 1`` replicates of it (seed + k)."""
+    """The slice's runs: each size planned, and ``s.seeds - 1`` replicates of it (training
+    seed + k; the data and its validation split stay those of the first seed: ``split_seed``)."""
     runs = _plan(preset, s.family, s.slice_flops, s.sizes, ladder, True).runs
-    return runs + [dataclasses.replace(r, seed=r.seed + k) for k in range(1, s.seeds) for r in runs]
+    return runs + [dataclasses.replace(r, seed=r.seed + k, data={**r.data, "split_seed": r.seed})
+                   for k in range(1, s.seeds) for r in runs]
 
 
 def _launch(sweep) -> None:
