@@ -111,3 +111,58 @@ def test_no_widening_inside_the_tested_range_and_never_narrowing():
         scores = np.abs(u) / (np.full(3, 0.01) if rule == "studentized" else reach.distance(r))
         assert far[2] == pytest.approx(far0[2] * grow.widening(100.0, r, rule, scores=scores))
         assert far[2] > far0[2] and far[0] < far0[0] and far[1] > far0[1]
+
+
+# ---- the public studies (tests/data/scaling_public/reach_errors.csv, benchmarks/forecast_coverage.py --errors)
+@pytest.fixture(scope="module")
+def public(reference_data):
+    return pd.read_csv(reference_data(ERRORS))
+
+
+def test_the_public_relation_is_the_fit_of_its_documented_rows(public):
+    """reach.PUBLIC (what calibrated intervals use by default) is refitted from its rows."""
+    rel = reach.fit_error_growth(public)
+    assert reach.active() is reach.PUBLIC
+    for name in ("gamma", "gamma_se", "sigma", "sigma_se", "delta_se", "max_ratio"):
+        assert getattr(reach.PUBLIC, name) == pytest.approx(getattr(rel, name), rel=1e-3), name
+    assert (reach.PUBLIC.n, reach.PUBLIC.series, reach.PUBLIC.studies) == (rel.n, rel.series, rel.studies)
+
+
+def test_left_out_studies_grow_alike(public):
+    """Fitted without each study in turn: the log errors grow with ln d (gamma > 0) but slower
+    than d itself (gamma < 1: the distance rule's linear growth is conservative there), by two
+    standard errors each; the studentized scores grow (delta > 0); and each study with two or more
+    series has its own slope within two combined standard errors of the relation fitted without it."""
+    for study, rel in reach.leave_one_study_out(public).items():
+        assert rel.gamma - 2 * rel.gamma_se > 0 and rel.gamma + 2 * rel.gamma_se < 1, study
+        assert rel.slope("studentized") > 0, study
+        own = public[public["study"] == study]
+        if own["series"].nunique() >= 2:
+            alone = reach.fit_error_growth(own)
+            gap = alone.slope("studentized") - rel.slope("studentized")
+            assert abs(gap) < 2 * math.hypot(alone.delta_se, rel.delta_se), study
+
+
+def test_left_out_relation_covers_the_far_targets(public):
+    """The studentized 90% half-width of each held-out target from its series' backtest scores
+    (without the bootstrap band, which only widens it), with and without the relation fitted on
+    the other studies: inside the tested ratios nothing changes; beyond them (the OLMo ladder's
+    7B and 13B targets, 3.5x and 8.5x past the largest tested ratio) every half-width grows, by at
+    most (d_T / ln 2)^delta, and at least 85% of those targets are covered."""
+    loso = reach.leave_one_study_out(public)
+    inside, far = [], []
+    for (study, _), g in public.groupby(["study", "series"]):
+        bt, targets = g[g["kind"] == "backtest"], g[g["kind"] == "target"]
+        for t in targets.itertuples():
+            m = []
+            for rel in (None, loso[study]):
+                with reach.using(rel):
+                    m.append(calibrate(1.0, 1.0, 1.0, t.ratio, bt["log_error"], bt["ratio"], 0.9,
+                                       spreads=bt["spread"], spread=t.spread)[2])
+            bound = (reach.distance(t.ratio) / math.log(2)) ** loso[study].slope()
+            (far if t.ratio > bt["ratio"].max() else inside).append((abs(t.log_error), *m, bound))
+    inside, far = np.array(inside), np.array(far)
+    assert len(inside) > 50 and np.all(inside[:, 1] == inside[:, 2])
+    assert len(far) >= 10 and np.all(far[:, 2] > far[:, 1]) and np.all(far[:, 2] <= far[:, 1] * far[:, 3] * (1 + 1e-9))
+    before, after = np.mean(far[:, 0] <= far[:, 1]), np.mean(far[:, 0] <= far[:, 2])
+    assert 0.85 <= after and before <= after
