@@ -17,7 +17,7 @@ kind, ratio, log error, bootstrap log spread), the file tests/data/scaling_publi
 
     python benchmarks/forecast_coverage.py [--n-boot 200] [--level 0.9] [--csv out.csv] [--laws]
                                            [--calibration distance|studentized|studentized-signed]
-                                           [--errors rows.csv]
+                                           [--errors rows.csv] [--relation loso|public]
 
 ``--laws`` uses each study's own published law (``scaling.law_methods.register_law_methods``):
 ``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
@@ -147,10 +147,11 @@ def _calibrate_targets(case, relation) -> list[dict]:
     return out
 
 
-def run(n_boot: int, level: float, laws: bool = False,
-        calibration: str = ForecastOptions.calibration) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def run(n_boot: int, level: float, laws: bool = False, calibration: str = ForecastOptions.calibration,
+        relation: str = "loso") -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(per-target forecasts, error-growth rows, {study: relation fitted without it}); each target
-    calibrated without the widening (``before_*`` columns) and with its leave-one-study-out relation."""
+    calibrated without the widening (``before_*`` columns) and with its leave-one-study-out relation
+    (``relation="public"``: with ``reach.PUBLIC``, what the library uses by default)."""
     if laws:
         from interpscale.scaling.law_methods import register_law_methods
 
@@ -164,7 +165,8 @@ def run(n_boot: int, level: float, laws: bool = False,
         done.append(case)
     rows = pd.concat(rows, ignore_index=True)
     loso = reach.leave_one_study_out(rows)
-    f = pd.DataFrame([rec for case in done for rec in _calibrate_targets(case, loso[case[0]])])
+    f = pd.DataFrame([rec for case in done for rec in _calibrate_targets(
+        case, reach.PUBLIC if relation == "public" else loso[case[0]])])
     return f, rows, loso
 
 
@@ -235,15 +237,18 @@ def main() -> None:
     ap.add_argument("--errors", type=Path, help="the error-growth rows (backtest forecasts and held-out targets)")
     ap.add_argument("--laws", action="store_true", help="each study's own published law instead of joint")
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=ForecastOptions.calibration)
+    ap.add_argument("--relation", choices=("loso", "public"), default="loso",
+                    help="after: the relation fitted without the target's study (loso) or reach.PUBLIC")
     args = ap.parse_args()
-    f, rows, loso = run(args.n_boot, args.level, args.laws, args.calibration)
+    f, rows, loso = run(args.n_boot, args.level, args.laws, args.calibration, args.relation)
     if args.csv:
         f.to_csv(args.csv, index=False)
     if args.errors:
         rows.to_csv(args.errors, index=False, float_format="%.6g")
     print(table(f, args.level))
-    print("\nBy extrapolation ratio (calibrated interval; after = with the error-growth relation fitted without "
-          "the target's study):\n")
+    print("\nBy extrapolation ratio (calibrated interval; after = with " + (
+        "reach.PUBLIC" if args.relation == "public" else "the error-growth relation fitted without the target's study")
+        + "):\n")
     print(bin_table(f))
     print("\nError-growth relation (scaling.reach; slopes ± cluster-robust standard errors):\n")
     print(relation_table(rows, loso))
