@@ -238,6 +238,12 @@ class Checkpointer:
             self.last_save = time.monotonic()
             self.last_saved = (step, seg.name)
             path = self.state_dir / state_name(kind, step, seg.name)
+            if (path / MARKER).exists():  # this very state is already complete (a resume that stops at once)
+                return
+            if self.rank == 0 and path.exists():  # left by a save a kill cut short: start it clean
+                shutil.rmtree(path, ignore_errors=True)
+            if self.pg is not None:
+                torch.distributed.barrier(group=self.pg)
             marker = {"format": STATE_FORMAT, "kind": kind, "segment": seg.name, "step": step, "world": self.world,
                       "run_id": self.spec.run_id}
             future = save_sharded(sharded_state(self.module, self.opt, self.rank), path, pg=self.pg,
