@@ -26,10 +26,10 @@ from scipy.optimize import minimize
 
 from interpscale.scaling import checkpoint_points, fit_data_constrained, fit_ladder, fit_overtraining, read_runs
 from interpscale.scaling.bootstrap import Bootstrap
-from interpscale.scaling.data_constrained import DataConstrainedLaw, repetition_inputs
-from interpscale.scaling.lawfit import HUBER_DELTA, bootstrap_law, huber, multistart, to_fit_scale
-from interpscale.scaling.ladder import ROBUST_GRID, SigmoidLaw, TaskLossLaw
-from interpscale.scaling.overtraining import OVERTRAINING_AUTHORS_GRID as OT_GRID, OvertrainingLaw
+from interpscale.scaling.laws import DataConstrainedLaw, repetition_inputs
+from interpscale.scaling.engine import HUBER_DELTA, bootstrap_law, huber, multistart, to_fit_scale
+from interpscale.scaling.laws import ROBUST_GRID, SigmoidLaw, TaskLossLaw
+from interpscale.scaling.laws import OVERTRAINING_AUTHORS_GRID as OT_GRID, OvertrainingLaw
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 

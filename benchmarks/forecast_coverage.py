@@ -4,7 +4,7 @@ For every held-out target (OLMo ladder 7B-4T and 13B-5T: C4 loss and 8 task loss
 1.4B and 6.9B runs: every corpus and evaluation split; datablations: the runs of the largest
 budget decade) the chosen method is fitted on the smaller runs and asked for the target's loss at
 its (P, D): the raw bootstrap prediction interval and the calibrated one by the rule
-``--calibration`` names (``scaling.calibration``; default: the library's). Prints the coverage
+``--calibration`` names (``scaling.forecast``; default: the library's). Prints the coverage
 table of docs/forecasting.md (markdown) and, with ``--csv``, every forecast.
 
 Intervals far beyond the sweep (issue 36, docs/reach.md): each target is calibrated twice, without
@@ -19,8 +19,8 @@ kind, ratio, log error, bootstrap log spread), the file tests/data/scaling_publi
                                            [--calibration distance|studentized|studentized-signed]
                                            [--errors rows.csv] [--relation loso|public]
 
-``--laws`` uses each study's own published law (``scaling.law_methods.register_law_methods``):
-``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
+``--laws`` uses each study's own published law (``scaling.laws.register_law_methods``):
+``laws`` step 1 on the OLMo ladder, ``laws`` on the over-training runs and
 ``data-constrained`` on datablations, instead of the ``joint`` method for all.
 
 Data: tests/data/scaling_public/ (each folder's PROVENANCE.md names the source and licence).
@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from interpscale.scaling import quiet, reach
-from interpscale.scaling.calibration import spread
-from interpscale.scaling.forecasting import CALIBRATIONS, ForecastOptions, calibrated, get_method, rolling_origin
+from interpscale.scaling.forecast import spread
+from interpscale.scaling.forecast import CALIBRATIONS, ForecastOptions, calibrated, get_method, rolling_origin
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 MMLU = {"stem": 0.215, "humanities": 0.335, "social_sciences": 0.219, "other": 0.231}  # authors' weights
@@ -153,7 +153,7 @@ def run(n_boot: int, level: float, laws: bool = False, calibration: str = Foreca
     calibrated without the widening (``before_*`` columns) and with its leave-one-study-out relation
     (``relation="public"``: with ``reach.PUBLIC``, what the library uses by default)."""
     if laws:
-        from interpscale.scaling.law_methods import register_law_methods
+        from interpscale.scaling.laws import register_law_methods
 
         register_law_methods()  # the published laws as forecast methods
     rows, done = [], []

@@ -31,7 +31,7 @@ from interpscale.orchestration.results import write_results
 from interpscale.orchestration.rundir import ensure_writable, read_status
 from interpscale.orchestration.runtime import estimate_report
 from interpscale.scaling import fit_families
-from interpscale.scaling.isoflop_slices import slice_minimum
+from interpscale.scaling.isoflop import slice_minimum
 
 log = logging.getLogger(__name__)
 
@@ -222,5 +222,5 @@ def interior_minima(results: pd.DataFrame) -> dict[str, str]:
 
 def run_adaptive(preset: str | os.PathLike, out_dir: str | os.PathLike, **options: Any):
     """``sweep launch --adaptive``: :func:`interpscale.orchestration.adaptive.adaptive_sweep`
-    judged by the IsoFLOP fit's own slice parabola (``scaling.isoflop_slices.slice_minimum``)."""
+    judged by the IsoFLOP fit's own slice parabola (``scaling.isoflop.slice_minimum``)."""
     return adaptive_sweep(preset, out_dir, slice_minimum=slice_minimum, **options)

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 from interpscale.scaling import ScalingFitWarning, epoch_grid, fit_chinchilla
-from interpscale.scaling.joint_objective import HuberLSE
+from interpscale.scaling.joint import HuberLSE
 
 # Epoch AI replication (Besiroglu et al. 2024) of Hoffmann et al.'s Approach 3, data README
 EPOCH = dict(objective=0.0010182740, L_inf=1.81724, A_P=477.84, A_D=2143.86, alpha=0.347313, beta=0.367183)

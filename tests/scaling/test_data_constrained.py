@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from interpscale.scaling import data_constrained_objective, fit_data_constrained
-from interpscale.scaling.data_constrained import C4_COEFFICIENTS, PUBLISHED_R_STAR, repetition_inputs
+from interpscale.scaling.laws import C4_COEFFICIENTS, PUBLISHED_R_STAR, repetition_inputs
 
 PUBLISHED_OBJECTIVE = 0.015825936  # notebook cell 29, at R* = (15.387756, 5.309743)
 LOWER_OBJECTIVE = 0.0158046625  # the lowest minimum the authors' own grid reaches in float64 (ours)
@@ -114,10 +114,10 @@ def test_epoch_costs_under_a_unique_token_budget():
 @pytest.fixture()
 def law_methods():
     """The laws registered as forecast methods for one test; the registry restored after."""
-    from interpscale.scaling import forecasting
+    from interpscale.scaling import forecast as forecasting
 
     saved = dict(forecasting.METHODS)
-    from interpscale.scaling import law_methods as lm
+    from interpscale.scaling import laws as lm
 
     lm.register_law_methods()
     yield forecasting
@@ -126,7 +126,7 @@ def law_methods():
 
 
 def test_laws_are_registered_forecast_methods(law_methods):
-    from interpscale.scaling.forecasting import ForecastOptions, get_method
+    from interpscale.scaling.forecast import ForecastOptions, get_method
 
     assert {"overtraining", "ladder", "data-constrained"} <= set(law_methods.METHODS)
     N, D, U, L = _synthetic(8.0, 3.0)
@@ -144,7 +144,7 @@ def test_laws_are_registered_forecast_methods(law_methods):
 
 
 def test_plan_epoch_costs_and_saved_law(tmp_path, runs182):
-    from interpscale.scaling.data_constrained import plan_epoch_costs, read_data_constrained
+    from interpscale.scaling.laws import plan_epoch_costs, read_data_constrained
 
     fit = fit_data_constrained(*runs182, n_boot=0)
     (tmp_path / "dc.json").write_text(json.dumps({"law": "data-constrained", "fit": fit.to_dict()}))

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from interpscale.scaling import FitStatus, fit_families, fit_status, forecast_from_results
-from interpscale.scaling.forecasting import ForecastOptions, forecast_runs
+from interpscale.scaling.forecast import ForecastOptions, forecast_runs
 
 TARGET = 1e21
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, ForecastMethod, ForecastOptions, register_method
-from interpscale.scaling.forecasting import (calibrate, choose_method, conformal_quantile, forecast_family,
+from interpscale.scaling.forecast import (calibrate, choose_method, conformal_quantile, forecast_family,
                                              forecast_runs)
 
 

@@ -224,7 +224,7 @@ def test_prediction_interval_wider_than_confidence_band(synth):
 
 
 def test_akima_merges_nearly_equal_sizes():
-    from interpscale.scaling.isoflop_slices import akima_minimum
+    from interpscale.scaling.isoflop import akima_minimum
 
     x = np.log([1e8, 2e8, 2.01e8, 4e8, 8e8])  # two sizes 0.5% apart with different losses
     y = 0.05 * (x - np.log(3e8)) ** 2 + 2.5

@@ -1,7 +1,7 @@
 import numpy as np
 from scipy.optimize import minimize, rosen, rosen_der
 
-from interpscale.scaling._optim import batched_bfgs
+from interpscale.scaling.engine import batched_bfgs
 
 
 def _rosen_rows(X, rows):

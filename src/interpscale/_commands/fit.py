@@ -310,7 +310,7 @@ def _chinchilla(args) -> int:
 
 @verb("law")
 def _add_law(sub) -> argparse.ArgumentParser:
-    from interpscale.scaling.law_table import LAWS, fit_law_table
+    from interpscale.scaling.laws import LAWS, fit_law_table
 
     p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
                        "CSV/Parquet table or per-step evaluation logs, by column names (docs/laws.md)",
@@ -341,7 +341,7 @@ def _add_law(sub) -> argparse.ArgumentParser:
 
 
 def _law(args) -> int:
-    from interpscale.scaling import law_table
+    from interpscale.scaling import laws as law_table
 
     per_step = args.tokens_per_step
     if per_step is not None:
@@ -382,7 +382,7 @@ def why_no_fit(args, mapping: dict, exc: ValueError) -> str:
 
 
 def library_default_last() -> int:
-    from interpscale.scaling.law_table import fit_law_table
+    from interpscale.scaling.laws import fit_law_table
 
     return int(library_default(fit_law_table, "last"))
 

@@ -47,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.all:
         pl.table = pl.table[pl.table.status == "ok"]
     sys.stdout.write(pl.summary() + "\n")
-    # the loss cost of the epochs this grid implies (scaling.data_constrained): on --unique-tokens, else
+    # the loss cost of the epochs this grid implies (scaling.laws): on --unique-tokens, else
     # on the prepared corpus when the preset trains on one
     unique = args.unique_tokens if args.unique_tokens is not None else (
         corpus_tokens(pl.config.data) if pl.config is not None else None)
     if unique is not None:
-        from interpscale.scaling.data_constrained import plan_epoch_costs, read_data_constrained
+        from interpscale.scaling.laws import plan_epoch_costs, read_data_constrained
 
         law = read_data_constrained(args.repetition_law) if args.repetition_law else None
         pl.table, text = plan_epoch_costs(pl.table.drop(columns="epochs", errors="ignore"), unique, law)

@@ -11,7 +11,7 @@ from typing import Any
 
 from interpscale.scaling import FitStatus, fit_status
 from interpscale.scaling.bounded import bounded_status
-from interpscale.scaling.chinchilla import joint_status as _decide_joint
+from interpscale.scaling.joint import joint_status as _decide_joint
 from interpscale.scaling.isoflop import isoflop_status as _decide_isoflop
 
 

@@ -25,7 +25,7 @@ from interpscale.results_table import read_results as load_results  # the one re
 from interpscale.scaling import backtest as backtest_budgets
 from interpscale.scaling import N_BOOT, fit_rows
 from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
-from interpscale.scaling.forecasting import forecast_table
+from interpscale.scaling.forecast import forecast_table
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
            "problem_fits", "scaling_table", "status_table", "trend_status", "not_backtested", "why_no_backtest",

@@ -444,7 +444,7 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
     not significant at ``z`` standard errors, until each slice brackets its optimum or says
     what would (see the module doc; ``result.check()`` raises when one does not).
     ``slice_minimum(params, loss) -> {P_star, interior, reason, ...}`` judges a slice
-    (``interpscale.scaling.isoflop_slices.slice_minimum``); ``sweep_options`` go to
+    (``interpscale.scaling.isoflop.slice_minimum``); ``sweep_options`` go to
     :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
     from interpscale.orchestration.launch import Sweep
     from interpscale.orchestration.planner import Plan

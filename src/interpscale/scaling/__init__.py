@@ -25,15 +25,15 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 
 from ._base import FitStatus, ScalingFitWarning, fit_status, keep_repeats, quiet
 from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
-from .approaches import ApproachComparison, compare_approaches
+from .families import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
 from .bounded import METRICS, BoundedFit, fit_bounded
-from .chinchilla import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
-from .extrapolate import Extrapolation, extrapolate
-from .family_fits import FamilyFit, FamilyFits, fit_families
+from .joint import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
+from .families import Extrapolation, extrapolate
+from .families import FamilyFit, FamilyFits, fit_families
 from .isoflop import IsoFlopFit, fit_isoflop
-from .power_law import PowerLawFit, fit_power_law
-from .forecasting import (
+from .isoflop import PowerLawFit, fit_power_law
+from .forecast import (
     METHODS as FORECAST_METHODS,
     FamilyForecast,
     FitOptions,
@@ -44,12 +44,12 @@ from .forecasting import (
     register_method,
 )
 from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
-from .data_constrained import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
+from .laws import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
                                fit_data_constrained)
 from .external import RunTable, read_runs
 from .trend import TrendFit, fit_trend
-from .ladder import LadderFit, checkpoint_points, fit_ladder
-from .overtraining import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
+from .laws import LadderFit, checkpoint_points, fit_ladder
+from .laws import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
 from .tables import fit_rows
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Backtests: how well does each forecast method forecast a budget it has not seen?
 
 Two schemes over the compute budgets (IsoFLOP slices), on the fold machinery of
-``forecasting.fold_forecasts``: ``rollout`` (fit the smallest k budgets, forecast budget k+1) and
-``loo`` (leave one budget out). Methods: the forecast methods by name (``forecasting.METHODS``;
+``forecast.fold_forecasts``: ``rollout`` (fit the smallest k budgets, forecast budget k+1) and
+``loo`` (leave one budget out). Methods: the forecast methods by name (``forecast.METHODS``;
 ``isoflop-powerlaw`` is scored on the held-out slice's L* and P*, ``joint`` on every held-out run
 and the slice's compute-optimal L*) and ``bounded`` (the metric fits of Eq. 29 against compute).
 Each forecast carries the fit's bootstrap prediction interval and whether it covered the
@@ -25,8 +25,8 @@ import pandas as pd
 from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
 from .bootstrap import N_BOOT
 from .bounded import METRICS, fit_bounded
-from .forecasting import METHODS as FORECAST_METHODS
-from .forecasting import ForecastOptions, fold_forecasts
+from .forecast import METHODS as FORECAST_METHODS
+from .forecast import ForecastOptions, fold_forecasts
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
 BOUNDED = "bounded"  # the metric fits (Eq. 29): not a loss forecast method, backtested here alone
@@ -251,7 +251,7 @@ def backtest(
     minimum: Literal["parabola", "akima"] = "parabola",
 ) -> Backtest:
     """Backtest each method (by name, or ``"bounded"``; default: every registered forecast
-    method, ``forecasting.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results`` (the columns of
+    method, ``forecast.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results`` (the columns of
     ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout
     fits on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint
     fit; ``metrics``: the ``bounded`` columns (default: every METRICS column present);

@@ -1,4 +1,12 @@
-"""IsoFLOP analysis: per-slice parabolas in log P (paper Eq. 25), then power laws in C (Eq. 26).
+"""IsoFLOP analysis (paper Eqs. 25-26): power laws by OLS on logs, per-slice parabolas or Akima minima,
+and the IsoFLOP fit with its bootstrap.
+
+Power laws y = a * x**alpha by (weighted) OLS on logs (paper Eq. 26), with bootstrap CIs.
+
+One IsoFLOP slice (paper Eq. 25): its window, parabola or Akima minimum, and the optima of
+its bootstrap replicates (``fit_isoflop`` runs these on every slice; module doc there).
+
+IsoFLOP analysis: per-slice parabolas in log P (paper Eq. 25), then power laws in C (Eq. 26).
 
 Each slice's parabola L = a (ln P - ln P*)^2 + L* is fitted (Levenberg-Marquardt from the exact
 least-squares quadratic) to the ``window`` points (default 5) centred on its minimum-loss model,
@@ -19,13 +27,327 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from scipy.interpolate import Akima1DInterpolator
+from scipy.optimize import least_squares
+from scipy.stats import norm, t as student_t
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, emit, fields_dict
-from ._base import fmt_ci, jsonable
-from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
-from .isoflop_slices import replicate_residual, replicate_weighted, slice_minimum, slice_optimum  # noqa: F401
-from .power_law import PowerLawFit, attach_draws, fit_power_law, ols_lines
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_points,
+    check_weights, emit, fields_dict, fmt_ci, jsonable)
+from .bootstrap import Bootstrap, band_from_draws, curve_rows, pairs_weights, percentile_ci, resample_noise
 
+# ---- power law ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PowerLawFit(FitResult):
+    """y = a * x**alpha fitted on (log x, log y). ``ci``: ``a``/``alpha``/``log_a`` intervals at
+    ``level``; ``boot``: the bootstrap draws (n_boot, 2) of (log_a, alpha) behind ``band``."""
+
+    a: float
+    alpha: float
+    r2: float
+    n: int
+    ci: dict = field(default_factory=dict)
+    level: float = DEFAULT_LEVEL
+    converged: bool = True
+    warnings: tuple[str, ...] = ()
+    x_range: tuple[float, float] = (float("nan"), float("nan"))
+    status: FitStatus = FitStatus()  # flagged through exactly 2 points
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log y - fitted
+
+    @property
+    def log_a(self) -> float:
+        return float(np.log(self.a))
+
+    def predict(self, x) -> np.ndarray:
+        return self.a * np.asarray(x, dtype=float) ** self.alpha
+
+    def band(self, x, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Pointwise bootstrap percentile band (lo, hi) of the fitted curve at ``x``."""
+        lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
+        return self._band(lambda rows: np.exp(rows[:, :1] + rows[:, 1:2] * lx[None, :]), np.shape(x), level,
+                          lambda: self.predict(x))
+
+    def predict_interval(self, x, level: float | None = None, *, noise_sd: float | None = None, seed: int = 0,
+                         df: float | None = None):
+        """Prediction interval (lo, hi) of a new observation at ``x``: bootstrap lines plus log-scale
+        noise, Gaussian with ``noise_sd`` or the fit's resampled residuals. ``df``: degrees of
+        freedom behind the noise estimate; the spread is widened by t_df / z at the level (the
+        bootstrap alone ignores that the noise scale is itself estimated)."""
+        lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
+        boot = curve_rows(self.boot, [self.log_a, self.alpha])
+        curve = boot[:, :1] + boot[:, 1:2] * lx[None, :]
+        rng = np.random.default_rng(seed)
+        if noise_sd is not None:
+            noise = rng.normal(0.0, float(noise_sd), curve.shape)
+        else:
+            noise = resample_noise(rng, self.resid, curve.shape, 2)
+        dev = curve + noise - (self.log_a + self.alpha * lx)[None, :]
+        lv = level or self.level
+        if df is not None and df > 0:
+            q = 0.5 + lv / 2
+            dev = dev * (student_t.ppf(q, df) / norm.ppf(q))
+        lo, hi = band_from_draws(np.exp((self.log_a + self.alpha * lx)[None, :] + dev), lv)
+        return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
+
+    @property
+    def resid_sd(self) -> float:
+        """Residual standard deviation on the log scale, sqrt(SSR / (n - 2)) (nan for n <= 2)."""
+        if self.resid is None or self.n <= 2:
+            return float("nan")
+        return float(np.sqrt((self.resid**2).sum() / (self.n - 2)))
+
+    def _lines(self) -> list[str]:
+        lo, hi = self.ci.get("a", (np.nan, np.nan))
+        pct = round(100 * self.level)
+        return [f"power law y = a * x^alpha   (n = {self.n}, R^2 = {self.r2:.4f}, {pct}% CI)",
+                f"  alpha  {fmt_ci(self.alpha, self.ci.get('alpha'), 4)}",
+                f"  a      {self.a:.4g}  [{lo:.4g}, {hi:.4g}]"]
+
+
+def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray, *, missing: str = "drop") -> PowerLawFit:
+    """``fit`` with bootstrap draws of (log a, alpha) and their percentile intervals
+    (``missing``: how non-finite draws count, see ``percentile_ci``)."""
+    lo_hi = percentile_ci(log_a, fit.level, missing=missing)
+    ci = {"alpha": percentile_ci(alpha, fit.level, missing=missing), "log_a": lo_hi,
+          "a": tuple(float(np.exp(v)) for v in lo_hi)}
+    return dataclasses.replace(fit, boot=np.column_stack([log_a, alpha]), ci=ci)
+
+
+def ols_lines(x: np.ndarray, Y: np.ndarray, W: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Batched weighted OLS of each row of Y (S, n) on x (n,): returns (intercepts, slopes)."""
+    if W is None:
+        W = np.ones_like(Y)
+    sw = W.sum(axis=1)
+    mx = (W * x).sum(axis=1) / sw
+    my = (W * Y).sum(axis=1) / sw
+    dx = x[None, :] - mx[:, None]
+    sxx = (W * dx * dx).sum(axis=1)
+    sxy = (W * dx * (Y - my[:, None])).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = sxy / sxx
+    return my - slope * mx, slope
+
+
+def fit_power_law(
+    x,
+    y,
+    *,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> PowerLawFit:
+    """Fit y = a x^alpha (x, y > 0) by OLS of log y on log x (Eq. 26), optionally weighted;
+    intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
+    x, y = check_points({"x": x, "y": y}, 2, "fit_power_law")
+    n = x.size
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
+        n, "fit_power_law")
+    w = check_weights(weights, n)
+    lx, ly = np.log(x), np.log(y)
+    if np.ptp(lx) == 0:
+        raise ValueError("x: all values are equal; a power law needs at least two distinct x")
+    (b0,), (b1,) = ols_lines(lx, ly[None, :], None if w is None else w[None, :])
+    fitted = b0 + b1 * lx
+    resid = ly - fitted
+    ww = np.ones(n) if w is None else w
+    sst = float((ww * (ly - np.average(ly, weights=ww)) ** 2).sum())
+    r2 = 1.0 - float((ww * resid**2).sum()) / sst if sst > 0 else 1.0
+    exact = "only 2 points: the fit is exact and bootstrap intervals have zero width" if n <= 2 else ""
+    fit = PowerLawFit(a=float(np.exp(b0)), alpha=float(b1), r2=float(r2), n=n, level=spec.level,
+                      x_range=(float(x.min()), float(x.max())), resid=resid, status=FitStatus.decide(True, [exact]))
+    if spec.n_boot <= 0:
+        return fit
+    Y, WB = spec.replicates(ly, fitted, 2, weights=w)
+    if Y.ndim == 1:  # pairs / cluster: the observed logs under (S, n) multiplicities
+        Y = np.broadcast_to(Y, WB.shape)
+    elif WB is not None:
+        WB = np.broadcast_to(WB, Y.shape)
+    warnings = (exact,) if exact else ()
+    return dataclasses.replace(attach_draws(fit, *ols_lines(lx, Y, WB)), warnings=warnings)
+
+
+# ---- isoflop slices ----------------------------------------------------------------------------------
+
+_AKIMA_GRID = 801
+AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
+
+
+def _window(y: np.ndarray, k: int | None) -> slice:
+    n = len(y)
+    if k is None or k >= n:
+        return slice(0, n)
+    i = int(np.argmin(y))
+    start = min(max(i - k // 2, 0), n - k)
+    return slice(start, start + k)
+
+
+def _vertex(c0, c1, c2, xm):
+    """Vertex of c0 + c1 (x - xm) + c2 (x - xm)^2 -> (x*, L*)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xs = xm - c1 / (2 * c2)
+        Ls = c0 - c1 * c1 / (4 * c2)
+    return xs, Ls
+
+
+def _fit_slice(x: np.ndarray, y: np.ndarray):
+    """LM fit of Eq. 25 on one window; returns (a, x*, L*, converged, fitted)."""
+    xm = float(x.mean())
+    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    c, *_ = np.linalg.lstsq(X, y, rcond=None)
+    if not c[2] > 0:
+        return float(c[2]), math.nan, math.nan, False, X @ c
+    xs, Ls = _vertex(c[0], c[1], c[2], xm)
+    res = least_squares(lambda p: p[0] * (x - p[1]) ** 2 + p[2] - y, [c[2], xs, Ls], method="lm", xtol=1e-14, ftol=1e-14)
+    a, xs, Ls = res.x
+    return float(a), float(xs), float(Ls), bool(res.success), a * (x - xs) ** 2 + Ls
+
+
+def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
+    """Group ids of sorted log sizes: a size within ``tol`` of the previous one joins its group."""
+    return np.concatenate([[0], np.cumsum(np.diff(x) > tol)]).astype(int)
+
+
+def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
+    """Average the columns of Y (S, k) whose sorted x lie within ``tol`` of the previous one:
+    an interpolant through two nearly equal sizes with different losses has a near-vertical
+    secant and overshoots wildly (seen on the Epoch data)."""
+    grp = _size_groups(x, tol)
+    if grp[-1] == len(x) - 1:
+        return x, Y
+    M = np.eye(grp[-1] + 1)[grp]  # (k, g)
+    M = M / M.sum(axis=0, keepdims=True)
+    return x @ M, Y @ M
+
+
+def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
+    """Minimum of the Akima interpolant of each row of Y (S, k) over [lo, hi] (default: the
+    range of x): returns (x*, L*, interior) arrays of shape (S,). A dense grid locates the
+    minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
+    log P) are averaged first."""
+    x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
+    if len(x) < 2:  # every size merged into one: no shape to read a minimum from
+        return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
+    lo = float(x.min()) if lo is None else lo
+    hi = float(x.max()) if hi is None else hi
+    g = np.linspace(lo, hi, _AKIMA_GRID)
+    h = g[1] - g[0]
+    xs, Ls, inner = np.empty(len(Y)), np.empty(len(Y)), np.empty(len(Y), bool)
+    for i in range(0, len(Y), 2000):  # (grid, block) temporaries stay small
+        V = Akima1DInterpolator(x, Y[i : i + 2000].T)(g)  # (G, s)
+        k = np.argmin(V, axis=0)
+        cols = np.arange(V.shape[1])
+        edge = (k == 0) | (k == len(g) - 1)
+        kk = np.clip(k, 1, len(g) - 2)
+        f0, f1, f2 = V[kk - 1, cols], V[kk, cols], V[kk + 1, cols]
+        den = f0 - 2 * f1 + f2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            off = np.where(~edge & (den > 0), 0.5 * (f0 - f2) / den, 0.0)
+        off = np.clip(off, -1.0, 1.0)
+        xs[i : i + 2000] = np.where(edge, g[k], g[kk] + off * h)
+        Ls[i : i + 2000] = np.where(edge, V[k, cols], f1 - 0.25 * (f0 - f2) * off)
+        inner[i : i + 2000] = ~edge
+    return xs, Ls, inner
+
+
+def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float, w_lo: float, w_hi: float):
+    """Optimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex when
+    convex and inside the slice's sizes (lo, hi), as for the point estimate; otherwise the
+    lower end of the sizes [w_lo, w_hi] it was fitted on (censored: the parabola is not
+    extrapolated past its data; w_lo, w_hi may be per-replicate arrays). Returns (x*, L*, censored)."""
+    xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
+    inside = (Cf[:, 2] > 0) & (xs > lo) & (xs < hi)
+    q = lambda t: Cf[:, 0] + Cf[:, 1] * (t - xm) + Cf[:, 2] * (t - xm) ** 2  # noqa: E731
+    with np.errstate(invalid="ignore"):  # a cluster replicate may draw no size of a slice: nan, missing
+        f_lo, f_hi = q(w_lo), q(w_hi)
+    x_e = np.where(f_lo <= f_hi, w_lo, w_hi)
+    L_e = np.minimum(f_lo, f_hi)
+    return np.where(inside, xs, x_e), np.where(inside, Ls, L_e), ~inside
+
+
+def _discrete_min(x: np.ndarray, y: np.ndarray, Wt: np.ndarray):
+    """Per replicate: the size with the lowest weighted-mean loss among the sizes drawn."""
+    ux, inv = np.unique(x, return_inverse=True)
+    onehot = np.eye(len(ux))[inv]  # (k, u)
+    cnt = Wt @ onehot
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(cnt > 0, (Wt * y[None, :]) @ onehot / cnt, np.inf)
+    j = np.argmin(mean, axis=1)
+    return ux[j], mean[np.arange(len(j)), j]
+
+
+def slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str):
+    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields
+    (n_window, P_star, L_star, curvature, converged, convex, interior, reason), the window,
+    and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
+    w = _window(y, window)
+    row = dict(n_window=int(w.stop - w.start))
+    if row["n_window"] < 3 or np.unique(x[w]).size < 3:
+        row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
+                   interior=False, reason="fewer than 3 distinct sizes")
+        return row, w, None
+    a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
+    convex = a > 0
+    interior = bool(convex and x.min() < xs < x.max())
+    if minimum == "akima":  # the interpolant always has a minimum; it must be interior
+        xa, La, inner = akima_minimum(x[w], y[w][None, :])
+        xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
+        interior = bool(inner[0]) and x.min() < xs < x.max()
+    flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
+    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
+               interior=interior, reason="; ".join(r for r, bad in flags if bad))
+    return row, w, ((a, xs, Ls, fitted) if convex else None)
+
+
+def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parabola") -> dict:
+    """The optimum of one IsoFLOP slice as ``fit_isoflop`` finds it: dict with P_star, L_star,
+    interior, reason ("" when usable). Used to score held-out slices in backtests."""
+    P = as_array(params, "params", positive=True)
+    L = as_array(loss, "loss", positive=True)
+    order = np.argsort(P)
+    row, _, _ = slice_optimum(np.log(P[order]), L[order], window, minimum)
+    return {k: row[k] for k in ("P_star", "L_star", "interior", "reason")}
+
+
+def replicate_residual(f: dict, Yb: np.ndarray, minimum: str):
+    """Optima of one slice's residual-bootstrap replicates Yb (S, k)."""
+    x = f["x"]
+    if minimum == "akima":
+        xs, Ls, inner = akima_minimum(x, Yb)
+        return xs, Ls, ~inner
+    xm = x.mean()
+    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
+    return _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
+
+
+def replicate_weighted(f: dict, Wt: np.ndarray):
+    """Optima of one slice under pairs/cluster multiplicities Wt (S, k): weighted least squares;
+    a replicate with < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
+    through two nearly equal sizes has an absurd curvature and vertex) takes the lowest mean
+    loss among the sizes it drew."""
+    x, y = f["x"], f["y"]
+    xm = x.mean()
+    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    inv = _size_groups(x)
+    few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
+    XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
+    XtWX[few] = np.eye(3)
+    Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
+    drawn = Wt > 0  # censor within the sizes this replicate actually drew
+    w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
+    w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
+    xs, Ls, deg = _censored_parabola_min(Cf, xm, f["lo"], f["hi"], w_lo, w_hi)
+    if few.any():
+        xd, Ld = _discrete_min(x, y, Wt[few])
+        xs[few], Ls[few] = xd, Ld
+    return xs, Ls, deg | few
+
+
+# ---- isoflop -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class IsoFlopFit(FitResult):

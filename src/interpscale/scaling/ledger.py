@@ -31,7 +31,7 @@ from interpscale._jsonl import iter_jsonl
 
 from ._base import DEFAULT_LEVEL, check_level, fit_status, jsonable
 from .bootstrap import N_BOOT
-from .forecasting import ForecastOptions, forecast_family
+from .forecast import ForecastOptions, forecast_family
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
 

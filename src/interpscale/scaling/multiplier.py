@@ -20,7 +20,7 @@ when it contains 0 and lies within +-``margin``, else ``undetermined``. A second
 (``SharedExponentTest``): the envelopes fitted jointly with one shared exponent and per-family
 offsets against free exponents, an F (Gaussian likelihood-ratio) test. Beyond the sweep, the band at
 a target compute is widened to the forecast machinery's calibrated interval where one is given
-(``scaling.forecasting``: the families' calibrated log half-widths of L*, through the envelope's slope).
+(``scaling.forecast``: the families' calibrated log half-widths of L*, through the envelope's slope).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from ._base import DEFAULT_LEVEL, FitStatus, emit, fit_status, jsonable, quiet
-from .chinchilla import ChinchillaFit, fit_chinchilla, optimal_loss
+from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .isoflop import fit_isoflop
 from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
 
@@ -568,10 +568,10 @@ def fit_multiplier(
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",
                      estimator: str | None = None, annealed: bool | None = None, n_boot: int = 200, seed: int = 0,
                      level: float = DEFAULT_LEVEL) -> dict:
-    """target compute -> (base, variant) ``FamilyForecast`` (``forecasting.forecast_family``, each
+    """target compute -> (base, variant) ``FamilyForecast`` (``forecast.forecast_family``, each
     with its rolling-origin backtest and calibrated intervals; None where it cannot be made): the
     ``forecasts`` argument of ``fit_multiplier``."""
-    from .forecasting import ForecastOptions, forecast_family
+    from .forecast import ForecastOptions, forecast_family
 
     warnings: list[str] = []
     rows = [_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)

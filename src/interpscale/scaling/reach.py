@@ -1,7 +1,7 @@
 """Intervals far beyond the sweep: how forecast log errors grow with the extrapolation distance,
 and the widening it implies beyond the largest ratio a backtest can test (docs/reach.md; issue 36).
 
-The calibrated interval (``scaling.calibration``) has log half-width m = q a_T, q a conformal
+The calibrated interval (``scaling.forecast``) has log half-width m = q a_T, q a conformal
 quantile of the backtest's scores t_i = |u_i| / a_i. Inside the tested ratios that is what the
 backtest measured; beyond the largest tested ratio r_max it assumes the scores stay the same size.
 The *error-growth relation* says how they grow instead, with d(r) = ln(max(r, 2)):
@@ -176,6 +176,6 @@ def rescale(a, a_t: float, ratio: float, ratios, rule: str):
 
 
 def _quantile(scores, level: float) -> float:
-    """The split-conformal quantile (as ``calibration.conformal_quantile``, not imported: calibration imports us)."""
+    """The split-conformal quantile (as ``forecast.conformal_quantile``, not imported: calibration imports us)."""
     s = np.sort(np.asarray(scores, float))
     return float(s[min(math.ceil((s.size + 1) * level - 1e-9), s.size) - 1])

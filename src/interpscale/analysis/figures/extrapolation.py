@@ -22,7 +22,7 @@ from interpscale.analysis.figures._style import (
 )
 from interpscale.analysis.figures.interp import METRICS, draw_metric_panel, metric_rows, metrics_with_data
 from interpscale.scaling import FORECAST_METHODS, ForecastOptions, fit_status, forecast_family
-from interpscale.scaling.forecasting import calibrated
+from interpscale.scaling.forecast import calibrated
 
 
 def default_target(results: pd.DataFrame, family: str, target: Mapping | None = None,
@@ -41,7 +41,7 @@ def default_target(results: pd.DataFrame, family: str, target: Mapping | None = 
 
 def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, n_boot: int):
     """(FamilyFit, FamilyForecast at ``c_t``) from the given fits, else from this process's
-    ``family_fits`` of the table; a forecast made for another target is redone from the same fits."""
+    ``families`` of the table; a forecast made for another target is redone from the same fits."""
     if fits is None:  # this family's fits, made once per process (the report passes all families')
         fits = family_fits(results[results["family"] == family], n_boot=n_boot, target_compute=c_t)
     if family not in fits.families:
@@ -71,7 +71,7 @@ def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray
 
 def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
     """(compute, lo, hi) of the chosen method's calibrated prediction band from the largest
-    fitted compute to the target (``forecasting.calibrated`` at each compute, the forecast's rule)."""
+    fitted compute to the target (``forecast.calibrated`` at each compute, the forecast's rule)."""
     m, fit, opts = FORECAST_METHODS[name], fc.methods[name].fit, replace(fc.options, level=fc.level, k=k)
     grid = np.geomspace(c_max, c_t, 25)
     lo, hi = np.array([calibrated(m, fit, float(c), opts, fc.errors, c / c_max)[3:5] for c in grid]).T

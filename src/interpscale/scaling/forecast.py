@@ -1,5 +1,22 @@
-"""Forecasts by the named methods (``forecast_methods``): the rolling-origin backtest, the
-default method it chooses and intervals calibrated on its errors (``calibration``).
+"""Forecasts by named methods (docs/forecasting.md): the methods and their registry, the rolling-origin
+backtest that chooses the default, and calibrated prediction intervals.
+
+Forecast methods by name (``METHODS``; ``register_method`` adds one, e.g. the laws of
+``laws``): ``joint`` (Eq. 27), ``isoflop-powerlaw`` (Eq. 26) and ``isoflop-saturating``
+(E + A C^-alpha on the slice minima, ``fit_bounded``: the power law has no irreducible term and
+is pulled by the steep small-budget minima).
+
+Calibrated prediction intervals: split conformal on the backtest's errors (docs/forecasting.md,
+"Calibrated prediction intervals"; Vovk et al. 2005; Lei et al. 2018).
+
+Scores t_i = |u_i| / a_i of the backtest's log errors u_i = ln(observed / predicted), with a the
+log extrapolation distance d(r) = ln(max(r, 2)) (``distance``) or the fit's own bootstrap log
+spread s at the target (``studentized``: the backtest refit's s_i, the final fit's s_T). The
+log half-width is m = q a_T, q the split-conformal quantile of the scores; the interval is the
+larger of it and the curve's bootstrap confidence interval. The target's own error never enters.
+
+Forecasts by the named methods (``forecast``): the rolling-origin backtest, the
+default method it chooses and intervals calibrated on its errors (``forecast``).
 
 Rolling origin: at each origin (a number of budgets: IsoFLOP slices, or the runs' computes, from
 half of the runs for a run table; at most 6) each method is fitted on the budgets up to it and
@@ -12,21 +29,240 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from ._base import FitStatus, fit_status, jsonable, quiet
-from .calibration import calibrate, conformal_quantile, spread
-from .forecast_methods import CALIBRATIONS, METHODS, FitOptions, ForecastMethod, ForecastOptions, get_method, register_method
-from .isoflop import slice_minimum
-from .tables import flops_per_token_per_param, slice_rows
+from interpscale._registry import Registry
 
-__all__ = ["CALIBRATIONS", "METHODS", "FitOptions", "ForecastMethod", "ForecastOptions", "MethodForecast", "FamilyForecast",
-           "calibrate", "calibrated", "choose_method", "conformal_quantile", "fold_forecasts", "forecast_family",
-           "forecast_runs", "forecast_table", "get_method", "register_method", "rolling_origin"]
+from ._base import DEFAULT_LEVEL, FitStatus, check_level, fit_status, jsonable, quiet
+from .bootstrap import N_BOOT
+from .bounded import fit_bounded
+from .isoflop import fit_isoflop, slice_minimum
+from .joint import fit_chinchilla
+from .reach import rescale
+from .tables import SLICE_TOLERANCE, flops_per_token_per_param, row_groups, slice_rows
 
+# ---- forecast methods --------------------------------------------------------------------------------
+
+CALIBRATIONS = ("studentized", "distance", "studentized-signed")  # docs/forecasting.md; the first the default
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The one set of fit options (and their defaults) every reader passes to the fits: a
+    forecast's methods, the backtest's refits, the ledger, the figures. ``forecast`` names the
+    interval rule and ``backtest_boot`` the bootstrap replicates of each rolling-origin refit (the
+    spread the ``studentized`` rule divides by); n_boot defaults come from ``bootstrap.N_BOOT``."""
+
+    loss: str = "loss"
+    n_boot: int = N_BOOT["forecast"]
+    level: float = DEFAULT_LEVEL
+    seed: int = 0
+    grid: str = "coarse"
+    window: int | None = 5
+    tolerance: float | None = SLICE_TOLERANCE
+    k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)
+    minimum: str = "parabola"  # how slice minima are read (Eq. 25 parabola vertex or Akima)
+    calibration: str = CALIBRATIONS[0]
+    backtest_boot: int = N_BOOT["refit"]
+
+    def __post_init__(self):
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
+
+
+ForecastOptions = FitOptions  # the name the forecast API has used
+
+
+@dataclass(frozen=True)
+class ForecastMethod:
+    """``fit(rows, options)`` -> a fit; ``predict(fit, compute, options, params, tokens)`` ->
+    (prediction, lo, hi), the bootstrap prediction interval at ``options.level``; optional
+    ``band(...)`` -> (lo, hi), the curve's bootstrap confidence interval (what calibration widens).
+    ``slices``: forecasts L*(C) from IsoFLOP slices only; ``min_budgets``: the fewest it fits on."""
+
+    name: str
+    equation: str
+    fit: Callable[[pd.DataFrame, ForecastOptions], Any]
+    predict: Callable[..., tuple[float, float, float]]
+    slices: bool = False
+    min_budgets: int = 3
+    band: Callable[..., tuple[float, float]] | None = None
+
+    def interval(self, fit, compute: float, options: ForecastOptions, params=None, tokens=None):
+        """What calibration widens: the curve's confidence interval, else the prediction interval."""
+        if self.band is not None:
+            return self.band(fit, compute, options, params, tokens)
+        return self.predict(fit, compute, options, params, tokens)[1:]
+
+
+class MethodRegistry(Registry):
+    """The forecast methods by name: a ``_registry.Registry`` that, like the dict it replaces,
+    can also be edited in place (``del``, ``clear``, ``update``: tests and plugins restore it)."""
+
+    def __setitem__(self, name: str, method) -> None:
+        self.register(name, method, overwrite=True)
+
+    def __delitem__(self, name: str) -> None:
+        self.pop(name)
+
+    def clear(self) -> None:
+        for name in list(self):
+            self.pop(name)
+
+    def update(self, other) -> None:
+        for name, method in dict(other).items():
+            self[name] = method
+
+
+METHODS: MethodRegistry = MethodRegistry("forecast method")
+
+
+def register_method(method: ForecastMethod, *, replace_existing: bool = False) -> ForecastMethod:
+    """Add ``method`` to ``METHODS`` under its name (ValueError when taken, unless replacing)."""
+    return METHODS.register(method.name, method, overwrite=replace_existing)
+
+
+def get_method(name: str) -> ForecastMethod:
+    if name not in METHODS:
+        raise ValueError(f"unknown forecast method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def _fit_joint(rows: pd.DataFrame, o: ForecastOptions):
+    r = rows.dropna(subset=["params", "tokens", o.loss])
+    groups = row_groups(r)  # cluster labels attached to the table (tables.attach_groups): whole runs resampled
+    kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
+    return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, n_boot=o.n_boot, level=o.level,
+                          seed=o.seed, **kw)
+
+
+def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    if params is not None and tokens is not None:
+        lo, hi = fit.predict_interval(params, tokens, o.level, seed=o.seed)
+        return float(fit.predict(params, tokens)), float(lo), float(hi)
+    lo, hi = fit.predict_interval_optimal(compute, o.level, o.k, seed=o.seed)
+    return float(fit.predict_optimal(compute, o.k)), float(lo), float(hi)
+
+
+def _first(band) -> tuple[float, float]:
+    return float(np.ravel(band[0])[0]), float(np.ravel(band[1])[0])
+
+
+def _band_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    if params is not None and tokens is not None:
+        return _first(fit.band(params, tokens, o.level))
+    return _first(fit.band_optimal(compute, o.level, o.k))
+
+
+def _slice_fit(rows: pd.DataFrame, o: ForecastOptions, n_boot: int):
+    """``fit_isoflop`` on the rows within tolerance of their slice (several runs of one size: their mean)."""
+    r = slice_rows(rows.dropna(subset=["slice_flops", "params", o.loss]), o.tolerance)
+    if r.duplicated(["slice_flops", "params"]).any():
+        cols = [c for c in ("tokens", o.loss) if c in r.columns]
+        r = r.groupby(["slice_flops", "params"], as_index=False)[cols].mean()
+    return fit_isoflop(r, loss=o.loss, window=o.window, n_boot=n_boot, level=o.level, seed=o.seed,
+                       minimum=o.minimum)
+
+
+def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)["L_star"]
+    return float(fit.power_L.predict(compute)), float(lo), float(hi)
+
+
+def _band_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    return _first(fit.band_L(np.array([compute]), o.level))
+
+
+def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
+    """E + A C^-alpha (Eq. 29's form, E >= 0) on the used slice minima, its own residual bootstrap."""
+    iso = _slice_fit(rows, o, 0)
+    used = iso.slices[iso.slices["used"]]
+    return fit_bounded(used["compute"], used["L_star"], direction="lower", bound=0.0, name="L_star",
+                       n_boot=o.n_boot, level=o.level, seed=o.seed)
+
+
+def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    lo, hi = fit.predict_interval(compute, o.level, seed=o.seed)
+    return float(fit.predict(compute)), float(lo), float(hi)
+
+
+def _band_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
+    return _first(fit.band(np.array([compute]), o.level))
+
+
+register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,
+                               band=_band_joint))
+register_method(ForecastMethod("isoflop-powerlaw", "Eq. 26: L*(C) = a C^alpha_L on the slice minima",
+                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw,
+                               slices=True, band=_band_powerlaw))
+register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on the slice minima (fit_bounded)",
+                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
+
+
+# ---- calibration -------------------------------------------------------------------------------------
+
+SPREAD_LEVEL = 0.6827  # the bootstrap interval whose log half-width is the spread s (one sd for normal draws)
+
+
+
+def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
+    """The ceil((n + 1) level)-th smallest of the n ``scores`` (Lei et al. 2018, Sec. 2.2); with
+    fewer than level / (1 - level) scores that rank exceeds n and the largest is returned (its
+    guarantee is only n / (n + 1))."""
+    s = np.sort(np.asarray(scores, float))
+    k = math.ceil((s.size + 1) * check_level(level) - 1e-9)
+    return float(s[min(k, s.size) - 1])
+
+
+def spread(method: ForecastMethod, fit, compute: float, o: ForecastOptions, params=None, tokens=None) -> float:
+    """s: half the log width of the fit's bootstrap interval (``method.interval``) at SPREAD_LEVEL,
+    a central interval rather than the sd so that a few wild replicates do not set it; nan when
+    the fit has no bootstrap spread there."""
+    lo, hi = method.interval(fit, compute, replace(o, level=SPREAD_LEVEL), params, tokens)
+    return 0.5 * math.log(hi / lo) if lo > 0 and hi > lo else math.nan
+
+
+def _scores(log_errors, ratios, ratio, spreads, target_spread):
+    """(u_i, a_i, a_T) of the rule that applies: studentized when the target and some backtest
+    forecast have a positive spread, else the log extrapolation distance d(r) = ln(max(r, 2))."""
+    u = np.asarray(log_errors, float)
+    if spreads is not None and target_spread is not None and target_spread > 0:
+        s = np.asarray(spreads, float)
+        ok = np.isfinite(u) & np.isfinite(s) & (s > 0)
+        if ok.any():
+            # beyond the largest tested ratio the scales grow by the error-growth relation (scaling.reach)
+            return (u[ok], *rescale(s[ok], float(target_spread), ratio, np.asarray(ratios, float)[ok], "studentized"))
+    r = np.asarray(ratios, float)
+    ok = np.isfinite(u) & np.isfinite(r) & (r > 0)
+    return (u[ok], *rescale(np.log(np.maximum(r[ok], 2.0)), math.log(max(float(ratio), 2.0)), ratio, r[ok], "distance"))
+
+
+def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, ratios,
+              level: float = DEFAULT_LEVEL, *, spreads=None, spread: float | None = None,
+              signed: bool = False) -> tuple[float, float, float]:
+    """(calibrated lo, calibrated hi, m = the larger log half-width) from the bootstrap confidence
+    interval (lo, hi) at the target of extrapolation ratio ``ratio`` and the backtest's log errors
+    at ``ratios``: pred exp(-max(b_lo, m_lo)) .. pred exp(max(b_hi, m_hi)), b = the log half-widths
+    of (lo, hi). The distance rule, or with ``spreads`` (s_i) and ``spread`` (s_T) the studentized
+    one; ``signed``: one quantile per side of the signed scores, each at 1 - (1 - level) / 2.
+    Without a scored backtest forecast, (lo, hi) comes back unchanged with m = 0."""
+    u, a, a_t = _scores(log_errors, ratios, ratio, spreads, spread)
+    if u.size == 0 or not (predicted > 0 and lo > 0 and hi > 0):
+        return float(lo), float(hi), 0.0
+    if signed:
+        tail = 1.0 - (1.0 - check_level(level)) / 2.0
+        m_lo, m_hi = (max(0.0, conformal_quantile(sign * u / a, tail)) * a_t for sign in (-1.0, 1.0))
+    else:
+        m_lo = m_hi = conformal_quantile(np.abs(u) / a, level) * a_t
+    b_lo = math.log(predicted / lo) if lo < predicted else 0.0
+    b_hi = math.log(hi / predicted) if hi > predicted else 0.0
+    return predicted * math.exp(-max(b_lo, m_lo)), predicted * math.exp(max(b_hi, m_hi)), max(m_lo, m_hi)
+
+
+# ---- forecasting -------------------------------------------------------------------------------------
 
 # ---- rolling origin: the one fold machinery (scaling.backtest runs its schemes on it) ----
 ERROR_COLUMNS = ["method", "quantity", "origin", "held_out", "compute", "ratio", "params", "tokens", "predicted",
@@ -87,7 +323,7 @@ def _origins(kind: str, budgets: np.ndarray, names, max_origins: int) -> list[in
 
 def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: ForecastOptions) -> list[dict]:
     """The rows of one method's forecast of one target: predicted with its bootstrap PI, the log
-    error, the fit's bootstrap log spread there (``calibration.spread``; studentized rules only);
+    error, the fit's bootstrap log spread there (``forecast.spread``; studentized rules only);
     for an IsoFLOP power-law fit also the compute-optimal size P* (Eq. 26)."""
     base = dict(method=name, origin=origin, ratio=t["compute"] / origin, **{k: t[k] for k in (
         "quantity", "held_out", "compute", "params", "tokens", "observed")})

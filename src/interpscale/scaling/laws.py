@@ -1,0 +1,869 @@
+"""The published laws on the one engine (docs/laws.md): data-constrained (Muennighoff et al. 2023),
+over-training (Gadre et al. 2024), the OLMo ladder (Bhagia et al. 2024), ``fit law`` on a run table,
+and the laws as forecast methods.
+
+Data-constrained scaling law (Muennighoff et al. 2023, Eq. 5): loss with repeated data.
+
+With U unique tokens seen D/U times and N parameters, repetition and excess parameters
+decay in value (paper §3.1, Eq. 5)::
+
+    U_N = min(N_opt(C(U)), N),   R_D = max(D/U - 1, 0),   R_N = max(N/U_N - 1, 0)
+    D'  = U   + U   R_D* (1 - exp(-R_D / R_D*))          (effective data)
+    N'  = U_N + U_N R_N* (1 - exp(-R_N / R_N*))          (effective parameters)
+    L   = E + A / N'^alpha + B / D'^beta
+
+N_opt(C(U)): the Chinchilla compute-optimal size where U tokens are optimal, from fixed
+coefficients (default: the authors' C4 fit). The authors' recipe fits R_D*, R_N* only, by the
+summed Huber loss (delta = 1e-3) of log L-hat - log L from the grid {6.67, 13.33, 20}^2;
+``free="all"`` also fits E, A, B, alpha, beta. The R* surface is flat with several local minima:
+every distinct one the starts reach is in ``local_minima``.
+
+Over-training law and chained downstream error (Gadre et al. 2024).
+
+Paper Eq. 4 (the authors' ``powlaw_ours``; M = D/N tokens per parameter; Chinchilla's form with
+alpha = beta): L(N, M) = E + a N^b + c 6^(b/2) (M N)^b, b = -eta < 0. Paper Eq. 5, downstream
+top-1 error from loss: Err(L) = eps - k exp(-gamma L); chained: Err(L-hat(N, M)). The authors'
+recipe: least squares on L by scipy ``curve_fit`` from every start of a0, c0 in {1e2, 3e2, 1e3,
+3e3}, b0 in {-0.1, -0.3}, E0 in {0, 1, 2, 10}, keeping the lowest sqrt(SSR / (n - 2)); the error
+law by ``curve_fit`` from its default start. ``recipe="robust"``: summed Huber (delta 1e-3) on
+log L from the same grid.
+
+Two-step task prediction of model ladders (Bhagia et al. 2024).
+
+Step 1 (paper Eq. 2): task loss L(N, D) = A / N^alpha + B / D^beta + E (A = e^a, B = e^b) on one
+point per ladder run, by the summed Huber loss (delta = 1e-3) of log L-hat - log L from the
+authors' start (a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1), every parameter >= 0 (scipy
+L-BFGS-B, ftol = 0, gtol = 1e-10). Step 2 (paper Eq. 3): accuracy Acc(L) = a / (1 + exp(-k (L -
+L0))) + b on the intermediate checkpoints, by least squares (``curve_fit``, trf) from (task_min
+- 1, 0.9, 3, task_max) within a in [-1, 0], L0, k >= 0, b in [0, 1], with the ideal point
+(0, task_max) added. Chained: Acc(L-hat(N, D)). ``recipe="robust"``: both steps by summed Huber
+on log residuals from a start grid.
+
+Fit a published law to an external run table (``interpscale fit law LAW FILE ...``): the table(s)
+read by :func:`read_runs` (column mapping, per-step logs reduced by ``last``), then ``joint``
+(Eq. 27) or ``data-constrained`` (Muennighoff et al. Eq. 5, needs ``unique_tokens``) on the runs;
+``laws`` (Gadre et al.) with the error law Err(L) when a metric is mapped; ``laws``
+(Bhagia et al.) step 1, and step 2 on every logged checkpoint when a metric is mapped on per-step
+logs (first 10% skipped, moving average over ``last``).
+
+The published laws as forecast methods, registered by ``register_law_methods()`` (opt-in: each
+registered method adds its refits to the backtest of every default forecast). ``laws`` (Gadre et al. 2024,
+robust recipe), ``laws`` (Bhagia et al. 2024 step 1, the authors' start, bounds >= 0) and
+``data-constrained`` (Muennighoff et al. 2023 Eq. 5, every parameter free; needs
+``unique_tokens``; a target's unique tokens are min(D, the largest U fitted)). Without (P, D)
+each law forecasts L*(C) at its own compute-optimal allocation of C = k P D; intervals are the
+fit's bootstrap prediction intervals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import curve_fit, minimize
+
+from interpscale._registry import Registry
+from interpscale.errors import UserError
+
+from ._base import check_points, check_weights, emit
+from .bootstrap import Bootstrap, DEFAULT_LEVEL, DEFAULT_N_BOOT
+from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STATUS, chained_interval, check_recipe,
+    distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
+from .external import RunTable, read_runs
+from .forecast import ForecastMethod, ForecastOptions, register_method
+from .joint import optimal_allocation
+
+# ---- data constrained --------------------------------------------------------------------------------
+
+# a, b, e, alpha, beta of the authors' C4 Chinchilla fit (alpha = beta tied); README "Parametric Fit"
+C4_COEFFICIENTS = (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596)
+PUBLISHED_R_STAR = (15.387756, 5.309743)  # R_D*, R_N* (notebook cell 29; paper: 15.4, 5.3)
+REPETITION_AUTHORS_GRID = tuple(itertools.product(np.linspace(0, 20, 4)[1:], repeat=2))  # zeros give NaN: skipped
+COEF_NAMES = ("a", "b", "e", "alpha", "beta")
+PLATEAU = 1e6  # an R* this large means exp(-R/R*) ~ 1 on any run: the repetition term is switched off
+
+
+def repetition_inputs(N, D, U, coefficients=C4_COEFFICIENTS):
+    """(U_N, U, R_D, R_N) of Eq. 5 from the fixed Chinchilla coefficients (a, b, e, alpha, beta)."""
+    a, b, _, al, be = coefficients
+    G = (al * math.exp(a) / (be * math.exp(b))) ** (1.0 / (al + be))  # Hoffmann et al. App. D.2
+    # U tokens are compute-optimal at C = 6 N D with D = U: N_opt(C(U)) = G (G U)^(beta/alpha)
+    UN = np.minimum(G * (G * U) ** (be / al), N)
+    return UN, U, np.maximum(D / U - 1.0, 0.0), np.maximum(N / UN - 1.0, 0.0)
+
+
+def _decay(R, r):
+    """R* (1 - exp(-R/R*)) and its derivative in log R* (for R >= 0, R* > 0)."""
+    x = R / r
+    ex = np.exp(-x)
+    return r * (1.0 - ex), r * (1.0 - ex) - R * ex
+
+
+class DataConstrainedLaw:
+    """Eq. 5 on the log scale; theta = (log R_D*, log R_N*) with fixed coefficients, or
+    (a, b, e, alpha, beta, log R_D*, log R_N*) when ``free``."""
+
+    def __init__(self, coefficients=C4_COEFFICIENTS, free: bool = False):
+        self.coef = tuple(float(c) for c in coefficients)
+        self.free = free
+        self.names = (COEF_NAMES if free else ()) + ("log_R_D_star", "log_R_N_star")
+
+    def model(self, theta, X):
+        UN, U, RD, RN = X
+        th = np.asarray(theta, float)
+        co = [th[:, i : i + 1] for i in range(5)] if self.free else [np.full((len(th), 1), c) for c in self.coef]
+        a, b, e, al, be = co
+        rd, rn = np.exp(th[:, -2:-1]), np.exp(th[:, -1:])
+        kD, dkD = _decay(RD[None, :], rd)
+        kN, dkN = _decay(RN[None, :], rn)
+        lD, lN = np.log(U[None, :] * (1.0 + kD)), np.log(UN[None, :] * (1.0 + kN))
+        t = np.stack([a - al * lN, b - be * lD, np.broadcast_to(e, lN.shape)])  # (3, S, n)
+        m = t.max(axis=0)
+        s = np.exp(t - m)
+        logy = m + np.log(s.sum(axis=0))
+        s /= s.sum(axis=0)  # softmax weights: d logy / d t_i
+        cols = [s[0], s[1], s[2], -s[0] * lN, -s[1] * lD] if self.free else []
+        cols += [-be * s[1] * dkD / (1.0 + kD), -al * s[0] * dkN / (1.0 + kN)]
+        y = np.exp(logy)
+        return y, np.stack(cols, axis=-1) * y[:, :, None]
+
+
+@dataclass(frozen=True)
+class DataConstrainedFit(LawFit):
+    """Eq. 5 fit. ``params``: R_D_star, R_N_star, E, A, B, alpha, beta; ``local_minima``: every
+    distinct minimum the starts reached, (R_D*, R_N*, objective), lowest first."""
+
+    coefficients: tuple = C4_COEFFICIENTS
+    free: bool = False
+    local_minima: tuple = ()
+    max_unique_tokens: float = math.nan  # the largest U of the fitted runs (the corpus they drew from)
+
+    def _law(self):
+        return DataConstrainedLaw(self.coefficients, self.free)
+
+    def _inputs(self, N, D, U):
+        N, D, U = np.broadcast_arrays(*(np.asarray(v, float) for v in (N, D, U)))
+        return repetition_inputs(N.reshape(-1), D.reshape(-1), U.reshape(-1), self.coefficients), N.shape
+
+    def predict(self, N, D, U) -> np.ndarray:
+        """L(N, D, U) of Eq. 5."""
+        return self._curve((N, D, U))
+
+    def band(self, N, D, U, level: float | None = None):
+        return self._curve((N, D, U), level, noise=False)
+
+    def predict_interval(self, N, D, U, level: float | None = None, *, seed: int = 0):
+        """Interval for a new observed loss: bootstrap curves plus resampled log residuals."""
+        return self._curve((N, D, U), level, noise=True, seed=seed)
+
+    def epoch_cost(self, N, D, U) -> np.ndarray:
+        """Loss cost of repetition: L(N, D, U) - L(N, D, D), what training on D tokens of which
+        only U are unique adds over D unique tokens (0 for a single epoch)."""
+        return self.predict(N, D, U) - self.predict(N, D, D)
+
+    def _lines(self) -> list[str]:
+        lines = super()._lines("data-constrained law L = E + A/N'^alpha + B/D'^beta "
+                               "(Muennighoff et al. 2023, Eq. 5)")
+        if len(self.local_minima) > 1:
+            lines.append("  local minima reached (R_D*, R_N*, objective):")
+            lines += [f"    {m['R_D_star']:.4f}  {m['R_N_star']:.4f}  {m['objective']:.9f}" for m in self.local_minima]
+        return lines
+
+
+def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective"):
+    N, D, U, L = check_points({"N (params)": N, "D (tokens)": D, "U (unique tokens)": U, "loss": loss}, need,
+                              what)
+    if (U > D * (1 + 1e-9)).any():
+        i = int(np.flatnonzero(U > D * (1 + 1e-9))[0])
+        raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
+    return N, D, U, L
+
+
+def _starts(grid, free: bool, coefficients, recipe: str) -> np.ndarray:
+    if grid is None:
+        grid = REPETITION_AUTHORS_GRID if recipe == "authors" else tuple(itertools.product(np.geomspace(0.5, 1000.0, 8), repeat=2))
+    R = np.log(np.asarray(grid, float).reshape(-1, 2))
+    if not free:
+        return R
+    coef = np.array(coefficients, float)
+    return np.column_stack([np.broadcast_to(coef, (len(R), 5)), R])
+
+
+def fit_data_constrained(
+    N, D, U, loss, *,
+    free: Literal["R", "all"] = "R",
+    coefficients=C4_COEFFICIENTS,
+    recipe: Literal["authors", "robust"] = "authors",
+    grid=None,
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "pairs",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> DataConstrainedFit:
+    """Fit Eq. 5 to runs (N params, D tokens, U unique tokens, final loss).
+
+    ``recipe="authors"``: their objective from their start grid {6.67, 13.33, 20}^2 of (R_D*, R_N*);
+    ``"robust"``: the same objective from a log-spaced grid (0.5 .. 1000)^2; ``grid``: explicit
+    (R_D*, R_N*) starts. ``free="all"`` also fits the five Chinchilla coefficients from
+    ``coefficients``; U_N always uses ``coefficients`` (as the authors' inputs do). The default
+    bootstrap resamples runs (``"pairs"``): R_N* is informed by the few runs with N > U_N only,
+    and a residual bootstrap, moving residuals between runs, shifts it (its 90% interval on the
+    182 runs excludes the estimate).
+    """
+    if free not in ("R", "all"):
+        raise ValueError(f"free must be 'R' or 'all', got {free!r}")
+    is_free = free == "all"
+    N, D, U, L = _check(N, D, U, loss, 8 if is_free else 3, f"fit_data_constrained(free={free!r})")
+    check_recipe(recipe)
+    # smoothed residual bootstrap: a Huber fit with delta far below the noise behaves like LAD (as fit_chinchilla)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                     smooth=True).checked(len(L), "fit_data_constrained")
+    w = check_weights(weights, len(L))
+    law, X, T = DataConstrainedLaw(coefficients, is_free), repetition_inputs(N, D, U, coefficients), np.log(L)
+    starts = _starts(grid, is_free, coefficients, recipe)
+    res = minimize_law(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+    ok = res.converged & np.isfinite(res.f)
+    warnings: list[str] = []
+    if not ok.any():
+        emit(warnings, "fit_data_constrained: no start converged; reporting the lowest end point", warn=True)
+    j = int(np.argmin(np.where(ok, res.f, np.inf))) if ok.any() else int(np.nanargmin(res.f))
+    theta = res.x[j]
+    # end points with an R* beyond PLATEAU sit on the flat R* -> infinity plateau, not in a minimum
+    finite = ok & (res.x[:, -2:].max(axis=1) < math.log(PLATEAU))
+    minima = tuple({"R_D_star": float(math.exp(x[-2])), "R_N_star": float(math.exp(x[-1])), "objective": f}
+                   for x, f in distinct_minima(res.x, res.f, finite))
+    if len(minima) > 1:
+        emit(warnings, f"fit_data_constrained: {len(minima)} distinct local minima in (R_D*, R_N*); the lowest is "
+                       f"reported, all are in local_minima (the surface is flat)")
+    if max(theta[-2:]) > math.log(PLATEAU):
+        emit(warnings, f"fit_data_constrained: an R* ran above {PLATEAU:g}: repetition costs nothing on these runs (not identified)")
+
+    def derived(th):
+        d = {"R_D_star": np.exp(th[:, -2]), "R_N_star": np.exp(th[:, -1])}
+        if is_free:
+            d.update(E=np.exp(th[:, 2]), A=np.exp(th[:, 0]), B=np.exp(th[:, 1]), alpha=th[:, 3], beta=th[:, 4])
+        return d
+
+    a, b, e, al, be = theta[:5] if is_free else coefficients
+    params = {"R_D_star": math.exp(theta[-2]), "R_N_star": math.exp(theta[-1]), "E": math.exp(e), "A": math.exp(a),
+              "B": math.exp(b), "alpha": float(al), "beta": float(be)}
+    return law_result(DataConstrainedFit, law, X, T, theta, spec, name="data-constrained", objective=res.f[j],
+                      converged=ok[j], status=STATUS[int(res.status[j])], recipe=recipe, loss="huber_log",
+                      warnings=warnings, derived=derived, delta=delta, weights=w, params=params,
+                      coefficients=tuple(float(c) for c in coefficients), free=is_free, local_minima=minima,
+                      max_unique_tokens=float(U.max()))
+
+
+def data_constrained_objective(N, D, U, loss, R_D_star: float, R_N_star: float, *,
+                               coefficients=C4_COEFFICIENTS, delta: float = HUBER_DELTA) -> float:
+    """The authors' objective (summed Huber of log L-hat - log L) at given R_D*, R_N*."""
+    N, D, U, L = _check(N, D, U, loss)
+    X = repetition_inputs(N, D, U, coefficients)
+    obj = LawObjective(DataConstrainedLaw(coefficients), X, np.log(L), None, "huber_log", delta)
+    return float(obj(np.array([[math.log(R_D_star), math.log(R_N_star)]]), np.arange(1))[0][0])
+
+
+def data_constrained_law(R_D_star: float = PUBLISHED_R_STAR[0], R_N_star: float = PUBLISHED_R_STAR[1], *,
+                         coefficients=C4_COEFFICIENTS) -> DataConstrainedFit:
+    """A DataConstrainedFit from given parameters (no data, no bootstrap); by default the
+    authors' published law (C4 coefficients, R* = 15.387756, 5.309743), or read back from the
+    ``params``/``coefficients`` of a saved ``DataConstrainedFit.to_dict()``."""
+    if not (R_D_star > 0 and R_N_star > 0):
+        raise ValueError(f"R_D_star and R_N_star must be positive, got {R_D_star}, {R_N_star}")
+    a, b, e, al, be = (float(c) for c in coefficients)
+    params = {"R_D_star": float(R_D_star), "R_N_star": float(R_N_star), "E": math.exp(e), "A": math.exp(a),
+              "B": math.exp(b), "alpha": al, "beta": be}
+    return _given(params, (math.log(R_D_star), math.log(R_N_star)), (a, b, e, al, be))
+
+
+def _given(params: dict, theta, coefficients, free: bool = False) -> DataConstrainedFit:
+    return DataConstrainedFit(law="data-constrained", params=params, objective=math.nan, n=0, recipe="given",
+                              loss="huber_log", converged=True, theta=tuple(theta),
+                              coefficients=tuple(coefficients), free=free, optimizer="given")
+
+
+def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | None = None) -> pd.DataFrame:
+    """The loss cost of the repetition a grid implies under a unique-token budget (Eq. 5): per
+    (params, tokens), epochs = tokens / U (U = ``unique_tokens``, at most the tokens), the loss with
+    U unique tokens repeated, with all tokens unique, and ``epoch_cost`` (absolute and in %).
+    ``fit``: a fitted law; default the authors' C4 law, whose absolute losses are C4 nats."""
+    law = fit or data_constrained_law()
+    P, D = check_points({"params": params, "tokens": tokens}, 1, "epoch_costs")
+    if not unique_tokens > 0:
+        raise ValueError(f"unique_tokens must be positive, got {unique_tokens}")
+    U = np.minimum(D, float(unique_tokens))
+    repeated, fresh = law.predict(P, D, U), law.predict(P, D, D)
+    return pd.DataFrame({"epochs": D / U, "loss_unique": fresh, "loss_repeated": repeated,
+                         "epoch_cost": repeated - fresh, "epoch_cost_pct": 100 * (repeated - fresh) / fresh})
+
+
+def read_data_constrained(path) -> DataConstrainedFit:
+    """The law saved by ``interpscale fit law data-constrained --out`` (or any JSON holding a
+    ``DataConstrainedFit.to_dict()``, bare or under ``"fit"``), without its bootstrap draws."""
+    import json
+    from pathlib import Path
+
+    from interpscale.errors import UserError
+
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+        d = d.get("fit", d)
+        if d.get("free"):  # all seven fitted: theta = (a, b, e, alpha, beta, log R_D*, log R_N*)
+            return _given(dict(d["params"]), map(float, d["theta"]), d["coefficients"], free=True)
+        return data_constrained_law(d["params"]["R_D_star"], d["params"]["R_N_star"], coefficients=d["coefficients"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{p}: not a saved data-constrained fit ({type(exc).__name__}: {exc})") from exc
+
+
+def plan_epoch_costs(table: pd.DataFrame, unique_tokens: float, fit: DataConstrainedFit | None = None,
+                     *, params: str = "P", tokens: str = "D") -> tuple[pd.DataFrame, str]:
+    """The planner's table with ``epochs``, ``loss_unique``, ``loss_repeated``, ``epoch_cost`` and
+    ``epoch_cost_pct`` (:func:`epoch_costs`) added, and a few lines saying what the repetition costs."""
+    costs = epoch_costs(table[params], table[tokens], unique_tokens, fit)
+    out = pd.concat([table.reset_index(drop=True), costs], axis=1)
+    law = "the authors' C4 law" if fit is None else f"the given law (R_D* = {fit.params['R_D_star']:.4g})"
+    worst = costs.loc[costs["epoch_cost_pct"].idxmax()] if len(costs) else None
+    lines = [f"repeated data: {unique_tokens:.3g} unique tokens; loss cost of the epochs by {law} "
+             "(Muennighoff et al. 2023, Eq. 5)"]
+    if worst is None or worst["epochs"] <= 1:
+        lines.append("  no planned point repeats data")
+    else:
+        lines.append(f"  {int((costs['epochs'] > 1).sum())} of {len(costs)} points repeat data; at most "
+                     f"{worst['epochs']:.3g} epochs, costing {worst['epoch_cost']:.4f} nats "
+                     f"({worst['epoch_cost_pct']:.2f}% of the unique-data loss)")
+    return out, "\n".join(lines)
+
+
+# ---- overtraining ------------------------------------------------------------------------------------
+
+OVERTRAINING_AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
+LOG6_HALF = 0.5 * math.log(6.0)
+
+
+class OvertrainingLaw:
+    """L = E + a N^b + c 6^(b/2) D^b with theta = (a, c, b, E) and X = (N, D)."""
+
+    names = ("a", "c", "b", "E")
+
+    def model(self, theta, X):
+        N, D = X
+        a, c, b, E = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
+        tN = np.exp(b * np.log(N)[None, :])
+        tD = np.exp(b * (LOG6_HALF + np.log(D)[None, :]))
+        y = E + a * tN + c * tD
+        J = np.stack([tN + 0 * a, tD + 0 * c, a * tN * np.log(N) + c * tD * (LOG6_HALF + np.log(D)), np.ones_like(y)], -1)
+        return y, J
+
+
+class ErrorLaw:
+    """Err(L) = eps - k exp(-gamma L) with theta = (k, gamma, eps) and X = L."""
+
+    names = ("k", "gamma", "eps")
+
+    def model(self, theta, X):
+        k, g, eps = (np.asarray(theta, float)[:, i : i + 1] for i in range(3))
+        L = np.asarray(X, float)
+        L = L if L.ndim == 2 else L[None, :]  # one row of losses per parameter row, or shared
+        ex = np.exp(-g * L)
+        y = eps - k * ex
+        return y, np.stack([-ex, k * L * ex, np.ones_like(y)], -1)
+
+
+def _ls_curve_fit(f, x, y, starts):
+    """Authors' optimiser: ``curve_fit`` from every start, lowest sqrt(SSR / (n - 2)) kept (None: none)."""
+    best, best_p = np.inf, None
+    for p0 in starts:
+        try:
+            p, _ = curve_fit(f, x, y, p0=list(p0), maxfev=10000)
+        except RuntimeError:  # curve_fit: no convergence within maxfev from this start
+            continue
+        s = float(np.sqrt(np.sum((y - f(x, *p)) ** 2) / max(y.size - 2, 1)))
+        if s < best:
+            best, best_p = s, p
+    return best_p
+
+
+@dataclass(frozen=True)
+class DownstreamErrorFit(CurveFit):
+    """Err(L) = eps - k exp(-gamma L) (Gadre et al. 2024, Eq. 5)."""
+
+    _law = ErrorLaw
+
+
+@dataclass(frozen=True)
+class OvertrainingFit(NDLawFit):
+    """L(N, D) = E + a N^b + c 6^(b/2) D^b. ``params``: E, a, c, b, eta = -b, and ``B`` = c 6^(b/2)
+    (so L = E + a/N^eta + B/D^eta)."""
+
+    _law = OvertrainingLaw
+
+    def predict_error(self, N, D, error_fit: DownstreamErrorFit) -> np.ndarray:
+        """Chained downstream error Err(L-hat(N, D)) (the authors' chained prediction)."""
+        return error_fit.predict(self.predict(N, D))
+
+    def predict_error_interval(self, N, D, error_fit: DownstreamErrorFit, level: float | None = None, *, seed: int = 0):
+        """Interval of a new run's downstream error (see ``engine.chained_interval``)."""
+        return chained_interval(self, N, D, error_fit, level, seed=seed)
+
+
+def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)
+    N, M = x
+    return a * np.power(N, b) + c * np.power(6, b / 2) * np.power(M * N, b) + E
+
+
+def fit_overtraining(
+    N, D, loss, *,
+    recipe: Literal["authors", "robust"] = "authors",
+    grid=None,
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> OvertrainingFit:
+    """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b to runs by the ``recipe`` (module doc) from ``grid``
+    (default the authors' 128 starts of (a, c, b, E)); replicates refit the recipe's objective."""
+    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5,
+                           "fit_overtraining (4 free parameters)")
+    loss_kind = "ls" if check_recipe(recipe) == "authors" else "huber_log"
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                     smooth=loss_kind == "huber_log").checked(len(L), "fit_overtraining")
+    w = check_weights(weights, len(L))
+    starts = np.asarray(OVERTRAINING_AUTHORS_GRID if grid is None else grid, float).reshape(-1, 4)
+    law, X, T = OvertrainingLaw(), (N, D), to_fit_scale(L, loss_kind)
+    warnings: list[str] = []
+    if recipe == "authors":
+        p = _ls_curve_fit(_powlaw, np.array([N, D / N]), L, starts)
+        if p is None:
+            raise ValueError("fit_overtraining: curve_fit failed from every start")
+        theta, st, ok = np.asarray(p, float), "curve_fit", True
+        obj = float(np.sum((L - law.model(theta[None, :], X)[0][0]) ** 2))
+    else:
+        theta, obj, ok, code, *_ = multistart(law, X, T, starts, loss="huber_log", delta=delta, W=w)
+        st = STATUS[code]
+        if not ok:
+            emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True)
+    if theta[2] >= 0:
+        emit(warnings, f"fit_overtraining: exponent b = {theta[2]:.4g} >= 0; the loss does not fall with scale")
+
+    def derived(th):
+        return {"E": th[:, 3], "a": th[:, 0], "c": th[:, 1], "b": th[:, 2], "eta": -th[:, 2],
+                "B": th[:, 1] * np.exp(th[:, 2] * LOG6_HALF)}
+
+    return law_result(OvertrainingFit, law, X, T, theta, spec, name="overtraining", objective=obj,
+                      converged=ok, status=st, recipe=recipe, loss=loss_kind, warnings=warnings,
+                      derived=derived, delta=delta, weights=w)
+
+
+def fit_downstream_error(
+    loss, error, *,
+    p0=(1.0, 1.0, 1.0),
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> DownstreamErrorFit:
+    """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
+    (k, gamma, eps), default all ones as the authors)."""
+    L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)",
+                          positive=False)
+    spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
+        len(L), "fit_downstream_error")
+    try:
+        p, _ = curve_fit(lambda t, k, g, eps: eps - k * np.exp(-g * t), L, Err, p0=list(p0), maxfev=10000)
+    except RuntimeError as exc:
+        raise ValueError(f"fit_downstream_error: curve_fit did not converge ({exc})") from exc
+    law = ErrorLaw()
+    sse = float(np.sum((Err - law.model(p[None, :], L)[0][0]) ** 2))
+    return law_result(DownstreamErrorFit, law, L, Err, p, spec, name="downstream-error", objective=sse,
+                      converged=True, status="curve_fit", recipe="authors", loss="ls", warnings=[],
+                      derived=lambda th: dict(zip(law.names, th.T)))
+
+
+# ---- ladder ------------------------------------------------------------------------------------------
+
+AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
+STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
+ROBUST_GRID = tuple(itertools.product([0.0, 2.5, 5.0, 10.0], [0.0, 2.5, 5.0, 10.0], [0.1, 0.3, 0.6],
+                                      [0.1, 0.3, 0.6], [0.0, 0.5, 1.0, 2.0]))
+
+
+class TaskLossLaw:
+    """L = exp(a - alpha log N) + exp(b - beta log D) + E; theta = (a, b, alpha, beta, E), X = (N, D)."""
+
+    names = ("a", "b", "alpha", "beta", "E")
+
+    def model(self, theta, X):
+        lN, lD = np.log(X[0])[None, :], np.log(X[1])[None, :]
+        a, b, al, be, E = (np.asarray(theta, float)[:, i : i + 1] for i in range(5))
+        tN, tD = np.exp(a - al * lN), np.exp(b - be * lD)
+        y = tN + tD + E
+        return y, np.stack([tN, tD, -tN * lN, -tD * lD, np.ones_like(y)], -1)
+
+
+class SigmoidLaw:
+    """Acc = a / (1 + exp(-k (x - x0))) + b; theta = (a, x0, k, b), X = task loss x."""
+
+    names = ("a", "x0", "k", "b")
+
+    def model(self, theta, X):
+        a, x0, k, b = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
+        x = np.asarray(X, float)
+        x = x if x.ndim == 2 else x[None, :]  # one row of losses per parameter row, or shared
+        s = 1.0 / (1.0 + np.exp(-k * (x - x0)))
+        ds = s * (1.0 - s)
+        y = a * s + b
+        return y, np.stack([s, -a * k * ds, a * (x - x0) * ds, np.ones_like(y)], -1)
+
+
+def _sigmoid(x, a, x0, k, b):
+    return a / (1 + np.exp(-k * (x - x0))) + b
+
+
+def checkpoint_points(runs, x, y, *, skip_frac: float = 0.1, window: int = 5):
+    """Step 2's points the authors' way (``utils.get_step2_data_by_name``): per run (rows in
+    logged order), drop the first ceil(skip_frac * n) evaluations, then a trailing moving
+    average of ``window`` on x and y (partial windows at the start). Returns (x, y, runs)."""
+    runs = np.asarray(runs)
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    xs, ys, rs = [], [], []
+    for r in dict.fromkeys(runs.tolist()):
+        idx = np.flatnonzero(runs == r)
+        idx = idx[int(math.ceil(skip_frac * len(idx))):] if skip_frac < 1 else idx[-1:]
+        for arr, out in ((x[idx], xs), (y[idx], ys)):
+            c = np.cumsum(arr)
+            c[window:] = c[window:] - c[:-window]
+            out.append(c / np.minimum(np.arange(1, len(arr) + 1), window))
+        rs.append(np.full(len(idx), r, dtype=object))
+    return np.concatenate(xs), np.concatenate(ys), np.concatenate(rs)
+
+
+@dataclass(frozen=True)
+class TaskLossFit(NDLawFit):
+    """Step 1: L(N, D) = A/N^alpha + B/D^beta + E (``params``: A, B, alpha, beta, E, a, b)."""
+
+    _law = TaskLossLaw
+
+
+@dataclass(frozen=True)
+class SigmoidFit(CurveFit):
+    """Step 2: Acc(L) = a / (1 + exp(-k (L - x0))) + b."""
+
+    _law = SigmoidLaw
+
+
+@dataclass(frozen=True)
+class LadderFit:
+    """Both steps and the chained prediction. ``step2`` is None when no checkpoints were given."""
+
+    step1: TaskLossFit
+    step2: SigmoidFit | None = None
+
+    converged = property(lambda self: self.step1.converged and (self.step2 is None or self.step2.converged))
+    warnings = property(lambda self: self.step1.warnings + (self.step2.warnings if self.step2 else ()))
+
+    @property
+    def ci(self) -> dict:
+        step2 = self.step2.ci if self.step2 else {}
+        return dict(self.step1.ci) | {f"step2_{k}": v for k, v in step2.items()}
+
+    def predict(self, N, D) -> np.ndarray:
+        """Step 1: predicted task loss."""
+        return self.step1.predict(N, D)
+
+    def predict_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        return self.step1.predict_interval(N, D, level, seed=seed)
+
+    def _need_step2(self) -> SigmoidFit:
+        if self.step2 is None:
+            raise ValueError("fit_ladder: no step 2 (pass checkpoint task losses and accuracies to predict accuracy)")
+        return self.step2
+
+    def predict_accuracy(self, N, D) -> np.ndarray:
+        """Chained prediction Acc(L-hat(N, D))."""
+        return self._need_step2().predict(self.step1.predict(N, D))
+
+    def predict_accuracy_interval(self, N, D, level: float | None = None, *, seed: int = 0):
+        """Interval of a new run's accuracy: step-1 task-loss draws (curve + noise) through step-2
+        curves, plus step-2 noise (``engine.chained_interval``)."""
+        return chained_interval(self.step1, N, D, self._need_step2(), level, seed=seed)
+
+    def to_dict(self) -> dict:
+        return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}
+
+    def summary(self) -> str:
+        return "\n".join(f.summary() for f in (self.step1, self.step2) if f is not None)
+
+
+def _step1_authors(N, D, L, delta, w):
+    """The authors' step 1: L-BFGS-B from AUTHORS_START, all parameters >= 0."""
+    law, X, T = TaskLossLaw(), (N, D), np.log(L)
+    ww = np.ones_like(L) if w is None else w
+
+    def obj(p):
+        y, J = law.model(p[None, :], X)
+        rho, d = huber(np.log(y[0]) - T, delta)
+        return float((ww * rho).sum()), (ww * d / y[0]) @ J[0]
+
+    r = minimize(obj, np.array(AUTHORS_START), jac=True, method="L-BFGS-B", bounds=[(0, None)] * 5, tol=0.0,
+                 options={"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000})
+    # with ftol = 0 L-BFGS-B ends when its line search can no longer lower f at machine precision
+    # (ABNORMAL_TERMINATION_IN_LNSRCH): that is the authors' stopping point, not a failure
+    return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
+
+
+def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
+    law, X, T = TaskLossLaw(), (N, D), np.log(L)
+    warnings: list[str] = []
+    if recipe == "authors":
+        theta, obj, ok, st = _step1_authors(N, D, L, delta, w)
+    else:
+        theta, obj, ok, code, *_ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
+        st = STATUS[code]
+    if not ok:
+        emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True)
+    if recipe == "authors" and (theta <= 0).any():
+        emit(warnings, "fit_ladder step 1: parameters on their bound 0: " + ", ".join(
+            n for n, v in zip(law.names, theta) if v <= 0))
+
+    def derived(th):
+        return {"A": np.exp(th[:, 0]), "B": np.exp(th[:, 1]), "alpha": th[:, 2], "beta": th[:, 3], "E": th[:, 4],
+                "a": th[:, 0], "b": th[:, 1]}
+
+    # the authors' bounds (every parameter >= 0) hold in the replicates too
+    bounds = ([0.0] * 5, [np.inf] * 5) if recipe == "authors" else None
+    return law_result(TaskLossFit, law, X, T, theta, spec, name="ladder-step1", objective=obj, converged=ok,
+                      status=st, recipe=recipe, loss="huber_log", warnings=warnings, derived=derived,
+                      delta=delta, weights=w, bounds=bounds)
+
+
+def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> SigmoidFit:
+    law = SigmoidLaw()
+    if ideal_point:  # the authors add the ideal point (loss 0, accuracy task_max); not resampled
+        x, y = np.append(x, 0.0), np.append(y, task_max)
+    loss_kind = "ls" if recipe == "authors" else "huber_log"
+    p0 = np.array([task_min - 1.0, 0.9, 3.0, task_max])
+    if recipe == "authors":
+        theta, _ = curve_fit(_sigmoid, x, y, p0=p0, bounds=STEP2_BOUNDS, maxfev=500000)
+        ok, st = True, "curve_fit (trf)"
+        obj = float(np.sum((y - _sigmoid(x, *theta)) ** 2))
+    else:
+        grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
+        theta, obj, ok, code, *_ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
+        st = STATUS[code]
+    sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
+        n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))
+    keep = np.zeros(len(x), bool)
+    keep[-1] = ideal_point  # the ideal point is an anchor: in every replicate, as given
+    return law_result(SigmoidFit, law, x, to_fit_scale(y, loss_kind), theta, sp, name="ladder-step2",
+                      objective=obj, converged=ok, status=st, recipe=recipe, loss=loss_kind, warnings=[],
+                      derived=lambda th: dict(zip(law.names, th.T)), delta=delta, keep=keep,
+                      bounds=STEP2_BOUNDS if recipe == "authors" else None)
+
+
+def fit_ladder(
+    N, D, task_loss, *,
+    checkpoint_loss=None,
+    checkpoint_accuracy=None,
+    checkpoint_groups=None,
+    task_min: float = 0.25,
+    task_max: float = 1.0,
+    ideal_point: bool = True,
+    recipe: Literal["authors", "robust"] = "authors",
+    delta: float = HUBER_DELTA,
+    weights=None,
+    n_boot: int = DEFAULT_N_BOOT,
+    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+    groups=None,
+) -> LadderFit:
+    """Fit step 1 on (N, D, task_loss) (one point per ladder run) and, given checkpoint task
+    losses and accuracies (e.g. from :func:`checkpoint_points`), step 2; ``task_min`` is the
+    chance accuracy that sets step 2's start (0.25 for 4-way multiple choice). For
+    ``bootstrap="cluster"``, ``groups`` labels step-1 rows and ``checkpoint_groups`` the
+    checkpoints (their run)."""
+    N, D, L = check_points({"N (params)": N, "D (tokens)": D, "task_loss": task_loss}, 6,
+                           "fit_ladder step 1 (5 free parameters)")
+    check_recipe(recipe)
+    spec1 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
+                      smooth=True).checked(len(L), "fit_ladder step 1")
+    step1 = _fit_step1(N, D, L, recipe, delta, check_weights(weights, len(L)), spec1)
+    if checkpoint_loss is None and checkpoint_accuracy is None:
+        return LadderFit(step1)
+    x, y = check_points({"checkpoint_loss": checkpoint_loss, "checkpoint_accuracy": checkpoint_accuracy}, 5,
+                        "fit_ladder step 2 (4 free parameters)")
+    spec2 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed + 1,
+                      groups=checkpoint_groups).checked(len(x), "fit_ladder step 2")
+    return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))
+
+
+# ---- law table ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LawTableFit:
+    """``fit``: the law's result; ``extra``: the chained law (over-training error law) or None;
+    ``runs``: the reduced table the fit used."""
+
+    law: str
+    fit: Any
+    runs: pd.DataFrame
+    source: tuple[str, ...]
+    last: int | None
+    extra: Any = None
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.fit.converged and (self.extra is None or self.extra.converged))
+
+    def to_dict(self) -> dict:
+        out = {"law": self.law, "source": list(self.source), "last": self.last, "n_runs": len(self.runs),
+               "fit": self.fit.to_dict()}
+        if self.extra is not None:
+            out["error_law"] = self.extra.to_dict()
+        return out
+
+    def summary(self) -> str:
+        head = f"{self.law} fit of {len(self.runs)} runs from {', '.join(self.source)}" + (
+            f" (mean of the last {self.last} logged rows per run)" if self.last and self.last > 1 else "")
+        return "\n".join([head] + [f.summary() for f in (self.fit, self.extra) if f is not None])
+
+
+def _boot(n_boot, level, seed) -> dict:
+    return {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
+
+
+def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, unique_tokens: str | None = None,
+                  loss: str | None = None, metric: str | None = None, run: str | None = None, step: str | None = None,
+                  tokens_per_step=None, last: int = 1, recipe: Literal["authors", "robust"] = "authors",
+                  task_min: float = 0.25,
+                  n_boot: int | None = None, level: float | None = None, seed: int | None = None) -> LawTableFit:
+    """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc."""
+    if law not in LAWS:
+        raise UserError(f"unknown law {law!r}; choose from {', '.join(LAWS)}")
+    if loss is None:
+        raise UserError(f"fit law {law}: map --loss (the column to fit)")
+    if law == "data-constrained" and unique_tokens is None:
+        raise UserError("fit law data-constrained: map --unique-tokens (unique tokens of each run)")
+    mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
+                   step=step, tokens_per_step=tokens_per_step)
+    table: RunTable = read_runs(paths, last=last, **mapping)
+    fit, extra = LAWS.lookup(law)(table, paths, mapping, boot=_boot(n_boot, level, seed), recipe=recipe,
+                                  task_min=task_min, last=last, metric=metric)
+    return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra)
+
+
+def _pdl(table: RunTable):
+    return table.column("params"), table.column("tokens"), table.column("loss")
+
+
+def chinchilla_table(table, paths, mapping, *, boot, **_):
+    """Eq. 27 on the runs."""
+    from .joint import fit_chinchilla
+
+    return fit_chinchilla(*_pdl(table), **boot), None
+
+
+def data_constrained_table(table, paths, mapping, *, boot, recipe, **_):
+    """Muennighoff et al. Eq. 5 on the runs (needs unique tokens)."""
+    from .laws import fit_data_constrained
+
+    P, D, L = _pdl(table)
+    return fit_data_constrained(P, D, table.column("unique_tokens"), L, recipe=recipe, **boot), None
+
+
+def overtraining_table(table, paths, mapping, *, boot, recipe, metric, **_):
+    """Gadre et al. on the runs, with the error law Err(L) when a metric is mapped."""
+    from .laws import fit_downstream_error, fit_overtraining
+
+    P, D, L = _pdl(table)
+    extra = fit_downstream_error(L, table.column("metric"), **boot) if metric is not None else None
+    return fit_overtraining(P, D, L, recipe=recipe, **boot), extra
+
+
+def ladder_table(table, paths, mapping, *, boot, recipe, task_min, last, metric, **_):
+    """Bhagia et al. step 1 on the runs; step 2 on every logged checkpoint when a metric is mapped."""
+    from .laws import checkpoint_points, fit_ladder
+
+    ck = {}
+    if metric is not None:
+        if mapping["step"] is None and mapping["run"] is None:
+            raise UserError("fit law ladder: step 2 (--metric) needs per-step logs: map --run and/or --step")
+        steps = read_runs(paths, last=None, **mapping).frame
+        x, y, g = checkpoint_points(steps["run"], steps["loss"], steps["metric"], window=max(int(last), 1))
+        ck = dict(checkpoint_loss=x, checkpoint_accuracy=y, checkpoint_groups=g)
+    return fit_ladder(*_pdl(table), recipe=recipe, task_min=task_min, **ck, **boot), None
+
+
+# the laws of ``fit law`` by CLI name: each entry fits its law on a run table -> (fit, chained fit or None)
+LAWS: Registry = Registry("law")
+for _name, _fn in (("chinchilla", "chinchilla_table"), ("data-constrained", "data_constrained_table"),
+                   ("overtraining", "overtraining_table"), ("ladder", "ladder_table")):
+    LAWS.register(_name, f"{__name__}:{_fn}", lazy=True)
+
+
+# ---- law methods -------------------------------------------------------------------------------------
+
+def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
+    missing = [c for c in ("params", "tokens", o.loss, *extra) if c not in rows.columns]
+    if missing:
+        raise ValueError(f"the table has no column {missing[0]!r}")
+    return rows.dropna(subset=["params", "tokens", o.loss, *extra])
+
+
+def _predictor(coef=("A", "B", "alpha", "beta"), unique: bool = False):
+    """predict(fit, compute, o, params, tokens): at (params, tokens), or the law's compute-optimal
+    allocation of ``compute`` (``coef`` names its A, B, alpha, beta); ``unique``: min(D, max U)."""
+    def predict(fit, compute, o, params=None, tokens=None):
+        if params is None or tokens is None:
+            A, B, alpha, beta = (fit.params[c] for c in coef)  # Eq. 27's allocation (Hoffmann et al. App. D.2)
+            params, tokens = optimal_allocation(np.array([np.log(A), np.log(B), 0.0, alpha, beta]), compute, o.k)
+        extra = (np.minimum(tokens, fit.max_unique_tokens),) if unique else ()
+        lo, hi = fit.predict_interval(params, tokens, *extra, level=o.level, seed=o.seed)
+        return float(fit.predict(params, tokens, *extra)), float(lo), float(hi)
+    return predict
+
+
+def _fit_overtraining(rows, o):
+    r = _rows(rows, o)
+    return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level,
+                            seed=o.seed)
+
+
+def _fit_ladder(rows, o):
+    r = _rows(rows, o)
+    return fit_ladder(r["params"], r["tokens"], r[o.loss], n_boot=o.n_boot, level=o.level, seed=o.seed).step1
+
+
+def _fit_data_constrained(rows, o):
+    r = _rows(rows, o, "unique_tokens")
+    return fit_data_constrained(r["params"], r["tokens"], r["unique_tokens"], r[o.loss], free="all", recipe="robust",
+                                n_boot=o.n_boot, level=o.level, seed=o.seed)
+
+
+LAW_METHODS = (
+    ForecastMethod("overtraining", "Gadre et al. 2024: L = E + a/N^eta + B/D^eta", _fit_overtraining,
+                   _predictor(("a", "B", "eta", "eta"))),
+    ForecastMethod("ladder", "Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E (authors' start, bounds >= 0)",
+                   _fit_ladder, _predictor()),
+    ForecastMethod("data-constrained", "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
+                   _fit_data_constrained, _predictor(unique=True)),
+)
+
+
+def register_law_methods() -> None:
+    """Add (or re-add) the three laws to ``forecast.METHODS`` (opt-in: each registered method
+    adds its refits to the backtest of every default forecast)."""
+    for m in LAW_METHODS:
+        register_method(m, replace_existing=True)
