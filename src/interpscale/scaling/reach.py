@@ -10,8 +10,9 @@ The *error-growth relation* says how they grow instead, with d(r) = ln(max(r, 2)
     ln s   = b_g + sigma ln d + e'       (the fits' bootstrap log spreads at the same forecasts)
 
 fitted with one common slope and an intercept per series (a study's metric or corpus), on the
-backtest forecasts and held-out targets of the public studies of tests/data (``error_rows`` of
-benchmarks/forecast_coverage.py), and leave one study out (``leave_one_study_out``). The scores
+backtest forecasts and held-out targets of the public studies of tests/data (``--errors`` of
+benchmarks/forecast_coverage.py: tests/data/scaling_public/reach_errors.csv), and leave one study
+out (``leave_one_study_out``). The scores
 then grow as d^delta: delta = gamma - sigma for the studentized rule (t = |u| / s), gamma - 1 for
 the distance rule (t = |u| / d). For a target beyond the largest tested ratio r_max the scores are
 put on one footing before the conformal quantile is taken: every scale is multiplied by d^delta,
@@ -81,9 +82,9 @@ class ErrorGrowth:
     def widening(self, ratio: float, ratios, rule: str = "studentized", level: float = 0.9, scores=None) -> float:
         """m(with the relation) / m(without) for a target at ``ratio``: the factor its log half-width
         grows by, for the given ``scores`` t_i (default: all equal) at ``ratios``."""
-        from_ = np.ones(len(ratios)) if scores is None else np.asarray(scores, float)
-        a, a_t = self.rescale(1.0 / from_, 1.0, ratio, ratios, rule)
-        before, after = _quantile(from_, level), _quantile(1.0 / a, level) * a_t
+        t = np.ones(len(ratios)) if scores is None else np.asarray(scores, float)
+        a, a_t = self.rescale(1.0 / t, 1.0, ratio, ratios, rule)  # |u_i| = 1, a_i = 1 / t_i, a_T = 1
+        before, after = _quantile(t, level), _quantile(1.0 / a, level) * a_t
         return float(after / before)
 
     def to_dict(self) -> dict:
