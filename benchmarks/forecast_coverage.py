@@ -36,8 +36,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale.scaling import quiet, reach
-from interpscale.scaling.forecast import spread
-from interpscale.scaling.forecast import CALIBRATIONS, ForecastOptions, calibrated, get_method, rolling_origin
+from interpscale.scaling.forecast import CALIBRATIONS, ForecastOptions, calibrated, get_method, rolling_origin, spread
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "scaling_public"
 MMLU = {"stem": 0.215, "humanities": 0.335, "social_sciences": 0.219, "other": 0.231}  # authors' weights

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from interpscale.scaling import reach
-from interpscale.scaling.forecast import calibrate, conformal_quantile
+from interpscale.scaling.forecast import calibrate
 
 ERRORS = "scaling_public/reach_errors.csv"
 
