@@ -20,7 +20,7 @@ kind, ratio, log error, bootstrap log spread), the file tests/data/scaling_publi
                                            [--errors rows.csv] [--relation loso|public]
 
 ``--laws`` uses each study's own published law (``scaling.laws.register_law_methods``):
-``laws`` step 1 on the OLMo ladder, ``laws`` on the over-training runs and
+``ladder`` step 1 on the OLMo ladder, ``overtraining`` on the over-training runs and
 ``data-constrained`` on datablations, instead of the ``joint`` method for all.
 
 Data: tests/data/scaling_public/ (each folder's PROVENANCE.md names the source and licence).

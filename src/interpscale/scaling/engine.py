@@ -1,23 +1,15 @@
-"""One multistart + bootstrap engine for every law (Eqs. 27-29 and the published laws): a law, its
-batched objective, batched BFGS, multistart and bootstrap refits.
-
-Batched BFGS: many small independent minimisations advanced together in numpy.
-
-One call minimises S problems of dimension k at once (the 4,500 starts of the Epoch grid,
-or 10,000 bootstrap replicates warm-started from the point estimate). Each iteration makes
-one vectorised objective+gradient call over the still-active rows, so the per-problem cost
-is a few array operations rather than a Python-level scipy call.
-
-Shared engine of the published-law fitters (data-constrained, over-training, ladder).
+"""One multistart + bootstrap engine for every law on it (the joint law of Eqs. 27-28, the
+published laws of docs/laws.md).
 
 A *law* has ``names`` (its parameter vector theta) and ``model(theta, X) -> (yhat, J)``:
-predictions (S, n) for S parameter rows at inputs X and their Jacobian (S, n, k). Many rows (the
-starts of a grid, the replicates of a bootstrap) are minimised together by ``engine.batched_bfgs``
-under ``"huber_log"``, sum_i w_i Huber_delta(log yhat_i - log y_i) (Hoffmann et al. 2022; the
-data-constrained and ladder authors' objective, and our robust recipe), or ``"ls"``,
-sum_i w_i (yhat_i - y_i)^2 (scipy ``curve_fit``, the over-training authors'). The target is kept
-on the objective's scale (log y or y), where the residual bootstrap resamples. Every law fit ends
-in :func:`law_result`: replicates of the one bootstrap spec, intervals, a frozen :class:`LawFit`.
+predictions (S, n) for S parameter rows at inputs X and their Jacobian (S, n, k); a law may bring
+its own fused objective (``law.objective``, the joint law's Eq. 28). ``batched_bfgs`` advances S
+independent minimisations together in numpy (one vectorised objective+gradient call per
+iteration over the still-active rows): the starts of a grid (``multistart``) or the replicates of
+a bootstrap (``bootstrap_law``, warm-started from the estimate), under ``"huber_log"``,
+sum_i w_i Huber_delta(log yhat_i - log y_i) (Hoffmann et al. 2022), or ``"ls"``,
+sum_i w_i (yhat_i - y_i)^2. A law fit ends in :func:`law_result`: replicates, intervals, a
+frozen :class:`LawFit` with its ``status``.
 """
 
 from __future__ import annotations
@@ -30,7 +22,7 @@ import numpy as np
 from ._base import FitResult, FitStatus, emit, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 
-# ---- optim ------------------------------------------------------------------------------------------
+# ---- batched BFGS: many small minimisations advanced together ----
 
 # fun(X, rows) -> (f, g): X is (m, k) points for problems ``rows`` (m,), f (m,), g (m, k)
 Objective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -181,7 +173,7 @@ def batched_bfgs(
     return BatchResult(x=x, f=f, g=g, n_iter=n_iter, status=_finish(status, f, g, gtol))
 
 
-# ---- lawfit ------------------------------------------------------------------------------------------
+# ---- laws on the engine: objective, multistart, bootstrap, results ----
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
 LOSSES = ("huber_log", "ls")

@@ -1,25 +1,7 @@
-"""Every fit of each family of a results table (Tables 6 and 7), the extrapolation to a target run and
-Approach 2 vs Approach 3.
-
-Extrapolating loss to a target compute: joint Chinchilla form vs naive log-linear L*(C).
-
-The paper (§8.2.2, Figure 24) refits both forms on small-scale checkpoints and predicts
-Steerling-8B at ``paper.STEERLING_8B_COMPUTE`` FLOPs: the joint and log-linear forecasts are
-``paper.STEERLING_8B_FORECAST``, the observed loss ``paper.STEERLING_8B["loss"]``.
-
-Approach 2 (IsoFLOP minima, Eq. 25-26) and Approach 3 (joint surface, Eq. 27) side by side.
-
-Both imply a compute-optimal model size N*(C), token count D*(C) = C / (k N*(C)) and loss
-L*(C). Where they disagree at the target compute, at least one is extrapolating badly; the
-log-ratio N*_2 / N*_3 and the loss difference, with intervals from the two fits' bootstrap
-draws, are the diagnostic (Hoffmann et al. 2022 report the approaches agreeing on N*; on
-Marin's ladder the joint fit forecast far better than IsoFLOP parabolas).
-
-What ``fit_families`` returns: every fit of each family, and the paper's Table 6 (loss scaling)
-and Table 7 (metric scaling) layouts, the within-pair shifts and the markdown report tables.
-
-Fit every family of a results table (check -> each family's loss, metric and forecast fits ->
-``FamilyFits``, whose Table 6 / Table 7 layouts are in ``families``).
+"""Every fit of each family of a results table (``fit_families``: IsoFLOP, joint, metric and
+forecast fits), the paper's Table 6 (loss scaling) and Table 7 (metric scaling) layouts, the
+extrapolation to a target run (joint form vs log-linear L*(C), §8.2.2, Figure 24) and Approach 2
+(IsoFLOP minima) vs Approach 3 (joint surface) with their disagreement at the target.
 """
 
 from __future__ import annotations
@@ -44,7 +26,7 @@ from .isoflop import IsoFlopFit, PowerLawFit, fit_isoflop
 from .joint import ChinchillaFit, fit_chinchilla, optimal_allocation, optimal_loss
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups, slice_rows
 
-# ---- extrapolate -------------------------------------------------------------------------------------
+# ---- extrapolation to a target compute ----
 
 @dataclass(frozen=True)
 class Extrapolation(FitResult):
@@ -131,7 +113,7 @@ def extrapolate(
         converged=bool(joint.converged and pl.converged), warnings=tuple(warnings))
 
 
-# ---- approaches --------------------------------------------------------------------------------------
+# ---- Approach 2 vs Approach 3 ----
 
 @dataclass(frozen=True)
 class ApproachComparison:
@@ -217,7 +199,7 @@ def compare_approaches(isoflop: IsoFlopFit, joint: ChinchillaFit, compute, *, le
                               flops_per_token_per_param=k)
 
 
-# ---- family results ----------------------------------------------------------------------------------
+# ---- FamilyFits: Tables 6 and 7 ----
 
 METRIC_LABELS = {k: m.label for k, m in INTERP_METRICS.items()}
 TABLE6 = ("alpha_P", "alpha_D", "alpha_L", "L_inf")  # alpha_P, alpha_L from IsoFLOP; alpha_D, L_inf joint
@@ -489,7 +471,7 @@ class FamilyFits:
         return "\n\n".join(f.summary() for f in self.families.values())
 
 
-# ---- family fits -------------------------------------------------------------------------------------
+# ---- fit_families ----
 
 @dataclass(frozen=True)
 class _Options(FitOptions):

@@ -1,28 +1,11 @@
-"""Forecasts by named methods (docs/forecasting.md): the methods and their registry, the rolling-origin
-backtest that chooses the default, and calibrated prediction intervals.
-
-Forecast methods by name (``METHODS``; ``register_method`` adds one, e.g. the laws of
-``laws``): ``joint`` (Eq. 27), ``isoflop-powerlaw`` (Eq. 26) and ``isoflop-saturating``
-(E + A C^-alpha on the slice minima, ``fit_bounded``: the power law has no irreducible term and
-is pulled by the steep small-budget minima).
-
-Calibrated prediction intervals: split conformal on the backtest's errors (docs/forecasting.md,
-"Calibrated prediction intervals"; Vovk et al. 2005; Lei et al. 2018).
-
-Scores t_i = |u_i| / a_i of the backtest's log errors u_i = ln(observed / predicted), with a the
-log extrapolation distance d(r) = ln(max(r, 2)) (``distance``) or the fit's own bootstrap log
-spread s at the target (``studentized``: the backtest refit's s_i, the final fit's s_T). The
-log half-width is m = q a_T, q the split-conformal quantile of the scores; the interval is the
-larger of it and the curve's bootstrap confidence interval. The target's own error never enters.
-
-Forecasts by the named methods (``forecast``): the rolling-origin backtest, the
-default method it chooses and intervals calibrated on its errors (``forecast``).
-
-Rolling origin: at each origin (a number of budgets: IsoFLOP slices, or the runs' computes, from
-half of the runs for a run table; at most 6) each method is fitted on the budgets up to it and
-forecasts every larger one (a slice's loss-optimal L*, or a run's loss at its (P, D)). The default
-is the method with the lowest mean absolute error at the far end on the folds every method
-forecast (``choose_method``); docs/forecasting.md states the rules and their coverage.
+"""Forecasts by named methods (docs/forecasting.md): the methods (``METHODS``, one registry;
+``joint`` Eq. 27, ``isoflop-powerlaw`` Eq. 26, ``isoflop-saturating`` E + A C^-alpha on the slice
+minima; ``FitOptions`` the one set of options), the rolling-origin backtest that chooses the
+default, and intervals calibrated on its errors by split conformal (Vovk et al. 2005; Lei et
+al. 2018): scores t_i = |u_i| / a_i of the backtest's log errors u_i = ln(observed / predicted),
+a the log extrapolation distance d(r) = ln(max(r, 2)) (``distance``) or the fit's own bootstrap
+log spread (``studentized``); the log half-width is m = q a_T, the interval the larger of it and
+the curve's bootstrap confidence interval. The target's own error never enters.
 """
 
 from __future__ import annotations
@@ -44,7 +27,7 @@ from .joint import fit_chinchilla
 from .reach import rescale
 from .tables import SLICE_TOLERANCE, flops_per_token_per_param, row_groups, slice_rows
 
-# ---- forecast methods --------------------------------------------------------------------------------
+# ---- options and methods by name ----
 
 CALIBRATIONS = ("studentized", "distance", "studentized-signed")  # docs/forecasting.md; the first the default
 
@@ -52,7 +35,7 @@ CALIBRATIONS = ("studentized", "distance", "studentized-signed")  # docs/forecas
 @dataclass(frozen=True)
 class FitOptions:
     """The one set of fit options (and their defaults) every reader passes to the fits: a
-    forecast's methods, the backtest's refits, the ledger, the figures. ``forecast`` names the
+    forecast's methods, the backtest's refits, the ledger, the figures. ``calibration`` names the
     interval rule and ``backtest_boot`` the bootstrap replicates of each rolling-origin refit (the
     spread the ``studentized`` rule divides by); n_boot defaults come from ``bootstrap.N_BOOT``."""
 
@@ -202,10 +185,9 @@ register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on 
                                _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
 
 
-# ---- calibration -------------------------------------------------------------------------------------
+# ---- calibrated prediction intervals ----
 
 SPREAD_LEVEL = 0.6827  # the bootstrap interval whose log half-width is the spread s (one sd for normal draws)
-
 
 
 def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
@@ -261,8 +243,6 @@ def calibrate(predicted: float, lo: float, hi: float, ratio: float, log_errors, 
     b_hi = math.log(hi / predicted) if hi > predicted else 0.0
     return predicted * math.exp(-max(b_lo, m_lo)), predicted * math.exp(max(b_hi, m_hi)), max(m_lo, m_hi)
 
-
-# ---- forecasting -------------------------------------------------------------------------------------
 
 # ---- rolling origin: the one fold machinery (scaling.backtest runs its schemes on it) ----
 ERROR_COLUMNS = ["method", "quantity", "origin", "held_out", "compute", "ratio", "params", "tokens", "predicted",

@@ -1,12 +1,5 @@
-"""IsoFLOP analysis (paper Eqs. 25-26): power laws by OLS on logs, per-slice parabolas or Akima minima,
-and the IsoFLOP fit with its bootstrap.
-
-Power laws y = a * x**alpha by (weighted) OLS on logs (paper Eq. 26), with bootstrap CIs.
-
-One IsoFLOP slice (paper Eq. 25): its window, parabola or Akima minimum, and the optima of
-its bootstrap replicates (``fit_isoflop`` runs these on every slice; module doc there).
-
-IsoFLOP analysis: per-slice parabolas in log P (paper Eq. 25), then power laws in C (Eq. 26).
+"""IsoFLOP analysis (paper Eqs. 25-26): power laws y = a x^alpha by (weighted) OLS on logs, each
+slice's minimum, and the IsoFLOP fit with its bootstrap and status.
 
 Each slice's parabola L = a (ln P - ln P*)^2 + L* is fitted (Levenberg-Marquardt from the exact
 least-squares quadratic) to the ``window`` points (default 5) centred on its minimum-loss model,
@@ -35,7 +28,7 @@ from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_arra
     check_weights, emit, fields_dict, fmt_ci, jsonable)
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, pairs_weights, percentile_ci, resample_noise
 
-# ---- power law ---------------------------------------------------------------------------------------
+# ---- power laws (Eq. 26) ----
 
 @dataclass(frozen=True)
 class PowerLawFit(FitResult):
@@ -170,7 +163,7 @@ def fit_power_law(
     return dataclasses.replace(attach_draws(fit, *ols_lines(lx, Y, WB)), warnings=warnings)
 
 
-# ---- isoflop slices ----------------------------------------------------------------------------------
+# ---- one slice: its window, minimum and replicate optima (Eq. 25) ----
 
 _AKIMA_GRID = 801
 AKIMA_MERGE = 0.02  # sizes closer than 2% in log P are one size to the interpolant
@@ -347,7 +340,7 @@ def replicate_weighted(f: dict, Wt: np.ndarray):
     return xs, Ls, deg | few
 
 
-# ---- isoflop -----------------------------------------------------------------------------------------
+# ---- the IsoFLOP fit ----
 
 @dataclass(frozen=True)
 class IsoFlopFit(FitResult):

@@ -1,18 +1,11 @@
 """The joint Chinchilla law L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eqs. 27-28): its
-objective, a law on the one engine, the fit and its result.
+objective, a law on the one engine (``engine``), the fit (check -> multistart -> bootstrap ->
+result) and its status.
 
-The objective of the joint Chinchilla fit (paper Eq. 28) and its batched minimiser.
-
-Huber loss (delta = 1e-3) on log residuals, *summed* over points (an averaged loss makes
-L-BFGS-B stop early), in the log-sum-exp parameterisation of Hoffmann et al. / Epoch:
-log L = LSE(a - alpha log P, b - beta log D, e) with A_P = e^a, A_D = e^b, L_inf = e^e. All
-starts of a grid, or all bootstrap replicates, are minimised together by ``engine.batched_bfgs``
-with analytic gradients, as the law :class:`ChinchillaLaw` of the one engine (``engine``).
-
-Joint Chinchilla fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta (paper Eq. 27-28): check ->
-point fit (every start of a grid, the best polished) -> bootstrap replicates -> result. The
-objective (summed Huber on log residuals, Eq. 28): ``joint.ChinchillaLaw``, a law of the one
-multistart + bootstrap engine (``engine``).
+The objective: Huber loss (delta = 1e-3) on log residuals, *summed* over points (an averaged loss
+makes L-BFGS-B stop early), in the log-sum-exp parameterisation of Hoffmann et al. / Epoch:
+log L = LSE(a - alpha log P, b - beta log D, e) with A_P = e^a, A_D = e^b, L_inf = e^e, with
+analytic gradients (:class:`HuberLSE`, brought by :class:`ChinchillaLaw`).
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, check_d
 from .bootstrap import Bootstrap
 from .engine import STATUS, bootstrap_law, chunked, multistart
 
-# ---- joint objective ---------------------------------------------------------------------------------
+# ---- the objective (Eq. 28) and the law ----
 
 def epoch_grid() -> np.ndarray:
     """Hoffmann/Epoch initialisation grid, 4,500 (a, b, e, alpha, beta) rows: alpha, beta in
@@ -167,7 +160,7 @@ class ChinchillaLaw:
         return HuberLSE(X[0], X[1], T, W, delta, overestimate=self.overestimate, e_max=self.e_max)
 
 
-# ---- chinchilla --------------------------------------------------------------------------------------
+# ---- the fit (Eq. 27) and its result ----
 
 @dataclass(frozen=True)
 class ChinchillaFit(FitResult):

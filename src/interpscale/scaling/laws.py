@@ -1,58 +1,8 @@
-"""The published laws on the one engine (docs/laws.md): data-constrained (Muennighoff et al. 2023),
-over-training (Gadre et al. 2024), the OLMo ladder (Bhagia et al. 2024), ``fit law`` on a run table,
-and the laws as forecast methods.
-
-Data-constrained scaling law (Muennighoff et al. 2023, Eq. 5): loss with repeated data.
-
-With U unique tokens seen D/U times and N parameters, repetition and excess parameters
-decay in value (paper §3.1, Eq. 5)::
-
-    U_N = min(N_opt(C(U)), N),   R_D = max(D/U - 1, 0),   R_N = max(N/U_N - 1, 0)
-    D'  = U   + U   R_D* (1 - exp(-R_D / R_D*))          (effective data)
-    N'  = U_N + U_N R_N* (1 - exp(-R_N / R_N*))          (effective parameters)
-    L   = E + A / N'^alpha + B / D'^beta
-
-N_opt(C(U)): the Chinchilla compute-optimal size where U tokens are optimal, from fixed
-coefficients (default: the authors' C4 fit). The authors' recipe fits R_D*, R_N* only, by the
-summed Huber loss (delta = 1e-3) of log L-hat - log L from the grid {6.67, 13.33, 20}^2;
-``free="all"`` also fits E, A, B, alpha, beta. The R* surface is flat with several local minima:
-every distinct one the starts reach is in ``local_minima``.
-
-Over-training law and chained downstream error (Gadre et al. 2024).
-
-Paper Eq. 4 (the authors' ``powlaw_ours``; M = D/N tokens per parameter; Chinchilla's form with
-alpha = beta): L(N, M) = E + a N^b + c 6^(b/2) (M N)^b, b = -eta < 0. Paper Eq. 5, downstream
-top-1 error from loss: Err(L) = eps - k exp(-gamma L); chained: Err(L-hat(N, M)). The authors'
-recipe: least squares on L by scipy ``curve_fit`` from every start of a0, c0 in {1e2, 3e2, 1e3,
-3e3}, b0 in {-0.1, -0.3}, E0 in {0, 1, 2, 10}, keeping the lowest sqrt(SSR / (n - 2)); the error
-law by ``curve_fit`` from its default start. ``recipe="robust"``: summed Huber (delta 1e-3) on
-log L from the same grid.
-
-Two-step task prediction of model ladders (Bhagia et al. 2024).
-
-Step 1 (paper Eq. 2): task loss L(N, D) = A / N^alpha + B / D^beta + E (A = e^a, B = e^b) on one
-point per ladder run, by the summed Huber loss (delta = 1e-3) of log L-hat - log L from the
-authors' start (a, b, alpha, beta, E) = (3, 6, 0.1, 0.2, 1), every parameter >= 0 (scipy
-L-BFGS-B, ftol = 0, gtol = 1e-10). Step 2 (paper Eq. 3): accuracy Acc(L) = a / (1 + exp(-k (L -
-L0))) + b on the intermediate checkpoints, by least squares (``curve_fit``, trf) from (task_min
-- 1, 0.9, 3, task_max) within a in [-1, 0], L0, k >= 0, b in [0, 1], with the ideal point
-(0, task_max) added. Chained: Acc(L-hat(N, D)). ``recipe="robust"``: both steps by summed Huber
-on log residuals from a start grid.
-
-Fit a published law to an external run table (``interpscale fit law LAW FILE ...``): the table(s)
-read by :func:`read_runs` (column mapping, per-step logs reduced by ``last``), then ``joint``
-(Eq. 27) or ``data-constrained`` (Muennighoff et al. Eq. 5, needs ``unique_tokens``) on the runs;
-``laws`` (Gadre et al.) with the error law Err(L) when a metric is mapped; ``laws``
-(Bhagia et al.) step 1, and step 2 on every logged checkpoint when a metric is mapped on per-step
-logs (first 10% skipped, moving average over ``last``).
-
-The published laws as forecast methods, registered by ``register_law_methods()`` (opt-in: each
-registered method adds its refits to the backtest of every default forecast). ``laws`` (Gadre et al. 2024,
-robust recipe), ``laws`` (Bhagia et al. 2024 step 1, the authors' start, bounds >= 0) and
-``data-constrained`` (Muennighoff et al. 2023 Eq. 5, every parameter free; needs
-``unique_tokens``; a target's unique tokens are min(D, the largest U fitted)). Without (P, D)
-each law forecasts L*(C) at its own compute-optimal allocation of C = k P D; intervals are the
-fit's bootstrap prediction intervals.
+"""The published laws on the one engine (docs/laws.md states each law, its authors' recipe and
+our robust one): data-constrained (Muennighoff et al. 2023, Eq. 5: repeated data), over-training
+with the chained downstream error (Gadre et al. 2024, Eqs. 4-5), the two-step model ladder
+(Bhagia et al. 2024, Eqs. 2-3); ``fit law`` on a run table (``LAWS``: one registry entry per
+law, by its CLI name); and the laws as forecast methods (``register_law_methods``, opt-in).
 """
 
 from __future__ import annotations
@@ -77,7 +27,7 @@ from .external import RunTable, read_runs
 from .forecast import ForecastMethod, ForecastOptions, register_method
 from .joint import optimal_allocation
 
-# ---- data constrained --------------------------------------------------------------------------------
+# ---- data-constrained law (Muennighoff et al. 2023) ----
 
 # a, b, e, alpha, beta of the authors' C4 Chinchilla fit (alpha = beta tied); README "Parametric Fit"
 C4_COEFFICIENTS = (6.255414, 7.3049974, 0.6254804, 0.3526596, 0.3526596)
@@ -342,7 +292,7 @@ def plan_epoch_costs(table: pd.DataFrame, unique_tokens: float, fit: DataConstra
     return out, "\n".join(lines)
 
 
-# ---- overtraining ------------------------------------------------------------------------------------
+# ---- over-training law and downstream error (Gadre et al. 2024) ----
 
 OVERTRAINING_AUTHORS_GRID = tuple(itertools.product([1e2, 3e2, 1e3, 3e3], [1e2, 3e2, 1e3, 3e3], [-0.1, -0.3], [0.0, 1.0, 2.0, 10.0]))
 LOG6_HALF = 0.5 * math.log(6.0)
@@ -491,7 +441,7 @@ def fit_downstream_error(
                       derived=lambda th: dict(zip(law.names, th.T)))
 
 
-# ---- ladder ------------------------------------------------------------------------------------------
+# ---- model ladder (Bhagia et al. 2024) ----
 
 AUTHORS_START = (3.0, 6.0, 0.1, 0.2, 1.0)  # (a, b, alpha, beta, E), src/scripts/step1.py
 STEP2_BOUNDS = ([-1.0, 0.0, 0.0, 0.0], [0.0, np.inf, np.inf, 1.0])  # (a, x0, k, b), src/scripts/step2.py
@@ -709,7 +659,7 @@ def fit_ladder(
     return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))
 
 
-# ---- law table ---------------------------------------------------------------------------------------
+# ---- fit law on a run table ----
 
 @dataclass(frozen=True)
 class LawTableFit:
@@ -813,7 +763,7 @@ for _name, _fn in (("chinchilla", "chinchilla_table"), ("data-constrained", "dat
     LAWS.register(_name, f"{__name__}:{_fn}", lazy=True)
 
 
-# ---- law methods -------------------------------------------------------------------------------------
+# ---- the laws as forecast methods ----
 
 def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
     missing = [c for c in ("params", "tokens", o.loss, *extra) if c not in rows.columns]
