@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from interpscale.cli import COMMANDS, main
+from interpscale.models.checkpoint import list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "tiny-demo.toml"
@@ -110,9 +111,9 @@ def workdir(tmp_path_factory):
 def _substitute(argv: list[str], d: Path) -> list[str]:
     runs = sorted((d / "runs/demo-quick/sweep/runs").glob("ar_concept-*"))
     run = runs[-1] if runs else d / "no-run"
-    ckpts = sorted((run / "checkpoints").glob("*.pt"))
+    ckpts = list_checkpoints(run / "checkpoints")  # safetensors directories (old .pt files too)
     forecasts = (d / "runs/forecasts.jsonl").read_text().splitlines() if (d / "runs/forecasts.jsonl").exists() else []
-    table = {"RUN_DIR": str(run), "CHECKPOINT": str(ckpts[-1] if ckpts else run / "no.pt"),
+    table = {"RUN_DIR": str(run), "CHECKPOINT": str(ckpts[-1] if ckpts else run / "no-checkpoint"),
              "FORECAST_ID": json.loads(forecasts[-1])["id"] if forecasts else "no-forecast"}
     return [table.get(a, a) for a in argv]
 
