@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +148,7 @@ def _calibrate_targets(case, relation) -> list[dict]:
 
 
 def run(n_boot: int, level: float, laws: bool = False, calibration: str = ForecastOptions.calibration,
-        relation: str = "loso") -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+        relation: str = "loso", own_spread: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(per-target forecasts, error-growth rows, {study: relation fitted without it}); each target
     calibrated without the widening (``before_*`` columns) and with its leave-one-study-out relation
     (``relation="public"``: with ``reach.PUBLIC``, what the library uses by default)."""
@@ -164,8 +165,11 @@ def run(n_boot: int, level: float, laws: bool = False, calibration: str = Foreca
         done.append(case)
     rows = pd.concat(rows, ignore_index=True)
     loso = reach.leave_one_study_out(rows)
+    if own_spread:  # sigma from each backtest's own spreads, gamma from the relation
+        loso = {k: replace(v, own_spread=True) for k, v in loso.items()}
+    public = replace(reach.PUBLIC, own_spread=own_spread)
     f = pd.DataFrame([rec for case in done for rec in _calibrate_targets(
-        case, reach.PUBLIC if relation == "public" else loso[case[0]])])
+        case, public if relation == "public" else loso[case[0]])])
     return f, rows, loso
 
 
@@ -238,8 +242,10 @@ def main() -> None:
     ap.add_argument("--calibration", choices=CALIBRATIONS, default=ForecastOptions.calibration)
     ap.add_argument("--relation", choices=("loso", "public"), default="loso",
                     help="after: the relation fitted without the target's study (loso) or reach.PUBLIC")
+    ap.add_argument("--own-spread", action="store_true",
+                    help="after: sigma from each backtest's own spreads (reach.own_sigma), gamma from the relation")
     args = ap.parse_args()
-    f, rows, loso = run(args.n_boot, args.level, args.laws, args.calibration, args.relation)
+    f, rows, loso = run(args.n_boot, args.level, args.laws, args.calibration, args.relation, args.own_spread)
     if args.csv:
         f.to_csv(args.csv, index=False)
     if args.errors:

@@ -166,3 +166,17 @@ def test_left_out_relation_covers_the_far_targets(public):
     assert len(far) >= 10 and np.all(far[:, 2] > far[:, 1]) and np.all(far[:, 2] <= far[:, 1] * far[:, 3] * (1 + 1e-9))
     before, after = np.mean(far[:, 0] <= far[:, 1]), np.mean(far[:, 0] <= far[:, 2])
     assert 0.85 <= after and before <= after
+
+
+def test_own_spread_takes_sigma_from_the_backtest_itself():
+    """own_spread: delta = gamma (of the relation) - sigma of this backtest's own spreads, clipped
+    to [0, gamma]; a spread growing as d^0.3 in the backtest gives delta = gamma - 0.3."""
+    r = np.geomspace(1.5, 20.0, 25)
+    s = 0.01 * reach.distance(r) ** 0.3
+    assert reach.own_sigma(s, r) == pytest.approx(0.3)
+    assert math.isnan(reach.own_sigma(s[:2], r[:2])) and math.isnan(reach.own_sigma([0.1] * 3, [1.2, 1.5, 1.9]))
+    rel = reach.ErrorGrowth(0.8, 0.1, 0.6, 0.1, 0.1, 10, 2, ("a",), 10.0, own_spread=True)
+    a, a_t = rel.rescale(s, 0.02, 200.0, r, "studentized")
+    assert a == pytest.approx(s * reach.distance(r) ** 0.5) and a_t == pytest.approx(0.02 * math.log(200) ** 0.5)
+    flat = rel.rescale(s * reach.distance(r) ** 0.7, 0.02, 200.0, r, "studentized")  # sigma 1.0 > gamma: delta 0
+    assert flat[1] == 0.02

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["ErrorGrowth", "PUBLIC", "active", "distance", "fit_error_growth", "leave_one_study_out",
-           "rescale", "using"]
+           "own_sigma", "rescale", "using"]
 
 RULES = ("studentized", "distance")
 
@@ -62,6 +62,7 @@ class ErrorGrowth:
     series: int
     studies: tuple[str, ...]
     max_ratio: float
+    own_spread: bool = False  # studentized: sigma from the backtest's own spreads (``own_sigma``), gamma from here
 
     def slope(self, rule: str = "studentized") -> float:
         """delta: how the rule's scores grow with ln d (studentized: gamma - sigma; distance: gamma - 1)."""
@@ -74,6 +75,8 @@ class ErrorGrowth:
         delta > 0; else (a, a_T) unchanged. ``ratios``: the r_i of the scales a_i."""
         a, r = np.asarray(a, float), np.asarray(ratios, float)
         delta = self.slope(rule)
+        if rule == "studentized" and self.own_spread and math.isfinite(sigma := own_sigma(a, r)):
+            delta = self.gamma - min(max(sigma, 0.0), self.gamma)  # 0 <= delta <= gamma
         ok = r[np.isfinite(r) & (r > 0)]
         if not (math.isfinite(delta) and delta > 0 and ok.size and math.isfinite(ratio) and ratio > ok.max()):
             return a, a_t
@@ -92,6 +95,17 @@ class ErrorGrowth:
                 "delta_studentized": self.slope("studentized"), "delta_se": self.delta_se,
                 "delta_distance": self.slope("distance"), "n": self.n, "series": self.series,
                 "studies": list(self.studies), "max_ratio": self.max_ratio}
+
+
+def own_sigma(spreads, ratios) -> float:
+    """The slope of ln s_i on ln d(r_i) over one backtest's forecasts (nan when they span one distance)."""
+    s, r = np.asarray(spreads, float), np.asarray(ratios, float)
+    ok = np.isfinite(s) & (s > 0) & np.isfinite(r) & (r > 0)
+    x, y = np.log(distance(r[ok])), np.log(s[ok])
+    if x.size < 3 or np.ptp(x) <= 0:
+        return math.nan
+    xt = x - x.mean()
+    return float(xt @ (y - y.mean()) / (xt @ xt))
 
 
 def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
