@@ -53,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "its optimum (docs/data.md, 'Sweeping a new corpus'); [plan] sizes become optional")
     option(la, "--max-added", adaptive_sweep, "max_added", type=int, metavar="N",
            help="adaptive: at most N sizes added per slice")
+    option(la, "--budget", adaptive_sweep, "budget", type=float, metavar="X",
+           help="adaptive: all runs together at most X times the first grid's FLOPs (past --max-added only in a "
+                "slice's trend direction)")
+    option(la, "--max-seeds", adaptive_sweep, "max_seeds", type=int, metavar="N",
+           help="adaptive: up to N seeds per size where a slice's curvature is not significant")
     option(la, "--tokens-per-param", adaptive_sweep, "tokens_per_param", type=float, metavar="R",
            help="adaptive: the first grid centres on the size trained at R tokens per parameter at the smallest "
                 "slice, scaled to the others by the family's alpha_P (Table 6)")
@@ -75,8 +80,9 @@ def _launch(args: argparse.Namespace, out: str) -> int:
         from interpscale.pipeline import run_adaptive
 
         result = run_adaptive(args.preset, out, families=args.families, extend=bool(opts.pop("extend")),
-                              **given(args, "max_added", "tokens_per_param"), **opts)
+                              **given(args, "max_added", "tokens_per_param", "budget", "max_seeds"), **opts)
         sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
+        result.check()  # FailedWork, exit 1, naming each slice not bracketed and what would bracket it
         return 0
     p = plan(args.preset, families=args.families, force=args.force)
     sw = Sweep.from_plan(p, out, **opts)
