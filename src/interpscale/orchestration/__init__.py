@@ -22,7 +22,7 @@ def plan(preset=None, **options) -> Plan:
     not know about (the planner sits below the adaptive sweep)."""
     tree = load_config(preset) if preset is not None else None
     if tree is not None and options.get("sizes") is None and not tree.plan.sizes:
-        return adaptive.first_grid(preset, families=options.get("families"))
+        return adaptive.first_grid(tree, families=options.get("families"))
     return planner.plan(tree, **options)
 
 
