@@ -3,6 +3,7 @@ synthetic ground truth and on the public studies' forecasts, and the widening it
 calibrated interval beyond the largest ratio a backtest tested."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -87,6 +88,8 @@ def test_intervals_beyond_the_tested_range_widen_by_the_relation_and_cover():
     assert before < 0.8
     assert 0.875 <= true <= 0.925  # the planted relation: nominal (3000 draws: se 0.005)
     assert 0.88 <= after <= 0.96  # the fitted one (its delta is off by a standard error or so)
+    own = coverage(rng, replace(relation, own_spread=True))  # sigma read off each backtest's spreads
+    assert 0.88 <= own <= 0.96
 
 
 def test_no_widening_inside_the_tested_range_and_never_narrowing():
@@ -122,7 +125,7 @@ def public(reference_data):
 def test_the_public_relation_is_the_fit_of_its_documented_rows(public):
     """reach.PUBLIC (what calibrated intervals use by default) is refitted from its rows."""
     rel = reach.fit_error_growth(public)
-    assert reach.active() is reach.PUBLIC
+    assert reach.active() is reach.PUBLIC and reach.PUBLIC.own_spread
     for name in ("gamma", "gamma_se", "sigma", "sigma_se", "delta_se", "max_ratio"):
         assert getattr(reach.PUBLIC, name) == pytest.approx(getattr(rel, name), rel=1e-3), name
     assert (reach.PUBLIC.n, reach.PUBLIC.series, reach.PUBLIC.studies) == (rel.n, rel.series, rel.studies)
