@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Callable
@@ -531,7 +532,7 @@ def _multiplier(args) -> int:
 def family_multipliers(args, df, fits, metric: str) -> None:
     """``fit families``' multiplier.csv / multiplier.json: k(C) of each backbone / +Concept pair
     (``scaling.multiplier.backbone_pairs``) with its growth test; a pair that cannot be compared is
-    said on stderr."""
+    logged as a warning."""
     import pandas as pd
 
     from interpscale.scaling.multiplier import backbone_pairs, fit_multiplier
@@ -542,7 +543,7 @@ def family_multipliers(args, df, fits, metric: str) -> None:
             m = fit_multiplier(df, base, variant, loss=metric, estimator=fits.estimator, annealed=fits.annealed,
                                **given(args, "seed", "level", "grid"))
         except ValueError as exc:
-            sys.stderr.write(f"interpscale fit: multiplier {variant} vs {base} not made: {exc}\n")
+            logging.getLogger(__name__).warning("multiplier %s vs %s not made: %s", variant, base, exc)
             continue
         tables.append(m.to_frame().assign(base=base, variant=variant))
         tests[f"{variant} vs {base}"] = m.growth_dict()
