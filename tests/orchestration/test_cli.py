@@ -22,7 +22,10 @@ def test_train_evaluate_and_sweep_status(tmp_path, capsys, make_spec):
     run_dir.mkdir(parents=True)
     (run_dir / "spec.json").write_text(spec.to_json())
     assert main(["train", str(run_dir)]) == 0
-    assert "done" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "done" in out
+    # stderr is not a terminal here: progress is plain lines (each segment's end), no bar redraws
+    assert "\r" not in err and f"{spec.run_id} stable: step " in err, err
     assert main(["evaluate", str(run_dir)]) == 0
     assert "ar_ce" in capsys.readouterr().out
     (tmp_path / "sweep" / "sweep.json").write_text(f'["{spec.run_id}"]')

@@ -18,6 +18,7 @@ import torch
 
 from interpscale._atomic import atomic_write_text
 from interpscale.orchestration.devices import device_peak_flops
+from interpscale.orchestration.outcome import PLAIN_EVERY_S
 from interpscale.orchestration.rundir import append_jsonl
 
 _log = logging.getLogger(__name__)
@@ -103,14 +104,26 @@ class SegmentLog:
         self.metrics = Path(run_dir) / "metrics.jsonl"
         self.meter = StepMeter(device, tokens_per_step=spec.batch_tokens, flops_per_token=spec.flops_per_token,
                                world=world)
+        # a bar on a terminal; elsewhere (a SLURM log, CI, a file) a plain line a minute and at the end
+        self.plain = progress and lead and not sys.stderr.isatty()
         self.bar = tqdm(total=segment.length, initial=step - segment.start, desc=f"{spec.run_id} {segment.name}",
-                        disable=not progress or not lead, leave=False, mininterval=2.0)
+                        disable=not progress or not lead or self.plain, leave=False, mininterval=2.0)
+        self.plain_at = time.monotonic()
         self.tb = None
         if lead and tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             purge = step if step > segment.start else None
             self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge)
+
+    def _plain_line(self, step: int, rec: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if self.plain and (now - self.plain_at >= PLAIN_EVERY_S or step == self.segment.end):
+            self.plain_at = now
+            seg = self.segment
+            sys.stderr.write(f"{self.spec.run_id} {seg.name}: step {step - seg.start}/{seg.length}, "
+                             f"loss {rec.get('loss', float('nan')):.4g}\n")
+            sys.stderr.flush()
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -131,6 +144,7 @@ class SegmentLog:
             rec = {"step": step, "segment": self.segment.name, "lr": lr, **rec,
                    "tokens": step * self.spec.batch_tokens, "time": time.time()}
             append_jsonl(self.metrics, rec)
+            self._plain_line(step, rec)
             if self.trackers is not None:
                 self.trackers.log(self.segment.name, step, rec)
             if self.tb is not None:
