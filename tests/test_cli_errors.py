@@ -27,6 +27,7 @@ def bad(tmp_path_factory):
     (d / "empty.jsonl").write_text("")
     (d / "notjson.jsonl").write_text('{"text": "fine"}\n{"text": oops}\n')
     (d / "registry.jsonl").write_text("")
+    (d / "notes.pt").write_text("hello, not a checkpoint\n")
     return d
 
 
@@ -62,6 +63,8 @@ CASES = [
     (["forecast", "record", "{d}/header.csv", "--target-compute", "-5"], "target"),
     (["forecast", "check", "nope", "--observed", "2.7", "--registry", "{d}/registry.jsonl"], "nope"),
     (["concepts", "check", "{d}/missing-concepts", "--truth", "{d}/empty.jsonl"], "missing-concepts"),
+    (["export", "{d}/notes.pt", "--out", "{d}/exported"], "notes.pt cannot be read"),
+    (["export", "{d}/no-such-checkpoint", "--out", "{d}/exported"], "no such checkpoint"),
 ]
 
 

@@ -246,7 +246,8 @@ def _read_pt(path: Path, map_location: Any) -> dict[str, Any]:
     """An older ``.pt`` checkpoint's payload, unpickled with ``weights_only=True``."""
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as exc:  # truncated, not a zip, unreadable
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, KeyError, IndexError) as exc:  # truncated, not a
+        # zip, unreadable, or bytes the restricted unpickler cannot follow (a text file: KeyError on its memo)
         raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}); "
                          "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
