@@ -38,7 +38,7 @@ entities_per_concept = 6
 
 @pytest.mark.filterwarnings("ignore")
 def test_isoflop_sweep_with_zoo_families_fits_and_draws(tmp_path):
-    from interpscale.analysis.figures import make_all_figures
+    from interpscale.analysis.figures import render_figures
     from interpscale.orchestration import Sweep, plan
     from interpscale.scaling import fit_families
 
@@ -68,7 +68,7 @@ def test_isoflop_sweep_with_zoo_families_fits_and_draws(tmp_path):
     assert table["alpha_D"].notna().all()
     assert any("minimum at edge" in w or "non-convex" in w for w in fits.to_markdown().splitlines())
     run_dirs = [sweep.run_dir(r) for r in p.runs]
-    figs = make_all_figures(results, tmp_path / "figures", fits=fits, n_boot=10, run_dirs=run_dirs)
+    figs = render_figures(results, tmp_path / "figures", fits=fits, n_boot=10, run_dirs=run_dirs).paths
     assert any(f.name.startswith("loss_curves") for f in figs)
 
 

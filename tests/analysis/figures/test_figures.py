@@ -170,11 +170,11 @@ def test_missing_column_names_column_and_figure(table, func, column, figure):
         func(table.drop(columns=[column]))
 
 
-def test_make_all_figures_skips_what_the_table_cannot_support(table, tmp_path, caplog):
+def test_render_figures_skips_what_the_table_cannot_support(table, tmp_path, caplog):
     headline = table[table["annealed"] & table["estimator"].isin(["ar_ce", "mdlm_elbo"])]
     headline = headline[headline["family"].isin(["ar", "cdlm+concept"])]
     with caplog.at_level(logging.WARNING, logger="interpscale.analysis.figures"):
-        paths = F.make_all_figures(headline, tmp_path, n_boot=BOOT)
+        paths = F.render_figures(headline, tmp_path, n_boot=BOOT).paths
     names = sorted({p.stem for p in paths})
     assert names == ["fig21_concept_overhead", "fig22_isoflop", "fig23_power_laws", "fig24_extrapolation",
                      "fig25_interp_scaling", "fig26_interp_extrapolation"]
@@ -183,9 +183,9 @@ def test_make_all_figures_skips_what_the_table_cannot_support(table, tmp_path, c
     assert "skipped Figure 38" in caplog.text and "pre-anneal" in caplog.text
 
 
-def test_make_all_figures_missing_core_column(table, tmp_path):
-    with pytest.raises(ValueError, match=r"make_all_figures.*'loss'"):
-        F.make_all_figures(table.drop(columns=["loss"]), tmp_path)
+def test_render_figures_missing_core_column(table, tmp_path):
+    with pytest.raises(ValueError, match=r"render_figures.*'loss'"):
+        F.render_figures(table.drop(columns=["loss"]), tmp_path)
 
 
 def test_forest_figure_is_reexported_lazily():
@@ -219,7 +219,7 @@ def test_loss_curves_one_line_per_segment(tmp_path):
     assert_drawn(fig, 1, [1])
 
 
-def test_make_all_figures_on_a_sweep_shaped_table(table, tmp_path):
+def test_render_figures_on_a_sweep_shaped_table(table, tmp_path):
     """A table like `interpscale sweep collect` writes: several stable checkpoints per run at
     40% and 80% of the budget (annealed=False, off-slice compute) next to each annealed one."""
     import pandas as pd
@@ -274,3 +274,26 @@ def test_log_axis_of_a_decade_and_a_bit_labels_only_powers_of_ten():
     major = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     plt.close(fig)
     assert all(m == "" for m in minor) and major
+
+
+def test_a_registered_figure_is_drawn_and_a_failing_one_skipped(table, tmp_path):
+    """Issue 34.4: figures are entries of the one Registry; a user's figure is one register_figure."""
+    import matplotlib.pyplot as plt
+
+    def mine(results, fits, n_boot, target):
+        fig, ax = plt.subplots()
+        ax.plot(results["params"], results["loss"], ".")
+        return fig
+
+    def never(results, fits, n_boot, target):
+        raise ValueError("needs a column this table lacks")
+
+    F.register_figure(F.FigureSpec("my_loss_vs_params", "My figure", mine))
+    F.register_figure(F.FigureSpec("my_never", "My impossible figure", never))
+    try:
+        drawn = F.render_figures(table, tmp_path, n_boot=BOOT, formats=("png",))
+    finally:
+        F.FIGURES.pop("my_loss_vs_params"), F.FIGURES.pop("my_never")
+    assert (tmp_path / "my_loss_vs_params.png").exists() and "My figure" in drawn.drawn
+    assert drawn.skipped["My impossible figure"] == "needs a column this table lacks"
+    assert list(F.FIGURES)[0] == "fig21_concept_overhead"

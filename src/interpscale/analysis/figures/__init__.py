@@ -1,5 +1,6 @@
 """Paper figures from a results table: one function per figure returning a matplotlib ``Figure``
-in the toolkit's style (``save_figure`` writes PNG and PDF), plus ``render_figures`` for all of them.
+in the toolkit's style (``save_figure`` writes PNG and PDF), one ``FIGURES`` registry entry per
+figure (``register_figure``), and ``render_figures`` for all of them.
 A table missing a column a figure needs raises ``ValueError`` naming the column and the figure.
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from interpscale._registry import Registry
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits
 from interpscale.analysis.figures._style import (
     FAMILY_COLORS,
@@ -82,7 +84,7 @@ _CONCEPT_FIRST = ("cdlm+concept", "ar+concept", "cdlm", "ar")
 _CDLM = ("cdlm", "cdlm+concept")
 
 
-FIGURES: tuple[FigureSpec, ...] = (
+_PAPER_FIGURES = (
     FigureSpec("fig21_concept_overhead", "Figure 21: concept-module parameter overhead vs backbone size",
                lambda r, f, b, t: concept_overhead_figure()),
     FigureSpec("fig22_isoflop", "Figure 22: per-slice IsoFLOP parabolas per family",
@@ -113,6 +115,17 @@ FIGURES: tuple[FigureSpec, ...] = (
                lambda r, f, b, t: _first_drawable(anneal_interp_figure, r, ("cdlm+concept", "ar+concept"))),
 )
 
+FIGURES: Registry[FigureSpec] = Registry("figure")  # drawn in registration order
+
+
+def register_figure(spec: FigureSpec, *, overwrite: bool = False) -> FigureSpec:
+    """A figure ``render_figures`` draws whenever the table supports it (a ValueError skips it)."""
+    return FIGURES.register(spec.name, spec, overwrite=overwrite)
+
+
+for _spec in _PAPER_FIGURES:
+    register_figure(_spec)
+
 
 @dataclass(frozen=True)
 class FigureSet:
@@ -132,14 +145,14 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
     """Draw every figure the table supports into ``out_dir`` and record why the others were
     skipped; ``target`` (``flops`` plus observed values) is what Figures 24 and 26 extrapolate
     to (default: ``default_target``). A missing ``CORE_COLUMNS`` column is a ValueError."""
-    require_columns(results_df, CORE_COLUMNS, "make_all_figures (Figures 22-24)")
+    require_columns(results_df, CORE_COLUMNS, "render_figures (Figures 22-24)")
     if results_df.empty:
-        raise ValueError("make_all_figures: the results table has no rows")
+        raise ValueError("render_figures: the results table has no rows")
     drawn: dict[str, list[Path]] = {}
     skipped: dict[str, str] = {}
     run_dirs = list(run_dirs or [])
     curves = FigureSpec("loss_curves", "Loss curves of every run", lambda *_: loss_curves_figure(run_dirs))
-    specs = FIGURES + ((curves,) if run_dirs else ())
+    specs = tuple(FIGURES.values()) + ((curves,) if run_dirs else ())
     for spec in tqdm(specs, desc="figures", unit="fig", disable=None, leave=False):
         try:
             fig = spec.draw(results_df, fits, n_boot, target)
@@ -156,17 +169,10 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
     return FigureSet(drawn=drawn, skipped=skipped)
 
 
-def make_all_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
-                     run_dirs: Iterable[str | os.PathLike] | None = None,
-                     n_boot: int = DEFAULT_FIG_BOOT, target: Mapping | None = None) -> list[Path]:
-    """Write PNG + PDF of every figure the results table supports (``render_figures``); returns the files."""
-    return render_figures(results_df, out_dir, fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target).paths
-
-
 __all__ = [
-    "FAMILY_COLORS", "FAMILY_LABELS", "FIGURES", "FigureSet", "anneal_interp_figure", "anneal_loss_figure",
+    "FAMILY_COLORS", "FAMILY_LABELS", "FIGURES", "FigureSet", "FigureSpec", "anneal_interp_figure", "anneal_loss_figure",
     "concept_overhead_figure", "estimator_isoflop_figure", "estimator_power_law_figure", "extrapolation_figure",
     "family_color", "family_fits", "forest_figure", "interp_extrapolation_figure", "interp_scaling_figure", "isoflop_figure",
-    "loss_curves_figure", "make_all_figures", "multiplier_figure", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
-    "paper_style", "power_law_figure", "read_metrics", "render_figures", "require_columns", "save_figure",
+    "loss_curves_figure", "multiplier_figure", "mask_rate_isoflop_figure", "mask_rate_power_law_figure",
+    "paper_style", "power_law_figure", "read_metrics", "register_figure", "render_figures", "require_columns", "save_figure",
 ]
