@@ -388,7 +388,7 @@ def library_default_last() -> int:
     return int(library_default(fit_law_table, "last"))
 
 
-# ---------------------------------------------------------------- fit curve (H7, issue 36)
+# ---------------------------------------------------------------- fit curve (issue 36)
 
 @verb("curve")
 def _add_curve(sub) -> argparse.ArgumentParser:
@@ -463,7 +463,7 @@ def _curve(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- fit multiplier (H6, issue 36)
+# ---------------------------------------------------------------- fit multiplier (issue 36)
 
 @verb("multiplier")
 def _add_multiplier(sub) -> argparse.ArgumentParser:
