@@ -18,6 +18,7 @@ from typing import Any
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import given, option
 from interpscale.errors import FailedWork, UserError
+from interpscale.models.checkpoint import weights_file
 
 VERBS = ("alignment", "steering", "relevance")
 
@@ -95,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-    if getattr(args, "checkpoint", None) and not Path(args.checkpoint).is_file():
-        raise UserError(f"{args.checkpoint}: no such checkpoint file")
+    if getattr(args, "checkpoint", None) and not weights_file(args.checkpoint).is_file():
+        raise UserError(f"{args.checkpoint}: no such checkpoint (a checkpoints/<name> directory or an old .pt file)")
     judge = build_judge(base_url=args.base_url, model=args.model, cache_path=args.cache, out_dir=args.out,
                         templates=args.templates, batch_write=args.batch_write, batch_read=args.batch_read,
                         top_logprobs=args.top_logprobs, price_in_per_mtok=args.price_in,

@@ -454,7 +454,7 @@ def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
     test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
     Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
     alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
-    bad = [f"{n}: {fit_status(f)}" for n, f in zip(names, (fb, fv)) if not fit_status(f).identified]
+    bad = [f"{n}: {fit_status(f).reason}" for n, f in zip(names, (fb, fv)) if not fit_status(f).identified]
     status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
     return point, draws, test, how, alpha_v, status
 
