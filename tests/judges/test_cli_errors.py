@@ -122,7 +122,7 @@ def test_bad_template_file_and_missing_checkpoint(tmp_path, capsys):
     assert main(["judge", "alignment", "--input", str(p), "--templates", str(bad)]) == 2
     assert f"template file {bad}: template override 'alignment': unknown keys ['bogus']" in capsys.readouterr().err
     assert main(["judge", "steering", "--checkpoint", str(tmp_path / "step_1.pt")]) == 2
-    assert f"{tmp_path / 'step_1.pt'}: no such checkpoint file" in capsys.readouterr().err
+    assert f"{tmp_path / 'step_1.pt'}: no such checkpoint (a checkpoints/<name> directory or an old .pt file)" in capsys.readouterr().err
 
 
 def test_a_cache_path_that_is_not_a_database(tmp_path, capsys):
