@@ -36,7 +36,7 @@ from scipy import stats
 from ._base import DEFAULT_LEVEL, FitStatus, emit, fit_status, jsonable, quiet
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .isoflop import fit_isoflop
-from .tables import ESTIMATOR_PREFERENCE, SLICE_TOLERANCE, flops_per_token_per_param, select_rows, slice_rows
+from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, slice_rows
 
 __all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
            "planted_multiplier", "simulate_pair"]
@@ -169,18 +169,16 @@ def backbone_pairs(families, suffix: str = "+concept") -> list[tuple[str, str]]:
 # ---- the data of each family -------------------------------------------------------------------
 
 def _family_rows(results: pd.DataFrame, fam: str, *, loss: str, estimator, annealed, warnings) -> pd.DataFrame:
-    """The rows of one family that the fits use (annealed / estimator choice as ``fit_families``)."""
+    """The rows of one family that the fits use (``tables.fit_rows``, as ``fit_families``)."""
     for col in ("family", "slice_flops", "params", "tokens", loss):
         if col not in results.columns:
             raise ValueError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
     if fam not in set(results["family"]):
         raise ValueError(f"fit_multiplier: family {fam!r} not in the table; have "
                          f"{sorted(set(results['family'].dropna().astype(str)))}")
-    rows = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller="fit_multiplier")
-    rows = rows[rows["family"] == fam]
-    rows = select_rows(rows, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings,
-                       caller="fit_multiplier")
-    return rows.dropna(subset=["slice_flops", "params", "tokens", loss])
+    rows = fit_rows(results, family=fam, estimator=estimator, annealed=annealed, loss=loss, caller="fit_multiplier",
+                    warnings=warnings)  # the one row rule (predicted anneals left out, as in every fit)
+    return rows.dropna(subset=["slice_flops"])
 
 
 @dataclass(frozen=True)
