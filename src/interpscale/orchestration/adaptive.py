@@ -21,7 +21,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from interpscale import paper
 from interpscale._atomic import atomic_write_text
+from interpscale.errors import FailedWork, UserError
+from interpscale.orchestration.launch import Sweep
+from interpscale.orchestration.outcome import SweepIncomplete
+from interpscale.orchestration.planner import Plan, load_config, plan, slice_targets, window_centre
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +45,6 @@ def ladder_presets() -> dict[str, dict[str, Any]]:
 
 def alpha_p(family: str) -> float:
     """α_P of Table 6 for ``family`` (paper values), else :data:`DEFAULT_ALPHA_P`."""
-    from interpscale import paper
-
     return float(paper.TABLE6.get(family, {}).get("alpha_P", DEFAULT_ALPHA_P))
 
 
@@ -134,8 +137,6 @@ class AdaptiveResult:
     def check(self) -> None:
         """Raise ``FailedWork`` (exit 1) naming every slice not bracketed; the caller prints
         ``summary()`` first."""
-        from interpscale.errors import FailedWork
-
         if not self.all_bracketed:
             n = sum(not s.bracketed for s in self.slices)
             raise FailedWork(f"adaptive sweep: {n} of {len(self.slices)} slices not bracketed: {self.failure()}")
@@ -146,8 +147,6 @@ class AdaptiveResult:
 
 
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
-    from interpscale.orchestration.planner import plan
-
     # the rate only prices runtime, which choosing sizes does not use: no CPU timing unless ``priced``
     # (a rate no run is slow at, so the planner's more-than-a-year check never fires on it)
     return plan(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder, strict=strict,
@@ -182,9 +181,6 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
     """(the preset's validated tree — ``planner.load_config``, which every later plan reuses
     — the ladder's ``size_presets`` unless it names sizes, each slice's first state); the
     prior's D/N is ``tokens_per_param``, else the planner's centre of ``[plan] tokens_per_param``."""
-    from interpscale.errors import UserError
-    from interpscale.orchestration.planner import load_config, slice_targets, window_centre
-
     tree = load_config(preset)
     p = tree.plan
     fams = list(families or p.families or [])
@@ -400,10 +396,6 @@ def _slice_runs(preset, s: SliceState, ladder: dict) -> list:
 def _launch(sweep) -> None:
     """Train the round; runs that fail are judged as producing no result."""
     try:
-        from interpscale.orchestration.outcome import SweepIncomplete
-    except ImportError:  # before the sweep's outcome existed
-        SweepIncomplete = RuntimeError  # noqa: N806
-    try:
         sweep.launch()
     except SweepIncomplete as exc:
         log.warning("adaptive sweep: %s", exc)
@@ -446,9 +438,6 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
     ``slice_minimum(params, loss) -> {P_star, interior, reason, ...}`` judges a slice
     (``interpscale.scaling.isoflop.slice_minimum``); ``sweep_options`` go to
     :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
-    from interpscale.orchestration.launch import Sweep
-    from interpscale.orchestration.planner import Plan
-
     if initial < 3 or max_added < 0 or max_seeds < 1 or budget <= 0 or z <= 0:
         raise ValueError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
                          f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
@@ -476,8 +465,6 @@ def first_grid(preset: str | os.PathLike, *, families: Sequence[str] | None = No
                tokens_per_param: float | None = None):
     """The plan of a preset without ``[plan] sizes``: each slice's ``initial`` ladder sizes
     around the prior N*(C) of Eq. (1) (what ``plan`` shows and the adaptive sweep trains first)."""
-    from interpscale.orchestration.planner import Plan
-
     tree, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     plans = [_plan(tree, s.family, s.slice_flops, s.sizes, ladder, True, priced=True) for s in states]
     return Plan(runs=[r for p in plans for r in p.runs], table=pd.concat([p.table for p in plans], ignore_index=True),

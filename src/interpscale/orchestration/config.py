@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import types
 import typing
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
@@ -33,8 +34,8 @@ from interpscale.executors import EXECUTORS
 from interpscale.orchestration.parallel import PARALLEL
 
 Number = (int, float)
-_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-         dict: "a table"}
+DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+        dict: "a table"}
 
 
 def setting(default: Any = None, *, help: str = "", desc: str = "", choices: Iterable[str] | None = None,
@@ -177,24 +178,28 @@ class Preset:
 # -- validation from the fields -----------------------------------------------------------------
 def _kind(cls, f: dataclasses.Field) -> type:
     hint = typing.get_type_hints(cls)[f.name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    base = typing.get_origin(args[0]) or args[0]
-    return base if base in _DESC else object
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: X
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    base = typing.get_origin(hint) or hint
+    base = list if base is tuple else base  # TOML has no tuples
+    return base if base in DESC else object
 
 
 def section_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
-    """key -> (accepted types, description) of a section class (its annotations, metadata desc)."""
+    """key -> (accepted types, description) of a dataclass's fields (a config section, RunSpec,
+    a model config): the type from the annotation, the description from the metadata's desc."""
     out = {}
     for f in fields(cls):
         kind = _kind(cls, f)
-        types = Number if kind is float else (list, dict) if kind is object else (kind,)
+        accepted = Number if kind is float else (list, dict) if kind is object else (kind,)
         desc = f.metadata.get("desc") or (f"one of {', '.join(f.metadata['choices'])}" if f.metadata.get("choices")
-                                          else _DESC.get(kind, "a value"))
-        out[f.name] = (types, desc)
+                                          else DESC.get(kind, "a value"))
+        out[f.name] = (accepted, desc)
     return out
 
 
-def _suggest(name: str, valid: Iterable[str]) -> str:
+def suggest(name: str, valid: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for the closest of ``valid`` to ``name`` ("" when none is close)."""
     close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -207,17 +212,17 @@ def check_values(cls, table: Mapping[str, Any], where: str) -> None:
         v, meta = table[f.name], f.metadata
         if meta.get("choices") and v not in meta["choices"]:
             raise ConfigError(f"{where} {f.name} = {v!r}: expected one of {', '.join(meta['choices'])}"
-                              f"{_suggest(v, meta['choices'])}")
+                              f"{suggest(v, meta['choices'])}")
         if meta.get("positive") and isinstance(v, Number) and not v > 0:
             raise ConfigError(f"{where} {f.name} = {v!r}: must be positive")
 
 
 # -- command-line flags from the fields ----------------------------------------------------------
-def add_flags(parser: argparse.ArgumentParser, cls, *, skip: Iterable[str] = ()) -> None:
+def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     """``--<field-name>`` for every ``flag=True`` field of ``cls`` (bools get ``--x/--no-x``);
     the default None keeps the preset's value (``flag_values``)."""
     for f in fields(cls):
-        if not f.metadata.get("flag") or f.name in skip:
+        if not f.metadata.get("flag"):
             continue
         kind, name = _kind(cls, f), "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"default": None, "help": f.metadata.get("help") or None, "dest": f.name}
@@ -234,7 +239,7 @@ def flag_values(args: argparse.Namespace, cls) -> dict[str, Any]:
 
 
 def with_settings(config, **settings: Any):
-    """``config`` with ``settings`` (its field names) replaced; an unknown name raises TypeError."""
+    """``config`` with ``settings`` (its field names) replaced, itself when there are none."""
     return replace(config, **settings) if settings else config
 
 
@@ -245,6 +250,6 @@ def split_settings(settings: Mapping[str, Any], *classes) -> list[dict[str, Any]
         i = next((i for i, c in enumerate(classes) if key in {f.name for f in fields(c)}), None)
         if i is None:
             valid = sorted(f.name for c in classes for f in fields(c))
-            raise TypeError(f"unknown setting {key!r}{_suggest(key, valid)} (settings: {', '.join(valid)})")
+            raise TypeError(f"unknown setting {key!r}{suggest(key, valid)} (settings: {', '.join(valid)})")
         out[i][key] = value
     return out

@@ -4,10 +4,8 @@ the closest valid spelling) and value type, and the facts sections must agree on
 
 from __future__ import annotations
 
-import difflib
 import os
-from dataclasses import MISSING, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from interpscale import paper
 from interpscale.data.corpus import CorpusConfig
@@ -18,12 +16,10 @@ from interpscale.models.config import ModelConfig
 from interpscale.models.plugins import load_plugins, where_looked
 from interpscale.models.registry import check_model_table
 from interpscale.models.zoo.common import ZooConfig
+from interpscale.orchestration.config import (DESC, LAUNCH_ALIASES, SECTION_CLASSES, FitConfig, LaunchConfig,
+                                             Number, PlanConfig, TrainConfig, check_values, section_types,
+                                             suggest)
 from interpscale.orchestration.spec import RunSpec
-
-from interpscale.orchestration.config import (LAUNCH_ALIASES, SECTION_CLASSES, FitConfig, LaunchConfig,
-                                             PlanConfig, TrainConfig, check_values, section_types)
-
-Number = (int, float)
 
 # [plan] and [launch]: key -> (accepted types, description for the message), from the sections' fields
 PLAN_KEYS = section_types(PlanConfig)
@@ -32,28 +28,19 @@ LAUNCH_KEYS = {**section_types(LaunchConfig),  # + the keys kept from before [tr
                   if k != "slurm_partition"},
                "slurm_partition": ((str,), "a SLURM partition name")}
 SECTIONS = ("plan", "size_presets", "model", "train", "data", "launch", "observe", "fit")
-# the recipe's (RunSpec's) positive keys; the sections' own say so in their fields
-POSITIVE = {"train": ("vocab_size", "eval_batches", "log_every", "lr")}
+# the recipe's (RunSpec's) positive [train] keys; the sections' own say so in their fields
+POSITIVE = ("vocab_size", "eval_batches", "log_every", "lr")
 # RunSpec fields the planner sets itself: not [train] options
 _PLANNED = {"family", "size", "slice_flops", "flops", "params", "tokens", "seq_len", "batch_tokens",
             "flops_per_token", "base_size", "model_overrides", "data", "plugins"}
-
-
-def _suggest(name: str, valid: Iterable[str]) -> str:
-    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _where(source: Any, section: str, key: str | None = None) -> str:
     return f"{source}: [{section}]" + (f" {key}" if key is not None else "")
 
 
-_DESC = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-         dict: "a table"}
-
-
 def _type_name(v: Any) -> str:
-    return "a boolean" if isinstance(v, bool) else _DESC.get(type(v), type(v).__name__)
+    return "a boolean" if isinstance(v, bool) else DESC.get(type(v), type(v).__name__)
 
 
 def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> None:
@@ -61,46 +48,24 @@ def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> N
         raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
 
 
-def _dataclass_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
-    """key -> (types, description) from a dataclass's defaults (int fields take ints, float
-    fields any number, tuples lists); a field defaulting to None (or required) by the name
-    in its annotation, else any value."""
-    out = {}
-    for f in fields(cls):
-        default = f.default if f.default is not MISSING else (
-            f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
-        kind = list if isinstance(default, tuple) else type(default)
-        if kind not in _DESC:
-            kind = next((t for t in (int, float, str) if t.__name__ in str(f.type)), object)
-        out[f.name] = (Number if kind is float else (kind,), _DESC.get(kind, "a value"))
-    return out
-
-
 def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
     """Valid ``[model]`` / ``[size_presets.*]`` keys: ModelConfig's fields (and the zoo's)."""
-    keys = {**_dataclass_types(ZooConfig), **_dataclass_types(ModelConfig)}
+    keys = {**section_types(ZooConfig), **section_types(ModelConfig)}
     return {k: v for k, v in keys.items() if k not in ("family", "size")}
 
 
-def train_keys() -> dict[str, tuple[tuple[type, ...], str]]:
-    """Valid ``[train]`` keys: the RunSpec training-recipe fields and the Trainer's settings
-    (``config.TrainConfig``)."""
-    return {**{k: v for k, v in _dataclass_types(RunSpec).items() if k not in _PLANNED},
-            **section_types(TrainConfig)}
-
-
 def recipe_keys() -> set[str]:
-    """The ``[train]`` keys that are RunSpec fields (part of the run id)."""
-    return {k for k in _dataclass_types(RunSpec) if k not in _PLANNED}
+    """The ``[train]`` keys that are RunSpec fields (part of the run id); the others are TrainConfig's."""
+    return set(section_types(RunSpec)) - _PLANNED
 
 
 def _check_data_source(data: Mapping[str, Any], kind: str, source: Any) -> None:
     """``[data]``: a known kind, its keys and types; ``path`` one path or a list of them."""
     if kind not in DATA_KINDS:
         raise ConfigError(f"{_where(source, 'data', 'kind')} = {kind!r}: expected one of {', '.join(DATA_KINDS)}"
-                          f"{_suggest(kind, DATA_KINDS)}")
+                          f"{suggest(kind, DATA_KINDS)}")
     if kind == "synthetic":
-        _check_keys(data, {"kind": ((str,), "a data kind"), **_dataclass_types(CorpusConfig)}, source, "data")
+        _check_keys(data, {"kind": ((str,), "a data kind"), **section_types(CorpusConfig)}, source, "data")
         return
     _check_keys(data, FILE_SOURCE_KEYS, source, "data")
     path = data.get("path")
@@ -119,7 +84,7 @@ def _check_keys(table: Mapping[str, Any], valid: Mapping[str, tuple[tuple[type, 
         raise ConfigError(f"{_where(source, section)} must be a table, got {_type_name(table)}")
     for key, value in table.items():
         if key not in valid:
-            raise ConfigError(f"{_where(source, section)}: unknown key {key!r}{_suggest(key, valid)} "
+            raise ConfigError(f"{_where(source, section)}: unknown key {key!r}{suggest(key, valid)} "
                               f"(valid keys: {', '.join(sorted(valid))})")
         _check_type(value, valid[key][0], valid[key][1], _where(source, section, key))
 
@@ -132,7 +97,7 @@ def _check_slices(plan: Mapping[str, Any], source: Any) -> None:
         where = _where(source, "plan", "slices") if fam is None else _where(source, "plan.slices", fam)
         if fam is not None and fam not in fams:
             raise ConfigError(f"{_where(source, 'plan.slices')}: {fam!r} is not one of the planned families "
-                              f"{list(fams)}{_suggest(fam, fams)}")
+                              f"{list(fams)}{suggest(fam, fams)}")
         _check_type(targets, (list,), "a list of compute targets (FLOPs)", where)
         for c in targets:
             _check_type(c, Number, "a positive number of FLOPs", where)
@@ -163,7 +128,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         raise ConfigError(f"{source}: expected a TOML table at the top level")
     for section in cfg:
         if section not in SECTIONS:
-            raise ConfigError(f"{source}: unknown section [{section}]{_suggest(section, SECTIONS)} "
+            raise ConfigError(f"{source}: unknown section [{section}]{suggest(section, SECTIONS)} "
                               f"(valid sections: {', '.join(f'[{s}]' for s in SECTIONS)})")
     plan = cfg.get("plan", {})
     _check_keys(plan, PLAN_KEYS, source, "plan")
@@ -177,7 +142,7 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     for fam in plan.get("families", []):
         if fam not in FAMILIES:
             raise ConfigError(f"{_where(source, 'plan', 'families')}: unknown family {fam!r}"
-                              f"{_suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))}). "
+                              f"{suggest(fam, FAMILIES)} (registered: {', '.join(sorted(FAMILIES))}). "
                               f"{where_looked(fam)}")
     if "tolerance" in plan and not 0 < plan["tolerance"] < 1:
         raise ConfigError(f"{_where(source, 'plan', 'tolerance')} = {plan['tolerance']!r}: must be in (0, 1)")
@@ -196,14 +161,14 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         _check_keys(p, {**mkeys, "base": ((str,), "a size preset name")}, source, section)
         if p.get("base") not in SIZES:
             raise ConfigError(f"{_where(source, section, 'base')} = {p.get('base')!r}: not a size preset"
-                              f"{_suggest(str(p.get('base')), SIZES)} (presets: {', '.join(SIZES)})")
+                              f"{suggest(str(p.get('base')), SIZES)} (presets: {', '.join(SIZES)})")
     for s in plan.get("sizes", []):
         if s not in SIZES and s not in presets:
             valid = list(SIZES) + list(presets)
-            raise ConfigError(f"{_where(source, 'plan', 'sizes')}: unknown size {s!r}{_suggest(s, valid)}")
+            raise ConfigError(f"{_where(source, 'plan', 'sizes')}: unknown size {s!r}{suggest(s, valid)}")
 
-    train = cfg.get("train", {})
-    _check_keys(train, train_keys(), source, "train")
+    recipe = {k: v for k, v in section_types(RunSpec).items() if k not in _PLANNED}
+    _check_keys(cfg.get("train", {}), {**recipe, **section_types(TrainConfig)}, source, "train")
 
     data = cfg.get("data", {})
     if not isinstance(data, Mapping):
@@ -216,16 +181,12 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
     for section in ("observe", "fit"):
         _check_keys(cfg.get(section, {}), section_types(SECTION_CLASSES[section]), source, section)
     for section, cls in SECTION_CLASSES.items():  # ranges and choices, from the sections' fields
-        table = cfg.get(section, {})
-        if section == "launch":
-            check_values(TrainConfig, {k: v for k, v in table.items() if LAUNCH_ALIASES.get(k) == "train"},
-                         _where(source, section))
-            check_values(FitConfig, table, _where(source, section))
-        check_values(cls, table, _where(source, section))
-    for section, keys in POSITIVE.items():
-        for key in keys:
-            if key in cfg.get(section, {}) and not cfg[section][key] > 0:
-                raise ConfigError(f"{_where(source, section, key)} = {cfg[section][key]!r}: must be positive")
+        for c in (cls, TrainConfig, FitConfig) if section == "launch" else (cls,):  # + [launch]'s older keys
+            check_values(c, cfg.get(section, {}), _where(source, section))
+    train = cfg.get("train", {})
+    for key in POSITIVE:
+        if key in train and not train[key] > 0:
+            raise ConfigError(f"{_where(source, 'train', key)} = {train[key]!r}: must be positive")
     _cross_checks(cfg, source)
     return cfg
 

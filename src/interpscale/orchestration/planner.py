@@ -20,7 +20,6 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from interpscale import paper
 from interpscale.data.corpus import read_concepts
 from interpscale.data.loaders import describe, read_meta, resolve_data_paths
 from interpscale.errors import FailedWork, UserError
@@ -341,7 +340,9 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
     refused unless ``force``; runs above ``MAX_EPOCHS`` of a prepared corpus are warned about.
     """
     tree = load_config(preset) if preset is not None else Preset()
-    recipe, settings = _split_train(train)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}  # the rest of ``train`` is the recipe
+    settings = {k: v for k, v in train.items() if k in names}
+    recipe = {k: v for k, v in train.items() if k not in names}
     tree = dataclasses.replace(tree, train=with_settings(tree.train, **settings))
     g = _grid(tree, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
               tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
@@ -371,12 +372,6 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
     _check_duration(rows, runs, force, tree.source)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=dataclasses.asdict(g.launch),
                 device=dev_info, estimate=estimate, config=tree)
-
-
-def _split_train(train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(recipe: RunSpec fields, settings: TrainConfig fields) of ``plan(**train)``."""
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    return ({k: v for k, v in train.items() if k not in names}, {k: v for k, v in train.items() if k in names})
 
 
 MAX_EPOCHS = 4  # above: repeated data costs loss (Muennighoff et al. 2023); `plan --unique-tokens` prices it
@@ -418,9 +413,7 @@ def _check_duration(rows: list[dict], runs: dict[int, RunSpec], force: bool, sou
     spec, r = max(long, key=lambda sr: sr[1]["est_runtime_s"])
     msg = (f"{source}: {len(long)} run(s) would train for more than a year at the estimated speed, e.g. "
            f"{spec.family} {spec.size} at slice C={spec.slice_flops:.3g}: {r['steps']:.3g} steps, "
-           f"{runtime.fmt_seconds(r['est_runtime_s'])}; check [plan] slices (a typo such as 8e99?) "
-           f"or pass --force")
+           f"{runtime.fmt_seconds(r['est_runtime_s'])}")
     if not force:
-        raise UserError(msg)
-    log.warning("%s (--force given: planned anyway)", msg.replace("; check [plan] slices (a typo such as 8e99?) "
-                                                                  "or pass --force", ""))
+        raise UserError(f"{msg}; check [plan] slices (a typo such as 8e99?) or pass --force")
+    log.warning("%s (--force given: planned anyway)", msg)
