@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interpscale.data.batches import RowSplit, local_chunks
+from interpscale.data.shards import RowSplit, local_chunks
 from interpscale.data.corpus import Document, corpus_config, generate_documents, read_concepts
 from interpscale.data.sources import iter_documents
 from interpscale.data.split import is_validation

@@ -18,7 +18,7 @@ class ToyConfig:
     size: str = "toy"
     n_concepts: int = 0
     block_size: int = 16
-    mask_token_id: int = MASK_ID
+    mask_id: int = MASK_ID
 
 
 class UnigramLM(nn.Module):

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from interpscale.metrics import concept_contribution, concept_independence, concept_top_tokens, interp_metrics
-from interpscale.metrics.alignment import alignment_inputs, known_concept_alignment
-from interpscale.metrics.interp import concept_loss_terms
+from interpscale.metrics.interp import alignment_inputs, concept_loss_terms, known_concept_alignment
 from interpscale.models.types import Batch
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from interpscale.metrics import loglikelihood, mmlu_soft_score, soft_score
-from interpscale.metrics.likelihood import encode_pair
-from interpscale.metrics.mmlu import LETTERS, load_mc_jsonl, mc_prompt
+from interpscale.metrics.likelihood import LETTERS, encode_pair, load_mc_jsonl, mc_prompt
 from interpscale.models.types import EOS_ID
 
 MMLU_MINI = Path(__file__).resolve().parents[2] / "src/interpscale/metrics/tasks/data/mmlu_mini.jsonl"
@@ -97,7 +96,7 @@ def test_mmlu_soft_score_for_diffusion_and_bad_rows(trained_cdlm, sounds_tok, tm
 def test_special_ids_come_from_the_model_config():
     """A corpus prepared with a pretrained tokenizer puts EOS/PAD/MASK anywhere in the
     vocabulary: the metrics read them from the model's config, not the built-in 0-3."""
-    from interpscale.metrics._common import mask_token_id, special_id, special_ids
+    from interpscale.metrics._common import special_id, special_ids
     from interpscale.metrics.checkpoint_judging import concept_top_tokens
     from interpscale.models import build_model
 
@@ -105,7 +104,7 @@ def test_special_ids_come_from_the_model_config():
     torch.manual_seed(0)
     model = build_model("ar+concept", "nano", vocab_size=64, max_seq_len=32, n_concepts=4, **ids).eval()
     assert special_ids(model) == frozenset(ids.values())
-    assert mask_token_id(model) == 63 and special_id(model, "eos_id") == 61
+    assert special_id(model, "mask_id") == 63 and special_id(model, "eos_id") == 61
     # An empty context is the model's EOS, so it equals an explicit [61] context.
     (empty,) = loglikelihood(model, [([], [5, 6])])
     (explicit,) = loglikelihood(model, [([61], [5, 6])])
@@ -113,7 +112,7 @@ def test_special_ids_come_from_the_model_config():
     (old,) = loglikelihood(model, [([EOS_ID], [5, 6])])
     assert old[0] != pytest.approx(empty[0], abs=1e-5)
     # Concept top tokens never list a special id, even when the head favours them.
-    from interpscale.metrics.alignment import concept_top_tokens as top_ids, known_concept_embeddings, lm_head_weight
+    from interpscale.metrics.interp import concept_top_tokens as top_ids, known_concept_embeddings, lm_head_weight
 
     with torch.no_grad():
         lm_head_weight(model)[60:] = 100.0 * known_concept_embeddings(model)  # special id 60+c tops concept c

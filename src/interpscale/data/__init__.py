@@ -7,8 +7,7 @@ from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, gener
                                      read_concepts, write_concepts)
 from interpscale.data.loaders import (DATA_KINDS, DataSummary, PreparedData, describe, open_data, prepare_data,
                                       resolve_data_paths)
-from interpscale.data.prepare import MODES, prepare
-from interpscale.data.request import make_request
+from interpscale.data.prepare import MODES, make_request, prepare
 from interpscale.data.shards import Split
 from interpscale.data.sources import iter_documents
 from interpscale.data.split import is_validation

@@ -12,9 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from interpscale.data.corpus import corpus_config, read_concepts
-from interpscale.data.finalize import corpus_sha
-from interpscale.data.prepare import prepare
-from interpscale.data.request import FORMAT, comparable, file_sha, make_request
+from interpscale.data.prepare import FORMAT, comparable, corpus_sha, file_sha, make_request, prepare
 from interpscale.data.shards import Split
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.errors import UserError

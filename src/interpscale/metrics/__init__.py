@@ -2,14 +2,12 @@
 adapter (``lm_eval_adapter``, imported lazily by :func:`run_lm_eval`: it pulls in lm_eval)."""
 
 from interpscale.metrics.bpb import bits_per_byte, scored_bytes
-from interpscale.metrics.alignment import alignment_inputs, concept_top_tokens, known_concept_alignment
-from interpscale.metrics.interp import concept_contribution, concept_independence, interp_metrics
-from interpscale.metrics.likelihood import encode_pair, loglikelihood
-from interpscale.metrics.loss import (DIFFUSION_ESTIMATORS, ESTIMATOR_REGISTRY, ESTIMATORS, LossEstimate,
+from interpscale.metrics.interp import (alignment_inputs, concept_contribution, concept_independence,
+                                        concept_top_tokens, interp_metrics, known_concept_alignment)
+from interpscale.metrics.likelihood import SoftScoreResult, encode_pair, loglikelihood, mmlu_soft_score, soft_score
+from interpscale.metrics.loss import (DIFFUSION_ESTIMATORS, ESTIMATOR_REGISTRY, ESTIMATORS, GRID_RATES, LossEstimate,
                                       estimate_loss, estimate_losses, get_estimator, passes_per_batch,
                                       per_mask_rate_losses, register_estimator)
-from interpscale.metrics.masking import GRID_RATES
-from interpscale.metrics.mmlu import SoftScoreResult, mmlu_soft_score, soft_score
 
 
 def run_lm_eval(checkpoint, tasks, *, out_dir, limit=None, **kwargs):

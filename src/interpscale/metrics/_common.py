@@ -35,20 +35,13 @@ def is_diffusion(model: nn.Module) -> bool:
 def special_id(model: nn.Module, name: str) -> int:
     """The model's ``pad_id`` / ``eos_id`` / ``eoc_id`` / ``mask_id`` from its config (a pretrained
     tokenizer puts them anywhere), else the built-in id."""
-    cfg = getattr(model, "config", None)
-    value = getattr(cfg, name, None)
-    if value is None and name == "mask_id":
-        value = getattr(cfg, "mask_token_id", None)  # the old name (docs/models.md: a read-only alias)
+    value = getattr(getattr(model, "config", None), name, None)
     return SPECIAL_IDS[name.removesuffix("_id")] if value is None else int(value)
 
 
 def special_ids(model: nn.Module) -> frozenset[int]:
     """All of the model's special token ids (never words a judge can read)."""
     return frozenset(special_id(model, n) for n in ("pad_id", "eos_id", "eoc_id", "mask_id"))
-
-
-def mask_token_id(model: nn.Module) -> int:
-    return special_id(model, "mask_id")
 
 
 def block_size(model: nn.Module, default: int = 64) -> int:

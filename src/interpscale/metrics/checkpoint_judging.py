@@ -18,7 +18,7 @@ from interpscale.judges import (AlignmentResult, ConceptCard, SteeringResult, bu
                                 run_steering_benchmark, score_alignment, score_relevance)
 from interpscale.judges.steering import DEFAULT_PROMPTS
 from interpscale.metrics._common import block_size, generate_text, is_diffusion, model_device, special_ids
-from interpscale.metrics.alignment import concept_top_tokens as _top_ids
+from interpscale.metrics.interp import concept_top_tokens as _top_ids
 from interpscale.models import load_checkpoint
 from interpscale.models.steering import Steering
 
@@ -60,7 +60,7 @@ class ZooGenerator:
 
 def concept_top_tokens(model: Any, tokenizer: Any, k: int = 20, concepts: Optional[Sequence[int]] = None) -> list[list[str]]:
     """T_k(c) = TopK(W K_c) for each known concept (§7), decoded, special tokens excluded
-    (they are not words a judge can read); ids come from metrics.alignment."""
+    (they are not words a judge can read); ids come from metrics.interp."""
     special = special_ids(model)
     ids = _top_ids(model, k + len(special), concepts)
     return [[tokenizer.decode([i], skip_special_tokens=True) or tokenizer.id_to_token(i) or str(i)

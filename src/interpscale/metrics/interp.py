@@ -1,22 +1,24 @@
 """Interpretability metrics of Steerling §7 (Table 5) on held-out annotated chunks: concept
 loss (Eq. 9-10, OR-aggregated BCE, mean over chunks of the sum over concepts), concept
 independence (Eq. 13-14, per batch of B token representations, mean over batches) and concept
-contribution (Eq. 22, mean over predictions, the prediction being the arg-max token y).
+contribution (Eq. 22, mean over predictions, the prediction being the arg-max token y), and
+the inputs of known concept alignment: each concept's top-K tokens T_k(c) = TopK(W K_c) under
+the LM head, handed to the alignment judge of ``interpscale.judges``.
 Diffusion models are read off one forward pass of the input masked at ``mask_rate`` (0.5,
 Eq. 36's setting), predictions at the masked positions; AR models see clean input.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from interpscale.metrics import masking
-from interpscale.metrics._common import (checked_batches, eval_mode, family_name, is_diffusion, mask_token_id,
-                                         model_device, seeded_generator, valid_mask)
+from interpscale.metrics._common import (checked_batches, eval_mode, family_name, is_diffusion, model_device,
+                                         seeded_generator, special_id, valid_mask)
+from interpscale.metrics.loss import draw_mask
 from interpscale.models.types import Batch, ModelOutput
 
 LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
@@ -62,9 +64,7 @@ def concept_independence(k_hat: torch.Tensor, u_hat: torch.Tensor) -> float:
 def concept_contribution(known: torch.Tensor, unknown: torch.Tensor, residual: torch.Tensor,
                          w_y: torch.Tensor) -> torch.Tensor:
     """Eq. 22 per prediction: (|k^T W_y| + |u^T W_y|) / (that + |eps^T W_y|); inputs [N, d]."""
-    a = (known * w_y).sum(-1).abs()
-    b = (unknown * w_y).sum(-1).abs()
-    c = (residual * w_y).sum(-1).abs()
+    a, b, c = ((x * w_y).sum(-1).abs() for x in (known, unknown, residual))
     den = a + b + c
     return torch.where(den > 0, (a + b) / den.clamp_min(torch.finfo(den.dtype).tiny), torch.ones_like(den))
 
@@ -94,7 +94,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
         raise ValueError(f"mask_rate must lie in [0, 1), got {mask_rate}")
     if mask_rate > 0 and not diffusion:
         raise ValueError(f"mask_rate={mask_rate} only applies to diffusion models; {family_name(model)!r} is autoregressive")
-    mask_id = mask_token_id(model)
+    mask_id = special_id(model, "mask_id")
     data = checked_batches(batches, mask_id=mask_id)
     for i, b in enumerate(data):
         if b.chunk_ids is None or b.chunk_labels is None:
@@ -108,7 +108,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
             x, valid = batch.tokens, valid_mask(batch)
             pred = valid
             if diffusion and mask_rate > 0:
-                pred, _ = masking.draw_mask(mask_rate, valid, gen)
+                pred, _ = draw_mask(mask_rate, valid, gen)
                 x = x.masked_fill(pred, mask_id)
             out: ModelOutput = model(x)
             if any(v is None for v in (out.known, out.unknown, out.residual, out.known_act)):
@@ -126,3 +126,43 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
     independence = sum(indep) / len(indep) if indep else float("nan")
     return {"concept_loss": cl_sum / n_chunks, "concept_independence": independence,
             "concept_contribution": contrib_sum / max(n_pred, 1)}
+
+
+def known_concept_embeddings(model: nn.Module) -> torch.Tensor:
+    """K [n, d]: the known-concept embedding matrix of a concept family."""
+    concept = getattr(model, "concept", None)
+    K = getattr(concept, "known_emb", None) if concept is not None else getattr(model, "known_emb", None)
+    if not isinstance(K, torch.Tensor):
+        raise ValueError(f"{family_name(model)!r} has no known-concept embeddings (not a concept family)")
+    return K
+
+
+def concept_top_tokens(model: nn.Module, k: int = 10, concepts: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Ids [n_sel, k] of the k vocabulary tokens with the largest W K_c, best first."""
+    K = known_concept_embeddings(model)
+    if concepts is not None:
+        K = K[torch.as_tensor(list(concepts), dtype=torch.long, device=K.device)]
+    W = lm_head_weight(model)
+    if not 1 <= k <= W.shape[0]:
+        raise ValueError(f"k must be in [1, {W.shape[0]}], got {k}")
+    with torch.no_grad():
+        return (K @ W.T).topk(k, dim=-1).indices.cpu()  # [n, V] -> top-k ids
+
+
+def alignment_inputs(model: nn.Module, decode, *, k: int = 10) -> list[list[str]]:
+    """Top-k tokens of every known concept, decoded by ``decode`` (id -> text, or a tokenizer)."""
+    dec = (lambda i: decode.decode([int(i)])) if hasattr(decode, "decode") else decode
+    return [[dec(i) for i in row] for row in concept_top_tokens(model, k).tolist()]
+
+
+def known_concept_alignment(model: nn.Module, cards: Sequence[Any], decode, *, judge: Any = None, k: int = 10,
+                            n_sample: Optional[int] = None, seed: int = 0):
+    """The judges' ``AlignmentResult``: ratings (1-5, App. E) of the top-k tokens of a seeded subset
+    of ``n_sample`` concepts against their cards (``cards[i]`` describes known concept i)."""
+    from interpscale.judges import ConceptCard, score_alignment
+
+    n = known_concept_embeddings(model).shape[0]
+    if len(cards) != n:
+        raise ValueError(f"{len(cards)} concept cards for a model with {n} known concepts")
+    cards = [c if isinstance(c, ConceptCard) else ConceptCard.from_dict(c) for c in cards]
+    return score_alignment(cards, alignment_inputs(model, decode, k=k), judge=judge, n_sample=n_sample, seed=seed)

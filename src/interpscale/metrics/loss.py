@@ -21,12 +21,49 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from interpscale._registry import Registry
-from interpscale.metrics import masking
-from interpscale.metrics._common import (block_size, checked_batches, eval_mode, logits_of, mask_token_id,
-                                         model_device, require_family, seeded_generator, valid_mask)
+from interpscale.metrics._common import (block_size, checked_batches, eval_mode, logits_of, model_device,
+                                         require_family, seeded_generator, special_id, valid_mask)
 from interpscale.models.types import Batch
 
 FIXED_RATE_TAU = 0.5  # Eq. 36
+GRID_RATES: tuple[float, ...] = tuple(k / 10 for k in range(1, 10))  # Eq. 37, t_k = k/10
+T_RANGE: tuple[float, float] = (1e-3, 1.0 - 1e-3)  # Eq. 39, t ~ U(1e-3, 1 - 1e-3)
+
+
+# A valid position is [MASK] when its uniform draw U_i falls below its noise level (Eq. 35).
+# Antithetic pairs reuse the draws as (t, U) -> (lo + hi - t, 1 - U), which masks exactly the
+# complement of the first pass when the two levels sum to one (each token scored once per pair).
+def stratified_uniform(n: int, lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
+    """``n`` draws on (lo, hi), one in each of ``n`` equal strata, in random order."""
+    perm = torch.randperm(n, generator=gen, device=gen.device).to(torch.float64)
+    jitter = torch.rand(n, generator=gen, device=gen.device, dtype=torch.float64)
+    return lo + (hi - lo) * (perm + jitter) / n
+
+
+def noise_levels(n_rows: int, n: int, lo: float, hi: float, gen: torch.Generator, *,
+                 stratified: bool) -> torch.Tensor:
+    """[n_rows, n] levels on (lo, hi); ``stratified`` spreads each row's over one stratum per level."""
+    if stratified:
+        return torch.stack([stratified_uniform(n, lo, hi, gen) for _ in range(n_rows)])
+    return lo + (hi - lo) * torch.rand((n_rows, n), generator=gen, device=gen.device, dtype=torch.float64)
+
+
+def draw_mask(rate: torch.Tensor | float, valid: torch.Tensor, gen: torch.Generator, *,
+              uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask valid positions with probability ``rate`` (scalar, [B, 1] or [B, T]); returns
+    ``(mask, uniforms)`` (pass ``1 - uniforms`` back in for the antithetic twin).  At least one
+    valid position is always masked, a uniform random one, so ``1/|M|`` is defined and the
+    masked mean stays unbiased for a context-free model."""
+    if uniforms is None:
+        uniforms = torch.rand(valid.shape, generator=gen, device=valid.device)
+    if isinstance(rate, torch.Tensor):
+        rate = rate.to(device=valid.device, dtype=uniforms.dtype)
+    mask = (uniforms < rate) & valid
+    if not bool(mask.any()):
+        flat = valid.reshape(-1).nonzero().squeeze(1)
+        pick = flat[torch.randint(len(flat), (1,), generator=gen, device=gen.device).to(flat.device)]
+        mask = mask.reshape(-1).index_fill(0, pick, True).reshape(valid.shape)
+    return mask, uniforms
 
 
 @dataclass(frozen=True)
@@ -128,7 +165,7 @@ def get_estimator(name: str) -> EstimatorSpec:
     return ESTIMATOR_REGISTRY.lookup(name)
 
 
-def passes_per_batch(estimator: str, *, rates: Sequence[float] = masking.GRID_RATES) -> int:
+def passes_per_batch(estimator: str, *, rates: Sequence[float] = GRID_RATES) -> int:
     """Forward passes one batch costs under ``estimator`` for one MC pass."""
     return int(get_estimator(estimator).forward_passes(rates))
 
@@ -150,7 +187,7 @@ def masked_loss(ctx: EstimationContext, batch: Batch, rate, gen: torch.Generator
         if twin:
             uniforms = 1.0 - uniforms
         r = ctx.lo + ctx.hi - rate if twin and reflect else rate
-        mask, uniforms = masking.draw_mask(r, valid, gen, uniforms=uniforms)
+        mask, uniforms = draw_mask(r, valid, gen, uniforms=uniforms)
         logits = logits_of(ctx.model(batch.tokens.masked_fill(mask, ctx.mask_id)))
         vals.append(float(F.cross_entropy(logits[mask].float(), batch.tokens[mask], reduction="mean")))
     return sum(vals) / len(vals)
@@ -184,9 +221,7 @@ def _fixed_grid(ctx: EstimationContext, batch: Batch, i: int, group: int, weight
 def _mdlm_plan(ctx: EstimationContext) -> None:
     """Eq. 39: one t per (batch, pass-group), drawn up front (stratified over all units if asked)."""
     g_cpu = seeded_generator(torch.device("cpu"), ctx.seed, "mdlm_elbo/t")
-    n_units = ctx.n_batches * ctx.groups
-    flat = (masking.stratified_uniform(n_units, ctx.lo, ctx.hi, g_cpu) if ctx.stratified
-            else masking.uniform_levels((n_units,), ctx.lo, ctx.hi, g_cpu))
+    flat = noise_levels(1, ctx.n_batches * ctx.groups, ctx.lo, ctx.hi, g_cpu, stratified=ctx.stratified)
     ctx.plans["mdlm_elbo"] = flat.reshape(ctx.n_batches, ctx.groups)
 
 
@@ -196,9 +231,10 @@ def _mdlm_elbo(ctx: EstimationContext, batch: Batch, i: int, group: int, weight:
 
 
 def _per_block(ctx: EstimationContext, batch: Batch, i: int, group: int, weight: float) -> float:
-    tokens, g = batch.tokens, ctx.gens["per_block"]  # Eq. 40: one t_b per block of each row
-    rate = masking.block_levels(*tokens.shape, ctx.block, ctx.lo, ctx.hi, g, stratified=ctx.stratified)
-    return masked_loss(ctx, batch, rate, g, reflect=True)
+    (B, T), g = batch.tokens.shape, ctx.gens["per_block"]
+    # Eq. 40: one t_b per block of each row (a trailing partial block gets its own)
+    t_b = noise_levels(B, -(-T // ctx.block), ctx.lo, ctx.hi, g, stratified=ctx.stratified)
+    return masked_loss(ctx, batch, t_b.repeat_interleave(ctx.block, dim=1)[:, :T], g, reflect=True)
 
 
 register_estimator("ar_ce", _ar_ce, diffusion=False, exact=True, scored=_ar_scored, equation="Eq. 1")
@@ -267,8 +303,8 @@ def _estimates(ctx: EstimationContext, units: dict[str, _Units], n_tokens: int, 
 def estimate_losses(model: nn.Module, batches: Iterable[Batch],
                     estimators: Sequence[str] = DIFFUSION_ESTIMATORS, *, n_passes: int = 1, seed: int = 0,
                     antithetic: bool = False, stratified: bool = False, tau: float = FIXED_RATE_TAU,
-                    rates: Sequence[float] = masking.GRID_RATES, per_rate: bool = False,
-                    block: Optional[int] = None, t_range: tuple[float, float] = masking.T_RANGE,
+                    rates: Sequence[float] = GRID_RATES, per_rate: bool = False,
+                    block: Optional[int] = None, t_range: tuple[float, float] = T_RANGE,
                     progress: bool = False) -> dict[str, LossEstimate]:
     """Several registered estimators in one sweep over ``batches``.
 
@@ -284,7 +320,7 @@ def estimate_losses(model: nn.Module, batches: Iterable[Batch],
         want.append("fixed_grid")
     for e in want:
         require_family(model, diffusion=get_estimator(e).diffusion, what=e)
-    mask_id = mask_token_id(model)
+    mask_id = special_id(model, "mask_id")
     data = checked_batches(batches, mask_id=mask_id)
     b = block or block_size(model)
     short = min(bt.tokens.shape[1] for bt in data)
@@ -316,7 +352,7 @@ def estimate_loss(model: nn.Module, batches: Iterable[Batch], estimator: str = "
 
 
 def per_mask_rate_losses(model: nn.Module, batches: Iterable[Batch],
-                         rates: Sequence[float] = masking.GRID_RATES, *, n_passes: int = 1, seed: int = 0,
+                         rates: Sequence[float] = GRID_RATES, *, n_passes: int = 1, seed: int = 0,
                          antithetic: bool = False, progress: bool = False) -> dict[float, LossEstimate]:
     """Masked cross-entropy at each fixed rate t (Table 28), keyed by t."""
     res = estimate_losses(model, batches, (), per_rate=True, rates=rates, n_passes=n_passes, seed=seed,

@@ -27,7 +27,7 @@ def load_local(data_files: dict | None = None, **_ignored):
 
 def mc_soft_score(doc: dict, results: list) -> dict:
     """Accuracy and App. J soft score of one question from the harness's per-choice results."""
-    from interpscale.metrics.mmlu import soft_score
+    from interpscale.metrics.likelihood import soft_score
 
     lls = [float(r[0]) for r in results]
     gold = int(doc["answer"])
