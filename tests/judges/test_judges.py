@@ -153,7 +153,7 @@ def test_autointerp_explain_simulate_pearson(serve):
 
 
 def test_autointerp_sampling_keeps_explanation_and_scoring_sets_apart():
-    from interpscale.judges.autointerp import plan_feature
+    from interpscale.judges.scorers import plan_feature
     import random
 
     acts = np.arange(40 * 4, dtype=float).reshape(40, 4)

@@ -455,7 +455,7 @@ def test_the_test_server_is_loopback_only_and_stops_by_itself():
 
 
 def test_an_unexpected_error_in_one_item_stays_with_that_item(serve, monkeypatch):
-    import interpscale.judges.classify as client_mod  # the one reply classifier
+    import interpscale.judges.client as client_mod  # the one reply classifier
 
     real = client_mod.expected_score
 

@@ -28,12 +28,13 @@ negatives (recall on the held-out labeled positives, P(ŷ = 1) over all held-out
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -112,40 +113,29 @@ def pu_thresholds(z: np.ndarray, y: np.ndarray, min_pos: int) -> np.ndarray:
         pos = z[y[:, k] > 0, k]
         if len(pos) < min_pos:
             continue
-        best = -1.0
-        for t in np.unique(pos):
-            rec = float((pos >= t).mean())
-            rate = float((z[:, k] >= t).mean())
-            crit = rec * rec / max(rate, 1e-12)
-            if crit > best:
-                best, th[k] = crit, t
+        cand = np.unique(pos)[:, None]
+        rec, rate = (pos >= cand).mean(1), (z[:, k] >= cand).mean(1)
+        th[k] = cand[np.argmax(rec * rec / np.maximum(rate, 1e-12)), 0]  # the first best, as a scan would
     return th
 
 
-class HashedFeatures:
-    """Offline features: the hashed n-gram columns ``cols`` seen in training."""
+@dataclass
+class Features:
+    """The annotator's features: the hashed n-gram columns ``cols`` seen in training, or
+    with an ``embedder`` the endpoint's ``/embeddings`` (cached; a chunk it could not embed
+    gets no concepts and is counted)."""
 
-    kind = "hashed"
+    cols: np.ndarray
+    embedder: Optional[Callable[[Sequence[str]], np.ndarray]] = None
 
-    def __init__(self, cols: np.ndarray):
-        self.cols = cols
-
-    def transform(self, texts: Sequence[str]):
-        """(rows [n, d] sparse, which rows are usable [n])."""
-        return featurizer().transform(texts)[:, self.cols].tocsr(), np.ones(len(texts), bool)
-
-
-class EmbeddingFeatures:
-    """Features from the endpoint's ``/embeddings`` (cached); a chunk it could not embed
-    gets no concepts and is counted."""
-
-    kind = "embedding"
-
-    def __init__(self, embedder: Callable[[Sequence[str]], np.ndarray]):
-        self.embedder = embedder
-        self.cols = np.zeros(0, np.int64)
+    @property
+    def kind(self) -> str:
+        return "hashed" if self.embedder is None else "embedding"
 
     def transform(self, texts: Sequence[str]):
+        """(rows [n, d], which rows are usable [n])."""
+        if self.embedder is None:
+            return featurizer().transform(texts)[:, self.cols].tocsr(), np.ones(len(texts), bool)
         x = np.asarray(self.embedder(list(texts)), dtype=np.float64)
         ok = ~np.isnan(x).any(1)
         return np.where(ok[:, None], x, 0.0), ok
@@ -155,7 +145,7 @@ class EmbeddingFeatures:
 class Annotator:
     """A trained annotator: one linear score per concept over its features."""
 
-    features: Any  # HashedFeatures | EmbeddingFeatures
+    features: Features
     w: np.ndarray  # [d, K]
     b: np.ndarray  # [K]
     thresholds: np.ndarray  # [K]
@@ -192,13 +182,12 @@ class Annotator:
         meta = read_json(folder / "meta.json", "annotate")
         with np.load(folder / "model.npz", allow_pickle=False) as z:
             cols, w, b, th = z["cols"], z["w"].astype(np.float64), z["b"], z["thresholds"]
+        embedder = None
         if meta.get("features", "hashed") == "embedding":
             from interpscale.concepts.llm import endpoint_embedder
 
-            feats: Any = EmbeddingFeatures(endpoint_embedder(meta["endpoint"], folder.parent / CACHE_NAME))
-        else:
-            feats = HashedFeatures(cols)
-        return cls(feats, w, b, th, meta["labels"], meta["max_concepts"], meta["min_concepts"])
+            embedder = endpoint_embedder(meta["endpoint"], folder.parent / CACHE_NAME)
+        return cls(Features(cols, embedder), w, b, th, meta["labels"], meta["max_concepts"], meta["min_concepts"])
 
 
 def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOptions(), *,
@@ -216,10 +205,10 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
     for i, cs in enumerate(positives):
         y[i, cs] = 1.0
     held = np.random.default_rng([opts.seed, 3]).random(len(texts)) < opts.heldout
-    if embedder is not None:
-        feats: Any = EmbeddingFeatures(embedder)
-    else:  # the columns of the training chunks' n-grams
-        feats = HashedFeatures(np.unique(featurizer().transform([t for t, h in zip(texts, held) if not h]).indices))
+    if embedder is None:  # the columns of the training chunks' n-grams
+        feats = Features(np.unique(featurizer().transform([t for t, h in zip(texts, held) if not h]).indices))
+    else:
+        feats = Features(np.zeros(0, np.int64), embedder)
     x, ok = feats.transform(texts)
     train, test = ~held & ok, held & ok  # chunks without features sit out
     prior = np.clip(y[train].mean(0) / opts.label_frequency, 1e-4, 0.5)
@@ -237,8 +226,6 @@ def train_annotator(out: str | os.PathLike, opts: AnnotatorOptions = AnnotatorOp
 
 def _stamp(annotator_dir: str, src: str) -> dict:
     """What a labelled file was made from: the annotator's files and the chunk file."""
-    import hashlib
-
     h = hashlib.sha256()
     for name in ("model.npz", "meta.json"):
         h.update((Path(annotator_dir) / name).read_bytes())
@@ -263,31 +250,28 @@ def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
     """One chunk file → its labelled file, streamed in batches (constant memory); one task.
     A marker in DIR/annotator/done/ records what it was made from, so a rerun skips it."""
     ann = Annotator.load(annotator_dir)
-    n_docs = n_chunks = n_labels = failed = 0
+    stats = {"file": os.path.basename(dest), "docs": 0, "chunks": 0, "labels": 0, "without_features": 0}
     with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        batch: list[tuple[int, list[str]]] = []
+        batch: list[list[str]] = []
 
         def flush() -> None:
-            nonlocal n_labels, failed
-            texts = [t for _, ts in batch for t in ts]
-            preds = iter(ann.predict(texts)) if texts else iter(())
-            for _, ts in batch:
+            texts = [t for ts in batch for t in ts]
+            preds = iter(ann.predict(texts) if texts else ())
+            for ts in batch:
                 got = [next(preds) for _ in ts]
-                failed += sum(p is None for p in got)
+                stats["without_features"] += sum(p is None for p in got)
+                stats["labels"] += sum(len(p or []) for p in got)
                 chunks = [{"text": t, "concepts": p or []} for t, p in zip(ts, got)]
-                n_labels += sum(len(c["concepts"]) for c in chunks)
                 fh.write(json.dumps({"chunks": chunks}, ensure_ascii=False) + "\n")
             batch.clear()
 
-        for d, texts in iter_doc_chunks(Path(src)):
-            batch.append((d, texts))
-            n_docs += 1
-            n_chunks += len(texts)
-            if sum(len(ts) for _, ts in batch) >= APPLY_BATCH:
+        for _, texts in iter_doc_chunks(Path(src)):
+            batch.append(texts)
+            stats["docs"] += 1
+            stats["chunks"] += len(texts)
+            if sum(map(len, batch)) >= APPLY_BATCH:
                 flush()
         flush()
-    stats = {"file": os.path.basename(dest), "docs": n_docs, "chunks": n_chunks, "labels": n_labels,
-             "without_features": failed}
     write_json(_done_path(annotator_dir, dest), {"stamp": _stamp(annotator_dir, src), "stats": stats})
     return stats
 

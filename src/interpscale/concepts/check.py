@@ -24,20 +24,21 @@ def iter_labels(path: str | os.PathLike) -> Iterator[list[str]]:
             yield list(labs)
 
 
+def _membership(labels: Sequence[Sequence[str]], n: int) -> tuple[list[str], np.ndarray]:
+    """The sorted concept names and their [name, chunk] 0/1 membership over the first ``n`` chunks."""
+    names = sorted({c for ls in labels for c in ls})
+    index = {c: i for i, c in enumerate(names)}
+    m = np.zeros((len(names), n), np.int64)
+    for j, ls in zip(range(n), labels):
+        m[[index[c] for c in ls], j] = 1
+    return names, m
+
+
 def best_match_f1(truth: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict:
     """For each true concept the best F1 of chunk membership over the recovered concepts
     (``per_concept``: ``{"f1", "match", "support"}``) and their mean (``mean_best_f1``)."""
-    t_names = sorted({c for ls in truth for c in ls})
-    p_names = sorted({c for ls in pred for c in ls})
-    n = len(truth)
-    tm = np.zeros((len(t_names), n), bool)
-    pm = np.zeros((len(p_names), n), bool)
-    ti = {c: i for i, c in enumerate(t_names)}
-    pi = {c: i for i, c in enumerate(p_names)}
-    for j, (ts, ps) in enumerate(zip(truth, pred)):
-        tm[[ti[c] for c in ts], j] = True
-        pm[[pi[c] for c in ps], j] = True
-    inter = tm.astype(np.int64) @ pm.T.astype(np.int64)  # [true, pred]
+    (t_names, tm), (p_names, pm) = _membership(truth, len(truth)), _membership(pred, len(truth))
+    inter = tm @ pm.T  # [true, pred]
     f1 = 2 * inter / np.maximum(tm.sum(1)[:, None] + pm.sum(1)[None, :], 1)
     per = {}
     for i, c in enumerate(t_names):

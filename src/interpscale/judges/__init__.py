@@ -10,16 +10,15 @@ but its bottom modules, and never torch.
 The modules and their split: docs/architecture.md. A failed item is None with its status, never a zero.
 """
 
-from interpscale.judges.autointerp import AutoInterpResult, pearson, score_autointerp
 from interpscale.judges.build import build_judge, default_cache_path
 from interpscale.judges.client import JudgeClient, JudgeTask, UsageStats
 from interpscale.judges.retry import JudgeConfigError
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
-from interpscale.judges.scorers import AlignmentResult, RelevanceResult, ScoreSummary, score_alignment, score_relevance
-from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, judge_continuations, run_steering_benchmark,
-                                        score_steering_continuations)
-from interpscale.judges.steering_tables import (ConditionScores, SteeringResult, SteeringSample, aggregate,
-                                                harmonic, select_strengths, table17)
+from interpscale.judges.scorers import (AlignmentResult, AutoInterpResult, RelevanceResult, ScoreSummary, pearson,
+                                       score_alignment, score_autointerp, score_relevance)
+from interpscale.judges.steering import (CONDITIONS, DEFAULT_PROMPTS, ConditionScores, SteeringResult, SteeringSample,
+                                        aggregate, harmonic, judge_continuations, run_steering_benchmark,
+                                        score_steering_continuations, select_strengths, table17)
 from interpscale.judges.templates import (DEFAULT_TEMPLATES, JUDGE_KINDS, JudgeKind, PromptTemplate, TemplateSet, load_templates,
                                          register_judge_kind)
 from interpscale.judges.types import (FAILED_STATUSES, PARSE_STATUSES, ConceptCard, Judge, JudgeRecord,

@@ -2,9 +2,10 @@
 
 Every task ends as one ``JudgeRecord``, whatever happens to the others (only a settings error,
 ``judges.transport``, stops the run): a malformed reply body is an uncached ``api_error``;
-an unparseable answer gets one re-ask showing the judge its own (truncated) reply, then is
-a cached ``parse_error``. Finished calls are committed to the sqlite cache as they arrive
-(a killed run resumes); the API key is never stored, logged or cached.
+one classifier (``classify``) reads live and Batch API answers alike; an unparseable live
+answer gets one re-ask showing the judge its own (truncated) reply, then is a cached
+``parse_error``. Finished calls are committed to the sqlite cache as they arrive (a killed
+run resumes); the API key is never stored, logged or cached.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges import env
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
-from interpscale.judges.classify import SCORE_OUTPUTS, classify
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL
+from interpscale.judges.parsing import PARSERS, expected_score
 from interpscale.judges.replies import Answer, MalformedReply, cap
 from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, CallFailed,
                                       JudgeConfigError, describe)
@@ -30,6 +31,25 @@ from interpscale.judges.types import JudgeRecord
 
 log = logging.getLogger(__name__)
 
+SCORE_OUTPUTS = ("alignment", "rating")  # outputs whose logprobs give an expected score
+
+
+def classify(tpl: PromptTemplate, text: str, refusal: Optional[str], logprobs: Any, kwargs: Mapping[str, Any],
+             *, reasked: bool = False) -> JudgeRecord:
+    """The record of an answer (``reasked``: it answers the re-ask); its raw text is the
+    answer, else the refusal, capped."""
+    raw = cap(text or refusal or "")
+    if refusal:
+        return JudgeRecord(None, raw, "refused")
+    try:
+        parsed = PARSERS[tpl.output](text, tpl.lo, tpl.hi, **kwargs)
+    except (ValueError, TypeError, OverflowError, RecursionError, KeyError) as exc:  # it should not raise
+        log.warning("judge parser %s raised %s: counted as a parse failure", tpl.output, type(exc).__name__)
+        parsed = None
+    if parsed is None:
+        return JudgeRecord(None, raw, "parse_error")
+    exp = expected_score(logprobs, parsed.span, tpl.lo, tpl.hi) if tpl.output in SCORE_OUTPUTS else None
+    return JudgeRecord(parsed.value, raw, "reasked" if reasked else "ok", expected=exp)
 
 
 @dataclass(frozen=True)

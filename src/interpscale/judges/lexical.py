@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from interpscale.judges.client import JudgeTask, UsageStats
 from interpscale.judges.templates import JUDGE_KINDS, TemplateSet
@@ -52,31 +52,36 @@ def _hits(text: str, vocab: frozenset[str]) -> tuple[int, int]:
     return len(set(found)), len(found)
 
 
-def alignment_score(card: ConceptCard, tokens: Sequence[str]) -> int:
+# The offline score of one task's ``data`` for each judge kind (templates.JUDGE_KINDS names them).
+def alignment_task(d: Mapping[str, Any]) -> int:
     """1–5 from the fraction of top tokens that are concept words (App. E scale)."""
-    vocab = concept_vocabulary(card)
-    toks = [t for t in map(normalize_token, tokens) if t]
+    vocab = concept_vocabulary(d["card"])
+    toks = [t for t in map(normalize_token, d["tokens"]) if t]
     if not toks:
         return 1
     frac = sum(_matches(t, vocab) for t in toks) / len(toks)
     return 5 if frac >= 0.6 else 4 if frac >= 0.4 else 3 if frac >= 0.2 else 2 if frac > 0 else 1
 
 
-def presence_score(card: ConceptCard, text: str) -> int:
+def steer_concept_task(d: Mapping[str, Any]) -> int:
     """0–2 concept presence (App. M scale): several concept words → 2, one → 1."""
-    distinct, total = _hits(text, concept_vocabulary(card))
+    distinct, total = _hits(d["continuation"], concept_vocabulary(d["card"]))
     return 2 if distinct >= 2 or total >= 3 else 1 if total >= 1 else 0
 
 
-def relevance_score(card: ConceptCard, text: str) -> int:
-    """1–5 relevance (App. C scale) from the number of distinct concept words."""
-    distinct, total = _hits(text, concept_vocabulary(card))
-    return 1 if total == 0 else 2 if distinct == 1 and total == 1 else 3 if distinct <= 2 else 4 if distinct <= 4 else 5
+def relevance_task(d: Mapping[str, Any]) -> dict[str, int]:
+    """1–5 relevance (App. C scale) of each card from the number of distinct concept words."""
+    out = {}
+    for k, card in zip(d["letters"], d["cards"]):
+        distinct, total = _hits(d["chunk"], concept_vocabulary(card))
+        out[k] = (1 if total == 0 else 2 if distinct == 1 and total == 1 else 3 if distinct <= 2
+                  else 4 if distinct <= 4 else 5)
+    return out
 
 
-def quality_score(text: str) -> int:
+def quality_task(d: Mapping[str, Any]) -> int:
     """0–2 fluency proxy: enough words, mostly alphabetic, little repetition."""
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(d["continuation"].lower())
     if len(words) < 3:
         return 0
     bigrams = list(zip(words, words[1:]))
@@ -88,17 +93,18 @@ def quality_score(text: str) -> int:
     return 2 if distinct >= 0.85 and alpha >= 0.8 else 1
 
 
-def instruction_score(prompt: str, text: str) -> int:
+def instruction_task(d: Mapping[str, Any]) -> int:
     """0–2 overlap between the instruction's content words and the continuation."""
-    vocab = frozenset(_stem(w) for w in _WORD.findall(prompt) if w.lower() not in _STOP and len(w) > 2)
-    distinct, _ = _hits(text, vocab) if vocab else (0, 0)
+    vocab = frozenset(_stem(w) for w in _WORD.findall(d["prompt"]) if w.lower() not in _STOP and len(w) > 2)
+    distinct, _ = _hits(d["continuation"], vocab) if vocab else (0, 0)
     return 2 if distinct >= 2 else 1 if distinct == 1 else 0
 
 
-def explain_tokens(records: Iterable[tuple[Sequence[str], Sequence[float]]], k: int = 5) -> str:
-    """The ``k`` distinct tokens carrying the most activation, as an explanation phrase."""
+def explain_task(d: Mapping[str, Any], k: int = 5) -> str:
+    """The ``k`` distinct tokens carrying the most activation in ``d["records"]`` (``(tokens,
+    activations)`` pairs), as an explanation phrase."""
     mass: Counter[str] = Counter()
-    for toks, acts in records:
+    for toks, acts in d["records"]:
         for t, a in zip(toks, acts):
             w = normalize_token(t)
             if w and a > 0:
@@ -106,40 +112,12 @@ def explain_tokens(records: Iterable[tuple[Sequence[str], Sequence[float]]], k: 
     return "tokens: " + ", ".join(w for w, _ in mass.most_common(k))
 
 
-def simulate_tokens(explanation: str, tokens: Sequence[str]) -> list[float]:
-    """10 on tokens named by the explanation, 0 elsewhere."""
+def simulate_task(d: Mapping[str, Any]) -> list[float]:
+    """10 on the tokens the explanation names, 0 elsewhere."""
+    explanation = d["explanation"]
     body = explanation.split(":", 1)[1] if explanation.lower().startswith("tokens:") else explanation
     vocab = frozenset(_stem(w) for w in _WORD.findall(body) if w.lower() not in _STOP)
-    return [10.0 if (w := normalize_token(t)) and _stem(w) in vocab else 0.0 for t in tokens]
-
-
-# The offline score of one task's ``data`` for each judge kind (templates.JUDGE_KINDS names them).
-def alignment_task(d: Mapping[str, Any]) -> int:
-    return alignment_score(d["card"], d["tokens"])
-
-
-def steer_concept_task(d: Mapping[str, Any]) -> int:
-    return presence_score(d["card"], d["continuation"])
-
-
-def quality_task(d: Mapping[str, Any]) -> int:
-    return quality_score(d["continuation"])
-
-
-def instruction_task(d: Mapping[str, Any]) -> int:
-    return instruction_score(d["prompt"], d["continuation"])
-
-
-def relevance_task(d: Mapping[str, Any]) -> dict[str, int]:
-    return {k: relevance_score(c, d["chunk"]) for k, c in zip(d["letters"], d["cards"])}
-
-
-def explain_task(d: Mapping[str, Any]) -> str:
-    return explain_tokens(d["records"])
-
-
-def simulate_task(d: Mapping[str, Any]) -> list[float]:
-    return simulate_tokens(d["explanation"], d["tokens"])
+    return [10.0 if (w := normalize_token(t)) and _stem(w) in vocab else 0.0 for t in d["tokens"]]
 
 
 class LexicalJudge:

@@ -275,13 +275,13 @@ def register_judge_kind(kind: JudgeKind, *, overwrite: bool = False) -> JudgeKin
 _LEX, _SCORED = "interpscale.judges.lexical", "interpscale.judges.scorers"
 for _tpl, _offline, _result in (
         (ALIGNMENT, "alignment_task", f"{_SCORED}:AlignmentResult"),
-        (STEER_CONCEPT, "steer_concept_task", "interpscale.judges.steering_tables:SteeringResult"),
-        (STEER_QUALITY, "quality_task", "interpscale.judges.steering_tables:SteeringResult"),
-        (STEER_QUALITY_WITH_PREFIX, "quality_task", "interpscale.judges.steering_tables:SteeringResult"),
-        (STEER_INSTRUCTION, "instruction_task", "interpscale.judges.steering_tables:SteeringResult"),
+        (STEER_CONCEPT, "steer_concept_task", "interpscale.judges.steering:SteeringResult"),
+        (STEER_QUALITY, "quality_task", "interpscale.judges.steering:SteeringResult"),
+        (STEER_QUALITY_WITH_PREFIX, "quality_task", "interpscale.judges.steering:SteeringResult"),
+        (STEER_INSTRUCTION, "instruction_task", "interpscale.judges.steering:SteeringResult"),
         (RELEVANCE, "relevance_task", f"{_SCORED}:RelevanceResult"),
-        (EXPLAIN, "explain_task", "interpscale.judges.autointerp:AutoInterpResult"),
-        (SIMULATE, "simulate_task", "interpscale.judges.autointerp:AutoInterpResult")):
+        (EXPLAIN, "explain_task", "interpscale.judges.scorers:AutoInterpResult"),
+        (SIMULATE, "simulate_task", "interpscale.judges.scorers:AutoInterpResult")):
     register_judge_kind(JudgeKind(_tpl, f"{_LEX}:{_offline}", _result))
 
 DEFAULT_TEMPLATES: Mapping[str, PromptTemplate] = {name: kind.template for name, kind in JUDGE_KINDS.items()}
