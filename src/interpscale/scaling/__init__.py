@@ -24,33 +24,22 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 """
 
 from ._base import FitStatus, ScalingFitWarning, fit_status, keep_repeats, quiet
-from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
-from .families import ApproachComparison, compare_approaches
 from .backtest import Backtest, backtest, nearest_budget
+from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
 from .bounded import METRICS, BoundedFit, fit_bounded
-from .joint import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
-from .families import Extrapolation, extrapolate
-from .families import FamilyFit, FamilyFits, fit_families
-from .isoflop import IsoFlopFit, fit_isoflop
-from .isoflop import PowerLawFit, fit_power_law
-from .forecast import (
-    METHODS as FORECAST_METHODS,
-    FamilyForecast,
-    FitOptions,
-    ForecastMethod,
-    ForecastOptions,
-    calibrate,
-    forecast_family,
-    register_method,
-)
-from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
-from .laws import (DataConstrainedFit, data_constrained_law, data_constrained_objective, epoch_costs,
-                               fit_data_constrained)
 from .external import RunTable, read_runs
-from .trend import TrendFit, fit_trend
-from .laws import LadderFit, checkpoint_points, fit_ladder
-from .laws import DownstreamErrorFit, OvertrainingFit, fit_downstream_error, fit_overtraining
+from .families import (ApproachComparison, Extrapolation, FamilyFit, FamilyFits, compare_approaches,
+                       extrapolate, fit_families)
+from .forecast import (METHODS as FORECAST_METHODS, FamilyForecast, FitOptions, ForecastMethod,
+                       ForecastOptions, calibrate, forecast_family, register_method)
+from .isoflop import IsoFlopFit, PowerLawFit, fit_isoflop, fit_power_law
+from .joint import ChinchillaFit, coarse_grid, epoch_grid, fit_chinchilla
+from .laws import (DataConstrainedFit, DownstreamErrorFit, LadderFit, OvertrainingFit, checkpoint_points,
+                   data_constrained_law, data_constrained_objective, epoch_costs, fit_data_constrained,
+                   fit_downstream_error, fit_ladder, fit_overtraining)
+from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
 from .tables import fit_rows
+from .trend import TrendFit, fit_trend
 
 __all__ = [
     "FitStatus", "fit_status", "FitOptions", "N_BOOT", "fit_rows",

@@ -63,16 +63,13 @@ class Backtest:
         """One row per (family, method, quantity, scheme): n forecasts scored, mean and max
         absolute relative error (%), mean signed error (bias, %), PI coverage and mean width (%)."""
         t = self.table[np.isfinite(self.table["error"].astype(float))]
-        rows = []
-        for key, g in t.groupby(["family", "method", "quantity", "scheme"], sort=False):
-            rel = g["rel_error"].astype(float)
-            width = ((g["hi"] - g["lo"]) / g["observed"].abs()).astype(float)
-            rows.append(dict(zip(("family", "method", "quantity", "scheme"), key), n=len(g),
-                             mape=100 * float(rel.abs().mean()), max_ape=100 * float(rel.abs().max()),
-                             bias=100 * float(rel.mean()), coverage=float(g["covered"].astype(float).mean()),
-                             pi_width=100 * float(width.mean())))
-        cols = ["family", "method", "quantity", "scheme", "n", "mape", "max_ape", "bias", "coverage", "pi_width"]
-        return pd.DataFrame(rows, columns=cols)
+        rel = t["rel_error"].astype(float)
+        t = t.assign(rel=rel, ape=rel.abs(), covered=t["covered"].astype(float),
+                     width=((t["hi"] - t["lo"]) / t["observed"].abs()).astype(float))
+        e = t.groupby(["family", "method", "quantity", "scheme"], sort=False).agg(
+            n=("ape", "size"), mape=("ape", "mean"), max_ape=("ape", "max"), bias=("rel", "mean"),
+            coverage=("covered", "mean"), pi_width=("width", "mean")).reset_index()
+        return e.assign(**{c: 100 * e[c] for c in ("mape", "max_ape", "bias", "pi_width")})
 
     def coverage(self) -> float:
         """Share of all scored forecasts whose prediction interval covered the observation."""
@@ -155,16 +152,13 @@ def _folds(budgets: np.ndarray, schemes: Sequence[str], min_train: int):
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
 
 
-def _check(results, methods, min_train, need, what="backtest") -> None:
+def _check(results, methods, min_train, what="backtest") -> None:
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{what}: results must be a pandas DataFrame")
     known = [*FORECAST_METHODS, BOUNDED]
     bad = [m for m in methods if m not in known]
     if bad:
         raise ValueError(f"{what}: unknown method(s) {bad}; choose from {known}")
-    missing = [c for c in need if c not in results.columns]
-    if missing:
-        raise ValueError(f"{what}: results table lacks column(s) {missing}; have {list(results.columns)}")
     if min_train < 2:
         raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
 
@@ -178,7 +172,7 @@ def _bounded_rows(train, test, metrics, o: ForecastOptions) -> list[dict]:
             continue
         try:
             with quiet():
-                fit = fit_bounded(tr["flops"], tr[m], name=m, n_boot=o.n_boot, level=o.level, seed=o.seed)
+                fit = fit_bounded(tr["flops"], tr[m], name=m, **o.boot())
         except ValueError as exc:
             out.append(dict(quantity=m, status=f"fit failed: {exc}"))
             continue
@@ -208,12 +202,11 @@ def _family_rows(sub, fam, methods, schemes, min_train, o, metrics, target_compu
     return rows, at
 
 
-def _shifts(sub, fam, methods, o, budgets, at, target_compute, warnings) -> list[dict]:
-    """How far leaving one budget out moves each method's forecast at the target compute."""
-    full = fold_forecasts(sub, [m for m in methods if m != BOUNDED], o, [(budgets, [])], kind="slices",
-                          at=target_compute)
+def _shifts(sub, fam, names, o, budgets, at, target_compute, warnings) -> list[dict]:
+    """How far leaving one budget out moves each forecast method's at the target compute."""
+    full = fold_forecasts(sub, names, o, [(budgets, [])], kind="slices", at=target_compute)
     out = []
-    for method in [m for m in methods if m != BOUNDED]:
+    for method in names:
         f = full[(full["method"] == method) & (full["quantity"] == "target")]
         loo = [(b, v) for b, m, v in at if m == method and np.isfinite(v)]
         if f.empty or not loo:
@@ -259,13 +252,14 @@ def backtest(
     is recorded with its reason in ``status``, never dropped."""
     level = check_level(level)
     methods = [*FORECAST_METHODS, BOUNDED] if methods is None else list(methods)
-    _check(results, methods, min_train, [budget, "params", loss] + (["tokens"] if "joint" in methods else []))
+    _check(results, methods, min_train)
     warnings: list[str] = []
     if "family" not in results.columns:
         results = results.assign(family="all")
     with quiet():  # the row choice is the fits' own, logged once there; here it goes into ``warnings``
         df = fit_rows(results, family=family, estimator=estimator, annealed=annealed, groups=groups,
-                      caller="backtest", warnings=warnings)
+                      caller="backtest", warnings=warnings,
+                      need=[budget, "params", loss] + (["tokens"] if "joint" in methods else []))
     fams = [family] if isinstance(family, str) else list(family or sorted(df["family"].dropna().unique(), key=str))
     rows, shifts = [], []
     for fam in fams:
@@ -285,7 +279,8 @@ def backtest(
         fam_rows, at = _family_rows(sub, fam, methods, schemes, min_train, o, ms, target_compute)
         rows += fam_rows
         if target_compute is not None and "loo" in schemes:
-            shifts += _shifts(sub, fam, methods, o, budgets, at, target_compute, warnings)
+            shifts += _shifts(sub, fam, [m for m in methods if m != BOUNDED], o, budgets, at, target_compute,
+                              warnings)
         log.info("backtest %s: %d forecasts", fam, len(fam_rows))
     table = pd.DataFrame(rows, columns=COLUMNS)
     sh = pd.DataFrame(shifts, columns=["family", "method", "forecast", "max_shift", "worst_budget"]) \

@@ -482,26 +482,6 @@ class _Options(FitOptions):
     target_compute: float | None = None
     method: str | None = None
 
-    def boot(self, groups) -> dict:
-        """Bootstrap keywords of one fit: a cluster bootstrap over ``groups`` when given."""
-        kw = dict(n_boot=self.n_boot, level=self.level, seed=self.seed)
-        return kw if groups is None else dict(kw, bootstrap="cluster", groups=groups)
-
-
-def _check(results, families, groups, loss, annealed, estimator, warnings,
-           predicted: bool = False) -> tuple[pd.DataFrame, list]:
-    """The rows to fit (``tables.fit_rows``) and the families to fit."""
-    if not isinstance(results, pd.DataFrame):
-        raise ValueError("fit_families: results must be a pandas DataFrame")
-    need = ["family", "slice_flops", "params", "tokens", loss]
-    missing = [c for c in need if c not in results.columns]
-    if missing:
-        raise ValueError(f"fit_families: results table lacks column(s) {missing}; have {list(results.columns)}")
-    df = fit_rows(results, family=families, estimator=estimator, annealed=annealed, groups=groups,
-                  caller="fit_families", warnings=warnings, predicted=predicted)
-    fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
-    return df, fams
-
 
 def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: list[str]):
     """(IsoFlopFit, ChinchillaFit, metric -> BoundedFit of Eq. 29 against ``flops``, skipped) of one
@@ -526,8 +506,8 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
     for metric in METRICS:
         if metric in sub.columns and sub[metric].notna().sum() > 0:
             ms = sub.dropna(subset=[metric, ccol])
-            bounded[metric] = attempt(metric, f"{metric} fit", lambda: fit_bounded(
-                ms[ccol], ms[metric], name=metric, n_boot=o.n_boot, level=o.level, seed=o.seed))
+            bounded[metric] = attempt(metric, f"{metric} fit",
+                                      lambda: fit_bounded(ms[ccol], ms[metric], name=metric, **o.boot()))
     return iso, ch, {m: b for m, b in bounded.items() if b is not None}, skipped
 
 
@@ -606,7 +586,10 @@ def fit_families(
         raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
                          "give target_compute (CLI: --method needs --target-compute)")
     warnings: list[str] = []
-    df, fams = _check(results, families, groups, loss, annealed, estimator, warnings, predicted)
+    df = fit_rows(results, family=families, estimator=estimator, annealed=annealed, groups=groups,
+                  caller="fit_families", warnings=warnings, predicted=predicted,
+                  need=["family", "slice_flops", "params", "tokens", loss])
+    fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
                  method=method)

@@ -24,7 +24,7 @@ from .bootstrap import N_BOOT
 from .bounded import fit_bounded
 from .isoflop import fit_isoflop, slice_minimum
 from .joint import fit_chinchilla
-from .reach import rescale
+from .reach import conformal_quantile, rescale
 from .tables import SLICE_TOLERANCE, flops_per_token_per_param, row_groups, slice_rows
 
 # ---- options and methods by name ----
@@ -54,6 +54,11 @@ class FitOptions:
     def __post_init__(self):
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
+
+    def boot(self, groups=None) -> dict:
+        """Bootstrap keywords of one fit: a cluster bootstrap over ``groups`` when given."""
+        kw = dict(n_boot=self.n_boot, level=self.level, seed=self.seed)
+        return kw if groups is None else dict(kw, bootstrap="cluster", groups=groups)
 
 
 ForecastOptions = FitOptions  # the name the forecast API has used
@@ -85,9 +90,6 @@ class MethodRegistry(Registry):
     """The forecast methods by name: a ``_registry.Registry`` that, like the dict it replaces,
     can also be edited in place (``del``, ``clear``, ``update``: tests and plugins restore it)."""
 
-    def __setitem__(self, name: str, method) -> None:
-        self.register(name, method, overwrite=True)
-
     def __delitem__(self, name: str) -> None:
         self.pop(name)
 
@@ -97,7 +99,7 @@ class MethodRegistry(Registry):
 
     def update(self, other) -> None:
         for name, method in dict(other).items():
-            self[name] = method
+            self.register(name, method, overwrite=True)
 
 
 METHODS: MethodRegistry = MethodRegistry("forecast method")
@@ -116,10 +118,8 @@ def get_method(name: str) -> ForecastMethod:
 
 def _fit_joint(rows: pd.DataFrame, o: ForecastOptions):
     r = rows.dropna(subset=["params", "tokens", o.loss])
-    groups = row_groups(r)  # cluster labels attached to the table (tables.attach_groups): whole runs resampled
-    kw = {} if groups is None else dict(bootstrap="cluster", groups=groups)
-    return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, n_boot=o.n_boot, level=o.level,
-                          seed=o.seed, **kw)
+    # cluster labels attached to the table (tables.attach_groups): whole runs resampled
+    return fit_chinchilla(r["params"], r["tokens"], r[o.loss], grid=o.grid, **o.boot(row_groups(r)))
 
 
 def _predict_joint(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
@@ -164,7 +164,7 @@ def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
     iso = _slice_fit(rows, o, 0)
     used = iso.slices[iso.slices["used"]]
     return fit_bounded(used["compute"], used["L_star"], direction="lower", bound=0.0, name="L_star",
-                       n_boot=o.n_boot, level=o.level, seed=o.seed)
+                       **o.boot())
 
 
 def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
@@ -188,15 +188,6 @@ register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on 
 # ---- calibrated prediction intervals ----
 
 SPREAD_LEVEL = 0.6827  # the bootstrap interval whose log half-width is the spread s (one sd for normal draws)
-
-
-def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
-    """The ceil((n + 1) level)-th smallest of the n ``scores`` (Lei et al. 2018, Sec. 2.2); with
-    fewer than level / (1 - level) scores that rank exceeds n and the largest is returned (its
-    guarantee is only n / (n + 1))."""
-    s = np.sort(np.asarray(scores, float))
-    k = math.ceil((s.size + 1) * check_level(level) - 1e-9)
-    return float(s[min(k, s.size) - 1])
 
 
 def spread(method: ForecastMethod, fit, compute: float, o: ForecastOptions, params=None, tokens=None) -> float:

@@ -1,16 +1,18 @@
 """The published laws on the one engine (docs/laws.md states each law, its authors' recipe and
 our robust one): data-constrained (Muennighoff et al. 2023, Eq. 5: repeated data), over-training
 with the chained downstream error (Gadre et al. 2024, Eqs. 4-5), the two-step model ladder
-(Bhagia et al. 2024, Eqs. 2-3); ``fit law`` on a run table (``LAWS``: one registry entry per
-law, by its CLI name); and the laws as forecast methods (``register_law_methods``, opt-in).
+(Bhagia et al. 2024, Eqs. 2-3). ``LAWS``: one registry entry per law, by its CLI name, the
+source of ``fit law`` on a run table and of the law's forecast method (``register_law_methods``, opt-in).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Callable, Literal
 
 import numpy as np
 import pandas as pd
@@ -25,7 +27,7 @@ from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STAT
     distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
 from .external import RunTable, read_runs
 from .forecast import ForecastMethod, ForecastOptions, register_method
-from .joint import optimal_allocation
+from .joint import fit_chinchilla, optimal_allocation
 
 # ---- data-constrained law (Muennighoff et al. 2023) ----
 
@@ -257,11 +259,6 @@ def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | 
 def read_data_constrained(path) -> DataConstrainedFit:
     """The law saved by ``interpscale fit law data-constrained --out`` (or any JSON holding a
     ``DataConstrainedFit.to_dict()``, bare or under ``"fit"``), without its bootstrap draws."""
-    import json
-    from pathlib import Path
-
-    from interpscale.errors import UserError
-
     p = Path(path)
     try:
         d = json.loads(p.read_text())
@@ -556,28 +553,23 @@ class LadderFit:
         return "\n".join(f.summary() for f in (self.step1, self.step2) if f is not None)
 
 
-def _step1_authors(N, D, L, delta, w):
-    """The authors' step 1: L-BFGS-B from AUTHORS_START, all parameters >= 0."""
-    law, X, T = TaskLossLaw(), (N, D), np.log(L)
-    ww = np.ones_like(L) if w is None else w
-
-    def obj(p):
-        y, J = law.model(p[None, :], X)
-        rho, d = huber(np.log(y[0]) - T, delta)
-        return float((ww * rho).sum()), (ww * d / y[0]) @ J[0]
-
-    r = minimize(obj, np.array(AUTHORS_START), jac=True, method="L-BFGS-B", bounds=[(0, None)] * 5, tol=0.0,
-                 options={"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000})
-    # with ftol = 0 L-BFGS-B ends when its line search can no longer lower f at machine precision
-    # (ABNORMAL_TERMINATION_IN_LNSRCH): that is the authors' stopping point, not a failure
-    return r.x, float(r.fun), bool(r.success) or "ABNORMAL" in str(r.message), str(r.message)
-
-
 def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
     law, X, T = TaskLossLaw(), (N, D), np.log(L)
     warnings: list[str] = []
-    if recipe == "authors":
-        theta, obj, ok, st = _step1_authors(N, D, L, delta, w)
+    if recipe == "authors":  # the authors' step 1: L-BFGS-B from AUTHORS_START, all parameters >= 0
+        ww = np.ones_like(L) if w is None else w
+
+        def huber_log(p):
+            y, J = law.model(p[None, :], X)
+            rho, d = huber(np.log(y[0]) - T, delta)
+            return float((ww * rho).sum()), (ww * d / y[0]) @ J[0]
+
+        r = minimize(huber_log, np.array(AUTHORS_START), jac=True, method="L-BFGS-B", bounds=[(0, None)] * 5,
+                     tol=0.0, options={"ftol": 0.0, "gtol": 1e-10, "maxiter": 1_000_000})
+        # with ftol = 0 L-BFGS-B ends when its line search can no longer lower f at machine precision
+        # (ABNORMAL_TERMINATION_IN_LNSRCH): that is the authors' stopping point, not a failure
+        theta, obj, st = r.x, float(r.fun), str(r.message)
+        ok = bool(r.success) or "ABNORMAL" in st
     else:
         theta, obj, ok, code, *_ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
         st = STATUS[code]
@@ -659,7 +651,7 @@ def fit_ladder(
     return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))
 
 
-# ---- fit law on a run table ----
+# ---- the laws by CLI name: ``fit law`` on a run table and the laws as forecast methods ----
 
 @dataclass(frozen=True)
 class LawTableFit:
@@ -690,10 +682,6 @@ class LawTableFit:
         return "\n".join([head] + [f.summary() for f in (self.fit, self.extra) if f is not None])
 
 
-def _boot(n_boot, level, seed) -> dict:
-    return {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
-
-
 def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, unique_tokens: str | None = None,
                   loss: str | None = None, metric: str | None = None, run: str | None = None, step: str | None = None,
                   tokens_per_step=None, last: int = 1, recipe: Literal["authors", "robust"] = "authors",
@@ -709,8 +697,9 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
     mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
                    step=step, tokens_per_step=tokens_per_step)
     table: RunTable = read_runs(paths, last=last, **mapping)
-    fit, extra = LAWS.lookup(law)(table, paths, mapping, boot=_boot(n_boot, level, seed), recipe=recipe,
-                                  task_min=task_min, last=last, metric=metric)
+    boot = {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
+    fit, extra = LAWS[law].table(table, paths, mapping, boot=boot, recipe=recipe, task_min=task_min,
+                                 last=last, metric=metric)
     return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra)
 
 
@@ -720,23 +709,17 @@ def _pdl(table: RunTable):
 
 def chinchilla_table(table, paths, mapping, *, boot, **_):
     """Eq. 27 on the runs."""
-    from .joint import fit_chinchilla
-
     return fit_chinchilla(*_pdl(table), **boot), None
 
 
 def data_constrained_table(table, paths, mapping, *, boot, recipe, **_):
     """Muennighoff et al. Eq. 5 on the runs (needs unique tokens)."""
-    from .laws import fit_data_constrained
-
     P, D, L = _pdl(table)
     return fit_data_constrained(P, D, table.column("unique_tokens"), L, recipe=recipe, **boot), None
 
 
 def overtraining_table(table, paths, mapping, *, boot, recipe, metric, **_):
     """Gadre et al. on the runs, with the error law Err(L) when a metric is mapped."""
-    from .laws import fit_downstream_error, fit_overtraining
-
     P, D, L = _pdl(table)
     extra = fit_downstream_error(L, table.column("metric"), **boot) if metric is not None else None
     return fit_overtraining(P, D, L, recipe=recipe, **boot), extra
@@ -744,8 +727,6 @@ def overtraining_table(table, paths, mapping, *, boot, recipe, metric, **_):
 
 def ladder_table(table, paths, mapping, *, boot, recipe, task_min, last, metric, **_):
     """Bhagia et al. step 1 on the runs; step 2 on every logged checkpoint when a metric is mapped."""
-    from .laws import checkpoint_points, fit_ladder
-
     ck = {}
     if metric is not None:
         if mapping["step"] is None and mapping["run"] is None:
@@ -756,64 +737,64 @@ def ladder_table(table, paths, mapping, *, boot, recipe, task_min, last, metric,
     return fit_ladder(*_pdl(table), recipe=recipe, task_min=task_min, **ck, **boot), None
 
 
-# the laws of ``fit law`` by CLI name: each entry fits its law on a run table -> (fit, chained fit or None)
-LAWS: Registry = Registry("law")
-for _name, _fn in (("chinchilla", "chinchilla_table"), ("data-constrained", "data_constrained_table"),
-                   ("overtraining", "overtraining_table"), ("ladder", "ladder_table")):
-    LAWS.register(_name, f"{__name__}:{_fn}", lazy=True)
+@dataclass(frozen=True)
+class PublishedLaw:
+    """A law's one registry entry, by its CLI name: ``table(run table, paths, mapping, *, boot,
+    recipe, task_min, last, metric)`` fits it for ``fit law`` -> (fit, chained fit or None). A law
+    with an ``equation`` is also the forecast method of that name (``method()``, opt-in:
+    ``register_law_methods``): ``fit(params, tokens, loss[, unique tokens], n_boot=, level=, seed=)``
+    on a family's rows, predicted at (params, tokens) or at the compute-optimal allocation of C by
+    its ``coef`` (A, B, alpha, beta); ``unique``: the rows need ``unique_tokens``, predicted at
+    min(D, the largest fitted U)."""
 
+    name: str
+    table: Callable
+    equation: str = ""
+    fit: Callable | None = None
+    coef: tuple = ("A", "B", "alpha", "beta")
+    unique: bool = False
 
-# ---- the laws as forecast methods ----
+    def _fit_rows(self, rows: pd.DataFrame, o: ForecastOptions):
+        need = ["params", "tokens", o.loss] + (["unique_tokens"] if self.unique else [])
+        missing = [c for c in need if c not in rows.columns]
+        if missing:
+            raise ValueError(f"the table has no column {missing[0]!r}")
+        r = rows.dropna(subset=need)
+        return self.fit(*(r[c] for c in need), **o.boot())
 
-def _rows(rows: pd.DataFrame, o: ForecastOptions, *extra: str) -> pd.DataFrame:
-    missing = [c for c in ("params", "tokens", o.loss, *extra) if c not in rows.columns]
-    if missing:
-        raise ValueError(f"the table has no column {missing[0]!r}")
-    return rows.dropna(subset=["params", "tokens", o.loss, *extra])
-
-
-def _predictor(coef=("A", "B", "alpha", "beta"), unique: bool = False):
-    """predict(fit, compute, o, params, tokens): at (params, tokens), or the law's compute-optimal
-    allocation of ``compute`` (``coef`` names its A, B, alpha, beta); ``unique``: min(D, max U)."""
-    def predict(fit, compute, o, params=None, tokens=None):
+    def _predict(self, fit, compute, o: ForecastOptions, params=None, tokens=None):
         if params is None or tokens is None:
-            A, B, alpha, beta = (fit.params[c] for c in coef)  # Eq. 27's allocation (Hoffmann et al. App. D.2)
+            # Eq. 27's allocation (Hoffmann et al. App. D.2)
+            A, B, alpha, beta = (fit.params[c] for c in self.coef)
             params, tokens = optimal_allocation(np.array([np.log(A), np.log(B), 0.0, alpha, beta]), compute, o.k)
-        extra = (np.minimum(tokens, fit.max_unique_tokens),) if unique else ()
+        extra = (np.minimum(tokens, fit.max_unique_tokens),) if self.unique else ()
         lo, hi = fit.predict_interval(params, tokens, *extra, level=o.level, seed=o.seed)
         return float(fit.predict(params, tokens, *extra)), float(lo), float(hi)
-    return predict
+
+    def method(self) -> ForecastMethod:
+        return ForecastMethod(self.name, self.equation, self._fit_rows, self._predict)
 
 
-def _fit_overtraining(rows, o):
-    r = _rows(rows, o)
-    return fit_overtraining(r["params"], r["tokens"], r[o.loss], recipe="robust", n_boot=o.n_boot, level=o.level,
-                            seed=o.seed)
-
-
-def _fit_ladder(rows, o):
-    r = _rows(rows, o)
-    return fit_ladder(r["params"], r["tokens"], r[o.loss], n_boot=o.n_boot, level=o.level, seed=o.seed).step1
-
-
-def _fit_data_constrained(rows, o):
-    r = _rows(rows, o, "unique_tokens")
-    return fit_data_constrained(r["params"], r["tokens"], r["unique_tokens"], r[o.loss], free="all", recipe="robust",
-                                n_boot=o.n_boot, level=o.level, seed=o.seed)
-
-
-LAW_METHODS = (
-    ForecastMethod("overtraining", "Gadre et al. 2024: L = E + a/N^eta + B/D^eta", _fit_overtraining,
-                   _predictor(("a", "B", "eta", "eta"))),
-    ForecastMethod("ladder", "Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E (authors' start, bounds >= 0)",
-                   _fit_ladder, _predictor()),
-    ForecastMethod("data-constrained", "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
-                   _fit_data_constrained, _predictor(unique=True)),
-)
+LAWS: Registry = Registry("law")
+for _law in (
+    PublishedLaw("chinchilla", chinchilla_table),
+    PublishedLaw("data-constrained", data_constrained_table,
+                 "Muennighoff et al. 2023 Eq. 5: repeated data (needs unique_tokens)",
+                 lambda P, D, L, U, **b: fit_data_constrained(P, D, U, L, free="all", recipe="robust", **b),
+                 unique=True),
+    PublishedLaw("overtraining", overtraining_table, "Gadre et al. 2024: L = E + a/N^eta + B/D^eta",
+                 lambda P, D, L, **b: fit_overtraining(P, D, L, recipe="robust", **b),
+                 coef=("a", "B", "eta", "eta")),
+    PublishedLaw("ladder", ladder_table,
+                 "Bhagia et al. 2024 step 1: L = A/N^alpha + B/D^beta + E (authors' start, bounds >= 0)",
+                 lambda P, D, L, **b: fit_ladder(P, D, L, **b).step1),
+):
+    LAWS.register(_law.name, _law)
 
 
 def register_law_methods() -> None:
-    """Add (or re-add) the three laws to ``forecast.METHODS`` (opt-in: each registered method
-    adds its refits to the backtest of every default forecast)."""
-    for m in LAW_METHODS:
-        register_method(m, replace_existing=True)
+    """Add (or re-add) the laws with an equation to ``forecast.METHODS`` (opt-in: each registered
+    method adds its refits to the backtest of every default forecast)."""
+    for law in LAWS.values():
+        if law.equation:
+            register_method(law.method(), replace_existing=True)

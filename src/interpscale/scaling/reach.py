@@ -1,29 +1,21 @@
 """Intervals far beyond the sweep: how forecast log errors grow with the extrapolation distance,
-and the widening it implies beyond the largest ratio a backtest can test (docs/reach.md; issue 36).
-
-The calibrated interval (``scaling.forecast``) has log half-width m = q a_T, q a conformal
-quantile of the backtest's scores t_i = |u_i| / a_i. Inside the tested ratios that is what the
-backtest measured; beyond the largest tested ratio r_max it assumes the scores stay the same size.
-The *error-growth relation* says how they grow instead, with d(r) = ln(max(r, 2)):
+and the widening it implies beyond the largest ratio a backtest can test (docs/reach.md states the
+relation, its data and the measurements; issue 36). With d(r) = ln(max(r, 2)):
 
     ln |u| = a_g + gamma ln d + e        (the log errors; a_g one intercept per forecast series g)
     ln s   = b_g + sigma ln d + e'       (the fits' bootstrap log spreads at the same forecasts)
 
-fitted with one common slope and an intercept per series (a study's metric or corpus), on the
-backtest forecasts and held-out targets of the public studies of tests/data (``--errors`` of
-benchmarks/forecast_coverage.py: tests/data/scaling_public/reach_errors.csv), and leave one study
-out (``leave_one_study_out``). The scores
-then grow as d^delta: delta = gamma - sigma for the studentized rule (t = |u| / s), gamma - 1 for
-the distance rule (t = |u| / d). For a target beyond the largest tested ratio r_max the scores are
-put on one footing before the conformal quantile is taken: every scale is multiplied by d^delta,
+one common slope per relation, fitted on the public studies' backtest forecasts
+(tests/data/scaling_public/reach_errors.csv). The scores grow as d^delta: delta = gamma - sigma for
+the studentized rule (t = |u| / s), gamma - 1 for the distance rule (t = |u| / d). For a target
+beyond the largest tested ratio r_max every scale is multiplied by d^delta before the conformal
+quantile is taken,
 
     a_i -> a_i d(r_i)^delta,   a_T -> a_T d(r_T)^delta      (r_T > r_max, delta > 0)
 
-so the quantile is that of scores with the growth taken out (exchangeable if the relation holds)
-and the half-width grows as d(r_T)^delta from there. Inside the tested ratios, and for delta <= 0,
-nothing changes; beyond them the interval never narrows (each score is divided by (d_i/d_T)^delta
-<= 1). ``PUBLIC`` is the relation fitted on all three studies; ``using(relation)`` sets another
-one (``None``: no widening) for a block of code, e.g. a leave-one-study-out measurement.
+so the half-width grows as d(r_T)^delta; inside the tested ratios, and for delta <= 0, nothing
+changes. ``PUBLIC`` is the relation fitted on all three studies; ``using(relation)`` sets another
+one (``None``: no widening) for a block of code.
 """
 
 from __future__ import annotations
@@ -36,8 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["ErrorGrowth", "PUBLIC", "active", "distance", "fit_error_growth", "leave_one_study_out",
-           "own_sigma", "rescale", "using"]
+from ._base import DEFAULT_LEVEL, check_level
+
+__all__ = ["ErrorGrowth", "PUBLIC", "active", "conformal_quantile", "distance", "fit_error_growth",
+           "leave_one_study_out", "own_sigma", "rescale", "using"]
 
 RULES = ("studentized", "distance")
 
@@ -87,7 +81,7 @@ class ErrorGrowth:
         grows by, for the given ``scores`` t_i (default: all equal) at ``ratios``."""
         t = np.ones(len(ratios)) if scores is None else np.asarray(scores, float)
         a, a_t = self.rescale(1.0 / t, 1.0, ratio, ratios, rule)  # |u_i| = 1, a_i = 1 / t_i, a_T = 1
-        before, after = _quantile(t, level), _quantile(1.0 / a, level) * a_t
+        before, after = conformal_quantile(t, level), conformal_quantile(1.0 / a, level) * a_t
         return float(after / before)
 
     def to_dict(self) -> dict:
@@ -193,7 +187,10 @@ def rescale(a, a_t: float, ratio: float, ratios, rule: str):
     return (np.asarray(a, float), a_t) if rel is None else rel.rescale(a, a_t, ratio, ratios, rule)
 
 
-def _quantile(scores, level: float) -> float:
-    """The split-conformal quantile (as ``forecast.conformal_quantile``, not imported: calibration imports us)."""
+def conformal_quantile(scores, level: float = DEFAULT_LEVEL) -> float:
+    """The ceil((n + 1) level)-th smallest of the n ``scores`` (Lei et al. 2018, Sec. 2.2); with
+    fewer than level / (1 - level) scores that rank exceeds n and the largest is returned (its
+    guarantee is only n / (n + 1))."""
     s = np.sort(np.asarray(scores, float))
-    return float(s[min(math.ceil((s.size + 1) * level - 1e-9), s.size) - 1])
+    k = math.ceil((s.size + 1) * check_level(level) - 1e-9)
+    return float(s[min(k, s.size) - 1])

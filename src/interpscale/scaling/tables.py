@@ -62,14 +62,19 @@ def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnin
 
 def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None, annealed: bool | None = None,
              loss: str | None = None, groups=None, caller: str = "fit", warnings: list[str] | None = None,
-             one_family: bool = False, predicted: bool = False) -> pd.DataFrame:
-    """The rows a fit uses, one rule for fit, backtest, forecast, ledger, figures and report:
+             one_family: bool = False, predicted: bool = False, need=()) -> pd.DataFrame:
+    """The rows a fit uses, one rule for fit, backtest, forecast, ledger, figures and report: a
+    ValueError unless ``results`` is a table with the columns ``need``,
     ``groups`` attached (cluster labels), the ``annealed`` choice (else annealed rows when mixed),
     the families (``family``: a name, a list, or None for all; ``one_family``: None is allowed
     only when the table has one), each family's ``estimator`` (else the paper's preference when
     mixed), and with ``loss`` only rows with ``params``, ``tokens`` and ``loss``. Rows marked
     ``predicted`` (annealed losses predicted, not measured) are left out unless ``predicted``. Each
     fallback is recorded in ``warnings``; a requested value that is missing is a ValueError naming it."""
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError(f"{caller}: results must be a pandas DataFrame")
+    if missing := [c for c in need if c not in results.columns]:
+        raise ValueError(f"{caller}: results table lacks column(s) {missing}; have {list(results.columns)}")
     warnings = [] if warnings is None else warnings
     if not predicted and "predicted" in results.columns:
         results = results[~results["predicted"].fillna(False).astype(bool)]
