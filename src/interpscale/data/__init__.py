@@ -7,10 +7,9 @@ from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, gener
                                      read_concepts, write_concepts)
 from interpscale.data.loaders import (DATA_KINDS, DataSummary, PreparedData, describe, open_data, prepare_data,
                                       resolve_data_paths)
-from interpscale.data.prepare import MODES, make_request, prepare
+from interpscale.data.prepare import MODES, is_validation, make_request, prepare
 from interpscale.data.shards import Split
 from interpscale.data.sources import iter_documents
-from interpscale.data.split import is_validation
 from interpscale.data.tokenizer import load_tokenizer, special_ids, train_tokenizer
 
 __all__ = [

@@ -1,11 +1,5 @@
-"""Streaming data preparation (``docs/data.md``, "What `data prepare` does"): the request
-(``DIR/.parts/request.json`` while preparation runs, its ``comparable`` part kept in
-``meta.json``), checked on every rerun so that other data is refused and an input whose size or
-mtime changed is prepared again; the tokenizer; one append-only token part per input file,
-``DIR/.parts/NNNNN.*``, done when its marker ``NNNNN.json`` (written last) still matches the
-input file (size, mtime) and the tokenizer; and the parts concatenated into one shard per split
-(the files of "The prepared directory"), then ``meta.json``, memory bounded by a block.  Each
-step is resumable and atomic; tasks run in this process or as jobs of ``interpscale.executors``.
+"""Streaming data preparation in the four steps of ``docs/data.md`` ("What `data prepare`
+does"), each resumable and atomic; tasks run in this process or as jobs of ``interpscale.executors``.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -29,7 +23,6 @@ from interpscale._atomic import atomic_path, atomic_write_text
 from interpscale._jsonl import jsonable
 from interpscale.data.corpus import corpus_config, generate_documents, make_concepts, read_concepts, write_concepts
 from interpscale.data.sources import RawDoc, check_inputs, expand_sources, iter_documents
-from interpscale.data.split import is_validation
 from interpscale.data.tokenizer import encode_texts, load_tokenizer, special_ids, train_tokenizer
 from interpscale.errors import UserError
 from interpscale.executors import EXECUTORS, JobsFailed, make_executor
@@ -128,7 +121,9 @@ def _as_jobs(out: Path, n: int, executor: str, slurm: dict, max_parallel: int) -
     shutil.rmtree(out / ".submitit", ignore_errors=True)
 
 
-# -- step 1: the request ------------------------------------------------------------------
+# -- step 1: the request, DIR/.parts/request.json while preparation runs (its ``comparable`` part
+# kept in meta.json), checked on every rerun: other data is refused, an input whose size or mtime
+# changed is prepared again.
 def input_docs(req: dict, inp: dict) -> Iterator[RawDoc]:
     """The documents of one input of ``req``: a file, or the synthetic corpus (labels by name)."""
     if inp.get("kind") == "synthetic":
@@ -264,7 +259,18 @@ def locked(out: Path):
         yield
 
 
-# -- step 2: tokenizer ------------------------------------------------------------------------
+# -- step 2: the validation split and the tokenizer ----------------------------------------------
+def is_validation(texts: Sequence[str], val_fraction: float, seed: int) -> bool:
+    """The validation split, one rule for every corpus (``docs/data.md``, step 2): a seeded
+    BLAKE2b hash of a whole document's chunk texts, read as a number in [0, 1), < ``val_fraction``."""
+    if val_fraction <= 0:
+        return False
+    key = int(seed).to_bytes(8, "little", signed=True)
+    data = "\x1e".join(texts).encode("utf-8", "surrogatepass") + b"\x1e"  # each text then a separator
+    h = hashlib.blake2b(data, digest_size=8, key=key)
+    return int.from_bytes(h.digest(), "little") / 2.0**64 < val_fraction
+
+
 def _sample_texts(req: dict) -> Iterator[str]:
     """Training-side chunk texts, about ``sample_bytes`` in all, spread over the inputs."""
     budget = max(1, int(req["sample_bytes"]) // len(req["inputs"]))
@@ -303,7 +309,8 @@ def build_tokenizer(out: str | os.PathLike) -> None:
         atomic_write_text(out / PARTS / "request.json", json.dumps(req, indent=1))
 
 
-# -- step 3: one part per input ---------------------------------------------------------------
+# -- step 3: one append-only token part per input file, DIR/.parts/NNNNN.*, done when its marker
+# NNNNN.json (written last) still matches the input file (size, mtime) and the tokenizer.
 class PartWriter:
     """Append-only files of one split of one part: tokens, [EOC] positions, label counts and ids."""
 
@@ -462,7 +469,8 @@ def tokenize_part(out: str | os.PathLike, i: int) -> dict:
     return marker
 
 
-# -- step 4: the shards -------------------------------------------------------------------
+# -- step 4: the parts into one shard per split (the files of "The prepared directory"), then
+# meta.json; memory stays bounded by a block.
 _BLOCK = 1 << 22  # elements per block when concatenating parts
 SHARD_FILES = ("tokens.bin", "chunk_end.npy", "label_offsets.npy", "label_ids.npy")
 

@@ -145,9 +145,7 @@ def expand_sources(patterns, base_dir: str | os.PathLike | None = None) -> list[
 
 def _open_text(path: Path):
     """``path`` as UTF-8 text, line breaks as they are (CRLF stays CRLF)."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+    return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", newline="")
 
 
 def _no_nul(text: str, where: str) -> str:

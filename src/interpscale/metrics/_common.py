@@ -45,8 +45,7 @@ def special_ids(model: nn.Module) -> frozenset[int]:
 
 
 def block_size(model: nn.Module, default: int = 64) -> int:
-    b = getattr(getattr(model, "config", None), "block_size", None)
-    return default if not b else int(b)
+    return int(getattr(getattr(model, "config", None), "block_size", None) or default)
 
 
 def generate_text(model: nn.Module, tokenizer, ids: list[int], n_new: int, max_len: int, **options) -> str:

@@ -217,8 +217,6 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
     return results
 
 
-
-
 def request_cache(out_dir: Union[str, Path], checkpoint: Union[str, Path], model: str, **settings: Any) -> str:
     """The harness request-cache path (``use_cache``) of ``checkpoint`` under ``out_dir/lm_eval_cache``:
     named by a signature of the checkpoint's weights file (path, size, modification time) and
