@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import least_squares, minimize_scalar, nnls
 from scipy.signal import lfilter
+from scipy.sparse import csr_matrix
+
+from .engine import Projected, multistart
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +99,23 @@ def _annealing_area(lr: np.ndarray, lam: float = TISSUE_LAMBDA) -> np.ndarray:
 
 @dataclass
 class _Features:
-    """Per evaluated point: S1, S2 and the multi-power drop blocks (drop size, LR after, area to t)."""
+    """Per evaluated point: S1, S2 and the loss; the multi-power drop blocks that end before a
+    point as entries (``point`` index, drop size, LR after, area S1(t) − S1(block end))."""
 
     s1: np.ndarray
     s2: np.ndarray
-    drop: np.ndarray  # (n_points, n_blocks)
-    lr_after: np.ndarray  # (n_points, n_blocks)
-    area_after: np.ndarray  # (n_points, n_blocks): S1(t) − S1(block end), 0 where the block is after t
     loss: np.ndarray
+    point: np.ndarray
+    drop: np.ndarray
+    lr_after: np.ndarray
+    area_after: np.ndarray
+
+    def per_point(self, v: np.ndarray) -> np.ndarray:
+        """Sums of entry values v (..., entries) per evaluated point: (..., n_points)."""
+        M = csr_matrix((np.ones(self.point.size), (self.point, np.arange(self.point.size))),
+                       shape=(self.s1.size, self.point.size))
+        lead = v.shape[:-1]
+        return (M @ v.reshape(math.prod(lead), self.point.size).T).T.reshape(*lead, self.s1.size)
 
 
 def _curve_features(c: Curve, peak: float) -> _Features:
@@ -115,92 +126,102 @@ def _curve_features(c: Curve, peak: float) -> _Features:
     start, end = edges[:-1], edges[1:]
     d = np.maximum(lr[start] - lr[end], 0.0)  # Luo et al.: only LR decreases add a loss drop
     keep = d > 0
-    start, end, d = start[keep], end[keep], d[keep]
+    end, d = end[keep], d[keep]
     after = s1[steps][:, None] - s1[end + 1][None, :]
-    valid = after >= 0
-    shape = (len(steps), len(d))
-    return _Features(s1[steps], s2[steps], np.where(valid, np.broadcast_to(d, shape), 0.0),
-                     np.broadcast_to(lr[end], shape), np.where(valid, after, 0.0), np.asarray(c.loss, float))
+    i, k = np.nonzero(after >= 0)
+    return _Features(s1[steps], s2[steps], np.asarray(c.loss, float), i, d[k], lr[end][k], after[i, k])
 
 
 def _stack(feats: Sequence[_Features]) -> _Features:
-    width = max((f.drop.shape[1] for f in feats), default=0)
-
-    def pad(a):
-        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=0.0)
-
-    return _Features(np.concatenate([f.s1 for f in feats]), np.concatenate([f.s2 for f in feats]),
-                     np.vstack([pad(f.drop) for f in feats]), np.vstack([pad(f.lr_after) for f in feats]),
-                     np.vstack([pad(f.area_after) for f in feats]), np.concatenate([f.loss for f in feats]))
+    offset = np.cumsum([0] + [f.s1.size for f in feats])
+    cat = lambda k: np.concatenate([getattr(f, k) + (offset[j] if k == "point" else 0)  # noqa: E731
+                                    for j, f in enumerate(feats)])
+    return _Features(*map(cat, ("s1", "s2", "loss", "point", "drop", "lr_after", "area_after")))
 
 
-# ---------------------------------------------------------------- the laws
+# ---------------------------------------------------------------- the laws, on the engine
 
-def _nonneg_linear(columns: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares with every coefficient >= 0 (L0, A, C or B); returns (coefficients, residuals)."""
-    X = np.column_stack(columns)
-    scale = np.maximum(np.abs(X).max(axis=0), 1e-300)
-    coef, _ = nnls(X / scale, y)
-    coef = coef / scale
-    return coef, X @ coef - y
+def _power(s1: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S1^(-α) (S, n) for a column of α (S, 1), and its derivative in α."""
+    s1 = np.maximum(s1, 1e-12)[None, :]
+    p = s1**-alpha
+    return p, -np.log(s1) * p
 
 
-def _tissue_columns(f: _Features, alpha: float) -> list[np.ndarray]:
-    return [np.ones_like(f.s1), np.maximum(f.s1, 1e-12) ** -alpha, -f.s2]  # Tissue et al. Eq. 1
+class _Tissue(Projected):
+    """Tissue et al. Eq. 1, L0 + A·S1^(-α) − C·S2: linear in L0, A, C >= 0 given α."""
+
+    names, coefs, screen = ("alpha",), ("L0", "A", "C"), 3  # α from the 3 best of a grid, within [0.01, 2.6]
+
+    def starts(self, f: _Features):
+        return np.linspace(0.05, 2.5, 25)[:, None], ([0.01], [2.6])
+
+    def columns(self, theta, f: _Features):
+        p, dp = _power(f.s1, theta[:, :1])
+        z = np.zeros_like(p)
+        cols = np.stack([np.ones_like(p), p, np.broadcast_to(-f.s2, p.shape)], -1)
+        return cols, np.stack([z, dp, z], -1)[..., None]
+
+    def theta(self, p: dict) -> np.ndarray:
+        return np.array([p["alpha"]])
+
+    def params(self, theta, coef) -> dict:
+        return {"L0": coef[0], "A": coef[1], "alpha": float(theta[0]), "C": coef[2]}
 
 
-def _fit_tissue(f: _Features) -> dict:
-    """Variable projection: L0, A, C >= 0 linear given α; α by bounded search on (0, 3)."""
-    def sse(alpha):
-        return float(np.sum(_nonneg_linear(_tissue_columns(f, alpha), f.loss)[1] ** 2))
+class _MultiPower(Projected):
+    """Luo et al. Eq. 5: linear in L0, A, B >= 0 given θ = (α, log C, β, γ), with
+    LD = Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)), G(x) = 1 − (Cx + 1)^(-β) (B = 1 here)."""
 
-    grid = np.linspace(0.05, 2.5, 25)
-    a0 = grid[int(np.argmin([sse(a) for a in grid]))]
-    res = minimize_scalar(sse, bounds=(max(0.01, a0 - 0.1), a0 + 0.1), method="bounded")
-    alpha = float(res.x)
-    coef, _ = _nonneg_linear(_tissue_columns(f, alpha), f.loss)
-    return {"L0": coef[0], "A": coef[1], "alpha": alpha, "C": coef[2]}
+    names, coefs, screen = ("alpha", "logC", "beta", "gamma"), ("L0", "A", "B"), None
 
+    def starts(self, f: _Features):
+        """A small grid of (α, log C, β, γ) and the bounds, C's scaled to the LR area of the data."""
+        scale = -math.log(max(float(np.median(f.s1[f.s1 > 0])) if np.any(f.s1 > 0) else 1.0, 1.0))
+        bounds = ([0.01, scale - 12, 0.05, 0.0], [3.0, scale + 12, 5.0, 2.0])
+        return np.clip([[a, scale + dc, 0.6, 0.6] for a in (0.3, 0.6) for dc in (-2.0, 2.0)], *bounds), bounds
 
-def _predict_tissue(p: dict, f: _Features) -> np.ndarray:
-    return p["L0"] + p["A"] * np.maximum(f.s1, 1e-12) ** -p["alpha"] - p["C"] * f.s2
+    def columns(self, theta, f: _Features):
+        p, dp = _power(f.s1, theta[:, :1])
+        logC, beta, gamma = (theta[:, i, None] for i in (1, 2, 3))
+        loglr = np.log(np.maximum(f.lr_after, 1e-12))
+        cx = np.exp(logC - gamma * loglr) * f.area_after  # C·η_k^(-γ)·S_k(t) of every entry, (S, entries)
+        lu = np.log1p(cx)
+        up = np.exp(-beta * lu)  # (Cx + 1)^(-β)
+        d = f.drop * beta * up * cx / (cx + 1.0)  # drop · β (Cx + 1)^(-β-1) · Cx
+        ld, *dld = f.per_point(np.stack([f.drop * (1.0 - up), d, f.drop * up * lu, -d * loglr]))
+        dld = np.stack(dld, -1)  # d LD / d(log C, β, γ)
+        z = np.zeros_like(p)
+        dcols = np.stack([np.zeros(p.shape + (4,)), np.stack([dp, z, z, z], -1),
+                          np.concatenate([z[..., None], -dld], -1)], -2)
+        return np.stack([np.ones_like(p), p, -ld], -1), dcols
 
+    def theta(self, p: dict) -> np.ndarray:
+        return np.array([p["alpha"], math.log(p["C"]), p["beta"], p["gamma"]])
 
-def _loss_drop_unit(f: _Features, logC: float, beta: float, gamma: float) -> np.ndarray:
-    """Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)) with G(x) = 1 − (Cx + 1)^(-β) (Luo et al. Eq. 5, B = 1)."""
-    x = np.maximum(f.lr_after, 1e-12) ** -gamma * f.area_after
-    return np.sum(f.drop * (1.0 - (math.exp(logC) * x + 1.0) ** -beta), axis=1)
-
-
-def _mpl_columns(f: _Features, theta) -> list[np.ndarray]:
-    alpha, logC, beta, gamma = theta
-    return [np.ones_like(f.s1), np.maximum(f.s1, 1e-12) ** -alpha, -_loss_drop_unit(f, logC, beta, gamma)]
-
-
-def _fit_mpl(f: _Features) -> dict:
-    """Variable projection: L0, A, B >= 0 linear given (α, log C, β, γ), those by least squares
-    from a small grid of starts (C's start scaled to the LR area of the data)."""
-    def resid(theta):
-        return _nonneg_linear(_mpl_columns(f, theta), f.loss)[1]
-
-    scale = -math.log(max(float(np.median(f.s1[f.s1 > 0])) if np.any(f.s1 > 0) else 1.0, 1.0))
-    lo, hi = [0.01, scale - 12, 0.05, 0.0], [3.0, scale + 12, 5.0, 2.0]
-    best = None
-    for alpha in (0.3, 0.6):
-        for dc in (-2.0, 2.0):
-            x0 = np.clip([alpha, scale + dc, 0.6, 0.6], lo, hi)
-            r = least_squares(resid, x0, bounds=(lo, hi), x_scale=[0.2, 2.0, 0.3, 0.3], max_nfev=200)
-            if best is None or r.cost < best.cost:
-                best = r
-    coef, _ = _nonneg_linear(_mpl_columns(f, best.x), f.loss)
-    alpha, logC, beta, gamma = (float(v) for v in best.x)
-    return {"L0": coef[0], "A": coef[1], "alpha": alpha, "B": coef[2], "C": math.exp(logC), "beta": beta,
-            "gamma": gamma}
+    def params(self, theta, coef) -> dict:
+        alpha, logC, beta, gamma = (float(v) for v in theta)
+        return {"L0": coef[0], "A": coef[1], "alpha": alpha, "B": coef[2], "C": math.exp(logC), "beta": beta,
+                "gamma": gamma}
 
 
-def _predict_mpl(p: dict, f: _Features) -> np.ndarray:
-    cols = _mpl_columns(f, (p["alpha"], math.log(p["C"]), p["beta"], p["gamma"]))
-    return p["L0"] * cols[0] + p["A"] * cols[1] + p["B"] * cols[2]
+LAWS = {"lr-annealing": _Tissue, "multi-power": _MultiPower}
+
+
+def _fit_law(method: str, f: _Features) -> dict:
+    """The law's nonlinear parameters by the engine's multistart (summed squares, within the
+    law's bounds), its coefficients by non-negative least squares given them."""
+    law = LAWS[method]()
+    starts, bounds = law.starts(f)
+    theta = multistart(law, (f, f.loss), f.loss, starts, loss="ls", bounds=bounds, what=method,
+                       screen=law.screen, n_polish=2).theta
+    return law.params(theta, [float(c) for c in law.coef(theta, (f, f.loss))[0]])
+
+
+def _predict_law(method: str, p: dict, f: _Features) -> np.ndarray:
+    law = LAWS[method]()
+    cols = law.columns(law.theta(p)[None, :], f)[0][0]
+    return cols @ np.array([p[k] for k in law.coefs])
 
 
 # ---------------------------------------------------------------- one predictor, fitted
@@ -224,8 +245,7 @@ class CurveModel:
             return base + self.params["delta"] if self.method == "offset-add" else base * self.params["ratio"]
         last = Curve(curve.name, curve.lr, curve.steps[-1:], curve.loss[-1:])
         f = _curve_features(last, self.peak)
-        pred = _predict_tissue if self.method == "lr-annealing" else _predict_mpl
-        return float(pred(self.params, f)[0])
+        return float(_predict_law(self.method, self.params, f)[0])
 
 
 N_PARAMS = {"offset-add": 1, "offset-mul": 1, "lr-annealing": 4, "multi-power": 7}
@@ -246,7 +266,7 @@ def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> Cu
     f = _stack([_curve_features(c, model.peak) for c in (stable, *branches)])
     if len(f.loss) < N_PARAMS[method] + 1:
         raise ValueError(f"{method}: {len(f.loss)} evaluated points for {N_PARAMS[method]} parameters")
-    model.params = _fit_tissue(f) if method == "lr-annealing" else _fit_mpl(f)
+    model.params = _fit_law(method, f)
     return model
 
 

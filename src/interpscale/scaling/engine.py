@@ -14,6 +14,7 @@ frozen :class:`LawFit` with its ``status``.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Protocol
 
@@ -173,6 +174,55 @@ def batched_bfgs(
     return BatchResult(x=x, f=f, g=g, n_iter=n_iter, status=_finish(status, f, g, gtol))
 
 
+# ---- least squares: weighted, batched, non-negative ----
+
+def wls(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares of y on the columns of X, batched over leading axes: X (..., n, k),
+    y (..., n), w (..., n) or None broadcast together -> (coefficients (..., k), weighted residual
+    sum of squares (...)). Normal equations with the columns scaled to unit norm; an all-zero column
+    gets coefficient 0, otherwise rank-deficient columns (e.g. a replicate that drew one distinct x)
+    give nan coefficients."""
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    Xw = X if w is None else X * np.asarray(w, float)[..., None]
+    A, b = np.swapaxes(Xw, -1, -2) @ X, (np.swapaxes(Xw, -1, -2) @ y[..., None])[..., 0]
+    d = np.diagonal(A, axis1=-2, axis2=-1)
+    s = np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 0.0)
+    As = A * s[..., :, None] * s[..., None, :] + np.eye(A.shape[-1]) * (d <= 0)[..., None, :]
+    bad = np.abs(np.linalg.det(As)) <= 1e-12
+    As[bad] = np.eye(A.shape[-1])
+    coef = np.linalg.solve(As, (b * s)[..., None])[..., 0] * s
+    coef[bad] = np.nan
+    r = (X @ coef[..., None])[..., 0] - y
+    return coef, (r * r if w is None else w * r * r).sum(axis=-1)
+
+
+def nonneg_ls(A: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares with every coefficient >= 0 for each row of A (S, n, m) (m small): the best
+    non-negative fit over every support of the columns, solved together (exact: the optimum is the
+    unconstrained fit on its own support) -> (coefficients (S, m), residual sum of squares (S,))."""
+    supports = np.array(list(itertools.product((0.0, 1.0), repeat=A.shape[-1])))
+    c, r = wls(A[None] * supports[:, None, None, :], y)  # (supports, S, m), (supports, S)
+    j = np.argmin(np.where((c >= 0).all(axis=-1), r, np.inf), axis=0)
+    rows = np.arange(A.shape[0])
+    return c[j, rows], r[j, rows]
+
+
+class Projected:
+    """A law y = sum_j c_j col_j(theta, X) whose coefficients c >= 0 are solved inside the model
+    (variable projection): a subclass gives ``columns(theta, X) -> (cols (S, n, m), dcols (S, n, m,
+    k))``; the engine sees only the nonlinear theta, inputs ``(X, y)``. The Jacobian leaves out
+    dc/dtheta: at the non-negative optimum the residual is orthogonal to the free columns and the
+    others stay at 0, so the gradient of the summed squares (``loss="ls"``) is exact."""
+
+    def coef(self, theta: np.ndarray, Xy) -> np.ndarray:
+        return nonneg_ls(self.columns(np.atleast_2d(theta), Xy[0])[0], Xy[1])[0]
+
+    def model(self, theta, Xy):
+        cols, dcols = self.columns(theta, Xy[0])
+        c = nonneg_ls(cols, Xy[1])[0]
+        return np.einsum("snm,sm->sn", cols, c), np.einsum("snmk,sm->snk", dcols, c)
+
+
 # ---- laws on the engine: objective, multistart, bootstrap, results ----
 
 HUBER_DELTA = 1e-3  # Hoffmann et al. 2022 / Muennighoff et al. 2023 / Bhagia et al. 2024
@@ -267,11 +317,23 @@ class Multistart(NamedTuple):
 
 def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
                W: np.ndarray | None = None, n_polish: int = 8, max_iter: int = 300, polish_iter: int = 2000,
-               polish_tol: dict | None = None, pool: str = "finite", what: str | None = None) -> Multistart:
-    """The one multistart of every law: every start to scipy L-BFGS-B's default rule
-    (``COARSE_TOL``, <= ``max_iter`` iterations), the best ``n_polish`` end points (``pool``:
-    of the ``"finite"`` ones, or of the ``"converged"`` ones when any) to ``polish_tol`` (machine
-    precision), the lowest polished objective wins."""
+               polish_tol: dict | None = None, pool: str = "finite", what: str | None = None,
+               bounds=None, screen: int | None = None) -> Multistart:
+    """The one multistart of every law: every start (or the ``screen`` starts of lowest objective)
+    to scipy L-BFGS-B's default rule (``COARSE_TOL``, <= ``max_iter`` iterations), the best
+    ``n_polish`` end points (``pool``: of the ``"finite"`` ones, or of the ``"converged"`` ones when
+    any) to ``polish_tol`` (machine precision), the lowest polished objective wins; ``bounds``:
+    (lower, upper) kept in every run (:class:`Bounded`)."""
+    kw = dict(loss=loss, delta=delta, W=W)
+    if bounds is not None:
+        inner = Bounded(law, *bounds)
+        ms = multistart(inner, X, T, inner.to_internal(np.asarray(starts, float)), **kw, n_polish=n_polish,
+                        max_iter=max_iter, polish_iter=polish_iter, polish_tol=polish_tol, pool=pool,
+                        what=what, screen=screen)
+        return ms._replace(theta=inner.to_external(ms.theta))
+    if screen is not None:
+        f0 = minimize_law(law, X, T, starts, **kw, max_iter=0).f
+        starts = starts[np.argsort(f0, kind="stable")[:screen]]
     res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=max_iter)
     ok = res.converged & np.isfinite(res.f)
     if pool == "converged":
