@@ -44,9 +44,8 @@ def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, n
                   tasks_per_node: int = 1, nodes: int = 1) -> "Launcher":
     """A :class:`Launcher` on ``submitit.AutoExecutor(cluster=kind)`` writing under ``folder``
     (``%j`` added), or on ``kind`` itself when it is a configured ``submitit.Executor``.
-    ``slurm`` is the ``[launch]`` cluster table: AutoExecutor's shared parameters as they
-    are, any other key as ``slurm_<key>``; ``max_array_size`` caps the array size (else
-    ``scontrol show config``'s MaxArraySize)."""
+    ``slurm`` is the ``[launch]`` cluster table (see ``_slurm``); ``max_array_size`` caps the
+    array size (else ``scontrol show config``'s MaxArraySize)."""
     slurm = dict(slurm or {})
     if max_parallel < 1:
         raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
@@ -66,10 +65,8 @@ def _slurm(ex: submitit.AutoExecutor, *, name: str, timeout: float | None, slurm
     """SLURM: the shared parameters as they are, any other ``[launch]`` cluster key as ``slurm_<key>``."""
     params = {k if k in _SHARED or k.startswith("slurm_") else f"slurm_{k}": v
               for k, v in slurm.items() if k != "max_array_size"}
-    params.setdefault("nodes", nodes)
-    params.setdefault("tasks_per_node", tasks_per_node)
-    params.setdefault("slurm_array_parallelism", max_parallel)
-    ex.update_parameters(name=name, timeout_min=int(timeout or 60), **params)
+    defaults = {"nodes": nodes, "tasks_per_node": tasks_per_node, "slurm_array_parallelism": max_parallel}
+    ex.update_parameters(name=name, timeout_min=int(timeout or 60), **{**defaults, **params})
 
 
 def _local(ex: submitit.AutoExecutor, *, name: str, timeout: float | None, nodes: int, tasks_per_node: int,
@@ -102,7 +99,6 @@ class Launcher:
         return self.kind == "local" or isinstance(self.executor, submitit.LocalExecutor)
 
     def submit(self, fn: Callable, *args: Any) -> submitit.Job:
-        """One job running ``fn(*args)``."""
         with _controllers_ignore_sigint(self.local):
             job = self.executor.submit(fn, *args)
         self.jobs.append(job)

@@ -38,26 +38,6 @@ MARKER = "COMPLETE"
 STATE_FORMAT = "interpscale-dcp/1"
 
 
-def eval_checkpoint_name(seg: Segment, step: int) -> str:
-    """``anneal<start>_step<step>`` at the end of an anneal branch, else ``stable_step<step>``."""
-    if seg.phase == "anneal" and step == seg.end:
-        return f"anneal{seg.start:07d}_step{step:07d}"
-    return f"stable_step{step:07d}"
-
-
-def state_name(kind: str, step: int, segment: str) -> str:
-    """A resume state's directory name: ``resume_<step>_<segment>`` or ``stable_<step>_stable``."""
-    return f"{kind}_{step:07d}_{segment.replace('@', '-')}"
-
-
-def restore_rng(extra: dict[str, Any], device: torch.device) -> None:
-    """Put back the RNG states a resume state saved (CPU, and CUDA on a CUDA device)."""
-    if "rng" in extra:
-        torch.set_rng_state(extra["rng"])
-    if device.type == "cuda" and "cuda_rng" in extra:
-        torch.cuda.set_rng_state(extra["cuda_rng"])
-
-
 # -- sharded state (usable without a Checkpointer: benchmarks, tests) ------------------------------
 def sharded_state(module: torch.nn.Module, opt: torch.optim.Optimizer, rank: int = 0) -> dict[str, Any]:
     """What a resume state holds, as this rank's shards: the model and optimizer state (FQN keys,
@@ -188,7 +168,10 @@ class Checkpointer:
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
                 raise ValueError(f"cannot resume from {extra['dcp']}: {exc}. Delete that directory to restart "
                                  "from the previous state") from exc
-        restore_rng(extra, self.device)
+        if "rng" in extra:
+            torch.set_rng_state(extra["rng"])
+        if self.device.type == "cuda" and "cuda_rng" in extra:
+            torch.cuda.set_rng_state(extra["cuda_rng"])
 
     # -- when ------------------------------------------------------------------------------
     def after_step(self, seg: Segment, step: int, logged: bool) -> None:
@@ -237,7 +220,8 @@ class Checkpointer:
             self.wait()  # at most one save in flight
             self.last_save = time.monotonic()
             self.last_saved = (step, seg.name)
-            path = self.state_dir / state_name(kind, step, seg.name)
+            # resume_<step>_<segment> (resume_0000040_anneal-80) or stable_<step>_stable
+            path = self.state_dir / f"{kind}_{step:07d}_{seg.name.replace('@', '-')}"
             if (path / MARKER).exists():  # this very state is already complete (a resume that stops at once)
                 return
             if self.rank == 0 and path.exists():  # left by a save a kill cut short: start it clean
@@ -285,6 +269,7 @@ class Checkpointer:
         """An evaluation checkpoint at ``step``: safetensors streamed tensor by tensor (collective
         under FSDP2; rank 0 writes; no optimizer state is gathered)."""
         annealed = seg.phase == "anneal" and step == seg.end
-        save_pretrained_dir(self.model, self.eval_dir / eval_checkpoint_name(seg, step), extra={
+        name = f"anneal{seg.start:07d}_step{step:07d}" if annealed else f"stable_step{step:07d}"
+        save_pretrained_dir(self.model, self.eval_dir / name, extra={
             "step": step, "phase": seg.phase, "tokens": step * self.spec.batch_tokens, "annealed": annealed,
             "anneal_from": seg.start if annealed else None, "run_id": self.spec.run_id})

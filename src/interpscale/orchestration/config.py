@@ -85,6 +85,10 @@ class TrainConfig:
                                   help="seconds between resume states (the work a preemption can lose)")
     save_every_steps: int | None = setting(None, positive=True, help="also save the resume state every N steps")
 
+    def __post_init__(self) -> None:  # built in code too, not only from a checked preset
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"unknown parallelism {self.parallel!r}; expected one of {PARALLEL}")
+
 
 @dataclass(frozen=True)
 class ObserveConfig:

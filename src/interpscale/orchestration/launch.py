@@ -20,7 +20,6 @@ from interpscale.orchestration.evaluate import pending_evaluations
 from interpscale.orchestration.jobs import EvalJob, JobConfig, TrainJob
 from interpscale.orchestration.manifest import check_manifest, data_fingerprint, write_manifest
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, progress_line
-from interpscale.orchestration.parallel import PARALLEL
 from interpscale.orchestration.results import collect
 from interpscale.orchestration.rundir import (ensure_writable, find_run_dirs, read_status, run_state,
                                               trainer_alive, write_status)
@@ -96,8 +95,6 @@ class Sweep:
         counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
         if min(counts) < 1:
             raise ValueError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
-        if self.train.parallel not in PARALLEL:
-            raise ValueError(f"unknown parallelism {self.train.parallel!r}; expected one of {PARALLEL}")
         ids = [r.run_id for r in self.runs]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate RunSpecs in sweep")
@@ -226,7 +223,9 @@ class Sweep:
         launcher = self._launcher()
         self._job_problems = []
         dirs = [Path(d) for g in groups for d in g]
-        update, close = self._progress(dirs, what) if self.progress else (None, None)
+        update, close = None, None  # the live ``runs done, running, failed, interrupted, total`` line
+        if self.progress:
+            update, close = progress_line(self.out_dir.name, what, dirs, self._evaluated)
         try:
             with launcher:  # an interrupt or error in here cancels the jobs
                 jobs = launcher.map(fn, groups, *[[a] * len(groups) for a in args], progress=update)
@@ -245,11 +244,6 @@ class Sweep:
             if close is not None:
                 close()
         return jobs
-
-    def _progress(self, dirs: list[Path], what: str):
-        """(update, close) of the live ``runs done, running, failed, interrupted, total`` line
-        on stderr (``outcome.progress_line``: tqdm on a terminal, plain lines elsewhere)."""
-        return progress_line(self.out_dir.name, what, dirs, self._evaluated)
 
     def _describe_failures(self, exc: JobsFailed, groups: list[list[str]]) -> list[str]:
         """One clause per job that ended without a result: the signal that killed it and its

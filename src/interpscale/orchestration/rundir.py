@@ -6,8 +6,8 @@ RUN_DIR/concepts.json      concept cards {label, description, words}
 RUN_DIR/data.json          where the prepared data lives and the seq_len its rows are cut at
 RUN_DIR/status.json        {state: pending|running|done|failed|interrupted, step, segment, ...}
 RUN_DIR/metrics.jsonl      one JSON line per logged training step
-RUN_DIR/checkpoints/*.pt   evaluation checkpoints (models.save_checkpoint)
-RUN_DIR/state/*.pt         resume state (weights + optimiser + RNG + data position)
+RUN_DIR/checkpoints/*/     evaluation checkpoints (safetensors directories, models.checkpoint)
+RUN_DIR/state/*/           resume states (DCP directories, orchestration.checkpointer)
 RUN_DIR/results.parquet    this run's evaluated rows (+ results.csv)
 """
 
@@ -43,8 +43,7 @@ def check_writable(directory: str | os.PathLike) -> Path:
     """Check, creating nothing, that ``directory`` could be made and written: its nearest
     existing ancestor is a directory a probe file can be written into (``--out`` is checked
     before any planning, not after)."""
-    d = Path(directory)
-    p = d
+    d = p = Path(directory)
     while not p.exists() and p != p.parent:
         p = p.parent
     if not p.is_dir():

@@ -97,16 +97,6 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
     return _TIMED[key]
 
 
-def step_time(family: str, size: str, seq_len: int, batch_tokens: int, *, flops_per_token: float,
-              rate: float | None, threads: int | None = 1, **overrides: Any) -> StepTime:
-    """Seconds per step: timed on the CPU when ``rate`` is None and the step is small enough
-    (see the module docstring), else ``flops_per_token`` x ``batch_tokens`` / ``rate``."""
-    flops = flops_per_token * batch_tokens
-    if rate is None and flops <= MAX_TIMED_FLOPS:
-        return time_step(family, size, seq_len, batch_tokens, threads=threads, **overrides)
-    return StepTime(flops / (rate or sustained_flops("cpu")[0]))
-
-
 _JOB_START: list = []  # [(start time, the probe process, then its seconds)]
 
 
@@ -165,13 +155,6 @@ def sweep_seconds(run_s: Sequence[float], *, max_parallel: int = 1, runs_per_job
         return 0.0
     loads = [sum(run_s[i] for i in g) + job_start_s for g in pack(run_s, runs_per_job)]
     return prepare_s + max(sum(loads) / max(1, min(max_parallel, len(loads))), max(loads))
-
-
-def prepare_seconds(data: dict) -> float:
-    """Time to prepare a synthetic corpus (0 for data already prepared)."""
-    if data.get("kind", "synthetic") != "synthetic":
-        return 0.0
-    return PREPARE_S_PER_DOC * int(data.get("n_docs", 1000))
 
 
 def measured_seconds(run_dir: str | Path) -> float | None:
@@ -257,13 +240,16 @@ def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
         if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
             continue
         base, kw = build_args(r)
-        st = step_time(r["family"], base, seq_len, batch_tokens, flops_per_token=r["M"] + r["M_head"],
-                       rate=rate, threads=threads, **kw)
+        flops = (r["M"] + r["M_head"]) * batch_tokens  # timed on the CPU when small enough, else priced
+        timed = rate is None and flops <= MAX_TIMED_FLOPS
+        st = (time_step(r["family"], base, seq_len, batch_tokens, threads=threads, **kw) if timed
+              else StepTime(flops / (rate or sustained_flops("cpu")[0])))
         r["est_runtime_s"] = st.seconds * r["steps"]
         if i in runs:
             r["est_run_s"] = per_run[runs[i].run_id] = run_seconds(runs[i], st)
             spreads.append(st.spread)
-    prepare_s = prepare_seconds(data)
+    synthetic = data.get("kind", "synthetic") == "synthetic"  # prepared data costs nothing more
+    prepare_s = PREPARE_S_PER_DOC * int(data.get("n_docs", 1000)) if synthetic else 0.0
     job_s = job_start_seconds() if rate is None and per_run else JOB_START_S
     wall = sweep_seconds(list(per_run.values()), max_parallel=max_parallel, runs_per_job=per_job,
                          prepare_s=prepare_s, job_start_s=job_s)

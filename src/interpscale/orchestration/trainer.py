@@ -24,8 +24,8 @@ from interpscale.models.types import SPECIAL_IDS, PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer
 from interpscale.orchestration.config import ObserveConfig, TrainConfig, split_settings, with_settings
 from interpscale.orchestration.observe import TRACKERS, SegmentLog, Trackers, rewind_metrics
-from interpscale.orchestration.parallel import (PARALLEL, Prefetcher, load_optimizer, pin, seed_step, split,
-                                                step_seed, sync, wrap)
+from interpscale.orchestration.parallel import (Prefetcher, load_optimizer, pin, seed_step, split, step_seed,
+                                                sync, wrap)
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
 from interpscale.orchestration.schedule import Segment, lr_at, segments
 from interpscale.orchestration.spec import RunSpec
@@ -123,8 +123,6 @@ class Trainer:
         self.config = with_settings(config or TrainConfig(), **train_kw)
         self.observe = with_settings(observe or ObserveConfig(), **observe_kw)
         cfg = self.config
-        if cfg.parallel not in PARALLEL:
-            raise ValueError(f"unknown parallelism {cfg.parallel!r}; expected one of {PARALLEL}")
         self.spec, self.progress = spec, progress
         dist = torch.distributed
         self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
