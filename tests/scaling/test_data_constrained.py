@@ -129,6 +129,10 @@ def test_laws_are_registered_forecast_methods(law_methods):
     from interpscale.scaling.forecast import ForecastOptions, get_method
 
     assert {"overtraining", "ladder", "data-constrained"} <= set(law_methods.METHODS)
+    from interpscale.scaling.laws import LAWS
+
+    for name in ("overtraining", "ladder", "data-constrained"):  # one registry entry per law is the method's source
+        assert get_method(name).equation == LAWS[name].equation and LAWS[name].table is not None
     N, D, U, L = _synthetic(8.0, 3.0)
     rows = pd.DataFrame({"params": N, "tokens": D, "unique_tokens": U, "loss": L})
     o = ForecastOptions(n_boot=20, k=6.0)

@@ -156,8 +156,7 @@ def _check(results, methods, min_train, what="backtest") -> None:
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{what}: results must be a pandas DataFrame")
     known = [*FORECAST_METHODS, BOUNDED]
-    bad = [m for m in methods if m not in known]
-    if bad:
+    if bad := [m for m in methods if m not in known]:
         raise ValueError(f"{what}: unknown method(s) {bad}; choose from {known}")
     if min_train < 2:
         raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")

@@ -191,8 +191,7 @@ def compare_approaches(isoflop: IsoFlopFit, joint: ChinchillaFit, compute, *, le
             with np.errstate(invalid="ignore", divide="ignore"):
                 lr_ci = percentile_ci(np.log(n2[:m] / n3[:m]), lv)
             ld_ci = percentile_ci(l2[:m] - l3[:m], lv)
-        disagree = bool(not (lr_ci[0] <= 0 <= lr_ci[1]) or not (ld_ci[0] <= 0 <= ld_ci[1])) \
-            if all(np.isfinite(lr_ci + ld_ci)) else False
+        disagree = all(np.isfinite(lr_ci + ld_ci)) and not (lr_ci[0] <= 0 <= lr_ci[1] and ld_ci[0] <= 0 <= ld_ci[1])
         dis.append(dict(compute=c, log_N_ratio=lr, log_N_ratio_lo=lr_ci[0], log_N_ratio_hi=lr_ci[1],
                         log_D_ratio=-lr, L_diff=ld, L_diff_lo=ld_ci[0], L_diff_hi=ld_ci[1], disagree=disagree))
     return ApproachComparison(table=pd.DataFrame(rows), disagreement=pd.DataFrame(dis), level=lv,
@@ -243,8 +242,8 @@ class FamilyFit:
 
     @property
     def ci(self) -> dict:
-        fits = {k: self.fit_of(k) for k in ("alpha_P", "alpha_L", "alpha_D", "L_inf")}
-        return {k: fit.ci.get(k) for k, fit in fits.items() if fit is not None}
+        return {k: fit.ci.get(k) for k in ("alpha_P", "alpha_L", "alpha_D", "L_inf")
+                if (fit := self.fit_of(k)) is not None}
 
     def predict(self, compute):
         """Dict of predictions at ``compute``: L_star (log-linear), L_opt (joint), each metric."""

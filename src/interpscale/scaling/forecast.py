@@ -307,8 +307,8 @@ def _scored(name: str, m: ForecastMethod, fit, t: dict, origin: float, o: Foreca
     out = [dict(base, predicted=pred, lo=lo, hi=hi, log_error=err, spread=s, status=status)]
     if hasattr(fit, "power_P") and t["quantity"] == "L_star":
         P = float(fit.power_P.predict(t["compute"]))
-        pi = fit.predict_interval(np.array([t["compute"]]), o.level, seed=o.seed)["P_star"] if o.n_boot else None
-        lo, hi = (math.nan, math.nan) if pi is None else (float(np.ravel(pi[0])[0]), float(np.ravel(pi[1])[0]))
+        lo, hi = _first(fit.predict_interval(np.array([t["compute"]]), o.level, seed=o.seed)["P_star"]) \
+            if o.n_boot else (math.nan, math.nan)
         obs = t["observed_P"]
         out.append(dict(base, quantity="P_star", observed=obs, predicted=P, lo=lo, hi=hi, status=status,
                         log_error=math.log(obs / P) if status == "ok" and P > 0 else math.nan))
@@ -490,7 +490,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
     ``choose_method`` unless ``method`` names one; each interval is ``calibrated``.
     ``fits``: already made fits by method name (e.g. the family's own), reused as they are."""
     o = options or ForecastOptions(k=flops_per_token_per_param(rows))
-    target = _positive(target_compute)
+    target = positive_compute(target_compute)
     if method is not None:
         get_method(method)
     kind, budgets = _budgets(rows, o)
@@ -525,7 +525,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
                           tokens=tokens, errors=errors, warnings=tuple(warnings), options=o)
 
 
-def _positive(target_compute) -> float:
+def positive_compute(target_compute) -> float:
     if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
         raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     return float(target_compute)

@@ -756,8 +756,7 @@ class PublishedLaw:
 
     def _fit_rows(self, rows: pd.DataFrame, o: ForecastOptions):
         need = ["params", "tokens", o.loss] + (["unique_tokens"] if self.unique else [])
-        missing = [c for c in need if c not in rows.columns]
-        if missing:
+        if missing := [c for c in need if c not in rows.columns]:
             raise ValueError(f"the table has no column {missing[0]!r}")
         r = rows.dropna(subset=need)
         return self.fit(*(r[c] for c in need), **o.boot())

@@ -31,7 +31,7 @@ from interpscale._jsonl import iter_jsonl
 
 from ._base import DEFAULT_LEVEL, check_level, fit_status, jsonable
 from .bootstrap import N_BOOT
-from .forecast import ForecastOptions, forecast_family
+from .forecast import ForecastOptions, forecast_family, positive_compute
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
 
 
@@ -44,11 +44,9 @@ def inputs_hash(table: pd.DataFrame, options: Mapping[str, Any] | None = None,
     """SHA-256 of the rows a fit used (``columns``, default all; row order does not matter)
     and its options: the same inputs give the same hash on any machine."""
     cols = sorted(columns or table.columns, key=str)
-    missing = [c for c in cols if c not in table.columns]
-    if missing:
+    if missing := [c for c in cols if c not in table.columns]:
         raise ValueError(f"inputs_hash: table lacks column(s) {missing}")
-    t = table[cols].copy()
-    csv = t.astype(str).sort_values(cols, kind="mergesort").to_csv(index=False, lineterminator="\n")
+    csv = table[cols].astype(str).sort_values(cols, kind="mergesort").to_csv(index=False, lineterminator="\n")
     h = hashlib.sha256(csv.encode())
     h.update(json.dumps(jsonable(dict(options or {})), sort_keys=True).encode())
     return h.hexdigest()
@@ -141,8 +139,7 @@ class ForecastLedger:
         out = []
         for i, d in iter_jsonl(self.path):
             try:
-                extra = set(d) - _FIELDS
-                if extra:
+                if extra := set(d) - _FIELDS:
                     raise ValueError(f"unknown field(s) {sorted(extra)}")
                 out.append(Forecast(**d))
             except (ValueError, TypeError) as exc:
@@ -215,8 +212,8 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
     into ``note``."""
     if target_compute is None and (params is None or tokens is None):
         raise ValueError("give the target compute, or the run's params and tokens (its compute is then k·P·D)")
-    if target_compute is not None and not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
-        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+    if target_compute is not None:
+        positive_compute(target_compute)
     warnings: list[str] = []
     for col in ("params", "tokens", loss):
         if col not in results.columns:

@@ -85,8 +85,7 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
         want = [family] if isinstance(family, str) else list(family or [])
         if one_family and not want and len(fams) > 1:
             raise ValueError(f"the table has several families {fams}; pass family=")
-        unknown = [f for f in want if f not in fams]
-        if unknown:
+        if unknown := [f for f in want if f not in fams]:
             raise ValueError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
                              f"have {fams}")
         parts = [select_rows(df[df["family"] == f], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
