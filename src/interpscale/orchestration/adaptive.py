@@ -38,11 +38,6 @@ LADDER: tuple[tuple[str, int, int, int], ...] = tuple(
         (4, 128, 8), (6, 192, 12), (8, 256, 16), (10, 384, 24), (12, 512, 32), (16, 768, 48), (20, 1024, 64)))
 
 
-def ladder_presets() -> dict[str, dict[str, Any]]:
-    """:data:`LADDER` as ``[size_presets]`` tables (on the ``nano`` base)."""
-    return {name: {"base": "nano", "n_layers": nl, "d_model": d, "n_heads": h} for name, nl, d, h in LADDER}
-
-
 def alpha_p(family: str) -> float:
     """α_P of Table 6 for ``family`` (paper values), else :data:`DEFAULT_ALPHA_P`."""
     return float(paper.TABLE6.get(family, {}).get("alpha_P", DEFAULT_ALPHA_P))
@@ -129,17 +124,13 @@ class AdaptiveResult:
             lines += [f"    {h}" for h in s.history if "past the limit" in h]
         return "\n".join(lines)
 
-    def failure(self) -> str:
-        """One line naming each slice that is not bracketed and what would bracket it ("" when all are)."""
-        bad = [s for s in self.slices if not s.bracketed]
-        return "; ".join(f"{s.name}: {s.reason} (would bracket it: {s.remedy})" for s in bad)
-
     def check(self) -> None:
-        """Raise ``FailedWork`` (exit 1) naming every slice not bracketed; the caller prints
-        ``summary()`` first."""
-        if not self.all_bracketed:
-            n = sum(not s.bracketed for s in self.slices)
-            raise FailedWork(f"adaptive sweep: {n} of {len(self.slices)} slices not bracketed: {self.failure()}")
+        """Raise ``FailedWork`` (exit 1) naming every slice not bracketed and what would bracket
+        it; the caller prints ``summary()`` first."""
+        bad = [s for s in self.slices if not s.bracketed]
+        if bad:
+            raise FailedWork(f"adaptive sweep: {len(bad)} of {len(self.slices)} slices not bracketed: "
+                             + "; ".join(f"{s.name}: {s.reason} (would bracket it: {s.remedy})" for s in bad))
 
     def to_dict(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "all_bracketed": self.all_bracketed,
@@ -153,34 +144,12 @@ def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict:
                 flops_per_s=None if priced else 1e30, max_sizes_per_slice=len(sizes) + 1)
 
 
-def _initial_states(preset, per: dict, ladder_names: list[str], ladder: dict, initial: int,
-                    tokens_per_param: float) -> list[SliceState]:
-    states = []
-    for family, cs in per.items():
-        tables = {c: _plan(preset, family, c, ladder_names, ladder, strict=False).table for c in cs}
-        ref = tables[cs[0]]
-        ref = ref[ref["steps"] >= 1]
-        for c in cs:
-            t = tables[c].sort_values("P").reset_index(drop=True)
-            prior = prior_params(ref, c, cs[0], family, tokens_per_param)
-            ok = t.index[t["status"] == "ok"].tolist()
-            if not ok:
-                raise ValueError(f"{family}: no size of {ladder_names} fits slice C={c:.3g}")
-            centre = min(ok, key=lambda i: abs(math.log(t.at[i, "P"] / prior)))
-            k = ok.index(centre)
-            lo = max(0, min(k - (initial - 1) // 2, len(ok) - initial))
-            chosen = [t.at[i, "size"] for i in ok[lo: lo + initial]]
-            st = SliceState(family, c, list(t["size"]), chosen, prior, status=dict(zip(t["size"], t["status"])))
-            st.history.append(f"round 0: {', '.join(chosen)} around N*={prior:.3g}")
-            states.append(st)
-    return states
-
-
 def _first_states(preset, families: Sequence[str] | None, initial: int,
                   tokens_per_param: float | None) -> tuple[Any, dict, list[SliceState]]:
     """(the preset's validated tree — ``planner.load_config``, which every later plan reuses
-    — the ladder's ``size_presets`` unless it names sizes, each slice's first state); the
-    prior's D/N is ``tokens_per_param``, else the planner's centre of ``[plan] tokens_per_param``."""
+    — the ladder's ``size_presets`` unless it names sizes, each slice's first state: the
+    ``initial`` feasible sizes around the prior N*); the prior's D/N is ``tokens_per_param``,
+    else the planner's centre of ``[plan] tokens_per_param``."""
     tree = load_config(preset)
     p = tree.plan
     fams = list(families or p.families or [])
@@ -190,12 +159,30 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
         per = {f: sorted(cs) for f, cs in slice_targets(fams, p.slices).items()}
     except ValueError as exc:
         raise UserError(f"{tree.source}: [plan] slices: {exc}") from exc
-    given = list(p.sizes or [])
-    ladder = {} if given else ladder_presets()
+    ladder = {} if p.sizes else {  # LADDER as [size_presets] tables on the nano base
+        n: {"base": "nano", "n_layers": nl, "d_model": d, "n_heads": h} for n, nl, d, h in LADDER}
+    names = list(p.sizes) or list(ladder)
     if tokens_per_param is None:
         tokens_per_param = window_centre(tuple(p.tokens_per_param) or (0.0, math.inf))
-    names = given or list(ladder)
-    return tree, ladder, _initial_states(tree, per, names, ladder, initial, float(tokens_per_param))
+    states = []
+    for family, cs in per.items():
+        tables = {c: _plan(tree, family, c, names, ladder, strict=False).table for c in cs}
+        ref = tables[cs[0]]
+        ref = ref[ref["steps"] >= 1]
+        for c in cs:
+            t = tables[c].sort_values("P").reset_index(drop=True)
+            prior = prior_params(ref, c, cs[0], family, float(tokens_per_param))
+            ok = t.index[t["status"] == "ok"].tolist()
+            if not ok:
+                raise ValueError(f"{family}: no size of {names} fits slice C={c:.3g}")
+            k = min(range(len(ok)), key=lambda j: abs(math.log(t.at[ok[j], "P"] / prior)))  # nearest N*
+            lo = max(0, min(k - (initial - 1) // 2, len(ok) - initial))
+            chosen = [t.at[i, "size"] for i in ok[lo: lo + initial]]
+            st = SliceState(family, c, list(t["size"]), chosen, prior,
+                            status=dict(zip(t["size"], t["status"])))
+            st.history.append(f"round 0: {', '.join(chosen)} around N*={prior:.3g}")
+            states.append(st)
+    return tree, ladder, states
 
 
 @dataclass(frozen=True)
@@ -393,14 +380,6 @@ def _slice_runs(preset, s: SliceState, ladder: dict) -> list:
                    for k in range(1, s.seeds) for r in runs]
 
 
-def _launch(sweep) -> None:
-    """Train the round; runs that fail are judged as producing no result."""
-    try:
-        sweep.launch()
-    except SweepIncomplete as exc:
-        log.warning("adaptive sweep: %s", exc)
-
-
 def _judge_round(states: list[SliceState], df: pd.DataFrame, per: dict, slice_minimum: Callable, limits: Limits,
                  budget: Budget) -> None:
     """Judge every slice not stopped — a bracketed one again, with the family's noise as now
@@ -452,7 +431,10 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
         bud.used = spent
         sweep = Sweep.from_plan(Plan(runs=runs, table=pd.DataFrame(), launch=dataclasses.asdict(tree.launch),
                                      config=tree), out_dir, extend=extend or rounds > 0, **sweep_options)
-        _launch(sweep)
+        try:  # runs that fail are judged as producing no result
+            sweep.launch()
+        except SweepIncomplete as exc:
+            log.warning("adaptive sweep: %s", exc)
         rounds += 1
         _judge_round(states, sweep.collect(), per, slice_minimum, limits, bud)
         log.info("adaptive sweep round %d: %d of %d slices settled", rounds, sum(s.done for s in states), len(states))
