@@ -27,6 +27,7 @@ from scipy.stats import norm, t as student_t
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_points,
     check_weights, emit, fields_dict, fmt_ci, jsonable)
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, pairs_weights, percentile_ci, resample_noise
+from .engine import wls
 
 # ---- power laws (Eq. 26) ----
 
@@ -107,19 +108,9 @@ def attach_draws(fit: PowerLawFit, log_a: np.ndarray, alpha: np.ndarray, *, miss
     return dataclasses.replace(fit, boot=np.column_stack([log_a, alpha]), ci=ci)
 
 
-def ols_lines(x: np.ndarray, Y: np.ndarray, W: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Batched weighted OLS of each row of Y (S, n) on x (n,): returns (intercepts, slopes)."""
-    if W is None:
-        W = np.ones_like(Y)
-    sw = W.sum(axis=1)
-    mx = (W * x).sum(axis=1) / sw
-    my = (W * Y).sum(axis=1) / sw
-    dx = x[None, :] - mx[:, None]
-    sxx = (W * dx * dx).sum(axis=1)
-    sxy = (W * dx * (Y - my[:, None])).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        slope = sxy / sxx
-    return my - slope * mx, slope
+def ols_lines(x: np.ndarray, Y, W=None) -> np.ndarray:
+    """(intercepts, slopes) of the weighted OLS lines of Y (..., n) on x (n,) (``engine.wls``)."""
+    return np.moveaxis(wls(np.column_stack([np.ones_like(x), x]), Y, W)[0], -1, 0)
 
 
 def fit_power_law(
@@ -143,7 +134,7 @@ def fit_power_law(
     lx, ly = np.log(x), np.log(y)
     if np.ptp(lx) == 0:
         raise ValueError("x: all values are equal; a power law needs at least two distinct x")
-    (b0,), (b1,) = ols_lines(lx, ly[None, :], None if w is None else w[None, :])
+    b0, b1 = ols_lines(lx, ly, w)
     fitted = b0 + b1 * lx
     resid = ly - fitted
     ww = np.ones(n) if w is None else w
@@ -154,11 +145,7 @@ def fit_power_law(
                       x_range=(float(x.min()), float(x.max())), resid=resid, status=FitStatus.decide(True, [exact]))
     if spec.n_boot <= 0:
         return fit
-    Y, WB = spec.replicates(ly, fitted, 2, weights=w)
-    if Y.ndim == 1:  # pairs / cluster: the observed logs under (S, n) multiplicities
-        Y = np.broadcast_to(Y, WB.shape)
-    elif WB is not None:
-        WB = np.broadcast_to(WB, Y.shape)
+    Y, WB = spec.replicates(ly, fitted, 2, weights=w)  # pairs / cluster: the observed logs, (S, n) weights
     warnings = (exact,) if exact else ()
     return dataclasses.replace(attach_draws(fit, *ols_lines(lx, Y, WB)), warnings=warnings)
 
@@ -186,11 +173,16 @@ def _vertex(c0, c1, c2, xm):
     return xs, Ls
 
 
-def _fit_slice(x: np.ndarray, y: np.ndarray):
-    """LM fit of Eq. 25 on one window; returns (a, x*, L*, converged, fitted)."""
+def _quadratic(x: np.ndarray):
+    """The design (1, x - xm, (x - xm)^2) of a slice's parabola about its mean log size xm, and xm."""
     xm = float(x.mean())
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-    c, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2]), xm
+
+
+def _fit_slice(x: np.ndarray, y: np.ndarray):
+    """LM fit of Eq. 25 on one window from the exact quadratic; returns (a, x*, L*, converged, fitted)."""
+    X, xm = _quadratic(x)
+    c = wls(X, y)[0]
     if not c[2] > 0:
         return float(c[2]), math.nan, math.nan, False, X @ c
     xs, Ls = _vertex(c[0], c[1], c[2], xm)
@@ -311,10 +303,8 @@ def replicate_residual(f: dict, Yb: np.ndarray, minimum: str):
     if minimum == "akima":
         xs, Ls, inner = akima_minimum(x, Yb)
         return xs, Ls, ~inner
-    xm = x.mean()
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
-    Cf = Yb @ np.linalg.pinv(X).T  # (S, 3)
-    return _censored_parabola_min(Cf, xm, f["lo"], f["hi"], x.min(), x.max())
+    X, xm = _quadratic(x)
+    return _censored_parabola_min(wls(X, Yb)[0], xm, f["lo"], f["hi"], x.min(), x.max())
 
 
 def replicate_weighted(f: dict, Wt: np.ndarray):
@@ -323,13 +313,10 @@ def replicate_weighted(f: dict, Wt: np.ndarray):
     through two nearly equal sizes has an absurd curvature and vertex) takes the lowest mean
     loss among the sizes it drew."""
     x, y = f["x"], f["y"]
-    xm = x.mean()
-    X = np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2])
+    X, xm = _quadratic(x)
     inv = _size_groups(x)
     few = ((Wt @ np.eye(inv.max() + 1)[inv]) > 0).sum(axis=1) < 3
-    XtWX = np.einsum("sk,ki,kj->sij", Wt, X, X)
-    XtWX[few] = np.eye(3)
-    Cf = np.linalg.solve(XtWX, np.einsum("sk,ki,k->si", Wt, X, y)[..., None])[..., 0]
+    Cf = wls(X, y, np.where(few[:, None], 1.0, Wt))[0]  # the few rows are replaced below
     drawn = Wt > 0  # censor within the sizes this replicate actually drew
     w_lo = np.where(drawn, x[None, :], np.inf).min(axis=1)
     w_hi = np.where(drawn, x[None, :], -np.inf).max(axis=1)
@@ -556,9 +543,8 @@ def _bootstrap(used, slices: pd.DataFrame, pP, pL, wts, spec: Bootstrap, *, mini
             msg += f"; above {100 * DEGENERATE_FLAG:.0f}%: the intervals are flagged as less reliable"
         emit(warnings, msg)
     Cu = np.array([f["c"] for f in used])
-    WB = None if wts is None else np.broadcast_to(wts, LP.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
-        pP, pL = (attach_draws(p, *ols_lines(np.log(Cu), Y, WB), missing=missing)
+        pP, pL = (attach_draws(p, *ols_lines(np.log(Cu), Y, wts), missing=missing)
                   for p, Y in ((pP, LP), (pL, lLS)))
     for j, c in enumerate(Cu):
         i = slices.index[slices.compute == c][0]

@@ -35,7 +35,8 @@ from scipy import stats
 
 from ._base import DEFAULT_LEVEL, FitStatus, emit, fit_status, jsonable, quiet
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
-from .isoflop import fit_isoflop
+from .engine import wls
+from .isoflop import fit_isoflop, ols_lines
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, slice_rows
 
 __all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
@@ -202,13 +203,6 @@ def _envelope(rows: pd.DataFrame, fam: str, loss: str, window, tolerance) -> _En
     return _Envelope(C, np.log(C), np.log(s["L_star"].to_numpy(float)), iso.power_L.log_a, iso.alpha_L)
 
 
-def _ols(x: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(intercepts, slopes) of y = b0 + b1 x for each row of Y (S, n)."""
-    xc = x - x.mean()
-    b1 = (Y - Y.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
-    return Y.mean(axis=1) - b1 * x.mean(), b1
-
-
 def _slice_units(*computes: np.ndarray) -> list[np.ndarray]:
     """Index of each family's slices into the union of slices (equal targets share an index)."""
     union = np.unique(np.round(np.log(np.concatenate(computes)), 6))
@@ -250,7 +244,7 @@ def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: in
         if shared.size:
             on = np.isin(u, shared)
             E[:, on] = pairs[pick[:, u[on]], f]
-        b0, b1 = _ols(e.x, (e.log_a + e.alpha * e.x)[None, :] + E)
+        b0, b1 = ols_lines(e.x, (e.log_a + e.alpha * e.x)[None, :] + E)
         out.append(np.column_stack([e.log_a + widen * (b0 - e.log_a), e.alpha + widen * (b1 - e.alpha)]))
     return out
 
@@ -371,8 +365,8 @@ def shared_exponent_test(base: _Envelope, variant: _Envelope) -> SharedExponentT
     g = np.r_[np.zeros(base.x.size), np.ones(variant.x.size)]
     X0 = np.column_stack([1 - g, g, x])
     X1 = np.column_stack([1 - g, g, x * (1 - g), x * g])
-    rss = [float(np.sum((y - X @ np.linalg.lstsq(X, y, rcond=None)[0]) ** 2)) for X in (X0, X1)]
-    shared = float(np.linalg.lstsq(X0, y, rcond=None)[0][2])
+    (c0, rss0), (_, rss1) = wls(X0, y), wls(X1, y)
+    rss, shared = [float(rss0), float(rss1)], float(c0[2])
     df2 = x.size - 4
     if df2 < 1:
         return SharedExponentTest(math.nan, (1, df2), math.nan, base.alpha, variant.alpha, shared)
