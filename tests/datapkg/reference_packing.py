@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from interpscale.data.corpus import Document, corpus_config, generate_documents, read_concepts
+from interpscale.data.loaders import RowSplit, local_chunks
 from interpscale.data.prepare import is_validation
-from interpscale.data.shards import RowSplit, local_chunks
 from interpscale.data.sources import iter_documents
 from interpscale.models.types import EOC_ID, EOS_ID, PAD_ID, Batch
 

@@ -5,10 +5,9 @@ imports only ``models.types`` and the bottom modules.
 
 from interpscale.data.corpus import (Concept, CorpusConfig, corpus_config, generate_documents, make_concepts,
                                      read_concepts, write_concepts)
-from interpscale.data.loaders import (DATA_KINDS, DataSummary, PreparedData, describe, open_data, prepare_data,
-                                      resolve_data_paths)
+from interpscale.data.loaders import (DATA_KINDS, DataSummary, PreparedData, Split, describe, open_data,
+                                      prepare_data, resolve_data_paths)
 from interpscale.data.prepare import MODES, is_validation, make_request, prepare
-from interpscale.data.shards import Split
 from interpscale.data.sources import iter_documents
 from interpscale.data.tokenizer import load_tokenizer, special_ids, train_tokenizer
 
