@@ -40,7 +40,13 @@ def test_data_constrained_and_overtraining(reference_data, tmp_path, capsys):
     rc = cli.main(["fit", "law", "overtraining", str(ot), "--params", "N", "--tokens", "D", "--loss", "loss_c4_val",
                    "--metric", "err_avg_subset", "--recipe", "robust", "--n-boot", "0"])
     assert rc == 0
-    assert "downstream-error" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "downstream-error" in out
+    from interpscale.scaling.laws import fit_law_table
+
+    res = fit_law_table("overtraining", ot, params="N", tokens="D", loss="loss_c4_val", metric="err_avg_subset",
+                        recipe="robust", n_boot=0)
+    assert out.endswith(res.summary() + "\n")  # the library result prints what the command prints
 
 
 def test_bad_column_is_one_line_and_exit_2(tmp_path, capsys):

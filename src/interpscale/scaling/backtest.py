@@ -1,13 +1,9 @@
-"""Backtests: how well does each forecast method forecast a budget it has not seen?
-
-Two schemes over the compute budgets (IsoFLOP slices), on the fold machinery of
-``forecast.fold_forecasts``: ``rollout`` (fit the smallest k budgets, forecast budget k+1) and
-``loo`` (leave one budget out). Methods: the forecast methods by name (``forecast.METHODS``;
-``isoflop-powerlaw`` is scored on the held-out slice's L* and P*, ``joint`` on every held-out run
-and the slice's compute-optimal L*) and ``bounded`` (the metric fits of Eq. 29 against compute).
-Each forecast carries the fit's bootstrap prediction interval and whether it covered the
-observation; with ``target_compute``, ``forecast_shift()`` says how far leaving one budget out
-moves each method's forecast there (a stability diagnostic).
+"""Backtests: how well does each forecast method forecast a budget it has not seen? The
+``rollout`` and ``loo`` schemes over the IsoFLOP budgets, on ``forecast.fold_forecasts``, for every
+forecast method and ``bounded`` (Eq. 29's metric fits) by default (docs/forecasting.md, "One backtest
+machinery"). Each forecast carries the fit's bootstrap prediction interval and whether it covered the
+observation; with ``target_compute``, ``forecast_shift()`` says how far leaving one budget out moves
+each method's forecast there (a stability diagnostic).
 
     bt = backtest(results, n_boot=200)
     bt.summary(); bt.errors(); bt.to_frame()

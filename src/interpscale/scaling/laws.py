@@ -25,7 +25,7 @@ from ._base import check_points, check_weights, emit
 from .bootstrap import Bootstrap, DEFAULT_LEVEL, DEFAULT_N_BOOT
 from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STATUS, chained_interval, check_recipe,
     distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
-from .external import RunTable, read_runs
+from .external import RunTable, count_runs, read_runs, same_end_reason
 from .forecast import ForecastMethod, ForecastOptions, register_method
 from .joint import fit_chinchilla, optimal_allocation
 
@@ -656,7 +656,7 @@ def fit_ladder(
 @dataclass(frozen=True)
 class LawTableFit:
     """``fit``: the law's result; ``extra``: the chained law (over-training error law) or None;
-    ``runs``: the reduced table the fit used."""
+    ``runs``: the reduced table the fit used; ``per_run``: the --run/--step column that grouped it."""
 
     law: str
     fit: Any
@@ -664,6 +664,7 @@ class LawTableFit:
     source: tuple[str, ...]
     last: int | None
     extra: Any = None
+    per_run: str | None = None
 
     @property
     def converged(self) -> bool:
@@ -677,8 +678,9 @@ class LawTableFit:
         return out
 
     def summary(self) -> str:
-        head = f"{self.law} fit of {len(self.runs)} runs from {', '.join(self.source)}" + (
-            f" (mean of the last {self.last} logged rows per run)" if self.last and self.last > 1 else "")
+        """``fit law``'s output: runs counted as runs, not as logged rows or checkpoints, then each fit."""
+        runs = count_runs(self.runs, self.last, self.per_run)
+        head = f"{self.law} fit of {runs} from {', '.join(self.source)}"
         return "\n".join([head] + [f.summary() for f in (self.fit, self.extra) if f is not None])
 
 
@@ -698,9 +700,13 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
                    step=step, tokens_per_step=tokens_per_step)
     table: RunTable = read_runs(paths, last=last, **mapping)
     boot = {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
-    fit, extra = LAWS[law].table(table, paths, mapping, boot=boot, recipe=recipe, task_min=task_min,
-                                 last=last, metric=metric)
-    return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra)
+    try:
+        fit, extra = LAWS[law].table(table, paths, mapping, boot=boot, recipe=recipe, task_min=task_min,
+                                     last=last, metric=metric)
+    except ValueError as exc:  # identical tokens on per-step logs: say that every run ends at one step
+        raise UserError("distinct" in str(exc) and same_end_reason(paths, mapping, last) or str(exc)) from exc
+    return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra,
+                       per_run=run or step)
 
 
 def _pdl(table: RunTable):
