@@ -41,19 +41,15 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
         raise ValueError(f"{name}: values are not numeric ({exc})") from exc
     if arr.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
-    if not allow_nan:
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} ({int(bad.sum())} bad rows)")
-    if positive:
-        bad = ~(arr > 0)
-        if allow_nan:
-            bad &= ~np.isnan(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; a log-scale fit "
-                             "needs values > 0")
+    bad = np.zeros(arr.shape, bool) if allow_nan else ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} ({int(bad.sum())} bad rows)")
+    bad = ~(arr > 0) & ~np.isnan(arr) if positive else bad
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; a log-scale fit "
+                         "needs values > 0")
     return arr
 
 
@@ -90,18 +86,23 @@ def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: b
 
 
 _KEEP_REPEATS: contextvars.ContextVar[bool] = contextvars.ContextVar("interpscale_keep_repeats", default=False)
+_ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")
 
 
 @contextlib.contextmanager
+def _setting(var: contextvars.ContextVar, value):
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
 def keep_repeats():
     """Fits inside take rows identical in every fitted column as repeated runs (data: each one point
     of the fit and one unit the bootstrap resamples) instead of refusing them (issue 37.8); the
     caller names them to the user (``interpscale fit`` / ``forecast`` say which file lines)."""
-    token = _KEEP_REPEATS.set(True)
-    try:
-        yield
-    finally:
-        _KEEP_REPEATS.reset(token)
+    return _setting(_KEEP_REPEATS, True)
 
 
 def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
@@ -118,17 +119,9 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
                          f"{', '.join(columns)}); drop or aggregate repeated measurements first")
 
 
-_ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")
-
-
-@contextlib.contextmanager
 def about(label: str):
     """Name what the fits inside are about (e.g. the family): their logged warnings start with it."""
-    token = _ABOUT.set(label)
-    try:
-        yield
-    finally:
-        _ABOUT.reset(token)
+    return _setting(_ABOUT, label)
 
 
 def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:
@@ -232,14 +225,20 @@ class FitResult:
         return lo.reshape(shape), hi.reshape(shape)
 
     def _interval(self, curves, point_row, shape, level: float | None = None, *, seed: int = 0, n_params: int,
-                  back=None, clip=None):
+                  back=None, clip=None, noise_sd: float | None = None, widen: float = 1.0):
         """The one prediction interval of a new observation: ``curves(rows)`` (S, m) of the bootstrap
         rows (else the point ``point_row``, repeated; ``bootstrap.curve_rows``) on the scale the fit
-        resamples its residuals on, plus resampled residuals ``resid``; ``back`` maps the sum to the
-        observation's scale (e.g. ``np.exp`` for a log-scale fit), ``clip(y)`` keeps it in range."""
+        resamples its residuals on, plus resampled residuals ``resid`` (or Gaussian noise of sd
+        ``noise_sd``), their deviation from the point curve scaled by ``widen``; ``back`` maps the
+        sum to the observation's scale (e.g. ``np.exp`` for a log-scale fit), ``clip(y)`` keeps it in range."""
+        rng = np.random.default_rng(seed)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             y = curves(curve_rows(self.boot, point_row))
-            y = y + resample_noise(np.random.default_rng(seed), self.resid, y.shape, n_params)
+            y = y + (resample_noise(rng, self.resid, y.shape, n_params) if noise_sd is None
+                     else rng.normal(0.0, float(noise_sd), y.shape))
+            if widen != 1.0:
+                p = curves(np.atleast_2d(np.asarray(point_row, float)))
+                y = p + widen * (y - p)
             y = y if back is None else back(y)
         lo, hi = band_from_draws(y if clip is None else clip(y), level or self.level)
         return lo.reshape(shape), hi.reshape(shape)

@@ -26,7 +26,7 @@ from scipy.stats import norm, t as student_t
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_points,
     check_weights, emit, fields_dict, fmt_ci, jsonable)
-from .bootstrap import Bootstrap, band_from_draws, curve_rows, pairs_weights, percentile_ci, resample_noise
+from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .engine import wls
 
 # ---- power laws (Eq. 26) ----
@@ -69,20 +69,10 @@ class PowerLawFit(FitResult):
         freedom behind the noise estimate; the spread is widened by t_df / z at the level (the
         bootstrap alone ignores that the noise scale is itself estimated)."""
         lx = np.atleast_1d(np.log(np.asarray(x, dtype=float)))
-        boot = curve_rows(self.boot, [self.log_a, self.alpha])
-        curve = boot[:, :1] + boot[:, 1:2] * lx[None, :]
-        rng = np.random.default_rng(seed)
-        if noise_sd is not None:
-            noise = rng.normal(0.0, float(noise_sd), curve.shape)
-        else:
-            noise = resample_noise(rng, self.resid, curve.shape, 2)
-        dev = curve + noise - (self.log_a + self.alpha * lx)[None, :]
-        lv = level or self.level
-        if df is not None and df > 0:
-            q = 0.5 + lv / 2
-            dev = dev * (student_t.ppf(q, df) / norm.ppf(q))
-        lo, hi = band_from_draws(np.exp((self.log_a + self.alpha * lx)[None, :] + dev), lv)
-        return lo.reshape(np.shape(x)), hi.reshape(np.shape(x))
+        q = 0.5 + (level or self.level) / 2
+        return self._interval(lambda rows: rows[:, :1] + rows[:, 1:2] * lx[None, :], [self.log_a, self.alpha],
+                              np.shape(x), level, seed=seed, n_params=2, back=np.exp, noise_sd=noise_sd,
+                              widen=student_t.ppf(q, df) / norm.ppf(q) if df is not None and df > 0 else 1.0)
 
     @property
     def resid_sd(self) -> float:

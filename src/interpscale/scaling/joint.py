@@ -283,11 +283,11 @@ def optimal_allocation(theta: np.ndarray, compute, k: float = 6.0):
     """(P_opt, D_opt) of Eq. 27 under C = k P D for rows of theta = (a, b, e, alpha, beta)
     (Hoffmann et al. 2022, App. D.2): P_opt = G (C/k)^(beta/(alpha+beta)), D_opt = (C/k) / P_opt,
     G = (alpha A_P / (beta A_D))^(1/(alpha+beta)). One row gives arrays shaped like ``compute``;
-    S rows give (S, m) arrays."""
+    S rows give (S, m) arrays (``compute`` (m,), or (S, m): one set of computes per row)."""
     theta = np.atleast_2d(np.asarray(theta, float))
     C = np.asarray(compute, float)
     a, b, _, al, be = (theta[:, i : i + 1] for i in range(5))
-    CK = np.atleast_1d(C)[None, :] / k
+    CK = (C if C.ndim == 2 else np.atleast_1d(C)[None, :]) / k
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # non-positive exponents -> nan
         G = np.exp((np.log(al * np.exp(a - b) / be)) / (al + be))
         P = G * CK ** (be / (al + be))

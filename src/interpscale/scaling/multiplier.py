@@ -2,25 +2,14 @@
 the compute the variant needs to reach the base family's compute-optimal loss at C (k > 1: a tax,
 k < 1: a gain), and a test of whether k grows with C.
 
-Two methods, each on its own law of the loss-optimal frontier:
-
-* ``isoflop`` -- the IsoFLOP envelopes L*(C) = a_L C^alpha_L (Eq. 26) of both families: log k(C) =
-  (ln L*_base(C) - ln a_L,variant) / alpha_L,variant - ln C, a power law in C whose exponent
-  alpha_L,base / alpha_L,variant - 1 is the growth slope. Bands: a residual bootstrap of the two
-  envelope lines paired by slice (a shared slice's two residuals are drawn together, so a shock
-  common to a slice moves both families), leverage-corrected residuals, t-widened (``_paired_draws``).
-* ``joint`` -- the joint fits L(P, D) (Eq. 27) at their compute-optimal allocations: the variant's
-  frontier is inverted numerically. Bands: each fit's cluster bootstrap over runs, the same draws
-  for both families when their runs carry the same (slice, size rank) labels (paired), else
-  independent. The growth slope is the OLS slope of ln k on ln C over the sweep's range.
-
-The growth test (``GrowthTest``): the slope of ln k against ln C with its percentile interval and
-a bootstrap p-value; verdict ``growing`` / ``shrinking`` when the interval excludes 0, ``constant``
-when it contains 0 and lies within +-``margin``, else ``undetermined``. A second test
-(``SharedExponentTest``): the envelopes fitted jointly with one shared exponent and per-family
-offsets against free exponents, an F (Gaussian likelihood-ratio) test. Beyond the sweep, the band at
-a target compute is widened to the forecast machinery's calibrated interval where one is given
-(``scaling.forecast``: the families' calibrated log half-widths of L*, through the envelope's slope).
+Two methods, each on its own law of the loss-optimal frontier: ``isoflop``, the IsoFLOP envelopes
+L*(C) = a_L C^alpha_L (Eq. 26) of both families, k a power law in C with growth slope
+alpha_L,base / alpha_L,variant - 1, bands from a residual bootstrap of the two envelope lines
+paired by slice (``_paired_draws``); ``joint``, the joint fits (Eq. 27) at their compute-optimal
+allocations, the variant's frontier inverted numerically, bands from each fit's cluster bootstrap
+over runs (paired when both families' runs carry the same labels). The growth test
+(``GrowthTest``), the shared-exponent F test (``SharedExponentTest``) and the widening beyond the
+sweep by the forecast machinery's calibrated intervals are described in docs/multiplier.md.
 """
 
 from __future__ import annotations
@@ -50,8 +39,13 @@ MULTIPLIER_BOOT = 1000
 CSV_COLUMNS = ["compute", "k", "lo", "hi", "method", "extrapolated"]
 
 
+class _Record:
+    def to_dict(self) -> dict:
+        return jsonable(dict(self.__dict__))
+
+
 @dataclass(frozen=True)
-class GrowthTest:
+class GrowthTest(_Record):
     """The slope of ln k against ln C (k proportional to C^slope) with its interval, a two-sided
     bootstrap p-value for slope = 0 and the verdict; ``assumes`` states the test's assumptions."""
 
@@ -65,12 +59,9 @@ class GrowthTest:
     margin: float
     assumes: str
 
-    def to_dict(self) -> dict:
-        return jsonable(dict(self.__dict__))
-
 
 @dataclass(frozen=True)
-class SharedExponentTest:
+class SharedExponentTest(_Record):
     """Both families' envelopes ln L* = ln a_f + alpha ln C fitted with one shared exponent against
     one exponent per family (F test = Gaussian likelihood ratio with the noise variance profiled)."""
 
@@ -82,9 +73,6 @@ class SharedExponentTest:
     alpha_shared: float
     assumes: str = ("slice optima independent with equal-variance Gaussian log-scale noise about power "
                     "laws in C (Eq. 26); ignores pairing by slice")
-
-    def to_dict(self) -> dict:
-        return jsonable(dict(self.__dict__))
 
 
 @dataclass(frozen=True)
@@ -263,29 +251,17 @@ def _invert_frontier(theta: np.ndarray, target: np.ndarray, lc: np.ndarray, k: f
     """ln C' (S, m) at which each row's compute-optimal Eq. 27 loss equals ``target`` (S, m),
     by bisection in ln C' within ln C +- 46 (a factor 1e20); +inf where the target is at or
     below L_inf (never reached), nan where the row's frontier does not decrease."""
-    S, m = target.shape
-    lo, hi = np.broadcast_to(lc - 46.0, (S, m)).copy(), np.broadcast_to(lc + 46.0, (S, m)).copy()
-    idx = np.repeat(np.arange(S), m)
-
+    lo, hi = (np.broadcast_to(lc + d, target.shape) for d in (-46.0, 46.0))
     for _ in range(64):
         mid = 0.5 * (lo + hi)
-        above = _frontier(theta[idx], mid.ravel(), k).reshape(S, m) > target  # above the target: more compute
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            above = optimal_loss(theta, np.exp(mid), k) > target  # above the target: more compute
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
     out = 0.5 * (lo + hi)
     L_inf = np.exp(theta[:, 2:3])
     out = np.where(target <= L_inf, np.inf, out)
     bad = (theta[:, 3:4] <= 0) | (theta[:, 4:5] <= 0)
     return np.where(bad, np.nan, out)
-
-
-def _frontier(theta_rows: np.ndarray, lcs: np.ndarray, k: float) -> np.ndarray:
-    """Compute-optimal Eq. 27 loss of row i of ``theta_rows`` at ln C = lcs[i] (one C per row)."""
-    a, b, e, al, be = theta_rows.T
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        G = np.exp(np.log(al * np.exp(a - b) / be) / (al + be))
-        P = G * np.exp((lcs - math.log(k)) * be / (al + be))
-        D = np.exp(lcs - math.log(k)) / P
-        return np.exp(e) + np.exp(a) / P**al + np.exp(b) / D**be
 
 
 def _run_labels(rows: pd.DataFrame) -> np.ndarray:
