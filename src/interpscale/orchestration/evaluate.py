@@ -37,15 +37,6 @@ def default_estimators(family: str) -> tuple[str, ...]:
 EVAL_BATCH_TOKENS = 65_536  # 16 x 4096-token rows per forward at paper scale
 
 
-def eval_rows(spec: RunSpec, eval_batch_tokens: int | None = None) -> int:
-    """Rows per evaluation batch: ``eval_batch_tokens`` (default ``EVAL_BATCH_TOKENS``; at
-    least one row), at most the training batch."""
-    tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
-    if tokens < 1:
-        raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
-    return max(1, min(spec.batch_size, tokens // spec.seq_len))
-
-
 def checkpoint_signature(path: Path) -> str:
     """A checkpoint's size and modification time (ns), which its cached rows are keyed by
     besides its name: one rewritten since it was evaluated has its rows recomputed."""
@@ -74,7 +65,8 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     after every checkpoint (a killed evaluation resumes where it stopped).
 
     The validation set is ``eval_batches`` x the training batch (rows), in batches of
-    :func:`eval_rows` held on the host, each moved to ``device`` (default: CUDA when
+    ``eval_batch_tokens`` (default ``EVAL_BATCH_TOKENS``; at least one row, at most the
+    training batch) held on the host, each moved to ``device`` (default: CUDA when
     available) only while evaluated, so memory stays bounded at paper scale.  Loss by
     ``metrics.estimate_loss`` (default: :func:`default_estimators`) and, for concept
     families, ``metrics.interp_metrics``.
@@ -89,7 +81,10 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
         return table
     concept = get_family(spec.family).is_concept
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    rows = eval_rows(spec, eval_batch_tokens)
+    tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
+    if tokens < 1:
+        raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
+    rows = max(1, min(spec.batch_size, tokens // spec.seq_len))
     n_rows = (eval_batches or spec.eval_batches) * spec.batch_size  # the same validation rows whatever `rows`
     data = open_data(run_dir)
     batches = data.val.eval_batches(rows, -(-n_rows // rows), concepts=concept)
@@ -115,9 +110,7 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
         raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
                          f"rows already evaluated in {table_path} are kept") from exc
     model.eval()
-    interp_vals: dict[str, float] = {}
-    if interp:
-        interp_vals = dict(interp_metrics(model, batches, seed=seed))
+    interp_vals = dict(interp_metrics(model, batches, seed=seed)) if interp else {}
     out = []
     step = int(extra.get("step", 0))
     for est in estimators:

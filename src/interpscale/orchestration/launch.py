@@ -18,11 +18,11 @@ from interpscale.orchestration.config import (LaunchConfig, ObserveConfig, Prese
                                              with_settings)
 from interpscale.orchestration.evaluate import pending_evaluations
 from interpscale.orchestration.jobs import EvalJob, JobConfig, TrainJob
-from interpscale.orchestration.manifest import check_manifest, data_fingerprint, write_manifest
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, progress_line
 from interpscale.orchestration.results import collect
-from interpscale.orchestration.rundir import (ensure_writable, find_run_dirs, read_status, run_state,
-                                              trainer_alive, write_status)
+from interpscale.orchestration.rundir import (check_manifest, data_fingerprint, ensure_writable,
+                                              find_run_dirs, read_status, run_state, trainer_alive,
+                                              write_manifest, write_status)
 from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import init_run_dir, model_kwargs, prepare_run_data
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import resource
 import sys
 import time
@@ -72,11 +73,8 @@ def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> 
     """Cut ``metrics.jsonl`` back to the rows of finished segments (``done``) and of
     ``segment`` up to ``step`` (the rest was logged past the state training restarts from
     and is logged again); rewritten atomically when something goes; the rows dropped."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    done = set(done)
-    lines = path.read_text().splitlines()
+    path, done = Path(path), set(done)
+    lines = path.read_text().splitlines() if path.exists() else []
     keep = []
     for line in lines:
         try:
@@ -176,19 +174,16 @@ class Trackers:
 
     def __init__(self, run_dir: str | Path, spec: Any, names: Iterable[str]):
         self.run_dir, self.spec = Path(run_dir), spec
-        self.ids = self._read_ids()
+        try:
+            self.ids: dict[str, str] = json.loads((self.run_dir / TRACKER_IDS).read_text())
+        except (OSError, ValueError):
+            self.ids = {}
         self.live: dict[str, Any] = {}
         for name in names:
             if name in ("wandb", "mlflow"):
                 self._guard(name, getattr(self, f"_open_{name}"))
         if self.live:
             atomic_write_text(self.run_dir / TRACKER_IDS, json.dumps(self.ids, sort_keys=True))
-
-    def _read_ids(self) -> dict[str, str]:
-        try:
-            return json.loads((self.run_dir / TRACKER_IDS).read_text())
-        except (OSError, ValueError):
-            return {}
 
     def _guard(self, name: str, fn, *args) -> None:
         try:
@@ -199,8 +194,6 @@ class Trackers:
             self.live.pop(name, None)
 
     def _open_wandb(self) -> None:
-        import os
-
         import wandb
 
         run_id = self.ids.get("wandb") or uuid.uuid4().hex[:12]
@@ -214,8 +207,6 @@ class Trackers:
         self.live["wandb"] = run
 
     def _open_mlflow(self) -> None:
-        import os
-
         from mlflow.tracking import MlflowClient
 
         # a local store in the run directory: one SQLite file (MLflow's ./mlruns file store is frozen)

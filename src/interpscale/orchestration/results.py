@@ -53,7 +53,7 @@ def _with_fingerprint(df: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
     data), so rows trained on different corpora are never mistaken for replicates."""
     if not len(df) or not (run_dir / "data.json").exists():
         return df
-    from interpscale.orchestration.manifest import data_fingerprint, fingerprint_label
+    from interpscale.orchestration.rundir import data_fingerprint, fingerprint_label
 
     try:
         label = fingerprint_label(data_fingerprint(run_dir))
