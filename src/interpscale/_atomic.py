@@ -14,10 +14,7 @@ from typing import Iterator
 @contextmanager
 def atomic_path(path: str | os.PathLike, *, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temp path next to ``path``; on clean exit it replaces ``path`` (mode 0644).
-
-    ``suffix`` matters to writers that infer the format from the name (``savefig``).
-    On an exception the temp file is removed and ``path`` is left as it was.
-    """
+    ``suffix`` matters to writers that infer the format from the name (``savefig``)."""
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=suffix)

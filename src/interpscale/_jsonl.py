@@ -25,9 +25,7 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
 
 def jsonable(value: Any) -> Any:
     """The one converter to plain JSON values, used by every result's ``to_dict`` and every
-    JSON file the package writes: mappings (keys as strings), sequences and arrays become
-    dicts and lists, numpy / torch scalars their Python values, a non-finite float ``None``
-    (JSON has no NaN), an object with ``to_dict()`` its dict, anything else its ``str``."""
+    JSON file the package writes (a non-finite float is ``None``: JSON has no NaN)."""
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

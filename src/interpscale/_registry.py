@@ -1,23 +1,16 @@
 """One registry class for every "name -> how to do it" table (model families, loss estimators,
-laws, forecast methods, calibration rules, executors, figures, judge kinds).
-
-Shaped like lm-evaluation-harness's ``Registry``: ``register(name, item)`` adds an entry
-(re-registering needs ``overwrite=True``); an entry may be a lazy ``"module:object"`` string
-(``lazy=True``), imported the first time it is looked up, so a registry can name what it
-does not load yet. ``lookup(name)`` returns it or raises a
-:class:`~interpscale.errors.UserError` that lists the registered names and, through the
-registry's ``hint``, says where it looked and how to register. A registry reads as a
-mapping (``name in reg``, ``reg[name]``, ``sorted(reg)``), and ``on_miss`` (e.g. loading
-entry points) runs once before a name is declared unknown.
+laws, forecast methods, calibration rules, executors, figures, judge kinds), shaped like
+lm-evaluation-harness's ``Registry``. A lazy ``"module:object"`` entry is imported the first
+time it is looked up, so a registry can name what it does not load yet; ``on_miss`` (e.g.
+loading entry points) runs once before a name is declared unknown.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Iterator, Mapping
 from typing import Callable, Generic, Optional, TypeVar
-
-import importlib
 
 from interpscale.errors import UserError
 
@@ -31,7 +24,8 @@ def resolve(path: str):
 
 
 class Registry(Mapping, Generic[T]):
-    """Named entries of one ``kind`` (e.g. "model family")."""
+    """Named entries of one ``kind`` (e.g. "model family"), read as a mapping; ``hint(name)`` ends
+    an unknown name's message (where it looked, how to register)."""
 
     def __init__(self, kind: str, *, hint: Optional[Callable[[str], str]] = None,
                  on_miss: Optional[Callable[[], None]] = None) -> None:

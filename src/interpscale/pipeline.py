@@ -23,7 +23,6 @@ from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 from interpscale.models import FAMILIES
 from interpscale.orchestration import plan
-from interpscale.orchestration.adaptive import adaptive_sweep
 from interpscale.orchestration.config import Preset
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
@@ -31,7 +30,6 @@ from interpscale.orchestration.results import write_results
 from interpscale.orchestration.rundir import ensure_writable, read_status
 from interpscale.orchestration.runtime import estimate_report
 from interpscale.scaling import fit_families
-from interpscale.scaling.isoflop import slice_minimum
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +61,39 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
             summary["runs"] = len(p.runs)
         with _timed(bar, times, 1, "train + evaluate", f"{len(p.runs)} runs"):
             sweep = Sweep.from_plan(p, out / "sweep", executor=executor, max_parallel=parallel)
+            run_dirs = [sweep.run_dir(r) for r in p.runs]
             t_launch, since = time.monotonic(), time.time()
             try:
                 sweep.launch()
             except SweepIncomplete as exc:  # the runs that finished are fitted; the demo exits 1 at the end
                 log.error("demo: %s", exc)
-            summary["sweep"] = SweepOutcome.read(sweep.out_dir.name, [sweep.run_dir(r) for r in p.runs]).line()
-            summary["sweep_complete"] = all(read_status(sweep.run_dir(r)).get("state") == "done" for r in p.runs)
-            summary["runtime"] = estimate_report(p.estimate, time.monotonic() - t_launch,  # planned vs measured
-                                                 [sweep.run_dir(r) for r in p.runs], max_parallel=sweep.max_parallel,
-                                                 runs_per_job=sweep.runs_per_job, since=since)
+            summary["sweep"] = SweepOutcome.read(sweep.out_dir.name, run_dirs).line()
+            summary["sweep_complete"] = all(read_status(d).get("state") == "done" for d in run_dirs)
+            summary["runtime"] = estimate_report(  # planned vs measured
+                p.estimate, time.monotonic() - t_launch, run_dirs, max_parallel=sweep.max_parallel,
+                runs_per_job=sweep.runs_per_job, since=since)
         with _timed(bar, times, 2, "collect"):
             results, results_path = _collect(sweep, len(p.runs), out, summary)
         with _timed(bar, times, 3, "judge alignment"):
-            results = _judge(results, results_path, sweep, p.runs, summary)
+            with _problem(summary, "alignment", "known concept alignment not scored (%s)",
+                          ValueError, OSError, RuntimeError):
+                results = judge_alignment(results, sweep.run_dir, p.runs)
+                write_results(results, results_path)
+            empty = [c for c in paper.INTERP_METRICS if c in results.columns and not results[c].notna().any()
+                     and _concept_rows(results).any()]
+            if empty:
+                summary["problems"].append(f"metric column(s) {empty} are empty in every row")
+        fits = None
         with _timed(bar, times, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates"):
-            fits = _fit(results, out, boot, summary)
+            with _problem(summary, "fits", "scaling fits failed (%s); results table written without fits",
+                          ValueError, ArithmeticError):  # fits.json as `interpscale fit` writes it
+                fitted = fit_families(results, annealed=True, n_boot=boot, seed=0)
+                atomic_write_text(out / "fits" / "fits.json", fitted.to_json() + "\n")
+                fits = fitted
         with _timed(bar, times, 5, "figures + report"):
-            _report(results, out, fits, [sweep.run_dir(r) for r in p.runs], boot, results_path, summary)
+            with _problem(summary, "report", "report failed (%s)", ValueError, OSError):  # and DIR/figures
+                summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
+                                                     source=str(results_path)))
     _finish(summary, out, results, fits, times, t0, cpu0, parallel)
     return summary
 
@@ -110,43 +123,15 @@ def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
     return results, results_path
 
 
-def _judge(results: pd.DataFrame, results_path, sweep, runs, summary: dict[str, Any]) -> pd.DataFrame:
-    """Stage 4: known-concept alignment of the concept checkpoints (a failure is a problem, not an end)."""
+@contextmanager
+def _problem(summary: dict[str, Any], name: str, what: str, *errors: type[Exception]):
+    """A stage after training that raises one of ``errors``: logged ("demo: " + ``what`` % the
+    exception) and listed in the summary's problems, not an end."""
     try:
-        results = judge_alignment(results, sweep.run_dir, runs)
-        write_results(results, results_path)
-    except (ValueError, OSError, RuntimeError) as exc:
-        log.error("demo: known concept alignment not scored (%s)", exc)
-        summary["problems"].append(f"alignment: {type(exc).__name__}: {exc}")
-    empty = [c for c in paper.INTERP_METRICS if c in results.columns and not results[c].notna().any()
-             and _concept_rows(results).any()]
-    if empty:
-        summary["problems"].append(f"metric column(s) {empty} are empty in every row")
-    return results
-
-
-def _fit(results: pd.DataFrame, out, boot: int, summary: dict[str, Any]):
-    """Stage 5: every family's fits, written as `interpscale fit` writes them; None when they fail."""
-    try:
-        fits = fit_families(results, annealed=True, n_boot=boot, seed=0)
-        fit_dir = out / "fits"
-        fit_dir.mkdir(exist_ok=True)
-        atomic_write_text(fit_dir / "fits.json", fits.to_json() + "\n")  # as `interpscale fit` writes it
-        return fits
-    except (ValueError, ArithmeticError) as exc:
-        log.error("demo: scaling fits failed (%s); results table written without fits", exc)
-        summary["problems"].append(f"fits: {type(exc).__name__}: {exc}")
-        return None
-
-
-def _report(results: pd.DataFrame, out, fits, run_dirs, boot: int, results_path, summary: dict[str, Any]) -> None:
-    """Stage 6: the report, which draws its figures into DIR/figures as well."""
-    try:
-        summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
-                                             source=str(results_path)))
-    except (ValueError, OSError) as exc:
-        log.error("demo: report failed (%s)", exc)
-        summary["problems"].append(f"report: {type(exc).__name__}: {exc}")
+        yield
+    except errors as exc:
+        log.error("demo: " + what, exc)
+        summary["problems"].append(f"{name}: {type(exc).__name__}: {exc}")
 
 
 def _finish(summary: dict[str, Any], out, results: pd.DataFrame, fits, times: dict[str, float], t0: float,
@@ -218,9 +203,3 @@ def interior_minima(results: pd.DataFrame) -> dict[str, str]:
         i = int(g["loss"].to_numpy().argmin())
         out[f"{fam} C={c:.3g}"] = "interior" if 0 < i < len(g) - 1 else "edge"
     return out
-
-
-def run_adaptive(preset: str | os.PathLike, out_dir: str | os.PathLike, **options: Any):
-    """``sweep launch --adaptive``: :func:`interpscale.orchestration.adaptive.adaptive_sweep`
-    judged by the IsoFLOP fit's own slice parabola (``scaling.isoflop.slice_minimum``)."""
-    return adaptive_sweep(preset, out_dir, slice_minimum=slice_minimum, **options)

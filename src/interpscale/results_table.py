@@ -30,15 +30,10 @@ TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
 FALSE = frozenset({"false", "f", "no", "n", "0", "0.0"})
 
 
-def empty_results() -> pd.DataFrame:
-    """A table with the standard columns and no rows."""
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
-
-
 def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool = False,
                  columns: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The results table at ``source`` (``.parquet``, ``.csv``, ``.tsv`` or a DataFrame, rows numbered
-    from 1), validated; a missing file raises unless ``missing_ok`` (then :func:`empty_results`).
+    from 1), validated; a missing file raises unless ``missing_ok`` (then: the standard columns, no rows).
     ``annealed`` may read true/false, yes/no, t/f, y/n or 1/0 (any case), or be empty in every row
     ("not annealed"); numeric columns hold numbers or nothing. ``columns`` maps a results-table
     name to the table's own column (``{"params": "N", "loss": "eval/c4"}``, :func:`map_columns`)."""
@@ -52,18 +47,18 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
                          "use .parquet or .csv (or .tsv)")
     if not path.is_file():
         if missing_ok and not path.exists():
-            return empty_results()
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
         raise ValueError(f"results table {path} does not exist" if not path.exists()
                          else f"results table {path} is not a file")
+    parquet = suffix == ".parquet"
     try:
-        sep = "\t" if suffix == ".tsv" else ","
-        df = pd.read_parquet(path) if suffix == ".parquet" else pd.read_csv(path, sep=sep)
+        df = pd.read_parquet(path) if parquet else pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
     except Exception as exc:  # pyarrow / the C parser raise several types for a damaged file
-        hint = "; its CSV twin may still be intact" if suffix == ".parquet" else ""
+        hint = "; its CSV twin may still be intact" if parquet else ""
         raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
     # CSV/TSV: data row i (0-based) is line i + 2 of the file; parquet: row i + 1
-    return validate_results(map_columns(df, columns, str(path)), where=str(path), row_offset=1 if suffix == ".parquet" else 2,
-                            unit="row" if suffix == ".parquet" else "line")
+    return validate_results(map_columns(df, columns, str(path)), where=str(path),
+                            row_offset=1 if parquet else 2, unit="row" if parquet else "line")
 
 
 def map_columns(df: pd.DataFrame, columns: Mapping[str, str] | None, where: str) -> pd.DataFrame:
@@ -103,9 +98,7 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
     dup = [c for c in set(df.columns) if list(df.columns).count(c) > 1]
     if dup:
         raise ValueError(f"{where}: column(s) {sorted(map(str, dup))} appear more than once")
-    for col in BOOLEAN_COLUMNS:
-        if col not in df.columns:
-            continue
+    for col in (c for c in BOOLEAN_COLUMNS if c in df.columns):
         parsed: list[bool | None] = []
         for i, v in enumerate(df[col].tolist()):
             try:

@@ -1,11 +1,8 @@
 """`interpscale fit families RESULTS`: scaling-law fits of a results table; `fit chinchilla FILE` on any table;
 `fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md).
 
-Every verb is one :func:`verb`-registered function that adds its parser and sets ``handler`` (the
-function the command calls, ``p.set_defaults(handler=...)``); adding a verb (``fit multiplier``,
-``fit curve``) is one such function.
-Every table is read through one column vocabulary (``--params/--tokens/--loss/--family/--run/--step COL``,
-``options.add_columns``).
+Every verb is one :func:`verb`-registered function that adds its parser and sets ``handler``; every
+table is read through one column vocabulary (``options.add_columns``).
 """
 
 from __future__ import annotations
@@ -19,13 +16,17 @@ from typing import Callable
 
 from interpscale._atomic import atomic_write_text
 from interpscale._commands.options import (
+    TABLE_FIELDS,
     add_columns,
     column_map,
     deprecated,
+    fit_options,
     given,
     library_default,
     literal_choices,
+    number,
     option,
+    table_options,
 )
 from interpscale.errors import UserError
 from interpscale.results_table import read_results as read_table
@@ -36,7 +37,7 @@ DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
 
 
 def verb(name: str) -> Callable:
-    """Register ``add(sub) -> parser`` as the parser of ``fit NAME``; it sets ``handler`` with set_defaults."""
+    """Register ``add(sub)``, which adds the parser of ``fit NAME`` and sets its ``handler``."""
     def register(add: Callable) -> Callable:
         VERBS[name] = add
         return add
@@ -57,10 +58,8 @@ def run(args) -> int:
 
 
 def _bootstrap_options(p: argparse.ArgumentParser, fitter) -> None:
-    option(p, "--grid", fitter, choices=literal_choices(fitter, "grid"), help="initialisation grid of the joint fit")
-    option(p, "--n-boot", fitter, type=int, help="bootstrap replicates (0: none)")
-    option(p, "--level", fitter, type=float, help="confidence level of the percentile intervals")
-    option(p, "--seed", fitter, type=int)
+    fit_options(p, fitter, "confidence level of the percentile intervals",
+                n_boot="bootstrap replicates (0: none)")
     p.add_argument("--bound-l-inf", action="store_true", help="joint fit: constrain L_inf <= the smallest loss")
     from interpscale.scaling import fit_chinchilla
 
@@ -68,16 +67,17 @@ def _bootstrap_options(p: argparse.ArgumentParser, fitter) -> None:
            help="joint fit: weight K >= 1 on points whose loss the fit over-estimates")
 
 
-def _write(out: Path | None, name: str, text: str) -> None:
+def _write_json(out: Path, name: str, text: str) -> None:
     """``text`` to ``out`` (a .json file) or to ``out/name`` (a directory), said on stderr."""
-    if out is not None:
-        dest = out if out.suffix.lower() == ".json" else out / name
-        atomic_write_text(dest, text)
-        sys.stderr.write(f"wrote {dest}\n")
+    dest = atomic_write_text(out if out.suffix.lower() == ".json" else out / name, text)
+    sys.stderr.write(f"wrote {dest}\n")
 
 
-def _write_all(out: Path, files: dict[str, str]) -> None:
+def _write_all(out: Path, files: dict[str, str | dict]) -> None:
+    """Each file into directory ``out`` (a dict as strict JSON), said on stdout."""
     for name, text in files.items():
+        if not isinstance(text, str):
+            text = json.dumps(text, indent=2, allow_nan=False) + "\n"
         atomic_write_text(out / name, text)
     sys.stdout.write(f"wrote {' and '.join(str(out / n) for n in files)}\n")
 
@@ -107,6 +107,10 @@ def say_repeats(command: str, df, columns: tuple[str, ...]) -> None:
                          "and one run the bootstrap resamples\n")
 
 
+FAMILY_HELP = ("column with the model family of each row (a NAME that is not a column picks that family, the "
+               "deprecated spelling of --only-family)")
+
+
 def family_filter(args, df, command: str) -> list[str] | None:
     """The families to fit: ``--only-family`` values, or an old ``--family NAME`` (a value, not a
     column of the table: deprecated, said once)."""
@@ -123,11 +127,11 @@ def family_filter(args, df, command: str) -> list[str] | None:
     return chosen or None
 
 
-def read_mapped(args, path: Path, fields: tuple[str, ...]):
-    """The results table at ``path`` with the column flags among ``fields`` applied (``--family``
-    only when it names a column: an old ``--family NAME`` is a filter, :func:`family_filter`)."""
-    mapping = column_map(args, *[f for f in fields if f != "family"])
-    if "family" in fields and args.family is not None:
+def read_mapped(args, path: Path):
+    """The results table at ``path`` with the column flags applied (``--family`` only when it
+    names a column: an old ``--family NAME`` is a filter, :func:`family_filter`)."""
+    mapping = column_map(args, *[f for f in TABLE_FIELDS if f != "family"])
+    if args.family is not None:
         head = read_table(path)  # only to tell a column from a family value
         if args.family in head.columns:
             mapping["family"] = args.family
@@ -135,33 +139,35 @@ def read_mapped(args, path: Path, fields: tuple[str, ...]):
     return read_table(path, columns=mapping)
 
 
+def _read_metric(args, fitter):
+    """``args.results`` read by its column flags, and the loss column the fits use (``--metric``,
+    default ``fitter``'s ``loss``), which must be a column holding numbers."""
+    path = Path(args.results)
+    df = read_mapped(args, path)
+    metric = args.metric or library_default(fitter, "loss")
+    if metric not in df.columns:
+        raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
+    require_values(df, metric)
+    return path, df, metric
+
+
 # ---------------------------------------------------------------- fit families
 
-RESULT_FIELDS = ("params", "tokens", "loss", "family", "run", "step")
-
-
 @verb("families")
-def _add_families(sub) -> argparse.ArgumentParser:
+def _add_families(sub) -> None:
     from interpscale.scaling import backtest, fit_families
 
     p = sub.add_parser("families", help="Table 6/7 fits of a results table: fits.json and tables.md in --out",
                        description="IsoFLOP (Eq. 25-26) and joint (Eq. 27) fits per family of a results table.")
-    p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
+    table_options(p, fit_families, "column the loss fits use; e.g. a bits-per-byte column to compare "
+                  "families with different tokenizers on one scale", {"family": FAMILY_HELP})
     p.add_argument("--out", type=Path, required=True, help="output directory for fits.json and tables.md")
-    add_columns(p, *RESULT_FIELDS, help={"family": "column with the model family of each row (a NAME that is not "
-                                         "a column picks that family, the deprecated spelling of --only-family)"})
     p.add_argument("--only-family", action="append", metavar="NAME", help="fit only this family (repeatable)")
-    p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
-    p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
-                   help="use (non-)annealed rows only")
     p.add_argument("--target-compute", type=float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22, and "
                    "forecast the loss there with every method (the default chosen by backtest)")
     p.add_argument("--method", metavar="NAME", help="forecast method at --target-compute (joint | isoflop-powerlaw "
                    "| isoflop-saturating | a registered law; default: the lowest rolling-origin backtest error at "
                    "the largest extrapolation ratio the table can test)")
-    option(p, "--metric", fit_families, "loss", metavar="COL",
-           help="column the loss fits use; e.g. a bits-per-byte column to compare families with different "
-                "tokenizers on one scale")
     p.add_argument("--backtest", action="store_true",
                    help="also forecast each held-out budget (rollout and leave-one-out) and score every "
                         "method: backtest.json and backtest.md in --out")
@@ -177,22 +183,16 @@ def _add_families(sub) -> argparse.ArgumentParser:
                         "(scaling.anneal_rows, docs/anneal.md) and fit those rows too")
     _bootstrap_options(p, fit_families)
     p.set_defaults(handler=_families)
-    return p
 
 
 def _families(args) -> int:
     from interpscale.scaling import fit_families
 
-    path = Path(args.results)
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
                         "(without it nothing is forecast)")
-    df = read_mapped(args, path, RESULT_FIELDS)
+    path, df, metric = _read_metric(args, fit_families)
     families = family_filter(args, df, "fit families")
-    metric = args.metric or library_default(fit_families, "loss")
-    if metric not in df.columns:
-        raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
-    require_values(df, metric)
     say_repeats("fit families", df, ("family", "params", "tokens", metric))
     if args.predicted_anneals:  # checkpoints without an anneal branch get a predicted annealed loss
         from interpscale.scaling.anneal_rows import with_predicted_anneals
@@ -243,14 +243,13 @@ def _backtest(args, df, families, metric, groups) -> None:
                   target_compute=args.target_compute,
                   groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
     sys.stdout.write(bt.summary() + "\n")
-    _write_all(args.out, {"backtest.json": json.dumps(bt.to_dict(), indent=2, allow_nan=False) + "\n",
-                          "backtest.md": bt.to_markdown()})
+    _write_all(args.out, {"backtest.json": bt.to_dict(), "backtest.md": bt.to_markdown()})
 
 
 # ---------------------------------------------------------------- fit chinchilla
 
 @verb("chinchilla")
-def _add_chinchilla(sub) -> argparse.ArgumentParser:
+def _add_chinchilla(sub) -> None:
     from interpscale.scaling import fit_chinchilla
 
     p = sub.add_parser("chinchilla", help="the joint fit (Eq. 27) of any table of runs, by column names",
@@ -274,7 +273,6 @@ def _add_chinchilla(sub) -> argparse.ArgumentParser:
            help="bootstrap kind (--cluster implies cluster)")
     _bootstrap_options(p, fit_chinchilla)
     p.set_defaults(handler=_chinchilla)
-    return p
 
 
 def _chinchilla(args) -> int:
@@ -303,14 +301,14 @@ def _chinchilla(args) -> int:
         sys.stdout.write(text)  # the JSON is the output (pipe it); with --out it goes to the file only
     else:
         sys.stdout.write(f"joint fit (Eq. 27) of {len(df)} rows of {path}\n{fit.summary()}\n")
-        _write(args.out, "chinchilla.json", text)
+        _write_json(args.out, "chinchilla.json", text)
     return 0 if fit.converged else 1
 
 
 # ---------------------------------------------------------------- fit law
 
 @verb("law")
-def _add_law(sub) -> argparse.ArgumentParser:
+def _add_law(sub) -> None:
     from interpscale.scaling.laws import LAWS, fit_law_table
 
     p = sub.add_parser("law", help="a published law (chinchilla, data-constrained, overtraining, ladder) on any "
@@ -338,60 +336,26 @@ def _add_law(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
     p.set_defaults(handler=_law)
-    return p
 
 
 def _law(args) -> int:
-    from interpscale.scaling import laws as law_table
-
-    per_step = args.tokens_per_step
-    if per_step is not None:
-        try:
-            per_step = float(per_step)
-        except ValueError:
-            pass  # a column name
-    mapping = dict(params=args.params, tokens=args.tokens, unique_tokens=args.unique_tokens, loss=args.loss,
-                   metric=args.metric, run=args.run, step=args.step, tokens_per_step=per_step)
-    try:
-        res = law_table.fit_law_table(args.law, args.tables, **mapping,
-                                      **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
-    except ValueError as exc:
-        raise UserError(why_no_fit(args, mapping, exc)) from None
-    sys.stdout.write(runs_line(args.law, res.runs, res.source, res.last, args.run or args.step) + "\n")
-    sys.stdout.write("\n".join(f.summary() for f in (res.fit, res.extra) if f is not None) + "\n")
-    _write(args.out, f"{args.law}.json", json.dumps(res.to_dict(), indent=2) + "\n")
-    return 0 if res.converged else 1
-
-
-def runs_line(law: str, runs, source, last, per_run: str | None) -> str:
-    """The head of ``fit law``'s summary: runs counted as runs, not as logged rows or checkpoints."""
-    from interpscale.scaling.external import count_runs
-
-    return f"{law} fit of {count_runs(runs, last, per_run)} from {', '.join(source)}"
-
-
-def why_no_fit(args, mapping: dict, exc: ValueError) -> str:
-    """``exc`` in the user's terms: a fit refused for identical tokens on per-step logs says that
-    every run ends at the same step, and what ``--last`` left."""
-    from interpscale.scaling.external import same_end_reason
-
-    if "distinct" in str(exc):
-        reason = same_end_reason(args.tables, mapping, args.last or library_default_last())
-        if reason:
-            return reason
-    return str(exc)
-
-
-def library_default_last() -> int:
     from interpscale.scaling.laws import fit_law_table
 
-    return int(library_default(fit_law_table, "last"))
+    per_step = number(args.tokens_per_step)
+    res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens,
+                        unique_tokens=args.unique_tokens, loss=args.loss, metric=args.metric, run=args.run,
+                        step=args.step, tokens_per_step=args.tokens_per_step if per_step is None else per_step,
+                        **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
+    sys.stdout.write(res.summary() + "\n")
+    if args.out is not None:
+        _write_json(args.out, f"{args.law}.json", json.dumps(res.to_dict(), indent=2) + "\n")
+    return 0 if res.converged else 1
 
 
 # ---------------------------------------------------------------- fit curve (issue 36)
 
 @verb("curve")
-def _add_curve(sub) -> argparse.ArgumentParser:
+def _add_curve(sub) -> None:
     p = sub.add_parser("curve", help="annealed (cooldown) loss from a stable run and its branches in a per-step "
                        "log with an LR column (docs/anneal.md)",
                        description="Fit offset, LR-annealing (Tissue et al. 2024) and multi-power (Luo et al. "
@@ -406,7 +370,6 @@ def _add_curve(sub) -> argparse.ArgumentParser:
     p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--out", type=Path, required=True, help="directory for loo.csv and predictions.csv")
     p.set_defaults(handler=_curve)
-    return p
 
 
 def _curve_table(path: Path, cols: dict[str, str]):
@@ -466,7 +429,7 @@ def _curve(args) -> int:
 # ---------------------------------------------------------------- fit multiplier (issue 36)
 
 @verb("multiplier")
-def _add_multiplier(sub) -> argparse.ArgumentParser:
+def _add_multiplier(sub) -> None:
     from interpscale.scaling.multiplier import fit_multiplier
 
     p = sub.add_parser("multiplier", help="compute multiplier k(C) of one family against another, with bands "
@@ -474,39 +437,26 @@ def _add_multiplier(sub) -> argparse.ArgumentParser:
                        description="k(C) = C_variant(L*_base(C)) / C: the compute the variant needs to reach the "
                        "base family's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP "
                        "envelopes (Eq. 26) and the joint fits (Eq. 27); docs/multiplier.md.")
-    p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
+    table_options(p, fit_multiplier, "loss column (e.g. a bits-per-byte column)")
     p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
     p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
     p.add_argument("--out", type=Path, required=True, help="output directory for multiplier.csv and multiplier.json")
-    add_columns(p, *RESULT_FIELDS)
     p.add_argument("--target-compute", type=float, nargs="+", metavar="C",
                    help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
     p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
     p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "
                    "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
-    p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
-    p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
-                   help="use (non-)annealed rows only")
-    option(p, "--metric", fit_multiplier, "loss", metavar="COL", help="loss column (e.g. a bits-per-byte column)")
     option(p, "--margin", fit_multiplier, type=float,
            help="the growth test calls k constant when the slope's interval lies within +-MARGIN")
-    option(p, "--grid", fit_multiplier, choices=("epoch", "coarse"), help="initialisation grid of the joint fits")
-    option(p, "--n-boot", fit_multiplier, type=int, help="bootstrap replicates")
-    option(p, "--level", fit_multiplier, type=float, help="level of the bands and of the slope's interval")
-    option(p, "--seed", fit_multiplier, type=int)
+    fit_options(p, fit_multiplier, "level of the bands and of the slope's interval",
+                grids=("epoch", "coarse"))
     p.set_defaults(handler=_multiplier)
-    return p
 
 
 def _multiplier(args) -> int:
     from interpscale.scaling.multiplier import TARGETS, family_forecasts, fit_multiplier
 
-    path = Path(args.results)
-    df = read_mapped(args, path, RESULT_FIELDS)
-    metric = args.metric or library_default(fit_multiplier, "loss")
-    if metric not in df.columns:
-        raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
-    require_values(df, metric)
+    path, df, metric = _read_metric(args, fit_multiplier)
     have = set(map(str, df["family"].dropna().unique())) if "family" in df.columns else set()
     for flag, fam in (("--base", args.base), ("--variant", args.variant)):
         if fam not in have:
@@ -522,9 +472,8 @@ def _multiplier(args) -> int:
         m = fit_multiplier(df, args.base, args.variant, forecasts=fc, **kw)
     except ValueError as exc:
         raise UserError(f"{path}: {exc}") from exc
-    args.out.mkdir(parents=True, exist_ok=True)
     _write_all(args.out, {"multiplier.csv": m.to_frame().to_csv(index=False),
-                          "multiplier.json": json.dumps(m.growth_dict(), indent=2, allow_nan=False) + "\n"})
+                          "multiplier.json": m.growth_dict()})
     sys.stdout.write(m.summary() + "\n")
     return 0
 
@@ -550,4 +499,4 @@ def family_multipliers(args, df, fits, metric: str) -> None:
         sys.stdout.write(m.summary() + "\n")
     if tables:
         _write_all(args.out, {"multiplier.csv": pd.concat(tables, ignore_index=True).to_csv(index=False),
-                              "multiplier.json": json.dumps(tests, indent=2, allow_nan=False) + "\n"})
+                              "multiplier.json": tests})

@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.fit import RESULT_FIELDS, family_filter, read_mapped, say_repeats
-from interpscale._commands.options import add_columns, deprecated, given, library_default, option, positive_float
+from interpscale._commands.fit import FAMILY_HELP, family_filter, read_mapped, say_repeats
+from interpscale._commands.options import deprecated, fit_options, given, library_default, number, option
+from interpscale._commands.options import positive_float, table_options
 from interpscale.errors import UserError
 from interpscale.results_table import require_values
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results, keep_repeats
@@ -16,62 +17,43 @@ VERBS = ("record", "check", "list")
 DEFAULT_REGISTRY = "forecasts.jsonl"  # in the working directory
 
 
-def _registry(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry", type=Path, default=Path(DEFAULT_REGISTRY),
-                   help=f"the forecast registry, one JSON object per line (default: {DEFAULT_REGISTRY})")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     r = sub.add_parser("record", help="fit a results table and record its forecast for a run not yet made")
-    r.add_argument("results", metavar="RESULTS", help="the results table (.parquet or .csv)")
+    table_options(r, forecast_from_results, "column forecast", {
+        "params": "column with parameter counts (a number here is the deprecated spelling of "
+                  "--target-params)",
+        "tokens": "column with training tokens (a number here is the deprecated spelling of --target-tokens)",
+        "family": FAMILY_HELP})
     r.add_argument("--target-compute", type=positive_float, help="compute (FLOPs) of the run forecast, e.g. 7.6e22 "
                    "(derived as k·P·D from --target-params and --target-tokens when those are given)")
     r.add_argument("--target-params", type=positive_float, metavar="N", help="the run's parameter count (with "
                    "--target-tokens; default: the compute-optimal allocation at --target-compute)")
     r.add_argument("--target-tokens", type=positive_float, metavar="N", help="the run's training tokens")
-    add_columns(r, *RESULT_FIELDS, help={
-        "params": "column with parameter counts (a number here is the deprecated spelling of --target-params)",
-        "tokens": "column with training tokens (a number here is the deprecated spelling of --target-tokens)",
-        "family": "column with the model family of each row (a NAME that is not a column picks that family, "
-                  "the deprecated spelling of --only-family)"})
     r.add_argument("--only-family", metavar="NAME", help="the family to fit (needed when the table has several)")
     r.add_argument("--method", metavar="NAME",
                    help=f"forecast method: {' | '.join(FORECAST_METHODS)} (default: the one with the lowest "
                         "rolling-origin backtest error at the largest extrapolation ratio the table can test)")
-    option(r, "--metric", forecast_from_results, "loss", metavar="COL", help="column forecast")
-    r.add_argument("--estimator", help="use rows with this loss estimator")
-    r.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None)
-    option(r, "--n-boot", forecast_from_results, type=int, help="bootstrap replicates")
-    option(r, "--level", forecast_from_results, type=float, help="prediction-interval level")
-    option(r, "--grid", forecast_from_results, help="joint-fit start grid (epoch | coarse)")
-    option(r, "--seed", forecast_from_results, type=int)
+    fit_options(r, forecast_from_results, "prediction-interval level")
     option(r, "--calibration", forecast_from_results, help="interval rule: studentized | distance | studentized-signed "
            "(docs/forecasting.md)")
     r.add_argument("--note", default="", help="free text stored with the forecast")
     r.add_argument("--force", action="store_true",
                    help="record even when the fit is flagged unidentified or unreliable (the flag is stored)")
-    _registry(r)
     c = sub.add_parser("check", help="score a recorded forecast against the observed value")
     c.add_argument("id", metavar="ID", help="the forecast id (a unique prefix)")
     c.add_argument("--observed", type=float, required=True, help="the observed value")
-    _registry(c)
     ls = sub.add_parser("list", help="every recorded forecast: value, prediction interval, inputs hash")
-    _registry(ls)
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None
+    for q in (r, c, ls):
+        q.add_argument("--registry", type=Path, default=Path(DEFAULT_REGISTRY),
+                       help=f"the forecast registry, one JSON object per line (default: {DEFAULT_REGISTRY})")
 
 
 def _targets(args) -> tuple[float | None, float | None]:
     """--target-params / --target-tokens, or the old spelling (--params/--tokens NUMBER), said once."""
     out = []
     for field in ("params", "tokens"):
-        target, old = getattr(args, f"target_{field}"), _number(getattr(args, field))
+        target, old = getattr(args, f"target_{field}"), number(getattr(args, field))
         if old is not None:  # a number where a column name goes: the spelling before issue 37
             deprecated("forecast record", f"--{field} NUMBER (now --{field} names a column)",
                        f"--target-{field} {getattr(args, field)}")
@@ -90,7 +72,7 @@ def _record(args) -> int:
         raise UserError("give both --target-params and --target-tokens, or neither (compute-optimal allocation)")
     if args.target_compute is None and params is None:
         raise UserError("give --target-compute, or --target-params and --target-tokens (the compute is then k·P·D)")
-    df = read_mapped(args, Path(args.results), RESULT_FIELDS)
+    df = read_mapped(args, Path(args.results))
     families = family_filter(args, df, "forecast record") or [None]
     if len(families) > 1:
         raise UserError(f"forecast record fits one family; got {', '.join(families)}")

@@ -62,15 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = a.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="RUN_DIR/checkpoints/*.pt of a concept model")
     src.add_argument("--input", help="JSONL rows {label, description, tokens: [...]}")
-    a.add_argument("--run-dir", help="run directory (default: the checkpoint's grandparent)")
     a.add_argument("--k", type=int, help="top-k tokens per concept (default: judge_checkpoint_alignment's)")
     a.add_argument("--n-sample", type=int, default=None, help="score a seeded random subset of concepts")
-    _common(a)
     s = sub.add_parser("steering", help="steering benchmark: concept and quality 0-2 (App. M)")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="generate with this checkpoint, then judge")
     src.add_argument("--input", help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
-    s.add_argument("--run-dir")
     s.add_argument("--prompts", help="text file, one prompt per line (default: built-in neutral prompts)")
     option(s, "--n-concepts", run_steering_benchmark, type=int, help="concepts steered")
     option(s, "--strengths", run_steering_benchmark, type=_numbers, help="comma-separated τ values; >1 value "
@@ -79,15 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--temperature", type=float, help="sampling temperature (default: judge_checkpoint_steering's)")
     s.add_argument("--instruction-judge", action="store_true", help="add AxBench's instruction-relevance judge")
     s.add_argument("--quality-with-prefix", action="store_true", help="show the prompt to the quality judge as context (paper App. M)")
-    _common(s)
     r = sub.add_parser("relevance", help="concept relevance 1-5 per candidate, JSON (App. C)")
     r.add_argument("--input", required=True,
                    help="JSONL rows {text, candidates: [{label, description, words?}]}; with --checkpoint only {text}")
     r.add_argument("--checkpoint", help="judge this checkpoint's top predicted concepts for each text")
-    r.add_argument("--run-dir")
     r.add_argument("--top", type=int, help="predicted concepts per chunk with --checkpoint (default: "
                    "judge_checkpoint_relevance's)")
-    _common(r)
+    for p in (a, s, r):
+        p.add_argument("--run-dir", help="run directory (default: the checkpoint's grandparent)")
+        _common(p)
 
 
 def run(args: argparse.Namespace) -> int:

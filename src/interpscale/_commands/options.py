@@ -49,6 +49,14 @@ def literal_choices(func: Callable, name: str) -> tuple[str, ...] | None:
     return tuple(v for v in values if isinstance(v, str)) or None
 
 
+def number(text: str | None) -> float | None:
+    """``text`` as a number; None when it is None or not one (e.g. a column name)."""
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
 def positive_float(text: str) -> float:
     """An argparse ``type``: a finite number > 0 (a compute budget, a count)."""
     value = float(text)
@@ -67,6 +75,7 @@ COLUMN_FLAGS: dict[str, tuple[str, str]] = {
     "run": ("run_id", "the run each row belongs to (several checkpoints of one run)"),
     "step": ("step", "the training step of each row"),
 }
+TABLE_FIELDS = tuple(COLUMN_FLAGS)  # every column flag: what a results-table command maps
 
 
 def add_columns(p: argparse.ArgumentParser | Any, *fields: str, required: tuple[str, ...] = (),
@@ -79,6 +88,30 @@ def add_columns(p: argparse.ArgumentParser | Any, *fields: str, required: tuple[
         if defaults and field not in required:
             text += f" (default: {canonical})"
         p.add_argument(f"--{field}", metavar="COL", required=field in required, help=text.replace("%", "%%"))
+
+
+def table_options(p: argparse.ArgumentParser, func: Callable, metric: str,
+                  columns: dict[str, str] | None = None) -> None:
+    """What a fit of a results table reads: RESULTS, the column flags (``columns``: their help
+    where it differs), the rows (``--estimator``, ``--annealed``) and ``--metric`` (help ``metric``)."""
+    p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
+    add_columns(p, *TABLE_FIELDS, help=columns)
+    p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
+    p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
+                   help="use (non-)annealed rows only")
+    option(p, "--metric", func, "loss", metavar="COL", help=metric)
+
+
+def fit_options(p: argparse.ArgumentParser | Any, func: Callable, level: str, *,
+                n_boot: str = "bootstrap replicates", grids: tuple[str, ...] | None = None) -> None:
+    """``--grid``, ``--n-boot``, ``--level`` (help ``level``) and ``--seed`` of ``func``'s fit;
+    ``grids``: the start grids where ``func``'s annotation does not list them."""
+    grids = grids or literal_choices(func, "grid")
+    option(p, "--grid", func, choices=grids,
+           help="initialisation grid of the joint fit" + ("" if grids else " (epoch | coarse)"))
+    option(p, "--n-boot", func, type=int, help=n_boot)
+    option(p, "--level", func, type=float, help=level)
+    option(p, "--seed", func, type=int)
 
 
 def column_map(args: argparse.Namespace, *fields: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from interpscale._commands.plan import PRESET_HELP
 from interpscale.errors import UserError
 from interpscale.executors import EXECUTORS
 from interpscale.orchestration import Sweep, plan
+from interpscale.orchestration.adaptive import adaptive_sweep
 from interpscale.orchestration.config import LaunchConfig, TrainConfig, add_flags, flag_values
 from interpscale.orchestration.evaluate import evaluate_runs
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
@@ -35,8 +36,6 @@ def _sweep_dir(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.orchestration.adaptive import adaptive_sweep
-
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     la = sub.add_parser("launch", help="plan a preset and train every run of it", description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,11 +75,12 @@ def _launch(args: argparse.Namespace, out: str) -> int:
     check_writable(out)  # before planning: a path that cannot be written fails now, not after the plan
     # the launch and trainer flags as Sweep.from_plan overrides (None keeps the preset's)
     opts = {**flag_values(args, LaunchConfig), **flag_values(args, TrainConfig), "extend": args.extend or None}
-    if args.adaptive:
-        from interpscale.pipeline import run_adaptive
+    if args.adaptive:  # judged by the IsoFLOP fit's own slice parabola
+        from interpscale.scaling.isoflop import slice_minimum
 
-        result = run_adaptive(args.preset, out, families=args.families, extend=bool(opts.pop("extend")),
-                              **given(args, "max_added", "tokens_per_param", "budget", "max_seeds"), **opts)
+        result = adaptive_sweep(args.preset, out, slice_minimum=slice_minimum, families=args.families,
+                                extend=bool(opts.pop("extend")),
+                                **given(args, "max_added", "tokens_per_param", "budget", "max_seeds"), **opts)
         sys.stdout.write(result.sweep.status().to_string(index=False) + "\n" + result.summary() + "\n")
         result.check()  # FailedWork, exit 1, naming each slice not bracketed and what would bracket it
         return 0
@@ -92,24 +92,14 @@ def _launch(args: argparse.Namespace, out: str) -> int:
     except SweepIncomplete as exc:  # the table and the estimate first, then the one line and exit 1
         incomplete = exc
     sw.collect()
+    runs = [sw.run_dir(r) for r in sw.runs]
     sys.stdout.write(sw.status().to_string(index=False) + "\n")
-    sys.stdout.write(estimate_report(p.estimate, time.monotonic() - t0, [sw.run_dir(r) for r in sw.runs],
-                                     max_parallel=sw.max_parallel, runs_per_job=sw.runs_per_job,
-                                     since=since) + "\n")
+    sys.stdout.write(estimate_report(p.estimate, time.monotonic() - t0, runs, max_parallel=sw.max_parallel,
+                                     runs_per_job=sw.runs_per_job, since=since) + "\n")
     if incomplete is not None:
         raise incomplete
-    sys.stdout.write(SweepOutcome.read(sw.out_dir.name, [sw.run_dir(r) for r in sw.runs]).line() + "\n")
+    sys.stdout.write(SweepOutcome.read(sw.out_dir.name, runs).line() + "\n")
     return 0
-
-
-def evaluate_sweep(out: str, args: argparse.Namespace):
-    """``sweep evaluate``: every trained run of the sweep at ``out``; returns its collected table."""
-    sw = Sweep.from_dir(out, **({"executor": args.executor} if args.executor else {}))
-    if args.executor:
-        sw.evaluate_runs(eval_batch_tokens=args.eval_batch_tokens)
-    else:
-        evaluate_runs([sw.run_dir(r) for r in sw.runs], **evaluation_options(args))
-    return sw.collect()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,11 +108,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"no sweep directory: pass it (interpscale sweep {args.verb} runs/x) or --out DIR")
     if args.verb == "launch":
         return _launch(args, out)
+    sw = Sweep.from_dir(out, **({"executor": args.executor} if getattr(args, "executor", None) else {}))
     if args.verb == "status":
-        table = Sweep.from_dir(out).status()
+        table = sw.status()
         counts = ", ".join(f"{state} {n}" for state, n in table["state"].value_counts().items())
         sys.stdout.write(table.to_string(index=False) + f"\n{len(table)} runs: {counts}\n")
         return 0
-    df = evaluate_sweep(out, args) if args.verb == "evaluate" else Sweep.from_dir(out).collect()
+    if args.verb == "evaluate" and args.executor:  # every trained run, then collect
+        sw.evaluate_runs(eval_batch_tokens=args.eval_batch_tokens)
+    elif args.verb == "evaluate":
+        evaluate_runs([sw.run_dir(r) for r in sw.runs], **evaluation_options(args))
+    df = sw.collect()
     sys.stdout.write(f"{len(df)} rows -> {out}/results.parquet (+ .csv)\n")
     return 0
