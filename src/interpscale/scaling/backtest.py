@@ -215,29 +215,15 @@ def _shifts(sub, fam, names, o, budgets, at, target_compute, warnings) -> list[d
     return out
 
 
-def backtest(
-    results: pd.DataFrame,
-    *,
-    family: str | Sequence[str] | None = None,
-    methods: Sequence[str] | None = None,
-    schemes: Sequence[str] = SCHEMES,
-    min_train: int = 3,
-    budget: str = "slice_flops",
-    compute: str = "flops",
-    loss: str = "loss",
-    estimator: str | None = None,
-    annealed: bool | None = None,
-    tolerance: float | None = SLICE_TOLERANCE,
-    window: int | None = 5,
-    grid: Literal["epoch", "coarse"] = "coarse",
-    n_boot: int = N_BOOT["backtest"],
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-    metrics: Sequence[str] | None = None,
-    target_compute: float | None = None,
-    minimum: Literal["parabola", "akima"] = "parabola",
-) -> Backtest:
+def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None,
+             methods: Sequence[str] | None = None, schemes: Sequence[str] = SCHEMES, min_train: int = 3,
+             budget: str = "slice_flops", compute: str = "flops", loss: str = "loss",
+             estimator: str | None = None, annealed: bool | None = None,
+             tolerance: float | None = SLICE_TOLERANCE, window: int | None = 5,
+             grid: Literal["epoch", "coarse"] = "coarse", n_boot: int = N_BOOT["backtest"],
+             level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, metrics: Sequence[str] | None = None,
+             target_compute: float | None = None,
+             minimum: Literal["parabola", "akima"] = "parabola") -> Backtest:
     """Backtest each method (by name, or ``"bounded"``; default: every registered forecast
     method, ``forecast.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results`` (the columns of
     ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout

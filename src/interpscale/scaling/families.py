@@ -71,17 +71,10 @@ class Extrapolation(FitResult):
         return lines
 
 
-def extrapolate(
-    joint: ChinchillaFit,
-    loglinear: IsoFlopFit | PowerLawFit,
-    compute: float = paper.STEERLING_8B_COMPUTE,
-    *,
-    observed: float | None = None,
-    params: float | None = None,
-    tokens: float | None = None,
-    level: float | None = None,
-    flops_per_token_per_param: float = 6.0,
-) -> Extrapolation:
+def extrapolate(joint: ChinchillaFit, loglinear: IsoFlopFit | PowerLawFit,
+                compute: float = paper.STEERLING_8B_COMPUTE, *, observed: float | None = None,
+                params: float | None = None, tokens: float | None = None, level: float | None = None,
+                flops_per_token_per_param: float = 6.0) -> Extrapolation:
     """Predict the loss at ``compute`` with the joint form (at the given ``params``/``tokens``,
     else at the compute-optimal allocation) and with the log-linear L*(C) power law."""
     if not compute > 0:
@@ -544,27 +537,14 @@ def _forecast(fam: str, lossy: pd.DataFrame, o: _Options, k: float, fits: dict, 
         return None
 
 
-def fit_families(
-    results: pd.DataFrame,
-    *,
-    estimator: str | None = None,
-    annealed: bool | None = None,
-    families: list[str] | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    seed: int = 0,
-    level: float = DEFAULT_LEVEL,
-    window: int | None = 5,
-    tolerance: float | None = SLICE_TOLERANCE,
-    grid: Literal["epoch", "coarse"] = "epoch",
-    target_compute: float | None = None,
-    actual: Mapping[str, Mapping[str, float]] | None = None,
-    loss: str = "loss",
-    groups=None,
-    joint_options: Mapping | None = None,
-    minimum: Literal["parabola", "akima"] = "parabola",
-    method: str | None = None,
-    predicted: bool = False,
-) -> FamilyFits:
+def fit_families(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = None,
+                 families: list[str] | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
+                 level: float = DEFAULT_LEVEL, window: int | None = 5,
+                 tolerance: float | None = SLICE_TOLERANCE, grid: Literal["epoch", "coarse"] = "epoch",
+                 target_compute: float | None = None, actual: Mapping[str, Mapping[str, float]] | None = None,
+                 loss: str = "loss", groups=None, joint_options: Mapping | None = None,
+                 minimum: Literal["parabola", "akima"] = "parabola", method: str | None = None,
+                 predicted: bool = False) -> FamilyFits:
     """Fit every family of a results table (the columns of docs/architecture.md; one row per checkpoint).
 
     Loss fits use ``slice_flops, params, tokens`` and the ``loss`` column (e.g. bits per byte, one

@@ -145,20 +145,11 @@ def _starts(grid, free: bool, coefficients, recipe: str) -> np.ndarray:
     return np.column_stack([np.broadcast_to(coef, (len(R), 5)), R])
 
 
-def fit_data_constrained(
-    N, D, U, loss, *,
-    free: Literal["R", "all"] = "R",
-    coefficients=C4_COEFFICIENTS,
-    recipe: Literal["authors", "robust"] = "authors",
-    grid=None,
-    delta: float = HUBER_DELTA,
-    weights=None,
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "pairs",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> DataConstrainedFit:
+def fit_data_constrained(N, D, U, loss, *, free: Literal["R", "all"] = "R", coefficients=C4_COEFFICIENTS,
+                         recipe: Literal["authors", "robust"] = "authors", grid=None,
+                         delta: float = HUBER_DELTA, weights=None, n_boot: int = DEFAULT_N_BOOT,
+                         bootstrap: Literal["residual", "pairs", "cluster"] = "pairs",
+                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> DataConstrainedFit:
     """Fit Eq. 5 to runs (N params, D tokens, U unique tokens, final loss).
 
     ``recipe="authors"``: their objective from their start grid {6.67, 13.33, 20}^2 of (R_D*, R_N*);
@@ -366,18 +357,10 @@ def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)
     return a * np.power(N, b) + c * np.power(6, b / 2) * np.power(M * N, b) + E
 
 
-def fit_overtraining(
-    N, D, loss, *,
-    recipe: Literal["authors", "robust"] = "authors",
-    grid=None,
-    delta: float = HUBER_DELTA,
-    weights=None,
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> OvertrainingFit:
+def fit_overtraining(N, D, loss, *, recipe: Literal["authors", "robust"] = "authors", grid=None,
+                     delta: float = HUBER_DELTA, weights=None, n_boot: int = DEFAULT_N_BOOT,
+                     bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+                     level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> OvertrainingFit:
     """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b to runs by the ``recipe`` (module doc) from ``grid``
     (default the authors' 128 starts of (a, c, b, E)); replicates refit the recipe's objective."""
     N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5,
@@ -412,15 +395,9 @@ def fit_overtraining(
                       derived=derived, delta=delta, weights=w)
 
 
-def fit_downstream_error(
-    loss, error, *,
-    p0=(1.0, 1.0, 1.0),
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> DownstreamErrorFit:
+def fit_downstream_error(loss, error, *, p0=(1.0, 1.0, 1.0), n_boot: int = DEFAULT_N_BOOT,
+                         bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> DownstreamErrorFit:
     """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
     (k, gamma, eps), default all ones as the authors)."""
     L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)",
@@ -614,23 +591,11 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> Si
                       bounds=STEP2_BOUNDS if recipe == "authors" else None)
 
 
-def fit_ladder(
-    N, D, task_loss, *,
-    checkpoint_loss=None,
-    checkpoint_accuracy=None,
-    checkpoint_groups=None,
-    task_min: float = 0.25,
-    task_max: float = 1.0,
-    ideal_point: bool = True,
-    recipe: Literal["authors", "robust"] = "authors",
-    delta: float = HUBER_DELTA,
-    weights=None,
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> LadderFit:
+def fit_ladder(N, D, task_loss, *, checkpoint_loss=None, checkpoint_accuracy=None, checkpoint_groups=None,
+               task_min: float = 0.25, task_max: float = 1.0, ideal_point: bool = True,
+               recipe: Literal["authors", "robust"] = "authors", delta: float = HUBER_DELTA, weights=None,
+               n_boot: int = DEFAULT_N_BOOT, bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+               level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> LadderFit:
     """Fit step 1 on (N, D, task_loss) (one point per ladder run) and, given checkpoint task
     losses and accuracies (e.g. from :func:`checkpoint_points`), step 2; ``task_min`` is the
     chance accuracy that sets step 2's start (0.25 for 4-way multiple choice). For
