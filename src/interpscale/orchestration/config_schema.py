@@ -48,12 +48,6 @@ def _check_type(value: Any, types: tuple[type, ...], what: str, where: str) -> N
         raise ConfigError(f"{where} = {value!r}: expected {what}, got {_type_name(value)}")
 
 
-def model_keys() -> dict[str, tuple[tuple[type, ...], str]]:
-    """Valid ``[model]`` / ``[size_presets.*]`` keys: ModelConfig's fields (and the zoo's)."""
-    keys = {**section_types(ZooConfig), **section_types(ModelConfig)}
-    return {k: v for k, v in keys.items() if k not in ("family", "size")}
-
-
 def recipe_keys() -> set[str]:
     """The ``[train]`` keys that are RunSpec fields (part of the run id); the others are TrainConfig's."""
     return set(section_types(RunSpec)) - _PLANNED
@@ -151,7 +145,9 @@ def validate_config(cfg: Mapping[str, Any], source: str | os.PathLike = "config"
         raise ConfigError(f"{_where(source, 'plan', 'tokens_per_param')} = {tpp!r}: expected [low, high] numbers")
     _check_slices(plan, source)
 
-    mkeys = model_keys()
+    # [model] / [size_presets.*] keys: ModelConfig's fields (and the zoo's)
+    mkeys = {k: v for k, v in {**section_types(ZooConfig), **section_types(ModelConfig)}.items()
+             if k not in ("family", "size")}
     _check_model(cfg.get("model", {}), plan.get("families") or [], mkeys, source)
     presets = cfg.get("size_presets", {})
     if not isinstance(presets, Mapping):

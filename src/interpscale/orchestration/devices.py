@@ -37,17 +37,12 @@ PLAN_DEVICES: dict[str, dict[str, float]] = {
 
 def gpu_peak_flops(name: str) -> float | None:
     """Dense BF16 peak FLOP/s of a GPU by its device name; None when not in the table."""
-    for key, peak in GPU_PEAK_BF16:
-        if key.lower() in name.lower():
-            return peak
-    return None
+    return next((peak for key, peak in GPU_PEAK_BF16 if key.lower() in name.lower()), None)
 
 
 def device_peak_flops(device: torch.device) -> float | None:
     """Peak of ``device`` for MFU: the GPU table on CUDA, None on CPU (no MFU reported)."""
-    if device.type != "cuda":
-        return None
-    return gpu_peak_flops(torch.cuda.get_device_name(device))
+    return gpu_peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
 
 
 @dataclass(frozen=True)
