@@ -281,19 +281,10 @@ def _replicates(pb: _Problem, fitted: np.ndarray, spec: Bootstrap):
     return np.column_stack([be_, bA, bb]), spec.intervals({"e": be_, "A": bA, "beta": bb})
 
 
-def fit_bounded(
-    compute,
-    metric,
-    *,
-    direction: Literal["lower", "higher"] | None = None,
-    bound: float | None = None,
-    name: str | None = None,
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> BoundedFit:
+def fit_bounded(compute, metric, *, direction: Literal["lower", "higher"] | None = None,
+                bound: float | None = None, name: str | None = None, n_boot: int = DEFAULT_N_BOOT,
+                bootstrap: Literal["residual", "pairs", "cluster"] = "residual", level: float = DEFAULT_LEVEL,
+                seed: int = 0, groups=None) -> BoundedFit:
     """Fit m(C) = e + A C^-beta (``direction="lower"``: lower is better, e >= bound) or
     m(C) = e - A C^-beta (``"higher"``: e <= bound) by least squares (Eq. 29), A >= 0, beta > 0.
     ``name`` (one of ``METRICS``) supplies the paper's direction and natural bound; explicit

@@ -118,17 +118,8 @@ def _finish(status, f, g, gtol):
     return status
 
 
-def batched_bfgs(
-    fun: Objective,
-    x0: np.ndarray,
-    *,
-    gtol: float = 1e-10,
-    ftol: float = 1e-13,
-    fscale: float = 1e-300,
-    max_iter: int = 1000,
-    max_ls: int = 40,
-    c1: float = 1e-4,
-) -> BatchResult:
+def batched_bfgs(fun: Objective, x0: np.ndarray, *, gtol: float = 1e-10, ftol: float = 1e-13, fscale: float = 1e-300,
+                 max_iter: int = 1000, max_ls: int = 40, c1: float = 1e-4) -> BatchResult:
     """Minimise S independent smooth objectives with BFGS + backtracking Armijo search.
 
     A row stops when its largest gradient entry is below ``gtol`` (status 0), when two

@@ -103,17 +103,9 @@ def ols_lines(x: np.ndarray, Y, W=None) -> np.ndarray:
     return np.moveaxis(wls(np.column_stack([np.ones_like(x), x]), Y, W)[0], -1, 0)
 
 
-def fit_power_law(
-    x,
-    y,
-    *,
-    weights=None,
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    groups=None,
-) -> PowerLawFit:
+def fit_power_law(x, y, *, weights=None, n_boot: int = DEFAULT_N_BOOT,
+                  bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+                  level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> PowerLawFit:
     """Fit y = a x^alpha (x, y > 0) by OLS of log y on log x (Eq. 26), optionally weighted;
     intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
     x, y = check_points({"x": x, "y": y}, 2, "fit_power_law")
@@ -199,10 +191,9 @@ def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
 
 
 def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
-    """Minimum of the Akima interpolant of each row of Y (S, k) over [lo, hi] (default: the
-    range of x): returns (x*, L*, interior) arrays of shape (S,). A dense grid locates the
-    minimum; a 3-point parabola through the grid minimum refines it. Sizes within 2% (in
-    log P) are averaged first."""
+    """Minimum (x*, L*, interior), each (S,), of the Akima interpolant of each row of Y (S, k) over
+    [lo, hi] (default: the range of x): a dense grid, refined by a 3-point parabola; sizes within 2%
+    (in log P) averaged first."""
     x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
     if len(x) < 2:  # every size merged into one: no shape to read a minimum from
         return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
@@ -229,10 +220,9 @@ def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: flo
 
 
 def _censored_parabola_min(Cf: np.ndarray, xm: float, lo: float, hi: float, w_lo: float, w_hi: float):
-    """Optimum of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex when
-    convex and inside the slice's sizes (lo, hi), as for the point estimate; otherwise the
-    lower end of the sizes [w_lo, w_hi] it was fitted on (censored: the parabola is not
-    extrapolated past its data; w_lo, w_hi may be per-replicate arrays). Returns (x*, L*, censored)."""
+    """(x*, L*, censored) of each replicate parabola (rows of Cf: c0, c1, c2 about xm): its vertex
+    when convex and inside the slice's sizes (lo, hi); otherwise the lower end of the sizes
+    [w_lo, w_hi] it was fitted on (censored: not extrapolated past its data)."""
     xs, Ls = _vertex(Cf[:, 0], Cf[:, 1], Cf[:, 2], xm)
     inside = (Cf[:, 2] > 0) & (xs > lo) & (xs < hi)
     q = lambda t: Cf[:, 0] + Cf[:, 1] * (t - xm) + Cf[:, 2] * (t - xm) ** 2  # noqa: E731
@@ -255,9 +245,8 @@ def _discrete_min(x: np.ndarray, y: np.ndarray, Wt: np.ndarray):
 
 
 def slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str):
-    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields
-    (n_window, P_star, L_star, curvature, converged, convex, interior, reason), the window,
-    and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
+    """One slice (x: sorted log sizes, y: losses) as ``fit_isoflop`` reads it: the row fields, the
+    window, and (a, x*, L*, fitted window losses) when a convex optimum exists, else None."""
     w = _window(y, window)
     row = dict(n_window=int(w.stop - w.start))
     if row["n_window"] < 3 or np.unique(x[w]).size < 3:
@@ -298,10 +287,9 @@ def replicate_residual(f: dict, Yb: np.ndarray, minimum: str):
 
 
 def replicate_weighted(f: dict, Wt: np.ndarray):
-    """Optima of one slice under pairs/cluster multiplicities Wt (S, k): weighted least squares;
-    a replicate with < 3 distinct sizes drawn (sizes within 2% in log P count as one: a parabola
-    through two nearly equal sizes has an absurd curvature and vertex) takes the lowest mean
-    loss among the sizes it drew."""
+    """Optima of one slice under pairs/cluster multiplicities Wt (S, k) by weighted least squares; a
+    replicate with < 3 distinct sizes drawn (within 2% in log P they count as one: a parabola through
+    two nearly equal sizes has an absurd vertex) takes the lowest mean loss among the sizes it drew."""
     x, y = f["x"], f["y"]
     X, xm = _quadratic(x)
     inv = _size_groups(x)
@@ -321,12 +309,9 @@ def replicate_weighted(f: dict, Wt: np.ndarray):
 
 @dataclass(frozen=True)
 class IsoFlopFit(FitResult):
-    """Per-slice parabolas and the power laws P*(C) = a_P C^alpha_P, L*(C) = a_L C^alpha_L.
-
-    ``slices``: one row per slice (compute, n_points, n_window, P_star, L_star, curvature = a of
-    Eq. 25, converged, convex, interior, used, reason, intervals P_star_lo/hi, L_star_lo/hi);
-    ``power_P``/``power_L``: power laws whose bootstrap draws refit the slice parabolas.
-    """
+    """Per-slice parabolas (``slices``: one row per slice, curvature = a of Eq. 25, flags and
+    intervals) and the power laws P*(C) = a_P C^alpha_P, L*(C) = a_L C^alpha_L, whose bootstrap
+    draws refit the slice parabolas."""
 
     slices: pd.DataFrame = field(compare=False)
     power_P: PowerLawFit
@@ -494,9 +479,8 @@ def _replicate_optima(used: list, spec: Bootstrap, minimum: str, n_rows: int):
 
 
 def _noise_sd(LP, lLS, pP, pL, used) -> dict:
-    """Noise of one slice's estimate (for prediction intervals): the bootstrap spread within
-    slices, or the power laws' scatter about the line when that is larger (misfit), and the
-    residual degrees of freedom behind them (pooled window points - 3 per slice)."""
+    """Log-scale noise of one slice's estimate: the bootstrap spread within slices or, when larger
+    (misfit), the power laws' scatter, and its degrees of freedom (window points - 3 per slice)."""
     noise_sd: dict = {}
     for key, D, pl in (("P", LP, pP), ("L", lLS, pL)):
         fin = np.where(np.isfinite(D), D, np.nan)
@@ -561,36 +545,20 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
     return slices.assign(**empty), used
 
 
-def fit_isoflop(
-    results: pd.DataFrame,
-    *,
-    compute: str = "slice_flops",
-    params: str = "params",
-    loss: str = "loss",
-    window: int | None = 5,
-    exclude_flagged: bool = True,
-    slice_weights: Literal["none", "n_points"] = "none",
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    minimum: Literal["parabola", "akima"] = "parabola",
-    groups=None,
-    degenerate: Literal["censor", "drop"] = "censor",
-) -> IsoFlopFit:
-    """Steps 1-2 of §8.2.1 on a table with one row per (model, slice).
+def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: str = "params",
+                loss: str = "loss", window: int | None = 5, exclude_flagged: bool = True,
+                slice_weights: Literal["none", "n_points"] = "none", n_boot: int = DEFAULT_N_BOOT,
+                bootstrap: Literal["residual", "pairs", "cluster"] = "residual", level: float = DEFAULT_LEVEL,
+                seed: int = 0, minimum: Literal["parabola", "akima"] = "parabola", groups=None,
+                degenerate: Literal["censor", "drop"] = "censor") -> IsoFlopFit:
+    """Steps 1-2 of §8.2.1 on a table with one row per (model, slice) (docs/laws.md).
 
-    ``compute`` names the slice column (target C, shared by a slice's rows); ``params`` the
-    non-embedding parameter count; ``loss`` the validation loss. Non-convex, non-converged or
-    edge-minimum slices are flagged and, with ``exclude_flagged``, left out of the power laws.
-    ``slice_weights="n_points"`` weights slices by their window size in the OLS. ``minimum``:
-    the vertex of Eq. 25 or the minimum of an Akima interpolant.
-
-    CIs: ``"residual"`` resamples the pooled parabola residuals, refitting every slice and both
-    power laws per replicate; ``"pairs"`` each window's points; ``"cluster"`` whole ``groups`` (one
-    label per row). Degenerate replicates are kept (``degenerate_fraction``; module doc);
-    ``degenerate="drop"`` drops them (biased narrow), for comparison only.
-    """
+    ``compute`` names the slice column (target C), ``params`` the non-embedding parameter count.
+    Flagged slices (non-convex, non-converged, minimum at an edge) are left out of the power laws with
+    ``exclude_flagged``; ``slice_weights="n_points"`` weights slices by their window size; ``minimum``:
+    the vertex of Eq. 25 or an Akima interpolant's minimum. ``bootstrap``: ``"residual"`` (pooled
+    parabola residuals), ``"pairs"`` (each window's points) or ``"cluster"`` (whole ``groups``);
+    degenerate replicates are kept (module doc), ``degenerate="drop"`` (biased narrow) is for comparison."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_isoflop: results must be a pandas DataFrame")
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed,

@@ -415,25 +415,12 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
     return boot, spec.intervals(draws), n_ok
 
 
-def fit_chinchilla(
-    params,
-    tokens,
-    loss,
-    *,
-    delta: float = 1e-3,
-    grid: Literal["epoch", "coarse"] | np.ndarray = "epoch",
-    n_boot: int = DEFAULT_N_BOOT,
-    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    max_iter: int = 1000,
-    n_polish: int = 20,
-    smooth: bool = True,
-    weights=None,
-    overestimate_penalty: float = 1.0,
-    bound_L_inf: bool = False,
-    groups=None,
-) -> ChinchillaFit:
+def fit_chinchilla(params, tokens, loss, *, delta: float = 1e-3,
+                   grid: Literal["epoch", "coarse"] | np.ndarray = "epoch", n_boot: int = DEFAULT_N_BOOT,
+                   bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
+                   level: float = DEFAULT_LEVEL, seed: int = 0, max_iter: int = 1000, n_polish: int = 20,
+                   smooth: bool = True, weights=None, overestimate_penalty: float = 1.0,
+                   bound_L_inf: bool = False, groups=None) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
 
     Every start of ``grid`` (the 4,500-start Hoffmann/Epoch grid; ``"coarse"``: 243 starts; or an

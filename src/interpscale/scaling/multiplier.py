@@ -207,12 +207,11 @@ def _leverage_residuals(e: _Envelope) -> np.ndarray:
 
 def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: int) -> list[np.ndarray]:
     """Per family, (S, 2) draws of (ln a, alpha): a residual bootstrap of the two envelope lines
-    paired by slice. A shared slice's two residuals are drawn together, as one pair out of the
-    shared slices' pairs taken in either order (keeping their correlation and pooling the two
-    families' noise, assumed equal); a slice of one family alone draws from both families'
-    residuals. Each draw's deviation from the point estimate is scaled by t_df / z at the level: the
-    noise scale is estimated from few slices (df = shared slices - 2, the slope of the slices'
-    differences, when the families share >= 3 slices, else points - 4)."""
+    paired by slice. A shared slice's two residuals are drawn together (one pair of the shared
+    slices', in either order: their correlation kept, the families' noise pooled, assumed equal); a
+    slice of one family alone draws from both families' residuals. Deviations from the point estimate
+    are scaled by t_df / z (the noise scale comes from few slices: df = shared slices - 2 when >= 3
+    are shared, else points - 4)."""
     units = _slice_units(*(e.compute for e in envs))
     R = [_leverage_residuals(e) for e in envs]
     shared = np.intersect1d(units[0], units[1])
@@ -271,15 +270,14 @@ def _run_labels(rows: pd.DataFrame) -> np.ndarray:
     return np.array([f"{c:.6g}|{r}" for c, r in zip(rows["slice_flops"], rank)])
 
 
-def _joint_fits(rows_b, rows_v, o: dict, names, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
+def _joint_fits(rows_b, rows_v, o, names, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
     lab_b, lab_v = _run_labels(rows_b), _run_labels(rows_v)
     paired = set(lab_b) == set(lab_v)
     fits = []
     for rows, lab in ((rows_b, lab_b), (rows_v, lab_v)):
         with quiet():
-            fits.append(fit_chinchilla(rows["params"], rows["tokens"], rows[o["loss"]], grid=o["grid"],
-                                       n_boot=o["n_boot"], level=o["level"], seed=o["seed"],
-                                       bootstrap="cluster", groups=lab))
+            fits.append(fit_chinchilla(rows["params"], rows["tokens"], rows[o.loss], grid=o.grid, n_boot=o.n_boot,
+                                       level=o.level, seed=o.seed, bootstrap="cluster", groups=lab))
     how = ("cluster bootstrap over runs, the same draws for both families (same slices and sizes per slice)"
            if paired else "cluster bootstrap over runs, independent per family (their slices or sizes differ)")
     for name, f in zip(names, fits):
@@ -388,12 +386,11 @@ class _Options:
     grid: str
     margin: float
 
-    def joint(self) -> dict:
-        return dict(loss=self.loss, grid=self.grid, n_boot=self.n_boot, level=self.level, seed=self.seed)
 
+# each method: (point ln k, draws, GrowthTest, how the bootstrap pairs the families, FitStatus, d ln L*/d ln C
+# of the variant (at the sweep's end for joint), the variant's slice range, the F test (isoflop) or None)
 
-def _method_isoflop(rows_b, rows_v, lc, o: _Options, names, warnings):
-    """(point ln k, draws, GrowthTest, F test, |alpha_L| of the variant, variant's slice range)."""
+def _method_isoflop(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
     eb, ev = (_envelope(r, n, o.loss, o.window, o.tolerance) for r, n in zip((rows_b, rows_v), names))
     db, dv = _paired_draws((eb, ev), o.n_boot, o.level, o.seed)
     point = _log_k_isoflop(np.array([[eb.log_a, eb.alpha]]), np.array([[ev.log_a, ev.alpha]]), lc)[0]
@@ -404,12 +401,13 @@ def _method_isoflop(rows_b, rows_v, lc, o: _Options, names, warnings):
     if not ev.alpha < 0:
         emit(warnings, f"isoflop: {names[1]}'s envelope does not decrease (alpha_L = {ev.alpha:.4g}); k undefined")
     test = growth_test("isoflop", slope, slope_draws, o.level, o.margin, ASSUMES["isoflop"])
-    return point, draws, test, shared_exponent_test(eb, ev), ev.alpha, (ev.compute.min(), ev.compute.max())
+    how = "residual bootstrap of the envelope lines, a shared slice's two residuals drawn together"
+    return (point, draws, test, how, FitStatus(), ev.alpha, (ev.compute.min(), ev.compute.max()),
+            shared_exponent_test(eb, ev))
 
 
 def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
-    """(point ln k, draws, GrowthTest, how the bootstrap pairs, -d ln L*/d ln C of the variant at the sweep's end)."""
-    fb, fv, how = _joint_fits(rows_b, rows_v, o.joint(), names, warnings)
+    fb, fv, how = _joint_fits(rows_b, rows_v, o, names, warnings)
     kb, kv = flops_per_token_per_param(rows_b), flops_per_token_per_param(rows_v)
     point, draws = _log_k_joint(fb, fv, kb, kv, lc)
     grid = np.linspace(math.log(sweep[0]), math.log(sweep[1]), 8)
@@ -424,7 +422,8 @@ def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
     alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
     bad = [f"{n}: {fit_status(f).reason}" for n, f in zip(names, (fb, fv)) if not fit_status(f).identified]
     status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
-    return point, draws, test, how, alpha_v, status
+    vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
+    return point, draws, test, how, status, alpha_v, vrange, None
 
 
 def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
@@ -453,37 +452,20 @@ def _computes(rows_b: pd.DataFrame, computes, target_compute) -> tuple[np.ndarra
     return C, sweep
 
 
-def fit_multiplier(
-    results: pd.DataFrame,
-    base: str,
-    variant: str,
-    *,
-    computes=None,
-    target_compute=TARGETS,
-    methods: Sequence[str] = METHODS,
-    n_boot: int = MULTIPLIER_BOOT,
-    level: float = DEFAULT_LEVEL,
-    seed: int = 0,
-    loss: str = "loss",
-    estimator: str | None = None,
-    annealed: bool | None = None,
-    window: int | None = 5,
-    tolerance: float | None = SLICE_TOLERANCE,
-    grid: str = "coarse",
-    margin: float = DEFAULT_MARGIN,
-    forecasts: Mapping[float, tuple] | None = None,
-) -> MultiplierFit:
+def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=None, target_compute=TARGETS,
+                   methods: Sequence[str] = METHODS, n_boot: int = MULTIPLIER_BOOT,
+                   level: float = DEFAULT_LEVEL, seed: int = 0, loss: str = "loss",
+                   estimator: str | None = None, annealed: bool | None = None, window: int | None = 5,
+                   tolerance: float | None = SLICE_TOLERANCE, grid: str = "coarse",
+                   margin: float = DEFAULT_MARGIN,
+                   forecasts: Mapping[float, tuple] | None = None) -> MultiplierFit:
     """k(C) = C_variant(L*_base(C)) / C of two families of a results table (module doc).
 
-    ``computes``: where to evaluate k on the sweep (default: the base family's slice targets);
-    ``target_compute``: computes to extrapolate to (default 1e20 and Steerling-8B's 7.6e22);
-    ``methods``: ``isoflop`` (Eq. 26 envelopes) and/or ``joint`` (Eq. 27); ``margin``: the growth
-    test calls k constant when the slope's interval lies within +-margin; ``forecasts``: target
-    compute -> (base FamilyForecast, variant FamilyForecast) whose calibrated half-widths widen the
-    band there (``family_forecasts``). Rows are chosen as in ``fit_families`` (annealed rows, the
-    paper's estimator preference). A method that cannot be fitted is left out with a warning;
-    ValueError when none can.
-    """
+    ``computes``: where k is evaluated (default: the base's slice targets); ``target_compute``: where
+    it is extrapolated to; ``margin``: k is called constant when the slope's interval lies within
+    +-margin; ``forecasts``: target compute -> (base, variant) ``FamilyForecast`` whose calibrated
+    half-widths widen the band there (``family_forecasts``). Rows as in ``fit_families``. A method that
+    cannot be fitted is left out with a warning; ValueError when none can."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"fit_multiplier: methods must be among {METHODS}, got {list(methods)}")
@@ -497,17 +479,11 @@ def fit_multiplier(
     lc = np.log(C)
     table, growth, paired, shared, statuses = [], {}, {}, None, {}
     for method in methods:
+        fit = _method_isoflop if method == "isoflop" else _method_joint
         try:
-            if method == "isoflop":
-                point, draws, test, shared, alpha_v, vrange = _method_isoflop(rows_b, rows_v, lc, o, (base, variant),
-                                                                              warnings)
-                paired[method] = ("residual bootstrap of the envelope lines, a shared slice's two residuals "
-                                  "drawn together")
-                statuses[method] = FitStatus()
-            else:
-                point, draws, test, paired[method], alpha_v, statuses[method] = _method_joint(
-                    rows_b, rows_v, lc, sweep, o, (base, variant), warnings)
-                vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
+            point, draws, test, paired[method], statuses[method], alpha_v, vrange, f_test = fit(
+                rows_b, rows_v, lc, sweep, o, (base, variant), warnings)
+            shared = f_test or shared
         except ValueError as exc:
             emit(warnings, f"{variant} vs {base}: {method} multiplier skipped: {exc}")
             continue
@@ -529,16 +505,14 @@ def fit_multiplier(
                                       f"{test.slope_hi:.3g}]")
     return MultiplierFit(base=base, variant=variant, level=level, table=pd.DataFrame(table, columns=CSV_COLUMNS),
                          growth=growth, primary=primary, shared_exponent=shared, paired=paired, statuses=statuses,
-                         sweep_range=sweep,
-                         n_boot=o.n_boot, warnings=tuple(warnings), status=status)
+                         sweep_range=sweep, n_boot=o.n_boot, warnings=tuple(warnings), status=status)
 
 
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",
                      estimator: str | None = None, annealed: bool | None = None, n_boot: int = 200, seed: int = 0,
                      level: float = DEFAULT_LEVEL) -> dict:
-    """target compute -> (base, variant) ``FamilyForecast`` (``forecast.forecast_family``, each
-    with its rolling-origin backtest and calibrated intervals; None where it cannot be made): the
-    ``forecasts`` argument of ``fit_multiplier``."""
+    """target compute -> (base, variant) ``FamilyForecast`` (``forecast.forecast_family``; None where
+    it cannot be made): the ``forecasts`` argument of ``fit_multiplier``."""
     from .forecast import ForecastOptions, forecast_family
 
     warnings: list[str] = []
@@ -578,13 +552,11 @@ def planted_multiplier(compute, multiplier: float = 1.3, growth: float = 0.0, pi
 def simulate_pair(multiplier: float = 1.3, growth: float = 0.0, *, slices: Sequence[float] = DEMO_SLICES,
                   sizes_per_slice: int = 4, noise: float = 0.003, seed: int = 0, law: Mapping | None = None,
                   pivot: float | None = None, names: tuple[str, str] = ("base", "variant")) -> pd.DataFrame:
-    """A results table of two families on an IsoFLOP sweep with a planted multiplier.
-
-    The base follows Eq. 27 (``law``, default ``SIM_LAW``); the variant's loss at (P, D) is the base's
-    at (P, D) / sqrt(m(C)), C = 6 P D, m(C) = multiplier (C / pivot)^growth (pivot: the sweep's
-    geometric middle), so its compute-optimal loss at C is the base's at C / m(C). Each family gets
-    ``sizes_per_slice`` sizes per slice a factor 2 apart around its own optimum (offset by a random
-    half step), and multiplicative log-normal noise ``noise`` on every loss."""
+    """A results table of two families on an IsoFLOP sweep with a planted multiplier: the base follows
+    Eq. 27 (``law``, default ``SIM_LAW``), the variant's loss at (P, D) is the base's at
+    (P, D) / sqrt(m(C)), C = 6 P D, m(C) = multiplier (C / pivot)^growth (pivot: the sweep's geometric
+    middle); ``sizes_per_slice`` sizes a factor 2 apart around each family's optimum (offset by a random
+    half step), log-normal noise ``noise`` on every loss."""
     law = dict(SIM_LAW, **(law or {}))
     rng = np.random.default_rng(seed)
     piv = float(np.sqrt(slices[0] * slices[-1])) if pivot is None else float(pivot)
