@@ -75,9 +75,7 @@ def _verbs(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 def _old_spelling(argv: list[str], command: str | None) -> list[str]:
     """``argv`` with the command's default verb inserted where an old spelling left it out
     (``fit RESULTS`` -> ``fit families RESULTS``), after one deprecation line on stderr."""
-    if command not in COMMANDS:
-        return argv
-    mod = _load(command)
+    mod = _load(command) if command in COMMANDS else None
     default = getattr(mod, "DEFAULT_VERB", None)
     if default is None:
         return argv

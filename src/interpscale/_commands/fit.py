@@ -186,7 +186,7 @@ def _add_families(sub) -> None:
 
 
 def _families(args) -> int:
-    from interpscale.scaling import fit_families
+    from interpscale.scaling import backtest, fit_families
 
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
@@ -202,10 +202,10 @@ def _families(args) -> int:
         sys.stderr.write(f"interpscale fit families: {len(df) - n} predicted annealed row(s) added and fitted "
                          "(--predicted-anneals; column predicted = true)\n")
     groups = _column(df, path, "--cluster", args.cluster)
-    fits = fit_families(df, estimator=args.estimator, annealed=args.annealed, families=families,
-                        predicted=args.predicted_anneals,
-                        target_compute=args.target_compute, loss=metric, groups=groups,
-                        joint_options=_joint_options(args), method=args.method,
+    rows = dict(estimator=args.estimator, annealed=args.annealed, loss=metric, groups=groups,
+                target_compute=args.target_compute)  # what the fits and the backtest share
+    fits = fit_families(df, families=families, predicted=args.predicted_anneals, method=args.method,
+                        joint_options=_joint_options(args), **rows,
                         **given(args, "n_boot", "seed", "level", "grid", "minimum"))
     _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown() + trends_md(df, fits)})
     family_multipliers(args, df, fits, metric)  # k(C) of each +Concept family vs its backbone (issue 36)
@@ -213,7 +213,10 @@ def _families(args) -> int:
         if f.forecast is not None:
             sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
     if args.backtest:
-        _backtest(args, df, families, metric, groups)
+        bt = backtest(df, family=families, **rows,
+                      **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
+        sys.stdout.write(bt.summary() + "\n")
+        _write_all(args.out, {"backtest.json": bt.to_dict(), "backtest.md": bt.to_markdown()})
     for fam, why in fits.dropped.items():
         for name, reason in why.items():
             sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
@@ -234,16 +237,6 @@ def trends_md(df, fits) -> str:
     if all(t == NOT_MEASURED for t in trends.values()):
         return ""
     return "\n## Interpretability trends (log-linear, Table 30's form)\n\n" + trend_markdown(fits, trends) + "\n"
-
-
-def _backtest(args, df, families, metric, groups) -> None:
-    from interpscale.scaling import backtest
-
-    bt = backtest(df, family=families, estimator=args.estimator, annealed=args.annealed, loss=metric,
-                  target_compute=args.target_compute,
-                  groups=groups, **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
-    sys.stdout.write(bt.summary() + "\n")
-    _write_all(args.out, {"backtest.json": bt.to_dict(), "backtest.md": bt.to_markdown()})
 
 
 # ---------------------------------------------------------------- fit chinchilla
