@@ -24,7 +24,6 @@ from interpscale.scaling.curve import METHODS, Curve, choose_method, error_inter
 
 log = logging.getLogger(__name__)
 
-PREDICTED_COLUMNS = ("predicted", "loss_lo", "loss_hi", "anneal_method")
 GROUP = ("family", "estimator")
 
 
@@ -53,6 +52,12 @@ def _run_curves(rows: pd.DataFrame, loss: str) -> tuple[Curve, list[Curve]] | No
     return st, curves
 
 
+def _groups(results: pd.DataFrame):
+    """(family, estimator) key tuples and their rows."""
+    for key, df in results.groupby([c for c in GROUP if c in results.columns], sort=True, dropna=False):
+        yield (key if isinstance(key, tuple) else (key,)), df
+
+
 def _runs(df: pd.DataFrame, loss: str):
     for run_id, rows in df.groupby("run_id", sort=True):
         got = _run_curves(rows, loss)
@@ -64,8 +69,7 @@ def loo_errors(results: pd.DataFrame, *, loss: str = "loss", methods: Sequence[s
     """Leave-one-branch-out errors of every method for every run with >= 2 annealed branches:
     columns family, estimator, run_id, method, branch, step, predicted, actual, rel_error."""
     out = []
-    for key, df in results.groupby([c for c in GROUP if c in results.columns], sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, df in _groups(results):
         for run_id, _, (stable, branches) in _runs(df, loss):
             for r in leave_one_out(stable, branches, methods or METHODS):
                 out.append({**dict(zip(GROUP, key)), "run_id": run_id, **r})
@@ -113,8 +117,7 @@ def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float =
     (:func:`scaling.curve.error_interval`). Returns only the new rows (may be empty)."""
     errors = loo_errors(results, loss=loss, methods=methods)
     rows = []
-    for key, df in results.groupby([c for c in GROUP if c in results.columns], sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, df in _groups(results):
         sel = errors
         for col, v in zip(GROUP, key):
             sel = sel[sel[col].isna()] if pd.isna(v) else sel[sel[col] == v]

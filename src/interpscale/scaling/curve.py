@@ -148,7 +148,19 @@ def _power(s1: np.ndarray, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p, -np.log(s1) * p
 
 
-class _Tissue(Projected):
+class _Law(Projected):
+    """A schedule law: ``names`` its nonlinear parameters (``logC`` is reported as ``C``), ``coefs``
+    its non-negative linear coefficients, ``starts(features) -> (starts, bounds)``."""
+
+    def theta(self, p: dict) -> np.ndarray:
+        return np.array([math.log(p["C"]) if k == "logC" else p[k] for k in self.names])
+
+    def params(self, theta, coef) -> dict:
+        p = dict(zip(self.coefs, coef)) | {k: float(v) for k, v in zip(self.names, theta)}
+        return p | ({"C": math.exp(p.pop("logC"))} if "logC" in p else {})
+
+
+class _Tissue(_Law):
     """Tissue et al. Eq. 1, L0 + A·S1^(-α) − C·S2: linear in L0, A, C >= 0 given α."""
 
     names, coefs, screen = ("alpha",), ("L0", "A", "C"), 3  # α from the 3 best of a grid, within [0.01, 2.6]
@@ -162,14 +174,8 @@ class _Tissue(Projected):
         cols = np.stack([np.ones_like(p), p, np.broadcast_to(-f.s2, p.shape)], -1)
         return cols, np.stack([z, dp, z], -1)[..., None]
 
-    def theta(self, p: dict) -> np.ndarray:
-        return np.array([p["alpha"]])
 
-    def params(self, theta, coef) -> dict:
-        return {"L0": coef[0], "A": coef[1], "alpha": float(theta[0]), "C": coef[2]}
-
-
-class _MultiPower(Projected):
+class _MultiPower(_Law):
     """Luo et al. Eq. 5: linear in L0, A, B >= 0 given θ = (α, log C, β, γ), with
     LD = Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)), G(x) = 1 − (Cx + 1)^(-β) (B = 1 here)."""
 
@@ -195,14 +201,6 @@ class _MultiPower(Projected):
         dcols = np.stack([np.zeros(p.shape + (4,)), np.stack([dp, z, z, z], -1),
                           np.concatenate([z[..., None], -dld], -1)], -2)
         return np.stack([np.ones_like(p), p, -ld], -1), dcols
-
-    def theta(self, p: dict) -> np.ndarray:
-        return np.array([p["alpha"], math.log(p["C"]), p["beta"], p["gamma"]])
-
-    def params(self, theta, coef) -> dict:
-        alpha, logC, beta, gamma = (float(v) for v in theta)
-        return {"L0": coef[0], "A": coef[1], "alpha": alpha, "B": coef[2], "C": math.exp(logC), "beta": beta,
-                "gamma": gamma}
 
 
 LAWS = {"lr-annealing": _Tissue, "multi-power": _MultiPower}

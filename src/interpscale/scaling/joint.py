@@ -311,14 +311,15 @@ L_INF_COLLAPSE = 0.01
 
 @dataclass(frozen=True)
 class _Inputs:
-    """Checked inputs of one joint fit: logs of the points, weights, starts and objective options."""
+    """Checked inputs of one joint fit: logs of the points, weights, starts, the law and its Huber delta."""
 
     lP: np.ndarray
     lD: np.ndarray
     lL: np.ndarray
     w: np.ndarray | None
     starts: np.ndarray
-    opts: dict
+    law: ChinchillaLaw
+    delta: float
 
 
 def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_L_inf, grid) -> _Inputs:
@@ -340,17 +341,16 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
     if e_max is not None:
         starts = starts.copy()
         starts[:, 2] = np.minimum(starts[:, 2], e_max - 1e-3)  # what the optimiser starts from
-    return _Inputs(np.log(P), np.log(D), np.log(L), w, starts,
-                   dict(delta=delta, overestimate=overestimate_penalty, e_max=e_max))
+    law = ChinchillaLaw(overestimate=overestimate_penalty, e_max=e_max)
+    return _Inputs(np.log(P), np.log(D), np.log(L), w, starts, law, delta)
 
 
 def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int):
     """(theta, objective, converged, best start, starts converged, status): the engine's
     multistart (every start to scipy's default tolerance, the best ``n_polish`` converged end
     points polished to machine precision); failures in ``warnings``."""
-    law = ChinchillaLaw(overestimate=x.opts["overestimate"], e_max=x.opts["e_max"])
-    ms = multistart(law, (x.lP, x.lD), x.lL, x.starts, loss="huber_log", delta=x.opts["delta"], W=x.w,
-                    n_polish=n_polish, max_iter=max_iter, polish_iter=2 * max_iter, polish_tol=law.fit_tol,
+    ms = multistart(x.law, (x.lP, x.lD), x.lL, x.starts, loss="huber_log", delta=x.delta, W=x.w,
+                    n_polish=n_polish, max_iter=max_iter, polish_iter=2 * max_iter, polish_tol=x.law.fit_tol,
                     pool="converged", what="fit_chinchilla")
     ok = ms.grid.converged & np.isfinite(ms.grid.f)
     best, converged = ms.best, ms.start_converged and ms.converged
@@ -404,9 +404,8 @@ def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int
     replicate refitted together, warm-started from the point estimate."""
     if spec.n_boot <= 0:
         return None, {}, 0
-    law = ChinchillaLaw(overestimate=x.opts["overestimate"], e_max=x.opts["e_max"])
-    boot, n_ok, msgs = bootstrap_law(law, (x.lP, x.lD), x.lL, theta, spec, loss="huber_log", delta=x.opts["delta"],
-                                     weights=x.w, max_iter=max_iter, tol=law.boot_tol)
+    boot, n_ok, msgs = bootstrap_law(x.law, (x.lP, x.lD), x.lL, theta, spec, loss="huber_log", delta=x.delta,
+                                     weights=x.w, max_iter=max_iter, tol=x.law.boot_tol)
     for msg in msgs:
         emit(warnings, msg)
     a, b, e, al, be = boot.T
