@@ -87,14 +87,14 @@ class Backtest:
         out = [f"### Backtest: held-out budgets ({pct}% prediction intervals)", "",
                "| Family | Method | Quantity | Scheme | n | MAPE % | max % | bias % | coverage | PI width % |",
                "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in self.errors().itertuples(index=False):
-            out.append(f"| {r.family} | {r.method} | {r.quantity} | {r.scheme} | {r.n} | {r.mape:.{digits}f} | "
-                       f"{r.max_ape:.{digits}f} | {r.bias:+.{digits}f} | {r.coverage:.2f} | {r.pi_width:.{digits}f} |")
+        out += [f"| {r.family} | {r.method} | {r.quantity} | {r.scheme} | {r.n} | {r.mape:.{digits}f} | "
+                f"{r.max_ape:.{digits}f} | {r.bias:+.{digits}f} | {r.coverage:.2f} | "
+                f"{r.pi_width:.{digits}f} |" for r in self.errors().itertuples(index=False)]
         if self.shifts is not None and len(self.shifts):
             out += ["", f"Leave-one-budget-out forecast shift at C = {self.target_compute:.3g}:", "",
                     "| Family | Method | forecast (all budgets) | max shift % | worst budget left out |", "|---|---|---|---|---|"]
-            for r in self.shifts.itertuples(index=False):
-                out.append(f"| {r.family} | {r.method} | {r.forecast:.4f} | {r.max_shift:.2f} | {r.worst_budget:.3g} |")
+            out += [f"| {r.family} | {r.method} | {r.forecast:.4f} | {r.max_shift:.2f} | "
+                    f"{r.worst_budget:.3g} |" for r in self.shifts.itertuples(index=False)]
         failed = self.table[self.table["status"] != "ok"]
         if len(failed):
             out += ["", "Forecasts not scored:", ""]
@@ -104,18 +104,17 @@ class Backtest:
 
     def summary(self) -> str:
         pct = round(100 * self.level)
-        e = self.errors()
         lines = [f"backtest: {len(self.table)} forecasts of held-out budgets, {pct}% prediction intervals, "
                  f"{self.n_boot} bootstrap replicates per fit; overall coverage {self.coverage():.2f}",
                  f"  {'family':<14}{'method':<9}{'quantity':<24}{'scheme':<9}{'n':>4}{'MAPE%':>8}{'max%':>8}"
                  f"{'bias%':>8}{'cover':>7}{'PI%':>7}"]
-        for r in e.itertuples(index=False):
-            lines.append(f"  {str(r.family):<14}{r.method:<9}{r.quantity:<24}{r.scheme:<9}{r.n:>4}{r.mape:>8.2f}"
-                         f"{r.max_ape:>8.2f}{r.bias:>+8.2f}{r.coverage:>7.2f}{r.pi_width:>7.2f}")
+        lines += [f"  {str(r.family):<14}{r.method:<9}{r.quantity:<24}{r.scheme:<9}{r.n:>4}{r.mape:>8.2f}"
+                  f"{r.max_ape:>8.2f}{r.bias:>+8.2f}{r.coverage:>7.2f}{r.pi_width:>7.2f}"
+                  for r in self.errors().itertuples(index=False)]
         if self.shifts is not None:
-            for r in self.shifts.itertuples(index=False):
-                lines.append(f"  {r.family} {r.method}: forecast at C={self.target_compute:.3g} {r.forecast:.4f}; "
-                             f"leaving one budget out moves it by up to {r.max_shift:.2f}%")
+            lines += [f"  {r.family} {r.method}: forecast at C={self.target_compute:.3g} {r.forecast:.4f}; "
+                      f"leaving one budget out moves it by up to {r.max_shift:.2f}%"
+                      for r in self.shifts.itertuples(index=False)]
         n_bad = int((self.table["status"] != "ok").sum())
         if n_bad:
             lines.append(f"  {n_bad} forecast(s) not scored (see to_frame()['status'])")

@@ -132,10 +132,9 @@ class ApproachComparison:
                  f"C = {self.flops_per_token_per_param:g} N D)"]
         for C, g in self.table.groupby("compute", sort=True):
             lines.append(f"  C = {C:.3g}")
-            for r in g.itertuples(index=False):
-                lines.append(f"    {r.approach:<10} N* {r.N_opt:.3g} [{r.N_lo:.3g}, {r.N_hi:.3g}]   "
-                             f"D* {r.D_opt:.3g} [{r.D_lo:.3g}, {r.D_hi:.3g}]   "
-                             f"L* {r.L_opt:.4f} [{r.L_lo:.4f}, {r.L_hi:.4f}]")
+            lines += [f"    {r.approach:<10} N* {r.N_opt:.3g} [{r.N_lo:.3g}, {r.N_hi:.3g}]   "
+                      f"D* {r.D_opt:.3g} [{r.D_lo:.3g}, {r.D_hi:.3g}]   "
+                      f"L* {r.L_opt:.4f} [{r.L_lo:.4f}, {r.L_hi:.4f}]" for r in g.itertuples(index=False)]
             d = self.disagreement[self.disagreement.compute == C].iloc[0]
             flag = "  ** the approaches disagree **" if d["disagree"] else ""
             lines.append(f"    N*_2/N*_3 = {math.exp(d['log_N_ratio']):.3g} "
