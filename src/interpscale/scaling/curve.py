@@ -1,21 +1,14 @@
 """Loss at the end of a learning-rate schedule from a stable (constant-LR) run and some of its
-annealed (cooldown) branches (issue 36, App. I; docs/anneal.md).
+annealed (cooldown) branches (issue 36, App. I; the laws and measurements: docs/anneal.md).
 
 Four predictors of a branch's final loss, each fitted on the stable curve and the other branches:
-
-- ``offset-add``: the branch ends ``Δ`` below the stable loss at its branch point, ``Δ`` the mean
-  of the fitted branches' drops;
-- ``offset-mul``: the same as a ratio, ``L = ρ · L_stable(b)``;
-- ``lr-annealing``: Tissue et al. 2024, ``L(s) = L0 + A·S1^(-α) − C·S2`` with ``S1`` the forward
-  LR area and ``S2`` the annealing area with momentum ``m_i = λ·m_{i-1} + (η_{i-1} − η_i)``,
-  ``S2 = Σ m_i`` (their Eq. 1, λ = 0.999);
-- ``multi-power``: Luo et al. 2025, ``L(t) = L0 + A·S1(t)^(-α) − LD(t)``,
-  ``LD(t) = B Σ_k (η_{k-1} − η_k)·G(η_k^(-γ)·S_k(t))``, ``G(x) = 1 − (C·x + 1)^(-β)``,
-  ``S_k(t) = Σ_{τ=k..t} η_τ`` (their Eq. 5; warmup area folded into ``S1``).
-
-Learning rates are used relative to the stable run's peak (the fitted constants are then free of
-the LR's units). The predictor is chosen by leave-one-branch-out error (:func:`leave_one_out`), and
-the interval of a prediction comes from those errors (:func:`error_interval`).
+``offset-add`` / ``offset-mul`` (the branches' mean drop, as a difference or a ratio, below the
+stable loss at the branch point), ``lr-annealing`` (Tissue et al. 2024, Eq. 1: S1 the forward LR
+area, S2 the annealing area with momentum λ = 0.999) and ``multi-power`` (Luo et al. 2025, Eq. 5;
+warmup area folded into S1), both laws on the one engine (``engine.Projected``). Learning rates
+are relative to the stable run's peak (the fitted constants are then free of the LR's units). The
+predictor is chosen by leave-one-branch-out error (:func:`leave_one_out`), the interval of a
+prediction comes from those errors (:func:`error_interval`).
 """
 
 from __future__ import annotations
@@ -176,8 +169,8 @@ class _Tissue(_Law):
 
 
 class _MultiPower(_Law):
-    """Luo et al. Eq. 5: linear in L0, A, B >= 0 given θ = (α, log C, β, γ), with
-    LD = Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)), G(x) = 1 − (Cx + 1)^(-β) (B = 1 here)."""
+    """Luo et al. Eq. 5, L0 + A·S1(t)^(-α) − B·LD(t): linear in L0, A, B >= 0 given θ = (α, log C, β, γ),
+    LD = Σ_k (η_{k-1} − η_k)·G(η_k^(-γ) S_k(t)), G(x) = 1 − (Cx + 1)^(-β), S_k(t) = Σ_{τ=k..t} η_τ."""
 
     names, coefs, screen = ("alpha", "logC", "beta", "gamma"), ("L0", "A", "B"), None
 

@@ -168,11 +168,9 @@ def batched_bfgs(fun: Objective, x0: np.ndarray, *, gtol: float = 1e-10, ftol: f
 # ---- least squares: weighted, batched, non-negative ----
 
 def wls(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted least squares of y on the columns of X, batched over leading axes: X (..., n, k),
-    y (..., n), w (..., n) or None broadcast together -> (coefficients (..., k), weighted residual
-    sum of squares (...)). Normal equations with the columns scaled to unit norm; an all-zero column
-    gets coefficient 0, otherwise rank-deficient columns (e.g. a replicate that drew one distinct x)
-    give nan coefficients."""
+    """Weighted least squares of y on the columns of X, batched over broadcast leading axes (X (..., n, k),
+    y (..., n), w (..., n) or None) -> (coefficients (..., k), weighted residual sum of squares (...)), by
+    normal equations on unit-norm columns: an all-zero column gets 0, other rank-deficient fits nan."""
     X, y = np.asarray(X, float), np.asarray(y, float)
     Xw = X if w is None else X * np.asarray(w, float)[..., None]
     A, b = np.swapaxes(Xw, -1, -2) @ X, (np.swapaxes(Xw, -1, -2) @ y[..., None])[..., 0]
@@ -199,11 +197,10 @@ def nonneg_ls(A: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Projected:
-    """A law y = sum_j c_j col_j(theta, X) whose coefficients c >= 0 are solved inside the model
-    (variable projection): a subclass gives ``columns(theta, X) -> (cols (S, n, m), dcols (S, n, m,
-    k))``; the engine sees only the nonlinear theta, inputs ``(X, y)``. The Jacobian leaves out
-    dc/dtheta: at the non-negative optimum the residual is orthogonal to the free columns and the
-    others stay at 0, so the gradient of the summed squares (``loss="ls"``) is exact."""
+    """A law y = sum_j c_j col_j(theta, X), c >= 0 solved inside the model (variable projection): a
+    subclass gives ``columns(theta, X) -> (cols (S, n, m), dcols (S, n, m, k))``; inputs ``(X, y)``. The
+    Jacobian leaves out dc/dtheta: at the non-negative optimum the residual is orthogonal to the free
+    columns and the others stay at 0, so the summed-squares gradient (``loss="ls"``) is exact."""
 
     def coef(self, theta: np.ndarray, Xy) -> np.ndarray:
         return nonneg_ls(self.columns(np.atleast_2d(theta), Xy[0])[0], Xy[1])[0]
@@ -310,11 +307,10 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
                W: np.ndarray | None = None, n_polish: int = 8, max_iter: int = 300, polish_iter: int = 2000,
                polish_tol: dict | None = None, pool: str = "finite", what: str | None = None,
                bounds=None, screen: int | None = None) -> Multistart:
-    """The one multistart of every law: every start (or the ``screen`` starts of lowest objective)
-    to scipy L-BFGS-B's default rule (``COARSE_TOL``, <= ``max_iter`` iterations), the best
-    ``n_polish`` end points (``pool``: of the ``"finite"`` ones, or of the ``"converged"`` ones when
-    any) to ``polish_tol`` (machine precision), the lowest polished objective wins; ``bounds``:
-    (lower, upper) kept in every run (:class:`Bounded`)."""
+    """The one multistart of every law: every start (or the ``screen`` starts of lowest objective) to
+    scipy L-BFGS-B's default rule (``COARSE_TOL``), the best ``n_polish`` end points (of the finite
+    ones, or with ``pool="converged"`` of the converged ones when any) to ``polish_tol``; the lowest
+    polished objective wins. ``bounds``: (lower, upper) kept by :class:`Bounded`."""
     kw = dict(loss=loss, delta=delta, W=W)
     if bounds is not None:
         inner = Bounded(law, *bounds)
@@ -387,11 +383,9 @@ def fit_scale(law: Law, theta: np.ndarray, X: Any, loss: str) -> np.ndarray:
 def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
                   delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000,
                   bounds=None, keep=None, tol: dict | None = None):
-    """The one bootstrap of every law: (draws (n_ok, k), n_ok, warnings), every replicate of
-    ``spec`` refitted together warm-started from ``theta`` (to ``tol``, default ``BOOT_TOL``),
-    those not converged or non-finite dropped; ``bounds``: (lower, upper) kept in every
-    replicate (:class:`Bounded`); ``keep``: a mask of anchor points (the ladder's ideal point)
-    left as observed in every replicate."""
+    """The one bootstrap of every law: (draws (n_ok, k), n_ok, warnings), every replicate refitted
+    together warm-started from ``theta``, non-converged ones dropped; ``bounds`` kept (:class:`Bounded`);
+    ``keep``: anchor points (the ladder's ideal point) left as observed in every replicate."""
     Y, W = spec.replicates(T, fit_scale(law, theta, X, loss), len(theta), weights=weights)
     if keep is not None:
         keep = np.asarray(keep, bool)
@@ -411,11 +405,10 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
 
 @dataclass(frozen=True)
 class LawFit(FitResult):
-    """Frozen result of a published-law fit. ``params``: the law's parameters by name; ``ci``: their
-    (and derived quantities') intervals; ``recipe``: ``"authors"`` (the paper's objective, start and
-    optimiser) or ``"robust"`` (Huber on log residuals from a grid); ``boot``: replicate draws of
-    ``theta``; ``resid``: residuals on the fit's scale (log for ``huber_log``). A subclass names
-    its law class ``_law`` and maps its inputs by ``_inputs(*args) -> (X, shape of the answer)``."""
+    """Frozen result of a published-law fit (``recipe``: ``"authors"``, the paper's objective, start and
+    optimiser, or ``"robust"``, Huber on log residuals from a grid); ``resid`` on the fit's scale (log
+    for ``huber_log``). A subclass names its law class ``_law`` and maps its inputs by
+    ``_inputs(*args) -> (X, shape of the answer)``."""
 
     law: str
     params: dict
