@@ -77,7 +77,7 @@ def test_checkpointer_saves_at_the_reservoir_and_on_its_cadences(tmp_path, make_
     from interpscale.models import build_model
     from interpscale.models.checkpoint import list_checkpoints
     from interpscale.orchestration.checkpointer import Checkpointer, completed_states
-    from interpscale.orchestration.schedule import reservoir_steps, segments
+    from interpscale.orchestration.spec import reservoir_steps, segments
 
     spec = make_spec("ar", steps=50, reservoir=2)
     stable, main_anneal = segments(spec)[:2]

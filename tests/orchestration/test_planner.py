@@ -5,7 +5,7 @@ import math
 import pytest
 
 from interpscale.orchestration import RunSpec, plan
-from interpscale.orchestration.schedule import lr_at, reservoir_steps, segments
+from interpscale.orchestration.spec import lr_at, reservoir_steps, segments
 
 # Table 24 of the Steerling paper
 TABLE24 = {"ar": [6e18, 1e19, 3e19, 1e20], "cdlm": [6e18, 1e19, 3e19, 1e20],

@@ -63,7 +63,7 @@ def test_default_vocabulary_follows_the_largest_planned_model(tmp_path):
 
 
 def test_cpu_calibration_is_a_cached_median_with_its_spread():
-    from interpscale.orchestration.devices import CALIBRATION_BURSTS, cpu_calibration
+    from interpscale.orchestration.runtime import CALIBRATION_BURSTS, cpu_calibration
 
     a = cpu_calibration(1)
     assert a.flops > 0 and a.spread >= 0 and a.repeats == CALIBRATION_BURSTS and a.threads == 1
@@ -72,7 +72,7 @@ def test_cpu_calibration_is_a_cached_median_with_its_spread():
 
 def test_runtime_estimate_prices_the_whole_run_and_the_sweep(tmp_path):
     from interpscale.orchestration import runtime
-    from interpscale.orchestration.schedule import segments
+    from interpscale.orchestration.spec import segments
 
     p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4\nn_docs = 200', train="reservoir = 1"),
              flops_per_s=1e10)

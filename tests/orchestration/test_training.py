@@ -218,7 +218,7 @@ def test_gradient_accumulation_matches_the_whole_batch_and_logs_throughput(tmp_p
 
 
 def test_mfu_uses_the_gpu_table():
-    from interpscale.orchestration.devices import gpu_peak_flops
+    from interpscale.orchestration.runtime import gpu_peak_flops
     from interpscale.orchestration.observe import StepMeter
 
     assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12

@@ -25,8 +25,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from interpscale._atomic import atomic_write_text
 from interpscale.models.checkpoint import load_checkpoint, save_pretrained_dir
-from interpscale.orchestration.schedule import Segment, reservoir_steps
-from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.spec import RunSpec, Segment, reservoir_steps
 from interpscale.orchestration.teachers import attach_frozen
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from interpscale.orchestration.evaluate import pending_evaluations
 from interpscale.orchestration.jobs import EvalJob, JobConfig, TrainJob
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, progress_line
 from interpscale.orchestration.results import collect
+from interpscale.orchestration.runtime import pack
 from interpscale.orchestration.rundir import (check_manifest, data_fingerprint, ensure_writable,
                                               find_run_dirs, read_status, run_state, trainer_alive,
                                               write_manifest, write_status)
@@ -45,19 +46,6 @@ FLOP_COST_S = 7.4e-11
 def run_cost(spec: RunSpec) -> float:
     """Estimated seconds to train ``spec`` (for ordering and packing, not for planning)."""
     return spec.steps * STEP_COST_S + spec.flops * FLOP_COST_S
-
-
-def pack(costs: Sequence[float], per_job: int) -> list[list[int]]:
-    """Longest-processing-time packing into ceil(n / ``per_job``) jobs (so the last job does
-    not run alone while the other slots idle): each job's indices into ``costs``."""
-    n_jobs = max(1, -(-len(costs) // max(1, per_job)))
-    jobs: list[list[int]] = [[] for _ in range(n_jobs)]
-    loads = [0.0] * n_jobs
-    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
-        j = loads.index(min(loads))
-        jobs[j].append(i)
-        loads[j] += costs[i]
-    return [j for j in jobs if j]
 
 
 @dataclass

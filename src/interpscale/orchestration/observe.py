@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from interpscale._atomic import atomic_write_text
-from interpscale.orchestration.devices import device_peak_flops
+from interpscale.orchestration.runtime import device_peak_flops
 from interpscale.orchestration.outcome import PLAIN_EVERY_S
 from interpscale.orchestration.rundir import append_jsonl
 

@@ -7,9 +7,14 @@ plus a start-up per job and the data's preparation, jobs ``max_parallel`` at a t
 the CPU ``t_step`` is timed (the mean of real steps: a median would miss the waits a long
 job sees on a busy machine); a larger step (``MAX_TIMED_FLOPS``) and every GPU step is
 (Eq. 23/24 + LM head) x batch tokens / the device's sustained rate.
+
+Device peaks (for MFU, and the planner's ``--device`` table) are the vendors' dense (no 2:4
+sparsity) BF16 tensor-core figures per GPU; MFU = achieved model FLOP/s (Eq. 23 / Eq. 24 FLOPs
+per token x tokens/s) / (peak x GPUs).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -18,14 +23,113 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from interpscale.orchestration.config import LaunchConfig
-from interpscale.orchestration.devices import PLAN_DEVICES, cpu_calibration, num_threads, sustained_flops
 from interpscale.orchestration.rundir import read_status
+from interpscale.orchestration.spec import reservoir_steps, segments
 
+# (substring of torch.cuda.get_device_name(), dense BF16 FLOP/s), most specific first
+GPU_PEAK_BF16: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10", 125e12),
+)
+
+# the planner's --device choices: peak FLOP/s and the MFU it assumes (stated in the table)
+PLAN_DEVICES: dict[str, dict[str, float]] = {
+    "h100": {"peak": dict(GPU_PEAK_BF16)["H100"], "mfu": 0.40},
+    "a100": {"peak": dict(GPU_PEAK_BF16)["A100"], "mfu": 0.40},
+    "cpu": {"peak": float("nan"), "mfu": 0.30},  # peak measured on this machine (one matmul)
+}
+
+
+def gpu_peak_flops(name: str) -> float | None:
+    """Dense BF16 peak FLOP/s of a GPU by its device name; None when not in the table."""
+    return next((peak for key, peak in GPU_PEAK_BF16 if key.lower() in name.lower()), None)
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    """Peak of ``device`` for MFU: the GPU table on CUDA, None on CPU (no MFU reported)."""
+    return gpu_peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    """This machine's float32 matmul rate: ``flops`` (the median of ``repeats`` timed bursts
+    after a warm-up, FLOP/s), ``spread`` ((max - min) / median of the bursts), ``threads``."""
+
+    flops: float
+    spread: float
+    threads: int
+    repeats: int
+
+
+_CPU: dict[int, CpuCalibration] = {}
+CALIBRATION_BURSTS = 7  # timed bursts of 512^3 GEMMs, 30 ms each, after two warm-up GEMMs
+
+
+@contextlib.contextmanager
+def num_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` (unchanged when None) for the block."""
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def cpu_calibration(threads: int | None = None) -> CpuCalibration:
+    """The CPU's matmul rate on ``threads`` threads (default: the current count), cached per
+    process and thread count.  The median of several short bursts after a warm-up is stable
+    between calls where one 0.2 s burst including the thread pool's start-up was not (it
+    moved 9x between two consecutive ``plan`` calls on a loaded machine)."""
+    n = int(threads or torch.get_num_threads())
+    if n not in _CPU:
+        with num_threads(n):
+            a = torch.randn(512, 512)
+            torch.mm(a, a)
+            torch.mm(a, a)
+            rates = []
+            for _ in range(CALIBRATION_BURSTS):
+                t0, k = time.perf_counter(), 0
+                while time.perf_counter() - t0 < 0.03:
+                    torch.mm(a, a)
+                    k += 1
+                rates.append(2 * 512**3 * k / (time.perf_counter() - t0))
+        med = statistics.median(rates)
+        _CPU[n] = CpuCalibration(med, (max(rates) - min(rates)) / med, n, CALIBRATION_BURSTS)
+    return _CPU[n]
+
+
+def cpu_peak_flops() -> float:
+    """This machine's float32 matmul FLOP/s on the current thread count (:func:`cpu_calibration`)."""
+    return cpu_calibration().flops
+
+
+def sustained_flops(device: str, mfu: float | None = None) -> tuple[float, float]:
+    """(sustained training FLOP/s per device, the MFU assumed) for a planner ``--device``."""
+    if device not in PLAN_DEVICES:
+        raise ValueError(f"unknown device {device!r}; expected one of {sorted(PLAN_DEVICES)}")
+    d = PLAN_DEVICES[device]
+    u = d["mfu"] if mfu is None else float(mfu)
+    if not 0 < u <= 1:
+        raise ValueError(f"MFU must be in (0, 1], got {u}")
+    peak = cpu_peak_flops() if device == "cpu" else d["peak"]
+    return peak * u, u
+
+
+# -- the runtime estimate ------------------------------------------------------------------------
 WARMUP_STEPS = 2
 TIMED_STEPS = 5  # at least, and for at least TIMED_WINDOW_S, at most MAX_TIMED_STEPS
 TIMED_WINDOW_S = 0.3
@@ -136,21 +240,30 @@ def job_start_seconds() -> float:
 
 def run_seconds(spec, step: StepTime) -> float:
     """Estimated seconds to train and evaluate ``spec`` (the formula in the module docstring)."""
-    from interpscale.orchestration.schedule import reservoir_steps, segments
-
     segs = segments(spec)
     n_train = sum(s.length for s in segs)
     n_eval = len(segs) - 1 + len(set(reservoir_steps(spec)) | {spec.stable_steps})
     return step.seconds * (n_train + n_eval * spec.eval_batches * EVAL_STEP_FRACTION) + RUN_FIXED_S
 
 
+def pack(costs: Sequence[float], per_job: int) -> list[list[int]]:
+    """Longest-processing-time packing into ceil(n / ``per_job``) jobs (so the last job does
+    not run alone while the other slots idle): each job's indices into ``costs``."""
+    n_jobs = max(1, -(-len(costs) // max(1, per_job)))
+    jobs: list[list[int]] = [[] for _ in range(n_jobs)]
+    loads = [0.0] * n_jobs
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        j = loads.index(min(loads))
+        jobs[j].append(i)
+        loads[j] += costs[i]
+    return [j for j in jobs if j]
+
+
 def sweep_seconds(run_s: Sequence[float], *, max_parallel: int = 1, runs_per_job: int = 1,
                   prepare_s: float = 0.0, job_start_s: float = JOB_START_S) -> float:
     """Wall time of a sweep of runs taking ``run_s`` seconds each, packed into jobs as
-    ``launch`` packs them (``launch.pack``), ``max_parallel`` jobs at a time, each job paying
+    ``launch`` packs them (:func:`pack`), ``max_parallel`` jobs at a time, each job paying
     ``job_start_s`` first."""
-    from interpscale.orchestration.launch import pack
-
     if not run_s:
         return 0.0
     loads = [sum(run_s[i] for i in g) + job_start_s for g in pack(run_s, runs_per_job)]

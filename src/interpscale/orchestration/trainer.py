@@ -27,8 +27,7 @@ from interpscale.orchestration.observe import TRACKERS, SegmentLog, Trackers, re
 from interpscale.orchestration.parallel import (Prefetcher, load_optimizer, pin, seed_step, split, step_seed,
                                                 sync, wrap)
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
-from interpscale.orchestration.schedule import Segment, lr_at, segments
-from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.spec import RunSpec, Segment, lr_at, segments
 from interpscale.orchestration.teachers import attach_frozen
 
 log = logging.getLogger(__name__)
