@@ -172,16 +172,23 @@ def wls(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[np.n
     y (..., n), w (..., n) or None) -> (coefficients (..., k), weighted residual sum of squares (...)), by
     normal equations on unit-norm columns: an all-zero column gets 0, other rank-deficient fits nan."""
     X, y = np.asarray(X, float), np.asarray(y, float)
-    Xw = X if w is None else X * np.asarray(w, float)[..., None]
-    A, b = np.swapaxes(Xw, -1, -2) @ X, (np.swapaxes(Xw, -1, -2) @ y[..., None])[..., 0]
+    k = X.shape[-1]
+    if X.ndim == 2:  # one design for every row: the normal equations as matrix products
+        W = np.ones(X.shape[0]) if w is None else np.asarray(w, float)
+        A = (W @ (X[:, :, None] * X[:, None, :]).reshape(-1, k * k)).reshape(*W.shape[:-1], k, k)
+        b = (W * y) @ X
+    else:
+        Xw = X if w is None else X * np.asarray(w, float)[..., None]
+        A, b = np.swapaxes(Xw, -1, -2) @ X, (np.swapaxes(Xw, -1, -2) @ y[..., None])[..., 0]
     d = np.diagonal(A, axis1=-2, axis2=-1)
     s = np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 0.0)
-    As = A * s[..., :, None] * s[..., None, :] + np.eye(A.shape[-1]) * (d <= 0)[..., None, :]
+    As = A * s[..., :, None] * s[..., None, :] + np.eye(k) * (d <= 0)[..., None, :]
     bad = np.abs(np.linalg.det(As)) <= 1e-12
-    As[bad] = np.eye(A.shape[-1])
-    coef = np.linalg.solve(As, (b * s)[..., None])[..., 0] * s
+    As[bad] = np.eye(k)
+    bs = (b * s)[..., None]
+    coef = (np.linalg.inv(As) @ bs if As.ndim == 2 else np.linalg.solve(As, bs))[..., 0] * s
     coef[bad] = np.nan
-    r = (X @ coef[..., None])[..., 0] - y
+    r = (coef @ X.T if X.ndim == 2 else (X @ coef[..., None])[..., 0]) - y
     return coef, (r * r if w is None else w * r * r).sum(axis=-1)
 
 

@@ -273,11 +273,10 @@ def _run_labels(rows: pd.DataFrame) -> np.ndarray:
 def _joint_fits(rows_b, rows_v, o, names, warnings) -> tuple[ChinchillaFit, ChinchillaFit, str]:
     lab_b, lab_v = _run_labels(rows_b), _run_labels(rows_v)
     paired = set(lab_b) == set(lab_v)
-    fits = []
-    for rows, lab in ((rows_b, lab_b), (rows_v, lab_v)):
-        with quiet():
-            fits.append(fit_chinchilla(rows["params"], rows["tokens"], rows[o.loss], grid=o.grid, n_boot=o.n_boot,
-                                       level=o.level, seed=o.seed, bootstrap="cluster", groups=lab))
+    with quiet():
+        fits = [fit_chinchilla(rows["params"], rows["tokens"], rows[o.loss], grid=o.grid, n_boot=o.n_boot,
+                               level=o.level, seed=o.seed, bootstrap="cluster", groups=lab)
+                for rows, lab in ((rows_b, lab_b), (rows_v, lab_v))]
     how = ("cluster bootstrap over runs, the same draws for both families (same slices and sizes per slice)"
            if paired else "cluster bootstrap over runs, independent per family (their slices or sizes differ)")
     for name, f in zip(names, fits):
