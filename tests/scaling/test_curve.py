@@ -243,7 +243,7 @@ def test_fit_curve_cli_missing_column_is_one_line(tmp_path, capsys):
 
 
 def test_report_section_counts_saved_anneal_steps():
-    from interpscale.analysis.anneal_section import anneal_section, anneal_summary
+    from interpscale.analysis.report import anneal_section, anneal_summary
 
     s = anneal_summary(_results(keep_every=2))
     assert list(s["family"]) == ["ar", "ar+concept"]

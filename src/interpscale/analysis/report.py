@@ -18,12 +18,12 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
-from interpscale.analysis.anneal_section import anneal_section
 from interpscale.analysis.figures.multiplier import multiplier_section
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
 from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
-from interpscale.scaling import backtest as backtest_budgets
 from interpscale.scaling import N_BOOT, fit_rows
+from interpscale.scaling import backtest as backtest_budgets
+from interpscale.scaling.anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
 from interpscale.scaling.forecast import forecast_table
 
@@ -278,7 +278,7 @@ def trend_table7(fits: Any) -> pd.DataFrame | None:
     return t7[keep] if any(keep) else None
 
 
-# The paragraph under each fit section's heading: what its numbers are and which equation.
+# The paragraph under each section's heading: what its numbers are and which equation.
 INTROS = {
     "Fit status": "IsoFLOP: per-slice parabolas (Eq. 25) and their power laws (Eq. 26). Joint: "
     "L = L∞ + A/P^α + B/D^β (Eq. 27); *identified* when L∞ is pinned down by the points. Metrics: "
@@ -308,6 +308,12 @@ INTROS = {
     "origin) or one budget at a time (leave one out) and asked for the loss-optimal point of the budget it "
     "did not see: absolute percentage error, bias and how often the prediction interval covered the "
     "observed value. A law that cannot forecast its own sweep should not be trusted beyond it.",
+    "Annealed losses from a subset of branches": "Each run anneals some of its reservoir checkpoints "
+    "(`[train] anneal`); the annealed loss at the others is predicted from the stable curve and the trained "
+    "branches by the predictor with the smallest leave-one-branch-out error in the family, with an interval "
+    "from those errors (docs/anneal.md). IsoFLOP fits (alpha_P, L*, the compute multiplier's envelopes) use "
+    "each run's main anneal, which is always trained, so they do not move; predicted rows enter a fit only "
+    "with `fit families --predicted-anneals`.",
 }
 
 
@@ -406,6 +412,46 @@ def not_backtested(df: pd.DataFrame, fits: Any, backtest: Any) -> str | None:
         return None
     return ("Not backtested: " + ", ".join(f"{f} ({n} budget{'s' if n != 1 else ''})" for f, n in missing.items())
             + f"; a rollout needs at least {_budgets_needed()} budgets per family.")
+
+
+def anneal_summary(results: pd.DataFrame) -> pd.DataFrame:
+    """Per family: branches trained and predicted, anneal steps trained and saved, the predictor and
+    its mean interval half-width (%). Empty when no run has a checkpoint left to predict."""
+    if "anneal_from" not in results.columns or "annealed" not in results.columns:
+        return pd.DataFrame()
+    full = with_predicted_anneals(results)
+    pred = full[full["predicted"].astype(bool)]
+    if not len(pred):
+        return pd.DataFrame()
+    meas = full[~full["predicted"].astype(bool) & full["annealed"].astype(bool) & full["anneal_from"].notna()]
+    # one estimator per branch: steps are counted once per (run, branch)
+    meas = meas.drop_duplicates(["run_id", "anneal_from"])
+    pred = pred.assign(half_width=(pred["loss_hi"] / pred["loss"] - 1) * 100)
+    out = []
+    for fam, p in pred.groupby("family", sort=True):
+        m = meas[meas["family"] == fam]
+        p1 = p.drop_duplicates(["run_id", "anneal_from"])
+        out.append({"family": fam, "branches trained": len(m), "branches predicted": len(p1),
+                    "anneal steps trained": int((m["step"] - m["anneal_from"]).sum()),
+                    "anneal steps saved": int((p1["step"] - p1["anneal_from"]).sum()),
+                    "predictor": ", ".join(sorted(p["anneal_method"].unique())),
+                    "interval ± %": float(p["half_width"].mean())})
+    return pd.DataFrame(out)
+
+
+def anneal_section(results: pd.DataFrame) -> list[str]:
+    """The "Annealed losses from a subset of branches" section (issue 36, docs/anneal.md): anneal
+    steps trained and saved, the predictor chosen per family with its leave-one-branch-out error
+    and interval, and what the fits see; empty when the table has nothing to predict."""
+    summary = anneal_summary(results)
+    if not len(summary):
+        return []
+    table = loo_table(loo_errors(results))
+    table = table.rename(columns={"mean_abs_pct": "mean abs err %", "max_abs_pct": "max abs err %",
+                                  "mean_pct": "mean err %"})
+    return _section("Annealed losses from a subset of branches", markdown_table(summary, floatfmt=".2f"),
+                    "Leave-one-branch-out error of each predictor (trained branches only):",
+                    markdown_table(table, floatfmt=".2f"))
 
 
 def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,

@@ -98,7 +98,7 @@ def test_power_law_legend_names_every_family_off_the_data(table):
 
 def test_colours_are_readable_on_white():
     from interpscale.analysis.figures._style import _EXTRA_COLORS, ESTIMATOR_COLORS
-    from interpscale.analysis.figures.anneal import STATE_COLORS
+    from interpscale.analysis.figures.isoflop import STATE_COLORS
 
     for color in [*FAMILY_COLORS.values(), *slice_colors(6), *ESTIMATOR_COLORS.values(), *_EXTRA_COLORS,
                   *STATE_COLORS.values()]:

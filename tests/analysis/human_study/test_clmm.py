@@ -167,7 +167,7 @@ def test_predictions_zero_conditional_marginal(wine_clmm, wine):
     # population average = Monte Carlo average over u ~ N(0, sd^2)
     u = wine_clmm.random_sd["judge"] * np.random.default_rng(1).standard_normal(40_000)
     beta = np.array(list(wine_clmm.coef.values()))
-    from interpscale.analysis.human_study._common import category_probs
+    from interpscale.analysis.human_study.design import category_probs
 
     eta = np.array([[0.0, 0.0], [1.0, 1.0]]) @ beta
     mc = category_probs(eta[None, :] + u[:, None], np.asarray(wine_clmm.thresholds)).mean(0)

@@ -18,25 +18,15 @@ from tqdm import tqdm
 
 from interpscale._registry import Registry
 from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits
-from interpscale.analysis.figures._style import (
-    FAMILY_COLORS,
-    FAMILY_LABELS,
-    family_color,
-    paper_style,
-    require_columns,
-    save_figure,
-)
-from interpscale.analysis.figures.anneal import anneal_interp_figure, anneal_loss_figure
-from interpscale.analysis.figures.estimators import (
-    estimator_isoflop_figure,
-    estimator_power_law_figure,
-    mask_rate_isoflop_figure,
-    mask_rate_power_law_figure,
-)
-from interpscale.analysis.figures.extrapolation import extrapolation_figure, interp_extrapolation_figure
+from interpscale.analysis.figures._style import (FAMILY_COLORS, FAMILY_LABELS, family_color, paper_style,
+                                                 require_columns, save_figure)
+from interpscale.analysis.figures.extrapolation import (extrapolation_figure, interp_extrapolation_figure,
+                                                        interp_scaling_figure)
 from interpscale.analysis.figures.human_study import forest_figure
-from interpscale.analysis.figures.interp import interp_scaling_figure
-from interpscale.analysis.figures.isoflop import isoflop_figure, power_law_figure
+from interpscale.analysis.figures.isoflop import (anneal_interp_figure, anneal_loss_figure,
+                                                  estimator_isoflop_figure, estimator_power_law_figure,
+                                                  isoflop_figure, mask_rate_isoflop_figure,
+                                                  mask_rate_power_law_figure, power_law_figure)
 from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
 from interpscale.analysis.figures.multiplier import multiplier_figure
 from interpscale.analysis.figures.overhead import concept_overhead_figure
@@ -53,31 +43,24 @@ class FigureSpec:
     draw: Callable[..., object]  # (results, fits, n_boot, target) -> Figure
 
 
-def _families_with(results: pd.DataFrame, families: Iterable[str]) -> list[str]:
-    present = set(results["family"])
-    return [f for f in families if f in present]
-
-
-def _cdlm_first(draw: Callable[..., object]) -> Callable[..., object]:
-    """Figures 34-37 draw the first of CDLM, CDLM+Concept the table has."""
-    def spec(results, fits, n_boot, target):
-        fams = _families_with(results, _CDLM)
-        if not fams:
-            raise ValueError(f"no rows for any of the families {list(_CDLM)}")
-        return draw(results, family=fams[0], n_boot=n_boot)
-    return spec
-
-
-def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferred: Iterable[str], **kwargs):
-    """``draw(results, family=f, **kwargs)`` for the first family of ``preferred`` that the table
-    supports (e.g. Figure 24 falls back to AR when CDLM+Concept has no usable slices)."""
-    errors = []
-    for fam in _families_with(results, preferred):
+def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferred: Iterable[str], *,
+                    fall_back: bool = True, **kwargs):
+    """``draw(results, family=f, **kwargs)`` for the first family of ``preferred`` that the table has
+    and, with ``fall_back``, supports (e.g. Figure 24 falls back to AR when CDLM+Concept has no usable
+    slices; Figures 34-37 draw the first of CDLM, CDLM+Concept the table has, or say why not)."""
+    errors, present = [], set(results["family"])
+    for fam in [f for f in preferred if f in present]:
         try:
             return draw(results, family=fam, **kwargs)
         except ValueError as exc:
+            if not fall_back:
+                raise
             errors.append(str(exc))
     raise ValueError(errors[0] if errors else f"no rows for any of the families {list(preferred)}")
+
+
+def _cdlm_first(draw: Callable[..., object]) -> Callable[..., object]:
+    return lambda r, f, b, t: _first_drawable(draw, r, _CDLM, fall_back=False, n_boot=b)
 
 
 _CONCEPT_FIRST = ("cdlm+concept", "ar+concept", "cdlm", "ar")

@@ -1,36 +1,35 @@
-"""Figures 22 and 23 (§8.2), with the panel drawers Figures 34-38 share."""
+"""IsoFLOP figures (§8.2, App. H, I): Figures 22 and 23, the ELBO-estimator and mask-rate
+Figures 34-37, and the pre-anneal vs annealed Figures 38-39, with the panel drawers they share."""
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from interpscale.analysis.figures._fits import (
-    DEFAULT_FIG_BOOT,
-    IsoflopSummary,
-    isoflop_summary,
-    require_power_laws,
-)
-from interpscale.analysis.figures._style import (
-    FAMILY_MARKERS,
-    family_color,
-    family_label,
-    compact_log_ticks,
-    compute_axis,
-    legend_below,
-    main_rows,
-    new_figure,
-    ordered_families,
-    paper_style,
-    plain_log_axis,
-    require_columns,
-    slice_colors,
-)
+from interpscale.analysis.figures._fits import (DEFAULT_FIG_BOOT, SLICE_TOLERANCE, IsoflopSummary,
+                                                isoflop_summary, require_power_laws)
+from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS,
+                                                 METRIC_LABELS, annealed_if_any, compact_log_ticks,
+                                                 compute_axis, family_color, family_label, headline_estimator,
+                                                 legend_below, main_rows, new_figure, ordered_families,
+                                                 paper_style, plain_log_axis, require_columns, select,
+                                                 slice_colors)
+from interpscale.analysis.figures.extrapolation import METRICS, metrics_with_data, trend_label
+from interpscale.scaling.trend import FLAT, fit_trend
+
+log = logging.getLogger("interpscale.analysis.figures")
 
 ISOFLOP_COLUMNS = ("family", "slice_flops", "params", "loss")
+ELBO_ESTIMATORS = ("fixed_rate", "fixed_grid", "mdlm_elbo", "per_block")
+STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
+STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
+STATE_MARKERS = {False: "o", True: "s"}
 
 
 def fmt_compute(c: float) -> str:
@@ -183,3 +182,171 @@ def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str
     return power_law_pair({family_label(f): s for f, s in summaries.items()},
                           {family_label(f): family_color(f) for f in summaries}, figure,
                           markers={family_label(f): FAMILY_MARKERS.get(f, "o") for f in summaries})
+
+
+def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence[str], *, n_boot: int,
+                        figure: str) -> dict[str, IsoflopSummary]:
+    """One IsoFLOP summary per estimator present for ``family`` (fixed_rate at t = 0.5)."""
+    require_columns(results, (*ISOFLOP_COLUMNS, "estimator"), figure)
+    out = {}
+    for est in estimators:
+        rows = select(results, family=family, estimator=est, annealed=annealed_if_any(results))
+        if est == "fixed_rate" and "mask_rate" in rows.columns and rows["mask_rate"].notna().any():
+            rows = rows[np.isclose(rows["mask_rate"].astype(float), 0.5)]  # App. H.1: tau = 0.5
+        if rows.empty:
+            log.info("%s: no %s rows for %s; estimator left out", figure, est, family)
+            continue
+        out[est] = isoflop_summary(rows, n_boot=n_boot)
+    if len(out) < 2:
+        raise ValueError(f"{figure}: needs rows under at least two estimators for family {family!r} "
+                         f"(column 'estimator'); found {sorted(out) or 'none'}")
+    return out
+
+
+def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", estimators: Sequence[str] = ELBO_ESTIMATORS,
+                             n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 34: top row, one panel per slice with every estimator's parabola overlaid;
+    bottom row, one panel per estimator with all slices overlaid."""
+    figure = "Figure 34 (estimator_isoflop_figure)"
+    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
+    computes = sorted({s.compute for summ in summaries.values() for s in summ.slices})
+    ncols = max(len(computes), len(summaries))
+    with paper_style():
+        fig, axes = new_figure(2, ncols, panel_height=1.7)
+        for j, c in enumerate(computes):
+            ax = axes[0, j]
+            for est, summ in summaries.items():
+                one = IsoflopSummary(slices=[s for s in summ.slices if s.compute == c])
+                draw_isoflop_panel(ax, one, colors=[ESTIMATOR_COLORS[est]], legend=False)
+                if ax.lines:
+                    ax.lines[-1].set_label(ESTIMATOR_LABELS.get(est, est))
+            ax.set_title(f"C = {fmt_compute(c)}")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels))
+        for j, (est, summ) in enumerate(summaries.items()):
+            draw_isoflop_panel(axes[1, j], summ, legend=(j == 0))
+            axes[1, j].set_title(ESTIMATOR_LABELS.get(est, est), color=ESTIMATOR_COLORS[est])
+        for ax in list(axes[0, len(computes):]) + list(axes[1, len(summaries):]):
+            ax.set_visible(False)
+        for ax in axes[:, 1:].ravel():
+            ax.set_ylabel("")
+    return fig
+
+
+def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", estimators: Sequence[str] = ELBO_ESTIMATORS,
+                               n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 35: (a) L*(C) and (b) P*(C) under each estimator."""
+    figure = "Figure 35 (estimator_power_law_figure)"
+    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
+    return power_law_pair({ESTIMATOR_LABELS.get(e, e): s for e, s in summaries.items()},
+                          {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}, figure)
+
+
+def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figure: str) -> dict[float, IsoflopSummary]:
+    """One IsoFLOP summary per fixed mask rate t (rows with estimator fixed_rate and a mask_rate)."""
+    require_columns(results, (*ISOFLOP_COLUMNS, "estimator", "mask_rate"), figure)
+    rows = select(results, family=family, estimator="fixed_rate", annealed=annealed_if_any(results))
+    rates = sorted(float(t) for t in rows["mask_rate"].dropna().unique())
+    if len(rates) < 2:
+        raise ValueError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
+                         f"family {family!r}; found {rates}")
+    return {t: isoflop_summary(rows[np.isclose(rows["mask_rate"].astype(float), t)], n_boot=n_boot) for t in rates}
+
+
+def _rate_colors(rates: Sequence[float]) -> dict[float, tuple]:
+    cmap = plt.get_cmap("plasma")
+    return {t: cmap(0.05 + 0.85 * i / max(len(rates) - 1, 1)) for i, t in enumerate(rates)}
+
+
+def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 36: one panel per fixed mask rate t, IsoFLOP parabolas of every slice, × minima."""
+    figure = "Figure 36 (mask_rate_isoflop_figure)"
+    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
+    ncols = 3 if len(summaries) > 4 else len(summaries)
+    nrows = math.ceil(len(summaries) / ncols)
+    with paper_style():
+        fig, axes = new_figure(nrows, ncols, panel_height=1.6, width=7.0 if ncols > 2 else None)
+        for k, (t, summ) in enumerate(summaries.items()):
+            ax = axes.ravel()[k]
+            draw_isoflop_panel(ax, summ, legend=(k == 0))
+            ax.set_title(f"t = {t:g}")
+            if k % ncols:
+                ax.set_ylabel("")
+        for ax in axes.ravel()[len(summaries):]:
+            ax.set_visible(False)
+    return fig
+
+
+def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 37: (a) L*(C) and (b) P*(C) at each fixed mask rate (colour: t)."""
+    figure = "Figure 37 (mask_rate_power_law_figure)"
+    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
+    colors = _rate_colors(list(summaries))
+    return power_law_pair({f"t={t:g}": s for t, s in summaries.items()},
+                          {f"t={t:g}": c for t, c in colors.items()}, figure,
+                          panel_height=2.4, legend_right=True, bands=False)
+
+
+def _state_rows(results: pd.DataFrame, family: str, figure: str, extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
+    require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
+    est = headline_estimator(results, family)
+    out = {state: select(results, family=family, estimator=est, annealed=state) for state in (False, True)}
+    pre = out[False]
+    if {"run_id", "step"} <= set(pre.columns) and pre["run_id"].duplicated().any():
+        # several stable checkpoints per run: the pre-anneal state is each run's last one (the
+        # checkpoint its final anneal starts from, App. I)
+        keys = ["run_id", "estimator"] if "estimator" in pre.columns else ["run_id"]
+        out[False] = pre.sort_values("step").groupby(keys, dropna=False).tail(1)
+    missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
+    if missing:
+        raise ValueError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
+                         "(column 'annealed' must hold both False and True)")
+    return out
+
+
+def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n_boot: int = DEFAULT_FIG_BOOT):
+    """Figure 38: top row, per-slice parabolas pre-anneal and annealed; bottom row, L*(C)
+    and P*(C) power laws of both states."""
+    figure = "Figure 38 (anneal_loss_figure)"
+    rows = _state_rows(results, family, figure)
+    # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
+    # ±15% slice window applies to the annealed state only
+    summaries: dict[bool, IsoflopSummary] = {
+        s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None) for s, r in rows.items()}
+    require_power_laws(summaries, figure, key=True)
+    with paper_style():
+        fig, axes = new_figure(2, 2, panel_height=1.9)
+        for j, state in enumerate((False, True)):
+            draw_isoflop_panel(axes[0, j], summaries[state], legend=(j == 0))
+            axes[0, j].set_title(f"{family_label(family)}: {STATE_LABELS[state].lower()}")
+        draw_power_law_panels(axes[1, 0], axes[1, 1], {STATE_LABELS[s]: summaries[s] for s in (False, True)},
+                              {STATE_LABELS[s]: STATE_COLORS[s] for s in (False, True)},
+                              markers={STATE_LABELS[s]: STATE_MARKERS[s] for s in (False, True)})
+    return fig
+
+
+def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", metrics: Sequence[str] = METRICS):
+    """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
+    slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
+    figure = "Figure 39 (anneal_interp_figure)"
+    rows = _state_rows(results, family, figure, extra=("flops", *metrics))
+    metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
+    with paper_style():
+        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
+        for ax, metric in zip(axes[0], metrics):
+            for state, sub in rows.items():
+                sub = sub[np.isfinite(sub[metric].astype(float))]
+                if len(sub) < 3:
+                    raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
+                                     f"{len(sub)} finite {metric!r} values; need at least 3")
+                c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
+                t = fit_trend(c, y, name=metric)  # Table 30's trend: least squares of m on log10 C, either way
+                ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
+                grid = np.geomspace(c.min(), c.max(), 50)
+                flat = t.direction == FLAT
+                ax.plot(grid, t.predict(grid), color=STATE_COLORS[state], lw=0.9 if flat else 1.1,
+                        ls=":" if flat else "-", label=f"{STATE_LABELS[state]}: {trend_label(t)}")
+            compute_axis(ax)
+            ax.set_title(METRIC_LABELS.get(metric, metric))
+            legend_below(ax, handlelength=1.5)
+    return fig

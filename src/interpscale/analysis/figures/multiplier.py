@@ -12,8 +12,8 @@ import pandas as pd
 
 from interpscale.analysis.figures._style import family_color, paper_style
 from interpscale.scaling import inputs_hash, quiet
-from interpscale.scaling.multiplier import MULTIPLIER_BOOT, TARGETS, MultiplierFit, backbone_pairs, family_forecasts
-from interpscale.scaling.multiplier import fit_multiplier
+from interpscale.scaling.multiplier import (MULTIPLIER_BOOT, TARGETS, MultiplierFit, backbone_pairs, family_forecasts,
+                                           fit_multiplier)
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -21,12 +21,10 @@ CURVE_POINTS = 24  # computes per decade-spanning curve of the figure
 _MULTIPLIERS: dict = {}  # (table hash, options) -> {(base, variant): MultiplierFit | reason}
 
 
-multiplier_pairs = backbone_pairs  # the report's pairs: each +Concept family against its backbone
-
 
 def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
                        level: float = 0.9, calibrate: bool = True) -> dict:
-    """{(base, variant): MultiplierFit, or the reason it could not be made} for ``multiplier_pairs``,
+    """{(base, variant): MultiplierFit, or the reason it could not be made} for ``backbone_pairs``,
     on the base's slices, a curve out to the largest target and the ``TARGETS``; with ``calibrate``
     the bands at the targets are widened to the families' calibrated forecast intervals."""
     if "annealed" not in results.columns:
@@ -36,7 +34,7 @@ def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, a
     if key in _MULTIPLIERS:
         return _MULTIPLIERS[key]
     out: dict = {}
-    for base, variant in multiplier_pairs(results["family"].dropna().unique()):
+    for base, variant in backbone_pairs(results["family"].dropna().unique()):
         rows = results[results["family"] == base]["slice_flops"].dropna()
         if rows.empty:
             out[(base, variant)] = f"{base} has no slice_flops"
@@ -100,7 +98,7 @@ INTRO = ("k(C) = C_variant(L*_base(C)) / C: the compute a +Concept family needs 
 
 def multiplier_section(results: pd.DataFrame, fits=None) -> list[str]:
     """The report's "Compute multiplier" section (empty when the table has no backbone/+Concept pair)."""
-    pairs = multiplier_pairs(results["family"].dropna().unique()) if "family" in results.columns else []
+    pairs = backbone_pairs(results["family"].dropna().unique()) if "family" in results.columns else []
     if not pairs:
         return []
     ms = family_multipliers(results, estimator=getattr(fits, "estimator", None),
@@ -122,7 +120,7 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
           if isinstance(m, MultiplierFit)}
     if not ms:
         raise ValueError("no backbone/+Concept pair of families with a compute multiplier "
-                         f"(pairs: {multiplier_pairs(results['family'].unique()) if 'family' in results else []})")
+                         f"(pairs: {backbone_pairs(results['family'].unique()) if 'family' in results else []})")
     with paper_style():
         fig, axes = plt.subplots(1, len(ms), figsize=(4.2 * len(ms), 3.4), squeeze=False)
         for ax, ((base, variant), m) in zip(axes[0], ms.items()):

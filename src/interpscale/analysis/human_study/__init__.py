@@ -6,16 +6,13 @@
     report.write("out/")                                 # markdown, JSON, Figure 14
 """
 
-from .bayes import OrdinalMixedModel, Priors, build_model, fit_ordinal_mixed
+from .bayes import Diagnostics, OrdinalMixedModel, OrdinalMixedResult, Priors, build_model, fit_ordinal_mixed
 from .design import Design, build_design, parse_random, validate_phase1, validate_ratings
-from .frequentist import OrdinalResult, compare, fit_ordinal
-from .gaussian import GaussianMixedResult, fit_gaussian_mixed
-from .posterior import Diagnostics, OrdinalMixedResult
-from .robust import (PairedComparison, coherence_dependence, icc1, paired_comparison, phase1_agreement,
-                     type_summary)
+from .frequentist import GaussianMixedResult, OrdinalResult, compare, fit_gaussian_mixed, fit_ordinal
 from .simulate import (PowerResult, SimulatedStudy, StudyTruth, draw_ratings, power_analysis, resimulate,
                        simulate_study, truth_from_fit)
-from .study import HumanStudyReport, analyse_study
+from .study import (HumanStudyReport, PairedComparison, analyse_study, coherence_dependence, icc1,
+                    paired_comparison, phase1_agreement, type_summary)
 
 __all__ = [
     "Design", "Diagnostics", "GaussianMixedResult", "HumanStudyReport", "OrdinalMixedModel", "OrdinalMixedResult", "OrdinalResult",

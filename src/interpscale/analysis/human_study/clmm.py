@@ -28,7 +28,7 @@ import numpy as np
 import torch  # this module is imported only when a mixed model is fitted
 from scipy import optimize, stats
 
-from ._common import check_link
+from .design import check_link
 
 _BIG = 1e4  # stands in for tau_0 = -inf and tau_K = +inf (F(1e4) == 1 exactly in float64)
 
@@ -90,16 +90,15 @@ class _Problem:
         """log p_i, d log p_i / d eta_i and w_i = -d^2 log p_i / d eta_i^2 (eta broadcasts)."""
         big = torch.full((1,), _BIG, dtype=tau.dtype)
         pad = torch.cat([-big, tau, big])
-        a = pad[self.y + 1] - eta.T if eta.dim() == 2 else pad[self.y + 1] - eta
-        b = pad[self.y] - eta.T if eta.dim() == 2 else pad[self.y] - eta
+        e = eta.T if eta.dim() == 2 else eta
+        a, b = pad[self.y + 1] - e, pad[self.y] - e
         F, f, fp = self.F, self.f, self.fp
         # Pr(tau_{k-1} < y* <= tau_k): take the tail that does not cancel
         p = torch.where(a + b > 0, F(-b) - F(-a), F(a) - F(b)).clamp_min(1e-300)
         d1 = -(f(a) - f(b)) / p
         w = d1 * d1 - (fp(a) - fp(b)) / p
-        if eta.dim() == 2:
-            return torch.log(p).T, d1.T, w.T
-        return torch.log(p), d1, w
+        out = torch.log(p), d1, w
+        return tuple(t.T for t in out) if eta.dim() == 2 else out
 
     def eta(self, beta, s, z):
         return self.X @ beta + (s[self.idx] * z[self.idx]).sum(1)
@@ -203,18 +202,8 @@ def _start_tau(y: np.ndarray, K: int, link: str) -> np.ndarray:
     return stats.logistic.ppf(cum) if link == "logit" else stats.norm.ppf(cum)
 
 
-def fit_clmm(
-    y: np.ndarray,
-    X: np.ndarray,
-    group_codes: list[np.ndarray],
-    K: int,
-    *,
-    link: str = "logit",
-    nagq: int = 1,
-    start_sigma: float = 0.5,
-    gtol: float = 1e-6,
-    max_iter: int = 500,
-) -> ClmmFit:
+def fit_clmm(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray], K: int, *, link: str = "logit",
+             nagq: int = 1, start_sigma: float = 0.5, gtol: float = 1e-6, max_iter: int = 500) -> ClmmFit:
     """Maximise the Laplace (``nagq`` = 1) or AGQ (``nagq`` > 1, one factor) likelihood."""
     check_link(link)
     if nagq < 1:

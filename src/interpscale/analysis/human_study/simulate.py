@@ -15,7 +15,8 @@ from scipy.stats import norm
 from tqdm.auto import tqdm
 
 from interpscale._jsonl import jsonable
-from .posterior import OrdinalMixedResult
+from .bayes import OrdinalMixedModel, OrdinalMixedResult
+from .frequentist import fit_gaussian_mixed, fit_ordinal
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +61,11 @@ def _phase1_counts(n_concepts: int, n_responses: int, n_annotators: int, rng) ->
     return np.clip(counts, 1, n_annotators)
 
 
-def simulate_study(
-    *,
-    n_concepts: int = 100,
-    n_strata: int = 10,
-    n_annotators: int = 9,
-    n_phase1_responses: int = 303,
-    n_raters: int = 8,
-    n_rated_concepts: int = 34,
-    n_full_concepts: int = 20,
-    n_records: int = 205,
-    effects: dict[str, float] | None = None,
-    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
-    sd: dict[str, float] | None = None,
-    coherence_link: float = 0.9,
-    gap_slope: float = 0.0,
-    seed: int = 0,
-) -> SimulatedStudy:
+def simulate_study(*, n_concepts: int = 100, n_strata: int = 10, n_annotators: int = 9,
+                   n_phase1_responses: int = 303, n_raters: int = 8, n_rated_concepts: int = 34,
+                   n_full_concepts: int = 20, n_records: int = 205, effects: dict[str, float] | None = None,
+                   thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS, sd: dict[str, float] | None = None,
+                   coherence_link: float = 0.9, gap_slope: float = 0.0, seed: int = 0) -> SimulatedStudy:
     """Generate Phase 1 and Phase 2 tables with the paper's design (App. D.1).
 
     Phase 1: ``n_concepts`` concepts over ``n_strata`` strata, each named and rated for
@@ -202,17 +191,12 @@ class PowerResult:
 def _refitter(design_rows: pd.DataFrame, method: str, level: float, coef: str):
     """ratings -> (estimate, interval) on one fixed design (the Bayesian model is compiled once)."""
     if method == "bayes":
-        from .bayes import OrdinalMixedModel
-
         model = OrdinalMixedModel(design_rows)
 
         def refit(ratings, seed):
             b = model.fit(ratings["rating"], draws=400, tune=400, chains=2, seed=seed, ess_min=0).draws(coef)
             return float(np.median(b)), tuple(np.quantile(b, [0.5 - level / 2, 0.5 + level / 2]))
         return refit
-    from .frequentist import fit_ordinal
-    from .gaussian import fit_gaussian_mixed
-
     fit = partial(fit_ordinal, cluster="concept") if method == "ordinal_cluster" else fit_gaussian_mixed
 
     def refit(ratings, seed):
@@ -221,18 +205,10 @@ def _refitter(design_rows: pd.DataFrame, method: str, level: float, coef: str):
     return refit
 
 
-def power_analysis(
-    truth: StudyTruth | OrdinalMixedResult | None = None,
-    *,
-    n_concepts: Sequence[int] = (5, 10, 15, 20, 34),
-    n_raters: int = 8,
-    n_sims: int = 100,
-    contrast: str = "llm",
-    method: str = "ordinal_cluster",
-    level: float = 0.95,
-    seed: int = 0,
-    progress: bool = False,
-) -> PowerResult:
+def power_analysis(truth: StudyTruth | OrdinalMixedResult | None = None, *,
+                   n_concepts: Sequence[int] = (5, 10, 15, 20, 34), n_raters: int = 8, n_sims: int = 100,
+                   contrast: str = "llm", method: str = "ordinal_cluster", level: float = 0.95, seed: int = 0,
+                   progress: bool = False) -> PowerResult:
     """Power to detect ``contrast`` vs the human reference against the number of fully rated
     concepts (each scored by all ``n_raters``): one design per size, fresh crossed intercepts
     and ratings per simulation, a detection when the ``level`` interval excludes zero.
