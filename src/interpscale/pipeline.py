@@ -176,8 +176,7 @@ def judge_alignment(results: pd.DataFrame, run_dir, runs, *, judge: Any = None, 
     judge = build_judge(judge)
     name = getattr(judge, "backend", None) or type(judge).__name__
     dirs = {r.run_id: run_dir(r) for r in runs}
-    if "known_concept_alignment" not in out.columns or out["known_concept_alignment"].dtype != float:
-        out["known_concept_alignment"] = pd.to_numeric(out.get("known_concept_alignment"), errors="coerce")
+    out["known_concept_alignment"] = pd.to_numeric(out.get("known_concept_alignment"), errors="coerce")
     out["alignment_judge"] = out.get("alignment_judge", pd.Series(index=out.index, dtype=object))
     for i in tqdm(rows, desc="judge alignment", unit="ckpt", disable=None, leave=False):
         if pd.notna(out.at[i, "known_concept_alignment"]):

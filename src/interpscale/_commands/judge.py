@@ -123,10 +123,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _usage_line(usage: dict[str, Any], judge: Any) -> str:
     u = defaultdict(int, usage)
-    line = (f"judge usage: {u['tasks']} tasks, {u['cache_hits']} cached, {u['requests']} requests "
-            f"({u['retries']} retries, {u['reasks']} re-asks), {u['parse_failures']} parse "
-            f"failures, {u['api_errors']} API errors, {u['refusals']} refusals, "
-            f"{u['prompt_tokens']}+{u['completion_tokens']} tokens")
+    line = ("judge usage: {tasks} tasks, {cache_hits} cached, {requests} requests ({retries} retries, {reasks} "
+            "re-asks), {parse_failures} parse failures, {api_errors} API errors, {refusals} refusals, "
+            "{prompt_tokens}+{completion_tokens} tokens").format_map(u)
     if u.get("cost") is not None:
         line += f", cost {u['cost']:.4f}"
     cache = getattr(getattr(judge, "client", judge), "cache", None)  # none for the offline backend
