@@ -188,7 +188,8 @@ def test_fit_families_writes_the_multiplier_of_each_concept_pair(tmp_path, capsy
 
 
 def test_report_section_and_figure_state_k_for_each_pair():
-    from interpscale.analysis.figures.multiplier import multiplier_figure, multiplier_section
+    from interpscale.analysis.figures.multiplier import multiplier_figure
+    from interpscale.analysis.report import multiplier_section
 
     df = pd.concat([simulate_pair(seed=1, names=("ar", "ar+concept")),
                     simulate_pair(seed=2, growth=0.05, names=("cdlm", "cdlm+concept"))], ignore_index=True)

@@ -18,7 +18,7 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
-from interpscale.analysis.figures.multiplier import multiplier_section
+from interpscale.analysis.figures.multiplier import family_multipliers
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
 from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
 from interpscale.scaling import N_BOOT, fit_rows
@@ -26,6 +26,7 @@ from interpscale.scaling import backtest as backtest_budgets
 from interpscale.scaling.anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
 from interpscale.scaling.forecast import forecast_table
+from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
            "problem_fits", "scaling_table", "status_table", "trend_status", "not_backtested", "why_no_backtest",
@@ -314,6 +315,11 @@ INTROS = {
     "from those errors (docs/anneal.md). IsoFLOP fits (alpha_P, L*, the compute multiplier's envelopes) use "
     "each run's main anneal, which is always trained, so they do not move; predicted rows enter a fit only "
     "with `fit families --predicted-anneals`.",
+    "Compute multiplier": "k(C) = C_variant(L*_base(C)) / C: the compute a +Concept family needs to reach its "
+    "backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP envelopes (Eq. 26) "
+    "and the joint fits (Eq. 27), with bootstrap bands paired by slice, extrapolated to 1e20 and "
+    "Steerling-8B's 7.6e22 (bands there widened to the forecasts' calibrated intervals where the backtest "
+    "allows). The growth test asks whether k changes with C (docs/multiplier.md).",
 }
 
 
@@ -414,6 +420,46 @@ def not_backtested(df: pd.DataFrame, fits: Any, backtest: Any) -> str | None:
             + f"; a rollout needs at least {_budgets_needed()} budgets per family.")
 
 
+def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
+    """One pair's table (k and band per method at the base's slices and the targets) and its tests."""
+    slices = results[results["family"] == m.base]["slice_flops"].dropna().unique()
+    shown = np.round(np.log(np.r_[slices, TARGETS]), 6)  # the base's slices and the targets
+    t = m.table[np.isin(np.round(np.log(m.table["compute"]), 6), shown)]
+    rows = []
+    for c, g in t.groupby("compute", sort=True):
+        row = {"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no"}
+        for r in g.itertuples():
+            row[f"k ({r.method})"] = f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
+        rows.append(row)
+    lines = [f"**{m.variant} vs {m.base}** (k > 1: {m.variant} needs k times {m.base}'s compute for "
+             f"{m.base}'s compute-optimal loss; {m.level:.0%} bands)", "", markdown_table(pd.DataFrame(rows)),
+             ""]
+    for method, g in m.growth.items():
+        st = m.statuses.get(method)
+        flag = "" if st is None or st.identified else f" — fit {st}"
+        lines.append(f"- Growth test ({method}{', the verdict' if method == m.primary else ''}): k ∝ "
+                     f"C^{g.slope:+.3f} [{g.slope_lo:+.3f}, {g.slope_hi:+.3f}], p = {g.p_value:.2g}: "
+                     f"**{g.verdict}**{flag}. Assumes: {g.assumes}.")
+    s = m.shared_exponent
+    if s is not None and math.isfinite(s.statistic):
+        lines.append(f"- Shared vs free envelope exponents (α_L {s.alpha_base:.4f} vs {s.alpha_variant:.4f}): "
+                     f"F({s.df[0]}, {s.df[1]}) = {s.statistic:.3g}, p = {s.p_value:.2g}. Assumes: {s.assumes}.")
+    return "\n".join(lines)
+
+
+def multiplier_section(results: pd.DataFrame, fits=None) -> list[str]:
+    """The "Compute multiplier" section: k(C) of each +Concept family against its backbone (issue 36,
+    docs/multiplier.md); empty when the table has no backbone/+Concept pair."""
+    pairs = backbone_pairs(results["family"].dropna().unique()) if "family" in results.columns else []
+    if not pairs:
+        return []
+    ms = family_multipliers(results, estimator=getattr(fits, "estimator", None),
+                            annealed=getattr(fits, "annealed", True))
+    return _section("Compute multiplier", *(multiplier_markdown(m, results) if isinstance(m, MultiplierFit)
+                                            else f"**{variant} vs {base}**: not made: {m}"
+                                            for (base, variant), m in ms.items()))
+
+
 def anneal_summary(results: pd.DataFrame) -> pd.DataFrame:
     """Per family: branches trained and predicted, anneal steps trained and saved, the predictor and
     its mean interval half-width (%). Empty when no run has a checkpoint left to predict."""
@@ -473,7 +519,7 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
         why = why_no_backtest(df, fits, backtest, backtest_error) if with_backtest else None
         parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why,
                               not_backtested_note=not_backtested(df, fits, backtest) if with_backtest else None)
-        parts += multiplier_section(df, fits)  # k(C) of each +Concept family (issue 36, docs/multiplier.md)
+        parts += multiplier_section(df, fits)
     parts += anneal_section(df)  # runs that skipped anneal branches and their predicted anneals (docs/anneal.md)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
     parts += _section("Fit warnings", "\n".join(f"- {w}" for w in warnings)

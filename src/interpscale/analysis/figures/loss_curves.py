@@ -13,12 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from interpscale._jsonl import iter_jsonl
-from interpscale.analysis.figures._style import (
-    family_label,
-    new_figure,
-    ordered_families,
-    paper_style,
-)
+from interpscale.analysis.figures._style import family_label, new_figure, ordered_families, paper_style
 
 log = logging.getLogger("interpscale.analysis.figures")
 FIGURE = "Loss curves (loss_curves_figure)"

@@ -298,8 +298,7 @@ def summarise(idata, design: Design, priors: Priors, y: np.ndarray, *, rhat_max:
         coef=coef, coef_sd=coef_sd, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, prob_positive=pp,
         thresholds=tuple(float(t) for t in np.median(tau, axis=0)), random_sd=rsd, random_sd_sd=rsd_sd,
         diagnostics=diag, converged=not failed, warnings=tuple(warnings_), priors=priors, n_obs=design.n,
-        levels=tuple(levels), idata=idata, level=level, link=link, random=dict(random),
-    )
+        levels=tuple(levels), idata=idata, level=level, link=link, random=dict(random))
 
 
 def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence[str]] | None = None,
@@ -324,8 +323,7 @@ def build_model(design: Design, priors: Priors, *, slopes: Mapping[str, Sequence
         beta = pm.Normal("beta", 0.0, priors.beta_sd, dims="coef")
         tau = pm.Normal(
             "tau", 0.0, priors.threshold_sd, dims="threshold",
-            transform=pm.distributions.transforms.ordered, initval=np.linspace(-2.0, 2.0, K - 1),
-        )
+            transform=pm.distributions.transforms.ordered, initval=np.linspace(-2.0, 2.0, K - 1))
         eta = pm.math.dot(design.X, beta) if design.X.shape[1] else 0.0
         for g, (codes, _) in design.groups.items():
             if not slopes.get(g):

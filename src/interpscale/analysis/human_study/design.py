@@ -128,10 +128,8 @@ def require_no_missing(df: pd.DataFrame, columns: Sequence[str], what: str = "ta
     for col in columns:
         bad = df.index[df[col].isna()]
         if len(bad):
-            raise ValueError(
-                f"{what}: column {col!r} has {len(bad)} missing value(s) at {_rows(bad)}; "
-                "drop or impute them explicitly before fitting"
-            )
+            raise ValueError(f"{what}: column {col!r} has {len(bad)} missing value(s) at {_rows(bad)}; "
+                             "drop or impute them explicitly before fitting")
 
 
 def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = "table") -> np.ndarray:
@@ -143,10 +141,8 @@ def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = 
     codes = as_key.map({k: i for i, k in enumerate(keys)})
     bad = values.index[codes.isna()]
     if len(bad):
-        raise ValueError(
-            f"{what}: column {column!r} must take values in {levels}; "
-            f"found {_rows(bad, values.loc[bad].tolist())}"
-        )
+        raise ValueError(f"{what}: column {column!r} must take values in {levels}; "
+                         f"found {_rows(bad, values.loc[bad].tolist())}")
     return codes.to_numpy(dtype=np.int64)
 
 
@@ -167,21 +163,17 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
         df[col] = df[col].astype(str)
     types = sorted(df["candidate_type"].unique())
     if reference not in types:
-        raise ValueError(
-            f"{what}: reference level {reference!r} not found in column 'candidate_type' "
-            f"(levels: {types})"
-        )
+        raise ValueError(f"{what}: reference level {reference!r} not found in column 'candidate_type' "
+                         f"(levels: {types})")
     if len(types) < 2:
         raise ValueError(f"{what}: need at least two candidate types, found {types}")
     counts = df.groupby("rater").size()
     thin = counts[counts < min_rater_ratings]
     if len(thin):
         rows = df.index[df["rater"].isin(thin.index)]
-        raise ValueError(
-            f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
-            f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
-            "Remove them or pass min_rater_ratings=1 to keep them."
-        )
+        raise ValueError(f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
+                         f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
+                         "Remove them or pass min_rater_ratings=1 to keep them.")
     return df
 
 

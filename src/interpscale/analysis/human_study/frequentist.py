@@ -174,8 +174,7 @@ def fit_ordinal(data: pd.DataFrame, *, response: str = "rating", fixed: Sequence
         cov_type="cluster" if cluster else "nonrobust", converged=converged, warnings=tuple(warn),
         levels=tuple(levels), link=link, level=level, method=method, n_params=n_params,
         formula=random_formula(response, fixed, rand),
-        random_sd=rsd, random_effects=modes, random_effects_sd=mode_sd,
-    )
+        random_sd=rsd, random_effects=modes, random_effects_sd=mode_sd)
 
 
 def _fit_mixed(design, K, p, link, nagq):
@@ -312,8 +311,8 @@ def _fit_mixedlm(data, response, factor, reference, random, zq) -> GaussianMixed
     vcomp = {g: float(res.vcomp[order.index(g)]) for g in random}
     return GaussianMixedResult(
         coef=coef, se=se, ci=ci, intercept=float(res.fe_params["Intercept"]), variance_components=vcomp,
-        residual_variance=float(res.scale), n_obs=len(df), converged=bool(res.converged), warnings=tuple(warn),
-    )
+        residual_variance=float(res.scale), n_obs=len(df), converged=bool(res.converged),
+        warnings=tuple(warn))
 
 
 def fit_reml(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray]):

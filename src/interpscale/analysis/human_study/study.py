@@ -304,5 +304,4 @@ def analyse_study(ratings: pd.DataFrame, phase1: pd.DataFrame | None = None, *, 
                                 sampler=sampler, mass_matrix=mass_matrix, target_accept=target_accept,
                                 priors=priors, level=level) if bayes else None,
         phase1=phase1_agreement(p1) if p1 is not None else None,
-        coherence=coherence_dependence(r, p1, types=(reference, contrast)) if p1 is not None else None,
-    )
+        coherence=coherence_dependence(r, p1, types=(reference, contrast)) if p1 is not None else None)
