@@ -11,11 +11,10 @@ LLM calls on an OpenAI-compatible server through ``interpscale.judges``.
 
 from interpscale.concepts.annotate import Annotator, AnnotatorOptions, annotate_corpus, train_annotator
 from interpscale.concepts.build import BuildOptions, Endpoint, annotator_stage, build, library_stage, make_judge
-from interpscale.concepts.check import best_match_f1, check, write_synthetic
 from interpscale.concepts.chunk import ChunkStats, chunk_corpus, chunk_text
 from interpscale.concepts.library import Library, LibraryOptions, build_library
 from interpscale.concepts.tag import offline_tags, tag_corpus
-from interpscale.concepts.validate import stage_headlines, validate
+from interpscale.concepts.validate import best_match_f1, check, stage_headlines, validate, write_synthetic
 
 __all__ = [
     "Annotator", "AnnotatorOptions", "annotate_corpus", "train_annotator", "BuildOptions", "Endpoint", "build",

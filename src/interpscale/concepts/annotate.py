@@ -1,29 +1,18 @@
 """Stage 3 (§4.2.3, §4.5.1): a multi-label annotator trained on the tagged sample, applied
 to the whole corpus streaming, one task per chunk file.
 
-Targets. A sampled chunk's positives are the concepts it inherits from its tags
-(``library.inherit``); every other concept is *unlabeled*, not negative (the paper:
-"positive-only supervision").
-
-Loss: the non-negative PU risk of Kiryo et al. (2017) with the logistic loss ℓ, per
-concept k with class prior π_k, P the labeled positives and U the whole sample (the
-marginal):
+A sampled chunk's positives are the concepts it inherits from its tags
+(``library.inherit``); every other concept is *unlabeled*, not negative. Loss: the
+non-negative PU risk of Kiryo et al. (2017), logistic loss ℓ, per concept k with class
+prior π_k = (labeled rate of k) / ``label_frequency``, P the labeled positives, U the whole
+sample (why nnPU and not BCE: docs/concepts.md, "Why nnPU"):
 
     R_k(f) = π_k E_P[ℓ(f, +1)] + max(0, E_U[ℓ(f, -1)] - π_k E_P[ℓ(f, -1)])
 
-Why: treating unlabeled chunks as negatives (plain BCE) learns P(labeled | x), which is
-biased low wherever tagging missed a concept; the unbiased PU risk (du Plessis et al.
-2015) corrects that but its negative-class term can go below zero and a flexible model
-then overfits, which the max(0, ·) of nnPU prevents (the paper's Stage 3 uses nnPU for
-the same reason). π_k = (labeled rate of k) / ``label_frequency`` (the share of true
-positives the tags catch; 0.9 by default).
-
-Features: hashed word uni- and bigrams (scikit-learn's stateless HashingVectorizer, so
-the whole corpus is featurised in constant memory; only the columns seen in training
-carry weights), or the embedding endpoint's vectors. Model: one linear score per concept,
-trained with Adam. Thresholds: per concept on a held-out split of the tagged sample,
-maximising the PU criterion recall² / P(ŷ = 1) of Lee & Liu (2003), computable without
-negatives (recall on the held-out labeled positives, P(ŷ = 1) over all held-out chunks).
+Features: hashed word uni- and bigrams (stateless, so the corpus is featurised in constant
+memory; only the columns seen in training carry weights), or the endpoint's embeddings. One
+linear score per concept, trained with Adam; thresholds per concept on a held-out split,
+maximising recall² / P(ŷ = 1) (Lee & Liu 2003), computable without negatives.
 """
 
 from __future__ import annotations

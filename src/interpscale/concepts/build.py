@@ -15,10 +15,12 @@ from typing import Any, Optional
 from interpscale.concepts.annotate import AnnotatorOptions, annotate_corpus, train_annotator
 from interpscale.concepts.chunk import chunk_corpus
 from interpscale.concepts.library import LibraryOptions, build_library
+from interpscale.concepts.llm import CardNamer, EndpointEmbedder
 from interpscale.concepts.store import CACHE_NAME, write_json
 from interpscale.concepts.tag import tag_corpus
 from interpscale.concepts.validate import stage_headlines, validate
 from interpscale.errors import UserError
+from interpscale.judges import build_judge
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,6 @@ def make_judge(endpoint: Endpoint, out: str | os.PathLike) -> Any:
     """A JudgeClient caching in DIR/judge_cache.sqlite, or None when offline."""
     if not endpoint.online:
         return None
-    from interpscale.judges import build_judge  # the judges' one builder
-
     Path(out).mkdir(parents=True, exist_ok=True)
     return build_judge(base_url=endpoint.base_url, model=endpoint.model, cache_path=Path(out) / CACHE_NAME,
                        concurrency=endpoint.concurrency, max_retries=endpoint.max_retries, timeout=endpoint.timeout)
@@ -53,8 +53,6 @@ def make_judge(endpoint: Endpoint, out: str | os.PathLike) -> Any:
 
 def library_stage(out: str | os.PathLike, opts: LibraryOptions, judge: Any, endpoint: Endpoint) -> dict:
     """Stage 2 with the endpoint's embeddings and names when online; returns its summary."""
-    from interpscale.concepts.llm import CardNamer, EndpointEmbedder
-
     embed = EndpointEmbedder(judge, endpoint.embed_model) if judge is not None else None
     namer = CardNamer(judge) if judge is not None else None
     lib = build_library(out, opts, embed=embed, name=namer)
@@ -70,8 +68,6 @@ def annotator_stage(out: str | os.PathLike, opts: AnnotatorOptions, judge: Any, 
         raise UserError(f"unknown annotator features {opts.features!r}; expected 'hashed' or 'embedding'")
     if judge is None:
         raise UserError("annotator features 'embedding' need an endpoint (--base-url and --model)")
-    from interpscale.concepts.llm import EndpointEmbedder
-
     settings = {k: v for k, v in asdict(endpoint).items() if k != "concurrency"}  # what a per-file task reconnects with
     return train_annotator(out, opts, embedder=EndpointEmbedder(judge, endpoint.embed_model), endpoint=settings)
 

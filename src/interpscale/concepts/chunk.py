@@ -1,15 +1,12 @@
 """Stage 0 (§4.2.1): documents → chunks at sentence boundaries, streamed.
 
 Consecutive sentences are concatenated while the chunk stays within the domain's token
-threshold (150 prose, 256 code and maths); a longer sentence stays one chunk. Chunking never
-changes a character: a document's chunks concatenate to the document exactly (sentences keep
-the whitespace after them, code its blank lines and indentation). The one normalisation is
-opt-in and recorded in the manifest: ``drop_over`` drops sentences over that many tokens (the
-paper drops those over 50,000, §4.2.1). The domain is ``domain``, else the file's extension
-(``.py`` … code, ``.tex`` maths), else guessed from each document's text. A document that
-arrives chunked keeps its chunks (``rechunk`` redoes them). Tokens are counted in a ``tokenizer.json`` you give (the one
-``data prepare`` will use), else in a byte-level BPE trained on the inputs, saved as
-DIR/tokenizer.json so the chunk sizes can be reproduced.
+threshold (150 prose, 256 code and maths); a longer sentence stays one chunk. A document's
+chunks concatenate to the document exactly (docs/concepts.md, "Chunking never changes the
+text"); the one normalisation, ``drop_over``, is opt-in and recorded in the manifest. A
+document that arrives chunked keeps its chunks (``rechunk`` redoes them). Tokens are counted
+in the ``tokenizer.json`` you give, else in a byte-level BPE trained on the inputs and saved
+as DIR/tokenizer.json so the chunk sizes can be reproduced.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from typing import Iterable, Sequence
 from interpscale._atomic import atomic_path
 from interpscale.concepts.store import CHUNKS, MANIFEST, part_name, write_json
 from interpscale.concepts.text import DOMAINS, THRESHOLDS, domain_of_path, guess_domain, split_sentences
+from interpscale.data.sources import check_inputs, expand_sources, iter_documents
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -85,8 +83,6 @@ def project_tokenizer(inputs: Sequence[Path], out: Path, tokenizer: str | os.Pat
         return load_tokenizer(saved)
 
     def sample() -> Iterable[str]:
-        from interpscale.data.sources import iter_documents
-
         budget = TOKENIZER_SAMPLE_BYTES // max(1, len(inputs))
         for path in inputs:
             used = 0
@@ -107,8 +103,6 @@ def project_tokenizer(inputs: Sequence[Path], out: Path, tokenizer: str | os.Pat
 def chunk_file(path: Path, dest: Path, count, *, fmt: str | None = None, domain: str | None = None,
                rechunk: bool = False, document_per_file: bool = False, drop_over: int | None = None) -> ChunkStats:
     """One input file → DIR/chunks/NNNNN.jsonl (atomic), streamed document by document."""
-    from interpscale.data.sources import iter_documents
-
     st = ChunkStats()
     domain = domain or domain_of_path(path)
     with atomic_path(dest) as tmp, open(tmp, "w", encoding="utf-8") as fh:
@@ -138,7 +132,6 @@ def chunk_corpus(inputs, out: str | os.PathLike, *, tokenizer: str | os.PathLike
                  document_per_file: bool = False, drop_over: int | None = None) -> dict:
     """Stage 0 over every input (paths or glob patterns); writes DIR/chunks/ and returns the
     manifest. Every input is checked (format, UTF-8 text) before anything is written."""
-    from interpscale.data.sources import check_inputs, expand_sources
     from interpscale.data.tokenizer import encode_texts
 
     if domain is not None and domain not in DOMAINS:

@@ -1,20 +1,10 @@
-"""Stage 2 (§4.2.2): tags → a deduplicated library of concepts with semantic cards.
-
-1. tags normalised, kept with support ≥ ``min_tag_support`` chunks;
-2. embedded: the judge endpoint's ``/embeddings``, or offline the truncated SVD of the
-   tag–chunk PPMI matrix, PPMI(t, c) = max(0, log P(t, c) / (P(t) P(c)));
-3. k-means (scikit-learn) over the unit-norm embeddings; ``k`` given, or the best
-   silhouette over a grid (§4.2.2 sweeps k and reads silhouette and coherence);
-4. filters: a cluster needs ``min_support`` chunks and a coherence (mean cosine of its
-   tags to their centroid) of ``min_coherence``;
-5. a semantic card per cluster: the LLM's name and description from its representative
-   tags, or offline its most central tags; characteristic words = its central tags;
-6. deduplication: cards whose centroids are within cosine ``dedupe_cos`` or whose chunk
-   sets overlap by Jaccard ≥ ``dedupe_jaccard`` are merged (connected components of
-   that graph; the paper uses Louvain communities on a k-NN graph, App. C).
-
-A chunk inherits concept c when at least ``min_tags`` of its tags fall in c's cluster
-(§4.2.3: tag → cluster → concept inheritance; one stray tag is not enough).
+"""Stage 2 (§4.2.2): tags → a deduplicated library of concepts with semantic cards (the
+steps: docs/concepts.md, the ``library`` stage). Offline embeddings are the truncated SVD of
+the tag–chunk PPMI matrix, PPMI(t, c) = max(0, log P(t, c) / (P(t) P(c))); k-means picks k by
+silhouette (§4.2.2 sweeps k and reads silhouette and coherence); near-duplicates merge as
+connected components of a cosine / Jaccard graph (the paper: Louvain communities on a k-NN
+graph, App. C). A chunk inherits concept c when at least ``min_tags`` of its tags fall in
+c's cluster (§4.2.3: tag → cluster → concept inheritance; one stray tag is not enough).
 """
 
 from __future__ import annotations
@@ -30,6 +20,7 @@ import numpy as np
 
 from interpscale.concepts.store import CONCEPTS_FILE, LIBRARY, read_json, write_json
 from interpscale.concepts.tag import read_tags
+from interpscale.data.corpus import write_concepts
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -162,8 +153,6 @@ def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(
     lib = _finish(groups, opts, name)
     lib.k, lib.silhouette, lib.embedding, lib.min_tags = k, sil, how, opts.min_tags
     write_json(out / LIBRARY / "library.json", lib.to_dict())
-    from interpscale.data.corpus import write_concepts
-
     write_concepts(lib.cards, out / CONCEPTS_FILE)
     log.info("library: k=%d, %d concepts kept, %d dropped", k, len(lib.cards), len(lib.dropped))
     return lib

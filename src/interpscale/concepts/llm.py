@@ -16,6 +16,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from interpscale.concepts.prompts import CARD, CARD_SCHEMA
+from interpscale.judges import JudgeTask, build_judge
+from interpscale.judges.cache import cache_key
+from interpscale.judges.env import api_key  # the one place the key is read
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +34,11 @@ class EndpointEmbedder:
         self.failed = 0  # texts of the last call left without a vector
 
     def _key(self, text: str) -> str:
-        from interpscale.judges.cache import cache_key
-
         return cache_key(model=self.model, base_url=self.judge.base_url, messages=[{"role": "input", "content": text}],
                          sampling={"endpoint": "embeddings"}, template_version="embeddings-v1", output="embedding")
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         import openai
-
-        from interpscale.judges.env import api_key  # the one place the key is read
 
         keys = [self._key(t) for t in texts]
         got = {k: row["value"] for k, row in self.judge.cache.get_many(keys).items() if row["value"] is not None}
@@ -85,8 +84,6 @@ def _vector(v: Any) -> bool:
 def endpoint_embedder(endpoint: dict, cache_path: str | os.PathLike) -> EndpointEmbedder:
     """An embedder from recorded endpoint settings (``{"base_url", "model", "embed_model",
     "max_retries", "timeout"}``) caching in ``cache_path``: what a per-file task rebuilds."""
-    from interpscale.judges import build_judge
-
     client = build_judge(model=endpoint["model"], base_url=endpoint["base_url"], cache_path=cache_path,
                          max_retries=endpoint.get("max_retries", 4), timeout=endpoint.get("timeout", 120.0))
     return EndpointEmbedder(client, endpoint.get("embed_model"))
@@ -102,8 +99,6 @@ class CardNamer:
         self.status: dict[str, int] = {}
 
     def __call__(self, tag_lists: Sequence[Sequence[str]]) -> list[Optional[dict]]:
-        from interpscale.judges import JudgeTask
-
         tasks = [JudgeTask(CARD, {"tags": "\n".join(f"- {t}" for t in tags)}, parse_kwargs={"schema": CARD_SCHEMA})
                  for tags in tag_lists]
         out: list[Optional[dict]] = []

@@ -5,7 +5,7 @@ DIR/tokenizer.json           the tokenizer chunk sizes were counted in
 DIR/chunks/NNNNN.jsonl       stage 0: one file per input, documents of chunks {"chunks": [{"text"}]}
 DIR/chunks/manifest.json     inputs, counts, dropped sentences
 DIR/tags.jsonl               stage 1: the seeded sample of chunks and their structured tags
-DIR/library/                 stage 2: tag clusters (clusters.json) and the cards before dedup
+DIR/library/library.json     stage 2: the tag clusters behind each concept, and the dropped ones
 DIR/concepts.json            stage 2: the concept library, the cards `data prepare --concepts` reads
 DIR/annotator/               stage 3: the trained annotator (model.npz, meta.json)
 DIR/labelled/NNNNN.jsonl     stage 3: every chunk with its concepts {"chunks": [{"text", "concepts"}]}

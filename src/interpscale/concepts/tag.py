@@ -1,12 +1,8 @@
-"""Stage 1 (§4.2.1): a seeded sample of chunks → structured tags, broad to narrow.
-
-- LLM path: one schema-checked JSON call per chunk through the judges' client
-  (concurrency, cache, retries, one re-ask). A refused, unparseable or failed reply fails
-  that chunk only; it is written with ``tags: null`` and its status, and counted.
-- Offline path (the default, so the demo and CI run end to end): the chunk's most
-  distinctive content words against the sample's document frequencies (tf·idf), the
-  ``n_tags`` best, ordered from broad (frequent in the sample) to narrow (rare), split
-  into a ``topic`` and a ``detail`` field.
+"""Stage 1 (§4.2.1): a seeded sample of chunks → structured tags, broad to narrow: one
+schema-checked JSON call per chunk through the judges' client (a refused, unparseable or
+failed reply fails that chunk only: ``tags: null`` and its status, counted), or offline (the
+default, so the demo and CI run end to end) the chunk's ``n_tags`` most distinctive content
+words by tf·idf against the sample, broad (frequent) to narrow (rare), as ``topic`` and ``detail``.
 """
 
 from __future__ import annotations
@@ -21,9 +17,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interpscale._atomic import atomic_path
+from interpscale._jsonl import iter_jsonl
 from interpscale.concepts.prompts import TAG, tag_values
 from interpscale.concepts.store import TAGS_FILE, ChunkRef, iter_sample, manifest, read_json, sample_ids, write_json
 from interpscale.concepts.text import content_words, guess_domain, normalize_tag
+from interpscale.judges import JudgeTask
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +48,12 @@ def offline_tags(chunks: Sequence[str], n_tags: int = N_TAGS) -> list[dict[str, 
 
 def flat_tags(structured: dict[str, list[str]] | None) -> list[str]:
     """The normalised, de-duplicated tags of one chunk, in field order (§4.2.2 normalisation)."""
-    seen: dict[str, None] = {}
-    for vals in (structured or {}).values():
-        for v in vals:
-            t = normalize_tag(v)
-            if t:
-                seen.setdefault(t, None)
-    return list(seen)
+    tags = (normalize_tag(v) for vals in (structured or {}).values() for v in vals)
+    return list(dict.fromkeys(t for t in tags if t))
 
 
 def llm_tags(chunks: Sequence[str], judge: Any, *, domain: str | None = None) -> list[tuple[Any, str]]:
     """``(structured tags or None, status)`` per chunk from the judge endpoint."""
-    from interpscale.judges import JudgeTask
-
     out: list[tuple[Any, str]] = []
     for start in range(0, len(chunks), BATCH):
         tasks = []
@@ -104,8 +95,6 @@ def tag_corpus(out: str | os.PathLike, *, judge: Any = None, n_sample: int = 200
 
 def read_tags(out: str | os.PathLike) -> list[dict]:
     """The chunks of DIR/tags.jsonl whose tagging succeeded, each with its ``flat_tags`` as ``"flat"``."""
-    from interpscale._jsonl import iter_jsonl
-
     p = Path(out) / TAGS_FILE
     if not p.exists():
         read_json(p, "tag")  # raises the "run `concepts tag` first" error

@@ -2,17 +2,14 @@
 
 Sentence splitting never changes a character: :func:`split_sentences` returns pieces that
 concatenate to the text exactly (a piece keeps the whitespace after its sentence; the first
-keeps any leading whitespace), so the chunks built from them concatenate to the document.
-The paper splits sentences with BlingFire (§4.2.1); here prose goes through pysbd (a
-rule-based segmenter with English abbreviation rules, pure Python, no data download),
-paragraph by paragraph, a line break inside a paragraph read as a space; a hand-written
-rule (a sentence ends at ``. ! ? …`` and any closing quotes or brackets, before whitespace)
-stands in when pysbd is not installed or does not return the text it was given. Code and
-maths split after each line, a blank line staying with the line above it.
+keeps any leading whitespace). Prose goes through pysbd paragraph by paragraph (the paper
+used BlingFire, §4.2.1), with a fallback rule; code and maths split after each line (the
+rules and why: docs/concepts.md, "Chunking never changes the text").
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from functools import lru_cache
@@ -32,6 +29,7 @@ _SENT_END = re.compile(r"[.!?…]+[\"'”’»)\]}]*\s+")  # the fallback rule: 
 _CODE_HINT = re.compile(r"[{};:]\s*$|^\s*(def |class |import |from \S+ import |@\w|#include|function |return\b|"
                         r"for\s*\(|if\s*\(|elif |except\b|self\.)", re.M)
 _MATH_HINT = re.compile(r"\\(frac|sum|int|alpha|beta|mathbb|begin)|\$[^$]+\$|[=<>]\s*-?\d")
+_LINE_CUT = re.compile(r"\n(?=[^\n]*\S)")  # a line break a non-blank line follows (blank lines stay above)
 _WORD = re.compile(r"[^\W\d_][\w'-]*[^\W_]|[^\W\d_]", re.UNICODE)
 
 # function words never worth a tag (English; a tag from another language just passes through)
@@ -91,10 +89,6 @@ def _segmenter():
     return pysbd.Segmenter(language="en", clean=False)
 
 
-def _rule_cuts(text: str, offset: int = 0) -> list[int]:
-    return [offset + m.end() for m in _SENT_END.finditer(text)]
-
-
 def _paragraph_cuts(para: str, offset: int) -> list[int]:
     """Sentence starts in one paragraph: pysbd on the paragraph with its line breaks read as
     spaces (same length, so its pieces map back by length), else the fallback rule."""
@@ -104,12 +98,8 @@ def _paragraph_cuts(para: str, offset: int) -> list[int]:
     if not pieces or "".join(pieces) != flat:  # pysbd promises its input back; never trust a piece that is not
         if pieces:
             log.debug("pysbd did not return the paragraph at offset %d unchanged; the fallback rule splits it", offset)
-        return _rule_cuts(para, offset)
-    cuts, at = [], offset
-    for p in pieces[:-1]:
-        at += len(p)
-        cuts.append(at)
-    return cuts
+        return [offset + m.end() for m in _SENT_END.finditer(para)]
+    return [offset + n for n in itertools.accumulate(map(len, pieces[:-1]))]
 
 
 def _prose_cuts(text: str) -> list[int]:
@@ -120,21 +110,11 @@ def _prose_cuts(text: str) -> list[int]:
     return cuts + _paragraph_cuts(text[start:], start)
 
 
-def _line_cuts(text: str) -> list[int]:
-    """After each line break that a non-blank line follows (blank lines stay with the line above)."""
-    cuts = []
-    for m in re.finditer("\n", text):
-        end = text.find("\n", m.end())
-        if text[m.end():end if end >= 0 else len(text)].strip():
-            cuts.append(m.end())
-    return cuts
-
-
 def split_sentences(text: str, domain: str = "prose") -> list[str]:
     """Sentences (prose) or lines (code, maths) of ``text``, each with the whitespace after it:
     ``"".join(split_sentences(text, d)) == text`` for every text and domain."""
     if domain in ("code", "maths"):
-        return _cuts_to_pieces(text, _line_cuts(text), skip_space=False)
+        return _cuts_to_pieces(text, [m.end() for m in _LINE_CUT.finditer(text)], skip_space=False)
     return _cuts_to_pieces(text, _prose_cuts(text), skip_space=True)
 
 

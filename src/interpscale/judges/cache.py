@@ -94,11 +94,9 @@ class JudgeCache:
             meta: Mapping[str, Any], ledger: Optional["LedgerDelta"] = None) -> None:
         """Store one finished call (and, in the same transaction, the ledger counts so far)."""
         with self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, raw, None if value is None else json.dumps(value), status, expected,
-                 json.dumps(dict(meta), sort_keys=True), time.time()),
-            )
+            self._db.execute("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (key, raw, None if value is None else json.dumps(value), status, expected,
+                              json.dumps(dict(meta), sort_keys=True), time.time()))
             if ledger is not None:
                 self._add_ledger(ledger)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from interpscale.judges import env
+from interpscale.judges.batch import read_batch_results, write_batch_requests
 from interpscale.judges.cache import JudgeCache, LedgerDelta, cache_key, token_cost
 from interpscale.judges.env import DEFAULT_KEY_ENV, ENV_BASE_URL, ENV_MODEL
 from interpscale.judges.parsing import PARSERS, expected_score
@@ -105,24 +106,20 @@ class JudgeClient:
     def __init__(self, *, model: str | None = None, base_url: str | None = None,
                  api_key_env: str = DEFAULT_KEY_ENV, cache_path: str | Path | None = None,
                  concurrency: int = DEFAULT_CONCURRENCY, max_retries: int = DEFAULT_MAX_RETRIES,
-                 timeout: float = DEFAULT_TIMEOUT,
-                 temperature: float = 0.0, top_logprobs: int | None = None, seed: int | None = None,
-                 price_in_per_mtok: float | None = None, price_out_per_mtok: float | None = None,
-                 templates: TemplateSet | None = None, progress: bool = False):
+                 timeout: float = DEFAULT_TIMEOUT, temperature: float = 0.0, top_logprobs: int | None = None,
+                 seed: int | None = None, templates: TemplateSet | None = None, progress: bool = False,
+                 price_in_per_mtok: float | None = None, price_out_per_mtok: float | None = None):
         base_url, self.model = env.endpoint(base_url, model)
         self.base_url = (base_url or "").rstrip("/")
-        if not self.model:
-            raise ValueError(f"JudgeClient needs a model name (argument or ${ENV_MODEL})")
-        if not self.base_url:
-            raise ValueError(f"JudgeClient needs a base_url (argument or ${ENV_BASE_URL})")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        if top_logprobs is not None and not 0 <= top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in 0..20, got {top_logprobs}")
+        for ok, problem in ((self.model, f"JudgeClient needs a model name (argument or ${ENV_MODEL})"),
+                            (self.base_url, f"JudgeClient needs a base_url (argument or ${ENV_BASE_URL})"),
+                            (concurrency >= 1, f"concurrency must be >= 1, got {concurrency}"),
+                            (max_retries >= 0, f"max_retries must be >= 0, got {max_retries}"),
+                            (timeout > 0, f"timeout must be > 0 seconds, got {timeout}"),
+                            (top_logprobs is None or 0 <= top_logprobs <= 20,
+                             f"top_logprobs must be in 0..20, got {top_logprobs}")):
+            if not ok:
+                raise ValueError(problem)
         self.api_key_env, self.progress = api_key_env, progress
         self.concurrency, self.max_retries, self.timeout = concurrency, max_retries, timeout
         self.temperature, self.top_logprobs, self.seed = temperature, top_logprobs, seed
@@ -274,8 +271,6 @@ class JudgeClient:
     def write_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> Path:
         """Write the Batch API request file (one ``/v1/chat/completions`` line per
         distinct uncached task; ``custom_id`` is the cache key)."""
-        from interpscale.judges.batch import write_batch_requests
-
         keys = [self.key(t) for t in tasks]
         cached = self.cache.get_many(keys)
         lines = {k: {"model": self.model, "messages": t.messages(), **self._sampling(t.template)}
@@ -285,8 +280,6 @@ class JudgeClient:
     def read_batch(self, tasks: Sequence[JudgeTask], path: str | Path) -> list[JudgeRecord]:
         """Join a Batch API output file to ``tasks`` on ``custom_id``; parsed results go to
         the cache (no re-ask offline: an unparseable line is a parse failure)."""
-        from interpscale.judges.batch import read_batch_results
-
         results = read_batch_results(path)
         keys, cached = self._lookup(tasks)
         out = []

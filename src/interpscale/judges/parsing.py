@@ -161,13 +161,8 @@ def _json_dict(text: str, names: Optional[dict[str, str]],
     names = names or {k: k for k in sorted(obj)}
     if set(obj) != set(names):
         return None
-    out = {}
-    for key, name in names.items():
-        v = convert(name, obj[key])
-        if v is None:
-            return None
-        out[name] = v
-    return Parsed(out)
+    out = {name: convert(name, obj[key]) for key, name in names.items()}
+    return None if any(v is None for v in out.values()) else Parsed(out)
 
 
 @_bounded

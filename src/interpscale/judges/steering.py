@@ -162,11 +162,6 @@ class SteeringResult:
                          f"| {fmt(c.harmonic)} |")
         return "\n".join(lines) + "\n\n" + self._footer()
 
-    def row17(self, checkpoint: str, condition: str = "steered") -> str:
-        c = self.conditions[condition]
-        return (f"| {checkpoint} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} "
-                f"| {fmt(c.sample_harmonic)} |")
-
     def _footer(self) -> str:
         parts = [f"judge: {self.label}"]
         for name, c in self.conditions.items():
@@ -201,7 +196,10 @@ class SteeringResult:
 def table17(results: Mapping[str, SteeringResult], condition: str = "steered") -> str:
     """Markdown in the layout of Table 17: one row per checkpoint."""
     lines = ["| Checkpoint | Concept ↑ | Quality ↑ | Harmonic ↑ | Sample harmonic ↑ |", "|---|---|---|---|---|"]
-    lines += [r.row17(name, condition) for name, r in results.items()]
+    for name, r in results.items():
+        c = r.conditions[condition]
+        lines.append(f"| {name} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} "
+                     f"| {fmt(c.sample_harmonic)} |")
     labels = sorted({r.label for r in results.values()})
     return "\n".join(lines) + "\n\n" + "\n".join(f"- judge: {lab}" for lab in labels) + "\n"
 
@@ -277,23 +275,20 @@ class _Generations:
 
 def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max_new_tokens) -> list[float]:
     """The benchmark's settings checked (ValueError naming the bad one); the strengths as floats."""
-    if set(conditions) - set(CONDITIONS) or not conditions:
-        raise ValueError(f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}")
-    if not cards:
-        raise ValueError("run_steering_benchmark needs at least one concept card")
-    if not prompts:
-        raise ValueError("run_steering_benchmark needs at least one prompt")
-    strengths = [float(s) for s in strengths]
-    if "steered" in conditions and not strengths:
-        raise ValueError("the steered condition needs at least one strength")
-    if len(set(strengths)) != len(strengths):
-        raise ValueError(f"strengths must be distinct, got {strengths}")
-    if not 0 < select_fraction < 1:
-        raise ValueError(f"select_fraction must be in (0, 1), got {select_fraction}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if "steered" in conditions and len(strengths) > 1 and len(prompts) < 2:
-        raise ValueError("choosing among several strengths needs at least 2 prompts (held-out selection)")
+    strengths, steered = [float(s) for s in strengths], "steered" in conditions
+    for ok, problem in (
+            (conditions and not set(conditions) - set(CONDITIONS),
+             f"conditions must be a non-empty subset of {CONDITIONS}, got {list(conditions)}"),
+            (cards, "run_steering_benchmark needs at least one concept card"),
+            (prompts, "run_steering_benchmark needs at least one prompt"),
+            (strengths or not steered, "the steered condition needs at least one strength"),
+            (len(set(strengths)) == len(strengths), f"strengths must be distinct, got {strengths}"),
+            (0 < select_fraction < 1, f"select_fraction must be in (0, 1), got {select_fraction}"),
+            (max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {max_new_tokens}"),
+            (not (steered and len(strengths) > 1 and len(prompts) < 2),
+             "choosing among several strengths needs at least 2 prompts (held-out selection)")):
+        if not ok:
+            raise ValueError(problem)
     return strengths
 
 
