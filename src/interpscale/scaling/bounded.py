@@ -30,11 +30,9 @@ _GOLD = (math.sqrt(5.0) - 1.0) / 2.0
 
 @dataclass(frozen=True)
 class BoundedFit(FitResult):
-    """m(C) = e + s*A*C^(-beta), s = +1 for lower-is-better metrics, -1 for higher-is-better.
-
+    """m(C) = e + s*A*C^(-beta), s = +1 for lower-is-better metrics, -1 for higher-is-better;
     ``e_at_bound`` flags an asymptote pinned to its natural bound (read it as a bound, not an
-    estimate, as the paper does). ``ci``: ``e``, ``A``, ``beta``; ``boot``: draws (n_boot, 3).
-    """
+    estimate, as the paper does); ``boot``: draws (n_boot, 3) of (e, A, beta)."""
 
     e: float
     A: float
@@ -115,14 +113,10 @@ def bounded_status(fit) -> FitStatus:
 
 
 def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
-    """Best (e, A, sse) of m = e + A*z (z = s*x^-beta, already signed) with A >= 0.
-
-    Arguments are weighted sums over points: sw = sum w, sm = sum w m, smm = sum w m^2,
-    szm = sum w z m, sz = sum w z, szz = sum w z^2 (any broadcastable shapes).
-    ``side``: +1 means e >= bound, -1 means e <= bound, 0 means unconstrained. The problem
-    is a convex QP in (e, A), so its optimum is the best feasible of: the unconstrained
-    solution, the best point on the edge e = bound, and the best point on the edge A = 0.
-    """
+    """Best (e, A, sse) of m = e + A*z (z = s*x^-beta, signed) with A >= 0, from the weighted sums
+    sw = sum w, sm = sum w m, smm = sum w m^2, szm = sum w z m, sz = sum w z, szz = sum w z^2.
+    ``side``: +1 e >= bound, -1 e <= bound, 0 free. A convex QP in (e, A): its optimum is the best
+    feasible of the unconstrained solution and the best points on the edges e = bound and A = 0."""
 
     def sse(e, A):
         return smm - 2 * e * sm - 2 * A * szm + sw * e * e + 2 * e * A * sz + A * A * szz

@@ -283,16 +283,17 @@ class LawObjective:
 
 def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
                  W: np.ndarray | None = None, tol: dict | None = None, max_iter: int = 2000):
-    """Minimise the law's objective from every row of ``starts`` together (BatchResult). A law may
-    bring its own batched objective, ``law.objective(X, T, W, loss, delta)`` with optional
-    ``to_internal``/``to_external`` parameter maps (the joint Chinchilla law's fused Eq. 28)."""
+    """Minimise the law's objective from every row of ``starts`` together (BatchResult, in the law's
+    parameters). A law may bring its own batched objective, ``law.objective(X, T, W, loss, delta)``
+    (the joint Chinchilla law's fused Eq. 28); the objective or the law (:class:`Bounded`) may map
+    the parameters to those the optimiser sees (``to_internal``/``to_external``)."""
     make = getattr(law, "objective", None)
     obj = make(X, T, W, loss, delta) if make is not None else LawObjective(law, X, T, W, loss, delta)
+    maps = obj if hasattr(obj, "to_internal") else law if hasattr(law, "to_internal") else None
     x0 = np.asarray(starts, float)
-    res = batched_bfgs(obj, obj.to_internal(x0) if hasattr(obj, "to_internal") else x0, max_iter=max_iter,
-                       **(tol or FIT_TOL))
-    if hasattr(obj, "to_external"):
-        res.x = obj.to_external(res.x)
+    res = batched_bfgs(obj, x0 if maps is None else maps.to_internal(x0), max_iter=max_iter, **(tol or FIT_TOL))
+    if maps is not None:
+        res.x = maps.to_external(res.x)
     return res
 
 
@@ -319,12 +320,7 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
     ones, or with ``pool="converged"`` of the converged ones when any) to ``polish_tol``; the lowest
     polished objective wins. ``bounds``: (lower, upper) kept by :class:`Bounded`."""
     kw = dict(loss=loss, delta=delta, W=W)
-    if bounds is not None:
-        inner = Bounded(law, *bounds)
-        ms = multistart(inner, X, T, inner.to_internal(np.asarray(starts, float)), **kw, n_polish=n_polish,
-                        max_iter=max_iter, polish_iter=polish_iter, polish_tol=polish_tol, pool=pool,
-                        what=what, screen=screen)
-        return ms._replace(theta=inner.to_external(ms.theta))
+    law = law if bounds is None else Bounded(law, *bounds)
     if screen is not None:
         f0 = minimize_law(law, X, T, starts, **kw, max_iter=0).f
         starts = starts[np.argsort(f0, kind="stable")[:screen]]
@@ -401,11 +397,8 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
         if W is not None and W.ndim == 2:
             W[:, keep] = 1.0 if weights is None else np.asarray(weights, float)[keep]
     inner = law if bounds is None else Bounded(law, *bounds)
-    start = theta if bounds is None else inner.to_internal(theta)
-    res = minimize_law(inner, X, Y, np.broadcast_to(start, (spec.n_boot, len(theta))), loss=loss, delta=delta,
+    res = minimize_law(inner, X, Y, np.broadcast_to(theta, (spec.n_boot, len(theta))), loss=loss, delta=delta,
                        W=W, tol=tol or BOOT_TOL, max_iter=max_iter)
-    if bounds is not None:
-        res.x = inner.to_external(res.x)
     good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)
     return res.x[good], int(good.sum()), dropped(int(good.sum()), spec.n_boot)
 

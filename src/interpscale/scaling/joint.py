@@ -164,11 +164,8 @@ class ChinchillaLaw:
 
 @dataclass(frozen=True)
 class ChinchillaFit(FitResult):
-    """Result of the joint fit (Eq. 27). ``A_P``/``A_D`` are Epoch's ``A``/``B``, ``L_inf`` is ``E``.
-
-    ``ci`` maps every parameter (and ``alpha_D``, ``a``/``b``/``e``) to a percentile interval;
-    ``boot`` holds the bootstrap draws of (a, b, e, alpha, beta) used by ``band``.
-    """
+    """Result of the joint fit (Eq. 27); ``A_P``/``A_D`` are Epoch's ``A``/``B``, ``L_inf`` is ``E``;
+    ``boot``: the bootstrap draws of (a, b, e, alpha, beta)."""
 
     L_inf: float
     A_P: float
@@ -346,9 +343,8 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
 
 
 def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int):
-    """(theta, objective, converged, best start, starts converged, status): the engine's
-    multistart (every start to scipy's default tolerance, the best ``n_polish`` converged end
-    points polished to machine precision); failures in ``warnings``."""
+    """(theta, objective, converged, best start, starts converged, status) of the engine's multistart;
+    failures in ``warnings``."""
     ms = multistart(x.law, (x.lP, x.lD), x.lL, x.starts, loss="huber_log", delta=x.delta, W=x.w,
                     n_polish=n_polish, max_iter=max_iter, polish_iter=2 * max_iter, polish_tol=x.law.fit_tol,
                     pool="converged", what="fit_chinchilla")
@@ -420,21 +416,16 @@ def fit_chinchilla(params, tokens, loss, *, delta: float = 1e-3,
                    level: float = DEFAULT_LEVEL, seed: int = 0, max_iter: int = 1000, n_polish: int = 20,
                    smooth: bool = True, weights=None, overestimate_penalty: float = 1.0,
                    bound_L_inf: bool = False, groups=None) -> ChinchillaFit:
-    """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28.
+    """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28 (docs/laws.md).
 
     Every start of ``grid`` (the 4,500-start Hoffmann/Epoch grid; ``"coarse"``: 243 starts; or an
-    (S, 5) array of (a, b, e, alpha, beta)) runs to scipy L-BFGS-B's default stopping rule, the
-    best ``n_polish`` end points to machine precision; the lowest converged objective wins.
-    Replicates (``bootstrap.Bootstrap``) are refitted together, warm-started from the estimate.
-    ``"residual"`` (the paper's) resamples log residuals, with ``smooth`` a small Gaussian kernel
-    (with delta far below the noise the Huber fit acts like least absolute deviations, whose plain
-    residual bootstrap under-covers; De Angelis, Hall & Young 1993); ``"pairs"`` resamples points
-    (Epoch's choice); ``"cluster"`` whole ``groups`` (e.g. the checkpoints of one run).
-
-    Ladder-literature options: ``weights`` (n,) multiply each point's Huber term;
-    ``overestimate_penalty`` k >= 1 multiplies the terms where the fit over-predicts the loss;
-    ``bound_L_inf`` keeps L_inf <= min(loss) (a smooth reparameterisation: BFGS stays unconstrained).
-    """
+    (S, 5) array of (a, b, e, alpha, beta)) runs to scipy L-BFGS-B's default stopping rule, the best
+    ``n_polish`` end points to machine precision. ``"residual"`` bootstrap (the paper's) with
+    ``smooth``: a small Gaussian kernel (with delta far below the noise the Huber fit acts like least
+    absolute deviations, whose plain residual bootstrap under-covers; De Angelis, Hall & Young 1993);
+    ``"pairs"``: Epoch's choice; ``"cluster"``: whole ``groups`` (e.g. the checkpoints of one run).
+    Ladder-literature options: ``weights`` multiply each point's Huber term; ``overestimate_penalty``
+    k >= 1 the terms where the fit over-predicts; ``bound_L_inf`` keeps L_inf <= min(loss) (smoothly)."""
     x = _check(params, tokens, loss, delta=delta, weights=weights, overestimate_penalty=overestimate_penalty,
                bound_L_inf=bound_L_inf, grid=grid)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,
