@@ -14,7 +14,6 @@ from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import Trainer, train_run
 
 
-
 def plan(preset=None, **options) -> Plan:
     """Plan a preset (:func:`interpscale.orchestration.planner.plan`, same arguments); a preset
     without ``[plan] sizes`` (and no ``sizes=``) plans the adaptive sweep's first grid

@@ -164,13 +164,9 @@ TRACKER_IDS = "trackers.json"  # RUN_DIR/trackers.json: {tracker: run id}, so a 
 
 
 class Trackers:
-    """The experiment trackers named in ``[observe] trackers`` besides TensorBoard (W&B, MLflow;
-    each client imported only when named), one tracker run per training run: its id is kept in
-    RUN_DIR/trackers.json, so a resumed or requeued run logs into the same one.  W&B runs
-    offline unless ``WANDB_MODE`` says otherwise (files in RUN_DIR/wandb); MLflow writes a local
-    store (RUN_DIR/mlflow.db, SQLite) unless ``MLFLOW_TRACKING_URI`` is set.  A tracker that fails logs
-    one warning and is dropped: it never stops training.  Only the spec and the metrics records
-    are sent (no environment, no keys)."""
+    """The experiment trackers named in ``[observe] trackers`` besides TensorBoard (W&B, MLflow),
+    one tracker run per training run (its id in RUN_DIR/trackers.json); offline / local by
+    default, and a tracker that fails is dropped with one warning (docs/training.md, Trackers)."""
 
     def __init__(self, run_dir: str | Path, spec: Any, names: Iterable[str]):
         self.run_dir, self.spec = Path(run_dir), spec
