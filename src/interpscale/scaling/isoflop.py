@@ -1,8 +1,8 @@
 """IsoFLOP analysis (paper Eqs. 25-26): power laws y = a x^alpha by (weighted) OLS on logs, each
 slice's minimum, and the IsoFLOP fit with its bootstrap and status.
 
-Each slice's parabola L = a (ln P - ln P*)^2 + L* is fitted (Levenberg-Marquardt from the exact
-least-squares quadratic) to the ``window`` points (default 5) centred on its minimum-loss model,
+Each slice's parabola L = a (ln P - ln P*)^2 + L* is fitted (least squares: the vertex of the exact
+quadratic, ``engine.wls``) to the ``window`` points (default 5) centred on its minimum-loss model,
 as whole-slice parabolas are biased when sizes span far from the optimum; ``minimum="akima"``
 reads the minimum off an Akima interpolant instead (Porian et al. 2024). Bootstrap replicates are
 never dropped: a replicate whose slice degenerates (< 3 distinct sizes, non-convex, vertex
@@ -21,7 +21,6 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
-from scipy.optimize import least_squares
 from scipy.stats import norm, t as student_t
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_points,
@@ -162,15 +161,12 @@ def _quadratic(x: np.ndarray):
 
 
 def _fit_slice(x: np.ndarray, y: np.ndarray):
-    """LM fit of Eq. 25 on one window from the exact quadratic; returns (a, x*, L*, converged, fitted)."""
+    """Least-squares fit of Eq. 25 on one window: (a, x*, L*, convex, fitted). Eq. 25 is the vertex
+    form of a quadratic in x, so its least-squares optimum is the exact quadratic's, read off it."""
     X, xm = _quadratic(x)
     c = wls(X, y)[0]
-    if not c[2] > 0:
-        return float(c[2]), math.nan, math.nan, False, X @ c
-    xs, Ls = _vertex(c[0], c[1], c[2], xm)
-    res = least_squares(lambda p: p[0] * (x - p[1]) ** 2 + p[2] - y, [c[2], xs, Ls], method="lm", xtol=1e-14, ftol=1e-14)
-    a, xs, Ls = res.x
-    return float(a), float(xs), float(Ls), bool(res.success), a * (x - xs) ** 2 + Ls
+    xs, Ls = _vertex(c[0], c[1], c[2], xm) if c[2] > 0 else (math.nan, math.nan)
+    return float(c[2]), float(xs), float(Ls), bool(c[2] > 0), X @ c
 
 
 def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
