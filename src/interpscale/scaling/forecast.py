@@ -155,10 +155,6 @@ def _predict_powerlaw(fit, compute: float, o: ForecastOptions, params=None, toke
     return float(fit.power_L.predict(compute)), float(lo), float(hi)
 
 
-def _band_powerlaw(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    return _first(fit.band_L(np.array([compute]), o.level))
-
-
 def _fit_saturating(rows: pd.DataFrame, o: ForecastOptions):
     """E + A C^-alpha (Eq. 29's form, E >= 0) on the used slice minima, its own residual bootstrap."""
     iso = _slice_fit(rows, o, 0)
@@ -172,17 +168,14 @@ def _predict_saturating(fit, compute: float, o: ForecastOptions, params=None, to
     return float(fit.predict(compute)), float(lo), float(hi)
 
 
-def _band_saturating(fit, compute: float, o: ForecastOptions, params=None, tokens=None):
-    return _first(fit.band(np.array([compute]), o.level))
-
-
 register_method(ForecastMethod("joint", "Eq. 27: L = L_inf + A/P^alpha + B/D^beta", _fit_joint, _predict_joint,
                                band=_band_joint))
 register_method(ForecastMethod("isoflop-powerlaw", "Eq. 26: L*(C) = a C^alpha_L on the slice minima",
-                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw,
-                               slices=True, band=_band_powerlaw))
+                               lambda rows, o: _slice_fit(rows, o, o.n_boot), _predict_powerlaw, slices=True,
+                               band=lambda fit, C, o, *_: _first(fit.band_L(np.array([C]), o.level))))
 register_method(ForecastMethod("isoflop-saturating", "L*(C) = E + A C^-alpha on the slice minima (fit_bounded)",
-                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4, band=_band_saturating))
+                               _fit_saturating, _predict_saturating, slices=True, min_budgets=4,
+                               band=lambda fit, C, o, *_: _first(fit.band(np.array([C]), o.level))))
 
 
 # ---- calibrated prediction intervals ----
