@@ -44,12 +44,13 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
     bad = np.zeros(arr.shape, bool) if allow_nan else ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} ({int(bad.sum())} bad rows)")
+        raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} "
+                         f"({int(bad.sum())} bad rows)")
     bad = ~(arr > 0) & ~np.isnan(arr) if positive else bad
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; a log-scale fit "
-                         "needs values > 0")
+        raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; "
+                         "a log-scale fit needs values > 0")
     return arr
 
 
@@ -229,8 +230,8 @@ class FitResult:
         """The one prediction interval of a new observation: ``curves(rows)`` (S, m) of the bootstrap
         rows (else the point ``point_row``, repeated; ``bootstrap.curve_rows``) on the scale the fit
         resamples its residuals on, plus resampled residuals ``resid`` (or Gaussian noise of sd
-        ``noise_sd``), their deviation from the point curve scaled by ``widen``; ``back`` maps the
-        sum to the observation's scale (e.g. ``np.exp`` for a log-scale fit), ``clip(y)`` keeps it in range."""
+        ``noise_sd``), their deviation from the point curve scaled by ``widen``; ``back`` maps the sum
+        to the observation's scale (e.g. ``np.exp`` for a log-scale fit), ``clip(y)`` keeps it in range."""
         rng = np.random.default_rng(seed)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             y = curves(curve_rows(self.boot, point_row))

@@ -118,8 +118,9 @@ def _finish(status, f, g, gtol):
     return status
 
 
-def batched_bfgs(fun: Objective, x0: np.ndarray, *, gtol: float = 1e-10, ftol: float = 1e-13, fscale: float = 1e-300,
-                 max_iter: int = 1000, max_ls: int = 40, c1: float = 1e-4) -> BatchResult:
+def batched_bfgs(fun: Objective, x0: np.ndarray, *, gtol: float = 1e-10, ftol: float = 1e-13,
+                 fscale: float = 1e-300, max_iter: int = 1000, max_ls: int = 40,
+                 c1: float = 1e-4) -> BatchResult:
     """Minimise S independent smooth objectives with BFGS + backtracking Armijo search.
 
     A row stops when its largest gradient entry is below ``gtol`` (status 0), when two
@@ -291,7 +292,8 @@ def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: s
     obj = make(X, T, W, loss, delta) if make is not None else LawObjective(law, X, T, W, loss, delta)
     maps = obj if hasattr(obj, "to_internal") else law if hasattr(law, "to_internal") else None
     x0 = np.asarray(starts, float)
-    res = batched_bfgs(obj, x0 if maps is None else maps.to_internal(x0), max_iter=max_iter, **(tol or FIT_TOL))
+    res = batched_bfgs(obj, x0 if maps is None else maps.to_internal(x0), max_iter=max_iter,
+                       **(tol or FIT_TOL))
     if maps is not None:
         res.x = maps.to_external(res.x)
     return res
