@@ -95,7 +95,7 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
                      unit: str = "row") -> pd.DataFrame:
     """Parse the boolean columns and check the numeric ones of ``df`` (modified and returned)."""
     df = df.reset_index(drop=True)
-    dup = [c for c in set(df.columns) if list(df.columns).count(c) > 1]
+    dup = set(df.columns[df.columns.duplicated()])
     if dup:
         raise ValueError(f"{where}: column(s) {sorted(map(str, dup))} appear more than once")
     for col in (c for c in BOOLEAN_COLUMNS if c in df.columns):
@@ -138,7 +138,7 @@ def row_label(table: pd.DataFrame | pd.Series, i: int) -> str:
     table :func:`read_results` read -- as the user finds it in the file: ``"line 7"`` (CSV/TSV),
     ``"row 6"`` (parquet, 1-based); ``"row i"`` for a table that came from elsewhere."""
     rows = table.attrs.get("rows")
-    if not rows or not isinstance(table.index, pd.Index) or not pd.api.types.is_integer_dtype(table.index):
+    if not rows or not pd.api.types.is_integer_dtype(table.index):
         return f"row {i}"
     return f"{rows['unit']} {int(table.index[i]) + rows['first']}"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
-from interpscale._commands.options import COLUMN_FLAGS, add_columns, column_map, given, option
+from interpscale._commands.options import TABLE_FIELDS, add_columns, column_map, given, option
 from interpscale.analysis.example_data import example_results
 from interpscale.analysis.figures import render_figures
 from interpscale.errors import FailedWork, UserError
@@ -14,15 +15,16 @@ from interpscale.results_table import read_results, require_values
 from interpscale.scaling import keep_repeats
 
 
-TABLE_FIELDS = tuple(COLUMN_FLAGS)  # --params/--tokens/--loss/--family/--run/--step COL
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, func: Callable = render_figures,
+                  out: str = "directory for the PNG and PDF files",
+                  run_dirs: str = "run directories whose metrics.jsonl loss curves to draw (a sweep "
+                                  "directory works too)",
+                  n_boot: str = "bootstrap replicates for the CI bands") -> None:
+    """RESULTS and the options of ``figures``; ``report`` adds them too, with ``func`` and help of its own."""
     parser.add_argument("results", help="results table (.parquet or .csv), or 'example' for the bundled example table")
-    parser.add_argument("--out", required=True, type=Path, help="directory for the PNG and PDF files")
-    parser.add_argument("--run-dirs", nargs="*", type=Path, default=(),
-                        help="run directories whose metrics.jsonl loss curves to draw (a sweep directory works too)")
-    option(parser, "--n-boot", render_figures, type=int, help="bootstrap replicates for the CI bands")
+    parser.add_argument("--out", required=True, type=Path, help=out)
+    parser.add_argument("--run-dirs", nargs="*", type=Path, default=(), help=run_dirs)
+    option(parser, "--n-boot", func, type=int, help=n_boot)
     add_columns(parser, *TABLE_FIELDS)
 
 
@@ -46,20 +48,21 @@ def expand_run_dirs(paths) -> list[Path]:
     return out
 
 
-def load_table(spec: str, columns: dict[str, str] | None = None):
-    """The bundled example table, or the results table at ``spec`` (its columns mapped by
-    ``columns``, ``options.column_map``) with at least one loss."""
-    if spec == "example":
+def load_table(args: argparse.Namespace):
+    """The bundled example table, or the results table ``args.results`` (its columns mapped by the
+    column flags) with at least one loss."""
+    columns = column_map(args, *TABLE_FIELDS)
+    if args.results == "example":
         if columns:
             raise UserError("the bundled example table has the standard columns; column flags apply to a file")
         return example_results()
-    df = read_results(spec, columns=columns)
+    df = read_results(args.results, columns=columns)
     require_values(df, "loss")
     return df
 
 
 def run(args: argparse.Namespace) -> int:
-    df = load_table(args.results, column_map(args, *TABLE_FIELDS))
+    df = load_table(args)
     with keep_repeats():  # repeated runs are data
         result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
     for title, paths in result.drawn.items():
