@@ -21,7 +21,7 @@ from interpscale.models.lm import steerling_price
 from interpscale.models.config import make_config
 from interpscale.models.pricing import price
 from interpscale.models.types import Batch, PhaseSchedule
-from interpscale.orchestration.devices import device_peak_flops
+from interpscale.orchestration.runtime import device_peak_flops
 
 
 def _eq23(cfg, seq_len, *, concept):

@@ -26,7 +26,7 @@ import torch.multiprocessing as mp
 
 from interpscale.models import build_model, flops_per_token, params_nonembedding, save_checkpoint
 from interpscale.data import PreparedData, prepare_data
-from interpscale.orchestration.devices import cpu_peak_flops
+from interpscale.orchestration.runtime import cpu_peak_flops
 from interpscale.orchestration.planner import plan
 from interpscale.orchestration.spec import RunSpec
 
