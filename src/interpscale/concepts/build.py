@@ -21,6 +21,7 @@ from interpscale.concepts.tag import tag_corpus
 from interpscale.concepts.validate import stage_headlines, validate
 from interpscale.errors import UserError
 from interpscale.judges import build_judge
+from interpscale.judges.retry import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,9 @@ class Endpoint:
     base_url: Optional[str] = None
     model: Optional[str] = None
     embed_model: Optional[str] = None  # default: ``model``
-    concurrency: int = 16
-    max_retries: int = 4
-    timeout: float = 120.0
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_retries: int = DEFAULT_MAX_RETRIES
+    timeout: float = DEFAULT_TIMEOUT
 
     @property
     def online(self) -> bool:

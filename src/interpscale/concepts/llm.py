@@ -85,7 +85,7 @@ def endpoint_embedder(endpoint: dict, cache_path: str | os.PathLike) -> Endpoint
     """An embedder from recorded endpoint settings (``{"base_url", "model", "embed_model",
     "max_retries", "timeout"}``) caching in ``cache_path``: what a per-file task rebuilds."""
     client = build_judge(model=endpoint["model"], base_url=endpoint["base_url"], cache_path=cache_path,
-                         max_retries=endpoint.get("max_retries", 4), timeout=endpoint.get("timeout", 120.0))
+                         **{k: endpoint[k] for k in ("max_retries", "timeout") if k in endpoint})
     return EndpointEmbedder(client, endpoint.get("embed_model"))
 
 

@@ -27,10 +27,10 @@ import numpy as np
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 from interpscale.errors import UserError
+from interpscale.judges.build import CACHE_NAME  # the LLM path's cache: tags, names, embeddings, judge
 
 CHUNKS, LABELLED, LIBRARY, ANNOTATOR, VALIDATION = "chunks", "labelled", "library", "annotator", "validation"
 TAGS_FILE, CONCEPTS_FILE, MANIFEST = "tags.jsonl", "concepts.json", "manifest.json"
-CACHE_NAME = "judge_cache.sqlite"  # the LLM path's judge-client cache (tags, names, embeddings, judge)
 
 
 @dataclass(frozen=True)
