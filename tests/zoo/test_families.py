@@ -5,7 +5,7 @@ import torch
 
 from interpscale.models import FAMILIES, build_model, flops_per_token, load_checkpoint, params_nonembedding, save_checkpoint
 from interpscale.models.types import Batch, PhaseSchedule
-from interpscale.models.zoo.reetym_analysis import ablate_signals, inject
+from interpscale.models.zoo.reetym import ablate_signals, inject
 
 SIMPLE = ["crate", "crate-gpt", "mxd", "reetym"]
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from interpscale.models.zoo.reetym import REETYM_TABLE5, EtymEmbedding, reetym_params
-from interpscale.models.zoo.reetym_analysis import (
-    ablate_signals, analogy_topk, basis_edit, effective_rank, recipe_edit, signal_statistics, threshold_activation_rate,
+from interpscale.models.zoo.reetym import (
+    REETYM_TABLE5, EtymEmbedding, ablate_signals, analogy_topk, basis_edit, effective_rank, recipe_edit, reetym_params,
+    signal_statistics, threshold_activation_rate,
 )
 
 

@@ -26,15 +26,23 @@ FORMAT = "interpscale-model/1"
 FORMAT_DIR = "interpscale-model-dir/1"
 
 
-def _config_dict(model: nn.Module) -> dict[str, Any]:
+def _record(model: nn.Module, extra: Optional[dict]) -> dict[str, Any]:
+    """What both formats store next to the weights: format-independent keys, the config as ``config``."""
     cfg = getattr(model, "config", None)
     if cfg is None:
         raise ValueError(f"{type(model).__name__} has no .config; cannot checkpoint it")
     if hasattr(cfg, "to_dict"):
-        return dict(cfg.to_dict())
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.asdict(cfg)
-    raise ValueError(f"{type(model).__name__}.config is neither a dataclass nor has to_dict()")
+        cfg = dict(cfg.to_dict())
+    elif dataclasses.is_dataclass(cfg):
+        cfg = dataclasses.asdict(cfg)
+    else:
+        raise ValueError(f"{type(model).__name__}.config is neither a dataclass nor has to_dict()")
+    if "family" not in cfg or "size" not in cfg:
+        raise ValueError("model.config must have 'family' and 'size' fields to be checkpointed")
+    # how to rebuild it: the builder's arguments and the plugin modules that register its family
+    cls = f"{type(model).__module__}:{type(model).__qualname__}"
+    return {"family": cfg["family"], "config": cfg, "class": cls, "build": getattr(model, BUILD_ATTR, None),
+            "plugins": _plugins_of(model), "extra": dict(extra or {})}
 
 
 def _plugins_of(model: nn.Module) -> list[str]:
@@ -48,21 +56,11 @@ def _plugins_of(model: nn.Module) -> list[str]:
 def save_checkpoint(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None) -> Path:
     """Write ``{format, family, config, class, state_dict, extra}`` atomically to ``path``; ``extra``
     holds only plain data (numbers, strings, lists, dicts, tensors): it loads ``weights_only``."""
-    path = Path(path)
-    cfg = _config_dict(model)
-    if "family" not in cfg or "size" not in cfg:
-        raise ValueError("model.config must have 'family' and 'size' fields to be checkpointed")
-    payload = {
-        "format": FORMAT,
-        "family": cfg["family"],
-        "config_json": json.dumps(cfg, sort_keys=True),
-        "class": f"{type(model).__module__}:{type(model).__qualname__}",
-        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "extra": dict(extra or {}),
-        # how to rebuild it: the builder's arguments and the plugin modules that register its family
-        "build_json": json.dumps(getattr(model, BUILD_ATTR, None)),
-        "plugins": _plugins_of(model),
-    }
+    path, rec = Path(path), _record(model, extra)
+    cfg, build = rec.pop("config"), rec.pop("build")
+    payload = rec | {"format": FORMAT, "config_json": json.dumps(cfg, sort_keys=True),
+                     "build_json": json.dumps(build),
+                     "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
     return path
@@ -73,19 +71,6 @@ META = "checkpoint.json"
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
               torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
               torch.bool: "BOOL"}
-
-
-def _is_hf(cfg: dict[str, Any]) -> bool:
-    return str(cfg.get("family", "")).startswith("hf:")
-
-
-def _entries(model: nn.Module, hf: bool) -> list[tuple[str, torch.Tensor]]:
-    """(file key, tensor) of every state-dict entry; ``hf:`` families drop their ``hf.`` prefix
-    so the file is the ``save_pretrained`` layout."""
-    out = []
-    for k, v in model.state_dict().items():
-        out.append((k.removeprefix("hf.") if hf else k, v))
-    return out
 
 
 def _header(entries: list[tuple[str, torch.Tensor]], metadata: dict[str, str]) -> bytes:
@@ -116,18 +101,14 @@ def save_pretrained_dir(model: nn.Module, path: str | os.PathLike, extra: Option
     families also get ``config.json``, the ``save_pretrained`` layout ``from_pretrained`` loads.
     Collective under FSDP2 (every rank calls it; ``write``: default rank 0 writes). Atomic:
     written in a temp directory renamed into place."""
-    path = Path(path)
-    cfg = _config_dict(model)
-    if "family" not in cfg or "size" not in cfg:
-        raise ValueError("model.config must have 'family' and 'size' fields to be checkpointed")
+    path, rec = Path(path), _record(model, extra)
     dist = torch.distributed
     if write is None:
         write = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-    hf = _is_hf(cfg)
-    entries = _entries(model, hf)
-    meta = {"format": FORMAT_DIR, "family": cfg["family"], "config": cfg,
-            "class": f"{type(model).__module__}:{type(model).__qualname__}", "build": getattr(model, BUILD_ATTR, None),
-            "plugins": _plugins_of(model), "extra": dict(extra or {}), "hf_layout": hf}
+    hf = str(rec["family"]).startswith("hf:")
+    meta = rec | {"format": FORMAT_DIR, "hf_layout": hf}
+    # hf: families drop their "hf." prefix, so that the file is the save_pretrained layout
+    entries = [(k.removeprefix("hf.") if hf else k, v) for k, v in model.state_dict().items()]
     if not write:
         for _, v in entries:
             _whole(v)  # take part in each gather
@@ -219,16 +200,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     path = Path(path)
     if path.is_dir() and (path / META).is_file():
         meta, state = _read_dir(path)
-        cfg, build, cls = meta["config"], meta.get("build"), meta.get("class", "")
     elif path.is_file():
-        meta = _read_pt(path, map_location)
-        cfg, build, cls = json.loads(meta["config_json"]), json.loads(meta.get("build_json") or "null"), \
-            meta.get("class", "")
-        state = meta["state_dict"]
+        meta, state = _read_pt(path, map_location)
     else:
         raise FileNotFoundError(f"no checkpoint at {path}")
+    cfg = meta["config"]
     plugins.load_plugins(meta.get("plugins") or ())  # before the family lookup
-    model = _rebuild(meta["family"], cfg, cls, build)
+    model = _rebuild(meta["family"], cfg, meta.get("class", ""), meta.get("build"))
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -242,8 +220,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     return model, dict(meta.get("extra") or {})
 
 
-def _read_pt(path: Path, map_location: Any) -> dict[str, Any]:
-    """An older ``.pt`` checkpoint's payload, unpickled with ``weights_only=True``."""
+def _read_pt(path: Path, map_location: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(metadata as a directory's, state dict) of an older ``.pt`` checkpoint, unpickled with
+    ``weights_only=True``."""
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, KeyError, IndexError) as exc:  # truncated, not a
@@ -252,4 +231,5 @@ def _read_pt(path: Path, map_location: Any) -> dict[str, Any]:
                          "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
-    return payload
+    build = json.loads(payload.get("build_json") or "null")
+    return payload | {"config": json.loads(payload["config_json"]), "build": build}, payload["state_dict"]

@@ -174,15 +174,13 @@ class Sizes(dict):
                                                                        "n_heads": generated_heads(d)})
 
     def __contains__(self, name: object) -> bool:
-        if dict.__contains__(self, name):
-            return True
-        try:
-            return isinstance(name, str) and self.__missing__(name) is not None
-        except (KeyError, ValueError):
-            return False
+        return self.get(name) is not None
 
     def get(self, name, default=None):
-        return self[name] if name in self else default
+        try:
+            return self[name]
+        except (KeyError, ValueError):  # not a preset, or a generated name of an invalid shape
+            return default
 
     def define(self, name: str, base: str, **fields_: Any) -> ModelConfig:
         """Add (or replace) preset ``name``: ``base``'s fields, then ``fields_`` (those ``ModelConfig``

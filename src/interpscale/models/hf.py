@@ -1,16 +1,14 @@
 """Hugging Face architectures as families, ``hf:<model_type>`` (docs/own-model.md): built with
-``AutoModelForCausalLM.from_config`` (never a hub download) from our size presets and the data's
-vocabulary and special ids, trained on Eq. 1 through ``ar``'s chunked head + cross-entropy,
-priced by Eq. 23 where :func:`analytic_params` knows the architecture (else measured), exported
-by :func:`export_pretrained`. ``transformers`` is imported only to build or export.
-"""
+``AutoModelForCausalLM.from_config`` (never a hub download) from our size presets, trained on
+Eq. 1 through ``ar``'s chunked head, priced by Eq. 23 where :func:`analytic_params` knows the
+architecture (else measured), exported by :func:`export_pretrained` (``transformers`` is imported
+only to build or export)."""
 
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass, field, fields
-from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,7 +21,7 @@ from interpscale.models.checkpoint import load_checkpoint
 from interpscale.models.config import ConfigRecord, derived_heads, preset
 from interpscale.models.objectives import ar_targets, head_loss
 from interpscale.models.protocol import FamilyModel
-from interpscale.models.registry import register_family
+from interpscale.models.registry import register_class
 from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput
 
 PREFIX = "hf:"
@@ -83,13 +81,11 @@ def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **over
         raise ValueError(f"unknown override(s) {unknown} for family {family!r}; valid: {sorted(CONFIG_FIELDS)}")
     d = int(kw.pop("d_model", p.d_model))
     heads = int(kw.pop("n_heads", p.n_heads if d == p.d_model else derived_heads(p, d)))
-    kv_default = heads if model_type in NEOX_STYLE or heads != p.n_heads else p.n_kv_heads
-    kw.setdefault("n_kv_heads", kv_default)
-    ratio = float(kw.pop("mlp_ratio", 4.0))
-    d_ff = int(kw.pop("d_ff", ratio * d))
+    kw.setdefault("n_kv_heads", heads if model_type in NEOX_STYLE or heads != p.n_heads else p.n_kv_heads)
+    d_ff = int(kw.pop("d_ff", float(kw.pop("mlp_ratio", 4.0)) * d))
     base = {"n_layers": p.n_layers, "vocab_size": p.vocab_size, "max_seq_len": p.max_seq_len}
     return HFConfig(family=family, size=size, model_type=model_type, d_model=d, n_heads=heads, d_ff=d_ff,
-                    **{**base, **kw})
+                    **base | kw)
 
 
 def hf_kwargs(c: HFConfig) -> dict[str, Any]:
@@ -127,15 +123,9 @@ def analytic_params(c: HFConfig) -> Optional[int]:
     return None
 
 
-def _params(family: str, size: str, **kw: Any) -> Optional[int]:
-    """:func:`analytic_params` (None: ``pricing.price`` measures)."""
-    return analytic_params(hf_config(family, size, **kw))
-
-
-def _flops(family: str, size: str, seq_len: int, **kw: Any) -> Optional[float]:
+def analytic_flops(c: HFConfig, seq_len: int) -> Optional[float]:
     """Eq. 23: 6P + 12·L·d·N (attention at the model width d = heads × head width); None
     where the formula does not know the architecture (``pricing.price`` measures)."""
-    c = hf_config(family, size, **kw)
     P = analytic_params(c)
     return None if P is None else paper.flops_per_token(P, c.n_layers, c.n_heads * c.head_dim, seq_len)
 
@@ -144,10 +134,12 @@ def _flops(family: str, size: str, seq_len: int, **kw: Any) -> Optional[float]:
 class HFCausalLM(FamilyModel):
     """A ``transformers`` causal LM (``self.hf``) behind the model protocol."""
 
+    config_class = HFConfig
+    params_fn, flops_fn = staticmethod(analytic_params), staticmethod(analytic_flops)
+
     def __init__(self, config: HFConfig):
-        super().__init__()
+        super().__init__(config)
         transformers = require_transformers()
-        self.config = config
         hf_cfg = transformers.AutoConfig.for_model(config.model_type, **hf_kwargs(config))
         self.hf = transformers.AutoModelForCausalLM.from_config(hf_cfg, attn_implementation="sdpa")
         head = self.hf.get_output_embeddings()
@@ -155,10 +147,6 @@ class HFCausalLM(FamilyModel):
             raise ValueError(f"{config.family}: the LM head has a bias; the chunked loss takes a weight only")
         if config.activation_checkpointing:
             self.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "HFCausalLM":
-        return cls(HFConfig.from_dict(cfg))
 
     def blocks(self) -> list[nn.Module]:
         """The decoder layers: the first ``nn.ModuleList`` of the base model (``layers``)."""
@@ -199,19 +187,13 @@ def _meta_mask(tokens: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.ones(B, 1, T, T, dtype=torch.bool, device="meta")
 
 
-def _build(family: str, size: str, **kw: Any) -> HFCausalLM:
-    return HFCausalLM(hf_config(family, size, **kw))
-
-
 def register_hf_family(model_type: str, *, overwrite: bool = True) -> str:
     """Register ``hf:<model_type>`` (a decoder-only ``transformers`` model type whose config takes
     the Llama-style names, or ``gpt_neox``); returns the family name."""
     name = f"{PREFIX}{model_type}"
-    analytic = model_type in ANALYTIC_TYPES
-    register_family(name, partial(_build, name), params_fn=partial(_params, name) if analytic else None,
-                    flops_fn=partial(_flops, name) if analytic else None, config_fields=CONFIG_FIELDS,
-                    config_fn=partial(hf_config, name), overwrite=overwrite,
-                    description=f"Hugging Face {model_type} (AutoModelForCausalLM.from_config), our size presets")
+    description = f"Hugging Face {model_type} (AutoModelForCausalLM.from_config), our size presets"
+    register_class(name, HFCausalLM, hf_config, config_fields=CONFIG_FIELDS, overwrite=overwrite,
+                   description=description)
     return name
 
 

@@ -1,10 +1,11 @@
 """SteerlingLM: one class for the four Steerling families ar, cdlm, ar+concept, cdlm+concept
 (§8.1), on the zoo's ``FamilyModel`` base, with their analytic price (Eq. 23 / Eq. 24, through
-``interpscale.paper``), registered on import."""
+``interpscale.paper``), registered on import, and its sampling: AR decoding with a KV cache, CDLM
+block-by-block denoising (§5.2) with confidence-based unmasking inside a block and the cache across blocks."""
 
 from __future__ import annotations
 
-from functools import partial
+import math
 from typing import Any, Optional
 
 import torch
@@ -15,11 +16,11 @@ from interpscale.models.backbone import Backbone, KVCache
 from interpscale.models.concept import (ConceptModule, ConceptParts, concept_loss, independence_loss,
                                         reconstruction_loss)
 from interpscale.models.config import ModelConfig, make_config
-from interpscale.models.generation import generate
 from interpscale.models.objectives import alpha_schedule, ar_targets, head_loss, mask_batch, mdm_targets
 from interpscale.models.protocol import FamilyModel
-from interpscale.models.registry import get_family, register_family
-from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput, PhaseSchedule
+from interpscale.models.registry import get_family, register_class
+from interpscale.models.steering import SteerState, Steering, steer_state
+from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput, PhaseSchedule, evaluating
 
 
 # ---- Eq. 23 / Eq. 24 on a ModelConfig (the formulas live in interpscale.paper) ------------------
@@ -39,9 +40,12 @@ def concept_params(cfg: ModelConfig) -> int:
     return paper.concept_module_params(cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank)
 
 
-def steerling_price(cfg: ModelConfig, seq_len: Optional[int], *, concept: bool) -> tuple[int, Optional[float]]:
-    """(P, M): P the backbone plus, when ``concept``, the concept module (Table 23's "+Concept
-    total"); M = 6P_backbone + 12·L·d·N (Eq. 23) plus Eq. 24's concept terms (None without N)."""
+def steerling_price(cfg: ModelConfig, seq_len: Optional[int], *,
+                    concept: Optional[bool] = None) -> tuple[int, Optional[float]]:
+    """(P, M): P the backbone plus, when ``concept`` (default: the family's), the concept module
+    (Table 23's "+Concept total"); M = 6P_backbone + 12·L·d·N (Eq. 23) plus Eq. 24's concept terms
+    (None without N)."""
+    concept = paper.PAPER_FAMILIES[cfg.family].concept if concept is None else concept
     P = backbone_params(cfg)
     M = None if seq_len is None else paper.flops_per_token(
         P, cfg.n_layers, cfg.d_model, seq_len, concept=concept, n=cfg.n_concepts, m=cfg.n_unknown,
@@ -60,10 +64,13 @@ class SteerlingLM(FamilyModel):
     ``forward`` puts [MASK] (``config.mask_id``) where tokens are masked, and T is a multiple of
     ``config.block_size``; ``loss(batch, step)`` does the family's own masking / teacher forcing."""
 
+    config_class = ModelConfig
+    params_fn = staticmethod(lambda cfg: steerling_price(cfg, None)[0])
+    flops_fn = staticmethod(lambda cfg, seq_len: steerling_price(cfg, seq_len)[1])
+
     def __init__(self, config: ModelConfig):
-        super().__init__()
+        super().__init__(config)
         spec = get_family(config.family)
-        self.config = config
         self._diffusion, self._concept_family = spec.is_diffusion, spec.is_concept  # read in compiled code
         self.backbone = Backbone(config)
         self.concept = ConceptModule(config) if self.is_concept else None
@@ -75,10 +82,6 @@ class SteerlingLM(FamilyModel):
     @property
     def is_concept(self) -> bool:
         return self._concept_family
-
-    @classmethod
-    def from_config(cls, data: dict[str, Any]) -> "SteerlingLM":
-        return cls(ModelConfig.from_dict(data))
 
     @property
     def attn_kind(self) -> str:
@@ -184,11 +187,9 @@ class SteerlingLM(FamilyModel):
     def _teacher_forcing_masks(self, chunk_ids: torch.Tensor, step: int):
         """Per-sequence Bernoulli(α) substitution, only where GT exists (tokens in a chunk)."""
         a_known, a_unknown = alpha_schedule(self.config, self.phase, step)
-        B = chunk_ids.size(0)
-        inside = chunk_ids >= 0
-        rows_k = torch.rand(B, device=chunk_ids.device) < a_known
-        rows_u = torch.rand(B, device=chunk_ids.device) < a_unknown
-        return inside & rows_k[:, None], inside & rows_u[:, None]
+        inside, B, dev = chunk_ids >= 0, chunk_ids.size(0), chunk_ids.device
+        rows_k = torch.rand(B, device=dev) < a_known
+        return inside & rows_k[:, None], inside & (torch.rand(B, device=dev) < a_unknown)[:, None]
 
     # --- training loss ------------------------------------------------------------
     def loss(self, batch: Batch, step: int) -> LossOutput:
@@ -215,15 +216,11 @@ class SteerlingLM(FamilyModel):
         return LossOutput(total=total, parts=parts, n_tokens=n)
 
     def _concept_losses(self, p: ConceptParts, chunk_ids, chunk_labels, masked, valid, parts) -> torch.Tensor:
-        c = self.config
-        total = p.hidden.new_zeros(())
+        c, total = self.config, 0.0
         if chunk_ids is not None:
             l_c, _ = concept_loss(p.known_logits, chunk_ids, chunk_labels, valid)
-            k_gt = p.known_gt  # k̂^GT from the forward pass (Eq. 11)
-            parts["concept"] = l_c.detach()
-            total = total + c.lambda_concept * l_c
-        else:
-            k_gt = torch.zeros_like(p.hidden)
+            parts["concept"], total = l_c.detach(), c.lambda_concept * l_c
+        k_gt = torch.zeros_like(p.hidden) if chunk_ids is None else p.known_gt  # k̂^GT of the forward, Eq. 11
         l_rec = reconstruction_loss(p.unknown_pred, p.hidden, k_gt, masked)  # Eqs. 11-12
         coords = p.unknown_coords is not None  # û = z·B: the same loss through the R-dim coordinates
         l_ind = independence_loss(p.unknown_coords if coords else p.unknown_pred, p.known_pred, masked,
@@ -236,34 +233,116 @@ class SteerlingLM(FamilyModel):
 
     # --- generation ---------------------------------------------------------------
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        w = self.lm_head
-        return KVCache(self.config, batch, max_len, w.device, w.dtype)
+        return KVCache(self.config, batch, max_len, self.lm_head.device, self.lm_head.dtype)
 
     def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
-        """[B, P + max_new_tokens] ids; sampling and ``kwargs`` as ``models.generation.generate``."""
+        """[B, P + max_new_tokens] ids; sampling and ``kwargs`` as :func:`generate`."""
         return generate(self, prompt_ids, max_new_tokens, **kwargs)
 
 
 def steerling_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> ModelConfig:
     """The config as built: the data's fields, then the overrides."""
     concept = paper.PAPER_FAMILIES[family].concept
-    return make_config(family, size, **{**data.config_fields(concept=concept), **overrides})
-
-
-def _build(family: str, size: str, **kw: Any) -> SteerlingLM:
-    return SteerlingLM(steerling_config(family, size, **kw))
-
-
-def _params(family: str, size: str, **kw: Any) -> int:
-    return steerling_price(steerling_config(family, size, **kw), None, concept=paper.PAPER_FAMILIES[family].concept)[0]
-
-
-def _flops(family: str, size: str, seq_len: int, **kw: Any) -> float:
-    return steerling_price(steerling_config(family, size, **kw), seq_len, concept=paper.PAPER_FAMILIES[family].concept)[1]
+    return make_config(family, size, **data.config_fields(concept=concept) | overrides)
 
 
 for _name, _f in paper.PAPER_FAMILIES.items():  # name -> (diffusion, concept, description), §8.1
-    register_family(_name, partial(_build, _name), params_fn=partial(_params, _name),
-                    flops_fn=partial(_flops, _name), is_diffusion=_f.diffusion, is_concept=_f.concept,
-                    description=_f.description, config_fields=ModelConfig,
-                    config_fn=partial(steerling_config, _name), overwrite=True)
+    register_class(_name, SteerlingLM, steerling_config, is_diffusion=_f.diffusion, is_concept=_f.concept,
+                   description=_f.description, config_fields=ModelConfig)
+
+
+# ---- sampling ----------------------------------------------------------------------------------
+def _sample(logits: torch.Tensor, temperature: float, top_k: Optional[int], gen: torch.Generator):
+    """(token ids, probability of the chosen id) for logits [..., V]; temperature 0 is greedy."""
+    z = logits.float()
+    if top_k is not None and top_k < z.size(-1):
+        z = z.masked_fill(z < z.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    probs = (z if temperature == 0 else z / temperature).softmax(-1)
+    if temperature == 0:
+        p, idx = probs.max(-1)
+        return idx, p
+    idx = torch.multinomial(probs.reshape(-1, probs.size(-1)).cpu(), 1, generator=gen)
+    idx = idx.view(probs.shape[:-1]).to(logits.device)
+    return idx, probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+
+
+def _logits(model, tokens, st: Optional[SteerState], steer_mask, cache=None, commit=False):
+    out = model.run(tokens, cache=cache, commit=commit,
+                    steer_vec=None if st is None else st.vec, steer_mask=steer_mask,
+                    steer_layer=0 if st is None else st.layer)
+    logits = out.logits
+    if st is not None and st.logit_penalty is not None:
+        logits = logits - st.logit_penalty * steer_mask.unsqueeze(-1).to(logits.dtype)  # Eq. 21
+    logits[..., model.config.mask_id] = float("-inf")  # [MASK] is never an output token
+    return logits
+
+
+@torch.no_grad()
+def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+             top_k: Optional[int] = None, steer: Optional[Steering] = None, use_cache: bool = True,
+             steps_per_block: Optional[int] = None, seed: Optional[int] = None,
+             generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """[B, P + max_new_tokens] ids: AR sampling with a KV cache, or CDLM block-by-block
+    confidence-based denoising with the cache across blocks; ``steer`` amplifies or suppresses
+    a concept (Eqs. 18–21)."""
+    prompt = model.check_tokens(prompt_ids, need_blocks=False)
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+    st = steer_state(model, steer) if steer is not None else None
+    with evaluating(model):
+        fn = _generate_cdlm if model.is_diffusion else _generate_ar
+        return fn(model, prompt, int(max_new_tokens), temperature, top_k, st, use_cache, steps_per_block, generator)
+
+
+def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps, gen):
+    B, P = prompt.shape
+    cache = model.new_cache(B, P + n_new) if use_cache else None
+    seq = inp = prompt  # with a cache, each step feeds only the newest token
+    for _ in range(n_new):
+        pos = torch.arange(seq.size(1) - inp.size(1), seq.size(1), device=seq.device)
+        mask = (pos >= P - 1).expand(B, -1)  # steering acts on the positions that produce new tokens
+        nxt, _ = _sample(_logits(model, inp, st, mask, cache, commit=use_cache)[:, -1], temperature, top_k, gen)
+        seq = torch.cat([seq, nxt[:, None]], dim=1)
+        inp = nxt[:, None] if use_cache else seq
+    return seq
+
+
+def _generate_cdlm(model, prompt, n_new, temperature, top_k, st, use_cache, steps_per_block, gen):
+    cfg = model.config
+    b, mask_id = cfg.block_size, cfg.mask_id
+    B, P = prompt.shape
+    n_full = P // b
+    total = math.ceil((P + n_new) / b) * b  # whole blocks; the tail is cut at the end
+    cache = model.new_cache(B, total) if use_cache else None
+    if use_cache and n_full:
+        model.run(prompt[:, : n_full * b], cache=cache, commit=True)  # prefill whole prompt blocks
+    done = prompt[:, : n_full * b]
+    carry = prompt[:, n_full * b:]  # prompt tokens in the first generated block
+    while done.size(1) < total:
+        block = torch.full((B, b), mask_id, dtype=prompt.dtype, device=prompt.device)
+        block[:, : carry.size(1)] = carry
+        masked = (torch.arange(b, device=prompt.device) >= carry.size(1)).expand(B, b)
+        carry = carry[:, :0]
+        n_masked = int(masked[0].sum())
+        steps = min(steps_per_block or n_masked, n_masked)
+        for s in range(steps):
+            ctx = block if use_cache else torch.cat([done, block], dim=1)  # without a cache, the whole context
+            at = masked if use_cache else torch.cat([torch.zeros_like(done, dtype=torch.bool), masked], dim=1)
+            logits = _logits(model, ctx, st, at, cache)[:, -b:]
+            cand, conf = _sample(logits, temperature, top_k, gen)
+            conf = conf.masked_fill(~masked, float("-inf"))
+            k = math.ceil(int(masked[0].sum()) / (steps - s))  # spread the remaining masks evenly
+            pick = conf.topk(k, dim=-1).indices
+            sel = torch.zeros_like(masked).scatter(1, pick, True) & masked
+            block = torch.where(sel, cand, block)
+            masked = masked & ~sel
+        if use_cache:
+            model.run(block, cache=cache, commit=True)  # clean K/V of the finished block
+        done = torch.cat([done, block], dim=1)
+    return done[:, : P + n_new]

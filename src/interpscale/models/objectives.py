@@ -1,8 +1,6 @@
 """Training objectives and schedules: AR CE (Eq. 1), masked diffusion (Eq. 2), noise levels
-(uniform, per-block t_b §5.4.2, moving Gaussian App. J.2), the teacher-forcing α ramps of
-Tables 25–26. Nothing reads tensor values on the host (no graph breaks when compiled);
-schedules are arithmetic on the int ``step`` (a symbolic int under ``torch.compile``).
-"""
+(uniform, per-block t_b §5.4.2, moving Gaussian App. J.2), the α ramps of Tables 25–26. Nothing
+reads tensor values on the host: schedules are arithmetic on the int ``step`` (symbolic when compiled)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Plugin families: modules outside the package that register model families, named by
-``--plugin MODULE`` / ``[plan] plugins`` (a module name or a ``.py`` path; recorded in every
-run's ``spec.json`` and in checkpoints, so every process imports them before a family lookup)
-or by an entry point of the group ``interpscale.families``, loaded the first time a family
-name is not found (docs/own-model.md).
-"""
+"""Plugin families (docs/own-model.md): modules named by ``--plugin MODULE`` / ``[plan] plugins``
+(recorded in runs and checkpoints, so every process imports them before a family lookup), or
+entry points of the group ``interpscale.families``, loaded the first time a name is not found."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The one price of a (family, size): non-embedding parameters P and training FLOPs per trained
-token M, :func:`price` -- the family's formulas where it registered them (Eq. 23 / Eq. 24 for the
-Steerling families), else measured on the meta device by docs/own-model.md's rule ("Pricing a
-family without formulas"), on a build that also checks the model protocol (:func:`check_protocol`).
-"""
+"""The one price of a (family, size), :func:`price`: P and M per trained token from the family's
+formulas (Eq. 23 / Eq. 24 for the Steerling families), else measured on the meta device
+(docs/own-model.md, "Pricing a family without formulas") on a build that checks the protocol."""
 
 from __future__ import annotations
 
@@ -52,7 +50,7 @@ def price(family: str, size: str, seq_len: Optional[int] = None, *, data: DataFi
                                                                                        **overrides)
     how, key = "analytic", _key(family, data, overrides)
     if P is None or (seq_len is not None and M is None):
-        P, M, how = _measure(family, size, key, None if seq_len is None else int(seq_len))
+        (P, M), how = _measure(family, size, key, None if seq_len is None else int(seq_len)), "measured"
     elif not spec.builtin:
         _build(family, size, key)  # a plugin's formulas price it; its model is still checked
     n_concepts = int(getattr(cfg, "n_concepts", 0) or 0) if spec.is_concept else 0
@@ -60,12 +58,10 @@ def price(family: str, size: str, seq_len: Optional[int] = None, *, data: DataFi
 
 
 def params_nonembedding(family: str, size: str, **kw: Any) -> int:
-    """``price(family, size, **kw).params``."""
     return price(family, size, **kw).params
 
 
 def flops_per_token(family: str, size: str, seq_len: int, **kw: Any) -> float:
-    """``price(family, size, seq_len, **kw).flops_per_token``."""
     return price(family, size, seq_len, **kw).flops_per_token
 
 
@@ -107,10 +103,11 @@ def check_protocol(family: str, model: Any) -> None:
 
 
 # ---- measured: one meta build per arguments -----------------------------------------------------
-def nonembedding_params(model: nn.Module) -> int:
-    """Parameters except token embeddings (``parameters()`` yields a shared tensor once)."""
+def nonembedding_params(model: nn.Module, vectors: bool = False) -> int:
+    """Parameters except token embeddings (``parameters()`` yields a shared tensor once); ``vectors``:
+    only those of fewer than 2 dimensions (norms, biases)."""
     emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    return int(sum(p.numel() for p in model.parameters() if id(p) not in emb))
+    return int(sum(p.numel() for p in model.parameters() if id(p) not in emb and (p.ndim < 2 or not vectors)))
 
 
 class _Eq23Counts(TorchFunctionMode):
@@ -152,9 +149,8 @@ def count_flops(model: nn.Module, seq_len: int, *, concept: bool = False) -> flo
     with counter, eq23:
         model.loss(_batch(model, seq_len, concept), 0).total.backward()
     positions = eq23.positions if eq23.positions and eq23.positions <= seq_len else seq_len
-    emb = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    vectors = sum(p.numel() for p in model.parameters() if p.ndim < 2 and id(p) not in emb)
     total = (counter.get_total_flops() + eq23.attention) / positions
+    vectors = nonembedding_params(model, vectors=True)
     return total + 6.0 * vectors - _head_flops(getattr(model, "config", None))
 
 
@@ -176,9 +172,8 @@ def _build(family: str, size: str, key: str) -> nn.Module:
 
 
 @lru_cache(maxsize=1024)
-def _measure(family: str, size: str, key: str, seq_len: Optional[int]) -> tuple[int, Optional[float], str]:
+def _measure(family: str, size: str, key: str, seq_len: Optional[int]) -> tuple[int, Optional[float]]:
     model = _build(family, size, key)
-    if seq_len is None:
-        return nonembedding_params(model), None, "measured"
     model.zero_grad(set_to_none=True)
-    return nonembedding_params(model), count_flops(model, seq_len, concept=get_family(family).is_concept), "measured"
+    M = None if seq_len is None else count_flops(model, seq_len, concept=get_family(family).is_concept)
+    return nonembedding_params(model), M

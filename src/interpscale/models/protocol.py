@@ -1,10 +1,6 @@
-"""The model protocol: what the trainer, the evaluator, the planner and checkpointing need
-(docs/own-model.md). Required: a builder ``builder(size, *, data: DataFields, **overrides)``
-and a model with ``loss(batch, step) -> LossOutput`` and a ``config`` (``family``, ``size``,
-``to_dict()``). Optional, with the defaults of :class:`FamilyModel` (and of the helpers below,
-which the trainer calls so that any object with a ``loss`` works): ``check_batch``,
-``set_phase``, ``params_nonembedding`` / ``flops_per_token``, ``generate`` and ``blocks``.
-"""
+"""The model protocol (docs/own-model.md, "The model protocol"): the required ``loss`` and
+``config``, and the optional parts with :class:`FamilyModel`'s defaults and the helpers the
+trainer calls so that any object with a ``loss`` works."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.pricing import price
-from interpscale.models.registry import BUILD_ATTR, build_args, get_family
+from interpscale.models.registry import BUILD_ATTR, accepted, build_args, get_family
 from interpscale.models.types import Batch, DataFields, LossOutput, PhaseSchedule
 
 __all__ = ["BUILD_ATTR", "DataFields", "FamilyModel", "LanguageModel", "build_args", "check_batch", "find_blocks",
@@ -58,13 +54,22 @@ def check_batch(model: Any, batch: Batch) -> None:
 
 class FamilyModel(nn.Module):
     """A base class supplying the protocol's optional parts; subclass it and write
-    ``__init__``, ``forward(tokens) -> ModelOutput | logits`` and ``loss``."""
+    ``__init__``, ``forward(tokens) -> ModelOutput | logits`` and ``loss``. This package's classes
+    also name their ``config_class`` (checkpoints rebuild through :meth:`from_config`) and price a
+    config unbuilt by ``params_fn(config)`` / ``flops_fn(config, seq_len)`` (``registry.register_class``)."""
 
     config: Any
+    config_class: Any = None
 
-    def __init__(self) -> None:
+    def __init__(self, config: Any = None) -> None:
         super().__init__()
         self.phase = PhaseSchedule()
+        if config is not None:
+            self.config = config
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any]) -> "FamilyModel":
+        return cls(cls.config_class.from_dict(data))
 
     @property
     def is_diffusion(self) -> bool:  # registry facts
@@ -96,9 +101,8 @@ class FamilyModel(nn.Module):
             return build_args(self)
         cfg = self.config
         fields = cfg.to_dict() if callable(getattr(cfg, "to_dict", None)) else dict(vars(cfg))
-        valid = get_family(cfg.family).config_fields
-        kw = {k: v for k, v in fields.items() if k not in ("family", "size") and (valid is None or k in valid)}
-        return kw | {"base": "nano"}
+        fields = {k: v for k, v in fields.items() if k not in ("family", "size")}
+        return accepted(cfg.family, fields) | {"base": "nano"}
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0,

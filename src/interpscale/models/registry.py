@@ -1,8 +1,6 @@
 """The family registry: one name -> how to build it and how to count it without building it.
-
 Built-in families register on import of ``interpscale.models``, a plugin's when its module is
-imported (``models.plugins``). "Is it a diffusion / a concept family" is answered here only.
-"""
+imported (``models.plugins``). "Is it a diffusion / a concept family" is answered here only."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import difflib
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch.nn as nn
@@ -74,6 +73,28 @@ def register_family(name: str, builder: Builder, *, params_fn: Optional[ParamsFn
     return spec
 
 
+def register_class(name: str, cls: Any, config_fn: Callable[..., Any], *, overwrite: bool = True,
+                   **kw: Any) -> FamilySpec:
+    """Register ``name`` built as ``cls(config_fn(name, size, *, data, **overrides), **objects)``,
+    ``objects`` the overrides named in ``cls.objects`` (a model's, not its config's: CoCoMix's teacher),
+    and priced by ``cls.params_fn(config)`` / ``cls.flops_fn(config, seq_len)`` (None: measured)."""
+    fn = partial(config_fn, name)
+    return register_family(name, partial(_build_class, cls, fn), params_fn=partial(_class_price, cls, fn),
+                           flops_fn=partial(_class_price, cls, fn), config_fn=fn, overwrite=overwrite, **kw)
+
+
+def _build_class(cls: Any, config_fn: Callable[..., Any], size: str, **overrides: Any) -> nn.Module:
+    objects = {k: overrides.pop(k) for k in getattr(cls, "objects", ()) if k in overrides}
+    return cls(config_fn(size, **overrides), **objects)
+
+
+def _class_price(cls: Any, config_fn: Callable[..., Any], size: str, seq_len: Optional[int] = None,
+                 **overrides: Any) -> Optional[float]:
+    """P (``params_fn``), or with ``seq_len`` M (``flops_fn``), of the config ``size`` would have."""
+    cfg = config_fn(size, **overrides)
+    return cls.params_fn(cfg) if seq_len is None else cls.flops_fn(cfg, seq_len)
+
+
 def get_family(name: str) -> FamilySpec:
     """The family ``name``; an unknown name says where it looked and how to register one."""
     return FAMILIES.lookup(name)
@@ -100,8 +121,7 @@ def check_model_table(table: Mapping[str, Any], families: Iterable[str], where: 
                 raise UserError(f"{at}: unknown key {bad[0]!r}{_close(bad[0], valid)}; "
                                 f"{key!r} takes: {', '.join(sorted(valid))}")
             continue
-        if not any(get_family(f).config_fields is None or key in get_family(f).config_fields
-                   for f in families):
+        if not any(accepted(f, {key: value}) for f in families):
             fields = {k for f in families for k in (get_family(f).config_fields or ())}
             raise UserError(f"{where}: unknown key {key!r}{_close(key, fields)}; no planned family "
                             f"({', '.join(families)}) takes it. Family-specific knobs go in [model.<family>] tables")

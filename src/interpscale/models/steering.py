@@ -87,22 +87,6 @@ def steer_state(model, steer: Steering) -> SteerState:
 
 
 # --- steering training (§10.2.4) ------------------------------------------------------
-def respond_loss(known_act: torch.Tensor, concept: int, positions: torch.Tensor) -> torch.Tensor:
-    """Eq. 31: −mean_{t∈I} log k_{c,t}."""
-    k = known_act[..., concept][positions].clamp_min(1e-12)
-    if k.numel() == 0:
-        raise ValueError("respond_loss: no injected positions")
-    return -k.log().mean()
-
-
-def express_loss(logits: torch.Tensor, token_set: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Eq. 32: −mean_{t∈I} log Σ_{y∈T_c} softmax(ℓ_t)_y."""
-    lp = logits[positions].float().log_softmax(-1)
-    if lp.numel() == 0:
-        raise ValueError("express_loss: no injected positions")
-    return -torch.logsumexp(lp[:, token_set], dim=-1).mean()
-
-
 def steering_training_loss(model, tokens: torch.Tensor, concept: int, attributed: torch.Tensor,
                            token_set: torch.Tensor, *, gamma: float = 1.0, layer: Optional[int] = None,
                            step: int = 0, lambda_respond: float = 1.0, lambda_express: float = 1.0):
@@ -123,7 +107,8 @@ def steering_training_loss(model, tokens: torch.Tensor, concept: int, attributed
     lm, _ = mdm_loss(out.logits, tokens, masked) if model.is_diffusion else ar_loss(out.logits, tokens, None)
     if not bool(inj.any()):
         return lm, {"lm": float(lm.detach())}
-    l_r = respond_loss(out.known_act, concept, inj)
-    l_e = express_loss(out.logits, token_set, inj)
+    l_r = -out.known_act[..., concept][inj].clamp_min(1e-12).log().mean()  # Eq. 31: −mean_{t∈I} log k_{c,t}
+    lp = out.logits[inj].float().log_softmax(-1)
+    l_e = -torch.logsumexp(lp[:, token_set], dim=-1).mean()  # Eq. 32: −mean_t log Σ_{y∈T_c} softmax(ℓ_t)_y
     total = lm + lambda_respond * l_r + lambda_express * l_e
     return total, {"lm": float(lm.detach()), "respond": float(l_r.detach()), "express": float(l_e.detach())}

@@ -1,13 +1,12 @@
 """The other seeds' architectures as registered families (docs/zoo.md). The catalogue maps a
-family to (model class, defaults of its ``extra`` knobs, description); the class's
-``params_fn`` / ``flops_fn`` price it unbuilt. Imports only submodules of ``interpscale.models``."""
+family to (model class, defaults of its ``extra`` knobs, description); the class's ``params_fn`` /
+``flops_fn`` price it unbuilt. Imports only submodules of ``interpscale.models``."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from interpscale.models.registry import register_family
+from interpscale.models.registry import register_class
 from interpscale.models.zoo.cocomix import COCOMIX_DEFAULTS, CoCoMixLM
 from interpscale.models.zoo.common import ZooConfig, make_zoo_config, zoo_fields
 from interpscale.models.zoo.crate import CRATE_DEFAULTS, CRATELM
@@ -27,28 +26,12 @@ ZOO_FAMILIES: dict[str, tuple[type, dict, str]] = {
     "cocomix-kd": (CoCoMixLM, COCOMIX_DEFAULTS | {"variant": "kd"},
                    "CoCoMix's knowledge-distillation baseline (λ_KD·KL to the teacher)"),
 }
-FROZEN_OBJECTS = ("teacher", "sae")  # build_model("cocomix", size, teacher=model, sae=sae) passes objects through
 
 
 def zoo_config(family: str, size: str, **overrides: Any) -> ZooConfig:
-    overrides = {k: v for k, v in overrides.items() if k not in FROZEN_OBJECTS}
+    overrides = {k: v for k, v in overrides.items() if k not in CoCoMixLM.objects}  # passed to the model
     return make_zoo_config(family, size, ZOO_FAMILIES[family][1], **overrides)
 
 
-def _build(family: str, size: str, **overrides: Any):
-    objects = {k: overrides[k] for k in FROZEN_OBJECTS if k in overrides}
-    return ZOO_FAMILIES[family][0](zoo_config(family, size, **overrides), **objects)
-
-
-def _params(family: str, size: str, **overrides: Any) -> int:
-    return int(ZOO_FAMILIES[family][0].params_fn(zoo_config(family, size, **overrides)))
-
-
-def _flops(family: str, size: str, seq_len: int, **overrides: Any) -> float:
-    return float(ZOO_FAMILIES[family][0].flops_fn(zoo_config(family, size, **overrides), seq_len))
-
-
-for _name, (_, _defaults, _desc) in ZOO_FAMILIES.items():
-    register_family(_name, partial(_build, _name), params_fn=partial(_params, _name), flops_fn=partial(_flops, _name),
-                    description=_desc, config_fields=zoo_fields(_defaults), config_fn=partial(zoo_config, _name),
-                    overwrite=True)
+for _name, (_cls, _defaults, _desc) in ZOO_FAMILIES.items():
+    register_class(_name, _cls, zoo_config, description=_desc, config_fields=zoo_fields(_defaults))

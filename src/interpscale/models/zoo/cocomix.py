@@ -112,6 +112,7 @@ def cocomix_flops_per_token(c: ZooConfig, seq_len: int) -> float:
 
 class CoCoMixLM(ZooLM):
     params_fn, flops_fn = staticmethod(cocomix_params), staticmethod(cocomix_flops_per_token)
+    objects = ("teacher", "sae")  # build_model("cocomix", size, teacher=model, sae=sae) passes them through
 
     def __init__(self, config: ZooConfig, *, teacher: Optional[nn.Module] = None, sae: Optional[TopKSAE] = None):
         super().__init__(config)

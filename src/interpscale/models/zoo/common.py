@@ -46,12 +46,9 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], *, data: D
     extra = dict(defaults) | dict(overrides.pop("extra", None) or {})
     overrides.pop("family", None), overrides.pop("size", None)
     for key, value in overrides.items():
-        if key in _CORE:
-            core[key] = value
-        elif key in defaults:
-            extra[key] = value
-        else:
+        if key not in _CORE and key not in defaults:
             raise ValueError(f"unknown override {key!r} for family {family!r}; valid: {sorted(_CORE + tuple(defaults))}")
+        (core if key in _CORE else extra)[key] = value
     if "d_model" in overrides and "n_heads" not in overrides:
         core["n_heads"] = derived_heads(p, int(core["d_model"]))
     unknown = sorted(set(extra) - set(defaults))
@@ -78,16 +75,9 @@ class ZooLM(FamilyModel):
     """Base of the zoo families: Eq. 1's loss plus ``extra_loss`` terms; ``params_fn`` /
     ``flops_fn`` (of a config) are the family's analytic price, which ``pricing.price`` reads."""
 
+    config_class = ZooConfig
     params_fn: Callable[[ZooConfig], int]
     flops_fn: Callable[[ZooConfig, int], float]
-
-    def __init__(self, config: ZooConfig):
-        super().__init__()
-        self.config = config
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "ZooLM":
-        return cls(ZooConfig.from_dict(cfg))
 
     def extra_loss(self, out: ModelOutput, batch: Batch, step: int) -> dict[str, torch.Tensor]:
         """Family-specific auxiliary terms, already weighted (e.g. CoCoMix's λ·L_concept, from the

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from interpscale import paper
 from interpscale.models.zoo.common import ZooConfig
-from interpscale.models.zoo.gpt2 import AbsPosLM
+from interpscale.models.zoo.gpt2 import AbsPosLM, causal_attention
 
 # Table 1 of the CRATE-LM paper: name -> (d, K heads, L, h, CRATE params, GPT params).
 CRATE_TABLE1 = {
@@ -47,10 +47,8 @@ class MSSA(nn.Module):
         self.proj = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, d = x.shape
-        q = self.U(x).view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2)  # [B, K, T, p]
-        y = F.scaled_dot_product_attention(q, q, q, is_causal=True)  # softmax(QQᵀ/√p) Q
-        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+        q = self.U(x)  # K heads of width p = d / K
+        return self.proj(causal_attention(q, q, q, self.n_heads))  # softmax(QQᵀ/√p) Q
 
 
 class ISTA(nn.Module):

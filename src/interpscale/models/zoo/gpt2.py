@@ -15,6 +15,13 @@ from interpscale.models.zoo.common import ZooConfig, ZooLM
 from interpscale.models.zoo.mxd import MxD, SparseOut, mxd_active_params, mxd_params
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Causal softmax attention of [B, T, d] queries, keys and values split into ``n_heads`` heads."""
+    B, T, d = q.shape
+    q, k, v = (t.view(B, T, n_heads, -1).transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, d)
+
+
 class GPT2MLP(nn.Module):
     def __init__(self, d: int, hidden: int):
         super().__init__()
@@ -38,10 +45,7 @@ class GPT2Block(nn.Module):
         self.ln_2, self.mlp = nn.LayerNorm(d), mlp
 
     def attn(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, d = x.shape
-        q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in self.qkv(self.ln_1(x)).split(d, -1))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+        return self.proj(causal_attention(*self.qkv(self.ln_1(x)).split(x.size(-1), -1), self.n_heads))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(x)
