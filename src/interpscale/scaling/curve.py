@@ -209,12 +209,6 @@ def _fit_law(method: str, f: _Features) -> dict:
     return law.params(theta, [float(c) for c in law.coef(theta, (f, f.loss))[0]])
 
 
-def _predict_law(method: str, p: dict, f: _Features) -> np.ndarray:
-    law = LAWS[method]()
-    cols = law.columns(law.theta(p)[None, :], f)[0][0]
-    return cols @ np.array([p[k] for k in law.coefs])
-
-
 # ---------------------------------------------------------------- one predictor, fitted
 
 @dataclass
@@ -234,12 +228,13 @@ class CurveModel:
         if self.method in ("offset-add", "offset-mul"):
             base = self.stable_loss_at(branch_point(self.stable, curve))
             return base + self.params["delta"] if self.method == "offset-add" else base * self.params["ratio"]
-        last = Curve(curve.name, curve.lr, curve.steps[-1:], curve.loss[-1:])
-        f = _curve_features(last, self.peak)
-        return float(_predict_law(self.method, self.params, f)[0])
+        law = LAWS[self.method]()
+        f = _curve_features(Curve(curve.name, curve.lr, curve.steps[-1:], curve.loss[-1:]), self.peak)
+        cols = law.columns(law.theta(self.params)[None, :], f)[0][0]
+        return float(cols[0] @ np.array([self.params[k] for k in law.coefs]))
 
 
-N_PARAMS = {"offset-add": 1, "offset-mul": 1, "lr-annealing": 4, "multi-power": 7}
+N_PARAMS = {"offset-add": 1, "offset-mul": 1, **{m: len(law.names) + len(law.coefs) for m, law in LAWS.items()}}
 
 
 def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> CurveModel:
