@@ -178,9 +178,7 @@ def _quantile_sorted(s: np.ndarray, q: float) -> float:
     pos = q * (s.size - 1)
     i = int(math.floor(pos))
     j = min(i + 1, s.size - 1)
-    if s[i] == s[j] or pos == i:
-        return float(s[i])
-    if not np.isfinite(s[i]):  # interpolating towards a missing (-inf) replicate: stay conservative
+    if s[i] == s[j] or pos == i or not np.isfinite(s[i]):  # towards a missing (-inf) replicate: conservative
         return float(s[i])
     if not np.isfinite(s[j]):
         return float(s[j])

@@ -354,13 +354,8 @@ def _calibrated_halfwidth(forecasts: Mapping | None, method: str, alpha_v: float
     if not forecasts or not (alpha_v < 0):
         return 0.0
     name = {"isoflop": "isoflop-powerlaw", "joint": "joint"}[method]
-    ms = []
-    for fc in forecasts:
-        mf = None if fc is None else fc.methods.get(name)
-        if mf is None or not math.isfinite(mf.model_sd):
-            return 0.0
-        ms.append(mf.model_sd)
-    return math.sqrt(sum(m * m for m in ms)) / abs(alpha_v)
+    ms = [getattr(None if fc is None else fc.methods.get(name), "model_sd", math.nan) for fc in forecasts]
+    return math.sqrt(sum(m * m for m in ms)) / abs(alpha_v) if all(map(math.isfinite, ms)) else 0.0
 
 
 ASSUMES = {

@@ -109,10 +109,8 @@ def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metri
     s = math.sqrt(sse / dof) if dof > 0 else math.nan
     se = s / math.sqrt(sxx)
     t = stats.t.ppf(0.5 + level / 2, dof)
-    if se > 0:
-        p = float(2 * stats.t.sf(abs(slope) / se, dof))
-    else:  # an exact line: the slope is known (p = 0 unless it is flat)
-        p = 1.0 if slope == 0 else 0.0
+    # an exact line (se = 0): the slope is known (p = 0 unless it is flat)
+    p = float(2 * stats.t.sf(abs(slope) / se, dof)) if se > 0 else (1.0 if slope == 0 else 0.0)
     return TrendFit(slope=slope, intercept=intercept, se=se, ci=(slope - t * se, slope + t * se), level=level,
                     p_value=p, r2=1.0 - sse / sst if sst > 0 else math.nan, n=int(c.size), metric=name,
                     compute_range=(float(c.min()), float(c.max())), _x=(xm, sxx, s))
