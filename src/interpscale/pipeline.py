@@ -22,11 +22,10 @@ from interpscale.errors import FailedWork
 from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 from interpscale.models import FAMILIES
-from interpscale.orchestration import plan
+from interpscale.orchestration import plan, write_results
 from interpscale.orchestration.config import Preset
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
-from interpscale.orchestration.results import write_results
 from interpscale.orchestration.rundir import ensure_writable, read_status
 from interpscale.orchestration.runtime import estimate_report
 from interpscale.scaling import fit_families

@@ -281,7 +281,7 @@ def _chinchilla(args) -> int:
         df = df[df[args.loss] < df[args.loss].nlargest(args.drop_highest_loss).min()]
     P = df[args.params].to_numpy(float)
     D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
-    say_repeats("fit chinchilla", df, tuple(c for c in (args.params, args.tokens or args.flops, args.loss)))
+    say_repeats("fit chinchilla", df, (args.params, args.tokens or args.flops, args.loss))
     if args.run and args.cluster and args.run != args.cluster:
         raise UserError("--run and --cluster both name the bootstrap's groups; give one")
     groups = _column(df, path, "--run" if args.run else "--cluster", args.run or args.cluster)
@@ -408,7 +408,6 @@ def _curve(args) -> int:
             c = schedule_curve(str(r), g["step"], g["lr"], stable)
             p, lo, hi = pred.predict(c)
             rows.append({"run": r, "step": c.final_step, "predicted": p, "lo": lo, "hi": hi, "method": pred.method})
-    args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "loo.csv", pd.DataFrame(pred.loo).to_csv(index=False))
     atomic_write_text(args.out / "predictions.csv", pd.DataFrame(
         rows, columns=["run", "step", "predicted", "lo", "hi", "method"]).to_csv(index=False))

@@ -10,7 +10,7 @@ PRESET_HELP = ("preset name (configs/<name>.toml, e.g. demo, demo-quick, paper) 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from interpscale.orchestration.devices import PLAN_DEVICES
+    from interpscale.orchestration.runtime import PLAN_DEVICES
 
     p.add_argument("--preset", required=True, help=PRESET_HELP)
     p.add_argument("--families", nargs="+", help="override the preset's families")
