@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interpscale.cli import main
-from interpscale.orchestration.spec import segments
-from interpscale.orchestration.spec import RunSpec
+from interpscale.orchestration.spec import RunSpec, segments
 from interpscale.scaling.anneal_rows import loo_errors, predict_anneals, with_predicted_anneals
 from interpscale.scaling.curve import (
     Curve,
