@@ -315,9 +315,9 @@ INTROS = {
     "from those errors (docs/anneal.md). IsoFLOP fits (alpha_P, L*, the compute multiplier's envelopes) use "
     "each run's main anneal, which is always trained, so they do not move; predicted rows enter a fit only "
     "with `fit families --predicted-anneals`.",
-    "Compute multiplier": "k(C) = C_variant(L*_base(C)) / C: the compute a +Concept family needs to reach its "
-    "backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP envelopes (Eq. 26) "
-    "and the joint fits (Eq. 27), with bootstrap bands paired by slice, extrapolated to 1e20 and "
+    "Compute multiplier": "k(C) = C_variant(L*_base(C)) / C: the compute a +Concept family needs to reach "
+    "its backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP envelopes "
+    "(Eq. 26) and the joint fits (Eq. 27), with bootstrap bands paired by slice, extrapolated to 1e20 and "
     "Steerling-8B's 7.6e22 (bands there widened to the forecasts' calibrated intervals where the backtest "
     "allows). The growth test asks whether k changes with C (docs/multiplier.md).",
 }
@@ -442,8 +442,9 @@ def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
                      f"**{g.verdict}**{flag}. Assumes: {g.assumes}.")
     s = m.shared_exponent
     if s is not None and math.isfinite(s.statistic):
-        lines.append(f"- Shared vs free envelope exponents (α_L {s.alpha_base:.4f} vs {s.alpha_variant:.4f}): "
-                     f"F({s.df[0]}, {s.df[1]}) = {s.statistic:.3g}, p = {s.p_value:.2g}. Assumes: {s.assumes}.")
+        lines.append(f"- Shared vs free envelope exponents (α_L {s.alpha_base:.4f} vs "
+                     f"{s.alpha_variant:.4f}): F({s.df[0]}, {s.df[1]}) = {s.statistic:.3g}, "
+                     f"p = {s.p_value:.2g}. Assumes: {s.assumes}.")
     return "\n".join(lines)
 
 

@@ -99,9 +99,9 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> No
         raise ValueError(f"{figure}: expected a pandas DataFrame results table, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"{figure} needs column {missing[0]!r}, which the results table lacks"
-                         + (f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else "")
-                         + f"; present: {', '.join(map(str, df.columns))}")
+        also = f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else ""
+        raise ValueError(f"{figure} needs column {missing[0]!r}, which the results table lacks{also}"
+                         f"; present: {', '.join(map(str, df.columns))}")
 
 
 def select(df: pd.DataFrame, *, family: str | None = None, estimator: str | Sequence[str] | None = None,

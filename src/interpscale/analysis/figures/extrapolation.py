@@ -68,7 +68,8 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
     x = rows["flops"].to_numpy(float)
     grid = np.geomspace(x.min() / 1.2, (x_max or x.max()) * 1.2, 200)
     if trend_status(fit)[0] == "trend":
-        ax.fill_between(grid, *fit.band(grid), color=line_color, alpha=0.15, lw=0)  # the curve's bootstrap band
+        # the curve's bootstrap band
+        ax.fill_between(grid, *fit.band(grid), color=line_color, alpha=0.15, lw=0)
         label = f"Eq. 29: β={fit.beta:.2f}, R²={fit.r2:.2f}"
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
     else:  # Eq. 29 assumes the metric improves: where it is flat, draw what the data do instead
@@ -95,7 +96,8 @@ def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, na
     g = grid[(grid >= compute.min()) & (grid <= compute.max())]
     ax.fill_between(g, *t.band(g), color=color, alpha=0.15, lw=0)
     flat = t.direction == FLAT
-    ax.plot(g, t.predict(g), color=color, lw=0.9 if flat else 1.1, ls=":" if flat else "--", label=trend_label(t))
+    ax.plot(g, t.predict(g), color=color, lw=0.9 if flat else 1.1, ls=":" if flat else "--",
+            label=trend_label(t))
 
 
 def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,

@@ -144,14 +144,11 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
         rows = main_rows(results, fam)
         if rows.empty:
             raise ValueError(f"{figure}: no rows for family {fam!r}")
-        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=_isoflop_from_fits(fits, fam))
+        # a precomputed IsoFlopFit from a FamilyFits or a dict (of FamilyFit or IsoFlopFit)
+        per = None if fits is None else (fits if isinstance(fits, Mapping) else fits.families).get(fam)
+        fit = getattr(per, "isoflop", per if hasattr(per, "slices") else None)
+        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=fit)
     return out
-
-
-def _isoflop_from_fits(fits, family: str):
-    """A precomputed IsoFlopFit for ``family`` from a FamilyFits or a dict (of FamilyFit or IsoFlopFit)."""
-    per = None if fits is None else (fits if isinstance(fits, Mapping) else fits.families).get(family)
-    return getattr(per, "isoflop", per if hasattr(per, "slices") else None)
 
 
 def isoflop_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] | None = None,
@@ -203,8 +200,8 @@ def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence
     return out
 
 
-def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", estimators: Sequence[str] = ELBO_ESTIMATORS,
-                             n_boot: int = DEFAULT_FIG_BOOT):
+def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm",
+                             estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 34: top row, one panel per slice with every estimator's parabola overlaid;
     bottom row, one panel per estimator with all slices overlaid."""
     figure = "Figure 34 (estimator_isoflop_figure)"
@@ -233,8 +230,8 @@ def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", est
     return fig
 
 
-def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", estimators: Sequence[str] = ELBO_ESTIMATORS,
-                               n_boot: int = DEFAULT_FIG_BOOT):
+def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
+                               estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 35: (a) L*(C) and (b) P*(C) under each estimator."""
     figure = "Figure 35 (estimator_power_law_figure)"
     summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
@@ -242,7 +239,8 @@ def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", e
                           {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}, figure)
 
 
-def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figure: str) -> dict[float, IsoflopSummary]:
+def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int,
+                        figure: str) -> dict[float, IsoflopSummary]:
     """One IsoFLOP summary per fixed mask rate t (rows with estimator fixed_rate and a mask_rate)."""
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator", "mask_rate"), figure)
     rows = select(results, family=family, estimator="fixed_rate", annealed=annealed_if_any(results))
@@ -250,12 +248,8 @@ def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figu
     if len(rates) < 2:
         raise ValueError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
                          f"family {family!r}; found {rates}")
-    return {t: isoflop_summary(rows[np.isclose(rows["mask_rate"].astype(float), t)], n_boot=n_boot) for t in rates}
-
-
-def _rate_colors(rates: Sequence[float]) -> dict[float, tuple]:
-    cmap = plt.get_cmap("plasma")
-    return {t: cmap(0.05 + 0.85 * i / max(len(rates) - 1, 1)) for i, t in enumerate(rates)}
+    rate = rows["mask_rate"].astype(float)
+    return {t: isoflop_summary(rows[np.isclose(rate, t)], n_boot=n_boot) for t in rates}
 
 
 def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT):
@@ -277,17 +271,19 @@ def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_b
     return fig
 
 
-def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT):
+def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
+                               n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 37: (a) L*(C) and (b) P*(C) at each fixed mask rate (colour: t)."""
     figure = "Figure 37 (mask_rate_power_law_figure)"
     summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
-    colors = _rate_colors(list(summaries))
+    cmap, n = plt.get_cmap("plasma"), max(len(summaries) - 1, 1)
     return power_law_pair({f"t={t:g}": s for t, s in summaries.items()},
-                          {f"t={t:g}": c for t, c in colors.items()}, figure,
+                          {f"t={t:g}": cmap(0.05 + 0.85 * i / n) for i, t in enumerate(summaries)}, figure,
                           panel_height=2.4, legend_right=True, bands=False)
 
 
-def _state_rows(results: pd.DataFrame, family: str, figure: str, extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
+def _state_rows(results: pd.DataFrame, family: str, figure: str,
+                extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
     require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
     est = headline_estimator(results, family)
     out = {state: select(results, family=family, estimator=est, annealed=state) for state in (False, True)}
@@ -304,7 +300,8 @@ def _state_rows(results: pd.DataFrame, family: str, figure: str, extra: Sequence
     return out
 
 
-def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n_boot: int = DEFAULT_FIG_BOOT):
+def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
+                       n_boot: int = DEFAULT_FIG_BOOT):
     """Figure 38: top row, per-slice parabolas pre-anneal and annealed; bottom row, L*(C)
     and P*(C) power laws of both states."""
     figure = "Figure 38 (anneal_loss_figure)"
@@ -312,7 +309,8 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
     # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
     # ±15% slice window applies to the annealed state only
     summaries: dict[bool, IsoflopSummary] = {
-        s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None) for s, r in rows.items()}
+        s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None)
+        for s, r in rows.items()}
     require_power_laws(summaries, figure, key=True)
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)
@@ -325,7 +323,8 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", n
     return fig
 
 
-def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", metrics: Sequence[str] = METRICS):
+def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
+                         metrics: Sequence[str] = METRICS):
     """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
     slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
     figure = "Figure 39 (anneal_interp_figure)"
@@ -340,7 +339,8 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
                     raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
                                      f"{len(sub)} finite {metric!r} values; need at least 3")
                 c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
-                t = fit_trend(c, y, name=metric)  # Table 30's trend: least squares of m on log10 C, either way
+                # Table 30's trend: least squares of m on log10 C, either way
+                t = fit_trend(c, y, name=metric)
                 ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
                 grid = np.geomspace(c.min(), c.max(), 50)
                 flat = t.direction == FLAT

@@ -161,9 +161,11 @@ class OrdinalMixedResult:
                  self.prob_positive[k]) for k in self.coef]
         lo, hi = tail_names(self.level)
         head = ("coef", "median", "sd", lo, hi, "OR", f"OR {lo}", f"OR {hi}", "P(>0)")
-        fixed = text_table(head, rows, f"Bayesian cumulative-link mixed model ({self.link}; {self.level:.0%} CrI)")
+        title = f"Bayesian cumulative-link mixed model ({self.link}; {self.level:.0%} CrI)"
+        fixed = text_table(head, rows, title)
         sds = text_table(("random effect", "sd (median)", "posterior sd", lo, hi),
-                         [(g, self.random_sd[g], self.random_sd_sd[g], *self.ci[f"sd_{g}"]) for g in self.random_sd])
+                         [(g, self.random_sd[g], self.random_sd_sd[g], *self.ci[f"sd_{g}"])
+                          for g in self.random_sd])
         d = self.diagnostics
         comp = "" if np.isnan(d.compile_seconds) else f" (+ {d.compile_seconds:.1f} s compile)"
         diag = (f"n={self.n_obs}  thresholds={np.round(self.thresholds, 3).tolist()}\n"
@@ -179,7 +181,8 @@ def slope_columns(coef_names: Sequence[str], factor: str) -> list[int]:
     """Fixed-effect columns of ``factor`` (its treatment contrasts, or the covariate itself)."""
     cols = [j for j, n in enumerate(coef_names) if n == factor or n.startswith(f"{factor}[")]
     if not cols:
-        raise ValueError(f"random slope of {factor!r} needs {factor!r} among the fixed effects {list(coef_names)}")
+        raise ValueError(f"random slope of {factor!r} needs {factor!r} among the fixed effects "
+                         f"{list(coef_names)}")
     return cols
 
 
@@ -246,7 +249,8 @@ def add_log_likelihood(idata, design: Design, y: np.ndarray, random: Mapping[str
     idata.add_groups({"log_likelihood": xr.Dataset({"y": da})})
 
 
-def _diagnostics(idata, design: Design, *, rhat_max: float, ess_min: float, **kw) -> tuple[Diagnostics, list[str]]:
+def _diagnostics(idata, design: Design, *, rhat_max: float, ess_min: float,
+                 **kw) -> tuple[Diagnostics, list[str]]:
     """R-hat, ESS and divergences over beta, tau and the random effects; the checks they fail."""
     import arviz as az
 
@@ -256,9 +260,11 @@ def _diagnostics(idata, design: Design, *, rhat_max: float, ess_min: float, **kw
     max_rhat = float(max(np.nanmax(rhat[v].values) for v in rhat.data_vars))
     div = int(idata.sample_stats["diverging"].values.sum()) if "diverging" in idata.sample_stats else 0
     diag = Diagnostics(max_rhat=max_rhat, min_ess_bulk=as_min(az.ess(idata, var_names=names, method="bulk")),
-                       min_ess_tail=as_min(az.ess(idata, var_names=names, method="tail")), divergences=div, **kw)
+                       min_ess_tail=as_min(az.ess(idata, var_names=names, method="tail")), divergences=div,
+                       **kw)
     checks = [(max_rhat > rhat_max, f"max R-hat {max_rhat:.3f} > {rhat_max}: chains disagree; run longer"),
-              (diag.min_ess_bulk < ess_min, f"min bulk ESS {diag.min_ess_bulk:.0f} < {ess_min:.0f}: draw more samples"),
+              (diag.min_ess_bulk < ess_min,
+               f"min bulk ESS {diag.min_ess_bulk:.0f} < {ess_min:.0f}: draw more samples"),
               (div, f"{div} divergent transitions: raise target_accept or tighten priors")]
     return diag, [msg for failed, msg in checks if failed]
 

@@ -196,12 +196,6 @@ class _Problem:
         return -log_int.sum()
 
 
-def _start_tau(y: np.ndarray, K: int, link: str) -> np.ndarray:
-    cum = np.cumsum(np.bincount(y, minlength=K))[:-1] / len(y)
-    cum = np.clip(cum, 0.02, 0.98)
-    return stats.logistic.ppf(cum) if link == "logit" else stats.norm.ppf(cum)
-
-
 def fit_clmm(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray], K: int, *, link: str = "logit",
              nagq: int = 1, start_sigma: float = 0.5, gtol: float = 1e-6, max_iter: int = 500) -> ClmmFit:
     """Maximise the Laplace (``nagq`` = 1) or AGQ (``nagq`` > 1, one factor) likelihood."""
@@ -229,7 +223,9 @@ def fit_clmm(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray], K: int
         g_t[1:] = np.exp(v[1 : K - 1]) * np.cumsum(gt[::-1])[::-1][1:]
         return val, np.concatenate([g_t, gb, gs])
 
-    tau0 = _start_tau(y, K, link)
+    # thresholds start at the observed cumulative shares
+    cum = np.clip(np.cumsum(np.bincount(y, minlength=K))[:-1] / len(y), 0.02, 0.98)
+    tau0 = stats.logistic.ppf(cum) if link == "logit" else stats.norm.ppf(cum)
     v0 = np.concatenate([[tau0[0]], np.log(np.maximum(np.diff(tau0), 0.1)), np.zeros(p), np.full(G, start_sigma)])
     bounds = [(None, None)] * (K - 1 + p) + [(0.0, None)] * G
     res = optimize.minimize(fun, v0, jac=True, method="L-BFGS-B", bounds=bounds,

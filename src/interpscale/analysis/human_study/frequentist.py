@@ -276,8 +276,8 @@ def fit_gaussian_mixed(data: pd.DataFrame, *, response: str = "rating", factor: 
         raise ValueError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
     zq = z_value(level)
     random = list(parse_random(random))
-    design = build_design(data, response=response, fixed=[factor], random=random, reference={factor: reference},
-                          levels=sorted(pd.unique(data[response].dropna())))
+    design = build_design(data, response=response, fixed=[factor], random=random,
+                          reference={factor: reference}, levels=sorted(pd.unique(data[response].dropna())))
     if engine == "statsmodels":
         return _fit_mixedlm(data, response, factor, reference, random, zq)
     X = np.column_stack([np.ones(design.n), design.X])
@@ -288,7 +288,8 @@ def fit_gaussian_mixed(data: pd.DataFrame, *, response: str = "rating", factor: 
     warn = [] if converged else ["REML optimizer did not converge"]
     warn += [f"variance of {g!r} at the boundary (~0)" for g, v in vcomp.items() if v < 1e-6]
     return GaussianMixedResult(coef=coef, se=se, ci=ci, intercept=float(beta[0]), variance_components=vcomp,
-                               residual_variance=residual, n_obs=design.n, converged=converged, warnings=tuple(warn))
+                               residual_variance=residual, n_obs=design.n, converged=converged,
+                               warnings=tuple(warn))
 
 
 def _fit_mixedlm(data, response, factor, reference, random, zq) -> GaussianMixedResult:
@@ -298,7 +299,8 @@ def _fit_mixedlm(data, response, factor, reference, random, zq) -> GaussianMixed
     for i, g in enumerate(random):
         df[f"g{i}"] = data[g].astype(str).to_numpy()
     vc = {g: f"0 + C(g{i})" for i, g in enumerate(random)}
-    model = smf.mixedlm(f"y ~ C(t, Treatment({reference!r}))", df, groups="one", vc_formula=vc, re_formula="0")
+    model = smf.mixedlm(f"y ~ C(t, Treatment({reference!r}))", df, groups="one", vc_formula=vc,
+                        re_formula="0")
     with _warnings.catch_warnings(record=True) as caught:
         _warnings.simplefilter("always")
         res = model.fit(reml=True, method=["lbfgs"])

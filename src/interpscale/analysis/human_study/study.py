@@ -45,7 +45,8 @@ def paired_comparison(ratings: pd.DataFrame, a: str = "llm", b: str = "human", *
     [0.58, 0.66] over 402 pairs)."""
     for t in (a, b):
         if t not in set(ratings["candidate_type"]):
-            raise ValueError(f"candidate_type {t!r} not in ratings (levels: {sorted(set(ratings['candidate_type']))})")
+            raise ValueError(f"candidate_type {t!r} not in ratings "
+                             f"(levels: {sorted(set(ratings['candidate_type']))})")
     A = ratings.loc[ratings["candidate_type"] == a, ["context", cluster, "rating"]]
     B = ratings.loc[ratings["candidate_type"] == b, ["context", "rating"]]
     pairs = A.merge(B, on="context", suffixes=("_a", "_b"))
@@ -114,7 +115,8 @@ def icc1(data: pd.DataFrame, *, target: str, value: str) -> float:
     n_i, means = groups.size(), groups.mean()
     N, g = len(y), len(n_i)
     if g < 2 or N <= g:
-        raise ValueError(f"ICC needs at least two targets and some with repeated ratings (targets={g}, ratings={N})")
+        raise ValueError("ICC needs at least two targets and some with repeated ratings "
+                         f"(targets={g}, ratings={N})")
     msb = float((n_i * (means - y.mean()) ** 2).sum() / (g - 1))
     msw = float(((y - groups.transform("mean")) ** 2).sum() / (N - g))
     k0 = (N - float((n_i**2).sum()) / N) / (g - 1)
@@ -131,7 +133,8 @@ def phase1_agreement(phase1: pd.DataFrame, *, coherent: int = 4) -> dict:
     by = df.groupby("concept")["coherence"]
     multi = by.size() >= 2
     sds = by.std(ddof=1)[multi]
-    pooled = np.sqrt(float((by.var(ddof=1)[multi] * (by.size()[multi] - 1)).sum() / (by.size()[multi] - 1).sum()))
+    dof = by.size()[multi] - 1
+    pooled = np.sqrt(float((by.var(ddof=1)[multi] * dof).sum() / dof.sum()))
     unanimous = by.apply(lambda s: bool((s >= coherent).all() or (s < coherent).all()))[multi]
     return {
         "n_responses": int(len(df)),
