@@ -1,8 +1,8 @@
 """`interpscale fit families RESULTS`: scaling-law fits of a results table; `fit chinchilla FILE` on any table;
 `fit law LAW FILE...`: a published law on any table or per-step logs (docs/laws.md).
 
-Every verb is one :func:`verb`-registered function that adds its parser and sets ``handler``; every
-table is read through one column vocabulary (``options.add_columns``).
+Every verb is one function in :data:`VERBS` that adds its parser and sets ``handler``; every table
+is read through one column vocabulary (``options.add_columns``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,7 @@ from interpscale.errors import UserError
 from interpscale.results_table import read_results as read_table
 from interpscale.results_table import repeated_rows, require_values
 
-VERBS: dict[str, Callable] = {}  # verb -> the function that adds its parser (filled by @verb below)
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
-
-
-def verb(name: str) -> Callable:
-    """Register ``add(sub)``, which adds the parser of ``fit NAME`` and sets its ``handler``."""
-    def register(add: Callable) -> Callable:
-        VERBS[name] = add
-        return add
-    return register
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -153,7 +144,6 @@ def _read_metric(args, fitter):
 
 # ---------------------------------------------------------------- fit families
 
-@verb("families")
 def _add_families(sub) -> None:
     from interpscale.scaling import backtest, fit_families
 
@@ -241,7 +231,6 @@ def trends_md(df, fits) -> str:
 
 # ---------------------------------------------------------------- fit chinchilla
 
-@verb("chinchilla")
 def _add_chinchilla(sub) -> None:
     from interpscale.scaling import fit_chinchilla
 
@@ -300,7 +289,6 @@ def _chinchilla(args) -> int:
 
 # ---------------------------------------------------------------- fit law
 
-@verb("law")
 def _add_law(sub) -> None:
     from interpscale.scaling.laws import LAWS, fit_law_table
 
@@ -347,7 +335,6 @@ def _law(args) -> int:
 
 # ---------------------------------------------------------------- fit curve (issue 36)
 
-@verb("curve")
 def _add_curve(sub) -> None:
     p = sub.add_parser("curve", help="annealed (cooldown) loss from a stable run and its branches in a per-step "
                        "log with an LR column (docs/anneal.md)",
@@ -420,7 +407,6 @@ def _curve(args) -> int:
 
 # ---------------------------------------------------------------- fit multiplier (issue 36)
 
-@verb("multiplier")
 def _add_multiplier(sub) -> None:
     from interpscale.scaling.multiplier import fit_multiplier
 
@@ -492,3 +478,8 @@ def family_multipliers(args, df, fits, metric: str) -> None:
     if tables:
         _write_all(args.out, {"multiplier.csv": pd.concat(tables, ignore_index=True).to_csv(index=False),
                               "multiplier.json": tests})
+
+
+# verb -> the function that adds its parser (and sets its handler), in the order `fit --help` lists them
+VERBS: dict[str, Callable] = {"families": _add_families, "chinchilla": _add_chinchilla, "law": _add_law,
+                              "curve": _add_curve, "multiplier": _add_multiplier}
