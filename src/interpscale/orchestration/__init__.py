@@ -6,10 +6,10 @@
 """
 
 from interpscale.orchestration import adaptive, planner
-from interpscale.orchestration.evaluate import evaluate_run
+from interpscale.orchestration.evaluate import (RESULT_COLUMNS, collect, evaluate_run, merge_results,
+                                               read_results, write_results)
 from interpscale.orchestration.launch import Sweep, TrainJob
 from interpscale.orchestration.planner import Plan, list_presets, load_config, load_preset
-from interpscale.orchestration.results import RESULT_COLUMNS, collect, merge_results, read_results, write_results
 from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import Trainer, train_run
 

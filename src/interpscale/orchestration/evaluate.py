@@ -1,4 +1,6 @@
-"""Evaluate every checkpoint of a run directory into RUN_DIR/results.parquet (resumable).
+"""Evaluate every checkpoint of a run directory into RUN_DIR/results.parquet (resumable), and
+the results table itself: one row per evaluated checkpoint, parquet + CSV twin, written
+atomically, merged and collected over a sweep's runs.
 
 Cached rows are keyed by (checkpoint name, estimator, checkpoint signature): a checkpoint
 that changed since it was evaluated is evaluated again and its old rows replaced.
@@ -9,12 +11,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from interpscale._atomic import atomic_path
 from interpscale.data.loaders import open_data
 from interpscale.executors import stop_requested
 from interpscale.metrics import estimate_loss
@@ -22,8 +25,8 @@ from interpscale.metrics.bpb import bits_per_byte, scored_bytes
 from interpscale.metrics.interp import interp_metrics
 from interpscale.models import get_family, load_checkpoint
 from interpscale.models.checkpoint import list_checkpoints, weights_file
-from interpscale.orchestration.results import merge_results, read_results, write_results
-from interpscale.orchestration.rundir import read_status
+from interpscale.orchestration.rundir import data_fingerprint, fingerprint_label, read_status
+from interpscale.results_table import RESULT_COLUMNS, read_results
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -138,3 +141,63 @@ def evaluate_runs(run_dirs, *, progress: bool = True, **kwargs) -> pd.DataFrame:
             continue
         tables.append(evaluate_run(d, **kwargs))
     return merge_results(tables) if tables else pd.DataFrame()
+
+
+# -- the results table -------------------------------------------------------------------------
+KEY = ("run_id", "checkpoint", "estimator")  # a row's identity; columns beyond RESULT_COLUMNS are kept
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns first (missing ones all NA), extra columns after."""
+    extra = [c for c in df.columns if c not in RESULT_COLUMNS]
+    return df.reindex(columns=[*RESULT_COLUMNS, *extra], fill_value=pd.NA)
+
+
+def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``path`` (.parquet) and its ``.csv`` twin, each atomically."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise ValueError(f"results path must end in .parquet, got {path}")
+    df = _ordered(df)
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(path.with_suffix(".csv")) as tmp:
+        df.to_csv(tmp, index=False)
+    return path
+
+
+def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate tables; for duplicate (run_id, checkpoint, estimator) keep the last."""
+    frames = [t for t in tables if len(t)]
+    if not frames:
+        return _ordered(pd.DataFrame())
+    df = pd.concat(frames, ignore_index=True)
+    key = [k for k in KEY if k in df.columns]
+    df = df.drop_duplicates(subset=key, keep="last")
+    return _ordered(df.sort_values(["family", "slice_flops", "params", "step", "annealed"], kind="stable")
+                    .reset_index(drop=True))
+
+
+def _with_fingerprint(df: pd.DataFrame, run_dir: Path) -> pd.DataFrame:
+    """A run's rows with the ``data_fingerprint`` column (corpus and tokenizer hashes of its
+    data), so rows trained on different corpora are never mistaken for replicates."""
+    if not len(df) or not (run_dir / "data.json").exists():
+        return df
+    try:
+        label = fingerprint_label(data_fingerprint(run_dir))
+    except (ValueError, OSError, KeyError):  # the data moved or predates fingerprints
+        return df
+    return df.assign(data_fingerprint=label)
+
+
+def collect(run_dirs: Iterable[str | os.PathLike], out: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Merge every RUN_DIR/results.parquet (each row labelled with its ``data_fingerprint``);
+    write to ``out`` (parquet + CSV) when given.  Rows of several corpora are logged."""
+    df = merge_results(_with_fingerprint(read_results(Path(d) / "results.parquet", missing_ok=True), Path(d))
+                       for d in run_dirs)
+    if "data_fingerprint" in df.columns and df["data_fingerprint"].nunique() > 1:
+        log.warning("the collected results come from %d different data sets (column data_fingerprint: %s)",
+                    df["data_fingerprint"].nunique(), sorted(df["data_fingerprint"].dropna().unique()))
+    if out is not None:
+        write_results(df, out)
+    return df

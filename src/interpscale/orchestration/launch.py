@@ -16,10 +16,9 @@ import submitit
 from interpscale.executors import EXECUTORS, JobsFailed, make_executor
 from interpscale.orchestration.config import (LaunchConfig, ObserveConfig, Preset, TrainConfig, split_settings,
                                              with_settings)
-from interpscale.orchestration.evaluate import pending_evaluations
+from interpscale.orchestration.evaluate import collect, pending_evaluations
 from interpscale.orchestration.jobs import EvalJob, JobConfig, TrainJob
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, progress_line
-from interpscale.orchestration.results import collect
 from interpscale.orchestration.runtime import pack
 from interpscale.orchestration.rundir import (check_manifest, data_fingerprint, ensure_writable,
                                               find_run_dirs, read_status, run_state, trainer_alive,
