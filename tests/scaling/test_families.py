@@ -157,3 +157,19 @@ def test_flagged_isoflop_intervals_are_marked(synth):
     iso = f["noisy"].isoflop
     assert iso.flagged and iso.degenerate_fraction > 0.1
     assert "†" in f.to_markdown() and "more than 10%" in f.to_markdown()
+
+
+def test_equal_metric_values_of_different_checkpoints_are_two_points(results):
+    """A coarse metric can repeat its value at one compute in two runs (a reservoir's branches of one size
+    in slices a factor 2 apart end at the same compute): two points, not a duplicate row; one checkpoint
+    twice (same run_id and step) is still refused by name."""
+    df = results[results["family"] == "ar+concept"]
+    row = df[df["annealed"]].iloc[[0]]
+    moved = {c: row[c] * 1.01 for c in ("loss", "concept_loss", "concept_independence", "concept_contribution")}
+    fits = fit_families(pd.concat([df, row.assign(run_id="twin", **moved)], ignore_index=True),
+                        annealed=True, n_boot=0, grid="coarse")
+    assert "known_concept_alignment" in fits["ar+concept"].bounded
+    again = fit_families(pd.concat([df, row.assign(**moved)], ignore_index=True),
+                         annealed=True, n_boot=0, grid="coarse")["ar+concept"]
+    assert "known_concept_alignment" not in again.bounded
+    assert any("known_concept_alignment" in w and "duplicate rows" in w for w in again.warnings)

@@ -6,6 +6,7 @@ extrapolation to a target run (joint form vs log-linear L*(C), §8.2.2, Figure 2
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -18,13 +19,15 @@ from tqdm.auto import tqdm
 from interpscale import paper
 from interpscale.paper import INTERP_METRICS
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub, jsonable
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub, jsonable,
+                    keep_repeats)
 from .bootstrap import percentile_ci
 from .bounded import METRICS, fit_bounded
 from .forecast import FamilyForecast, FitOptions, forecast_family, forecast_table
 from .isoflop import IsoFlopFit, PowerLawFit, fit_isoflop
 from .joint import ChinchillaFit, fit_chinchilla, optimal_allocation, optimal_loss
-from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups, slice_rows
+from .tables import (SLICE_TOLERANCE, distinct_checkpoints, fit_rows, flops_per_token_per_param, row_groups,
+                     slice_rows)
 
 # ---- extrapolation to a target compute ----
 
@@ -497,8 +500,9 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
     for metric in METRICS:
         if metric in sub.columns and sub[metric].notna().sum() > 0:
             ms = sub.dropna(subset=[metric, ccol])
-            bounded[metric] = attempt(metric, f"{metric} fit",
-                                      lambda: fit_bounded(ms[ccol], ms[metric], name=metric, **o.boot()))
+            with keep_repeats() if distinct_checkpoints(ms) else contextlib.nullcontext():
+                bounded[metric] = attempt(metric, f"{metric} fit",
+                                          lambda: fit_bounded(ms[ccol], ms[metric], name=metric, **o.boot()))
     return iso, ch, {m: b for m, b in bounded.items() if b is not None}, skipped
 
 

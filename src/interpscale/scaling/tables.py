@@ -114,3 +114,12 @@ def flops_per_token_per_param(rows: pd.DataFrame, compute: str = "flops") -> flo
     k = (rows[compute] / (rows["params"] * rows["tokens"])).to_numpy(float)
     k = k[np.isfinite(k) & (k > 0)]
     return float(np.median(k)) if k.size else 6.0
+
+
+def distinct_checkpoints(rows: pd.DataFrame) -> bool:
+    """Whether ``rows`` are each a different checkpoint (``run_id``, ``step``): then rows equal in every
+    fitted column are two measurements, not one row twice. With a reservoir, one size's runs in slices a
+    factor 2 apart branch at the same steps and so end at the same compute, and a coarse metric
+    (alignment over 16 concepts moves in steps of 1/16) can repeat its value there."""
+    cols = [c for c in ("run_id", "step") if c in rows.columns]
+    return bool(cols) and not rows.duplicated(cols).any()
