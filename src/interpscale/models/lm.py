@@ -18,7 +18,7 @@ from interpscale.models.concept import (ConceptModule, ConceptParts, concept_los
 from interpscale.models.config import ModelConfig, make_config
 from interpscale.models.objectives import alpha_schedule, ar_targets, head_loss, mask_batch, mdm_targets
 from interpscale.models.protocol import FamilyModel
-from interpscale.models.registry import get_family, register_class
+from interpscale.models.registry import register_class
 from interpscale.models.steering import SteerState, Steering, steer_state
 from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput, PhaseSchedule, evaluating
 
@@ -70,18 +70,8 @@ class SteerlingLM(FamilyModel):
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        spec = get_family(config.family)
-        self._diffusion, self._concept_family = spec.is_diffusion, spec.is_concept  # read in compiled code
         self.backbone = Backbone(config)
         self.concept = ConceptModule(config) if self.is_concept else None
-
-    @property
-    def is_diffusion(self) -> bool:
-        return self._diffusion
-
-    @property
-    def is_concept(self) -> bool:
-        return self._concept_family
 
     @property
     def attn_kind(self) -> str:

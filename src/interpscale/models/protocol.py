@@ -4,7 +4,7 @@ trainer calls so that any object with a ``loss`` works."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -60,24 +60,26 @@ class FamilyModel(nn.Module):
 
     config: Any
     config_class: Any = None
+    _facts: Optional[tuple[bool, bool]] = None  # the registry's (is_diffusion, is_concept), read once at build
 
     def __init__(self, config: Any = None) -> None:
         super().__init__()
         self.phase = PhaseSchedule()
-        if config is not None:
-            self.config = config
+        if config is not None:  # compiled code reads the facts: no registry lookup in the graph
+            spec = get_family(config.family)
+            self.config, self._facts = config, (spec.is_diffusion, spec.is_concept)
 
     @classmethod
     def from_config(cls, data: dict[str, Any]) -> "FamilyModel":
         return cls(cls.config_class.from_dict(data))
 
     @property
-    def is_diffusion(self) -> bool:  # registry facts
-        return get_family(self.config.family).is_diffusion
+    def is_diffusion(self) -> bool:
+        return self._facts[0] if self._facts else get_family(self.config.family).is_diffusion
 
     @property
     def is_concept(self) -> bool:
-        return get_family(self.config.family).is_concept
+        return self._facts[1] if self._facts else get_family(self.config.family).is_concept
 
     def check_batch(self, batch: Batch) -> None:
         return None

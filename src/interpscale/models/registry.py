@@ -50,8 +50,7 @@ class FamilySpec:
         return str(getattr(fn, "__module__", "")).startswith("interpscale.")
 
 
-FAMILIES: Registry[FamilySpec] = Registry("family", hint=where_looked,
-                                          on_miss=load_entry_points)
+FAMILIES: Registry[FamilySpec] = Registry("family", hint=where_looked, on_miss=load_entry_points)
 
 
 def register_family(name: str, builder: Builder, *, params_fn: Optional[ParamsFn] = None,
