@@ -1,12 +1,8 @@
-"""The training loop's checkpointing: what to save, when, and with every rank agreeing
-(docs/training.md, "Checkpoints"), modelled on torchtitan's ``CheckpointManager``.  The time
-rule uses rank 0's clock, broadcast at log steps only (clocks differ; FSDP2 saving is collective).
-
-Resume states are ``torch.distributed.checkpoint`` (DCP) directories, ``state/<kind>_<step>_<segment>``:
-each rank writes its own shards (model, optimizer, step, its RNG), asynchronously by default on a
-separate gloo group (at most one save in flight), and the state counts only once rank 0 has seen
-every rank finish and written ``COMPLETE``. Only tensors are saved, so loading unpickles nothing.
-Evaluation checkpoints are safetensors directories (``models.checkpoint.save_pretrained_dir``).
+"""The training loop's checkpointing: what to save, when, and with every rank agreeing, modelled
+on torchtitan's ``CheckpointManager`` (layout and rules: docs/training.md, "Checkpoints").
+Resume states are DCP directories of every rank's shards (tensors only, so loading unpickles
+nothing) that count once rank 0 has written ``COMPLETE``; evaluation checkpoints are safetensors
+directories (``models.checkpoint.save_pretrained_dir``).
 """
 from __future__ import annotations
 
