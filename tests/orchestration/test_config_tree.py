@@ -14,7 +14,7 @@ from interpscale.errors import ConfigError
 from interpscale.orchestration import Sweep, plan
 from interpscale.orchestration.config import LaunchConfig, ObserveConfig, Preset, TrainConfig
 from interpscale.orchestration.config_schema import validate_config
-from interpscale.orchestration.jobs import JobConfig
+from interpscale.orchestration.launch import JobConfig
 
 PRESET = """
 [plan]
