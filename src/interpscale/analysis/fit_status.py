@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interpscale.scaling import FitStatus, fit_status
+from interpscale.scaling import FitStatus
 from interpscale.scaling.bounded import bounded_status
 from interpscale.scaling.joint import joint_status as _decide_joint
 from interpscale.scaling.isoflop import isoflop_status as _decide_isoflop

@@ -240,7 +240,7 @@ def test_render_figures_on_a_sweep_shaped_table(table, tmp_path):
     for fig in ("Figure 22", "Figure 23", "Figure 24", "Figure 25", "Figure 38", "Figure 39"):
         assert fig in titles, drawn.skipped
     # the ±15% slice window keeps the 40%/80% checkpoints out of the annealed IsoFLOP fits
-    summ = F._fits.isoflop_summary(sweep[sweep["family"] == "ar"], n_boot=0)
+    summ = F.isoflop.isoflop_summary(sweep[sweep["family"] == "ar"], n_boot=0)
     assert all(len(s.params) == len(final[(final["family"] == "ar") & (final["slice_flops"] == s.compute)])
                for s in summ.slices)
 

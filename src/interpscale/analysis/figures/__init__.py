@@ -17,16 +17,15 @@ import pandas as pd
 from tqdm import tqdm
 
 from interpscale._registry import Registry
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits
 from interpscale.analysis.figures._style import (FAMILY_COLORS, FAMILY_LABELS, family_color, paper_style,
                                                  require_columns, save_figure)
-from interpscale.analysis.figures.extrapolation import (extrapolation_figure, interp_extrapolation_figure,
-                                                        interp_scaling_figure)
+from interpscale.analysis.figures.extrapolation import (anneal_interp_figure, extrapolation_figure,
+                                                        interp_extrapolation_figure, interp_scaling_figure)
 from interpscale.analysis.figures.human_study import forest_figure
-from interpscale.analysis.figures.isoflop import (anneal_interp_figure, anneal_loss_figure,
-                                                  estimator_isoflop_figure, estimator_power_law_figure,
-                                                  isoflop_figure, mask_rate_isoflop_figure,
-                                                  mask_rate_power_law_figure, power_law_figure)
+from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, anneal_loss_figure, estimator_isoflop_figure,
+                                                  estimator_power_law_figure, family_fits, isoflop_figure,
+                                                  mask_rate_isoflop_figure, mask_rate_power_law_figure,
+                                                  power_law_figure)
 from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
 from interpscale.analysis.figures.multiplier import multiplier_figure
 from interpscale.analysis.figures.overhead import concept_overhead_figure

@@ -1,6 +1,6 @@
 """Interpretability and extrapolation figures: Figure 25, metrics vs compute with Eq. 29 fits and
-90% bootstrap bands (§8.3), and Figures 24 and 26, small-scale fits extrapolated to a target run
-(Steerling-8B, §8.2.2, §8.3.2)."""
+90% bootstrap bands (§8.3), Figure 39, the metrics pre-anneal vs annealed (App. I), and Figures 24
+and 26, small-scale fits extrapolated to a target run (Steerling-8B, §8.2.2, §8.3.2)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.figures._fits import DEFAULT_FIG_BOOT, family_fits, isoflop_summary, metric_fit
 from interpscale.analysis.figures._style import (METRIC_LABELS, compute_axis, family_color, family_label,
                                                  legend_below, main_rows, new_figure, paper_style,
                                                  require_columns, slice_colors)
+from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, STATE_COLORS, STATE_LABELS, STATE_MARKERS,
+                                                  family_fits, isoflop_summary, state_rows)
 from interpscale.analysis.fit_status import trend_status
-from interpscale.scaling import FORECAST_METHODS, ForecastOptions, fit_status, forecast_family
+from interpscale.scaling import (FORECAST_METHODS, ForecastOptions, fit_bounded, fit_status, forecast_family,
+                                 quiet)
 from interpscale.scaling.forecast import calibrated
 from interpscale.scaling.trend import FLAT, TrendFit, fit_trend
 
@@ -54,6 +56,17 @@ def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: S
         raise ValueError(f"{figure}: no interpretability metric has {min_rows}+ finite values for "
                          f"{', '.join(map(str, families))} (columns {', '.join(metrics)} are empty)")
     return keep
+
+
+def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):
+    """The family's Eq. 29 fit of ``metric`` from ``fits`` (the one the report prints) when it has
+    one, else fitted here on ``rows`` (flops, metric), quietly: its flags are on the result."""
+    given = getattr(fits, "families", {}).get(family) if fits is not None else None
+    if given is not None and metric in given.bounded:
+        return given.bounded[metric]
+    with quiet():  # the scaling package knows each paper metric's direction and bound by name
+        return fit_bounded(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), name=metric,
+                           n_boot=n_boot, seed=0)
 
 
 def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float | None = None,
@@ -124,6 +137,35 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                     axes[i, j].set_ylabel(family_label(fam))
                 if i < len(fams) - 1:
                     axes[i, j].set_xlabel("")
+    return fig
+
+
+def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
+                         metrics: Sequence[str] = METRICS):
+    """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
+    slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
+    figure = "Figure 39 (anneal_interp_figure)"
+    rows = state_rows(results, family, figure, extra=("flops", *metrics))
+    metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
+    with paper_style():
+        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
+        for ax, metric in zip(axes[0], metrics):
+            for state, sub in rows.items():
+                sub = sub[np.isfinite(sub[metric].astype(float))]
+                if len(sub) < 3:
+                    raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
+                                     f"{len(sub)} finite {metric!r} values; need at least 3")
+                c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
+                # Table 30's trend: least squares of m on log10 C, either way
+                t = fit_trend(c, y, name=metric)
+                ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
+                grid = np.geomspace(c.min(), c.max(), 50)
+                flat = t.direction == FLAT
+                ax.plot(grid, t.predict(grid), color=STATE_COLORS[state], lw=0.9 if flat else 1.1,
+                        ls=":" if flat else "-", label=f"{STATE_LABELS[state]}: {trend_label(t)}")
+            compute_axis(ax)
+            ax.set_title(METRIC_LABELS.get(metric, metric))
+            legend_below(ax, handlelength=1.5)
     return fig
 
 

@@ -1,27 +1,28 @@
 """IsoFLOP figures (§8.2, App. H, I): Figures 22 and 23, the ELBO-estimator and mask-rate
-Figures 34-37, and the pre-anneal vs annealed Figures 38-39, with the panel drawers they share."""
+Figures 34-37 and the pre-anneal vs annealed Figure 38, with the panel drawers they share; and
+what every figure needs from ``interpscale.scaling`` (Eqs. 25-27), in one place: the figures
+never fit anything themselves ("Fit once, render many" in ``docs/architecture.md``)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from interpscale.analysis.figures._fits import (DEFAULT_FIG_BOOT, SLICE_TOLERANCE, IsoflopSummary,
-                                                isoflop_summary, require_power_laws)
-from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS,
-                                                 METRIC_LABELS, annealed_if_any, compact_log_ticks,
-                                                 compute_axis, family_color, family_label, headline_estimator,
-                                                 legend_below, main_rows, new_figure, ordered_families,
-                                                 paper_style, plain_log_axis, require_columns, select,
-                                                 slice_colors)
-from interpscale.analysis.figures.extrapolation import METRICS, metrics_with_data, trend_label
-from interpscale.scaling.trend import FLAT, fit_trend
+from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS, annealed_if_any,
+                                                 compact_log_ticks, compute_axis, family_color, family_label,
+                                                 headline_estimator, legend_below, main_rows, new_figure,
+                                                 ordered_families, paper_style, plain_log_axis, require_columns,
+                                                 select, slice_colors)
+from interpscale.paper import SLICE_TOLERANCE
+from interpscale.scaling import N_BOOT, fit_families, fit_isoflop, inputs_hash, quiet
+from interpscale.scaling.tables import slice_rows
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -30,6 +31,101 @@ ELBO_ESTIMATORS = ("fixed_rate", "fixed_grid", "mdlm_elbo", "per_block")
 STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
 STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
 STATE_MARKERS = {False: "o", True: "s"}
+DEFAULT_FIG_BOOT = N_BOOT["figure"]  # replicates for figure bands (scaling.N_BOOT; the paper's 10,000: reports)
+_FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's fits of each table
+
+
+def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | None = None,
+                actual: Mapping | None = None, seed: int = 0):
+    """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults, made once per
+    process for each table (keyed by its content hash) and set of options."""
+    options = dict(n_boot=n_boot, seed=seed, target_compute=target_compute,
+                   actual={k: dict(v) for k, v in (actual or {}).items()})
+    key = inputs_hash(results, options)
+    if key not in _FAMILY_FITS:
+        _FAMILY_FITS.clear()  # one table at a time: keep memory flat in long sessions
+        _FAMILY_FITS[key] = fit_families(results, **options)
+    return _FAMILY_FITS[key]
+
+
+@dataclass
+class SliceCurve:
+    """One IsoFLOP slice as drawn: the points, the fitted parabola and its minimum."""
+
+    compute: float
+    params: np.ndarray
+    loss: np.ndarray
+    p_star: float
+    l_star: float
+    curve: Callable[[np.ndarray], np.ndarray] | None
+    used: bool = True  # entered the Step 2 power laws
+
+
+@dataclass
+class IsoflopSummary:
+    """Steps 1-2 of §8.2.1 for one group of rows (a family, estimator, mask rate or state)."""
+
+    slices: list[SliceCurve]
+    power_P: Any = None  # PowerLawFit of P*(C), or None when fewer than two usable slices
+    power_L: Any = None  # PowerLawFit of L*(C)
+    fit: Any = None  # the scaling package's IsoFlopFit
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def minima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        used = [s for s in self.slices if s.used and math.isfinite(s.p_star)]
+        return (np.array([s.compute for s in used]), np.array([s.p_star for s in used]),
+                np.array([s.l_star for s in used]))
+
+
+def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
+                    tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
+    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows`` (``fit``:
+    an ``IsoFlopFit`` of them, reused; ``tolerance``: ``slice_rows``' window, None keeps all rows).
+    Without two usable slices there are no power laws (reason in ``warnings``), but every convex
+    parabola is kept so the slices can be drawn."""
+    rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
+    warnings: list[str] = []
+    strict = True
+    if fit is None:  # a figure's own fit: its flags go into ``warnings``, not the log (the report lists fits')
+        with quiet():
+            try:
+                fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
+            except ValueError as exc:
+                warnings.append(str(exc))
+                strict = False
+                try:  # keep flagged-but-convex slices, only to draw their parabolas
+                    fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
+                except ValueError:
+                    fit = None
+    slices = []
+    records = fit.slices.to_dict("records") if fit is not None else [
+        {"compute": float(c)} for c in np.unique(rows["slice_flops"].to_numpy(float))]
+    target = rows["slice_flops"].to_numpy(float)
+    for rec in records:
+        compute = float(rec["compute"])
+        sub = rows[np.isclose(target, compute, rtol=1e-9)]
+        curve = None
+        if rec.get("convex") and math.isfinite(rec.get("P_star", math.nan)):
+            curve = (lambda c: (lambda p: fit.parabola(c, p)))(compute)
+        slices.append(SliceCurve(
+            compute=compute, params=sub["params"].to_numpy(float), loss=sub["loss"].to_numpy(float),
+            p_star=float(rec.get("P_star", math.nan)), l_star=float(rec.get("L_star", math.nan)),
+            curve=curve, used=bool(rec.get("used", False)) and not rec.get("reason"),
+        ))
+    if fit is not None:
+        warnings += list(fit.warnings)
+    return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute),
+                          power_P=fit.power_P if strict else None, power_L=fit.power_L if strict else None,
+                          fit=fit if strict else None, warnings=list(dict.fromkeys(warnings)))
+
+
+def require_power_laws(summaries: Mapping[Any, IsoflopSummary], what: str, key: Any = None) -> None:
+    """ValueError when no summary has power laws, with the IsoFLOP fit's reason from
+    ``summaries[key]`` (default: the first)."""
+    if all(s.power_L is None for s in summaries.values()):
+        why = (summaries[key] if key is not None else next(iter(summaries.values()))).warnings
+        raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(why) or 'no usable slices'})")
 
 
 def fmt_compute(c: float) -> str:
@@ -282,7 +378,7 @@ def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
                           panel_height=2.4, legend_right=True, bands=False)
 
 
-def _state_rows(results: pd.DataFrame, family: str, figure: str,
+def state_rows(results: pd.DataFrame, family: str, figure: str,
                 extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
     require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
     est = headline_estimator(results, family)
@@ -305,7 +401,7 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     """Figure 38: top row, per-slice parabolas pre-anneal and annealed; bottom row, L*(C)
     and P*(C) power laws of both states."""
     figure = "Figure 38 (anneal_loss_figure)"
-    rows = _state_rows(results, family, figure)
+    rows = state_rows(results, family, figure)
     # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
     # ±15% slice window applies to the annealed state only
     summaries: dict[bool, IsoflopSummary] = {
@@ -320,33 +416,4 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         draw_power_law_panels(axes[1, 0], axes[1, 1], {STATE_LABELS[s]: summaries[s] for s in (False, True)},
                               {STATE_LABELS[s]: STATE_COLORS[s] for s in (False, True)},
                               markers={STATE_LABELS[s]: STATE_MARKERS[s] for s in (False, True)})
-    return fig
-
-
-def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
-                         metrics: Sequence[str] = METRICS):
-    """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
-    slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
-    figure = "Figure 39 (anneal_interp_figure)"
-    rows = _state_rows(results, family, figure, extra=("flops", *metrics))
-    metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
-    with paper_style():
-        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
-        for ax, metric in zip(axes[0], metrics):
-            for state, sub in rows.items():
-                sub = sub[np.isfinite(sub[metric].astype(float))]
-                if len(sub) < 3:
-                    raise ValueError(f"{figure}: {STATE_LABELS[state].lower()} rows of {family!r} have "
-                                     f"{len(sub)} finite {metric!r} values; need at least 3")
-                c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
-                # Table 30's trend: least squares of m on log10 C, either way
-                t = fit_trend(c, y, name=metric)
-                ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
-                grid = np.geomspace(c.min(), c.max(), 50)
-                flat = t.direction == FLAT
-                ax.plot(grid, t.predict(grid), color=STATE_COLORS[state], lw=0.9 if flat else 1.1,
-                        ls=":" if flat else "-", label=f"{STATE_LABELS[state]}: {trend_label(t)}")
-            compute_axis(ax)
-            ax.set_title(METRIC_LABELS.get(metric, metric))
-            legend_below(ax, handlelength=1.5)
     return fig
