@@ -21,7 +21,6 @@ plus its use**: the TOML key, the schema check and (``flag=True``) the command-l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import types
 import typing
@@ -180,8 +179,7 @@ class Preset:
 
 
 # -- validation from the fields -----------------------------------------------------------------
-def _kind(cls, f: dataclasses.Field) -> type:
-    hint = typing.get_type_hints(cls)[f.name]
+def _kind(hint: Any) -> type:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None: X
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     base = typing.get_origin(hint) or hint
@@ -192,9 +190,9 @@ def _kind(cls, f: dataclasses.Field) -> type:
 def section_types(cls) -> dict[str, tuple[tuple[type, ...], str]]:
     """key -> (accepted types, description) of a dataclass's fields (a config section, RunSpec,
     a model config): the type from the annotation, the description from the metadata's desc."""
-    out = {}
+    out, hints = {}, typing.get_type_hints(cls)
     for f in fields(cls):
-        kind = _kind(cls, f)
+        kind = _kind(hints[f.name])
         accepted = Number if kind is float else (list, dict) if kind is object else (kind,)
         desc = f.metadata.get("desc") or (f"one of {', '.join(f.metadata['choices'])}" if f.metadata.get("choices")
                                           else DESC.get(kind, "a value"))
@@ -228,7 +226,7 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     for f in fields(cls):
         if not f.metadata.get("flag"):
             continue
-        kind, name = _kind(cls, f), "--" + f.name.replace("_", "-")
+        kind, name = _kind(typing.get_type_hints(cls)[f.name]), "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"default": None, "help": f.metadata.get("help") or None, "dest": f.name}
         if kind is bool:
             parser.add_argument(name, action=argparse.BooleanOptionalAction, **kw)
