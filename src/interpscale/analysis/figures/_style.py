@@ -16,6 +16,7 @@ from matplotlib.transforms import ScaledTranslation
 
 from interpscale import paper
 from interpscale._atomic import atomic_path
+from interpscale.scaling.tables import ESTIMATOR_PREFERENCE, fit_rows
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0  # inches: full text width
@@ -121,11 +122,11 @@ def select(df: pd.DataFrame, *, family: str | None = None, estimator: str | Sequ
 
 
 def headline_estimator(df: pd.DataFrame, family: str) -> str | None:
-    """The estimator a family's main-text fits use: MDLM ELBO for diffusion, CE otherwise."""
+    """The estimator a family's fits use (``scaling.tables.ESTIMATOR_PREFERENCE``, §8.2.1)."""
     if "estimator" not in df.columns:
         return None
     present = set(df.loc[df["family"] == family, "estimator"].dropna())
-    return next((e for e in ("mdlm_elbo", "ar_ce") if e in present), min(present, default=None))
+    return next((e for e in ESTIMATOR_PREFERENCE if e in present), min(present, default=None))
 
 
 def annealed_if_any(df: pd.DataFrame) -> bool | None:
@@ -134,8 +135,11 @@ def annealed_if_any(df: pd.DataFrame) -> bool | None:
 
 
 def main_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
-    """Annealed rows (when the column exists) under the family's headline estimator."""
-    return select(df, family=family, estimator=headline_estimator(df, family), annealed=annealed_if_any(df))
+    """The rows the family's fits use, by the one row rule (``scaling.tables.fit_rows``: annealed when
+    any, the headline estimator, measured rows only); empty for a family the table lacks."""
+    if "family" in df.columns and not (df["family"] == family).any():
+        return df.iloc[:0]
+    return fit_rows(df, family=family, caller="figure")
 
 
 def compute_axis(ax, label: str = "Compute C (FLOPs)") -> None:
