@@ -326,13 +326,13 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
     if screen is not None:
         f0 = minimize_law(law, X, T, starts, **kw, max_iter=0).f
         starts = starts[np.argsort(f0, kind="stable")[:screen]]
-    res = minimize_law(law, X, T, starts, loss=loss, delta=delta, W=W, tol=COARSE_TOL, max_iter=max_iter)
+    res = minimize_law(law, X, T, starts, **kw, tol=COARSE_TOL, max_iter=max_iter)
     ok = res.converged & np.isfinite(res.f)
     cand = np.flatnonzero(ok if pool == "converged" and ok.any() else np.isfinite(res.f))
     if cand.size == 0:
         raise ValueError(f"{what or type(law).__name__}: the objective is non-finite from every start")
     top = cand[np.argsort(res.f[cand])[:n_polish]]
-    pol = minimize_law(law, X, T, res.x[top], loss=loss, delta=delta, W=W, tol=polish_tol, max_iter=polish_iter)
+    pol = minimize_law(law, X, T, res.x[top], **kw, tol=polish_tol, max_iter=polish_iter)
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
     best = int(top[j])
     return Multistart(pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res, best,
