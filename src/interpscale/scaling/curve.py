@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
@@ -103,12 +104,15 @@ class _Features:
     lr_after: np.ndarray
     area_after: np.ndarray
 
+    @cached_property
+    def _sum_to_points(self) -> csr_matrix:  # built once: the fit evaluates the law thousands of times
+        return csr_matrix((np.ones(self.point.size), (self.point, np.arange(self.point.size))),
+                          shape=(self.s1.size, self.point.size))
+
     def per_point(self, v: np.ndarray) -> np.ndarray:
         """Sums of entry values v (..., entries) per evaluated point: (..., n_points)."""
-        M = csr_matrix((np.ones(self.point.size), (self.point, np.arange(self.point.size))),
-                       shape=(self.s1.size, self.point.size))
         lead = v.shape[:-1]
-        return (M @ v.reshape(math.prod(lead), self.point.size).T).T.reshape(*lead, self.s1.size)
+        return (self._sum_to_points @ v.reshape(math.prod(lead), self.point.size).T).T.reshape(*lead, self.s1.size)
 
 
 def _curve_features(c: Curve, peak: float) -> _Features:
