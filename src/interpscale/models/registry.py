@@ -78,8 +78,8 @@ def register_class(name: str, cls: Any, config_fn: Callable[..., Any], *, overwr
     ``objects`` the overrides named in ``cls.objects`` (a model's, not its config's: CoCoMix's teacher),
     and priced by ``cls.params_fn(config)`` / ``cls.flops_fn(config, seq_len)`` (None: measured)."""
     fn = partial(config_fn, name)
-    return register_family(name, partial(_build_class, cls, fn), params_fn=partial(_class_price, cls, fn),
-                           flops_fn=partial(_class_price, cls, fn), config_fn=fn, overwrite=overwrite, **kw)
+    return register_family(name, partial(_build_class, cls, fn), params_fn=partial(_class_params, cls, fn),
+                           flops_fn=partial(_class_flops, cls, fn), config_fn=fn, overwrite=overwrite, **kw)
 
 
 def _build_class(cls: Any, config_fn: Callable[..., Any], size: str, **overrides: Any) -> nn.Module:
@@ -87,11 +87,14 @@ def _build_class(cls: Any, config_fn: Callable[..., Any], size: str, **overrides
     return cls(config_fn(size, **overrides), **objects)
 
 
-def _class_price(cls: Any, config_fn: Callable[..., Any], size: str, seq_len: Optional[int] = None,
-                 **overrides: Any) -> Optional[float]:
-    """P (``params_fn``), or with ``seq_len`` M (``flops_fn``), of the config ``size`` would have."""
-    cfg = config_fn(size, **overrides)
-    return cls.params_fn(cfg) if seq_len is None else cls.flops_fn(cfg, seq_len)
+def _class_params(cls: Any, config_fn: Callable[..., Any], size: str, **overrides: Any) -> Optional[int]:
+    """P of the config ``size`` would have (``params_fn``), counted on the unbuilt config."""
+    return cls.params_fn(config_fn(size, **overrides))
+
+
+def _class_flops(cls: Any, config_fn: Callable[..., Any], size: str, seq_len: int, **overrides: Any) -> Optional[float]:
+    """M at ``seq_len`` of the config ``size`` would have (``flops_fn``)."""
+    return cls.flops_fn(config_fn(size, **overrides), seq_len)
 
 
 def get_family(name: str) -> FamilySpec:

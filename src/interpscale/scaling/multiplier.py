@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._base import DEFAULT_LEVEL, FitStatus, emit, fit_status, jsonable, quiet
+from ._base import DEFAULT_LEVEL, FitStatus, emit, jsonable, quiet
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
 from .isoflop import fit_isoflop, ols_lines
@@ -280,8 +280,8 @@ def _joint_fits(rows_b, rows_v, o, names, warnings) -> tuple[ChinchillaFit, Chin
     how = ("cluster bootstrap over runs, the same draws for both families (same slices and sizes per slice)"
            if paired else "cluster bootstrap over runs, independent per family (their slices or sizes differ)")
     for name, f in zip(names, fits):
-        if not fit_status(f).identified:
-            emit(warnings, f"joint multiplier: {name}'s joint fit is {fit_status(f)}")
+        if not f.status.identified:  # decided by fit_chinchilla; read here
+            emit(warnings, f"joint multiplier: {name}'s joint fit is {f.status}")
     return fits[0], fits[1], how
 
 
@@ -414,7 +414,7 @@ def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
     test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
     Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
     alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
-    bad = [f"{n}: {fit_status(f).reason}" for n, f in zip(names, (fb, fv)) if not fit_status(f).identified]
+    bad = [f"{n}: {f.status.reason}" for n, f in zip(names, (fb, fv)) if not f.status.identified]
     status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
     vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
     return point, draws, test, how, status, alpha_v, vrange, None
