@@ -15,22 +15,22 @@ import warnings
 
 from interpscale.errors import FailedWork
 
-# subcommand -> (module under interpscale._commands, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("plan", "plan an IsoFLOP sweep of a preset and print the dry-run table"),
-    "sweep": ("sweep", "sweep launch | status | collect | evaluate"),
-    "train": ("train", "train one run from a RunSpec / run directory"),
-    "data": ("data", "data prepare (corpus -> memory-mapped token shards) | data info"),
-    "evaluate": ("evaluate", "evaluate every checkpoint of a run directory"),
-    "fit": ("fit", "fit families (a results table) | fit chinchilla (any CSV)"),
-    "forecast": ("forecast", "forecast record | check | list: loss forecasts made before a run, checked after"),
-    "judge": ("judge", "LLM-judge scoring: judge alignment | steering | relevance"),
-    "human-study": ("human_study", "analyse a human-rating study (ordinal mixed models)"),
-    "figures": ("figures", "draw the paper figures from a results table"),
-    "report": ("report", "write report.md / report.html from a results table"),
-    "demo": ("demo", "run the embedded demo sweep end to end"),
-    "export": ("export", "export a checkpoint or resume state as safetensors (+ save_pretrained layout for hf:)"),
-    "concepts": ("concepts", "concept annotation of a corpus: concepts build | check | synthetic | chunk | tag | library | annotate | validate"),
+# subcommand (its module under interpscale._commands: the name with - as _) -> one-line help
+COMMANDS: dict[str, str] = {
+    "plan": "plan an IsoFLOP sweep of a preset and print the dry-run table",
+    "sweep": "sweep launch | status | collect | evaluate",
+    "train": "train one run from a RunSpec / run directory",
+    "data": "data prepare (corpus -> memory-mapped token shards) | data info",
+    "evaluate": "evaluate every checkpoint of a run directory",
+    "fit": "fit families (a results table) | fit chinchilla (any CSV)",
+    "forecast": "forecast record | check | list: loss forecasts made before a run, checked after",
+    "judge": "LLM-judge scoring: judge alignment | steering | relevance",
+    "human-study": "analyse a human-rating study (ordinal mixed models)",
+    "figures": "draw the paper figures from a results table",
+    "report": "write report.md / report.html from a results table",
+    "demo": "run the embedded demo sweep end to end",
+    "export": "export a checkpoint or resume state as safetensors (+ save_pretrained layout for hf:)",
+    "concepts": "concept annotation of a corpus: concepts build | check | synthetic | chunk | tag | library | annotate | validate",
 }
 
 # exceptions that mean "the user's input is wrong" (exit 2); FailedWork and the rest exit 1
@@ -39,7 +39,7 @@ _BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
 
 
 def _load(name: str):
-    return importlib.import_module(f"interpscale._commands.{COMMANDS[name][0]}")
+    return importlib.import_module(f"interpscale._commands.{name.replace('-', '_')}")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Plan, train, evaluate and fit IsoFLOP scaling sweeps of interpretable-by-design LMs.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         # -v is accepted after the subcommand too; SUPPRESS keeps a top-level -v from being reset
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -38,8 +38,7 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
     ("not annealed"); numeric columns hold numbers or nothing. ``columns`` maps a results-table
     name to the table's own column (``{"params": "N", "loss": "eval/c4"}``, :func:`map_columns`)."""
     if isinstance(source, pd.DataFrame):
-        return validate_results(map_columns(source.copy(), columns, "results table"), where="results table",
-                                row_offset=1)
+        return validate_results(map_columns(source.copy(), columns, "results table"))
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
@@ -124,7 +123,7 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
     # every row (and every subset filtered from it) can name itself as in the file: row_label
     df.attrs["rows"] = {"where": where, "unit": unit, "first": row_offset}
     for col in POSITIVE_COLUMNS:
-        if col in df.columns and pd.api.types.is_numeric_dtype(df[col]):
+        if col in df.columns:  # numeric by now: POSITIVE_COLUMNS are NUMERIC_COLUMNS
             bad = df[col].notna() & ~(df[col] > 0)
             if bad.any():
                 i = int(bad.to_numpy().nonzero()[0][0])
@@ -161,11 +160,9 @@ def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> lis
     """``(first, repeat)`` pairs of rows identical in every one of ``columns`` (repeated runs, or one
     run listed twice), each named as in the file (:func:`row_label`), in file order."""
     cols = [c for c in columns if c in df.columns]
-    if not cols or not len(df):
+    if not cols:
         return []
     dup = df.duplicated(cols, keep="first").to_numpy()
-    if not dup.any():
-        return []
     first = df.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
     where_first = {g: i for i, g in reversed(list(enumerate(first)))}
     return [(row_label(df, where_first[first[i]]), row_label(df, i)) for i in dup.nonzero()[0]]

@@ -11,8 +11,6 @@ import sys
 
 from interpscale._commands.options import given, option
 
-VERBS = ("chunk", "tag", "library", "annotate", "validate", "build", "check", "synthetic")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from interpscale.concepts import AnnotatorOptions, BuildOptions, Endpoint, LibraryOptions, write_synthetic

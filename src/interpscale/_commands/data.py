@@ -21,8 +21,6 @@ tokenizer.json, concepts.json, meta.json.  Use it in a sweep TOML as
   path = "DIR"
 """
 
-VERBS = ("prepare", "info")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)

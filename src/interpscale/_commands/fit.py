@@ -118,23 +118,16 @@ def family_filter(args, df, command: str) -> list[str] | None:
     return chosen or None
 
 
-def read_mapped(args, path: Path):
-    """The results table at ``path`` with the column flags applied (``--family`` only when it
-    names a column: an old ``--family NAME`` is a filter, :func:`family_filter`)."""
-    mapping = column_map(args, *[f for f in TABLE_FIELDS if f != "family"])
-    if args.family is not None:
-        head = read_table(path)  # only to tell a column from a family value
-        if args.family in head.columns:
-            mapping["family"] = args.family
-            args.family_is_column = True
-    return read_table(path, columns=mapping)
-
-
-def _read_metric(args, fitter):
-    """``args.results`` read by its column flags, and the loss column the fits use (``--metric``,
-    default ``fitter``'s ``loss``), which must be a column holding numbers."""
+def read_metric(args, fitter):
+    """``args.results`` read by its column flags (``--family`` only when it names a column: an old
+    ``--family NAME`` is a filter, :func:`family_filter`), and the loss column the fits use
+    (``--metric``, default ``fitter``'s ``loss``), which must be a column holding numbers."""
     path = Path(args.results)
-    df = read_mapped(args, path)
+    mapping = column_map(args, *[f for f in TABLE_FIELDS if f != "family"])
+    if args.family is not None and args.family in read_table(path).columns:  # a column, not a family value
+        mapping["family"] = args.family
+        args.family_is_column = True
+    df = read_table(path, columns=mapping)
     metric = args.metric or library_default(fitter, "loss")
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
@@ -181,7 +174,7 @@ def _families(args) -> int:
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
                         "(without it nothing is forecast)")
-    path, df, metric = _read_metric(args, fit_families)
+    path, df, metric = read_metric(args, fit_families)
     families = family_filter(args, df, "fit families")
     say_repeats("fit families", df, ("family", "params", "tokens", metric))
     if args.predicted_anneals:  # checkpoints without an anneal branch get a predicted annealed loss
@@ -361,8 +354,7 @@ def _curve_table(path: Path, cols: dict[str, str]):
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from exc
     for flag, col in cols.items():
-        if col not in df.columns:
-            raise UserError(f"{path}: {flag} column {col!r} not found; have {list(df.columns)}")
+        _column(df, path, flag, col)  # a missing column names its flag
         if flag not in ("--run", "run"):
             bad = pd.to_numeric(df[col], errors="coerce").isna()
             if bad.any():
@@ -376,8 +368,7 @@ def _curve(args) -> int:
 
     from interpscale.scaling.curve import curve_from_log, fit_predictor, schedule_curve, split_runs
 
-    log_df = _curve_table(Path(args.log), {"--run": args.run, "--step": args.step, "--lr": args.lr,
-                                           "--loss": args.loss})
+    log_df = _curve_table(Path(args.log), {f"--{f}": getattr(args, f) for f in ("run", "step", "lr", "loss")})
     curves = [curve_from_log(str(r), g[args.step], g[args.lr], g[args.loss])
               for r, g in log_df.groupby(args.run, sort=False)]
     try:
@@ -434,19 +425,18 @@ def _add_multiplier(sub) -> None:
 def _multiplier(args) -> int:
     from interpscale.scaling.multiplier import TARGETS, family_forecasts, fit_multiplier
 
-    path, df, metric = _read_metric(args, fit_multiplier)
+    path, df, metric = read_metric(args, fit_multiplier)
     have = set(map(str, df["family"].dropna().unique())) if "family" in df.columns else set()
     for flag, fam in (("--base", args.base), ("--variant", args.variant)):
         if fam not in have:
             raise UserError(f"{path}: {flag} {fam!r} is not a family of the table; have {', '.join(sorted(have))}")
     targets = tuple(args.target_compute or TARGETS)
-    kw = dict(loss=metric, estimator=args.estimator, annealed=args.annealed, target_compute=targets,
-              **given(args, "n_boot", "seed", "level", "grid", "margin"))
+    rows = dict(loss=metric, estimator=args.estimator, annealed=args.annealed)
+    kw = dict(rows, target_compute=targets, **given(args, "n_boot", "seed", "level", "grid", "margin"))
     if args.methods:
         kw["methods"] = tuple(args.methods)
     try:
-        fc = family_forecasts(df, args.base, args.variant, targets, **{k: kw[k] for k in ("loss", "estimator",
-                              "annealed")}) if args.calibrate else None
+        fc = family_forecasts(df, args.base, args.variant, targets, **rows) if args.calibrate else None
         m = fit_multiplier(df, args.base, args.variant, forecasts=fc, **kw)
     except ValueError as exc:
         raise UserError(f"{path}: {exc}") from exc

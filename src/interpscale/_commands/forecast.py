@@ -6,14 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.fit import FAMILY_HELP, family_filter, read_mapped, say_repeats
-from interpscale._commands.options import deprecated, fit_options, given, library_default, number, option
-from interpscale._commands.options import positive_float, table_options
+from interpscale._commands.fit import FAMILY_HELP, family_filter, read_metric, say_repeats
+from interpscale._commands.options import deprecated, fit_options, given, number, option, positive_float
+from interpscale._commands.options import table_options
 from interpscale.errors import UserError
-from interpscale.results_table import require_values
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results, keep_repeats
 
-VERBS = ("record", "check", "list")
 DEFAULT_REGISTRY = "forecasts.jsonl"  # in the working directory
 
 
@@ -72,17 +70,14 @@ def _record(args) -> int:
         raise UserError("give both --target-params and --target-tokens, or neither (compute-optimal allocation)")
     if args.target_compute is None and params is None:
         raise UserError("give --target-compute, or --target-params and --target-tokens (the compute is then k·P·D)")
-    df = read_mapped(args, Path(args.results))
-    families = family_filter(args, df, "forecast record") or [None]
-    if len(families) > 1:
-        raise UserError(f"forecast record fits one family; got {', '.join(families)}")
-    family = families[0]
-    require_values(df, args.metric or library_default(forecast_from_results, "loss"))
-    say_repeats("forecast record", df, ("family", "params", "tokens", args.metric or "loss"))
+    _, df, metric = read_metric(args, forecast_from_results)
+    family, *more = family_filter(args, df, "forecast record") or [None]
+    if more:
+        raise UserError(f"forecast record fits one family; got {', '.join([family, *more])}")
+    say_repeats("forecast record", df, ("family", "params", "tokens", metric))
     kw = forecast_from_results(df, target_compute=args.target_compute, family=family, params=params, tokens=tokens,
-                               estimator=args.estimator, annealed=args.annealed, force=args.force,
-                               **given(args, "method", "n_boot", "level", "seed", "grid", "calibration",
-                                       loss="metric"))
+                               estimator=args.estimator, annealed=args.annealed, force=args.force, loss=metric,
+                               **given(args, "method", "n_boot", "level", "seed", "grid", "calibration"))
     flag = kw.pop("note", "")
     fc = ForecastLedger(args.registry).record(note=" ".join(filter(None, (flag, args.note))), **kw)
     C = kw["target_compute"]

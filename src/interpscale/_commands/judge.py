@@ -20,8 +20,6 @@ from interpscale._commands.options import given, option
 from interpscale.errors import FailedWork, UserError
 from interpscale.models.checkpoint import weights_file
 
-VERBS = ("alignment", "steering", "relevance")
-
 
 def _numbers(text: str) -> list[float]:
     """An argparse ``type``: comma-separated numbers."""
