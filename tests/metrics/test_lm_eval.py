@@ -10,7 +10,7 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval")
 
 from interpscale.metrics import mmlu_soft_score, run_lm_eval  # noqa: E402
-from interpscale.metrics.lm_eval_adapter import bundled_tasks_dir, find_tokenizer, task_manager  # noqa: E402
+from interpscale.metrics.lm_eval_adapter import TASKS_DIR, find_tokenizer, task_manager  # noqa: E402
 from interpscale.models import save_checkpoint  # noqa: E402
 
 ALL = ["interpscale_sounds", "interpscale_sounds_gen", "interpscale_mmlu_mini", "interpscale_text_ppl"]
@@ -42,7 +42,7 @@ def test_run_lm_eval_writes_results_for_every_output_type(tmp_path, trained_ar, 
     assert set(res) == set(ALL)
     assert res["interpscale_sounds_gen"]["exact_match,first_word"] >= 0.75  # greedy "meow" etc.
     # the harness's App. J soft score equals our own soft-MMLU scorer (same prompt, exact AR)
-    ours = mmlu_soft_score(trained_ar, sounds_tok, bundled_tasks_dir() / "data" / "mmlu_mini.jsonl")
+    ours = mmlu_soft_score(trained_ar, sounds_tok, TASKS_DIR / "data" / "mmlu_mini.jsonl")
     assert res["interpscale_mmlu_mini"]["soft_score,none"] == pytest.approx(ours.soft_score, rel=1e-5)
     assert res["interpscale_mmlu_mini"]["acc,none"] == pytest.approx(ours.accuracy)
     assert res["interpscale_text_ppl"]["bits_per_byte,none"] > 0

@@ -52,7 +52,12 @@ def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm:
             return out
         req = read_request(out)
         if req["fixed_concepts"] and not (out / "concepts.json").exists():
-            _write_fixed_concepts(out, req)
+            if req["concepts"]:
+                cards = read_concepts(req["concepts"])  # checked by make_request
+            else:
+                cfg = corpus_config(req["inputs"][0])
+                cards = make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept, seed=cfg.seed)
+            write_concepts(cards, out / "concepts.json")
         n = len(req["inputs"])
         if executor == "inline":
             build_tokenizer(out)
@@ -61,15 +66,6 @@ def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm:
         else:
             _as_jobs(out, n, executor, slurm or {}, max_parallel)
     return out
-
-
-def _write_fixed_concepts(out: Path, req: dict) -> None:
-    if req["concepts"]:
-        cards = read_concepts(req["concepts"])  # checked by make_request
-    else:
-        cfg = corpus_config(req["inputs"][0])
-        cards = make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept, seed=cfg.seed)
-    write_concepts(cards, out / "concepts.json")
 
 
 def _single_threaded_encoder() -> None:
@@ -114,7 +110,7 @@ def _as_jobs(out: Path, n: int, executor: str, slurm: dict, max_parallel: int) -
     with launcher:
         build_tokenizer(out) if here else wait([launcher.submit(build_tokenizer, str(out))], "tokenizer job")
         req = read_request(out)
-        todo = [i for i in range(n) if not part_done(out, i, req)]
+        todo = [i for i in range(n) if not done_marker(out, i, req)]
         if todo:
             wait(launcher.map(tokenize_part, [str(out)] * len(todo), todo), f"{len(todo)} tokenization task(s)")
         finalize(out) if here else wait([launcher.submit(finalize, str(out))], "finalization job")
@@ -388,14 +384,12 @@ def part_prefix(out: Path, i: int) -> Path:
     return Path(out) / PARTS / f"{i:05d}"
 
 
-def part_done(out: Path, i: int, req: dict | None = None) -> bool:
-    """Part ``i`` is finished and still matches its input file and the tokenizer."""
-    marker = part_prefix(out, i).with_suffix(".json")
-    if not marker.exists():
-        return False
-    req = req or read_request(out)
-    m = json.loads(marker.read_text())
-    return m.get("stat") == stat_of(req["inputs"][i]) and m.get("tokenizer") == file_sha(Path(out) / "tokenizer.json")
+def done_marker(out: Path, i: int, req: dict) -> dict | None:
+    """The marker of part ``i`` if it is finished and still matches its input file and the tokenizer."""
+    path = part_prefix(out, i).with_suffix(".json")
+    m = json.loads(path.read_text()) if path.exists() else {}
+    fresh = m and m.get("stat") == stat_of(req["inputs"][i])
+    return m if fresh and m.get("tokenizer") == file_sha(Path(out) / "tokenizer.json") else None
 
 
 def _encode_in_batches(docs, batch_bytes: int, tok, parse, write) -> None:
@@ -429,9 +423,9 @@ def tokenize_part(out: str | os.PathLike, i: int) -> dict:
     """Step 3 for input ``i`` (idempotent; a submitit array task); returns its marker."""
     out = Path(out)
     req = read_request(out)
+    if marker := done_marker(out, i, req):
+        return marker
     prefix = part_prefix(out, i)
-    if part_done(out, i, req):
-        return json.loads(prefix.with_suffix(".json").read_text())
     inp, tok_path = req["inputs"][i], out / "tokenizer.json"
     stat = stat_of(inp)
     tok = load_tokenizer(tok_path, add_specials=False)
@@ -503,15 +497,6 @@ def _npy_out(path: Path, dtype, n: int):
             del arr
 
 
-def _markers(out: Path, req: dict) -> list[dict]:
-    markers = []
-    for i in range(len(req["inputs"])):
-        if not part_done(out, i, req):
-            raise RuntimeError(f"{out}: input {i} ({req['inputs'][i].get('path')}) is not prepared yet")
-        markers.append(json.loads(part_prefix(out, i).with_suffix(".json").read_text()))
-    return markers
-
-
 def _cards(out: Path, req: dict, markers: list[dict]) -> tuple[list[dict], list[np.ndarray | None]]:
     """The concept cards and, per part, the map of its local label ids onto them."""
     if req["fixed_concepts"]:
@@ -521,15 +506,6 @@ def _cards(out: Path, req: dict, markers: list[dict]) -> tuple[list[dict], list[
     index = {n: k for k, n in enumerate(names)}
     write_concepts(cards, out / "concepts.json")
     return cards, [np.array([index[lab] for lab in m["labels"]], dtype=np.uint32) for m in markers]
-
-
-def _check_totals(out: Path, req: dict, s: str, tot: dict, n_train_docs: int) -> None:
-    if s == "train" and tot["tokens"] == 0:
-        raise UserError(f"{out}: every document fell into the validation split; lower val_fraction")
-    if s == "val" and tot["tokens"] == 0 and req["val_fraction"] > 0:
-        raise UserError(f"{out}: no document fell into the validation split (val_fraction="
-                        f"{req['val_fraction']} of {tot['docs'] + n_train_docs} documents); "
-                        f"raise val_fraction or add documents")
 
 
 def _write_split(out: Path, s: str, markers: list[dict], remaps: list, tot: dict, lab_dtype) -> None:
@@ -561,14 +537,22 @@ def finalize(out: str | os.PathLike) -> dict:
     """Step 4: concatenate the parts into the shards and write meta.json (last)."""
     out = Path(out)
     req = read_request(out)
-    markers = _markers(out, req)
+    markers = [done_marker(out, i, req) for i in range(len(req["inputs"]))]
+    if None in markers:
+        i = markers.index(None)
+        raise RuntimeError(f"{out}: input {i} ({req['inputs'][i].get('path')}) is not prepared yet")
     cards, remaps = _cards(out, req, markers)
     lab_dtype = np.uint16 if len(cards) <= 1 << 16 else np.uint32
     tok = load_tokenizer(out / "tokenizer.json", add_specials=False)
     splits: dict[str, dict] = {}
     for s in SPLITS:
         tot = {k: sum(m[s][k] for m in markers) for k in ("tokens", "chunks", "docs", "labels")}
-        _check_totals(out, req, s, tot, splits.get("train", {}).get("docs", 0))
+        if s == "train" and tot["tokens"] == 0:
+            raise UserError(f"{out}: every document fell into the validation split; lower val_fraction")
+        if s == "val" and tot["tokens"] == 0 and req["val_fraction"] > 0:
+            raise UserError(f"{out}: no document fell into the validation split (val_fraction="
+                            f"{req['val_fraction']} of {tot['docs'] + splits['train']['docs']} documents); "
+                            f"raise val_fraction or add documents")
         _write_split(out, s, markers, remaps, tot, lab_dtype)
         splits[s] = tot
     meta = {"format": FORMAT, "token_dtype": np.dtype(req["token_dtype"]).name,

@@ -6,6 +6,7 @@ tokenizers, and AR vs diffusion ELBO losses, then compare on one scale.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Iterable, Union
 
@@ -15,17 +16,15 @@ from interpscale.models.types import Batch
 Decoder = Union[Callable[[list[int]], str], Any]  # a callable ids -> text, or a tokenizer with .decode
 
 
-def _decode_fn(decoder: Decoder) -> Callable[[list[int]], str]:
-    if hasattr(decoder, "decode"):  # tokenizers.Tokenizer / transformers tokenizer
-        return lambda ids: decoder.decode(ids, skip_special_tokens=True)
-    if callable(decoder):
-        return decoder
-    raise ValueError(f"decoder must be a tokenizer with .decode or a callable ids -> text, got {type(decoder).__name__}")
-
-
 def scored_bytes(batches: Iterable[Batch], decoder: Decoder, estimator: str) -> int:
     """UTF-8 bytes of the tokens whose loss ``estimator`` averages, decoded row by row."""
-    decode = _decode_fn(decoder)
+    if hasattr(decoder, "decode"):  # tokenizers.Tokenizer / transformers tokenizer
+        decode = functools.partial(decoder.decode, skip_special_tokens=True)
+    elif callable(decoder):
+        decode = decoder
+    else:
+        raise ValueError(f"decoder must be a tokenizer with .decode or a callable ids -> text, "
+                         f"got {type(decoder).__name__}")
     n = 0
     for batch in batches:
         keep = scored_positions(batch, estimator).cpu()

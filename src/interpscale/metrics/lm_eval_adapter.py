@@ -33,11 +33,6 @@ TASKS_DIR = Path(__file__).with_name("tasks")
 HARNESS_ARGS = frozenset({"max_batch_size", "dtype", "trust_remote_code", "parallelize"})
 
 
-def bundled_tasks_dir() -> Path:
-    """Folder of the offline task YAMLs (pass it as ``TaskManager(include_path=...)``)."""
-    return TASKS_DIR
-
-
 def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
     """RUN_DIR/tokenizer.json for RUN_DIR/checkpoints/X.pt (or a tokenizer.json beside X.pt)."""
     ck = Path(checkpoint)
@@ -158,13 +153,6 @@ class InterpscaleDiffusion(_InterpscaleLM):  # diffusion: MC ELBO log-likelihood
     DIFFUSION, NAME = True, "interpscale-diffusion"
 
 
-def make_lm(checkpoint=None, *, model=None, tokenizer=None, **kwargs) -> _InterpscaleLM:
-    """The registered LM matching the checkpoint's (or model's) family."""
-    model, tokenizer = _load(checkpoint, model, tokenizer, kwargs.get("device"), "lm-eval")
-    cls = InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR
-    return cls(model=model, tokenizer=tokenizer, **kwargs)
-
-
 def task_manager(include_path: Sequence[Union[str, Path]] = (), *, include_defaults: bool = False):
     """A ``TaskManager`` over the bundled tasks (+ ``include_path``; lm-eval's own: ``include_defaults``)."""
     paths = [str(TASKS_DIR)] + [str(p) for p in include_path]
@@ -199,8 +187,9 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
     if unknown:
         bundled = sorted(t for t in tm.all_tasks if t.startswith("interpscale"))
         raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
-    lm = make_lm(checkpoint, model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size,
-                 device=device, seed=seed)
+    model, tokenizer = _load(checkpoint, model, tokenizer, device, "lm-eval")
+    lm = (InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR)(  # the class of the model's family
+        model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size, device=device, seed=seed)
     cache = request_cache(out_dir, checkpoint, lm.NAME, n_samples=n_samples, seed=seed) \
         if resume and out_dir is not None and checkpoint is not None else None
     res = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot, use_cache=cache,
