@@ -122,8 +122,7 @@ class Backtest:
 
 
 def _row(**kw) -> dict:
-    r = dict.fromkeys(COLUMNS, math.nan)
-    r.update(status="ok", params=math.nan)
+    r = dict.fromkeys(COLUMNS, math.nan) | {"status": "ok"}
     r.update({k: v for k, v in kw.items() if k in COLUMNS and v is not None})
     obs, pred = r["observed"], r["predicted"]
     if r["status"] == "ok" and np.isfinite(obs) and np.isfinite(pred):
@@ -147,16 +146,6 @@ def _folds(budgets: np.ndarray, schemes: Sequence[str], min_train: int):
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
 
 
-def _check(results, methods, min_train, what="backtest") -> None:
-    if not isinstance(results, pd.DataFrame):
-        raise ValueError(f"{what}: results must be a pandas DataFrame")
-    known = [*FORECAST_METHODS, BOUNDED]
-    if bad := [m for m in methods if m not in known]:
-        raise ValueError(f"{what}: unknown method(s) {bad}; choose from {known}")
-    if min_train < 2:
-        raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
-
-
 def _bounded_rows(train, test, metrics, o: ForecastOptions) -> list[dict]:
     """Each metric's bounded fit (Eq. 29) against compute on ``train``, forecasting ``test``'s rows."""
     out = []
@@ -178,9 +167,8 @@ def _bounded_rows(train, test, metrics, o: ForecastOptions) -> list[dict]:
     return out
 
 
-def _family_rows(sub, fam, methods, schemes, min_train, o, metrics, target_compute):
+def _family_rows(sub, fam, budgets, methods, schemes, min_train, o, metrics, target_compute):
     """Every fold's forecast rows of one family, and each leave-one-out fit's forecast at the target."""
-    budgets = np.sort(sub["slice_flops"].dropna().unique())
     names = [m for m in methods if m != BOUNDED]
     rows, at = [], []
     for scheme, fitted, held in _folds(budgets, schemes, min_train):
@@ -230,9 +218,14 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
     fit; ``metrics``: the ``bounded`` columns (default: every METRICS column present);
     ``minimum``: how slice minima are read, for fits and observations alike. A fit that fails
     is recorded with its reason in ``status``, never dropped."""
-    level = check_level(level)
-    methods = [*FORECAST_METHODS, BOUNDED] if methods is None else list(methods)
-    _check(results, methods, min_train)
+    level, known = check_level(level), [*FORECAST_METHODS, BOUNDED]
+    methods = known if methods is None else list(methods)
+    if not isinstance(results, pd.DataFrame):
+        raise ValueError("backtest: results must be a pandas DataFrame")
+    if bad := [m for m in methods if m not in known]:
+        raise ValueError(f"backtest: unknown method(s) {bad}; choose from {known}")
+    if min_train < 2:
+        raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
     warnings: list[str] = []
     if "family" not in results.columns:
         results = results.assign(family="all")
@@ -256,14 +249,13 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
         budgets = np.sort(sub["slice_flops"].dropna().unique())
         if len(budgets) <= min_train and "rollout" in schemes:
             warnings.append(f"{fam}: {len(budgets)} budget(s); a rollout needs more than min_train = {min_train}")
-        fam_rows, at = _family_rows(sub, fam, methods, schemes, min_train, o, ms, target_compute)
+        fam_rows, at = _family_rows(sub, fam, budgets, methods, schemes, min_train, o, ms, target_compute)
         rows += fam_rows
         if target_compute is not None and "loo" in schemes:
             shifts += _shifts(sub, fam, [m for m in methods if m != BOUNDED], o, budgets, at, target_compute,
                               warnings)
         log.info("backtest %s: %d forecasts", fam, len(fam_rows))
-    table = pd.DataFrame(rows, columns=COLUMNS)
     sh = pd.DataFrame(shifts, columns=["family", "method", "forecast", "max_shift", "worst_budget"]) \
         if target_compute is not None else None
-    return Backtest(table=table, level=level, n_boot=n_boot, target_compute=target_compute, shifts=sh,
-                    warnings=tuple(warnings))
+    return Backtest(table=pd.DataFrame(rows, columns=COLUMNS), level=level, n_boot=n_boot,
+                    target_compute=target_compute, shifts=sh, warnings=tuple(warnings))

@@ -88,9 +88,7 @@ def _numbers(df: pd.DataFrame, col: str, path: Path, kind: str, option: str, *, 
 def _field(df, spec: Column, path, kind, option, *, required=True) -> np.ndarray:
     if spec is None:
         return np.full(len(df), np.nan)
-    if isinstance(spec, str):
-        return _numbers(df, spec, path, kind, option, required=required)
-    cols = list(spec.items())  # {column: weight}: weighted mean per row
+    cols = list(({spec: 1.0} if isinstance(spec, str) else spec).items())  # {column: weight}: weighted mean
     vals = np.column_stack([_numbers(df, c, path, kind, option, required=required) for c, _ in cols])
     w = np.array([float(x) for _, x in cols])
     return vals @ w / w.sum()

@@ -129,8 +129,8 @@ class DataConstrainedFit(LawFit):
 def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective"):
     N, D, U, L = check_points({"N (params)": N, "D (tokens)": D, "U (unique tokens)": U, "loss": loss}, need,
                               what)
-    if (U > D * (1 + 1e-9)).any():
-        i = int(np.flatnonzero(U > D * (1 + 1e-9))[0])
+    if (over := U > D * (1 + 1e-9)).any():
+        i = int(np.flatnonzero(over)[0])
         raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
     return N, D, U, L
 
@@ -308,8 +308,7 @@ class ErrorLaw:
 
     def model(self, theta, X):
         k, g, eps = (np.asarray(theta, float)[:, i : i + 1] for i in range(3))
-        L = np.asarray(X, float)
-        L = L if L.ndim == 2 else L[None, :]  # one row of losses per parameter row, or shared
+        L = np.atleast_2d(np.asarray(X, float))  # one row of losses per parameter row, or shared
         ex = np.exp(-g * L)
         y = eps - k * ex
         return y, np.stack([-ex, k * L * ex, np.ones_like(y)], -1)
@@ -443,8 +442,7 @@ class SigmoidLaw:
 
     def model(self, theta, X):
         a, x0, k, b = (np.asarray(theta, float)[:, i : i + 1] for i in range(4))
-        x = np.asarray(X, float)
-        x = x if x.ndim == 2 else x[None, :]  # one row of losses per parameter row, or shared
+        x = np.atleast_2d(np.asarray(X, float))  # one row of losses per parameter row, or shared
         s = 1.0 / (1.0 + np.exp(-k * (x - x0)))
         ds = s * (1.0 - s)
         y = a * s + b

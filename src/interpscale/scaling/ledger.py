@@ -96,9 +96,8 @@ class Forecast:
     @property
     def covered_raw(self) -> bool | None:
         """Whether the raw bootstrap interval covered the observation (None when unknown)."""
-        if self.observed is None or self.raw_lo is None or self.raw_hi is None:
-            return None
-        return bool(self.raw_lo <= self.observed <= self.raw_hi)
+        return None if None in (self.observed, self.raw_lo, self.raw_hi) else \
+            bool(self.raw_lo <= self.observed <= self.raw_hi)
 
     def to_dict(self) -> dict:
         return jsonable(dataclasses.asdict(self))
@@ -272,8 +271,7 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     derived = k * pd_
     if target_compute is None:
         return derived
-    ks = (rows["flops"] / (rows["params"] * rows["tokens"])).to_numpy(float) if "flops" in rows.columns else []
-    ks = np.asarray(ks, float)
+    ks = (rows.get("flops", np.nan) / (rows["params"] * rows["tokens"])).to_numpy(float)  # nan without flops
     ks = ks[np.isfinite(ks) & (ks > 0)]
     lo, hi = (float(ks.min()), float(ks.max())) if ks.size else (k, k)
     given_k = float(target_compute) / pd_

@@ -102,15 +102,10 @@ def own_sigma(spreads, ratios) -> float:
     return float(xt @ (y - y.mean()) / (xt @ xt))
 
 
-def _within(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """x minus its series mean (the fixed-effects transform: only growth within a series counts)."""
-    means = pd.Series(x).groupby(groups).transform("mean").to_numpy()
-    return x - means
-
-
 def _slope(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
     """Common slope of y on x with an intercept per group, and its cluster-robust standard error."""
-    xt, yt = _within(x, groups), _within(y, groups)
+    # minus the series means (the fixed-effects transform: only growth within a series counts)
+    xt, yt = (v - pd.Series(v).groupby(groups).transform("mean").to_numpy() for v in (x, y))
     sxx = float(xt @ xt)
     if sxx <= 0:
         return math.nan, math.nan
