@@ -49,7 +49,7 @@ def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict
     return out
 
 
-def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: int) -> tuple[list, dict]:
+def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: int) -> tuple:
     kind = source.get("kind", "synthetic")
     if kind not in DATA_KINDS:
         raise UserError(f"unknown data kind {kind!r}; expected one of {DATA_KINDS}")
@@ -68,8 +68,7 @@ def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: i
         opts["sample_bytes"] = int(source["tokenizer_sample_bytes"])
     if source.get("document_per_file"):
         opts["document_per_file"] = True
-    paths = source["path"] if isinstance(source["path"], (list, tuple)) else [source["path"]]
-    return list(paths), opts
+    return source["path"], opts  # a path, glob or list of them
 
 
 def prepare_data(source: dict, cache_dir: str | os.PathLike, *, seq_len: int, vocab_size: int = 512,

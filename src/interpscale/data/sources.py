@@ -158,8 +158,6 @@ def _no_nul(text: str, where: str) -> str:
 def labels_of(value, where: str) -> list[str]:
     if value is None:
         return []
-    if type(value) is list and all(type(v) is str for v in value):
-        return value
     if isinstance(value, str):
         return [s.strip() for s in value.split(",") if s.strip()]
     if isinstance(value, (list, tuple, np.ndarray)):
