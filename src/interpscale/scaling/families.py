@@ -253,9 +253,8 @@ class FamilyFit:
         return jsonable({
             "family": self.family, "estimator": self.estimator, "n_rows": self.n_rows,
             "converged": self.converged, "warnings": list(self.warnings), "skipped": self.skipped,
-            "isoflop": self.isoflop, "chinchilla": self.chinchilla,
-            "bounded": self.bounded, "extrapolation": self.extrapolation, "forecast": self.forecast,
-        })
+            "isoflop": self.isoflop, "chinchilla": self.chinchilla, "bounded": self.bounded,
+            "extrapolation": self.extrapolation, "forecast": self.forecast})
 
     def summary(self) -> str:
         parts = [f"== {self.family} ({self.n_rows} rows, estimator {self.estimator}) =="]
@@ -455,8 +454,7 @@ class FamilyFits:
             "target_compute": self.target_compute, "warnings": list(self.warnings), "dropped": self.dropped,
             "table6": self.table6().to_dict("records"), "table7": self.table7().to_dict("records"),
             "forecasts": forecast_table({k: f.forecast for k, f in self.families.items()}).to_dict("records"),
-            "families": {k: f.to_dict() for k, f in self.families.items()},
-        })
+            "families": {k: f.to_dict() for k, f in self.families.items()}})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)

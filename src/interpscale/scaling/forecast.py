@@ -435,15 +435,13 @@ class FamilyForecast:
         return self.methods[self.chosen]
 
     def to_dict(self) -> dict:
+        cols = ("predicted", "raw_lo", "raw_hi", "lo", "hi", "backtest_error", "model_sd", "status")
         return jsonable({
             "target_compute": self.target_compute, "chosen": self.chosen, "chosen_by": self.chosen_by,
             "level": self.level, "ratio": self.ratio, "max_tested_ratio": self.max_tested_ratio,
             "params": self.params, "tokens": self.tokens, "warnings": list(self.warnings),
             "calibration": self.options.calibration,
-            "methods": {k: {f: getattr(v, f) for f in ("predicted", "raw_lo", "raw_hi", "lo", "hi",
-                                                         "backtest_error", "model_sd", "status")}
-                        for k, v in self.methods.items()},
-        })
+            "methods": {k: {f: getattr(v, f) for f in cols} for k, v in self.methods.items()}})
 
     def summary(self) -> str:
         table = forecast_table({"": self}).drop(columns=["Family", "C", "ratio"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -579,11 +579,11 @@ def _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec, delta) -> Si
         grid = np.array([p0 * [1, s, t, 1] for s in (0.5, 1.0, 2.0) for t in (1.0, 3.0, 10.0)])
         theta, obj, ok, code, *_ = multistart(law, x, np.log(y), grid, loss="huber_log", delta=delta)
         st = STATUS[code]
-    sp = spec if spec.kind != "cluster" or not ideal_point else Bootstrap(
-        n_boot=spec.n_boot, kind="cluster", level=spec.level, seed=spec.seed, groups=np.append(spec.groups, "__ideal__"))
+    if spec.kind == "cluster" and ideal_point:  # the ideal point is a cluster of its own
+        spec = replace(spec, groups=np.append(spec.groups, "__ideal__"))
     keep = np.zeros(len(x), bool)
     keep[-1] = ideal_point  # the ideal point is an anchor: in every replicate, as given
-    return law_result(SigmoidFit, law, x, to_fit_scale(y, loss_kind), theta, sp, name="ladder-step2",
+    return law_result(SigmoidFit, law, x, to_fit_scale(y, loss_kind), theta, spec, name="ladder-step2",
                       objective=obj, converged=ok, status=st, recipe=recipe, loss=loss_kind, warnings=[],
                       derived=lambda th: dict(zip(law.names, th.T)), delta=delta, keep=keep,
                       bounds=STEP2_BOUNDS if recipe == "authors" else None)

@@ -1,21 +1,14 @@
 """Intervals far beyond the sweep: how forecast log errors grow with the extrapolation distance,
 and the widening it implies beyond the largest ratio a backtest can test (docs/reach.md states the
-relation, its data and the measurements; issue 36). With d(r) = ln(max(r, 2)):
+relation, its data and the measurements; issue 36). With d(r) = ln(max(r, 2)), the log errors u
+and the fits' bootstrap log spreads s have one common slope each, one intercept per series g:
 
-    ln |u| = a_g + gamma ln d + e        (the log errors; a_g one intercept per forecast series g)
-    ln s   = b_g + sigma ln d + e'       (the fits' bootstrap log spreads at the same forecasts)
+    ln |u| = a_g + gamma ln d + e        ln s = b_g + sigma ln d + e'
 
-one common slope per relation, fitted on the public studies' backtest forecasts
-(tests/data/scaling_public/reach_errors.csv). The scores grow as d^delta: delta = gamma - sigma for
-the studentized rule (t = |u| / s), gamma - 1 for the distance rule (t = |u| / d). For a target
-beyond the largest tested ratio r_max every scale is multiplied by d^delta before the conformal
-quantile is taken,
-
-    a_i -> a_i d(r_i)^delta,   a_T -> a_T d(r_T)^delta      (r_T > r_max, delta > 0)
-
-so the half-width grows as d(r_T)^delta; inside the tested ratios, and for delta <= 0, nothing
-changes. ``PUBLIC`` is the relation fitted on all three studies; ``using(relation)`` sets another
-one (``None``: no widening) for a block of code.
+For a target beyond the largest tested ratio with delta > 0 (gamma - sigma for the studentized
+rule, gamma - 1 for the distance rule) every calibration scale is multiplied by d^delta before the
+conformal quantile: a_i -> a_i d(r_i)^delta, a_T -> a_T d(r_T)^delta. ``PUBLIC`` is the relation
+fitted on all three public studies; ``using(relation)`` sets another one (``None``: no widening).
 """
 
 from __future__ import annotations
