@@ -211,13 +211,13 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
              level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, metrics: Sequence[str] | None = None,
              target_compute: float | None = None,
              minimum: Literal["parabola", "akima"] = "parabola") -> Backtest:
-    """Backtest each method (by name, or ``"bounded"``; default: every registered forecast
-    method, ``forecast.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results`` (the columns of
-    ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout
-    fits on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint
-    fit; ``metrics``: the ``bounded`` columns (default: every METRICS column present);
-    ``minimum``: how slice minima are read, for fits and observations alike. A fit that fails
-    is recorded with its reason in ``status``, never dropped."""
+    """Backtest each method (by name, or ``"bounded"``; default: every registered forecast method,
+    ``forecast.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results``
+    (the columns of ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout fits
+    on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint fit;
+    ``metrics``: the ``bounded`` columns (default: every METRICS column present); ``minimum``: how
+    slice minima are read, for fits and observations alike. A fit that fails is recorded with its
+    reason in ``status``, never dropped."""
     level, known = check_level(level), [*FORECAST_METHODS, BOUNDED]
     methods = known if methods is None else list(methods)
     if not isinstance(results, pd.DataFrame):

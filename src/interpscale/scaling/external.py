@@ -1,15 +1,12 @@
-"""Run tables from outside the toolkit: any CSV/Parquet (also .csv.gz) with a column mapping
-(docs/laws.md, "External run tables"). Per-step logs are reduced the way ladder studies do it: the
-loss and metric are the mean over each run's ``last`` K logged rows, the tokens those of its last
-row (Bhagia et al. 2024, ``moving_avg``)::
+"""Run tables from outside the toolkit by column mapping (docs/laws.md, "External run tables"); per-step
+logs reduced to one row per run as ladder studies do it (Bhagia et al. 2024, ``moving_avg``)::
 
     runs = read_runs("ladder.csv", params="N", tokens="throughput/total_tokens", loss="eval/c4/CE",
                      run="run", step="_step", tokens_per_step="batch_size_in_tokens", last=5)
     runs.frame  # run, params, tokens, unique_tokens, loss, metric, rows, logged, step, line, file
                 # (last=None: every logged row)
 
-Bad input raises :class:`interpscale.errors.UserError` naming the file, the column, the line as
-counted in the file (header = line 1) and the value.
+Bad input raises :class:`interpscale.errors.UserError` naming the file, column, line and value.
 """
 
 from __future__ import annotations

@@ -634,11 +634,9 @@ class LawTableFit:
         return bool(self.fit.converged and (self.extra is None or self.extra.converged))
 
     def to_dict(self) -> dict:
-        out = {"law": self.law, "source": list(self.source), "last": self.last, "n_runs": len(self.runs),
-               "fit": self.fit.to_dict()}
-        if self.extra is not None:
-            out["error_law"] = self.extra.to_dict()
-        return out
+        extra = {} if self.extra is None else {"error_law": self.extra.to_dict()}
+        return {"law": self.law, "source": list(self.source), "last": self.last, "n_runs": len(self.runs),
+                "fit": self.fit.to_dict()} | extra
 
     def summary(self) -> str:
         """``fit law``'s output: runs counted as runs, not as logged rows or checkpoints, then each fit."""

@@ -214,9 +214,8 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
     if target_compute is not None:
         positive_compute(target_compute)
     warnings: list[str] = []
-    for col in ("params", "tokens", loss):
-        if col not in results.columns:
-            raise ValueError(f"results table lacks column {col!r}; have {list(results.columns)}")
+    if missing := [c for c in ("params", "tokens", loss) if c not in results.columns]:
+        raise ValueError(f"results table lacks column {missing[0]!r}; have {list(results.columns)}")
     df = fit_rows(results, family=family, estimator=estimator, annealed=annealed, loss=loss, caller="forecast",
                   warnings=warnings, one_family=True)
     o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
