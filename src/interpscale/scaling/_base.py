@@ -67,22 +67,21 @@ def check_weights(weights: Any, n: int) -> np.ndarray | None:
     return w
 
 
-def check_lengths(**arrays: np.ndarray) -> int:
+def check_lengths(arrays: Mapping[str, np.ndarray], need: int, what: str) -> int:
+    """The one length of the named ``arrays``, at least ``need`` (ValueError naming ``what`` otherwise)."""
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"mismatched lengths: {lengths}")
-    return next(iter(lengths.values()))
-
-
-def check_min_points(n: int, need: int, what: str) -> None:
+    n = next(iter(lengths.values()))
     if n < need:
         raise ValueError(f"{what}: need at least {need} points, got {n}")
+    return n
 
 
 def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: bool = True) -> list:
     """The named columns as checked 1-D arrays (``as_array``) of one length, at least ``need``."""
     out = {k: as_array(v, k, positive=positive) for k, v in arrays.items()}
-    check_min_points(check_lengths(**out), need, what)
+    check_lengths(out, need, what)
     return list(out.values())
 
 
@@ -193,13 +192,10 @@ class FitStatus:
         return cls("flagged", "; ".join(flags)) if flags else cls()
 
 
-NOT_FITTED = FitStatus("failed", "not fitted")
-
-
 def fit_status(fit: Any) -> FitStatus:
     """The status of ``fit`` (a result's own ``status``; None -> failed, "not fitted")."""
     if fit is None:
-        return NOT_FITTED
+        return FitStatus("failed", "not fitted")
     st = getattr(fit, "status", None)
     return st if isinstance(st, FitStatus) else FitStatus.decide(bool(getattr(fit, "converged", True)))
 

@@ -103,24 +103,15 @@ def _predicted_row(row: pd.Series, step: int, pred: tuple[float, float, float], 
     return out
 
 
-def _branch_ratio(branches: list[Curve]) -> float:
-    """Branch length over branch point (0.25 for App. I's 80/20 branches), from the trained ones."""
-    r = [(b.final_step - int(b.name.split("@")[1])) / int(b.name.split("@")[1]) for b in branches]
-    return float(np.median(r))
-
-
 def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float = 0.9,
                     methods: Sequence[str] | None = None) -> pd.DataFrame:
     """Predicted annealed rows for every stable checkpoint without an anneal branch, in runs that
     annealed >= 2 others. The method per (family, estimator) is the one with the smallest pooled
     leave-one-branch-out error; the interval is ``pred·(1 ± q)`` with q from those errors
     (:func:`scaling.curve.error_interval`). Returns only the new rows (may be empty)."""
-    errors = loo_errors(results, loss=loss, methods=methods)
     rows = []
     for key, df in _groups(results):
-        sel = errors
-        for col, v in zip(GROUP, key):
-            sel = sel[sel[col].isna()] if pd.isna(v) else sel[sel[col] == v]
+        sel = loo_errors(df, loss=loss, methods=methods)  # this (family, estimator)'s pooled errors
         if not len(sel):
             continue
         method, _ = choose_method(sel.to_dict("records"))
@@ -130,8 +121,9 @@ def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float =
             if len(branches) < 2:
                 continue
             model = fit_curve_model(method, stable, branches)
-            done = {int(b.name.split("@")[1]) for b in branches}
-            ratio = _branch_ratio(branches)
+            done = [int(b.name.split("@")[1]) for b in branches]  # their branch points
+            # branch length over branch point of the trained branches (0.25 for App. I's 80/20 branches)
+            ratio = float(np.median([(b.final_step - r) / r for b, r in zip(branches, done)]))
             todo = run_rows[~run_rows["annealed"].astype(bool) & ~run_rows["step"].isin(done)
                             & (run_rows["step"] > 0)].dropna(subset=[loss])
             for _, row in todo.iterrows():

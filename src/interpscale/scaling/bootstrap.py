@@ -112,10 +112,8 @@ def dropped(n_ok: int, n_boot: int) -> list[str]:
 
 def pairs_weights(rng: np.random.Generator, n: int, n_boot: int) -> np.ndarray:
     """(n_boot, n) multiplicity counts of a pairs (case) bootstrap."""
-    idx = rng.integers(0, n, size=(n_boot, n))
-    w = np.zeros((n_boot, n))
-    np.add.at(w, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
-    return w
+    idx = rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]  # bin: (replicate, point)
+    return np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(float)
 
 
 def cluster_weights(rng: np.random.Generator, groups, n_boot: int) -> np.ndarray:

@@ -16,8 +16,8 @@ import numpy as np
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_lengths
-from ._base import check_min_points, emit, fmt_ci
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates,
+    check_lengths, emit, fmt_ci)
 from .bootstrap import Bootstrap
 
 # metric -> (direction, natural bound); paper §8.3.1
@@ -127,17 +127,16 @@ def _solve_ea(sw, sm, smm, szm, sz, szz, side, bound):
         e_u = (sm - A_u * sz) / sw
     # z carries the sign s; the constraint is A >= 0 in the signed parameterisation
     feas_u = np.isfinite(A_u) & (A_u >= 0)
-    if side != 0:
+    e_0 = sm / sw  # A = 0: flat line at the (clipped) mean
+    on_bound = []
+    if side != 0:  # e on its bound's allowed side; the edge e = bound with A >= 0
         feas_u &= side * (e_u - bound) >= 0
-    cands = [(np.where(feas_u, e_u, np.nan), np.where(feas_u, A_u, np.nan))]
-    if side != 0:  # e on its bound, A >= 0
         with np.errstate(divide="ignore", invalid="ignore"):
             A_b = np.maximum((szm - bound * sz) / szz, 0.0)
-        cands.append((np.full_like(A_b, bound), A_b))
-    e_0 = sm / sw  # A = 0: flat line at the (clipped) mean
-    if side != 0:
+        on_bound = [(np.full_like(A_b, bound), A_b)]
         e_0 = np.maximum(e_0, bound) if side > 0 else np.minimum(e_0, bound)
-    cands.append((e_0 + 0 * szm, np.zeros_like(szm)))
+    cands = [(np.where(feas_u, e_u, np.nan), np.where(feas_u, A_u, np.nan)), *on_bound,
+             (e_0 + 0 * szm, np.zeros_like(szm))]
     E, A = (np.stack(v) for v in zip(*cands))  # (candidates, ...)
     S = np.where(np.isfinite(E), sse(np.nan_to_num(E), np.nan_to_num(A)), np.inf)
     j = np.argmin(S, axis=0)[None]  # the first of equal candidates, as in the order above
@@ -223,7 +222,7 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
         raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
     label = name or "metric"
     C, m = as_array(compute, "compute", positive=True), as_array(metric, label)
-    check_min_points(check_lengths(compute=C, metric=m), 4, f"fit_bounded({label})")
+    check_lengths({"compute": C, "metric": m}, 4, f"fit_bounded({label})")
     check_duplicates({"compute": C, label: m}, f"fit_bounded({label})")
     if np.ptp(C) == 0:
         raise ValueError("compute: all values are equal; need at least two distinct compute values")

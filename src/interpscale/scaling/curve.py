@@ -52,14 +52,13 @@ class Curve:
         return float(self.loss[-1])
 
 
-def schedule_from_points(steps, lrs, until: int | None = None) -> np.ndarray:
+def schedule_from_points(steps, lrs) -> np.ndarray:
     """A per-step LR array from logged (step, lr) pairs: linear between logged steps, the first
     logged LR before the first logged step, the last after the last."""
     steps, lrs = np.asarray(steps, float), np.asarray(lrs, float)
     order = np.argsort(steps, kind="stable")
     steps, lrs = steps[order], lrs[order]
-    end = int(until if until is not None else steps[-1])
-    return np.interp(np.arange(end + 1, dtype=float), steps, lrs)
+    return np.interp(np.arange(int(steps[-1]) + 1, dtype=float), steps, lrs)
 
 
 def curve_from_log(name: str, steps, lrs, losses) -> Curve:
@@ -78,18 +77,6 @@ def branch_point(stable: Curve, curve: Curve) -> int:
 
 
 # ---------------------------------------------------------------- schedule features
-
-def _lr_area(lr: np.ndarray) -> np.ndarray:
-    """S1 after s steps, s = 0..T: cumulative LR area (``S1[s] = Σ_{t<s} η_t``)."""
-    return np.concatenate([[0.0], np.cumsum(lr)])
-
-
-def _annealing_area(lr: np.ndarray, lam: float = TISSUE_LAMBDA) -> np.ndarray:
-    """Tissue et al. 2024 S2 after s steps: ``m_i = λ m_{i-1} + (η_{i-1} − η_i)``, ``S2 = Σ m_i``."""
-    drops = np.concatenate([[0.0], lr[:-1] - lr[1:]])
-    m = lfilter([1.0], [1.0, -lam], drops)
-    return np.concatenate([[0.0], np.cumsum(m)])
-
 
 @dataclass
 class _Features:
@@ -116,8 +103,12 @@ class _Features:
 
 
 def _curve_features(c: Curve, peak: float) -> _Features:
+    """S1 and S2 after s steps, s = 0..T: the LR area ``S1[s] = Σ_{t<s} η_t`` and Tissue et al. 2024's
+    annealing area ``S2 = Σ m_i``, ``m_i = λ m_{i-1} + (η_{i-1} − η_i)``, read at the evaluated steps."""
     lr = c.lr / peak
-    s1, s2 = _lr_area(lr), _annealing_area(lr)
+    s1 = np.concatenate([[0.0], np.cumsum(lr)])
+    m = lfilter([1.0], [1.0, -TISSUE_LAMBDA], np.concatenate([[0.0], lr[:-1] - lr[1:]]))
+    s2 = np.concatenate([[0.0], np.cumsum(m)])
     steps = np.clip(c.steps, 0, len(lr))
     edges = np.unique(np.linspace(0, len(lr) - 1, min(MAX_DROPS, len(lr)) + 1).astype(int))
     start, end = edges[:-1], edges[1:]

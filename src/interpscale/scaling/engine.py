@@ -283,11 +283,12 @@ class LawObjective:
 
 
 def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
-                 W: np.ndarray | None = None, tol: dict | None = None, max_iter: int = 2000):
+                 W: np.ndarray | None = None, tol: dict | None = None, max_iter: int = 2000, bounds=None):
     """Minimise the law's objective from every row of ``starts`` together (BatchResult, in the law's
     parameters). A law may bring its own batched objective, ``law.objective(X, T, W, loss, delta)``
-    (the joint Chinchilla law's fused Eq. 28); the objective or the law (:class:`Bounded`) may map
-    the parameters to those the optimiser sees (``to_internal``/``to_external``)."""
+    (the joint law's fused Eq. 28); the objective or the law (:class:`Bounded`, from ``bounds``) may
+    map the parameters to those the optimiser sees (``to_internal``/``to_external``)."""
+    law = law if bounds is None else Bounded(law, *bounds)
     make = getattr(law, "objective", None)
     obj = make(X, T, W, loss, delta) if make is not None else LawObjective(law, X, T, W, loss, delta)
     maps = obj if hasattr(obj, "to_internal") else law if hasattr(law, "to_internal") else None
@@ -321,8 +322,7 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
     scipy L-BFGS-B's default rule (``COARSE_TOL``), the best ``n_polish`` end points (of the finite
     ones, or with ``pool="converged"`` of the converged ones when any) to ``polish_tol``; the lowest
     polished objective wins. ``bounds``: (lower, upper) kept by :class:`Bounded`."""
-    kw = dict(loss=loss, delta=delta, W=W)
-    law = law if bounds is None else Bounded(law, *bounds)
+    kw = dict(loss=loss, delta=delta, W=W, bounds=bounds)
     if screen is not None:
         f0 = minimize_law(law, X, T, starts, **kw, max_iter=0).f
         starts = starts[np.argsort(f0, kind="stable")[:screen]]
@@ -378,29 +378,25 @@ class Bounded:
         return y, J * d[:, None, :]
 
 
-def fit_scale(law: Law, theta: np.ndarray, X: Any, loss: str) -> np.ndarray:
-    """The law's fitted values at ``theta`` on the objective's scale (log y or y); a law may give
-    them itself (``law.fitted``: the joint law's log-sum-exp, exact on the log scale)."""
-    own = getattr(law, "fitted", None)
-    return own(theta, X) if own is not None else to_fit_scale(law.model(theta[None, :], X)[0][0], loss)
-
-
 def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Bootstrap, *, loss: str,
                   delta: float = HUBER_DELTA, weights: np.ndarray | None = None, max_iter: int = 1000,
                   bounds=None, keep=None, tol: dict | None = None):
     """The one bootstrap of every law: (draws (n_ok, k), n_ok, warnings), every replicate refitted
     together warm-started from ``theta``, non-converged ones dropped; ``bounds`` kept (:class:`Bounded`);
     ``keep``: anchor points (the ladder's ideal point) left as observed in every replicate."""
-    Y, W = spec.replicates(T, fit_scale(law, theta, X, loss), len(theta), weights=weights)
+    # fitted values on the objective's scale (log y or y); a law may give them itself (``law.fitted``:
+    # the joint law's log-sum-exp, exact on the log scale)
+    own = getattr(law, "fitted", None)
+    fitted = own(theta, X) if own is not None else to_fit_scale(law.model(theta[None, :], X)[0][0], loss)
+    Y, W = spec.replicates(T, fitted, len(theta), weights=weights)
     if keep is not None:
         keep = np.asarray(keep, bool)
         if Y.ndim == 2:
             Y[:, keep] = T[keep]
         if W is not None and W.ndim == 2:
             W[:, keep] = 1.0 if weights is None else np.asarray(weights, float)[keep]
-    inner = law if bounds is None else Bounded(law, *bounds)
-    res = minimize_law(inner, X, Y, np.broadcast_to(theta, (spec.n_boot, len(theta))), loss=loss, delta=delta,
-                       W=W, tol=tol or BOOT_TOL, max_iter=max_iter)
+    res = minimize_law(law, X, Y, np.broadcast_to(theta, (spec.n_boot, len(theta))), loss=loss, delta=delta,
+                       W=W, tol=tol or BOOT_TOL, max_iter=max_iter, bounds=bounds)
     good = res.converged & np.isfinite(res.x).all(axis=1) & np.isfinite(res.f)
     return res.x[good], int(good.sum()), dropped(int(good.sum()), spec.n_boot)
 
@@ -438,29 +434,19 @@ class LawFit(FitResult):
         eps = resample_noise(np.random.default_rng(seed), self.resid, y.shape, len(self.theta))
         return np.exp(np.log(y) + eps) if self.loss == "huber_log" else y + eps
 
-    def _draws(self, X: Any, *, noise: bool, seed: int = 0) -> np.ndarray:
-        """(S, m) curve draws at X from the bootstrap rows (or the point estimate), plus
-        resampled residual noise when ``noise``."""
-        theta = self.boot if self.boot is not None and len(self.boot) else np.array([self.theta])
-        if noise:
-            theta = curve_rows(theta, None)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            y = self._law().model(theta, X)[0]
-        return self._noisy(y, seed) if noise else y
-
     def _curve(self, args: tuple, level: float | None = None, *, noise: bool | None = None, seed: int = 0):
         """At the law's inputs ``args``: the point curve (``noise`` None), the bootstrap band (False)
         or the prediction interval of a new observation (True)."""
         X, shape = self._inputs(*args)
-        point = lambda: self._law().model(np.array([self.theta]), X)[0][0].reshape(shape)  # noqa: E731
+        curves = lambda th: self._law().model(th, X)[0]  # noqa: E731
+        point = lambda: curves(np.array([self.theta]))[0].reshape(shape)  # noqa: E731
         if noise is None:
             return point()
         if not noise:
-            return self._band(lambda th: self._law().model(th, X)[0], shape, level, point)
+            return self._band(curves, shape, level, point)
         log = self.loss == "huber_log"  # residuals live on the objective's scale
-        return self._interval(lambda th: np.log(self._law().model(th, X)[0]) if log else self._law().model(th, X)[0],
-                              self.theta, shape, level, seed=seed, n_params=len(self.theta),
-                              back=np.exp if log else None)
+        return self._interval((lambda th: np.log(curves(th))) if log else curves, self.theta, shape, level,
+                              seed=seed, n_params=len(self.theta), back=np.exp if log else None)
 
     def _lines(self, title: str | None = None) -> list[str]:
         return [f"{title or self.law}   (n = {self.n}, recipe = {self.recipe}, {self.loss} objective = "
@@ -510,9 +496,9 @@ def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | Non
     observation (curve + noise) pushed through the second law's bootstrap curves (paired by
     replicate), plus the second law's residual noise."""
     X, shape = first._inputs(N, D)
-    x = first._draws(X, noise=True, seed=seed)  # (S, m)
     th = second.boot if second.boot is not None and len(second.boot) else np.array([second.theta])
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        x = first._noisy(first._law().model(curve_rows(first.boot, first.theta), X)[0], seed)  # (S, m)
         y = second._law().model(th[np.arange(len(x)) % len(th)], x)[0]
     lo, hi = band_from_draws(second._noisy(y, seed + 1), level or second.level)
     return lo.reshape(shape), hi.reshape(shape)

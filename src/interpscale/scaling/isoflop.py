@@ -160,15 +160,6 @@ def _quadratic(x: np.ndarray):
     return np.column_stack([np.ones_like(x), x - xm, (x - xm) ** 2]), xm
 
 
-def _fit_slice(x: np.ndarray, y: np.ndarray):
-    """Least-squares fit of Eq. 25 on one window: (a, x*, L*, convex, fitted). Eq. 25 is the vertex
-    form of a quadratic in x, so its least-squares optimum is the exact quadratic's, read off it."""
-    X, xm = _quadratic(x)
-    c = wls(X, y)[0]
-    xs, Ls = _vertex(c[0], c[1], c[2], xm) if c[2] > 0 else (math.nan, math.nan)
-    return float(c[2]), float(xs), float(Ls), bool(c[2] > 0), X @ c
-
-
 def _size_groups(x: np.ndarray, tol: float = AKIMA_MERGE) -> np.ndarray:
     """Group ids of sorted log sizes: a size within ``tol`` of the previous one joins its group."""
     return np.concatenate([[0], np.cumsum(np.diff(x) > tol)]).astype(int)
@@ -249,17 +240,20 @@ def slice_optimum(x: np.ndarray, y: np.ndarray, window: int | None, minimum: str
         row.update(P_star=math.nan, L_star=math.nan, curvature=math.nan, converged=False, convex=False,
                    interior=False, reason="fewer than 3 distinct sizes")
         return row, w, None
-    a, xs, Ls, conv, fitted = _fit_slice(x[w], y[w])
-    convex = a > 0
+    X, xm = _quadratic(x[w])
+    c = wls(X, y[w])[0]  # Eq. 25 is the vertex form of a quadratic: its least-squares fit is the quadratic's
+    a, convex = float(c[2]), bool(c[2] > 0)  # a parabola that is not convex did not converge to a minimum
+    xs, Ls = (float(v) for v in _vertex(*c, xm)) if convex else (math.nan, math.nan)
     interior = bool(convex and x.min() < xs < x.max())
     if minimum == "akima":  # the interpolant always has a minimum; it must be interior
         xa, La, inner = akima_minimum(x[w], y[w][None, :])
-        xs, Ls, conv, convex = float(xa[0]), float(La[0]), True, True
+        xs, Ls, convex = float(xa[0]), float(La[0]), True
         interior = bool(inner[0]) and x.min() < xs < x.max()
-    flags = (("not converged", not conv), ("non-convex", not convex), ("minimum at edge", convex and not interior))
-    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=conv, convex=convex,
-               interior=interior, reason="; ".join(r for r, bad in flags if bad))
-    return row, w, ((a, xs, Ls, fitted) if convex else None)
+    flags = (("not converged", not convex), ("non-convex", not convex),
+             ("minimum at edge", convex and not interior))
+    row.update(P_star=math.exp(xs) if convex else math.nan, L_star=Ls, curvature=a, converged=convex,
+               convex=convex, interior=interior, reason="; ".join(r for r, bad in flags if bad))
+    return row, w, ((a, xs, Ls, X @ c) if convex else None)
 
 
 def slice_minimum(params, loss, *, window: int | None = 5, minimum: str = "parabola") -> dict:

@@ -28,11 +28,8 @@ from .engine import STATUS, bootstrap_law, chunked, multistart
 def epoch_grid() -> np.ndarray:
     """Hoffmann/Epoch initialisation grid, 4,500 (a, b, e, alpha, beta) rows: alpha, beta in
     {0, 0.5, ..., 2}; e in {-1, -0.5, ..., 1}; a, b in {0, 5, ..., 25}."""
-    ab = np.arange(0.0, 25.0 + 1e-9, 5.0)
-    e = np.arange(-1.0, 1.0 + 1e-9, 0.5)
-    al = np.arange(0.0, 2.0 + 1e-9, 0.5)
-    rows = [(a, b, ee, x, y) for x, y, ee, a, b in itertools.product(al, al, e, ab, ab)]
-    return np.array(rows, dtype=float)
+    ab, e, al = np.linspace(0.0, 25.0, 6), np.linspace(-1.0, 1.0, 5), np.linspace(0.0, 2.0, 5)
+    return np.array(list(itertools.product(al, al, e, ab, ab)))[:, [3, 4, 2, 0, 1]]  # alpha-major rows
 
 
 def coarse_grid() -> np.ndarray:
@@ -44,10 +41,7 @@ def coarse_grid() -> np.ndarray:
 def log_pred(theta: np.ndarray, lP: np.ndarray, lD: np.ndarray) -> np.ndarray:
     """log L-hat for rows of theta = (a, b, e, alpha, beta): shape (S, n)."""
     a, b, e, al, be = (theta[:, i : i + 1] for i in range(5))
-    u1 = a - al * lP[None, :]
-    u2 = b - be * lD[None, :]
-    u3 = np.broadcast_to(e, u1.shape)
-    return np.logaddexp(np.logaddexp(u1, u2), u3)
+    return np.logaddexp(np.logaddexp(a - al * lP[None, :], b - be * lD[None, :]), e)
 
 
 class HuberLSE:
@@ -362,36 +356,30 @@ def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int)
     return ms.theta, ms.objective, converged, best, int(ok.sum()), STATUS[ms.code]
 
 
+def _point_flags(alpha: float, beta: float, L_inf: float, min_loss: float) -> list[str]:
+    """Why the point estimate does not identify Eq. 27: an exponent is non-positive (the law does not
+    decrease) or L_inf collapsed (below ``L_INF_COLLAPSE`` x the smallest observed loss, ``min_loss``)."""
+    flags = []
+    if not (alpha > 0 and beta > 0):
+        flags.append(f"not identified: non-positive exponent (α={alpha:.3g}, β={beta:.3g}): the law is not "
+                     "decreasing")
+    if L_inf < L_INF_COLLAPSE * min_loss:
+        flags.append(f"not identified: L∞ collapsed to its bound 0 ({L_inf:.3g} < {L_INF_COLLAPSE:g} × the "
+                     "smallest observed loss); the points do not pin down the irreducible loss")
+    return flags
+
+
 def joint_status(fit) -> FitStatus:
     """The status of a joint fit (Eq. 27), from its fields: ``failed`` when the optimiser did not
-    converge; ``flagged`` when an exponent is non-positive (the law does not decrease), L_inf
-    collapsed (below ``L_INF_COLLAPSE`` x the smallest observed loss, ``min_loss``) or the lower
-    end of its interval reaches below ``L_INF_COLLAPSE`` x the estimate (not identified)."""
-    flags = []
-    if not (fit.alpha > 0 and fit.beta > 0):
-        flags.append(f"not identified: non-positive exponent (α={fit.alpha:.3g}, β={fit.beta:.3g}): the law is not "
-                     "decreasing")
-    if fit.L_inf < L_INF_COLLAPSE * getattr(fit, "min_loss", math.nan):
-        flags.append(f"not identified: L∞ collapsed to its bound 0 ({fit.L_inf:.3g} < {L_INF_COLLAPSE:g} × the "
-                     "smallest observed loss); the points do not pin down the irreducible loss")
-    else:
-        lo = (fit.ci or {}).get("L_inf", (math.nan, math.nan))[0]
-        if np.isfinite(lo) and lo < L_INF_COLLAPSE * fit.L_inf:
-            flags.append(f"not identified: the {fit.level:.0%} interval of L∞ reaches down to {lo:.3g} "
-                         f"(< {L_INF_COLLAPSE:g} × the estimate {fit.L_inf:.3g})")
+    converge; ``flagged`` by :func:`_point_flags` or when the lower end of the interval of L_inf
+    reaches below ``L_INF_COLLAPSE`` x the estimate (not identified)."""
+    min_loss = getattr(fit, "min_loss", math.nan)
+    flags = _point_flags(fit.alpha, fit.beta, fit.L_inf, min_loss)
+    lo = (fit.ci or {}).get("L_inf", (math.nan, math.nan))[0]
+    if not fit.L_inf < L_INF_COLLAPSE * min_loss and np.isfinite(lo) and lo < L_INF_COLLAPSE * fit.L_inf:
+        flags.append(f"not identified: the {fit.level:.0%} interval of L∞ reaches down to {lo:.3g} "
+                     f"(< {L_INF_COLLAPSE:g} × the estimate {fit.L_inf:.3g})")
     return FitStatus.decide(fit.converged, flags, getattr(fit, "optimizer", ""))
-
-
-def _identified(theta: np.ndarray, lL: np.ndarray, warnings: list[str]) -> None:
-    """Log why the point fit does not identify the law: L_inf ran off towards -inf (below
-    ``L_INF_COLLAPSE`` x the smallest observed loss) or an exponent is non-positive."""
-    _, _, e, al, be = theta
-    if al <= 0 or be <= 0:
-        emit(warnings, f"fit_chinchilla: non-positive exponent (alpha={al:.4g}, beta={be:.4g}); "
-                       "the law is not decreasing")
-    if math.exp(e) < L_INF_COLLAPSE * float(np.exp(lL.min())):
-        emit(warnings, f"fit_chinchilla: L_inf collapsed to {math.exp(e):.3g} (< {L_INF_COLLAPSE:g} x the smallest "
-                       "observed loss); the irreducible loss is not identified by these points")
 
 
 def _replicates(x: _Inputs, theta: np.ndarray, spec: Bootstrap, *, max_iter: int,
@@ -433,17 +421,18 @@ def fit_chinchilla(params, tokens, loss, *, delta: float = 1e-3,
     warnings: list[str] = []
     theta, objective, converged, best, n_ok_starts, status = _point_fit(x, warnings, max_iter=max_iter,
                                                                         n_polish=n_polish)
-    _identified(theta, x.lL, warnings)
-    boot, ci, n_ok = _replicates(x, theta, spec, max_iter=max_iter, warnings=warnings)
     a, b, e, al, be = theta
-    w_given = x.w is not None
+    min_loss = float(np.exp(x.lL.min()))
+    for flag in _point_flags(al, be, math.exp(e), min_loss):  # logged; the status says it again
+        emit(warnings, f"fit_chinchilla: {flag}")
+    boot, ci, n_ok = _replicates(x, theta, spec, max_iter=max_iter, warnings=warnings)
     fit = ChinchillaFit(
         L_inf=float(np.exp(e)), A_P=float(np.exp(a)), A_D=float(np.exp(b)), alpha=float(al), beta=float(be),
         objective=objective, converged=converged, n=x.lL.size, huber_delta=float(delta),
         n_starts=len(x.starts), n_converged_starts=n_ok_starts, best_start=tuple(map(float, x.starts[best])),
         best_start_index=best, optimizer=status, ci=ci, level=spec.level, bootstrap=bootstrap, n_boot_ok=n_ok,
         warnings=tuple(warnings), overestimate_penalty=float(overestimate_penalty),
-        L_inf_bounded=bool(bound_L_inf), weighted=w_given, boot=boot, min_loss=float(np.exp(x.lL.min())),
+        L_inf_bounded=bool(bound_L_inf), weighted=x.w is not None, boot=boot, min_loss=min_loss,
         resid=x.lL - log_pred(theta[None, :], x.lP, x.lD)[0],
     )
     return dataclasses.replace(fit, status=joint_status(fit))

@@ -118,12 +118,10 @@ class MultiplierFit:
     def growth_dict(self) -> dict:
         """``multiplier.json``: the primary test's fields, every method's test and the F test."""
         d = self.test.to_dict()
-        d.update(base=self.base, variant=self.variant, tests={m: t.to_dict() for m, t in self.growth.items()},
-                 shared_exponent=None if self.shared_exponent is None else self.shared_exponent.to_dict(),
-                 paired=self.paired, statuses={m: s.to_dict() for m, s in self.statuses.items()},
-                 sweep_range=list(self.sweep_range), n_boot=self.n_boot,
-                 status=self.status.to_dict(), warnings=list(self.warnings))
-        return jsonable(d)
+        d.update(base=self.base, variant=self.variant, tests=self.growth,
+                 shared_exponent=self.shared_exponent, paired=self.paired, statuses=self.statuses,
+                 sweep_range=self.sweep_range, n_boot=self.n_boot, status=self.status, warnings=self.warnings)
+        return jsonable(d)  # each test and status by its own to_dict
 
     def to_dict(self) -> dict:
         return jsonable(dict(self.growth_dict(), table=self.to_frame().to_dict("records")))
@@ -322,12 +320,8 @@ def growth_test(method: str, slope: float, draws: np.ndarray, level: float, marg
     q = (1.0 - level) / 2.0
     lo, hi = (float(v) for v in np.quantile(d, [q, 1 - q]))
     p = float(min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0))))
-    if lo > 0:
-        verdict = "growing"
-    elif hi < 0:
-        verdict = "shrinking"
-    else:
-        verdict = "constant" if -margin <= lo and hi <= margin else "undetermined"
+    verdict = ("growing" if lo > 0 else "shrinking" if hi < 0
+               else "constant" if -margin <= lo and hi <= margin else "undetermined")
     return GrowthTest(method, float(slope), lo, hi, p, verdict, level, margin, assumes)
 
 
@@ -428,8 +422,7 @@ def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
 
 def _rows(method, C, point, draws, level, extrapolated, half) -> list[dict]:
     lo, hi = _quantiles(draws, level) if len(draws) else (point, point)
-    lo = np.minimum(lo, point - half)
-    hi = np.maximum(hi, point + half)
+    lo, hi = np.minimum(lo, point - half), np.maximum(hi, point + half)
     return [dict(compute=float(c), k=float(np.exp(p)), lo=float(np.exp(a)), hi=float(np.exp(b)), method=method,
                  extrapolated=bool(e)) for c, p, a, b, e in zip(C, point, lo, hi, extrapolated)]
 
@@ -556,10 +549,6 @@ def simulate_pair(multiplier: float = 1.3, growth: float = 0.0, *, slices: Seque
     piv = float(np.sqrt(slices[0] * slices[-1])) if pivot is None else float(pivot)
     a, b = law["alpha"], law["beta"]
     G = (a * law["A_P"] / (b * law["A_D"])) ** (1.0 / (a + b))
-
-    def base_loss(P, D):
-        return law["L_inf"] + law["A_P"] / P**a + law["A_D"] / D**b
-
     rows = []
     for fam in names:
         for C in slices:
@@ -569,7 +558,9 @@ def simulate_pair(multiplier: float = 1.3, growth: float = 0.0, *, slices: Seque
             for j in range(sizes_per_slice):
                 P = P_opt * 2.0 ** (j - (sizes_per_slice - 1) / 2 + u)
                 D = C / (6.0 * P)
-                L = base_loss(P / math.sqrt(m), D / math.sqrt(m)) * math.exp(noise * rng.standard_normal())
+                Pb, Db = P / math.sqrt(m), D / math.sqrt(m)  # the variant's loss: the base's (Eq. 27) there
+                L = law["L_inf"] + law["A_P"] / Pb**a + law["A_D"] / Db**b
+                L *= math.exp(noise * rng.standard_normal())
                 rows.append(dict(run_id=f"{fam}-{C:.3g}-{j}", family=fam, slice_flops=C, flops=C, params=P,
                                  tokens=D, loss=L, annealed=True))
     return pd.DataFrame(rows)

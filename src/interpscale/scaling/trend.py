@@ -46,12 +46,7 @@ class TrendFit:
     @property
     def direction(self) -> str:
         """``rises`` / ``falls`` when the interval of the slope excludes 0, else ``no significant trend``."""
-        lo, hi = self.ci
-        if lo > 0:
-            return RISES
-        if hi < 0:
-            return FALLS
-        return FLAT
+        return RISES if self.ci[0] > 0 else FALLS if self.ci[1] < 0 else FLAT
 
     def predict(self, compute) -> np.ndarray:
         return self.intercept + self.slope * np.log10(np.asarray(compute, float))
