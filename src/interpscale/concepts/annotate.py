@@ -245,13 +245,13 @@ def annotate_file(annotator_dir: str, src: str, dest: str) -> dict:
 
         def flush() -> None:
             texts = [t for ts in batch for t in ts]
-            preds = iter(ann.predict(texts) if texts else ())
+            preds = ann.predict(texts) if texts else []
+            stats["without_features"] += sum(p is None for p in preds)
+            stats["labels"] += sum(len(p or []) for p in preds)
+            it = iter(preds)
             for ts in batch:
-                got = [next(preds) for _ in ts]
-                stats["without_features"] += sum(p is None for p in got)
-                stats["labels"] += sum(len(p or []) for p in got)
-                chunks = [{"text": t, "concepts": p or []} for t, p in zip(ts, got)]
-                fh.write(json.dumps({"chunks": chunks}, ensure_ascii=False) + "\n")
+                fh.write(json.dumps({"chunks": [{"text": t, "concepts": next(it) or []} for t in ts]},
+                                    ensure_ascii=False) + "\n")
             batch.clear()
 
         for _, texts in iter_doc_chunks(Path(src)):

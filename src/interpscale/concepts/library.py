@@ -124,9 +124,8 @@ def cluster(emb: np.ndarray, k: Optional[int], seed: int, hint: Optional[int] = 
 
 def offline_card(tags: Sequence[str], n_words: int) -> dict:
     """A card from a cluster's most central tags: the label names the top two."""
-    label = " / ".join(tags[:2])
-    shown = ", ".join(tags[:3])
-    return {"label": label, "description": f"Text about {shown}.", "words": list(tags[:n_words])}
+    return {"label": " / ".join(tags[:2]), "description": f"Text about {', '.join(tags[:3])}.",
+            "words": list(tags[:n_words])}
 
 
 def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(), *,
@@ -149,8 +148,7 @@ def build_library(out: str | os.PathLike, opts: LibraryOptions = LibraryOptions(
         vocab, members, emb = _embedded(vocab, members, np.asarray(embed(vocab), dtype=np.float64))
         d, how = None, "judge endpoint /embeddings"
     labels, k, sil = cluster(emb, opts.n_concepts, opts.seed, hint=d)
-    groups = _clusters(vocab, emb, labels, k, members, support, opts)
-    lib = _finish(groups, opts, name)
+    lib = _finish(*_clusters(vocab, emb, labels, k, members, support, opts), opts, name)
     lib.k, lib.silhouette, lib.embedding, lib.min_tags = k, sil, how, opts.min_tags
     write_json(out / LIBRARY / "library.json", lib.to_dict())
     write_concepts(lib.cards, out / CONCEPTS_FILE)
@@ -215,10 +213,7 @@ def dedupe(clusters: list[dict], cos: float, jaccard: float) -> list[dict]:
     k, comp = connected_components(near, directed=False)  # numbered in order of their first cluster
     merged = []
     for c in range(k):
-        recs = [clusters[i] for i in np.flatnonzero(comp == c)]
-        if len(recs) == 1:
-            merged.append({**recs[0], "merged_from": 1})
-            continue
+        recs = [clusters[i] for i in np.flatnonzero(comp == c)]  # one cluster: itself, renormalised
         tags = [t for r in sorted(recs, key=lambda r: -r["support"]) for t in r["tags"]]
         chunks = set().union(*(r["chunks"] for r in recs))
         cen = sum(r["centroid"] for r in recs)
@@ -227,9 +222,8 @@ def dedupe(clusters: list[dict], cos: float, jaccard: float) -> list[dict]:
     return merged
 
 
-def _finish(groups, opts, name) -> Library:
+def _finish(kept, dropped, opts, name) -> Library:
     """Cards for the kept clusters, near-duplicates merged."""
-    kept, dropped = groups
     merged = dedupe(kept, opts.dedupe_cos, opts.dedupe_jaccard)
     named = name([m["tags"][:50] for m in merged]) if name is not None else [None] * len(merged)
     cards = []

@@ -70,10 +70,10 @@ class EndpointEmbedder:
             log.warning("embeddings reply malformed (%d vectors for %d inputs): %d tag(s) dropped",
                         len(vecs), len(batch), len(batch))
             return {}
-        for (k, _), v in zip(batch, vecs):
-            self.judge.cache.put(k, raw="", value=[float(x) for x in v], status="ok", expected=None,
-                                 meta={"embedding": self.model})
-        return {k: [float(x) for x in v] for (k, _), v in zip(batch, vecs)}
+        got = {k: [float(x) for x in v] for (k, _), v in zip(batch, vecs)}
+        for k, v in got.items():
+            self.judge.cache.put(k, raw="", value=v, status="ok", expected=None, meta={"embedding": self.model})
+        return got
 
 
 def _vector(v: Any) -> bool:

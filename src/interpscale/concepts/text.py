@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 DOMAINS = ("prose", "code", "maths")
 # §4.2.1: 150 tokens for web text and general documents, 256 for mathematics and code
 THRESHOLDS = {"prose": 150, "code": 256, "maths": 256}
-MAX_SENTENCE_TOKENS = 50_000  # §4.2.1: the paper drops longer sentences as malformed (opt-in here)
 
 _PARAGRAPH_END = re.compile(r"\n[^\S\n]*\n\s*")  # a run of blank lines ends a paragraph
 _SENT_END = re.compile(r"[.!?…]+[\"'”’»)\]}]*\s+")  # the fallback rule: end mark, closers, whitespace
@@ -46,8 +45,7 @@ def domain_of_path(path) -> str | None:
     """The domain a file's extension names (``code`` for source files, ``maths`` for TeX),
     else None (the text decides)."""
     p = PurePath(str(path))
-    ext = PurePath(p.stem).suffix if p.suffix.lower() == ".gz" else p.suffix
-    ext = ext.lower()
+    ext = (PurePath(p.stem).suffix if p.suffix.lower() == ".gz" else p.suffix).lower()
     return "code" if ext in CODE_EXTENSIONS else "maths" if ext in MATHS_EXTENSIONS else None
 
 

@@ -27,7 +27,7 @@ from interpscale.data.corpus import CorpusConfig, generate_documents
 from interpscale.data.sources import expand_sources, iter_documents
 from interpscale.errors import UserError
 from interpscale.judges import LEXICAL_LABEL, ConceptCard, LexicalJudge, score_relevance
-from interpscale.judges.scorers import fmt
+from interpscale.judges.scorers import fmt, md_table
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +102,18 @@ def stage_headlines(report: dict) -> dict:
 
 def report_markdown(report: dict) -> str:
     names = {"tags": "Stage 1: tags", "concepts": "Stage 2: concepts", "annotator": "Stage 3: annotator (held out)"}
-    lines = [f"# Concept pipeline validation\n\nRelevance judge (App. C, 1-5; success = score >= 2): {report['judge']}\n",
-             "| stage | chunks | pairs scored | success (>=2) | mean | per-item mean (sd) | failed |",
-             "|---|---|---|---|---|---|---|"]
-    for k, s in report["stages"].items():
-        failed = s.get("parse_failures", 0) + s.get("api_errors", 0) + s.get("refused", 0)
-        lines.append(f"| {names.get(k, k)} | {s['n_chunks']} | {s.get('n_scored', 0)} | {fmt(s['success_rate'])} | "
-                     f"{fmt(s['mean'])} | {fmt(s.get('per_item_mean'))} ({fmt(s.get('per_item_sd'))}) | {failed} |")
-    lines.append("\nHistograms of per-chunk and per-tag/per-concept mean scores (bins of 0.5 from 1 to 5) are in "
-                 "validation.json and stages.png (as the paper's Figs. 6, 10, 11).")
-    if report["backend"] == "lexical":
-        lines.append("\nScored by the offline lexical backend (word overlap), a proxy and not an LLM judge: "
-                     "pass --base-url and --model for the App. C judge.")
-    return "\n".join(lines) + "\n"
+    rows = [(names.get(k, k), s["n_chunks"], s.get("n_scored", 0), fmt(s["success_rate"]), fmt(s["mean"]),
+             f"{fmt(s.get('per_item_mean'))} ({fmt(s.get('per_item_sd'))})",
+             sum(s.get(f, 0) for f in ("parse_failures", "api_errors", "refused")))
+            for k, s in report["stages"].items()]
+    table = md_table(("stage", "chunks", "pairs scored", "success (>=2)", "mean", "per-item mean (sd)",
+                      "failed"), rows)
+    lexical = ("\nScored by the offline lexical backend (word overlap), a proxy and not an LLM judge: "
+               "pass --base-url and --model for the App. C judge.\n")
+    return (f"# Concept pipeline validation\n\nRelevance judge (App. C, 1-5; success = score >= 2): "
+            f"{report['judge']}\n\n{table}\nHistograms of per-chunk and per-tag/per-concept mean scores (bins"
+            " of 0.5 from 1 to 5) are in validation.json and stages.png (as the paper's Figs. 6, 10, 11).\n"
+            + (lexical if report["backend"] == "lexical" else ""))
 
 
 def _figure(report: dict, path: Path) -> None:
@@ -204,12 +203,7 @@ def write_synthetic(out: str | os.PathLike, n_docs: int = 400, seed: int = 0) ->
     """The bundled generator's corpus as DIR/raw.jsonl (chunks, labels removed: what the
     pipeline sees) and DIR/truth.jsonl (the same chunks with their concept labels)."""
     concepts, docs = generate_documents(CorpusConfig(n_docs=n_docs, seed=seed))
-    out = Path(out)
-    paths = out / RAW, out / TRUTH
-    with atomic_path(paths[0]) as raw, atomic_path(paths[1]) as truth:
-        with open(raw, "w", encoding="utf-8") as r, open(truth, "w", encoding="utf-8") as t:
-            for d in docs:
-                r.write(json.dumps({"chunks": [{"text": x} for x, _ in d]}) + "\n")
-                t.write(json.dumps({"chunks": [{"text": x, "concepts": [concepts[c].label for c in labs]}
-                                               for x, labs in d]}) + "\n")
-    return paths
+    rows = [[{"text": x, "concepts": [concepts[c].label for c in labs]} for x, labs in d] for d in docs]
+    raw = "".join(json.dumps({"chunks": [{"text": r["text"]} for r in rs]}) + "\n" for rs in rows)
+    truth = "".join(json.dumps({"chunks": rs}) + "\n" for rs in rows)
+    return atomic_write_text(Path(out) / RAW, raw), atomic_write_text(Path(out) / TRUTH, truth)

@@ -16,7 +16,7 @@ import math
 import random
 import string
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -38,6 +38,12 @@ def to_record(reply: JudgeRecord, value: Any = None, **meta: Any) -> JudgeRecord
 def fmt(x: Optional[float]) -> str:
     """A score in a markdown table: three decimals, ``n/a`` when missing."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table: the header, its ``|---|`` line and one line per row (newline-terminated)."""
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -106,8 +112,8 @@ class AlignmentResult(_Scored):
     def to_markdown(self) -> str:
         s = self.summary
         return (f"Known concept alignment (1-5), judge: {self.label}\n\n"
-                f"| Concepts scored | Mean | Parse failures | API errors |\n|---|---|---|---|\n"
-                f"| {s.n} | {fmt(s.mean)} | {s.n_parse_failures} | {s.n_api_errors} |\n" + s.refused_note())
+                + md_table(("Concepts scored", "Mean", "Parse failures", "API errors"),
+                           [(s.n, fmt(s.mean), s.n_parse_failures, s.n_api_errors)]) + s.refused_note())
 
 
 def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[str]], *,
@@ -148,9 +154,9 @@ class RelevanceResult(_Scored):
     def to_markdown(self) -> str:
         s = self.summary
         return (f"Concept relevance (1-5), judge: {self.label}\n\n"
-                f"| Scores | Mean | Success (>=2) | Parse failures | API errors |\n|---|---|---|---|---|\n"
-                f"| {s.n} | {fmt(s.mean)} | {fmt(self.success_rate)} | {s.n_parse_failures} "
-                f"| {s.n_api_errors} |\n" + s.refused_note())
+                + md_table(("Scores", "Mean", "Success (>=2)", "Parse failures", "API errors"),
+                           [(s.n, fmt(s.mean), fmt(self.success_rate), s.n_parse_failures, s.n_api_errors)])
+                + s.refused_note())
 
 
 def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[ConceptCard]], *,
@@ -243,12 +249,10 @@ class AutoInterpResult:
                 "records": {k: [r.to_dict() for r in v] for k, v in self.records.items()}}
 
     def to_markdown(self) -> str:
-        lines = [f"Auto-interpretability (explain/simulate, Pearson r), judge: {self.label}", "",
-                 "| Method | Units scored | Mean r | Undefined | Parse failures | API errors |", "|---|---|---|---|---|---|"]
-        for m, s in self.summaries.items():
-            lines.append(f"| {m} | {s.n} | {fmt(s.mean)} | {self.n_undefined[m]} | {s.n_parse_failures} "
-                         f"| {s.n_api_errors} |")
-        return "\n".join(lines) + "\n"
+        return f"Auto-interpretability (explain/simulate, Pearson r), judge: {self.label}\n\n" + md_table(
+            ("Method", "Units scored", "Mean r", "Undefined", "Parse failures", "API errors"),
+            [(m, s.n, fmt(s.mean), self.n_undefined[m], s.n_parse_failures, s.n_api_errors)
+             for m, s in self.summaries.items()])
 
 
 def score_autointerp(excerpts: Sequence[Sequence[str]], activations: Any, *, judge: Judge | None = None,

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
-from interpscale.judges.scorers import ScoreSummary, fmt, sample_indices, to_record
+from interpscale.judges.scorers import ScoreSummary, fmt, md_table, sample_indices, to_record
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
 
 CONDITIONS = ("unsteered", "prompting", "steered")
@@ -156,11 +156,9 @@ class SteeringResult:
     def table9(self) -> str:
         """Markdown in the layout of Table 9 (one row per condition), with the judge
         label and the parse-failure counts underneath."""
-        lines = ["| Method | Concept ↑ | Quality ↑ | Harmonic ↑ |", "|---|---|---|---|"]
-        for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} "
-                         f"| {fmt(c.harmonic)} |")
-        return "\n".join(lines) + "\n\n" + self._footer()
+        rows = [(_NAMES.get(name, name), fmt(c.concept), fmt(c.quality), fmt(c.harmonic))
+                for name, c in self.conditions.items()]
+        return md_table(("Method", "Concept ↑", "Quality ↑", "Harmonic ↑"), rows) + "\n" + self._footer()
 
     def _footer(self) -> str:
         parts = [f"judge: {self.label}"]
@@ -174,13 +172,11 @@ class SteeringResult:
 
     def details(self) -> str:
         """Per condition: the Table 17 columns plus sample counts and failures."""
-        lines = ["| Method | Concept | Quality | Harmonic | Sample harmonic | n | Concept failures | Quality failures |",
-                 "|---|---|---|---|---|---|---|---|"]
-        for name, c in self.conditions.items():
-            lines.append(f"| {_NAMES.get(name, name)} | {fmt(c.concept)} | {fmt(c.quality)} "
-                         f"| {fmt(c.harmonic)} | {fmt(c.sample_harmonic)} | {c.n_samples} "
-                         f"| {c.concept_parse_failures} | {c.quality_parse_failures} |")
-        return "\n".join(lines) + "\n"
+        rows = [(_NAMES.get(name, name), fmt(c.concept), fmt(c.quality), fmt(c.harmonic),
+                 fmt(c.sample_harmonic), c.n_samples, c.concept_parse_failures, c.quality_parse_failures)
+                for name, c in self.conditions.items()]
+        return md_table(("Method", "Concept", "Quality", "Harmonic", "Sample harmonic", "n",
+                         "Concept failures", "Quality failures"), rows)
 
     def to_markdown(self) -> str:
         return ("Steering benchmark (Table 9 layout)\n\n" + self.table9() + "\nDetails (Table 17 columns)\n\n"
@@ -195,13 +191,11 @@ class SteeringResult:
 
 def table17(results: Mapping[str, SteeringResult], condition: str = "steered") -> str:
     """Markdown in the layout of Table 17: one row per checkpoint."""
-    lines = ["| Checkpoint | Concept ↑ | Quality ↑ | Harmonic ↑ | Sample harmonic ↑ |", "|---|---|---|---|---|"]
-    for name, r in results.items():
-        c = r.conditions[condition]
-        lines.append(f"| {name} | {fmt(c.concept)} | {fmt(c.quality)} | {fmt(c.harmonic)} "
-                     f"| {fmt(c.sample_harmonic)} |")
+    rows = [(name, fmt(c.concept), fmt(c.quality), fmt(c.harmonic), fmt(c.sample_harmonic))
+            for name, c in {name: r.conditions[condition] for name, r in results.items()}.items()]
     labels = sorted({r.label for r in results.values()})
-    return "\n".join(lines) + "\n\n" + "\n".join(f"- judge: {lab}" for lab in labels) + "\n"
+    return (md_table(("Checkpoint", "Concept ↑", "Quality ↑", "Harmonic ↑", "Sample harmonic ↑"), rows) + "\n"
+            + "".join(f"- judge: {lab}\n" for lab in labels))
 
 
 class GenerateFn(Protocol):
@@ -388,8 +382,7 @@ def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = 
     for i, row in enumerate(rows):
         if why := row_problem(row):
             raise ValueError(f"steering row {i}: {why}")
-        card = ConceptCard(str(row["label"]), str(row.get("description", "")), tuple(row.get("words", ()) or ()))
-        items.append(dict(card=card, prompt=str(row["prompt"]), continuation=str(row["continuation"]),
+        items.append(dict(card=ConceptCard.from_dict(row), prompt=str(row["prompt"]), continuation=str(row["continuation"]),
                           condition=row["condition"], strength=row.get("strength"), prompt_index=i))
     samples = judge_continuations(items, judge=judge, instruction=instruction_judge, with_prefix=quality_with_prefix)
     conds = [c for c in CONDITIONS if any(s.condition == c for s in samples)]
