@@ -56,7 +56,8 @@ def prepare(sources, out: str | os.PathLike, *, executor: str = "inline", slurm:
                 cards = read_concepts(req["concepts"])  # checked by make_request
             else:
                 cfg = corpus_config(req["inputs"][0])
-                cards = make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept, seed=cfg.seed)
+                cards = make_concepts(cfg.n_concepts, entities_per_concept=cfg.entities_per_concept,
+                                      seed=cfg.seed)
             write_concepts(cards, out / "concepts.json")
         n = len(req["inputs"])
         if executor == "inline":

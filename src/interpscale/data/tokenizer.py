@@ -86,8 +86,6 @@ def special_ids(tok) -> dict[str, int]:
 def encode_texts(tok, texts: list[str]) -> list[list[int]]:
     """Token ids of each text, with special-token text in the input encoded as plain text
     (a literal "[EOC]" in a document must never become the chunk delimiter)."""
-    if not texts:
-        return []
     tok.encode_special_tokens = True
     encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
     return [e.ids for e in encode(texts, add_special_tokens=False)]

@@ -188,8 +188,8 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
         bundled = sorted(t for t in tm.all_tasks if t.startswith("interpscale"))
         raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
     model, tokenizer = _load(checkpoint, model, tokenizer, device, "lm-eval")
-    lm = (InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR)(  # the class of the model's family
-        model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size, device=device, seed=seed)
+    cls = InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR  # the model is on ``device`` now
+    lm = cls(model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size, seed=seed)
     cache = request_cache(out_dir, checkpoint, lm.NAME, n_samples=n_samples, seed=seed) \
         if resume and out_dir is not None and checkpoint is not None else None
     res = simple_evaluate(model=lm, tasks=names, task_manager=tm, limit=limit, num_fewshot=num_fewshot, use_cache=cache,
