@@ -49,7 +49,7 @@ def resolve_data_paths(source: dict, base_dir: str | os.PathLike | None) -> dict
     return out
 
 
-def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: int) -> tuple:
+def _prepare_options(source: dict, vocab_size: int, val_fraction: float, seed: int) -> tuple[str | list, dict]:
     kind = source.get("kind", "synthetic")
     if kind not in DATA_KINDS:
         raise UserError(f"unknown data kind {kind!r}; expected one of {DATA_KINDS}")
