@@ -329,8 +329,7 @@ class FamilyFits:
         rows, C = [], self.target_compute
         for metric in METRICS:
             for name, f in self.families.items():
-                b = f.bounded.get(metric)
-                if b is None:
+                if (b := f.bounded.get(metric)) is None:
                     continue
                 pred = float(b.predict(C)) if C else math.nan
                 plo, phi = (float(v) for v in b.predict_interval(C, self.level)) if C else \
@@ -345,9 +344,8 @@ class FamilyFits:
         """Within-pair shifts other - base (e.g. ``compare("ar", "ar+concept")``, §8.2.2) of
         alpha_P, alpha_D, alpha_L, L_inf with percentile intervals of the difference of the
         two families' independent bootstrap draws."""
-        for k in (base, other):
-            if k not in self.families:
-                raise ValueError(f"compare: unknown family {k!r}; have {list(self.families)}")
+        if unknown := [k for k in (base, other) if k not in self.families]:
+            raise ValueError(f"compare: unknown family {unknown[0]!r}; have {list(self.families)}")
         rows = []
         for name in TABLE6:
             (e0, d0), (e1, d1) = (_param_draws(self.families[k], name) for k in (base, other))

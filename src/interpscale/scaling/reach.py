@@ -134,8 +134,8 @@ def fit_error_growth(rows: pd.DataFrame, *, series: str = "series", study: str =
 
 def leave_one_study_out(rows: pd.DataFrame, **kw) -> dict[str, ErrorGrowth]:
     """{study: the relation fitted on every other study's rows}."""
-    studies = sorted(set(rows[kw.get("study", "study")].astype(str)))
-    return {s: fit_error_growth(rows[rows[kw.get("study", "study")].astype(str) != s], **kw) for s in studies}
+    study = rows[kw.get("study", "study")].astype(str)
+    return {s: fit_error_growth(rows[study != s], **kw) for s in sorted(set(study))}
 
 
 # The relation fitted on the three public studies of tests/data: the joint method's (Eq. 27) 1876
