@@ -50,7 +50,7 @@ def prior_params(table: pd.DataFrame, c: float, c0: float, family: str, tokens_p
     logp, logr = t["P"].map(math.log).to_numpy(), t["tokens_per_param"].map(math.log).to_numpy()
     target = math.log(tokens_per_param)
     # D/N falls as N grows: interpolate log N at log(D/N) = target (clamped to the ladder)
-    n0 = float(pd.Series(logp).iloc[0]) if target >= logr[0] else float(pd.Series(logp).iloc[-1])
+    n0 = logp[0] if target >= logr[0] else logp[-1]
     for i in range(len(t) - 1):
         if logr[i] >= target >= logr[i + 1]:
             w = (logr[i] - target) / (logr[i] - logr[i + 1]) if logr[i] != logr[i + 1] else 0.0
@@ -167,8 +167,7 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
     states = []
     for family, cs in per.items():
         tables = {c: _plan(tree, family, c, names, ladder, strict=False).table for c in cs}
-        ref = tables[cs[0]]
-        ref = ref[ref["steps"] >= 1]
+        ref = tables[cs[0]].query("steps >= 1")
         for c in cs:
             t = tables[c].sort_values("P").reset_index(drop=True)
             prior = prior_params(ref, c, cs[0], family, float(tokens_per_param))
@@ -256,10 +255,8 @@ def _wls(X: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.n
     cov = np.linalg.pinv(A)
     dof = len(y) - X.shape[1]
     s2 = float(w @ (y - X @ beta) ** 2) / dof if dof > 0 else math.nan
-    if known.any():
-        cov = cov * max(1.0, s2) if dof > 0 else cov
-    else:
-        cov = cov * s2  # NaN with no spare degree of freedom: nothing says how noisy the losses are
+    # no se known: scaled by s2, NaN with no spare degree of freedom (nothing says how noisy the losses are)
+    cov = cov * (max(1.0, s2) if dof > 0 else 1.0) if known.any() else cov * s2
     return beta, np.sqrt(np.clip(np.diag(cov), 0, None))
 
 
