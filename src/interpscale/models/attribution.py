@@ -92,17 +92,13 @@ def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, 
         per_unknown = u * ((W_y @ cm.unk_b.T) @ cm.unk_a.T)  # U_jᵀ W_y through the factors
     else:
         per_unknown = u * (W_y @ cm.unk_emb.T)
-    per_res = (out.residual * W_y).sum(-1)
+    per_res = (out.residual * W_y).sum(-1, keepdim=True)  # [B, T, 1], and ℓ_{y_t} beside it
     C = int(chunk_ids.max()) + 1 if n_chunks is None else n_chunks
-    inside = (chunk_ids >= 0).to(per_known.dtype)
-    idx = chunk_ids.clamp(min=0)
-    B = tokens.size(0)
+    inside = (chunk_ids >= 0).to(per_known.dtype)[..., None]
+    idx = chunk_ids.clamp(min=0)[..., None]
 
-    def pool(x):  # sum over the tokens of each chunk
-        if x.dim() == 2:
-            return x.new_zeros(B, C).scatter_add(1, idx, x * inside)
-        return x.new_zeros(B, C, x.size(-1)).scatter_add(1, idx[..., None].expand_as(x), x * inside[..., None])
+    def pool(x):  # [B, T, k] summed over the tokens of each chunk: [B, C, k]
+        return x.new_zeros(x.size(0), C, x.size(-1)).scatter_add(1, idx.expand_as(x), x * inside)
 
-    known, unknown, residual = pool(per_known), pool(per_unknown), pool(per_res)
-    total = pool(out.logits.gather(-1, targets[..., None]).squeeze(-1))
-    return ConceptContributions(known, unknown, residual, total)
+    residual, total = pool(torch.cat([per_res, out.logits.gather(-1, targets[..., None])], -1)).unbind(-1)
+    return ConceptContributions(pool(per_known), pool(per_unknown), residual, total)

@@ -133,8 +133,6 @@ class ModelConfig(ConfigRecord):
         return int(self.mlp_ratio * self.d_model)
 
 
-
-
 # ---- size presets: ModelConfig records (family "") ------------------------------------------------
 def _tiny(name: str, n_layers: int, d_model: int, n_heads: int) -> ModelConfig:
     # CPU demo sizes: MHA, small vocab/concept library, short blocks so a 64-token

@@ -185,25 +185,30 @@ class SteerlingLM(FamilyModel):
     def loss(self, batch: Batch, step: int) -> LossOutput:
         """Eq. 1 (AR) or Eq. 2 (CDLM), plus λ-weighted concept/rec/indep losses (Eq. 15). No host
         reads (one ``torch.compile(fullgraph=True)`` graph): values are :meth:`check_batch`'s job."""
-        tokens, valid, cfg = batch.tokens.long(), batch.valid, self.config
+        tokens, valid = batch.tokens.long(), batch.valid
         self._check_blocks(tokens)
         chunk_ids = None if batch.chunk_ids is None else batch.chunk_ids.long()
         chunk_labels = batch.chunk_labels
-        if self.is_diffusion:
-            x_t, masked = mask_batch(cfg, tokens, step, self.phase.max_steps, valid)
-            targets = mdm_targets(tokens, masked)
-        else:
-            x_t, masked = tokens, (torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid.bool())
-            targets = ar_targets(tokens, None if valid is None else valid.bool())
+        x_t, masked, targets = self.loss_inputs(tokens, step, valid)
         h = self.backbone(x_t, kind=self.attn_kind)
         p = None if self.concept is None else self._concept(h, chunk_ids, chunk_labels, step, need_acts=False)
         head_in = h if p is None else p.known + p.unknown + p.residual  # Eq. 5
-        lm, n = head_loss(head_in, self.lm_head, targets, cfg.loss_chunk_tokens)
+        lm, n = head_loss(head_in, self.lm_head, targets, self.config.loss_chunk_tokens)
         total, parts = lm, {"lm": lm.detach()}
         if p is not None:
             total = total + self._concept_losses(p, chunk_ids, chunk_labels, masked, valid, parts)
         parts["total"] = total.detach()
         return LossOutput(total=total, parts=parts, n_tokens=n)
+
+    def loss_inputs(self, tokens: torch.Tensor, step: int, valid: Optional[torch.Tensor] = None):
+        """(model input, loss positions, targets): Eq. 2's masked tokens, the masked positions and their
+        clean tokens (diffusion), else the tokens, the valid positions and Eq. 1's next-token targets."""
+        valid = None if valid is None else valid.bool()
+        if self.is_diffusion:
+            x_t, masked = mask_batch(self.config, tokens, step, self.phase.max_steps, valid)
+            return x_t, masked, mdm_targets(tokens, masked)
+        positions = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
+        return tokens, positions, ar_targets(tokens, valid)
 
     def _concept_losses(self, p: ConceptParts, chunk_ids, chunk_labels, masked, valid, parts) -> torch.Tensor:
         c, total = self.config, 0.0

@@ -60,17 +60,15 @@ def head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     return chunked_cross_entropy(h, weight, targets, chunk) / n.clamp(min=1), n
 
 
+def mean_ce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1 / Eq. 2 from logits: (mean CE over the targets that are not IGNORE, their number)."""
+    n = (targets != IGNORE).sum()
+    return cross_entropy_sum(logits, targets) / n.clamp(min=1), n
+
+
 def ar_loss(logits: torch.Tensor, tokens: torch.Tensor, valid: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 1 from logits: (mean next-token CE over valid pairs, number of pairs)."""
-    target = ar_targets(tokens, valid)
-    n = (target != IGNORE).sum()
-    return cross_entropy_sum(logits, target) / n.clamp(min=1), n
-
-
-def mdm_loss(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 2 from logits: (CE averaged over all masked positions of the batch, their number)."""
-    n = masked.sum()
-    return cross_entropy_sum(logits, mdm_targets(tokens, masked)) / n.clamp(min=1), n
+    return mean_ce(logits, ar_targets(tokens, valid))
 
 
 def _frac(num: int, den: float) -> float:  # clamp(num / den, 0, 1)

@@ -78,8 +78,9 @@ def register_class(name: str, cls: Any, config_fn: Callable[..., Any], *, overwr
     ``objects`` the overrides named in ``cls.objects`` (a model's, not its config's: CoCoMix's teacher),
     and priced by ``cls.params_fn(config)`` / ``cls.flops_fn(config, seq_len)`` (None: measured)."""
     fn = partial(config_fn, name)
-    return register_family(name, partial(_build_class, cls, fn), params_fn=partial(_class_params, cls, fn),
-                           flops_fn=partial(_class_flops, cls, fn), config_fn=fn, overwrite=overwrite, **kw)
+    params, flops = (partial(_class_count, cls, count, fn) for count in ("params_fn", "flops_fn"))
+    return register_family(name, partial(_build_class, cls, fn), params_fn=params, flops_fn=flops,
+                           config_fn=fn, overwrite=overwrite, **kw)
 
 
 def _build_class(cls: Any, config_fn: Callable[..., Any], size: str, **overrides: Any) -> nn.Module:
@@ -87,14 +88,10 @@ def _build_class(cls: Any, config_fn: Callable[..., Any], size: str, **overrides
     return cls(config_fn(size, **overrides), **objects)
 
 
-def _class_params(cls: Any, config_fn: Callable[..., Any], size: str, **overrides: Any) -> Optional[int]:
-    """P of the config ``size`` would have (``params_fn``), counted on the unbuilt config."""
-    return cls.params_fn(config_fn(size, **overrides))
-
-
-def _class_flops(cls: Any, config_fn: Callable[..., Any], size: str, seq_len: int, **overrides: Any) -> Optional[float]:
-    """M at ``seq_len`` of the config ``size`` would have (``flops_fn``)."""
-    return cls.flops_fn(config_fn(size, **overrides), seq_len)
+def _class_count(cls: Any, count: str, config_fn: Callable[..., Any], size: str, *seq_len: int,
+                 **overrides: Any) -> Any:
+    """P (``cls.params_fn``) or M at ``seq_len`` (``cls.flops_fn``) of the unbuilt config of ``size``."""
+    return getattr(cls, count)(config_fn(size, **overrides), *seq_len)
 
 
 def get_family(name: str) -> FamilySpec:

@@ -8,7 +8,7 @@ from typing import Literal, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from interpscale.models.objectives import ar_loss, mask_batch, mdm_loss
+from interpscale.models.objectives import mean_ce
 
 
 @dataclass(frozen=True)
@@ -95,16 +95,12 @@ def steering_training_loss(model, tokens: torch.Tensor, concept: int, attributed
     tokens = model.check_tokens(tokens)
     if attributed.shape != tokens.shape:
         raise ValueError(f"attributed shape {tuple(attributed.shape)} != tokens shape {tuple(tokens.shape)}")
-    cfg = model.config
-    if model.is_diffusion:
-        x_t, masked = mask_batch(cfg, tokens, step, model.phase.max_steps)
-    else:
-        x_t, masked = tokens, torch.ones_like(tokens, dtype=torch.bool)
+    x_t, masked, targets = model.loss_inputs(tokens, step)
     inj = masked & attributed.bool()
     e = concept_direction(model, [concept])
     out = model.run(x_t, steer_vec=gamma * e, steer_mask=inj,
-                    steer_layer=cfg.n_layers // 2 if layer is None else layer)
-    lm, _ = mdm_loss(out.logits, tokens, masked) if model.is_diffusion else ar_loss(out.logits, tokens, None)
+                    steer_layer=model.config.n_layers // 2 if layer is None else layer)
+    lm, _ = mean_ce(out.logits, targets)
     if not bool(inj.any()):
         return lm, {"lm": float(lm.detach())}
     l_r = -out.known_act[..., concept][inj].clamp_min(1e-12).log().mean()  # Eq. 31: −mean_{t∈I} log k_{c,t}

@@ -203,19 +203,6 @@ class ControlledStat:
         return asdict(self)
 
 
-def _controls(like: torch.Tensor, n: int, seed: int, *, unit: bool = False) -> Iterator[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    std = 1.0 if unit else float(like.float().std())
-    for _ in range(n):
-        yield torch.randn(like.shape, generator=gen) * std
-
-
-def _summarise(name: str, value: float, controls: list[float]) -> ControlledStat:
-    c = torch.tensor(controls, dtype=torch.float64)
-    sd = float(c.std()) if len(controls) > 1 else 0.0
-    return ControlledStat(name, float(value), float(c.mean()), sd, len(controls))
-
-
 def threshold_activation_rate(recipe: torch.Tensor) -> tuple[float, float]:
     """Mean and sd over tokens of the fraction of signals with |R_ik| > τ = μ + σ, μ and σ
     the mean and sd of |R| over the whole matrix (Exp. 2)."""
@@ -257,5 +244,12 @@ def signal_statistics(emb: EtymEmbedding, analogies: Sequence[tuple[int, int, in
             ("effective_rank", effective_rank, B, True)]
     if analogies:
         todo.append(("analogy_topk", lambda m: analogy_topk(m, analogies, k), R, False))
-    return {name: _summarise(name, fn(m), [fn(c) for c in _controls(m, n_controls, seed + i, unit=unit)])
-            for i, (name, fn, m, unit) in enumerate(todo)}
+    out = {}
+    for i, (name, fn, m, unit) in enumerate(todo):
+        value, gen = fn(m), torch.Generator().manual_seed(seed + i)
+        std = 1.0 if unit else float(m.float().std())
+        controls = [fn(torch.randn(m.shape, generator=gen) * std) for _ in range(n_controls)]
+        c = torch.tensor(controls, dtype=torch.float64)
+        out[name] = ControlledStat(name, float(value), float(c.mean()), float(c.std()) if n_controls > 1 else 0.0,
+                                   n_controls)
+    return out
