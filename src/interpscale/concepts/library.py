@@ -108,18 +108,15 @@ def cluster(emb: np.ndarray, k: Optional[int], seed: int, hint: Optional[int] = 
     from sklearn.metrics import silhouette_score
 
     grid = [k] if k else sorted({g for g in (*K_GRID, hint or 0) if 2 <= g < len(emb) // 3}) or [max(2, len(emb) // 3)]
-    best, scores = None, {}
+    labels, sil = {}, {}
     sub = np.random.default_rng(seed).choice(len(emb), size=min(len(emb), 4000), replace=False)  # O(n^2) score
     for g in grid:
         if g > len(emb):
             raise UserError(f"{g} concepts asked for but only {len(emb)} tags pass the support filter")
-        lab = KMeans(n_clusters=g, n_init=4, random_state=seed).fit_predict(emb)
-        s = float(silhouette_score(emb[sub], lab[sub], metric="cosine")) if 1 < g < len(sub) else 0.0
-        scores[str(g)] = round(s, 4)
-        if best is None or s > best[2]:
-            best = (lab, g, s)
-    assert best is not None
-    return best[0], best[1], scores
+        labels[g] = KMeans(n_clusters=g, n_init=4, random_state=seed).fit_predict(emb)
+        sil[g] = float(silhouette_score(emb[sub], labels[g][sub], metric="cosine")) if 1 < g < len(sub) else 0.0
+    best = max(sil, key=sil.get)  # the first k with the highest silhouette
+    return labels[best], best, {str(g): round(s, 4) for g, s in sil.items()}
 
 
 def offline_card(tags: Sequence[str], n_words: int) -> dict:

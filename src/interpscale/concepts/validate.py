@@ -185,8 +185,7 @@ def check(out: str | os.PathLike, truth_paths: Sequence[str | os.PathLike]) -> d
     """Compare DIR/labelled/ with the truth file(s), chunk by chunk in order."""
     out = Path(out)
     files = [out / LABELLED / f for f in part_files(out)]
-    missing = [str(f) for f in files if not f.exists()]
-    if missing:
+    if missing := [str(f) for f in files if not f.exists()]:
         raise UserError(f"{missing[0]}: missing; run `interpscale concepts annotate {out}` first")
     pred = [ls for f in files for ls in iter_labels(f)]
     truth = [ls for p in expand_sources(truth_paths) for ls in iter_labels(p)]
