@@ -36,13 +36,12 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.run_dir)
     if not target.exists():
         raise UserError(f"{target} does not exist")
-    if (target / "sweep.json").exists() and not (target / "spec.json").exists():
+    one_run = (target / "spec.json").exists()
+    if (target / "sweep.json").exists() and not one_run:
         raise UserError(f"{target} is a sweep directory; write `interpscale sweep evaluate {target}` "
                         f"(it evaluates every trained run, then collects)")
-    if (target / "spec.json").exists():
-        df = evaluate_run(target, **evaluation_options(args))
-    else:
-        df = evaluate_runs(find_run_dirs(target), **evaluation_options(args))
+    kw = evaluation_options(args)
+    df = evaluate_run(target, **kw) if one_run else evaluate_runs(find_run_dirs(target), **kw)
     cols = [c for c in ("run_id", "step", "annealed", "estimator", "loss", "loss_se", "concept_loss")
             if c in df.columns]
     if "run_id" in cols and df["run_id"].nunique() == 1:

@@ -26,8 +26,7 @@ def option(p: argparse.ArgumentParser | Any, flag: str, func: Callable, name: st
     shown = f"{default:g}" if isinstance(default, float) and 1e4 <= abs(default) else (
         ",".join(map(str, default)) if isinstance(default, (tuple, list)) else default)
     text = f"{help} (default: {shown})" if help else f"default: {shown}"
-    p.add_argument(flag, dest=kw.pop("dest", flag.lstrip("-").replace("-", "_")), default=None,
-                   help=text.replace("%", "%%"), **kw)
+    p.add_argument(flag, default=None, help=text.replace("%", "%%"), **kw)  # dest: argparse's, from the flag
 
 
 def given(args: argparse.Namespace, *names: str, **rename: str) -> dict[str, Any]:

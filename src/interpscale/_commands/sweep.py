@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"no sweep directory: pass it (interpscale sweep {args.verb} runs/x) or --out DIR")
     if args.verb == "launch":
         return _launch(args, out)
-    sw = Sweep.from_dir(out, **({"executor": args.executor} if getattr(args, "executor", None) else {}))
+    sw = Sweep.from_dir(out, **given(args, "executor"))
     if args.verb == "status":
         table = sw.status()
         counts = ", ".join(f"{state} {n}" for state, n in table["state"].value_counts().items())
