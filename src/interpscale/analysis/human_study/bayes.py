@@ -289,17 +289,15 @@ def summarise(idata, design: Design, priors: Priors, y: np.ndarray, *, rhat_max:
         coef[name], coef_sd[name], ci[name] = float(med), float(b.std(ddof=1)), (float(lo), float(hi))
         pp[name] = float(np.mean(b > 0))
     orr, or_ci = odds_ratios(coef, ci)
+    cri = lambda x: (float(np.quantile(x, q[0])), float(np.quantile(x, q[2])))  # noqa: E731
     tau = post["tau"].values.reshape(-1, len(levels) - 1)
-    for k in range(tau.shape[1]):
-        ci[f"tau_{k + 1}"] = (float(np.quantile(tau[:, k], q[0])), float(np.quantile(tau[:, k], q[2])))
+    ci.update({f"tau_{k + 1}": cri(t) for k, t in enumerate(tau.T)})
     rsd, rsd_sd = {}, {}
     for g in design.groups:
         sds = post[f"sd_{g}"].values.reshape(post.sizes["chain"] * post.sizes["draw"], -1)
         keys = [g] + [f"{g}:{t}" for t in term_names(design.coef_names, random[g])[1:]]
-        for i, key in enumerate(keys):
-            s = sds[:, i]
-            rsd[key], rsd_sd[key] = float(np.median(s)), float(s.std(ddof=1))
-            ci[f"sd_{key}"] = (float(np.quantile(s, q[0])), float(np.quantile(s, q[2])))
+        for key, s in zip(keys, sds.T):
+            rsd[key], rsd_sd[key], ci[f"sd_{key}"] = float(np.median(s)), float(s.std(ddof=1)), cri(s)
     return OrdinalMixedResult(
         coef=coef, coef_sd=coef_sd, ci=ci, odds_ratio=orr, odds_ratio_ci=or_ci, prob_positive=pp,
         thresholds=tuple(float(t) for t in np.median(tau, axis=0)), random_sd=rsd, random_sd_sd=rsd_sd,

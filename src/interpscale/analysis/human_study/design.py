@@ -157,8 +157,7 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
     require_columns(ratings, RATING_COLUMNS, what)
     require_no_missing(ratings, RATING_COLUMNS, what)
     df = ratings.copy()
-    codes = ordinal_codes(df["rating"], scale, "rating", what)
-    df["rating"] = np.asarray(scale)[codes]
+    df["rating"] = np.asarray(scale)[ordinal_codes(df["rating"], scale, "rating", what)]
     for col in ("rater", "concept", "candidate_type", "label", "context"):
         df[col] = df[col].astype(str)
     types = sorted(df["candidate_type"].unique())
@@ -183,8 +182,7 @@ def validate_phase1(phase1: pd.DataFrame, *, scale: Sequence[int] = SCALE) -> pd
     require_columns(phase1, PHASE1_COLUMNS, what)
     require_no_missing(phase1, ("concept", "annotator", "coherence"), what)
     df = phase1.copy()
-    codes = ordinal_codes(df["coherence"], scale, "coherence", what)
-    df["coherence"] = np.asarray(scale)[codes]
+    df["coherence"] = np.asarray(scale)[ordinal_codes(df["coherence"], scale, "coherence", what)]
     df[["concept", "annotator"]] = df[["concept", "annotator"]].astype(str)
     dup = df.index[df.duplicated(["concept", "annotator"], keep=False)]
     if len(dup):
@@ -273,10 +271,8 @@ def build_design(data: pd.DataFrame, *, response: str, fixed: Sequence[str], ran
                 cols.append((col == level).to_numpy(float))
                 names.append(coef_name(factor, level))
     X = np.column_stack(cols) if cols else np.zeros((len(data), 0))
-    groups = {}
-    for g in random:
-        codes, uniques = pd.factorize(data[g].astype(str), sort=True)
-        groups[g] = (codes.astype(np.int64), tuple(uniques))
+    factorized = {g: pd.factorize(data[g].astype(str), sort=True) for g in random}
+    groups = {g: (codes.astype(np.int64), tuple(uniques)) for g, (codes, uniques) in factorized.items()}
     return Design(y=y, levels=tuple(levels), X=X, coef_names=tuple(names), groups=groups, index=data.index)
 
 

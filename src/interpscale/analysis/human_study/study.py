@@ -93,11 +93,10 @@ def type_summary(ratings: pd.DataFrame, *, ci: str = "t", n_boot: int = 2000, cl
         w = rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot)
         with np.errstate(invalid="ignore", divide="ignore"):
             den = w @ cnt.to_numpy(float)
-            for col, name in (("rating", ""), ("top", "top_two_")):
+            for col, name in (("rating", "ci_"), ("top", "top_two_")):
                 boot = (w @ sums[col][cnt.columns].to_numpy(float)) / den
-                lo, hi = np.nanquantile(boot, [alpha, 1 - alpha], axis=0)
-                out[f"{name or 'ci_'}lo"] = pd.Series(lo, index=cnt.columns)
-                out[f"{name or 'ci_'}hi"] = pd.Series(hi, index=cnt.columns)
+                for end, v in zip(("lo", "hi"), np.nanquantile(boot, [alpha, 1 - alpha], axis=0)):
+                    out[f"{name}{end}"] = pd.Series(v, index=cnt.columns)
     out = out[["mean", "sd", "n", "ci_lo", "ci_hi", "top_two", "top_two_lo", "top_two_hi"]]
     if order is None:  # the paper's order (Table 4), then any other types by mean
         order = [t for t in TYPES if t in out.index]
