@@ -191,9 +191,8 @@ def register_hf_family(model_type: str, *, overwrite: bool = True) -> str:
     """Register ``hf:<model_type>`` (a decoder-only ``transformers`` model type whose config takes
     the Llama-style names, or ``gpt_neox``); returns the family name."""
     name = f"{PREFIX}{model_type}"
-    description = f"Hugging Face {model_type} (AutoModelForCausalLM.from_config), our size presets"
     register_class(name, HFCausalLM, hf_config, config_fields=CONFIG_FIELDS, overwrite=overwrite,
-                   description=description)
+                   description=f"Hugging Face {model_type} (AutoModelForCausalLM.from_config), our size presets")
     return name
 
 

@@ -309,8 +309,7 @@ def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps
 
 
 def _generate_cdlm(model, prompt, n_new, temperature, top_k, st, use_cache, steps_per_block, gen):
-    cfg = model.config
-    b, mask_id = cfg.block_size, cfg.mask_id
+    b, mask_id = model.config.block_size, model.config.mask_id
     B, P = prompt.shape
     n_full = P // b
     total = math.ceil((P + n_new) / b) * b  # whole blocks; the tail is cut at the end
