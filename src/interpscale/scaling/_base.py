@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import logging
 import warnings as _warnings
 from typing import Any, Iterable, Mapping
@@ -151,7 +151,8 @@ def quiet():
 
 def fields_dict(obj: Any, skip: Iterable[str] = ()) -> dict:
     """JSON dict of a result dataclass's fields, skipping bootstrap draws and ``skip``."""
-    return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+    fields = sorted(dataclasses.fields(obj), key=lambda f: f.kw_only)  # the fit's own, then FitFields'
+    return {f.name: jsonable(getattr(obj, f.name)) for f in fields
             if f.name not in skip and not f.name.startswith("_") and f.repr}
 
 
@@ -244,6 +245,22 @@ class FitResult:
         st = fit_status(self)
         head = [] if st.identified else [f"  status: {st}"]
         return "\n".join(self._lines() + head + [f"  warning: {w}" for w in self.warnings])
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitFields(FitResult):
+    """The fields every fitter's result has (keyword-only): whether the optimiser ``converged``,
+    intervals ``ci`` at ``level``, ``warnings``, the ``status`` decided when the fit is made (each
+    fitter's ``*_status``), and the bootstrap draws ``boot`` and residuals ``resid`` (on the fit's
+    scale) behind bands and intervals."""
+
+    converged: bool = True
+    ci: dict = field(default_factory=dict)
+    level: float = DEFAULT_LEVEL
+    warnings: tuple[str, ...] = ()
+    status: FitStatus = FitStatus()
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    resid: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:

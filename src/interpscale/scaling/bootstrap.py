@@ -128,8 +128,7 @@ def cluster_weights(rng: np.random.Generator, groups, n_boot: int) -> np.ndarray
     g = int(inv.max()) + 1 if inv.size else 0
     if g < 2:
         raise ValueError(f"groups: a cluster bootstrap needs at least 2 groups, got {g}")
-    counts = pairs_weights(rng, g, n_boot)  # (n_boot, g)
-    return counts[:, inv]
+    return pairs_weights(rng, g, n_boot)[:, inv]  # each row gets its group's count of (n_boot, g)
 
 
 def resample_noise(rng: np.random.Generator, resid: np.ndarray | None, shape: tuple, n_params: int):

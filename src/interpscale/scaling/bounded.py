@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from interpscale.paper import INTERP_METRICS
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates,
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_duplicates,
     check_lengths, emit, fmt_ci)
 from .bootstrap import Bootstrap
 
@@ -29,10 +29,10 @@ _GOLD = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 @dataclass(frozen=True)
-class BoundedFit(FitResult):
+class BoundedFit(FitFields):
     """m(C) = e + s*A*C^(-beta), s = +1 for lower-is-better metrics, -1 for higher-is-better;
     ``e_at_bound`` flags an asymptote pinned to its natural bound (read it as a bound, not an
-    estimate, as the paper does); ``boot``: draws (n_boot, 3) of (e, A, beta)."""
+    estimate, as the paper does); ``boot``: draws (n_boot, 3) of (e, A, beta); ``resid``: m - fitted."""
 
     e: float
     A: float
@@ -42,17 +42,10 @@ class BoundedFit(FitResult):
     direction: str
     bound: float | None
     e_at_bound: bool
-    converged: bool = True
     metric: str | None = None
     sse: float = math.nan
-    ci: dict = field(default_factory=dict)
-    level: float = DEFAULT_LEVEL
     bootstrap: str = "residual"
-    warnings: tuple[str, ...] = ()
     compute_range: tuple[float, float] = (math.nan, math.nan)
-    status: FitStatus = FitStatus()  # decided by ``bounded_status`` when the fit is made
-    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
-    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # m - fitted
 
     @property
     def sign(self) -> float:
@@ -262,10 +255,8 @@ def _replicates(pb: _Problem, fitted: np.ndarray, spec: Bootstrap):
     if spec.n_boot <= 0:
         return None, {}
     Y, W = spec.replicates(pb.m, fitted, 3)
-    if spec.kind == "residual":
-        M = Y
-        if pb.side != 0:  # resampled metrics cannot cross their natural bound
-            M = np.maximum(M, pb.bnd) if pb.side > 0 else np.minimum(M, pb.bnd)
+    if spec.kind == "residual":  # resampled metrics cannot cross their natural bound
+        M = Y if pb.side == 0 else np.maximum(Y, pb.bnd) if pb.side > 0 else np.minimum(Y, pb.bnd)
         W = np.ones_like(M)
     else:
         M = np.broadcast_to(pb.m, W.shape).copy()

@@ -15,12 +15,12 @@ frozen :class:`LawFit` with its ``status``.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from ._base import FitResult, FitStatus, emit, fmt_ci
+from ._base import FitFields, FitStatus, emit, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 
 # ---- batched BFGS: many small minimisations advanced together ----
@@ -402,7 +402,7 @@ def bootstrap_law(law: Law, X: Any, T: np.ndarray, theta: np.ndarray, spec: Boot
 
 
 @dataclass(frozen=True)
-class LawFit(FitResult):
+class LawFit(FitFields):
     """Frozen result of a published-law fit (``recipe``: ``"authors"``, the paper's objective, start and
     optimiser, or ``"robust"``, Huber on log residuals from a grid); ``resid`` on the fit's scale (log
     for ``huber_log``). A subclass names its law class ``_law`` and maps its inputs by
@@ -414,17 +414,10 @@ class LawFit(FitResult):
     n: int
     recipe: str
     loss: str
-    converged: bool
     theta: tuple = ()
-    ci: dict = field(default_factory=dict)
-    level: float = 0.90
     bootstrap: str = "residual"
     n_boot_ok: int = 0
-    warnings: tuple[str, ...] = ()
     optimizer: str = ""  # how the optimiser ended (``engine.STATUS``, or the authors' routine)
-    status: FitStatus = FitStatus()  # decided by ``law_status`` when the fit is made
-    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
-    resid: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> float:
         return self.params[name]

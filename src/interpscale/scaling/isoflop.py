@@ -23,30 +23,24 @@ import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
 from scipy.stats import norm, t as student_t
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, as_array, check_duplicates, check_points,
-    check_weights, emit, fields_dict, fmt_ci, jsonable)
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_duplicates,
+    check_points, check_weights, emit, fields_dict, fmt_ci, jsonable)
 from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .engine import wls
 
 # ---- power laws (Eq. 26) ----
 
 @dataclass(frozen=True)
-class PowerLawFit(FitResult):
+class PowerLawFit(FitFields):
     """y = a * x**alpha fitted on (log x, log y). ``ci``: ``a``/``alpha``/``log_a`` intervals at
-    ``level``; ``boot``: the bootstrap draws (n_boot, 2) of (log_a, alpha) behind ``band``."""
+    ``level``; ``boot``: the bootstrap draws (n_boot, 2) of (log_a, alpha) behind ``band``; ``resid``:
+    log y - fitted; ``status`` flagged through exactly 2 points."""
 
     a: float
     alpha: float
     r2: float
     n: int
-    ci: dict = field(default_factory=dict)
-    level: float = DEFAULT_LEVEL
-    converged: bool = True
-    warnings: tuple[str, ...] = ()
     x_range: tuple[float, float] = (float("nan"), float("nan"))
-    status: FitStatus = FitStatus()  # flagged through exactly 2 points
-    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
-    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log y - fitted
 
     @property
     def log_a(self) -> float:
@@ -298,7 +292,7 @@ def replicate_weighted(f: dict, Wt: np.ndarray):
 # ---- the IsoFLOP fit ----
 
 @dataclass(frozen=True)
-class IsoFlopFit(FitResult):
+class IsoFlopFit(FitFields):
     """Per-slice parabolas (``slices``: one row per slice, curvature = a of Eq. 25, flags and
     intervals) and the power laws P*(C) = a_P C^alpha_P, L*(C) = a_L C^alpha_L, whose bootstrap
     draws refit the slice parabolas."""
@@ -307,16 +301,11 @@ class IsoFlopFit(FitResult):
     power_P: PowerLawFit
     power_L: PowerLawFit
     window: int | None
-    ci: dict = field(default_factory=dict)
-    level: float = DEFAULT_LEVEL
-    converged: bool = True
-    warnings: tuple[str, ...] = ()
     n_boot_ok: int = 0
     minimum: str = "parabola"
     bootstrap: str = "residual"
     degenerate_fraction: float = 0.0  # share of replicates with at least one degenerate slice
     noise_sd: dict = field(default_factory=dict)  # log-scale sd of one slice's P*, L* estimate
-    status: FitStatus = FitStatus()  # decided by ``isoflop_status`` when the fit is made
     _coef: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, FitStatus, check_duplicates, check_points,
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, check_duplicates, check_points,
     check_weights, emit, fmt_ci, log)
 from .bootstrap import Bootstrap
 from .engine import STATUS, bootstrap_law, chunked, multistart
@@ -157,9 +157,9 @@ class ChinchillaLaw:
 # ---- the fit (Eq. 27) and its result ----
 
 @dataclass(frozen=True)
-class ChinchillaFit(FitResult):
+class ChinchillaFit(FitFields):
     """Result of the joint fit (Eq. 27); ``A_P``/``A_D`` are Epoch's ``A``/``B``, ``L_inf`` is ``E``;
-    ``boot``: the bootstrap draws of (a, b, e, alpha, beta)."""
+    ``boot``: the bootstrap draws of (a, b, e, alpha, beta); ``resid``: log L - log L-hat."""
 
     L_inf: float
     A_P: float
@@ -167,7 +167,6 @@ class ChinchillaFit(FitResult):
     alpha: float
     beta: float
     objective: float
-    converged: bool
     n: int
     huber_delta: float = 1e-3
     n_starts: int = 1
@@ -175,18 +174,12 @@ class ChinchillaFit(FitResult):
     best_start: tuple[float, ...] = ()
     best_start_index: int = 0
     optimizer: str = ""  # how the optimiser ended (``engine.STATUS``)
-    ci: dict = field(default_factory=dict)
-    level: float = DEFAULT_LEVEL
     bootstrap: str = "residual"
     n_boot_ok: int = 0
-    warnings: tuple[str, ...] = ()
     overestimate_penalty: float = 1.0
     L_inf_bounded: bool = False
     weighted: bool = False
     min_loss: float = math.nan  # the smallest observed loss (what a collapsed L_inf is measured against)
-    status: FitStatus = FitStatus()  # decided by ``joint_status`` when the fit is made
-    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
-    resid: np.ndarray | None = field(default=None, repr=False, compare=False)  # log L - log L-hat
     _derived = ("alpha_D", "alpha_P")
 
     @property
