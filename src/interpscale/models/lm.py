@@ -230,9 +230,28 @@ class SteerlingLM(FamilyModel):
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         return KVCache(self.config, batch, max_len, self.lm_head.device, self.lm_head.dtype)
 
-    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, **kwargs: Any) -> torch.Tensor:
-        """[B, P + max_new_tokens] ids; sampling and ``kwargs`` as :func:`generate`."""
-        return generate(self, prompt_ids, max_new_tokens, **kwargs)
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
+                 top_k: Optional[int] = None, steer: Optional[Steering] = None, use_cache: bool = True,
+                 steps_per_block: Optional[int] = None, seed: Optional[int] = None,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """[B, P + max_new_tokens] ids: AR sampling with a KV cache, or CDLM block-by-block
+        confidence-based denoising with the cache across blocks; ``steer`` amplifies or suppresses
+        a concept (Eqs. 18–21)."""
+        prompt = self.check_tokens(prompt_ids, need_blocks=False)
+        if int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if generator is None:
+            generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        st = steer_state(self, steer) if steer is not None else None
+        with evaluating(self):
+            fn = _generate_cdlm if self.is_diffusion else _generate_ar
+            return fn(self, prompt, int(max_new_tokens), temperature, top_k, st, use_cache, steps_per_block,
+                      generator)
 
 
 def steerling_config(family: str, size: str, *, data: DataFields = DataFields(), **overrides: Any) -> ModelConfig:
@@ -270,29 +289,6 @@ def _logits(model, tokens, st: Optional[SteerState], steer_mask, cache=None, com
         logits = logits - st.logit_penalty * steer_mask.unsqueeze(-1).to(logits.dtype)  # Eq. 21
     logits[..., model.config.mask_id] = float("-inf")  # [MASK] is never an output token
     return logits
-
-
-@torch.no_grad()
-def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: Optional[int] = None, steer: Optional[Steering] = None, use_cache: bool = True,
-             steps_per_block: Optional[int] = None, seed: Optional[int] = None,
-             generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """[B, P + max_new_tokens] ids: AR sampling with a KV cache, or CDLM block-by-block
-    confidence-based denoising with the cache across blocks; ``steer`` amplifies or suppresses
-    a concept (Eqs. 18–21)."""
-    prompt = model.check_tokens(prompt_ids, need_blocks=False)
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if generator is None:
-        generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
-    st = steer_state(model, steer) if steer is not None else None
-    with evaluating(model):
-        fn = _generate_cdlm if model.is_diffusion else _generate_ar
-        return fn(model, prompt, int(max_new_tokens), temperature, top_k, st, use_cache, steps_per_block, generator)
 
 
 def _generate_ar(model, prompt, n_new, temperature, top_k, st, use_cache, _steps, gen):
