@@ -53,9 +53,8 @@ def _run_curves(rows: pd.DataFrame, loss: str) -> tuple[Curve, list[Curve]] | No
 
 
 def _groups(results: pd.DataFrame):
-    """(family, estimator) key tuples and their rows."""
-    for key, df in results.groupby([c for c in GROUP if c in results.columns], sort=True, dropna=False):
-        yield (key if isinstance(key, tuple) else (key,)), df
+    """(family, estimator) key tuples and their rows (a list of keys groups by tuples)."""
+    return results.groupby([c for c in GROUP if c in results.columns], sort=True, dropna=False)
 
 
 def _runs(df: pd.DataFrame, loss: str):

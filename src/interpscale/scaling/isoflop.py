@@ -171,16 +171,14 @@ def _merge_close(x: np.ndarray, Y: np.ndarray, tol: float = AKIMA_MERGE):
     return x @ M, Y @ M
 
 
-def akima_minimum(x: np.ndarray, Y: np.ndarray, lo: float | None = None, hi: float | None = None):
+def akima_minimum(x: np.ndarray, Y: np.ndarray):
     """Minimum (x*, L*, interior), each (S,), of the Akima interpolant of each row of Y (S, k) over
-    [lo, hi] (default: the range of x): a dense grid, refined by a 3-point parabola; sizes within 2%
-    (in log P) averaged first."""
+    the range of x: a dense grid, refined by a 3-point parabola; sizes within 2% (in log P) averaged
+    first."""
     x, Y = _merge_close(np.asarray(x, float), np.atleast_2d(np.asarray(Y, float)))
     if len(x) < 2:  # every size merged into one: no shape to read a minimum from
         return np.full(len(Y), x[0]), Y[:, 0].copy(), np.zeros(len(Y), bool)
-    lo = float(x.min()) if lo is None else lo
-    hi = float(x.max()) if hi is None else hi
-    g = np.linspace(lo, hi, _AKIMA_GRID)
+    g = np.linspace(float(x.min()), float(x.max()), _AKIMA_GRID)
     h = g[1] - g[0]
     xs, Ls, inner = np.empty(len(Y)), np.empty(len(Y)), np.empty(len(Y), bool)
     for i in range(0, len(Y), 2000):  # (grid, block) temporaries stay small
