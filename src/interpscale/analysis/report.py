@@ -29,8 +29,7 @@ from interpscale.scaling.forecast import forecast_table
 from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
 
 __all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
-           "problem_fits", "scaling_table", "status_table", "trend_status", "not_backtested", "why_no_backtest",
-           "write_report"]
+           "problem_fits", "scaling_table", "status_table", "trend_status", "backtest_notes", "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
@@ -378,8 +377,12 @@ def _unscored(backtest: Any) -> list[str]:
                        for r in t.itertuples(index=False))] if len(t) else []
 
 
-def _budget_counts(df: pd.DataFrame, fits: Any) -> dict[str, int]:
-    """IsoFLOP budgets (slices) per family, on the rows its fits use."""
+def backtest_notes(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None
+                   ) -> tuple[str | None, str | None]:
+    """(why the backtest scored nothing, the families a backtest that scored others left out), each
+    None when it does not apply, in the table's terms: the IsoFLOP budgets (slices) each family's
+    fits use against the budgets a rollout needs."""
+    need = int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
     counts = {}
     for fam in fits.families:
         try:
@@ -387,37 +390,17 @@ def _budget_counts(df: pd.DataFrame, fits: Any) -> dict[str, int]:
             counts[fam] = int(rows["slice_flops"].nunique()) if "slice_flops" in rows.columns else 0
         except ValueError:
             counts[fam] = 0
-    return counts
-
-
-def _budgets_needed() -> int:
-    return int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
-
-
-def why_no_backtest(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None) -> str | None:
-    """Why the backtest scored nothing, in the table's terms (budgets per family against the
-    budgets a rollout needs), or None when it scored something."""
+    budgets = {fam: f"{n} budget{'s' if n != 1 else ''}" for fam, n in counts.items()}
     if backtest is not None and len(backtest.errors()):
-        return None
-    need, counts = _budgets_needed(), _budget_counts(df, fits)
-    have = ", ".join(f"{fam} has {n} budget{'s' if n != 1 else ''} (IsoFLOP slices)" for fam, n in counts.items())
-    few = [f for f, n in counts.items() if n < need]
+        scored = set(map(str, backtest.errors()["family"]))
+        missing = ", ".join(f"{f} ({b})" for f, b in budgets.items() if str(f) not in scored)
+        return None, (f"Not backtested: {missing}; a rollout needs at least {need} budgets per family."
+                      if missing else None)
+    have = ", ".join(f"{fam} has {b} (IsoFLOP slices)" for fam, b in budgets.items())
     why = (f"{have}; a rollout fits on {need - 1} budgets and forecasts the next, so it needs at least {need} "
-           "budgets per family, and leave-one-out fits need 3" if few else
-           f"{have}, but every held-out forecast failed (listed below)")
-    return why + (f" ({error})" if error else "")
-
-
-def not_backtested(df: pd.DataFrame, fits: Any, backtest: Any) -> str | None:
-    """The families a backtest that scored others left out, and why (their budgets), or None."""
-    if backtest is None or not len(backtest.errors()):
-        return None
-    scored = set(map(str, backtest.errors()["family"]))
-    missing = {f: n for f, n in _budget_counts(df, fits).items() if str(f) not in scored}
-    if not missing:
-        return None
-    return ("Not backtested: " + ", ".join(f"{f} ({n} budget{'s' if n != 1 else ''})" for f, n in missing.items())
-            + f"; a rollout needs at least {_budgets_needed()} budgets per family.")
+           "budgets per family, and leave-one-out fits need 3" if any(n < need for n in counts.values())
+           else f"{have}, but every held-out forecast failed (listed below)")
+    return why + (f" ({error})" if error else ""), None
 
 
 def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
@@ -425,12 +408,9 @@ def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
     slices = results[results["family"] == m.base]["slice_flops"].dropna().unique()
     shown = np.round(np.log(np.r_[slices, TARGETS]), 6)  # the base's slices and the targets
     t = m.table[np.isin(np.round(np.log(m.table["compute"]), 6), shown)]
-    rows = []
-    for c, g in t.groupby("compute", sort=True):
-        row = {"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no"}
-        for r in g.itertuples():
-            row[f"k ({r.method})"] = f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
-        rows.append(row)
+    rows = [{"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no",
+             **{f"k ({r.method})": f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]" for r in g.itertuples()}}
+            for c, g in t.groupby("compute", sort=True)]
     lines = [f"**{m.variant} vs {m.base}** (k > 1: {m.variant} needs k times {m.base}'s compute for "
              f"{m.base}'s compute-optimal loss; {m.level:.0%} bands)", "", markdown_table(pd.DataFrame(rows)),
              ""]
@@ -517,9 +497,9 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     if fits is None:
         parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
-        why = why_no_backtest(df, fits, backtest, backtest_error) if with_backtest else None
+        why, missing = backtest_notes(df, fits, backtest, backtest_error) if with_backtest else (None, None)
         parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why,
-                              not_backtested_note=not_backtested(df, fits, backtest) if with_backtest else None)
+                              not_backtested_note=missing)
         parts += multiplier_section(df, fits)
     parts += anneal_section(df)  # runs that skipped anneal branches and their predicted anneals (docs/anneal.md)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
@@ -631,8 +611,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     try:  # forecasts of each held-out compute budget from the smaller ones (scaling.backtest)
         if backtest and fits is not None:
             bt = backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
-                                  annealed=fits.annealed,
-                                  n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
+                                  annealed=fits.annealed, n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
                                   target_compute=fits.target_compute)
     except ValueError as exc:  # too few budgets to hold one out: said in the report's backtest section
         log.info("report: no backtest (%s)", exc)
