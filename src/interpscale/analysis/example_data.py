@@ -175,9 +175,9 @@ def _metric_truth(family: str, metric: str, flops: np.ndarray) -> np.ndarray:
     return ref["e"] + paper.INTERP_METRICS[metric].sign * amp * flops ** -ref["beta"]
 
 
-def _add_metrics(rng, df: pd.DataFrame, family: str, *, r2: float = 0.65, pre_anneal: bool = False) -> None:
-    """Fill the four metrics with noise sized for R^2 ~ ``r2`` (§8.3.2 reports 0.50–0.73)."""
-    sel = df.index[df["family"] == family]
+def _add_metrics(rng, df: pd.DataFrame, family: str, keep=True, *, r2=0.65, pre_anneal=False) -> None:
+    """Fill the metrics of ``family``'s ``keep`` rows, noise sized for R^2 ~ ``r2`` (§8.3.2: 0.50–0.73)."""
+    sel = df.index[(df["family"] == family) & keep]
     flops = df.loc[sel, "flops"].to_numpy()
     for metric in METRICS:
         truth = _metric_truth(family, metric, flops)
@@ -208,8 +208,8 @@ def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) ->
     for family in FAMILIES:
         t6 = PAPER_TABLE6[family]
         level, p_ref = _LEVEL[family]
-        law = _calibrated_law(family, alpha_P=t6["alpha_P"], alpha_L=t6["alpha_L"], E=t6["L_inf"], L_ref=level, P_ref=p_ref)
-        laws[family] = law
+        law = laws[family] = _calibrated_law(family, alpha_P=t6["alpha_P"], alpha_L=t6["alpha_L"], E=t6["L_inf"],
+                                             L_ref=level, P_ref=p_ref)
         est = "mdlm_elbo" if family.startswith("cdlm") else "ar_ce"
         rows += _loss_rows(rng, family, law, estimator=est, annealed=True, sigma=0.0035, noise=noise)
     # App. H.2: CDLM under the other three ELBO estimators (Table 27); offsets up to a nat.
@@ -237,9 +237,7 @@ def generate_example_results(seed: int = EXAMPLE_SEED, *, noise: float = 1.0) ->
     df = pd.DataFrame(rows).assign(**{m: np.nan for m in METRICS})
     main = (df["estimator"].isin(["ar_ce", "mdlm_elbo"])) & df["annealed"]
     for family in (f for f, c in paper.PAPER_FAMILIES.items() if c.concept):
-        sub = df[main & (df["family"] == family)].copy()
-        _add_metrics(rng, sub, family)
-        df.loc[sub.index, list(METRICS)] = sub[list(METRICS)]
+        _add_metrics(rng, df, family, main)
     pre_df = pd.DataFrame(pre_rows).assign(**{m: np.nan for m in METRICS})  # the runs before their anneal
     _add_metrics(rng, pre_df, "cdlm+concept", pre_anneal=True)
     df = pd.concat([df, pre_df], ignore_index=True)
