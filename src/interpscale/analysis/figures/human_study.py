@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pandas as pd
 
@@ -25,15 +24,11 @@ def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scal
         raise ValueError("Figure 14: the summary table has no rows")
     with paper_style():
         if ax is None:
-            fig, axes = new_figure(1, 1, panel_height=0.32 * len(summary) + 0.6)
-            ax = axes[0, 0]
-        else:
-            fig = ax.figure
+            ax = new_figure(1, 1, panel_height=0.32 * len(summary) + 0.6)[1][0, 0]
+        fig = ax.figure
         y = list(range(len(summary)))[::-1]
-        lo = summary["mean"] - summary["ci_lo"]
-        hi = summary["ci_hi"] - summary["mean"]
-        ax.errorbar(summary["mean"], y, xerr=[lo, hi], fmt="o", color="#0072B2", ecolor="#0072B2",
-                    capsize=2.5, lw=1.0)
+        xerr = [summary["mean"] - summary["ci_lo"], summary["ci_hi"] - summary["mean"]]
+        ax.errorbar(summary["mean"], y, xerr=xerr, fmt="o", color="#0072B2", capsize=2.5, lw=1.0)
         labels = [TYPE_LABELS.get(str(t), str(t)) for t in summary.index]
         if "n" in summary.columns:
             labels = [f"{lab} (n={int(n)})" for lab, n in zip(labels, summary["n"])]
@@ -42,6 +37,4 @@ def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scal
         ax.set_xlim(scale[0] - 0.1, scale[1] + 0.1)
         ax.set_xlabel(f"mean fit score ({scale[0]}–{scale[1]}), 95% CI")
         ax.grid(axis="y", visible=False)
-    if out_dir is not None:
-        return save_figure(fig, Path(out_dir), name)
-    return fig
+    return fig if out_dir is None else save_figure(fig, out_dir, name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -103,15 +104,13 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
         {"compute": float(c)} for c in np.unique(rows["slice_flops"].to_numpy(float))]
     target = rows["slice_flops"].to_numpy(float)
     for rec in records:
-        compute = float(rec["compute"])
+        compute, p_star = float(rec["compute"]), float(rec.get("P_star", math.nan))
         sub = rows[np.isclose(target, compute, rtol=1e-9)]
-        curve = None
-        if rec.get("convex") and math.isfinite(rec.get("P_star", math.nan)):
-            curve = (lambda c: (lambda p: fit.parabola(c, p)))(compute)
         slices.append(SliceCurve(
             compute=compute, params=sub["params"].to_numpy(float), loss=sub["loss"].to_numpy(float),
-            p_star=float(rec.get("P_star", math.nan)), l_star=float(rec.get("L_star", math.nan)),
-            curve=curve, used=bool(rec.get("used", False)) and not rec.get("reason"),
+            p_star=p_star, l_star=float(rec.get("L_star", math.nan)),
+            curve=partial(fit.parabola, compute) if rec.get("convex") and math.isfinite(p_star) else None,
+            used=bool(rec.get("used", False)) and not rec.get("reason"),
         ))
     if fit is not None:
         warnings += list(fit.warnings)
@@ -165,8 +164,7 @@ def draw_isoflop_panel(ax, summary: IsoflopSummary, *, colors: Sequence | None =
         ax.set_xlim(x_lo, x_hi)
     compact_log_ticks(ax, "x", max_decades=1.6)  # 1-2-5 labels while a panel spans < 1.6 decades
     ax.margins(y=0.08)
-    ax.set_xlabel("Parameters P")
-    ax.set_ylabel("Validation loss (nats)")
+    ax.set(xlabel="Parameters P", ylabel="Validation loss (nats)")
     if legend and summary.slices:
         extra = [Line2D([], [], ls="", marker=marker, color="0.35", markersize=3.5, label="run"),
                  Line2D([], [], ls="", marker="x", color="k", markersize=4, label="minimum P*")]
@@ -207,10 +205,8 @@ def draw_power_law_panels(ax_loss, ax_params, summaries: Mapping[str, IsoflopSum
     for ax in (ax_loss, ax_params):
         compute_axis(ax)
     compact_log_ticks(ax_params, "y", max_decades=2.5)  # vertical axis: room for 1-2-5 labels
-    ax_loss.set_ylabel("L*(C) (nats)")
-    ax_params.set_ylabel("P*(C)")
-    ax_loss.set_title("(a) compute-optimal loss")
-    ax_params.set_title("(b) compute-optimal size")
+    ax_loss.set(ylabel="L*(C) (nats)", title="(a) compute-optimal loss")
+    ax_params.set(ylabel="P*(C)", title="(b) compute-optimal size")
     if fig is not None:
         fig.legend(handles, labels, loc="outside right upper")
     else:  # below each panel, off the data
@@ -306,8 +302,7 @@ def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm",
     ncols = max(len(computes), len(summaries))
     with paper_style():
         fig, axes = new_figure(2, ncols, panel_height=1.7)
-        for j, c in enumerate(computes):
-            ax = axes[0, j]
+        for ax, c in zip(axes[0], computes):
             for est, summ in summaries.items():
                 one = IsoflopSummary(slices=[s for s in summ.slices if s.compute == c])
                 draw_isoflop_panel(ax, one, colors=[ESTIMATOR_COLORS[est]], legend=False)
@@ -356,8 +351,7 @@ def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_b
     nrows = math.ceil(len(summaries) / ncols)
     with paper_style():
         fig, axes = new_figure(nrows, ncols, panel_height=1.6, width=7.0 if ncols > 2 else None)
-        for k, (t, summ) in enumerate(summaries.items()):
-            ax = axes.ravel()[k]
+        for k, (ax, (t, summ)) in enumerate(zip(axes.ravel(), summaries.items())):
             draw_isoflop_panel(ax, summ, legend=(k == 0))
             ax.set_title(f"t = {t:g}")
             if k % ncols:
@@ -404,9 +398,8 @@ def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     rows = state_rows(results, family, figure)
     # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
     # ±15% slice window applies to the annealed state only
-    summaries: dict[bool, IsoflopSummary] = {
-        s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None)
-        for s, r in rows.items()}
+    summaries = {s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None)
+                 for s, r in rows.items()}
     require_power_laws(summaries, figure, key=True)
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)

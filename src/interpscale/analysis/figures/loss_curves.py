@@ -137,9 +137,7 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
                 if hi > lo:  # the first logged steps can sit far above the rest: keep 98-99% of the points in view
                     hi = float(np.quantile(allv, 0.98 if part == "lm" else 0.99))
                 pad = 0.05 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-6)
-                ax.set_ylim(lo - pad, hi + pad)
-                ax.set_xscale("log")
-                ax.set_xlabel("Tokens" if x == "tokens" else "Step")
+                ax.set(ylim=(lo - pad, hi + pad), xscale="log", xlabel="Tokens" if x == "tokens" else "Step")
                 if i == 0:
                     ax.set_title(family_label(fam))
                 if j == 0 or not axes[i, j - 1].get_visible():

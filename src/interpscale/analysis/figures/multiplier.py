@@ -21,7 +21,6 @@ CURVE_POINTS = 24  # computes per decade-spanning curve of the figure
 _MULTIPLIERS: dict = {}  # (table hash, options) -> {(base, variant): MultiplierFit | reason}
 
 
-
 def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
                        level: float = 0.9, calibrate: bool = True) -> dict:
     """{(base, variant): MultiplierFit, or the reason it could not be made} for ``backbone_pairs``,
@@ -90,10 +89,7 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
             ax.set_ylim(min(lo, 1.0) / 1.3, max(hi, 1.0) * 1.3)
             ax.axhline(1.0, color="0.5", lw=0.8)
             ax.axvline(7.6e22, color="0.6", lw=0.8, ls="--")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("compute C (FLOPs)")
-            ax.set_ylabel(f"k(C): {variant} / {base}")
+            ax.set(xscale="log", yscale="log", xlabel="compute C (FLOPs)", ylabel=f"k(C): {variant} / {base}")
             ax.set_title(f"{variant} vs {base}: {m.verdict} (k ∝ C^{m.test.slope:+.3f})", fontsize=9)
             ax.legend(fontsize=7, loc="best")
         fig.tight_layout()

@@ -28,34 +28,29 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
     if len(sizes) < 2:
         raise ValueError("Figure 21 (concept_overhead_figure) needs at least two sizes")
     names = sorted(sizes, key=lambda s: sizes[s][0])
-    backbone = np.array([sizes[s][0] for s in names])
-    total = np.array([sizes[s][1] for s in names])
+    backbone, total = np.array([sizes[s] for s in names], dtype=float).T
     if (backbone <= 0).any() or (total < backbone).any():
         bad = names[int(np.flatnonzero((backbone <= 0) | (total < backbone))[0])]
         raise ValueError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
     module = total - backbone
     frac = module / total
     q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)  # c(P) = k P^q (q ≈ 1/3 when L grows with d)
+    overhead = lambda p: 100 * (np.exp(log_k) * p**q) / (np.exp(log_k) * p**q + p)  # noqa: E731  (%)
     grid = np.logspace(np.log10(backbone.min()), np.log10(max(extrapolate_to, backbone.max())), 200)
-    c_grid = np.exp(log_k) * grid**q
     with paper_style():
         fig, axes = new_figure(1, 1, panel_height=2.2)
         ax = axes[0, 0]
         color = family_color("cdlm+concept")
-        ax.plot(grid, 100 * c_grid / (c_grid + grid), "--", color="0.45", lw=1.0, label="trend (module ∝ d)")
+        ax.plot(grid, overhead(grid), "--", color="0.45", lw=1.0, label="trend (module ∝ d)")
         ax.plot(backbone, 100 * frac, "o-", color=color, label="Table 23 backbones")
         for name, x, y in zip(names, backbone, frac):
             if name in (names[0], names[-1]):
                 ax.annotate(f"{name}: {100 * y:.0f}%", (x, 100 * y), textcoords="offset points",
                             xytext=(6, 2) if name == names[0] else (-4, 9), fontsize=6.5,
                             ha="left" if name == names[0] else "right")
-        c8 = np.exp(log_k) * STEERLING_BACKBONE**q
-        share8 = 100 * c8 / (c8 + STEERLING_BACKBONE)
+        share8 = overhead(STEERLING_BACKBONE)
         ax.plot([STEERLING_BACKBONE], [share8], "*", ms=9, color="k", label=f"Steerling-8B ({share8:.0f}%)")
-        ax.set_xscale("log")
-        ax.set_ylim(0, 100)
-        ax.set_xlabel("Backbone non-embedding parameters P")
-        ax.set_ylabel("Concept module share of params (%)")
-        ax.set_title("Concept-module parameter overhead")
+        ax.set(xscale="log", ylim=(0, 100), xlabel="Backbone non-embedding parameters P",
+               ylabel="Concept module share of params (%)", title="Concept-module parameter overhead")
         ax.legend(loc="upper right")
     return fig
