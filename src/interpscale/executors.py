@@ -142,19 +142,18 @@ class Launcher:
                 if progress is not None:
                     progress(sum(j.done() for j in jobs), len(jobs))
                 time.sleep(poll_s)
-        results, errors, failures = [], [], []
+        results, failures = [], []
         for i, j in enumerate(jobs):
             try:
                 out = j.results()  # one per task
                 results.append(out[0] if len(out) == 1 else out)
             except Exception as exc:  # keep collecting; report every failure at the end
                 results.append(None)
-                errors.append(f"job {j.job_id}: {job_error(exc)}")
                 failures.append((i, str(j.job_id), job_signal(j, exc), job_error(exc)))
         if progress is not None:
             progress(len(jobs), len(jobs))
-        if errors:
-            raise JobsFailed(errors, failures)
+        if failures:
+            raise JobsFailed([f"job {job_id}: {error}" for _, job_id, _, error in failures], failures)
         return results
 
     def cancel(self, jobs: Sequence[submitit.Job] | None = None, grace_s: float = 60.0) -> None:

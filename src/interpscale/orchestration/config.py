@@ -10,12 +10,9 @@
       observe  ObserveConfig   what a run logs besides its metrics (TensorBoard, trackers)
       fit      FitConfig       the fits after the sweep (bootstrap replicates)
 
-Each section validates itself from its own fields (type from the annotation, range and
-choices from the field's metadata) and travels whole to the component it configures:
-``TrainConfig`` to the :class:`~interpscale.orchestration.trainer.Trainer`, ``LaunchConfig``
-to the :class:`~interpscale.orchestration.launch.Sweep`.  **A new setting is one field here
-plus its use**: the TOML key, the schema check and (``flag=True``) the command-line flag
-(``add_flags``) follow from the field.
+Each section validates itself from its own fields and travels whole to the component it
+configures (docs/launching.md).  **A new setting is one field here plus its use**: the TOML
+key, the schema check and (``flag=True``) the ``--<name>`` flag (``add_flags``) follow from it.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def pending_evaluations(run_dir: str | os.PathLike, estimators: Sequence[str] | 
     if table is None:
         table = read_results(run_dir / "results.parquet", missing_ok=True)
     estimators = tuple(estimators or default_estimators(RunSpec.load(run_dir).family))
-    sigs = table["checkpoint_sig"] if "checkpoint_sig" in table else pd.Series(pd.NA, index=table.index)
+    sigs = table.get("checkpoint_sig", pd.Series(pd.NA, index=table.index))
     done = set(zip(table.get("checkpoint", []), table.get("estimator", []), sigs))
     return [(c, e) for c in list_checkpoints(run_dir / "checkpoints") for e in estimators
             if (c.name, e, checkpoint_signature(c)) not in done]
@@ -172,8 +172,7 @@ def merge_results(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return _ordered(pd.DataFrame())
     df = pd.concat(frames, ignore_index=True)
-    key = [k for k in KEY if k in df.columns]
-    df = df.drop_duplicates(subset=key, keep="last")
+    df = df.drop_duplicates(subset=[k for k in KEY if k in df.columns], keep="last")
     return _ordered(df.sort_values(["family", "slice_flops", "params", "step", "annealed"], kind="stable")
                     .reset_index(drop=True))
 

@@ -137,10 +137,8 @@ class EvalJob(submitit.helpers.Checkpointable):
 
     def __call__(self, run_dirs: list[str], threads: int = 1, eval_batch_tokens: int | None = None) -> int:
         handle_stop_signals()
-        torch.set_num_threads(max(1, threads))
-        device = "cuda" if torch.cuda.is_available() else None
-        return len(evaluate_runs(run_dirs, progress=False, device=device,
-                                 eval_batch_tokens=eval_batch_tokens))
+        torch.set_num_threads(max(1, threads))  # evaluate_run picks the GPU when there is one
+        return len(evaluate_runs(run_dirs, progress=False, eval_batch_tokens=eval_batch_tokens))
 
 
 @dataclass
@@ -306,9 +304,8 @@ class Sweep:
         launcher = self._launcher()
         self._job_problems = []
         dirs = [Path(d) for g in groups for d in g]
-        update, close = None, None  # the live ``runs done, running, failed, interrupted, total`` line
-        if self.progress:
-            update, close = progress_line(self.out_dir.name, what, dirs, self._evaluated)
+        update, close = (progress_line(self.out_dir.name, what, dirs, self._evaluated) if self.progress
+                         else (None, None))  # the live ``runs done, running, ..., total`` line
         try:
             with launcher:  # an interrupt or error in here cancels the jobs
                 jobs = launcher.map(fn, groups, *[[a] * len(groups) for a in args], progress=update)
@@ -338,9 +335,7 @@ class Sweep:
             dirs = [Path(d) for d in groups[i]] if i < len(groups) else []
             left = [d for d in dirs if read_status(d).get("state") not in ("done", "failed")]
             if sig is not None:
-                for d in left:
-                    if read_status(d).get("state") == "running" and not trainer_alive(d):
-                        write_status(d, "interrupted", stopped_by=sig)
+                self._mark_interrupted(left, stopped_by=sig)
                 hint = " (out of memory?)" if sig == "SIGKILL" else ""
                 out.append(f"job {job_id} killed by {sig}{hint}: runs {', '.join(d.name for d in left) or 'none'}")
             elif not any(read_status(d).get("state") == "failed" for d in dirs):
@@ -348,12 +343,12 @@ class Sweep:
         return out
 
     @staticmethod
-    def _mark_interrupted(dirs: list[Path]) -> int:
-        """Runs left ``running`` by a stopped job (no live trainer) become ``interrupted``; the
-        number of interrupted runs."""
+    def _mark_interrupted(dirs: list[Path], **fields: str) -> int:
+        """Runs left ``running`` by a stopped job (no live trainer) become ``interrupted`` (with
+        ``fields``); the number of interrupted runs."""
         for d in dirs:
             if read_status(d).get("state") == "running" and not trainer_alive(d):
-                write_status(d, "interrupted")
+                write_status(d, "interrupted", **fields)
         return sum(read_status(d).get("state") == "interrupted" for d in dirs)
 
     def status(self) -> pd.DataFrame:

@@ -73,8 +73,8 @@ class SweepOutcome:
             if not named(d):
                 stopped.setdefault(str(read_status(d).get("stopped_by") or "a stop"), []).append(d)
         parts += [f"interrupted by {how}: {_names(ds)}" for how, ds in stopped.items()]
-        if [d for d in by["pending"] if not named(d)]:
-            parts.append(f"pending: {_names([d for d in by['pending'] if not named(d)])}")
+        if pending := [d for d in by["pending"] if not named(d)]:
+            parts.append(f"pending: {_names(pending)}")
         resumable = len(by["failed"]) < n - len(by["done"])
         return text + "; " + "; ".join(parts) + ("; launch again to resume" if resumable else
                                                  "; launch again to retry the failed runs once fixed")

@@ -144,11 +144,10 @@ def default_vocab_size(g: "_Grid") -> int:
     best = 0.0
     for size in g.sizes:
         for family in g.families:
-            base, kw = g.size_args(size, family)
-            kw = {k: v for k, v in kw.items() if k != "vocab_size"}
-            d = getattr(model_config(family, base, **kw), "d_model", None)
+            kw = {k: v for k, v in g.size_args(size, family).items() if k != "vocab_size"}
+            d = getattr(model_config(family, size, **kw), "d_model", None)
             if d:
-                best = max(best, params_nonembedding(family, base, **kw) / d)
+                best = max(best, params_nonembedding(family, size, **kw) / d)
     v = 2 ** int(math.floor(math.log2(max(best, 1.0))))
     return int(min(max(v, VOCAB_RANGE[0]), VOCAB_RANGE[1]))
 
@@ -188,13 +187,13 @@ class _Grid:
     launch: LaunchConfig
     plugins: tuple[str, ...] = ()
 
-    def size_args(self, size: str, family: str) -> tuple[str, dict]:
-        """(``size``, ``family``'s model overrides there: its [model] keys, then the keys of its
-        [size_presets] entry that its config accepts; the entry is a models.SIZES preset, _grid)."""
+    def size_args(self, size: str, family: str) -> dict:
+        """``family``'s model overrides at ``size``: its [model] keys, then the keys of its
+        [size_presets] entry that its config accepts (the entry is a models.SIZES preset, _grid)."""
         kw = family_overrides(self.overrides, family)
         if size in self.custom:
-            return size, {**kw, **accepted(family, {k: v for k, v in self.custom[size].items() if k != "base"})}
-        return size, kw
+            return {**kw, **accepted(family, {k: v for k, v in self.custom[size].items() if k != "base"})}
+        return kw
 
 
 def _grid(tree: Preset, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
@@ -259,19 +258,17 @@ def _data_fields(g: _Grid) -> dict[str, int]:
     return {**({"n_concepts": n_data} if n_data is not None else {}), "vocab_size": int(vocab)}
 
 
-def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> tuple[str, dict]:
-    """(base size, build arguments) as trained: the data's fields (concepts, the training
-    vocabulary) through ``data=``, the family's overrides beside them."""
-    base, kw = g.size_args(size, family)
+def _priced_args(g: _Grid, family: str, size: str, priced: dict) -> dict:
+    """The build arguments as trained: the data's fields (concepts, the training vocabulary)
+    through ``data=``, the family's overrides beside them."""
     data = DataFields(vocab_size=priced.get("vocab_size"), n_concepts=priced.get("n_concepts"))
-    return base, {"data": data, **{k: v for k, v in kw.items() if k not in priced}}
+    return {"data": data, **{k: v for k, v in g.size_args(size, family).items() if k not in priced}}
 
 
 def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) -> dict[str, Any]:
     """One (family, slice, size) point: its price (Eq. 23/24 or measured, the LM head), D and status."""
-    base, kw = _priced_args(g, family, size, priced)
     try:
-        pr = price(family, base, g.seq_len, **kw)
+        pr = price(family, size, g.seq_len, **_priced_args(g, family, size, priced))
     except Exception as exc:  # a plugin's own builder or loss, run by the pricing: named as such
         own = own_code_error(family, g.plugins, exc)
         if own is None:
@@ -357,7 +354,7 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
                 raise ValueError(f"{family}: slice target must be positive, got {c_target}")
             cands = [_candidate(g, family, size, c_target, priced) for size in g.sizes]
             for r in _choose(g, cands, strict):
-                base, kw = g.size_args(r["size"], family)
+                kw = g.size_args(r["size"], family)
                 runs[len(rows) + cands.index(r)] = RunSpec(
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
                     tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],

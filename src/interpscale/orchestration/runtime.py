@@ -340,11 +340,11 @@ def device_rate(device: str | None, flops_per_s: float | None, mfu: float | None
 
 
 def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
-               build_args: Callable[[dict], tuple], *, seq_len: int, batch_tokens: int, launch: LaunchConfig,
+               build_args: Callable[[dict], dict], *, seq_len: int, batch_tokens: int, launch: LaunchConfig,
                data: dict) -> dict[str, Any]:
     """Fill the plan rows' ``est_runtime_s`` (the main run's training steps) and ``est_run_s``
     (the whole run: :func:`run_seconds`) of the rows ``runs`` plans (row index -> RunSpec;
-    ``build_args(row)`` is its (base size, build arguments)); the plan's estimate record."""
+    ``build_args(row)`` is its build arguments); the plan's estimate record."""
     threads, max_parallel, per_job = launch.threads_per_job, launch.max_parallel, launch.runs_per_job
     per_run, spreads = {}, []
     if rate is None and runs:
@@ -352,11 +352,10 @@ def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
     for i, r in enumerate(rows):
         if r["steps"] < 1 or (rate is None and i not in runs):  # the CPU times planned points only
             continue
-        base, kw = build_args(r)
         flops = (r["M"] + r["M_head"]) * batch_tokens  # timed on the CPU when small enough, else priced
         timed = rate is None and flops <= MAX_TIMED_FLOPS
-        st = (time_step(r["family"], base, seq_len, batch_tokens, threads=threads, **kw) if timed
-              else StepTime(flops / (rate or sustained_flops("cpu")[0])))
+        st = (time_step(r["family"], r["size"], seq_len, batch_tokens, threads=threads, **build_args(r))
+              if timed else StepTime(flops / (rate or sustained_flops("cpu")[0])))
         r["est_runtime_s"] = st.seconds * r["steps"]
         if i in runs:
             r["est_run_s"] = per_run[runs[i].run_id] = run_seconds(runs[i], st)
