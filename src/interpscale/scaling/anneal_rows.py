@@ -4,10 +4,8 @@ App. I; docs/anneal.md).
 
 A run's stable rows (``annealed`` false) are its stable curve at constant LR; each annealed row
 with ``anneal_from = r`` is a branch that decays linearly to zero from step r (App. I's WSD
-branch, ``orchestration.spec.lr_at``). Per family and estimator the predictor
-(``scaling.curve``) is chosen by leave-one-branch-out error pooled over the family's runs, and the
-interval comes from those pooled errors. Predicted rows carry ``predicted = True``, ``loss_lo``,
-``loss_hi`` and ``anneal_method``; every measured row gets ``predicted = False``.
+branch, ``orchestration.spec.lr_at``). The predictor (``scaling.curve``) is chosen per family and
+estimator, and the rows it adds are described, in docs/anneal.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Loss at the end of a learning-rate schedule from a stable (constant-LR) run and some of its
 annealed (cooldown) branches (issue 36, App. I; the laws and measurements: docs/anneal.md).
 
-Four predictors of a branch's final loss, each fitted on the stable curve and the other branches:
-``offset-add`` / ``offset-mul`` (the branches' mean drop, as a difference or a ratio, below the
-stable loss at the branch point), ``lr-annealing`` (Tissue et al. 2024, Eq. 1: S1 the forward LR
-area, S2 the annealing area with momentum λ = 0.999) and ``multi-power`` (Luo et al. 2025, Eq. 5;
-warmup area folded into S1), both laws on the one engine (``engine.Projected``). Learning rates
-are relative to the stable run's peak (the fitted constants are then free of the LR's units). The
-predictor is chosen by leave-one-branch-out error (:func:`leave_one_out`), the interval of a
-prediction comes from those errors (:func:`error_interval`).
+The four predictors of a branch's final loss (``METHODS``; the table in docs/anneal.md), the two
+laws (Tissue et al. 2024, Eq. 1; Luo et al. 2025, Eq. 5, warmup area folded into S1) on the one
+engine (``engine.Projected``), with learning rates relative to the stable run's peak (the fitted
+constants are then free of the LR's units); chosen by :func:`leave_one_out`, intervals by
+:func:`error_interval`.
 """
 
 from __future__ import annotations

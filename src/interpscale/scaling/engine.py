@@ -303,7 +303,7 @@ def minimize_law(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: s
 class Multistart(NamedTuple):
     """What :func:`multistart` found: the best polished end point ``theta`` and its ``objective``,
     whether its polish ``converged`` (and its ``code`` in ``engine.STATUS``), the grid run
-    (``grid``), the start it came from (``best``) and whether that start's own run converged."""
+    (``grid``) and the start it came from (``best``)."""
 
     theta: np.ndarray
     objective: float
@@ -311,7 +311,6 @@ class Multistart(NamedTuple):
     code: int
     grid: Any
     best: int = 0
-    start_converged: bool = True
 
 
 def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str, delta: float = HUBER_DELTA,
@@ -334,9 +333,7 @@ def multistart(law: Law, X: Any, T: np.ndarray, starts: np.ndarray, *, loss: str
     top = cand[np.argsort(res.f[cand])[:n_polish]]
     pol = minimize_law(law, X, T, res.x[top], **kw, tol=polish_tol, max_iter=polish_iter)
     j = int(np.argmin(np.where(np.isfinite(pol.f), pol.f, np.inf)))
-    best = int(top[j])
-    return Multistart(pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res, best,
-                      bool(ok[best]))
+    return Multistart(pol.x[j], float(pol.f[j]), bool(pol.converged[j]), int(pol.status[j]), res, int(top[j]))
 
 
 def distinct_minima(x: np.ndarray, f: np.ndarray, ok: np.ndarray, *, rtol: float = 1e-3) -> list[tuple[np.ndarray, float]]:

@@ -336,7 +336,7 @@ def _point_fit(x: _Inputs, warnings: list[str], *, max_iter: int, n_polish: int)
                     n_polish=n_polish, max_iter=max_iter, polish_iter=2 * max_iter, polish_tol=x.law.fit_tol,
                     pool="converged", what="fit_chinchilla")
     ok = ms.grid.converged & np.isfinite(ms.grid.f)
-    best, converged = ms.best, ms.start_converged and ms.converged
+    best, converged = ms.best, bool(ok[ms.best]) and ms.converged  # the start's own run and its polish
     log.info("fit_chinchilla: best of %d starts (#%d), objective %.10g, %d converged",
              len(x.starts), best, ms.objective, int(ok.sum()))
     if not converged:
