@@ -47,10 +47,8 @@ def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.
     h, targets = h.flatten(0, -2), targets.flatten()
     if h.size(0) <= chunk:  # one chunk: nothing to bound, skip the recompute
         return _head_ce_sum(h, weight, targets)
-    total = h.new_zeros((), dtype=torch.float32)
-    for s in range(0, h.size(0), chunk):
-        total = total + checkpoint(_head_ce_sum, h[s:s + chunk], weight, targets[s:s + chunk], use_reentrant=False)
-    return total
+    return sum(checkpoint(_head_ce_sum, h[s:s + chunk], weight, targets[s:s + chunk], use_reentrant=False)
+               for s in range(0, h.size(0), chunk))
 
 
 def head_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
