@@ -69,7 +69,6 @@ class IsoflopSummary:
     slices: list[SliceCurve]
     power_P: Any = None  # PowerLawFit of P*(C), or None when fewer than two usable slices
     power_L: Any = None  # PowerLawFit of L*(C)
-    fit: Any = None  # the scaling package's IsoFlopFit
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -87,18 +86,17 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
     parabola is kept so the slices can be drawn."""
     rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
     warnings: list[str] = []
-    strict = True
     if fit is None:  # a figure's own fit: its flags go into ``warnings``, not the log (the report lists fits')
         with quiet():
             try:
                 fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
             except ValueError as exc:
                 warnings.append(str(exc))
-                strict = False
                 try:  # keep flagged-but-convex slices, only to draw their parabolas
                     fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
                 except ValueError:
                     fit = None
+    laws = None if warnings else fit  # power laws only from a fit that passed its own checks
     slices = []
     records = fit.slices.to_dict("records") if fit is not None else [
         {"compute": float(c)} for c in np.unique(rows["slice_flops"].to_numpy(float))]
@@ -115,8 +113,8 @@ def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed:
     if fit is not None:
         warnings += list(fit.warnings)
     return IsoflopSummary(slices=sorted(slices, key=lambda s: s.compute),
-                          power_P=fit.power_P if strict else None, power_L=fit.power_L if strict else None,
-                          fit=fit if strict else None, warnings=list(dict.fromkeys(warnings)))
+                          power_P=getattr(laws, "power_P", None), power_L=getattr(laws, "power_L", None),
+                          warnings=list(dict.fromkeys(warnings)))
 
 
 def require_power_laws(summaries: Mapping[Any, IsoflopSummary], what: str, key: Any = None) -> None:
