@@ -248,8 +248,7 @@ class HumanStudyReport:
         parts += ["## Frequentist cross-checks", "", "```", *mixed, self.ordinal.summary(), "",
                   self.gaussian.summary(), "```", ""]
         if self.phase1 is not None:
-            p = pd.DataFrame([self.phase1]).T.reset_index()
-            p.columns = ["statistic", "value"]
+            p = pd.Series(self.phase1).rename_axis("statistic").reset_index(name="value")
             parts += ["## Phase 1 agreement (App. D.2)", "", p.to_markdown(index=False, floatfmt=".3f"), ""]
         if self.coherence is not None:
             corr = ", ".join(f"{k} {v:+.2f}" for k, v in self.coherence["correlation"].items())
