@@ -23,10 +23,9 @@ from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
 from interpscale.models import FAMILIES
 from interpscale.orchestration import plan, write_results
-from interpscale.orchestration.config import Preset
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
-from interpscale.orchestration.rundir import ensure_writable, read_status
+from interpscale.orchestration.rundir import ensure_writable
 from interpscale.orchestration.runtime import estimate_report
 from interpscale.scaling import fit_families
 
@@ -53,7 +52,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
     with tqdm(total=len(STAGES), unit="stage", disable=None, leave=False) as bar:
         with _timed(bar, times, 0, "plan", preset):
             p = plan(preset)  # the preset is loaded and validated here, once; its tree travels in p.config
-            tree = p.config if p.config is not None else Preset.from_dict({"launch": p.launch})
+            tree = p.config
             boot = int(n_boot or tree.fit.n_boot)
             parallel = int(max_parallel or tree.launch.max_parallel)
             atomic_write_text(out / "plan.txt", p.summary() + "\n")
@@ -66,8 +65,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
                 sweep.launch()
             except SweepIncomplete as exc:  # the runs that finished are fitted; the demo exits 1 at the end
                 log.error("demo: %s", exc)
-            summary["sweep"] = SweepOutcome.read(sweep.out_dir.name, run_dirs).line()
-            summary["sweep_complete"] = all(read_status(d).get("state") == "done" for d in run_dirs)
+            outcome = SweepOutcome.read(sweep.out_dir.name, run_dirs)
+            summary["sweep"], summary["sweep_complete"] = outcome.line(), outcome.complete
             summary["runtime"] = estimate_report(  # planned vs measured
                 p.estimate, time.monotonic() - t_launch, run_dirs, max_parallel=sweep.max_parallel,
                 runs_per_job=sweep.runs_per_job, since=since)
@@ -113,10 +112,9 @@ def _collect(sweep, n_runs: int, out, summary: dict[str, Any]):
     results = sweep.collect()
     results_path = write_results(results, out / "results.parquet")
     summary.update(results=str(results_path), rows=len(results))
-    done = int(results["run_id"].nunique()) if "run_id" in results.columns and len(results) else 0
-    summary["runs_failed"] = n_runs - done
     if not len(results):
         raise PipelineError(f"demo: none of the {n_runs} runs produced a result; see {out / 'sweep'}")
+    summary["runs_failed"] = n_runs - int(results["run_id"].nunique())
     if summary["runs_failed"]:
         summary["problems"].append(f"{summary['runs_failed']} of {n_runs} runs produced no result")
     return results, results_path

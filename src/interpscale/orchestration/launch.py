@@ -116,14 +116,13 @@ class TrainJob(submitit.helpers.Checkpointable):
                         break
                     if job.evaluate and rank == 0:
                         evaluate_run(d, device=device)
+                    out.append(status)
                 except Exception as exc:
                     if rank == 0:
                         write_status(Path(d), "failed", error=run_error(spec, exc))
                     if distributed:
                         raise
                     failed.append(f"{Path(d).name}: {run_error(spec, exc)}")
-                    continue
-                out.append(status)
         finally:
             if distributed:
                 torch.distributed.destroy_process_group()

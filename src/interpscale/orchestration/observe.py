@@ -29,9 +29,8 @@ class StepMeter:
     """Window accumulator between two metrics records."""
 
     def __init__(self, device: torch.device, *, tokens_per_step: int, flops_per_token: float, world: int):
-        self.device, self.tokens_per_step, self.flops_per_token = device, tokens_per_step, flops_per_token
+        self.tokens_per_step, self.flops_per_token, self.world = tokens_per_step, flops_per_token, world
         self.peak = device_peak_flops(device)  # None on CPU: MFU omitted
-        self.world = world
         self.t_start = time.monotonic()
         self._reset()
 
