@@ -4,8 +4,8 @@ App. I; docs/anneal.md).
 
 A run's stable rows (``annealed`` false) are its stable curve at constant LR; each annealed row
 with ``anneal_from = r`` is a branch that decays linearly to zero from step r (App. I's WSD
-branch, ``orchestration.spec.lr_at``). The predictor (``scaling.curve``) is chosen per family and
-estimator, and the rows it adds are described, in docs/anneal.md.
+branch, ``orchestration.spec.lr_at``). How the predictor (``scaling.curve``) is chosen per family and
+estimator, and the rows it adds: docs/anneal.md.
 """
 
 from __future__ import annotations

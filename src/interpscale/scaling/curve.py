@@ -1,10 +1,10 @@
 """Loss at the end of a learning-rate schedule from a stable (constant-LR) run and some of its
 annealed (cooldown) branches (issue 36, App. I; the laws and measurements: docs/anneal.md).
 
-The four predictors of a branch's final loss (``METHODS``; the table in docs/anneal.md), the two
-laws (Tissue et al. 2024, Eq. 1; Luo et al. 2025, Eq. 5, warmup area folded into S1) on the one
-engine (``engine.Projected``), with learning rates relative to the stable run's peak (the fitted
-constants are then free of the LR's units); chosen by :func:`leave_one_out`, intervals by
+Four predictors of a branch's final loss (``METHODS``; docs/anneal.md tables them): two offsets and
+two laws (Tissue et al. 2024, Eq. 1; Luo et al. 2025, Eq. 5, warmup area folded into S1) on the one
+engine (``engine.Projected``), learning rates relative to the stable run's peak (the fitted constants
+are then free of the LR's units). The predictor is chosen by :func:`leave_one_out`, its interval by
 :func:`error_interval`.
 """
 
