@@ -30,14 +30,10 @@ METRICS = tuple(paper.INTERP_METRICS)
 CONCEPT_FAMILIES = tuple(f for f, c in paper.PAPER_FAMILIES.items() if c.concept)  # ar+concept, cdlm+concept
 
 
-def metric_rows(results: pd.DataFrame, family: str, metric: str, figure: str) -> pd.DataFrame:
-    """The family's headline rows with a finite ``metric`` (ValueError when none)."""
+def metric_rows(results: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
+    """The family's headline rows with a finite ``metric`` (4+ of them: ``metrics_with_data`` checked)."""
     rows = main_rows(results, family)
-    rows = rows[np.isfinite(rows[metric].astype(float))]
-    if len(rows) < 4:
-        raise ValueError(f"{figure}: family {family!r} has {len(rows)} rows with a finite {metric!r}; "
-                         "Eq. 29 needs at least 4")
-    return rows
+    return rows[np.isfinite(rows[metric].astype(float))]
 
 
 def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: Sequence[str], figure: str,
@@ -129,7 +125,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
         fig, axes = new_figure(len(fams), len(metrics), panel_height=1.75)
         for i, fam in enumerate(fams):
             for j, metric in enumerate(metrics):
-                rows = metric_rows(results, fam, metric, figure)
+                rows = metric_rows(results, fam, metric)
                 fit = metric_fit(fits, fam, metric, rows, n_boot=n_boot)  # the report's fit when given
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
                 legend_below(axes[i, j], handlelength=1.5)
@@ -308,7 +304,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
     with paper_style():
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):
-            rows = metric_rows(results, family, metric, figure)
+            rows = metric_rows(results, family, metric)
             fit = metric_fit(fits, family, metric, rows, n_boot=n_boot)
             draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
             pred = float(fit.predict(c_t))
