@@ -127,8 +127,7 @@ class AdaptiveResult:
     def check(self) -> None:
         """Raise ``FailedWork`` (exit 1) naming every slice not bracketed and what would bracket
         it; the caller prints ``summary()`` first."""
-        bad = [s for s in self.slices if not s.bracketed]
-        if bad:
+        if bad := [s for s in self.slices if not s.bracketed]:
             raise FailedWork(f"adaptive sweep: {len(bad)} of {len(self.slices)} slices not bracketed: "
                              + "; ".join(f"{s.name}: {s.reason} (would bracket it: {s.remedy})" for s in bad))
 

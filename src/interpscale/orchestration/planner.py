@@ -156,8 +156,7 @@ def slice_targets(families: Sequence[str], slices) -> dict[str, list[float]]:
     """``{family: [C, ...]}`` from targets shared by all families or a ``{family: [C, ...]}`` table."""
     per = {f: [float(c) for c in (slices[f] if isinstance(slices, dict) else slices)] for f in families
            if not isinstance(slices, dict) or f in slices}
-    missing = [f for f in families if f not in per]
-    if missing:
+    if missing := [f for f in families if f not in per]:
         raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
     return per
 
@@ -202,8 +201,7 @@ def _grid(tree: Preset, *, families, slices, sizes, seq_len, batch_tokens, toler
     p = tree.plan
     plugin_modules.load_plugins([*p.plugins, *(plugins or [])])  # before any family is looked up
     train_kw = {**tree.recipe, **recipe}
-    bad = set(train_kw) - recipe_keys()
-    if bad:
+    if bad := set(train_kw) - recipe_keys():
         raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(recipe_keys())}")
     g = _Grid(families=list(families or p.families), slices={}, sizes=list(sizes or p.sizes),
               explicit_sizes=sizes is not None, seq_len=int(seq_len or p.seq_len),

@@ -117,8 +117,7 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSpec":
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
+        if unknown := set(d) - {f.name for f in fields(cls)}:
             raise ValueError(f"unknown RunSpec field(s) {sorted(unknown)}")
         return cls(**d)
 

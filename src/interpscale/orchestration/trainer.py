@@ -208,8 +208,7 @@ class Trainer:
             # job that trains several sizes in one process would hit it, so each run starts clean
             torch.compiler.reset()
         named = set(self.observe.trackers)
-        unknown = named - set(TRACKERS)
-        if unknown:
+        if unknown := named - set(TRACKERS):
             raise ValueError(f"[observe] trackers: unknown {sorted(unknown)}; expected some of {list(TRACKERS)}")
         self.trackers = Trackers(self.run_dir, self.spec, named) if self.rank == 0 and named - {"tensorboard"} else None
         try:
