@@ -86,9 +86,8 @@ class Plan:
                 "tokens_per_param", "est_runtime_s", "status"]
         t = self.table[[c for c in cols if c in self.table.columns]].copy()
         sig3 = ("P", "M", "M_head", "C_target", "D", "tokens_per_param")
-        formats = {**dict.fromkeys(sig3, "{:.3g}".format),
-                   "C_err_pct": "{:+.2f}".format, "n_concepts": lambda v: f"{int(v)}" if v else "-",
-                   "est_runtime_s": fmt}
+        formats = {**dict.fromkeys(sig3, "{:.3g}".format), "C_err_pct": "{:+.2f}".format,
+                   "n_concepts": lambda v: f"{int(v)}" if v else "-", "est_runtime_s": fmt}
         for c in set(formats) & set(t.columns):
             t[c] = t[c].map(formats[c])
         ok = self.table[self.table.status == "ok"]
@@ -285,9 +284,8 @@ def _candidate(g: _Grid, family: str, size: str, c_target: float, priced: dict) 
         status = f"skipped: D/P={tpp:.3g} outside {g.window}"
     return dict(family=family, size=size, P=P, n_concepts=pr.n_concepts, M=M, M_head=pr.head_flops,
                 C_target=c_target, D=D, steps=steps, C_achieved=M * D, C_err_pct=100 * err,
-                tokens_per_param=tpp,
-                C_with_head=(M + pr.head_flops) * D, est_runtime_s=math.nan, est_run_s=math.nan,
-                status=status, pricing=pr.how)
+                tokens_per_param=tpp, C_with_head=(M + pr.head_flops) * D, est_runtime_s=math.nan,
+                est_run_s=math.nan, status=status, pricing=pr.how)
 
 
 def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
@@ -357,8 +355,7 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
                     tokens=r["D"], seq_len=g.seq_len, batch_tokens=g.batch_tokens, flops_per_token=r["M"],
                     base_size=g.custom[r["size"]]["base"] if r["size"] in g.custom else "", model_overrides=kw,
-                    data=g.data,
-                    plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
+                    data=g.data, plugins=() if FAMILIES[family].builtin else g.plugins, **g.train)
             rows.extend(cands)
     estimate = runtime.price_runs(rows, runs, rate, lambda r: _priced_args(g, r["family"], r["size"], priced),
                                   seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch,

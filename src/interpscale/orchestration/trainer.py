@@ -247,9 +247,8 @@ class Trainer:
         check = getattr(model, "check_batch", None)
         batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
         logs = SegmentLog(self.run_dir, self.spec, seg, step, device=self.device, world=self.world,
-                          lead=self.rank == 0, progress=self.progress,
-                          tensorboard=self.observe.tensorboard or "tensorboard" in self.observe.trackers,
-                          trackers=self.trackers)
+                          lead=self.rank == 0, progress=self.progress, trackers=self.trackers,
+                          tensorboard=self.observe.tensorboard or "tensorboard" in self.observe.trackers)
         try:
             while step < seg.end:
                 lr = lr_at(self.spec, seg, step)
