@@ -17,6 +17,7 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
+from interpscale._markdown import md_table
 from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
 from interpscale.analysis.figures.multiplier import family_multipliers
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
@@ -44,9 +45,7 @@ def markdown_table(df: pd.DataFrame, *, floatfmt: str = ".4g") -> str:
             return "—"
         return format(v, floatfmt) if isinstance(v, float) else str(v).replace("|", "\\|").replace("\n", " ")
 
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)])
+    return md_table(df.columns, (map(cell, row) for row in df.itertuples(index=False))).rstrip("\n")
 
 
 def _section(title: str, *blocks: str) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from interpscale._atomic import atomic_path, atomic_write_text
+from interpscale._markdown import md_table
 from interpscale.concepts.annotate import Annotator
 from interpscale.concepts.library import inherited
 from interpscale.concepts.store import ANNOTATOR, LABELLED, VALIDATION, part_files, read_json, write_json
@@ -27,7 +28,7 @@ from interpscale.data.corpus import CorpusConfig, generate_documents
 from interpscale.data.sources import expand_sources, iter_documents
 from interpscale.errors import UserError
 from interpscale.judges import LEXICAL_LABEL, ConceptCard, LexicalJudge, score_relevance
-from interpscale.judges.scorers import fmt, md_table
+from interpscale.judges.scorers import fmt
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ import math
 import random
 import string
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from interpscale._markdown import md_table
 from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
@@ -38,12 +39,6 @@ def to_record(reply: JudgeRecord, value: Any = None, **meta: Any) -> JudgeRecord
 def fmt(x: Optional[float]) -> str:
     """A score in a markdown table: three decimals, ``n/a`` when missing."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-
-def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table: the header, its ``|---|`` line and one line per row (newline-terminated)."""
-    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)]) + "\n"
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
+from interpscale._markdown import md_table
 from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
-from interpscale.judges.scorers import ScoreSummary, fmt, md_table, sample_indices, to_record
+from interpscale.judges.scorers import ScoreSummary, fmt, sample_indices, to_record
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
 
 CONDITIONS = ("unsteered", "prompting", "steered")
