@@ -163,6 +163,8 @@ def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> lis
     if not cols:
         return []
     dup = df.duplicated(cols, keep="first").to_numpy()
+    if not dup.any():  # the usual table: no grouping needed
+        return []
     first = df.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
     where_first = {g: i for i, g in reversed(list(enumerate(first)))}
     return [(row_label(df, where_first[first[i]]), row_label(df, i)) for i in dup.nonzero()[0]]

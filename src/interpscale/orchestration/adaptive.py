@@ -254,8 +254,10 @@ def _wls(X: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[np.ndarray, np.n
     cov = np.linalg.pinv(A)
     dof = len(y) - X.shape[1]
     s2 = float(w @ (y - X @ beta) ** 2) / dof if dof > 0 else math.nan
-    # no se known: scaled by s2, NaN with no spare degree of freedom (nothing says how noisy the losses are)
-    cov = cov * (max(1.0, s2) if dof > 0 else 1.0) if known.any() else cov * s2
+    if known.any():  # the stated se set the scale; a larger scatter widens it
+        cov = cov * max(1.0, s2) if dof > 0 else cov
+    else:
+        cov = cov * s2  # NaN with no spare degree of freedom: nothing says how noisy the losses are
     return beta, np.sqrt(np.clip(np.diag(cov), 0, None))
 
 

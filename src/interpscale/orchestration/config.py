@@ -220,10 +220,11 @@ def check_values(cls, table: Mapping[str, Any], where: str) -> None:
 def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     """``--<field-name>`` for every ``flag=True`` field of ``cls`` (bools get ``--x/--no-x``);
     the default None keeps the preset's value (``flag_values``)."""
+    hints = typing.get_type_hints(cls)  # once per class, as section_types
     for f in fields(cls):
         if not f.metadata.get("flag"):
             continue
-        kind, name = _kind(typing.get_type_hints(cls)[f.name]), "--" + f.name.replace("_", "-")
+        kind, name = _kind(hints[f.name]), "--" + f.name.replace("_", "-")
         kw: dict[str, Any] = {"default": None, "help": f.metadata.get("help") or None, "dest": f.name}
         if kind is bool:
             parser.add_argument(name, action=argparse.BooleanOptionalAction, **kw)

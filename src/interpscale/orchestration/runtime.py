@@ -33,8 +33,16 @@ from interpscale.orchestration.spec import reservoir_steps, segments
 
 # (substring of torch.cuda.get_device_name(), dense BF16 FLOP/s), most specific first
 GPU_PEAK_BF16: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
-    ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12), ("L40S", 362e12), ("L4", 121e12), ("A10", 125e12))
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10", 125e12),
+)
 
 # the planner's --device choices: peak FLOP/s and the MFU it assumes (stated in the table)
 PLAN_DEVICES: dict[str, dict[str, float]] = {
