@@ -105,7 +105,7 @@ def test_progress_off_a_terminal_is_a_plain_line_per_change(tmp_path):
     for d in dirs:
         d.mkdir()
     stream = io.StringIO()  # not a terminal, as a SLURM log or `make demo > log 2>&1`
-    update, close = progress_line("sw", "running", dirs, lambda d: False, stream)
+    update, close = progress_line("sw", "done", dirs, lambda d: False, stream)
     update(force=True)
     update(force=True)  # nothing changed: no line
     write_status(dirs[0], "running")
@@ -115,6 +115,6 @@ def test_progress_off_a_terminal_is_a_plain_line_per_change(tmp_path):
     close()
     text = stream.getvalue()
     assert "\r" not in text
-    assert text.splitlines() == ["sweep sw: runs running 0/3 (running 0, failed 0, total 3)",
-                                 "sweep sw: runs running 0/3 (running 1, failed 0, total 3)",
-                                 "sweep sw: runs running 1/3 (running 0, failed 1, total 3)"]
+    assert text.splitlines() == ["sweep sw: runs done 0/3 (running 0, failed 0, pending 3, total 3)",
+                                 "sweep sw: runs done 0/3 (running 1, failed 0, pending 2, total 3)",
+                                 "sweep sw: runs done 1/3 (running 0, failed 1, pending 1, total 3)"]

@@ -137,7 +137,7 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
                                                r"run ar-nano\S+ failed: .*cannot resume from"):
         sw.launch()
     err = capfd.readouterr().err
-    assert "runs running" in err and "1/2" in err and "failed 1, total 2" in err
+    assert "runs done 1/2" in err and "failed 1, pending 0, total 2" in err
     assert len([p for p in (tmp_path / "own").iterdir() if p.name.isdigit()]) == 2, "executor folder unused"
     assert read_status(sw.run_dir(good))["state"] == "done"
     assert read_status(sw.run_dir(bad))["state"] == "failed"
@@ -163,7 +163,7 @@ def test_a_failing_run_does_not_stop_its_jobs_other_runs(tmp_path, make_spec, ca
     capfd.readouterr()
     with pytest.raises(SweepIncomplete, match=r"2 of 3 runs done, 1 failed.*; run ar-nano\S+ failed: "):
         sw.launch()
-    assert "failed 1, total 3" in capfd.readouterr().err
+    assert "failed 1, pending 0, total 3" in capfd.readouterr().err
     states = {r.run_id: read_status(sw.run_dir(r))["state"] for r in runs}
     assert states == {runs[0].run_id: "done", bad.run_id: "failed", runs[2].run_id: "done"}
     status = Sweep.from_dir(tmp_path / "sw").status()
@@ -222,7 +222,7 @@ def test_sweep_status_counts_states_and_shows_a_dead_run_as_interrupted(tmp_path
     (sw.run_dir(runs[1]) / ".lock").touch()
     assert main(["sweep", "status", str(tmp_path / "sw")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1] == "2 runs: done 1, interrupted 1", out
+    assert out.splitlines()[-1] == "2 runs: done 1, running 0, failed 0, interrupted 1, pending 0; steps 11/11", out
     assert json.loads((sw.run_dir(runs[1]) / "status.json").read_text())["state"] == "running"  # only shown
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,13 +19,14 @@ import torch
 
 from interpscale.executors import (EXECUTORS, JobsFailed, handle_stop_signals, make_executor, stop_requested,
                                    stop_signal)
-from interpscale.orchestration.config import (LaunchConfig, ObserveConfig, Preset, TrainConfig, split_settings,
-                                             with_settings)
+from interpscale.orchestration.config import (LaunchConfig, ObserveConfig, Preset, TrainConfig, deprecated,
+                                             split_settings, with_settings)
 from interpscale.orchestration.evaluate import collect, evaluate_run, evaluate_runs, pending_evaluations
-from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome, own_code_error, progress_line
-from interpscale.orchestration.runtime import pack
+from interpscale.orchestration.outcome import (SweepIncomplete, SweepOutcome, SweepState, own_code_error,
+                                               progress_line)
+from interpscale.orchestration.runtime import pack, reprice
 from interpscale.orchestration.rundir import (check_manifest, data_fingerprint, ensure_writable,
-                                              find_run_dirs, read_status, run_state, trainer_alive,
+                                              find_run_dirs, read_manifest, read_status, trainer_alive,
                                               write_manifest, write_status)
 from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import init_run_dir, model_kwargs, prepare_run_data, train_run
@@ -140,35 +141,61 @@ class EvalJob(submitit.helpers.Checkpointable):
         return len(evaluate_runs(run_dirs, progress=False, eval_batch_tokens=eval_batch_tokens))
 
 
-@dataclass
+@dataclass(init=False)
 class Sweep:
     """RunSpecs under one directory: ``SWEEP/runs/<run_id>/``, shared data in ``SWEEP/_data``.
 
-    ``executor``: ``"local" | "slurm" | "debug"`` or a submitit executor the caller
-    configured.  ``nodes`` x ``tasks_per_node`` tasks (one per GPU) train each run
-    data-parallel; ``train`` (the preset's ``[train]`` settings) goes whole to each
-    :class:`~interpscale.orchestration.trainer.Trainer`, ``observe`` to its loggers.
-    ``extend`` lets a launch add runs to a sweep directory that lists others (on the same data).
-    The launch fields are :class:`~interpscale.orchestration.config.LaunchConfig`'s, by name.
+    ``launch``: the preset's ``[launch]`` section, whole (:class:`LaunchConfig`: the executor,
+    jobs at once, runs per job, ``nodes`` x ``tasks_per_node`` tasks, one per GPU, training each
+    run data-parallel, the cluster keys); ``executor`` replaces its executor (a name, or a
+    submitit executor the caller configured).  ``train`` (the preset's ``[train]`` settings)
+    goes whole to each :class:`~interpscale.orchestration.trainer.Trainer`, ``observe`` to its
+    loggers.  ``extend`` lets a launch add runs to a sweep directory that lists others (on the
+    same data).  ``keywords``: the earlier spelling, LaunchConfig's fields one by one
+    (``max_parallel=``, ``slurm={...}``; kept one release).
     """
 
     runs: Sequence[RunSpec]
-    out_dir: str | os.PathLike
-    executor: Any = "local"
-    max_parallel: int = 2  # local: jobs running at once (LocalExecutor alone starts them all)
-    runs_per_job: int = 1
-    threads_per_job: int = 1
+    out_dir: Path
+    launch_config: LaunchConfig  # ``launch`` in the constructor (``launch()`` launches)
+    executor: Any  # launch_config.executor, or the submitit executor the caller configured
+    train: TrainConfig  # to every Trainer, whole
+    observe: ObserveConfig
     evaluate: bool = True
-    slurm: dict[str, Any] = field(default_factory=dict)  # partition, timeout_min, cpus_per_task, ...
-    tasks_per_node: int = 1  # >1: one task per GPU with torch.distributed
-    nodes: int = 1
-    train: TrainConfig = field(default_factory=TrainConfig)  # to every Trainer, whole
-    observe: ObserveConfig = field(default_factory=ObserveConfig)
     progress: bool = True  # the live runs done / running / failed line on stderr
     extend: bool = False  # add runs the sweep directory does not list yet
+    estimate: dict[str, Any] = field(default_factory=dict)  # the plan's runtime estimate, kept in sweep.json
     _job_problems: list = field(default_factory=list, init=False, repr=False)  # the last launch's failed jobs
 
-    def __post_init__(self) -> None:
+    def __init__(self, runs: Sequence[RunSpec], out_dir: str | os.PathLike, launch: LaunchConfig | None = None, *,
+                 executor: Any = None, train: TrainConfig | None = None, observe: ObserveConfig | None = None,
+                 evaluate: bool = True, progress: bool = True, extend: bool = False,
+                 estimate: dict[str, Any] | None = None, **keywords: Any) -> None:
+        launch = launch if launch is not None else LaunchConfig()
+        if keywords:
+            deprecated("Sweep(runs, out_dir, max_parallel=..., slurm=...)", "Sweep(runs, out_dir, LaunchConfig(...))")
+            (settings,) = split_settings({**keywords.pop("slurm", {}), **keywords}, LaunchConfig)
+            launch = with_settings(launch, **settings)
+        if isinstance(executor, str):
+            launch, executor = replace(launch, executor=executor), None
+        self.runs, self.out_dir, self.launch_config = runs, out_dir, launch
+        self.executor = executor if executor is not None else launch.executor
+        self.train = train if train is not None else TrainConfig()
+        self.observe = observe if observe is not None else ObserveConfig()
+        self.evaluate, self.progress, self.extend, self.estimate = evaluate, progress, extend, dict(estimate or {})
+        self._job_problems = []
+        self._check()
+
+    # the launch settings, from the section
+    max_parallel = property(lambda self: self.launch_config.max_parallel, doc="jobs running at once (local)")
+    runs_per_job = property(lambda self: self.launch_config.runs_per_job)
+    threads_per_job = property(lambda self: self.launch_config.threads_per_job)
+    nodes = property(lambda self: self.launch_config.nodes)
+    tasks_per_node = property(lambda self: self.launch_config.gpus_per_node or self.launch_config.tasks_per_node,
+                              doc="tasks per node: one per GPU when gpus_per_node is set")
+    slurm = property(lambda self: self.launch_config.slurm, doc="the cluster settings that are set")
+
+    def _check(self) -> None:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
             raise ValueError(f"unknown executor {self.executor!r}; expected one of {tuple(EXECUTORS)} "
                              f"or a submitit.Executor")
@@ -195,14 +222,15 @@ class Sweep:
         ``overrides`` that are not ``None`` win: fields of LaunchConfig or TrainConfig by
         name, or the Sweep's own (``extend``, ``evaluate``, ``progress``).  ``gpus_per_node``
         also sets one task per GPU."""
-        tree = plan.config if getattr(plan, "config", None) is not None else Preset.from_dict({"launch": plan.launch})
+        tree = plan.config if getattr(plan, "config", None) is not None else Preset.load(
+            {"launch": {k: v for k, v in plan.launch.items() if v is not None}})
         over = {k: v for k, v in overrides.items() if v is not None}
         own = {k: over.pop(k) for k in ("extend", "evaluate", "progress") if k in over}
         launch_kw, train_kw = split_settings(over, LaunchConfig, TrainConfig)
         launch = with_settings(tree.launch, **launch_kw)
-        kw = {f: getattr(launch, f) for f in ("executor", "max_parallel", "runs_per_job", "threads_per_job", "nodes")}
-        return cls(plan.runs, out_dir, slurm=launch.slurm, tasks_per_node=launch.gpus_per_node or launch.tasks_per_node,
-                   train=with_settings(tree.train, **train_kw), observe=tree.observe, **kw, **own)
+        return cls(plan.runs, out_dir, launch, train=with_settings(tree.train, **train_kw), observe=tree.observe,
+                   **own, estimate=reprice(getattr(plan, "estimate", None) or {}, launch.max_parallel,
+                                           launch.runs_per_job))
 
     @classmethod
     def from_dir(cls, out_dir: str | os.PathLike, **kwargs: Any) -> "Sweep":
@@ -210,7 +238,8 @@ class Sweep:
         out = Path(out_dir)
         if not (out / "sweep.json").exists():
             raise ValueError(f"{out} is not a sweep directory (no sweep.json)")
-        return cls([RunSpec.load(d) for d in find_run_dirs(out)], out, **kwargs)
+        return cls([RunSpec.load(d) for d in find_run_dirs(out)], out,
+                   **{"estimate": read_manifest(out)["estimate"], **kwargs})
 
     @property
     def executor_name(self) -> str:
@@ -255,7 +284,7 @@ class Sweep:
                 for p in set(data_root.iterdir()) - before:
                     shutil.rmtree(p, ignore_errors=True)
             raise
-        write_manifest(self.out_dir, manifest)
+        write_manifest(self.out_dir, {**manifest, "estimate": self.estimate or manifest["estimate"]})
         todo = [r for r in self.runs if not self._finished(r)]
         for r in todo:
             init_run_dir(r, self.run_dir(r), data_root)
@@ -303,8 +332,10 @@ class Sweep:
         launcher = self._launcher()
         self._job_problems = []
         dirs = [Path(d) for g in groups for d in g]
-        update, close = (progress_line(self.out_dir.name, what, dirs, self._evaluated) if self.progress
-                         else (None, None))  # the live ``runs done, running, ..., total`` line
+        shown = [self.run_dir(r) for r in self.runs] if isinstance(fn, TrainJob) else dirs  # the whole sweep
+        update, close = (progress_line(self.out_dir.name, "done" if isinstance(fn, TrainJob) else what, shown,
+                                       self._evaluated, estimate=self.estimate)
+                         if self.progress else (None, None))  # the live ``runs done, running, ...`` line
         try:
             with launcher:  # an interrupt or error in here cancels the jobs
                 jobs = launcher.map(fn, groups, *[[a] * len(groups) for a in args], progress=update)
@@ -350,15 +381,22 @@ class Sweep:
                 write_status(d, "interrupted", **fields)
         return sum(read_status(d).get("state") == "interrupted" for d in dirs)
 
+    def state(self) -> SweepState:
+        """The sweep's one account (runs per state, steps, ETA); a run left ``running`` by a
+        dead process shows ``interrupted``."""
+        return SweepState.read([self.run_dir(r) for r in self.runs], self.estimate)
+
     def status(self) -> pd.DataFrame:
-        """One row per run; a run left ``running`` by a dead process shows ``interrupted``."""
+        """One row per run (:meth:`state`): its state, ``step`` (steps trained, every segment)
+        of ``planned_steps``, its segment in training."""
         rows = []
-        for r in self.runs:
-            st = run_state(self.run_dir(r))
+        for r, p in zip(self.runs, self.state().runs):
+            st = p.status
             rows.append({"run_id": r.run_id, "family": r.family, "size": r.size, "slice_flops": r.slice_flops,
-                         "steps": r.steps, "state": st.get("state"), "segments_done": len(st.get("segments_done", [])),
+                         "state": p.state, "step": p.steps_done, "planned_steps": p.steps_planned,
+                         "segment": st.get("segment") or "", "segments_done": len(st.get("segments_done", [])),
                          "evaluated": (self.run_dir(r) / "results.parquet").exists(),
-                         "error": st.get("error", "") if st.get("state") == "failed" else ""})
+                         "error": st.get("error", "") if p.state == "failed" else ""})
         return pd.DataFrame(rows)
 
     def counts(self) -> dict[str, int]:

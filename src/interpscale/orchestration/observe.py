@@ -89,12 +89,11 @@ def rewind_metrics(path: Path, done: Iterable[str], segment: str, step: int) -> 
 
 class SegmentLog:
     """One segment's logging on every rank: the metrics window (:class:`StepMeter`), and on
-    the lead rank ``metrics.jsonl``, a tqdm bar and TensorBoard event files in RUN_DIR/tb
-    (so ``tensorboard --logdir SWEEP`` lists every run), tagged ``<segment>/<name>`` because
-    anneal branches revisit stable steps; a resumed segment purges the steps it redoes."""
+    the lead rank ``metrics.jsonl``, a tqdm bar and the run's :class:`Trackers` (TensorBoard,
+    W&B, MLflow)."""
 
     def __init__(self, run_dir: Path, spec: Any, segment: Any, step: int, *, device: torch.device, world: int,
-                 lead: bool, progress: bool, tensorboard: bool, trackers: "Trackers | None" = None):
+                 lead: bool, progress: bool, trackers: "Trackers | None" = None):
         from tqdm.auto import tqdm
 
         self.spec, self.segment, self.lead, self.trackers = spec, segment, lead, trackers
@@ -106,12 +105,6 @@ class SegmentLog:
         self.bar = tqdm(total=segment.length, initial=step - segment.start, desc=f"{spec.run_id} {segment.name}",
                         disable=not progress or not lead or self.plain, leave=False, mininterval=2.0)
         self.plain_at = time.monotonic()
-        self.tb = None
-        if lead and tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            purge = step if step > segment.start else None
-            self.tb = SummaryWriter(log_dir=str(Path(run_dir) / "tb"), purge_step=purge)
 
     def _plain_line(self, step: int, rec: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -144,40 +137,46 @@ class SegmentLog:
             self._plain_line(step, rec)
             if self.trackers is not None:
                 self.trackers.log(self.segment.name, step, rec)
-            if self.tb is not None:
-                for k, v in rec.items():
-                    if isinstance(v, (int, float)) and k != "step":
-                        self.tb.add_scalar(f"{self.segment.name}/{k}", v, step)
         return True
 
     def close(self) -> None:
         self.bar.close()
-        if self.tb is not None:
-            self.tb.flush()
-            self.tb.close()
 
 
 # -- trackers --------------------------------------------------------------------------------------
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 TRACKER_IDS = "trackers.json"  # RUN_DIR/trackers.json: {tracker: run id}, so a resumed run continues it
+TRACKER_LOGGED = "trackers_logged.json"  # {tracker: {segment: the last step it was given}}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        out = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 class Trackers:
-    """The experiment trackers named in ``[observe] trackers`` besides TensorBoard (W&B, MLflow),
-    one tracker run per training run (its id in RUN_DIR/trackers.json); offline / local by
-    default, and a tracker that fails is dropped with one warning (docs/training.md, Trackers)."""
+    """The experiment trackers of a run: TensorBoard (RUN_DIR/tb, so ``tensorboard --logdir
+    SWEEP`` lists every run), W&B and MLflow (one tracker run per training run, its id in
+    RUN_DIR/trackers.json); offline / local by default, and a tracker that fails is dropped
+    with one warning (docs/training.md, Trackers).
+
+    Each tracker gets every (segment, step) once: after a record is written (TensorBoard
+    flushed) its step is stored in RUN_DIR/trackers_logged.json, and a resumed run gives a
+    tracker only the steps past the last one it was given (training resumes bit-exactly, so
+    the steps redone after a kill carry the values the tracker already holds)."""
 
     def __init__(self, run_dir: str | Path, spec: Any, names: Iterable[str]):
         self.run_dir, self.spec = Path(run_dir), spec
-        try:
-            self.ids: dict[str, str] = json.loads((self.run_dir / TRACKER_IDS).read_text())
-        except (OSError, ValueError):
-            self.ids = {}
+        self.ids: dict[str, str] = _read_json(self.run_dir / TRACKER_IDS)
+        self.logged: dict[str, dict[str, int]] = _read_json(self.run_dir / TRACKER_LOGGED)
         self.live: dict[str, Any] = {}
-        for name in names:
-            if name in ("wandb", "mlflow"):
+        for name in TRACKERS:
+            if name in set(names):
                 self._guard(name, getattr(self, f"_open_{name}"))
-        if self.live:
+        if self.live.keys() - {"tensorboard"}:
             atomic_write_text(self.run_dir / TRACKER_IDS, json.dumps(self.ids, sort_keys=True))
 
     def _guard(self, name: str, fn, *args) -> None:
@@ -187,6 +186,11 @@ class Trackers:
             _log.warning("tracker %s disabled for run %s: %s: %s", name, self.spec.run_id, type(exc).__name__,
                          str(exc).splitlines()[0][:200] if str(exc) else "")
             self.live.pop(name, None)
+
+    def _open_tensorboard(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.live["tensorboard"] = SummaryWriter(log_dir=str(self.run_dir / "tb"))
 
     def _open_wandb(self) -> None:
         import wandb
@@ -219,22 +223,40 @@ class Trackers:
         self.ids["mlflow"] = run_id
         self.live["mlflow"] = client
 
+    def _log_tensorboard(self, step: int, scalars: dict[str, float]) -> None:
+        writer = self.live["tensorboard"]
+        for k, v in scalars.items():
+            writer.add_scalar(k, v, step)
+        writer.flush()  # on disk before its step is counted as given
+
+    def _log_wandb(self, step: int, scalars: dict[str, float]) -> None:
+        self.live["wandb"].log({**scalars, "train_step": step})
+
+    def _log_mlflow(self, step: int, scalars: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k.replace("@", "-"), v, now, step) for k, v in scalars.items()]
+        self.live["mlflow"].log_batch(self.ids["mlflow"], metrics)
+
     def log(self, segment: str, step: int, rec: dict[str, Any]) -> None:
-        """One metrics.jsonl record, its numbers under ``<segment>/<name>`` at ``step``."""
+        """One metrics.jsonl record, its numbers under ``<segment>/<name>`` at ``step``, to each
+        tracker not yet given this segment's ``step``."""
         scalars = {f"{segment}/{k}": float(v) for k, v in rec.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
-        if "wandb" in self.live:
-            self._guard("wandb", self.live["wandb"].log, {**scalars, "train_step": step})
-        if "mlflow" in self.live:
-            from mlflow.entities import Metric
-
-            now = int(time.time() * 1000)
-            metrics = [Metric(k.replace("@", "-"), v, now, step) for k, v in scalars.items()]
-            self._guard("mlflow", self.live["mlflow"].log_batch, self.ids["mlflow"], metrics)
+        given = False
+        for name in list(self.live):
+            if step > self.logged.get(name, {}).get(segment, -1):
+                self._guard(name, getattr(self, f"_log_{name}"), step, scalars)
+                if name in self.live:
+                    self.logged.setdefault(name, {})[segment] = step
+                    given = True
+        if given:
+            atomic_write_text(self.run_dir / TRACKER_LOGGED, json.dumps(self.logged, sort_keys=True))
 
     def replay(self, metrics: Path, segment: str, upto: int) -> None:
-        """Log again the metrics.jsonl records of ``segment`` up to step ``upto`` (a resumed
-        segment's): a kill may have cut a tracker's last writes; the values are the same."""
+        """Give each tracker the metrics.jsonl records of ``segment`` up to step ``upto`` (a
+        resumed segment's) that it was not given (a tracker named only now, or one that failed)."""
         if not self.live or not Path(metrics).exists():
             return
         for line in Path(metrics).read_text().splitlines():
@@ -243,6 +265,8 @@ class Trackers:
                 self.log(segment, rec["step"], rec)
 
     def close(self, finished: bool = False) -> None:
+        if "tensorboard" in self.live:
+            self._guard("tensorboard", self.live.pop("tensorboard").close)
         if "wandb" in self.live:
             self._guard("wandb", self.live.pop("wandb").finish)
         if "mlflow" in self.live:

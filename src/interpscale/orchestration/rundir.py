@@ -4,14 +4,16 @@ RUN_DIR/spec.json          the RunSpec
 RUN_DIR/tokenizer.json     HF `tokenizers` JSON (special ids 0..3)
 RUN_DIR/concepts.json      concept cards {label, description, words}
 RUN_DIR/data.json          where the prepared data lives and the seq_len its rows are cut at
-RUN_DIR/status.json        {state: pending|running|done|failed|interrupted, step, segment, ...}
+RUN_DIR/status.json        {state: pending|running|done|failed|interrupted, step, segment, steps_done,
+                           steps_planned, ...}
 RUN_DIR/metrics.jsonl      one JSON line per logged training step
 RUN_DIR/checkpoints/*/     evaluation checkpoints (safetensors directories, models.checkpoint)
 RUN_DIR/state/*/           resume states (DCP directories, orchestration.checkpointer)
 RUN_DIR/results.parquet    this run's evaluated rows (+ results.csv)
 SWEEP/sweep.json           the sweep's identity: its runs and the fingerprints of their data,
                            {"runs": [run_id, ...], "data": [{"tokenizer_sha", "corpus_sha", "vocab_size",
-                           "n_concepts"}, ...]}, checked before a launch writes anything (docs/launching.md)
+                           "n_concepts"}, ...], "estimate": the plan's runtime estimate}, checked before a
+                           launch writes anything (docs/launching.md)
 """
 
 from __future__ import annotations
@@ -150,11 +152,11 @@ def _key(fp: dict[str, Any]) -> tuple:
 
 
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
-    """The manifest (``runs``, ``data``; an old plain list of run ids is read too), empty
-    lists for a new directory; a corrupt one is a ``UserError``."""
+    """The manifest (``runs``, ``data``, ``estimate``; an old plain list of run ids is read
+    too), empty for a new directory; a corrupt one is a ``UserError``."""
     p = Path(sweep_dir) / "sweep.json"
     if not p.exists():
-        return {"runs": [], "data": []}
+        return {"runs": [], "data": [], "estimate": {}}
     try:
         m = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
@@ -162,7 +164,8 @@ def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
     m = m if isinstance(m, dict) else {"runs": m}
     if not isinstance(m.get("runs"), list) or not all(isinstance(i, str) for i in m["runs"]):
         raise UserError(f"{p}: expected a sweep manifest with a list of run ids under \"runs\"")
-    return {"runs": m["runs"], "data": list(m.get("data", []))}
+    estimate = m.get("estimate")
+    return {"runs": m["runs"], "data": list(m.get("data", [])), "estimate": estimate if isinstance(estimate, dict) else {}}
 
 
 def check_manifest(sweep_dir: str | Path, run_ids: Iterable[str], data: Iterable[dict[str, Any]],
@@ -183,7 +186,7 @@ def check_manifest(sweep_dir: str | Path, run_ids: Iterable[str], data: Iterable
         raise UserError(f"{path}: the plan has {len(added)} run(s) this sweep does not list "
                         f"(e.g. {added[0]}): another preset or grid; pass --extend to add them, or launch "
                         f"into a new directory")
-    return {"runs": old["runs"] + added, "data": old["data"] + new}
+    return {"runs": old["runs"] + added, "data": old["data"] + new, "estimate": old["estimate"]}
 
 
 def write_manifest(sweep_dir: str | Path, manifest: dict[str, Any]) -> None:

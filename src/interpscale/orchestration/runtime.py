@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -27,9 +30,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from interpscale._atomic import atomic_write_text
 from interpscale.orchestration.config import LaunchConfig
 from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.spec import reservoir_steps, segments
+
+_log = logging.getLogger(__name__)
 
 # (substring of torch.cuda.get_device_name(), dense BF16 FLOP/s), most specific first
 GPU_PEAK_BF16: tuple[tuple[str, float], ...] = (
@@ -96,20 +102,24 @@ def cpu_calibration(threads: int | None = None) -> CpuCalibration:
     moved 9x between two consecutive ``plan`` calls on a loaded machine)."""
     n = int(threads or torch.get_num_threads())
     if n not in _CPU:
-        with num_threads(n):
-            a = torch.randn(512, 512)
-            torch.mm(a, a)
-            torch.mm(a, a)
-            rates = []
-            for _ in range(CALIBRATION_BURSTS):
-                t0, k = time.perf_counter(), 0
-                while time.perf_counter() - t0 < 0.03:
-                    torch.mm(a, a)
-                    k += 1
-                rates.append(2 * 512**3 * k / (time.perf_counter() - t0))
-        med = statistics.median(rates)
-        _CPU[n] = CpuCalibration(med, (max(rates) - min(rates)) / med, n, CALIBRATION_BURSTS)
+        _CPU[n] = CpuCalibration(**stored_timing(["cpu_matmul", n], lambda: _calibrate(n)))
     return _CPU[n]
+
+
+def _calibrate(n: int) -> dict[str, Any]:
+    with num_threads(n):
+        a = torch.randn(512, 512)
+        torch.mm(a, a)
+        torch.mm(a, a)
+        rates = []
+        for _ in range(CALIBRATION_BURSTS):
+            t0, k = time.perf_counter(), 0
+            while time.perf_counter() - t0 < 0.03:
+                torch.mm(a, a)
+                k += 1
+            rates.append(2 * 512**3 * k / (time.perf_counter() - t0))
+    med = statistics.median(rates)
+    return {"flops": med, "spread": (max(rates) - min(rates)) / med, "threads": n, "repeats": CALIBRATION_BURSTS}
 
 
 def cpu_peak_flops() -> float:
@@ -127,6 +137,63 @@ def sustained_flops(device: str, mfu: float | None = None) -> tuple[float, float
         raise ValueError(f"MFU must be in (0, 1], got {u}")
     peak = cpu_peak_flops() if device == "cpu" else d["peak"]
     return peak * u, u
+
+
+# -- timings stored per machine -------------------------------------------------------------------
+TIMINGS = "step_times.json"  # $XDG_CACHE_HOME/interpscale/: {key: {seconds, ..., timed_at}}
+_RETIME = [False]
+
+
+def timings_path() -> Path:
+    """Where this machine's timings are kept: ``$XDG_CACHE_HOME/interpscale/step_times.json``
+    (``~/.cache/interpscale/step_times.json`` by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "interpscale" / TIMINGS
+
+
+def _timing_key(parts: list) -> str:
+    from interpscale import __version__
+
+    return json.dumps([platform.node(), os.cpu_count(), torch.__version__, __version__, *parts], default=str)
+
+
+def _read_timings() -> dict[str, dict]:
+    try:
+        table = json.loads(timings_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def stored_timing(parts: list, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A timing measured once per machine (host, CPUs, torch and interpscale versions) and
+    kept in :func:`timings_path`, so that ``plan`` and ``sweep launch`` of one plan price it
+    the same; measured again inside :func:`retiming` (``--retime``).  The stored record has
+    ``measure()``'s fields (and ``timed_at``, a ``time.time()``, dropped here)."""
+    key = _timing_key(parts)
+    known = None if _RETIME[0] else _read_timings().get(key)
+    if known is None:
+        known = {**measure(), "timed_at": time.time()}
+        table = _read_timings()
+        table[key] = known
+        try:
+            atomic_write_text(timings_path(), json.dumps(table, indent=0, sort_keys=True))
+        except OSError as exc:  # a read-only home: the estimate is this process's alone
+            _log.debug("runtime timings not stored in %s: %s", timings_path(), exc)
+    return {k: v for k, v in known.items() if k != "timed_at"}
+
+
+@contextlib.contextmanager
+def retiming() -> Iterator[None]:
+    """Plans made in the block time their steps again (``plan --retime``, ``sweep launch
+    --retime``), replacing this machine's stored timings."""
+    _TIMED.clear()
+    _CPU.clear()
+    _JOB_START.clear()
+    _RETIME[0] = True
+    try:
+        yield
+    finally:
+        _RETIME[0] = False
 
 
 # -- the runtime estimate ------------------------------------------------------------------------
@@ -174,8 +241,14 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
     """Median seconds of one real training step (forward, backward, clipping, AdamW) of
     ``family``/``size`` at ``batch_tokens`` / ``seq_len`` rows, on ``threads`` threads."""
     key = json.dumps([family, size, seq_len, batch_tokens, threads, overrides], sort_keys=True, default=str)
-    if key in _TIMED:
-        return _TIMED[key]
+    if key not in _TIMED:
+        _TIMED[key] = StepTime(**stored_timing(["step", key], lambda: _time_step(
+            family, size, seq_len, batch_tokens, threads=threads, **overrides)))
+    return _TIMED[key]
+
+
+def _time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, threads: int | None,
+               **overrides: Any) -> dict[str, float]:
     from interpscale.models import build_model, get_family
     from interpscale.models.types import PhaseSchedule
 
@@ -197,8 +270,7 @@ def time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, thread
             times.append(time.perf_counter() - t0)
     timed = times[WARMUP_STEPS:]
     mean = sum(timed) / len(timed)  # the mean, not the median: it keeps the waits a busy machine adds
-    _TIMED[key] = StepTime(mean, (max(timed) - min(timed)) / statistics.median(timed))
-    return _TIMED[key]
+    return {"seconds": mean, "spread": (max(timed) - min(timed)) / statistics.median(timed)}
 
 
 _JOB_START: list = []  # [(start time, the probe process, then its seconds)]
@@ -221,20 +293,24 @@ opt.step()
 
 def start_job_probe() -> None:
     """Start timing a job's start-up in a subprocess (see :func:`job_start_seconds`), so that
-    it overlaps the step timings; a no-op once started in this process."""
+    it overlaps the step timings; a no-op once started in this process, or when stored."""
     if not _JOB_START:
-        _JOB_START.append((time.perf_counter(), subprocess.Popen(
+        known = None if _RETIME[0] else _read_timings().get(_timing_key(["job_start"]))
+        _JOB_START.append((0.0, float(known["seconds"])) if known else (time.perf_counter(), subprocess.Popen(
             [sys.executable, "-c", _JOB_PROBE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
 
 
 def job_start_seconds() -> float:
     """Seconds a fresh job costs besides its runs' steps (several, more on a loaded machine),
-    timed once per process by :data:`_JOB_PROBE`; ``JOB_START_S`` when the probe fails."""
+    timed by :data:`_JOB_PROBE` once per machine (:func:`stored_timing`); ``JOB_START_S``
+    when the probe fails (not stored)."""
     start_job_probe()
     t0, probe = _JOB_START[0]
     if not isinstance(probe, float):
         rc = probe.wait(timeout=300)
         _JOB_START[0] = (t0, time.perf_counter() - t0 if rc == 0 else JOB_START_S)
+        if rc == 0:
+            stored_timing(["job_start"], lambda: {"seconds": _JOB_START[0][1]})
     return _JOB_START[0][1]
 
 
@@ -282,36 +358,64 @@ def measured_seconds(run_dir: str | Path) -> float | None:
     return end - float(st["started"])
 
 
+def reprice(estimate: dict[str, Any], max_parallel: int | None = None,
+            runs_per_job: int | None = None) -> dict[str, Any]:
+    """``estimate`` for jobs run ``max_parallel`` at a time with ``runs_per_job`` runs each
+    (where they differ from the plan's): the same timed runs, packed again; nothing re-timed."""
+    mp, per = max_parallel or estimate.get("max_parallel", 1), runs_per_job or estimate.get("runs_per_job", 1)
+    if not estimate.get("runs") or (mp, per) == (estimate.get("max_parallel"), estimate.get("runs_per_job")):
+        return estimate
+    wall = sweep_seconds(list(estimate["runs"].values()), max_parallel=mp, runs_per_job=per,
+                         prepare_s=float(estimate.get("prepare_s", 0.0)),
+                         job_start_s=float(estimate.get("job_start_s", JOB_START_S)))
+    return {**estimate, "wall_s": wall, "max_parallel": mp, "runs_per_job": per}
+
+
 def estimate_report(estimate: dict[str, Any], measured_wall_s: float, run_dirs: Sequence[str | Path] = (), *,
                     max_parallel: int | None = None, runs_per_job: int | None = None,
                     since: float | None = None) -> str:
-    """One line: the plan's runtime estimate against what the sweep took.  ``estimate`` is
-    ``Plan.estimate``; given the sweep's ``run_dirs`` (and its ``max_parallel`` /
-    ``runs_per_job`` where they differ from the preset's), the wall time is repriced for
-    the runs launched — those that finished after ``since`` (a ``time.time()``), when
-    given — and each such run's measured/estimated ratio is summarised."""
+    """One line: the plan's runtime estimate (``Plan.estimate``, as ``plan`` showed it and
+    SWEEP/sweep.json keeps it; :func:`reprice`-d for the launch's ``max_parallel`` /
+    ``runs_per_job`` where they differ) against what this launch took.  measured/estimated
+    is the ratio of the two when the launch trained every run the estimate covers; a launch
+    that trained some of them (a resume: the runs of ``run_dirs`` that finished after
+    ``since``, a ``time.time()``) says how many.  Each finished run's measured/estimated is
+    summarised."""
+    estimate = reprice(estimate, max_parallel, runs_per_job)
     runs = estimate.get("runs", {})
     if since is not None:
         run_dirs = [d for d in run_dirs if float(read_status(Path(d)).get("finished", 0)) >= since]
     if since is not None and not run_dirs:
         return f"runtime: measured {fmt_seconds(measured_wall_s)}; no run finished in this launch"
-    names = [Path(d).name for d in run_dirs]
     est = float(estimate.get("wall_s", math.nan))
-    if names and all(n in runs for n in names):
-        est = sweep_seconds([runs[n] for n in names], prepare_s=float(estimate.get("prepare_s", 0.0)),
-                            job_start_s=float(estimate.get("job_start_s", JOB_START_S)),
-                            max_parallel=max_parallel or estimate.get("max_parallel", 1),
-                            runs_per_job=runs_per_job or estimate.get("runs_per_job", 1))
     if not est > 0:
         return f"runtime: measured {fmt_seconds(measured_wall_s)} (no estimate)"
-    line = (f"runtime: estimated {fmt_seconds(est)}, measured {fmt_seconds(measured_wall_s)} "
-            f"(measured/estimated {measured_wall_s / est:.2f})")
+    ran = {Path(d).name for d in run_dirs} & set(runs)
+    if not run_dirs or ran == set(runs):
+        line = (f"runtime: estimated {fmt_seconds(est)}, measured {fmt_seconds(measured_wall_s)} "
+                f"(measured/estimated {measured_wall_s / est:.2f})")
+    else:
+        line = (f"runtime: estimated {fmt_seconds(est)} for all {len(runs)} runs; this launch finished "
+                f"{len(run_dirs)} of them in {fmt_seconds(measured_wall_s)}")
     ratios = [m / runs[Path(d).name] for d in run_dirs
               if Path(d).name in runs and (m := measured_seconds(d)) is not None]
     if ratios:
         line += (f"; per run measured/estimated median {statistics.median(ratios):.2f} "
                  f"[{min(ratios):.2f}, {max(ratios):.2f}] over {len(ratios)} runs")
     return line
+
+
+def estimate_line(estimate: dict[str, Any]) -> str:
+    """``runtime estimate 2.1 min for 6 runs, 2 job(s) at a time, 1 run(s) per job (...)``:
+    the plan's estimate as ``sweep launch`` shows it before training (``plan`` shows the same
+    number as its ``estimated sweep wall time``)."""
+    if not estimate.get("runs"):
+        return "no runtime estimate"
+    how = (f"steps timed once on this machine and kept in {timings_path()}; --retime times them again"
+           if estimate.get("timed") else "steps priced by FLOPs")
+    return (f"runtime estimate {fmt_seconds(float(estimate['wall_s']))} for {len(estimate['runs'])} runs, "
+            f"{estimate.get('max_parallel', 1)} job(s) at a time, {estimate.get('runs_per_job', 1)} run(s) per job "
+            f"({how})")
 
 
 def fmt_seconds(s: float) -> str:
@@ -366,4 +470,5 @@ def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
     wall = sweep_seconds(list(per_run.values()), max_parallel=max_parallel, runs_per_job=per_job,
                          prepare_s=prepare_s, job_start_s=job_s)
     return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "job_start_s": job_s,
-            "max_spread": max(spreads, default=0.0), "max_parallel": max_parallel, "runs_per_job": per_job}
+            "max_spread": max(spreads, default=0.0), "max_parallel": max_parallel, "runs_per_job": per_job,
+            "timed": rate is None}

@@ -24,6 +24,7 @@ from interpscale.models.types import SPECIAL_IDS, PhaseSchedule
 from interpscale.orchestration.checkpointer import Checkpointer
 from interpscale.orchestration.config import ObserveConfig, TrainConfig, split_settings, with_settings
 from interpscale.orchestration.observe import TRACKERS, SegmentLog, Trackers, rewind_metrics
+from interpscale.orchestration.outcome import planned_steps
 from interpscale.orchestration.parallel import (Prefetcher, load_optimizer, pin, seed_step, split, step_seed,
                                                 sync, wrap)
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
@@ -210,7 +211,8 @@ class Trainer:
         named = set(self.observe.trackers)
         if unknown := named - set(TRACKERS):
             raise ValueError(f"[observe] trackers: unknown {sorted(unknown)}; expected some of {list(TRACKERS)}")
-        self.trackers = Trackers(self.run_dir, self.spec, named) if self.rank == 0 and named - {"tensorboard"} else None
+        named |= {"tensorboard"} if self.observe.tensorboard else set()
+        self.trackers = Trackers(self.run_dir, self.spec, named) if self.rank == 0 and named else None
         try:
             return self._run_segments(status, stop_at_step)
         finally:
@@ -218,7 +220,7 @@ class Trainer:
                 self.trackers.close(finished=read_status(self.run_dir).get("state") == "done")
 
     def _run_segments(self, status: dict[str, Any], stop_at_step: int | None) -> dict[str, Any]:
-        done = set(status.get("segments_done", []))
+        self.done = done = set(status.get("segments_done", []))
         for seg in segments(self.spec):
             if seg.name in done:
                 continue
@@ -226,8 +228,9 @@ class Trainer:
             model, opt, step = self._start(seg)
             if self.rank == 0:  # rows logged past the state we restart from are logged again
                 rewind_metrics(self.run_dir / "metrics.jsonl", done, seg.name, step)
-                if self.trackers is not None and step > seg.start:  # rows a kill may have cut from them
+                if self.trackers is not None and step > seg.start:  # rows a tracker was not given
                     self.trackers.replay(self.run_dir / "metrics.jsonl", seg.name, step)
+                self._progress(seg, step)
             if not self._train_segment(model, opt, seg, step, stop_at_step):
                 return read_status(self.run_dir)
             done.add(seg.name)
@@ -237,8 +240,17 @@ class Trainer:
         self._barrier()
         if self.rank == 0:
             self.ckpt.finish()
-            status = write_status(self.run_dir, "done", step=self.spec.steps, finished=time.time())
+            planned = planned_steps(self.spec)
+            status = write_status(self.run_dir, "done", step=self.spec.steps, segment=None, steps_done=planned,
+                                  steps_planned=planned, finished=time.time())
         return status
+
+    def _progress(self, seg: Segment, step: int) -> None:
+        """status.json's ``step`` and ``segment`` (where training is), ``steps_done`` (steps
+        trained over every segment) and ``steps_planned`` (lead rank)."""
+        done = sum(s.length for s in segments(self.spec) if s.name in self.done) + step - seg.start
+        write_status(self.run_dir, "running", step=step, segment=seg.name, steps_done=done,
+                     steps_planned=planned_steps(self.spec))
 
     def _train_segment(self, model, opt, seg: Segment, step: int, stop_at_step: int | None) -> bool:
         """Steps ``step`` .. ``seg.end``; False when stopped early (state saved)."""
@@ -247,8 +259,7 @@ class Trainer:
         check = getattr(model, "check_batch", None)
         batches = Prefetcher(lambda s: self._host_batch(s, check), step, seg.end)
         logs = SegmentLog(self.run_dir, self.spec, seg, step, device=self.device, world=self.world,
-                          lead=self.rank == 0, progress=self.progress, trackers=self.trackers,
-                          tensorboard=self.observe.tensorboard or "tensorboard" in self.observe.trackers)
+                          lead=self.rank == 0, progress=self.progress, trackers=self.trackers)
         try:
             while step < seg.end:
                 lr = lr_at(self.spec, seg, step)
@@ -258,9 +269,13 @@ class Trainer:
                 step += 1
                 logged = logs.step(step, lr, values)
                 self.ckpt.after_step(seg, step, logged)
+                if logged and self.rank == 0:
+                    self._progress(seg, step)
                 if stop_at_step is not None and stop_at_step <= step < seg.end or \
                         self.world == 1 and step < seg.end and stop_requested():  # a cancelled local job
                     self.ckpt.save_state(seg, step, wait=True)
+                    if self.rank == 0:
+                        self._progress(seg, step)
                     return False
         finally:
             batches.close()
