@@ -225,7 +225,7 @@ def test_fit_curve_cli_with_a_column_mapping(luo_log, tmp_path, capsys):
                "--loss", "train/loss", "--predict", str(tmp_path / "sched.csv"), "--out", str(tmp_path / "out")])
     assert rc == 0
     pred = pd.read_csv(tmp_path / "out" / "predictions.csv")
-    assert list(pred.columns) == ["run", "step", "predicted", "lo", "hi", "method"]
+    assert list(pred.columns) == ["run", "step", "predicted", "lo", "hi", "method", "chosen_by"]
     row = pred.iloc[0]
     assert row["step"] == 16000 and row["lo"] < row["predicted"] < row["hi"]
     stable = log[(log["name"] == "constant_24000") & (log["Step"] <= 16000)]["train/loss"]

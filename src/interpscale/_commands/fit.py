@@ -333,13 +333,16 @@ def _add_curve(sub) -> None:
                        "log with an LR column (docs/anneal.md)",
                        description="Fit offset, LR-annealing (Tissue et al. 2024) and multi-power (Luo et al. "
                                    "2025) predictors on a log's stable run and its branches, choose one by "
-                                   "leave-one-run-out error, and predict the last-step loss of other schedules.")
+                                   "leave-one-run-out error (with one branch: lr-annealing by default, its "
+                                   "interval from a prior error measured on public logs), and predict the "
+                                   "last-step loss of other schedules.")
     p.add_argument("log", metavar="LOG", help="per-step log (.csv, .tsv or .parquet), one row per logged step")
     add_columns(p, "run", "step", "loss", required=("run", "step", "loss"), defaults=False)
     p.add_argument("--lr", metavar="COL", required=True, help="column with the learning rate of each logged step")
     p.add_argument("--stable", metavar="RUN", help="the constant-LR run (default: the longest one the log has)")
     p.add_argument("--predict", type=Path, metavar="SCHEDULES.csv",
-                   help="schedules to predict: columns run, step, lr (each sharing its start with the stable run)")
+                   help="schedules to predict: columns run, step, lr, at any granularity (steps before a "
+                   "schedule's branch point follow the stable run)")
     p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--out", type=Path, required=True, help="directory for loo.csv and predictions.csv")
     p.set_defaults(handler=_curve)
@@ -383,16 +386,26 @@ def _curve(args) -> int:
     if args.predict is not None:
         sched = _curve_table(args.predict, {"run": "run", "step": "step", "lr": "lr"})
         for r, g in sched.groupby("run", sort=False):
-            c = schedule_curve(str(r), g["step"], g["lr"], stable)
+            try:
+                c = schedule_curve(str(r), g["step"], g["lr"], stable)
+            except ValueError as exc:  # its branch point contradicts the log
+                raise UserError(f"{args.predict}: {exc}") from exc
             p, lo, hi = pred.predict(c)
-            rows.append({"run": r, "step": c.final_step, "predicted": p, "lo": lo, "hi": hi, "method": pred.method})
-    atomic_write_text(args.out / "loo.csv", pd.DataFrame(pred.loo).to_csv(index=False))
+            rows.append({"run": r, "step": c.final_step, "predicted": p, "lo": lo, "hi": hi, "method": pred.method,
+                         "chosen_by": pred.chosen_by})
+    atomic_write_text(args.out / "loo.csv", pd.DataFrame(
+        pred.loo, columns=["method", "branch", "step", "predicted", "actual", "rel_error"]).to_csv(index=False))
     atomic_write_text(args.out / "predictions.csv", pd.DataFrame(
-        rows, columns=["run", "step", "predicted", "lo", "hi", "method"]).to_csv(index=False))
-    scores = ", ".join(f"{m} {100 * s:.2f}%" for m, s in pred.scores.items())
-    sys.stdout.write(f"stable run {stable.name!r}, {len(branches)} branches; leave-one-run-out mean |error|: "
-                     f"{scores}; chosen {pred.method}, interval ±{100 * pred.half_width:.2f}% ({pred.interval}); "
-                     f"{len(rows)} schedule(s) predicted -> {args.out / 'predictions.csv'}\n")
+        rows, columns=["run", "step", "predicted", "lo", "hi", "method", "chosen_by"]).to_csv(index=False))
+    if pred.chosen_by == "default":
+        chosen = (f"one branch, nothing to leave out: {pred.method} chosen by default, interval "
+                  f"±{100 * pred.half_width:.2f}% ({pred.interval}, docs/anneal.md)")
+    else:
+        scores = ", ".join(f"{m} {100 * s:.2f}%" for m, s in pred.scores.items())
+        chosen = (f"leave-one-run-out mean |error|: {scores}; chosen {pred.method}, interval "
+                  f"±{100 * pred.half_width:.2f}% ({pred.interval})")
+    sys.stdout.write(f"stable run {stable.name!r}, {len(branches)} branch(es); {chosen}; {len(rows)} schedule(s) "
+                     f"predicted -> {args.out / 'predictions.csv'}\n")
     return 0
 
 

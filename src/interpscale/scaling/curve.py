@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.signal import lfilter
 from scipy.sparse import csr_matrix
+from scipy.stats import norm
 
 from .engine import Projected, multistart
 
@@ -28,6 +29,13 @@ METHODS = ("offset-add", "offset-mul", "lr-annealing", "multi-power")
 TISSUE_LAMBDA = 0.999  # Tissue et al. 2024: momentum of the annealing area
 MAX_DROPS = 300  # multi-power: LR drops grouped into at most this many blocks per curve
 LR_MATCH = 1e-6  # relative tolerance when finding where a schedule leaves the stable run
+# With one annealed branch nothing can be left out: the default predictor, and a prior error scale
+# measured on public logs (tests/data/schedules_luo2025/one_branch_errors.csv, docs/anneal.md): the
+# LR-annealing law fitted on the stable run and one cooldown branch, predicting each other branch's
+# final loss (Luo et al. 2025's 25M/100M/400M logs, 3 x 5 x 4 = 60 predictions): RMS relative error
+# 0.377%, mean |error| 0.30%, 90th percentile of |error| 0.62% (its normal 0.9 half-width: 0.62%).
+DEFAULT_METHOD = "lr-annealing"
+PRIOR_RMS = 0.0038
 
 
 @dataclass(frozen=True)
@@ -65,12 +73,73 @@ def curve_from_log(name: str, steps, lrs, losses) -> Curve:
     return Curve(name, schedule_from_points(steps, lrs), steps[order].astype(int), losses[order])
 
 
+def _same_lr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a - b) <= LR_MATCH * np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-30)
+
+
+def _warmup_end(stable: Curve) -> int:
+    """The first step at which the stable run's LR reaches its peak (0 when the log holds no warm-up)."""
+    lr = np.abs(stable.lr)
+    return int(np.argmax(lr >= np.max(lr) * (1 - LR_MATCH)))
+
+
+def _leave(stable: Curve, curve: Curve) -> tuple[int | None, int]:
+    """(j, b): j the first step, at or after the stable run's warm-up end, at which ``curve`` has the
+    stable run's LR (None: never), b the first step after j at which it differs (the branch point;
+    ``len(curve.lr)`` when it never does). Past its last step the stable run keeps its last LR."""
+    n = len(curve.lr)
+    a = stable.lr[np.minimum(np.arange(n), len(stable.lr) - 1)]
+    same = _same_lr(a, curve.lr)
+    ws = _warmup_end(stable)
+    on = np.flatnonzero(same[ws:])
+    j = ws + int(on[0]) if len(on) else None
+    off = np.flatnonzero(~same[j or 0:])
+    return j, (j or 0) + int(off[0]) if len(off) else n
+
+
 def branch_point(stable: Curve, curve: Curve) -> int:
-    """The last step at which ``curve`` still follows the stable run's LR (its branch point)."""
-    n = min(len(stable.lr), len(curve.lr))
-    a, b = stable.lr[:n], curve.lr[:n]
-    off = np.flatnonzero(np.abs(a - b) > LR_MATCH * np.maximum(np.abs(a), 1e-30))
-    return int(off[0]) if len(off) else n - 1
+    """The branch point b of ``curve``: ``curve.lr[b]`` is the first LR that differs from the stable
+    run's (its loss at step b is the stable run's). Compared from where both follow the stable run
+    after its warm-up: a warm-up written at another granularity than the log's, or missing from the
+    log, is not a departure (:func:`check_branch` refuses a schedule that leaves during warm-up)."""
+    return _leave(stable, curve)[1]
+
+
+def check_branch(stable: Curve, curve: Curve, rows=None) -> int:
+    """The branch point of a schedule to predict (``rows``: the steps it was written at, default every
+    step), or ValueError (one line, naming the step) when it contradicts the log: it lowers its LR
+    before it has the stable run's LR after warm-up; it has it never, or later than the stable run's
+    warm-up end by more than the log's and its own rows' spacing; it never leaves it; or it leaves it
+    outside the stable run's logged steps (where the stable loss is not known)."""
+    j, b = _leave(stable, curve)
+    what, ws, first = f"schedule {curve.name!r}", _warmup_end(stable), int(stable.steps[0])
+    pre = curve.lr[: len(curve.lr) if j is None else j]  # its own warm-up, before it joins the stable run
+    down = np.flatnonzero(pre[1:] < pre[:-1] * (1 - LR_MATCH))
+    if len(down):
+        raise ValueError(f"{what} lowers its learning rate at step {int(down[0]) + 1}, before it runs at the "
+                         f"stable run {stable.name!r}'s learning rate after warm-up: it leaves before warm-up ends")
+    rows = np.sort(np.asarray(rows if rows is not None else np.arange(len(curve.lr)), float))
+    upto = rows[: int(np.searchsorted(rows, j if j is not None else np.inf)) + 1]
+    slack = max(float(np.max(np.diff(x))) if len(x) > 1 else 0.0 for x in (stable.steps, upto))
+    if j is None or j > max(ws, first) + slack:  # later than the log and its rows can place the warm-up's end
+        at = "never" if j is None else f"only from step {j}"
+        raise ValueError(f"{what} runs at the stable run {stable.name!r}'s learning rate {at} (its warm-up ends "
+                         f"by step {max(ws, first)}): its branch point is not in the stable run")
+    if b >= len(curve.lr):
+        raise ValueError(f"{what} follows the stable run {stable.name!r} to its last step {len(curve.lr) - 1}: "
+                         "no branch point (its loss is the stable run's)")
+    if not first <= b <= stable.final_step:
+        raise ValueError(f"{what} branches at step {b}, outside the stable run {stable.name!r}'s logged steps "
+                         f"({first}-{stable.final_step}): its branch point is not in the stable run")
+    return b
+
+
+def on_stable(stable: Curve, curve: Curve) -> Curve:
+    """``curve`` with the stable run's LR before its branch point: the history a branch shares with the
+    stable run is the log's, however the schedule wrote it (every step, every N steps, from its branch
+    point, with or without warm-up)."""
+    b = min(branch_point(stable, curve), len(stable.lr))
+    return Curve(curve.name, np.concatenate([stable.lr[:b], curve.lr[b:]]), curve.steps, curve.loss)
 
 
 # ---------------------------------------------------------------- schedule features
@@ -220,8 +289,8 @@ class CurveModel:
         if self.method in ("offset-add", "offset-mul"):
             base = self.stable_loss_at(branch_point(self.stable, curve))
             return base + self.params["delta"] if self.method == "offset-add" else base * self.params["ratio"]
-        law = LAWS[self.method]()
-        f = _curve_features(Curve(curve.name, curve.lr, curve.steps[-1:], curve.loss[-1:]), self.peak)
+        law, lr = LAWS[self.method](), on_stable(self.stable, curve).lr
+        f = _curve_features(Curve(curve.name, lr, curve.steps[-1:], curve.loss[-1:]), self.peak)
         cols = law.columns(law.theta(self.params)[None, :], f)[0][0]
         return float(cols[0] @ np.array([self.params[k] for k in law.coefs]))
 
@@ -241,7 +310,7 @@ def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> Cu
         end = np.array([b.final_loss for b in branches])
         model.params = {"delta": float(np.mean(end - base)), "ratio": float(np.mean(end / base))}
         return model
-    f = _stack([_curve_features(c, model.peak) for c in (stable, *branches)])
+    f = _stack([_curve_features(on_stable(stable, c), model.peak) for c in (stable, *branches)])
     if len(f.loss) < N_PARAMS[method] + 1:
         raise ValueError(f"{method}: {len(f.loss)} evaluated points for {N_PARAMS[method]} parameters")
     model.params = _fit_law(method, f)
@@ -273,16 +342,25 @@ def leave_one_out(stable: Curve, branches: Sequence[Curve], methods: Sequence[st
     return rows
 
 
-def error_interval(rel_errors: Sequence[float], level: float = 0.9) -> tuple[float, str]:
+def prior_half_width(level: float = 0.9) -> float:
+    """The prior interval's relative half-width at ``level``: normal errors with RMS ``PRIOR_RMS``."""
+    return PRIOR_RMS * float(norm.ppf(0.5 + level / 2))
+
+
+def error_interval(rel_errors: Sequence[float], level: float = 0.9, *, floor: float = 0.0) -> tuple[float, str]:
     """Half-width q of a relative interval ``[pred·(1 − q), pred·(1 + q)]`` from leave-one-out
     errors: the split-conformal quantile (the ⌈(n+1)·level⌉-th smallest |error|) when n allows it,
-    else the largest |error| (then the stated level is not guaranteed; the second value says which)."""
+    else the largest |error| and at least ``floor`` (a prior half-width: a few errors never give a
+    narrower interval; the stated level is then not guaranteed; the second value says which)."""
     e = np.sort(np.abs(np.asarray([x for x in rel_errors if np.isfinite(x)], float)))
     if not len(e):
-        return math.inf, "no leave-one-out errors"
+        return (floor, "prior (no leave-one-out errors)") if floor > 0 else (math.inf, "no leave-one-out errors")
     k = math.ceil((len(e) + 1) * level)
     if k <= len(e):
         return float(e[k - 1]), f"conformal {level:g} quantile of {len(e)} leave-one-out errors"
+    if floor > e[-1]:
+        return floor, (f"prior ±{100 * floor:.2f}%, wider than the largest of {len(e)} leave-one-out errors "
+                       f"(too few for level {level:g})")
     return float(e[-1]), f"largest of {len(e)} leave-one-out errors (too few for level {level:g})"
 
 
@@ -307,6 +385,7 @@ class CurvePredictor:
     half_width: float
     interval: str
     level: float
+    chosen_by: str = "leave-one-out"
 
     @property
     def method(self) -> str:
@@ -320,10 +399,22 @@ class CurvePredictor:
 
 def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence[str] | None = None,
                   level: float = 0.9) -> CurvePredictor:
-    """Choose among ``methods`` by leave-one-branch-out error; fit the winner on every branch."""
+    """Choose among ``methods`` by leave-one-branch-out error; fit the winner on every branch. Its
+    interval is never narrower than the prior's (:func:`prior_half_width`) when its errors are too
+    few for ``level``. With one branch: ``DEFAULT_METHOD`` with the prior interval, ``chosen_by`` "default"."""
+    prior = prior_half_width(level)
+    if not branches:
+        raise ValueError(f"no annealed branch of the stable run {stable.name!r}: need at least one")
+    if len(branches) == 1:
+        if DEFAULT_METHOD not in (methods or METHODS):
+            raise ValueError(f"with one annealed branch only the default predictor {DEFAULT_METHOD} can be used "
+                             "(nothing to leave out; its prior error is measured, docs/anneal.md)")
+        how = f"prior: RMS error {100 * PRIOR_RMS:.2f}% of {DEFAULT_METHOD} from one branch on public logs"
+        return CurvePredictor(fit_curve_model(DEFAULT_METHOD, stable, branches), [], {}, prior, how, level,
+                              chosen_by="default")
     loo = leave_one_out(stable, branches, methods)
     best, scores = choose_method(loo)
-    q, how = error_interval([r["rel_error"] for r in loo if r["method"] == best], level)
+    q, how = error_interval([r["rel_error"] for r in loo if r["method"] == best], level, floor=prior)
     return CurvePredictor(fit_curve_model(best, stable, branches), loo, scores, q, how, level)
 
 
@@ -361,10 +452,14 @@ def split_runs(curves: Sequence[Curve], stable: str | None = None) -> tuple[Curv
 
 
 def schedule_curve(name: str, steps, lrs, stable: Curve) -> Curve:
-    """A schedule to predict (its steps and LRs), the stable run's LR before its first step."""
+    """A schedule to predict (its steps and LRs at any granularity), the stable run's LR before its
+    first step and before its branch point (:func:`on_stable`); ValueError when its branch point
+    contradicts the log (:func:`check_branch`)."""
     steps = np.asarray(steps, float)
     lr = schedule_from_points(steps, lrs)
     first = int(np.min(steps))
     lr[:first] = stable.lr[:first] if len(stable.lr) >= first else stable.lr[-1]
     end = int(np.max(steps))
-    return Curve(name, lr, np.array([end]), np.array([math.nan]))
+    c = Curve(name, lr, np.array([end]), np.array([math.nan]))
+    check_branch(stable, c, steps)
+    return on_stable(stable, c)
