@@ -131,7 +131,7 @@ def test_swept_hf_llama_checkpoint_reloads_and_exports_for_from_pretrained(sweep
     model, extra = load_checkpoint(ckpt)  # the protocol's reload
     assert isinstance(model, HFCausalLM) and extra["step"] > 0 and model.config.vocab_size == 192
     out = export_pretrained(ckpt, tmp_path / "export")
-    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "interpscale.json"}
+    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "checkpoint.json"}
     hf = AutoModelForCausalLM.from_pretrained(out).eval()
     tokens = torch.randint(4, 192, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -1,8 +1,10 @@
 """``interpscale export CHECKPOINT --out DIR``: an evaluation checkpoint (a checkpoint directory,
 an older ``.pt`` file, or a run's DCP resume / stable state) as a safetensors directory:
-``model.safetensors`` + ``checkpoint.json``, and for ``hf:`` families ``config.json`` in the
-``save_pretrained`` layout that ``AutoModelForCausalLM.from_pretrained(DIR)`` loads
-(docs/training.md, "Checkpoints")."""
+``model.safetensors`` + ``checkpoint.json``, for ``hf:`` families ``config.json`` +
+``generation_config.json`` in the ``save_pretrained`` layout that
+``AutoModelForCausalLM.from_pretrained(DIR)`` loads, and the run's tokenizer as the files
+``AutoTokenizer.from_pretrained(DIR)`` loads, so ``lm_eval --model hf`` runs on DIR
+(docs/models.md, "Exports")."""
 
 from __future__ import annotations
 
@@ -11,15 +13,18 @@ import json
 import logging
 from pathlib import Path
 
+from interpscale._commands.options import checkpoint_path, out_dir  # checked before any work (docs/errors.md)
 from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="RUN_DIR/checkpoints/<name> (a directory), an older .pt checkpoint, "
+    p.add_argument("checkpoint", type=checkpoint_path, help="RUN_DIR/checkpoints/<name> (a directory), an older .pt checkpoint, "
                    "or RUN_DIR/state/<kind>_<step>_<segment> (a DCP state)")
-    p.add_argument("--out", required=True, help="directory to write (replaced if it exists)")
+    p.add_argument("--out", required=True, type=out_dir, help="directory to write (replaced if it exists)")
+    p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer.json the export holds, with its special "
+                   "tokens (default: the run's RUN_DIR/tokenizer.json)")
 
 
 def _from_dcp(state: Path):
@@ -41,8 +46,9 @@ def _from_dcp(state: Path):
 
 
 def run(args: argparse.Namespace) -> int:
+    from interpscale.data.tokenizer import load_tokenizer
     from interpscale.models import load_checkpoint
-    from interpscale.models.checkpoint import save_pretrained_dir
+    from interpscale.models.checkpoint import run_tokenizer, save_pretrained_dir
 
     src = Path(args.checkpoint)
     if not src.exists():
@@ -53,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{src}: a DCP state without its COMPLETE marker (a save cut short); export another one")
     else:
         model, extra = load_checkpoint(src)
-    out = save_pretrained_dir(model, args.out, extra=extra, write=True)
+    tok_path = args.tokenizer or run_tokenizer(src)
+    tok = None if tok_path is None else load_tokenizer(tok_path, add_specials=False)
+    if tok is None:
+        log.warning("export %s: no tokenizer.json in its run directory; the export holds no tokenizer "
+                    "(AutoTokenizer and lm_eval need one: pass --tokenizer PATH)", src)
+    out = save_pretrained_dir(model, args.out, extra=extra, write=True, tokenizer=tok)
     log.info("exported %s (%s) to %s", src, model.config.family, out)
     return 0

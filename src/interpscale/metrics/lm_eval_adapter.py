@@ -34,13 +34,16 @@ HARNESS_ARGS = frozenset({"max_batch_size", "dtype", "trust_remote_code", "paral
 
 
 def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
-    """RUN_DIR/tokenizer.json for RUN_DIR/checkpoints/X.pt (or a tokenizer.json beside X.pt)."""
-    ck = Path(checkpoint)
-    for cand in (ck.parent / "tokenizer.json", ck.parent.parent / "tokenizer.json"):
-        if cand.is_file():
-            return cand
-    raise ValueError(f"no tokenizer.json found next to {ck} or in its run directory {ck.parent.parent}; "
-                     f"pass tokenizer=PATH in model_args")
+    """The checkpoint's tokenizer.json (``models.checkpoint.run_tokenizer``): inside an export,
+    beside X.pt, else RUN_DIR/tokenizer.json for RUN_DIR/checkpoints/X."""
+    from interpscale.models.checkpoint import run_tokenizer
+
+    found = run_tokenizer(checkpoint)
+    if found is None:
+        ck = Path(checkpoint)
+        raise ValueError(f"no tokenizer.json found in or next to {ck} or in its run directory {ck.parent.parent}; "
+                         f"pass tokenizer=PATH in model_args")
+    return found
 
 
 def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Optional[str], who: str):

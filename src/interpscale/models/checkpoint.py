@@ -21,6 +21,7 @@ from interpscale._atomic import atomic_path
 from interpscale.models import plugins
 from interpscale.models.protocol import BUILD_ATTR, DataFields
 from interpscale.models.registry import build_model, get_family
+from interpscale.models.types import SPECIAL_TEXT
 
 FORMAT = "interpscale-model/1"
 FORMAT_DIR = "interpscale-model-dir/1"
@@ -94,14 +95,17 @@ def _whole(v: torch.Tensor) -> torch.Tensor:
 
 
 def save_pretrained_dir(model: nn.Module, path: str | os.PathLike, extra: Optional[dict] = None, *,
-                        write: Optional[bool] = None) -> Path:
+                        write: Optional[bool] = None, tokenizer: Any = None) -> Path:
     """An evaluation checkpoint as a directory: ``model.safetensors`` (streamed one tensor at a
     time, so under FSDP2 no rank ever holds more than one whole tensor, and no optimizer state)
     and ``checkpoint.json`` (format, family, config, class, build, plugins, ``extra``); ``hf:``
-    families also get ``config.json``, the ``save_pretrained`` layout ``from_pretrained`` loads.
-    Collective under FSDP2 (every rank calls it; ``write``: default rank 0 writes). Atomic:
-    written in a temp directory renamed into place."""
+    families also get ``config.json`` and ``generation_config.json``, the ``save_pretrained``
+    layout ``from_pretrained`` loads; with ``tokenizer`` (a ``tokenizers.Tokenizer`` or the path
+    of its ``tokenizer.json``) the files ``AutoTokenizer.from_pretrained`` loads
+    (:func:`tokenizer_files`). Collective under FSDP2 (every rank calls it; ``write``: default
+    rank 0 writes). Atomic: written in a temp directory renamed into place."""
     path, rec = Path(path), _record(model, extra)
+    tok_files = {} if tokenizer is None else tokenizer_files(tokenizer, rec["config"])
     dist = torch.distributed
     if write is None:
         write = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
@@ -125,6 +129,10 @@ def save_pretrained_dir(model: nn.Module, path: str | os.PathLike, extra: Option
         (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True, default=_plain) + "\n")
         if hf:
             model.hf.config.to_json_file(str(tmp / "config.json"))
+            if getattr(model.hf, "generation_config", None) is not None:
+                model.hf.generation_config.to_json_file(str(tmp / "generation_config.json"))
+        for name, text in tok_files.items():
+            (tmp / name).write_text(text)
         os.chmod(tmp, 0o755)
         if path.exists():
             shutil.rmtree(path)
@@ -132,6 +140,55 @@ def save_pretrained_dir(model: nn.Module, path: str | os.PathLike, extra: Option
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def tokenizer_files(tokenizer: Any, config: dict[str, Any]) -> dict[str, str]:
+    """The Hugging Face tokenizer files (:data:`TOKENIZER_FILES`, name -> text) of ``tokenizer``
+    (a ``tokenizers.Tokenizer`` or the path of its ``tokenizer.json``) for a model of
+    ``config``: the tokenizer itself, and its special tokens by the config's ids (``pad_id``,
+    ``eos_id``, ``eoc_id``, ``mask_id``; our token texts where the config has no id). BOS and
+    EOS are both the corpus's EOS, the document separator the model was trained after (the
+    ``hf:`` families' ``bos_token_id``); ``[EOC]`` is an additional special token. A ValueError
+    when the tokenizer has no EOS or more tokens than the model's ``vocab_size``."""
+    from tokenizers import Tokenizer
+
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_file(str(tokenizer))
+    n, V = tok.get_vocab_size(with_added_tokens=True), config.get("vocab_size")
+    if V is not None and n > int(V):
+        raise ValueError(f"the tokenizer has {n} tokens, more than the model's vocab_size {V}; "
+                         "give the tokenizer the model was trained with")
+    special = {}
+    for name, text in SPECIAL_TEXT.items():
+        i = config.get(f"{name}_id")
+        found = tok.id_to_token(int(i)) if i is not None else text if tok.token_to_id(text) is not None else None
+        if found is not None:
+            special[name] = found
+    if "eos" not in special:
+        raise ValueError(f"the tokenizer has no end-of-sequence token ({SPECIAL_TEXT['eos']} or the config's eos_id)")
+    names = {"bos_token": special["eos"], "eos_token": special["eos"]}
+    names |= {f"{k}_token": special[k] for k in ("pad", "mask") if k in special}
+    names |= {"additional_special_tokens": [special["eoc"]]} if "eoc" in special else {}
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", **names, "clean_up_tokenization_spaces": False}
+    if config.get("max_seq_len"):
+        cfg["model_max_length"] = int(config["max_seq_len"])
+    return {"tokenizer.json": tok.to_str(pretty=True), "tokenizer_config.json": _json_text(cfg),
+            "special_tokens_map.json": _json_text(names)}
+
+
+def _json_text(d: dict[str, Any]) -> str:
+    return json.dumps(d, indent=1, sort_keys=True) + "\n"
+
+
+def run_tokenizer(checkpoint: str | os.PathLike) -> Optional[Path]:
+    """The ``tokenizer.json`` a checkpoint goes with: inside an exported directory, beside an
+    older ``.pt``, else its run directory's (RUN_DIR/checkpoints/<name>, RUN_DIR/state/<name>);
+    None where there is none."""
+    ck = Path(checkpoint)
+    return next((c for c in (ck / "tokenizer.json", ck.parent / "tokenizer.json", ck.parent.parent / "tokenizer.json")
+                 if c.is_file()), None)
 
 
 def _plain(x: Any) -> Any:

@@ -6,7 +6,6 @@ only to build or export)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch.nn as nn
 
 from interpscale import paper
 from interpscale.errors import UserError
-from interpscale.models.checkpoint import load_checkpoint
+from interpscale.models.checkpoint import load_checkpoint, run_tokenizer, save_pretrained_dir
 from interpscale.models.config import ConfigRecord, derived_heads, preset
 from interpscale.models.objectives import ar_targets, head_loss
 from interpscale.models.protocol import FamilyModel
@@ -201,24 +200,20 @@ for _type in (*ANALYTIC_TYPES, *MEASURED_TYPES):
 
 
 # ---- export --------------------------------------------------------------------------------------
-def export_pretrained(source: "str | os.PathLike | nn.Module", out_dir: "str | os.PathLike") -> Path:
-    """Write an ``hf:`` model, or the checkpoint at ``source``, as a directory that
-    ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads (``config.json``, ``model.safetensors``,
-    ``generation_config.json``), plus ``interpscale.json`` (our config). Returns ``out_dir``."""
-    model = source if isinstance(source, nn.Module) else load_checkpoint(source)[0]
+def export_pretrained(source: "str | os.PathLike | nn.Module", out_dir: "str | os.PathLike", *,
+                      tokenizer: Any = None) -> Path:
+    """Write an ``hf:`` model, or the checkpoint at ``source``, as the directory ``interpscale
+    export`` writes (``save_pretrained_dir``): ``config.json``, ``generation_config.json`` and
+    ``model.safetensors``, which ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads,
+    ``checkpoint.json`` (our config), and the tokenizer files ``AutoTokenizer`` loads:
+    ``tokenizer`` (a ``tokenizers.Tokenizer`` or a ``tokenizer.json`` path), else the
+    checkpoint's run tokenizer (``checkpoint.run_tokenizer``), else none. Returns ``out_dir``."""
+    path = None if isinstance(source, nn.Module) else source
+    model, extra = (source, {}) if path is None else load_checkpoint(path)
     if not isinstance(model, HFCausalLM):
         fam = getattr(getattr(model, "config", None), "family", type(model).__name__)
-        raise UserError(f"{source if not isinstance(source, nn.Module) else fam}: family {fam!r} is not an "
-                        f"hf: family; only hf:<model_type> models export to a Hugging Face directory")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    bars = require_transformers().utils.logging
-    was_on = bars.is_progress_bar_enabled()
-    bars.disable_progress_bar()  # library code never prints
-    try:
-        model.hf.save_pretrained(out)
-    finally:
-        if was_on:
-            bars.enable_progress_bar()
-    (out / "interpscale.json").write_text(json.dumps(model.config.to_dict(), indent=1, sort_keys=True) + "\n")
-    return out
+        raise UserError(f"{path or fam}: family {fam!r} is not an hf: family; only hf:<model_type> models "
+                        "export to a Hugging Face directory")
+    if tokenizer is None and path is not None:
+        tokenizer = run_tokenizer(path)
+    return save_pretrained_dir(model, out_dir, extra=extra, write=True, tokenizer=tokenizer)
