@@ -136,7 +136,8 @@ def test_one_branch_gets_the_default_predictor_and_the_prior_interval(synthetic,
     log = pd.DataFrame([{"run": c.name, "step": s, "lr": c.lr[s], "loss": x}
                         for c in (stable, branch) for s, x in zip(c.steps, c.loss)])
     log.to_csv(tmp_path / "log.csv", index=False)
-    pd.DataFrame({"run": "held", "step": [2400, 3000], "lr": [PEAK, 0.1 * PEAK]}).to_csv(tmp_path / "s.csv", index=False)
+    sched = pd.DataFrame({"run": "held", "step": [2400, 3000], "lr": [PEAK, 0.1 * PEAK]})
+    sched.to_csv(tmp_path / "s.csv", index=False)
     rc = main(["fit", "curve", str(tmp_path / "log.csv"), "--run", "run", "--step", "step", "--lr", "lr",
                "--loss", "loss", "--predict", str(tmp_path / "s.csv"), "--out", str(tmp_path / "out")])
     assert rc == 0 and "lr-annealing chosen by default" in capsys.readouterr().out

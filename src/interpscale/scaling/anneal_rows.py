@@ -18,7 +18,15 @@ import numpy as np
 import pandas as pd
 
 from interpscale.paper import INTERP_METRICS
-from interpscale.scaling.curve import METHODS, Curve, choose_method, error_interval, fit_curve_model, leave_one_out
+from interpscale.scaling.curve import (
+    METHODS,
+    Curve,
+    choose_method,
+    error_interval,
+    fit_curve_model,
+    leave_one_out,
+    prior_half_width,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +112,16 @@ def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float =
                     methods: Sequence[str] | None = None) -> pd.DataFrame:
     """Predicted annealed rows for every stable checkpoint without an anneal branch, in runs that
     annealed >= 2 others. The method per (family, estimator) is the one with the smallest pooled
-    leave-one-branch-out error; the interval is ``pred·(1 ± q)`` with q from those errors
-    (:func:`scaling.curve.error_interval`). Returns only the new rows (may be empty)."""
+    leave-one-branch-out error; the interval is ``pred·(1 ± q)`` with q from those errors, never
+    narrower than the prior's when they are too few for ``level`` (:func:`scaling.curve.error_interval`).
+    Returns only the new rows (may be empty)."""
     rows = []
     for key, df in _groups(results):
         sel = loo_errors(df, loss=loss, methods=methods)  # this (family, estimator)'s pooled errors
         if not len(sel):
             continue
         method, _ = choose_method(sel.to_dict("records"))
-        q, how = error_interval(sel.loc[sel["method"] == method, "rel_error"], level)
+        q, how = error_interval(sel.loc[sel["method"] == method, "rel_error"], level, floor=prior_half_width(level))
         log.info("%s: anneal predictor %s, interval ±%.2f%% (%s)", "/".join(map(str, key)), method, 100 * q, how)
         for _, run_rows, (stable, branches) in _runs(df, loss):
             if len(branches) < 2:
