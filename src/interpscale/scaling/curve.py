@@ -117,14 +117,15 @@ def check_branch(stable: Curve, curve: Curve, rows=None) -> int:
     down = np.flatnonzero(pre[1:] < pre[:-1] * (1 - LR_MATCH))
     if len(down):
         raise ValueError(f"{what} lowers its learning rate at step {int(down[0]) + 1}, before it runs at the "
-                         f"stable run {stable.name!r}'s learning rate after warm-up: it leaves before warm-up ends")
+                         f"learning rate of the stable run {stable.name!r} after warm-up: it leaves before "
+                         "warm-up ends")
     rows = np.sort(np.asarray(rows if rows is not None else np.arange(len(curve.lr)), float))
     upto = rows[: int(np.searchsorted(rows, j if j is not None else np.inf)) + 1]
     slack = max(float(np.max(np.diff(x))) if len(x) > 1 else 0.0 for x in (stable.steps, upto))
     if j is None or j > max(ws, first) + slack:  # later than the log and its rows can place the warm-up's end
-        at = "never" if j is None else f"only from step {j}"
-        raise ValueError(f"{what} runs at the stable run {stable.name!r}'s learning rate {at} (its warm-up ends "
-                         f"by step {max(ws, first)}): its branch point is not in the stable run")
+        runs = "never runs" if j is None else f"runs only from step {j}"
+        raise ValueError(f"{what} {runs} at the learning rate of the stable run {stable.name!r} after its warm-up "
+                         f"(which ends by step {max(ws, first)}): its branch point is not in the stable run")
     if b >= len(curve.lr):
         raise ValueError(f"{what} follows the stable run {stable.name!r} to its last step {len(curve.lr) - 1}: "
                          "no branch point (its loss is the stable run's)")
