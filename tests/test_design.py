@@ -1,0 +1,112 @@
+"""``interpscale design`` (issue 44): the noise model against planted noise, the simulated grid is
+the plan's, the written preset plans as written, and the command end to end."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from interpscale import design as d
+from interpscale.orchestration import plan
+from interpscale.orchestration.config import Preset
+
+TINY = Path(__file__).parent / "data" / "tiny-demo.toml"
+
+
+def _grid(slices=(1e9, 4e9, 1.6e10, 6.4e10, 2.56e11, 1.02e12), sizes=7, families=("base", "variant")) -> d.Grid:
+    """Sizes a factor 2 apart around DEFAULT_LAW's optimum on each slice (as simulate_pair places them)."""
+    law = d.DEFAULT_LAW
+    a, b = law["alpha"], law["beta"]
+    G = (a * law["A_P"] / (b * law["A_D"])) ** (1 / (a + b))
+    rows = []
+    for fam in families:
+        for C in slices:
+            P0 = G * (C / 6) ** (b / (a + b))
+            for j in range(sizes):
+                P = P0 * 2.0 ** (j - (sizes - 1) / 2)
+                rows.append(dict(family=fam, slice_flops=C, params=P, tokens=C / (6 * P), flops=C))
+    pts = pd.DataFrame(rows)
+    return d.Grid(slices=tuple(slices), sizes_per_slice=sizes, points=pts, compute=float(pts.flops.sum()),
+                  n_runs=len(pts), label="test")
+
+
+@pytest.mark.parametrize("run_sd,slice_sd", [(0.01, 0.0), (0.005, 0.01)])
+def test_noise_model_recovers_planted_noise(run_sd, slice_sd):
+    grid = _grid(slices=tuple(np.geomspace(1e9, 1e13, 10)), sizes=7)
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3, pivot=1e11)
+    noise = d.NoiseModel(run_sd=run_sd, slice_sd=slice_sd)
+    inside_run = inside_slice = 0
+    for seed in range(20):
+        table = d.simulate(grid, truth, noise, "base", "variant", seed)
+        est = d.noise_from_pilot(table)
+        inside_run += est.run_ci[0] <= run_sd <= est.run_ci[1]
+        inside_slice += (est.slice_ci[0] <= slice_sd <= est.slice_ci[1]) if slice_sd else (est.slice_sd < run_sd)
+        assert est.df_run >= 30 and est.source == "pilot"
+    assert inside_run >= 15  # a 90% interval: at least 15 of 20 (binomial tail < 2%)
+    assert inside_slice >= 14
+
+
+def test_simulated_variant_has_the_planted_multiplier():
+    """Noise-free, the variant's loss at (P, D) on slice C is the base's at (P, D)/sqrt(m(C))."""
+    grid = _grid()
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.5, growth=0.1, pivot=1e10)
+    t = d.simulate(grid, truth, d.NoiseModel(run_sd=0.0), "base", "variant", 0)
+    v = t[t.family == "variant"].iloc[0]
+    m = 1.5 * (v.slice_flops / 1e10) ** 0.1
+    base = truth.loss(np.array([v.params / math.sqrt(m)]), np.array([v.tokens / math.sqrt(m)]),
+                      np.array([v.slice_flops]), False)[0]
+    assert v.loss == pytest.approx(base, rel=1e-12)
+
+
+def test_grid_is_the_plans_and_the_written_preset_plans_as_written(tmp_path):
+    grid = d.grid_from_plan(TINY, slices=[2e8, 4e8, 8e8], sizes_per_slice=3)
+    runs = plan(Preset.load(TINY, slices={f: [2e8, 4e8, 8e8] for f in ("ar", "ar+concept")})).runs
+    assert grid.n_runs == len(runs) and grid.slices == (2e8, 4e8, 8e8)
+    assert sorted(grid.points.params) == sorted(float(r.params) for r in runs)
+    path = d.write_preset(TINY, grid, tmp_path / "recommended.toml")
+    again = plan(str(path))
+    assert sorted(float(r.slice_flops) for r in again.runs) == sorted(grid.points.slice_flops)
+    assert Preset.load(str(path)).plan.max_sizes_per_slice == 3
+
+
+def test_assess_tallies_the_analysis():
+    grid = _grid(sizes=5)
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
+    gp = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), base="base", variant="variant", n_sims=3, n_boot=20,
+                  workers=1)
+    for scen in ("constant", "growing"):
+        p = gp.scenarios[scen]["p_verdict"]
+        assert sum(p.values()) == pytest.approx(1.0) and gp.scenarios[scen]["n"] == 3
+    assert 0 <= gp.power <= 1 and 0 <= gp.false_alarm <= 1
+    assert gp.scenarios["constant"]["bracketed_slices"] == 1.0  # sizes centred on the optimum
+    ex = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), question="exponent", base="base", n_sims=2, n_boot=20,
+                  workers=1)
+    assert math.isfinite(ex.alpha_P_halfwidth) and ex.alpha_P_halfwidth > 0
+
+
+def test_design_command_end_to_end(tmp_path):
+    out = tmp_path / "design"
+    r = subprocess.run([sys.executable, "-m", "interpscale.cli", "design", str(TINY), "--noise", "0.003",
+                        "--sims", "2", "--screen-sims", "2", "--max-grids", "1", "--n-boot", "10", "--workers", "1",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert {"design.json", "design.md", "design.png"} <= {p.name for p in out.iterdir()}
+    assert "power" in (out / "design.md").read_text()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--noise", "-1"], "--noise: must be a positive number"),
+    (["--pilot", "nowhere.csv"], "does not exist"),
+    ([], "--pilot RESULTS or --noise SD"),
+    (["--noise", "0.01", "--variant", "cdlm"], "is not a family of the preset"),
+])
+def test_design_bad_input_is_one_line(tmp_path, argv, words):
+    r = subprocess.run([sys.executable, "-m", "interpscale.cli", "design", str(TINY), *argv, "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
