@@ -96,7 +96,8 @@ def test_column_mapping_renames_the_users_columns_and_names_a_missing_one(tmp_pa
     p = tmp_path / "theirs.csv"
     p.write_text("N,D,val_loss,loss\n1e6,2e7,3.1,9\n2e6,4e7,2.9,9\n1e6,2e7,3.1,9\n")
     df = read_results(p, columns={"params": "N", "tokens": "D", "loss": "val_loss"})
-    assert list(df.columns) == ["params", "tokens", "loss"]  # the table's own 'loss' gives way to the mapped one
+    # the table's own 'loss' gives way to the mapped one; no slice column: each row's compute 6·P·D is its slice
+    assert list(df.columns) == ["params", "tokens", "loss", "slice_flops"]
     assert df["loss"].tolist() == [3.1, 2.9, 3.1]
     assert repeated_rows(df, ("params", "tokens", "loss")) == [("line 2", "line 4")]  # as in the file
     with pytest.raises(ValueError, match=r"theirs\.csv: no column 'n_params' \(--params\); the columns are"):

@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 
-from interpscale.paper import INTERP_METRICS
+from interpscale.paper import INTERP_METRICS, SLICE_TOLERANCE
 
 log = logging.getLogger("interpscale.results_table")
 
@@ -36,9 +37,10 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
     from 1), validated; a missing file raises unless ``missing_ok`` (then: the standard columns, no rows).
     ``annealed`` may read true/false, yes/no, t/f, y/n or 1/0 (any case), or be empty in every row
     ("not annealed"); numeric columns hold numbers or nothing. ``columns`` maps a results-table
-    name to the table's own column (``{"params": "N", "loss": "eval/c4"}``, :func:`map_columns`)."""
+    name to the table's own column (``{"params": "N", "loss": "eval/c4"}``, :func:`map_columns`).
+    A table without ``slice_flops`` gets each row's slice from its compute (:func:`with_slices`)."""
     if isinstance(source, pd.DataFrame):
-        return validate_results(map_columns(source.copy(), columns, "results table"))
+        return with_slices(validate_results(map_columns(source.copy(), columns, "results table")))
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
@@ -56,8 +58,8 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
         hint = "; its CSV twin may still be intact" if parquet else ""
         raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
     # CSV/TSV: data row i (0-based) is line i + 2 of the file; parquet: row i + 1
-    return validate_results(map_columns(df, columns, str(path)), where=str(path),
-                            row_offset=1 if parquet else 2, unit="row" if parquet else "line")
+    return with_slices(validate_results(map_columns(df, columns, str(path)), where=str(path),
+                                        row_offset=1 if parquet else 2, unit="row" if parquet else "line"))
 
 
 def map_columns(df: pd.DataFrame, columns: Mapping[str, str] | None, where: str) -> pd.DataFrame:
@@ -168,3 +170,111 @@ def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> lis
     first = df.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
     where_first = {g: i for i, g in reversed(list(enumerate(first)))}
     return [(row_label(df, where_first[first[i]]), row_label(df, i)) for i in dup.nonzero()[0]]
+
+
+# What a row measures (averaged when two rows of one checkpoint disagree); every other column names the row.
+MEASURED_COLUMNS = ("loss", "loss_se", "bpb", "bytes", "loss_lo", "loss_hi", *INTERP_METRICS)
+
+
+def merge_repeats(df: pd.DataFrame, *, measured: tuple[str, ...] | list[str] = (),
+                  ignore: tuple[str, ...] | list[str] = (),
+                  by_run: bool = True) -> tuple[pd.DataFrame, list[tuple[str, str]], int]:
+    """One row per measurement (issue 42): a row that repeats another's ``run_id`` and ``step`` (and
+    every other column naming the row: estimator, annealed, mask_rate, ...), or, without a run and
+    step, another row's every column, is the same measurement listed twice. Returns ``(merged,
+    pairs, averaged)``: the table without the repeats (file order and row labels kept; the first
+    row of each group holds the mean of the group's measured columns -- ``MEASURED_COLUMNS`` and
+    ``measured`` -- where they differ), the ``(first, repeat)`` pairs named as in the file, and the
+    number of groups whose measured values differed. ``ignore``: columns that do not name a row
+    (e.g. bootstrap labels); ``by_run=False``: only rows equal in every column are repeats. Distinct
+    runs with equal values stay distinct rows."""
+    cols = [c for c in df.columns if c not in ignore]
+    if len(df) < 2 or not cols:
+        return df, [], 0
+    key = df[cols]
+    values = [c for c in cols if c in (*MEASURED_COLUMNS, *measured) and pd.api.types.is_numeric_dtype(df[c])]
+    if by_run and "run_id" in cols and "step" in cols and values:  # one checkpoint: its run and step name it
+        named = (df["run_id"].notna() & df["step"].notna()).to_numpy()
+        if named.any():
+            key = key.copy()
+            key.loc[named, values] = math.nan
+    dup = key.duplicated(keep="first").to_numpy()
+    if not dup.any():  # the usual table: no grouping needed
+        return df, [], 0
+    gid = key.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
+    first_at = {g: i for i, g in reversed(list(enumerate(gid)))}
+    pairs = [(row_label(df, first_at[gid[i]]), row_label(df, i)) for i in dup.nonzero()[0]]
+    out = df[~dup].copy()
+    averaged = 0
+    if values:
+        grouped = df[values].reset_index(drop=True).groupby(gid)
+        lo, hi, mean = grouped.min(), grouped.max(), grouped.mean()
+        differ = ~((lo == hi) | (lo.isna() & hi.isna()))  # exact repeats keep their value, bit for bit
+        averaged = int(differ.any(axis=1).sum())
+        kept = gid[~dup]
+        for c in values:
+            out[c] = mean[c].where(differ[c], grouped.first()[c]).loc[kept].to_numpy()
+    out.attrs = dict(df.attrs)
+    return out, pairs, averaged
+
+
+def repeats_message(pairs: list[tuple[str, str]], averaged: int) -> str:
+    """The one line saying what :func:`merge_repeats` merged (empty when nothing)."""
+    if not pairs:
+        return ""
+    shown = ", ".join(f"{b} repeats {a}" for a, b in pairs[:3]) + (", ..." if len(pairs) > 3 else "")
+    diff = f"; {averaged} with differing values averaged" if averaged else ""
+    return (f"{len(pairs)} row(s) repeat another row's run and step, or every column ({shown}): merged, each "
+            f"one measurement{diff}")
+
+
+def with_slices(df: pd.DataFrame, tolerance: float = SLICE_TOLERANCE) -> pd.DataFrame:
+    """``df`` with a ``slice_flops`` column when it has none (issue 42): a row's slice is its compute
+    budget -- ``flops`` where given, else C = 6·params·tokens -- grouped with the budgets within the
+    slice tolerance of one target (the sorted budgets split at their widest gaps until no group spans
+    more than a factor (1 + tolerance)²; its target is their geometric midpoint, so every row lies
+    within ``tolerance`` of it: App. G's rule).
+    A row whose compute is unknown gets no slice; a table with neither column is returned as it is."""
+    if "slice_flops" in df.columns or not len(df):
+        return df
+    C = pd.Series(math.nan, index=df.index, dtype=float)
+    if "params" in df.columns and "tokens" in df.columns:
+        C = 6.0 * pd.to_numeric(df["params"], errors="coerce") * pd.to_numeric(df["tokens"], errors="coerce")
+    if "flops" in df.columns:
+        C = pd.to_numeric(df["flops"], errors="coerce").where(lambda f: f.notna(), C)
+    ok = C.notna() & (C > 0) & C.map(math.isfinite)
+    if not ok.any():
+        return df
+    budgets = np.sort(C[ok].unique())
+    target = np.empty(budgets.size)
+    for a, b in _budget_groups(np.log(budgets), 2 * math.log1p(tolerance)):
+        target[a:b] = _slice_target(budgets[a], budgets[b - 1], tolerance)
+    out = df.assign(slice_flops=pd.Series(math.nan, index=df.index, dtype=float))
+    out.loc[ok, "slice_flops"] = target[np.searchsorted(budgets, C[ok].to_numpy())]
+    out.attrs = dict(df.attrs)
+    where = df.attrs.get("rows", {}).get("where", "results table")
+    log.info("%s: no slice_flops column: each row's slice is its compute (%s), grouped within ±%g%%: %d slice(s)",
+             where, "flops" if "flops" in df.columns else "6·params·tokens", 100 * tolerance, len(set(target)))
+    return out
+
+
+def _budget_groups(logc: np.ndarray, span: float) -> list[tuple[int, int]]:
+    """``[a, b)`` ranges of the sorted ``logc``, each spanning at most ``span``: a range wider than that
+    is split at its widest gap (natural breaks first), in order."""
+    out, todo = [], [(0, logc.size)]
+    while todo:
+        a, b = todo.pop()
+        if logc[b - 1] - logc[a] <= span:
+            out.append((a, b))
+            continue
+        cut = a + 1 + int(np.argmax(np.diff(logc[a:b])))
+        todo += [(cut, b), (a, cut)]
+    return sorted(out)
+
+
+def _slice_target(lo: float, hi: float, tolerance: float) -> float:
+    """The target of budgets ``lo`` .. ``hi``: their geometric midpoint, to 3 significant digits
+    when every budget stays within ``tolerance`` of the rounded value."""
+    mid = math.sqrt(lo * hi)
+    nice = float(f"{mid:.3g}")
+    return nice if hi / nice - 1 <= tolerance and 1 - lo / nice <= tolerance else mid

@@ -105,8 +105,10 @@ def test_bad_input(synth):
     d.loc[5, "params"] = -1
     with pytest.raises(ValueError, match="params: non-positive value -1.0 at row 5"):
         fit_isoflop(d)
-    with pytest.raises(ValueError, match="duplicate rows 2 and 28"):
-        fit_isoflop(pd.concat([df, df.iloc[[2]]], ignore_index=True))
+    # a row repeating another's every column is one measurement (issue 42): merged, said, the fit unchanged
+    twice = fit_isoflop(pd.concat([df, df.iloc[[2]]], ignore_index=True), n_boot=0)
+    assert twice.power_P.alpha == fit_isoflop(df, n_boot=0).power_P.alpha
+    assert "1 row(s) repeat another row's run and step, or every column (row 28 repeats row 2)" in twice.warnings[0]
     with pytest.raises(ValueError, match="missing column 'loss'"):
         fit_isoflop(df.drop(columns="loss"))
     with pytest.raises(ValueError, match="usable slice"):

@@ -6,7 +6,6 @@ extrapolation to a target run (joint form vs log-linear L*(C), §8.2.2, Figure 2
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -26,7 +25,7 @@ from .bounded import METRICS, fit_bounded
 from .forecast import FamilyForecast, FitOptions, forecast_family, forecast_table
 from .isoflop import IsoFlopFit, PowerLawFit, fit_isoflop
 from .joint import ChinchillaFit, fit_chinchilla, optimal_allocation, optimal_loss
-from .tables import (SLICE_TOLERANCE, distinct_checkpoints, fit_rows, flops_per_token_per_param, row_groups,
+from .tables import (SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups,
                      slice_rows)
 
 # ---- extrapolation to a target compute ----
@@ -496,9 +495,8 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
     for metric in METRICS:
         if metric in sub.columns and sub[metric].notna().sum() > 0:
             ms = sub.dropna(subset=[metric, ccol])
-            with keep_repeats() if distinct_checkpoints(ms) else contextlib.nullcontext():
-                bounded[metric] = attempt(metric, f"{metric} fit",
-                                          lambda: fit_bounded(ms[ccol], ms[metric], name=metric, **o.boot()))
+            bounded[metric] = attempt(metric, f"{metric} fit",
+                                      lambda: fit_bounded(ms[ccol], ms[metric], name=metric, **o.boot()))
     return iso, ch, {m: b for m, b in bounded.items() if b is not None}, skipped
 
 
@@ -571,8 +569,9 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
     o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
                  method=method)
-    out = {fam: _fit_family(fam, df, estimator, o, actual or {}, warnings)
-           for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
+    with keep_repeats():  # fit_rows merged the repeated rows: rows with equal values are distinct runs (seeds)
+        out = {fam: _fit_family(fam, df, estimator, o, actual or {}, warnings)
+               for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):
         raise ValueError("fit_families: no family could be fitted: " + "; ".join(warnings))
     return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=level,

@@ -23,8 +23,10 @@ import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
 from scipy.stats import norm, t as student_t
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_duplicates,
-    check_points, check_weights, emit, fields_dict, fmt_ci, jsonable)
+from interpscale.results_table import merge_repeats, repeats_message
+
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_points, check_weights, emit,
+                    fields_dict, fmt_ci, jsonable)
 from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .engine import wls
 
@@ -410,7 +412,6 @@ def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, windo
     if minimum == "akima" and spec.kind != "residual" and spec.n_boot > 0:
         raise ValueError("minimum='akima' supports the residual bootstrap only")
     Cs, P, L = (as_array(results[c], c, positive=True) for c in (compute, params, loss))
-    check_duplicates({compute: Cs, params: P, loss: L}, "fit_isoflop")
     if np.unique(Cs).size < 2:
         what = f"a single slice ({Cs[0]:g})" if Cs.size else "no rows"
         raise ValueError(f"fit_isoflop: column {compute!r} has {what}; power laws need >= 2 slices")
@@ -522,6 +523,24 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
     return slices.assign(**empty), used
 
 
+def _merged(results: pd.DataFrame, loss: str, groups, warnings: list[str]):
+    """``results`` and ``groups`` with the rows repeating another's run and step (or every column)
+    merged into one measurement (``results_table.merge_repeats``, the rule of every table path);
+    rows left with equal values are distinct runs, each a point of its slice."""
+    label = "__isoflop_group__"
+    if groups is not None:
+        groups = np.asarray(groups)
+        if len(groups) != len(results):
+            return results, groups  # Bootstrap.checked names the mismatch
+        results = results.assign(**{label: groups})
+    merged, pairs, averaged = merge_repeats(results, measured=[loss], ignore=[label])
+    if pairs:
+        emit(warnings, f"fit_isoflop: {repeats_message(pairs, averaged)}")
+    if groups is None:
+        return merged, None
+    return merged.drop(columns=label), merged[label].to_numpy()
+
+
 def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: str = "params",
                 loss: str = "loss", window: int | None = 5, exclude_flagged: bool = True,
                 slice_weights: Literal["none", "n_points"] = "none", n_boot: int = DEFAULT_N_BOOT,
@@ -538,12 +557,13 @@ def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: 
     degenerate replicates are kept (module doc), ``degenerate="drop"`` (biased narrow) is for comparison."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_isoflop: results must be a pandas DataFrame")
+    warnings: list[str] = []
+    results, groups = _merged(results, loss, groups, warnings)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed,
                      groups=None if groups is None else np.asarray(groups)).checked(len(results), "fit_isoflop")
     Cs, P, L = _check(results, compute, params, loss, window=window, minimum=minimum, spec=spec, degenerate=degenerate)
     if slice_weights not in ("none", "n_points"):
         raise ValueError(f"slice_weights must be 'none' or 'n_points', got {slice_weights!r}")
-    warnings: list[str] = []
     rows, coef, fits = _fit_slices(Cs, P, L, window, minimum)
     slices, used = _used_slices(rows, fits, exclude_flagged, warnings)
     Cu = np.array([f["c"] for f in used])

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale.paper import SLICE_TOLERANCE
+from interpscale.results_table import merge_repeats, repeats_message, with_slices
 
 from ._base import emit
 
@@ -69,18 +70,26 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
     the families (``family``: a name, a list, or None for all; ``one_family``: None is allowed
     only when the table has one), each family's ``estimator`` (else the paper's preference when
     mixed), and with ``loss`` only rows with ``params``, ``tokens`` and ``loss``. Rows marked
-    ``predicted`` (annealed losses predicted, not measured) are left out unless ``predicted``. Each
-    fallback is recorded in ``warnings``; a requested value that is missing is a ValueError naming it."""
+    ``predicted`` (annealed losses predicted, not measured) are left out unless ``predicted``. A
+    table without ``slice_flops`` gets each row's compute as its slice (``results_table.with_slices``);
+    rows repeating another's run and step, or every column, are merged into one measurement
+    (``results_table.merge_repeats``). Each fallback and merge is recorded in ``warnings``; a
+    requested value that is missing is a ValueError naming it."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{caller}: results must be a pandas DataFrame")
     if missing := [c for c in need if c not in results.columns]:
-        raise ValueError(f"{caller}: results table lacks column(s) {missing}; have {list(results.columns)}")
+        derive = " (slices come from a flops column, or from params and tokens)" if "slice_flops" in missing else ""
+        raise ValueError(f"{caller}: results table lacks column(s) {missing}{derive}; have {list(results.columns)}")
     warnings = [] if warnings is None else warnings
     if not predicted and "predicted" in results.columns:
         results = results[~results["predicted"].fillna(False).astype(bool)]
-    df = select_rows(attach_groups(results, groups, caller), "annealed", annealed, (True,), "annealed", warnings,
-                     caller=caller)
+    results, pairs, averaged = merge_repeats(attach_groups(results, groups, caller), measured=[loss] if loss else [],
+                                             ignore=[GROUPS_COLUMN])
+    if pairs:
+        emit(warnings, f"{caller}: {repeats_message(pairs, averaged)}")
+    df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller=caller)
     if "family" in df.columns:
+    results = with_slices(results)
         fams = sorted(df["family"].dropna().unique().tolist(), key=str)
         want = [family] if isinstance(family, str) else list(family or [])
         if one_family and not want and len(fams) > 1:
@@ -115,11 +124,3 @@ def flops_per_token_per_param(rows: pd.DataFrame, compute: str = "flops") -> flo
     k = k[np.isfinite(k) & (k > 0)]
     return float(np.median(k)) if k.size else 6.0
 
-
-def distinct_checkpoints(rows: pd.DataFrame) -> bool:
-    """Whether ``rows`` are each a different checkpoint (``run_id``, ``step``): then rows equal in every
-    fitted column are two measurements, not one row twice. With a reservoir, one size's runs in slices a
-    factor 2 apart branch at the same steps and so end at the same compute, and a coarse metric
-    (alignment over 16 concepts moves in steps of 1/16) can repeat its value there."""
-    cols = [c for c in ("run_id", "step") if c in rows.columns]
-    return bool(cols) and not rows.duplicated(cols).any()
