@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.fit_status import fit_statuses
-from interpscale.analysis.report import write_report
+from interpscale.analysis.report import report_options, write_report
 from interpscale.errors import FailedWork
 from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
@@ -27,7 +27,7 @@ from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete, SweepOutcome
 from interpscale.orchestration.rundir import ensure_writable
 from interpscale.orchestration.runtime import estimate_report
-from interpscale.scaling import fit_families
+from interpscale.scaling import analyse
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +81,17 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
                      and _concept_rows(results).any()]
             if empty:
                 summary["problems"].append(f"metric column(s) {empty} are empty in every row")
-        fits = None
+        fits = analysis = None
         with _timed(bar, times, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates"):
             with _problem(summary, "fits", "scaling fits failed (%s); results table written without fits",
                           ValueError, ArithmeticError):  # fits.json as `interpscale fit` writes it
-                fitted = fit_families(results, annealed=True, n_boot=boot, seed=0)
+                analysis = analyse(results, report_options(n_boot=boot, annealed=True))  # what the report shows
+                fitted = analysis.require_fits()
                 atomic_write_text(out / "fits" / "fits.json", fitted.to_json() + "\n")
                 fits = fitted
         with _timed(bar, times, 5, "figures + report"):
             with _problem(summary, "report", "report failed (%s)", ValueError, OSError):  # and DIR/figures
-                summary["report"] = str(write_report(results, out, fits=fits, run_dirs=run_dirs, n_boot=boot,
+                summary["report"] = str(write_report(results, out, analysis=analysis, run_dirs=run_dirs, n_boot=boot,
                                                      source=str(results_path)))
     _finish(summary, out, results, fits, times, t0, cpu0, parallel)
     return summary

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Callable
@@ -164,12 +163,15 @@ def _add_families(sub) -> None:
     p.add_argument("--predicted-anneals", action="store_true",
                    help="add a predicted annealed row for each checkpoint that skipped its anneal branch "
                         "(scaling.anneal_rows, docs/anneal.md) and fit those rows too")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="multiplier.csv: bootstrap bands at the targets, not widened to the forecasts' calibrated "
+                        "intervals (faster; the report's bands are calibrated)")
     _bootstrap_options(p, fit_families)
     p.set_defaults(handler=_families)
 
 
 def _families(args) -> int:
-    from interpscale.scaling import backtest, fit_families
+    from interpscale.scaling import AnalysisOptions, analyse, fit_families
 
     if args.method and args.target_compute is None:
         raise UserError("--method NAME chooses the forecast method at --target-compute; give --target-compute "
@@ -177,29 +179,28 @@ def _families(args) -> int:
     path, df, metric = read_metric(args, fit_families)
     families = family_filter(args, df, "fit families")
     say_repeats("fit families", df, ("family", "params", "tokens", metric))
-    if args.predicted_anneals:  # checkpoints without an anneal branch get a predicted annealed loss
-        from interpscale.scaling.anneal_rows import with_predicted_anneals
-
-        n = len(df)
-        df = with_predicted_anneals(df, loss=metric)
-        sys.stderr.write(f"interpscale fit families: {len(df) - n} predicted annealed row(s) added and fitted "
-                         "(--predicted-anneals; column predicted = true)\n")
-    groups = _column(df, path, "--cluster", args.cluster)
-    rows = dict(estimator=args.estimator, annealed=args.annealed, loss=metric, groups=groups,
-                target_compute=args.target_compute)  # what the fits and the backtest share
-    fits = fit_families(df, families=families, predicted=args.predicted_anneals, method=args.method,
-                        joint_options=_joint_options(args), **rows,
-                        **given(args, "n_boot", "seed", "level", "grid", "minimum"))
-    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown() + trends_md(df, fits)})
-    family_multipliers(args, df, fits, metric)  # k(C) of each +Concept family vs its backbone (issue 36)
+    _column(df, path, "--cluster", args.cluster)  # a missing column names its flag
+    options = AnalysisOptions(
+        families=tuple(families) if families else None, estimator=args.estimator, annealed=args.annealed,
+        loss=metric, cluster=args.cluster, predicted_anneals=args.predicted_anneals,
+        target_compute=args.target_compute, method=args.method, joint_options=_joint_options(args),
+        calibrate=args.calibrate, backtest=args.backtest, anneals=False,
+        **given(args, "n_boot", "seed", "level", "grid", "minimum", backtest_boot="backtest_boot"))
+    analysis = analyse(df, options)  # every number below, computed once (scaling.analysis)
+    if args.predicted_anneals:  # checkpoints without an anneal branch got a predicted annealed loss
+        sys.stderr.write(f"interpscale fit families: {len(analysis.table) - len(df)} predicted annealed row(s) "
+                         "added and fitted (--predicted-anneals; column predicted = true)\n")
+    fits = analysis.require_fits()
+    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown() + trends_md(analysis)})
+    family_multipliers(args, analysis)  # k(C) of each +Concept family vs its backbone (issue 36)
     for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
         if f.forecast is not None:
             sys.stdout.write(f"{fam}: {f.forecast.summary()}\n")
     if args.backtest:
-        bt = backtest(df, family=families, **rows,
-                      **given(args, "level", "seed", "minimum", n_boot="backtest_boot"))
-        sys.stdout.write(bt.summary() + "\n")
-        _write_all(args.out, {"backtest.json": bt.to_dict(), "backtest.md": bt.to_markdown()})
+        if analysis.backtest is None:
+            raise ValueError(analysis.backtest_error)
+        sys.stdout.write(analysis.backtest.summary() + "\n")
+        _write_all(args.out, {"backtest.json": analysis.backtest.to_dict(), "backtest.md": analysis.backtest.to_markdown()})
     for fam, why in fits.dropped.items():
         for name, reason in why.items():
             sys.stderr.write(f"interpscale fit: {fam}: {name} fit not made: {reason}\n")
@@ -210,16 +211,16 @@ def _families(args) -> int:
     return 0
 
 
-def trends_md(df, fits) -> str:
+def trends_md(analysis) -> str:
     """The interpretability trends either way (the report's section: log-linear slope on log10 C
     beside the bounded fit), for tables.md; empty when no metric is measured."""
-    from interpscale.analysis.report import metric_trends, trend_markdown
+    from interpscale.analysis.report import trend_markdown
     from interpscale.scaling.trend import NOT_MEASURED
 
-    trends = metric_trends(df, fits)
-    if all(t == NOT_MEASURED for t in trends.values()):
+    if all(t == NOT_MEASURED for t in analysis.trends.values()):
         return ""
-    return "\n## Interpretability trends (log-linear, Table 30's form)\n\n" + trend_markdown(fits, trends) + "\n"
+    return ("\n## Interpretability trends (log-linear, Table 30's form)\n\n"
+            + trend_markdown(analysis.fits, analysis.trends) + "\n")
 
 
 # ---------------------------------------------------------------- fit chinchilla
@@ -459,28 +460,22 @@ def _multiplier(args) -> int:
     return 0
 
 
-def family_multipliers(args, df, fits, metric: str) -> None:
-    """``fit families``' multiplier.csv / multiplier.json: k(C) of each backbone / +Concept pair
-    (``scaling.multiplier.backbone_pairs``) with its growth test; a pair that cannot be compared is
+def family_multipliers(args, analysis) -> None:
+    """``fit families``' multiplier.csv / multiplier.json: the analysis's k(C) of each backbone /
+    +Concept pair (``scaling.analysis.family_multipliers``, the numbers of the report's section) at
+    the base's slices and the targets, with its growth test; a pair that could not be compared was
     logged as a warning."""
-    import pandas as pd
+    from interpscale.scaling.analysis import multiplier_rows
+    from interpscale.scaling.multiplier import MultiplierFit
 
-    from interpscale.scaling.multiplier import backbone_pairs, fit_multiplier
-
-    tables, tests = [], {}
-    for base, variant in backbone_pairs(fits.families):
-        try:
-            m = fit_multiplier(df, base, variant, loss=metric, estimator=fits.estimator, annealed=fits.annealed,
-                               **given(args, "seed", "level", "grid"))
-        except ValueError as exc:
-            logging.getLogger(__name__).warning("multiplier %s vs %s not made: %s", variant, base, exc)
-            continue
-        tables.append(m.to_frame().assign(base=base, variant=variant))
-        tests[f"{variant} vs {base}"] = m.growth_dict()
-        sys.stdout.write(m.summary() + "\n")
-    if tables:
-        _write_all(args.out, {"multiplier.csv": pd.concat(tables, ignore_index=True).to_csv(index=False),
-                              "multiplier.json": tests})
+    tests = {}
+    for (base, variant), m in analysis.multipliers.items():
+        if isinstance(m, MultiplierFit):
+            tests[f"{variant} vs {base}"] = m.growth_dict()
+            sys.stdout.write(m.summary() + "\n")
+    table = multiplier_rows(analysis)
+    if table is not None:
+        _write_all(args.out, {"multiplier.csv": table.to_csv(index=False), "multiplier.json": tests})
 
 
 # verb -> the function that adds its parser (and sets its handler), in the order `fit --help` lists them

@@ -1,4 +1,8 @@
-"""``report.md`` + ``report.html`` from a results table: Table 6/7-style fits, warnings, figures."""
+"""``report.md`` + ``report.html`` from a results table: Table 6/7-style fits, warnings, figures.
+
+The report renders one ``scaling.analyse`` result (docs/architecture.md, "The analysis boundary"):
+every number in it (fits, trends, multipliers, backtest, predicted anneals) comes from the
+``Analysis``; this module only lays it out."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import inspect
 import logging
 import math
 import os
-import re
+import warnings as _warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -18,19 +22,20 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale._markdown import md_table
-from interpscale.analysis.figures import CORE_COLUMNS, family_fits, render_figures, require_columns
-from interpscale.analysis.figures.multiplier import family_multipliers
+from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
 from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
-from interpscale.results_table import read_results as load_results  # the one reader, under the report's name
-from interpscale.scaling import N_BOOT, fit_rows
+from interpscale.results_table import read_results
+from interpscale.scaling import N_BOOT, fmt_sub
 from interpscale.scaling import backtest as backtest_budgets
-from interpscale.scaling.anneal_rows import loo_errors, loo_table, with_predicted_anneals
-from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit, fit_trend
+from interpscale.scaling.analysis import (Analysis, AnalysisOptions, AnnealSummary, analyse, anneal_summary,
+                                          anneal_tables, family_multipliers, metric_trends, shown_computes)
+from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit
 from interpscale.scaling.forecast import forecast_table
-from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
+from interpscale.scaling.multiplier import MultiplierFit, backbone_pairs
 
-__all__ = ["build_markdown", "isoflop_status", "joint_status", "load_results", "markdown_to_html", "metric_trends",
-           "problem_fits", "scaling_table", "status_table", "trend_status", "backtest_notes", "write_report"]
+__all__ = ["anneal_summary", "build_markdown", "isoflop_status", "joint_status", "markdown_to_html", "metric_trends",
+           "problem_fits", "report_options", "scaling_table", "status_table", "trend_status", "backtest_notes",
+           "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
@@ -90,31 +95,6 @@ def metric_notes(df: pd.DataFrame) -> list[str]:
     return [line, ""]
 
 
-def metric_trends(df: pd.DataFrame, fits: Any) -> dict[tuple[str, str], TrendFit | str]:
-    """Per (family, metric): the log-linear trend against log10 C (``scaling.trend``, Table 30's
-    form) on the rows the family's fits use, or why there is none (``NOT_MEASURED`` when the
-    metric has no value in the family's rows)."""
-    out: dict[tuple[str, str], TrendFit | str] = {}
-    metrics = [m for m in paper.INTERP_METRICS if m in df.columns]
-    for fam in fits.families if metrics else ():
-        try:
-            rows = fit_rows(df, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
-        except ValueError as exc:
-            log.info("report: no trend rows for %s: %s", fam, exc)
-            continue
-        ccol = "flops" if "flops" in rows.columns and rows["flops"].notna().any() else "slice_flops"
-        for m in metrics:
-            vals = pd.to_numeric(rows[m], errors="coerce")
-            if not vals.notna().any():
-                out[(fam, m)] = NOT_MEASURED
-                continue
-            try:
-                out[(fam, m)] = fit_trend(rows[ccol], vals, level=fits.level, name=m)
-            except ValueError as exc:
-                out[(fam, m)] = f"no trend fitted ({exc})"
-    return out
-
-
 def _trend_word(t: TrendFit | str | None) -> str:
     return t.direction if isinstance(t, TrendFit) else (t or "—")
 
@@ -167,22 +147,8 @@ def collect_warnings(obj: Any, path: str = "") -> list[str]:
 
 
 def _ci_cell(value: float, lo: float, hi: float, digits: int = 3) -> str:
-    """``0.528 [-0.025, +0.023]``: the estimate with its interval as offsets (Table 6 style), the
-    precision grown until the interval shows a width; a zero-width interval is said in words."""
-    if value is None or not np.isfinite(value):
-        return "—"
-    small = value != 0 and abs(value) < 10 ** -digits
-    est = f"{value:.{digits}g}" if small else f"{value:.{digits}f}"
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{est} (no interval)"
-    if not hi - lo > 0 or hi - lo < 1e-12 * max(abs(value), 1e-300):
-        return f"{est} (zero-width interval: every bootstrap replicate agrees)"
-    d = digits
-    while d < 8 and (round(lo - value, d) == 0 and round(hi - value, d) == 0):
-        d += 1
-    if small or round(lo - value, d) == round(hi - value, d):
-        return f"{value:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
-    return f"{value:.{d}f} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"
+    """``0.528 [-0.025, +0.023]``: ``scaling._base.fmt_sub``'s Table 6 cell in the report's spelling."""
+    return fmt_sub(value, (lo, hi), digits, style="cell")
 
 
 def _interval(lo: Any, hi: Any, digits: int = 3) -> str:
@@ -376,19 +342,12 @@ def _unscored(backtest: Any) -> list[str]:
                        for r in t.itertuples(index=False))] if len(t) else []
 
 
-def backtest_notes(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None
-                   ) -> tuple[str | None, str | None]:
+def backtest_notes(analysis: Analysis) -> tuple[str | None, str | None]:
     """(why the backtest scored nothing, the families a backtest that scored others left out), each
     None when it does not apply, in the table's terms: the IsoFLOP budgets (slices) each family's
     fits use against the budgets a rollout needs."""
     need = int(inspect.signature(backtest_budgets).parameters["min_train"].default) + 1
-    counts = {}
-    for fam in fits.families:
-        try:
-            rows = fit_rows(df, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
-            counts[fam] = int(rows["slice_flops"].nunique()) if "slice_flops" in rows.columns else 0
-        except ValueError:
-            counts[fam] = 0
+    counts, backtest = analysis.budgets, analysis.backtest
     budgets = {fam: f"{n} budget{'s' if n != 1 else ''}" for fam, n in counts.items()}
     if backtest is not None and len(backtest.errors()):
         scored = set(map(str, backtest.errors()["family"]))
@@ -399,14 +358,13 @@ def backtest_notes(df: pd.DataFrame, fits: Any, backtest: Any, error: str | None
     why = (f"{have}; a rollout fits on {need - 1} budgets and forecasts the next, so it needs at least {need} "
            "budgets per family, and leave-one-out fits need 3" if any(n < need for n in counts.values())
            else f"{have}, but every held-out forecast failed (listed below)")
+    error = analysis.backtest_error
     return why + (f" ({error})" if error else ""), None
 
 
 def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
     """One pair's table (k and band per method at the base's slices and the targets) and its tests."""
-    slices = results[results["family"] == m.base]["slice_flops"].dropna().unique()
-    shown = np.round(np.log(np.r_[slices, TARGETS]), 6)  # the base's slices and the targets
-    t = m.table[np.isin(np.round(np.log(m.table["compute"]), 6), shown)]
+    t = shown_computes(m, results)  # the base's slices and the targets
     rows = [{"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no",
              **{f"k ({r.method})": f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]" for r in g.itertuples()}}
             for c, g in t.groupby("compute", sort=True)]
@@ -427,67 +385,45 @@ def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def multiplier_section(results: pd.DataFrame, fits=None) -> list[str]:
+def multiplier_section(results: pd.DataFrame, fits=None, multipliers: Mapping | None = None) -> list[str]:
     """The "Compute multiplier" section: k(C) of each +Concept family against its backbone (issue 36,
-    docs/multiplier.md); empty when the table has no backbone/+Concept pair."""
+    docs/multiplier.md), from ``multipliers`` (an ``Analysis``'s; default ``scaling.analysis
+    .family_multipliers`` of the table); empty when the table has no backbone/+Concept pair."""
     pairs = backbone_pairs(results["family"].dropna().unique()) if "family" in results.columns else []
     if not pairs:
         return []
-    ms = family_multipliers(results, estimator=getattr(fits, "estimator", None),
-                            annealed=getattr(fits, "annealed", True))
+    ms = multipliers if multipliers is not None else family_multipliers(
+        results, estimator=getattr(fits, "estimator", None), annealed=getattr(fits, "annealed", True))
+    if not ms:
+        return []
     return _section("Compute multiplier", *(multiplier_markdown(m, results) if isinstance(m, MultiplierFit)
                                             else f"**{variant} vs {base}**: not made: {m}"
                                             for (base, variant), m in ms.items()))
 
 
-def anneal_summary(results: pd.DataFrame) -> pd.DataFrame:
-    """Per family: branches trained and predicted, anneal steps trained and saved, the predictor and
-    its mean interval half-width (%). Empty when no run has a checkpoint left to predict."""
-    if "anneal_from" not in results.columns or "annealed" not in results.columns:
-        return pd.DataFrame()
-    full = with_predicted_anneals(results)
-    pred = full[full["predicted"].astype(bool)]
-    if not len(pred):
-        return pd.DataFrame()
-    meas = full[~full["predicted"].astype(bool) & full["annealed"].astype(bool) & full["anneal_from"].notna()]
-    # one estimator per branch: steps are counted once per (run, branch)
-    meas = meas.drop_duplicates(["run_id", "anneal_from"])
-    pred = pred.assign(half_width=(pred["loss_hi"] / pred["loss"] - 1) * 100)
-    out = []
-    for fam, p in pred.groupby("family", sort=True):
-        m = meas[meas["family"] == fam]
-        p1 = p.drop_duplicates(["run_id", "anneal_from"])
-        out.append({"family": fam, "branches trained": len(m), "branches predicted": len(p1),
-                    "anneal steps trained": int((m["step"] - m["anneal_from"]).sum()),
-                    "anneal steps saved": int((p1["step"] - p1["anneal_from"]).sum()),
-                    "predictor": ", ".join(sorted(p["anneal_method"].unique())),
-                    "interval ± %": float(p["half_width"].mean())})
-    return pd.DataFrame(out)
-
-
-def anneal_section(results: pd.DataFrame) -> list[str]:
+def anneal_section(anneals: AnnealSummary | pd.DataFrame | None) -> list[str]:
     """The "Annealed losses from a subset of branches" section (issue 36, docs/anneal.md): anneal
     steps trained and saved, the predictor chosen per family with its leave-one-branch-out error
-    and interval, and what the fits see; empty when the table has nothing to predict."""
-    summary = anneal_summary(results)
-    if not len(summary):
+    and interval, and what the fits see (``anneals``: an ``Analysis``'s, or a results table to make
+    them from); empty when the table has nothing to predict."""
+    if isinstance(anneals, pd.DataFrame):
+        anneals = anneal_tables(anneals)
+    if anneals is None:
         return []
-    table = loo_table(loo_errors(results))
-    table = table.rename(columns={"mean_abs_pct": "mean abs err %", "max_abs_pct": "max abs err %",
-                                  "mean_pct": "mean err %"})
-    return _section("Annealed losses from a subset of branches", markdown_table(summary, floatfmt=".2f"),
+    table = anneals.loo.rename(columns={"mean_abs_pct": "mean abs err %", "max_abs_pct": "max abs err %",
+                                        "mean_pct": "mean err %"})
+    return _section("Annealed losses from a subset of branches", markdown_table(anneals.summary, floatfmt=".2f"),
                     "Leave-one-branch-out error of each predictor (trained branches only):",
                     markdown_table(table, floatfmt=".2f"))
 
 
-def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str, fig_dir: str,
-                   n_boot: int | None = None, backtest: Any = None, backtest_error: str | None = None,
-                   with_backtest: bool = True) -> str:
-    """The report's markdown text (figures referenced relative to the report); ``backtest``
-    a ``scaling.Backtest`` of the same table, shown in its own section (``backtest_error``: why
-    it could not be made; an empty one is explained when ``with_backtest``)."""
+def build_markdown(analysis: Analysis, figure_set: Any, *, source: str, fig_dir: str) -> str:
+    """The report's markdown text of one ``Analysis`` (figures referenced relative to the report):
+    its fits, trends, multipliers, backtest (its own section; an empty one is explained when the
+    analysis asked for one) and predicted anneals."""
+    df, fits, o = analysis.table, analysis.fits, analysis.options
     ci_text = (f"Intervals are {fits.level:.0%} bootstrap percentile intervals"
-               + (f" ({n_boot} replicates)" if n_boot else "") + ", written as offsets from the estimate."
+               + (f" ({o.n_boot} replicates)" if o.n_boot else "") + ", written as offsets from the estimate."
                if fits is not None else "No fits, so no intervals.")
     families = ", ".join(map(str, sorted(df["family"].unique())))
     parts = ["# Scaling report", "", f"Results table: `{source}` — {len(df)} rows, families {families}. "
@@ -496,11 +432,11 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     if fits is None:
         parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
-        why, missing = backtest_notes(df, fits, backtest, backtest_error) if with_backtest else (None, None)
-        parts += fit_sections(fits, backtest, metric_trends(df, fits), no_backtest=why,
+        why, missing = backtest_notes(analysis) if o.backtest else (None, None)
+        parts += fit_sections(fits, analysis.backtest, analysis.trends, no_backtest=why,
                               not_backtested_note=missing)
-        parts += multiplier_section(df, fits)
-    parts += anneal_section(df)  # runs that skipped anneal branches and their predicted anneals (docs/anneal.md)
+        parts += multiplier_section(df, fits, analysis.multipliers)
+    parts += anneal_section(analysis.anneals)  # runs that skipped anneal branches (docs/anneal.md)
     warnings = collect_warnings(fits.to_dict()) if fits is not None else []
     parts += _section("Fit warnings", "\n".join(f"- {w}" for w in warnings)
                       or "None: every fit converged without boundary or quality flags.") + ["## Figures", ""]
@@ -515,109 +451,71 @@ def build_markdown(df: pd.DataFrame, fits: Any, figure_set: Any, *, source: str,
     return "\n".join(parts).rstrip() + "\n"
 
 
-_INLINE = ((re.compile(r"`([^`]+)`"), r"<code>\1</code>"),  # inline code, bold, italic
-           (re.compile(r"\*\*([^*]+)\*\*"), r"<strong>\1</strong>"),
-           (re.compile(r"(?<![\w*])_([^_]+)_(?![\w])"), r"<em>\1</em>"))
-_IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
-_BLOCK_START = re.compile(r"^(#|\||- |!\[)")
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
           "table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}"
           "th,td{border:1px solid #ccc;padding:.25rem .5rem}th{background:#f3f3f3}img{max-width:100%}"
-          "figure{margin:1rem 0}figcaption{font-size:.85rem;color:#555}"
           "code{background:#f3f3f3;padding:0 .2rem}")
 
 
-def _inline(text: str) -> str:
-    text = html.escape(text, quote=False)
-    for pattern, repl in _INLINE:
-        text = pattern.sub(repl, text)
-    return text
-
-
-def _cells(line: str, tag: str) -> str:
-    cells = (c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|")))
-    return "<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>"
-
-
 def markdown_to_html(md: str, *, title: str = "Scaling report") -> str:
-    """HTML for the subset of markdown this module writes: headings, pipe tables, images,
-    bullet lists, paragraphs, inline code/bold/italic."""
-    body: list[str] = []
-    lines = md.splitlines() + [""]
-    i = 0
+    """A standalone HTML page of ``md`` (CommonMark with pipe tables, by markdown-it-py; raw HTML in
+    the text is escaped, not passed through)."""
+    from markdown_it import MarkdownIt
 
-    def run(start: int, keep) -> list[str]:  # lines[start:] while ``keep`` holds; moves i past them
-        nonlocal i
-        i = start
-        while keep(lines[i]):
-            i += 1
-        return lines[start:i]
-
-    while i < len(lines) - 1:
-        line = lines[i]
-        if m := re.match(r"^(#{1,6}) (.*)$", line):
-            body.append(f"<h{len(m[1])}>{_inline(m[2])}</h{len(m[1])}>")
-        elif m := _IMAGE.match(line.strip()):
-            alt, src = html.escape(m[1]), html.escape(m[2])
-            body.append(f'<figure><img src="{src}" alt="{alt}"><figcaption>{alt}</figcaption></figure>')
-        elif line.startswith("|"):
-            head, *rows = run(i, lambda s: s.startswith("|"))
-            body.append(f"<table><thead>{_cells(head, 'th')}</thead><tbody>"
-                        + "".join(_cells(r, "td") for r in rows[1:]) + "</tbody></table>")
-            continue
-        elif line.startswith("- "):
-            items = run(i, lambda s: s.startswith("- "))
-            body.append("<ul>" + "".join(f"<li>{_inline(s[2:])}</li>" for s in items) + "</ul>")
-            continue
-        elif line.strip():
-            para = [line] + run(i + 1, lambda s: s.strip() and not _BLOCK_START.match(s))
-            body.append(f"<p>{_inline(' '.join(para))}</p>")
-            continue
-        i += 1
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(md)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{_STYLE}</style></head><body>\n" + body + "</body></html>\n")
+
+
+def report_options(*, n_boot: int = N_BOOT["forecast"], target_compute: float | None = None,
+                   actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True,
+                   **options) -> AnalysisOptions:
+    """The ``AnalysisOptions`` the report uses: ``n_boot`` replicates per fit (``REPORT_BOOT``), at
+    most ``BACKTEST_BOOT`` per backtest refit, the backtest on, ``options`` (any other field) as given."""
+    return AnalysisOptions(n_boot=n_boot, target_compute=target_compute, backtest=backtest,
+                           actual={k: dict(v) for k, v in (actual or {}).items()},
+                           backtest_boot=min(n_boot, BACKTEST_BOOT), **options)
 
 
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,
-                 actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True) -> Path:
+                 actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True,
+                 options: AnalysisOptions | None = None, analysis: Analysis | None = None) -> Path:
     """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, figures in ``out_dir/figures``)
-    and ``report.html``; returns the markdown path. ``fits``: a ``fit_families`` result, else made here
-    with ``interpscale fit``'s options (``figures.family_fits``, once per process and table) from
-    ``n_boot``, ``target_compute`` and ``actual[family][metric or "loss"]``; ``backtest`` adds
-    held-out-budget forecasts (at most ``BACKTEST_BOOT`` replicates each)."""
+    and ``report.html``; returns the markdown path. The numbers are one ``scaling.analyse`` of the table:
+    ``analysis`` when given, else made here from ``options`` (default: ``report_options`` of ``n_boot``,
+    ``target_compute``, ``actual[family][metric or "loss"]`` and ``backtest``, which adds held-out-budget
+    forecasts at most ``BACKTEST_BOOT`` replicates each); ``fits``: a ``fit_families`` result to reuse."""
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
-    df = load_results(results)
+    df = read_results(results)
     if not len(df):  # a header-only table would otherwise report "every fit converged"
         raise ValueError(f"{source}: the results table has no rows; nothing to report")
     require_columns(df, CORE_COLUMNS, "write_report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if fits is None:
-        try:
-            fits = family_fits(df, n_boot=n_boot, target_compute=target_compute, actual=actual)
-        except ValueError as exc:
-            log.warning("report: family fits failed: %s", exc)
+    if analysis is None:
+        options = options or report_options(n_boot=n_boot, target_compute=target_compute, actual=actual,
+                                            backtest=backtest)
+        analysis = analyse(df, options, fits=fits)
+    o = analysis.options
     target = None
-    if target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
-        observed = (actual or {}).get("cdlm+concept") or (actual or {}).get("ar+concept") or {}
-        target = {"flops": float(target_compute), **observed}
-    figure_set = (render_figures(df, out / "figures", fits=fits, run_dirs=run_dirs, n_boot=n_boot, target=target)
-                  if figures else None)
-    bt, bt_error = None, None
-    try:  # forecasts of each held-out compute budget from the smaller ones (scaling.backtest)
-        if backtest and fits is not None:
-            bt = backtest_budgets(df, family=list(fits.families), estimator=fits.estimator,
-                                  annealed=fits.annealed, n_boot=min(n_boot, BACKTEST_BOOT), level=fits.level,
-                                  target_compute=fits.target_compute)
-    except ValueError as exc:  # too few budgets to hold one out: said in the report's backtest section
-        log.info("report: no backtest (%s)", exc)
-        bt_error = str(exc)
-    md = build_markdown(df, fits, figure_set, source=source, fig_dir="figures", n_boot=n_boot, backtest=bt,
-                        backtest_error=bt_error, with_backtest=backtest)
+    if o.target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
+        observed = o.actual.get("cdlm+concept") or o.actual.get("ar+concept") or {}
+        target = {"flops": float(o.target_compute), **observed}
+    figure_set = (render_figures(analysis.table, out / "figures", fits=analysis.fits, run_dirs=run_dirs,
+                                 n_boot=o.n_boot, target=target) if figures else None)
+    md = build_markdown(analysis, figure_set, source=source, fig_dir="figures")
     md_path = atomic_write_text(out / "report.md", md)
     atomic_write_text(out / "report.html", markdown_to_html(md))
     log.info("report written to %s", md_path)
     return md_path
+
+
+def __getattr__(name: str):
+    if name == "load_results":  # the one reader is results_table.read_results
+        _warnings.warn("interpscale.analysis.report.load_results is deprecated; use "
+                       "interpscale.results_table.read_results", DeprecationWarning, stacklevel=2)
+        return read_results
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,11 +19,14 @@ bootstrap intervals, extrapolation and the Table 6 / Table 7 family comparison.
     fit_overtraining(N, D, loss), fit_ladder(N, D, task_loss, checkpoint_loss=..., checkpoint_accuracy=...)
     read_runs("logs.csv", params="N", loss="ce", run="run", step="step", tokens_per_step=2**20, last=5)
 
+    analysis = analyse(results_df, AnalysisOptions(target_compute=7.6e22))  # every number the CLI,
+    analysis.fits, analysis.trends, analysis.multipliers, analysis.backtest   # report and figures show
+
 Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``predict``,
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
-from ._base import FitStatus, ScalingFitWarning, fit_status, keep_repeats, quiet
+from ._base import FitStatus, ScalingFitWarning, fit_status, fmt_sub, keep_repeats, quiet
 from .backtest import Backtest, backtest, nearest_budget
 from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -40,9 +43,10 @@ from .laws import (DataConstrainedFit, DownstreamErrorFit, LadderFit, Overtraini
 from .ledger import Forecast, ForecastLedger, forecast_from_results, inputs_hash
 from .tables import fit_rows
 from .trend import TrendFit, fit_trend
+from .analysis import Analysis, AnalysisOptions, analyse  # last: it reads every fit above
 
 __all__ = [
-    "FitStatus", "fit_status", "FitOptions", "N_BOOT", "fit_rows",
+    "analyse", "Analysis", "AnalysisOptions", "FitStatus", "fmt_sub", "fit_status", "FitOptions", "N_BOOT", "fit_rows",
     "fit_isoflop", "IsoFlopFit", "fit_power_law", "PowerLawFit", "fit_chinchilla", "ChinchillaFit",
     "fit_bounded", "BoundedFit", "fit_families", "FamilyFits", "FamilyFit", "extrapolate", "Extrapolation",
     "METRICS", "ScalingFitWarning", "epoch_grid", "coarse_grid",

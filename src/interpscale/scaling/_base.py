@@ -270,17 +270,44 @@ def fmt_ci(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str
     return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
-def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3) -> str:
+def fmt_sub(value: float, ci: tuple[float, float] | None, digits: int = 3, *, style: str = "sub") -> str:
     """Paper Table 6/7 style: ``0.528_[-0.025,+0.023]`` (CI as offsets from the estimate); offsets
-    that round to zero get more digits (up to 4 more), so an interval never reads ``[-0.000,+0.000]``."""
+    that round to zero get more digits (up to 4 more), so an interval never reads ``[-0.000,+0.000]``.
+    ``style="cell"``: the report's spelling ``0.528 [-0.025, +0.023]`` (digits grown up to 8; a value
+    below 10^-digits, or offsets that still agree, as ``g``-formatted bounds; "—" for no value,
+    "(no interval)" for no interval, a zero-width interval said in words)."""
+    if style == "cell":
+        return _fmt_cell(value, ci, digits)
     if ci is None or not all(np.isfinite(ci)):
         return f"{value:.{digits}f}"
     lo, hi = ci[0] - value, ci[1] - value
-    d = digits
-    while d < digits + 4 and round(abs(lo), d) == 0 and round(abs(hi), d) == 0:
-        d += 1
+    d = _offset_digits(lo, hi, digits, digits + 4)
     if round(abs(lo), d) == 0 and round(abs(hi), d) == 0:
         return f"{value:.{digits}f} (zero-width interval)"
     sl = "-" if lo <= 0 else "+"
     sh = "+" if hi >= 0 else "-"
     return f"{value:.{d}f}_[{sl}{abs(lo):.{d}f},{sh}{abs(hi):.{d}f}]"
+
+
+def _offset_digits(lo: float, hi: float, digits: int, most: int) -> int:
+    """The fewest decimals (from ``digits``, at most ``most``) at which an offset shows."""
+    d = digits
+    while d < most and round(abs(lo), d) == 0 and round(abs(hi), d) == 0:
+        d += 1
+    return d
+
+
+def _fmt_cell(value, ci, digits: int) -> str:
+    if value is None or not np.isfinite(value):
+        return "—"
+    lo, hi = ci if ci is not None else (None, None)
+    small = value != 0 and abs(value) < 10 ** -digits
+    est = f"{value:.{digits}g}" if small else f"{value:.{digits}f}"
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{est} (no interval)"
+    if not hi - lo > 0 or hi - lo < 1e-12 * max(abs(value), 1e-300):
+        return f"{est} (zero-width interval: every bootstrap replicate agrees)"
+    d = _offset_digits(lo - value, hi - value, digits, 8)
+    if small or round(lo - value, d) == round(hi - value, d):
+        return f"{value:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+    return f"{value:.{d}f} [{lo - value:+.{d}f}, {hi - value:+.{d}f}]"

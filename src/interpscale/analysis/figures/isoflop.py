@@ -22,7 +22,8 @@ from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LAB
                                                  ordered_families, paper_style, plain_log_axis, require_columns,
                                                  select, slice_colors)
 from interpscale.paper import SLICE_TOLERANCE
-from interpscale.scaling import N_BOOT, fit_families, fit_isoflop, inputs_hash, quiet
+from interpscale.scaling import N_BOOT, fit_isoflop, quiet
+from interpscale.scaling.analysis import cached_fits
 from interpscale.scaling.tables import slice_rows
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -33,20 +34,15 @@ STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
 STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
 STATE_MARKERS = {False: "o", True: "s"}
 DEFAULT_FIG_BOOT = N_BOOT["figure"]  # replicates for figure bands (scaling.N_BOOT; the paper's 10,000: reports)
-_FAMILY_FITS: dict = {}  # (table hash, options) -> FamilyFits, this process's fits of each table
 
 
 def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | None = None,
                 actual: Mapping | None = None, seed: int = 0):
     """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults, made once per
-    process for each table (keyed by its content hash) and set of options."""
-    options = dict(n_boot=n_boot, seed=seed, target_compute=target_compute,
-                   actual={k: dict(v) for k, v in (actual or {}).items()})
-    key = inputs_hash(results, options)
-    if key not in _FAMILY_FITS:
-        _FAMILY_FITS.clear()  # one table at a time: keep memory flat in long sessions
-        _FAMILY_FITS[key] = fit_families(results, **options)
-    return _FAMILY_FITS[key]
+    process for each table (keyed by its content hash) and set of options: the fits
+    ``scaling.analyse`` makes for the report (``scaling.analysis.cached_fits``)."""
+    return cached_fits(results, n_boot=n_boot, seed=seed, target_compute=target_compute,
+                       actual={k: dict(v) for k, v in (actual or {}).items()})
 
 
 @dataclass

@@ -1,7 +1,6 @@
 """The compute multiplier k(C) of each +Concept family against its backbone (issue 36,
-docs/multiplier.md): the figure, and the fits it shares with the report's section
-(``report.multiplier_section``): one ``scaling.multiplier.fit_multiplier`` per pair made once
-per process and table."""
+docs/multiplier.md): the figure of ``scaling.analysis.family_multipliers``, the fits it shares
+with ``fit families``' multiplier.csv and the report's section (made once per process and table)."""
 
 from __future__ import annotations
 
@@ -11,47 +10,10 @@ import numpy as np
 import pandas as pd
 
 from interpscale.analysis.figures._style import family_color, paper_style
-from interpscale.scaling import inputs_hash, quiet
-from interpscale.scaling.multiplier import (MULTIPLIER_BOOT, TARGETS, MultiplierFit, backbone_pairs,
-                                           family_forecasts, fit_multiplier)
+from interpscale.scaling.analysis import family_multipliers  # the one computation (with the CLI and the report)
+from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
 
 log = logging.getLogger("interpscale.analysis.figures")
-
-CURVE_POINTS = 24  # computes per decade-spanning curve of the figure
-_MULTIPLIERS: dict = {}  # (table hash, options) -> {(base, variant): MultiplierFit | reason}
-
-
-def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
-                       level: float = 0.9, calibrate: bool = True) -> dict:
-    """{(base, variant): MultiplierFit, or the reason it could not be made} for ``backbone_pairs``,
-    on the base's slices, a curve out to the largest target and the ``TARGETS``; with ``calibrate``
-    the bands at the targets are widened to the families' calibrated forecast intervals."""
-    if "annealed" not in results.columns:
-        annealed = None
-    options = dict(estimator=estimator, annealed=annealed, level=level, calibrate=calibrate, n_boot=MULTIPLIER_BOOT)
-    key = inputs_hash(results, options)
-    if key in _MULTIPLIERS:
-        return _MULTIPLIERS[key]
-    out: dict = {}
-    for base, variant in backbone_pairs(results["family"].dropna().unique()):
-        rows = results[results["family"] == base]["slice_flops"].dropna()
-        if rows.empty:
-            out[(base, variant)] = f"{base} has no slice_flops"
-            continue
-        curve = np.unique(np.r_[rows.unique(), np.geomspace(rows.min(), max(TARGETS), CURVE_POINTS)])
-        try:
-            with quiet():
-                fc = family_forecasts(results, base, variant, TARGETS, estimator=estimator, annealed=annealed,
-                                      level=level) if calibrate else None
-            out[(base, variant)] = fit_multiplier(results, base, variant, computes=curve, estimator=estimator,
-                                                  annealed=annealed, level=level, forecasts=fc,
-                                                  n_boot=MULTIPLIER_BOOT)
-        except ValueError as exc:
-            log.warning("compute multiplier %s vs %s not made: %s", variant, base, exc)
-            out[(base, variant)] = str(exc)
-    _MULTIPLIERS.clear()  # one table at a time
-    _MULTIPLIERS[key] = out
-    return out
 
 
 def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = None):

@@ -1,0 +1,328 @@
+"""One analysis of a results table: every number ``interpscale fit families``, the report and the
+figures show, computed once (docs/architecture.md, "The analysis boundary").
+
+    analysis = analyse(results_df, AnalysisOptions(n_boot=1000, target_compute=7.6e22))
+    analysis.fits            # FamilyFits: IsoFLOP, joint, bounded metric fits, forecasts (Table 6/7)
+    analysis.trends          # (family, metric) -> TrendFit, or why there is none
+    analysis.multipliers     # (base, variant) -> MultiplierFit, or why it could not be made
+    analysis.backtest        # Backtest of held-out budgets (options.backtest), or backtest_error
+    analysis.anneals         # AnnealSummary: predicted anneals and their leave-one-branch-out errors
+
+Options in, ``Analysis`` out: the CLI writes it, the report and the figures render it; none of them
+fits anything. ``analyse`` is cached in-process by the inputs' hash (table and options), so a report
+that draws figures after ``fit families`` ran in the same process fits nothing twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from interpscale import paper
+
+from ._base import DEFAULT_LEVEL, quiet
+from .anneal_rows import loo_errors, loo_table, with_predicted_anneals
+from .backtest import Backtest, backtest
+from .bootstrap import N_BOOT
+from .families import FamilyFits, fit_families
+from .ledger import inputs_hash
+from .multiplier import TARGETS, MultiplierFit, backbone_pairs, family_forecasts, fit_multiplier
+from .tables import fit_rows
+from .trend import NOT_MEASURED, TrendFit, fit_trend
+
+__all__ = ["Analysis", "AnalysisOptions", "AnnealSummary", "analyse", "anneal_summary", "anneal_tables", "cached_fits",
+           "family_multipliers", "metric_trends", "multiplier_rows", "shown_computes"]
+
+log = logging.getLogger("interpscale.scaling.analysis")
+
+CURVE_POINTS = 24  # computes of the multiplier's curve between the base's smallest slice and the largest target
+_CACHE: dict[str, Any] = {}  # "what" + inputs hash -> its result; one table at a time (memory stays flat)
+
+
+def _cached(what: str, results: pd.DataFrame, options: Mapping, make):
+    """``make()``, once per process for this table (content hash) and ``options``."""
+    key = what + inputs_hash(results, options)
+    if key not in _CACHE:
+        for k in [k for k in _CACHE if k.startswith(what)]:
+            del _CACHE[k]
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Everything an analysis of a results table depends on (and nothing else: its hash keys the cache).
+
+    Rows: ``families`` (None: all), ``estimator``, ``annealed``, ``loss`` (the loss column, e.g. bits per
+    byte), ``cluster`` (a column whose groups the bootstraps resample whole), ``predicted_anneals`` (add
+    and fit predicted annealed rows). Fits: ``n_boot`` (``N_BOOT["paper"]``; the report passes
+    ``N_BOOT["forecast"]``), ``seed``, ``level``, ``grid`` (None: each fit's own start grid),
+    ``minimum``, ``joint_options``, ``target_compute``, ``method``, ``actual``. Sections: ``trends``,
+    ``multipliers`` (``calibrate``: bands at the targets widened to the calibrated forecast intervals),
+    ``backtest`` (``backtest_boot`` replicates per refit, default ``N_BOOT["backtest"]``), ``anneals``."""
+
+    families: tuple[str, ...] | None = None
+    estimator: str | None = None
+    annealed: bool | None = None
+    loss: str = "loss"
+    cluster: str | None = None
+    predicted_anneals: bool = False
+    n_boot: int = N_BOOT["paper"]
+    seed: int = 0
+    level: float = DEFAULT_LEVEL
+    grid: str | None = None
+    minimum: str = "parabola"
+    joint_options: Mapping = field(default_factory=dict)
+    target_compute: float | None = None
+    method: str | None = None
+    actual: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    trends: bool = True
+    multipliers: bool = True
+    calibrate: bool = True
+    backtest: bool = False
+    backtest_boot: int | None = None
+    anneals: bool = True
+
+    def key(self) -> dict:
+        """The options as plain values (what the cache hashes)."""
+        d = asdict(self)
+        d["actual"] = {k: dict(v) for k, v in self.actual.items()}
+        d["joint_options"] = dict(self.joint_options)
+        return d
+
+
+class AnnealSummary(NamedTuple):
+    """Per family: anneal branches trained and predicted, steps saved, predictor and interval
+    (``summary``); each predictor's leave-one-branch-out error (``loo``)."""
+
+    summary: pd.DataFrame
+    loo: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Every number of one analysis (module doc); ``*_error``: why a part could not be made."""
+
+    options: AnalysisOptions
+    table: pd.DataFrame  # the rows analysed (with the predicted annealed rows when asked)
+    fits: FamilyFits | None = None
+    fit_error: str | None = None
+    trends: dict = field(default_factory=dict)
+    multipliers: dict = field(default_factory=dict)
+    backtest: Backtest | None = None
+    backtest_error: str | None = None
+    budgets: dict = field(default_factory=dict)  # family -> IsoFLOP budgets (slices) its fits use
+    anneals: AnnealSummary | None = None
+
+    def require_fits(self) -> FamilyFits:
+        """The fits, or the ValueError that kept them from being made."""
+        if self.fits is None:
+            raise ValueError(self.fit_error or "no fits were made")
+        return self.fits
+
+    def summary(self) -> str:
+        parts = [self.fits.summary() if self.fits is not None else f"no fits: {self.fit_error}"]
+        parts += [m.summary() for m in self.multipliers.values() if isinstance(m, MultiplierFit)]
+        if self.backtest is not None:
+            parts.append(self.backtest.summary())
+        return "\n\n".join(parts)
+
+
+def cached_fits(results: pd.DataFrame, **options) -> FamilyFits:
+    """``fit_families(results, **options)``, made once per process for each table and options
+    (what the figures that draw a family's fits share with the report)."""
+    bound = inspect.signature(fit_families).bind(results, **options)
+    bound.apply_defaults()  # one key for one set of fits, however the caller spelled its defaults
+    key = {k: v for k, v in bound.arguments.items() if k != "results"}
+    return _cached("fits", results, key, lambda: fit_families(results, **options))
+
+
+def _fit_options(o: AnalysisOptions, table: pd.DataFrame) -> dict:
+    kw = dict(families=list(o.families) if o.families else None, estimator=o.estimator, annealed=o.annealed,
+              loss=o.loss, n_boot=o.n_boot, seed=o.seed, level=o.level, minimum=o.minimum,
+              target_compute=o.target_compute, actual={k: dict(v) for k, v in o.actual.items()})
+    kw = {k: v for k, v in kw.items() if v is not None or k in ("estimator", "annealed")}
+    if o.grid is not None:
+        kw["grid"] = o.grid
+    if o.method is not None:
+        kw["method"] = o.method
+    if o.joint_options:
+        kw["joint_options"] = dict(o.joint_options)
+    if o.predicted_anneals:
+        kw["predicted"] = True
+    if o.cluster is None:
+        return cached_fits(table, **kw)
+    return fit_families(table, groups=table[o.cluster].to_numpy(), **kw)  # groups: an array, not hashed
+
+
+def metric_trends(df: pd.DataFrame, fits: Any) -> dict[tuple[str, str], TrendFit | str]:
+    """Per (family, metric): the log-linear trend against log10 C (``scaling.trend``, Table 30's
+    form) on the rows the family's fits use, or why there is none (``NOT_MEASURED`` when the
+    metric has no value in the family's rows)."""
+    out: dict[tuple[str, str], TrendFit | str] = {}
+    metrics = [m for m in paper.INTERP_METRICS if m in df.columns]
+    for fam in fits.families if metrics else ():
+        try:
+            rows = fit_rows(df, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
+        except ValueError as exc:
+            log.info("analysis: no trend rows for %s: %s", fam, exc)
+            continue
+        ccol = "flops" if "flops" in rows.columns and rows["flops"].notna().any() else "slice_flops"
+        for m in metrics:
+            vals = pd.to_numeric(rows[m], errors="coerce")
+            if not vals.notna().any():
+                out[(fam, m)] = NOT_MEASURED
+                continue
+            try:
+                out[(fam, m)] = fit_trend(rows[ccol], vals, level=fits.level, name=m)
+            except ValueError as exc:
+                out[(fam, m)] = f"no trend fitted ({exc})"
+    return out
+
+
+def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
+                       level: float = DEFAULT_LEVEL, calibrate: bool = True, loss: str = "loss", seed: int = 0,
+                       grid: str | None = None, families=None) -> dict:
+    """{(base, variant): MultiplierFit, or the reason it could not be made} for each ``backbone_pairs``
+    pair of ``families`` (default: the table's), evaluated on the base's slices, a curve out to the
+    largest target and the ``TARGETS``; with ``calibrate`` the bands at the targets are widened to the
+    families' calibrated forecast intervals. The one computation behind ``fit families``'
+    multiplier.csv, the report's section and the figure; once per process per table and options."""
+    if "annealed" not in results.columns:
+        annealed = None
+    options = dict(estimator=estimator, annealed=annealed, level=level, calibrate=calibrate,
+                   n_boot=N_BOOT["multiplier"], loss=loss, seed=seed, grid=grid,
+                   families=sorted(map(str, families)) if families is not None else None)
+    return _cached("multipliers", results, options, lambda: _multipliers(results, **options))
+
+
+def _multipliers(results: pd.DataFrame, *, estimator, annealed, level, calibrate, n_boot, loss, seed, grid,
+                 families) -> dict:
+    out: dict = {}
+    have = results["family"].dropna().unique() if families is None else families
+    kw = dict(estimator=estimator, annealed=annealed, level=level, loss=loss, seed=seed)
+    for base, variant in backbone_pairs(have):
+        rows = results[results["family"] == base]["slice_flops"].dropna()
+        if rows.empty:
+            out[(base, variant)] = f"{base} has no slice_flops"
+            continue
+        curve = np.unique(np.r_[rows.unique(), np.geomspace(rows.min(), max(TARGETS), CURVE_POINTS)])
+        try:
+            with quiet():
+                fc = family_forecasts(results, base, variant, TARGETS, n_boot=N_BOOT["calibration"],
+                                      **kw) if calibrate else None
+            out[(base, variant)] = fit_multiplier(results, base, variant, computes=curve, forecasts=fc,
+                                                  n_boot=n_boot, **kw, **({"grid": grid} if grid else {}))
+        except ValueError as exc:
+            log.warning("compute multiplier %s vs %s not made: %s", variant, base, exc)
+            out[(base, variant)] = str(exc)
+    return out
+
+
+def shown_computes(m: MultiplierFit, results: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``m.table`` a reader is shown (multiplier.csv, the report's section): the base
+    family's slices and the targets (the curve between them is the figure's)."""
+    slices = results[results["family"] == m.base]["slice_flops"].dropna().unique()
+    shown = np.round(np.log(np.r_[slices, TARGETS]), 6)
+    return m.table[np.isin(np.round(np.log(m.table["compute"]), 6), shown)]
+
+
+def multiplier_rows(analysis: Analysis) -> pd.DataFrame | None:
+    """multiplier.csv of an analysis: ``shown_computes`` of every pair, with ``base, variant``."""
+    tables = [m.to_frame().loc[shown_computes(m, analysis.table).index].assign(base=base, variant=variant)
+              for (base, variant), m in analysis.multipliers.items() if isinstance(m, MultiplierFit)]
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
+def _budgets(table: pd.DataFrame, fits: FamilyFits) -> dict[str, int]:
+    """Per family: how many IsoFLOP budgets (slices) its fits use (what a backtest needs)."""
+    out = {}
+    for fam in fits.families:
+        try:
+            rows = fit_rows(table, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="report")
+            out[fam] = int(rows["slice_flops"].nunique()) if "slice_flops" in rows.columns else 0
+        except ValueError:
+            out[fam] = 0
+    return out
+
+
+def _backtest(table: pd.DataFrame, fits: FamilyFits, o: AnalysisOptions) -> tuple[Backtest | None, str | None]:
+    try:  # forecasts of each held-out compute budget from the smaller ones
+        return backtest(table, family=list(o.families) if o.families else list(fits.families),
+                        estimator=fits.estimator, annealed=fits.annealed, loss=o.loss, level=fits.level,
+                        seed=o.seed, minimum=o.minimum, target_compute=fits.target_compute,
+                        groups=table[o.cluster].to_numpy() if o.cluster else None,
+                        n_boot=o.backtest_boot if o.backtest_boot is not None else N_BOOT["backtest"]), None
+    except ValueError as exc:  # too few budgets to hold one out: the report says why
+        log.info("analysis: no backtest (%s)", exc)
+        return None, str(exc)
+
+
+def anneal_summary(results: pd.DataFrame, loss: str = "loss") -> pd.DataFrame:
+    """Per family: branches trained and predicted, anneal steps trained and saved, the predictor and
+    its mean interval half-width (%). Empty when no run has a checkpoint left to predict."""
+    if "anneal_from" not in results.columns or "annealed" not in results.columns:
+        return pd.DataFrame()
+    full = with_predicted_anneals(results, loss=loss)
+    pred = full[full["predicted"].astype(bool)]
+    if not len(pred):
+        return pd.DataFrame()
+    meas = full[~full["predicted"].astype(bool) & full["annealed"].astype(bool) & full["anneal_from"].notna()]
+    meas = meas.drop_duplicates(["run_id", "anneal_from"])  # one estimator per branch: steps counted once
+    pred = pred.assign(half_width=(pred["loss_hi"] / pred[loss] - 1) * 100)  # the interval's columns: loss_lo, loss_hi
+    out = []
+    for fam, p in pred.groupby("family", sort=True):
+        m = meas[meas["family"] == fam]
+        p1 = p.drop_duplicates(["run_id", "anneal_from"])
+        out.append({"family": fam, "branches trained": len(m), "branches predicted": len(p1),
+                    "anneal steps trained": int((m["step"] - m["anneal_from"]).sum()),
+                    "anneal steps saved": int((p1["step"] - p1["anneal_from"]).sum()),
+                    "predictor": ", ".join(sorted(p["anneal_method"].unique())),
+                    "interval ± %": float(p["half_width"].mean())})
+    return pd.DataFrame(out)
+
+
+def anneal_tables(results: pd.DataFrame, loss: str = "loss") -> AnnealSummary | None:
+    """``anneal_summary`` and the predictors' leave-one-branch-out errors; None when nothing is predicted."""
+    summary = anneal_summary(results, loss)
+    return AnnealSummary(summary, loo_table(loo_errors(results, loss=loss))) if len(summary) else None
+
+
+def analyse(results: pd.DataFrame, options: AnalysisOptions | None = None, *, fits: FamilyFits | None = None
+            ) -> Analysis:
+    """The one analysis of ``results`` under ``options`` (module doc), cached by the inputs' hash.
+    ``fits``: a ``fit_families`` result of this table to reuse (its estimator, rows and level then
+    rule; not cached). A part that cannot be made records why (``fit_error``, ``backtest_error``,
+    a multiplier's reason) rather than raising."""
+    o = options or AnalysisOptions()
+    if fits is not None:
+        o = replace(o, estimator=fits.estimator, annealed=fits.annealed, level=fits.level,
+                    target_compute=fits.target_compute)
+        return _analyse(results, o, fits)
+    return _cached("analysis", results, o.key(), lambda: _analyse(results, o, None))
+
+
+def _analyse(results: pd.DataFrame, o: AnalysisOptions, fits: FamilyFits | None) -> Analysis:
+    table = with_predicted_anneals(results, loss=o.loss) if o.predicted_anneals else results
+    fit_error = None
+    if fits is None:
+        try:
+            fits = _fit_options(o, table)
+        except ValueError as exc:
+            log.warning("analysis: family fits failed: %s", exc)
+            fit_error = str(exc)
+    anneals = anneal_tables(results, o.loss) if o.anneals else None
+    if fits is None:
+        return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals)
+    trends = metric_trends(table, fits) if o.trends else {}
+    mult = family_multipliers(table, estimator=fits.estimator, annealed=fits.annealed, level=fits.level,
+                              calibrate=o.calibrate, loss=o.loss, seed=o.seed, grid=o.grid,
+                              families=o.families) if o.multipliers and "family" in table.columns else {}
+    bt, bt_error = _backtest(table, fits, o) if o.backtest else (None, None)
+    return Analysis(options=o, table=table, fits=fits, trends=trends, multipliers=mult, backtest=bt,
+                    backtest_error=bt_error, budgets=_budgets(table, fits) if o.backtest else {}, anneals=anneals)

@@ -1,0 +1,82 @@
+"""One analysis of a results table (issue 46): ``scaling.analyse`` computes every number once;
+``fit families`` writes it and the report renders it, so both show the same numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from interpscale.cli import main
+from interpscale.scaling.multiplier import TARGETS, simulate_pair
+
+
+@pytest.fixture(scope="module")
+def bpb_table(tmp_path_factory):
+    """A backbone / +Concept pair whose fits run on a bits-per-byte column (``--metric bpb``)."""
+    df = simulate_pair(seed=3, names=("ar", "ar+concept"))
+    df["bpb"] = df["loss"] / math.log(2) / 3.7  # nats per token -> bits per byte (3.7 bytes per token)
+    path = tmp_path_factory.mktemp("table") / "results.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def _section_cells(md: str) -> dict[tuple[str, str], str]:
+    """{(compute, method): "k [lo, hi]"} of the report's Compute multiplier table."""
+    section = md.split("## Compute multiplier", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    out = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        for name, cell in zip(head[2:], cells[2:]):
+            out[(cells[0], re.match(r"k \((\w+)\)", name)[1])] = cell
+    return out
+
+
+def test_fit_families_multiplier_csv_and_the_report_show_the_same_numbers(bpb_table, tmp_path):
+    from interpscale.analysis.report import report_options, write_report
+
+    assert main(["fit", "families", str(bpb_table), "--out", str(tmp_path / "fit"), "--n-boot", "20",
+                 "--metric", "bpb"]) == 0
+    csv = pd.read_csv(tmp_path / "fit" / "multiplier.csv")
+    assert set(zip(csv.base, csv.variant)) == {("ar", "ar+concept")} and set(TARGETS) <= set(csv.compute)
+    md = write_report(bpb_table, tmp_path / "rep", figures=False,
+                      options=report_options(n_boot=20, loss="bpb", backtest=False)).read_text()
+    cells = {k: v for k, v in _section_cells(md).items() if v != "—"}  # "—": a method without k there
+    assert len(cells) == len(csv) > 0  # the same rows: the base's slices and the targets, per method
+    for r in csv.itertuples():
+        assert cells[(f"{r.compute:.3g}", r.method)] == f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
+
+
+def test_calibration_widens_the_bands_at_the_targets_only(bpb_table):
+    from interpscale.results_table import read_results
+    from interpscale.scaling import AnalysisOptions, analyse
+    from interpscale.scaling.analysis import multiplier_rows
+
+    df = read_results(bpb_table)
+    common = dict(loss="bpb", n_boot=0, grid="coarse", trends=False, anneals=False)
+    cal = analyse(df, AnalysisOptions(**common))
+    assert analyse(df, AnalysisOptions(**common)) is cal  # cached by the inputs' hash
+    raw = multiplier_rows(analyse(df, AnalysisOptions(**common, calibrate=False)))
+    t = multiplier_rows(cal)
+    assert np.allclose(t["k"], raw["k"])
+    at = t["compute"].isin(TARGETS).to_numpy()
+    assert np.allclose(t.loc[~at, ["lo", "hi"]], raw.loc[~at, ["lo", "hi"]])  # the slices: bootstrap bands
+    assert ((t.hi - t.lo)[at].to_numpy() >= (raw.hi - raw.lo)[at].to_numpy() - 1e-12).all()
+
+
+def test_one_family_multipliers():
+    """The CLI, the report and the figure read the one computation (no second copy)."""
+    import inspect
+
+    from interpscale._commands import fit
+    from interpscale.analysis.figures import multiplier as figure
+    from interpscale.scaling import analysis
+
+    assert figure.family_multipliers is analysis.family_multipliers
+    assert "fit_multiplier(" not in inspect.getsource(fit.family_multipliers)
+    assert "fit_multiplier(" not in inspect.getsource(fit._families)
