@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import resource
+import struct
 import sys
 import time
 import uuid
@@ -157,6 +158,38 @@ def _read_json(path: Path) -> dict:
     return out if isinstance(out, dict) else {}
 
 
+def wandb_offline_steps(wandb_dir: Path, run_id: str) -> dict[str, int]:
+    """{segment: the last ``train_step`` with a ``<segment>/...`` value} in the offline W&B files
+    of ``run_id`` under ``wandb_dir`` (``run-<id>.wandb``: a LevelDB-style log of protobuf
+    records, 32 KiB blocks).  W&B writes them through a buffer a kill loses, so they, not what
+    was sent, say what W&B holds; each attempt's file holds a prefix of what it was given."""
+    from wandb.proto import wandb_internal_pb2
+
+    last: dict[str, int] = {}
+    for f in sorted(Path(wandb_dir).glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")):
+        data, pos, buf = f.read_bytes(), 7, b""
+        while pos + 7 <= len(data):
+            left = 32768 - pos % 32768
+            length, kind = struct.unpack("<HB", data[pos + 4:pos + 7]) if left >= 7 else (0, 0)
+            if left < 7 or (length == 0 and kind == 0):  # block padding
+                pos += left
+                continue
+            if pos + 7 + length > len(data):  # a record cut by the kill
+                break
+            buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
+            if kind in (1, 4):  # a full record or a record's last fragment
+                rec = wandb_internal_pb2.Record()
+                rec.ParseFromString(buf)
+                buf = b""
+                if rec.WhichOneof("record_type") == "history":
+                    items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
+                    if "train_step" in items:
+                        step = int(json.loads(items["train_step"]))
+                        for seg in {k.split("/", 1)[0] for k in items if "/" in k}:
+                            last[seg] = max(step, last.get(seg, -1))
+    return last
+
+
 class Trackers:
     """The experiment trackers of a run: TensorBoard (RUN_DIR/tb, so ``tensorboard --logdir
     SWEEP`` lists every run), W&B and MLflow (one tracker run per training run, its id in
@@ -164,9 +197,10 @@ class Trackers:
     with one warning (docs/training.md, Trackers).
 
     Each tracker gets every (segment, step) once: after a record is written (TensorBoard
-    flushed) its step is stored in RUN_DIR/trackers_logged.json, and a resumed run gives a
-    tracker only the steps past the last one it was given (training resumes bit-exactly, so
-    the steps redone after a kill carry the values the tracker already holds)."""
+    flushed, MLflow committed) its step is stored in RUN_DIR/trackers_logged.json (offline
+    W&B: read back from its files, :func:`wandb_offline_steps`), and a resumed run gives a
+    tracker the rows of metrics.jsonl it lacks, then only the steps past the last one it holds
+    (training resumes bit-exactly: the steps redone after a kill carry the values it holds)."""
 
     def __init__(self, run_dir: str | Path, spec: Any, names: Iterable[str]):
         self.run_dir, self.spec = Path(run_dir), spec
@@ -204,6 +238,12 @@ class Trackers:
                          settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
         self.ids["wandb"] = run.id
         self.live["wandb"] = run
+        if run.settings.mode == "offline":  # what the files hold, not what a killed attempt sent
+            try:
+                self.logged["wandb"] = wandb_offline_steps(d, run.id)
+            except Exception as exc:  # another W&B file format: the steps it was given stand
+                _log.warning("run %s: W&B offline files not read back (%s: %s); steps a kill cut from them stay "
+                             "missing", self.spec.run_id, type(exc).__name__, exc)
 
     def _open_mlflow(self) -> None:
         from mlflow.tracking import MlflowClient

@@ -268,9 +268,9 @@ class Trainer:
                 values = self._step(opt, batch, step, lr)
                 step += 1
                 logged = logs.step(step, lr, values)
-                self.ckpt.after_step(seg, step, logged)
                 if logged and self.rank == 0:
                     self._progress(seg, step)
+                self.ckpt.after_step(seg, step, logged)
                 if stop_at_step is not None and stop_at_step <= step < seg.end or \
                         self.world == 1 and step < seg.end and stop_requested():  # a cancelled local job
                     self.ckpt.save_state(seg, step, wait=True)
