@@ -201,6 +201,15 @@ def fit_status(fit: Any) -> FitStatus:
     return st if isinstance(st, FitStatus) else FitStatus.decide(bool(getattr(fit, "converged", True)))
 
 
+def combined_status(parts: Mapping[str, Any]) -> FitStatus:
+    """The status of a result made of several fits (``{name: fit}``; None entries left out): the
+    worst state among them (failed > flagged > identified), each reason named by its part."""
+    sts = {name: fit_status(f) for name, f in parts.items() if f is not None}
+    worst = max((st.state for st in sts.values()), key=STATES.index, default="identified")
+    reasons = [f"{name}: {st.reason}" for name, st in sts.items() if st.state == worst and st.reason]
+    return FitStatus(worst, "; ".join(reasons))
+
+
 class FitResult:
     """What the frozen fit results share: ``status`` (a :class:`FitStatus` field), ``to_dict``
     (the fields without bootstrap draws, plus the properties named in ``_derived``) and

@@ -1,7 +1,7 @@
 """One analysis of a results table: every number ``interpscale fit families``, the report and the
 figures show, computed once (docs/architecture.md, "The analysis boundary").
 
-    analysis = analyse(results_df, AnalysisOptions(n_boot=1000, target_compute=7.6e22))
+    analysis = analyse(results_df, AnalysisOptions(n_boot=N_BOOT["forecast"], target_compute=7.6e22))
     analysis.fits            # FamilyFits: IsoFLOP, joint, bounded metric fits, forecasts (Table 6/7)
     analysis.trends          # (family, metric) -> TrendFit, or why there is none
     analysis.multipliers     # (base, variant) -> MultiplierFit, or why it could not be made
@@ -30,6 +30,7 @@ from .anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from .backtest import Backtest, backtest
 from .bootstrap import N_BOOT
 from .families import FamilyFits, fit_families
+from .forecast import FitOptions
 from .ledger import inputs_hash
 from .multiplier import TARGETS, MultiplierFit, backbone_pairs, family_forecasts, fit_multiplier
 from .tables import fit_rows
@@ -253,11 +254,12 @@ def _budgets(table: pd.DataFrame, fits: FamilyFits) -> dict[str, int]:
 
 def _backtest(table: pd.DataFrame, fits: FamilyFits, o: AnalysisOptions) -> tuple[Backtest | None, str | None]:
     try:  # forecasts of each held-out compute budget from the smaller ones
+        opts = FitOptions.for_purpose("backtest", loss=o.loss, level=fits.level, seed=o.seed, minimum=o.minimum)
+        if o.backtest_boot is not None:
+            opts = replace(opts, n_boot=o.backtest_boot)
         return backtest(table, family=list(o.families) if o.families else list(fits.families),
-                        estimator=fits.estimator, annealed=fits.annealed, loss=o.loss, level=fits.level,
-                        seed=o.seed, minimum=o.minimum, target_compute=fits.target_compute,
-                        groups=table[o.cluster].to_numpy() if o.cluster else None,
-                        n_boot=o.backtest_boot if o.backtest_boot is not None else N_BOOT["backtest"]), None
+                        estimator=fits.estimator, annealed=fits.annealed, target_compute=fits.target_compute,
+                        groups=table[o.cluster].to_numpy() if o.cluster else None, options=opts), None
     except ValueError as exc:  # too few budgets to hold one out: the report says why
         log.info("analysis: no backtest (%s)", exc)
         return None, str(exc)

@@ -5,12 +5,13 @@ machinery"). Each forecast carries the fit's bootstrap prediction interval and w
 observation; with ``target_compute``, ``forecast_shift()`` says how far leaving one budget out moves
 each method's forecast there (a stability diagnostic).
 
-    bt = backtest(results, n_boot=200)
+    bt = backtest(results, options=FitOptions.for_purpose("backtest"))  # N_BOOT["backtest"] replicates per refit
     bt.summary(); bt.errors(); bt.to_frame()
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
@@ -210,14 +211,23 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
              grid: Literal["epoch", "coarse"] = "coarse", n_boot: int = N_BOOT["backtest"],
              level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, metrics: Sequence[str] | None = None,
              target_compute: float | None = None,
-             minimum: Literal["parabola", "akima"] = "parabola") -> Backtest:
+             minimum: Literal["parabola", "akima"] = "parabola", options: ForecastOptions | None = None) -> Backtest:
     """Backtest each method (by name, or ``"bounded"``; default: every registered forecast method,
     ``forecast.METHODS``, and ``bounded`` for the metric columns present) on each family of ``results``
     (the columns of ``fit_families`` plus ``budget``). ``min_train``: the fewest budgets a rollout fits
     on; ``groups`` (one label per row, e.g. ``run_id``): a cluster bootstrap for the joint fit;
     ``metrics``: the ``bounded`` columns (default: every METRICS column present); ``minimum``: how
     slice minima are read, for fits and observations alike. A fit that fails is recorded with its
-    reason in ``status``, never dropped."""
+    reason in ``status``, never dropped. ``options`` (a ``FitOptions``, e.g. ``FitOptions.for_purpose(
+    "backtest")``) gives ``loss, n_boot, level, seed, grid, window, tolerance, minimum`` at once; the loose
+    keywords are kept for one release and may not be combined with it."""
+    if options is not None:
+        loose = dict(loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
+                     minimum=minimum)
+        defaults = {k: v.default for k, v in inspect.signature(backtest).parameters.items() if k in loose}
+        if clash := [k for k, v in loose.items() if v != defaults[k]]:
+            raise ValueError(f"backtest: give {', '.join(clash)} through options=, not beside it")
+        loss, n_boot, level, seed, grid, window, tolerance, minimum = (getattr(options, k) for k in loose)
     level, known = check_level(level), [*FORECAST_METHODS, BOUNDED]
     methods = known if methods is None else list(methods)
     if not isinstance(results, pd.DataFrame):

@@ -55,6 +55,12 @@ class FitOptions:
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
 
+    @classmethod
+    def for_purpose(cls, purpose: str, **fields) -> "FitOptions":
+        """These options with ``bootstrap.N_BOOT[purpose]`` replicates (``"forecast"``, ``"backtest"``,
+        ``"figure"``, ``"multiplier"``, ...): the replicate count of each use written once."""
+        return cls(n_boot=N_BOOT[purpose], **fields)
+
     def boot(self, groups=None) -> dict:
         """Bootstrap keywords of one fit: a cluster bootstrap over ``groups`` when given."""
         kw = dict(n_boot=self.n_boot, level=self.level, seed=self.seed)
@@ -433,6 +439,11 @@ class FamilyForecast:
     @property
     def best(self) -> MethodForecast:
         return self.methods[self.chosen]
+
+    @property
+    def status(self) -> FitStatus:
+        """The status of the chosen method's fit (decided where that fit was made)."""
+        return self.best.status
 
     def to_dict(self) -> dict:
         cols = ("predicted", "raw_lo", "raw_hi", "lo", "hi", "backtest_error", "model_sd", "status")

@@ -21,7 +21,7 @@ from scipy.optimize import curve_fit, minimize
 from interpscale._registry import Registry
 from interpscale.errors import UserError
 
-from ._base import check_points, check_weights, emit
+from ._base import FitStatus, check_points, check_weights, combined_status, emit
 from .bootstrap import Bootstrap, DEFAULT_LEVEL, DEFAULT_N_BOOT
 from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STATUS, chained_interval, check_recipe,
     distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
@@ -524,6 +524,11 @@ class LadderFit:
     def to_dict(self) -> dict:
         return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}
 
+    @property
+    def status(self) -> FitStatus:
+        """The worse of the two steps' statuses (step 2 only when fitted)."""
+        return combined_status({"step 1": self.step1, "step 2": self.step2})
+
     def summary(self) -> str:
         return "\n".join(f.summary() for f in (self.step1, self.step2) if f is not None)
 
@@ -632,6 +637,11 @@ class LawTableFit:
     @property
     def converged(self) -> bool:
         return bool(self.fit.converged and (self.extra is None or self.extra.converged))
+
+    @property
+    def status(self) -> FitStatus:
+        """The worse of the law's and the chained error law's statuses."""
+        return combined_status({self.law: self.fit, "error law": self.extra})
 
     def to_dict(self) -> dict:
         extra = {} if self.extra is None else {"error_law": self.extra.to_dict()}

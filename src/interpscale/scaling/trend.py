@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from ._base import DEFAULT_LEVEL, FitStatus
+
 RISES, FALLS, FLAT, NOT_MEASURED = "rises", "falls", "no significant trend", "not measured"
-TREND_LEVEL = 0.90  # the paper's interval level (§8.2.1: 90% intervals)
+TREND_LEVEL = DEFAULT_LEVEL  # the paper's interval level (§8.2.1: 90% intervals)
 MIN_POINTS = 3  # a slope and a residual variance need n - 2 >= 1
 
 
@@ -70,16 +72,30 @@ class TrendFit:
             return f"{name} shows no significant trend with compute: {nums}."
         return f"{name} {self.direction} with compute: {nums}."
 
+    @property
+    def status(self) -> FitStatus:
+        """``identified`` when the slope and its interval are finite (a trend, or its absence, is
+        then read off ``direction``), else ``failed``."""
+        ok = all(map(math.isfinite, (self.slope, *self.ci)))
+        return FitStatus() if ok else FitStatus("failed", "the slope or its interval is not finite")
+
     def to_dict(self) -> dict:
         return {"metric": self.metric, "slope": self.slope, "intercept": self.intercept, "se": self.se,
                 "ci": list(self.ci), "level": self.level, "p_value": self.p_value, "r2": self.r2, "n": self.n,
-                "direction": self.direction, "compute_range": list(self.compute_range)}
+                "direction": self.direction, "compute_range": list(self.compute_range),
+                "status": self.status.to_dict()}
+
+    def summary(self) -> str:
+        return self.sentence()
 
 
-def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metric") -> TrendFit:
+def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metric", options=None) -> TrendFit:
     """The log-linear trend of ``metric`` against ``compute`` (module doc). Points where either is
     missing are left out; ValueError (naming ``name``) with fewer than ``MIN_POINTS`` points left,
-    non-positive compute, or one distinct compute value."""
+    non-positive compute, or one distinct compute value. ``options`` (a ``FitOptions``): its
+    ``level`` (the loose ``level`` is kept for one release)."""
+    if options is not None:
+        level = options.level
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     c, m = np.asarray(compute, float).ravel(), np.asarray(metric, float).ravel()

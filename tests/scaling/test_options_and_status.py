@@ -1,0 +1,58 @@
+"""Issue 46.2: one options type (``FitOptions`` with replicate counts by purpose from ``N_BOOT``) and
+a ``status`` on every composite result (ladder, law table, trend, family forecast)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from interpscale.scaling import N_BOOT, FitOptions, FitStatus, backtest, fit_trend
+from interpscale.scaling._base import combined_status
+
+SCALING = Path(__file__).resolve().parents[2] / "src" / "interpscale" / "scaling"
+
+
+def test_combined_status_is_the_worst_part_with_its_reason():
+    ok = SimpleNamespace(status=FitStatus())
+    flagged = SimpleNamespace(status=FitStatus("flagged", "L_inf at its bound"))
+    failed = SimpleNamespace(status=FitStatus("failed", "did not converge"))
+    assert combined_status({"a": ok, "b": None}).identified
+    st = combined_status({"step 1": ok, "step 2": flagged})
+    assert st.state == "flagged" and st.reason == "step 2: L_inf at its bound"
+    assert combined_status({"x": flagged, "y": failed}).state == "failed"
+
+
+def test_ladder_and_law_table_results_have_a_status():
+    from interpscale.scaling.laws import LadderFit, LawTableFit
+
+    step1 = SimpleNamespace(status=FitStatus("flagged", "E at its bound"))
+    assert LadderFit(step1=step1).status.state == "flagged"
+    table = LawTableFit(law="chinchilla", fit=SimpleNamespace(status=FitStatus()), runs=pd.DataFrame(),
+                        source=("t.csv",), last=1)
+    assert table.status.identified
+
+
+def test_trend_status_summary_and_options():
+    t = fit_trend([1e18, 1e19, 1e20, 1e21], [0.50, 0.55, 0.61, 0.64], name="m")
+    assert t.status.identified and t.to_dict()["status"]["state"] == "identified"
+    assert t.summary() == t.sentence()
+    narrow = fit_trend([1e18, 1e19, 1e20, 1e21], [0.50, 0.55, 0.61, 0.64], options=FitOptions(level=0.5))
+    assert narrow.level == 0.5 and narrow.ci[1] - narrow.ci[0] < t.ci[1] - t.ci[0]
+
+
+def test_fit_options_by_purpose_and_backtest_takes_them_whole():
+    assert FitOptions.for_purpose("backtest").n_boot == N_BOOT["backtest"]
+    assert FitOptions.for_purpose("multiplier", level=0.8).n_boot == N_BOOT["multiplier"]
+    with pytest.raises(ValueError, match="give n_boot through options="):
+        backtest(pd.DataFrame({"slice_flops": [1.0]}), n_boot=5, options=FitOptions())
+
+
+def test_replicate_counts_are_written_once():
+    """The analysis, the backtest and the report take replicate counts from N_BOOT, never a literal."""
+    for name in ("analysis.py", "backtest.py", "trend.py", "forecast.py"):
+        text = (SCALING / name).read_text()
+        assert not re.search(r"n_boot\s*[:=]\s*(?:int\s*=\s*)?\d{2,}", text), name
