@@ -1,6 +1,8 @@
 """An IsoFLOP sweep that brackets its optima (issue 29.1; docs/data.md, "Sweeping a new
 corpus"): train, fit each slice's parabola, add the next size beyond an edge minimum, repeat
-up to a stated limit.  Each slice's first grid centres on the prior optimal size
+up to a stated limit; below the smallest size it goes on with generated shapes (fewer layers,
+narrower widths) down to the smallest that trains.  Each slice's first grid centres on the prior
+optimal size
 
     N*(C) = N_0 · (C / C_0)^α_P                                                    (1)
 
@@ -24,6 +26,7 @@ import pandas as pd
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.errors import FailedWork, UserError
+from interpscale.models import SIZES
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete
 from interpscale.orchestration.planner import Plan, load_config, plan, slice_targets, window_centre
@@ -31,10 +34,11 @@ from interpscale.orchestration.planner import Plan, load_config, plan, slice_tar
 log = logging.getLogger(__name__)
 
 DEFAULT_ALPHA_P = 0.5  # Chinchilla's N* ∝ C^0.5, for families outside Table 6
-# (name, n_layers, d_model, n_heads): parameters grow ~2.25x per step
+# (name, n_layers, d_model, n_heads): parameters grow ~2.25x per step (from L1d4 up); its first,
+# L1d2, is the smallest shape that trains: one layer, one head of width 2 (RoPE needs an even width)
 LADDER: tuple[tuple[str, int, int, int], ...] = tuple(
     (f"L{nl}d{d}", nl, d, h) for nl, d, h in (
-        (1, 4, 1), (1, 6, 1), (1, 8, 1), (1, 12, 1), (1, 16, 2), (1, 24, 2), (1, 32, 2), (2, 48, 3), (2, 64, 4), (3, 96, 6),
+        (1, 2, 1), (1, 4, 1), (1, 6, 1), (1, 8, 1), (1, 12, 1), (1, 16, 2), (1, 24, 2), (1, 32, 2), (2, 48, 3), (2, 64, 4), (3, 96, 6),
         (4, 128, 8), (6, 192, 12), (8, 256, 16), (10, 384, 24), (12, 512, 32), (16, 768, 48), (20, 1024, 64)))
 
 
@@ -79,6 +83,8 @@ class SliceState:
     remedy: str = ""  # what would bracket it, when it is not
     history: list[str] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict, repr=False)  # planner status per ladder size
+    params: dict[str, float] = field(default_factory=dict, repr=False)  # P per ladder size
+    below_floor: bool = False  # stopped: its optimum lies below the smallest trainable shape
 
     @property
     def name(self) -> str:
@@ -165,22 +171,34 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
         tokens_per_param = window_centre(tuple(p.tokens_per_param) or (0.0, math.inf))
     states = []
     for family, cs in per.items():
-        tables = {c: _plan(tree, family, c, names, ladder, strict=False).table for c in cs}
-        ref = tables[cs[0]].query("steps >= 1")
+        ref = _plan(tree, family, cs[0], names, ladder, strict=False).table
+        below = shapes_below(ref, names)
+        tables = {c: _plan(tree, family, c, names + below, ladder, strict=False).table for c in cs}
+        ref = ref.query("steps >= 1")
         for c in cs:
             t = tables[c].sort_values("P").reset_index(drop=True)
+            t = t[~t["size"].isin(below) | (t["P"] < ref["P"].min())].reset_index(drop=True)
             prior = prior_params(ref, c, cs[0], family, float(tokens_per_param))
-            ok = t.index[t["status"] == "ok"].tolist()
+            ok = t.index[(t["status"] == "ok") & t["size"].isin(names)].tolist()  # the first grid: the preset's
             if not ok:
                 raise ValueError(f"{family}: no size of {names} fits slice C={c:.3g}")
             k = min(range(len(ok)), key=lambda j: abs(math.log(t.at[ok[j], "P"] / prior)))  # nearest N*
             lo = max(0, min(k - (initial - 1) // 2, len(ok) - initial))
             chosen = [t.at[i, "size"] for i in ok[lo: lo + initial]]
-            st = SliceState(family, c, list(t["size"]), chosen, prior,
-                            status=dict(zip(t["size"], t["status"])))
+            st = SliceState(family, c, list(t["size"]), chosen, prior, status=dict(zip(t["size"], t["status"])),
+                            params=dict(zip(t["size"], t["P"].astype(float))))
             st.history.append(f"round 0: {', '.join(chosen)} around N*={prior:.3g}")
             states.append(st)
     return tree, ladder, states
+
+
+def shapes_below(table: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """The generated :data:`LADDER` shapes below the smallest of ``names`` (by ``P`` in the
+    planner's ``table`` of them): no more layers and no wider than it, down to ``L1d2``, the
+    smallest that trains; the caller keeps those whose own ``P`` is smaller."""
+    smallest = SIZES[str(table.sort_values("P")["size"].iloc[0])]  # a [size_presets] name: defined by the plan
+    return [n for n, nl, d, _ in LADDER if n not in names and nl <= smallest.n_layers and d <= smallest.d_model
+            and (nl, d) != (smallest.n_layers, smallest.d_model)]
 
 
 @dataclass(frozen=True)
@@ -287,6 +305,8 @@ def _blocked(s: SliceState, side: str) -> tuple[str, str] | None:
     """(reason, remedy) when the ladder has no usable ``side`` size, else None."""
     name = _next(s, side)
     edge = s.sizes[0 if side == "smaller" else -1]
+    if name is None and side == "smaller":  # the generated shapes end at the smallest that trains
+        return (f"its optimum lies below {edge}, the smallest trainable shape", floor_budget(s, [s]))
     if name is None:
         return (f"the size ladder has no {side} size than {edge}",
                 f"a wider grid: a {side} size than {edge} ([size_presets] and [plan] sizes)")
@@ -297,10 +317,33 @@ def _blocked(s: SliceState, side: str) -> tuple[str, str] | None:
     return None
 
 
+def floor_budget(s: SliceState, states: Sequence[SliceState]) -> str:
+    """What brackets slice ``s``, whose optimum lies below its smallest trainable shape s1: the
+    slice C' at which Eq. (1) puts N* at the next shape s2 (the middle of the three smallest),
+
+        C' = C_a · (P(s2) / P*_a)^(1/α_P)
+
+    through the bracketed slice (C_a, P*_a) of ``states`` of the same family nearest in log C,
+    and never below the bound N*(C) < P(s1) sets, C · (P(s2) / P(s1))^(1/α_P)."""
+    ok = [n for n in s.ladder if s.status.get(n) == "ok" and n in s.params]
+    if len(ok) < 2 or s.sizes[0] != ok[0]:
+        return "a larger slice ([plan] slices)"
+    a, p1, p2 = alpha_p(s.family), s.params[ok[0]], s.params[ok[1]]
+    bound = s.slice_flops * (p2 / p1) ** (1 / a)
+    anchors = [t for t in states if t.family == s.family and t.bracketed and math.isfinite(t.P_star) and t.P_star > 0]
+    if not anchors:
+        return f"a slice of at least {bound:.2g} FLOPs ([plan] slices; Eq. 1 with alpha_P {a:g} puts N* at {ok[1]})"
+    t = min(anchors, key=lambda x: abs(math.log(x.slice_flops / s.slice_flops)))
+    at = t.slice_flops * (p2 / t.P_star) ** (1 / a)
+    return (f"a slice of {'about' if at > bound else 'at least'} {max(at, bound):.2g} FLOPs ([plan] slices; Eq. 1 "
+            f"with alpha_P {a:g} through {t.name}'s P*={t.P_star:.3g} puts N* at {ok[1]})")
+
+
 def _extend(s: SliceState, side: str, why: str, limits: Limits, budget: Budget) -> None:
     """Add the next ladder size on ``side`` (the trend's direction); past ``max_added`` only
     while the budget allows, saying so."""
     if (block := _blocked(s, side)) is not None:
+        s.below_floor = side == "smaller" and _next(s, side) is None
         return _stop(s, f"{why}; {block[0]}", block[1])
     cost = s.seeds * s.slice_flops
     if s.added >= limits.max_added:
@@ -436,6 +479,9 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
         rounds += 1
         _judge_round(states, sweep.collect(), per, slice_minimum, limits, bud)
         log.info("adaptive sweep round %d: %d of %d slices settled", rounds, sum(s.done for s in states), len(states))
+    for s in states:  # with every bracketed slice known: the slice that would bracket each below the floor
+        if s.below_floor and not s.bracketed:
+            s.remedy = floor_budget(s, states)
     result = AdaptiveResult(sweep, states, rounds, bud)
     atomic_write_text(Path(out_dir) / "adaptive.json", json.dumps(result.to_dict(), indent=1, default=str))
     return result
