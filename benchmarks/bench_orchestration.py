@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 from interpscale.models import build_model, flops_per_token, params_nonembedding, save_checkpoint
 from interpscale.data import PreparedData, prepare_data
 from interpscale.orchestration.runtime import cpu_peak_flops
-from interpscale.orchestration.planner import plan
+from interpscale.orchestration.planner import PlanOptions, plan
 from interpscale.orchestration.spec import RunSpec
 
 DATA = {"kind": "synthetic", "n_concepts": 16, "n_docs": 3000}
@@ -90,7 +90,7 @@ def trainer_figures(tmp: str, device: str, steps: int = 60) -> None:
 
 def step_figures(tmp: str) -> None:
     data = PreparedData(prepare_data(DATA, tmp, seq_len=32, vocab_size=512))
-    p = plan("demo", flops_per_s=1e10)
+    p = plan("demo", PlanOptions(flops_per_s=1e10))
     peak = cpu_peak_flops()
     print(f"matmul peak (1 thread): {peak / 1e9:.1f} GFLOP/s")
     seen = set()

@@ -40,7 +40,7 @@ class JobsFailed(RuntimeError):
 
 
 def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, name: str = "interpscale",
-                  timeout_min: float | None = None, slurm: dict[str, Any] | None = None, max_parallel: int = 2,
+                  timeout_min: float | None = None, slurm: dict[str, Any] | None = None, max_parallel: int,
                   tasks_per_node: int = 1, nodes: int = 1) -> "Launcher":
     """A :class:`Launcher` on ``submitit.AutoExecutor(cluster=kind)`` writing under ``folder``
     (``%j`` added), or on ``kind`` itself when it is a configured ``submitit.Executor``.

@@ -10,7 +10,7 @@ import pytest
 from interpscale.cli import main
 from interpscale.data import describe, open_data, prepare, prepare_data
 from interpscale.errors import ConfigError, UserError
-from interpscale.orchestration.config_schema import validate_config
+from interpscale.orchestration.config import validate_config
 
 CODE = '''def f{i}(x):
     """Function number {i}."""

@@ -112,13 +112,13 @@ def test_preset_plugins_are_recorded_in_plugin_runs_and_loaded_with_the_spec(tmp
     ids), and a process that loads such a spec can look the family up; a plugin that does not
     import is a named bad-input error (exit 2)."""
     from interpscale.cli import main
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, plan
 
     plugin = str(EXAMPLE / "gated_gpt.py")
     preset = tmp_path / "p.toml"
     preset.write_text((EXAMPLE / "gated.toml").read_text().replace(
         "[plan]\n", f"[plan]\nplugins = [{plugin!r}]\n".replace("'", '"'), 1))
-    p = plan(preset, flops_per_s=1e12)
+    p = plan(preset, PlanOptions(flops_per_s=1e12))
     by_family = {r.family: r.plugins for r in p.runs}
     assert by_family == {"gated-gpt": (plugin,), "ar": ()}
     run = next(r for r in p.runs if r.family == "gated-gpt")

@@ -224,12 +224,12 @@ def test_attention_free_plugin_plans_and_trains_from_a_size_preset(plugin, tmp_p
     """[size_presets] s16 sets n_heads for ar; glr's config has no n_heads and never gets it. Its
     builder sees the preset's name, which spec.json and the checkpoint record; a generated
     name is a size in [plan] sizes."""
-    from interpscale.orchestration import Sweep, plan
+    from interpscale.orchestration import PlanOptions, Sweep, plan
 
     glr = plugin("glr_plugin", GLR)
     preset = _preset(tmp_path, '["ar", "glr"]', '["s16", "L1d8"]',
                      '[size_presets.s16]\nbase = "nano"\nn_layers = 1\nd_model = 16\nn_heads = 2\n')
-    p = plan(preset, strict=False, flops_per_s=1e12)
+    p = plan(preset, PlanOptions(strict=False, flops_per_s=1e12))
     assert {(r.family, r.size) for r in p.runs} >= {("glr", "s16"), ("ar", "s16")}
     assert glr.SEEN and all("n_heads" not in kw for _, kw in glr.SEEN) and {s for s, _ in glr.SEEN} >= {"s16"}
     runs = [r for r in p.runs if r.family == "glr" and r.size == "s16"]
@@ -255,22 +255,23 @@ def test_attention_free_plugin_plans_and_trains_from_a_size_preset(plugin, tmp_p
 def test_plan_checks_the_plugin_protocol(plugin, tmp_path):
     """A module with ``loss`` but no ``.config`` is refused at plan, naming what the protocol
     requires; a plugin that has one plans."""
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, plan
 
     plugin("tinyplug_plugin", TINYPLUG)
     with pytest.raises(UserError, match=r"family 'tinyplug'.*TinyPlug without a `config` attribute.*"
                                         r"model protocol requires.*family.*size.*to_dict.*docs/own-model\.md"):
-        plan(_preset(tmp_path, '["tinyplug"]', '["nano"]'), strict=False, flops_per_s=1e12)
+        plan(_preset(tmp_path, '["tinyplug"]', '["nano"]'), PlanOptions(strict=False, flops_per_s=1e12))
     plugin("glr_plugin", GLR)
-    assert plan(_preset(tmp_path, '["glr"]', '["nano"]'), strict=False, flops_per_s=1e12).table["pricing"].eq(
+    options = PlanOptions(strict=False, flops_per_s=1e12)
+    assert plan(_preset(tmp_path, '["glr"]', '["nano"]'), options).table["pricing"].eq(
         "measured").all()
 
 
 def test_unknown_family_in_a_preset_gets_the_documented_hint(tmp_path):
     """docs/own-model.md: an unknown family says where it looked and how to register."""
     from interpscale.errors import ConfigError
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, plan
 
     with pytest.raises(ConfigError, match=r"unknown family 'gated-gtp'.*Looked in the built-in families.*"
                                           r"register_family\('gated-gtp'.*--plugin MODULE.*interpscale\.families"):
-        plan(_preset(tmp_path, '["gated-gtp"]', '["nano"]'), flops_per_s=1e12)
+        plan(_preset(tmp_path, '["gated-gtp"]', '["nano"]'), PlanOptions(flops_per_s=1e12))

@@ -28,7 +28,7 @@ def test_a_formula_less_family_is_priced_on_the_meta_device_once_per_size():
     every build on the meta device, and the table says "measured" (ar's rows "analytic")."""
     from interpscale.models.zoo.gpt2 import GPTLM
     from interpscale.models.zoo import zoo_config
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, Preset, plan
 
     devices = []
 
@@ -42,9 +42,10 @@ def test_a_formula_less_family_is_priced_on_the_meta_device_once_per_size():
     register_family("_formula_less", build, overwrite=True)
     try:
         before = BUILDS["count"]
-        p = plan(families=["_formula_less", "ar"], sizes=["nano", "micro", "tiny", "mini"],
-                 slices=[4e9, 8e9, 1.6e10, 3.2e10], seq_len=32, batch_tokens=256, tolerance=0.5,
-                 flops_per_s=1e12, strict=False, vocab_size=256)
+        tree = Preset.load(Preset(), families=["_formula_less", "ar"], sizes=["nano", "micro", "tiny", "mini"],
+                           slices=[4e9, 8e9, 1.6e10, 3.2e10], seq_len=32, batch_tokens=256, tolerance=0.5,
+                           vocab_size=256)
+        p = plan(tree, PlanOptions(flops_per_s=1e12, strict=False, all_sizes=True))
         rows = p.table[p.table["family"] == "_formula_less"]
         assert len(rows) == 16 and set(rows["pricing"]) == {"measured"}
         assert set(p.table.loc[p.table["family"] == "ar", "pricing"]) == {"analytic"}
@@ -86,7 +87,7 @@ def test_per_family_knobs_reach_their_family_only(tmp_path):
     has): planned and priced for mxd alone, the LM head read off each family's own config; a
     key no planned family has is refused with a close match."""
     from interpscale.errors import ConfigError
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, Preset, plan
 
     base = ('[plan]\nfamilies = ["ar", "mxd"]\nsizes = ["nano", "micro"]\nseq_len = 32\nbatch_tokens = 256\n'
             'slices = [2e9]\ntolerance = 0.5\n[train]\nvocab_size = 256\n[model]\nvocab_size = 256\n')
@@ -95,12 +96,12 @@ def test_per_family_knobs_reach_their_family_only(tmp_path):
     shared.write_text(base + "k = 8\n")
     bad.write_text(base + "kk = 8\n")
     for preset in (own, shared):
-        p = plan(preset, flops_per_s=1e12, strict=False)
+        p = plan(preset, PlanOptions(flops_per_s=1e12, strict=False))
         by_family = {r.family: r.model_overrides for r in p.runs}
         assert by_family["mxd"]["k"] == 8 and "k" not in by_family["ar"]
         assert set(p.table["M_head"]) == {6.0 * 32 * 256, 6.0 * 64 * 256}  # 6·d·V, d of nano and micro
     with pytest.raises(ConfigError, match=r"unknown key 'kk' \(did you mean 'k'\?\).*\[model\.<family>\]"):
-        plan(bad, flops_per_s=1e12, strict=False)
+        plan(bad, PlanOptions(flops_per_s=1e12, strict=False))
 
 
 def test_no_import_cycle_in_models():

@@ -11,9 +11,8 @@ import pytest
 
 from interpscale.cli import build_parser
 from interpscale.errors import ConfigError
-from interpscale.orchestration import Sweep, plan
-from interpscale.orchestration.config import LaunchConfig, ObserveConfig, Preset, TrainConfig
-from interpscale.orchestration.config_schema import validate_config
+from interpscale.orchestration import PlanOptions, Sweep, plan
+from interpscale.orchestration.config import LaunchConfig, ObserveConfig, Preset, Recipe, TrainConfig, validate_config
 from interpscale.orchestration.launch import JobConfig
 
 PRESET = """
@@ -51,9 +50,10 @@ def preset(tmp_path):
 
 
 def test_the_preset_is_a_tree_of_typed_sections(preset):
-    tree = Preset.from_dict(validate_config(tomllib.loads(PRESET), preset), preset)
+    tree = Preset.load(preset)
     assert tree.train == TrainConfig(compile_mode="max-autotune", micro_batch_tokens=64)
-    assert tree.recipe == {"lr": 3e-3, "vocab_size": 128}  # the RunSpec's part of [train]
+    assert tree.recipe == Recipe(lr=3e-3, vocab_size=128)  # the RunSpec's part of [train], typed
+    assert tree.recipe.given() == {"lr": 3e-3, "vocab_size": 128}
     assert tree.launch == LaunchConfig(executor="debug", max_parallel=3)
     assert tree.fit.n_boot == 7  # [launch] n_boot, kept from before [fit]
     assert tree.observe == ObserveConfig(tensorboard=False)
@@ -61,7 +61,7 @@ def test_the_preset_is_a_tree_of_typed_sections(preset):
     # [launch] trainer keys of earlier presets land in [train]'s section
     old = tomllib.loads(PRESET.replace("micro_batch_tokens = 64\n", "")
                         .replace("n_boot = 7", "micro_batch_tokens = 32"))
-    assert Preset.from_dict(validate_config(old, preset)).train.micro_batch_tokens == 32
+    assert Preset.load(old).train.micro_batch_tokens == 32
 
 
 @pytest.mark.parametrize("replace,message", [
@@ -81,7 +81,7 @@ def test_each_section_checks_its_fields(preset, replace, message):
 
 
 def test_train_config_travels_whole_from_preset_to_trainer(preset, tmp_path, monkeypatch):
-    p = plan(preset, flops_per_s=1e9)
+    p = plan(preset, PlanOptions(flops_per_s=1e9))
     assert p.config.train.compile_mode == "max-autotune"
     sw = Sweep.from_plan(p, tmp_path / "sw", max_parallel=1, compile=False)  # flag overrides, by field name
     assert sw.train == TrainConfig(compile_mode="max-autotune", micro_batch_tokens=64, compile=False)

@@ -14,7 +14,7 @@ import pytest
 from interpscale.cli import main
 from interpscale.data.loaders import prepare_data, read_meta
 from interpscale.models import flops_per_token
-from interpscale.orchestration import plan
+from interpscale.orchestration import PlanOptions, plan
 from interpscale.orchestration.outcome import progress_line
 from interpscale.orchestration.rundir import write_status
 
@@ -58,7 +58,7 @@ def test_epochs_on_the_prepared_corpus_are_counted_and_warned_above_four(tmp_pat
     preset = tmp_path / "p.toml"
     _preset(preset, f"{M * 2 * unique:.6g}, {M * 6 * unique:.6g}", f'[data]\nkind = "prepared"\npath = "{path}"')
     with caplog.at_level(logging.WARNING, logger="interpscale.orchestration.planner"):
-        p = plan(preset, flops_per_s=1e9)
+        p = plan(preset, PlanOptions(flops_per_s=1e9))
     assert p.table["epochs"].round(1).tolist() == [2.0, 6.0]
     (warning,) = [r.getMessage() for r in caplog.records if "epochs" in r.getMessage()]
     assert warning.startswith(f"1 run(s) would repeat the prepared corpus ({unique:,} training tokens) more than 4 "
@@ -78,7 +78,7 @@ def test_a_run_longer_than_a_year_is_refused_unless_forced(tmp_path, capsys, cap
     assert re.search(r": 2e\+93 steps, [0-9.]+e\+8\d d; check \[plan\] slices \(a typo such as 8e99\?\) or pass "
                      r"--force$", err), err
     with caplog.at_level(logging.WARNING):
-        p = plan(preset, flops_per_s=1e9, force=True)
+        p = plan(preset, PlanOptions(flops_per_s=1e9, force=True))
     assert (p.table.status == "ok").all() and len(p.runs) == 1
     assert any("(--force given: planned anyway)" in r.getMessage() for r in caplog.records)
 

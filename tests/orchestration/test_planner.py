@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from interpscale.orchestration import RunSpec, plan
+from interpscale.orchestration import PlanOptions, Preset, RunSpec, plan
 from interpscale.orchestration.spec import lr_at, reservoir_steps, segments
 
 # Table 24 of the Steerling paper
@@ -14,7 +14,7 @@ TABLE24 = {"ar": [6e18, 1e19, 3e19, 1e20], "cdlm": [6e18, 1e19, 3e19, 1e20],
 
 @pytest.fixture(scope="module")
 def paper():
-    return plan("paper", flops_per_s=1e15)
+    return plan("paper", PlanOptions(flops_per_s=1e15))
 
 
 def test_paper_plan_reproduces_table24(paper):
@@ -53,7 +53,7 @@ def test_run_ids_are_deterministic_and_distinct(paper):
 
 def test_demo_presets_have_the_required_grid():
     for preset in ("demo", "demo-quick"):
-        p = plan(preset, flops_per_s=1e10)
+        p = plan(preset, PlanOptions(flops_per_s=1e10))
         fams = {r.family for r in p.runs}
         assert fams == {"ar", "cdlm", "ar+concept", "cdlm+concept"}
         for f in fams:
@@ -66,18 +66,20 @@ def test_demo_presets_have_the_required_grid():
 def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="unknown preset 'nope'"):
         plan("nope")
+    options = PlanOptions(flops_per_s=1e10)
     with pytest.raises(ValueError, match="unknown family 'gpt5'"):
-        plan("demo", families=["gpt5"])
+        Preset.load("demo", families=["gpt5"])
     with pytest.raises(ValueError, match="unknown size 'huge'"):
-        plan("demo", sizes=["huge"])
+        Preset.load("demo", sizes=["huge"])
     with pytest.raises(ValueError, match="no size fits slice C=1e\\+06"):
-        plan("demo", families=["ar"], slices=[1e6], flops_per_s=1e10)
+        plan(Preset.load("demo", families=["ar"], slices=[1e6]), options)
     with pytest.raises(ValueError, match="not a multiple of seq_len"):
-        plan("demo", batch_tokens=100, flops_per_s=1e10)
+        Preset.load("demo", batch_tokens=100)
     with pytest.raises(ValueError, match="unknown training option"):
-        plan("demo", learning_rate=1.0, flops_per_s=1e10)
+        Preset.load("demo", learning_rate=1.0)
     # D below one batch: flagged in the table, not planned (strict=False keeps going)
-    p = plan("demo", families=["ar"], sizes=["nano", "micro"], slices=[5e7, 5e10], strict=False, flops_per_s=1e10)
+    tree = Preset.load("demo", families=["ar"], sizes=["nano", "micro"], slices=[5e7, 5e10])
+    p = plan(tree, PlanOptions(flops_per_s=1e10, strict=False, all_sizes=True))
     small = p.table[p.table.C_target == 5e7]
     assert small.status.str.contains("one batch").all()
     assert all(r.slice_flops == 5e10 for r in p.runs)
@@ -107,26 +109,26 @@ def test_wsd_schedule_and_segments():
 
 def test_presets_fall_back_to_the_installed_copy(tmp_path, monkeypatch):
     """Outside a source checkout the planner reads <prefix>/share/interpscale/configs."""
-    from interpscale.orchestration import planner
+    from interpscale.orchestration import config
 
     (tmp_path / "mine.toml").write_text('[sweep]\nfamilies = ["ar"]\n')
-    monkeypatch.setattr(planner, "CONFIG_DIR", tmp_path / "no-checkout")
-    monkeypatch.setattr(planner, "INSTALLED_CONFIG_DIR", tmp_path)
-    assert planner.list_presets() == ["mine"]
-    assert planner.load_preset("mine")["sweep"]["families"] == ["ar"]
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path / "no-checkout")
+    monkeypatch.setattr(config, "INSTALLED_CONFIG_DIR", tmp_path)
+    assert config.list_presets() == ["mine"]
+    assert config.load_preset("mine")["sweep"]["families"] == ["ar"]
     with pytest.raises(ValueError, match="unknown preset 'demo'.*mine"):
-        planner.load_preset("demo")
+        config.load_preset("demo")
 
 
 def test_preset_data_paths_are_relative_to_the_toml(tmp_path, monkeypatch):
-    from interpscale.orchestration import planner
+    from interpscale.orchestration import config
 
     cfg_dir = tmp_path / "study"
     cfg_dir.mkdir()
     (cfg_dir / "mine.toml").write_text('[data]\nkind = "jsonl"\npath = ["shards/a.jsonl", "/abs/b.jsonl"]\n'
                                        'concepts = "concepts.json"\n')
     monkeypatch.chdir(tmp_path)  # somewhere else than the TOML's directory
-    data = planner.load_preset(cfg_dir / "mine.toml")["data"]
+    data = config.load_preset(cfg_dir / "mine.toml")["data"]
     assert data["path"] == [str(cfg_dir.resolve() / "shards/a.jsonl"), "/abs/b.jsonl"]
     assert data["concepts"] == str(cfg_dir.resolve() / "concepts.json") and data["kind"] == "jsonl"
 
@@ -147,9 +149,9 @@ def test_wheel_ships_every_preset(tmp_path):
 
 def _preset_with(tmp_path, data_extra: str, model_extra: str = "") -> str:
     """The demo preset with its [data] / [model] sections replaced."""
-    from interpscale.orchestration.planner import _config_dir
+    from interpscale.orchestration.config import config_dir
 
-    text = (_config_dir() / "demo.toml").read_text()
+    text = (config_dir() / "demo.toml").read_text()
     head = text[: text.index("[model]")]
     path = tmp_path / "p.toml"
     path.write_text(head + f"[model]\nvocab_size = 512\n{model_extra}\n[train]\nvocab_size = 512\nlr = 3e-3\n"
@@ -162,8 +164,8 @@ def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
     from interpscale import paper
     from interpscale.models.config import make_config
 
-    p = plan(_preset_with(tmp_path, "n_concepts = 40"), families=["ar+concept", "ar"], flops_per_s=1e10,
-             strict=False)
+    p = plan(Preset.load(_preset_with(tmp_path, "n_concepts = 40"), families=["ar+concept", "ar"]),
+             PlanOptions(flops_per_s=1e10, strict=False))
     row = p.table[(p.table.family == "ar+concept") & (p.table["size"] == "nano")].iloc[0]
     assert row.n_concepts == 40
     # M is Eq. 24 of the model that trains: the backbone plus concept terms at n = 40 concepts
@@ -177,24 +179,24 @@ def test_planner_prices_the_data_concepts_and_the_lm_head(tmp_path):
     assert row.est_runtime_s == pytest.approx((row.M + row.M_head) * row.D / 1e10)
     # a [model] count that disagrees with the data is the model that would not be trained
     with pytest.raises(ValueError, match=r"n_concepts = 16 but \[data\] n_concepts = 40"):
-        plan(_preset_with(tmp_path, "n_concepts = 40", "n_concepts = 16"), flops_per_s=1e10)
+        plan(_preset_with(tmp_path, "n_concepts = 40", "n_concepts = 16"), PlanOptions(flops_per_s=1e10))
 
 
 def test_device_table_gives_gpu_hours():
     from interpscale.cli import main
 
-    p = plan("paper", device="h100")
+    p = plan("paper", PlanOptions(device="h100"))
     ok = p.table[p.table.status == "ok"]
     hours = ((ok.M + ok.M_head) * ok.D).sum() / (989e12 * 0.40) / 3600
     assert ok.est_runtime_s.sum() / 3600 == pytest.approx(hours)
     assert 4000 < hours < 8000  # ~7e21 + LM-head FLOPs at 40% of an H100's dense bf16 peak
     assert f"estimated {hours:,.0f} H100-hours at 40% MFU" in p.summary()
-    assert plan("paper", device="a100", mfu=0.5).table.est_runtime_s.sum() == pytest.approx(
+    assert plan("paper", PlanOptions(device="a100", mfu=0.5)).table.est_runtime_s.sum() == pytest.approx(
         p.table.est_runtime_s.sum() * (989 * 0.40) / (312 * 0.5))
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        plan("paper", device="tpu")
+        plan("paper", PlanOptions(device="tpu"))
     with pytest.raises(ValueError, match=r"MFU must be in \(0, 1\]"):
-        plan("paper", device="h100", mfu=1.5)
+        plan("paper", PlanOptions(device="h100", mfu=1.5))
     assert main(["plan", "--preset", "paper", "--device", "h100"]) == 0
-    cpu = plan("demo", device="cpu")
+    cpu = plan("demo", PlanOptions(device="cpu"))
     assert "estimated total" in cpu.summary() and cpu.device["mfu"] == 0.30

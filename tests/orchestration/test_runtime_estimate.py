@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from interpscale.orchestration import plan
+from interpscale.orchestration import PlanOptions, plan
 
 REALTEXT = Path(__file__).resolve().parents[1] / "data" / "realtext"
 
@@ -36,16 +36,17 @@ def test_plan_reads_and_checks_prepared_data(tmp_path, prepared, caplog):
     assert info.n_concepts == 8
     data = f'kind = "prepared"\npath = "{prepared}"'
     with caplog.at_level(logging.WARNING):
-        p = plan(_preset(tmp_path, data), flops_per_s=1e10)
+        p = plan(_preset(tmp_path, data), PlanOptions(flops_per_s=1e10))
     assert "does not state its concept count" not in caplog.text
     concept = p.table[p.table.family == "ar+concept"].iloc[0]
     assert concept.n_concepts == 8  # priced at the data's count, read from meta.json
     assert {r.vocab_size for r in p.runs} == {info.vocab_size}  # no vocabulary given: the data's
     assert concept.M_head == 6 * make_config("ar+concept", "nano").d_model * info.vocab_size
     with pytest.raises(ValueError, match=r"\[model\] n_concepts = 5 but the prepared data \(meta.json\) has 8"):
-        plan(_preset(tmp_path, data, model="n_concepts = 5"), flops_per_s=1e10)
+        plan(_preset(tmp_path, data, model="n_concepts = 5"), PlanOptions(flops_per_s=1e10))
     with pytest.raises(ValueError, match=rf"vocab_size = 100 but the tokenizer .* has {info.vocab_size} tokens"):
-        plan(_preset(tmp_path, data, model="vocab_size = 100", train="vocab_size = 100"), flops_per_s=1e10)
+        plan(_preset(tmp_path, data, model="vocab_size = 100", train="vocab_size = 100"),
+             PlanOptions(flops_per_s=1e10))
 
 
 def test_default_vocabulary_follows_the_largest_planned_model(tmp_path):
@@ -53,7 +54,7 @@ def test_default_vocabulary_follows_the_largest_planned_model(tmp_path):
     from interpscale.models.config import make_config
     from interpscale.orchestration.planner import VOCAB_RANGE
 
-    p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4'), flops_per_s=1e10)
+    p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4'), PlanOptions(flops_per_s=1e10))
     (v,) = {r.vocab_size for r in p.runs}
     ratio = max(params_nonembedding(f, "nano") / make_config(f, "nano").d_model for f in ("ar", "ar+concept"))
     # the largest power of two whose embedding (V·d) is no bigger than the non-embedding part
@@ -75,7 +76,7 @@ def test_runtime_estimate_prices_the_whole_run_and_the_sweep(tmp_path):
     from interpscale.orchestration.spec import segments
 
     p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4\nn_docs = 200', train="reservoir = 1"),
-             flops_per_s=1e10)
+             PlanOptions(flops_per_s=1e10))
     ok = p.table[p.table.status == "ok"]
     assert (ok.est_runtime_s == (ok.M + ok.M_head) * ok.D / 1e10).all()  # the main run's steps, by FLOPs
     for r in p.runs:
@@ -97,7 +98,7 @@ def test_runtime_estimate_prices_the_whole_run_and_the_sweep(tmp_path):
 
 
 def test_cpu_plan_times_the_planned_steps(tmp_path):
-    p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4'), device="cpu")
+    p = plan(_preset(tmp_path, 'kind = "synthetic"\nn_concepts = 4'), PlanOptions(device="cpu"))
     assert p.device["how"].startswith("cpu, training steps timed on 1 thread")
     ok = p.table[p.table.status == "ok"]
     assert (ok.est_runtime_s > 0).all() and (ok.est_run_s > ok.est_runtime_s).all()

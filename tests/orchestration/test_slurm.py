@@ -2,6 +2,7 @@
 
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,12 +10,12 @@ import torch
 from interpscale.models import load_checkpoint
 from interpscale.orchestration import Sweep, read_results, train_run
 from interpscale.orchestration.checkpointer import completed_states
-from interpscale.orchestration.config import TrainConfig
+from interpscale.orchestration.config import LaunchConfig, TrainConfig
 from interpscale.orchestration.rundir import read_status
 
 
 pytestmark = pytest.mark.slurm  # skipped with the reason when no cluster answers (tests/conftest.py)
-SLURM = {"timeout_min": 20, "cpus_per_task": 1, "mem_gb": 1}
+SLURM = LaunchConfig(executor="slurm", timeout_min=20, cpus_per_task=1, mem_gb=1)
 
 
 def _sacct(job_id: str) -> list[str]:
@@ -30,7 +31,7 @@ def _sacct(job_id: str) -> list[str]:
 def test_sweep_as_array_job(tmp_path, make_spec):
     runs = [make_spec("ar", steps=s) for s in (6, 8, 10)]
     # MaxArraySize 2 (as if the cluster said so): three jobs go out as two arrays
-    sw = Sweep(runs, tmp_path / "sw", executor="slurm", slurm={**SLURM, "max_array_size": 2}, max_parallel=3)
+    sw = Sweep(runs, tmp_path / "sw", replace(SLURM, max_array_size=2, max_parallel=3))
     jobs = sw.launch()
     arrays = sorted({j.job_id.split("_")[0] for j in jobs})
     assert len(jobs) == 3 and len(arrays) == 2
@@ -38,14 +39,14 @@ def test_sweep_as_array_job(tmp_path, make_spec):
     assert len(df) == 6 and df.loss.notna().all()
     rows = _sacct(arrays[0]) + _sacct(arrays[1])
     assert len(rows) == 3 and all(r.endswith("|COMPLETED") for r in rows), rows
-    assert Sweep(runs, tmp_path / "sw", executor="slurm", slurm=SLURM).launch() == []
+    assert Sweep(runs, tmp_path / "sw", SLURM).launch() == []
 
 
 def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
     spec = make_spec("ar", steps=1500)
     ref = tmp_path / "ref"
     train_run(spec, ref, data_root=tmp_path / "sw" / "_data", progress=False)
-    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, train=TrainConfig(save_every_s=0.5))
+    sw = Sweep([spec], tmp_path / "sw", SLURM, train=TrainConfig(save_every_s=0.5))
     (job,) = sw.launch(wait=False)
     d = sw.run_dir(spec)
     deadline = time.monotonic() + 240
@@ -93,7 +94,7 @@ def test_two_task_slurm_job_equals_the_single_process_run(tmp_path, make_spec):
     single = tmp_path / "single"
     train_run(spec, single, data_root=tmp_path / "sw" / "_data", progress=False,
               micro_batch_tokens=spec.batch_tokens // 2)
-    sw = Sweep([spec], tmp_path / "sw", executor="slurm", slurm=SLURM, tasks_per_node=2, progress=False)
+    sw = Sweep([spec], tmp_path / "sw", replace(SLURM, tasks_per_node=2), progress=False)
     (job,) = sw.launch()
     d = sw.run_dir(spec)
     st = read_status(d)

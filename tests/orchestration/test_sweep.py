@@ -6,7 +6,7 @@ import torch
 
 from interpscale.models import load_checkpoint
 from interpscale.orchestration import Sweep, read_results, train_run
-from interpscale.orchestration.config import TrainConfig
+from interpscale.orchestration.config import LaunchConfig, TrainConfig
 from interpscale.orchestration.outcome import SweepIncomplete
 from interpscale.orchestration.rundir import read_status
 
@@ -24,7 +24,7 @@ def test_local_sweep_limits_concurrency_and_never_repeats_finished_runs(tmp_path
 
     runs = [make_spec("ar", steps=s) for s in (8, 10, 12)]
     victim = runs[1]
-    sw = Sweep([runs[0], runs[2]], tmp_path / "sw", executor="local", max_parallel=1)
+    sw = Sweep([runs[0], runs[2]], tmp_path / "sw", LaunchConfig(max_parallel=1))
     jobs = sw.launch()
     assert len(jobs) == 2
     iv = sorted(_intervals(sw))
@@ -32,7 +32,7 @@ def test_local_sweep_limits_concurrency_and_never_repeats_finished_runs(tmp_path
     stamps = {r.run_id: (sw.run_dir(r) / "results.parquet").stat().st_mtime_ns for r in sw.runs}
     # the victim was killed mid-training (state saved at step 4, nothing evaluated)
     Trainer(victim, sw.run_dir(victim), data_root=tmp_path / "sw" / "_data", progress=False).run(stop_at_step=4)
-    full = Sweep(runs, tmp_path / "sw", executor="local", max_parallel=2, extend=True)  # adds the victim
+    full = Sweep(runs, tmp_path / "sw", LaunchConfig(max_parallel=2), extend=True)  # adds the victim
     assert len(full.launch()) == 1  # only the unfinished run is submitted again
     for r in sw.runs:
         assert (sw.run_dir(r) / "results.parquet").stat().st_mtime_ns == stamps[r.run_id]
@@ -55,14 +55,14 @@ def test_jobs_are_packed_by_steps_and_flops(tmp_path, make_spec):
     big_flops = make_spec("ar", steps=40, flops=many_steps.flops * 3)
     assert big_flops.flops > many_steps.flops and run_cost(many_steps) > run_cost(big_flops)
     runs = [many_steps] + [make_spec("ar", steps=n) for n in (150, 130, 120)]
-    groups = Sweep(runs, tmp_path / "sw", runs_per_job=2)._groups(runs)
+    groups = Sweep(runs, tmp_path / "sw", LaunchConfig(runs_per_job=2))._groups(runs)
     alone = next(g for g in groups if str(Sweep(runs, tmp_path / "sw").run_dir(many_steps)) in g)
     assert len(alone) == 1 and sorted(len(g) for g in groups) == [1, 3]
 
 
 def test_debug_executor_and_job_grouping(tmp_path, make_spec):
     runs = [make_spec("cdlm", steps=6), make_spec("cdlm", steps=7), make_spec("cdlm", steps=9)]
-    sw = Sweep(runs, tmp_path / "sw", executor="debug", runs_per_job=2)
+    sw = Sweep(runs, tmp_path / "sw", LaunchConfig(executor="debug", runs_per_job=2))
     assert sorted(len(g) for g in sw._groups(runs)) == [1, 2]
     sw.launch()
     assert all(read_status(sw.run_dir(r))["state"] == "done" for r in runs)
@@ -97,7 +97,7 @@ def test_two_ranks_by_two_micro_batches_match_one_rank_by_four(tmp_path, make_sp
     spec = make_spec("ar", steps=3)  # stable 0..2, anneal 2->3
     single = tmp_path / "single"
     train_run(spec, single, data_root=tmp_path / "_data", progress=False, micro_batch_tokens=spec.seq_len)
-    sw = Sweep([spec], tmp_path / "dist", executor="local", tasks_per_node=2, evaluate=False,
+    sw = Sweep([spec], tmp_path / "dist", LaunchConfig(tasks_per_node=2), evaluate=False,
                train=TrainConfig(micro_batch_tokens=spec.seq_len, parallel=parallel), progress=False)
     sw.launch()
     d = sw.run_dir(spec)
@@ -119,7 +119,7 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
 
     good, bad = make_spec("ar", steps=7), make_spec("ar", steps=5)
     ex = submitit.LocalExecutor(folder=tmp_path / "own" / "%j")
-    sw = Sweep([good, bad], tmp_path / "sw", executor=ex, max_parallel=2, evaluate=False)
+    sw = Sweep([good, bad], tmp_path / "sw", LaunchConfig(max_parallel=2), executor=ex, evaluate=False)
     assert sw.executor_name == "LocalExecutor"
     # a configuration the data cannot train fails before any job is submitted
     wrong = make_spec("ar", steps=5, model_overrides={"n_concepts": 9})
@@ -143,7 +143,7 @@ def test_sweep_takes_a_submitit_executor_object_and_shows_progress(tmp_path, mak
     assert read_status(sw.run_dir(bad))["state"] == "failed"
     assert "cannot resume from" in read_status(sw.run_dir(bad))["error"]
     with pytest.raises(ValueError, match="does not split over 3 tasks"):
-        Sweep([good], tmp_path / "sw4", tasks_per_node=3)
+        Sweep([good], tmp_path / "sw4", LaunchConfig(tasks_per_node=3))
     with pytest.raises(ValueError, match="or a submitit.Executor"):
         Sweep([good], tmp_path / "sw5", executor=object())
 
@@ -155,7 +155,7 @@ def test_a_failing_run_does_not_stop_its_jobs_other_runs(tmp_path, make_spec, ca
 
     runs = [make_spec("ar", steps=s) for s in (5, 6, 7)]
     bad = runs[1]
-    sw = Sweep(runs, tmp_path / "sw", executor="local", runs_per_job=3, evaluate=False)
+    sw = Sweep(runs, tmp_path / "sw", LaunchConfig(runs_per_job=3), evaluate=False)
     assert len(sw._groups(runs)) == 1
     state = init_run_dir(bad, sw.run_dir(bad), tmp_path / "sw" / "_data") / "state"
     state.mkdir(exist_ok=True)

@@ -12,16 +12,13 @@ import dataclasses
 import logging
 import math
 import os
-import sysconfig
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from interpscale.data.corpus import read_concepts
-from interpscale.data.loaders import describe, read_meta, resolve_data_paths
+from interpscale.data.loaders import describe, read_meta
 from interpscale.errors import FailedWork, UserError
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.models import FAMILIES, SIZES, params_nonembedding
@@ -30,43 +27,13 @@ from interpscale.models.pricing import model_config, price
 from interpscale.models.protocol import DataFields
 from interpscale.models.registry import accepted, family_overrides
 from interpscale.orchestration import runtime
-from interpscale.orchestration.config import LaunchConfig, Preset, TrainConfig, with_settings
-from interpscale.orchestration.config_schema import recipe_keys, validate_config
+from interpscale.orchestration.config import LaunchConfig, Preset, deprecated
 from interpscale.orchestration.outcome import own_code_error
 from interpscale.orchestration.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
-# presets: the checkout's configs/ (source tree, editable install), else the copy a wheel
-# installs under <prefix>/share/interpscale/configs (pyproject data-files)
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs"
-INSTALLED_CONFIG_DIR = Path(sysconfig.get_path("data")) / "share" / "interpscale" / "configs"
 VOCAB_RANGE = (256, 32_768)  # the default vocabulary's bounds (docs/training.md)
-
-
-def _config_dir() -> Path:
-    return CONFIG_DIR if CONFIG_DIR.is_dir() else INSTALLED_CONFIG_DIR
-
-
-def list_presets() -> list[str]:
-    return sorted(p.stem for p in _config_dir().glob("*.toml"))
-
-
-def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
-    """A preset by name (``configs/<name>.toml``) or a path to any TOML file."""
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = _config_dir() / f"{name_or_path}.toml"
-    if not p.is_file():
-        raise ValueError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
-    with open(p, "rb") as f:
-        try:
-            cfg = tomllib.load(f)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
-    if isinstance(cfg.get("data"), dict):  # data paths are relative to the TOML, not the working directory
-        cfg["data"] = resolve_data_paths(cfg["data"], p.resolve().parent)
-    return cfg
 
 
 @dataclass
@@ -95,7 +62,8 @@ class Plan:
         lines = [t.to_string(index=False),
                  "M: Eq. 23/24 FLOPs per token (no LM head); M_head: LM-head matmul FLOPs per token (6·d·V), "
                  "computed in training but outside Eq. 23; pricing: 'analytic' (the family's formulas) or "
-                 "'measured' (counted on the meta device, docs/own-model.md)",
+                 "'measured' (counted on the meta device) or 'measured-cpu' (counted in a real CPU forward: "
+                 "the model reads a value the meta device lacks; docs/own-model.md)",
                  f"{len(self.runs)} runs; {ok['C_achieved'].sum():.3g} FLOPs (Eq. 23/24) + "
                  f"{(ok['M_head'] * ok['D']).sum():.3g} LM-head FLOPs"]
         if dev.get("name") and dev["name"] != "cpu":
@@ -194,43 +162,26 @@ class _Grid:
         return kw
 
 
-def _grid(tree: Preset, *, families, slices, sizes, seq_len, batch_tokens, tolerance, tokens_per_param,
-          max_sizes_per_slice, size_presets, recipe, plugins=None) -> _Grid:
-    """Resolve a plan's options and check those ``validate_config`` has not (explicit arguments)."""
+def _grid(tree: Preset, all_sizes: bool) -> _Grid:
+    """A plan's settings from the checked tree (``Preset.load`` checked names, ranges and the
+    batch); what a preset may leave out is checked here."""
     p = tree.plan
-    plugin_modules.load_plugins([*p.plugins, *(plugins or [])])  # before any family is looked up
-    train_kw = {**tree.recipe, **recipe}
-    if bad := set(train_kw) - recipe_keys():
-        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(recipe_keys())}")
-    g = _Grid(families=list(families or p.families), slices={}, sizes=list(sizes or p.sizes),
-              explicit_sizes=sizes is not None, seq_len=int(seq_len or p.seq_len),
-              batch_tokens=int(batch_tokens or p.batch_tokens),
-              tolerance=float(tolerance if tolerance is not None else p.tolerance),
-              window=tuple(tokens_per_param or p.tokens_per_param or (0.0, math.inf)),
-              max_sizes=int(max_sizes_per_slice or p.max_sizes_per_slice) or None,
-              overrides=dict(tree.model), train=train_kw,
-              custom={k: dict(v) for k, v in {**tree.size_presets, **(size_presets or {})}.items()},
-              data=dict(tree.data), launch=tree.launch,
+    plugin_modules.load_plugins(p.plugins)  # before any family is looked up (a tree built in code)
+    g = _Grid(families=list(p.families), slices={}, sizes=list(p.sizes), explicit_sizes=all_sizes,
+              seq_len=int(p.seq_len), batch_tokens=int(p.batch_tokens), tolerance=float(p.tolerance),
+              window=tuple(p.tokens_per_param or (0.0, math.inf)), max_sizes=int(p.max_sizes_per_slice) or None,
+              overrides=dict(tree.model), train=tree.recipe.given(),
+              custom={k: dict(v) for k, v in tree.size_presets.items()}, data=dict(tree.data), launch=tree.launch,
               plugins=tuple(plugin_modules.LOADED))  # with --plugin's: plugin families' runs record them
-    slices = slices if slices is not None else p.slices
     for name, c in g.custom.items():  # [size_presets]: sizes by their own name (builders, spec.json, checkpoints)
         SIZES.define(name, c["base"], **{k: v for k, v in c.items() if k != "base"})
     if not g.families:
         raise ValueError("no families to plan (pass families=... or a preset)")
-    for f in g.families:
-        FAMILIES.lookup(f)  # an unknown name says where it looked and how to register one
-    for s in g.sizes:
-        if s not in SIZES and s not in g.custom:
-            raise ValueError(f"unknown size {s!r}; presets: {sorted(SIZES) + sorted(g.custom)}")
     if not g.sizes:
         raise ValueError("no sizes to plan (pass sizes=... or a preset)")
-    if slices is None:
+    if p.slices is None:
         raise ValueError("no slice targets (pass slices=... or a preset)")
-    if g.batch_tokens % g.seq_len:
-        raise ValueError(f"batch_tokens={g.batch_tokens} is not a multiple of seq_len={g.seq_len}")
-    if not 0 < g.tolerance < 1:
-        raise ValueError(f"tolerance must be in (0, 1), got {g.tolerance}")
-    g.slices = slice_targets(g.families, slices)
+    g.slices = slice_targets(g.families, p.slices)
     return g
 
 
@@ -303,53 +254,61 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
     return ok
 
 
-def load_config(preset: "str | os.PathLike | Preset") -> Preset:
-    """A preset's validated config tree (a name, a TOML path, or a tree already loaded)."""
-    if isinstance(preset, Preset):
-        return preset
-    return Preset.from_dict(validate_config(load_preset(preset), preset), preset)
+@dataclass(frozen=True)
+class PlanOptions:
+    """How a plan is made (the command's options; the preset says what is planned): its
+    runtime estimate (``device``'s dense peak x ``mfu``, or ``flops_per_s``; else timed CPU
+    steps), ``strict`` (a slice with no feasible size raises), ``all_sizes`` (every
+    ``[plan]`` size planned, infeasible ones flagged, as for ``--sizes``; else only those with
+    D/P inside ``tokens_per_param``) and ``force`` (plan runs longer than a year)."""
+
+    flops_per_s: float | None = None
+    device: str | None = None
+    mfu: float | None = None
+    strict: bool = True
+    all_sizes: bool = False
+    force: bool = False
 
 
-def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequence[str] | None = None,
-         slices: dict[str, Sequence[float]] | Sequence[float] | None = None, sizes: Sequence[str] | None = None,
-         seq_len: int | None = None, batch_tokens: int | None = None, tolerance: float | None = None,
-         tokens_per_param: tuple[float, float] | None = None, max_sizes_per_slice: int | None = None,
-         flops_per_s: float | None = None, device: str | None = None, mfu: float | None = None,
-         strict: bool = True, size_presets: dict[str, dict] | None = None, plugins: Sequence[str] | None = None,
-         force: bool = False, **train: Any) -> Plan:
-    """Plan an IsoFLOP sweep; explicit arguments override the preset's values.
+def split_keywords(preset: "str | os.PathLike | Preset | None", options: PlanOptions | None,
+                   keywords: dict[str, Any]) -> tuple[Preset, PlanOptions]:
+    """The tree and the options of a ``plan`` call, with the keywords of the earlier
+    ``plan(preset, families=..., flops_per_s=..., lr=...)`` (kept one release: one deprecation
+    line) as ``Preset.load`` overrides and ``PlanOptions`` fields."""
+    options = options or PlanOptions()
+    if not keywords:
+        return Preset.load(preset if preset is not None else Preset()), options
+    own = {f.name for f in dataclasses.fields(PlanOptions)}
+    opts = {k: keywords.pop(k) for k in list(keywords) if k in own}
+    deprecated("plan(preset, <setting or option>=...)",
+               "plan(Preset.load(preset, <setting>=...), PlanOptions(<option>=...))")
+    if keywords.get("sizes") is not None:  # sizes given are all planned
+        opts.setdefault("all_sizes", True)
+    return Preset.load(preset if preset is not None else Preset(), **keywords), dataclasses.replace(options, **opts)
 
-    ``preset``: a name, a TOML path or a loaded :class:`Preset` (``load_config``; loaded and
-    validated once).  ``slices``: targets shared by all families or ``{family: [C, ...]}``.
-    Explicit ``sizes`` are all planned (infeasible ones flagged); a preset's only with D/P
-    inside ``tokens_per_param``, at most ``max_sizes_per_slice`` (nearest the window's
-    centre); a preset without sizes is ``interpscale.orchestration.plan``'s (the adaptive
-    sweep's first grid).  ``strict``: a
-    slice with no feasible size raises.  ``plugins``: modules registering families, recorded
-    in every RunSpec.  ``train``: recipe (RunSpec) fields or TrainConfig settings.  Models
-    are priced as trained (the data's concepts and vocabulary); runtime by
-    ``orchestration.runtime`` (timed CPU steps, or FLOPs at ``device``'s peak x ``mfu`` or at
-    ``flops_per_s``).  A run that would train for more than a year at the estimated speed is
-    refused unless ``force``; runs above ``MAX_EPOCHS`` of a prepared corpus are warned about.
-    """
-    tree = load_config(preset) if preset is not None else Preset()
-    names = {f.name for f in dataclasses.fields(TrainConfig)}  # the rest of ``train`` is the recipe
-    settings = {k: v for k, v in train.items() if k in names}
-    recipe = {k: v for k, v in train.items() if k not in names}
-    tree = dataclasses.replace(tree, train=with_settings(tree.train, **settings))
-    g = _grid(tree, families=families, slices=slices, sizes=sizes, seq_len=seq_len, batch_tokens=batch_tokens,
-              tolerance=tolerance, tokens_per_param=tokens_per_param, max_sizes_per_slice=max_sizes_per_slice,
-              size_presets=size_presets, recipe=recipe, plugins=plugins)
+
+def plan(preset: "str | os.PathLike | Preset | None" = None, options: PlanOptions | None = None,
+         **keywords: Any) -> Plan:
+    """Plan the IsoFLOP sweep of ``preset`` (a name, a TOML path or a :class:`Preset`, loaded
+    and checked once by ``Preset.load``; settings given in code are its overrides:
+    ``Preset.load(preset, sizes=[...], lr=3e-3)``) made as ``options`` say.  A preset's
+    sizes are planned only with D/P inside ``tokens_per_param``, at most ``max_sizes_per_slice``
+    (nearest the window's centre), unless ``options.all_sizes``; a preset without sizes is
+    ``interpscale.orchestration.plan``'s (the adaptive sweep's first grid).  Models are priced
+    as trained (the data's concepts and vocabulary); runtime by ``orchestration.runtime``.  A
+    run that would train for more than a year at the estimated speed is refused unless
+    ``options.force``; runs above ``MAX_EPOCHS`` of a prepared corpus are warned about.
+    ``keywords``: the earlier spelling (``split_keywords``)."""
+    tree, options = split_keywords(preset, options, keywords)
+    g = _grid(tree, options.all_sizes)
     priced = _data_fields(g)
-    rate, dev_info = runtime.device_rate(device, flops_per_s, mfu, g.launch)
+    rate, dev_info = runtime.device_rate(options.device, options.flops_per_s, options.mfu, g.launch)
     rows: list[dict] = []
     runs: dict[int, RunSpec] = {}  # row index -> its RunSpec
     for family in g.families:
         for c_target in g.slices[family]:
-            if not c_target > 0:
-                raise ValueError(f"{family}: slice target must be positive, got {c_target}")
             cands = [_candidate(g, family, size, c_target, priced) for size in g.sizes]
-            for r in _choose(g, cands, strict):
+            for r in _choose(g, cands, options.strict):
                 kw = g.size_args(r["size"], family)
                 runs[len(rows) + cands.index(r)] = RunSpec(
                     family=family, size=r["size"], slice_flops=c_target, flops=r["C_achieved"], params=r["P"],
@@ -361,7 +320,7 @@ def plan(preset: "str | os.PathLike | Preset | None" = None, *, families: Sequen
                                   seq_len=g.seq_len, batch_tokens=g.batch_tokens, launch=g.launch,
                                   data=g.data)
     _check_epochs(rows, runs, g.data)
-    _check_duration(rows, runs, force, tree.source)
+    _check_duration(rows, runs, options.force, tree.source)
     return Plan(runs=list(runs.values()), table=pd.DataFrame(rows), launch=dataclasses.asdict(g.launch),
                 device=dev_info, estimate=estimate, config=tree)
 
