@@ -28,7 +28,7 @@ from interpscale._commands.options import (
     table_options,
 )
 from interpscale.errors import UserError
-from interpscale.results_table import read_results as read_table
+from interpscale.results_table import read_results
 from interpscale.results_table import repeated_rows, require_values
 
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
@@ -123,10 +123,10 @@ def read_metric(args, fitter):
     (``--metric``, default ``fitter``'s ``loss``), which must be a column holding numbers."""
     path = Path(args.results)
     mapping = column_map(args, *[f for f in TABLE_FIELDS if f != "family"])
-    if args.family is not None and args.family in read_table(path).columns:  # a column, not a family value
+    if args.family is not None and args.family in read_results(path).columns:  # a column, not a family value
         mapping["family"] = args.family
         args.family_is_column = True
-    df = read_table(path, columns=mapping)
+    df = read_results(path, columns=mapping)
     metric = args.metric or library_default(fitter, "loss")
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
@@ -255,7 +255,7 @@ def _chinchilla(args) -> int:
     from interpscale.scaling import fit_chinchilla
 
     path = Path(args.table)
-    df = read_table(path)
+    df = read_results(path)
     missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
@@ -481,3 +481,15 @@ def family_multipliers(args, analysis) -> None:
 # verb -> the function that adds its parser (and sets its handler), in the order `fit --help` lists them
 VERBS: dict[str, Callable] = {"families": _add_families, "chinchilla": _add_chinchilla, "law": _add_law,
                               "curve": _add_curve, "multiplier": _add_multiplier}
+
+
+def __getattr__(name: str):
+    if name == "read_table":  # the one reader is results_table.read_results
+        import warnings
+
+        warnings.warn("interpscale._commands.fit.read_table is deprecated; use interpscale.results_table.read_results",
+                      DeprecationWarning, stacklevel=2)
+        from interpscale.results_table import read_results
+
+        return read_results
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
