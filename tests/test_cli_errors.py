@@ -65,6 +65,7 @@ CASES = [
     (["concepts", "check", "{d}/missing-concepts", "--truth", "{d}/empty.jsonl"], "missing-concepts"),
     (["export", "{d}/notes.pt", "--out", "{d}/exported"], "notes.pt cannot be read"),
     (["export", "{d}/no-such-checkpoint", "--out", "{d}/exported"], "no such checkpoint"),
+    (["design", "no-such-preset", "--out", "{d}/design"], "unknown preset"),
 ]
 
 
@@ -174,7 +175,7 @@ EDGE_CASES = [  # (argv, exit status, texts the one stderr line must hold)
     (["fit", "families", "{d}/neg.csv", "--out", "{d}/o3", "--n-boot", "0"], 2,
      ["neg.csv", "column 'slice_flops', line 7: -1e+18 is not positive"]),
     (["fit", "families", "{d}/inf.csv", "--out", "{d}/o4", "--n-boot", "0", "--family", "cdlm"], 2,
-     ["loss: non-finite value inf at line {inf_line}"]),
+     ["column 'loss', line {inf_line}: inf is not a measurement"]),  # refused at read (docs/errors.md)
     (["report", "{d}/header.csv", "--out", "{d}/rep", "--no-figures"], 2, ["header.csv", "no rows"]),
     (["figures", "{d}/header.csv", "--out", "{d}/figs"], 2, ["header.csv", "no rows"]),
     (["forecast", "record", "{d}/header.csv", "--target-compute", "1e22", "--registry", "{d}/r.jsonl"], 2,

@@ -1,7 +1,9 @@
 """The ``interpscale`` command: a thin dispatcher over ``interpscale._commands`` (each module's
 ``add_arguments(parser)`` and ``run(args) -> int``, imported only when its subcommand runs).
 :func:`main` is the only place an exception becomes one stderr line and an exit code (bad
-input 2, failed work and the unexpected 1, Ctrl-C 130; ``-v`` adds the traceback).
+input 2, failed work and the unexpected 1, Ctrl-C 130; ``-v`` adds the traceback). Options are
+checked while parsing (the ``type=`` validators of ``_commands.options``), before any work; a
+usage error is one line too, exit 2. Each warning line is logged once per run (docs/errors.md).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import re
 import sys
 import traceback
 import warnings
@@ -18,6 +22,7 @@ from interpscale.errors import FailedWork
 # subcommand (its module under interpscale._commands: the name with - as _) -> one-line help
 COMMANDS: dict[str, str] = {
     "plan": "plan an IsoFLOP sweep of a preset and print the dry-run table",
+    "design": "the chance a planned sweep answers its question, and the cheapest grid that would",
     "sweep": "sweep launch | status | collect | evaluate",
     "train": "train one run from a RunSpec / run directory",
     "data": "data prepare (corpus -> memory-mapped token shards) | data info",
@@ -38,13 +43,74 @@ _BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
               PermissionError)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line in CLI words (``interpscale fit families:
+    --level: must be ...``), not the usage block; exit status 2 (subparsers are of this class too)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: {usage_words(message)}\n")
+        raise SystemExit(2)
+
+
+def usage_words(message: str) -> str:
+    """An argparse error message as the one line ``_Parser.error`` writes."""
+    message = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
+    message = re.sub(r"invalid int value: (.*)$", r"\1 is not a whole number", message)
+    message = re.sub(r"invalid float value: (.*)$", r"\1 is not a number", message)
+    if message.startswith(("the following arguments are required", "unrecognized arguments")):
+        message += " (--help lists the options)"
+    return message
+
+
+# the library's fitters, named in its messages by their Python names, as the CLI's words
+_FITTERS = {"fit_chinchilla": "joint fit", "fit_isoflop": "IsoFLOP fit", "fit_power_law": "power-law fit",
+            "fit_multiplier": "compute multiplier", "fit_law_table": "law fit", "forecast_from_results": "forecast"}
+
+
+def cli_words(text: str) -> str:
+    """``text`` with what only Python shows put in the CLI's words: numpy scalar reprs
+    (``np.float64(0.0)`` -> ``0.0``), a fitter's Python name (``fit_bounded(concept_loss): `` ->
+    ``concept_loss fit: ``, ``fit_chinchilla`` -> ``joint fit``), and the name of the function or
+    table reader that starts a message (``fit_families: ``, ``backtest: ``) taken out."""
+    text = re.sub(r"\bnp\.(?:float|int|uint|bool|str)_?\d*\(([^()]*)\)", r"\1", text)
+    text = re.sub(r"^(?:backtest|report|figure|forecast): ", "", text)  # fit_rows' callers
+    text = re.sub(r"\bfit_bounded\((\w+)\)", r"\1 fit", text)
+    text = re.sub(r"\b(?:fit_families|fit_rows|fit_law): ", "", text)
+    text = re.sub(r"\b(fit|forecast)_[a-z_]+\b", lambda m: _FITTERS.get(m.group(0), m.group(0)), text)
+    return re.sub(r"\b([\w-]+ fit) skipped: \1: ", r"\1 skipped: ", text)  # "IsoFLOP fit skipped: IsoFLOP fit: "
+
+
+class _Once(logging.Filter):
+    """Each warning line once per run of a command, in CLI words (:func:`cli_words`): fits of one
+    table repeat the same row-selection warning for every figure, backtest and multiplier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or getattr(record, "interpscale_once", False):
+            return True  # (a record another handler let through: every handler shows it)
+        text = cli_words(record.getMessage())
+        if text in self.seen:
+            return False
+        self.seen.add(text)
+        record.msg, record.args, record.interpscale_once = text, (), True
+        return True
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A Python warning as one log line: its category, message and where it was raised."""
+    return f"{category.__name__}: {' '.join(str(message).split())} ({os.path.basename(filename)}:{lineno})"
+
+
 def _load(name: str):
     return importlib.import_module(f"interpscale._commands.{name.replace('-', '_')}")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser; only ``command``'s module is imported to add its arguments."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="interpscale",
         description="Plan, train, evaluate and fit IsoFLOP scaling sweeps of interpretable-by-design LMs.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
@@ -133,26 +199,50 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)  # its first non-option argument
     argv = _old_spelling(argv, command)
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)  # every option checked here (_commands.options), before any work
+    except SystemExit as exc:
+        if exc.code == 2:  # _Parser.error wrote the one line
+            return 2
+        raise  # --help
+    if extra:  # named by the command they were given to, not by the top-level parser
+        verb = " ".join(filter(None, ("interpscale", args.command, getattr(args, "verb", None))))
+        sys.stderr.write(f"{verb}: {usage_words('unrecognized arguments: ' + ' '.join(extra))}\n")
+        return 2
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command is None:
         parser.print_help()
         return 2
-    with warnings.catch_warnings():
-        _quiet_warnings(args.verbose)
-        try:
-            if args.plugin:  # before any family is looked up; plans record them in their runs
-                from interpscale.models.plugins import load_plugins
+    once, formatwarning = _Once(), warnings.formatwarning
+    handlers = list(logging.getLogger().handlers)
+    for h in handlers:
+        h.addFilter(once)
+    warnings.formatwarning = _one_line_warning
+    try:
+        with warnings.catch_warnings():
+            _quiet_warnings(args.verbose)
+            return _run(args)
+    finally:
+        warnings.formatwarning = formatwarning
+        for h in handlers:
+            h.removeFilter(once)
 
-                load_plugins(args.plugin)
-            return int(_load(args.command).run(args) or 0)
-        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
-            if args.verbose:
-                traceback.print_exc()
-            verb = " ".join(filter(None, (args.command, getattr(args, "verb", None))))
-            sys.stderr.write(f"interpscale {verb}: {_message(exc, args.verbose)}\n")
-            return exit_code(exc)
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's ``run(args)``; an exception becomes one stderr line and its exit status."""
+    try:
+        if args.plugin:  # before any family is looked up; plans record them in their runs
+            from interpscale.models.plugins import load_plugins
+
+            load_plugins(args.plugin)
+        return int(_load(args.command).run(args) or 0)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 -- the one place exceptions become exit codes
+        if args.verbose:
+            traceback.print_exc()
+        verb = " ".join(filter(None, (args.command, getattr(args, "verb", None))))
+        sys.stderr.write(f"interpscale {verb}: {cli_words(_message(exc, args.verbose))}\n")
+        return exit_code(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -131,7 +131,46 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
                 i = int(bad.to_numpy().nonzero()[0][0])
                 raise ValueError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not positive "
                                  f"(a run's compute, parameters and tokens are > 0; {int(bad.sum())} such row(s))")
+    refuse_infinite(df)  # the one rule for non-finite values (below)
     return df
+
+
+# ---- The one rule for non-finite values (issue 43, docs/errors.md): an empty or NaN cell is "not
+# measured" -- the row is left out of what needs that column (:func:`measured_rows`), said once,
+# naming file, column and lines; an infinite value is no measurement of anything: the table is refused.
+FINITE_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step", "loss", "loss_se", "bpb",
+                  *INTERP_METRICS)
+
+
+def refuse_infinite(df: pd.DataFrame) -> None:
+    """ValueError naming file, column and line of the first +-inf in a measured or compute column."""
+    for col in (c for c in FINITE_COLUMNS if c in df.columns and pd.api.types.is_numeric_dtype(df[c])):
+        bad = np.isinf(df[col].to_numpy(float))
+        if bad.any():
+            i = int(bad.nonzero()[0][0])
+            where = df.attrs.get("rows", {}).get("where", "results table")
+            raise ValueError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not a "
+                             f"measurement (write the number, or leave the cell empty when it was not measured; "
+                             f"{int(bad.sum())} such row(s))")
+
+
+def measured_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> tuple[pd.DataFrame, str]:
+    """``(rows, line)``: the rows of ``df`` with a number in every one of ``columns``, and the line
+    saying which were left out (file, column, lines; "" when none)."""
+    cols = [c for c in columns if c in df.columns]
+    if not cols:
+        return df, ""
+    empty = df[cols].apply(pd.to_numeric, errors="coerce").isna()
+    out = empty.any(axis=1).to_numpy()
+    if not out.any():
+        return df, ""
+    where = df.attrs.get("rows", {}).get("where", "results table")
+    idx = out.nonzero()[0]
+    shown = ", ".join(row_label(df, int(i)) for i in idx[:5]) + (", ..." if len(idx) > 5 else "")
+    which = ", ".join(repr(c) for c in cols if empty[c].any())
+    kept = df[~out]
+    kept.attrs = dict(df.attrs)
+    return kept, (f"{where}: {len(idx)} row(s) with an empty {which} (not measured) left out: {shown}")
 
 
 def row_label(table: pd.DataFrame | pd.Series, i: int) -> str:

@@ -9,7 +9,8 @@ import argparse
 import json
 import sys
 
-from interpscale._commands.options import given, option
+from interpscale._commands.options import (count, existing_dir, existing_file, given, non_negative_int, option,
+                                           out_dir, positive_float)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b = sub.add_parser("build", help="every stage: inputs -> DIR/labelled/*.jsonl, DIR/concepts.json, DIR/validation/")
     for p in (c, b):
         p.add_argument("inputs", nargs="+", help="JSONL / Parquet / text files or glob patterns")
-        p.add_argument("--out", required=True, help="concepts directory")
-        p.add_argument("--tokenizer", help="tokenizer.json to count tokens in (default: one trained on the inputs)")
+        p.add_argument("--out", required=True, type=out_dir, help="concepts directory")
+        p.add_argument("--tokenizer", type=existing_file, help="tokenizer.json to count tokens in (default: one trained on the inputs)")
         p.add_argument("--format", dest="fmt", choices=("jsonl", "parquet", "text"),
                        help="input format (default: by extension)")
         p.add_argument("--domain", choices=("prose", "code", "maths"),
@@ -35,42 +36,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--document-per-file", action="store_true",
                        help="each file is one plain-text document, never split at blank lines (code corpora; "
                             "any extension)")
-        p.add_argument("--drop-sentences-over", dest="drop_over", type=int, metavar="TOKENS",
+        p.add_argument("--drop-sentences-over", dest="drop_over", type=count, metavar="TOKENS",
                        help="opt-in normalisation, recorded in chunks/manifest.json: drop sentences over TOKENS "
                             "tokens (the paper: 50000); by default no character of a document is dropped")
     for p in (t, l_, a, v):
-        p.add_argument("dir", help="concepts directory (made by `concepts chunk`)")
+        p.add_argument("dir", type=existing_dir, help="concepts directory (made by `concepts chunk`)")
     for p in (t, b):
-        option(p, "--sample", BuildOptions, "n_sample", type=int, help="chunks to tag")
+        option(p, "--sample", BuildOptions, "n_sample", type=count, help="chunks to tag")
     for p in (v, b):
-        option(p, "--n-validate", BuildOptions, type=int, help="chunks judged per stage")
+        option(p, "--n-validate", BuildOptions, type=count, help="chunks judged per stage")
     for p in (t, v, b):
         option(p, "--seed", BuildOptions, type=int, help="seed of the samples")
     for p in (l_, b):
-        option(p, "--n-concepts", LibraryOptions, type=int, help="k of k-means; None: the best silhouette over a grid")
-        option(p, "--min-tag-support", LibraryOptions, type=int, help="chunks a tag needs to be clustered")
-        option(p, "--min-support", LibraryOptions, type=int, help="chunks a concept needs")
+        option(p, "--n-concepts", LibraryOptions, type=count, help="k of k-means; None: the best silhouette over a grid")
+        option(p, "--min-tag-support", LibraryOptions, type=count, help="chunks a tag needs to be clustered")
+        option(p, "--min-support", LibraryOptions, type=count, help="chunks a concept needs")
         option(p, "--min-coherence", LibraryOptions, type=float, help="mean cosine of a cluster's tags to its centroid")
     for p in (a, b):
         option(p, "--features", AnnotatorOptions, choices=("hashed", "embedding"),
                help="annotator features: hashed n-grams, or the endpoint's /embeddings")
         option(p, "--executor", BuildOptions, choices=("inline", *EXECUTORS), help="where the per-file tasks run")
-        option(p, "--max-parallel", BuildOptions, type=int, help="local tasks at once")
+        option(p, "--max-parallel", BuildOptions, type=count, help="local tasks at once")
     for p in (t, l_, a, v, b):
         g = p.add_argument_group("LLM endpoint (offline when not given)")
         g.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
         g.add_argument("--model", help="chat model for tags, names and the relevance judge")
         g.add_argument("--embed-model", help="embedding model for /embeddings (default: --model)")
-        option(g, "--concurrency", Endpoint, type=int, help="requests in flight at once")
-        option(g, "--max-retries", Endpoint, type=int, help="retries of a failed request")
-        option(g, "--timeout", Endpoint, type=float, help="seconds per call")
+        option(g, "--concurrency", Endpoint, type=count, help="requests in flight at once")
+        option(g, "--max-retries", Endpoint, type=non_negative_int, help="retries of a failed request")
+        option(g, "--timeout", Endpoint, type=positive_float, help="seconds per call")
     y = sub.add_parser("synthetic", help="the bundled generator's corpus: DIR/raw.jsonl (no labels), DIR/truth.jsonl")
-    y.add_argument("--out", required=True, help="directory to write into")
-    option(y, "--docs", write_synthetic, "n_docs", type=int, help="documents")
+    y.add_argument("--out", required=True, type=out_dir, help="directory to write into")
+    option(y, "--docs", write_synthetic, "n_docs", type=count, help="documents")
     option(y, "--seed", write_synthetic, type=int, help="generator seed")
     k = sub.add_parser("check", help="compare DIR/labelled/ with known labels; last line: JSON")
-    k.add_argument("dir", help="concepts directory")
-    k.add_argument("--truth", nargs="+", required=True, help="labelled JSONL with the true concepts, same chunks in order")
+    k.add_argument("dir", type=existing_dir, help="concepts directory")
+    k.add_argument("--truth", nargs="+", required=True, type=existing_file, help="labelled JSONL with the true concepts, same chunks in order")
 
 
 def run(args: argparse.Namespace) -> int:

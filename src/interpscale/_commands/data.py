@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from interpscale._commands.options import given, option
+from interpscale._commands.options import count, existing_file, fraction, given, option, out_dir
 from interpscale.data import open_data
 from interpscale.data.prepare import MODES, make_request, prepare
 from interpscale.data.sources import FORMATS, FORMATS_HELP
@@ -30,26 +30,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         epilog=FORMATS_HELP + _OUTPUT_HELP,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     pr.add_argument("sources", nargs="+", metavar="SOURCE", help="input files or glob patterns (quote globs)")
-    pr.add_argument("--out", required=True, metavar="DIR", help="output data directory")
+    pr.add_argument("--out", required=True, type=out_dir, metavar="DIR", help="output data directory")
     pr.add_argument("--format", choices=FORMATS, help="input format (default: by extension)")
     pr.add_argument("--document-per-file", action="store_true",
                     help="each file is one plain-text document, never split at blank lines (code corpora; "
                          "any extension)")
-    pr.add_argument("--tokenizer", metavar="PATH", help="a Hugging Face tokenizer.json to use (special tokens "
+    pr.add_argument("--tokenizer", type=existing_file, metavar="PATH", help="a Hugging Face tokenizer.json to use (special tokens "
                                                          "[PAD] [EOS] [EOC] [MASK] are added if missing)")
-    option(pr, "--vocab-size", make_request, type=int, help="vocabulary of the trained BPE")
-    option(pr, "--tokenizer-sample-bytes", make_request, "sample_bytes", type=int,
+    option(pr, "--vocab-size", make_request, type=count, help="vocabulary of the trained BPE")
+    option(pr, "--tokenizer-sample-bytes", make_request, "sample_bytes", type=count,
            help="text the BPE is trained on, spread over the inputs")
-    pr.add_argument("--concepts", metavar="JSON", help="concepts.json fixing the concept cards and their order "
+    pr.add_argument("--concepts", type=existing_file, metavar="JSON", help="concepts.json fixing the concept cards and their order "
                                                         "(default: the sorted labels found in the data)")
-    option(pr, "--val-fraction", make_request, type=float, help="held-out share of documents, by document hash")
+    option(pr, "--val-fraction", make_request, type=fraction, help="held-out share of documents, by document hash")
     option(pr, "--seed", make_request, type=int, help="key of the validation-split hash")
     option(pr, "--executor", prepare, choices=MODES,
            help="inline: this process; local / slurm: submitit jobs, one array task per input file; "
                 "debug: those jobs run in this process")
-    option(pr, "--workers", prepare, type=int,
+    option(pr, "--workers", prepare, type=count,
            help="inline: processes tokenizing input files side by side (1: one process, multi-threaded encoder)")
-    option(pr, "--max-parallel", prepare, type=int, help="local / slurm: tasks running at once")
+    option(pr, "--max-parallel", prepare, type=count, help="local / slurm: tasks running at once")
     pr.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                     help="submitit SLURM parameter, e.g. --slurm slurm_partition=cpu --slurm timeout_min=120")
     info = sub.add_parser("info", help="summarise a prepared data directory")

@@ -8,16 +8,17 @@ import logging
 import sys
 from pathlib import Path
 
+from interpscale._commands.options import count, out_dir
 from interpscale.errors import FailedWork
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the small CI version (about a minute on 2 idle cores)")
-    p.add_argument("--out", default=None, help="output directory (default runs/demo or runs/demo-quick)")
-    p.add_argument("--max-parallel", type=int, help="jobs at once (default: the preset's, 2)")
+    p.add_argument("--out", default=None, type=out_dir, help="output directory (default runs/demo or runs/demo-quick)")
+    p.add_argument("--max-parallel", type=count, help="jobs at once (default: the preset's, 2)")
     p.add_argument("--preset", default=None,
                    help="run another preset (name or TOML path) through the same pipeline, e.g. demo-zoo")
-    p.add_argument("--n-boot", type=int, default=None, help="bootstrap replicates for the fits (default: the preset's)")
+    p.add_argument("--n-boot", type=count, default=None, help="bootstrap replicates for the fits (default: the preset's)")
 
 
 def run(args: argparse.Namespace) -> int:

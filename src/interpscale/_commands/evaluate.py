@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from interpscale._commands.options import given, option
+from interpscale._commands.options import count, given, option
 from interpscale.errors import UserError
 from interpscale.orchestration import evaluate_run
 from interpscale.orchestration.evaluate import evaluate_runs
@@ -17,8 +17,8 @@ from interpscale.orchestration.rundir import find_run_dirs
 def add_evaluation_options(p: argparse.ArgumentParser) -> None:
     """The options ``evaluate`` and ``sweep evaluate`` share."""
     p.add_argument("--estimators", nargs="+", help="default: ar_ce (AR) or mdlm_elbo (diffusion)")
-    p.add_argument("--eval-batches", type=int)
-    p.add_argument("--eval-batch-tokens", type=int, help="tokens per evaluation forward (bounds memory)")
+    p.add_argument("--eval-batches", type=count)
+    p.add_argument("--eval-batch-tokens", type=count, help="tokens per evaluation forward (bounds memory)")
     p.add_argument("--device", help="cpu / cuda (default: cuda when available)")
     option(p, "--seed", evaluate_run, type=int)
 

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from interpscale._commands.options import TABLE_FIELDS, add_columns, column_map, given, option
+from interpscale._commands.options import (TABLE_FIELDS, add_columns, column_map, given, option, out_dir, replicates,
+                                           results_or_example)
 from interpscale.analysis.example_data import example_results
 from interpscale.analysis.figures import render_figures
 from interpscale.errors import FailedWork, UserError
@@ -21,10 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser, func: Callable = render_figur
                                   "directory works too)",
                   n_boot: str = "bootstrap replicates for the CI bands") -> None:
     """RESULTS and the options of ``figures``; ``report`` adds them too, with ``func`` and help of its own."""
-    parser.add_argument("results", help="results table (.parquet or .csv), or 'example' for the bundled example table")
-    parser.add_argument("--out", required=True, type=Path, help=out)
+    parser.add_argument("results", type=results_or_example,
+                        help="results table (.parquet, .csv or .tsv), or 'example' for the bundled example table")
+    parser.add_argument("--out", required=True, type=out_dir, help=out)
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(), help=run_dirs)
-    option(parser, "--n-boot", func, type=int, help=n_boot)
+    option(parser, "--n-boot", func, type=replicates, help=n_boot)
     add_columns(parser, *TABLE_FIELDS)
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from interpscale._commands.fit import FAMILY_HELP, family_filter, read_metric, say_repeats
-from interpscale._commands.options import deprecated, fit_options, given, number, option, positive_float
+from interpscale._commands.options import deprecated, finite, fit_options, given, number, option, positive_float
 from interpscale._commands.options import table_options
 from interpscale.errors import UserError
 from interpscale.scaling import FORECAST_METHODS, ForecastLedger, forecast_from_results, keep_repeats
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="record even when the fit is flagged unidentified or unreliable (the flag is stored)")
     c = sub.add_parser("check", help="score a recorded forecast against the observed value")
     c.add_argument("id", metavar="ID", help="the forecast id (a unique prefix)")
-    c.add_argument("--observed", type=float, required=True, help="the observed value")
+    c.add_argument("--observed", type=finite, required=True, help="the observed value")
     ls = sub.add_parser("list", help="every recorded forecast: value, prediction interval, inputs hash")
     for q in (r, c, ls):
         q.add_argument("--registry", type=Path, default=Path(DEFAULT_REGISTRY),

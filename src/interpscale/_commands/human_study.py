@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from interpscale._commands.options import given, option
+from interpscale._commands.options import count, existing_file, given, level, option, out_dir, positive_float, replicates
 from interpscale.analysis.human_study import Priors, analyse_study
 from interpscale.analysis.human_study.bayes import MASS_MATRICES, SAMPLERS
 
@@ -17,33 +17,36 @@ _STUDY = ("contrast", "reference", "random", "level", "draws", "tune", "chains",
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("ratings", type=Path, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
-    parser.add_argument("--phase1", type=Path, help="Phase 1 CSV: concept, annotator, name, coherence")
-    parser.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    parser.add_argument("ratings", type=existing_file, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
+    parser.add_argument("--phase1", type=existing_file, help="Phase 1 CSV: concept, annotator, name, coherence")
+    parser.add_argument("--out", type=out_dir, required=True, help="output directory (created)")
     option(parser, "--reference", analyse_study, help="reference candidate type")
     option(parser, "--contrast", analyse_study, help="candidate type compared with the reference")
     option(parser, "--random", analyse_study,
            help="random-effect terms, comma-separated: a grouping column for an intercept ('rater'), or "
                 "'candidate_type|rater' for random slopes in the Bayesian model")
-    option(parser, "--level", analyse_study, type=float, help="level of every interval")
+    option(parser, "--level", analyse_study, type=level, help="level of every interval")
     parser.add_argument("--no-bayes", action="store_true", help="skip the MCMC cumulative-link mixed model")
     parser.add_argument("--no-clmm", action="store_true",
                         help="skip the maximum-likelihood (Laplace) cumulative-link mixed model")
     sampling = parser.add_argument_group("Bayesian sampler")
-    option(sampling, "--draws", analyse_study, type=int, help="posterior draws per chain")
-    option(sampling, "--tune", analyse_study, type=int, help="tuning steps per chain")
-    option(sampling, "--chains", analyse_study, type=int)
+    option(sampling, "--draws", analyse_study, type=count, help="posterior draws per chain")
+    option(sampling, "--tune", analyse_study, type=count, help="tuning steps per chain")
+    option(sampling, "--chains", analyse_study, type=count)
     option(sampling, "--sampler", analyse_study, choices=SAMPLERS,
            help="NUTS implementation (auto: nutpie when installed)")
     option(sampling, "--mass-matrix", analyse_study, choices=MASS_MATRICES, help="nutpie mass-matrix adaptation")
     option(sampling, "--target-accept", analyse_study, type=float)
     priors = parser.add_argument_group("Bayesian priors (logit scale)")
-    option(priors, "--prior-beta-sd", Priors, "beta_sd", type=float, help="Normal SD of the fixed effects")
-    option(priors, "--prior-threshold-sd", Priors, "threshold_sd", type=float, help="Normal SD of the thresholds")
-    option(priors, "--prior-sd-scale", Priors, "sd_scale", type=float, help="HalfNormal scale of random-effect SDs")
-    option(priors, "--prior-lkj-eta", Priors, "lkj_eta", type=float, help="LKJ shape for random-slope correlations")
-    option(parser, "--n-boot", analyse_study, type=int, help="cluster-bootstrap replicates")
-    option(parser, "--min-rater-ratings", analyse_study, type=int,
+    option(priors, "--prior-beta-sd", Priors, "beta_sd", type=positive_float, help="Normal SD of the fixed effects")
+    option(priors, "--prior-threshold-sd", Priors, "threshold_sd", type=positive_float,
+           help="Normal SD of the thresholds")
+    option(priors, "--prior-sd-scale", Priors, "sd_scale", type=positive_float,
+           help="HalfNormal scale of random-effect SDs")
+    option(priors, "--prior-lkj-eta", Priors, "lkj_eta", type=positive_float,
+           help="LKJ shape for random-slope correlations")
+    option(parser, "--n-boot", analyse_study, type=replicates, help="cluster-bootstrap replicates")
+    option(parser, "--min-rater-ratings", analyse_study, type=count,
            help="reject raters with fewer ratings than this (1 keeps everyone)")
     option(parser, "--seed", analyse_study, type=int)
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from interpscale._atomic import atomic_write_text
-from interpscale._commands.options import given, option
+from interpscale._commands.options import (checkpoint_path, count, existing_dir, existing_file, given,
+                                           non_negative_int, option, out_dir, positive_float)
 from interpscale.errors import FailedWork, UserError
 from interpscale.models.checkpoint import weights_file
 
@@ -38,16 +39,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     option(g, "--api-key-env", JudgeClient, help="environment variable holding the API key")
     g.add_argument("--cache", default=None,
                    help="sqlite cache file (default: <out>/judge_cache.sqlite, else $XDG_CACHE_HOME/interpscale/)")
-    option(g, "--concurrency", JudgeClient, type=int, help="requests in flight at once")
-    option(g, "--max-retries", JudgeClient, type=int, help="retries of a failed request")
-    option(g, "--timeout", JudgeClient, type=float, help="seconds per call")
-    g.add_argument("--top-logprobs", type=int, default=None, help="request top_logprobs for an expected score")
+    option(g, "--concurrency", JudgeClient, type=count, help="requests in flight at once")
+    option(g, "--max-retries", JudgeClient, type=non_negative_int, help="retries of a failed request")
+    option(g, "--timeout", JudgeClient, type=positive_float, help="seconds per call")
+    g.add_argument("--top-logprobs", type=count, default=None, help="request top_logprobs for an expected score")
     g.add_argument("--price-in", type=float, default=None, help="price per 1M prompt tokens (for the cost estimate)")
     g.add_argument("--price-out", type=float, default=None, help="price per 1M completion tokens")
-    g.add_argument("--templates", default=None, help="TOML/JSON file overriding prompt templates")
+    g.add_argument("--templates", default=None, type=existing_file, help="TOML/JSON file overriding prompt templates")
     g.add_argument("--batch-write", default=None, help="write an OpenAI Batch API request file and stop")
-    g.add_argument("--batch-read", default=None, help="read an OpenAI Batch API output file instead of calling")
-    p.add_argument("--out", default=None, help="directory for <kind>.json and <kind>.md")
+    g.add_argument("--batch-read", default=None, type=existing_file, help="read an OpenAI Batch API output file instead of calling")
+    p.add_argument("--out", default=None, type=out_dir, help="directory for <kind>.json and <kind>.md")
     p.add_argument("--seed", type=int, help="seed of the sampled subset and of generation (default: the scorers' own, 0)")
 
 
@@ -58,30 +59,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="verb", metavar="KIND", required=True)
     a = sub.add_parser("alignment", help="known concept alignment 1-5 (App. E)")
     src = a.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="RUN_DIR/checkpoints/*.pt of a concept model")
-    src.add_argument("--input", help="JSONL rows {label, description, tokens: [...]}")
-    a.add_argument("--k", type=int, help="top-k tokens per concept (default: judge_checkpoint_alignment's)")
-    a.add_argument("--n-sample", type=int, default=None, help="score a seeded random subset of concepts")
+    src.add_argument("--checkpoint", type=checkpoint_path, help="RUN_DIR/checkpoints/*.pt of a concept model")
+    src.add_argument("--input", type=existing_file, help="JSONL rows {label, description, tokens: [...]}")
+    a.add_argument("--k", type=count, help="top-k tokens per concept (default: judge_checkpoint_alignment's)")
+    a.add_argument("--n-sample", type=count, default=None, help="score a seeded random subset of concepts")
     s = sub.add_parser("steering", help="steering benchmark: concept and quality 0-2 (App. M)")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="generate with this checkpoint, then judge")
-    src.add_argument("--input", help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
-    s.add_argument("--prompts", help="text file, one prompt per line (default: built-in neutral prompts)")
-    option(s, "--n-concepts", run_steering_benchmark, type=int, help="concepts steered")
+    src.add_argument("--checkpoint", type=checkpoint_path, help="generate with this checkpoint, then judge")
+    src.add_argument("--input", type=existing_file, help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
+    s.add_argument("--prompts", type=existing_file, help="text file, one prompt per line (default: built-in neutral prompts)")
+    option(s, "--n-concepts", run_steering_benchmark, type=count, help="concepts steered")
     option(s, "--strengths", run_steering_benchmark, type=_numbers, help="comma-separated τ values; >1 value "
            "selects per concept on held-out prompts")
-    option(s, "--max-new-tokens", run_steering_benchmark, type=int)
+    option(s, "--max-new-tokens", run_steering_benchmark, type=count)
     s.add_argument("--temperature", type=float, help="sampling temperature (default: judge_checkpoint_steering's)")
     s.add_argument("--instruction-judge", action="store_true", help="add AxBench's instruction-relevance judge")
     s.add_argument("--quality-with-prefix", action="store_true", help="show the prompt to the quality judge as context (paper App. M)")
     r = sub.add_parser("relevance", help="concept relevance 1-5 per candidate, JSON (App. C)")
-    r.add_argument("--input", required=True,
+    r.add_argument("--input", required=True, type=existing_file,
                    help="JSONL rows {text, candidates: [{label, description, words?}]}; with --checkpoint only {text}")
-    r.add_argument("--checkpoint", help="judge this checkpoint's top predicted concepts for each text")
-    r.add_argument("--top", type=int, help="predicted concepts per chunk with --checkpoint (default: "
+    r.add_argument("--checkpoint", type=checkpoint_path, help="judge this checkpoint's top predicted concepts for each text")
+    r.add_argument("--top", type=count, help="predicted concepts per chunk with --checkpoint (default: "
                    "judge_checkpoint_relevance's)")
     for p in (a, s, r):
-        p.add_argument("--run-dir", help="run directory (default: the checkpoint's grandparent)")
+        p.add_argument("--run-dir", type=existing_dir, help="run directory (default: the checkpoint's grandparent)")
         _common(p)
 
 

@@ -9,6 +9,7 @@ import inspect
 import math
 import sys
 import typing
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -56,12 +57,174 @@ def number(text: str | None) -> float | None:
         return None
 
 
+# ---- argparse ``type=`` validators: every command checks its common options with these, at parse
+# time, before any work; a bad value is one line naming the flag (cli.main), exit 2 (docs/errors.md).
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def finite(text: str) -> float:
+    """An argparse ``type``: a finite number (an observed loss)."""
+    return _float(text)
+
+
 def positive_float(text: str) -> float:
-    """An argparse ``type``: a finite number > 0 (a compute budget, a count)."""
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
+    """An argparse ``type``: a finite number > 0 (a compute budget, a parameter or token count)."""
+    value = _float(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def level(text: str) -> float:
+    """An argparse ``type``: an interval level in (0, 1)."""
+    value = _float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a level between 0 and 1 (e.g. 0.9 for 90%), got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse ``type``: a share in [0, 1) (e.g. the held-out share of documents)."""
+    value = _float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a share from 0 up to (not including) 1, got {text}")
+    return value
+
+
+def share(text: str) -> float:
+    """An argparse ``type``: a share above 0 and at most 1 (e.g. a utilisation)."""
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a share above 0 and at most 1 (e.g. 0.4), got {text}")
+    return value
+
+
+level_type = level  # (inside fit_options, ``level`` is its help-text parameter)
+
+
+def replicates(text: str) -> int:
+    """An argparse ``type``: bootstrap replicates, a whole number >= 0 (0: no bootstrap)."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0 (0: no bootstrap), got {text}")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse ``type``: a whole number >= 1 (replicates, draws, chains, jobs, batches)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: a whole number >= 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text}")
+    return value
+
+
+TABLE_SUFFIXES = (".parquet", ".csv", ".tsv")  # results_table.SUFFIXES (not imported: keeps parsing light)
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    return ".csv.gz" if name.endswith(".csv.gz") else path.suffix.lower()
+
+
+def table_file(text: str, suffixes: tuple[str, ...] = TABLE_SUFFIXES) -> Path:
+    """An argparse ``type``: an existing file that is a table (``suffixes``)."""
+    path = Path(text)
+    kinds = "/".join(suffixes)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory, not a table ({kinds})")
+    if _suffix(path) not in suffixes:
+        raise argparse.ArgumentTypeError(f"{path} is not a table ({kinds})")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    return path
+
+
+def log_table(text: str) -> Path:
+    """An argparse ``type``: a table or a per-step log (``.csv.gz`` too)."""
+    return table_file(text, (*TABLE_SUFFIXES, ".csv.gz"))
+
+
+def results_or_example(text: str) -> Path | str:
+    """An argparse ``type``: a results table, or ``example`` (the bundled example table)."""
+    return text if text == "example" else table_file(text)
+
+
+def existing_file(text: str) -> Path:
+    """An argparse ``type``: a file that exists (not a directory)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory, not a file")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    """An argparse ``type``: a directory that exists."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path} does not exist")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a file, not a directory")
+    return path
+
+
+CHECKPOINT_KINDS = "a checkpoints/<name> directory, an older .pt file, or a state/<name> directory"
+
+
+def checkpoint_path(text: str) -> Path:
+    """An argparse ``type``: a checkpoint that exists: a directory, or a ``.pt`` file."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{path}: no such checkpoint ({CHECKPOINT_KINDS})")
+    if path.is_file() and path.suffix.lower() != ".pt":
+        raise argparse.ArgumentTypeError(f"{path} is not a checkpoint ({CHECKPOINT_KINDS})")
+    return path
+
+
+def out_dir(text: str) -> Path:
+    """An argparse ``type``: an output directory that exists or can be made: no file is in the way
+    (the path itself or a parent), checked before any work so nothing computed is lost writing it."""
+    path = Path(text)
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{p}: a file is in the way where a directory is needed; remove it "
+                                         "or pick another path")
+    return path
+
+
+def out_json(text: str) -> Path:
+    """An argparse ``type``: a ``.json`` file to write, or a directory (:func:`out_dir`)."""
+    path = Path(text)
+    if path.suffix.lower() == ".json" and not path.is_dir():
+        out_dir(str(path.parent))
+        return path
+    return out_dir(text)
 
 
 # One column-mapping vocabulary for every command that reads a table (issue 37): the flag names
@@ -73,6 +236,9 @@ COLUMN_FLAGS: dict[str, tuple[str, str]] = {
     "family": ("family", "the model family of each row"),
     "run": ("run_id", "the run each row belongs to (several checkpoints of one run)"),
     "step": ("step", "the training step of each row"),
+    "slice": ("slice_flops", "each row's IsoFLOP slice, its compute budget in FLOPs (without one: each row's "
+                             "compute, grouped within the slice tolerance)"),
+    "compute": ("flops", "each row's achieved training compute in FLOPs (without one: 6·params·tokens)"),
 }
 TABLE_FIELDS = tuple(COLUMN_FLAGS)  # every column flag: what a results-table command maps
 
@@ -93,7 +259,7 @@ def table_options(p: argparse.ArgumentParser, func: Callable, metric: str,
                   columns: dict[str, str] | None = None) -> None:
     """What a fit of a results table reads: RESULTS, the column flags (``columns``: their help
     where it differs), the rows (``--estimator``, ``--annealed``) and ``--metric`` (help ``metric``)."""
-    p.add_argument("results", metavar="RESULTS", help="results table (.parquet or .csv)")
+    p.add_argument("results", metavar="RESULTS", type=table_file, help="results table (.parquet, .csv or .tsv)")
     add_columns(p, *TABLE_FIELDS, help=columns)
     p.add_argument("--estimator", help="use rows with this loss estimator (e.g. mdlm_elbo, ar_ce)")
     p.add_argument("--annealed", action=argparse.BooleanOptionalAction, default=None,
@@ -108,8 +274,8 @@ def fit_options(p: argparse.ArgumentParser | Any, func: Callable, level: str, *,
     grids = grids or literal_choices(func, "grid")
     option(p, "--grid", func, choices=grids,
            help="initialisation grid of the joint fit" + ("" if grids else " (epoch | coarse)"))
-    option(p, "--n-boot", func, type=int, help=n_boot)
-    option(p, "--level", func, type=float, help=level)
+    option(p, "--n-boot", func, type=replicates, help=n_boot)
+    option(p, "--level", func, type=level_type, help=level)
     option(p, "--seed", func, type=int)
 
 

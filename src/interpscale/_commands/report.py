@@ -7,7 +7,7 @@ import sys
 
 from interpscale import paper
 from interpscale._commands import figures
-from interpscale._commands.options import given
+from interpscale._commands.options import given, positive_float
 from interpscale.analysis.example_data import steerling_actual
 from interpscale.analysis.report import write_report
 from interpscale.scaling import keep_repeats
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "run directories for the loss-curve figure",
                           "bootstrap replicates for the fitted CIs (the paper used 10000)")
     parser.add_argument("--no-figures", action="store_true", help="tables and warnings only")
-    parser.add_argument("--target-compute", type=float, default=None,
+    parser.add_argument("--target-compute", type=positive_float, default=None,
                         help="extrapolate the fits to this compute (FLOPs); 'example' defaults to Steerling-8B's 7.6e22")
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     run_dirs = figures.expand_run_dirs(args.run_dirs)
     with keep_repeats():  # repeated runs are data
         path = write_report(df, args.out, run_dirs=run_dirs, **given(args, "n_boot"),
-                            figures=not args.no_figures, source="bundled example table" if example else args.results,
+                            figures=not args.no_figures, source="bundled example table" if example else str(args.results),
                             target_compute=target, actual=steerling_actual() if example else None)
     sys.stdout.write(f"{path}\n{path.with_suffix('.html')}\n")
     return 0

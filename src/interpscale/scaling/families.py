@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from interpscale import paper
 from interpscale.paper import INTERP_METRICS
+from interpscale.results_table import measured_rows
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub, jsonable,
                     keep_repeats)
@@ -505,9 +506,9 @@ def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapp
     fw: list[str] = []
     sub = df[df["family"] == fam]  # the estimator is chosen per family by ``fit_rows``
     est = str(sub["estimator"].iloc[0]) if "estimator" in sub.columns and len(sub) else estimator
-    lossy = sub.dropna(subset=["params", "tokens", o.loss])
-    if len(lossy) < len(sub):
-        emit(fw, f"{fam}: {len(sub) - len(lossy)} row(s) with missing params/tokens/{o.loss} left out of the loss fits")
+    lossy, left_out = measured_rows(sub, ["params", "tokens", o.loss])  # the one rule for empty cells
+    if left_out:
+        emit(fw, f"{fam}: {left_out} (of the loss fits)")
     with about(fam):  # the fits' own warnings name the family
         iso, ch, bounded, skipped = _fits(fam, lossy, sub, o, fw)
     obs = dict(actual.get(fam, {}))

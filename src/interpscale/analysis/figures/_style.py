@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -153,15 +155,24 @@ def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence
     """Write ``name.png`` (``DPI`` dots per inch) and ``name.pdf`` atomically into ``out_dir``; closes it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    paths, layout = [], []
     try:
         for fmt in formats:
             path = out / f"{name}.{fmt}"
-            with atomic_path(path, suffix=f".{fmt}") as tmp, paper_style():
+            with atomic_path(path, suffix=f".{fmt}") as tmp, paper_style(), warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
                 fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.03)
+            layout += [str(x.message) for x in w if "layout" in str(x.message)]
+            for x in w:  # any other warning goes on as it came
+                if "layout" not in str(x.message):
+                    warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
             paths.append(path)
     finally:
         plt.close(fig)
+    if layout:  # matplotlib's own words, once, naming the figure (it is saved without the layout)
+        logging.getLogger("interpscale.analysis.figures").warning(
+            "figure %s: its panels did not fit their labels at this size, saved without the tidy layout "
+            "(matplotlib: %s)", name, layout[0].split(".")[0])
     return paths
 
 
