@@ -149,3 +149,22 @@ def test_with_no_bracketed_slice_the_floor_names_the_bound_its_own_slice_sets():
     _judge(top, rows.assign(loss=[3.3, 3.1, 3.0]), ladder, lambda p, loss: {"P_star": p[-1], "interior": False,
                                                                              "reason": "edge"}, Limits(), Budget(1e12))
     assert not top.below_floor and "no larger size than L1d6" in top.reason and top.remedy.startswith("a wider grid")
+
+
+def test_the_ladder_reaches_below_the_presets_sizes_and_leaves_out_a_shape_the_family_refuses(tmp_path, monkeypatch):
+    (tmp_path / "p.toml").write_text(SIZED)
+    _, _, states = adaptive._first_states(tmp_path / "p.toml", None, 3, None)
+    s = states[0]
+    assert s.sizes == ["L1d16", "L1d24", "L1d32"]  # the first grid: the preset's own sizes
+    assert s.ladder[:6] == ["L1d2", "L1d4", "L1d6", "L1d8", "L1d12", "L1d16"] and s.ladder[-1] == "nano"
+    assert s.params["L1d2"] < s.params["L1d4"] < s.params["L1d16"] and s.status["L1d2"] == "ok"
+    plan = adaptive._plan
+
+    def refuses_l1d2(tree, family, c, sizes, ladder, strict, priced=False):  # a plugin model that needs d >= 4
+        if "L1d2" in sizes:
+            raise ValueError("d_model must be >= 4")
+        return plan(tree, family, c, sizes, ladder, strict, priced)
+
+    monkeypatch.setattr(adaptive, "_plan", refuses_l1d2)
+    _, _, states = adaptive._first_states(tmp_path / "p.toml", None, 3, None)
+    assert states[0].ladder[0] == "L1d4" and "L1d2" not in states[0].params

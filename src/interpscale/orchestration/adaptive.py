@@ -29,8 +29,7 @@ from interpscale.errors import FailedWork, UserError
 from interpscale.models import SIZES
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete
-from interpscale.orchestration.config import Preset
-from interpscale.orchestration.planner import Plan, PlanOptions, plan, slice_targets, window_centre
+from interpscale.orchestration.planner import Plan, load_config, plan, slice_targets, window_centre
 
 log = logging.getLogger(__name__)
 
@@ -146,18 +145,17 @@ class AdaptiveResult:
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
     # the rate only prices runtime, which choosing sizes does not use: no CPU timing unless ``priced``
     # (a rate no run is slow at, so the planner's more-than-a-year check never fires on it)
-    tree = Preset.load(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder,
-                       max_sizes_per_slice=len(sizes) + 1)
-    return plan(tree, PlanOptions(flops_per_s=None if priced else 1e30, strict=strict, all_sizes=True))
+    return plan(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder, strict=strict,
+                flops_per_s=None if priced else 1e30, max_sizes_per_slice=len(sizes) + 1)
 
 
 def _first_states(preset, families: Sequence[str] | None, initial: int,
                   tokens_per_param: float | None) -> tuple[Any, dict, list[SliceState]]:
-    """(the preset's checked tree — ``Preset.load``, which every later plan reuses
+    """(the preset's validated tree — ``planner.load_config``, which every later plan reuses
     — the ladder's ``size_presets`` unless it names sizes, each slice's first state: the
     ``initial`` feasible sizes around the prior N*); the prior's D/N is ``tokens_per_param``,
     else the planner's centre of ``[plan] tokens_per_param``."""
-    tree = Preset.load(preset)
+    tree = load_config(preset)
     p = tree.plan
     fams = list(families or p.families or [])
     if not fams or p.slices is None:
@@ -174,7 +172,7 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
     states = []
     for family, cs in per.items():
         ref = _plan(tree, family, cs[0], names, ladder, strict=False).table
-        below = shapes_below(ref, names)
+        below = [n for n in shapes_below(ref, names) if _builds(tree, family, cs[0], n, ladder)]
         tables = {c: _plan(tree, family, c, names + below, ladder, strict=False).table for c in cs}
         ref = ref.query("steps >= 1")
         for c in cs:
@@ -201,6 +199,17 @@ def shapes_below(table: pd.DataFrame, names: Sequence[str]) -> list[str]:
     smallest = SIZES[str(table.sort_values("P")["size"].iloc[0])]  # a [size_presets] name: defined by the plan
     return [n for n, nl, d, _ in LADDER if n not in names and nl <= smallest.n_layers and d <= smallest.d_model
             and (nl, d) != (smallest.n_layers, smallest.d_model)]
+
+
+def _builds(tree, family: str, c: float, name: str, ladder: dict) -> bool:
+    """Whether ``family`` builds and prices at the generated shape ``name`` (a plugin's model
+    may refuse a shape the built-in ones take): those it refuses are left out of the ladder."""
+    try:
+        _plan(tree, family, c, [name], ladder, strict=False)
+    except (ValueError, UserError, FailedWork) as exc:
+        log.info("adaptive sweep: %s at %s left out of the ladder: %s", family, name, exc)
+        return False
+    return True
 
 
 @dataclass(frozen=True)
