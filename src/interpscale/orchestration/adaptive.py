@@ -29,7 +29,8 @@ from interpscale.errors import FailedWork, UserError
 from interpscale.models import SIZES
 from interpscale.orchestration.launch import Sweep
 from interpscale.orchestration.outcome import SweepIncomplete
-from interpscale.orchestration.planner import Plan, load_config, plan, slice_targets, window_centre
+from interpscale.orchestration.config import Preset
+from interpscale.orchestration.planner import Plan, PlanOptions, plan, slice_targets, window_centre
 
 log = logging.getLogger(__name__)
 
@@ -145,17 +146,18 @@ class AdaptiveResult:
 def _plan(preset, family: str, c: float, sizes: list[str], ladder: dict, strict: bool, priced: bool = False):
     # the rate only prices runtime, which choosing sizes does not use: no CPU timing unless ``priced``
     # (a rate no run is slow at, so the planner's more-than-a-year check never fires on it)
-    return plan(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder, strict=strict,
-                flops_per_s=None if priced else 1e30, max_sizes_per_slice=len(sizes) + 1)
+    tree = Preset.load(preset, families=[family], slices={family: [c]}, sizes=sizes, size_presets=ladder,
+                       max_sizes_per_slice=len(sizes) + 1)
+    return plan(tree, PlanOptions(flops_per_s=None if priced else 1e30, strict=strict, all_sizes=True))
 
 
 def _first_states(preset, families: Sequence[str] | None, initial: int,
                   tokens_per_param: float | None) -> tuple[Any, dict, list[SliceState]]:
-    """(the preset's validated tree — ``planner.load_config``, which every later plan reuses
+    """(the preset's checked tree — ``Preset.load``, which every later plan reuses
     — the ladder's ``size_presets`` unless it names sizes, each slice's first state: the
     ``initial`` feasible sizes around the prior N*); the prior's D/N is ``tokens_per_param``,
     else the planner's centre of ``[plan] tokens_per_param``."""
-    tree = load_config(preset)
+    tree = Preset.load(preset)
     p = tree.plan
     fams = list(families or p.families or [])
     if not fams or p.slices is None:
