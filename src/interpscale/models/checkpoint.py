@@ -284,7 +284,9 @@ def _read_pt(path: Path, map_location: Any) -> tuple[dict[str, Any], dict[str, t
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError, KeyError, IndexError) as exc:  # truncated, not a
         # zip, unreadable, or bytes the restricted unpickler cannot follow (a text file: KeyError on its memo)
-        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}); "
+        why = f"{type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}" if isinstance(exc, (RuntimeError, OSError, EOFError)) \
+            else "not a torch checkpoint file"  # (the restricted unpickler's KeyError / IndexError say nothing more)
+        raise ValueError(f"checkpoint {path} cannot be read ({why}); "
                          "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")

@@ -54,7 +54,7 @@ def test_missing_reference_level(ratings):
 def test_rater_with_a_single_rating(ratings):
     lone = pd.DataFrame([{**ratings.iloc[0].to_dict(), "rater": "solo"}], index=[999])
     bad = pd.concat([ratings, lone])
-    with pytest.raises(ValueError, match=r"rater\(s\) \['solo'\].*row\(s\) 999.*min_rater_ratings=1"):
+    with pytest.raises(ValueError, match=r"rater\(s\) \['solo'\].*row\(s\) 999.*--min-rater-ratings 1"):
         validate_ratings(bad)
     assert len(validate_ratings(bad, min_rater_ratings=1)) == len(bad)  # documented opt-in
 

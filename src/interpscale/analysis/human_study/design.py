@@ -172,7 +172,7 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
         rows = df.index[df["rater"].isin(thin.index)]
         raise ValueError(f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
                          f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
-                         "Remove them or pass min_rater_ratings=1 to keep them.")
+                         "Remove them, or keep them with --min-rater-ratings 1.")
     return df
 
 
