@@ -141,7 +141,8 @@ def test_with_no_bracketed_slice_the_floor_names_the_bound_its_own_slice_sets():
            Budget(1e12))
     assert s.done and s.below_floor and not s.bracketed
     bound = 1e9 * (276.0 / 74.0) ** (1 / 0.528)
-    assert s.remedy == f"a slice of at least {bound:.2g} FLOPs ([plan] slices; Eq. 1 with alpha_P 0.528 puts N* at L1d4)"
+    assert s.remedy == (f"a slice of at least {bound:.2g} FLOPs ([plan] slices; Eq. 1 with alpha_P 0.528 puts N* "
+                        f"at L1d4)")
     assert floor_budget(s, [s]) == s.remedy
     # a ladder that ends above the floor at its larger end still says "a wider grid"
     top = SliceState("ar", 1e9, ladder, ["L1d2", "L1d4", "L1d6"], 50.0, status={n: "ok" for n in ladder},

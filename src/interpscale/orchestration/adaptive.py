@@ -39,8 +39,9 @@ DEFAULT_ALPHA_P = 0.5  # Chinchilla's N* ∝ C^0.5, for families outside Table 6
 # L1d2, is the smallest shape that trains: one layer, one head of width 2 (RoPE needs an even width)
 LADDER: tuple[tuple[str, int, int, int], ...] = tuple(
     (f"L{nl}d{d}", nl, d, h) for nl, d, h in (
-        (1, 2, 1), (1, 4, 1), (1, 6, 1), (1, 8, 1), (1, 12, 1), (1, 16, 2), (1, 24, 2), (1, 32, 2), (2, 48, 3), (2, 64, 4), (3, 96, 6),
-        (4, 128, 8), (6, 192, 12), (8, 256, 16), (10, 384, 24), (12, 512, 32), (16, 768, 48), (20, 1024, 64)))
+        (1, 2, 1), (1, 4, 1), (1, 6, 1), (1, 8, 1), (1, 12, 1), (1, 16, 2), (1, 24, 2), (1, 32, 2), (2, 48, 3),
+        (2, 64, 4), (3, 96, 6), (4, 128, 8), (6, 192, 12), (8, 256, 16), (10, 384, 24), (12, 512, 32),
+        (16, 768, 48), (20, 1024, 64)))
 
 
 def alpha_p(family: str) -> float:
