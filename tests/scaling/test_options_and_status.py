@@ -47,8 +47,13 @@ def test_trend_status_summary_and_options():
 def test_fit_options_by_purpose_and_backtest_takes_them_whole():
     assert FitOptions.for_purpose("backtest").n_boot == N_BOOT["backtest"]
     assert FitOptions.for_purpose("multiplier", level=0.8).n_boot == N_BOOT["multiplier"]
+    from interpscale.scaling import forecast_from_results
+
     with pytest.raises(ValueError, match="give n_boot through options="):
         backtest(pd.DataFrame({"slice_flops": [1.0]}), n_boot=5, options=FitOptions())
+    with pytest.raises(ValueError, match="forecast_from_results: give level, seed through options="):
+        forecast_from_results(pd.DataFrame({"params": [1.0]}), target_compute=1e20, level=0.5, seed=1,
+                              options=FitOptions())
 
 
 def test_replicate_counts_are_written_once():

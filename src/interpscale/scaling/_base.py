@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 import logging
 import warnings as _warnings
@@ -199,6 +200,18 @@ def fit_status(fit: Any) -> FitStatus:
         return FitStatus("failed", "not fitted")
     st = getattr(fit, "status", None)
     return st if isinstance(st, FitStatus) else FitStatus.decide(bool(getattr(fit, "converged", True)))
+
+
+def from_options(options: Any, loose: Mapping[str, Any], func: Any) -> dict:
+    """The fit options ``loose`` (keyword -> value) of ``func``, read off ``options`` (a ``FitOptions``)
+    when one is given; the loose keywords are kept for one release and then must stay at their
+    defaults (a ValueError names the ones given beside ``options``)."""
+    if options is None:
+        return dict(loose)
+    params = inspect.signature(func).parameters
+    if clash := [k for k, v in loose.items() if v != params[k].default]:
+        raise ValueError(f"{func.__name__}: give {', '.join(clash)} through options=, not beside it")
+    return {k: getattr(options, k) for k in loose}
 
 
 def combined_status(parts: Mapping[str, Any]) -> FitStatus:

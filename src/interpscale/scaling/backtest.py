@@ -11,7 +11,6 @@ each method's forecast there (a stability diagnostic).
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
@@ -19,7 +18,7 @@ from typing import Literal, Sequence
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, check_level, jsonable, log, quiet
+from ._base import DEFAULT_LEVEL, check_level, from_options, jsonable, log, quiet
 from .bootstrap import N_BOOT
 from .bounded import METRICS, fit_bounded
 from .forecast import METHODS as FORECAST_METHODS
@@ -221,13 +220,9 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
     reason in ``status``, never dropped. ``options`` (a ``FitOptions``, e.g. ``FitOptions.for_purpose(
     "backtest")``) gives ``loss, n_boot, level, seed, grid, window, tolerance, minimum`` at once; the loose
     keywords are kept for one release and may not be combined with it."""
-    if options is not None:
-        loose = dict(loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
-                     minimum=minimum)
-        defaults = {k: v.default for k, v in inspect.signature(backtest).parameters.items() if k in loose}
-        if clash := [k for k, v in loose.items() if v != defaults[k]]:
-            raise ValueError(f"backtest: give {', '.join(clash)} through options=, not beside it")
-        loss, n_boot, level, seed, grid, window, tolerance, minimum = (getattr(options, k) for k in loose)
+    loss, n_boot, level, seed, grid, window, tolerance, minimum = from_options(options, dict(
+        loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
+        minimum=minimum), backtest).values()
     level, known = check_level(level), [*FORECAST_METHODS, BOUNDED]
     methods = known if methods is None else list(methods)
     if not isinstance(results, pd.DataFrame):

@@ -29,7 +29,7 @@ import pandas as pd
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 
-from ._base import DEFAULT_LEVEL, check_level, fit_status, jsonable
+from ._base import DEFAULT_LEVEL, check_level, fit_status, from_options, jsonable
 from .bootstrap import N_BOOT
 from .forecast import ForecastOptions, forecast_family, positive_compute
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
@@ -202,13 +202,18 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
                           n_boot: int = N_BOOT["forecast"], level: float = DEFAULT_LEVEL, seed: int = 0,
                           grid: str = "coarse", window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
-                          force: bool = False, calibration: str = ForecastOptions.calibration) -> dict:
+                          force: bool = False, calibration: str = ForecastOptions.calibration,
+                          options: ForecastOptions | None = None) -> dict:
     """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
     keyword arguments of ``ForecastLedger.record`` (inputs_hash covers the rows used and these
     options). A run given by ``params`` and ``tokens`` needs no ``target_compute``: it is
     C = k·P·D (:func:`run_target_compute`), and a contradicting one is refused. A fit flagged by
     :func:`fit_flags` is refused with a ValueError saying why, unless ``force``; then the flags go
-    into ``note``."""
+    into ``note``. ``options`` (a ``FitOptions``) gives ``loss, n_boot, level, seed, grid, window,
+    tolerance, calibration`` at once (the loose keywords are kept for one release)."""
+    loss, n_boot, level, seed, grid, window, tolerance, calibration = from_options(options, dict(
+        loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
+        calibration=calibration), forecast_from_results).values()
     if target_compute is None and (params is None or tokens is None):
         raise ValueError("give the target compute, or the run's params and tokens (its compute is then k·P·D)")
     if target_compute is not None:
