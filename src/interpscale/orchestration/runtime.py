@@ -151,9 +151,13 @@ def timings_path() -> Path:
 
 
 def _timing_key(parts: list) -> str:
-    from interpscale import __version__
+    from importlib import metadata
 
-    return json.dumps([platform.node(), os.cpu_count(), torch.__version__, __version__, *parts], default=str)
+    try:
+        version = metadata.version("interpscale")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        version = "source"
+    return json.dumps([platform.node(), os.cpu_count(), torch.__version__, version, *parts], default=str)
 
 
 def _read_timings() -> dict[str, dict]:
