@@ -95,7 +95,7 @@ CASES = [
     (["export", EXAMPLE, "--out", "{d}/o"], "{d}/ex.csv is not a checkpoint"),
     (["export", "{d}/missing-checkpoint", "--out", "{d}/o"], "no such checkpoint"),
     (["concepts", "check", "{d}/missing-concepts", "--truth", "{d}/notes.txt"],
-     "dir: {d}/missing-concepts does not exist"),
+     "DIR: {d}/missing-concepts does not exist"),
     (["concepts", "synthetic", "--out", "{d}/o", "--docs", "0"], "--docs: must be a whole number >= 1, got 0"),
     (["design", "demo-quick", "--out", "{d}/o", "--power", "1.5"], "--power: must be a level between 0 and 1"),
     (["fit", "families", EXAMPLE], "the following arguments are required: --out (--help lists the options)"),

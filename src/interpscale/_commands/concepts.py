@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="opt-in normalisation, recorded in chunks/manifest.json: drop sentences over TOKENS "
                             "tokens (the paper: 50000); by default no character of a document is dropped")
     for p in (t, l_, a, v):
-        p.add_argument("dir", type=existing_dir, help="concepts directory (made by `concepts chunk`)")
+        p.add_argument("dir", metavar="DIR", type=existing_dir, help="concepts directory (made by `concepts chunk`)")
     for p in (t, b):
         option(p, "--sample", BuildOptions, "n_sample", type=count, help="chunks to tag")
     for p in (v, b):
@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     option(y, "--docs", write_synthetic, "n_docs", type=count, help="documents")
     option(y, "--seed", write_synthetic, type=int, help="generator seed")
     k = sub.add_parser("check", help="compare DIR/labelled/ with known labels; last line: JSON")
-    k.add_argument("dir", type=existing_dir, help="concepts directory")
+    k.add_argument("dir", metavar="DIR", type=existing_dir, help="concepts directory")
     k.add_argument("--truth", nargs="+", required=True, type=existing_file, help="labelled JSONL with the true concepts, same chunks in order")
 
 

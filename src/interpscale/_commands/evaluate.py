@@ -28,7 +28,7 @@ def evaluation_options(args: argparse.Namespace) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a run directory (or a directory of run directories)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or a directory of run directories)")
     add_evaluation_options(p)
 
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", type=checkpoint_path, help="RUN_DIR/checkpoints/<name> (a directory), an older .pt checkpoint, "
+    p.add_argument("checkpoint", metavar="CHECKPOINT", type=checkpoint_path, help="RUN_DIR/checkpoints/<name> (a directory), an older .pt checkpoint, "
                    "or RUN_DIR/state/<kind>_<step>_<segment> (a DCP state)")
     p.add_argument("--out", required=True, type=out_dir, help="directory to write (replaced if it exists)")
     p.add_argument("--tokenizer", metavar="PATH", help="the tokenizer.json the export holds, with its special "

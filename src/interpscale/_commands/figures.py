@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser, func: Callable = render_figur
                                   "directory works too)",
                   n_boot: str = "bootstrap replicates for the CI bands") -> None:
     """RESULTS and the options of ``figures``; ``report`` adds them too, with ``func`` and help of its own."""
-    parser.add_argument("results", type=results_or_example,
+    parser.add_argument("results", metavar="RESULTS", type=results_or_example,
                         help="results table (.parquet, .csv or .tsv), or 'example' for the bundled example table")
     parser.add_argument("--out", required=True, type=out_dir, help=out)
     parser.add_argument("--run-dirs", nargs="*", type=Path, default=(), help=run_dirs)

@@ -17,7 +17,7 @@ _STUDY = ("contrast", "reference", "random", "level", "draws", "tune", "chains",
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("ratings", type=existing_file, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
+    parser.add_argument("ratings", metavar="RATINGS", type=existing_file, help="Phase 2 CSV: rater, concept, candidate_type, label, context, rating")
     parser.add_argument("--phase1", type=existing_file, help="Phase 1 CSV: concept, annotator, name, coherence")
     parser.add_argument("--out", type=out_dir, required=True, help="output directory (created)")
     option(parser, "--reference", analyse_study, help="reference candidate type")

@@ -18,7 +18,7 @@ from interpscale.orchestration.config import TrainConfig, add_flags, flag_values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="run directory (holds spec.json, or gets --spec copied in)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (holds spec.json, or gets --spec copied in)")
     p.add_argument("--spec", type=existing_file, help="a RunSpec JSON file (default: RUN_DIR/spec.json)")
     p.add_argument("--data-root", help="shared prepared-data cache (default: RUN_DIR/../_data)")
     p.add_argument("--device", help="cpu / cuda (default: cuda:<local rank> when available)")
