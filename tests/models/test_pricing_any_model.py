@@ -116,14 +116,15 @@ def test_a_shape_read_off_the_batch_is_the_batch_s_own(plugin):
 
 
 def test_a_value_read_off_the_weights_is_priced_by_a_cpu_forward_and_the_plan_says_so(plugin):
-    from interpscale.orchestration import plan
+    from interpscale.orchestration import PlanOptions, Preset, plan
 
     plugin("finite_ar", "finite-ar", check_finite=True)
     for seq_len in (16, 512):
         ours, err = _vs_ar("finite-ar", "micro", seq_len)
         assert ours.how == "measured-cpu" and abs(err) < 0.01
-    p = plan(families=["finite-ar", "ar"], sizes=["micro"], slices=[4e9], seq_len=32, batch_tokens=256,
-             tolerance=0.5, flops_per_s=1e12, strict=False, vocab_size=256)
+    tree = Preset.load(Preset(), families=["finite-ar", "ar"], sizes=["micro"], slices=[4e9], seq_len=32,
+                       batch_tokens=256, tolerance=0.5, vocab_size=256)
+    p = plan(tree, PlanOptions(flops_per_s=1e12, strict=False, all_sizes=True))
     assert dict(zip(p.table["family"], p.table["pricing"])) == {"finite-ar": "measured-cpu", "ar": "analytic"}
     assert "'measured-cpu' (counted in a real CPU forward" in p.summary()
     with pytest.raises(UserError, match=r"too many to price by a CPU forward.*params_fn and flops_fn"):
