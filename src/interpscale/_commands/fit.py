@@ -419,14 +419,16 @@ def _add_multiplier(sub) -> None:
                        "and a growth test: multiplier.csv and multiplier.json in --out",
                        description="k(C) = C_variant(L*_base(C)) / C: the compute the variant needs to reach the "
                        "base family's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP "
-                       "envelopes (Eq. 26) and the joint fits (Eq. 27); docs/multiplier.md.")
+                       "envelopes (Eq. 26), saturating envelopes and the joint fits (Eq. 27), the one that best "
+                       "predicts held-out slice minima answering; docs/multiplier.md.")
     table_options(p, fit_multiplier, "loss column (e.g. a bits-per-byte column)")
     p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
     p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
     p.add_argument("--out", type=Path, required=True, help="output directory for multiplier.csv and multiplier.json")
     p.add_argument("--target-compute", type=float, nargs="+", metavar="C",
                    help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
-    p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
+    p.add_argument("--methods", nargs="+", choices=("isoflop", "saturating", "joint"),
+                   help="default: all three; the best-scoring one answers")
     p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "
                    "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
     option(p, "--margin", fit_multiplier, type=float,

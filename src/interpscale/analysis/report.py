@@ -377,6 +377,7 @@ def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
         lines.append(f"- Growth test ({method}{', the verdict' if method == m.primary else ''}): k ∝ "
                      f"C^{g.slope:+.3f} [{g.slope_lo:+.3f}, {g.slope_hi:+.3f}], p = {g.p_value:.2g}: "
                      f"**{g.verdict}**{flag}. Assumes: {g.assumes}.")
+    lines.append(f"- Verdict: **{m.verdict}**. Why: {m.reason}.")  # which method answered, its score (issue 42)
     s = m.shared_exponent
     if s is not None and math.isfinite(s.statistic):
         lines.append(f"- Shared vs free envelope exponents (α_L {s.alpha_base:.4f} vs "

@@ -26,12 +26,13 @@ from ._base import DEFAULT_LEVEL, FitStatus, emit, jsonable, quiet
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
 from .isoflop import fit_isoflop, ols_lines
+from .multiplier_lawfree import lawfree_log_k, smoother
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, slice_rows
 
 __all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
            "planted_multiplier", "simulate_pair"]
 
-METHODS = ("isoflop", "joint")
+METHODS = ("isoflop", "saturating", "joint")
 VERDICTS = ("constant", "growing", "shrinking", "undetermined")
 TARGETS = (1e20, 7.6e22)  # a round 1e20 and Steerling-8B's compute (paper §8)
 DEFAULT_MARGIN = 0.1  # |slope| below which a multiplier is called constant: k changes < 26% per decade
@@ -78,8 +79,10 @@ class SharedExponentTest(_Record):
 @dataclass(frozen=True)
 class MultiplierFit:
     """k(C) of ``variant`` against ``base``: ``table`` has one row per (method, compute) with the
-    columns ``compute, k, lo, hi, method, extrapolated``; ``growth`` one ``GrowthTest`` per method;
-    ``primary`` names the method whose test is the verdict (isoflop when it was fitted)."""
+    columns ``compute, k, lo, hi, method, extrapolated`` (method ``lawfree``: the law-free reading,
+    inside the sweep only); ``growth`` one ``GrowthTest`` per method; ``primary`` the method that
+    answers (the best ``scores``, docs/multiplier.md), ``equal`` the methods that fit about equally
+    well (their spread is in the primary's band), ``decided`` the verdict and ``reason`` why."""
 
     base: str
     variant: str
@@ -94,6 +97,10 @@ class MultiplierFit:
     n_boot: int = 0
     warnings: tuple[str, ...] = ()
     status: FitStatus = FitStatus()
+    scores: dict = field(default_factory=dict)  # method -> MethodScore
+    equal: tuple[str, ...] = ()
+    decided: str | None = None
+    reason: str = ""
 
     @property
     def test(self) -> GrowthTest:
@@ -102,7 +109,8 @@ class MultiplierFit:
 
     @property
     def verdict(self) -> str:
-        return self.test.verdict
+        """The pair's verdict: the primary's, ``undetermined`` when equally good methods conflict."""
+        return self.decided or self.test.verdict
 
     def at(self, compute: float, method: str | None = None) -> dict:
         """The row of ``table`` at ``compute`` (nearest in log) for ``method`` (default: primary)."""
@@ -116,9 +124,11 @@ class MultiplierFit:
         return self.table[CSV_COLUMNS].copy()
 
     def growth_dict(self) -> dict:
-        """``multiplier.json``: the primary test's fields, every method's test and the F test."""
+        """``multiplier.json``: the primary test's fields with the pair's verdict and its reason,
+        every method's test and score, and the F test."""
         d = self.test.to_dict()
-        d.update(base=self.base, variant=self.variant, tests=self.growth,
+        d.update(base=self.base, variant=self.variant, verdict=self.verdict, reason=self.reason,
+                 primary=self.primary, scores=self.scores, equal=self.equal, tests=self.growth,
                  shared_exponent=self.shared_exponent, paired=self.paired, statuses=self.statuses,
                  sweep_range=self.sweep_range, n_boot=self.n_boot, status=self.status, warnings=self.warnings)
         return jsonable(d)  # each test and status by its own to_dict
@@ -130,15 +140,18 @@ class MultiplierFit:
         pct = round(100 * self.level)
         lines = [f"compute multiplier k(C) of {self.variant} against {self.base} (k > 1: {self.variant} needs "
                  f"more compute for {self.base}'s compute-optimal loss; {pct}% bands)",
-                 "  method    C           k        band                 extrapolated"]
+                 "  method      C           k        band                 extrapolated"]
         for r in self.table.itertuples():
-            lines.append(f"  {r.method:<10}{r.compute:<12.3g}{r.k:<9.3g}[{r.lo:.3g}, {r.hi:.3g}]".ljust(55)
+            lines.append(f"  {r.method:<12}{r.compute:<12.3g}{r.k:<9.3g}[{r.lo:.3g}, {r.hi:.3g}]".ljust(57)
                          + ("yes" if r.extrapolated else "no"))
         for m, t in self.growth.items():
             st = self.statuses.get(m, FitStatus())
+            sc = self.scores.get(m)
             lines.append(f"  growth ({m}{', primary' if m == self.primary else ''}): k ~ C^{t.slope:+.3f} "
                          f"[{t.slope_lo:+.3f}, {t.slope_hi:+.3f}], p = {t.p_value:.3g}: {t.verdict}"
+                         + (f"; score {sc.score:.3g}" if sc is not None else "")
                          + ("" if st.identified else f"  ({st})"))
+        lines.append(f"  verdict: {self.verdict} ({self.reason})")
         if self.shared_exponent is not None:
             s = self.shared_exponent
             lines.append(f"  shared vs free envelope exponents: F = {s.statistic:.3g}, p = {s.p_value:.3g} "
@@ -182,7 +195,7 @@ class _Envelope:
 def _envelope(rows: pd.DataFrame, fam: str, loss: str, window, tolerance) -> _Envelope:
     with quiet():
         iso = fit_isoflop(slice_rows(rows, tolerance), loss=loss, window=window, n_boot=0)
-    s = iso.slices[iso.slices["used"]]
+    s = iso.slices[iso.slices["used"]].sort_values("compute")
     if len(s) < 3:
         raise ValueError(f"fit_multiplier: {fam}: {len(s)} usable IsoFLOP slices; the envelope's band needs >= 3")
     C = s["compute"].to_numpy(float)
@@ -203,15 +216,13 @@ def _leverage_residuals(e: _Envelope) -> np.ndarray:
     return (e.y - e.log_a - e.alpha * e.x) / np.sqrt(np.clip(1.0 - h, 1e-12, None))
 
 
-def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: int) -> list[np.ndarray]:
-    """Per family, (S, 2) draws of (ln a, alpha): a residual bootstrap of the two envelope lines
-    paired by slice. A shared slice's two residuals are drawn together (one pair of the shared
-    slices', in either order: their correlation kept, the families' noise pooled, assumed equal); a
-    slice of one family alone draws from both families' residuals. Deviations from the point estimate
-    are scaled by t_df / z (the noise scale comes from few slices: df = shared slices - 2 when >= 3
-    are shared, else points - 4)."""
-    units = _slice_units(*(e.compute for e in envs))
-    R = [_leverage_residuals(e) for e in envs]
+def _paired_noise(computes: Sequence[np.ndarray], R: Sequence[np.ndarray], n_boot: int, level: float, seed: int,
+                  n_par: int = 2) -> list[np.ndarray]:
+    """Per family, (S, n) residual draws paired by slice, scaled by t_df / z (module doc of
+    ``_paired_draws``): a shared slice's two residuals drawn together (one pair of the shared
+    slices', in either order), a slice of one family alone from both families' residuals; df =
+    shared slices - n_par when more than n_par are shared, else points - 2 n_par."""
+    units = _slice_units(*computes)
     shared = np.intersect1d(units[0], units[1])
     idx = [np.searchsorted(u, shared) for u in units]  # each family's position of the shared slices
     pairs = np.column_stack([R[0][idx[0]], R[1][idx[1]]])
@@ -221,16 +232,29 @@ def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: in
     n_units = int(max(u.max() for u in units)) + 1
     pick = rng.integers(0, max(len(pairs), 1), size=(n_boot, n_units))
     q = 0.5 + level / 2
-    df = shared.size - 2 if shared.size >= 3 else max(pooled.size - 4, 1)
+    df = shared.size - n_par if shared.size > n_par else max(pooled.size - 2 * n_par, 1)
     widen = stats.t.ppf(q, df) / stats.norm.ppf(q)
     out = []
-    for f, (e, u) in enumerate(zip(envs, units)):
+    for f, u in enumerate(units):
         E = pooled[rng.integers(0, pooled.size, size=(n_boot, u.size))]
         if shared.size:
             on = np.isin(u, shared)
             E[:, on] = pairs[pick[:, u[on]], f]
+        out.append(widen * E)
+    return out
+
+
+def _paired_draws(envs: Sequence[_Envelope], n_boot: int, level: float, seed: int) -> list[np.ndarray]:
+    """Per family, (S, 2) draws of (ln a, alpha): a residual bootstrap of the two envelope lines
+    paired by slice (``_paired_noise``). A shared slice's two residuals are drawn together, their
+    correlation kept and the families' noise pooled (assumed equal); a slice of one family alone
+    draws from both families' residuals. Deviations are scaled by t_df / z (the noise scale comes
+    from few slices: df = shared slices - 2 when >= 3 are shared, else points - 4)."""
+    noise = _paired_noise([e.compute for e in envs], [_leverage_residuals(e) for e in envs], n_boot, level, seed)
+    out = []
+    for e, E in zip(envs, noise):
         b0, b1 = ols_lines(e.x, (e.log_a + e.alpha * e.x)[None, :] + E)
-        out.append(np.column_stack([e.log_a + widen * (b0 - e.log_a), e.alpha + widen * (b1 - e.alpha)]))
+        out.append(np.column_stack([b0, b1]))
     return out
 
 
@@ -297,6 +321,53 @@ def _log_k_joint(fb: ChinchillaFit, fv: ChinchillaFit, kb: float, kv: float, lc:
     return out[0][0], out[1]
 
 
+# ---- the saturating envelope L*(C) = E + a C^alpha -------------------------------------------
+
+SATURATING_E_MAX = 0.98  # E at most this fraction of the family's smallest slice minimum
+_E_GRID = 1.0 - np.geomspace(1.0, 1.0 - SATURATING_E_MAX, 60)  # E / min L*: 0 ... 0.98, dense near the top
+
+
+def saturating_log(p: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """ln L* (S, n) of rows p = (E, b0, b1) at ln C = x: ln(E + exp(b0 + b1 x))."""
+    p = np.atleast_2d(p)
+    with np.errstate(over="ignore"):
+        return np.log(p[:, :1] + np.exp(p[:, 1:2] + p[:, 2:3] * np.asarray(x, float)[None, :]))
+
+
+def saturating_fit(x: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """(S, 3) rows (E, b0, b1) of L*(C) = E + exp(b0 + b1 ln C) fitted to each row of ln L* ``Y``
+    (S, n) at ln C = ``x``: E profiled over fractions 0 ... SATURATING_E_MAX of the row's smallest
+    L*, the line of ln(L* - E) on ln C by OLS, and the E whose curve has the least squared error in ln L*."""
+    Y = np.atleast_2d(Y)
+    L = np.exp(Y)
+    L_min = L.min(axis=1, keepdims=True)
+    best, out = np.full(Y.shape[0], np.inf), np.zeros((Y.shape[0], 3))
+    for f in _E_GRID:
+        p = np.column_stack([f * L_min[:, 0], *ols_lines(x, np.log(L - f * L_min))])
+        sse = ((Y - saturating_log(p, x)) ** 2).sum(axis=1)
+        better = sse < best
+        best, out[better] = np.where(better, sse, best), p[better]
+    return out
+
+
+def loso_saturating(e: _Envelope) -> np.ndarray:
+    """Held-out errors of each slice minimum under the saturating envelope fitted to the others."""
+    keep = ~np.eye(e.x.size, dtype=bool)
+    return np.array([e.y[i] - saturating_log(saturating_fit(e.x[k], e.y[None, k]), e.x[i:i + 1])[0, 0]
+                     for i, k in enumerate(keep)])
+
+
+def _log_k_saturating(base: np.ndarray, variant: np.ndarray, lc: np.ndarray) -> np.ndarray:
+    """ln k (S, m) of saturating envelopes: the base's L*(C), the variant's curve inverted there;
+    +inf where the target is at or below the variant's E (never reached), nan where it does not fall."""
+    target = np.exp(saturating_log(base, lc))
+    E, v0, v1 = (np.atleast_2d(variant)[:, i : i + 1] for i in range(3))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (np.log(target - E) - v0) / v1 - lc[None, :]
+    out = np.where(target <= E, np.inf, out)
+    return np.where(v1 < 0, out, np.nan)
+
+
 # ---- bands, growth tests, calibration ---------------------------------------------------------
 
 def _quantiles(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -320,9 +391,22 @@ def growth_test(method: str, slope: float, draws: np.ndarray, level: float, marg
     q = (1.0 - level) / 2.0
     lo, hi = (float(v) for v in np.quantile(d, [q, 1 - q]))
     p = float(min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0))))
-    verdict = ("growing" if lo > 0 else "shrinking" if hi < 0
-               else "constant" if -margin <= lo and hi <= margin else "undetermined")
-    return GrowthTest(method, float(slope), lo, hi, p, verdict, level, margin, assumes)
+    return GrowthTest(method, float(slope), lo, hi, p, _verdict(lo, hi, margin), level, margin, assumes)
+
+
+def _verdict(lo: float, hi: float, margin: float) -> str:
+    return ("growing" if lo > 0 else "shrinking" if hi < 0
+            else "constant" if -margin <= lo and hi <= margin else "undetermined")
+
+
+def _with_spread(test: GrowthTest, slopes) -> GrowthTest:
+    """The test with its slope interval widened to the other slopes (the methods that fit about
+    equally well) where they fall outside it, and the verdict read off the widened interval."""
+    s = [v for v in slopes if math.isfinite(v)]
+    if not s or not math.isfinite(test.slope_lo):
+        return test
+    lo, hi = min(test.slope_lo, *s), max(test.slope_hi, *s)
+    return replace(test, slope_lo=lo, slope_hi=hi, verdict=_verdict(lo, hi, test.margin))
 
 
 def shared_exponent_test(base: _Envelope, variant: _Envelope) -> SharedExponentTest:
@@ -347,7 +431,7 @@ def _calibrated_halfwidth(forecasts: Mapping | None, method: str, alpha_v: float
     |alpha_L| of the variant (d ln C / d ln L along its frontier); 0 when not available."""
     if not forecasts or not (alpha_v < 0):
         return 0.0
-    name = {"isoflop": "isoflop-powerlaw", "joint": "joint"}[method]
+    name = {"isoflop": "isoflop-powerlaw", "saturating": "isoflop-saturating", "joint": "joint"}[method]
     ms = [getattr(None if fc is None else fc.methods.get(name), "model_sd", math.nan) for fc in forecasts]
     return math.sqrt(sum(m * m for m in ms)) / abs(alpha_v) if all(map(math.isfinite, ms)) else 0.0
 
@@ -356,6 +440,8 @@ ASSUMES = {
     "isoflop": ("L*(C) of each family is a power law in C over the sweep and beyond (Eq. 26); slice optima "
                 "independent across slices with one noise scale for both families, a shared slice's two residuals "
                 "resampled together (paired by slice); k ~ C^slope exactly under these laws"),
+    "saturating": ("L*(C) of each family is E + a C^alpha (E >= 0) over the sweep and beyond; slice optima resampled "
+                   "as for isoflop about the fitted curves; the slope is the average d ln k / d ln C over the sweep's range"),
     "joint": ("each family follows Eq. 27 at its compute-optimal allocation; runs resampled as clusters; the slope "
               "is the average d ln k / d ln C over the sweep's range"),
 }
@@ -375,11 +461,41 @@ class _Options:
     margin: float
 
 
-# each method: (point ln k, draws, GrowthTest, how the bootstrap pairs the families, FitStatus, d ln L*/d ln C
-# of the variant (at the sweep's end for joint), the variant's slice range, the F test (isoflop) or None)
+@dataclass(frozen=True)
+class _Reading:
+    """One method's k: point ln k and its draws at the computes, the growth test, how its bootstrap
+    pairs the families, its status, d ln L*/d ln C of the variant (at the sweep's end when not a
+    power law), the variant's slice range, the F test (isoflop) and the held-out slice errors."""
 
-def _method_isoflop(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
-    eb, ev = (_envelope(r, n, o.loss, o.window, o.tolerance) for r, n in zip((rows_b, rows_v), names))
+    point: np.ndarray
+    draws: np.ndarray
+    test: GrowthTest
+    how: str
+    status: FitStatus
+    alpha_v: float
+    vrange: tuple
+    f_test: SharedExponentTest | None
+    loso: np.ndarray
+
+
+def _grid_slope(method: str, log_k, sweep, o: _Options) -> GrowthTest:
+    """The OLS slope of ln k on ln C over 8 computes spanning the sweep, for the point and each draw."""
+    grid = np.linspace(math.log(sweep[0]), math.log(sweep[1]), 8)
+    p_grid, d_grid = log_k(grid)
+    xc = grid - grid.mean()
+    slope = float(p_grid @ xc / (xc @ xc)) if np.isfinite(p_grid).all() else math.nan
+    with np.errstate(invalid="ignore"):
+        draws = np.where(np.isfinite(d_grid).all(axis=1), np.nan_to_num(d_grid, posinf=0.0) @ xc / (xc @ xc), np.nan)
+    return growth_test(method, slope, draws, o.level, o.margin, ASSUMES[method])
+
+
+def _loso_line(e: _Envelope) -> np.ndarray:
+    keep = ~np.eye(e.x.size, dtype=bool)
+    return np.array([e.y[i] - np.polyval(np.polyfit(e.x[k], e.y[k], 1), e.x[i]) for i, k in enumerate(keep)])
+
+
+def _method_isoflop(envs, rows, lc, sweep, o: _Options, names, warnings) -> _Reading:
+    eb, ev = envs
     db, dv = _paired_draws((eb, ev), o.n_boot, o.level, o.seed)
     point = _log_k_isoflop(np.array([[eb.log_a, eb.alpha]]), np.array([[ev.log_a, ev.alpha]]), lc)[0]
     draws = _log_k_isoflop(db, dv, lc)
@@ -390,28 +506,139 @@ def _method_isoflop(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
         emit(warnings, f"isoflop: {names[1]}'s envelope does not decrease (alpha_L = {ev.alpha:.4g}); k undefined")
     test = growth_test("isoflop", slope, slope_draws, o.level, o.margin, ASSUMES["isoflop"])
     how = "residual bootstrap of the envelope lines, a shared slice's two residuals drawn together"
-    return (point, draws, test, how, FitStatus(), ev.alpha, (ev.compute.min(), ev.compute.max()),
-            shared_exponent_test(eb, ev))
+    return _Reading(point, draws, test, how, FitStatus(), ev.alpha, (ev.compute.min(), ev.compute.max()),
+                    shared_exponent_test(eb, ev), np.r_[_loso_line(eb), _loso_line(ev)])
 
 
-def _method_joint(rows_b, rows_v, lc, sweep, o: _Options, names, warnings):
+def _method_saturating(envs, rows, lc, sweep, o: _Options, names, warnings) -> _Reading:
+    eb, ev = envs
+    points = [saturating_fit(e.x, e.y[None, :]) for e in envs]
+    R = [(e.y - saturating_log(p, e.x)[0]) * math.sqrt(e.x.size / max(e.x.size - 3, 1)) for e, p in zip(envs, points)]
+    noise = _paired_noise([e.compute for e in envs], R, o.n_boot, o.level, o.seed, n_par=3)
+    boot = [saturating_fit(e.x, saturating_log(p, e.x) + E) for e, p, E in zip(envs, points, noise)]
+    point, draws = (_log_k_saturating(b, v, lc)[0] if i == 0 else _log_k_saturating(b, v, lc)
+                    for i, (b, v) in enumerate(((points[0], points[1]), (boot[0], boot[1]))))
+    test = _grid_slope("saturating", lambda g: (_log_k_saturating(*points, g)[0], _log_k_saturating(*boot, g)),
+                       sweep, o)
+    E_v, b0, b1 = points[1][0]
+    c_end = math.log(ev.compute.max())
+    power = math.exp(b0 + b1 * c_end)
+    at_bound = [n for n, p, e in zip(names, points, envs) if p[0, 0] >= SATURATING_E_MAX * np.exp(e.y).min() * 0.999]
+    status = FitStatus("flagged", f"E at its upper bound ({', '.join(at_bound)})") if at_bound else FitStatus()
+    how = "residual bootstrap of the saturating envelopes (refitted), a shared slice's two residuals drawn together"
+    return _Reading(point, draws, test, how, status, b1 * power / (E_v + power),
+                    (ev.compute.min(), ev.compute.max()), None, np.r_[loso_saturating(eb), loso_saturating(ev)])
+
+
+def _method_joint(envs, rows, lc, sweep, o: _Options, names, warnings) -> _Reading:
+    rows_b, rows_v = rows
     fb, fv, how = _joint_fits(rows_b, rows_v, o, names, warnings)
     kb, kv = flops_per_token_per_param(rows_b), flops_per_token_per_param(rows_v)
     point, draws = _log_k_joint(fb, fv, kb, kv, lc)
-    grid = np.linspace(math.log(sweep[0]), math.log(sweep[1]), 8)
-    p_grid, d_grid = _log_k_joint(fb, fv, kb, kv, grid)
-    xc = grid - grid.mean()
-    slope = float(p_grid @ xc / (xc @ xc)) if np.isfinite(p_grid).all() else math.nan
-    with np.errstate(invalid="ignore"):
-        slope_draws = np.where(np.isfinite(d_grid).all(axis=1), np.nan_to_num(d_grid, posinf=0.0) @ xc / (xc @ xc),
-                               np.nan)
-    test = growth_test("joint", slope, slope_draws, o.level, o.margin, ASSUMES["joint"])
-    Lv = fv.predict_optimal(np.exp(grid[-2:]), kv)
-    alpha_v = float(np.diff(np.log(Lv))[0] / np.diff(grid[-2:])[0])
+    test = _grid_slope("joint", lambda g: _log_k_joint(fb, fv, kb, kv, g), sweep, o)
+    grid = np.log(sweep[1]) + np.array([-0.1, 0.0])
+    Lv = fv.predict_optimal(np.exp(grid), kv)
+    alpha_v = float(np.diff(np.log(Lv))[0] / 0.1)
     bad = [f"{n}: {f.status.reason}" for n, f in zip(names, (fb, fv)) if not f.status.identified]
     status = FitStatus("flagged", "joint fit " + "; ".join(bad)) if bad else FitStatus()
     vrange = tuple(np.unique(rows_v["slice_flops"].to_numpy(float))[[0, -1]])
-    return point, draws, test, how, status, alpha_v, vrange, None
+    loso = np.r_[[] if isinstance(envs, str) else np.concatenate([
+        _loso_joint(r, f, k, e, o) for r, f, k, e in zip(rows, (fb, fv), (kb, kv), envs)])]
+    return _Reading(point, draws, test, how, status, alpha_v, vrange, None, loso)
+
+
+def _loso_joint(rows: pd.DataFrame, fit: ChinchillaFit, k: float, env: _Envelope, o: _Options) -> np.ndarray:
+    """Held-out errors ln L*_i - ln L*_joint(C_i) of each used slice minimum, the joint fit refitted
+    without that slice's runs (started from the full fit: one start, the same optimum's basin)."""
+    out = []
+    for c, y in zip(env.compute, env.y):
+        keep = np.abs(np.log(rows["slice_flops"].to_numpy(float) / c)) > 1e-6
+        try:
+            with quiet():
+                f = fit_chinchilla(rows["params"][keep], rows["tokens"][keep], rows[o.loss][keep],
+                                   grid=fit.theta[None, :], n_boot=0)
+            out.append(y - math.log(float(f.predict_optimal(np.array([c]), k)[0])))
+        except ValueError:
+            out.append(math.nan)
+    return np.array(out)
+
+
+METHOD_FITS = {"isoflop": _method_isoflop, "saturating": _method_saturating, "joint": _method_joint}
+
+
+# ---- the law-free reading and the choice of method ----------------------------------------------
+
+EQUAL_FIT = 1.5  # methods scoring within this factor of the best "fit about equally well"
+LAWFREE_MIN_FINITE = 0.8  # a law-free cell is kept when this share of its replicates could be read
+
+
+@dataclass(frozen=True)
+class MethodScore(_Record):
+    """How well a method's frontier law fits (docs/multiplier.md): ``loso`` the RMS of its held-out
+    errors of both families' slice minima (ln L*, each slice predicted by the law fitted without it);
+    ``agreement`` |alpha_L,variant| x the RMS of ln k - ln k_lawfree over the in-sweep base slices
+    (ln L* units: how far the variant's L* would move); ``score`` sqrt(loso^2 + agreement^2).
+    ``eligible``: the method may answer (its fit identified, a finite score)."""
+
+    method: str
+    loso: float
+    agreement: float
+    score: float
+    cells: int
+    eligible: bool
+
+
+def _lawfree(envs, lc: np.ndarray, o: _Options) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(point ln k, band lo, band hi) of the law-free reading at ``lc`` (nan where not valid)."""
+    eb, ev = envs
+    smooth = [smoother(e.x, e.y) for e in envs]
+    n_par = 3 if min(eb.x.size, ev.x.size) >= 5 else 2
+    noise = _paired_noise([e.compute for e in envs], [r for _, r in smooth], o.n_boot, o.level, o.seed + 1, n_par)
+    point = lawfree_log_k(eb.x, eb.y, ev.x, ev.y, lc)[0]
+    center = lawfree_log_k(eb.x, smooth[0][0], ev.x, smooth[1][0], lc)[0]
+    draws = point + lawfree_log_k(eb.x, smooth[0][0] + noise[0], ev.x, smooth[1][0] + noise[1], lc) - center
+    ok = np.isfinite(point) & (np.isfinite(draws).mean(axis=0) >= LAWFREE_MIN_FINITE)
+    q = (1.0 - o.level) / 2.0
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.nanquantile(np.where(ok, draws, 0.0), [q, 1 - q], axis=0)
+    return np.where(ok, point, np.nan), np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
+def _scores(readings: Mapping, lawfree_point: np.ndarray, cells: slice, alpha_v: float) -> dict:
+    out = {}
+    for m, r in readings.items():
+        e = r.loso[np.isfinite(r.loso)]
+        loso = float(np.sqrt(np.mean(e**2))) if e.size else math.nan
+        d = r.point[cells] - lawfree_point
+        d = d[np.isfinite(d)]
+        agree = abs(alpha_v) * float(np.sqrt(np.mean(d**2))) if d.size and math.isfinite(alpha_v) else math.nan
+        score = math.hypot(loso, agree) if math.isfinite(agree) else loso
+        out[m] = MethodScore(m, loso, agree, score, int(d.size), bool(r.status.identified and math.isfinite(score)))
+    return out
+
+
+def _choose(readings: Mapping, scores: Mapping) -> tuple[str, tuple[str, ...], GrowthTest, str, str]:
+    """(primary, the methods that fit about equally well, the primary's test with its slope interval
+    widened to their slopes, the verdict, the reason): the eligible method with the best score
+    answers; ``undetermined`` when the methods within EQUAL_FIT of it give different verdicts."""
+    ok = [m for m in readings if scores[m].eligible]
+    pool = ok or [m for m in readings if math.isfinite(scores[m].score)] or list(readings)
+    primary = min(pool, key=lambda m: scores[m].score if math.isfinite(scores[m].score) else math.inf)
+    s = scores[primary]
+    equal = tuple(m for m in ok if m == primary or scores[m].score <= EQUAL_FIT * s.score)
+    others = ", ".join(f"{m} {scores[m].score:.3g}" for m in readings if m != primary)
+    why = (f"{primary} answers: score {s.score:.3g} (held-out slice minima {s.loso:.3g}, law-free agreement "
+           f"{s.agreement:.3g} over {s.cells} slices; lower is better" + (f"; {others}" if others else "") + ")")
+    t = _with_spread(readings[primary].test, [readings[m].test.slope for m in equal if m != primary])
+    if primary not in ok:
+        return primary, equal, t, "undetermined", why + f"; no method's fit is identified ({readings[primary].status})"
+    said = {m: t.verdict if m == primary else readings[m].test.verdict for m in equal}
+    if len(set(said.values())) > 1:
+        return primary, equal, t, "undetermined", (f"{why}; methods that fit about equally well disagree: "
+                                                   + ", ".join(f"{m} {v}" for m, v in said.items()))
+    spread = f" (spanning the slopes of {', '.join(m for m in equal if m != primary)})" if len(equal) > 1 else ""
+    return primary, equal, t, t.verdict, (f"{why}; slope {t.slope:+.3g} [{t.slope_lo:+.3g}, {t.slope_hi:+.3g}]"
+                                          f"{spread}: {t.verdict}")
 
 
 def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
@@ -420,9 +647,7 @@ def _outside(C: np.ndarray, bounds, tol: float) -> np.ndarray:
         return ~((C >= bounds[0] * (1 - tol)) & (C <= bounds[1] * (1 + tol)))
 
 
-def _rows(method, C, point, draws, level, extrapolated, half) -> list[dict]:
-    lo, hi = _quantiles(draws, level) if len(draws) else (point, point)
-    lo, hi = np.minimum(lo, point - half), np.maximum(hi, point + half)
+def _rows(method, C, point, lo, hi, extrapolated) -> list[dict]:
     return [dict(compute=float(c), k=float(np.exp(p)), lo=float(np.exp(a)), hi=float(np.exp(b)), method=method,
                  extrapolated=bool(e)) for c, p, a, b, e in zip(C, point, lo, hi, extrapolated)]
 
@@ -437,6 +662,20 @@ def _computes(rows_b: pd.DataFrame, computes, target_compute) -> tuple[np.ndarra
     if not (C > 0).all():
         raise ValueError(f"fit_multiplier: computes must be positive, got {C[~(C > 0)][0]!r}")
     return C, sweep
+
+
+def _readings(rows, envs, lc, sweep, o: _Options, methods, names, warnings) -> dict:
+    """method -> ``_Reading`` for each method that could be fitted (the others skipped with a warning);
+    ``envs``: both families' envelopes, or why they could not be made."""
+    out = {}
+    for method in methods:
+        try:
+            if isinstance(envs, str) and method != "joint":
+                raise ValueError(envs)
+            out[method] = METHOD_FITS[method](envs, rows, lc, sweep, o, names, warnings)
+        except ValueError as exc:
+            emit(warnings, f"{names[1]} vs {names[0]}: {method} multiplier skipped: {exc}")
+    return out
 
 
 def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=None, target_compute=TARGETS,
@@ -460,39 +699,49 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
         raise ValueError(f"fit_multiplier: base and variant are the same family ({base!r})")
     o = _Options(loss, int(n_boot), float(level), int(seed), window, tolerance, grid, float(margin))
     warnings: list[str] = []
-    rows_b, rows_v = (_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)
-                      for f in (base, variant))
-    C, sweep = _computes(rows_b, computes, target_compute)
-    lc = np.log(C)
-    table, growth, paired, shared, statuses = [], {}, {}, None, {}
-    for method in methods:
-        fit = _method_isoflop if method == "isoflop" else _method_joint
-        try:
-            point, draws, test, paired[method], statuses[method], alpha_v, vrange, f_test = fit(
-                rows_b, rows_v, lc, sweep, o, (base, variant), warnings)
-            shared = f_test or shared
-        except ValueError as exc:
-            emit(warnings, f"{variant} vs {base}: {method} multiplier skipped: {exc}")
-            continue
-        k_point = np.exp(point)
-        extrap = _outside(C, sweep, 1e-9) | _outside(k_point * C, vrange, SLICE_TOLERANCE)
-        half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, alpha_v) if e else 0.0
-                         for c, e in zip(C, extrap)])
-        table += _rows(method, C, point, draws, level, extrap, half)
-        if not statuses[method].identified and test.verdict != "undetermined":  # no verdict from a flagged fit
-            test = replace(test, verdict="undetermined")
-        growth[method] = test
-    if not growth:
+    rows = tuple(_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)
+                 for f in (base, variant))
+    C, sweep = _computes(rows[0], computes, target_compute)
+    try:
+        envs = tuple(_envelope(r, n, loss, window, tolerance) for r, n in zip(rows, (base, variant)))
+    except ValueError as exc:
+        envs = str(exc)
+    n = C.size  # the table's computes, then the base's used slices (where the methods are scored)
+    lc = np.log(C) if isinstance(envs, str) else np.r_[np.log(C), envs[0].x]
+    readings = _readings(rows, envs, lc, sweep, o, methods, (base, variant), warnings)
+    envs = None if isinstance(envs, str) else envs
+    if not readings:
         raise ValueError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
-    primary = "isoflop" if "isoflop" in growth else next(iter(growth))
-    test = growth[primary]
-    status = statuses[primary]
-    if status.identified and test.verdict == "undetermined":
-        status = FitStatus("flagged", f"growth test undetermined: slope interval [{test.slope_lo:.3g}, "
-                                      f"{test.slope_hi:.3g}]")
+    lawfree = _lawfree(envs, lc, o) if envs is not None else (np.full(lc.size, np.nan),) * 3
+    scores = _scores(readings, lawfree[0][n:], slice(n, None), envs[1].alpha if envs is not None else math.nan)
+    primary, equal, primary_test, verdict, reason = _choose(readings, scores)
+    table = []
+    for method, r in readings.items():
+        extrap = _outside(C, sweep, 1e-9) | _outside(np.exp(r.point[:n]) * C, r.vrange, SLICE_TOLERANCE)
+        half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, r.alpha_v) if e else 0.0
+                         for c, e in zip(C, extrap)])
+        lo, hi = _quantiles(r.draws[:, :n], level) if len(r.draws) else (r.point[:n], r.point[:n])
+        lo, hi = np.minimum(lo, r.point[:n] - half), np.maximum(hi, r.point[:n] + half)
+        for m in (equal if method == primary else ()):  # the spread between methods that fit about equally well
+            other = readings[m].point[:n]
+            lo, hi = np.fmin(lo, np.where(np.isfinite(other), other, lo)), np.fmax(hi, np.where(np.isfinite(other), other, hi))
+        table += _rows(method, C, r.point[:n], lo, hi, extrap)
+    keep = np.isfinite(lawfree[0][:n])
+    table += _rows("lawfree", C[keep], *(v[:n][keep] for v in lawfree), np.zeros(keep.sum(), bool))
+    growth = {m: r.test if r.status.identified or r.test.verdict == "undetermined"
+              else replace(r.test, verdict="undetermined") for m, r in readings.items()}  # no verdict from a flagged fit
+    if readings[primary].status.identified:
+        growth[primary] = primary_test
+    status = readings[primary].status
+    if status.identified and verdict == "undetermined":
+        status = FitStatus("flagged", f"verdict undetermined: {reason.split('; ', 1)[-1]}")
     return MultiplierFit(base=base, variant=variant, level=level, table=pd.DataFrame(table, columns=CSV_COLUMNS),
-                         growth=growth, primary=primary, shared_exponent=shared, paired=paired, statuses=statuses,
-                         sweep_range=sweep, n_boot=o.n_boot, warnings=tuple(warnings), status=status)
+                         growth=growth, primary=primary, shared_exponent=next(
+                             (r.f_test for r in readings.values() if r.f_test is not None), None),
+                         paired={m: r.how for m, r in readings.items()},
+                         statuses={m: r.status for m, r in readings.items()}, sweep_range=sweep, n_boot=o.n_boot,
+                         warnings=tuple(warnings), status=status, scores=scores, equal=equal, decided=verdict,
+                         reason=reason)
 
 
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",

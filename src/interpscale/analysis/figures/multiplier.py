@@ -16,9 +16,13 @@ from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pair
 log = logging.getLogger("interpscale.analysis.figures")
 
 
+STYLES = {"isoflop": ("-", "Eq. 26"), "saturating": ("-.", "E + a C^alpha"), "joint": (":", "Eq. 27")}
+
+
 def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = None):
-    """k(C) of each backbone/+Concept pair: the IsoFLOP-envelope curve and band from the sweep to
-    7.6e22 (dashed beyond the sweep), the joint fits' k at the same computes, k = 1 for reference."""
+    """k(C) of each backbone/+Concept pair: each frontier law's curve out to 7.6e22 (the method that
+    answered in colour with its band, dashed beyond the sweep), the law-free k inside the sweep with
+    its band, k = 1 for reference; the title names the verdict and the method that answered."""
     import matplotlib.pyplot as plt
 
     ms = {p: m for p, m in family_multipliers(results, estimator=getattr(fits, "estimator", None),
@@ -28,31 +32,45 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
         pairs = backbone_pairs(results["family"].unique()) if "family" in results else []
         raise ValueError(f"no backbone/+Concept pair of families with a compute multiplier (pairs: {pairs})")
     with paper_style():
-        fig, axes = plt.subplots(1, len(ms), figsize=(4.2 * len(ms), 3.4), squeeze=False)
+        fig, axes = plt.subplots(1, len(ms), figsize=(4.2 * len(ms), 3.6), squeeze=False)
         for ax, ((base, variant), m) in zip(axes[0], ms.items()):
-            span = []
-            for method, style in (("isoflop", "-"), ("joint", ":")):
-                t = m.table[m.table["method"] == method].sort_values("compute")
-                if t.empty:
-                    continue
-                color = family_color(variant) if method == "isoflop" else "0.35"
-                at_target = np.isin(t["compute"], TARGETS)
-                c, k = t["compute"][~at_target], t["k"][~at_target]
-                ax.fill_between(c, t["lo"][~at_target], t["hi"][~at_target], color=color, lw=0,
-                                alpha=0.18 if method == "isoflop" else 0.08)
-                ax.plot(c, k, style, color=color, lw=1.6, label=f"{method} (Eq. {26 if method == 'isoflop' else 27})")
-                ax.plot(c[~t["extrapolated"][~at_target]], k[~t["extrapolated"][~at_target]], "o", color=color, ms=3)
-                tg = t[at_target & np.isfinite(t["k"])]  # the targets, with their (calibrated) bands
-                ax.errorbar(tg["compute"], tg["k"], yerr=[tg["k"] - tg["lo"], tg["hi"] - tg["k"]], fmt="s",
-                            color=color, ms=3, capsize=2, lw=1)
-                if method == m.primary:
-                    span += [t["lo"].min(), t["hi"].max()]
+            span = _draw_pair(ax, m, variant)
             lo, hi = (min(span), max(span)) if span and np.isfinite(span).all() and min(span) > 0 else (0.1, 10)
             ax.set_ylim(min(lo, 1.0) / 1.3, max(hi, 1.0) * 1.3)
             ax.axhline(1.0, color="0.5", lw=0.8)
             ax.axvline(7.6e22, color="0.6", lw=0.8, ls="--")
             ax.set(xscale="log", yscale="log", xlabel="compute C (FLOPs)", ylabel=f"k(C): {variant} / {base}")
-            ax.set_title(f"{variant} vs {base}: {m.verdict} (k ∝ C^{m.test.slope:+.3f})", fontsize=9)
-            ax.legend(fontsize=7, loc="best")
+            score = m.scores.get(m.primary)
+            ax.set_title(f"{variant} vs {base}: {m.verdict} (k ∝ C^{m.test.slope:+.3f})\n{m.primary} answers"
+                         + (f", score {score.score:.2g}" if score is not None else ""), fontsize=8)
+            ax.legend(fontsize=6, loc="best")
         fig.tight_layout()
     return fig
+
+
+def _draw_pair(ax, m: MultiplierFit, variant: str) -> list[float]:
+    """One pair's curves, bands and points on ``ax``; the primary's band range (for the limits)."""
+    span = []
+    for method, (style, law) in STYLES.items():
+        t = m.table[m.table["method"] == method].sort_values("compute")
+        if t.empty:
+            continue
+        primary = method == m.primary
+        color = family_color(variant) if primary else "0.4"
+        at_target = np.isin(t["compute"], TARGETS)
+        c, k, ext = t["compute"][~at_target], t["k"][~at_target], t["extrapolated"][~at_target].to_numpy(bool)
+        if primary:
+            ax.fill_between(c, t["lo"][~at_target], t["hi"][~at_target], color=color, lw=0, alpha=0.18)
+            span += [t["lo"].min(), t["hi"].max()]
+        ax.plot(c[~ext], k[~ext], style, color=color, lw=1.6 if primary else 1.0,
+                label=f"{method} ({law}){', answers' if primary else ''}")
+        ax.plot(c[ext], k[ext], "--" if primary else style, color=color, lw=1.0 if primary else 0.7)
+        tg = t[at_target & np.isfinite(t["k"])]  # the targets, with their (calibrated) bands
+        if primary and len(tg):
+            ax.errorbar(tg["compute"], tg["k"], yerr=[tg["k"] - tg["lo"], tg["hi"] - tg["k"]], fmt="s",
+                        color=color, ms=3, capsize=2, lw=1)
+    lf = m.table[m.table["method"] == "lawfree"]
+    if len(lf):
+        ax.errorbar(lf["compute"], lf["k"], yerr=[lf["k"] - lf["lo"], lf["hi"] - lf["k"]], fmt="o", color="k",
+                    ms=3, capsize=2, lw=0.8, label="law-free (slice minima)")
+    return span
