@@ -77,6 +77,7 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
     requested value that is missing is a ValueError naming it."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError(f"{caller}: results must be a pandas DataFrame")
+    results = with_slices(results)
     if missing := [c for c in need if c not in results.columns]:
         derive = " (slices come from a flops column, or from params and tokens)" if "slice_flops" in missing else ""
         raise ValueError(f"{caller}: results table lacks column(s) {missing}{derive}; have {list(results.columns)}")
@@ -89,7 +90,6 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
         emit(warnings, f"{caller}: {repeats_message(pairs, averaged)}")
     df = select_rows(results, "annealed", annealed, (True,), "annealed", warnings, caller=caller)
     if "family" in df.columns:
-    results = with_slices(results)
         fams = sorted(df["family"].dropna().unique().tolist(), key=str)
         want = [family] if isinstance(family, str) else list(family or [])
         if one_family and not want and len(fams) > 1:
