@@ -143,13 +143,17 @@ def noise_from_pilot(results: pd.DataFrame, *, loss: str = "loss", level: float 
 
 @dataclass(frozen=True)
 class Truth:
-    """The planted world: the base family's Eq. 27 law (``law``: A_P, alpha, A_D, beta, L_inf) and
-    the variant's multiplier k0 (C / pivot)^growth applied as in ``simulate_pair``."""
+    """The planted world: the base family's law and the variant's multiplier k0 (C / pivot)^growth,
+    applied as in ``simulate_pair`` (the variant at (P, D) on slice C is the base at (P, D) / sqrt(m),
+    compute C / m). ``kind`` "joint": Eq. 27 (``law``: A_P, alpha, A_D, beta, L_inf); "isoflop": the
+    IsoFLOP world of Eqs. 25-26 (``law``: a_P, alpha_P, a_L, alpha_L, curvature), L(P, C) = a_L
+    C^alpha_L + curvature (ln P - ln(a_P C^alpha_P))^2."""
 
     law: Mapping[str, float]
     multiplier: float = 1.3
     growth: float = 0.0
     pivot: float = math.nan
+    kind: str = "joint"
     source: str = "stated"
     note: str = ""
 
@@ -160,7 +164,10 @@ class Truth:
         """Noise-free loss of the base (or the variant) at (P, D) on slice C."""
         lw = self.law
         m = self.multiplier * (C / self.pivot) ** self.growth if variant else np.ones_like(C)
-        Pb, Db = P / np.sqrt(m), D / np.sqrt(m)  # the variant's loss is the base's at (P, D) / sqrt(m)
+        Pb, Db, Cb = P / np.sqrt(m), D / np.sqrt(m), C / m
+        if self.kind == "isoflop":
+            p_star = lw["a_P"] * Cb ** lw["alpha_P"]
+            return lw["a_L"] * Cb ** lw["alpha_L"] + lw["curvature"] * np.log(Pb / p_star) ** 2
         return lw["L_inf"] + lw["A_P"] / Pb ** lw["alpha"] + lw["A_D"] / Db ** lw["beta"]
 
     def k(self, compute) -> np.ndarray:
@@ -168,36 +175,56 @@ class Truth:
 
     def optimal_loss(self, compute: float) -> float:
         lw, C = self.law, float(compute)
+        if self.kind == "isoflop":
+            return float(lw["a_L"] * C ** lw["alpha_L"])
         a, b = lw["alpha"], lw["beta"]
         G = (a * lw["A_P"] / (b * lw["A_D"])) ** (1 / (a + b))
         P = G * (C / 6) ** (b / (a + b))
         return float(self.loss(np.array([P]), np.array([C / (6 * P)]), np.array([C]), False)[0])
 
     def to_dict(self) -> dict:
-        return dict(law=dict(self.law), multiplier=self.multiplier, growth=self.growth, pivot=self.pivot,
-                    source=self.source, note=self.note)
+        return dict(kind=self.kind, law=dict(self.law), multiplier=self.multiplier, growth=self.growth,
+                    pivot=self.pivot, source=self.source, note=self.note)
 
 
 def truth_from_pilot(results: pd.DataFrame, base: str, variant: str | None = None, *, loss: str = "loss",
                      multiplier: float | None = None) -> Truth:
-    """The base family's joint fit (Eq. 27) on the pilot as the planted law; k0 from the pilot's own
-    multiplier at its middle budget when ``variant`` is given and ``multiplier`` is not."""
+    """The planted world measured on a pilot: the base family's joint fit (Eq. 27) when it is
+    identified, else its IsoFLOP world (Eqs. 25-26: the envelopes and the slices' mean curvature),
+    which a pilot of a few slices pins down where Eq. 27 does not. k0, unless given: the pilot's
+    multiplier at its middle budget read off the two families' envelopes (inside the pilot's range)."""
     with quiet():
         rows = fit_rows(results, family=base, loss=loss)
-        fit = fit_chinchilla(rows["params"], rows["tokens"], rows[loss], n_boot=0, grid="coarse")
-    law = dict(A_P=fit.A_P, alpha=fit.alpha, A_D=fit.A_D, beta=fit.beta, L_inf=fit.L_inf)
-    note = f"{base}'s joint fit on the pilot: {fit.status}"
-    if multiplier is None and variant is not None:
+        joint = fit_chinchilla(rows["params"], rows["tokens"], rows[loss], n_boot=0, grid="coarse")
+        try:
+            iso = fit_isoflop(rows, loss=loss, n_boot=0)
+        except ValueError as exc:  # fewer than 2 usable slices: Eq. 27 is all the pilot gives
+            iso, why = None, str(exc)
+    if joint.status.identified or iso is None:
+        kind, note = "joint", f"{base}'s joint fit (Eq. 27) on the pilot ({joint.status})"
+        if iso is None:
+            note += f"; its IsoFLOP envelopes could not be fitted ({why})"
+        law = dict(A_P=joint.A_P, alpha=joint.alpha, A_D=joint.A_D, beta=joint.beta, L_inf=joint.L_inf)
+    else:
+        used = iso.slices[iso.slices["used"]]
+        kind = "isoflop"
+        law = dict(a_P=iso.a_P, alpha_P=iso.alpha_P, a_L=iso.a_L, alpha_L=iso.alpha_L,
+                   curvature=float(used["curvature"].mean()))
+        note = f"{base}'s IsoFLOP envelopes on the pilot (its joint fit is {joint.status})"
+    if multiplier is None and variant is not None and iso is not None:
         try:
             with quiet():
-                mf = fit_multiplier(results, base, variant, n_boot=20, target_compute=())
-            mid = float(np.sqrt(mf.sweep_range[0] * mf.sweep_range[1]))
-            multiplier = float(mf.at(mid)["k"])
-            note += f"; k0 = {multiplier:.3g}, {variant} against {base} on the pilot ({mf.primary})"
-        except ValueError as exc:
-            note += f"; k0 not measurable on the pilot ({exc}), 1.3 used"
-    k0 = float(multiplier) if multiplier and math.isfinite(multiplier) and multiplier > 0 else 1.3
-    return Truth(law=law, multiplier=k0, source="pilot", note=note)
+                iso_v = fit_isoflop(fit_rows(results, family=variant, loss=loss), loss=loss, n_boot=0)
+            cs = iso.slices.loc[iso.slices["used"], "compute"].to_numpy(float)
+            mid = float(np.sqrt(cs.min() * cs.max()))
+            multiplier = float((iso.a_L * mid ** iso.alpha_L / iso_v.a_L) ** (1 / iso_v.alpha_L) / mid)
+            note += f"; k0 = {multiplier:.3g}: {variant} against {base} at {mid:.3g} FLOPs on the pilot"
+        except (ValueError, ZeroDivisionError) as exc:
+            note += f"; k0 not measurable on the pilot ({exc})"
+    ok = multiplier is not None and math.isfinite(multiplier) and multiplier > 0
+    if not ok and variant is not None:
+        note += "; k0 = 1.3 (stated default: the pilot cannot measure it)"
+    return Truth(law=law, multiplier=float(multiplier) if ok else 1.3, kind=kind, source="pilot", note=note)
 
 
 # ---- the grid -------------------------------------------------------------------------------
@@ -583,7 +610,7 @@ def render(design: Design) -> str:
              f"- noise ({n.source}): run sd {n.run_sd:.4g} [{n.run_ci[0]:.3g}, {n.run_ci[1]:.3g}], slice shock sd "
              f"{n.slice_sd:.4g} [{n.slice_ci[0]:.3g}, {n.slice_ci[1]:.3g}] (log loss, {round(100 * n.level)}% "
              f"intervals, df {n.df_run} / {n.df_slice})",
-             f"- truth ({t.source}): Eq. 27 with " + ", ".join(f"{k} {v:.4g}" for k, v in t.law.items())
+             f"- truth ({t.source}): {'Eq. 27' if t.kind == 'joint' else 'IsoFLOP envelopes (Eqs. 25-26)'} with " + ", ".join(f"{k} {v:.4g}" for k, v in t.law.items())
              + (f"; k0 {t.multiplier:.3g}, planted growth {goal['growth']:g} vs none" if design.question ==
                 "multiplier" else "") + (f" ({t.note})" if t.note else ""),
              (f"- target: power >= {goal['power']:g} for growth {goal['growth']:g} with <= {goal['false_alarm']:g} "
