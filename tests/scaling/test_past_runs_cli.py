@@ -1,6 +1,7 @@
 """Past runs as they come (issue 37 item 8): each defect's fix, checked by the message it prints.
 
-(a) repeated runs are data, named by file line; (b) `forecast record --target-params/--target-tokens`
+(a) a repeated row is one measurement (merged, named by file line; issue 42), a distinct run with equal
+values a repeated run; (b) `forecast record --target-params/--target-tokens`
 derives C = k·P·D and refuses a contradicting --target-compute; (c) one column vocabulary for every
 command that reads a table; (d) `fit law` counts runs, not checkpoints; (e) `--last 1` on logs that
 all end at one step says why; (f) `fit chinchilla --out` does not also print the JSON.
@@ -164,71 +165,77 @@ def test_fit_chinchilla_out_prints_the_summary_not_the_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["n"] == 28
 
 
-# ------------------------------------------------------------------ (a) repeated runs are data
+# ------------------------------------------------------------------ (a) repeated rows (issue 42's rule)
 
-def _with_repeats(df: pd.DataFrame, rows=(1, 5, 9)) -> pd.DataFrame:
-    """``df`` with copies of ``rows`` appended: repeated runs with identical (params, tokens, loss)."""
-    return pd.concat([df, df.iloc[list(rows)]], ignore_index=True)
+def _with_repeats(df: pd.DataFrame, rows=(1, 5, 9), **change) -> pd.DataFrame:
+    """``df`` with copies of ``rows`` appended (with the columns ``change`` set): identical rows, or
+    with a new run_id, distinct runs with identical (params, tokens, loss)."""
+    return pd.concat([df, df.iloc[list(rows)].assign(**change)], ignore_index=True)
 
 
-def test_repeated_runs_fit_and_forecast_and_are_named_by_file_line(tmp_path, capsys):
+def test_repeated_rows_are_merged_and_distinct_runs_with_equal_values_kept(tmp_path, capsys):
+    """A row repeating another's every column is one measurement: merged, named by file line, and the
+    fit is the table's own; a distinct run (another run_id) with the same values counts as a run."""
     from interpscale.scaling import fit_chinchilla
 
-    df = _with_repeats(_results())
-    path = tmp_path / "rep.csv"
-    df.to_csv(path, index=False)
-    cols = ["--params", "params", "--tokens", "tokens", "--loss", "loss"]
-    assert main(["fit", "chinchilla", str(path), *cols, "--n-boot", "0", "--grid", "coarse"]) == 0
-    out = capsys.readouterr()
-    assert (f"interpscale fit chinchilla: {path}: 3 row(s) repeat another row's (params, tokens, loss) (line 30 "
-            "repeats line 3, line 31 repeats line 7, line 32 repeats line 11); kept as repeated runs") in out.err
-    fit = json.loads(out.out)
-    # a repeated run counts as often as it was run: the fit of every row is the weighted fit of the distinct ones
-    once = _results()
+    once = _results().assign(run_id=[f"r{i}" for i in range(28)])
+    cols = ["--params", "params", "--tokens", "tokens", "--loss", "loss", "--n-boot", "0", "--grid", "coarse"]
+    fits = {}
+    for name, df in (("once", once), ("rep", _with_repeats(once)), ("seeds", _with_repeats(once, run_id="seed2"))):
+        df.to_csv(path := tmp_path / f"{name}.csv", index=False)
+        assert main(["fit", "chinchilla", str(path), *cols]) == 0
+        out = capsys.readouterr()
+        fits[name] = json.loads(out.out)
+        if name == "rep":
+            assert (f"interpscale fit chinchilla: {path}: 3 row(s) repeat another row's run and step, or every column "
+                    "(line 30 repeats line 3, line 31 repeats line 7, line 32 repeats line 11): merged") in out.err
+        if name == "seeds":
+            assert "3 distinct row(s) repeat another row's (params, tokens, loss)" in out.err
+            assert "kept as repeated runs" in out.err
+    assert fits["rep"] == fits["once"] and fits["rep"]["n"] == 28
     w = np.ones(len(once))
-    w[[1, 5, 9]] = 2
+    w[[1, 5, 9]] = 2  # a repeated run counts as often as it was run
     ref = fit_chinchilla(once["params"], once["tokens"], once["loss"], weights=w, n_boot=0, grid="coarse")
     for k in ("L_inf", "alpha", "beta"):
-        assert fit[k] == pytest.approx(getattr(ref, k), rel=1e-6)
-    assert fit["L_inf"] == pytest.approx(LAW["E"], rel=0.05) and fit["alpha"] == pytest.approx(LAW["alpha"], rel=0.1)
+        assert fits["seeds"][k] == pytest.approx(getattr(ref, k), rel=1e-6)
+    path = tmp_path / "rep.csv"
     assert main(["forecast", "record", str(path), "--method", "joint", "--n-boot", "20", "--grid", "coarse",
                  "--target-compute", "1e21", "--registry", str(tmp_path / "f.jsonl")]) == 0
-    assert "kept as repeated runs" in capsys.readouterr().err
+    assert "3 row(s) repeat another row's run and step, or every column" in capsys.readouterr().err
     assert main(["fit", "families", str(path), "--out", str(tmp_path / "fits"), "--n-boot", "0", "--grid",
                  "coarse"]) == 0
 
 
-def test_published_epoch_fit_from_a_table_with_repeated_runs(tmp_path, capsys, epoch_csv):
-    """Epoch's table (its recipe reproduces the published fit, test_chinchilla) with 21 runs listed
-    twice: the repeats are kept, and the fit is exactly Epoch's recipe with those runs at weight 2."""
+def test_published_epoch_fit_from_a_table_with_repeated_rows(tmp_path, capsys, epoch_csv):
+    """Epoch's table (its recipe reproduces the published fit, test_chinchilla) with 21 rows listed
+    twice: each is one measurement, merged, and the fit is exactly Epoch's recipe on the table."""
     from interpscale.scaling import fit_chinchilla
 
     d = pd.read_csv(epoch_csv)
-    low = d.nsmallest(63, "loss").index[::3]  # repeats among low-loss rows: --drop-highest-loss is unaffected
+    low = d.nsmallest(63, "loss").index[::3]
     path = tmp_path / "epoch_repeats.csv"
     pd.concat([d, d.loc[low]], ignore_index=True).to_csv(path, index=False)
     assert main(["fit", "chinchilla", str(path), "--params", "Model Size", "--flops", "Training FLOP", "--loss",
                  "loss", "--drop-highest-loss", "5", "--n-boot", "0", "--grid", "coarse"]) == 0
     out = capsys.readouterr()
-    assert "21 row(s) repeat another row's (Model Size, Training FLOP, loss)" in out.err
+    assert "21 row(s) repeat another row's run and step, or every column" in out.err
     fit = json.loads(out.out)
     keep = d["loss"] < np.sort(d["loss"].to_numpy())[-5]
-    w = np.where(d.index.isin(low), 2.0, 1.0)[keep]
     N = d.loc[keep, "Model Size"].to_numpy()
-    ref = fit_chinchilla(N, d.loc[keep, "Training FLOP"].to_numpy() / (6 * N), d.loc[keep, "loss"], weights=w,
-                         n_boot=0, grid="coarse")
-    assert fit["n"] == 261
+    ref = fit_chinchilla(N, d.loc[keep, "Training FLOP"].to_numpy() / (6 * N), d.loc[keep, "loss"], n_boot=0,
+                         grid="coarse")
+    assert fit["n"] == 240
     for k in ("L_inf", "A_P", "A_D", "alpha", "beta"):
         assert fit[k] == pytest.approx(getattr(ref, k), rel=1e-4)
 
 
-def test_fit_law_keeps_repeated_runs_and_names_their_lines(tmp_path, capsys, caplog):
+def test_fit_law_merges_repeated_rows_and_names_their_lines(tmp_path, capsys):
     df = _with_repeats(_results())
     path = tmp_path / "rep.csv"
     df.to_csv(path, index=False)
-    with caplog.at_level("WARNING"):
-        assert main(["fit", "law", "chinchilla", str(path), "--params", "params", "--tokens", "tokens", "--loss",
-                     "loss", "--n-boot", "0"]) == 0
-    assert "chinchilla fit of 31 rows" in capsys.readouterr().out
-    assert ("3 run(s) repeat another run's (params, tokens, loss) (line 30 repeats line 3, line 31 repeats line 7, "
-            "line 32 repeats line 11); kept as repeated runs") in caplog.text
+    assert main(["fit", "law", "chinchilla", str(path), "--params", "params", "--tokens", "tokens", "--loss",
+                 "loss", "--n-boot", "0"]) == 0
+    out = capsys.readouterr()
+    assert "chinchilla fit of 28 rows" in out.out
+    assert ("3 row(s) repeat another row's run and step, or every column (line 30 repeats line 3, line 31 repeats "
+            "line 7, line 32 repeats line 11): merged") in out.err

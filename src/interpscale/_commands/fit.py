@@ -27,6 +27,7 @@ from interpscale._commands.options import (
     option,
     table_options,
 )
+from interpscale._commands.rows import law_rows, merge_repeats_said, one_law_rows, row_options
 from interpscale.errors import UserError
 from interpscale.results_table import read_results
 from interpscale.results_table import repeated_rows, require_values
@@ -86,13 +87,14 @@ def _column(df, path: Path, flag: str, name: str | None):
 
 
 def say_repeats(command: str, df, columns: tuple[str, ...]) -> None:
-    """One stderr line when rows repeat another row's ``columns`` (named as file lines): they are
-    kept as repeated runs, each one point of the fit and one unit the bootstrap resamples."""
+    """One stderr line when distinct rows (repeats of one measurement are merged on reading,
+    :func:`merge_repeats_said`) hold equal ``columns`` (named as file lines): distinct runs with
+    equal values (seeds), kept, each one point of the fit and one unit the bootstrap resamples."""
     pairs = repeated_rows(df, columns)
     if pairs:
         where = df.attrs.get("rows", {}).get("where", "the table")
         shown = ", ".join(f"{b} repeats {a}" for a, b in pairs[:3]) + (", ..." if len(pairs) > 3 else "")
-        sys.stderr.write(f"interpscale {command}: {where}: {len(pairs)} row(s) repeat another row's "
+        sys.stderr.write(f"interpscale {command}: {where}: {len(pairs)} distinct row(s) repeat another row's "
                          f"({', '.join(columns)}) ({shown}); kept as repeated runs: each is one point of the fit "
                          "and one run the bootstrap resamples\n")
 
@@ -119,8 +121,10 @@ def family_filter(args, df, command: str) -> list[str] | None:
 
 def read_metric(args, fitter):
     """``args.results`` read by its column flags (``--family`` only when it names a column: an old
-    ``--family NAME`` is a filter, :func:`family_filter`), and the loss column the fits use
-    (``--metric``, default ``fitter``'s ``loss``), which must be a column holding numbers."""
+    ``--family NAME`` is a filter, :func:`family_filter`; without a slice column each row's compute
+    is its slice, ``results_table.with_slices``) with repeated rows merged (:func:`merge_repeats_said`),
+    and the loss column the fits use (``--metric``, default ``fitter``'s ``loss``), which must be a
+    column holding numbers."""
     path = Path(args.results)
     mapping = column_map(args, *[f for f in TABLE_FIELDS if f != "family"])
     if args.family is not None and args.family in read_results(path).columns:  # a column, not a family value
@@ -131,7 +135,7 @@ def read_metric(args, fitter):
     if metric not in df.columns:
         raise UserError(f"{path}: --metric {metric!r} is not a column; have {list(df.columns)}")
     require_values(df, metric)
-    return path, df, metric
+    return path, merge_repeats_said(f"{args.command} {args.verb}", df, (metric,)), metric
 
 
 # ---------------------------------------------------------------- fit families
@@ -228,17 +232,21 @@ def trends_md(analysis) -> str:
 def _add_chinchilla(sub) -> None:
     from interpscale.scaling import fit_chinchilla
 
-    p = sub.add_parser("chinchilla", help="the joint fit (Eq. 27) of any table of runs, by column names",
-                       description="Fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta to any CSV / Parquet table. "
-                                   "Rows that repeat another row's (params, tokens, loss) are repeated runs: "
-                                   "kept, each one point of the fit and one run the bootstrap resamples.")
+    p = sub.add_parser("chinchilla", help="the joint fit (Eq. 27) of one family's runs in any table, by column names",
+                       description="Fit L(P, D) = L_inf + A_P/P^alpha + A_D/D^beta to one family's rows of any CSV / "
+                                   "Parquet table (a table of several families needs --only-family; its annealed "
+                                   "rows where it has both). A row repeating another's run and step, or every "
+                                   "column, is one measurement: merged, said on stderr; distinct runs with equal "
+                                   "values are repeated runs, each one point of the fit and one run the bootstrap "
+                                   "resamples.")
     p.add_argument("table", metavar="FILE", help="a CSV or Parquet table of runs")
     add_columns(p, "params", "loss", required=("params", "loss"))
     tok = p.add_mutually_exclusive_group(required=True)
     add_columns(tok, "tokens", defaults=False)
     tok.add_argument("--flops", metavar="COL", help="column with training FLOPs (tokens = FLOPs / (6 params))")
-    add_columns(p, "run", defaults=False, help={"run": "column naming each row's run: the bootstrap resamples "
-                                                "whole runs (several checkpoints of one run)"})
+    add_columns(p, "run", "step", defaults=False, help={"run": "column naming each row's run: the bootstrap "
+                                                        "resamples whole runs (several checkpoints of one run)"})
+    row_options(p)
     p.add_argument("--out", type=Path, help="chinchilla.json in this directory, or the .json file named "
                    "(stdout then gets the summary; without --out the JSON goes to stdout)")
     p.add_argument("--weights", metavar="COL", help="column of per-point weights")
@@ -255,28 +263,36 @@ def _chinchilla(args) -> int:
     from interpscale.scaling import fit_chinchilla
 
     path = Path(args.table)
-    df = read_results(path)
-    missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in df.columns]
+    have = read_results(path).columns
+    missing = [c for c in (args.params, args.tokens, args.flops, args.loss) if c and c not in have]
     if missing:
-        raise UserError(f"{path}: missing column(s) {missing}; have {list(df.columns)}")
-    require_values(df, args.loss)
-    if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
-        df = df[df[args.loss] < df[args.loss].nlargest(args.drop_highest_loss).min()]
-    P = df[args.params].to_numpy(float)
-    D = df[args.tokens].to_numpy(float) if args.tokens else df[args.flops].to_numpy(float) / (6.0 * P)
-    say_repeats("fit chinchilla", df, (args.params, args.tokens or args.flops, args.loss))
+        raise UserError(f"{path}: missing column(s) {missing}; have {list(have)}")
     if args.run and args.cluster and args.run != args.cluster:
         raise UserError("--run and --cluster both name the bootstrap's groups; give one")
-    groups = _column(df, path, "--run" if args.run else "--cluster", args.run or args.cluster)
+    mapping = {"params": args.params, "tokens": args.tokens, "flops": args.flops, "loss": args.loss,
+               "run_id": args.run, "step": args.step, "family": args.family}
+    df = read_results(path, columns=mapping)  # the results-table names from here on
+    if not args.tokens:
+        df["tokens"] = df["flops"] / (6.0 * df["params"])
+    require_values(df, "loss")
+    df = one_law_rows(merge_repeats_said("fit chinchilla", df, ("loss",)), args, "fit chinchilla", str(path))
+    if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
+        df = df[df["loss"] < df["loss"].nlargest(args.drop_highest_loss).min()]
+    say_repeats("fit chinchilla", df, ("params", "tokens", "loss"))
+    named = {v: k for k, v in mapping.items() if v}  # a mapped column goes by its results-table name
+    cluster = "run_id" if args.run else named.get(args.cluster, args.cluster)
+    groups = _column(df, path, "--run" if args.run else "--cluster", cluster)
     boot = {"bootstrap": "cluster", "groups": groups} if groups is not None else {}
-    fit = fit_chinchilla(P, D, df[args.loss], weights=_column(df, path, "--weights", args.weights),
+    weights = _column(df, path, "--weights", named.get(args.weights, args.weights))
+    fit = fit_chinchilla(df["params"].to_numpy(float), df["tokens"].to_numpy(float), df["loss"], weights=weights,
                          **boot, **_joint_options(args),
                          **given(args, "delta", "grid", "n_boot", "bootstrap", "level", "seed"))
     text = json.dumps(fit.to_dict(), indent=2) + "\n"
     if args.out is None:
         sys.stdout.write(text)  # the JSON is the output (pipe it); with --out it goes to the file only
     else:
-        sys.stdout.write(f"joint fit (Eq. 27) of {len(df)} rows of {path}\n{fit.summary()}\n")
+        which = f" (family {args.only_family})" if args.only_family else ""
+        sys.stdout.write(f"joint fit (Eq. 27) of {len(df)} rows of {path}{which}\n{fit.summary()}\n")
         _write_json(args.out, "chinchilla.json", text)
     return 0 if fit.converged else 1
 
@@ -299,6 +315,7 @@ def _add_law(sub) -> None:
                       "run": "per-step logs or checkpoints: the column naming each row's run",
                       "step": "per-step logs: the step column (tokens = step x --tokens-per-step where "
                               "--tokens is empty)"})
+    row_options(p)
     p.add_argument("--unique-tokens", metavar="COL", help="unique tokens (data-constrained)")
     p.add_argument("--metric", metavar="COL", help="downstream error (overtraining) or accuracy (ladder step 2)")
     p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
@@ -317,7 +334,8 @@ def _law(args) -> int:
     from interpscale.scaling.laws import fit_law_table
 
     per_step = number(args.tokens_per_step)
-    res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens,
+    keep = law_rows(args, args.tables, "fit law")  # one family, annealed or stable rows, repeats once
+    res = fit_law_table(args.law, args.tables, params=args.params, tokens=args.tokens, keep=keep,
                         unique_tokens=args.unique_tokens, loss=args.loss, metric=args.metric, run=args.run,
                         step=args.step, tokens_per_step=args.tokens_per_step if per_step is None else per_step,
                         **given(args, "last", "recipe", "task_min", "n_boot", "level", "seed"))
@@ -419,16 +437,14 @@ def _add_multiplier(sub) -> None:
                        "and a growth test: multiplier.csv and multiplier.json in --out",
                        description="k(C) = C_variant(L*_base(C)) / C: the compute the variant needs to reach the "
                        "base family's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP "
-                       "envelopes (Eq. 26), saturating envelopes and the joint fits (Eq. 27), the one that best "
-                       "predicts held-out slice minima answering; docs/multiplier.md.")
+                       "envelopes (Eq. 26) and the joint fits (Eq. 27); docs/multiplier.md.")
     table_options(p, fit_multiplier, "loss column (e.g. a bits-per-byte column)")
     p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
     p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
     p.add_argument("--out", type=Path, required=True, help="output directory for multiplier.csv and multiplier.json")
     p.add_argument("--target-compute", type=float, nargs="+", metavar="C",
                    help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
-    p.add_argument("--methods", nargs="+", choices=("isoflop", "saturating", "joint"),
-                   help="default: all three; the best-scoring one answers")
+    p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
     p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "
                    "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
     option(p, "--margin", fit_multiplier, type=float,

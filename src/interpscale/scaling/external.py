@@ -108,7 +108,7 @@ def _tokens(df, tokens, step, tokens_per_step, path, kind) -> np.ndarray:
     return tok
 
 
-def _map_file(path: Path, cols: dict, run, step, tokens_per_step) -> pd.DataFrame:
+def _map_file(path: Path, cols: dict, run, step, tokens_per_step, keep=None) -> pd.DataFrame:
     df, kind = _read(path)
     if df.empty:
         raise UserError(f"{path}: the table has no rows")
@@ -134,6 +134,8 @@ def _map_file(path: Path, cols: dict, run, step, tokens_per_step) -> pd.DataFram
             raise UserError(f"{path}, {out['_line'].iloc[i]}: {f} must be > 0, got {out[f].iloc[i]:g}")
     out["_file"] = str(path)
     out["step"] = _numbers(df, step, path, kind, "--step", required=False) if step else np.nan
+    if keep is not None:  # the rows a one-law command fits (one family, ...: _commands.rows)
+        out = out[np.asarray(keep(path, df), bool)]
     if step:  # a log's rows in step order within each run (stable: equal steps keep the file's order)
         out["_order"] = pd.factorize(out["run"])[0]  # runs stay in order of first appearance
         out = out.sort_values(["_order", "step"], kind="stable").drop(columns=["_order"])
@@ -215,10 +217,11 @@ def _reduce(rows: pd.DataFrame, last: int) -> pd.DataFrame:
 def read_runs(paths: Union[str, Path, Sequence[Union[str, Path]]], *, params: Column, tokens: Column = None,
               unique_tokens: Column = None, loss: Column = None, metric: Column = None, run: str | None = None,
               step: str | None = None, tokens_per_step: Union[str, float, None] = None,
-              last: int | None = 1) -> RunTable:
+              last: int | None = 1, keep=None) -> RunTable:
     """Read runs from one or more tables by column mapping (module doc). A run is the rows of one
     ``run`` value (without ``run``: the file when ``step`` is mapped, else each row); ``last=K``
-    reduces it to one row, ``last=None`` keeps every logged row. Map ``loss`` and/or ``metric``."""
+    reduces it to one row, ``last=None`` keeps every logged row. Map ``loss`` and/or ``metric``.
+    ``keep(path, table)``: a boolean mask of the file's rows to read (default: all)."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not files:
         raise UserError("read_runs: no files given")
@@ -229,7 +232,7 @@ def read_runs(paths: Union[str, Path, Sequence[Union[str, Path]]], *, params: Co
     cols = {"params": params, "tokens": tokens, "unique_tokens": unique_tokens, "loss": loss, "metric": metric}
     if tokens is None and step is None:
         raise UserError("read_runs: map --tokens, or --step with --tokens-per-step")
-    rows = pd.concat([_map_file(p, cols, run, step, tokens_per_step) for p in files], ignore_index=True)
+    rows = pd.concat([_map_file(p, cols, run, step, tokens_per_step, keep) for p in files], ignore_index=True)
     frame = (_reduce(rows, int(last)) if last is not None else
              rows.rename(columns={"_line": "line", "_file": "file"}).assign(rows=1, logged=1))
     if last is not None:

@@ -659,8 +659,10 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
                   loss: str | None = None, metric: str | None = None, run: str | None = None, step: str | None = None,
                   tokens_per_step=None, last: int = 1, recipe: Literal["authors", "robust"] = "authors",
                   task_min: float = 0.25,
-                  n_boot: int | None = None, level: float | None = None, seed: int | None = None) -> LawTableFit:
-    """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc."""
+                  n_boot: int | None = None, level: float | None = None, seed: int | None = None,
+                  keep=None) -> LawTableFit:
+    """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc.
+    ``keep(path, table)``: the rows of each file to read (``external.read_runs``)."""
     if law not in LAWS:
         raise UserError(f"unknown law {law!r}; choose from {', '.join(LAWS)}")
     if loss is None:
@@ -668,7 +670,7 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
     if law == "data-constrained" and unique_tokens is None:
         raise UserError("fit law data-constrained: map --unique-tokens (unique tokens of each run)")
     mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
-                   step=step, tokens_per_step=tokens_per_step)
+                   step=step, tokens_per_step=tokens_per_step, keep=keep)
     table: RunTable = read_runs(paths, last=last, **mapping)
     boot = {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
     try:
