@@ -106,7 +106,7 @@ def test_missing_input_file_and_bad_settings(tmp_path, capsys):
     p.write_text('{"label": "a", "tokens": ["x"]}\n')
     assert main(["judge", "alignment", "--input", str(p), "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                  "--concurrency", "0", "--cache", str(tmp_path / "c.sqlite")]) == 2
-    assert "concurrency must be >= 1" in capsys.readouterr().err
+    assert "--concurrency: must be a whole number >= 1, got 0" in capsys.readouterr().err
     assert main(["judge", "alignment", "--input", str(p), "--batch-write", str(tmp_path / "b.jsonl")]) == 2
     assert "Batch API files need a judge model name" in capsys.readouterr().err
 

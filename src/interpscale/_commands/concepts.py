@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="opt-in normalisation, recorded in chunks/manifest.json: drop sentences over TOKENS "
                             "tokens (the paper: 50000); by default no character of a document is dropped")
     for p in (t, l_, a, v):
-        p.add_argument("dir", metavar="DIR", type=existing_dir, help="concepts directory (made by `concepts chunk`)")
+        p.add_argument("dir", metavar="DIR", help="concepts directory (made by `concepts chunk`)")
     for p in (t, b):
         option(p, "--sample", BuildOptions, "n_sample", type=count, help="chunks to tag")
     for p in (v, b):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from interpscale._atomic import atomic_write_text
-from interpscale._commands.options import (checkpoint_path, count, existing_dir, existing_file, given,
-                                           non_negative_int, option, out_dir, positive_float)
+from interpscale._commands.options import (count, existing_dir, existing_file, given, non_negative_int, option,
+                                           out_dir, positive_float)
 from interpscale.errors import FailedWork, UserError
 from interpscale.models.checkpoint import weights_file
 
@@ -59,13 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="verb", metavar="KIND", required=True)
     a = sub.add_parser("alignment", help="known concept alignment 1-5 (App. E)")
     src = a.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", type=checkpoint_path, help="RUN_DIR/checkpoints/*.pt of a concept model")
+    src.add_argument("--checkpoint", help="RUN_DIR/checkpoints/*.pt of a concept model")
     src.add_argument("--input", type=existing_file, help="JSONL rows {label, description, tokens: [...]}")
     a.add_argument("--k", type=count, help="top-k tokens per concept (default: judge_checkpoint_alignment's)")
     a.add_argument("--n-sample", type=count, default=None, help="score a seeded random subset of concepts")
     s = sub.add_parser("steering", help="steering benchmark: concept and quality 0-2 (App. M)")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", type=checkpoint_path, help="generate with this checkpoint, then judge")
+    src.add_argument("--checkpoint", help="generate with this checkpoint, then judge")
     src.add_argument("--input", type=existing_file, help="JSONL rows {label, description, prompt, continuation, condition[, strength]}")
     s.add_argument("--prompts", type=existing_file, help="text file, one prompt per line (default: built-in neutral prompts)")
     option(s, "--n-concepts", run_steering_benchmark, type=count, help="concepts steered")
@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r = sub.add_parser("relevance", help="concept relevance 1-5 per candidate, JSON (App. C)")
     r.add_argument("--input", required=True, type=existing_file,
                    help="JSONL rows {text, candidates: [{label, description, words?}]}; with --checkpoint only {text}")
-    r.add_argument("--checkpoint", type=checkpoint_path, help="judge this checkpoint's top predicted concepts for each text")
+    r.add_argument("--checkpoint", help="judge this checkpoint's top predicted concepts for each text")
     r.add_argument("--top", type=count, help="predicted concepts per chunk with --checkpoint (default: "
                    "judge_checkpoint_relevance's)")
     for p in (a, s, r):

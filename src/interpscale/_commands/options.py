@@ -158,7 +158,7 @@ def table_file(text: str, suffixes: tuple[str, ...] = TABLE_SUFFIXES) -> Path:
     if _suffix(path) not in suffixes:
         raise argparse.ArgumentTypeError(f"{path} is not a table ({kinds})")
     if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist")
+        raise argparse.ArgumentTypeError(f"{path}: no such file")
     return path
 
 
@@ -178,7 +178,7 @@ def existing_file(text: str) -> Path:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a directory, not a file")
     if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist")
+        raise argparse.ArgumentTypeError(f"{path}: no such file")
     return path
 
 
@@ -186,7 +186,7 @@ def existing_dir(text: str) -> Path:
     """An argparse ``type``: a directory that exists."""
     path = Path(text)
     if not path.exists():
-        raise argparse.ArgumentTypeError(f"{path} does not exist")
+        raise argparse.ArgumentTypeError(f"{path}: no such directory")
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a file, not a directory")
     return path

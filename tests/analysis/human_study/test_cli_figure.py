@@ -48,7 +48,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert rc == 2 and "taster" in capsys.readouterr().err
     rc = main(["human-study", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o"), "--no-bayes",
                "--prior-beta-sd", "-1"])
-    assert rc == 2 and "beta_sd" in capsys.readouterr().err
+    assert rc == 2 and "--prior-beta-sd" in capsys.readouterr().err
 
 
 def test_forest_figure(tmp_path, small_study):
