@@ -94,7 +94,7 @@ def test_mixed_rows_fall_back_with_warning(results):
 def test_bad_tables(results):
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['tokens'\]"):
         fit_families(results.drop(columns="tokens"))
-    with pytest.raises(ValueError, match="no rows with estimator == 'nope'"):
+    with pytest.raises(ValueError, match="--estimator nope: no rows with estimator = nope"):
         fit_families(results, estimator="nope")
     with pytest.raises(ValueError, match="not in the table"):
         fit_families(results, families=["gpt"])

@@ -18,19 +18,28 @@ from interpscale._commands.options import (
     TABLE_FIELDS,
     add_columns,
     column_map,
+    count,
     deprecated,
     fit_options,
     given,
     library_default,
     literal_choices,
+    level,
+    log_table,
+    non_negative_int,
     number,
     option,
+    out_dir,
+    out_json,
+    positive_float,
+    replicates,
+    table_file,
     table_options,
 )
 from interpscale._commands.rows import law_rows, merge_repeats_said, one_law_rows, row_options
 from interpscale.errors import UserError
 from interpscale.results_table import read_results
-from interpscale.results_table import repeated_rows, require_values
+from interpscale.results_table import measured_rows, repeated_rows, require_values
 
 DEFAULT_VERB = "families"  # `interpscale fit RESULTS` (deprecated spelling)
 
@@ -147,9 +156,9 @@ def _add_families(sub) -> None:
                        description="IsoFLOP (Eq. 25-26) and joint (Eq. 27) fits per family of a results table.")
     table_options(p, fit_families, "column the loss fits use; e.g. a bits-per-byte column to compare "
                   "families with different tokenizers on one scale", {"family": FAMILY_HELP})
-    p.add_argument("--out", type=Path, required=True, help="output directory for fits.json and tables.md")
+    p.add_argument("--out", type=out_dir, required=True, help="output directory for fits.json and tables.md")
     p.add_argument("--only-family", action="append", metavar="NAME", help="fit only this family (repeatable)")
-    p.add_argument("--target-compute", type=float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22, and "
+    p.add_argument("--target-compute", type=positive_float, help="extrapolate to this compute (FLOPs), e.g. 7.6e22, and "
                    "forecast the loss there with every method (the default chosen by backtest)")
     p.add_argument("--method", metavar="NAME", help="forecast method at --target-compute (joint | isoflop-powerlaw "
                    "| isoflop-saturating | a registered law; default: the lowest rolling-origin backtest error at "
@@ -157,7 +166,7 @@ def _add_families(sub) -> None:
     p.add_argument("--backtest", action="store_true",
                    help="also forecast each held-out budget (rollout and leave-one-out) and score every "
                         "method: backtest.json and backtest.md in --out")
-    option(p, "--backtest-boot", backtest, "n_boot", type=int, metavar="N", help="bootstrap replicates per backtest fit")
+    option(p, "--backtest-boot", backtest, "n_boot", type=replicates, metavar="N", help="bootstrap replicates per backtest fit")
     p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column (e.g. run_id, "
                    "when several checkpoints share a run)")
     option(p, "--minimum", fit_families, choices=literal_choices(fit_families, "minimum"),
@@ -239,7 +248,7 @@ def _add_chinchilla(sub) -> None:
                                    "column, is one measurement: merged, said on stderr; distinct runs with equal "
                                    "values are repeated runs, each one point of the fit and one run the bootstrap "
                                    "resamples.")
-    p.add_argument("table", metavar="FILE", help="a CSV or Parquet table of runs")
+    p.add_argument("table", metavar="FILE", type=table_file, help="a CSV or Parquet table of runs")
     add_columns(p, "params", "loss", required=("params", "loss"))
     tok = p.add_mutually_exclusive_group(required=True)
     add_columns(tok, "tokens", defaults=False)
@@ -247,12 +256,12 @@ def _add_chinchilla(sub) -> None:
     add_columns(p, "run", "step", defaults=False, help={"run": "column naming each row's run: the bootstrap "
                                                         "resamples whole runs (several checkpoints of one run)"})
     row_options(p)
-    p.add_argument("--out", type=Path, help="chinchilla.json in this directory, or the .json file named "
+    p.add_argument("--out", type=out_json, help="chinchilla.json in this directory, or the .json file named "
                    "(stdout then gets the summary; without --out the JSON goes to stdout)")
     p.add_argument("--weights", metavar="COL", help="column of per-point weights")
     p.add_argument("--cluster", metavar="COL", help="bootstrap whole groups named by this column")
-    p.add_argument("--drop-highest-loss", type=int, default=0, metavar="K", help="drop the K highest-loss rows first")
-    option(p, "--delta", fit_chinchilla, type=float, help="Huber delta")
+    p.add_argument("--drop-highest-loss", type=non_negative_int, default=0, metavar="K", help="drop the K highest-loss rows first")
+    option(p, "--delta", fit_chinchilla, type=positive_float, help="Huber delta")
     option(p, "--bootstrap", fit_chinchilla, choices=literal_choices(fit_chinchilla, "bootstrap"),
            help="bootstrap kind (--cluster implies cluster)")
     _bootstrap_options(p, fit_chinchilla)
@@ -276,6 +285,9 @@ def _chinchilla(args) -> int:
         df["tokens"] = df["flops"] / (6.0 * df["params"])
     require_values(df, "loss")
     df = one_law_rows(merge_repeats_said("fit chinchilla", df, ("loss",)), args, "fit chinchilla", str(path))
+    df, left_out = measured_rows(df, ("params", "tokens", "loss"))  # the one rule for empty cells (docs/errors.md)
+    if left_out:
+        sys.stderr.write(f"interpscale fit chinchilla: {left_out}\n")
     if args.drop_highest_loss > 0:  # Epoch's recipe drops the 5 highest-loss points
         df = df[df["loss"] < df["loss"].nlargest(args.drop_highest_loss).min()]
     say_repeats("fit chinchilla", df, ("params", "tokens", "loss"))
@@ -307,7 +319,7 @@ def _add_law(sub) -> None:
                        description="Fit a published scaling law to external runs; per-step logs are reduced to the "
                                    "mean of each run's last K logged rows.")
     p.add_argument("law", choices=LAWS, help="the law to fit")
-    p.add_argument("tables", nargs="+", metavar="FILE", help="CSV (.csv, .csv.gz, .tsv) or Parquet; one per run "
+    p.add_argument("tables", nargs="+", metavar="FILE", type=log_table, help="CSV (.csv, .csv.gz, .tsv) or Parquet; one per run "
                    "for per-step logs without a --run column")
     add_columns(p, "params", "tokens", "loss", "run", "step", required=("params", "loss"), defaults=False,
                 help={"tokens": "column with training tokens (of the logged step)",
@@ -319,14 +331,14 @@ def _add_law(sub) -> None:
     p.add_argument("--unique-tokens", metavar="COL", help="unique tokens (data-constrained)")
     p.add_argument("--metric", metavar="COL", help="downstream error (overtraining) or accuracy (ladder step 2)")
     p.add_argument("--tokens-per-step", metavar="COL|N", help="a column (e.g. the batch size in tokens) or a number")
-    option(p, "--last", fit_law_table, type=int, metavar="K", help="average each run's last K logged rows")
+    option(p, "--last", fit_law_table, type=count, metavar="K", help="average each run's last K logged rows")
     option(p, "--recipe", fit_law_table, choices=literal_choices(fit_law_table, "recipe"),
            help="the authors' recipe or Huber on log residuals from a start grid")
     option(p, "--task-min", fit_law_table, type=float, help="ladder: chance accuracy (step 2's start)")
-    p.add_argument("--n-boot", type=int, help="bootstrap replicates (0: none; default: the law's)")
-    p.add_argument("--level", type=float, help="interval level (default: the law's)")
+    p.add_argument("--n-boot", type=replicates, help="bootstrap replicates (0: none; default: the law's)")
+    p.add_argument("--level", type=level, help="interval level (default: the law's)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--out", type=Path, help="<law>.json in this directory, or the .json file named")
+    p.add_argument("--out", type=out_json, help="<law>.json in this directory, or the .json file named")
     p.set_defaults(handler=_law)
 
 
@@ -355,15 +367,15 @@ def _add_curve(sub) -> None:
                                    "leave-one-run-out error (with one branch: lr-annealing by default, its "
                                    "interval from a prior error measured on public logs), and predict the "
                                    "last-step loss of other schedules.")
-    p.add_argument("log", metavar="LOG", help="per-step log (.csv, .tsv or .parquet), one row per logged step")
+    p.add_argument("log", metavar="LOG", type=table_file, help="per-step log (.csv, .tsv or .parquet), one row per logged step")
     add_columns(p, "run", "step", "loss", required=("run", "step", "loss"), defaults=False)
     p.add_argument("--lr", metavar="COL", required=True, help="column with the learning rate of each logged step")
     p.add_argument("--stable", metavar="RUN", help="the constant-LR run (default: the longest one the log has)")
-    p.add_argument("--predict", type=Path, metavar="SCHEDULES.csv",
+    p.add_argument("--predict", type=table_file, metavar="SCHEDULES.csv",
                    help="schedules to predict: columns run, step, lr, at any granularity (steps before a "
                    "schedule's branch point follow the stable run)")
-    p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
-    p.add_argument("--out", type=Path, required=True, help="directory for loo.csv and predictions.csv")
+    p.add_argument("--level", type=level, default=0.9, help="interval level (default 0.9)")
+    p.add_argument("--out", type=out_dir, required=True, help="directory for loo.csv and predictions.csv")
     p.set_defaults(handler=_curve)
 
 
@@ -441,8 +453,8 @@ def _add_multiplier(sub) -> None:
     table_options(p, fit_multiplier, "loss column (e.g. a bits-per-byte column)")
     p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
     p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
-    p.add_argument("--out", type=Path, required=True, help="output directory for multiplier.csv and multiplier.json")
-    p.add_argument("--target-compute", type=float, nargs="+", metavar="C",
+    p.add_argument("--out", type=out_dir, required=True, help="output directory for multiplier.csv and multiplier.json")
+    p.add_argument("--target-compute", type=positive_float, nargs="+", metavar="C",
                    help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
     p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
     p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "

@@ -230,8 +230,8 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
     b, flags = fc.best, fit_flags(fc.best.fit)
     if flags and not force:
         raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
-                         "forecast and interval are not to be trusted (pass force=True, CLI --force, to record it "
-                         "anyway with the flag stored in its note)")
+                         "forecast and interval are not to be trusted (--force records it anyway, the flag stored in "
+                         "its note)")
     if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
         raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
                          f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "

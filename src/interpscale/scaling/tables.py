@@ -38,26 +38,34 @@ def row_groups(rows: pd.DataFrame):
     return rows[GROUPS_COLUMN].to_numpy() if GROUPS_COLUMN in rows.columns else None
 
 
+def _choice(what: str, want=None) -> str:
+    """The CLI flag that chooses ``what`` (= ``want``): messages speak flags (docs/errors.md)."""
+    if what == "annealed":
+        return "--annealed / --no-annealed" if want is None else ("--annealed" if want else "--no-annealed")
+    return f"--{what}" + ("" if want is None else f" {want}")
+
+
 def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnings: list[str], *,
-                caller: str = "fit_families") -> pd.DataFrame:
+                caller: str = "fit_families", label: str = "") -> pd.DataFrame:
     """Rows with ``col == want``; with ``want`` None and several values in ``col``, the first
     of ``prefer`` present (else the smallest value), recorded in ``warnings``. ValueError when
     ``want`` is given but the column or the value is missing."""
     if col not in results.columns:
         if want is not None:
-            raise ValueError(f"{caller}: {what}={want!r} requested but the table has no {col!r} column")
+            raise ValueError(f"{caller}: {_choice(what, want)} given but the table has no {col!r} column")
         return results
     if want is not None:
         out = results[results[col] == want]
         if out.empty:
-            raise ValueError(f"{caller}: no rows with {col} == {want!r}; "
+            raise ValueError(f"{caller}: {_choice(what, want)}: no rows with {col} = {want}; "
                              f"values: {sorted(results[col].dropna().unique().tolist())}")
         return out
     vals = results[col].dropna().unique().tolist()
     if len(vals) <= 1:
         return results
     pick = next((p for p in prefer if p in vals), sorted(vals, key=str)[0])
-    emit(warnings, f"{col} mixes {sorted(vals, key=str)}; using {col} == {pick!r} (pass {what}= to choose)")
+    emit(warnings, f"{label}{col} mixes {sorted(vals, key=str)}; using the rows with {col} = {pick} "
+                   f"({_choice(what)} to choose)")
     return results[results[col] == pick]
 
 
@@ -93,12 +101,12 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
         fams = sorted(df["family"].dropna().unique().tolist(), key=str)
         want = [family] if isinstance(family, str) else list(family or [])
         if one_family and not want and len(fams) > 1:
-            raise ValueError(f"the table has several families {fams}; pass family=")
+            raise ValueError(f"the table has several families {fams}; choose one (--only-family NAME)")
         if unknown := [f for f in want if f not in fams]:
             raise ValueError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
                              f"have {fams}")
         parts = [select_rows(df[df["family"] == f], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
-                             warnings, caller=caller) for f in (want or fams)]
+                             warnings, caller=caller, label=f"{f}: ") for f in (want or fams)]
         df = pd.concat(parts) if parts else df.iloc[:0]
     else:
         df = select_rows(df, "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator", warnings, caller=caller)
