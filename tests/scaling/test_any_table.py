@@ -92,3 +92,7 @@ def test_fit_families_and_multiplier_run_on_a_table_of_run_family_params_tokens_
     assert "lacks column" not in capsys.readouterr().err
     k = pd.read_csv(tmp_path / "m" / "multiplier.csv")
     assert len(k) and np.isfinite(k["k"]).any()
+    from interpscale.scaling.multiplier import fit_multiplier  # the Python API reads the same table alike
+
+    m = fit_multiplier(t.drop(columns="budget").rename(columns={"run": "run_id"}), "a", "b", n_boot=10, grid="coarse")
+    assert np.allclose(m.to_frame()["k"], k["k"], rtol=1e-9, equal_nan=True)

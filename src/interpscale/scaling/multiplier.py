@@ -170,7 +170,7 @@ def backbone_pairs(families, suffix: str = "+concept") -> list[tuple[str, str]]:
 
 def _family_rows(results: pd.DataFrame, fam: str, *, loss: str, estimator, annealed, warnings) -> pd.DataFrame:
     """The rows of one family that the fits use (``tables.fit_rows``, as ``fit_families``)."""
-    for col in ("family", "slice_flops", "params", "tokens", loss):
+    for col in ("family", "params", "tokens", loss):  # slices: fit_rows derives them where there is no column
         if col not in results.columns:
             raise ValueError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
     if fam not in set(results["family"]):
