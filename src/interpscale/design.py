@@ -38,8 +38,7 @@ from scipy import stats
 
 from interpscale.orchestration import plan as plan_sweep
 from interpscale.orchestration.config import Preset, load_preset
-from interpscale.scaling import fit_chinchilla, fit_isoflop
-from interpscale.scaling._base import quiet
+from interpscale.scaling import fit_chinchilla, fit_isoflop, quiet
 from interpscale.scaling.multiplier import VERDICTS, fit_multiplier, planted_multiplier
 from interpscale.scaling.tables import SLICE_TOLERANCE, fit_rows, slice_rows
 
@@ -453,7 +452,7 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0,
     budget over ``ranges`` (last / first), ``sizes`` per slice, within ``budget`` FLOPs. Ordered by
     their nominal compute (sizes x the slices' sum) and planned only when reached."""
     tree = Preset.load(preset)
-    first = min(min(v) for v in _slices_of(tree).values())
+    first = min(min(v) for v in slices_of(tree).values())
     specs = {(tuple(float(f"{first * r ** (i / (n - 1)):.4g}") for i in range(n)), s, f"{n}x{s} over {r:g}x")
              for n in n_slices for r in ranges for s in sizes}
     for sl, s, label in sorted(specs, key=lambda t: (t[1] * sum(t[0]), t[2])):
@@ -468,7 +467,7 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0,
             yield g
 
 
-def _slices_of(tree) -> dict:
+def slices_of(tree) -> dict:
     s = tree.plan.slices
     return s if isinstance(s, dict) else {f: list(s) for f in tree.plan.families}
 

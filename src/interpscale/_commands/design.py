@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         noise = d.NoiseModel(**{**noise.to_dict(), "slice_sd": args.slice_noise})
     truth = d.truth_from_pilot(pilot, base, variant, multiplier=args.multiplier) if pilot is not None else d.Truth(
         law=d.DEFAULT_LAW, multiplier=args.multiplier or 1.3)
-    largest = max(max(v) for v in d._slices_of(tree).values())
+    largest = max(max(v) for v in d.slices_of(tree).values())
     target = args.target_compute or 10 * largest
     bar = tqdm(total=0, unit="sim", disable=None, file=sys.stderr, leave=False)
 
