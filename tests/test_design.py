@@ -3,6 +3,7 @@ the plan's, the written preset plans as written, and the command end to end."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -110,3 +111,14 @@ def test_design_bad_input_is_one_line(tmp_path, argv, words):
     r = subprocess.run([sys.executable, "-m", "interpscale.cli", "design", str(TINY), *argv, "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_stated_world_is_centred_on_the_planned_sizes():
+    """Without a pilot the planted optimum is where plan put its sizes, so every slice brackets it."""
+    grid = d.grid_from_plan(TINY)
+    truth = d.truth_for_grid(grid, "ar")
+    t = d.simulate(grid, dataclasses.replace(truth, pivot=3e8), d.NoiseModel(run_sd=0.0), "ar", None, 0)
+    for _, g in t.groupby("slice_flops"):
+        i = int(np.argmin(g["loss"].to_numpy()))
+        assert 0 < i < len(g) - 1
+    assert truth.optimal_loss(math.sqrt(2e8 * 4e8)) == pytest.approx(3.0)

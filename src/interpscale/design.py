@@ -226,6 +226,28 @@ def truth_from_pilot(results: pd.DataFrame, base: str, variant: str | None = Non
     return Truth(law=law, multiplier=float(multiplier) if ok else 1.3, kind=kind, source="pilot", note=note)
 
 
+DEMO_WORLD = dict(alpha_L=-0.2, L_mid=3.0, curvature=0.05)  # the demo's scale: alpha_L ~ -0.2 (docs/multiplier.md)
+
+
+def truth_for_grid(grid: "Grid", base: str, *, multiplier: float = 1.3, world: Mapping | None = None) -> Truth:
+    """A stated IsoFLOP world centred on ``grid``: P*(C) through the geometric middle of the sizes
+    ``plan`` chose for ``base`` on each slice (the optimum the grid was built to bracket), L*(C) with
+    exponent ``alpha_L`` through ``L_mid`` at the middle budget, slice ``curvature`` (``DEMO_WORLD``)."""
+    w = dict(DEMO_WORLD, **(world or {}))
+    pts = grid.points[grid.points["family"] == base]
+    if pts.empty:
+        raise ValueError(f"design: the grid has no runs of family {base!r}")
+    mid_P = pts.groupby("slice_flops")["params"].apply(lambda p: float(np.exp(np.log(p).mean())))
+    x, y = np.log(mid_P.index.to_numpy(float)), np.log(mid_P.to_numpy(float))
+    alpha_P, log_a = np.polyfit(x, y, 1) if len(x) > 1 else (0.5, y[0] - 0.5 * x[0])
+    mid = float(np.sqrt(grid.slices[0] * grid.slices[-1]))
+    law = dict(a_P=float(np.exp(log_a)), alpha_P=float(alpha_P), a_L=w["L_mid"] / mid ** w["alpha_L"],
+               alpha_L=w["alpha_L"], curvature=w["curvature"])
+    return Truth(law=law, multiplier=multiplier, kind="isoflop", source="stated",
+                 note=f"IsoFLOP world centred on the planned sizes (alpha_L {w['alpha_L']:g}, L* {w['L_mid']:g} "
+                      f"at {mid:.3g} FLOPs, curvature {w['curvature']:g})")
+
+
 # ---- the grid -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         run_sd=args.noise, slice_sd=args.slice_noise or 0.0)
     if args.noise is None and args.slice_noise is not None:
         noise = d.NoiseModel(**{**noise.to_dict(), "slice_sd": args.slice_noise})
-    truth = d.truth_from_pilot(pilot, base, variant, multiplier=args.multiplier) if pilot is not None else d.Truth(
-        law=d.DEFAULT_LAW, multiplier=args.multiplier or 1.3)
+    truth = d.truth_from_pilot(pilot, base, variant, multiplier=args.multiplier) if pilot is not None else \
+        d.truth_for_grid(d.grid_from_plan(tree), base, multiplier=args.multiplier or 1.3)
     largest = max(max(v) for v in d.slices_of(tree).values())
     target = args.target_compute or 10 * largest
     bar = tqdm(total=0, unit="sim", disable=None, file=sys.stderr, leave=False)
