@@ -440,8 +440,9 @@ ASSUMES = {
     "isoflop": ("L*(C) of each family is a power law in C over the sweep and beyond (Eq. 26); slice optima "
                 "independent across slices with one noise scale for both families, a shared slice's two residuals "
                 "resampled together (paired by slice); k ~ C^slope exactly under these laws"),
-    "saturating": ("L*(C) of each family is E + a C^alpha (E >= 0) over the sweep and beyond; slice optima resampled "
-                   "as for isoflop about the fitted curves; the slope is the average d ln k / d ln C over the sweep's range"),
+    "saturating": ("L*(C) of each family is E + a C^alpha (E >= 0) over the sweep and beyond; slice optima "
+                   "resampled as for isoflop about the fitted curves; the slope is the average d ln k / d ln C over "
+                   "the sweep's range"),
     "joint": ("each family follows Eq. 27 at its compute-optimal allocation; runs resampled as clusters; the slope "
               "is the average d ln k / d ln C over the sweep's range"),
 }
@@ -619,21 +620,24 @@ def _scores(readings: Mapping, lawfree_point: np.ndarray, cells: slice, alpha_v:
 
 def _choose(readings: Mapping, scores: Mapping) -> tuple[str, tuple[str, ...], GrowthTest, str, str]:
     """(primary, the methods that fit about equally well, the primary's test with its slope interval
-    widened to their slopes, the verdict, the reason): the eligible method with the best score
-    answers; ``undetermined`` when the methods within EQUAL_FIT of it give different verdicts."""
+    widened to their slopes, the verdict, the reason). The eligible method with the best score
+    answers; the methods within EQUAL_FIT of it fit about equally well (a flagged one too: its slope
+    inside the sweep counts, its verdict does not); ``undetermined`` when two of them that may give a
+    verdict reach different ones on their own intervals (growing, shrinking, constant: an undetermined
+    one cannot tell); else the verdict of the primary's interval widened to their slopes."""
     ok = [m for m in readings if scores[m].eligible]
     pool = ok or [m for m in readings if math.isfinite(scores[m].score)] or list(readings)
     primary = min(pool, key=lambda m: scores[m].score if math.isfinite(scores[m].score) else math.inf)
     s = scores[primary]
-    equal = tuple(m for m in ok if m == primary or scores[m].score <= EQUAL_FIT * s.score)
+    equal = tuple(m for m in readings if m == primary or scores[m].score <= EQUAL_FIT * s.score)
     others = ", ".join(f"{m} {scores[m].score:.3g}" for m in readings if m != primary)
     why = (f"{primary} answers: score {s.score:.3g} (held-out slice minima {s.loso:.3g}, law-free agreement "
            f"{s.agreement:.3g} over {s.cells} slices; lower is better" + (f"; {others}" if others else "") + ")")
     t = _with_spread(readings[primary].test, [readings[m].test.slope for m in equal if m != primary])
     if primary not in ok:
         return primary, equal, t, "undetermined", why + f"; no method's fit is identified ({readings[primary].status})"
-    said = {m: t.verdict if m == primary else readings[m].test.verdict for m in equal}
-    if len(set(said.values())) > 1:
+    said = {m: readings[m].test.verdict for m in equal if m in ok}
+    if len(set(said.values()) - {"undetermined"}) > 1:
         return primary, equal, t, "undetermined", (f"{why}; methods that fit about equally well disagree: "
                                                    + ", ".join(f"{m} {v}" for m, v in said.items()))
     spread = f" (spanning the slopes of {', '.join(m for m in equal if m != primary)})" if len(equal) > 1 else ""
@@ -723,13 +727,14 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
         lo, hi = _quantiles(r.draws[:, :n], level) if len(r.draws) else (r.point[:n], r.point[:n])
         lo, hi = np.minimum(lo, r.point[:n] - half), np.maximum(hi, r.point[:n] + half)
         for m in (equal if method == primary else ()):  # the spread between methods that fit about equally well
-            other = readings[m].point[:n]
-            lo, hi = np.fmin(lo, np.where(np.isfinite(other), other, lo)), np.fmax(hi, np.where(np.isfinite(other), other, hi))
+            flagged = not readings[m].status.identified  # a flagged fit's k counts inside the sweep only
+            other = np.where(extrap & flagged | ~np.isfinite(readings[m].point[:n]), np.nan, readings[m].point[:n])
+            lo, hi = np.fmin(lo, other), np.fmax(hi, other)
         table += _rows(method, C, r.point[:n], lo, hi, extrap)
     keep = np.isfinite(lawfree[0][:n])
     table += _rows("lawfree", C[keep], *(v[:n][keep] for v in lawfree), np.zeros(keep.sum(), bool))
-    growth = {m: r.test if r.status.identified or r.test.verdict == "undetermined"
-              else replace(r.test, verdict="undetermined") for m, r in readings.items()}  # no verdict from a flagged fit
+    growth = {m: r.test if r.status.identified or r.test.verdict == "undetermined"  # no verdict from a flagged fit
+              else replace(r.test, verdict="undetermined") for m, r in readings.items()}
     if readings[primary].status.identified:
         growth[primary] = primary_test
     status = readings[primary].status
