@@ -505,7 +505,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     if o.target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
         observed = o.actual.get("cdlm+concept") or o.actual.get("ar+concept") or {}
         target = {"flops": float(o.target_compute), **observed}
-    figure_set = (render_figures(analysis.table, out / "figures", fits=analysis.fits, run_dirs=run_dirs,
+    figure_set = (render_figures(analysis.table, out / "figures", analysis=analysis, run_dirs=run_dirs,
                                  n_boot=o.n_boot, target=target) if figures else None)
     md = build_markdown(analysis, figure_set, source=source, fig_dir="figures")
     md_path = atomic_write_text(out / "report.md", md)

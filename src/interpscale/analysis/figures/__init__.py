@@ -40,6 +40,7 @@ class FigureSpec:
     name: str  # file stem, e.g. "fig22_isoflop"
     title: str  # "Figure 22: IsoFLOP parabolas per family"
     draw: Callable[..., object]  # (results, fits, n_boot, target) -> Figure
+    analysis: bool = False  # draw gets render_figures' Analysis (else its fits) as its second argument
 
 
 def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferred: Iterable[str], *,
@@ -90,7 +91,8 @@ _PAPER_FIGURES = (
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
                _cdlm_first(mask_rate_power_law_figure)),
     FigureSpec("multiplier", "Compute multiplier k(C) of each +Concept family against its backbone",
-               lambda r, f, b, t: multiplier_figure(r, fits=f, n_boot=b)),
+               lambda r, a, b, t: multiplier_figure(r, fits=getattr(a, "fits", a), n_boot=b,
+                                                    multipliers=getattr(a, "multipliers", None)), analysis=True),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
                lambda r, f, b, t: _first_drawable(anneal_loss_figure, r, _CONCEPT_FIRST, n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
@@ -123,10 +125,14 @@ class FigureSet:
 
 def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                    run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
-                   target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf")) -> FigureSet:
+                   target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf"),
+                   analysis=None) -> FigureSet:
     """Draw every figure the table supports into ``out_dir`` and record why the others were
     skipped; ``target`` (``flops`` plus observed values) is what Figures 24 and 26 extrapolate
-    to (default: ``default_target``). A missing ``CORE_COLUMNS`` column is a ValueError."""
+    to (default: ``default_target``). ``analysis``: a ``scaling.analyse`` result of the table whose
+    fits and multipliers the figures draw. A missing ``CORE_COLUMNS`` column is a ValueError."""
+    if analysis is not None and fits is None:
+        fits = analysis.fits
     require_columns(results_df, CORE_COLUMNS, "render_figures (Figures 22-24)")
     if results_df.empty:
         raise ValueError("render_figures: the results table has no rows")
@@ -137,7 +143,7 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
     specs = tuple(FIGURES.values()) + ((curves,) if run_dirs else ())
     for spec in tqdm(specs, desc="figures", unit="fig", disable=None, leave=False):
         try:
-            fig = spec.draw(results_df, fits, n_boot, target)
+            fig = spec.draw(results_df, analysis if spec.analysis and analysis is not None else fits, n_boot, target)
         except (ValueError, np.linalg.LinAlgError) as exc:  # the table cannot support this figure
             skipped[spec.title] = str(exc)
             log.warning("skipped %s: %s", spec.title, exc)

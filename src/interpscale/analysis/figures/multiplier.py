@@ -19,15 +19,16 @@ log = logging.getLogger("interpscale.analysis.figures")
 STYLES = {"isoflop": ("-", "Eq. 26"), "saturating": ("-.", "E + a C^alpha"), "joint": (":", "Eq. 27")}
 
 
-def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = None):
+def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = None, multipliers=None):
     """k(C) of each backbone/+Concept pair: each frontier law's curve out to 7.6e22 (the method that
     answered in colour with its band, dashed beyond the sweep), the law-free k inside the sweep with
     its band, k = 1 for reference; the title names the verdict and the method that answered."""
     import matplotlib.pyplot as plt
 
-    ms = {p: m for p, m in family_multipliers(results, estimator=getattr(fits, "estimator", None),
-                                               annealed=getattr(fits, "annealed", True)).items()
-          if isinstance(m, MultiplierFit)}
+    if multipliers is None:  # an Analysis's, else the table's (scaling.analysis.family_multipliers)
+        multipliers = family_multipliers(results, estimator=getattr(fits, "estimator", None),
+                                         annealed=getattr(fits, "annealed", True))
+    ms = {p: m for p, m in multipliers.items() if isinstance(m, MultiplierFit)}
     if not ms:
         pairs = backbone_pairs(results["family"].unique()) if "family" in results else []
         raise ValueError(f"no backbone/+Concept pair of families with a compute multiplier (pairs: {pairs})")
