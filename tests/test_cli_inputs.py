@@ -131,6 +131,8 @@ def test_cli_words_translate_what_python_shows():
     assert cli_words("fit_families: no family could be fitted: x = np.float64(0.0)") == \
         "no family could be fitted: x = 0.0"
     assert cli_words("known_concept_alignment: bound") == "known_concept_alignment: bound"
+    assert cli_words("skipped Figure 34: x: Figure 34 (estimator_isoflop_figure): needs rows") == \
+        "skipped Figure 34: x: Figure 34: needs rows"
 
 
 def test_each_warning_once_per_run(d, tmp_path, caplog):

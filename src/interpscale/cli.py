@@ -70,11 +70,12 @@ _FITTERS = {"fit_chinchilla": "joint fit", "fit_isoflop": "IsoFLOP fit", "fit_po
 def cli_words(text: str) -> str:
     """``text`` with what only Python shows put in the CLI's words: numpy scalar reprs
     (``np.float64(0.0)`` -> ``0.0``), a fitter's Python name (``fit_bounded(concept_loss): `` ->
-    ``concept_loss fit: ``, ``fit_chinchilla`` -> ``joint fit``), and the name of the function or
-    table reader that starts a message (``fit_families: ``, ``backtest: ``) taken out."""
+    ``concept_loss fit: ``, ``fit_chinchilla`` -> ``joint fit``), a figure's function left out, and
+    the name of the function or table reader that starts a message (``fit_families: ``) taken out."""
     text = re.sub(r"\bnp\.(?:float|int|uint|bool|str)_?\d*\(([^()]*)\)", r"\1", text)
     text = re.sub(r"^(?:backtest|report|figure|forecast): ", "", text)  # fit_rows' callers
     text = re.sub(r"\bfit_bounded\((\w+)\)", r"\1 fit", text)
+    text = re.sub(r" \([a-z_]+_figure\)", "", text)  # "Figure 34 (estimator_isoflop_figure): " -> "Figure 34: "
     text = re.sub(r"\b(?:fit_families|fit_rows|fit_law): ", "", text)
     text = re.sub(r"\b(fit|forecast)_[a-z_]+\b", lambda m: _FITTERS.get(m.group(0), m.group(0)), text)
     return re.sub(r"\b([\w-]+ fit) skipped: \1: ", r"\1 skipped: ", text)  # "IsoFLOP fit skipped: IsoFLOP fit: "
