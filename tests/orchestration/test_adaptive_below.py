@@ -64,6 +64,9 @@ class StubSweep:
     def launch(self):
         return None
 
+    def status(self):
+        return pd.DataFrame({"run_id": [r.run_id for r in StubSweep.runs], "state": "done"})
+
     def collect(self):
         return pd.DataFrame([{"run_id": r.run_id, "family": r.family, "slice_flops": r.slice_flops, "params": r.params,
                               "loss": StubSweep.planted(r.family, r.slice_flops, r.params) + 1e-3 * (r.seed % 2),
@@ -169,3 +172,26 @@ def test_the_ladder_reaches_below_the_presets_sizes_and_leaves_out_a_shape_the_f
     monkeypatch.setattr(adaptive, "_plan", refuses_l1d2)
     _, _, states = adaptive._first_states(tmp_path / "p.toml", None, 3, None)
     assert states[0].ladder[0] == "L1d4" and "L1d2" not in states[0].params
+
+
+def test_the_command_exits_1_with_one_line_naming_each_slice_below_the_floor(tmp_path, monkeypatch, capsys):
+    """`sweep launch --adaptive` end to end (the stub sweep trains nothing): exit 1, the table
+    and the summary on stdout, and one stderr line naming the 2e9 and 4e9 slices and the slice
+    compute that would bracket them; `SWEEP/adaptive.json` records them as below the floor."""
+    import json
+
+    from interpscale.cli import main
+
+    (tmp_path / "p.toml").write_text(SIZED)
+    StubSweep.runs, StubSweep.planted = [], _planted(40.0)
+    monkeypatch.setattr(adaptive, "Sweep", StubSweep)
+    code = main(["sweep", "launch", "--adaptive", "--budget", "20", "--preset", str(tmp_path / "p.toml"),
+                 "--out", str(tmp_path / "sw")])
+    out, err = capsys.readouterr()
+    assert code == 1 and "adaptive sweep: 1 of 3 slices bracket their optimum" in out
+    line = [ln for ln in err.splitlines() if "not bracketed" in ln]
+    assert len(line) == 1 and "2 of 3 slices not bracketed: ar C=2e+09:" in line[0]
+    assert line[0].count("its optimum lies below L1d2, the smallest trainable shape (would bracket it: a slice of "
+                         "about 8.4e+10 FLOPs") == 2
+    report = json.loads((tmp_path / "sw" / "adaptive.json").read_text())
+    assert [s["below_floor"] for s in report["slices"]] == [True, True, False]
