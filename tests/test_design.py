@@ -122,3 +122,16 @@ def test_stated_world_is_centred_on_the_planned_sizes():
         i = int(np.argmin(g["loss"].to_numpy()))
         assert 0 < i < len(g) - 1
     assert truth.optimal_loss(math.sqrt(2e8 * 4e8)) == pytest.approx(3.0)
+
+
+def test_a_finished_sweep_states_its_achieved_power():
+    from interpscale.scaling.multiplier import simulate_pair
+
+    table = simulate_pair(1.3, 0.0, seed=3, sizes_per_slice=5, noise=0.02)
+    ap = d.achieved_power(table, "base", "variant", n_sims=3, n_boot=20, workers=1, extensions=[(9, 5)])
+    assert 0 <= ap.power <= 1 and 0 <= ap.false_alarm <= 1 and ap.n_sims == 3
+    text = ap.sentence()
+    assert "had power" in text and "5 slices x <= 5 sizes" in text
+    if ap.power < 0.8:
+        assert ("9 slices x 5 sizes" in text) == (ap.needed is not None)
+        assert ap.needed is None or ap.needed_compute > 1.9e12

@@ -689,3 +689,101 @@ def write_outputs(design: Design, preset, out: str | os.PathLike) -> list[Path]:
     if design.recommended is not None:
         written.append(write_preset(preset, design.recommended.grid, out / "recommended.toml"))
     return written
+
+
+# ---- a finished sweep's achieved power --------------------------------------------------------
+
+def grid_from_results(results: pd.DataFrame, families: Sequence[str], *, loss: str = "loss") -> Grid:
+    """The grid a finished sweep ran, read off its results table (the rows its fits use)."""
+    frames = []
+    for fam in families:
+        with quiet():
+            rows = fit_rows(results, family=fam, loss=loss)
+        rows = rows.assign(flops=rows["flops"] if "flops" in rows else 6.0 * rows["params"] * rows["tokens"])
+        frames.append(rows[["family", "slice_flops", "params", "tokens", "flops"]])
+    pts = pd.concat(frames, ignore_index=True).drop_duplicates()
+    per = pts.groupby(["family", "slice_flops"]).size()
+    return Grid(slices=tuple(sorted(pts["slice_flops"].unique())), sizes_per_slice=int(per.max()), points=pts,
+                compute=float(pts["flops"].sum()), n_runs=len(pts), label="this sweep")
+
+
+def extended_grid(grid: Grid, truth: Truth, families: Sequence[str], n_slices: int, sizes: int) -> Grid:
+    """``grid`` grown to ``n_slices`` slices at its own spacing (upward from its smallest) with
+    ``sizes`` sizes per slice a factor 2 apart about each family's planted optimum: the grid the
+    sweep would have needed, priced as C x runs (no plan: the preset is not known here)."""
+    s = np.asarray(grid.slices, float)
+    ratio = float(np.exp(np.diff(np.log(s)).mean())) if len(s) > 1 else 2.0
+    slices = s[0] * ratio ** np.arange(n_slices)
+    rows = []
+    for fam, is_variant in zip(families, (False, True)):
+        for C in slices:
+            m = truth.multiplier * (C / truth.pivot) ** truth.growth if is_variant else 1.0
+            p_opt = math.sqrt(m) * _optimum_params(truth, C / m)
+            for j in range(sizes):
+                P = p_opt * 2.0 ** (j - (sizes - 1) / 2)
+                rows.append(dict(family=fam, slice_flops=C, params=P, tokens=C / (6 * P), flops=C))
+    pts = pd.DataFrame(rows)
+    return Grid(slices=tuple(slices), sizes_per_slice=sizes, points=pts, compute=float(pts["flops"].sum()),
+                n_runs=len(pts), label=f"{n_slices}x{sizes}")
+
+
+def _optimum_params(truth: Truth, C: float) -> float:
+    lw = truth.law
+    if truth.kind == "isoflop":
+        return float(lw["a_P"] * C ** lw["alpha_P"])
+    a, b = lw["alpha"], lw["beta"]
+    return float((a * lw["A_P"] / (b * lw["A_D"])) ** (1 / (a + b)) * (C / 6) ** (b / (a + b)))
+
+
+@dataclass(frozen=True)
+class AchievedPower:
+    """What a finished sweep could decide: its power for ``growth`` at its own measured noise and
+    fitted truth, its false-alarm rate, and (when short of ``target``) the smallest grid tried that
+    would have reached it."""
+
+    power: float
+    false_alarm: float
+    growth: float
+    n_sims: int
+    target: float
+    sweep: str
+    needed: str | None = None
+    needed_compute: float = math.nan
+
+    def sentence(self) -> str:
+        s = (f"this sweep ({self.sweep}) had power {self.power:.2f} to detect a growth of {self.growth:g} "
+             f"(false alarms {self.false_alarm:.2f}; {self.n_sims} simulated sweeps at its measured noise)")
+        if self.power >= self.target:
+            return s
+        if self.needed is None:
+            return s + f"; no grid of up to 4x its slices reached power {self.target:g}"
+        return s + (f"; a grid of {self.needed_compute:.3g} FLOPs, {self.needed}, would decide a growth of "
+                    f"{self.growth:g} with {self.target:.0%} power")
+
+    def to_dict(self) -> dict:
+        return dict(dataclasses.asdict(self), sentence=self.sentence())
+
+
+def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: float = 0.05, power: float = 0.8,
+                   n_sims: int = 40, n_boot: int = 50, loss: str = "loss", seed: int = 0,
+                   workers: int | None = None, extensions: Sequence[tuple[int, int]] | None = None) -> AchievedPower:
+    """The power a finished sweep had (``docs/design.md``): its own grid, noise and fitted truth
+    simulated with constant and with growing k; when short of ``power``, its grid grown (more
+    slices at its spacing, then more sizes) until a grid reaches it."""
+    noise = noise_from_pilot(results, loss=loss)
+    truth = truth_from_pilot(results, base, variant, loss=loss)
+    grid = grid_from_results(results, (base, variant), loss=loss)
+    truth = dataclasses.replace(truth, pivot=float(np.sqrt(grid.slices[0] * grid.slices[-1])))
+    kw = dict(base=base, variant=variant, growth=growth, n_sims=n_sims, n_boot=n_boot, seed=seed, workers=workers)
+    gp = assess(grid, truth, noise, **kw)
+    out = AchievedPower(power=gp.power, false_alarm=gp.false_alarm, growth=growth, n_sims=n_sims, target=power,
+                        sweep=f"{len(grid.slices)} slices x <= {grid.sizes_per_slice} sizes, {grid.compute:.3g} FLOPs")
+    if gp.power >= power:
+        return out
+    n = len(grid.slices)
+    grow = extensions or {(n + 2, 5), (n + 4, 5), (2 * n, 5), (2 * n, 7), (3 * n, 5), (4 * n, 5)}
+    for n_slices, sizes in sorted(grow, key=lambda t: t[0] * t[1] * 2.0 ** t[0]):  # cheapest first
+        g = extended_grid(grid, truth, (base, variant), n_slices, sizes)
+        if assess(g, truth, noise, **kw).power >= power:
+            return dataclasses.replace(out, needed=f"{n_slices} slices x {sizes} sizes", needed_compute=g.compute)
+    return out
