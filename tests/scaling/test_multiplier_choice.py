@@ -101,3 +101,12 @@ def test_with_an_irreducible_loss_the_chosen_method_finds_the_planted_multiplier
         assert len(lf) >= 3 and not lf["extrapolated"].any() and lf["compute"].max() <= DEMO_SLICES[-1]
         doc = m.growth_dict()
         assert doc["verdict"] == m.verdict and doc["primary"] == m.primary and doc["reason"] == m.reason
+
+
+def test_without_usable_slice_minima_an_identified_joint_fit_answers_unscored():
+    df = simulate_pair(seed=1, law=dict(L_inf=1.5), slices=DEMO_SLICES[:2] + DEMO_SLICES[4:], sizes_per_slice=4)
+    df = df[~((df["family"] == "variant") & (df["slice_flops"] == DEMO_SLICES[1]))]  # the variant: 2 slices
+    m = fit_multiplier(df, "base", "variant", n_boot=50, target_compute=None)
+    assert m.primary == "joint" and set(m.growth) == {"joint"} and not math.isfinite(m.scores["joint"].score)
+    assert m.verdict in ("constant", "undetermined") and "not scored" in m.reason
+    assert "lawfree" not in set(m.table["method"])

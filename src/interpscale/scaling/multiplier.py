@@ -606,6 +606,7 @@ def _lawfree(envs, lc: np.ndarray, o: _Options) -> tuple[np.ndarray, np.ndarray,
 
 
 def _scores(readings: Mapping, lawfree_point: np.ndarray, cells: slice, alpha_v: float) -> dict:
+    """method -> ``MethodScore`` (nan where a part cannot be measured: no usable slice minima, no law-free cell)."""
     out = {}
     for m, r in readings.items():
         e = r.loso[np.isfinite(r.loso)]
@@ -615,6 +616,8 @@ def _scores(readings: Mapping, lawfree_point: np.ndarray, cells: slice, alpha_v:
         agree = abs(alpha_v) * float(np.sqrt(np.mean(d**2))) if d.size and math.isfinite(alpha_v) else math.nan
         score = math.hypot(loso, agree) if math.isfinite(agree) else loso
         out[m] = MethodScore(m, loso, agree, score, int(d.size), bool(r.status.identified and math.isfinite(score)))
+    if not any(math.isfinite(v.score) for v in out.values()):  # no slice minima to score: an identified fit may answer
+        out = {m: replace(v, eligible=readings[m].status.identified) for m, v in out.items()}
     return out
 
 
@@ -632,7 +635,8 @@ def _choose(readings: Mapping, scores: Mapping) -> tuple[str, tuple[str, ...], G
     equal = tuple(m for m in readings if m == primary or scores[m].score <= EQUAL_FIT * s.score)
     others = ", ".join(f"{m} {scores[m].score:.3g}" for m in readings if m != primary)
     why = (f"{primary} answers: score {s.score:.3g} (held-out slice minima {s.loso:.3g}, law-free agreement "
-           f"{s.agreement:.3g} over {s.cells} slices; lower is better" + (f"; {others}" if others else "") + ")")
+           f"{s.agreement:.3g} over {s.cells} slices; lower is better" + (f"; {others}" if others else "") + ")"
+           if math.isfinite(s.score) else f"{primary} answers: not scored (too few usable slice minima to hold out)")
     t = _with_spread(readings[primary].test, [readings[m].test.slope for m in equal if m != primary])
     if primary not in ok:
         return primary, equal, t, "undetermined", why + f"; no method's fit is identified ({readings[primary].status})"
