@@ -61,3 +61,36 @@ def test_replicate_counts_are_written_once():
     for name in ("analysis.py", "backtest.py", "trend.py", "forecast.py"):
         text = (SCALING / name).read_text()
         assert not re.search(r"n_boot\s*[:=]\s*(?:int\s*=\s*)?\d{2,}", text), name
+
+
+def test_law_status_reads_warning_codes_not_text():
+    """A law fit is flagged by its warnings' codes (``FitWarning.code``), never by their words; the
+    text the user reads is unchanged."""
+    from interpscale.scaling._base import FitWarning, emit, quiet, warning_code
+    from interpscale.scaling.engine import law_status
+
+    assert law_status(True, ["a plain note that says not identified and at its bound"]).identified
+    st = law_status(True, [FitWarning("R* ran high", "not_identified"), FitWarning("3 minima")])
+    assert st.state == "flagged" and st.reason == "R* ran high"
+    assert law_status(False, [FitWarning("b at 0", "at_bound")], "max iterations").state == "failed"
+    msgs: list[str] = []
+    with quiet():
+        emit(msgs, "fit_x: slope on its bound", code="at_bound")
+    assert msgs == ["fit_x: slope on its bound"] and warning_code(msgs[0]) == "at_bound"
+    assert warning_code("plain") == "note"
+    with pytest.raises(ValueError, match="FitWarning code"):
+        FitWarning("x", "flagged-ish")
+
+
+def test_overtraining_flag_keeps_its_words():
+    import numpy as np
+
+    from interpscale.scaling.laws import fit_overtraining
+
+    N = np.array([1e7, 2e7, 4e7, 8e7, 1e7, 2e7, 4e7, 8e7])
+    D = 20 * N * np.array([1, 1, 1, 1, 4, 4, 4, 4])
+    L = 3.0 + 1e-9 * np.log(N * D) + np.linspace(0, 1e-3, 8)  # rises with scale: b >= 0
+    fit = fit_overtraining(N, D, L, n_boot=0)
+    words = [w for w in fit.warnings if "does not fall with scale" in w]
+    assert words and words[0].code == "not_identified"
+    assert fit.status.state == "flagged" and "the loss does not fall with scale" in fit.status.reason

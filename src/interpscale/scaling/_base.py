@@ -125,15 +125,51 @@ def about(label: str):
     return _setting(_ABOUT, label)
 
 
-def emit(messages: list[str], msg: str, *, warn: bool = False) -> None:
-    """Record ``msg`` on the result and log it (prefixed by :func:`about`'s label);
-    ``warn`` also raises a ScalingFitWarning."""
+# what a fit's warning says about the fit; a status reads these codes, never the text
+WARNING_CODES = {
+    "note": "information: the fit stands as made",
+    "not_converged": "an optimiser (the fit's or its bootstrap's) did not converge",
+    "not_identified": "a quantity is not pinned down by the points",
+    "at_bound": "a parameter ran to a bound of its search range",
+    "skipped": "a part of the analysis was not made",
+}
+FLAGGING = frozenset({"not_identified", "at_bound"})  # codes that make a converged fit ``flagged``
+
+
+class FitWarning(str):
+    """A fit's warning: the text the user reads (a ``str``, unchanged) with its ``code``
+    (one of :data:`WARNING_CODES`), which statuses and readers decide from."""
+
+    code: str
+
+    def __new__(cls, text: str, code: str = "note"):
+        if code not in WARNING_CODES:
+            raise ValueError(f"FitWarning code must be one of {sorted(WARNING_CODES)}, got {code!r}")
+        obj = super().__new__(cls, text)
+        obj.code = code
+        return obj
+
+
+def warning_code(w: Any) -> str:
+    """The code of warning ``w`` (a plain string is a ``note``)."""
+    return getattr(w, "code", "note")
+
+
+def flags_of(warnings: Iterable[Any]) -> list[str]:
+    """The warnings whose code flags a fit (:data:`FLAGGING`), as text."""
+    return [str(w) for w in warnings if warning_code(w) in FLAGGING]
+
+
+def emit(messages: list[str], msg: str, *, warn: bool = False, code: str = "note") -> None:
+    """Record ``msg`` on the result as a :class:`FitWarning` of ``code`` and log it (prefixed by
+    :func:`about`'s label); ``warn`` also raises a ScalingFitWarning."""
+    msg = FitWarning(msg, code)
     messages.append(msg)
     label = _ABOUT.get()
     prefix = f"{label}: " if label and not msg.startswith(f"{label}:") else ""
     log.warning("%s%s", prefix, msg)
     if warn:
-        _warnings.warn(msg, ScalingFitWarning, stacklevel=3)
+        _warnings.warn(str(msg), ScalingFitWarning, stacklevel=3)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from ._base import FitFields, FitStatus, emit, fmt_ci
+from ._base import FitFields, FitStatus, emit, flags_of, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
 
 # ---- batched BFGS: many small minimisations advanced together ----
@@ -494,14 +494,10 @@ def chained_interval(first: NDLawFit, N, D, second: CurveFit, level: float | Non
     return lo.reshape(shape), hi.reshape(shape)
 
 
-_UNIDENTIFIED = ("not identified", "at its bound", "on their bound", "ran to", "does not fall")
-
-
 def law_status(converged: bool, warnings, optimizer: str = "") -> FitStatus:
-    """The status of a law fit: ``failed`` when not converged; ``flagged`` when a warning says a
-    parameter is not identified or ran to a bound."""
-    flags = [w for w in warnings if any(m in w for m in _UNIDENTIFIED)]
-    return FitStatus.decide(converged, flags, optimizer)
+    """The status of a law fit: ``failed`` when not converged; ``flagged`` when a warning's code
+    says a parameter is not identified or ran to a bound (``_base.FLAGGING``)."""
+    return FitStatus.decide(converged, flags_of(warnings), optimizer)
 
 
 def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, name: str, objective: float,
@@ -517,7 +513,7 @@ def law_result(cls, law: Law, X: Any, T: np.ndarray, theta, spec: Bootstrap, *, 
         boot, n_ok, msgs = bootstrap_law(law, X, T, theta, spec, loss=loss, delta=delta, weights=weights,
                                          bounds=bounds, keep=keep)
         for m in msgs:
-            emit(warnings, m)
+            emit(warnings, m, code="not_converged")
         ci = spec.intervals(derived(boot))
     fitted = law.model(theta[None, :], X)[0][0]
     if params is None:

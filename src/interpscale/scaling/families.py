@@ -482,7 +482,7 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
         try:
             return fit()
         except ValueError as exc:
-            emit(fw, f"{fam}: {what} skipped: {exc}")
+            emit(fw, f"{fam}: {what} skipped: {exc}", code="skipped")
             skipped[key] = str(exc)
             return None
 
@@ -531,7 +531,7 @@ def _forecast(fam: str, lossy: pd.DataFrame, o: _Options, k: float, fits: dict, 
         return forecast_family(lossy, o.target_compute, method=o.method, options=opts,
                                fits={m: f for m, f in fits.items() if f is not None})
     except ValueError as exc:
-        emit(fw, f"{fam}: forecast skipped: {exc}")
+        emit(fw, f"{fam}: forecast skipped: {exc}", code="skipped")
         return None
 
 

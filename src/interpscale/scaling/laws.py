@@ -175,7 +175,8 @@ def fit_data_constrained(N, D, U, loss, *, free: Literal["R", "all"] = "R", coef
     ok = res.converged & np.isfinite(res.f)
     warnings: list[str] = []
     if not ok.any():
-        emit(warnings, "fit_data_constrained: no start converged; reporting the lowest end point", warn=True)
+        emit(warnings, "fit_data_constrained: no start converged; reporting the lowest end point", warn=True,
+             code="not_converged")
     j = int(np.argmin(np.where(ok, res.f, np.inf))) if ok.any() else int(np.nanargmin(res.f))
     theta = res.x[j]
     # end points with an R* beyond PLATEAU sit on the flat R* -> infinity plateau, not in a minimum
@@ -186,7 +187,8 @@ def fit_data_constrained(N, D, U, loss, *, free: Literal["R", "all"] = "R", coef
         emit(warnings, f"fit_data_constrained: {len(minima)} distinct local minima in (R_D*, R_N*); the lowest is "
                        f"reported, all are in local_minima (the surface is flat)")
     if max(theta[-2:]) > math.log(PLATEAU):
-        emit(warnings, f"fit_data_constrained: an R* ran above {PLATEAU:g}: repetition costs nothing on these runs (not identified)")
+        emit(warnings, f"fit_data_constrained: an R* ran above {PLATEAU:g}: repetition costs nothing on these runs (not identified)",
+             code="not_identified")
 
     def derived(th):
         d = {"R_D_star": np.exp(th[:, -2]), "R_N_star": np.exp(th[:, -1])}
@@ -381,9 +383,11 @@ def fit_overtraining(N, D, loss, *, recipe: Literal["authors", "robust"] = "auth
         theta, obj, ok, code, *_ = multistart(law, X, T, starts, loss="huber_log", delta=delta, W=w)
         st = STATUS[code]
         if not ok:
-            emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True)
+            emit(warnings, "fit_overtraining: no start converged; reporting the lowest end point", warn=True,
+                 code="not_converged")
     if theta[2] >= 0:
-        emit(warnings, f"fit_overtraining: exponent b = {theta[2]:.4g} >= 0; the loss does not fall with scale")
+        emit(warnings, f"fit_overtraining: exponent b = {theta[2]:.4g} >= 0; the loss does not fall with scale",
+             code="not_identified")
 
     def derived(th):
         return {"E": th[:, 3], "a": th[:, 0], "c": th[:, 1], "b": th[:, 2], "eta": -th[:, 2],
@@ -554,10 +558,10 @@ def _fit_step1(N, D, L, recipe, delta, w, spec) -> TaskLossFit:
         theta, obj, ok, code, *_ = multistart(law, X, T, np.array(ROBUST_GRID), loss="huber_log", delta=delta, W=w)
         st = STATUS[code]
     if not ok:
-        emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True)
+        emit(warnings, f"fit_ladder step 1: the optimiser did not converge ({st})", warn=True, code="not_converged")
     if recipe == "authors" and (theta <= 0).any():
         emit(warnings, "fit_ladder step 1: parameters on their bound 0: " + ", ".join(
-            n for n, v in zip(law.names, theta) if v <= 0))
+            n for n, v in zip(law.names, theta) if v <= 0), code="at_bound")
 
     def derived(th):
         return {"A": np.exp(th[:, 0]), "B": np.exp(th[:, 1]), "alpha": th[:, 2], "beta": th[:, 3], "E": th[:, 4],
