@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from interpscale.cli import main
 from interpscale.scaling.curve import (
+    CURVE_METHODS,
     DEFAULT_METHOD,
-    METHODS,
     PRIOR_RMS,
     Curve,
     CurveModel,
@@ -60,7 +60,7 @@ def synthetic():
     """The log's stable run, three logged cooldown branches, and every method fitted on them."""
     stable = _logged("stable", _lr(END))
     branches = [_logged(f"b{b}", _lr(int(1.25 * b), b)) for b in (800, 1600, 2400)]
-    return stable, {m: fit_curve_model(m, stable, branches) for m in METHODS}
+    return stable, {m: fit_curve_model(m, stable, branches) for m in CURVE_METHODS}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

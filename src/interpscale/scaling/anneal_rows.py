@@ -19,7 +19,7 @@ import pandas as pd
 
 from interpscale.paper import INTERP_METRICS
 from interpscale.scaling.curve import (
-    METHODS,
+    CURVE_METHODS,
     Curve,
     choose_method,
     error_interval,
@@ -76,7 +76,7 @@ def loo_errors(results: pd.DataFrame, *, loss: str = "loss", methods: Sequence[s
     out = []
     for key, df in _groups(results):
         for run_id, _, (stable, branches) in _runs(df, loss):
-            for r in leave_one_out(stable, branches, methods or METHODS):
+            for r in leave_one_out(stable, branches, methods or CURVE_METHODS):
                 out.append({**dict(zip(GROUP, key)), "run_id": run_id, **r})
     return pd.DataFrame(out, columns=[*GROUP, "run_id", "method", "branch", "step", "predicted", "actual",
                                       "rel_error"])

@@ -1,7 +1,7 @@
 """Loss at the end of a learning-rate schedule from a stable (constant-LR) run and some of its
 annealed (cooldown) branches (issue 36, App. I; the laws and measurements: docs/anneal.md).
 
-Four predictors of a branch's final loss (``METHODS``; docs/anneal.md tables them): two offsets and
+Four predictors of a branch's final loss (``CURVE_METHODS``; docs/anneal.md tables them): two offsets and
 two laws (Tissue et al. 2024, Eq. 1; Luo et al. 2025, Eq. 5, warmup area folded into S1) on the one
 engine (``engine.Projected``), learning rates relative to the stable run's peak (the fitted constants
 are then free of the LR's units). The predictor is chosen by :func:`leave_one_out`, its interval by
@@ -25,7 +25,7 @@ from .engine import Projected, multistart
 
 log = logging.getLogger(__name__)
 
-METHODS = ("offset-add", "offset-mul", "lr-annealing", "multi-power")
+CURVE_METHODS = ("offset-add", "offset-mul", "lr-annealing", "multi-power")
 TISSUE_LAMBDA = 0.999  # Tissue et al. 2024: momentum of the annealing area
 MAX_DROPS = 300  # multi-power: LR drops grouped into at most this many blocks per curve
 LR_MATCH = 1e-6  # relative tolerance when finding where a schedule leaves the stable run
@@ -258,13 +258,13 @@ class _MultiPower(_Law):
         return np.stack([np.ones_like(p), p, -ld], -1), dcols
 
 
-LAWS = {"lr-annealing": _Tissue, "multi-power": _MultiPower}
+CURVE_LAWS = {"lr-annealing": _Tissue, "multi-power": _MultiPower}
 
 
 def _fit_law(method: str, f: _Features) -> dict:
     """The law's nonlinear parameters by the engine's multistart (summed squares, within the
     law's bounds), its coefficients by non-negative least squares given them."""
-    law = LAWS[method]()
+    law = CURVE_LAWS[method]()
     starts, bounds = law.starts(f)
     theta = multistart(law, (f, f.loss), f.loss, starts, loss="ls", bounds=bounds, what=method,
                        screen=law.screen, n_polish=2).theta
@@ -290,19 +290,20 @@ class CurveModel:
         if self.method in ("offset-add", "offset-mul"):
             base = self.stable_loss_at(branch_point(self.stable, curve))
             return base + self.params["delta"] if self.method == "offset-add" else base * self.params["ratio"]
-        law, lr = LAWS[self.method](), on_stable(self.stable, curve).lr
+        law, lr = CURVE_LAWS[self.method](), on_stable(self.stable, curve).lr
         f = _curve_features(Curve(curve.name, lr, curve.steps[-1:], curve.loss[-1:]), self.peak)
         cols = law.columns(law.theta(self.params)[None, :], f)[0][0]
         return float(cols[0] @ np.array([self.params[k] for k in law.coefs]))
 
 
-N_PARAMS = {"offset-add": 1, "offset-mul": 1, **{m: len(law.names) + len(law.coefs) for m, law in LAWS.items()}}
+N_PARAMS = {"offset-add": 1, "offset-mul": 1,
+            **{m: len(law.names) + len(law.coefs) for m, law in CURVE_LAWS.items()}}
 
 
 def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> CurveModel:
     """Fit ``method`` on the stable curve and ``branches`` (each a schedule leaving the stable run)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown curve method {method!r}; expected one of {', '.join(METHODS)}")
+    if method not in CURVE_METHODS:
+        raise ValueError(f"unknown curve method {method!r}; expected one of {', '.join(CURVE_METHODS)}")
     if not branches:
         raise ValueError(f"{method}: needs at least one annealed branch to fit")
     model = CurveModel(method, stable, peak=float(np.max(np.abs(stable.lr))) or 1.0)
@@ -318,7 +319,7 @@ def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> Cu
     return model
 
 
-def usable_methods(stable: Curve, branches: Sequence[Curve], methods: Sequence[str] = METHODS) -> list[str]:
+def usable_methods(stable: Curve, branches: Sequence[Curve], methods: Sequence[str] = CURVE_METHODS) -> list[str]:
     """Methods with enough points to fit (and to leave a branch out): a law needs more evaluated
     points than parameters after one branch's are removed."""
     n = len(stable.steps) + sum(len(b.steps) for b in branches) - max((len(b.steps) for b in branches), default=0)
@@ -330,7 +331,7 @@ def leave_one_out(stable: Curve, branches: Sequence[Curve], methods: Sequence[st
     """Leave-one-branch-out: each method fitted without one branch predicts that branch's final
     loss. Rows: method, branch, step, predicted, actual, rel_error = predicted/actual − 1."""
     rows = []
-    for m in usable_methods(stable, branches, methods or METHODS):
+    for m in usable_methods(stable, branches, methods or CURVE_METHODS):
         for i, held in enumerate(branches):
             rest = [b for j, b in enumerate(branches) if j != i]
             try:
@@ -373,7 +374,7 @@ def choose_method(loo_rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
     mean = {m: (float(np.mean(v)) if np.all(np.isfinite(v)) else math.inf) for m, v in scores.items()}
     if not mean or all(not math.isfinite(v) for v in mean.values()):
         raise ValueError("no predictor could be fitted with one branch left out (need >= 2 annealed branches)")
-    return min(mean, key=lambda m: (mean[m], METHODS.index(m))), mean
+    return min(mean, key=lambda m: (mean[m], CURVE_METHODS.index(m))), mean
 
 
 @dataclass
@@ -407,7 +408,7 @@ def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence
     if not branches:
         raise ValueError(f"no annealed branch of the stable run {stable.name!r}: need at least one")
     if len(branches) == 1:
-        if DEFAULT_METHOD not in (methods or METHODS):
+        if DEFAULT_METHOD not in (methods or CURVE_METHODS):
             raise ValueError(f"with one annealed branch only the default predictor {DEFAULT_METHOD} can be used "
                              "(nothing to leave out; its prior error is measured, docs/anneal.md)")
         how = f"prior: RMS error {100 * PRIOR_RMS:.2f}% of {DEFAULT_METHOD} from one branch on public logs"
