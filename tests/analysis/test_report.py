@@ -146,11 +146,11 @@ def synthetic_fits():
 
 
 def test_collapsed_joint_fit_is_not_identified_and_kept_out_of_the_table(synthetic_fits, tmp_path):
-    from interpscale.analysis.report import joint_status, scaling_table
+    from interpscale.analysis.report import joint_fit_state, scaling_table
 
     df, fits = synthetic_fits
-    assert joint_status(fits["ar"].chinchilla)[0] == "identified"
-    status, why = joint_status(fits["ar+concept"].chinchilla)
+    assert joint_fit_state(fits["ar"].chinchilla)[0] == "identified"
+    status, why = joint_fit_state(fits["ar+concept"].chinchilla)
     assert status == "not identified" and "L∞" in why
     t = scaling_table(fits).set_index("Family")
     assert t.loc["ar+concept", "L∞ (joint, Eq. 27)"] == "not identified"
@@ -196,15 +196,15 @@ def test_isoflop_status_flags_an_alpha_p_interval_through_zero():
 
     import pandas as pd
 
-    from interpscale.analysis.report import isoflop_status
+    from interpscale.analysis.report import isoflop_fit_state
 
     sl = pd.DataFrame({"used": [True, True, True], "interior": [True, False, True]})
     fit = dict(slices=sl, converged=True, level=0.9)
-    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (0.3, 0.7)}))
+    status, why = isoflop_fit_state(SimpleNamespace(**fit, ci={"alpha_P": (0.3, 0.7)}))
     assert status == "ok" and "1 slice(s) with the minimum at an edge size" in why
-    status, why = isoflop_status(SimpleNamespace(**fit, ci={"alpha_P": (-0.35, 0.73)}))
+    status, why = isoflop_fit_state(SimpleNamespace(**fit, ci={"alpha_P": (-0.35, 0.73)}))
     assert status == "uncertain" and "[-0.35, 0.73] includes 0" in why
-    assert isoflop_status(None)[0] == "not fitted"
+    assert isoflop_fit_state(None)[0] == "not fitted"
 
 
 def test_fits_json_and_report_show_the_same_numbers(tmp_path):

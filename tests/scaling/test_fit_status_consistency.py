@@ -57,12 +57,12 @@ def test_tables_md_marks_the_flagged_fit_and_prints_no_zero_interval(fitted):
 
 
 def test_report_and_fit_status_words_agree(fitted, tmp_path):
-    from interpscale.analysis.fit_status import joint_status
+    from interpscale.analysis.fit_status import joint_fit_state
     from interpscale.analysis.report import write_report
 
     df, fits = fitted
-    assert joint_status(fits["flat"].chinchilla) == ("not identified", fits["flat"].chinchilla.status.reason)
-    assert joint_status(fits["ar"].chinchilla)[0] == "identified"
+    assert joint_fit_state(fits["flat"].chinchilla) == ("not identified", fits["flat"].chinchilla.status.reason)
+    assert joint_fit_state(fits["ar"].chinchilla)[0] == "identified"
     md = write_report(df, tmp_path, fits=fits, figures=False, n_boot=20, source="t.csv").read_text()
     assert "**flat** joint fit (Eq. 27): not identified" in md
     assert "[-0.000, +0.000]" not in md

@@ -22,7 +22,7 @@ def _status(fit: Any, decide) -> FitStatus:
     return st if isinstance(st, FitStatus) else decide(fit)
 
 
-def joint_status(ch: Any) -> tuple[str, str]:
+def joint_fit_state(ch: Any) -> tuple[str, str]:
     """(status, reason) of a joint fit (Eq. 27): ``identified``, ``not identified``,
     ``not converged`` or ``not fitted``."""
     if ch is None:
@@ -32,7 +32,7 @@ def joint_status(ch: Any) -> tuple[str, str]:
     return words[st.state], st.reason
 
 
-def isoflop_status(iso: Any) -> tuple[str, str]:
+def isoflop_fit_state(iso: Any) -> tuple[str, str]:
     """(status, reason) of an IsoFLOP fit (Eq. 25-26): ``ok``, ``uncertain`` (flagged: e.g. the
     interval of α_P includes 0, or too few slices), ``not converged`` or ``not fitted``."""
     if iso is None:
@@ -63,5 +63,5 @@ def trend_status(b: Any) -> tuple[str, str]:
 def fit_statuses(fits: Any) -> dict[str, dict[str, tuple[str, str]]]:
     """Per family of a ``fit_families`` result: (status, reason) of its IsoFLOP fit (``isoflop``),
     joint fit (``joint``) and each metric's bounded fit (by metric name)."""
-    return {fam: {"isoflop": isoflop_status(f.isoflop), "joint": joint_status(f.chinchilla),
+    return {fam: {"isoflop": isoflop_fit_state(f.isoflop), "joint": joint_fit_state(f.chinchilla),
                   **{m: trend_status(b) for m, b in f.bounded.items()}} for fam, f in fits.families.items()}

@@ -23,7 +23,7 @@ from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale._markdown import md_table
 from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
-from interpscale.analysis.fit_status import fit_statuses, isoflop_status, joint_status, trend_status
+from interpscale.analysis.fit_status import fit_statuses, isoflop_fit_state, joint_fit_state, trend_status
 from interpscale.results_table import read_results
 from interpscale.scaling import N_BOOT, fmt_sub
 from interpscale.scaling import backtest as backtest_budgets
@@ -33,9 +33,9 @@ from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit
 from interpscale.scaling.forecast import forecast_table
 from interpscale.scaling.multiplier import MultiplierFit, backbone_pairs
 
-__all__ = ["anneal_summary", "build_markdown", "isoflop_status", "joint_status", "markdown_to_html", "metric_trends",
-           "problem_fits", "report_options", "scaling_table", "status_table", "trend_status", "backtest_notes",
-           "write_report"]
+__all__ = ["anneal_summary", "build_markdown", "isoflop_fit_state", "joint_fit_state", "markdown_to_html",
+           "metric_trends", "problem_fits", "report_options", "scaling_table", "status_table", "trend_status",
+           "backtest_notes", "write_report"]
 
 log = logging.getLogger("interpscale.analysis.report")
 
@@ -173,7 +173,7 @@ def scaling_table(fits: Any) -> pd.DataFrame:
         for name, key in (("α_P", "alpha_P"), ("α_L", "alpha_L")):
             cell = _ci_cell(getattr(iso, key), *_ci(iso, key)) if iso is not None else "—"
             r[f"{name} (IsoFLOP, Eq. 26)"] = cell
-        status, _ = joint_status(ch)
+        status, _ = joint_fit_state(ch)
         lo_d, hi_d = _ci(ch, "alpha_D") if status == "identified" else (math.nan, math.nan)
         cells = (_ci_cell(ch.alpha_D, lo_d, hi_d), _ci_cell(ch.alpha_P, 1 - hi_d, 1 - lo_d),  # α_P = 1 - α_D
                  _ci_cell(ch.L_inf, *_ci(ch, "L_inf"))) if status == "identified" else (status,) * 3
@@ -310,7 +310,7 @@ def fit_sections(fits: Any, backtest: Any = None, trends: Mapping | None = None,
     parts += _section("Compute-optimal scaling (Table 6 layout)", markdown_table(scaling_table(fits)))
     parts += interp_sections(fits, trends)
     ext = [(k, f.extrapolation) for k, f in fits.families.items()
-           if f.extrapolation is not None and joint_status(f.chinchilla)[0] == "identified"]
+           if f.extrapolation is not None and joint_fit_state(f.chinchilla)[0] == "identified"]
     if ext:
         parts += _section("Loss extrapolation to the target compute", markdown_table(pd.DataFrame([{
             "Family": k, "C": f"{x.compute:.3g}", "joint": _ci_cell(x.joint, *x.joint_ci),
