@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -227,3 +228,35 @@ def test_fits_json_and_report_show_the_same_numbers(tmp_path):
         est, lo, hi = (float(v) for v in re.findall(r"[-+]?\d+\.\d+", cells[key])[:3])
         assert est == pytest.approx(t6[key], abs=1e-3)
         assert est + lo == pytest.approx(t6[f"{key}_lo"], abs=2e-3) and est + hi == pytest.approx(t6[f"{key}_hi"], abs=2e-3)
+
+
+def test_the_answer_comes_first(report_dir):
+    md = (report_dir / "report.md").read_text()
+    assert md.index("## The answer") < md.index("## Data") < md.index("## Compute-optimal scaling")
+    answer = md.split("## The answer", 1)[1].split("\n## ", 1)[0]
+    assert "**ar**: α_P = 0.5" in answer and "(IsoFLOP, Eq. 26;" in answer
+
+
+def test_k_cell_shows_no_number_whose_band_spans_more_than_the_stated_decades():
+    from interpscale.analysis.report import MAX_DECADES, k_cell
+
+    assert k_cell(1.3, 1.1, 1.6) == "1.3 [1.1, 1.6]"
+    assert k_cell(8.76e-4, 3.65e-6, 1.11).startswith("not determined (band 3.7e-06–1.1")
+    assert k_cell(1.0, 0.0, 5.0).startswith("not determined")
+    assert k_cell(1.3, 1.1, 1.6, flagged=True).endswith("method flagged)")
+    lo = 1.0
+    assert k_cell(2.0, lo, lo * 10 ** MAX_DECADES * 0.999)[0].isdigit()
+
+
+def test_multiplier_section_beyond_the_sweep_says_not_determined(tmp_path):
+    """Every k printed in the report has a band within MAX_DECADES decades; wider ones are words."""
+    from interpscale.analysis.report import MAX_DECADES
+    from interpscale.scaling.multiplier import simulate_pair
+
+    df = simulate_pair(1.3, 0.0, seed=1, sizes_per_slice=5, noise=0.03, names=("ar", "ar+concept"))
+    md = write_report(df, tmp_path, figures=False, n_boot=20, target_compute=7.6e22, source="pair.csv").read_text()
+    assert "## The answer" in md and "**ar+concept vs ar**" in md.split("## Data")[0]
+    cells = re.findall(r"(?<![\w.])(\d[\d.e+-]*) \[(\d[\d.e+-]*), (\d[\d.e+-]*)\]", md.split("## Compute multiplier")[1])
+    assert cells
+    for _, lo, hi in cells:
+        assert math.log10(float(hi) / float(lo)) <= MAX_DECADES

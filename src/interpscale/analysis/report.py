@@ -362,11 +362,26 @@ def backtest_notes(analysis: Analysis) -> tuple[str | None, str | None]:
     return why + (f" ({error})" if error else ""), None
 
 
+MAX_DECADES = 2.0  # a value whose band spans more decades than this is "not determined", not a number
+
+
+def k_cell(k: float, lo: float, hi: float, *, flagged: bool = False) -> str:
+    """A multiplier cell: ``k [lo, hi]``, or "not determined (band lo–hi)" when the band spans more
+    than ``MAX_DECADES`` decades, is unbounded, or the method that made it is flagged."""
+    span = math.log10(hi / lo) if lo > 0 and math.isfinite(hi) and hi > 0 else math.inf
+    if flagged or not span <= MAX_DECADES:
+        return f"not determined (band {lo:.2g}–{hi:.2g}{', method flagged' if flagged else ''})"
+    return f"{k:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
 def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
-    """One pair's table (k and band per method at the base's slices and the targets) and its tests."""
+    """One pair's table (k and band per method at the base's slices and the targets) and its tests;
+    a value beyond ``MAX_DECADES`` of band, or from a flagged method, reads "not determined"."""
     t = shown_computes(m, results)  # the base's slices and the targets
+    flagged = {meth: not st.identified for meth, st in m.statuses.items()}
     rows = [{"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no",
-             **{f"k ({r.method})": f"{r.k:.3g} [{r.lo:.3g}, {r.hi:.3g}]" for r in g.itertuples()}}
+             **{f"k ({r.method})": k_cell(r.k, r.lo, r.hi, flagged=flagged.get(r.method, False) and r.extrapolated)
+                for r in g.itertuples()}}
             for c, g in t.groupby("compute", sort=True)]
     lines = [f"**{m.variant} vs {m.base}** (k > 1: {m.variant} needs k times {m.base}'s compute for "
              f"{m.base}'s compute-optimal loss; {m.level:.0%} bands)", "", markdown_table(pd.DataFrame(rows)),
@@ -418,6 +433,45 @@ def anneal_section(anneals: AnnealSummary | pd.DataFrame | None) -> list[str]:
                     markdown_table(table, floatfmt=".2f"))
 
 
+def answer_section(analysis: Analysis) -> list[str]:
+    """"The answer", first in the report: per backbone / +Concept pair, k inside the sweep with its
+    band, the verdict with the method that gave it and why (or the achieved power when the analysis
+    has it), then the headline exponents and what is not determined."""
+    lines: list[str] = []
+    for (base, variant), m in (analysis.multipliers or {}).items():
+        if not isinstance(m, MultiplierFit):
+            lines.append(f"- **{variant} vs {base}**: no multiplier ({m}).")
+            continue
+        lo_c, hi_c = m.sweep_range
+        mid = math.sqrt(lo_c * hi_c) if lo_c > 0 and hi_c > 0 else math.nan
+        try:
+            r = m.at(mid)
+            inside = f"k = {k_cell(r['k'], r['lo'], r['hi'])} at {mid:.3g} FLOPs ({r['method']})"
+        except (ValueError, KeyError):
+            inside = "k not read inside the sweep"
+        power = getattr(m, "achieved_power", None)
+        tail = f" {power}" if power else (" The sweep cannot tell growth from none at its noise: "
+                                          "`interpscale fit multiplier --power-sims N` gives the power it had and "
+                                          "the grid that would decide (docs/design.md)." if m.verdict == "undetermined"
+                                          else "")
+        lines.append(f"- **{variant} vs {base}**: {inside}; {m.level:.0%} band. Verdict **{m.verdict}** "
+                     f"({m.primary}) — {m.reason}.{tail}")
+    fits = analysis.fits
+    if fits is not None:
+        for fam, f in fits.families.items():
+            iso = f.isoflop
+            if iso is not None:
+                lines.append(f"- **{fam}**: α_P = {_ci_cell(iso.alpha_P, *_ci(iso, 'alpha_P'))}, "
+                             f"α_L = {_ci_cell(iso.alpha_L, *_ci(iso, 'alpha_L'))} (IsoFLOP, Eq. 26; {iso.status})")
+        undetermined = [line for line in problem_fits(fits, analysis.trends) if "joint fit" in line]
+        if undetermined:
+            lines.append(f"- Not determined: {len(undetermined)} joint fit(s) (Eq. 27: α_D, L∞) — listed under "
+                         "Fits; extrapolations that rest on them are shown as not determined.")
+    if not lines:
+        return []
+    return ["## The answer", "", *lines, ""]
+
+
 def build_markdown(analysis: Analysis, figure_set: Any, *, source: str, fig_dir: str) -> str:
     """The report's markdown text of one ``Analysis`` (figures referenced relative to the report):
     its fits, trends, multipliers, backtest (its own section; an empty one is explained when the
@@ -429,7 +483,7 @@ def build_markdown(analysis: Analysis, figure_set: Any, *, source: str, fig_dir:
     families = ", ".join(map(str, sorted(df["family"].unique())))
     parts = ["# Scaling report", "", f"Results table: `{source}` — {len(df)} rows, families {families}. "
              f"{ci_text} Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by interpscale.", "",
-             *_section("Data", markdown_table(data_summary(df))), *metric_notes(df)]
+             *answer_section(analysis), *_section("Data", markdown_table(data_summary(df))), *metric_notes(df)]
     if fits is None:
         parts += _section("Fits", "_No fits could be made from this table (see the log for the reason)._")
     else:
