@@ -449,18 +449,26 @@ def _add_multiplier(sub) -> None:
                        "and a growth test: multiplier.csv and multiplier.json in --out",
                        description="k(C) = C_variant(L*_base(C)) / C: the compute the variant needs to reach the "
                        "base family's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP "
-                       "envelopes (Eq. 26) and the joint fits (Eq. 27); docs/multiplier.md.")
+                       "envelopes (Eq. 26), saturating envelopes and the joint fits (Eq. 27), the one that best "
+                       "predicts held-out slice minima answering; docs/multiplier.md.")
     table_options(p, fit_multiplier, "loss column (e.g. a bits-per-byte column)")
     p.add_argument("--base", required=True, metavar="FAMILY", help="the reference family (e.g. ar)")
     p.add_argument("--variant", required=True, metavar="FAMILY", help="the family compared with it (e.g. ar+concept)")
     p.add_argument("--out", type=out_dir, required=True, help="output directory for multiplier.csv and multiplier.json")
     p.add_argument("--target-compute", type=positive_float, nargs="+", metavar="C",
                    help="computes to extrapolate k to (default: 1e20 and Steerling-8B's 7.6e22)")
-    p.add_argument("--methods", nargs="+", choices=("isoflop", "joint"), help="default: both")
+    p.add_argument("--methods", nargs="+", choices=("isoflop", "saturating", "joint"),
+                   help="default: all three; the best-scoring one answers")
     p.add_argument("--calibrate", action="store_true", help="widen the bands at the targets to the forecast "
                    "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
     option(p, "--margin", fit_multiplier, type=float,
            help="the growth test calls k constant when the slope's interval lies within +-MARGIN")
+    p.add_argument("--power-sims", type=non_negative_int, default=0, metavar="N",
+                   help="for an undetermined verdict, the power this sweep had to detect --growth at its measured "
+                        "noise and the grid that would have had 80%%, from N simulated sweeps per truth "
+                        "(docs/design.md; minutes; default 0: not computed)")
+    p.add_argument("--growth", type=float, default=0.05, help="the growth of k ∝ C^g --power-sims asks about "
+                   "(default 0.05)")
     fit_options(p, fit_multiplier, "level of the bands and of the slope's interval",
                 grids=("epoch", "coarse"))
     p.set_defaults(handler=_multiplier)
@@ -484,9 +492,19 @@ def _multiplier(args) -> int:
         m = fit_multiplier(df, args.base, args.variant, forecasts=fc, **kw)
     except ValueError as exc:
         raise UserError(f"{path}: {exc}") from exc
-    _write_all(args.out, {"multiplier.csv": m.to_frame().to_csv(index=False),
-                          "multiplier.json": m.growth_dict()})
-    sys.stdout.write(m.summary() + "\n")
+    growth = m.growth_dict()
+    power_line = ""
+    if m.verdict == "undetermined" and args.power_sims:
+        from interpscale.design import achieved_power
+
+        ap = achieved_power(df, args.base, args.variant, growth=args.growth, n_sims=args.power_sims,
+                            loss=metric, seed=args.seed or 0)
+        growth["achieved_power"], power_line = ap.to_dict(), f"  achieved power: {ap.sentence()}\n"
+    elif m.verdict == "undetermined":
+        power_line = ("  undetermined: --power-sims N gives the power this sweep had and the grid that would "
+                      "decide (docs/design.md)\n")
+    _write_all(args.out, {"multiplier.csv": m.to_frame().to_csv(index=False), "multiplier.json": growth})
+    sys.stdout.write(m.summary() + "\n" + power_line)
     return 0
 
 
