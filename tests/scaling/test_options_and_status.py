@@ -94,3 +94,29 @@ def test_overtraining_flag_keeps_its_words():
     words = [w for w in fit.warnings if "does not fall with scale" in w]
     assert words and words[0].code == "not_identified"
     assert fit.status.state == "flagged" and "the loss does not fall with scale" in fit.status.reason
+
+
+def test_fit_families_and_fit_law_table_take_options_whole(tmp_path):
+    from interpscale.scaling import fit_families
+    from interpscale.scaling.laws import fit_law_table
+
+    df = pd.DataFrame({"family": "ar", "params": [1e7, 2e7, 4e7] * 3,
+                       "tokens": [2e8, 1e8, 5e7, 4e8, 2e8, 1e8, 8e8, 4e8, 2e8],
+                       "slice_flops": [1.2e16] * 3 + [2.4e16] * 3 + [4.8e16] * 3})
+    df["flops"] = 6 * df["params"] * df["tokens"]
+    df["loss"] = 1.8 + 400 * df["params"] ** -0.34 + 2000 * df["tokens"] ** -0.37
+    opts = FitOptions(n_boot=0, level=0.8, grid="coarse")
+    a = fit_families(df, options=opts)
+    b = fit_families(df, n_boot=0, level=0.8, grid="coarse")
+    ca, cb = a.families["ar"].chinchilla, b.families["ar"].chinchilla
+    assert a.level == 0.8 and (ca.alpha, ca.beta, ca.L_inf) == (cb.alpha, cb.beta, cb.L_inf)
+    with pytest.raises(ValueError, match="fit_families: give n_boot through options="):
+        fit_families(df, n_boot=5, options=opts)
+    path = tmp_path / "runs.csv"
+    df.to_csv(path, index=False)
+    fit = fit_law_table("chinchilla", [path], params="params", tokens="tokens", loss="loss",
+                        options=FitOptions(n_boot=10, level=0.5, seed=3))
+    assert fit.fit.level == 0.5 and fit.fit.n_boot_ok <= 10
+    with pytest.raises(ValueError, match="fit_law_table: give seed through options="):
+        fit_law_table("chinchilla", [path], params="params", tokens="tokens", loss="loss", seed=1,
+                      options=FitOptions())

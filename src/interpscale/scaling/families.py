@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
-from typing import Literal, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -19,8 +19,8 @@ from interpscale import paper
 from interpscale.paper import INTERP_METRICS
 from interpscale.results_table import measured_rows
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub, jsonable,
-                    keep_repeats)
+from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub,
+                    from_options, jsonable, keep_repeats)
 from .bootstrap import percentile_ci
 from .bounded import METRICS, fit_bounded
 from .forecast import FamilyForecast, FitOptions, forecast_family, forecast_table
@@ -463,17 +463,17 @@ class FamilyFits:
 
 # ---- fit_families ----
 
-@dataclass(frozen=True)
-class _Options(FitOptions):
-    """What ``fit_families`` passes to every family's fits: the one ``FitOptions`` (one bootstrap
-    spec for all) plus the joint-fit options and the forecast target."""
+class _Target(NamedTuple):
+    """What ``fit_families`` passes to every family beside its ``FitOptions``: the joint-fit
+    options and the forecast target (compute and method)."""
 
-    joint_options: Mapping = field(default_factory=dict)
-    target_compute: float | None = None
-    method: str | None = None
+    joint_options: Mapping
+    target_compute: float | None
+    method: str | None
 
 
-def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: list[str]):
+def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: FitOptions, joint_options: Mapping,
+          fw: list[str]):
     """(IsoFlopFit, ChinchillaFit, metric -> BoundedFit of Eq. 29 against ``flops``, skipped) of one
     family: a fit that fails is None (left out of the metrics) and its reason is in ``skipped``."""
     skipped: dict = {}
@@ -491,7 +491,7 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
         iso_rows, loss=o.loss, window=o.window, minimum=o.minimum, **o.boot(row_groups(iso_rows))))
     ch = attempt("joint", "joint fit", lambda: fit_chinchilla(lossy["params"], lossy["tokens"], lossy[o.loss],
                                                               grid=o.grid, **o.boot(row_groups(lossy)),
-                                                              **o.joint_options))
+                                                              **joint_options))
     bounded, ccol = {}, "flops" if "flops" in sub.columns else "slice_flops"
     for metric in METRICS:
         if metric in sub.columns and sub[metric].notna().sum() > 0:
@@ -501,7 +501,8 @@ def _fits(fam: str, lossy: pd.DataFrame, sub: pd.DataFrame, o: _Options, fw: lis
     return iso, ch, {m: b for m, b in bounded.items() if b is not None}, skipped
 
 
-def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapping, warnings: list[str]):
+def _fit_family(fam: str, df: pd.DataFrame, estimator, o: FitOptions, t: _Target, actual: Mapping,
+                warnings: list[str]):
     """Every fit of one family: IsoFLOP, joint, metrics, the extrapolation to the target."""
     fw: list[str] = []
     sub = df[df["family"] == fam]  # the estimator is chosen per family by ``fit_rows``
@@ -510,25 +511,24 @@ def _fit_family(fam: str, df: pd.DataFrame, estimator, o: _Options, actual: Mapp
     if left_out:
         emit(fw, f"{fam}: {left_out} (of the loss fits)")
     with about(fam):  # the fits' own warnings name the family
-        iso, ch, bounded, skipped = _fits(fam, lossy, sub, o, fw)
+        iso, ch, bounded, skipped = _fits(fam, lossy, sub, o, t.joint_options, fw)
     obs = dict(actual.get(fam, {}))
     ext = fc = None
     k = flops_per_token_per_param(lossy, "flops")
-    if o.target_compute is not None and iso is not None and ch is not None:
-        ext = extrapolate(ch, iso, o.target_compute, observed=obs.get("loss"), level=o.level)
-    if o.target_compute is not None and (iso is not None or ch is not None):
-        fc = _forecast(fam, lossy, o, k, {"joint": ch, "isoflop-powerlaw": iso}, fw)
+    if t.target_compute is not None and iso is not None and ch is not None:
+        ext = extrapolate(ch, iso, t.target_compute, observed=obs.get("loss"), level=o.level)
+    if t.target_compute is not None and (iso is not None or ch is not None):
+        fc = _forecast(fam, lossy, o, t, k, {"joint": ch, "isoflop-powerlaw": iso}, fw)
     warnings += fw
     return FamilyFit(family=fam, estimator=est, n_rows=len(sub), isoflop=iso, chinchilla=ch, bounded=bounded,
                      extrapolation=ext, actual={k: float(v) for k, v in obs.items()}, warnings=tuple(fw),
                      skipped=skipped, flops_per_token_per_param=k, forecast=fc)
 
 
-def _forecast(fam: str, lossy: pd.DataFrame, o: _Options, k: float, fits: dict, fw: list[str]):
+def _forecast(fam: str, lossy: pd.DataFrame, o: FitOptions, t: _Target, k: float, fits: dict, fw: list[str]):
     """The family's forecast at the target (``forecast.forecast_family``), reusing its fits."""
-    opts = FitOptions(**{f.name: getattr(o, f.name) for f in fields(FitOptions)} | {"k": k})
     try:
-        return forecast_family(lossy, o.target_compute, method=o.method, options=opts,
+        return forecast_family(lossy, t.target_compute, method=t.method, options=replace(o, k=k),
                                fits={m: f for m, f in fits.items() if f is not None})
     except ValueError as exc:
         emit(fw, f"{fam}: forecast skipped: {exc}", code="skipped")
@@ -542,7 +542,7 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
                  target_compute: float | None = None, actual: Mapping[str, Mapping[str, float]] | None = None,
                  loss: str = "loss", groups=None, joint_options: Mapping | None = None,
                  minimum: Literal["parabola", "akima"] = "parabola", method: str | None = None,
-                 predicted: bool = False) -> FamilyFits:
+                 predicted: bool = False, options: FitOptions | None = None) -> FamilyFits:
     """Fit every family of a results table (the columns of docs/architecture.md; one row per checkpoint).
 
     Loss fits use ``slice_flops, params, tokens`` and the ``loss`` column (e.g. bits per byte, one
@@ -558,22 +558,27 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
     bootstraps; ``joint_options`` go to ``fit_chinchilla``; ``minimum`` to ``fit_isoflop``.
     Rows whose ``predicted`` column is true (annealed losses predicted, not measured:
     ``scaling.anneal_rows``, docs/anneal.md) are fitted only with ``predicted=True``.
+    ``options`` (a ``FitOptions``): the bootstrap, level, seed, grid, window, tolerance, loss and
+    minimum of every fit, whole; the loose keywords of those are kept for one release (refused
+    beside ``options``).
     """
     if method is not None and target_compute is None:
         raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
                          "give target_compute (CLI: --method needs --target-compute)")
+    loose = dict(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
+                 minimum=minimum)
+    from_options(options, loose, fit_families)  # the loose keywords beside options= are refused
+    o = options if options is not None else FitOptions(**loose)
     warnings: list[str] = []
     df = fit_rows(results, family=families, estimator=estimator, annealed=annealed, groups=groups,
                   caller="fit_families", warnings=warnings, predicted=predicted,
-                  need=["family", "slice_flops", "params", "tokens", loss])
+                  need=["family", "slice_flops", "params", "tokens", o.loss])
     fams = families or sorted(df["family"].dropna().unique().tolist(), key=str)
-    o = _Options(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
-                 minimum=minimum, joint_options=dict(joint_options or {}), target_compute=target_compute,
-                 method=method)
+    t = _Target(dict(joint_options or {}), target_compute, method)
     with keep_repeats():  # fit_rows merged the repeated rows: rows with equal values are distinct runs (seeds)
-        out = {fam: _fit_family(fam, df, estimator, o, actual or {}, warnings)
+        out = {fam: _fit_family(fam, df, estimator, o, t, actual or {}, warnings)
                for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):
         raise ValueError("fit_families: no family could be fitted: " + "; ".join(warnings))
-    return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=level,
+    return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=o.level,
                       target_compute=target_compute, warnings=tuple(warnings))

@@ -21,7 +21,7 @@ from scipy.optimize import curve_fit, minimize
 from interpscale._registry import Registry
 from interpscale.errors import UserError
 
-from ._base import FitStatus, check_points, check_weights, combined_status, emit
+from ._base import FitStatus, check_points, check_weights, combined_status, emit, from_options
 from .bootstrap import Bootstrap, DEFAULT_LEVEL, DEFAULT_N_BOOT
 from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STATUS, chained_interval, check_recipe,
     distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
@@ -664,9 +664,11 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
                   tokens_per_step=None, last: int = 1, recipe: Literal["authors", "robust"] = "authors",
                   task_min: float = 0.25,
                   n_boot: int | None = None, level: float | None = None, seed: int | None = None,
-                  keep=None) -> LawTableFit:
+                  keep=None, options=None) -> LawTableFit:
     """Read ``paths`` by column mapping and fit ``law`` (one of ``LAWS``); see the module doc.
-    ``keep(path, table)``: the rows of each file to read (``external.read_runs``)."""
+    ``keep(path, table)``: the rows of each file to read (``external.read_runs``). ``options`` (a
+    ``FitOptions``): the bootstrap replicates, level and seed of the fit (the loose ``n_boot``,
+    ``level``, ``seed``, each the law's default when None, are kept for one release)."""
     if law not in LAWS:
         raise UserError(f"unknown law {law!r}; choose from {', '.join(LAWS)}")
     if loss is None:
@@ -676,7 +678,8 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
     mapping = dict(params=params, tokens=tokens, unique_tokens=unique_tokens, loss=loss, metric=metric, run=run,
                    step=step, tokens_per_step=tokens_per_step, keep=keep)
     table: RunTable = read_runs(paths, last=last, **mapping)
-    boot = {k: v for k, v in (("n_boot", n_boot), ("level", level), ("seed", seed)) if v is not None}
+    given = from_options(options, dict(n_boot=n_boot, level=level, seed=seed), fit_law_table)
+    boot = {k: v for k, v in given.items() if v is not None}
     try:
         fit, extra = LAWS[law].table(table, paths, mapping, boot=boot, recipe=recipe, task_min=task_min,
                                      last=last, metric=metric)
