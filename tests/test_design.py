@@ -79,11 +79,11 @@ def test_grid_is_the_plans_and_the_written_preset_plans_as_written(tmp_path):
 def test_assess_tallies_the_analysis():
     grid = _grid(sizes=5)
     truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
-    gp = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), base="base", variant="variant", n_sims=3, n_boot=20,
+    gp = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), base="base", variant="variant", n_sims=2, n_boot=20,
                   workers=1)
     for scen in ("constant", "growing"):
         p = gp.scenarios[scen]["p_verdict"]
-        assert sum(p.values()) == pytest.approx(1.0) and gp.scenarios[scen]["n"] == 3
+        assert sum(p.values()) == pytest.approx(1.0) and gp.scenarios[scen]["n"] == 2
     assert 0 <= gp.power <= 1 and 0 <= gp.false_alarm <= 1
     assert gp.scenarios["constant"]["bracketed_slices"] == 1.0  # sizes centred on the optimum
     ex = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), question="exponent", base="base", n_sims=2, n_boot=20,
@@ -94,16 +94,17 @@ def test_assess_tallies_the_analysis():
 def test_design_command_end_to_end(tmp_path):
     out = tmp_path / "design"
     r = subprocess.run([sys.executable, "-m", "interpscale.cli", "design", str(TINY), "--noise", "0.003",
-                        "--sims", "2", "--screen-sims", "2", "--max-grids", "1", "--n-boot", "10", "--workers", "1",
-                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+                        "--question", "exponent", "--sims", "2", "--screen-sims", "2", "--max-grids", "1",
+                        "--n-boot", "10", "--workers", "1", "--out", str(out)], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     assert {"design.json", "design.md", "design.png"} <= {p.name for p in out.iterdir()}
-    assert "power" in (out / "design.md").read_text()
+    assert "alpha_P half-width" in (out / "design.md").read_text()
 
 
 @pytest.mark.parametrize("argv,words", [
     (["--noise", "-1"], "--noise: must be a positive number"),
-    (["--pilot", "nowhere.csv"], "does not exist"),
+    (["--pilot", "nowhere.csv"], "--pilot: nowhere.csv: no such file"),
     ([], "--pilot RESULTS or --noise SD"),
     (["--noise", "0.01", "--variant", "cdlm"], "is not a family of the preset"),
 ])
