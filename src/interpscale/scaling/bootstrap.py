@@ -31,7 +31,7 @@ N_BOOT = {
     "figure": 200,  # figure bands
     "report_backtest": 100,  # each refit of the report's backtest section
     "refit": 50,  # each rolling-origin refit of a forecast (the spreads of the studentized calibration)
-    "multiplier": 1_000,  # the compute multiplier's paired bootstrap (scaling.multiplier.MULTIPLIER_BOOT)
+    "multiplier": 1_000,  # the compute multiplier's paired bootstrap (fit_multiplier)
     "calibration": 200,  # each forecast whose calibrated interval widens the multiplier's bands at the targets
 }
 DEFAULT_N_BOOT = N_BOOT["paper"]

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from ._base import DEFAULT_LEVEL, FitStatus, emit, jsonable, quiet
+from .bootstrap import N_BOOT
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
 from .isoflop import fit_isoflop, ols_lines
@@ -36,7 +37,7 @@ METHODS = ("isoflop", "saturating", "joint")
 VERDICTS = ("constant", "growing", "shrinking", "undetermined")
 TARGETS = (1e20, 7.6e22)  # a round 1e20 and Steerling-8B's compute (paper §8)
 DEFAULT_MARGIN = 0.1  # |slope| below which a multiplier is called constant: k changes < 26% per decade
-MULTIPLIER_BOOT = 1000
+MULTIPLIER_BOOT = N_BOOT["multiplier"]  # (the one table of replicate counts, scaling.bootstrap)
 CSV_COLUMNS = ["compute", "k", "lo", "hi", "method", "extrapolated"]
 
 
@@ -754,7 +755,8 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
 
 
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",
-                     estimator: str | None = None, annealed: bool | None = None, n_boot: int = 200, seed: int = 0,
+                     estimator: str | None = None, annealed: bool | None = None,
+                     n_boot: int = N_BOOT["calibration"], seed: int = 0,
                      level: float = DEFAULT_LEVEL) -> dict:
     """target compute -> (base, variant) ``FamilyForecast`` (``forecast.forecast_family``; None where
     it cannot be made): the ``forecasts`` argument of ``fit_multiplier``."""
