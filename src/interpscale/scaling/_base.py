@@ -21,6 +21,10 @@ from .bootstrap import band_from_draws, curve_rows, resample_noise
 
 log = logging.getLogger("interpscale.scaling")
 
+# the joint fit's start grid when a fit of many (families, forecasts, backtests, the ledger) names none:
+# the 243-start grid ("epoch": the 4,500 starts of Hoffmann et al. / Epoch, fit_chinchilla's own default)
+DEFAULT_GRID = "coarse"
+
 
 class ScalingFitWarning(UserWarning):
     """Raised (as a Python warning) when a fit did not converge or sits on a boundary."""

@@ -18,7 +18,7 @@ from typing import Literal, Sequence
 import numpy as np
 import pandas as pd
 
-from ._base import DEFAULT_LEVEL, check_level, from_options, jsonable, log, quiet
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, check_level, from_options, jsonable, log, quiet
 from .bootstrap import N_BOOT
 from .bounded import METRICS, fit_bounded
 from .forecast import METHODS as FORECAST_METHODS
@@ -207,7 +207,7 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
              budget: str = "slice_flops", compute: str = "flops", loss: str = "loss",
              estimator: str | None = None, annealed: bool | None = None,
              tolerance: float | None = SLICE_TOLERANCE, window: int | None = 5,
-             grid: Literal["epoch", "coarse"] = "coarse", n_boot: int = N_BOOT["backtest"],
+             grid: Literal["epoch", "coarse"] = DEFAULT_GRID, n_boot: int = N_BOOT["backtest"],
              level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, metrics: Sequence[str] | None = None,
              target_compute: float | None = None,
              minimum: Literal["parabola", "akima"] = "parabola", options: ForecastOptions | None = None) -> Backtest:

@@ -19,7 +19,7 @@ from interpscale import paper
 from interpscale.paper import INTERP_METRICS
 from interpscale.results_table import measured_rows
 
-from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub,
+from ._base import (DEFAULT_GRID, DEFAULT_LEVEL, DEFAULT_N_BOOT, FitResult, about, emit, fit_status, fmt_ci, fmt_sub,
                     from_options, jsonable, keep_repeats)
 from .bootstrap import percentile_ci
 from .bounded import METRICS, fit_bounded
@@ -538,7 +538,7 @@ def _forecast(fam: str, lossy: pd.DataFrame, o: FitOptions, t: _Target, k: float
 def fit_families(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = None,
                  families: list[str] | None = None, n_boot: int = DEFAULT_N_BOOT, seed: int = 0,
                  level: float = DEFAULT_LEVEL, window: int | None = 5,
-                 tolerance: float | None = SLICE_TOLERANCE, grid: Literal["epoch", "coarse"] = "epoch",
+                 tolerance: float | None = SLICE_TOLERANCE, grid: Literal["epoch", "coarse"] = DEFAULT_GRID,
                  target_compute: float | None = None, actual: Mapping[str, Mapping[str, float]] | None = None,
                  loss: str = "loss", groups=None, joint_options: Mapping | None = None,
                  minimum: Literal["parabola", "akima"] = "parabola", method: str | None = None,

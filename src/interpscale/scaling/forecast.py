@@ -19,7 +19,7 @@ import pandas as pd
 
 from interpscale._registry import Registry
 
-from ._base import DEFAULT_LEVEL, FitStatus, check_level, fit_status, jsonable, quiet
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitStatus, check_level, fit_status, jsonable, quiet
 from .bootstrap import N_BOOT
 from .bounded import fit_bounded
 from .isoflop import fit_isoflop, slice_minimum
@@ -43,7 +43,7 @@ class FitOptions:
     n_boot: int = N_BOOT["forecast"]
     level: float = DEFAULT_LEVEL
     seed: int = 0
-    grid: str = "coarse"
+    grid: str = DEFAULT_GRID
     window: int | None = 5
     tolerance: float | None = SLICE_TOLERANCE
     k: float = 6.0  # FLOPs per token per parameter of the data (C = k P D)

@@ -29,7 +29,7 @@ import pandas as pd
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 
-from ._base import DEFAULT_LEVEL, check_level, fit_status, from_options, jsonable
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, check_level, fit_status, from_options, jsonable
 from .bootstrap import N_BOOT
 from .forecast import ForecastOptions, forecast_family, positive_compute
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
@@ -201,7 +201,7 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
                           method: str | None = None, loss: str = "loss", params: float | None = None,
                           tokens: float | None = None, estimator: str | None = None, annealed: bool | None = None,
                           n_boot: int = N_BOOT["forecast"], level: float = DEFAULT_LEVEL, seed: int = 0,
-                          grid: str = "coarse", window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
+                          grid: str = DEFAULT_GRID, window: int | None = 5, tolerance: float | None = SLICE_TOLERANCE,
                           force: bool = False, calibration: str = ForecastOptions.calibration,
                           options: ForecastOptions | None = None) -> dict:
     """Forecast ``loss`` of one family at ``target_compute`` (``forecast_family``) and return the
