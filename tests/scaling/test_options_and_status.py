@@ -94,6 +94,8 @@ def test_overtraining_flag_keeps_its_words():
     words = [w for w in fit.warnings if "does not fall with scale" in w]
     assert words and words[0].code == "not_identified"
     assert fit.status.state == "flagged" and "the loss does not fall with scale" in fit.status.reason
+    again = fit_overtraining(N, D, L, options=FitOptions(n_boot=0, level=0.5))
+    assert again.level == 0.5 and again.params == fit.params
 
 
 def test_fit_families_and_fit_law_table_take_options_whole(tmp_path):
@@ -120,3 +122,70 @@ def test_fit_families_and_fit_law_table_take_options_whole(tmp_path):
     with pytest.raises(ValueError, match="fit_law_table: give seed through options="):
         fit_law_table("chinchilla", [path], params="params", tokens="tokens", loss="loss", seed=1,
                       options=FitOptions())
+
+
+# public functions of scaling/*.py that take n_boot, level or seed loose, beside options= (one release)
+SHIMS = {"backtest", "fit_families", "fit_law_table", "forecast_from_results", "fit_trend", "fit_data_constrained",
+         "fit_overtraining", "fit_downstream_error", "fit_ladder"}
+# a band's or an interval's level as a quantity (bootstrap primitives, a fit's own band), not a fit's options
+PRIMITIVES = {"check_level", "dropped", "pairs_weights", "cluster_weights", "percentile_ci", "band_from_draws",
+              "prior_half_width", "error_interval", "chained_interval", "extrapolate", "compare_approaches",
+              "calibrate", "conformal_quantile", "growth_test", "simulate_pair"}
+# still loose, without options= (issue 46.2 left over; each to take options= with its keywords as shims)
+NOT_YET = {"fit_bounded", "fit_power_law", "fit_isoflop", "fit_chinchilla", "fit_multiplier", "family_forecasts",
+           "family_multipliers", "predict_anneals", "fit_predictor"}
+
+
+def _public_functions():
+    import ast
+
+    for path in sorted(SCALING.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                a = node.args
+                yield path.name, node.name, {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+
+
+def test_no_public_fit_takes_loose_bootstrap_options_except_the_listed_shims():
+    seen = set()
+    for module, name, params in _public_functions():
+        if not params & {"n_boot", "level", "seed"}:
+            continue
+        seen.add(name)
+        if "options" in params:
+            assert name in SHIMS, f"{module}:{name} takes options= and loose keywords: list it as a shim"
+        else:
+            assert name in PRIMITIVES | NOT_YET, f"{module}:{name} takes n_boot/level/seed loose: take options="
+    assert SHIMS <= seen and not (NOT_YET - seen), "a listed function no longer takes them: update the lists"
+
+
+def test_each_default_is_defined_once():
+    """N_BOOT's counts, DEFAULT_LEVEL and the default start grid are each assigned in one module;
+    elsewhere a default names them."""
+    import ast
+
+    where: dict[str, list[str]] = {"N_BOOT": [], "DEFAULT_LEVEL": [], "DEFAULT_GRID": []}
+    literal_grids = []
+    for path in sorted(SCALING.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            for t in getattr(node, "targets", [getattr(node, "target", None)]):
+                if isinstance(t, ast.Name) and t.id in where:
+                    where[t.id].append(path.name)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                pairs = []
+                if isinstance(node, ast.FunctionDef):
+                    a = node.args
+                    pos = a.posonlyargs + a.args
+                    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults))
+                    pairs += [(x, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+                    pairs = [(x.arg, d) for x, d in pairs]
+                else:
+                    pairs = [(s.target.id, s.value) for s in node.body
+                             if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value]
+                literal_grids += [f"{path.name}:{node.name}" for k, d in pairs
+                                  if k == "grid" and isinstance(d, ast.Constant) and isinstance(d.value, str)]
+    assert where == {"N_BOOT": ["bootstrap.py"], "DEFAULT_LEVEL": ["bootstrap.py"], "DEFAULT_GRID": ["_base.py"]}
+    # fit_chinchilla keeps the paper's own recipe ("epoch"); multiplier.py is being finished (issue 46)
+    assert set(literal_grids) <= {"joint.py:fit_chinchilla", "multiplier.py:fit_multiplier"}, literal_grids

@@ -149,7 +149,7 @@ def fit_data_constrained(N, D, U, loss, *, free: Literal["R", "all"] = "R", coef
                          recipe: Literal["authors", "robust"] = "authors", grid=None,
                          delta: float = HUBER_DELTA, weights=None, n_boot: int = DEFAULT_N_BOOT,
                          bootstrap: Literal["residual", "pairs", "cluster"] = "pairs",
-                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> DataConstrainedFit:
+                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, options=None) -> DataConstrainedFit:
     """Fit Eq. 5 to runs (N params, D tokens, U unique tokens, final loss).
 
     ``recipe="authors"``: their objective from their start grid {6.67, 13.33, 20}^2 of (R_D*, R_N*);
@@ -160,6 +160,8 @@ def fit_data_constrained(N, D, U, loss, *, free: Literal["R", "all"] = "R", coef
     and a residual bootstrap, moving residuals between runs, shifts it (its 90% interval on the
     182 runs excludes the estimate).
     """
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed),
+                                       fit_data_constrained).values()  # the loose keywords: one release
     if free not in ("R", "all"):
         raise ValueError(f"free must be 'R' or 'all', got {free!r}")
     is_free = free == "all"
@@ -361,9 +363,11 @@ def _powlaw(x, a, c, b, E):  # the authors' powlaw_ours, x = (N, M)
 def fit_overtraining(N, D, loss, *, recipe: Literal["authors", "robust"] = "authors", grid=None,
                      delta: float = HUBER_DELTA, weights=None, n_boot: int = DEFAULT_N_BOOT,
                      bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-                     level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> OvertrainingFit:
+                     level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, options=None) -> OvertrainingFit:
     """Fit L(N, D) = E + a N^b + c 6^(b/2) D^b to runs by the ``recipe`` (module doc) from ``grid``
     (default the authors' 128 starts of (a, c, b, E)); replicates refit the recipe's objective."""
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed),
+                                       fit_overtraining).values()  # the loose keywords: one release
     N, D, L = check_points({"N (params)": N, "D (tokens)": D, "loss": loss}, 5,
                            "fit_overtraining (4 free parameters)")
     loss_kind = "ls" if check_recipe(recipe) == "authors" else "huber_log"
@@ -400,9 +404,11 @@ def fit_overtraining(N, D, loss, *, recipe: Literal["authors", "robust"] = "auth
 
 def fit_downstream_error(loss, error, *, p0=(1.0, 1.0, 1.0), n_boot: int = DEFAULT_N_BOOT,
                          bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> DownstreamErrorFit:
+                         level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, options=None) -> DownstreamErrorFit:
     """Fit Err(L) = eps - k exp(-gamma L) by least squares (``curve_fit`` from ``p0`` =
     (k, gamma, eps), default all ones as the authors)."""
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed),
+                                       fit_downstream_error).values()  # the loose keywords: one release
     L, Err = check_points({"loss": loss, "error": error}, 4, "fit_downstream_error (3 free parameters)",
                           positive=False)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
@@ -602,12 +608,14 @@ def fit_ladder(N, D, task_loss, *, checkpoint_loss=None, checkpoint_accuracy=Non
                task_min: float = 0.25, task_max: float = 1.0, ideal_point: bool = True,
                recipe: Literal["authors", "robust"] = "authors", delta: float = HUBER_DELTA, weights=None,
                n_boot: int = DEFAULT_N_BOOT, bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-               level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> LadderFit:
+               level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, options=None) -> LadderFit:
     """Fit step 1 on (N, D, task_loss) (one point per ladder run) and, given checkpoint task
     losses and accuracies (e.g. from :func:`checkpoint_points`), step 2; ``task_min`` is the
     chance accuracy that sets step 2's start (0.25 for 4-way multiple choice). For
     ``bootstrap="cluster"``, ``groups`` labels step-1 rows and ``checkpoint_groups`` the
     checkpoints (their run)."""
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed),
+                                       fit_ladder).values()  # the loose keywords: one release
     N, D, L = check_points({"N (params)": N, "D (tokens)": D, "task_loss": task_loss}, 6,
                            "fit_ladder step 1 (5 free parameters)")
     check_recipe(recipe)
