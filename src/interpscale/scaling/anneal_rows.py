@@ -28,6 +28,8 @@ from interpscale.scaling.curve import (
     prior_half_width,
 )
 
+from ._base import DEFAULT_LEVEL, from_options
+
 log = logging.getLogger(__name__)
 
 GROUP = ("family", "estimator")
@@ -108,13 +110,15 @@ def _predicted_row(row: pd.Series, step: int, pred: tuple[float, float, float], 
     return out
 
 
-def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float = 0.9,
-                    methods: Sequence[str] | None = None) -> pd.DataFrame:
+def predict_anneals(results: pd.DataFrame, *, loss: str = "loss", level: float = DEFAULT_LEVEL,
+                    methods: Sequence[str] | None = None, options=None) -> pd.DataFrame:
     """Predicted annealed rows for every stable checkpoint without an anneal branch, in runs that
     annealed >= 2 others. The method per (family, estimator) is the one with the smallest pooled
     leave-one-branch-out error; the interval is ``pred·(1 ± q)`` with q from those errors, never
     narrower than the prior's when they are too few for ``level`` (:func:`scaling.curve.error_interval`).
-    Returns only the new rows (may be empty)."""
+    Returns only the new rows (may be empty). ``options`` (a ``FitOptions``): its ``level`` (the loose
+    ``level`` kept for one release)."""
+    level = from_options(options, {"level": level}, predict_anneals)["level"]
     rows = []
     for key, df in _groups(results):
         sel = loo_errors(df, loss=loss, methods=methods)  # this (family, estimator)'s pooled errors

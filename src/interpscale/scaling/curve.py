@@ -21,6 +21,7 @@ from scipy.signal import lfilter
 from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
+from ._base import DEFAULT_LEVEL, from_options
 from .engine import Projected, multistart
 
 log = logging.getLogger(__name__)
@@ -344,12 +345,13 @@ def leave_one_out(stable: Curve, branches: Sequence[Curve], methods: Sequence[st
     return rows
 
 
-def prior_half_width(level: float = 0.9) -> float:
+def prior_half_width(level: float = DEFAULT_LEVEL) -> float:
     """The prior interval's relative half-width at ``level``: normal errors with RMS ``PRIOR_RMS``."""
     return PRIOR_RMS * float(norm.ppf(0.5 + level / 2))
 
 
-def error_interval(rel_errors: Sequence[float], level: float = 0.9, *, floor: float = 0.0) -> tuple[float, str]:
+def error_interval(rel_errors: Sequence[float], level: float = DEFAULT_LEVEL, *,
+                   floor: float = 0.0) -> tuple[float, str]:
     """Half-width q of a relative interval ``[pred·(1 − q), pred·(1 + q)]`` from leave-one-out
     errors: the split-conformal quantile (the ⌈(n+1)·level⌉-th smallest |error|) when n allows it,
     else the largest |error| and at least ``floor`` (a prior half-width: a few errors never give a
@@ -400,10 +402,12 @@ class CurvePredictor:
 
 
 def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence[str] | None = None,
-                  level: float = 0.9) -> CurvePredictor:
+                  level: float = DEFAULT_LEVEL, options=None) -> CurvePredictor:
     """Choose among ``methods`` by leave-one-branch-out error; fit the winner on every branch. Its
     interval is never narrower than the prior's (:func:`prior_half_width`) when its errors are too
-    few for ``level``. With one branch: ``DEFAULT_METHOD`` with the prior interval, ``chosen_by`` "default"."""
+    few for ``level``. With one branch: ``DEFAULT_METHOD`` with the prior interval, ``chosen_by`` "default".
+    ``options`` (a ``FitOptions``): its ``level`` (the loose ``level`` kept for one release)."""
+    level = from_options(options, {"level": level}, fit_predictor)["level"]
     prior = prior_half_width(level)
     if not branches:
         raise ValueError(f"no annealed branch of the stable run {stable.name!r}: need at least one")

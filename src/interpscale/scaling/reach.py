@@ -69,7 +69,8 @@ class ErrorGrowth:
             return a, a_t
         return a * distance(r) ** delta, a_t * float(distance(ratio)) ** delta
 
-    def widening(self, ratio: float, ratios, rule: str = "studentized", level: float = 0.9, scores=None) -> float:
+    def widening(self, ratio: float, ratios, rule: str = "studentized", level: float = DEFAULT_LEVEL,
+                 scores=None) -> float:
         """m(with the relation) / m(without) for a target at ``ratio``: the factor its log half-width
         grows by, for the given ``scores`` t_i (default: all equal) at ``ratios``."""
         t = np.ones(len(ratios)) if scores is None else np.asarray(scores, float)
