@@ -126,14 +126,15 @@ def test_fit_families_and_fit_law_table_take_options_whole(tmp_path):
 
 # public functions of scaling/*.py that take n_boot, level or seed loose, beside options= (one release)
 SHIMS = {"backtest", "fit_families", "fit_law_table", "forecast_from_results", "fit_trend", "fit_data_constrained",
-         "fit_overtraining", "fit_downstream_error", "fit_ladder", "predict_anneals", "fit_predictor"}
+         "fit_overtraining", "fit_downstream_error", "fit_ladder", "predict_anneals", "fit_predictor",
+         "fit_bounded", "fit_power_law", "fit_isoflop", "fit_chinchilla", "fit_multiplier", "family_forecasts",
+         "family_multipliers"}
 # a band's or an interval's level as a quantity (bootstrap primitives, a fit's own band), not a fit's options
 PRIMITIVES = {"check_level", "dropped", "pairs_weights", "cluster_weights", "percentile_ci", "band_from_draws",
               "prior_half_width", "error_interval", "chained_interval", "extrapolate", "compare_approaches",
               "calibrate", "conformal_quantile", "growth_test", "simulate_pair"}
-# still loose, without options= (issue 46.2 left over; each to take options= with its keywords as shims)
-NOT_YET = {"fit_bounded", "fit_power_law", "fit_isoflop", "fit_chinchilla", "fit_multiplier", "family_forecasts",
-           "family_multipliers"}
+# still loose, without options= (none left: add a name here only with the issue that will give it options=)
+NOT_YET: set[str] = set()
 
 
 def _public_functions():
@@ -191,5 +192,23 @@ def test_each_default_is_defined_once():
                                    and isinstance(d.value, (int, float)) and d.value != 0]
     assert where == {"N_BOOT": ["bootstrap.py"], "DEFAULT_LEVEL": ["bootstrap.py"], "DEFAULT_GRID": ["_base.py"]}
     assert not literal_counts, f"a level or replicate default written as a number: {literal_counts}"
-    # fit_chinchilla keeps the paper's own recipe ("epoch"); multiplier.py is being finished (issue 46)
-    assert set(literal_grids) <= {"joint.py:fit_chinchilla", "multiplier.py:fit_multiplier"}, literal_grids
+    # fit_chinchilla keeps the paper's own recipe ("epoch") unless options= says otherwise
+    assert set(literal_grids) <= {"joint.py:fit_chinchilla"}, literal_grids
+
+
+def test_the_core_fits_take_options_whole():
+    """fit_isoflop, fit_chinchilla, fit_bounded, fit_power_law and fit_multiplier read n_boot, level,
+    seed (and grid) off options=, and refuse them given beside it."""
+    from interpscale.scaling import FitOptions, fit_chinchilla, fit_isoflop
+    from interpscale.scaling.multiplier import simulate_pair
+
+    df = simulate_pair(seed=2, sizes_per_slice=5)
+    rows = df[df.family == "base"]
+    o = FitOptions(n_boot=30, level=0.8, seed=3)
+    a, b = fit_isoflop(rows, options=o), fit_isoflop(rows, n_boot=30, level=0.8, seed=3)
+    assert a.ci == b.ci and a.level == 0.8
+    c = fit_chinchilla(rows.params, rows.tokens, rows.loss, options=FitOptions(n_boot=0, grid="coarse"))
+    d = fit_chinchilla(rows.params, rows.tokens, rows.loss, n_boot=0, grid="coarse")
+    assert c.alpha == d.alpha and c.n_starts == d.n_starts
+    with pytest.raises(ValueError, match="through options="):
+        fit_isoflop(rows, n_boot=30, options=o)

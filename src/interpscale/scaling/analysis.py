@@ -25,7 +25,7 @@ import pandas as pd
 
 from interpscale import paper
 
-from ._base import DEFAULT_LEVEL, quiet
+from ._base import DEFAULT_LEVEL, from_options, quiet
 from .anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from .backtest import Backtest, backtest
 from .bootstrap import N_BOOT
@@ -188,12 +188,15 @@ def metric_trends(df: pd.DataFrame, fits: Any) -> dict[tuple[str, str], TrendFit
 
 def family_multipliers(results: pd.DataFrame, *, estimator: str | None = None, annealed: bool | None = True,
                        level: float = DEFAULT_LEVEL, calibrate: bool = True, loss: str = "loss", seed: int = 0,
-                       grid: str | None = None, families=None) -> dict:
+                       grid: str | None = None, families=None, options=None) -> dict:
     """{(base, variant): MultiplierFit, or the reason it could not be made} for each ``backbone_pairs``
     pair of ``families`` (default: the table's), evaluated on the base's slices, a curve out to the
     largest target and the ``TARGETS``; with ``calibrate`` the bands at the targets are widened to the
     families' calibrated forecast intervals. The one computation behind ``fit families``'
     multiplier.csv, the report's section and the figure; once per process per table and options."""
+    level, seed, loss = from_options(options, dict(level=level, seed=seed, loss=loss), family_multipliers).values()
+    if options is not None and grid is None:
+        grid = options.grid
     if "annealed" not in results.columns:
         annealed = None
     options = dict(estimator=estimator, annealed=annealed, level=level, calibrate=calibrate,

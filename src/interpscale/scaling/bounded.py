@@ -17,7 +17,7 @@ import numpy as np
 from interpscale.paper import INTERP_METRICS
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_duplicates,
-    check_lengths, emit, fmt_ci)
+    check_lengths, emit, fmt_ci, from_options)
 from .bootstrap import Bootstrap
 
 # metric -> (direction, natural bound); paper §8.3.1
@@ -268,11 +268,12 @@ def _replicates(pb: _Problem, fitted: np.ndarray, spec: Bootstrap):
 def fit_bounded(compute, metric, *, direction: Literal["lower", "higher"] | None = None,
                 bound: float | None = None, name: str | None = None, n_boot: int = DEFAULT_N_BOOT,
                 bootstrap: Literal["residual", "pairs", "cluster"] = "residual", level: float = DEFAULT_LEVEL,
-                seed: int = 0, groups=None) -> BoundedFit:
+                seed: int = 0, groups=None, options=None) -> BoundedFit:
     """Fit m(C) = e + A C^-beta (``direction="lower"``: lower is better, e >= bound) or
     m(C) = e - A C^-beta (``"higher"``: e <= bound) by least squares (Eq. 29), A >= 0, beta > 0.
     ``name`` (one of ``METRICS``) supplies the paper's direction and natural bound; explicit
     ``direction``/``bound`` override it; ``bound=None`` with no name leaves e free."""
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed), fit_bounded).values()
     pb = _check(compute, metric, direction, bound, name)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
         pb.m.size, f"fit_bounded({pb.label})")

@@ -26,7 +26,7 @@ from scipy.stats import norm, t as student_t
 from interpscale.results_table import merge_repeats, repeats_message
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_points, check_weights, emit,
-                    fields_dict, fmt_ci, jsonable)
+                    fields_dict, fmt_ci, from_options, jsonable)
 from .bootstrap import Bootstrap, pairs_weights, percentile_ci, resample_noise
 from .engine import wls
 
@@ -100,9 +100,10 @@ def ols_lines(x: np.ndarray, Y, W=None) -> np.ndarray:
 
 def fit_power_law(x, y, *, weights=None, n_boot: int = DEFAULT_N_BOOT,
                   bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
-                  level: float = DEFAULT_LEVEL, seed: int = 0, groups=None) -> PowerLawFit:
+                  level: float = DEFAULT_LEVEL, seed: int = 0, groups=None, options=None) -> PowerLawFit:
     """Fit y = a x^alpha (x, y > 0) by OLS of log y on log x (Eq. 26), optionally weighted;
     intervals from ``bootstrap.Bootstrap`` on the log-scale fit (``n_boot=0`` skips it)."""
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed), fit_power_law).values()
     x, y = check_points({"x": x, "y": y}, 2, "fit_power_law")
     n = x.size
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups).checked(
@@ -546,7 +547,7 @@ def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: 
                 slice_weights: Literal["none", "n_points"] = "none", n_boot: int = DEFAULT_N_BOOT,
                 bootstrap: Literal["residual", "pairs", "cluster"] = "residual", level: float = DEFAULT_LEVEL,
                 seed: int = 0, minimum: Literal["parabola", "akima"] = "parabola", groups=None,
-                degenerate: Literal["censor", "drop"] = "censor") -> IsoFlopFit:
+                degenerate: Literal["censor", "drop"] = "censor", options=None) -> IsoFlopFit:
     """Steps 1-2 of §8.2.1 on a table with one row per (model, slice) (docs/laws.md).
 
     ``compute`` names the slice column (target C), ``params`` the non-embedding parameter count.
@@ -557,6 +558,7 @@ def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: 
     degenerate replicates are kept (module doc), ``degenerate="drop"`` (biased narrow) is for comparison."""
     if not isinstance(results, pd.DataFrame):
         raise ValueError("fit_isoflop: results must be a pandas DataFrame")
+    n_boot, level, seed = from_options(options, dict(n_boot=n_boot, level=level, seed=seed), fit_isoflop).values()
     warnings: list[str] = []
     results, groups = _merged(results, loss, groups, warnings)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed,

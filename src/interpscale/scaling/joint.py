@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, check_duplicates, check_points,
-    check_weights, emit, fmt_ci, log)
+    check_weights, emit, fmt_ci, from_options, log)
 from .bootstrap import Bootstrap
 from .engine import STATUS, bootstrap_law, chunked, multistart
 
@@ -396,7 +396,7 @@ def fit_chinchilla(params, tokens, loss, *, delta: float = 1e-3,
                    bootstrap: Literal["residual", "pairs", "cluster"] = "residual",
                    level: float = DEFAULT_LEVEL, seed: int = 0, max_iter: int = 1000, n_polish: int = 20,
                    smooth: bool = True, weights=None, overestimate_penalty: float = 1.0,
-                   bound_L_inf: bool = False, groups=None) -> ChinchillaFit:
+                   bound_L_inf: bool = False, groups=None, options=None) -> ChinchillaFit:
     """Fit Eq. 27 to (P_i, D_i, L_i) by minimising the summed Huber loss of Eq. 28 (docs/laws.md).
 
     Every start of ``grid`` (the 4,500-start Hoffmann/Epoch grid; ``"coarse"``: 243 starts; or an
@@ -407,6 +407,8 @@ def fit_chinchilla(params, tokens, loss, *, delta: float = 1e-3,
     ``"pairs"``: Epoch's choice; ``"cluster"``: whole ``groups`` (e.g. the checkpoints of one run).
     Ladder-literature options: ``weights`` multiply each point's Huber term; ``overestimate_penalty``
     k >= 1 the terms where the fit over-predicts; ``bound_L_inf`` keeps L_inf <= min(loss) (smoothly)."""
+    n_boot, level, seed, grid = from_options(options, dict(n_boot=n_boot, level=level, seed=seed, grid=grid),
+                                             fit_chinchilla).values()
     x = _check(params, tokens, loss, delta=delta, weights=weights, overestimate_penalty=overestimate_penalty,
                bound_L_inf=bound_L_inf, grid=grid)
     spec = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed, groups=groups,

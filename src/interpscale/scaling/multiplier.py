@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._base import DEFAULT_LEVEL, FitStatus, emit, jsonable, quiet
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitStatus, emit, from_options, jsonable, quiet
 from .bootstrap import N_BOOT
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
@@ -691,9 +691,9 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
                    methods: Sequence[str] = METHODS, n_boot: int = MULTIPLIER_BOOT,
                    level: float = DEFAULT_LEVEL, seed: int = 0, loss: str = "loss",
                    estimator: str | None = None, annealed: bool | None = None, window: int | None = 5,
-                   tolerance: float | None = SLICE_TOLERANCE, grid: str = "coarse",
+                   tolerance: float | None = SLICE_TOLERANCE, grid: str = DEFAULT_GRID,
                    margin: float = DEFAULT_MARGIN,
-                   forecasts: Mapping[float, tuple] | None = None) -> MultiplierFit:
+                   forecasts: Mapping[float, tuple] | None = None, options=None) -> MultiplierFit:
     """k(C) = C_variant(L*_base(C)) / C of two families of a results table (module doc).
 
     ``computes``: where k is evaluated (default: the base's slice targets); ``target_compute``: where
@@ -701,6 +701,9 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
     +-margin; ``forecasts``: target compute -> (base, variant) ``FamilyForecast`` whose calibrated
     half-widths widen the band there (``family_forecasts``). Rows as in ``fit_families``. A method that
     cannot be fitted is left out with a warning; ValueError when none can."""
+    n_boot, level, seed, grid, loss, window, tolerance = from_options(options, dict(
+        n_boot=n_boot, level=level, seed=seed, grid=grid, loss=loss, window=window, tolerance=tolerance),
+        fit_multiplier).values()
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"fit_multiplier: methods must be among {METHODS}, got {list(methods)}")
@@ -757,9 +760,11 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",
                      estimator: str | None = None, annealed: bool | None = None,
                      n_boot: int = N_BOOT["calibration"], seed: int = 0,
-                     level: float = DEFAULT_LEVEL) -> dict:
+                     level: float = DEFAULT_LEVEL, options=None) -> dict:
     """target compute -> (base, variant) ``FamilyForecast`` (``forecast.forecast_family``; None where
     it cannot be made): the ``forecasts`` argument of ``fit_multiplier``."""
+    n_boot, level, seed, loss = from_options(options, dict(n_boot=n_boot, level=level, seed=seed, loss=loss),
+                                             family_forecasts).values()
     from .forecast import ForecastOptions, forecast_family
 
     warnings: list[str] = []
