@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from interpscale.scaling._base import FitStatus
-from interpscale.scaling.multiplier import (DEMO_SLICES, METHODS, GrowthTest, MethodScore, _choose, _Reading,
+from interpscale.scaling.multiplier import (DEMO_SLICES, MULTIPLIER_METHODS, GrowthTest, MethodScore, _choose, _Reading,
                                             fit_multiplier, planted_multiplier, saturating_fit, saturating_log,
                                             simulate_pair)
 from interpscale.scaling.multiplier_lawfree import isotonic_decreasing, lawfree_log_k
@@ -94,7 +94,7 @@ def test_with_an_irreducible_loss_the_chosen_method_finds_the_planted_multiplier
         row = m.at(MID)
         assert row["lo"] <= k <= row["hi"]
         assert m.verdict == ("growing" if growth else "constant")
-        assert m.primary in METHODS and m.scores[m.primary].eligible
+        assert m.primary in MULTIPLIER_METHODS and m.scores[m.primary].eligible
         best = min(s.score for s in m.scores.values() if s.eligible)
         assert m.scores[m.primary].score == best and f"{m.primary} answers: score" in m.reason
         lf = m.table[m.table["method"] == "lawfree"]

@@ -33,7 +33,7 @@ from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, slice_
 __all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
            "planted_multiplier", "simulate_pair"]
 
-METHODS = ("isoflop", "saturating", "joint")
+MULTIPLIER_METHODS = ("isoflop", "saturating", "joint")  # (forecast.METHODS is the forecast registry)
 VERDICTS = ("constant", "growing", "shrinking", "undetermined")
 TARGETS = (1e20, 7.6e22)  # a round 1e20 and Steerling-8B's compute (paper §8)
 DEFAULT_MARGIN = 0.1  # |slope| below which a multiplier is called constant: k changes < 26% per decade
@@ -688,7 +688,7 @@ def _readings(rows, envs, lc, sweep, o: _Options, methods, names, warnings) -> d
 
 
 def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=None, target_compute=TARGETS,
-                   methods: Sequence[str] = METHODS, n_boot: int = MULTIPLIER_BOOT,
+                   methods: Sequence[str] = MULTIPLIER_METHODS, n_boot: int = MULTIPLIER_BOOT,
                    level: float = DEFAULT_LEVEL, seed: int = 0, loss: str = "loss",
                    estimator: str | None = None, annealed: bool | None = None, window: int | None = 5,
                    tolerance: float | None = SLICE_TOLERANCE, grid: str = DEFAULT_GRID,
@@ -704,9 +704,9 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
     n_boot, level, seed, grid, loss, window, tolerance = from_options(options, dict(
         n_boot=n_boot, level=level, seed=seed, grid=grid, loss=loss, window=window, tolerance=tolerance),
         fit_multiplier).values()
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in MULTIPLIER_METHODS]
     if unknown or not methods:
-        raise ValueError(f"fit_multiplier: methods must be among {METHODS}, got {list(methods)}")
+        raise ValueError(f"fit_multiplier: methods must be among {MULTIPLIER_METHODS}, got {list(methods)}")
     if base == variant:
         raise ValueError(f"fit_multiplier: base and variant are the same family ({base!r})")
     o = _Options(loss, int(n_boot), float(level), int(seed), window, tolerance, grid, float(margin))
