@@ -11,6 +11,27 @@ EPOCH_CSV = Path(__file__).resolve().parents[1] / "data" / "epoch" / "epoch_chin
 SLICES = (6e18, 1e19, 3e19, 1e20)  # paper Table 24 (AR / CDLM)
 
 
+PAIR_LAWS = {"a": dict(E=1.8, A=400.0, B=2000.0, alpha=0.34, beta=0.37),
+             "b": dict(E=1.85, A=420.0, B=2100.0, alpha=0.33, beta=0.36)}
+
+
+def eq27_pair(seed=0, slices=(1e18, 1e19, 1e20), sizes=5, noise=0.003) -> pd.DataFrame:
+    """A results table of two families ``a``, ``b`` of Eq. 27 (``PAIR_LAWS``) on IsoFLOP slices
+    priced C = 6·P·D, ``sizes`` sizes from 1/6 to 6 times each family's optimum, one row per run."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for fam, L in PAIR_LAWS.items():
+        G = (L["alpha"] * L["A"] / (L["beta"] * L["B"])) ** (1 / (L["alpha"] + L["beta"]))
+        for C in slices:
+            for j, f in enumerate(np.geomspace(1 / 6, 6, sizes)):
+                P = G * (C / 6) ** (L["beta"] / (L["alpha"] + L["beta"])) * f
+                D = C / (6 * P)
+                loss = (L["E"] + L["A"] / P ** L["alpha"] + L["B"] / D ** L["beta"]) * np.exp(rng.normal(0, noise))
+                rows.append(dict(run_id=f"{fam}-{C:.0e}-{j}", family=fam, slice_flops=C, flops=C, params=P,
+                                 tokens=D, step=1000, annealed=True, loss=loss))
+    return pd.DataFrame(rows)
+
+
 def isoflop_grid(alpha_P, alpha_L, *, seed=0, noise=0.004, curvature=0.06, sizes=7, span=8.0, slices=SLICES):
     """Rows whose slice losses follow Eq. 25 exactly around P*(C) = a_P C^alpha_P,
     L*(C) = a_L C^alpha_L (a_P, a_L chosen so P* ~ 1e8 and L* ~ 3 at C = 1e19), plus noise."""

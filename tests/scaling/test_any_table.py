@@ -15,24 +15,15 @@ from interpscale.cli import main
 from interpscale.paper import SLICE_TOLERANCE
 from interpscale.results_table import read_results, with_slices
 
-LAWS = {"a": dict(E=1.8, A=400.0, B=2000.0, alpha=0.34, beta=0.37),
-        "b": dict(E=1.85, A=420.0, B=2100.0, alpha=0.33, beta=0.36)}
+from .conftest import PAIR_LAWS as LAWS, eq27_pair
 
 
 def public_like(seed=0, slices=(1e18, 1e19, 1e20), sizes=5, noise=0.003) -> pd.DataFrame:
     """Two families of Eq. 27 on IsoFLOP slices priced C = 6·P·D, in a public table's layout:
     run, family, params, tokens, loss and a budget label (no slice_flops, no flops)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for fam, L in LAWS.items():
-        G = (L["alpha"] * L["A"] / (L["beta"] * L["B"])) ** (1 / (L["alpha"] + L["beta"]))
-        for C in slices:
-            for j, f in enumerate(np.geomspace(1 / 6, 6, sizes)):
-                P = G * (C / 6) ** (L["beta"] / (L["alpha"] + L["beta"])) * f
-                D = C / (6 * P)
-                loss = (L["E"] + L["A"] / P ** L["alpha"] + L["B"] / D ** L["beta"]) * np.exp(rng.normal(0, noise))
-                rows.append(dict(run=f"{fam}-{C:.0e}-{j}", family=fam, params=P, tokens=D, loss=loss, budget=C))
-    return pd.DataFrame(rows)
+    t = eq27_pair(seed, slices, sizes, noise)
+    return t.rename(columns={"run_id": "run", "slice_flops": "budget"})[
+        ["run", "family", "params", "tokens", "loss", "budget"]]
 
 
 def test_a_rows_slice_is_its_compute_grouped_within_the_slice_tolerance():

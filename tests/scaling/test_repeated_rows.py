@@ -14,24 +14,12 @@ import pytest
 from interpscale.cli import main
 from interpscale.results_table import merge_repeats, validate_results
 
-LAWS = {"a": dict(E=1.8, A=400.0, B=2000.0, alpha=0.34, beta=0.37),
-        "b": dict(E=1.85, A=420.0, B=2100.0, alpha=0.33, beta=0.36)}
+from .conftest import PAIR_LAWS as LAWS, eq27_pair
 
 
 def results(seed=0, slices=(1e18, 1e19, 1e20), sizes=5, noise=0.003) -> pd.DataFrame:
     """A results table of two families of Eq. 27 on IsoFLOP slices (C = 6·P·D), one row per run."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for fam, L in LAWS.items():
-        G = (L["alpha"] * L["A"] / (L["beta"] * L["B"])) ** (1 / (L["alpha"] + L["beta"]))
-        for C in slices:
-            for j, f in enumerate(np.geomspace(1 / 6, 6, sizes)):
-                P = G * (C / 6) ** (L["beta"] / (L["alpha"] + L["beta"])) * f
-                D = C / (6 * P)
-                loss = (L["E"] + L["A"] / P ** L["alpha"] + L["B"] / D ** L["beta"]) * np.exp(rng.normal(0, noise))
-                rows.append(dict(run_id=f"{fam}-{C:.0e}-{j}", family=fam, slice_flops=C, flops=C, params=P,
-                                 tokens=D, step=1000, annealed=True, loss=loss))
-    return pd.DataFrame(rows)
+    return eq27_pair(seed, slices, sizes, noise)
 
 
 def _files(tmp_path) -> tuple[str, str]:
@@ -94,10 +82,11 @@ def test_fit_families_and_multiplier_of_a_doubled_table_are_the_tables(tmp_path,
 
 def test_forecast_record_of_a_doubled_table_is_the_tables(tmp_path, capsys):
     once, twice = _files(tmp_path)
-    for path in (once, twice):
+    for name, path in (("once", once), ("twice", twice)):  # one registry each: the same forecast has one id
         assert main(["forecast", "record", path, "--only-family", "a", "--target-compute", "1e21", "--method",
-                     "joint", "--n-boot", "20", "--grid", "coarse", "--registry", str(tmp_path / "f.jsonl")]) == 0
+                     "joint", "--n-boot", "20", "--grid", "coarse", "--registry", str(tmp_path / f"{name}.jsonl")]) == 0
     assert "30 row(s) repeat another row's run and step" in capsys.readouterr().err
-    a, b = (json.loads(line) for line in (tmp_path / "f.jsonl").read_text().splitlines())
+    a, b = (json.loads((tmp_path / f"{name}.jsonl").read_text()) for name in ("once", "twice"))
+    assert a["id"] == b["id"]  # the merged table is the table: the same inputs hash
     for key in ("predicted", "lo", "hi", "raw_lo", "raw_hi", "method"):
         assert a[key] == b[key], key
