@@ -1,9 +1,12 @@
 """Shared fixtures for the model tests: one thread, tiny models."""
 
+import sys
+import textwrap
+
 import pytest
 import torch
 
-from interpscale.models import build_model
+from interpscale.models import FAMILIES, build_model, plugins
 
 
 
@@ -38,3 +41,25 @@ def tiny():
 def chunked():
     """chunked(B, T, n, chunk=8, seed=0): consecutive chunk ids and random multi-hot labels."""
     return _chunked
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    """``plugin(name, source)``: the source written to ``<name>.py`` and loaded as a plugin; the
+    families it registered and the module are forgotten after the test."""
+    loaded, before = list(plugins.LOADED), set(FAMILIES)
+    names = []
+
+    def load(name: str, source: str):
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(source))
+        names.append(name)
+        plugins.load_plugins(str(path))
+        return sys.modules[name]
+
+    yield load
+    for fam in set(FAMILIES) - before:
+        FAMILIES.pop(fam)
+    plugins.LOADED[:] = loaded
+    for name in names:
+        sys.modules.pop(name, None)

@@ -18,12 +18,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from interpscale.errors import UserError
-from interpscale.models import FAMILIES, DataFields, build_model, load_checkpoint, plugins, price
+from interpscale.models import DataFields, build_model, load_checkpoint, price
 from interpscale.models.config import SIZES
 
 MYAR = '''
@@ -153,28 +152,6 @@ class TinyPlug(nn.Module):
 
 register_family("tinyplug", lambda size, *, data=None, **kw: TinyPlug())
 '''
-
-
-@pytest.fixture
-def plugin(tmp_path):
-    """``plugin(name, source)``: the source written to ``<name>.py`` and loaded as a plugin; the
-    families it registered and the module are forgotten after the test."""
-    loaded, before = list(plugins.LOADED), set(FAMILIES)
-    names = []
-
-    def load(name: str, source: str):
-        path = tmp_path / f"{name}.py"
-        path.write_text(textwrap.dedent(source))
-        names.append(name)
-        plugins.load_plugins(str(path))
-        return sys.modules[name]
-
-    yield load
-    for fam in set(FAMILIES) - before:
-        FAMILIES.pop(fam)
-    plugins.LOADED[:] = loaded
-    for name in names:
-        sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize("seq_len", [16, 32, 256, 2048])

@@ -7,13 +7,12 @@ computed from its weights is priced by a real CPU forward, and the price and the
 
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import pytest
 
 from interpscale.errors import UserError
-from interpscale.models import FAMILIES, DataFields, plugins, price
+from interpscale.models import DataFields, price
 
 WRAPPED_AR = '''
 import dataclasses
@@ -67,25 +66,14 @@ register_family(FAMILY, build)
 
 
 @pytest.fixture
-def plugin(tmp_path):
-    """``plugin(name, family, drop_padding=False, check_finite=False)``: WRAPPED_AR written to
-    ``<name>.py`` and loaded as a plugin; its families and module are forgotten after the test."""
-    loaded, before, names = list(plugins.LOADED), set(FAMILIES), []
-
+def wrapped(plugin):
+    """``wrapped(name, family, drop_padding=False, check_finite=False)``: WRAPPED_AR loaded as a plugin
+    (the models conftest's ``plugin``: its families and module are forgotten after the test)."""
     def load(name: str, family: str, *, drop_padding: bool = False, check_finite: bool = False):
         head = f"FAMILY = {family!r}\nDROP_PADDING = {drop_padding}\nCHECK_FINITE = {check_finite}\n"
-        path = tmp_path / f"{name}.py"
-        path.write_text(head + textwrap.dedent(WRAPPED_AR))
-        names.append(name)
-        plugins.load_plugins(str(path))
-        return sys.modules[name]
+        return plugin(name, head + textwrap.dedent(WRAPPED_AR))
 
-    yield load
-    for fam in set(FAMILIES) - before:
-        FAMILIES.pop(fam)
-    plugins.LOADED[:] = loaded
-    for name in names:
-        sys.modules.pop(name, None)
+    return load
 
 
 DATA = DataFields(vocab_size=1024)
@@ -97,8 +85,8 @@ def _vs_ar(family: str, size: str, seq_len: int):
     return ours, ours.flops_per_token / ar.flops_per_token - 1
 
 
-def test_ar_with_an_input_check_is_priced_as_ar_on_the_meta_device(plugin):
-    mod = plugin("checked_ar", "checked-ar")
+def test_ar_with_an_input_check_is_priced_as_ar_on_the_meta_device(wrapped):
+    mod = wrapped("checked_ar", "checked-ar")
     for size, seqs in (("micro", (16, 64, 512)), ("85M", (16, 512))):  # the meta device: no memory, no kernels
         for seq_len in seqs:
             ours, err = _vs_ar("checked-ar", size, seq_len)
@@ -106,19 +94,19 @@ def test_ar_with_an_input_check_is_priced_as_ar_on_the_meta_device(plugin):
     assert mod.SEEN and all(4 <= lo <= hi < 1024 for lo, hi in mod.SEEN)  # the batch's own (ordinary) ids
 
 
-def test_a_shape_read_off_the_batch_is_the_batch_s_own(plugin):
+def test_a_shape_read_off_the_batch_is_the_batch_s_own(wrapped):
     """Boolean-mask indexing (``nonzero`` of the batch) runs on the batch's values: no [PAD] in
     the pricing batch, so every position stays and the price is ar's."""
-    plugin("unpadded_ar", "unpadded-ar", drop_padding=True)
+    wrapped("unpadded_ar", "unpadded-ar", drop_padding=True)
     for seq_len in (16, 512):
         ours, err = _vs_ar("unpadded-ar", "micro", seq_len)
         assert ours.how == "measured" and abs(err) < 0.01
 
 
-def test_a_value_read_off_the_weights_is_priced_by_a_cpu_forward_and_the_plan_says_so(plugin):
+def test_a_value_read_off_the_weights_is_priced_by_a_cpu_forward_and_the_plan_says_so(wrapped):
     from interpscale.orchestration import PlanOptions, Preset, plan
 
-    plugin("finite_ar", "finite-ar", check_finite=True)
+    wrapped("finite_ar", "finite-ar", check_finite=True)
     for seq_len in (16, 512):
         ours, err = _vs_ar("finite-ar", "micro", seq_len)
         assert ours.how == "measured-cpu" and abs(err) < 0.01
