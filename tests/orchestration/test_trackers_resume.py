@@ -8,7 +8,6 @@ import glob
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -46,26 +45,11 @@ PAUSE = 26  # states saved at steps 10 and 20; steps 22, 24, 26 logged past the 
 
 
 def wandb_history(run_dir: Path) -> list[dict]:
-    """The history rows of every offline W&B run file (its LevelDB-style log of protobuf records)."""
-    from wandb.proto import wandb_internal_pb2
+    """The history rows of every offline W&B run file of the run (``observe.wandb_history``)."""
+    from interpscale.orchestration.observe import wandb_history as rows_of
 
-    rows = []
-    for f in sorted(glob.glob(str(run_dir / "wandb" / "wandb" / "offline-run-*" / "run-*.wandb"))):
-        data, pos, buf = Path(f).read_bytes(), 7, b""
-        while pos + 7 <= len(data):
-            left = 32768 - pos % 32768
-            crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
-            if left < 7 or (length == 0 and kind == 0):  # block padding
-                pos += left
-                continue
-            buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
-            if kind in (1, 4):  # a full record or a record's last fragment
-                rec = wandb_internal_pb2.Record()
-                rec.ParseFromString(buf)
-                buf = b""
-                if rec.WhichOneof("record_type") == "history":
-                    rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
-    return rows
+    return [r for f in sorted(glob.glob(str(run_dir / "wandb" / "wandb" / "offline-run-*" / "run-*.wandb")))
+            for r in rows_of(Path(f))]
 
 
 def _child(tmp_path: Path, run: Path, pause: int) -> subprocess.Popen:

@@ -158,35 +158,42 @@ def _read_json(path: Path) -> dict:
     return out if isinstance(out, dict) else {}
 
 
-def wandb_offline_steps(wandb_dir: Path, run_id: str) -> dict[str, int]:
-    """{segment: the last ``train_step`` with a ``<segment>/...`` value} in the offline W&B files
-    of ``run_id`` under ``wandb_dir`` (``run-<id>.wandb``: a LevelDB-style log of protobuf
-    records, 32 KiB blocks).  W&B writes them through a buffer a kill loses, so they, not what
-    was sent, say what W&B holds; each attempt's file holds a prefix of what it was given."""
+def wandb_history(path: Path) -> list[dict]:
+    """The history rows ({key: value}) of one offline W&B run file (``run-<id>.wandb``: a
+    LevelDB-style log of protobuf records in 32 KiB blocks), up to a record cut by a kill."""
     from wandb.proto import wandb_internal_pb2
 
+    rows, data, pos, buf = [], Path(path).read_bytes(), 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        length, kind = struct.unpack("<HB", data[pos + 4:pos + 7]) if left >= 7 else (0, 0)
+        if left < 7 or (length == 0 and kind == 0):  # block padding
+            pos += left
+            continue
+        if pos + 7 + length > len(data):  # a record cut by the kill
+            break
+        buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a full record or a record's last fragment
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(buf)
+            buf = b""
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+    return rows
+
+
+def wandb_offline_steps(wandb_dir: Path, run_id: str) -> dict[str, int]:
+    """{segment: the last ``train_step`` with a ``<segment>/...`` value} in the offline W&B files
+    of ``run_id`` under ``wandb_dir`` (``wandb_history``). W&B writes them through a buffer a kill
+    loses, so they, not what was sent, say what W&B holds; each attempt's file holds a prefix of
+    what it was given."""
     last: dict[str, int] = {}
     for f in sorted(Path(wandb_dir).glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")):
-        data, pos, buf = f.read_bytes(), 7, b""
-        while pos + 7 <= len(data):
-            left = 32768 - pos % 32768
-            length, kind = struct.unpack("<HB", data[pos + 4:pos + 7]) if left >= 7 else (0, 0)
-            if left < 7 or (length == 0 and kind == 0):  # block padding
-                pos += left
-                continue
-            if pos + 7 + length > len(data):  # a record cut by the kill
-                break
-            buf, pos = buf + data[pos + 7:pos + 7 + length], pos + 7 + length
-            if kind in (1, 4):  # a full record or a record's last fragment
-                rec = wandb_internal_pb2.Record()
-                rec.ParseFromString(buf)
-                buf = b""
-                if rec.WhichOneof("record_type") == "history":
-                    items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
-                    if "train_step" in items:
-                        step = int(json.loads(items["train_step"]))
-                        for seg in {k.split("/", 1)[0] for k in items if "/" in k}:
-                            last[seg] = max(step, last.get(seg, -1))
+        for items in wandb_history(f):
+            if "train_step" in items:
+                step = int(items["train_step"])
+                for seg in {k.split("/", 1)[0] for k in items if "/" in k}:
+                    last[seg] = max(step, last.get(seg, -1))
     return last
 
 
