@@ -638,7 +638,7 @@ def render(design: Design) -> str:
               "false alarms" if design.question == "multiplier" else
               f"- target: alpha_P's 90% half-width <= {goal['halfwidth']:g}")
              + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else ""), ""]
-    rows = [_row(design.planned, " (planned)")] + [_row(g) for g in design.tried]
+    rows = [_row(design.planned)] + [_row(g) for g in design.tried]
     header = list(dict.fromkeys(k for r in rows for k in r))
     lines += [md_table(header, [[r.get(k, "") for k in header] for r in rows]), ""]
     r = design.recommended
