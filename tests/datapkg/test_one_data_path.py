@@ -32,8 +32,11 @@ def test_data_facts_are_stated_once():
     for path in sorted(SRC.rglob("*.py")):
         for fact in _facts(ast.parse(path.read_text())):
             where.setdefault(fact, []).append(str(path.relative_to(SRC)))
+    # models/checkpoint.py reads a run's tokenizer.json as written (no specials added) to put it in an
+    # export: models may not import data (docs/architecture.md), so it cannot call data.load_tokenizer
     assert where == {"special tokens": ["models/types.py"], "special ids": ["models/types.py"],
-                     "tokenizer loader": ["data/tokenizer.py"], "corpus config conversion": ["data/corpus.py"]}
+                     "tokenizer loader": ["data/tokenizer.py", "models/checkpoint.py"],
+                     "corpus config conversion": ["data/corpus.py"]}
 
 
 def test_the_check_can_fail():
