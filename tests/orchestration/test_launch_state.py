@@ -75,6 +75,8 @@ def test_one_runtime_estimate_for_plan_and_launch_kept_by_the_sweep(tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "p.toml").write_text(PRESET)
     preset, out = str(tmp_path / "p.toml"), tmp_path / "sw"
+    for cache in (runtime._TIMED, runtime._CPU, runtime._JOB_START):  # as a fresh process: nothing timed yet
+        cache.clear()
     assert main(["plan", "--preset", preset]) == 0
     shown = re.search(r"estimated sweep wall time (\S+ \S+):", capsys.readouterr().out).group(1)
     for cache in (runtime._TIMED, runtime._CPU, runtime._JOB_START):  # as a second process starts
