@@ -206,9 +206,15 @@ def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> lis
     dup = df.duplicated(cols, keep="first").to_numpy()
     if not dup.any():  # the usual table: no grouping needed
         return []
-    first = df.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
-    where_first = {g: i for i, g in reversed(list(enumerate(first)))}
-    return [(row_label(df, where_first[first[i]]), row_label(df, i)) for i in dup.nonzero()[0]]
+    return _repeat_pairs(df, df, cols, dup)[1]
+
+
+def _repeat_pairs(df: pd.DataFrame, key: pd.DataFrame, cols: list[str], dup: np.ndarray):
+    """(group id of every row of ``key`` grouped by ``cols``, the ``(first, repeat)`` pairs of the
+    rows ``dup`` marks, each named as in ``df``'s file)."""
+    gid = key.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
+    first_at = {g: i for i, g in reversed(list(enumerate(gid)))}
+    return gid, [(row_label(df, first_at[gid[i]]), row_label(df, i)) for i in dup.nonzero()[0]]
 
 
 # What a row measures (averaged when two rows of one checkpoint disagree); every other column names the row.
@@ -240,9 +246,7 @@ def merge_repeats(df: pd.DataFrame, *, measured: tuple[str, ...] | list[str] = (
     dup = key.duplicated(keep="first").to_numpy()
     if not dup.any():  # the usual table: no grouping needed
         return df, [], 0
-    gid = key.reset_index(drop=True).groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
-    first_at = {g: i for i, g in reversed(list(enumerate(gid)))}
-    pairs = [(row_label(df, first_at[gid[i]]), row_label(df, i)) for i in dup.nonzero()[0]]
+    gid, pairs = _repeat_pairs(df, key, cols, dup)
     out = df[~dup].copy()
     averaged = 0
     if values:
