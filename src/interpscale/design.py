@@ -517,14 +517,16 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
            growth: float = 0.05, target: float = 1e20, power: float = 0.8, false_alarm: float = 0.10,
            halfwidth: float = 0.05, budget: float | None = None, n_sims: int = DEFAULT_SIMS,
            screen_sims: int = 40, max_grids: int = 12, n_boot: int = DESIGN_BOOT, seed: int = 0,
-           workers: int | None = None, progress=None, grids: Sequence[Grid] | None = None) -> Design:
+           workers: int | None = None, progress=None, grids: Sequence[Grid] | None = None,
+           planned: Grid | None = None) -> Design:
     """Assess the preset's own grid, then walk candidate grids cheapest first: each screened with
     ``screen_sims`` simulations, a passing one confirmed with ``n_sims``; the first confirmed is the
-    recommendation. At most ``max_grids`` candidates are tried."""
+    recommendation. At most ``max_grids`` candidates are tried; ``planned``: the preset's own grid
+    when the caller has already planned it."""
     kw = dict(question=question, base=base, variant=variant, growth=growth, target=target, n_boot=n_boot,
               seed=seed, workers=workers)
     goal = dict(power=power, false_alarm=false_alarm, halfwidth=halfwidth)
-    planned = assess(grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
+    planned = assess(planned or grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
                      progress=_stage(progress, "planned grid"), **kw)
     tried, best = [], None
     cands = iter(grids) if grids is not None else candidate_grids(preset, budget=budget)

@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         run_sd=args.noise, slice_sd=args.slice_noise or 0.0)
     if args.noise is None and args.slice_noise is not None:
         noise = d.NoiseModel(**{**noise.to_dict(), "slice_sd": args.slice_noise})
+    planned = d.grid_from_plan(tree, label="planned")  # planned once: the stated truth and the search use it
     truth = d.truth_from_pilot(pilot, base, variant, multiplier=args.multiplier) if pilot is not None else \
-        d.truth_for_grid(d.grid_from_plan(tree), base, multiplier=args.multiplier or 1.3)
+        d.truth_for_grid(planned, base, multiplier=args.multiplier or 1.3)
     largest = max(max(v) for v in d.slices_of(tree).values())
     target = args.target_compute or 10 * largest
     bar = tqdm(total=0, unit="sim", disable=None, file=sys.stderr, leave=False)
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                       target=target, power=args.power, false_alarm=args.false_alarm, halfwidth=args.halfwidth,
                       budget=args.budget, n_sims=args.sims, screen_sims=args.screen_sims, max_grids=args.max_grids,
                       n_boot=args.n_boot or d.DESIGN_BOOT, seed=args.seed, workers=args.workers,
-                      progress=progress)
+                      progress=progress, planned=planned)
     bar.close()
     out = Path(args.out)
     written = d.write_outputs(design, tree, out)
