@@ -463,10 +463,12 @@ def answer_section(analysis: Analysis) -> list[str]:
             if iso is not None:
                 lines.append(f"- **{fam}**: α_P = {_ci_cell(iso.alpha_P, *_ci(iso, 'alpha_P'))}, "
                              f"α_L = {_ci_cell(iso.alpha_L, *_ci(iso, 'alpha_L'))} (IsoFLOP, Eq. 26; {iso.status})")
-        undetermined = [line for line in problem_fits(fits, analysis.trends) if "joint fit" in line]
+        undetermined = [fam for fam, st in fit_statuses(fits).items() if st.get("joint", ("identified",))[0]
+                        != "identified"]  # the states problem_fits lists, read off the statuses, not its words
         if undetermined:
-            lines.append(f"- Not determined: {len(undetermined)} joint fit(s) (Eq. 27: α_D, L∞) — listed under "
-                         "Fits; extrapolations that rest on them are shown as not determined.")
+            lines.append(f"- Not determined: {len(undetermined)} joint fit(s) (Eq. 27: α_D, L∞; "
+                         f"{', '.join(undetermined)}) — listed under Fits; extrapolations that rest on them are "
+                         "shown as not determined.")
     if not lines:
         return []
     return ["## The answer", "", *lines, ""]
