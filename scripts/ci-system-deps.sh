@@ -7,6 +7,10 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "ci-system-deps: not root; skipping the local SLURM cluster (slurm tests will skip)" >&2
   exit 0
 fi
+# Debian's Chromium and its ChromeDriver: the browser test of report.html (tests/analysis/test_report.py)
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
 if ! scripts/local-slurm.sh start; then
   # The rest of the suite must still run; the slurm tests skip with the reason.
   echo "ci-system-deps: local SLURM failed to start; slurm-marked tests will be skipped" >&2

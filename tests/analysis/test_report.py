@@ -260,3 +260,61 @@ def test_multiplier_section_beyond_the_sweep_says_not_determined(tmp_path):
     assert cells
     for _, lo, hi in cells:
         assert math.log10(float(hi) / float(lo)) <= MAX_DECADES
+
+
+# ------------------------------------------------------------------ report.html in a real browser (issue 45)
+_BROWSER = ("/usr/bin/chromium", "/usr/bin/chromedriver")
+_LAYOUT = """
+const answer = [...document.querySelectorAll('h2')].find(h => h.textContent === 'The answer');
+const first = answer && answer.nextElementSibling && answer.nextElementSibling.querySelector('li');
+return {width: window.innerWidth, height: window.innerHeight, page: document.documentElement.scrollWidth,
+        images: [...document.images].map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0,
+                                                i.getBoundingClientRect().right]),
+        answer: answer ? answer.getBoundingClientRect().top : null,
+        first_item: first ? first.getBoundingClientRect().bottom : null,
+        first_h2: document.querySelector('h2').textContent};
+"""
+
+
+def _browser(width: int, height: int):
+    """Headless Debian Chromium through its ChromeDriver (installed by scripts/ci-system-deps.sh);
+    skipped where either is missing, unless INTERPSCALE_REQUIRE_BROWSER is set (CI sets it)."""
+    import os
+
+    missing = [p for p in _BROWSER if not os.path.exists(p)]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        if os.environ.get("INTERPSCALE_REQUIRE_BROWSER"):
+            pytest.fail(f"browser test: missing {missing}")
+        pytest.skip(f"browser test: missing {missing} (scripts/ci-system-deps.sh installs them)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = _BROWSER[0]
+    # no network here: background services would only fail to connect (docs of the machine)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--window-size={width},{height}"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(_BROWSER[1]), options=opts)
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (700, 900)])
+def test_report_html_in_a_real_browser(report_dir, width, height):
+    """report.html opened in headless Chromium: every figure loads, nothing is wider than the window
+    (a laptop's and a narrow one), and the answer — its heading and first line — is on the first screen."""
+    driver = _browser(width, height)
+    try:
+        driver.get((report_dir / "report.html").resolve().as_uri())
+        got = driver.execute_script(_LAYOUT)
+    finally:
+        driver.quit()
+    assert len(got["images"]) >= 5, got["images"]
+    assert [src for src, ok, _ in got["images"] if not ok] == []
+    assert got["page"] <= got["width"], f"the page is {got['page']} px wide in a {got['width']} px window"
+    assert max(right for *_, right in got["images"]) <= got["width"]
+    assert got["first_h2"] == "The answer"
+    assert got["answer"] is not None and got["first_item"] is not None
+    assert got["first_item"] <= got["height"], got

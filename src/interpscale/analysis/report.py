@@ -508,8 +508,11 @@ def build_markdown(analysis: Analysis, figure_set: Any, *, source: str, fig_dir:
     return "\n".join(parts).rstrip() + "\n"
 
 
-_STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
-          "table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}"
+# A wide table scrolls inside its own box and long words (paths, run ids) wrap, so the page itself
+# never gets wider than the window (the browser test in tests/analysis/test_report.py checks it).
+_STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222;"
+          "overflow-wrap:anywhere}"
+          "table{border-collapse:collapse;margin:1rem 0;font-size:.9rem;display:block;max-width:100%;overflow-x:auto}"
           "th,td{border:1px solid #ccc;padding:.25rem .5rem}th{background:#f3f3f3}img{max-width:100%}"
           "code{background:#f3f3f3;padding:0 .2rem}")
 
