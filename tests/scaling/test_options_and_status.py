@@ -29,11 +29,20 @@ def test_combined_status_is_the_worst_part_with_its_reason():
 def test_ladder_and_law_table_results_have_a_status():
     from interpscale.scaling.laws import LadderFit, LawTableFit
 
-    step1 = SimpleNamespace(status=FitStatus("flagged", "E at its bound"))
-    assert LadderFit(step1=step1).status.state == "flagged"
-    table = LawTableFit(law="chinchilla", fit=SimpleNamespace(status=FitStatus()), runs=pd.DataFrame(),
-                        source=("t.csv",), last=1)
-    assert table.status.identified
+    def part(status, **ci):
+        return SimpleNamespace(status=status, converged=status.state != "failed", ci=ci, level=0.8,
+                               warnings=(status.reason,) if status.reason else ())
+
+    step1, step2 = part(FitStatus("flagged", "E at its bound"), E=(1.0, 2.0)), part(FitStatus(), k=(3.0, 4.0))
+    ladder = LadderFit.of(step1, step2)  # the status is decided where the result is made
+    assert ladder.status.state == "flagged" and ladder.status.reason == "step 1: E at its bound"
+    assert ladder.ci == {"E": (1.0, 2.0), "step2_k": (3.0, 4.0)} and ladder.level == 0.8 and ladder.converged
+    assert ladder.warnings == ("E at its bound",)
+    table = LawTableFit.of("chinchilla", part(FitStatus()), runs=pd.DataFrame(), source=("t.csv",), last=1)
+    assert table.status.identified and table.converged
+    failed = LawTableFit.of("overtraining", part(FitStatus()), part(FitStatus("failed", "no")), runs=pd.DataFrame(),
+                            source=("t.csv",), last=1)
+    assert failed.status.state == "failed" and not failed.converged and failed.status.reason == "error law: no"
 
 
 def test_trend_status_summary_and_options():

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from interpscale._registry import Registry
 
-from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitStatus, check_level, fit_status, jsonable, quiet
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitFields, FitStatus, check_level, fit_status, jsonable, quiet
 from .bootstrap import N_BOOT
 from .bounded import fit_bounded
 from .isoflop import fit_isoflop, slice_minimum
@@ -382,20 +382,33 @@ def choose_method(errors: pd.DataFrame, names) -> tuple[str | None, dict]:
     return min(score, key=score.get), score
 
 
+class Calibrated(NamedTuple):
+    """A forecast at one compute: the prediction, the bootstrap prediction interval (``raw_lo``,
+    ``raw_hi``), the calibrated one (``lo``, ``hi``) and the calibration's model-error half-width
+    ``model_sd`` (log scale); the fields of ``MethodForecast``."""
+
+    predicted: float
+    raw_lo: float
+    raw_hi: float
+    lo: float
+    hi: float
+    model_sd: float
+
+
 def calibrated(m: ForecastMethod, fit, compute: float, o: ForecastOptions, errors: pd.DataFrame, ratio: float,
-               params=None, tokens=None) -> tuple[float, float, float, float, float, float]:
+               params=None, tokens=None) -> Calibrated:
     """(prediction, bootstrap PI lo, hi, calibrated lo, hi, m) of ``fit`` at the target: ``calibrate``
     by ``o.calibration`` on the backtest forecasts of ``m`` in ``errors`` (``rolling_origin``);
     without a scored one, the bootstrap prediction interval stands."""
     pred, lo, hi = m.predict(fit, compute, o, params, tokens)
     e = errors[(errors["method"] == m.name) & (errors["status"] == "ok")].dropna(subset=["log_error"])
     if e.empty:
-        return pred, lo, hi, lo, hi, 0.0
+        return Calibrated(pred, lo, hi, lo, hi, 0.0)
     stud = o.calibration != "distance"
     cal = calibrate(pred, *m.interval(fit, compute, o, params, tokens), ratio, e["log_error"], e["ratio"], o.level,
                     spreads=e["spread"] if stud else None, signed=o.calibration == "studentized-signed",
                     spread=spread(m, fit, compute, o, params, tokens) if stud else None)
-    return (pred, lo, hi, *cal)
+    return Calibrated(pred, lo, hi, *cal)
 
 
 # ---- one family's forecast --------------------------------------------------------------
@@ -420,30 +433,35 @@ class MethodForecast:
 
 
 @dataclass(frozen=True)
-class FamilyForecast:
-    """Every applicable method's forecast at ``target_compute`` and the chosen one."""
+class FamilyForecast(FitFields):
+    """Every applicable method's forecast at ``target_compute`` and the chosen one; ``ci``: each
+    method's calibrated prediction interval at ``level``; ``converged`` and ``status``: those of the
+    chosen method's fit (decided where that fit was made, read off by ``forecast_family``)."""
 
     target_compute: float
     chosen: str
     chosen_by: str  # "backtest", "user" or "fallback (no backtest)"
     methods: dict  # name -> MethodForecast
-    level: float
     ratio: float  # target compute over the largest fitted compute
     max_tested_ratio: float  # the largest extrapolation ratio the backtest scored
     params: float | None = None
     tokens: float | None = None
     errors: pd.DataFrame | None = field(default=None, repr=False, compare=False)
-    warnings: tuple[str, ...] = ()
     options: ForecastOptions = field(default_factory=ForecastOptions, repr=False, compare=False)
 
     @property
     def best(self) -> MethodForecast:
         return self.methods[self.chosen]
 
-    @property
-    def status(self) -> FitStatus:
-        """The status of the chosen method's fit (decided where that fit was made)."""
-        return self.best.status
+    def calibrated_band(self, method: str, compute, largest: float, k: float | None = None):
+        """(lo, hi) of ``method``'s calibrated prediction interval at each ``compute`` by the forecast's
+        own rule (``calibrated``: its backtest errors and calibration, the extrapolation ratio compute
+        over the ``largest`` fitted compute; ``k``: FLOPs per token per parameter, default the options')."""
+        m, fit = get_method(method), self.methods[method].fit
+        o = replace(self.options, level=self.level, **({} if k is None else {"k": k}))
+        cs = np.atleast_1d(np.asarray(compute, float))
+        band = np.array([calibrated(m, fit, float(c), o, self.errors, c / largest)[3:5] for c in cs])
+        return band[:, 0], band[:, 1]
 
     def to_dict(self) -> dict:
         cols = ("predicted", "raw_lo", "raw_hi", "lo", "hi", "backtest_error", "model_sd", "status")
@@ -451,14 +469,18 @@ class FamilyForecast:
             "target_compute": self.target_compute, "chosen": self.chosen, "chosen_by": self.chosen_by,
             "level": self.level, "ratio": self.ratio, "max_tested_ratio": self.max_tested_ratio,
             "params": self.params, "tokens": self.tokens, "warnings": list(self.warnings),
-            "calibration": self.options.calibration,
+            "calibration": self.options.calibration, "status": self.status,
             "methods": {k: {f: getattr(v, f) for f in cols} for k, v in self.methods.items()}})
 
-    def summary(self) -> str:
+    def _lines(self) -> list[str]:
         table = forecast_table({"": self}).drop(columns=["Family", "C", "ratio"])
-        return "\n".join([f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; "
-                          f"the backtest tested up to {self.max_tested_ratio:.3g}x), {self.options.calibration} "
-                          "calibration:", table.to_string(index=False)] + [f"  warning: {w}" for w in self.warnings])
+        return [f"forecast at C = {self.target_compute:.3g} ({self.ratio:.3g}x the largest fitted compute; "
+                f"the backtest tested up to {self.max_tested_ratio:.3g}x), {self.options.calibration} "
+                "calibration:", table.to_string(index=False)]
+
+    def summary(self) -> str:
+        # the table's "fit status" column gives each method's status: no status line (FitResult.summary)
+        return "\n".join(self._lines() + [f"  warning: {w}" for w in self.warnings])
 
 
 def forecast_table(forecasts: dict, digits: int = 4) -> pd.DataFrame:
@@ -521,10 +543,12 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
         raise ValueError("no forecast method could fit these rows: " + "; ".join(warnings))
     how = "user" if method else ("backtest" if chosen in out else "fallback (no backtest)")
     ok = errors[errors["status"] == "ok"]
-    return FamilyForecast(target_compute=target, chosen=method or (chosen if chosen in out else next(iter(out))),
-                          chosen_by=how, methods=out, level=o.level, ratio=ratio,
-                          max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan, params=params,
-                          tokens=tokens, errors=errors, warnings=tuple(warnings), options=o)
+    best = out[method or (chosen if chosen in out else next(iter(out)))]
+    return FamilyForecast(target_compute=target, chosen=best.method, chosen_by=how, methods=out, level=o.level,
+                          ratio=ratio, max_tested_ratio=float(ok["ratio"].max()) if len(ok) else math.nan,
+                          params=params, tokens=tokens, errors=errors, warnings=tuple(warnings), options=o,
+                          ci={k: (v.lo, v.hi) for k, v in out.items()}, status=best.status,
+                          converged=bool(getattr(best.fit, "converged", True)))
 
 
 def positive_compute(target_compute) -> float:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from scipy.optimize import curve_fit, minimize
 from interpscale._registry import Registry
 from interpscale.errors import UserError
 
-from ._base import FitStatus, check_points, check_weights, combined_status, emit, from_options
+from ._base import FitFields, check_points, check_weights, combined_status, emit, from_options
 from .bootstrap import Bootstrap, DEFAULT_LEVEL, DEFAULT_N_BOOT
 from .engine import (CurveFit, HUBER_DELTA, LawFit, LawObjective, NDLawFit, STATUS, chained_interval, check_recipe,
     distinct_minima, huber, law_result, minimize_law, multistart, to_fit_scale)
@@ -39,13 +39,23 @@ COEF_NAMES = ("a", "b", "e", "alpha", "beta")
 PLATEAU = 1e6  # an R* this large means exp(-R/R*) ~ 1 on any run: the repetition term is switched off
 
 
-def repetition_inputs(N, D, U, coefficients=C4_COEFFICIENTS):
+class RepetitionInputs(NamedTuple):
+    """Eq. 5's inputs per run: unique parameters ``U_N``, unique tokens ``U_D``, and the repetitions
+    ``R_D`` = D / U_D - 1 and ``R_N`` = N / U_N - 1 (each >= 0)."""
+
+    U_N: np.ndarray
+    U_D: np.ndarray
+    R_D: np.ndarray
+    R_N: np.ndarray
+
+
+def repetition_inputs(N, D, U, coefficients=C4_COEFFICIENTS) -> RepetitionInputs:
     """(U_N, U, R_D, R_N) of Eq. 5 from the fixed Chinchilla coefficients (a, b, e, alpha, beta)."""
     a, b, _, al, be = coefficients
     G = (al * math.exp(a) / (be * math.exp(b))) ** (1.0 / (al + be))  # Hoffmann et al. App. D.2
     # U tokens are compute-optimal at C = 6 N D with D = U: N_opt(C(U)) = G (G U)^(beta/alpha)
     UN = np.minimum(G * (G * U) ** (be / al), N)
-    return UN, U, np.maximum(D / U - 1.0, 0.0), np.maximum(N / UN - 1.0, 0.0)
+    return RepetitionInputs(UN, U, np.maximum(D / U - 1.0, 0.0), np.maximum(N / UN - 1.0, 0.0))
 
 
 def _decay(R, r):
@@ -495,20 +505,30 @@ class SigmoidFit(CurveFit):
     _law = SigmoidLaw
 
 
+def _composite(parts: dict, prefixes: dict | None = None) -> dict:
+    """The ``FitFields`` of a result made of several fits ``{name: fit}`` (None entries left out),
+    decided where it is made: converged when every part is, each part's intervals (keys prefixed
+    by ``prefixes[name]``), the first part's level, every warning, and ``combined_status``."""
+    fits = {k: f for k, f in parts.items() if f is not None}
+    pre = prefixes or {}
+    return dict(converged=all(bool(f.converged) for f in fits.values()),
+                ci={pre.get(k, "") + n: v for k, f in fits.items() for n, v in f.ci.items()},
+                level=next(iter(fits.values())).level, warnings=tuple(w for f in fits.values() for w in f.warnings),
+                status=combined_status(fits))
+
+
 @dataclass(frozen=True)
-class LadderFit:
-    """Both steps and the chained prediction. ``step2`` is None when no checkpoints were given."""
+class LadderFit(FitFields):
+    """Both steps and the chained prediction. ``step2`` is None when no checkpoints were given;
+    ``converged``, ``ci`` (step 2's prefixed ``step2_``), ``warnings`` and ``status`` (the worse of
+    the two steps') are both steps' (``LadderFit.of``)."""
 
     step1: TaskLossFit
     step2: SigmoidFit | None = None
 
-    converged = property(lambda self: self.step1.converged and (self.step2 is None or self.step2.converged))
-    warnings = property(lambda self: self.step1.warnings + (self.step2.warnings if self.step2 else ()))
-
-    @property
-    def ci(self) -> dict:
-        step2 = self.step2.ci if self.step2 else {}
-        return dict(self.step1.ci) | {f"step2_{k}": v for k, v in step2.items()}
+    @classmethod
+    def of(cls, step1: TaskLossFit, step2: SigmoidFit | None = None) -> "LadderFit":
+        return cls(step1, step2, **_composite({"step 1": step1, "step 2": step2}, {"step 2": "step2_"}))
 
     def predict(self, N, D) -> np.ndarray:
         """Step 1: predicted task loss."""
@@ -532,12 +552,8 @@ class LadderFit:
         return chained_interval(self.step1, N, D, self._need_step2(), level, seed=seed)
 
     def to_dict(self) -> dict:
-        return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict()}
-
-    @property
-    def status(self) -> FitStatus:
-        """The worse of the two steps' statuses (step 2 only when fitted)."""
-        return combined_status({"step 1": self.step1, "step 2": self.step2})
+        return {"step1": self.step1.to_dict(), "step2": None if self.step2 is None else self.step2.to_dict(),
+                "status": self.status.to_dict()}
 
     def summary(self) -> str:
         return "\n".join(f.summary() for f in (self.step1, self.step2) if f is not None)
@@ -623,42 +639,41 @@ def fit_ladder(N, D, task_loss, *, checkpoint_loss=None, checkpoint_accuracy=Non
                       smooth=True).checked(len(L), "fit_ladder step 1")
     step1 = _fit_step1(N, D, L, recipe, delta, check_weights(weights, len(L)), spec1)
     if checkpoint_loss is None and checkpoint_accuracy is None:
-        return LadderFit(step1)
+        return LadderFit.of(step1)
     x, y = check_points({"checkpoint_loss": checkpoint_loss, "checkpoint_accuracy": checkpoint_accuracy}, 5,
                         "fit_ladder step 2 (4 free parameters)")
     spec2 = Bootstrap(n_boot=n_boot, kind=bootstrap, level=level, seed=seed + 1,
                       groups=checkpoint_groups).checked(len(x), "fit_ladder step 2")
-    return LadderFit(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))
+    return LadderFit.of(step1, _fit_step2(x, y, recipe, task_min, task_max, ideal_point, spec2, delta))
 
 
 # ---- the laws by CLI name: ``fit law`` on a run table and the laws as forecast methods ----
 
 @dataclass(frozen=True)
-class LawTableFit:
+class LawTableFit(FitFields):
     """``fit``: the law's result; ``extra``: the chained law (over-training error law) or None;
-    ``runs``: the reduced table the fit used; ``per_run``: the --run/--step column that grouped it."""
+    ``runs``: the reduced table the fit used; ``per_run``: the --run/--step column that grouped it;
+    ``converged``, ``ci`` (the error law's prefixed ``error_law_``), ``warnings`` and ``status`` (the
+    worse of the two) are both fits' (``LawTableFit.of``)."""
 
     law: str
     fit: Any
-    runs: pd.DataFrame
+    runs: pd.DataFrame = field(compare=False)
     source: tuple[str, ...]
     last: int | None
     extra: Any = None
     per_run: str | None = None
 
-    @property
-    def converged(self) -> bool:
-        return bool(self.fit.converged and (self.extra is None or self.extra.converged))
-
-    @property
-    def status(self) -> FitStatus:
-        """The worse of the law's and the chained error law's statuses."""
-        return combined_status({self.law: self.fit, "error law": self.extra})
+    @classmethod
+    def of(cls, law: str, fit: Any, extra: Any = None, **fields) -> "LawTableFit":
+        """The result of ``fit`` (and the chained ``extra``) with its status decided from both."""
+        return cls(law=law, fit=fit, extra=extra, **fields,
+                   **_composite({law: fit, "error law": extra}, {"error law": "error_law_"}))
 
     def to_dict(self) -> dict:
         extra = {} if self.extra is None else {"error_law": self.extra.to_dict()}
         return {"law": self.law, "source": list(self.source), "last": self.last, "n_runs": len(self.runs),
-                "fit": self.fit.to_dict()} | extra
+                "fit": self.fit.to_dict(), "status": self.status.to_dict()} | extra
 
     def summary(self) -> str:
         """``fit law``'s output: runs counted as runs, not as logged rows or checkpoints, then each fit."""
@@ -693,8 +708,7 @@ def fit_law_table(law: str, paths, *, params: str, tokens: str | None = None, un
                                      last=last, metric=metric)
     except ValueError as exc:  # identical tokens on per-step logs: say that every run ends at one step
         raise UserError("distinct" in str(exc) and same_end_reason(paths, mapping, last) or str(exc)) from exc
-    return LawTableFit(law=law, fit=fit, runs=table.frame, source=table.source, last=last, extra=extra,
-                       per_run=run or step)
+    return LawTableFit.of(law, fit, extra, runs=table.frame, source=table.source, last=last, per_run=run or step)
 
 
 def _pdl(table: RunTable):

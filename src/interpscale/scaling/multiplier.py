@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitStatus, emit, from_options, jsonable, quiet
+from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitFields, FitStatus, emit, from_options, jsonable, quiet
 from .bootstrap import N_BOOT
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
@@ -78,16 +78,17 @@ class SharedExponentTest(_Record):
 
 
 @dataclass(frozen=True)
-class MultiplierFit:
+class MultiplierFit(FitFields):
     """k(C) of ``variant`` against ``base``: ``table`` has one row per (method, compute) with the
     columns ``compute, k, lo, hi, method, extrapolated`` (method ``lawfree``: the law-free reading,
     inside the sweep only); ``growth`` one ``GrowthTest`` per method; ``primary`` the method that
     answers (the best ``scores``, docs/multiplier.md), ``equal`` the methods that fit about equally
-    well (their spread is in the primary's band), ``decided`` the verdict and ``reason`` why."""
+    well (their spread is in the primary's band), ``decided`` the verdict and ``reason`` why.
+    ``level``, ``warnings`` and ``status`` (the primary's, decided by ``fit_multiplier``) are
+    ``FitFields``'; ``ci`` defaults to each method's interval of the growth slope."""
 
     base: str
     variant: str
-    level: float
     table: pd.DataFrame = field(compare=False)
     growth: dict
     primary: str
@@ -96,12 +97,14 @@ class MultiplierFit:
     statuses: dict = field(default_factory=dict)  # method -> FitStatus (joint: flagged when a joint fit is)
     sweep_range: tuple[float, float] = (math.nan, math.nan)
     n_boot: int = 0
-    warnings: tuple[str, ...] = ()
-    status: FitStatus = FitStatus()
     scores: dict = field(default_factory=dict)  # method -> MethodScore
     equal: tuple[str, ...] = ()
     decided: str | None = None
     reason: str = ""
+
+    def __post_init__(self):
+        if not self.ci:  # the growth slope's interval per method, as the tests report it
+            object.__setattr__(self, "ci", {m: (t.slope_lo, t.slope_hi) for m, t in self.growth.items()})
 
     @property
     def test(self) -> GrowthTest:

@@ -21,29 +21,32 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from ._base import DEFAULT_LEVEL, FitStatus
+from ._base import DEFAULT_LEVEL, FitFields, FitStatus
 
 RISES, FALLS, FLAT, NOT_MEASURED = "rises", "falls", "no significant trend", "not measured"
 TREND_LEVEL = DEFAULT_LEVEL  # the paper's interval level (§8.2.1: 90% intervals)
 MIN_POINTS = 3  # a slope and a residual variance need n - 2 >= 1
 
 
-@dataclass(frozen=True)
-class TrendFit:
+@dataclass(frozen=True, kw_only=True)
+class TrendFit(FitFields):
     """OLS of ``metric`` on log10 ``compute``: ``slope`` (change per decade of compute) with its
-    ``ci`` at ``level``, ``se``, two-sided ``p_value`` of slope = 0, ``r2``, ``n`` points."""
+    ``ci`` at ``level`` (here the slope's interval, a pair), ``se``, two-sided ``p_value`` of
+    slope = 0, ``r2``, ``n`` points; ``resid``: m - fitted line. ``status`` (FitFields) is decided
+    by ``fit_trend``: ``identified`` when the slope and its interval are finite (a trend, or its
+    absence, is then read off ``direction``), else ``failed``."""
 
     slope: float
     intercept: float
     se: float
     ci: tuple[float, float]
-    level: float
     p_value: float
     r2: float
     n: int
     metric: str = "metric"
     compute_range: tuple[float, float] = (math.nan, math.nan)
     _x: tuple[float, float, float] = field(default=(math.nan, math.nan, math.nan), repr=False)  # mean, Sxx, s
+    _derived = ("direction",)
 
     @property
     def direction(self) -> str:
@@ -72,21 +75,8 @@ class TrendFit:
             return f"{name} shows no significant trend with compute: {nums}."
         return f"{name} {self.direction} with compute: {nums}."
 
-    @property
-    def status(self) -> FitStatus:
-        """``identified`` when the slope and its interval are finite (a trend, or its absence, is
-        then read off ``direction``), else ``failed``."""
-        ok = all(map(math.isfinite, (self.slope, *self.ci)))
-        return FitStatus() if ok else FitStatus("failed", "the slope or its interval is not finite")
-
-    def to_dict(self) -> dict:
-        return {"metric": self.metric, "slope": self.slope, "intercept": self.intercept, "se": self.se,
-                "ci": list(self.ci), "level": self.level, "p_value": self.p_value, "r2": self.r2, "n": self.n,
-                "direction": self.direction, "compute_range": list(self.compute_range),
-                "status": self.status.to_dict()}
-
-    def summary(self) -> str:
-        return self.sentence()
+    def _lines(self) -> list[str]:
+        return [self.sentence()]
 
 
 def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metric", options=None) -> TrendFit:
@@ -122,6 +112,9 @@ def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metri
     t = stats.t.ppf(0.5 + level / 2, dof)
     # an exact line (se = 0): the slope is known (p = 0 unless it is flat)
     p = float(2 * stats.t.sf(abs(slope) / se, dof)) if se > 0 else (1.0 if slope == 0 else 0.0)
-    return TrendFit(slope=slope, intercept=intercept, se=se, ci=(slope - t * se, slope + t * se), level=level,
-                    p_value=p, r2=1.0 - sse / sst if sst > 0 else math.nan, n=int(c.size), metric=name,
-                    compute_range=(float(c.min()), float(c.max())), _x=(xm, sxx, s))
+    ci = (slope - t * se, slope + t * se)
+    ok = all(map(math.isfinite, (slope, *ci)))
+    return TrendFit(slope=slope, intercept=intercept, se=se, ci=ci, level=level, p_value=p,
+                    r2=1.0 - sse / sst if sst > 0 else math.nan, n=int(c.size), metric=name,
+                    compute_range=(float(c.min()), float(c.max())), _x=(xm, sxx, s), resid=resid,
+                    status=FitStatus() if ok else FitStatus("failed", "the slope or its interval is not finite"))
