@@ -100,25 +100,32 @@ def step_figures(tmp: str) -> None:
         seen.add((r.family, r.size))
         torch.manual_seed(0)
         model = build_model(r.family, r.model_size, **{"vocab_size": 512, "n_concepts": 16, **r.model_overrides})
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         concept = r.family.endswith("concept")
         batch = data.train.batch(0, r.batch_size, seed=0, concepts=concept)
         step_counter = iter(range(10**9))
 
-        def step():
+        def step(opt):
             loss = model.loss(batch, next(step_counter)).total
             opt.zero_grad()
             loss.backward()
             opt.step()
 
-        t_step = _time(step, 20)
+        # the trainer's fused AdamW against torch's CPU default (a per-tensor loop), alternated
+        opts = {"fused": torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True),
+                "loop": torch.optim.AdamW(model.parameters(), lr=1e-3)}
+        times = {k: [] for k in opts}
+        for _ in range(5):
+            for k, o in opts.items():
+                times[k].append(_time(lambda: step(o), 10))
+        t_step, t_loop = statistics.median(times["fused"]), statistics.median(times["loop"])
+        opt = opts["fused"]
         t_data = _time(lambda: data.train.batch(5, r.batch_size, seed=0, concepts=concept), 50)
         t_save = _time(lambda: save_checkpoint(model, f"{tmp}/s.pt", extra={
             "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}), 5)
         tok_s = r.batch_tokens / t_step
         print(f"{r.family:13s} {r.size:6s} step {1e3 * t_step:6.1f} ms  {tok_s:8.0f} tok/s  "
               f"{r.flops_per_token * tok_s / peak:6.1%} of peak  data build/step {t_data / t_step:5.2f}  "
-              f"save/step {t_save / t_step:5.2f}")
+              f"save/step {t_save / t_step:5.2f}  fused/loop AdamW step {t_step / t_loop:5.2f}")
 
 
 def main() -> None:
