@@ -261,7 +261,7 @@ def _time_step(family: str, size: str, seq_len: int, batch_tokens: int, *, threa
         model = build_model(family, size, **overrides)
         if hasattr(model, "set_phase"):
             model.set_phase(PhaseSchedule("stable", max_steps=1000))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer steps
         batch = _synthetic_batch(model, batch_tokens // seq_len, seq_len, get_family(family).is_concept)
         times: list[float] = []
         while len(times) < WARMUP_STEPS + MAX_TIMED_STEPS and (
@@ -289,7 +289,7 @@ from interpscale.models import build_model
 from interpscale.models.types import Batch
 torch.set_num_threads(1)
 m = build_model("ar", "nano", vocab_size=64)
-opt = torch.optim.AdamW(m.parameters())
+opt = torch.optim.AdamW(m.parameters(), fused=True)
 m.loss(Batch(torch.zeros(1, 8, dtype=torch.long)), 0).total.backward()
 opt.step()
 """
