@@ -204,7 +204,8 @@ def _families(args) -> int:
         sys.stderr.write(f"interpscale fit families: {len(analysis.table) - len(df)} predicted annealed row(s) "
                          "added and fitted (--predicted-anneals; column predicted = true)\n")
     fits = analysis.require_fits()
-    _write_all(args.out, {"fits.json": fits.to_json() + "\n", "tables.md": fits.to_markdown() + trends_md(analysis)})
+    _write_all(args.out, {"fits.json": fits.to_json() + "\n",
+                          "tables.md": fits.to_markdown() + trends_md(analysis) + multipliers_md(analysis)})
     family_multipliers(args, analysis)  # k(C) of each +Concept family vs its backbone (issue 36)
     for fam, f in fits.families.items():  # the forecast beside the backtest errors that chose its method
         if f.forecast is not None:
@@ -234,6 +235,17 @@ def trends_md(analysis) -> str:
         return ""
     return ("\n## Interpretability trends (log-linear, Table 30's form)\n\n"
             + trend_markdown(analysis.fits, analysis.trends) + "\n")
+
+
+def multipliers_md(analysis) -> str:
+    """The report's "Compute multiplier" section, for tables.md: k of each backbone / +Concept pair at
+    the base's slices and the targets, where a band spans more than ``MAX_DECADES`` decades (or a
+    flagged method extrapolates) "not determined (band ...)" instead of a number (issue 45); empty
+    without a pair."""
+    from interpscale.analysis.report import multiplier_section
+
+    lines = multiplier_section(analysis.table, analysis.fits, analysis.multipliers or {})
+    return "\n" + "\n".join(lines) if lines else ""
 
 
 # ---------------------------------------------------------------- fit chinchilla
@@ -513,6 +525,7 @@ def family_multipliers(args, analysis) -> None:
     +Concept pair (``scaling.analysis.family_multipliers``, the numbers of the report's section) at
     the base's slices and the targets, with its growth test; a pair that could not be compared was
     logged as a warning."""
+    from interpscale._markdown import determined
     from interpscale.scaling.analysis import multiplier_rows
     from interpscale.scaling.multiplier import MultiplierFit
 
@@ -522,7 +535,11 @@ def family_multipliers(args, analysis) -> None:
             tests[f"{variant} vs {base}"] = m.growth_dict()
             sys.stdout.write(m.summary() + "\n")
     table = multiplier_rows(analysis)
-    if table is not None:
+    if table is not None:  # determined: the rule tables.md and the report print k by (issue 45)
+        flagged = {(b, v, meth): not st.identified for (b, v), m in analysis.multipliers.items()
+                   if isinstance(m, MultiplierFit) for meth, st in m.statuses.items()}
+        table["determined"] = [determined(r.lo, r.hi, flagged=bool(r.extrapolated) and flagged.get(
+            (r.base, r.variant, r.method), False)) for r in table.itertuples()]
         _write_all(args.out, {"multiplier.csv": table.to_csv(index=False), "multiplier.json": tests})
 
 

@@ -21,7 +21,8 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
-from interpscale._markdown import md_table
+from interpscale._markdown import MAX_DECADES, md_table  # MAX_DECADES: re-exported, the decades the report states
+from interpscale._markdown import banded_cell as k_cell  # the one rule (tables.md and the figure too)
 from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
 from interpscale.analysis.fit_status import fit_statuses, isoflop_fit_state, joint_fit_state, trend_status
 from interpscale.results_table import read_results
@@ -360,18 +361,6 @@ def backtest_notes(analysis: Analysis) -> tuple[str | None, str | None]:
            else f"{have}, but every held-out forecast failed (listed below)")
     error = analysis.backtest_error
     return why + (f" ({error})" if error else ""), None
-
-
-MAX_DECADES = 2.0  # a value whose band spans more decades than this is "not determined", not a number
-
-
-def k_cell(k: float, lo: float, hi: float, *, flagged: bool = False) -> str:
-    """A multiplier cell: ``k [lo, hi]``, or "not determined (band lo–hi)" when the band spans more
-    than ``MAX_DECADES`` decades, is unbounded, or the method that made it is flagged."""
-    span = math.log10(hi / lo) if lo > 0 and math.isfinite(hi) and hi > 0 else math.inf
-    if flagged or not span <= MAX_DECADES:
-        return f"not determined (band {lo:.2g}–{hi:.2g}{', method flagged' if flagged else ''})"
-    return f"{k:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
 def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
