@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from interpscale import paper
-from interpscale.analysis.figures._style import (METRIC_LABELS, compute_axis, family_color, family_label,
+from interpscale.analysis.figures._style import (METRIC_LABELS, PAGE_WIDTH, compute_axis, family_color, family_label,
                                                  legend_below, main_rows, new_figure, paper_style,
                                                  require_columns, slice_colors)
 from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, STATE_COLORS, STATE_LABELS, STATE_MARKERS,
@@ -83,6 +83,8 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
     else:  # Eq. 29 assumes the metric improves: where it is flat, draw what the data do instead
         draw_trend(ax, x, rows[metric].to_numpy(float), grid, metric, line_color)
+    if x_max is not None:  # the panel reaches the target: ticks for that span, not the data's (they collided)
+        ax.set_xlim(grid[0], grid[-1])
     compute_axis(ax)
     ax.set_title(METRIC_LABELS.get(metric, metric))
 
@@ -144,8 +146,11 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     rows = state_rows(results, family, figure, extra=("flops", *metrics))
     metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
     with paper_style():
-        fig, axes = new_figure(1, len(metrics), panel_height=1.9)
-        for ax, metric in zip(axes[0], metrics):
+        ncols = min(2, len(metrics))  # two across: each panel's two-line trend legend fits under it
+        fig, axes = new_figure(-(-len(metrics) // ncols), ncols, width=PAGE_WIDTH, panel_height=1.9)
+        for ax in axes.flat[len(metrics):]:
+            ax.remove()
+        for ax, metric in zip(axes.flat, metrics):
             for state, sub in rows.items():  # metrics_with_data: each state has 3+ finite values
                 sub = sub[np.isfinite(sub[metric].astype(float))]
                 c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
