@@ -4,6 +4,7 @@ figures show, computed once (docs/architecture.md, "The analysis boundary").
     analysis = analyse(results_df, AnalysisOptions(n_boot=N_BOOT["forecast"], target_compute=7.6e22))
     analysis.fits            # FamilyFits: IsoFLOP, joint, bounded metric fits, forecasts (Table 6/7)
     analysis.trends          # (family, metric) -> TrendFit, or why there is none
+    analysis.state_trends    # (family, metric, annealed) -> TrendFit per anneal state (Figure 39), or why not
     analysis.multipliers     # (base, variant) -> MultiplierFit, or why it could not be made
     analysis.backtest        # Backtest of held-out budgets (options.backtest), or backtest_error
     analysis.anneals         # AnnealSummary: predicted anneals and their leave-one-branch-out errors
@@ -33,11 +34,11 @@ from .families import FamilyFits, fit_families
 from .forecast import FitOptions
 from .ledger import inputs_hash
 from .multiplier import TARGETS, MultiplierFit, backbone_pairs, family_forecasts, fit_multiplier
-from .tables import fit_rows
+from .tables import ESTIMATOR_PREFERENCE, fit_rows
 from .trend import NOT_MEASURED, TrendFit, fit_trend
 
-__all__ = ["Analysis", "AnalysisOptions", "AnnealSummary", "analyse", "anneal_summary", "anneal_tables", "cached_fits",
-           "family_multipliers", "metric_trends", "multiplier_rows", "shown_computes"]
+__all__ = ["Analysis", "AnalysisOptions", "AnnealSummary", "analyse", "anneal_states", "anneal_summary", "anneal_tables",
+           "cached_fits", "family_multipliers", "metric_trends", "multiplier_rows", "shown_computes", "state_trends"]
 
 log = logging.getLogger("interpscale.scaling.analysis")
 
@@ -114,6 +115,7 @@ class Analysis:
     fits: FamilyFits | None = None
     fit_error: str | None = None
     trends: dict = field(default_factory=dict)
+    state_trends: dict = field(default_factory=dict)
     multipliers: dict = field(default_factory=dict)
     backtest: Backtest | None = None
     backtest_error: str | None = None
@@ -183,6 +185,45 @@ def metric_trends(df: pd.DataFrame, fits: Any) -> dict[tuple[str, str], TrendFit
                 out[(fam, m)] = fit_trend(rows[ccol], vals, level=fits.level, name=m)
             except ValueError as exc:
                 out[(fam, m)] = f"no trend fitted ({exc})"
+    return out
+
+
+def anneal_states(results: pd.DataFrame, family: str) -> dict[bool, pd.DataFrame]:
+    """The family's rows under its headline estimator (``tables.ESTIMATOR_PREFERENCE``) in each
+    anneal state (False: pre-anneal, True: annealed; either may be empty); the pre-anneal state is
+    each run's last stable checkpoint, the one its final anneal starts from (App. I)."""
+    keep = (results["family"] == family).to_numpy()
+    if "estimator" in results.columns:
+        present = set(results.loc[keep, "estimator"].dropna())
+        est = next((e for e in ESTIMATOR_PREFERENCE if e in present), min(present, default=None))
+        if est is not None:
+            keep = keep & results["estimator"].isin([est]).to_numpy()
+    state = results["annealed"].astype(bool).to_numpy()
+    out = {s: results[keep & (state == s)] for s in (False, True)}
+    pre = out[False]
+    if {"run_id", "step"} <= set(pre.columns) and pre["run_id"].duplicated().any():
+        keys = ["run_id", "estimator"] if "estimator" in pre.columns else ["run_id"]
+        out[False] = pre.sort_values("step").groupby(keys, dropna=False).tail(1)
+    return out
+
+
+def state_trends(df: pd.DataFrame, families, level: float = DEFAULT_LEVEL) -> dict:
+    """(family, metric, annealed) -> the log-linear trend (``scaling.trend``, Table 30's form) of each
+    interpretability metric against ``flops`` in each anneal state (``anneal_states``; Figure 39),
+    or why there is none."""
+    out: dict = {}
+    if not {"family", "annealed", "flops"} <= set(df.columns):
+        return out
+    metrics = [m for m in paper.INTERP_METRICS if m in df.columns]
+    for fam in families if metrics else ():
+        for state, rows in anneal_states(df, fam).items():
+            for m in metrics:
+                try:
+                    sub = rows[np.isfinite(rows[m].astype(float))]
+                    out[(fam, m, state)] = fit_trend(sub["flops"].to_numpy(float), sub[m].to_numpy(float),
+                                                     level=level, name=m)
+                except (ValueError, TypeError) as exc:
+                    out[(fam, m, state)] = f"no trend fitted ({exc})"
     return out
 
 
@@ -325,9 +366,11 @@ def _analyse(results: pd.DataFrame, o: AnalysisOptions, fits: FamilyFits | None)
     if fits is None:
         return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals)
     trends = metric_trends(table, fits) if o.trends else {}
+    by_state = state_trends(table, fits.families, fits.level) if o.trends else {}
     mult = family_multipliers(table, estimator=fits.estimator, annealed=fits.annealed, level=fits.level,
                               calibrate=o.calibrate, loss=o.loss, seed=o.seed, grid=o.grid,
                               families=o.families) if o.multipliers and "family" in table.columns else {}
     bt, bt_error = _backtest(table, fits, o) if o.backtest else (None, None)
-    return Analysis(options=o, table=table, fits=fits, trends=trends, multipliers=mult, backtest=bt,
-                    backtest_error=bt_error, budgets=_budgets(table, fits) if o.backtest else {}, anneals=anneals)
+    return Analysis(options=o, table=table, fits=fits, trends=trends, state_trends=by_state, multipliers=mult,
+                    backtest=bt, backtest_error=bt_error, budgets=_budgets(table, fits) if o.backtest else {},
+                    anneals=anneals)

@@ -63,6 +63,16 @@ def _cdlm_first(draw: Callable[..., object]) -> Callable[..., object]:
     return lambda r, f, b, t: _first_drawable(draw, r, _CDLM, fall_back=False, n_boot=b)
 
 
+def _fits(a):
+    """The fits of render_figures' second argument: an Analysis's, or the fits themselves."""
+    return getattr(a, "fits", a)
+
+
+def _trends(a) -> Mapping | None:
+    """An Analysis's (family, metric) -> log-linear trends (None without an Analysis)."""
+    return getattr(a, "trends", None)
+
+
 _CONCEPT_FIRST = ("cdlm+concept", "ar+concept", "cdlm", "ar")
 _CDLM = ("cdlm", "cdlm+concept")
 
@@ -78,10 +88,12 @@ _PAPER_FIGURES = (
                lambda r, f, b, t: _first_drawable(extrapolation_figure, r, _CONCEPT_FIRST, target=t, n_boot=b,
                                                  fits=f)),
     FigureSpec("fig25_interp_scaling", "Figure 25: interpretability metrics vs compute",
-               lambda r, f, b, t: interp_scaling_figure(r, fits=f, n_boot=b)),
+               lambda r, a, b, t: interp_scaling_figure(r, fits=_fits(a), n_boot=b, trends=_trends(a)),
+               analysis=True),
     FigureSpec("fig26_interp_extrapolation", "Figure 26: interpretability extrapolation to the target",
-               lambda r, f, b, t: _first_drawable(interp_extrapolation_figure, r, ("cdlm+concept", "ar+concept"),
-                                                 target=t, n_boot=b, fits=f)),
+               lambda r, a, b, t: _first_drawable(interp_extrapolation_figure, r, ("cdlm+concept", "ar+concept"),
+                                                 target=t, n_boot=b, fits=_fits(a), trends=_trends(a)),
+               analysis=True),
     FigureSpec("fig34_estimator_isoflop", "Figure 34: IsoFLOP fits under four ELBO estimators",
                _cdlm_first(estimator_isoflop_figure)),
     FigureSpec("fig35_estimator_power_laws", "Figure 35: power laws under four ELBO estimators",
@@ -91,12 +103,13 @@ _PAPER_FIGURES = (
     FigureSpec("fig37_mask_rate_power_laws", "Figure 37: power laws at fixed mask rates",
                _cdlm_first(mask_rate_power_law_figure)),
     FigureSpec("multiplier", "Compute multiplier k(C) of each +Concept family against its backbone",
-               lambda r, a, b, t: multiplier_figure(r, fits=getattr(a, "fits", a), n_boot=b,
+               lambda r, a, b, t: multiplier_figure(r, fits=_fits(a), n_boot=b,
                                                     multipliers=getattr(a, "multipliers", None)), analysis=True),
     FigureSpec("fig38_anneal_loss", "Figure 38: validation loss, pre-anneal vs annealed",
                lambda r, f, b, t: _first_drawable(anneal_loss_figure, r, _CONCEPT_FIRST, n_boot=b)),
     FigureSpec("fig39_anneal_interp", "Figure 39: interpretability metrics, pre-anneal vs annealed",
-               lambda r, f, b, t: _first_drawable(anneal_interp_figure, r, ("cdlm+concept", "ar+concept"))),
+               lambda r, a, b, t: _first_drawable(anneal_interp_figure, r, ("cdlm+concept", "ar+concept"),
+                                                 trends=getattr(a, "state_trends", None)), analysis=True),
 )
 
 FIGURES: Registry[FigureSpec] = Registry("figure")  # drawn in registration order

@@ -18,7 +18,7 @@ from matplotlib.transforms import ScaledTranslation
 
 from interpscale import paper
 from interpscale._atomic import atomic_path
-from interpscale.scaling.tables import ESTIMATOR_PREFERENCE, fit_rows
+from interpscale.scaling.tables import fit_rows
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0  # inches: full text width
@@ -121,14 +121,6 @@ def select(df: pd.DataFrame, *, family: str | None = None, estimator: str | Sequ
     if mask_rate is not None and "mask_rate" in df.columns:
         keep &= np.isclose(df["mask_rate"].astype(float).to_numpy(), mask_rate)
     return df[keep]
-
-
-def headline_estimator(df: pd.DataFrame, family: str) -> str | None:
-    """The estimator a family's fits use (``scaling.tables.ESTIMATOR_PREFERENCE``, §8.2.1)."""
-    if "estimator" not in df.columns:
-        return None
-    present = set(df.loc[df["family"] == family, "estimator"].dropna())
-    return next((e for e in ESTIMATOR_PREFERENCE if e in present), min(present, default=None))
 
 
 def annealed_if_any(df: pd.DataFrame) -> bool | None:

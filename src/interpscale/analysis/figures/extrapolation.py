@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -21,7 +20,6 @@ from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, STATE_COLORS
 from interpscale.analysis.fit_status import trend_status
 from interpscale.scaling import (FORECAST_METHODS, ForecastOptions, fit_bounded, fit_status, forecast_family,
                                  quiet)
-from interpscale.scaling.forecast import calibrated
 from interpscale.scaling.trend import FLAT, TrendFit, fit_trend
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -66,8 +64,9 @@ def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boo
 
 
 def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float | None = None,
-                      open_markers: bool = False, line_color: str = "k") -> None:
-    """Markers coloured by IsoFLOP slice, the fitted curve and its band out to ``x_max``."""
+                      open_markers: bool = False, line_color: str = "k", trend: TrendFit | str | None = None) -> None:
+    """Markers coloured by IsoFLOP slice, the fitted curve and its band out to ``x_max``; where the
+    metric shows no Eq. 29 trend, its log-linear ``trend`` (the Analysis's, else fitted here)."""
     slices = np.sort(rows["slice_flops"].unique())
     colors = dict(zip(slices, slice_colors(len(slices))))
     for c in slices:
@@ -82,7 +81,7 @@ def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float 
         label = f"Eq. 29: β={fit.beta:.2f}, R²={fit.r2:.2f}"
         ax.plot(grid, fit.predict(grid), color=line_color, lw=1.1, label=label)
     else:  # Eq. 29 assumes the metric improves: where it is flat, draw what the data do instead
-        draw_trend(ax, x, rows[metric].to_numpy(float), grid, metric, line_color)
+        draw_trend(ax, x, rows[metric].to_numpy(float), grid, metric, line_color, trend=trend)
     if x_max is not None:  # the panel reaches the target: ticks for that span, not the data's (they collided)
         ax.set_xlim(grid[0], grid[-1])
     compute_axis(ax)
@@ -96,11 +95,16 @@ def trend_label(t: TrendFit) -> str:
     return f"{t.direction}: {t.slope:+.2g}/decade, R²={t.r2:.2f}"
 
 
-def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, name: str, color: str) -> None:
+def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, name: str, color: str, *,
+               trend: TrendFit | str | None = None) -> None:
     """The log-linear trend of ``metric`` on log10 C (Table 30's form) with its confidence band,
-    solid when the slope's interval excludes 0, dotted when it does not."""
+    solid when the slope's interval excludes 0, dotted when it does not. ``trend``: the Analysis's
+    (``scaling.analysis.metric_trends``; a string says why there is none), else fitted here."""
+    if isinstance(trend, str):
+        log.info("%s: no trend line (%s)", name, trend)
+        return
     try:
-        t = fit_trend(compute, metric, name=name)
+        t = trend if trend is not None else fit_trend(compute, metric, name=name)
     except ValueError as exc:  # e.g. one compute value: nothing to draw a line through
         log.info("%s: no trend line (%s)", name, exc)
         return
@@ -113,10 +117,11 @@ def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, na
 
 def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
                           families: Sequence[str] = CONCEPT_FAMILIES, metrics: Sequence[str] = METRICS,
-                          n_boot: int = DEFAULT_FIG_BOOT):
+                          n_boot: int = DEFAULT_FIG_BOOT, trends: Mapping | None = None):
     """Figure 25: rows = +Concept families, columns = metrics; markers coloured by slice,
     Eq. 29 fit (e ± A C^-β) with its shaded 90% bootstrap band. Metric columns that hold no
-    values (e.g. an unscored judge metric) are left out of the grid."""
+    values (e.g. an unscored judge metric) are left out of the grid. ``trends``: the Analysis's
+    (family, metric) -> log-linear trend, drawn where a metric shows no Eq. 29 trend."""
     figure = "Figure 25 (interp_scaling_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     fams = [f for f in families if f in set(results["family"])]
@@ -129,7 +134,8 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
             for j, metric in enumerate(metrics):
                 rows = metric_rows(results, fam, metric)
                 fit = metric_fit(fits, fam, metric, rows, n_boot=n_boot)  # the report's fit when given
-                draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam))
+                draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam),
+                                  trend=(trends or {}).get((fam, metric)))
                 legend_below(axes[i, j], handlelength=1.5)
                 if j == 0:
                     axes[i, j].set_ylabel(family_label(fam))
@@ -139,9 +145,10 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
 
 
 def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
-                         metrics: Sequence[str] = METRICS):
+                         metrics: Sequence[str] = METRICS, trends: Mapping | None = None):
     """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
-    slope against log10 C; the legend says whether it rises, falls or shows no significant trend)."""
+    slope against log10 C; the legend says whether it rises, falls or shows no significant trend).
+    ``trends``: the Analysis's (family, metric, annealed) -> trend (``scaling.analysis.state_trends``)."""
     figure = "Figure 39 (anneal_interp_figure)"
     rows = state_rows(results, family, figure, extra=("flops", *metrics))
     metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
@@ -154,8 +161,10 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
             for state, sub in rows.items():  # metrics_with_data: each state has 3+ finite values
                 sub = sub[np.isfinite(sub[metric].astype(float))]
                 c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
-                # Table 30's trend: least squares of m on log10 C, either way
-                t = fit_trend(c, y, name=metric)
+                # Table 30's trend: least squares of m on log10 C, either way (the Analysis's when given)
+                t = (trends or {}).get((family, metric, state)) or fit_trend(c, y, name=metric)
+                if isinstance(t, str):  # the Analysis could not fit it: the figure cannot draw it
+                    raise ValueError(f"{figure}: {metric} ({STATE_LABELS[state].lower()}): {t}")
                 ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
                 grid = np.geomspace(c.min(), c.max(), 50)
                 flat = t.direction == FLAT
@@ -213,11 +222,9 @@ def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray
 
 def _calibrated_band(fc, name: str, c_max: float, c_t: float, k: float):
     """(compute, lo, hi) of the chosen method's calibrated prediction band from the largest
-    fitted compute to the target (``forecast.calibrated`` at each compute, the forecast's rule)."""
-    m, fit, opts = FORECAST_METHODS[name], fc.methods[name].fit, replace(fc.options, level=fc.level, k=k)
+    fitted compute to the target (``FamilyForecast.calibrated_band``, the forecast's rule)."""
     grid = np.geomspace(c_max, c_t, 25)
-    lo, hi = np.array([calibrated(m, fit, float(c), opts, fc.errors, c / c_max)[3:5] for c in grid]).T
-    return grid, lo, hi
+    return (grid, *fc.calibrated_band(name, grid, c_max, k))
 
 
 def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
@@ -295,10 +302,12 @@ def _draw_methods(ax, fc, grid, k, color, c_max, c_t, ff) -> None:
 
 
 def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept", target: Mapping | None = None,
-                                metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None):
+                                metrics: Sequence[str] = METRICS, n_boot: int = DEFAULT_FIG_BOOT, fits: Any = None,
+                                trends: Mapping | None = None):
     """Figure 26: Eq. 29 fits of each metric on one family's runs (90% band of the curve) extended
     to the target compute, a new run's prediction interval there as a bar, stars at the target's
-    values (``target``: see ``default_target``); ``fits``' metric fits are drawn as they are."""
+    values (``target``: see ``default_target``); ``fits``' metric fits and ``trends``' log-linear
+    trends (the Analysis's) are drawn as they are."""
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     if family not in set(results["family"]):
@@ -311,7 +320,8 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
         for ax, metric in zip(axes[0], metrics):
             rows = metric_rows(results, family, metric)
             fit = metric_fit(fits, family, metric, rows, n_boot=n_boot)
-            draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family))
+            draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family),
+                              trend=(trends or {}).get((family, metric)))
             pred = float(fit.predict(c_t))
             lo, hi = (float(v) for v in fit.predict_interval(c_t))  # a new run's value, not the curve's CI
             ax.errorbar([c_t], [pred], yerr=[[max(pred - lo, 0.0)], [max(hi - pred, 0.0)]], fmt="o", ms=3,

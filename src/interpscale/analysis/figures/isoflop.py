@@ -18,12 +18,11 @@ from matplotlib.lines import Line2D
 
 from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS, annealed_if_any,
                                                  compact_log_ticks, compute_axis, family_color, family_label,
-                                                 headline_estimator, legend_below, main_rows, new_figure,
-                                                 ordered_families, paper_style, plain_log_axis, require_columns,
-                                                 select, slice_colors)
+                                                 legend_below, main_rows, new_figure, ordered_families, paper_style,
+                                                 plain_log_axis, require_columns, select, slice_colors)
 from interpscale.paper import SLICE_TOLERANCE
 from interpscale.scaling import N_BOOT, fit_isoflop, quiet
-from interpscale.scaling.analysis import cached_fits
+from interpscale.scaling.analysis import anneal_states, cached_fits
 from interpscale.scaling.tables import slice_rows
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -369,14 +368,7 @@ def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
 def state_rows(results: pd.DataFrame, family: str, figure: str,
                 extra: Sequence[str] = ()) -> dict[bool, pd.DataFrame]:
     require_columns(results, (*ISOFLOP_COLUMNS, "annealed", *extra), figure)
-    est = headline_estimator(results, family)
-    out = {state: select(results, family=family, estimator=est, annealed=state) for state in (False, True)}
-    pre = out[False]
-    if {"run_id", "step"} <= set(pre.columns) and pre["run_id"].duplicated().any():
-        # several stable checkpoints per run: the pre-anneal state is each run's last one (the
-        # checkpoint its final anneal starts from, App. I)
-        keys = ["run_id", "estimator"] if "estimator" in pre.columns else ["run_id"]
-        out[False] = pre.sort_values("step").groupby(keys, dropna=False).tail(1)
+    out = anneal_states(results, family)  # the rows the Analysis's state trends use
     missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
     if missing:
         raise ValueError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
