@@ -460,8 +460,8 @@ class FamilyForecast(FitFields):
         m, fit = get_method(method), self.methods[method].fit
         o = replace(self.options, level=self.level, **({} if k is None else {"k": k}))
         cs = np.atleast_1d(np.asarray(compute, float))
-        band = np.array([calibrated(m, fit, float(c), o, self.errors, c / largest)[3:5] for c in cs])
-        return band[:, 0], band[:, 1]
+        at = [calibrated(m, fit, float(c), o, self.errors, c / largest) for c in cs]
+        return np.array([a.lo for a in at]), np.array([a.hi for a in at])
 
     def to_dict(self) -> dict:
         cols = ("predicted", "raw_lo", "raw_hi", "lo", "hi", "backtest_error", "model_sd", "status")
