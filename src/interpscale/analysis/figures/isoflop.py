@@ -246,10 +246,10 @@ def isoflop_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str] 
         fig, axes = new_figure(1, len(summaries), panel_height=2.0)
         for ax, (fam, summ) in zip(axes[0], summaries.items()):
             draw_isoflop_panel(ax, summ)
-            ax.set_title(family_label(fam), color=family_color(fam))
-            if summ.power_L is None:  # say why the × are grey / missing
-                ax.text(0.02, 0.02, "no power law: < 2 usable slices", transform=ax.transAxes, fontsize=7,
-                        color="0.3")
+            ax.set_title(family_label(fam), color=family_color(fam), pad=9 if summ.power_L is None else None)
+            if summ.power_L is None:  # say why the × are grey / missing: under the name, not over the points
+                ax.annotate("no power law: < 2 slices", (0.5, 1.0), xycoords="axes fraction", xytext=(0, 1.5),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=6.5, color="0.3")
         for ax in axes[0][1:]:
             ax.set_ylabel("")
     return fig

@@ -26,7 +26,7 @@ log = logging.getLogger("interpscale.analysis.figures")
 
 STYLES = {"isoflop": ("-", "Eq. 26"), "saturating": ("-.", "E + a C^alpha"), "joint": (":", "Eq. 27")}
 PAD_SHARE, PAD_DECADES = 0.06, 0.02  # axis margin each side: this share of the drawn span plus these decades
-PLAIN_DECADES = 2.0  # a k axis narrower than this (decades) is labelled with plain numbers
+PLAIN_DECADES = 3.0  # a k axis narrower than this (decades) is labelled with plain numbers
 REFERENCE_REACH = 10.0  # k = 1 is drawn (and the axis stretched to it) when within this factor of the data
 
 
