@@ -438,8 +438,8 @@ def answer_section(analysis: Analysis) -> list[str]:
             inside = f"k = {k_cell(r['k'], r['lo'], r['hi'])} at {mid:.3g} FLOPs ({r['method']})"
         except (ValueError, KeyError):
             inside = "k not read inside the sweep"
-        power = getattr(m, "achieved_power", None)
-        tail = f" {power}" if power else (" The sweep cannot tell growth from none at its noise: "
+        power = analysis.powers.get((base, variant))
+        tail = f" Achieved power: {power.sentence()}." if power is not None else (" The sweep cannot tell growth from none at its noise: "
                                           "`interpscale fit multiplier --power-sims N` gives the power it had and "
                                           "the grid that would decide (docs/design.md)." if m.verdict == "undetermined"
                                           else "")

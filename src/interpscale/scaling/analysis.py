@@ -121,6 +121,10 @@ class Analysis:
     backtest_error: str | None = None
     budgets: dict = field(default_factory=dict)  # family -> IsoFLOP budgets (slices) its fits use
     anneals: AnnealSummary | None = None
+    # (base, variant) -> the power the sweep had for an undetermined multiplier verdict (an object
+    # with ``sentence()``, e.g. design.AchievedPower): simulated above this layer, by the command or
+    # pipeline that asks for it (``--power-sims``), and rendered by the report
+    powers: dict = field(default_factory=dict)
 
     def require_fits(self) -> FamilyFits:
         """The fits, or the ValueError that kept them from being made."""
