@@ -439,10 +439,13 @@ def answer_section(analysis: Analysis) -> list[str]:
         except (ValueError, KeyError):
             inside = "k not read inside the sweep"
         power = analysis.powers.get((base, variant))
-        tail = f" Achieved power: {power.sentence()}." if power is not None else (" The sweep cannot tell growth from none at its noise: "
-                                          "`interpscale fit multiplier --power-sims N` gives the power it had and "
-                                          "the grid that would decide (docs/design.md)." if m.verdict == "undetermined"
-                                          else "")
+        if power is not None:
+            tail = f" Achieved power: {power.sentence()}."
+        elif m.verdict == "undetermined":
+            tail = (" The sweep cannot tell growth from none at its noise: `interpscale fit multiplier "
+                    "--power-sims N` gives the power it had and the grid that would decide (docs/design.md).")
+        else:
+            tail = ""
         lines.append(f"- **{variant} vs {base}**: {inside}; {m.level:.0%} band. Verdict **{m.verdict}** "
                      f"({m.primary}) — {m.reason}.{tail}")
     fits = analysis.fits
