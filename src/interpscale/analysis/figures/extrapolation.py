@@ -256,7 +256,11 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
             best = fc.best.predicted
             ax.scatter([c_t], [float(observed)], marker="*", s=110, color="k", zorder=5,
                        label=f"target {float(observed):.2f} (Δ {fc.chosen} {float(observed) - best:+.2f})")
-        ax.set(xscale="log", xlabel="Compute C (FLOPs)", ylabel="Validation loss (nats)")
+        if not any(fit_status(mf.fit).identified for mf in fc.methods.values()):  # else a panel of bare points
+            ax.text(0.5, 0.5, "no forecast drawn:\nno method's fit is identified", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=7, color="0.3")
+        compute_axis(ax)
+        ax.set_ylabel("Validation loss (nats)")
         ax.set_title(f"Extrapolating {family_label(family)}\n{extrapolation_note(fc)}", fontsize=7)
         legend_below(ax)
     return fig
