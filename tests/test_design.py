@@ -136,3 +136,59 @@ def test_a_finished_sweep_states_its_achieved_power():
     if ap.power < 0.8:
         assert ("9 slices x 5 sizes" in text) == (ap.needed is not None)
         assert ap.needed is None or ap.needed_compute > 1.9e12
+
+
+EPOCH = Path(__file__).parent / "data" / "epoch" / "epoch_chinchilla_svg_extracted_data.csv"
+
+
+def _epoch_sweep() -> pd.DataFrame:
+    """Hoffmann et al.'s IsoFLOP runs as read off their Figure 4 (tests/data/epoch/README.md): each
+    run on its nearest of the nine budgets, those within 15% of it."""
+    from interpscale.scaling.backtest import nearest_budget
+
+    raw = pd.read_csv(EPOCH)
+    N, C = raw["Model Size"].to_numpy(float), raw["Training FLOP"].to_numpy(float)
+    t = pd.DataFrame(dict(family="chinchilla", params=N, tokens=C / (6 * N), flops=C, loss=raw["loss"],
+                          slice_flops=nearest_budget(C)))
+    return t[(t.flops / t.slice_flops - 1).abs() <= 0.15]
+
+
+@pytest.mark.slow
+def test_a_pilot_of_the_smallest_budgets_predicts_the_full_sweeps_interval():
+    """Issue 44's public check (docs/design.md): the noise and law of the four smallest of the nine
+    Chinchilla budgets (6e18-6e19 FLOPs) predict the width of alpha_P's 90% interval that the whole
+    sweep (9 budgets, 6e18-3e21) gets from the same fit, within a factor 1.5."""
+    from interpscale.scaling import fit_isoflop, quiet
+    from interpscale.scaling.backtest import CHINCHILLA_BUDGETS
+
+    sweep = _epoch_sweep()
+    pilot = sweep[sweep.slice_flops <= CHINCHILLA_BUDGETS[3]]
+    noise, truth = d.noise_from_pilot(pilot), d.truth_from_pilot(pilot, "chinchilla")
+    assert noise.df_run >= 6 and 0.002 < noise.run_sd < 0.02  # the extraction's quantised losses: ~0.6%
+    grid = d.grid_from_results(sweep, ["chinchilla"])
+    assert len(grid.slices) == 9 and grid.n_runs == len(sweep)
+    gp = d.assess(grid, truth, noise, question="exponent", base="chinchilla", n_sims=16, n_boot=100, workers=1)
+    predicted = 2 * gp.alpha_P_halfwidth
+    with quiet():
+        full = fit_isoflop(sweep, n_boot=100, seed=0)
+    lo, hi = full.ci["alpha_P"]
+    assert 1 / 1.5 <= predicted / (hi - lo) <= 1.5, (predicted, hi - lo)
+
+
+@pytest.mark.slow
+def test_predicted_verdict_probabilities_match_fresh_simulations():
+    """Calibration (docs/design.md): the verdict probabilities ``assess`` predicts with its seeds match
+    the frequencies over fresh simulations (other seeds) within 4 Monte-Carlo standard errors of the
+    difference, for constant and growing k on a cheap grid whose verdicts are mixed."""
+    grid = _grid(slices=(1e9, 4e9, 1.6e10, 6.4e10), sizes=5)
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3, pivot=8e9)
+    noise = d.NoiseModel(run_sd=0.006)
+    n = 30
+    kw = dict(base="base", variant="variant", growth=0.1, n_sims=n, n_boot=50, target=1e12, workers=2)
+    pred, fresh = d.assess(grid, truth, noise, seed=0, **kw), d.assess(grid, truth, noise, seed=1, **kw)
+    for scen in ("constant", "growing"):
+        for v in ("growing", "constant", "shrinking", "undetermined"):
+            p, f = pred.scenarios[scen]["p_verdict"][v], fresh.scenarios[scen]["p_verdict"][v]
+            se = max(math.sqrt((p * (1 - p) + f * (1 - f)) / n), 1 / n)
+            assert abs(f - p) <= 4 * se, (scen, v, p, f)
+    assert pred.power > pred.scenarios["constant"]["p_verdict"]["growing"] + 0.2  # the tables differ by truth

@@ -310,7 +310,9 @@ def simulate(grid: Grid, truth: Truth, noise: NoiseModel, base: str, variant: st
 
 
 @dataclass(frozen=True)
-class _Job:
+class SimJob:
+    """One simulated analysis' inputs: the grid, the planted truth and noise, what to analyse."""
+
     grid: Grid
     truth: Truth
     noise: NoiseModel
@@ -320,9 +322,34 @@ class _Job:
     target: float
     n_boot: int
     level: float
+    starts: np.ndarray | None = field(default=None, compare=False)  # joint-fit starts (``joint_starts``)
 
 
-def analyse_once(job: _Job, seed: int) -> dict:
+def joint_starts(grid: Grid, truths: Sequence[Truth], noise: NoiseModel, families: Sequence[str],
+                 seed: int = 0) -> np.ndarray | None:
+    """Starts for every simulated joint fit (Eq. 27) of one assessment: the end points of the full
+    multistart (the report's ``grid="coarse"``, 243 starts) on a noise-free and one noisy table of each
+    truth and family. The multistart over 243 starts was 70% of a simulated analysis; from these few
+    starts the fits land in the same minima (docs/design.md, "Speed": the verdict probabilities
+    with and without, measured). None when no fit converged (the simulations then use the grid)."""
+    thetas = []
+    for i, truth in enumerate(truths):
+        for j, nm in enumerate((NoiseModel(run_sd=0.0), noise)):
+            df = simulate(grid, truth, nm, families[0], families[1] if len(families) > 1 else None,
+                          seed=987_654_321 + 7 * int(seed) + 2 * i + j)  # draws apart from the simulations'
+            for fam in families:
+                rows = df[df["family"] == fam]
+                try:
+                    with quiet():
+                        fit = fit_chinchilla(rows["params"], rows["tokens"], rows["loss"], n_boot=0, grid="coarse")
+                except ValueError:
+                    continue
+                if np.isfinite(fit.theta).all():
+                    thetas.append(fit.theta)
+    return np.unique(np.round(np.array(thetas), 9), axis=0) if thetas else None
+
+
+def analyse_once(job: SimJob, seed: int) -> dict:
     """The sweep's own analysis of one simulated table, reduced to what the design tallies."""
     df = simulate(job.grid, job.truth, job.noise, job.base, job.variant, seed)
     mid = float(np.sqrt(job.grid.slices[0] * job.grid.slices[-1]))
@@ -331,7 +358,7 @@ def analyse_once(job: _Job, seed: int) -> dict:
         if job.question == "multiplier":
             try:
                 mf = fit_multiplier(df, job.base, job.variant, n_boot=job.n_boot, level=job.level, seed=seed,
-                                    computes=[mid], target_compute=(job.target,))
+                                    computes=[mid], target_compute=(job.target,), grid=_starts(job))
             except ValueError:
                 return dict(out, verdict="failed")
             r_mid, r_t = mf.at(mid), mf.at(job.target)
@@ -347,11 +374,15 @@ def analyse_once(job: _Job, seed: int) -> dict:
             out.update(alpha_P=iso.alpha_P, alpha_P_halfwidth=(hi - lo) / 2, status=iso.status.state,
                        bracketed=float(iso.slices["used"].mean()))
             if job.question == "forecast":
-                ch = fit_chinchilla(rows["params"], rows["tokens"], rows["loss"], n_boot=0, grid="coarse")
+                ch = fit_chinchilla(rows["params"], rows["tokens"], rows["loss"], n_boot=0, grid=_starts(job))
                 pred = float(np.asarray(ch.predict_optimal(job.target)).ravel()[0])
                 out.update(forecast_error=pred / job.truth.optimal_loss(job.target) - 1)
     out["bracketed_slices"] = _bracketed(df, job.base)
     return out
+
+
+def _starts(job: SimJob):
+    return "coarse" if job.starts is None else job.starts  # "coarse": fit_multiplier's DEFAULT_GRID
 
 
 def _bracketed(df: pd.DataFrame, family: str) -> float:
@@ -363,7 +394,9 @@ def _bracketed(df: pd.DataFrame, family: str) -> float:
     return float(np.mean(ok)) if ok else math.nan
 
 
-def _run_many(job: _Job, seeds: Sequence[int], workers: int, progress: Callable[[int, int], None] | None):
+def run_many(job: SimJob, seeds: Sequence[int], workers: int,
+             progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """``analyse_once`` of ``job`` at each seed, in ``workers`` processes (in order)."""
     out: list[dict] = []
     if workers <= 1:
         for s in seeds:
@@ -438,8 +471,9 @@ def _tally(rows: list[dict], question: str) -> dict:
 def assess(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "multiplier", base: str,
            variant: str | None = None, growth: float = 0.05, target: float = 1e20, n_sims: int = DEFAULT_SIMS,
            n_boot: int = DESIGN_BOOT, level: float = 0.9, seed: int = 0, workers: int | None = None,
-           progress: Callable[[str, int, int], None] | None = None) -> GridPower:
-    """Simulate ``n_sims`` sweeps of ``grid`` per scenario and tally the analysis' answers."""
+           progress: Callable[[str, int, int], None] | None = None, warm: bool = True) -> GridPower:
+    """Simulate ``n_sims`` sweeps of ``grid`` per scenario and tally the analysis' answers; ``warm``:
+    the joint fits start from ``joint_starts`` (else from the full 243-start grid, the report's)."""
     if question not in QUESTIONS:
         raise ValueError(f"design: question must be one of {QUESTIONS}, got {question!r}")
     if question == "multiplier" and not variant:
@@ -450,12 +484,14 @@ def assess(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "mult
     scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \
         else {"truth": truth}
     t0, out = time.monotonic(), {}
+    fams = (base, variant) if question == "multiplier" else (base,)
+    starts = joint_starts(grid, list(scen.values()), noise, fams, seed) if warm and question != "exponent" else None
     for i, (name, tr) in enumerate(scen.items()):
-        job = _Job(grid, tr, noise, question, base, variant if question == "multiplier" else None, float(target),
-                   int(n_boot), float(level))
+        job = SimJob(grid, tr, noise, question, base, variant if question == "multiplier" else None, float(target),
+                   int(n_boot), float(level), starts)
         seeds = [int(seed) * 1_000_003 + i * 100_003 + s for s in range(n_sims)]
         cb = (lambda d, n, name=name: progress(name, d, n)) if progress else None
-        out[name] = _tally(_run_many(job, seeds, workers, cb), question)
+        out[name] = _tally(run_many(job, seeds, workers, cb), question)
     return GridPower(grid=grid, question=question, n_sims=n_sims, scenarios=out, seconds=time.monotonic() - t0)
 
 
