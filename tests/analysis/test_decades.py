@@ -77,6 +77,7 @@ def test_no_printed_value_has_a_band_over_the_stated_decades(name, tmp_path):
     docs = _outputs(table, tmp_path, *extra)
     for doc, md in docs.items():
         assert "## Compute multiplier" in md, doc  # tables.md carries the report's k table
+        assert f"spans more than {MAX_DECADES:g} decades" in md, f"{doc} does not state its decades"
         assert banded_values(md), f"{doc}: no banded value found (the scan reads nothing)"
         assert too_wide(md) == [], f"{doc}: values printed with a band over {MAX_DECADES:g} decades"
     if name == "demo_quick":  # the demo: every k undetermined, said in words

@@ -21,7 +21,7 @@ import pandas as pd
 
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
-from interpscale._markdown import MAX_DECADES, md_table  # MAX_DECADES: re-exported, the decades the report states
+from interpscale._markdown import MAX_DECADES, md_table  # MAX_DECADES: the decades the report states
 from interpscale._markdown import banded_cell as k_cell  # the one rule (tables.md and the figure too)
 from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
 from interpscale.analysis.fit_status import fit_statuses, isoflop_fit_state, joint_fit_state, trend_status
@@ -284,7 +284,9 @@ INTROS = {
     "its backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP envelopes "
     "(Eq. 26) and the joint fits (Eq. 27), with bootstrap bands paired by slice, extrapolated to 1e20 and "
     "Steerling-8B's 7.6e22 (bands there widened to the forecasts' calibrated intervals where the backtest "
-    "allows). The growth test asks whether k changes with C (docs/multiplier.md).",
+    "allows). The growth test asks whether k changes with C (docs/multiplier.md). A k whose band spans "
+    f"more than {MAX_DECADES:g} decades, or that a flagged fit extrapolates, is shown as \"not determined "
+    "(band …)\", not as a number.",
 }
 
 
