@@ -112,3 +112,20 @@ def test_a_flagged_method_is_not_extrapolated(pair):
     assert len(_beyond(ax, m)) == 0  # nothing beyond the sweep: no law that may extrapolate
     assert ax.get_xlim()[1] < 1e13  # and the x axis ends with what is drawn (the sweep)
     assert any("fit is flagged" in t.get_text() for t in ax.texts)
+
+
+def test_no_k_anywhere_shows_the_losses_it_would_be_read_from(pair):
+    """The issue's quick demo: no law-free reading and only a flagged joint fit. The panel is not left
+    empty: each family's lowest loss per slice, and why k is not determined."""
+    df, m = pair
+    t = m.table[m.table["method"] != "lawfree"].assign(extrapolated=True)
+    flagged = {meth: FitStatus("flagged", "L∞ not pinned down") for meth in m.statuses}
+    fig = multiplier_figure(df, multipliers={("ar", "ar+concept"): replace(m, table=t, statuses=flagged)})
+    ax = fig.axes[0]
+    _assert_axes_fit(ax, m)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert {"ar: lowest loss per slice", "ar+concept: lowest loss per slice"} <= set(labels)
+    assert all(len(line.get_xdata()) == df["slice_flops"].nunique() for line in ax.get_lines()
+               if line.get_label().endswith("lowest loss per slice"))
+    assert any("k not determined in this sweep" in t.get_text() for t in ax.texts)
+    assert ax.get_ylabel() == "lowest loss in each slice" and ax.get_ylim()[1] / ax.get_ylim()[0] < 10
