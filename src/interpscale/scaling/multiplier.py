@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from interpscale._markdown import banded_cell  # the report's rule for a value and its band
+
 from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitFields, FitStatus, emit, from_options, jsonable, quiet
 from .bootstrap import N_BOOT
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
@@ -144,10 +146,11 @@ class MultiplierFit(FitFields):
         pct = round(100 * self.level)
         lines = [f"compute multiplier k(C) of {self.variant} against {self.base} (k > 1: {self.variant} needs "
                  f"more compute for {self.base}'s compute-optimal loss; {pct}% bands)",
-                 "  method      C           k        band                 extrapolated"]
-        for r in self.table.itertuples():
-            lines.append(f"  {r.method:<12}{r.compute:<12.3g}{r.k:<9.3g}[{r.lo:.3g}, {r.hi:.3g}]".ljust(57)
-                         + ("yes" if r.extrapolated else "no"))
+                 "  method      C           k [band]                                   extrapolated"]
+        for r in self.table.itertuples():  # the report's rule: no number whose band spans > MAX_DECADES
+            flagged = bool(r.extrapolated) and not self.statuses.get(r.method, FitStatus()).identified
+            lines.append(f"  {r.method:<12}{r.compute:<12.3g}{banded_cell(r.k, r.lo, r.hi, flagged=flagged)}"
+                         .ljust(75) + ("yes" if r.extrapolated else "no"))
         for m, t in self.growth.items():
             st = self.statuses.get(m, FitStatus())
             sc = self.scores.get(m)
