@@ -281,10 +281,13 @@ INTROS = {
     "each run's main anneal, which is always trained, so they do not move; predicted rows enter a fit only "
     "with `fit families --predicted-anneals`.",
     "Compute multiplier": "k(C) = C_variant(L*_base(C)) / C: the compute a +Concept family needs to reach "
-    "its backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain), from the IsoFLOP envelopes "
-    "(Eq. 26) and the joint fits (Eq. 27), with bootstrap bands paired by slice, extrapolated to 1e20 and "
-    "Steerling-8B's 7.6e22 (bands there widened to the forecasts' calibrated intervals where the backtest "
-    "allows). The growth test asks whether k changes with C (docs/multiplier.md). A k whose band spans "
+    "its backbone's compute-optimal loss at C (k > 1: a tax, k < 1: a gain). Inside the sweep it is read "
+    "off the slice minima without a law (law-free); three laws of the frontier L*(C) — the power-law "
+    "envelope (Eq. 26), a saturating envelope E + a·C^α and the joint fit (Eq. 27) — are scored by how "
+    "well each predicts held-out slice minima and agrees with the law-free k, and the best answers the "
+    "growth test (methods that score alike and disagree make the verdict undetermined). Bootstrap bands "
+    "are paired by slice and extrapolated to 1e20 and Steerling-8B's 7.6e22 (widened to the forecasts' "
+    "calibrated intervals where the backtest allows; docs/multiplier.md). A k whose band spans "
     f"more than {MAX_DECADES:g} decades, or that a flagged fit extrapolates, is shown as \"not determined "
     "(band …)\", not as a number.",
 }
