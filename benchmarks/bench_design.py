@@ -150,17 +150,22 @@ def rules(args) -> None:
     hoffmann = d.grid_from_plan(DEMO, slices=[first * c / CHINCHILLA_BUDGETS[0] for c in CHINCHILLA_BUDGETS],
                                 sizes_per_slice=5, label="Hoffmann et al.'s nine budgets x 5 sizes")
     kw = dict(base=BASE, variant=VARIANT, target=1e12, workers=args.workers)
+    cands = d.candidate_grids(DEMO, n_slices=(5, 7, 9), ranges=(16.0, 32.0, 64.0), sizes=(4, 5))  # wide grids only
     design = d.search(DEMO, truth, noise, question="multiplier", n_sims=args.rules, screen_sims=args.rules // 3,
-                      max_grids=args.max_grids, planned=planned, **kw)
+                      max_grids=args.max_grids, planned=planned, grids=list(cands), **kw)
     rows = [design.planned, d.assess(hoffmann, truth, noise, n_sims=args.rules, **kw)]
     rows += [design.recommended] if design.recommended is not None else []
     print(f"noise {args.noise:g}; k0 1.3, growth 0.05 vs none; {args.rules} sweeps per grid and truth; "
           f"{len(design.tried)} candidate grids tried")
     table = [{"grid": gp.grid.label + (" (design's recommendation)" if gp is design.recommended else ""),
               "slices": len(gp.grid.slices), "runs": gp.grid.n_runs, "FLOPs": f"{gp.grid.compute:.3g}",
-              "est. wall (h)": f"{gp.grid.wall_s / 3600:.2f}", "power": gp.power, "false alarm": gp.false_alarm,
-              "undetermined (growing k)": gp.scenarios["growing"]["p_verdict"]["undetermined"]} for gp in rows]
-    print(pd.DataFrame(table).to_markdown(index=False, floatfmt=".2f"))
+              "est. wall (h)": f"{gp.grid.wall_s / 3600:.2f}", "power": f"{gp.power:.2f}",
+              "false alarm": f"{gp.false_alarm:.2f}",
+              "undetermined (growing k)": f"{gp.scenarios['growing']['p_verdict']['undetermined']:.2f}"} for gp in rows]
+    print(pd.DataFrame(table).to_markdown(index=False, disable_numparse=True))
+    for gp in design.tried:
+        print(f"tried {gp.grid.label}: {gp.grid.compute:.3g} FLOPs, {gp.n_sims} sims, power {gp.power:.2f}, "
+              f"false alarms {gp.false_alarm:.2f}")
     if design.recommended is None:
         print("no candidate met the target")
 
