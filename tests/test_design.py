@@ -192,3 +192,22 @@ def test_predicted_verdict_probabilities_match_fresh_simulations():
             se = max(math.sqrt((p * (1 - p) + f * (1 - f)) / n), 1 / n)
             assert abs(f - p) <= 4 * se, (scen, v, p, f)
     assert pred.power > pred.scenarios["constant"]["p_verdict"]["growing"] + 0.2  # the tables differ by truth
+
+
+def test_an_undetermined_verdict_comes_with_its_achieved_power_in_the_report(tmp_path):
+    """design.with_powers fills Analysis.powers for the undetermined pair; the report's answer says it."""
+    from interpscale.analysis.report import answer_section
+    from interpscale.scaling import AnalysisOptions, analyse
+    from interpscale.scaling.multiplier import simulate_pair
+
+    table = simulate_pair(1.3, 0.0, seed=3, sizes_per_slice=5, noise=0.02)
+    table["family"] = table["family"].map({"base": "ar", "variant": "ar+concept"})
+    analysis = analyse(table, AnalysisOptions(n_boot=50, trends=False, anneals=False))
+    assert analysis.multipliers[("ar", "ar+concept")].verdict == "undetermined"
+    assert "The sweep cannot tell growth from none" in "\n".join(answer_section(analysis))
+    powered = d.with_powers(analysis, n_sims=3, n_boot=20, workers=1, extensions=[(9, 5)])
+    power = powered.powers[("ar", "ar+concept")]
+    assert 0 <= power.power <= 1 and power.n_sims == 3
+    answer = "\n".join(answer_section(powered))
+    assert f"Achieved power: {power.sentence()}." in answer and "--power-sims N" not in answer
+    assert analysis.powers == {}  # the analysis given is not changed

@@ -38,7 +38,7 @@ from scipy import stats
 
 from interpscale.orchestration import plan as plan_sweep
 from interpscale.orchestration.config import Preset, load_preset
-from interpscale.scaling import fit_chinchilla, fit_isoflop, quiet
+from interpscale.scaling import Analysis, fit_chinchilla, fit_isoflop, quiet
 from interpscale.scaling.multiplier import VERDICTS, fit_multiplier, planted_multiplier
 from interpscale.scaling.tables import SLICE_TOLERANCE, fit_rows, slice_rows
 
@@ -825,3 +825,22 @@ def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: fl
         if assess(g, truth, noise, **kw).power >= power:
             return dataclasses.replace(out, needed=f"{n_slices} slices x {sizes} sizes", needed_compute=g.compute)
     return out
+
+
+def with_powers(analysis: Analysis, *, n_sims: int = 40, growth: float = 0.05, power: float = 0.8, seed: int = 0,
+                **options: Any) -> Analysis:
+    """``analysis`` with ``powers`` filled for each undetermined multiplier verdict: the power its sweep
+    had for ``growth`` and the grid that would have decided (:func:`achieved_power` on the analysed
+    table, ``options`` passed on: ``n_boot``, ``workers``, ``extensions``); the report says them in its
+    answer. A pair whose power cannot be simulated is logged."""
+    powers = dict(analysis.powers)
+    for (base, variant), m in analysis.multipliers.items():
+        if getattr(m, "verdict", None) != "undetermined" or (base, variant) in powers:
+            continue
+        try:
+            powers[(base, variant)] = achieved_power(analysis.table, base, variant, growth=growth, power=power,
+                                                     n_sims=n_sims, loss=analysis.options.loss, seed=seed,
+                                                     **options)
+        except ValueError as exc:
+            log.warning("achieved power of %s vs %s not simulated: %s", variant, base, exc)
+    return dataclasses.replace(analysis, powers=powers)

@@ -18,6 +18,7 @@ from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale.analysis.fit_status import fit_statuses
 from interpscale.analysis.report import report_options, write_report
+from interpscale.design import with_powers
 from interpscale.errors import FailedWork
 from interpscale.judges import build_judge
 from interpscale.metrics.checkpoint_judging import judge_checkpoint_alignment
@@ -86,6 +87,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
             with _problem(summary, "fits", "scaling fits failed (%s); results table written without fits",
                           ValueError, ArithmeticError):  # fits.json as `interpscale fit` writes it
                 analysis = analyse(results, report_options(n_boot=boot, annealed=True))  # what the report shows
+                if tree.fit.power_sims:  # an undetermined verdict comes with the power it had (docs/design.md)
+                    analysis = with_powers(analysis, n_sims=tree.fit.power_sims)
                 fitted = analysis.require_fits()
                 atomic_write_text(out / "fits" / "fits.json", fitted.to_json() + "\n")
                 fits = fitted

@@ -32,6 +32,7 @@ from interpscale._commands.options import (
     out_dir,
     out_json,
     positive_float,
+    power_options,
     replicates,
     table_file,
     table_options,
@@ -179,6 +180,7 @@ def _add_families(sub) -> None:
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                    help="multiplier.csv: bootstrap bands at the targets, not widened to the forecasts' calibrated "
                         "intervals (faster; the report's bands are calibrated)")
+    power_options(p)
     _bootstrap_options(p, fit_families)
     p.set_defaults(handler=_families)
 
@@ -200,6 +202,10 @@ def _families(args) -> int:
         calibrate=args.calibrate, backtest=args.backtest, anneals=False,
         **given(args, "n_boot", "seed", "level", "grid", "minimum", backtest_boot="backtest_boot"))
     analysis = analyse(df, options)  # every number below, computed once (scaling.analysis)
+    if args.power_sims:  # the power an undetermined multiplier verdict had (docs/design.md)
+        from interpscale.design import with_powers
+
+        analysis = with_powers(analysis, n_sims=args.power_sims, growth=args.growth, seed=args.seed or 0)
     if args.predicted_anneals:  # checkpoints without an anneal branch got a predicted annealed loss
         sys.stderr.write(f"interpscale fit families: {len(analysis.table) - len(df)} predicted annealed row(s) "
                          "added and fitted (--predicted-anneals; column predicted = true)\n")
@@ -475,12 +481,7 @@ def _add_multiplier(sub) -> None:
                    "machinery's calibrated intervals (runs each family's rolling-origin backtest; slower)")
     option(p, "--margin", fit_multiplier, type=float,
            help="the growth test calls k constant when the slope's interval lies within +-MARGIN")
-    p.add_argument("--power-sims", type=non_negative_int, default=0, metavar="N",
-                   help="for an undetermined verdict, the power this sweep had to detect --growth at its measured "
-                        "noise and the grid that would have had 80%%, from N simulated sweeps per truth "
-                        "(docs/design.md; minutes; default 0: not computed)")
-    p.add_argument("--growth", type=float, default=0.05, help="the growth of k ∝ C^g --power-sims asks about "
-                   "(default 0.05)")
+    power_options(p)
     fit_options(p, fit_multiplier, "level of the bands and of the slope's interval",
                 grids=("epoch", "coarse"))
     p.set_defaults(handler=_multiplier)
@@ -534,6 +535,10 @@ def family_multipliers(args, analysis) -> None:
         if isinstance(m, MultiplierFit):
             tests[f"{variant} vs {base}"] = m.growth_dict()
             sys.stdout.write(m.summary() + "\n")
+            power = analysis.powers.get((base, variant))
+            if power is not None:  # --power-sims: what the sweep could decide (design.with_powers)
+                tests[f"{variant} vs {base}"]["achieved_power"] = power.to_dict()
+                sys.stdout.write(f"  achieved power: {power.sentence()}\n")
     table = multiplier_rows(analysis)
     if table is not None:  # determined: the rule tables.md and the report print k by (issue 45)
         flagged = {(b, v, meth): not st.identified for (b, v), m in analysis.multipliers.items()

@@ -144,6 +144,17 @@ def non_negative_int(text: str) -> int:
 TABLE_SUFFIXES = (".parquet", ".csv", ".tsv")  # results_table.SUFFIXES (not imported: keeps parsing light)
 
 
+def power_options(p: argparse.ArgumentParser | Any) -> None:
+    """``--power-sims N`` / ``--growth G``: the power an undetermined multiplier verdict had and the grid
+    that would decide (``design.with_powers``; fit multiplier, fit families, report)."""
+    p.add_argument("--power-sims", type=non_negative_int, default=0, metavar="N",
+                   help="for an undetermined multiplier verdict, the power this sweep had to detect --growth at "
+                        "its measured noise and the grid that would have had 80%%, from N simulated sweeps per "
+                        "truth (docs/design.md; minutes; default 0: not computed)")
+    p.add_argument("--growth", type=finite, default=0.05,
+                   help="the growth of k ∝ C^g --power-sims asks about (default 0.05)")
+
+
 def _suffix(path: Path) -> str:
     name = path.name.lower()
     return ".csv.gz" if name.endswith(".csv.gz") else path.suffix.lower()

@@ -159,6 +159,9 @@ class FitConfig:
     """``[fit]``: the fits after the sweep."""
 
     n_boot: int = setting(100, positive=True, help="bootstrap replicates for the fits")
+    power_sims: int = setting(0, check=lambda v: None if isinstance(v, int) and v >= 0 else "a whole number >= 0",
+                              help="simulated sweeps per truth behind the report's achieved power of an "
+                                   "undetermined multiplier verdict (0: not simulated; docs/design.md)")
 
 
 # the recipe: the RunSpec fields the planner does not set itself ([train] keys, part of the run id)
