@@ -87,3 +87,25 @@ def test_one_family_multipliers():
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("_families", "family_multipliers")):
         called = {c.func.id for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
         assert not called & {"fit_multiplier", "fit_families", "backtest"}, fn.name
+
+
+def test_isoflop_groups_only_when_asked_and_only_for_the_rows_a_table_has(bpb_table):
+    """Figures 34-38's IsoFLOP fits per estimator / mask rate / anneal state: off by default (``fit
+    families`` does not pay for them), and made only where the table has 2+ groups of rows."""
+    from interpscale.analysis.example_data import example_results
+    from interpscale.results_table import read_results
+    from interpscale.scaling import AnalysisOptions, analyse
+    from interpscale.scaling.analysis import isoflop_groups
+
+    quick = dict(n_boot=0, grid="coarse", trends=False, multipliers=False, anneals=False)
+    pair = read_results(bpb_table)  # one estimator, annealed rows only
+    assert analyse(pair, AnalysisOptions(loss="bpb", **quick)).isoflop_groups == {}
+    assert analyse(pair, AnalysisOptions(loss="bpb", isoflop_groups=True, **quick)).isoflop_groups == {}
+    groups = isoflop_groups(example_results(), ["ar", "cdlm", "cdlm+concept"], n_boot=0)
+    assert not [k for k in groups if k[1] == "ar"]  # one estimator, annealed rows only
+    assert {k for k in groups if k[1] == "cdlm+concept"} == {("annealed", "cdlm+concept", s) for s in (False, True)}
+    est = sorted(k[2] for k in groups if k[:2] == ("estimator", "cdlm"))
+    assert est == sorted(["fixed_grid", "fixed_rate", "mdlm_elbo", "per_block"])
+    assert len([k for k in groups if k[:2] == ("mask_rate", "cdlm")]) >= 2
+    pre, post = groups[("annealed", "cdlm+concept", False)], groups[("annealed", "cdlm+concept", True)]
+    assert pre.error is None and post.error is None and len(pre.fit.slices) and len(post.fit.slices)

@@ -10,10 +10,12 @@ from typing import Callable
 from interpscale._commands.options import (TABLE_FIELDS, add_columns, column_map, given, option, out_dir, replicates,
                                            results_or_example)
 from interpscale.analysis.example_data import example_results
-from interpscale.analysis.figures import render_figures
+from interpscale.analysis.figures import figure_options, render_figures
+from interpscale.analysis.figures.isoflop import DEFAULT_FIG_BOOT
+from interpscale.analysis.report import report_options
 from interpscale.errors import FailedWork, UserError
 from interpscale.results_table import read_results, require_values
-from interpscale.scaling import keep_repeats
+from interpscale.scaling import analyse, keep_repeats
 
 
 def add_arguments(parser: argparse.ArgumentParser, func: Callable = render_figures,
@@ -65,8 +67,13 @@ def load_table(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     df = load_table(args)
+    n_boot = given(args, "n_boot").get("n_boot", DEFAULT_FIG_BOOT)
+    # the report's analysis for the same flags (no backtest: no figure draws it), with Figure 24's forecast
+    options = figure_options(df, report_options(n_boot=n_boot, backtest=False))
     with keep_repeats():  # repeated runs are data
-        result = render_figures(df, args.out, run_dirs=expand_run_dirs(args.run_dirs), **given(args, "n_boot"))
+        analysis = analyse(df, options)
+        result = render_figures(df, args.out, analysis=analysis, run_dirs=expand_run_dirs(args.run_dirs),
+                                n_boot=n_boot)
     for title, paths in result.drawn.items():
         sys.stdout.write(f"{title}: {', '.join(str(p) for p in paths)}\n")
     for title, reason in result.skipped.items():

@@ -8,6 +8,8 @@ figures show, computed once (docs/architecture.md, "The analysis boundary").
     analysis.multipliers     # (base, variant) -> MultiplierFit, or why it could not be made
     analysis.backtest        # Backtest of held-out budgets (options.backtest), or backtest_error
     analysis.anneals         # AnnealSummary: predicted anneals and their leave-one-branch-out errors
+    analysis.isoflop_groups  # (kind, family, value) -> IsoflopGroup: per estimator / mask rate / anneal state
+    analysis.forecasts       # (family, compute) -> FamilyForecast at options.forecast_targets, or why not
 
 Options in, ``Analysis`` out: the CLI writes it, the report and the figures render it; none of them
 fits anything. ``analyse`` is cached in-process by the inputs' hash (table and options), so a report
@@ -31,17 +33,21 @@ from .anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from .backtest import Backtest, backtest
 from .bootstrap import N_BOOT
 from .families import FamilyFits, fit_families
-from .forecast import FitOptions
+from .forecast import FamilyForecast, FitOptions, forecast_family
+from .isoflop import fit_isoflop
 from .ledger import inputs_hash
 from .multiplier import TARGETS, MultiplierFit, backbone_pairs, family_forecasts, fit_multiplier
-from .tables import ESTIMATOR_PREFERENCE, fit_rows
+from .tables import ESTIMATOR_PREFERENCE, fit_rows, slice_rows
 from .trend import NOT_MEASURED, TrendFit, fit_trend
 
-__all__ = ["Analysis", "AnalysisOptions", "AnnealSummary", "analyse", "anneal_states", "anneal_summary", "anneal_tables",
-           "cached_fits", "family_multipliers", "metric_trends", "multiplier_rows", "shown_computes", "state_trends"]
+__all__ = ["ELBO_ESTIMATORS", "Analysis", "AnalysisOptions", "AnnealSummary", "IsoflopGroup", "analyse", "anneal_states",
+           "anneal_summary", "anneal_tables", "cached_fits", "estimator_groups", "family_multipliers",
+           "fit_isoflop_group", "isoflop_groups", "mask_rate_groups", "metric_trends", "multiplier_rows",
+           "shown_computes", "state_trends"]
 
 log = logging.getLogger("interpscale.scaling.analysis")
 
+ELBO_ESTIMATORS = ("fixed_rate", "fixed_grid", "mdlm_elbo", "per_block")  # App. H.1's four, in its order
 CURVE_POINTS = 24  # computes of the multiplier's curve between the base's smallest slice and the largest target
 _CACHE: dict[str, Any] = {}  # "what" + inputs hash -> its result; one table at a time (memory stays flat)
 
@@ -66,7 +72,10 @@ class AnalysisOptions:
     ``N_BOOT["forecast"]``), ``seed``, ``level``, ``grid`` (None: each fit's own start grid),
     ``minimum``, ``joint_options``, ``target_compute``, ``method``, ``actual``. Sections: ``trends``,
     ``multipliers`` (``calibrate``: bands at the targets widened to the calibrated forecast intervals),
-    ``backtest`` (``backtest_boot`` replicates per refit, default ``N_BOOT["backtest"]``), ``anneals``."""
+    ``backtest`` (``backtest_boot`` replicates per refit, default ``N_BOOT["backtest"]``), ``anneals``,
+    ``isoflop_groups`` (IsoFLOP fits per estimator, fixed mask rate and anneal state, made only for the
+    rows a table has: App. H, I's Figures 34-38; the figures ask for them), ``forecast_targets`` ((family, compute) pairs to
+    forecast at besides ``target_compute``: e.g. Figure 24's target)."""
 
     families: tuple[str, ...] | None = None
     estimator: str | None = None
@@ -89,12 +98,15 @@ class AnalysisOptions:
     backtest: bool = False
     backtest_boot: int | None = None
     anneals: bool = True
+    isoflop_groups: bool = False
+    forecast_targets: tuple[tuple[str, float], ...] = ()
 
     def key(self) -> dict:
         """The options as plain values (what the cache hashes)."""
         d = asdict(self)
         d["actual"] = {k: dict(v) for k, v in self.actual.items()}
         d["joint_options"] = dict(self.joint_options)
+        d["forecast_targets"] = [[str(f), float(c)] for f, c in self.forecast_targets]
         return d
 
 
@@ -125,6 +137,18 @@ class Analysis:
     # with ``sentence()``, e.g. design.AchievedPower): simulated above this layer, by the command or
     # pipeline that asks for it (``--power-sims``), and rendered by the report
     powers: dict = field(default_factory=dict)
+    isoflop_groups: dict = field(default_factory=dict)  # (kind, family, value) -> IsoflopGroup
+    forecasts: dict = field(default_factory=dict)  # (family, compute) -> FamilyForecast, or why there is none
+
+    def forecast(self, family: str, compute: float) -> FamilyForecast | None:
+        """The family's forecast at ``compute``: its fits' own (at ``target_compute``) or a
+        ``forecast_targets`` one; None when the analysis made none there."""
+        ff = self.fits.families.get(family) if self.fits is not None else None
+        fc = getattr(ff, "forecast", None)
+        if fc is not None and np.isclose(fc.target_compute, compute, rtol=1e-9):
+            return fc
+        hits = [v for (f, c), v in self.forecasts.items() if f == family and np.isclose(c, compute, rtol=1e-9)]
+        return hits[0] if hits and isinstance(hits[0], FamilyForecast) else None
 
     def require_fits(self) -> FamilyFits:
         """The fits, or the ValueError that kept them from being made."""
@@ -228,6 +252,103 @@ def state_trends(df: pd.DataFrame, families, level: float = DEFAULT_LEVEL) -> di
                                                      level=level, name=m)
                 except (ValueError, TypeError) as exc:
                     out[(fam, m, state)] = f"no trend fitted ({exc})"
+    return out
+
+
+class IsoflopGroup(NamedTuple):
+    """One group of a family's rows (an estimator, a fixed mask rate, an anneal state) after the slice
+    window, with its IsoFLOP fit (Eqs. 25-26); ``error``: why the fit failed its own checks (``fit`` is
+    then the one refitted with flagged slices kept and no bootstrap, only to draw the parabolas, or None)."""
+
+    rows: pd.DataFrame
+    fit: Any
+    error: str | None = None
+
+
+def fit_isoflop_group(rows: pd.DataFrame, *, n_boot: int, seed: int = 0,
+                      tolerance: float | None = paper.SLICE_TOLERANCE) -> IsoflopGroup:
+    """``fit_isoflop`` of ``rows`` within ``slice_rows``' window (None: all rows), quietly: its flags
+    are on the result (the report lists the families' fits' flags, not these)."""
+    rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
+    with quiet():
+        try:
+            return IsoflopGroup(rows, fit_isoflop(rows, n_boot=n_boot, seed=seed))
+        except ValueError as exc:
+            try:  # keep flagged-but-convex slices, only to draw their parabolas
+                fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
+            except ValueError:
+                fit = None
+            return IsoflopGroup(rows, fit, str(exc))
+
+
+def _select(df: pd.DataFrame, family: str, estimator: str | None = None) -> pd.DataFrame:
+    """The family's rows (under ``estimator``), annealed only when the table has annealed rows."""
+    keep = (df["family"] == family).to_numpy()
+    if estimator is not None and "estimator" in df.columns:
+        keep = keep & df["estimator"].isin([estimator]).to_numpy()
+    if "annealed" in df.columns and df["annealed"].astype(bool).any():
+        keep = keep & df["annealed"].astype(bool).to_numpy()
+    return df[keep]
+
+
+def estimator_groups(results: pd.DataFrame, family: str, estimators=ELBO_ESTIMATORS) -> dict[str, pd.DataFrame]:
+    """Per estimator of ``estimators`` the family has rows under: its rows (fixed_rate at t = 0.5, App. H.1)."""
+    out = {}
+    for est in estimators if "estimator" in results.columns else ():
+        rows = _select(results, family, est)
+        if est == "fixed_rate" and "mask_rate" in rows.columns and rows["mask_rate"].notna().any():
+            rows = rows[np.isclose(rows["mask_rate"].astype(float), 0.5)]
+        if not rows.empty:
+            out[est] = rows
+    return out
+
+
+def mask_rate_groups(results: pd.DataFrame, family: str) -> dict[float, pd.DataFrame]:
+    """Per fixed mask rate t of the family's fixed_rate rows: those rows (App. H.2)."""
+    if not {"estimator", "mask_rate"} <= set(results.columns):
+        return {}
+    rows = _select(results, family, "fixed_rate")
+    rate = rows["mask_rate"].astype(float)
+    return {t: rows[np.isclose(rate, t)] for t in sorted(float(t) for t in rows["mask_rate"].dropna().unique())}
+
+
+def isoflop_groups(results: pd.DataFrame, families, *, n_boot: int, seed: int = 0) -> dict:
+    """(kind, family, value) -> ``IsoflopGroup`` for the groups a table has rows for: ``estimator``
+    (2+ estimators), ``mask_rate`` (fixed_rate rows at 2+ rates), ``annealed`` (both states; the slice
+    window on the annealed state only: pre-anneal checkpoints sit at ~80% of their slice, App. I)."""
+    out: dict = {}
+    for fam in families:
+        groups = {("estimator", fam, k): (r, paper.SLICE_TOLERANCE) for k, r in estimator_groups(results, fam).items()}
+        rates = {("mask_rate", fam, k): (r, paper.SLICE_TOLERANCE) for k, r in mask_rate_groups(results, fam).items()}
+        states = ({("annealed", fam, s): (r, paper.SLICE_TOLERANCE if s else None)
+                   for s, r in anneal_states(results, fam).items()} if "annealed" in results.columns else {})
+        for part in (groups, rates, states):
+            if len(part) >= 2 and all(len(r) for r, _ in part.values()):
+                out.update({k: fit_isoflop_group(r, n_boot=n_boot, seed=seed, tolerance=tol)
+                            for k, (r, tol) in part.items()})
+    return out
+
+
+def _forecasts(table: pd.DataFrame, fits: FamilyFits, targets, n_boot: int) -> dict:
+    """(family, compute) -> the family's ``forecast_family`` at ``compute`` from its own fits (joint,
+    IsoFLOP power law: reused as they are), or why there is none."""
+    out: dict = {}
+    for fam, c in targets:
+        ff = fits.families.get(fam)
+        if ff is None:
+            out[(fam, float(c))] = f"no fits for family {fam!r}"
+            continue
+        if ff.forecast is not None and np.isclose(ff.forecast.target_compute, c, rtol=1e-9):
+            continue  # the fits' own forecast: Analysis.forecast reads it there
+        try:
+            rows = fit_rows(table, family=fam, estimator=fits.estimator, annealed=fits.annealed, caller="figure")
+            rows = rows.dropna(subset=["params", "tokens", "loss"])
+            opts = FitOptions(n_boot=n_boot, level=fits.level, k=ff.flops_per_token_per_param)
+            given = {m: f for m, f in (("joint", ff.chinchilla), ("isoflop-powerlaw", ff.isoflop)) if f is not None}
+            out[(fam, float(c))] = forecast_family(rows, float(c), options=opts, fits=given)
+        except ValueError as exc:
+            log.info("analysis: no forecast of %s at %.3g (%s)", fam, c, exc)
+            out[(fam, float(c))] = str(exc)
     return out
 
 
@@ -367,14 +488,28 @@ def _analyse(results: pd.DataFrame, o: AnalysisOptions, fits: FamilyFits | None)
             log.warning("analysis: family fits failed: %s", exc)
             fit_error = str(exc)
     anneals = anneal_tables(results, o.loss) if o.anneals else None
+    iso_columns = {"family", "slice_flops", "params", "loss"} <= set(table.columns)
+    groups = _isoflop_groups(table, o) if o.isoflop_groups and iso_columns else {}
+    fams = fits.families if fits is not None else (sorted(map(str, table["family"].dropna().unique()))
+                                                   if "family" in table.columns else [])
+    by_state = state_trends(table, fams, fits.level if fits is not None else o.level) if o.trends else {}
     if fits is None:
-        return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals)
+        return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals, isoflop_groups=groups,
+                        state_trends=by_state)
     trends = metric_trends(table, fits) if o.trends else {}
-    by_state = state_trends(table, fits.families, fits.level) if o.trends else {}
     mult = family_multipliers(table, estimator=fits.estimator, annealed=fits.annealed, level=fits.level,
                               calibrate=o.calibrate, loss=o.loss, seed=o.seed, grid=o.grid,
                               families=o.families) if o.multipliers and "family" in table.columns else {}
     bt, bt_error = _backtest(table, fits, o) if o.backtest else (None, None)
     return Analysis(options=o, table=table, fits=fits, trends=trends, state_trends=by_state, multipliers=mult,
                     backtest=bt, backtest_error=bt_error, budgets=_budgets(table, fits) if o.backtest else {},
-                    anneals=anneals)
+                    anneals=anneals, isoflop_groups=groups,
+                    forecasts=_forecasts(table, fits, o.forecast_targets, o.n_boot))
+
+
+def _isoflop_groups(table: pd.DataFrame, o: AnalysisOptions) -> dict:
+    """``isoflop_groups`` of the analysed families, once per process per table and options (a figure
+    drawn without an Analysis asks again with its own forecast targets)."""
+    fams = list(o.families) if o.families else sorted(map(str, table["family"].dropna().unique()))
+    key = dict(families=fams, n_boot=o.n_boot, seed=o.seed)
+    return _cached("groups", table, key, lambda: isoflop_groups(table, fams, n_boot=o.n_boot, seed=o.seed))

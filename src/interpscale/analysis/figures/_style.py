@@ -107,27 +107,6 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> No
                          f"; present: {', '.join(map(str, df.columns))}")
 
 
-def select(df: pd.DataFrame, *, family: str | None = None, estimator: str | Sequence[str] | None = None,
-           annealed: bool | None = None, mask_rate: float | None = None) -> pd.DataFrame:
-    """Rows of one family / estimator / evaluation state; unspecified filters are skipped."""
-    keep = np.ones(len(df), dtype=bool)
-    if family is not None:
-        keep &= (df["family"] == family).to_numpy()
-    if estimator is not None and "estimator" in df.columns:
-        ests = [estimator] if isinstance(estimator, str) else list(estimator)
-        keep &= df["estimator"].isin(ests).to_numpy()
-    if annealed is not None and "annealed" in df.columns:
-        keep &= (df["annealed"].astype(bool) == bool(annealed)).to_numpy()
-    if mask_rate is not None and "mask_rate" in df.columns:
-        keep &= np.isclose(df["mask_rate"].astype(float).to_numpy(), mask_rate)
-    return df[keep]
-
-
-def annealed_if_any(df: pd.DataFrame) -> bool | None:
-    """True (annealed rows only) when the table has any annealed row, else None (no filter)."""
-    return True if "annealed" in df.columns and df["annealed"].astype(bool).any() else None
-
-
 def main_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:
     """The rows the family's fits use, by the one row rule (``scaling.tables.fit_rows``: annealed when
     any, the headline estimator, measured rows only); empty for a family the table lacks."""

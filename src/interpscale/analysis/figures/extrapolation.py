@@ -16,11 +16,10 @@ from interpscale.analysis.figures._style import (METRIC_LABELS, PAGE_WIDTH, comp
                                                  legend_below, main_rows, new_figure, paper_style,
                                                  require_columns, slice_colors)
 from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, STATE_COLORS, STATE_LABELS, STATE_MARKERS,
-                                                  family_fits, isoflop_summary, state_rows)
+                                                  figure_analysis, isoflop_summary, state_rows)
 from interpscale.analysis.fit_status import trend_status
-from interpscale.scaling import (FORECAST_METHODS, ForecastOptions, fit_bounded, fit_status, forecast_family,
-                                 quiet)
-from interpscale.scaling.trend import FLAT, TrendFit, fit_trend
+from interpscale.scaling import FORECAST_METHODS, Analysis, ForecastOptions, fit_status
+from interpscale.scaling.trend import FLAT, TrendFit
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -52,21 +51,28 @@ def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: S
     return keep
 
 
-def metric_fit(fits: Any, family: str, metric: str, rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT):
-    """The family's Eq. 29 fit of ``metric`` from ``fits`` (the one the report prints) when it has
-    one, else fitted here on ``rows`` (flops, metric), quietly: its flags are on the result."""
-    given = getattr(fits, "families", {}).get(family) if fits is not None else None
-    if given is not None and metric in given.bounded:
-        return given.bounded[metric]
-    with quiet():  # the scaling package knows each paper metric's direction and bound by name
-        return fit_bounded(rows["flops"].to_numpy(float), rows[metric].to_numpy(float), name=metric,
-                           n_boot=n_boot, seed=0)
+def metric_fit(fits: Any, family: str, metric: str):
+    """The family's Eq. 29 fit of ``metric`` from ``fits`` (an Analysis's: the one the report prints);
+    a ValueError says why there is none (the fit's reason when it failed)."""
+    ff = fits.families.get(family) if fits is not None else None
+    if ff is None or metric not in ff.bounded:
+        why = (ff.skipped.get(metric) if ff is not None else None) or "no fits of the family"
+        raise ValueError(f"no Eq. 29 fit of {metric} for {family} ({why})")
+    return ff.bounded[metric]
+
+
+def _fits_and_trends(results: pd.DataFrame, fits: Any, trends: Mapping | None, n_boot: int):
+    """(fits, trends) a figure draws: those given, else its Analysis's (``figure_analysis``)."""
+    if trends is None or fits is None or isinstance(fits, Analysis):
+        a = figure_analysis(results, fits, n_boot=n_boot)
+        return a.fits, a.trends if trends is None else trends
+    return fits, trends
 
 
 def draw_metric_panel(ax, rows: pd.DataFrame, metric: str, fit, *, x_max: float | None = None,
                       open_markers: bool = False, line_color: str = "k", trend: TrendFit | str | None = None) -> None:
     """Markers coloured by IsoFLOP slice, the fitted curve and its band out to ``x_max``; where the
-    metric shows no Eq. 29 trend, its log-linear ``trend`` (the Analysis's, else fitted here)."""
+    metric shows no Eq. 29 trend, its log-linear ``trend`` (the Analysis's)."""
     slices = np.sort(rows["slice_flops"].unique())
     colors = dict(zip(slices, slice_colors(len(slices))))
     for c in slices:
@@ -99,15 +105,11 @@ def draw_trend(ax, compute: np.ndarray, metric: np.ndarray, grid: np.ndarray, na
                trend: TrendFit | str | None = None) -> None:
     """The log-linear trend of ``metric`` on log10 C (Table 30's form) with its confidence band,
     solid when the slope's interval excludes 0, dotted when it does not. ``trend``: the Analysis's
-    (``scaling.analysis.metric_trends``; a string says why there is none), else fitted here."""
-    if isinstance(trend, str):
-        log.info("%s: no trend line (%s)", name, trend)
+    (``scaling.analysis.metric_trends``; a string says why there is none: no line then)."""
+    if trend is None or isinstance(trend, str):
+        log.info("%s: no trend line (%s)", name, trend or "the Analysis holds none")
         return
-    try:
-        t = trend if trend is not None else fit_trend(compute, metric, name=name)
-    except ValueError as exc:  # e.g. one compute value: nothing to draw a line through
-        log.info("%s: no trend line (%s)", name, exc)
-        return
+    t = trend
     g = grid[(grid >= compute.min()) & (grid <= compute.max())]
     ax.fill_between(g, *t.band(g), color=color, alpha=0.15, lw=0)
     flat = t.direction == FLAT
@@ -128,12 +130,13 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
     if not fams:
         raise ValueError(f"{figure}: none of the families {list(families)} is in the results table")
     metrics = metrics_with_data(results, fams, metrics, figure)
+    fits, trends = _fits_and_trends(results, fits, trends, n_boot)
     with paper_style():
         fig, axes = new_figure(len(fams), len(metrics), panel_height=1.75)
         for i, fam in enumerate(fams):
             for j, metric in enumerate(metrics):
                 rows = metric_rows(results, fam, metric)
-                fit = metric_fit(fits, fam, metric, rows, n_boot=n_boot)  # the report's fit when given
+                fit = metric_fit(fits, fam, metric)  # the report's fit
                 draw_metric_panel(axes[i, j], rows, metric, fit, line_color=family_color(fam),
                                   trend=(trends or {}).get((fam, metric)))
                 legend_below(axes[i, j], handlelength=1.5)
@@ -145,13 +148,17 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
 
 
 def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
-                         metrics: Sequence[str] = METRICS, trends: Mapping | None = None):
+                         metrics: Sequence[str] = METRICS, trends: Mapping | None = None,
+                         analysis: Analysis | None = None):
     """Figure 39: each metric vs compute in both states with its log-linear trend (Table 30's β =
     slope against log10 C; the legend says whether it rises, falls or shows no significant trend).
-    ``trends``: the Analysis's (family, metric, annealed) -> trend (``scaling.analysis.state_trends``)."""
+    ``trends``: the Analysis's (family, metric, annealed) -> trend (``scaling.analysis.state_trends``;
+    default: ``analysis``'s, else ``figure_analysis``'s)."""
     figure = "Figure 39 (anneal_interp_figure)"
     rows = state_rows(results, family, figure, extra=("flops", *metrics))
     metrics = metrics_with_data(results, [False, True], metrics, figure, min_rows=3, rows_of=rows.get)
+    if trends is None:
+        trends = figure_analysis(results, analysis).state_trends
     with paper_style():
         ncols = min(2, len(metrics))  # two across: each panel's two-line trend legend fits under it
         fig, axes = new_figure(-(-len(metrics) // ncols), ncols, width=PAGE_WIDTH, panel_height=1.9)
@@ -161,8 +168,8 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
             for state, sub in rows.items():  # metrics_with_data: each state has 3+ finite values
                 sub = sub[np.isfinite(sub[metric].astype(float))]
                 c, y = sub["flops"].to_numpy(float), sub[metric].to_numpy(float)
-                # Table 30's trend: least squares of m on log10 C, either way (the Analysis's when given)
-                t = (trends or {}).get((family, metric, state)) or fit_trend(c, y, name=metric)
+                # Table 30's trend: least squares of m on log10 C, either way (the Analysis's)
+                t = trends.get((family, metric, state), "the Analysis holds no trend")
                 if isinstance(t, str):  # the Analysis could not fit it: the figure cannot draw it
                     raise ValueError(f"{figure}: {metric} ({STATE_LABELS[state].lower()}): {t}")
                 ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
@@ -190,21 +197,18 @@ def default_target(results: pd.DataFrame, family: str, target: Mapping | None = 
     return dict(target)
 
 
-def _family_forecast(results: pd.DataFrame, family: str, c_t: float, fits: Any, n_boot: int):
-    """(FamilyFit, FamilyForecast at ``c_t``) from the given fits, else from this process's
-    ``families`` of the table; a forecast made for another target is redone from the same fits."""
-    if fits is None:  # this family's fits, made once per process (the report passes all families')
-        fits = family_fits(results[results["family"] == family], n_boot=n_boot, target_compute=c_t)
-    if family not in fits.families:
-        raise ValueError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}")
-    ff = fits[family]
-    fc = ff.forecast
-    if fc is None or not math.isclose(fc.target_compute, c_t, rel_tol=1e-9):
-        rows = main_rows(results, family).dropna(subset=["params", "tokens", "loss"])
-        opts = ForecastOptions(n_boot=n_boot, level=fits.level, k=ff.flops_per_token_per_param)
-        given = {m: f for m, f in (("joint", ff.chinchilla), ("isoflop-powerlaw", ff.isoflop)) if f is not None}
-        fc = forecast_family(rows, c_t, options=opts, fits=given)
-    return ff, fc
+def _family_forecast(a: Analysis, family: str, c_t: float):
+    """(FamilyFit, FamilyForecast at ``c_t``) of the Analysis: its fits' own forecast, or the one
+    ``figure_analysis`` asked for at the figure's target (``AnalysisOptions.forecast_targets``)."""
+    if a.fits is None or family not in a.fits.families:
+        raise ValueError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}"
+                         + (f" ({a.fit_error})" if a.fit_error else ""))
+    fc = a.forecast(family, c_t)
+    if fc is None:
+        why = next((v for (f, c), v in a.forecasts.items() if f == family and math.isclose(c, c_t, rel_tol=1e-9)),
+                   "none made")
+        raise ValueError(f"Figure 24 (extrapolation_figure): no forecast of {family} at C = {c_t:.3g} ({why})")
+    return a.fits[family], fc
 
 
 def _method_curve(name: str, fit: Any, grid: np.ndarray, k: float) -> np.ndarray:
@@ -240,7 +244,8 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
         raise ValueError(f"{figure}: no rows for family {family!r}")
     target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
-    ff, fc = _family_forecast(results, family, c_t, fits, n_boot)
+    a = figure_analysis(results, fits, n_boot=n_boot, forecasts=[(family, c_t)])  # fits ∪ forecast at c_t
+    ff, fc = _family_forecast(a, family, c_t)
     summ = isoflop_summary(main_rows(results, family), fit=ff.isoflop, n_boot=n_boot)
     c, _, l_star = summ.minima
     c_max = float(c.max()) if len(c) else c_t / fc.ratio
@@ -319,11 +324,12 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
     target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
     metrics = metrics_with_data(results, [family], metrics, figure)
+    fits, trends = _fits_and_trends(results, fits, trends, n_boot)
     with paper_style():
         fig, axes = new_figure(1, len(metrics), panel_height=1.9)
         for ax, metric in zip(axes[0], metrics):
             rows = metric_rows(results, family, metric)
-            fit = metric_fit(fits, family, metric, rows, n_boot=n_boot)
+            fit = metric_fit(fits, family, metric)
             draw_metric_panel(ax, rows, metric, fit, x_max=c_t, open_markers=True, line_color=family_color(family),
                               trend=(trends or {}).get((family, metric)))
             pred = float(fit.predict(c_t))

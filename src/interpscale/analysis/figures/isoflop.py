@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -16,32 +16,44 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS, annealed_if_any,
-                                                 compact_log_ticks, compute_axis, family_color, family_label,
-                                                 legend_below, main_rows, new_figure, ordered_families, paper_style,
-                                                 plain_log_axis, require_columns, select, slice_colors)
+from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LABELS, FAMILY_MARKERS, compact_log_ticks,
+                                                 compute_axis, family_color, family_label, legend_below, main_rows,
+                                                 new_figure, ordered_families, paper_style, plain_log_axis,
+                                                 require_columns, slice_colors)
 from interpscale.paper import SLICE_TOLERANCE
-from interpscale.scaling import N_BOOT, fit_isoflop, quiet
-from interpscale.scaling.analysis import anneal_states, cached_fits
+from interpscale.scaling import N_BOOT, FamilyFits
+from interpscale.scaling.analysis import (ELBO_ESTIMATORS, Analysis, AnalysisOptions, IsoflopGroup, analyse,
+                                          anneal_states, fit_isoflop_group, mask_rate_groups)
 from interpscale.scaling.tables import slice_rows
 
 log = logging.getLogger("interpscale.analysis.figures")
 
 ISOFLOP_COLUMNS = ("family", "slice_flops", "params", "loss")
-ELBO_ESTIMATORS = ("fixed_rate", "fixed_grid", "mdlm_elbo", "per_block")
 STATE_LABELS = {False: "Pre-anneal", True: "Annealed"}
 STATE_COLORS = {False: "#767676", True: "#D55E00"}  # grey and vermilion, both >= 3:1 on white
 STATE_MARKERS = {False: "o", True: "s"}
 DEFAULT_FIG_BOOT = N_BOOT["figure"]  # replicates for figure bands (scaling.N_BOOT; the paper's 10,000: reports)
 
 
-def family_fits(results: pd.DataFrame, *, n_boot: int, target_compute: float | None = None,
-                actual: Mapping | None = None, seed: int = 0):
-    """``scaling.fit_families(results, ...)`` with ``interpscale fit``'s defaults, made once per
-    process for each table (keyed by its content hash) and set of options: the fits
-    ``scaling.analyse`` makes for the report (``scaling.analysis.cached_fits``)."""
-    return cached_fits(results, n_boot=n_boot, seed=seed, target_compute=target_compute,
-                       actual={k: dict(v) for k, v in (actual or {}).items()})
+def figure_analysis(results: pd.DataFrame, given: Any = None, *, n_boot: int = DEFAULT_FIG_BOOT,
+                    forecasts: Sequence[tuple[str, float]] = (), multipliers: bool = False) -> Analysis:
+    """The ``scaling.analyse`` result a figure renders: ``given`` when it is an Analysis holding the
+    IsoFLOP groups (``AnalysisOptions.isoflop_groups``) and a forecast at each of ``forecasts``
+    ((family, compute) pairs); else the one analysis of ``results`` with them (reusing ``given``'s
+    fits: an Analysis's or a ``FamilyFits``), made once per process per table and options. The only
+    place the figures ask for numbers: they never fit anything themselves."""
+    forecasts = tuple((str(f), float(c)) for f, c in forecasts)
+    if isinstance(given, Analysis):
+        missing = tuple(t for t in forecasts if given.forecast(*t) is None)
+        if not missing and given.options.isoflop_groups:
+            return given
+        # what the figures draw added to the same analysis (its fits reused; no backtest or anneals: not drawn)
+        o = replace(given.options, forecast_targets=given.options.forecast_targets + missing, backtest=False,
+                    anneals=False, isoflop_groups=True)
+        return analyse(results, o, fits=given.fits)
+    o = AnalysisOptions(n_boot=n_boot, multipliers=multipliers, anneals=False, forecast_targets=forecasts,
+                        isoflop_groups=True)
+    return analyse(results, o, fits=given if isinstance(given, FamilyFits) else None)
 
 
 @dataclass
@@ -73,24 +85,20 @@ class IsoflopSummary:
                 np.array([s.l_star for s in used]))
 
 
-def isoflop_summary(rows: pd.DataFrame, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
-                    tolerance: float | None = SLICE_TOLERANCE) -> IsoflopSummary:
-    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) for ``rows`` (``fit``:
-    an ``IsoFlopFit`` of them, reused; ``tolerance``: ``slice_rows``' window, None keeps all rows).
-    Without two usable slices there are no power laws (reason in ``warnings``), but every convex
-    parabola is kept so the slices can be drawn."""
-    rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
-    warnings: list[str] = []
-    if fit is None:  # a figure's own fit: its flags go into ``warnings``, not the log (the report lists fits')
-        with quiet():
-            try:
-                fit = fit_isoflop(rows, n_boot=n_boot, seed=seed)
-            except ValueError as exc:
-                warnings.append(str(exc))
-                try:  # keep flagged-but-convex slices, only to draw their parabolas
-                    fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
-                except ValueError:
-                    fit = None
+def isoflop_summary(rows: pd.DataFrame | None = None, *, n_boot: int = DEFAULT_FIG_BOOT, seed: int = 0, fit: Any = None,
+                    tolerance: float | None = SLICE_TOLERANCE, group: IsoflopGroup | None = None) -> IsoflopSummary:
+    """Per-slice parabolas (Eq. 25) and the P*(C), L*(C) power laws (Eq. 26) of ``group`` (an
+    Analysis's ``IsoflopGroup``), or of ``rows`` with ``fit`` (an ``IsoFlopFit`` of them, reused;
+    ``tolerance``: ``slice_rows``' window, None keeps all rows). Without two usable slices there are no
+    power laws (reason in ``warnings``), but every convex parabola is kept so the slices can be drawn.
+    Rows alone (neither fit nor group): ``scaling.analysis.fit_isoflop_group`` of them."""
+    if group is None and fit is None:  # a bare summary of rows (no Analysis made a fit of them)
+        group = fit_isoflop_group(rows, n_boot=n_boot, seed=seed, tolerance=tolerance)
+    if group is not None:
+        rows, fit, error = group
+        warnings = [error] if error else []
+    else:
+        rows, warnings = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance), []
     laws = None if warnings else fit  # power laws only from a fit that passed its own checks
     slices = []
     records = fit.slices.to_dict("records") if fit is not None else [
@@ -219,11 +227,15 @@ def power_law_pair(summaries: Mapping[str, IsoflopSummary], colors: Mapping[str,
     return fig
 
 
-def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, fits: Mapping | None,
+def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, fits: Any,
                      n_boot: int, figure: str) -> dict[str, IsoflopSummary]:
-    """IsoFLOP summaries of each family's headline rows (reusing ``fits[family]`` if given)."""
+    """IsoFLOP summaries of each family's headline rows from ``fits[family]`` (an Analysis's fits, a
+    ``FamilyFits`` or a dict of FamilyFit / IsoFlopFit; None: ``figure_analysis``'s); a family
+    without a fit there (its fits failed) is summarised from its rows alone."""
     require_columns(results, ISOFLOP_COLUMNS, figure)
     fams = ordered_families(results["family"].unique() if families is None else families)
+    if fits is None or isinstance(fits, Analysis):
+        fits = figure_analysis(results, fits, n_boot=n_boot).fits
     out = {}
     for fam in fams:
         rows = main_rows(results, fam)
@@ -267,18 +279,17 @@ def power_law_figure(results: pd.DataFrame, *, fits=None, families: Sequence[str
 
 
 def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence[str], *, n_boot: int,
-                        figure: str) -> dict[str, IsoflopSummary]:
-    """One IsoFLOP summary per estimator present for ``family`` (fixed_rate at t = 0.5)."""
+                        figure: str, analysis: Analysis | None = None) -> dict[str, IsoflopSummary]:
+    """One IsoFLOP summary per estimator present for ``family`` (fixed_rate at t = 0.5): the
+    Analysis's ``isoflop_groups`` (``figure_analysis`` when none is given)."""
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator"), figure)
+    groups = figure_analysis(results, analysis, n_boot=n_boot).isoflop_groups
     out = {}
     for est in estimators:
-        rows = select(results, family=family, estimator=est, annealed=annealed_if_any(results))
-        if est == "fixed_rate" and "mask_rate" in rows.columns and rows["mask_rate"].notna().any():
-            rows = rows[np.isclose(rows["mask_rate"].astype(float), 0.5)]  # App. H.1: tau = 0.5
-        if rows.empty:
+        if ("estimator", family, est) not in groups:
             log.info("%s: no %s rows for %s; estimator left out", figure, est, family)
             continue
-        out[est] = isoflop_summary(rows, n_boot=n_boot)
+        out[est] = isoflop_summary(group=groups[("estimator", family, est)])
     if len(out) < 2:
         raise ValueError(f"{figure}: needs rows under at least two estimators for family {family!r} "
                          f"(column 'estimator'); found {sorted(out) or 'none'}")
@@ -286,11 +297,12 @@ def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence
 
 
 def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm",
-                             estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT):
+                             estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT,
+                             analysis: Analysis | None = None):
     """Figure 34: top row, one panel per slice with every estimator's parabola overlaid;
     bottom row, one panel per estimator with all slices overlaid."""
     figure = "Figure 34 (estimator_isoflop_figure)"
-    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
+    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure, analysis=analysis)
     computes = sorted({s.compute for summ in summaries.values() for s in summ.slices})
     ncols = max(len(computes), len(summaries))
     with paper_style():
@@ -315,31 +327,33 @@ def estimator_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm",
 
 
 def estimator_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
-                               estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT):
+                               estimators: Sequence[str] = ELBO_ESTIMATORS, n_boot: int = DEFAULT_FIG_BOOT,
+                               analysis: Analysis | None = None):
     """Figure 35: (a) L*(C) and (b) P*(C) under each estimator."""
     figure = "Figure 35 (estimator_power_law_figure)"
-    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure)
+    summaries = estimator_summaries(results, family, estimators, n_boot=n_boot, figure=figure, analysis=analysis)
     return power_law_pair({ESTIMATOR_LABELS.get(e, e): s for e, s in summaries.items()},
                           {ESTIMATOR_LABELS.get(e, e): ESTIMATOR_COLORS[e] for e in summaries}, figure)
 
 
-def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int,
-                        figure: str) -> dict[float, IsoflopSummary]:
-    """One IsoFLOP summary per fixed mask rate t (rows with estimator fixed_rate and a mask_rate)."""
+def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figure: str,
+                        analysis: Analysis | None = None) -> dict[float, IsoflopSummary]:
+    """One IsoFLOP summary per fixed mask rate t (rows with estimator fixed_rate and a mask_rate):
+    the Analysis's ``isoflop_groups`` (``figure_analysis`` when none is given)."""
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator", "mask_rate"), figure)
-    rows = select(results, family=family, estimator="fixed_rate", annealed=annealed_if_any(results))
-    rates = sorted(float(t) for t in rows["mask_rate"].dropna().unique())
+    rates = list(mask_rate_groups(results, family))
     if len(rates) < 2:
         raise ValueError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
                          f"family {family!r}; found {rates}")
-    rate = rows["mask_rate"].astype(float)
-    return {t: isoflop_summary(rows[np.isclose(rate, t)], n_boot=n_boot) for t in rates}
+    groups = figure_analysis(results, analysis, n_boot=n_boot).isoflop_groups
+    return {t: isoflop_summary(group=groups[("mask_rate", family, t)]) for t in rates}
 
 
-def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT):
+def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_boot: int = DEFAULT_FIG_BOOT,
+                             analysis: Analysis | None = None):
     """Figure 36: one panel per fixed mask rate t, IsoFLOP parabolas of every slice, × minima."""
     figure = "Figure 36 (mask_rate_isoflop_figure)"
-    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
+    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure, analysis=analysis)
     ncols = 3 if len(summaries) > 4 else len(summaries)
     nrows = math.ceil(len(summaries) / ncols)
     with paper_style():
@@ -355,10 +369,10 @@ def mask_rate_isoflop_figure(results: pd.DataFrame, *, family: str = "cdlm", n_b
 
 
 def mask_rate_power_law_figure(results: pd.DataFrame, *, family: str = "cdlm",
-                               n_boot: int = DEFAULT_FIG_BOOT):
+                               n_boot: int = DEFAULT_FIG_BOOT, analysis: Analysis | None = None):
     """Figure 37: (a) L*(C) and (b) P*(C) at each fixed mask rate (colour: t)."""
     figure = "Figure 37 (mask_rate_power_law_figure)"
-    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure)
+    summaries = mask_rate_summaries(results, family, n_boot=n_boot, figure=figure, analysis=analysis)
     cmap, n = plt.get_cmap("plasma"), max(len(summaries) - 1, 1)
     return power_law_pair({f"t={t:g}": s for t, s in summaries.items()},
                           {f"t={t:g}": cmap(0.05 + 0.85 * i / n) for i, t in enumerate(summaries)}, figure,
@@ -377,15 +391,15 @@ def state_rows(results: pd.DataFrame, family: str, figure: str,
 
 
 def anneal_loss_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
-                       n_boot: int = DEFAULT_FIG_BOOT):
+                       n_boot: int = DEFAULT_FIG_BOOT, analysis: Analysis | None = None):
     """Figure 38: top row, per-slice parabolas pre-anneal and annealed; bottom row, L*(C)
     and P*(C) power laws of both states."""
     figure = "Figure 38 (anneal_loss_figure)"
     rows = state_rows(results, family, figure)
-    # pre-anneal checkpoints sit at ~80% of their slice's compute (WSD stable phase), so the
-    # ±15% slice window applies to the annealed state only
-    summaries = {s: isoflop_summary(r, n_boot=n_boot, tolerance=SLICE_TOLERANCE if s else None)
-                 for s, r in rows.items()}
+    # the ±15% slice window on the annealed state only: pre-anneal checkpoints sit at ~80% of their
+    # slice's compute (WSD stable phase; scaling.analysis.isoflop_groups)
+    groups = figure_analysis(results, analysis, n_boot=n_boot).isoflop_groups
+    summaries = {s: isoflop_summary(group=groups[("annealed", family, s)]) for s in rows}
     require_power_laws(summaries, figure, key=True)
     with paper_style():
         fig, axes = new_figure(2, 2, panel_height=1.9)
