@@ -28,7 +28,6 @@ ENTRY = ("isoflop.py", "figure_analysis", "analyse")  # the one place a figure a
 REMAINING = {
     # a bare IsoflopSummary of rows (public helper; Figs 22/23 for a family whose fits failed in the Analysis)
     ("isoflop.py", "isoflop_summary", "fit_isoflop_group"),
-    ("multiplier.py", "multiplier_figure", "family_multipliers"),  # the multiplier figure without an Analysis
 }
 
 

@@ -18,7 +18,7 @@ from matplotlib import ticker
 
 from interpscale._markdown import MAX_DECADES, band_decades
 from interpscale.analysis.figures._style import compute_axis, family_color, main_rows, paper_style
-from interpscale.scaling.analysis import family_multipliers  # the one computation (with the CLI and the report)
+from interpscale.analysis.figures.isoflop import figure_analysis  # the one place a figure asks for numbers
 from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -37,9 +37,8 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
     when near the data; the title names the verdict and the method that answered."""
     import matplotlib.pyplot as plt
 
-    if multipliers is None:  # an Analysis's, else the table's (scaling.analysis.family_multipliers)
-        multipliers = family_multipliers(results, estimator=getattr(fits, "estimator", None),
-                                         annealed=getattr(fits, "annealed", True))
+    if multipliers is None:  # an Analysis's, else the one analysis of the table (figure_analysis)
+        multipliers = figure_analysis(results, fits, multipliers=True, **({"n_boot": n_boot} if n_boot else {})).multipliers
     ms = {p: m for p, m in multipliers.items() if isinstance(m, MultiplierFit)}
     if not ms:
         pairs = backbone_pairs(results["family"].unique()) if "family" in results else []
