@@ -38,7 +38,8 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
     import matplotlib.pyplot as plt
 
     if multipliers is None:  # an Analysis's, else the one analysis of the table (figure_analysis)
-        multipliers = figure_analysis(results, fits, multipliers=True, **({"n_boot": n_boot} if n_boot else {})).multipliers
+        boot = {"n_boot": n_boot} if n_boot else {}
+        multipliers = figure_analysis(results, fits, multipliers=True, **boot).multipliers
     ms = {p: m for p, m in multipliers.items() if isinstance(m, MultiplierFit)}
     if not ms:
         pairs = backbone_pairs(results["family"].unique()) if "family" in results else []
