@@ -23,7 +23,7 @@ from interpscale import paper
 from interpscale._atomic import atomic_write_text
 from interpscale._markdown import MAX_DECADES, md_table  # MAX_DECADES: the decades the report states
 from interpscale._markdown import banded_cell as k_cell  # the one rule (tables.md and the figure too)
-from interpscale.analysis.figures import CORE_COLUMNS, render_figures, require_columns
+from interpscale.analysis.figures import CORE_COLUMNS, figure_options, render_figures, require_columns
 from interpscale.analysis.fit_status import fit_statuses, isoflop_fit_state, joint_fit_state, trend_status
 from interpscale.results_table import read_results
 from interpscale.scaling import N_BOOT, fmt_sub
@@ -534,6 +534,14 @@ def report_options(*, n_boot: int = N_BOOT["forecast"], target_compute: float | 
                            backtest_boot=min(n_boot, BACKTEST_BOOT), **options)
 
 
+def _figure_target(o: AnalysisOptions) -> dict | None:
+    """Figures 24/26 extrapolate the +Concept family to the analysis's target compute (with its observed values)."""
+    if o.target_compute is None:
+        return None
+    observed = o.actual.get("cdlm+concept") or o.actual.get("ar+concept") or {}
+    return {"flops": float(o.target_compute), **observed}
+
+
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,
@@ -555,12 +563,11 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
     if analysis is None:
         options = options or report_options(n_boot=n_boot, target_compute=target_compute, actual=actual,
                                             backtest=backtest)
+        if figures:  # what only the figures draw, in the same one analysis (no second one for them)
+            options = figure_options(df, options, _figure_target(options))
         analysis = analyse(df, options, fits=fits)
     o = analysis.options
-    target = None
-    if o.target_compute is not None:  # Figures 24/26 extrapolate the +Concept family to the same compute
-        observed = o.actual.get("cdlm+concept") or o.actual.get("ar+concept") or {}
-        target = {"flops": float(o.target_compute), **observed}
+    target = _figure_target(o)
     figure_set = (render_figures(analysis.table, out / "figures", analysis=analysis, run_dirs=run_dirs,
                                  n_boot=o.n_boot, target=target) if figures else None)
     md = build_markdown(analysis, figure_set, source=source, fig_dir="figures")
