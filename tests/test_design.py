@@ -211,3 +211,19 @@ def test_an_undetermined_verdict_comes_with_its_achieved_power_in_the_report(tmp
     answer = "\n".join(answer_section(powered))
     assert f"Achieved power: {power.sentence()}." in answer and "--power-sims N" not in answer
     assert analysis.powers == {}  # the analysis given is not changed
+
+
+def test_search_does_not_simulate_a_grid_nested_in_one_that_fell_short():
+    """A grid with no more slices, within the range, and no more sizes than the planned one that fell
+    short cannot do better: the search skips it and simulates the wider one."""
+    planned = d.grid_from_plan(TINY, slices=[2e8, 4e8, 8e8], sizes_per_slice=3, label="planned")
+    inside = d.grid_from_plan(TINY, slices=[2e8, 4e8], sizes_per_slice=3, label="inside")
+    wider = d.grid_from_plan(TINY, slices=[2e8, 4e8, 8e8, 1.6e9], sizes_per_slice=3, label="wider")
+    assert d.nested(inside, planned) and d.nested(planned, planned) and not d.nested(wider, planned)
+    assert not d.nested(planned, inside)
+    truth = d.truth_for_grid(planned, "ar")
+    design = d.search(TINY, truth, d.NoiseModel(run_sd=0.05), question="multiplier", base="ar", variant="ar+concept",
+                      power=0.99, n_sims=2, screen_sims=2, n_boot=10, workers=1, grids=[inside, wider],
+                      planned=planned)
+    assert design.planned.power < 0.99  # fell short, so ...
+    assert [gp.grid.label for gp in design.tried] == ["wider"]  # ... the grid inside it was not simulated

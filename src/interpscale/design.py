@@ -525,6 +525,14 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0,
             yield g
 
 
+def nested(grid: Grid, other: Grid) -> bool:
+    """Whether ``grid`` asks no more than ``other``: no more slices, all within ``other``'s range, and no
+    more sizes per slice. Such a grid has less information on every question the design asks, so when
+    ``other`` falls short of a target the search does not simulate it."""
+    return (len(grid.slices) <= len(other.slices) and grid.sizes_per_slice <= other.sizes_per_slice
+            and grid.slices[0] >= other.slices[0] * (1 - 1e-9) and grid.slices[-1] <= other.slices[-1] * (1 + 1e-9))
+
+
 def slices_of(tree) -> dict:
     s = tree.plan.slices
     return s if isinstance(s, dict) else {f: list(s) for f in tree.plan.families}
@@ -565,17 +573,28 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
     planned = assess(planned or grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
                      progress=_stage(progress, "planned grid"), **kw)
     tried, best = [], None
+    failed = [] if meets(planned, **goal) else [planned.grid]
     cands = iter(grids) if grids is not None else candidate_grids(preset, budget=budget)
-    for i, g in zip(range(max_grids), cands):
+    for g in cands:
+        if len(tried) >= max_grids:
+            break
+        within = next((f for f in failed if nested(g, f)), None)
+        if within is not None:  # a part of a grid that fell short cannot do better: not simulated
+            log.info("design: grid %s skipped: nested in %s, which fell short", g.label, within.label)
+            continue
+        i = len(tried)
         gp = assess(g, truth, noise, n_sims=screen_sims, progress=_stage(progress, f"grid {i + 1}/{max_grids}"),
                     **kw)
         tried.append(gp)
-        if meets(gp, **goal):
+        if not meets(gp, **goal):
+            failed.append(g)
+        else:
             gp = assess(g, truth, noise, n_sims=n_sims, progress=_stage(progress, f"confirm grid {i + 1}"), **kw)
             tried[-1] = gp
             if meets(gp, **goal):
                 best = gp
                 break
+            failed.append(g)
     return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tuple(tried),
                   recommended=best, target=dict(goal, growth=growth, target_compute=target, budget=budget))
 
