@@ -856,6 +856,8 @@ def with_powers(analysis: Analysis, *, n_sims: int = 40, growth: float = 0.05, p
     for (base, variant), m in analysis.multipliers.items():
         if getattr(m, "verdict", None) != "undetermined" or (base, variant) in powers:
             continue
+        log.info("achieved power of %s vs %s: %d simulated sweeps per truth on its grid, then larger grids "
+                 "until one reaches %.0f%% (docs/design.md)", variant, base, n_sims, 100 * power)
         try:
             powers[(base, variant)] = achieved_power(analysis.table, base, variant, growth=growth, power=power,
                                                      n_sims=n_sims, loss=analysis.options.loss, seed=seed,
