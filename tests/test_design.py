@@ -227,3 +227,9 @@ def test_search_does_not_simulate_a_grid_nested_in_one_that_fell_short():
                       planned=planned)
     assert design.planned.power < 0.99  # fell short, so ...
     assert [gp.grid.label for gp in design.tried] == ["wider"]  # ... the grid inside it was not simulated
+
+
+def test_a_band_collapsed_to_zero_is_an_unbounded_width_not_an_error():
+    assert d._log_width(0.5, 2.0) == pytest.approx(math.log(4.0))
+    assert d._log_width(0.0, 0.0) == math.inf and d._log_width(0.5, 0.0) == math.inf
+    assert d._log_width(0.0, 3.0) == math.inf

@@ -349,6 +349,12 @@ def joint_starts(grid: Grid, truths: Sequence[Truth], noise: NoiseModel, familie
     return np.unique(np.round(np.array(thetas), 9), axis=0) if thetas else None
 
 
+def _log_width(lo: float, hi: float) -> float:
+    """ln(hi / lo) of a positive band: inf when it is unbounded or collapsed to 0 at either end (a
+    simulated band of [0, 0] had stopped a whole design with a math domain error)."""
+    return math.log(hi / lo) if lo > 0 and hi > 0 else math.inf
+
+
 def analyse_once(job: SimJob, seed: int) -> dict:
     """The sweep's own analysis of one simulated table, reduced to what the design tallies."""
     df = simulate(job.grid, job.truth, job.noise, job.base, job.variant, seed)
@@ -356,17 +362,17 @@ def analyse_once(job: SimJob, seed: int) -> dict:
     out: dict = dict(seed=seed)
     with quiet():
         if job.question == "multiplier":
-            try:
+            try:  # a table the analysis cannot read is a failed sweep, counted as such
                 mf = fit_multiplier(df, job.base, job.variant, n_boot=job.n_boot, level=job.level, seed=seed,
                                     computes=[mid], target_compute=(job.target,), grid=_starts(job))
-            except ValueError:
-                return dict(out, verdict="failed")
-            r_mid, r_t = mf.at(mid), mf.at(job.target)
+                r_mid, r_t = mf.at(mid), mf.at(job.target)
+            except (ValueError, ArithmeticError) as exc:
+                return dict(out, verdict="failed", error=str(exc))
             k_mid = float(job.truth.k(mid))
             out.update(verdict=mf.verdict, method=mf.primary, k_mid=r_mid["k"],
-                       k_width_mid=math.log(r_mid["hi"] / r_mid["lo"]) if r_mid["lo"] > 0 else math.inf,
+                       k_width_mid=_log_width(r_mid["lo"], r_mid["hi"]),
                        k_cover_mid=bool(r_mid["lo"] <= k_mid <= r_mid["hi"]),
-                       k_width_target=math.log(r_t["hi"] / r_t["lo"]) if r_t["lo"] > 0 else math.inf)
+                       k_width_target=_log_width(r_t["lo"], r_t["hi"]))
         else:
             rows = df[df["family"] == job.base]
             iso = fit_isoflop(rows, n_boot=job.n_boot, level=job.level, seed=seed)
