@@ -42,7 +42,7 @@ from .trend import NOT_MEASURED, TrendFit, fit_trend
 
 __all__ = ["ELBO_ESTIMATORS", "Analysis", "AnalysisOptions", "AnnealSummary", "IsoflopGroup", "analyse", "anneal_states",
            "anneal_summary", "anneal_tables", "cached_fits", "estimator_groups", "family_multipliers",
-           "fit_isoflop_group", "isoflop_groups", "mask_rate_groups", "metric_trends", "multiplier_rows",
+           "fit_isoflop_group", "isoflop_groups", "unfitted_groups", "mask_rate_groups", "metric_trends", "multiplier_rows",
            "shown_computes", "state_trends"]
 
 log = logging.getLogger("interpscale.scaling.analysis")
@@ -329,6 +329,24 @@ def isoflop_groups(results: pd.DataFrame, families, *, n_boot: int, seed: int = 
     return out
 
 
+def unfitted_groups(table: pd.DataFrame, fits: FamilyFits | None, families, *, n_boot: int, seed: int = 0) -> dict:
+    """("family", family, None) -> ``IsoflopGroup`` of the family's headline rows (``fit_rows``) for each
+    family without an IsoFLOP fit in ``fits`` (it failed), so Figures 22/23 still draw its slices (the
+    flagged-but-convex parabolas kept) from the analysis instead of fitting them in the figure."""
+    out: dict = {}
+    for fam in families:
+        per = None if fits is None else fits.families.get(fam)
+        if getattr(per, "isoflop", None) is not None:
+            continue
+        try:
+            rows = fit_rows(table, family=fam, caller="figure")
+        except ValueError:  # no usable rows: nothing to draw
+            continue
+        if len(rows):
+            out[("family", fam, None)] = fit_isoflop_group(rows, n_boot=n_boot, seed=seed)
+    return out
+
+
 def _forecasts(table: pd.DataFrame, fits: FamilyFits, targets, n_boot: int) -> dict:
     """(family, compute) -> the family's ``forecast_family`` at ``compute`` from its own fits (joint,
     IsoFLOP power law: reused as they are), or why there is none."""
@@ -492,6 +510,9 @@ def _analyse(results: pd.DataFrame, o: AnalysisOptions, fits: FamilyFits | None)
     groups = _isoflop_groups(table, o) if o.isoflop_groups and iso_columns else {}
     fams = fits.families if fits is not None else (sorted(map(str, table["family"].dropna().unique()))
                                                    if "family" in table.columns else [])
+    if o.isoflop_groups and iso_columns:  # what Figures 22/23 draw of a family whose fits failed
+        every = list(o.families) if o.families else sorted(map(str, table["family"].dropna().unique()))
+        groups = {**groups, **unfitted_groups(table, fits, every, n_boot=o.n_boot, seed=o.seed)}
     by_state = state_trends(table, fams, fits.level if fits is not None else o.level) if o.trends else {}
     if fits is None:
         return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals, isoflop_groups=groups,

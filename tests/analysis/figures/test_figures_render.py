@@ -24,11 +24,8 @@ COMPUTING = {"forecast_family", "backtest", "family_fits", "cached_fits", "famil
              "fit_families", "isoflop_groups", "metric_trends", "state_trends"}
 NOT_FITS = {"fit_rows", "fit_status"}  # row selection and reading a status: no computation
 ENTRY = ("isoflop.py", "figure_analysis", "analyse")  # the one place a figure asks scaling.analyse for numbers
-# (module, function, call) still computed in a figure when no Analysis holds it (issue 46: to move)
-REMAINING = {
-    # a bare IsoflopSummary of rows (public helper; Figs 22/23 for a family whose fits failed in the Analysis)
-    ("isoflop.py", "isoflop_summary", "fit_isoflop_group"),
-}
+# (module, function, call) still computed in a figure when no Analysis holds it: none (issue 46)
+REMAINING: set[tuple[str, str, str]] = set()
 
 
 def _computing_calls() -> set[tuple[str, str, str]]:
@@ -132,4 +129,26 @@ def test_figure_24_draws_the_analysis_forecast_at_its_target(example, monkeypatc
     ax = fig.axes[0]
     chosen = [ln for ln in ax.get_lines() if ln.get_label().endswith("(chosen)")]
     assert len(chosen) == 1 and chosen[0].get_label().startswith(f"{fc.chosen} → {fc.best.predicted:.2f}")
+    plt.close(fig)
+
+
+def test_a_family_whose_fits_failed_is_drawn_from_the_analysis():
+    """Figure 22 of a family with one slice (no IsoFLOP fit): its slices come from the Analysis's
+    ("family", name, None) group, made in analyse, not from a fit in the figure."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from interpscale.analysis.example_data import example_results
+    from interpscale.analysis.figures.isoflop import figure_analysis, isoflop_figure
+
+    df = example_results()
+    ar = df[df["family"] == "ar"]
+    one = ar[ar["slice_flops"] == ar["slice_flops"].min()]
+    table = pd.concat([one, df[df["family"] == "ar+concept"]], ignore_index=True)
+    an = figure_analysis(table, n_boot=10)
+    assert an.fits is None or getattr(an.fits.families.get("ar"), "isoflop", None) is None
+    group = an.isoflop_groups[("family", "ar", None)]
+    assert len(group.rows) > 0 and set(group.rows["family"]) == {"ar"}
+    fig = isoflop_figure(table, fits=an, n_boot=10)
+    assert len(fig.axes) >= 2
     plt.close(fig)

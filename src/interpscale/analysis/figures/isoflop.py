@@ -23,7 +23,7 @@ from interpscale.analysis.figures._style import (ESTIMATOR_COLORS, ESTIMATOR_LAB
 from interpscale.paper import SLICE_TOLERANCE
 from interpscale.scaling import N_BOOT, FamilyFits
 from interpscale.scaling.analysis import (ELBO_ESTIMATORS, Analysis, AnalysisOptions, IsoflopGroup, analyse,
-                                          anneal_states, fit_isoflop_group, mask_rate_groups)
+                                          anneal_states, mask_rate_groups)
 from interpscale.scaling.tables import slice_rows
 
 log = logging.getLogger("interpscale.analysis.figures")
@@ -91,9 +91,17 @@ def isoflop_summary(rows: pd.DataFrame | None = None, *, n_boot: int = DEFAULT_F
     Analysis's ``IsoflopGroup``), or of ``rows`` with ``fit`` (an ``IsoFlopFit`` of them, reused;
     ``tolerance``: ``slice_rows``' window, None keeps all rows). Without two usable slices there are no
     power laws (reason in ``warnings``), but every convex parabola is kept so the slices can be drawn.
-    Rows alone (neither fit nor group): ``scaling.analysis.fit_isoflop_group`` of them."""
-    if group is None and fit is None:  # a bare summary of rows (no Analysis made a fit of them)
-        group = fit_isoflop_group(rows, n_boot=n_boot, seed=seed, tolerance=tolerance)
+    Rows alone (neither fit nor group, one family): the one analysis of them (``figure_analysis``)."""
+    if group is None and fit is None:  # a bare summary of rows: the one analysis of them (figure_analysis)
+        fams = rows["family"].dropna().unique() if "family" in rows.columns else []
+        if len(fams) != 1:
+            raise ValueError(f"isoflop_summary: rows of one family, or a fit or group, are needed; got families "
+                             f"{sorted(map(str, fams))}")
+        an = figure_analysis(rows, n_boot=n_boot)
+        per = an.fits.families.get(fams[0]) if an.fits is not None else None
+        fit = getattr(per, "isoflop", None)
+        if fit is None:
+            group = an.isoflop_groups[("family", fams[0], None)]
     if group is not None:
         rows, fit, error = group
         warnings = [error] if error else []
@@ -234,8 +242,10 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
     without a fit there (its fits failed) is summarised from its rows alone."""
     require_columns(results, ISOFLOP_COLUMNS, figure)
     fams = ordered_families(results["family"].unique() if families is None else families)
+    an = None
     if fits is None or isinstance(fits, Analysis):
-        fits = figure_analysis(results, fits, n_boot=n_boot).fits
+        an = figure_analysis(results, fits, n_boot=n_boot)
+        fits = an.fits
     out = {}
     for fam in fams:
         rows = main_rows(results, fam)
@@ -244,7 +254,12 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
         # a precomputed IsoFlopFit from a FamilyFits or a dict (of FamilyFit or IsoFlopFit)
         per = None if fits is None else (fits if isinstance(fits, Mapping) else fits.families).get(fam)
         fit = getattr(per, "isoflop", per if hasattr(per, "slices") else None)
-        out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=fit)
+        if fit is None:  # its fits failed: the analysis's group of its rows (flagged parabolas kept)
+            an = an or figure_analysis(results, fits if isinstance(fits, FamilyFits) else None, n_boot=n_boot)
+            group = an.isoflop_groups.get(("family", fam, None))
+            out[fam] = isoflop_summary(group=group) if group is not None else isoflop_summary(rows, n_boot=n_boot)
+        else:
+            out[fam] = isoflop_summary(rows, n_boot=n_boot, fit=fit)
     return out
 
 
