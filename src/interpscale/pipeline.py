@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from interpscale import paper
 from interpscale._atomic import atomic_write_text
+from interpscale.analysis.figures import figure_options
 from interpscale.analysis.fit_status import fit_statuses
 from interpscale.analysis.report import report_options, write_report
 from interpscale.design import with_powers
@@ -86,7 +87,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, quick: bool = False, m
         with _timed(bar, times, 4, "fit", f"{results['family'].nunique()} families, {boot} bootstrap replicates"):
             with _problem(summary, "fits", "scaling fits failed (%s); results table written without fits",
                           ValueError, ArithmeticError):  # fits.json as `interpscale fit` writes it
-                analysis = analyse(results, report_options(n_boot=boot, annealed=True))  # what the report shows
+                # what the report shows, with what its figures draw (one analysis for both)
+                analysis = analyse(results, figure_options(results, report_options(n_boot=boot, annealed=True)))
                 if tree.fit.power_sims:  # an undetermined verdict comes with the power it had (docs/design.md)
                     analysis = with_powers(analysis, n_sims=tree.fit.power_sims)
                 fitted = analysis.require_fits()

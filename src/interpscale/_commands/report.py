@@ -9,8 +9,8 @@ from interpscale import paper
 from interpscale._commands import figures
 from interpscale._commands.options import given, positive_float, power_options
 from interpscale.analysis.example_data import steerling_actual
-from interpscale.analysis.report import report_options, write_report
-from interpscale.scaling import analyse, keep_repeats
+from interpscale.analysis.report import write_report
+from interpscale.scaling import keep_repeats
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,15 +29,14 @@ def run(args: argparse.Namespace) -> int:
     df = figures.load_table(args)
     run_dirs = figures.expand_run_dirs(args.run_dirs)
     actual = steerling_actual() if example else None
-    with keep_repeats():  # repeated runs are data
-        analysis = None
-        if args.power_sims:  # the answer says the power an undetermined verdict had (docs/design.md)
-            from interpscale.design import with_powers
+    extend = None
+    if args.power_sims:  # the answer says the power an undetermined verdict had (docs/design.md)
+        from interpscale.design import with_powers
 
-            analysis = with_powers(analyse(df, report_options(**given(args, "n_boot"), target_compute=target,
-                                                              actual=actual)),
-                                   n_sims=args.power_sims, growth=args.growth)
-        path = write_report(df, args.out, run_dirs=run_dirs, **given(args, "n_boot"), analysis=analysis,
+        def extend(analysis):
+            return with_powers(analysis, n_sims=args.power_sims, growth=args.growth)
+    with keep_repeats():  # repeated runs are data
+        path = write_report(df, args.out, run_dirs=run_dirs, **given(args, "n_boot"), extend=extend,
                             figures=not args.no_figures, source="bundled example table" if example else str(args.results),
                             target_compute=target, actual=actual)
     sys.stdout.write(f"{path}\n{path.with_suffix('.html')}\n")

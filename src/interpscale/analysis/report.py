@@ -14,7 +14,7 @@ import os
 import warnings as _warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -546,12 +546,14 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,
                  actual: Mapping[str, Mapping[str, float]] | None = None, backtest: bool = True,
-                 options: AnalysisOptions | None = None, analysis: Analysis | None = None) -> Path:
+                 options: AnalysisOptions | None = None, analysis: Analysis | None = None,
+                 extend: Callable[[Analysis], Analysis] | None = None) -> Path:
     """Write ``out_dir/report.md`` (Table 6/7-style tables, fit warnings, figures in ``out_dir/figures``)
     and ``report.html``; returns the markdown path. The numbers are one ``scaling.analyse`` of the table:
     ``analysis`` when given, else made here from ``options`` (default: ``report_options`` of ``n_boot``,
     ``target_compute``, ``actual[family][metric or "loss"]`` and ``backtest``, which adds held-out-budget
-    forecasts at most ``BACKTEST_BOOT`` replicates each); ``fits``: a ``fit_families`` result to reuse."""
+    forecasts at most ``BACKTEST_BOOT`` replicates each), then ``extend(analysis)`` when given; ``fits``:
+    a ``fit_families`` result to reuse."""
     if source is None:
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = read_results(results)
@@ -566,6 +568,8 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         if figures:  # what only the figures draw, in the same one analysis (no second one for them)
             options = figure_options(df, options, _figure_target(options))
         analysis = analyse(df, options, fits=fits)
+        if extend is not None:  # a part made above scaling (e.g. design.with_powers: the achieved power)
+            analysis = extend(analysis)
     o = analysis.options
     target = _figure_target(o)
     figure_set = (render_figures(analysis.table, out / "figures", analysis=analysis, run_dirs=run_dirs,
