@@ -209,3 +209,18 @@ def test_cluster_bootstrap_and_prediction_interval(synth):
     olo, ohi = f.predict_interval_optimal(1e21)
     cl, ch = f.band_optimal(1e21)
     assert olo < cl <= ch < ohi
+
+
+def test_theta_of_an_underflowed_coefficient_is_minus_inf_not_an_error():
+    """A joint fit whose A_P underflowed to 0 (a simulated design table) has theta a = -inf: the
+    design's warm starts drop it; math.log had raised 'math domain error' and ended a whole design."""
+    import dataclasses
+
+    import numpy as np
+
+    from interpscale.scaling.joint import ChinchillaFit
+
+    fit = ChinchillaFit(L_inf=1.5, A_P=0.0, A_D=400.0, alpha=0.3, beta=0.3, objective=0.0, n=10)
+    theta = fit.theta
+    assert theta[0] == -np.inf and np.isfinite(theta[1:]).all()
+    assert dataclasses.replace(fit, A_P=400.0).theta[0] == np.log(400.0)

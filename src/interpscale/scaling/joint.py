@@ -199,8 +199,11 @@ class ChinchillaFit(FitFields):
 
     @property
     def theta(self) -> np.ndarray:
-        """(a, b, e, alpha, beta) in the log-sum-exp parameterisation."""
-        return np.array([math.log(self.A_P), math.log(self.A_D), math.log(self.L_inf), self.alpha, self.beta])
+        """(a, b, e, alpha, beta) in the log-sum-exp parameterisation; a coefficient that underflowed to 0
+        gives -inf (not an error: a design's warm starts keep only finite thetas)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(np.array([self.A_P, self.A_D, self.L_inf], dtype=float))
+        return np.array([*logs, self.alpha, self.beta])
 
     def predict(self, params, tokens) -> np.ndarray:
         """L(P, D) of Eq. 27."""

@@ -559,12 +559,14 @@ def _loso_joint(rows: pd.DataFrame, fit: ChinchillaFit, k: float, env: _Envelope
     """Held-out errors ln L*_i - ln L*_joint(C_i) of each used slice minimum, the joint fit refitted
     without that slice's runs (started from the full fit: one start, the same optimum's basin)."""
     out = []
+    start = fit.theta  # a coefficient that underflowed to 0 (theta -inf) cannot start a refit: the grid does
+    grid = start[None, :] if np.isfinite(start).all() else DEFAULT_GRID
     for c, y in zip(env.compute, env.y):
         keep = np.abs(np.log(rows["slice_flops"].to_numpy(float) / c)) > 1e-6
         try:
             with quiet():
                 f = fit_chinchilla(rows["params"][keep], rows["tokens"][keep], rows[o.loss][keep],
-                                   grid=fit.theta[None, :], n_boot=0)
+                                   grid=grid, n_boot=0)
             out.append(y - math.log(float(f.predict_optimal(np.array([c]), k)[0])))
         except ValueError:
             out.append(math.nan)
