@@ -96,14 +96,14 @@ def test_isoflop_groups_only_when_asked_and_only_for_the_rows_a_table_has(bpb_ta
     families`` does not pay for them), and made only where the table has 2+ groups of rows."""
     from interpscale.analysis.example_data import example_results
     from interpscale.results_table import read_results
-    from interpscale.scaling import AnalysisOptions, analyse
+    from interpscale.scaling import AnalysisOptions, FitOptions, analyse
     from interpscale.scaling.analysis import isoflop_groups
 
     quick = dict(n_boot=0, grid="coarse", trends=False, multipliers=False, anneals=False)
     pair = read_results(bpb_table)  # one estimator, annealed rows only
     assert analyse(pair, AnalysisOptions(loss="bpb", **quick)).isoflop_groups == {}
     assert analyse(pair, AnalysisOptions(loss="bpb", isoflop_groups=True, **quick)).isoflop_groups == {}
-    groups = isoflop_groups(example_results(), ["ar", "cdlm", "cdlm+concept"], n_boot=0)
+    groups = isoflop_groups(example_results(), ["ar", "cdlm", "cdlm+concept"], options=FitOptions(n_boot=0))
     assert not [k for k in groups if k[1] == "ar"]  # one estimator, annealed rows only
     assert {k for k in groups if k[1] == "cdlm+concept"} == {("annealed", "cdlm+concept", s) for s in (False, True)}
     est = sorted(k[2] for k in groups if k[:2] == ("estimator", "cdlm"))

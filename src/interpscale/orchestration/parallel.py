@@ -138,10 +138,19 @@ def full_state(module: torch.nn.Module, model: torch.nn.Module, opt: torch.optim
     return {k.removeprefix("model."): v for k, v in msd.items()}, osd
 
 
+IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")  # how AdamW steps, not what it holds
+
+
 def load_optimizer(module: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
-    """Load an optimizer state saved by :func:`full_state` (every rank holds the full one)."""
+    """Load an optimizer state saved by :func:`full_state` (every rank holds the full one). The
+    optimizer keeps its own implementation (``fused`` / ``foreach``): a state saved before the CPU
+    used fused AdamW would otherwise bring the per-tensor loop back, and a resumed run would no
+    longer equal the uninterrupted one (as the DCP path keeps the built param groups)."""
     if not is_sharded(module):
+        impl = [{k: g[k] for k in IMPLEMENTATION if k in g} for g in opt.param_groups]
         opt.load_state_dict(state)
+        for group, keep in zip(opt.param_groups, impl):
+            group.update(keep)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 

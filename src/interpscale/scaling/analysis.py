@@ -235,10 +235,10 @@ def anneal_states(results: pd.DataFrame, family: str) -> dict[bool, pd.DataFrame
     return out
 
 
-def state_trends(df: pd.DataFrame, families, level: float = DEFAULT_LEVEL) -> dict:
+def state_trends(df: pd.DataFrame, families, options: FitOptions | None = None) -> dict:
     """(family, metric, annealed) -> the log-linear trend (``scaling.trend``, Table 30's form) of each
     interpretability metric against ``flops`` in each anneal state (``anneal_states``; Figure 39),
-    or why there is none."""
+    or why there is none; ``options``: its level (``FitOptions``)."""
     out: dict = {}
     if not {"family", "annealed", "flops"} <= set(df.columns):
         return out
@@ -249,7 +249,7 @@ def state_trends(df: pd.DataFrame, families, level: float = DEFAULT_LEVEL) -> di
                 try:
                     sub = rows[np.isfinite(rows[m].astype(float))]
                     out[(fam, m, state)] = fit_trend(sub["flops"].to_numpy(float), sub[m].to_numpy(float),
-                                                     level=level, name=m)
+                                                     options=options or FitOptions(), name=m)
                 except (ValueError, TypeError) as exc:
                     out[(fam, m, state)] = f"no trend fitted ({exc})"
     return out
@@ -265,17 +265,17 @@ class IsoflopGroup(NamedTuple):
     error: str | None = None
 
 
-def fit_isoflop_group(rows: pd.DataFrame, *, n_boot: int, seed: int = 0,
+def fit_isoflop_group(rows: pd.DataFrame, *, options: FitOptions,
                       tolerance: float | None = paper.SLICE_TOLERANCE) -> IsoflopGroup:
     """``fit_isoflop`` of ``rows`` within ``slice_rows``' window (None: all rows), quietly: its flags
     are on the result (the report lists the families' fits' flags, not these)."""
     rows = slice_rows(rows.dropna(subset=["slice_flops", "params", "loss"]), tolerance)
     with quiet():
         try:
-            return IsoflopGroup(rows, fit_isoflop(rows, n_boot=n_boot, seed=seed))
+            return IsoflopGroup(rows, fit_isoflop(rows, n_boot=options.n_boot, seed=options.seed))
         except ValueError as exc:
             try:  # keep flagged-but-convex slices, only to draw their parabolas
-                fit = fit_isoflop(rows, n_boot=0, seed=seed, exclude_flagged=False)
+                fit = fit_isoflop(rows, n_boot=0, seed=options.seed, exclude_flagged=False)
             except ValueError:
                 fit = None
             return IsoflopGroup(rows, fit, str(exc))
@@ -312,7 +312,7 @@ def mask_rate_groups(results: pd.DataFrame, family: str) -> dict[float, pd.DataF
     return {t: rows[np.isclose(rate, t)] for t in sorted(float(t) for t in rows["mask_rate"].dropna().unique())}
 
 
-def isoflop_groups(results: pd.DataFrame, families, *, n_boot: int, seed: int = 0) -> dict:
+def isoflop_groups(results: pd.DataFrame, families, *, options: FitOptions) -> dict:
     """(kind, family, value) -> ``IsoflopGroup`` for the groups a table has rows for: ``estimator``
     (2+ estimators), ``mask_rate`` (fixed_rate rows at 2+ rates), ``annealed`` (both states; the slice
     window on the annealed state only: pre-anneal checkpoints sit at ~80% of their slice, App. I)."""
@@ -324,12 +324,12 @@ def isoflop_groups(results: pd.DataFrame, families, *, n_boot: int, seed: int = 
                    for s, r in anneal_states(results, fam).items()} if "annealed" in results.columns else {})
         for part in (groups, rates, states):
             if len(part) >= 2 and all(len(r) for r, _ in part.values()):
-                out.update({k: fit_isoflop_group(r, n_boot=n_boot, seed=seed, tolerance=tol)
+                out.update({k: fit_isoflop_group(r, options=options, tolerance=tol)
                             for k, (r, tol) in part.items()})
     return out
 
 
-def unfitted_groups(table: pd.DataFrame, fits: FamilyFits | None, families, *, n_boot: int, seed: int = 0) -> dict:
+def unfitted_groups(table: pd.DataFrame, fits: FamilyFits | None, families, *, options: FitOptions) -> dict:
     """("family", family, None) -> ``IsoflopGroup`` of the family's headline rows (``fit_rows``) for each
     family without an IsoFLOP fit in ``fits`` (it failed), so Figures 22/23 still draw its slices (the
     flagged-but-convex parabolas kept) from the analysis instead of fitting them in the figure."""
@@ -343,7 +343,7 @@ def unfitted_groups(table: pd.DataFrame, fits: FamilyFits | None, families, *, n
         except ValueError:  # no usable rows: nothing to draw
             continue
         if len(rows):
-            out[("family", fam, None)] = fit_isoflop_group(rows, n_boot=n_boot, seed=seed)
+            out[("family", fam, None)] = fit_isoflop_group(rows, options=options)
     return out
 
 
@@ -512,8 +512,9 @@ def _analyse(results: pd.DataFrame, o: AnalysisOptions, fits: FamilyFits | None)
                                                    if "family" in table.columns else [])
     if o.isoflop_groups and iso_columns:  # what Figures 22/23 draw of a family whose fits failed
         every = list(o.families) if o.families else sorted(map(str, table["family"].dropna().unique()))
-        groups = {**groups, **unfitted_groups(table, fits, every, n_boot=o.n_boot, seed=o.seed)}
-    by_state = state_trends(table, fams, fits.level if fits is not None else o.level) if o.trends else {}
+        groups = {**groups, **unfitted_groups(table, fits, every, options=FitOptions(n_boot=o.n_boot, seed=o.seed))}
+    by_state = state_trends(table, fams, FitOptions(level=fits.level if fits is not None else o.level)) \
+        if o.trends else {}
     if fits is None:
         return Analysis(options=o, table=table, fit_error=fit_error, anneals=anneals, isoflop_groups=groups,
                         state_trends=by_state)
@@ -533,4 +534,5 @@ def _isoflop_groups(table: pd.DataFrame, o: AnalysisOptions) -> dict:
     drawn without an Analysis asks again with its own forecast targets)."""
     fams = list(o.families) if o.families else sorted(map(str, table["family"].dropna().unique()))
     key = dict(families=fams, n_boot=o.n_boot, seed=o.seed)
-    return _cached("groups", table, key, lambda: isoflop_groups(table, fams, n_boot=o.n_boot, seed=o.seed))
+    return _cached("groups", table, key,
+                   lambda: isoflop_groups(table, fams, options=FitOptions(n_boot=o.n_boot, seed=o.seed)))
