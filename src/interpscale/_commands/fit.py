@@ -541,10 +541,10 @@ def family_multipliers(args, analysis) -> None:
                 sys.stdout.write(f"  achieved power: {power.sentence()}\n")
     table = multiplier_rows(analysis)
     if table is not None:  # determined: the rule tables.md and the report print k by (issue 45)
-        flagged = {(b, v, meth): not st.identified for (b, v), m in analysis.multipliers.items()
-                   if isinstance(m, MultiplierFit) for meth, st in m.statuses.items()}
-        table["determined"] = [determined(r.lo, r.hi, flagged=bool(r.extrapolated) and flagged.get(
-            (r.base, r.variant, r.method), False)) for r in table.itertuples()]
+        fits = analysis.multipliers
+        table["determined"] = [determined(r.lo, r.hi, flagged=isinstance(fits.get((r.base, r.variant)), MultiplierFit)
+                                          and fits[(r.base, r.variant)].flagged(r.method, r.extrapolated))
+                               for r in table.itertuples()]
         _write_all(args.out, {"multiplier.csv": table.to_csv(index=False), "multiplier.json": tests})
 
 

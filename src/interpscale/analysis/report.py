@@ -372,9 +372,8 @@ def multiplier_markdown(m: MultiplierFit, results: pd.DataFrame) -> str:
     """One pair's table (k and band per method at the base's slices and the targets) and its tests;
     a value beyond ``MAX_DECADES`` of band, or from a flagged method, reads "not determined"."""
     t = shown_computes(m, results)  # the base's slices and the targets
-    flagged = {meth: not st.identified for meth, st in m.statuses.items()}
     rows = [{"C": f"{c:.3g}", "extrapolated": "yes" if g["extrapolated"].any() else "no",
-             **{f"k ({r.method})": k_cell(r.k, r.lo, r.hi, flagged=flagged.get(r.method, False) and r.extrapolated)
+             **{f"k ({r.method})": k_cell(r.k, r.lo, r.hi, flagged=m.flagged(r.method, r.extrapolated))
                 for r in g.itertuples()}}
             for c, g in t.groupby("compute", sort=True)]
     lines = [f"**{m.variant} vs {m.base}** (k > 1: {m.variant} needs k times {m.base}'s compute for "

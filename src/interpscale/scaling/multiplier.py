@@ -142,13 +142,19 @@ class MultiplierFit(FitFields):
     def to_dict(self) -> dict:
         return jsonable(dict(self.growth_dict(), table=self.to_frame().to_dict("records")))
 
+    def flagged(self, method: str, extrapolated: bool) -> bool:
+        """Whether a k of ``method`` is shown as "not determined" whatever its band: extrapolated by a
+        method whose fit is not identified (the one rule of the report, tables.md, multiplier.csv's
+        ``determined`` and this summary)."""
+        return bool(extrapolated) and not self.statuses.get(method, FitStatus()).identified
+
     def summary(self) -> str:
         pct = round(100 * self.level)
         lines = [f"compute multiplier k(C) of {self.variant} against {self.base} (k > 1: {self.variant} needs "
                  f"more compute for {self.base}'s compute-optimal loss; {pct}% bands)",
                  "  method      C           k [band]                                   extrapolated"]
         for r in self.table.itertuples():  # the report's rule: no number whose band spans > MAX_DECADES
-            flagged = bool(r.extrapolated) and not self.statuses.get(r.method, FitStatus()).identified
+            flagged = self.flagged(r.method, r.extrapolated)
             lines.append(f"  {r.method:<12}{r.compute:<12.3g}{banded_cell(r.k, r.lo, r.hi, flagged=flagged)}"
                          .ljust(75) + ("yes" if r.extrapolated else "no"))
         for m, t in self.growth.items():
