@@ -222,3 +222,43 @@ def test_forecast_from_an_unidentified_fit_needs_force(tmp_path, capsys):
     assert "recorded with --force: FLAGGED: not identified" in capsys.readouterr().err
     (rec,) = [json.loads(line) for line in (tmp_path / "f.jsonl").read_text().splitlines()]
     assert rec["note"].startswith("FLAGGED: not identified")
+
+
+def test_a_numeric_bug_is_an_internal_error_not_bad_input(tmp_path, capsys):
+    """Exit codes tell the truth: input interpscale refuses on purpose (a UserError, or a ValueError its
+    own code raises) exits 2; a ValueError raised by a C function or another package (math.sqrt of a
+    negative, numpy's broadcast) is a bug: INTERNAL_ERROR, one line saying so and where the traceback is."""
+    import sys
+
+    import numpy as np
+
+    from interpscale import design
+    from interpscale.cli import INTERNAL_ERROR, exit_code
+    from interpscale.results_table import read_results
+
+    def raised(call):
+        try:
+            call()
+        except ValueError as exc:
+            return exc
+        raise AssertionError("did not raise")
+
+    assert INTERNAL_ERROR not in (0, 1, 2, 130)
+    assert exit_code(raised(lambda: read_results(tmp_path / "r.txt"))) == 2  # a UserError
+    assert exit_code(raised(lambda: design.NoiseModel(run_sd=-1.0))) == 2  # raised by interpscale, on purpose
+    assert exit_code(raised(lambda: design._sd_interval(-1.0, 3, 0.9))) == INTERNAL_ERROR  # math domain error
+    assert exit_code(raised(lambda: np.ones(2) + np.ones(3))) == INTERNAL_ERROR
+    assert exit_code(ValueError("never raised")) == INTERNAL_ERROR  # no raise of interpscale's behind it
+    # through the command: a plugin whose import hits a math domain error
+    bug = tmp_path / "numeric_bug_plugin.py"
+    bug.write_text("import math\n\nmath.log(0.0)\n")
+    try:
+        assert main(["plan", "--preset", "demo-quick", "--plugin", str(bug)]) == INTERNAL_ERROR
+        err = capsys.readouterr().err
+        assert err == ("interpscale plan: internal error (a bug, not bad input): ValueError: math domain error "
+                       "(rerun with -v for the traceback)\n"), err
+        sys.modules.pop(bug.stem, None)  # the half-imported plugin (load_plugins keeps it)
+        assert main(["-v", "plan", "--preset", "demo-quick", "--plugin", str(bug)]) == INTERNAL_ERROR
+        assert "Traceback" in capsys.readouterr().err
+    finally:
+        sys.modules.pop(bug.stem, None)  # the half-imported plugin

@@ -229,7 +229,113 @@ def test_search_does_not_simulate_a_grid_nested_in_one_that_fell_short():
     assert [gp.grid.label for gp in design.tried] == ["wider"]  # ... the grid inside it was not simulated
 
 
-def test_a_band_collapsed_to_zero_is_an_unbounded_width_not_an_error():
-    assert d._log_width(0.5, 2.0) == pytest.approx(math.log(4.0))
-    assert d._log_width(0.0, 0.0) == math.inf and d._log_width(0.5, 0.0) == math.inf
-    assert d._log_width(0.0, 3.0) == math.inf
+def test_a_band_collapsed_to_zero_or_not_computed_is_an_unbounded_width_not_an_error():
+    """The design measures k's band by the report's one rule (``_markdown.band_decades``); a band
+    collapsed to 0, unbounded or not computed (NaN) is an unbounded width, never a math domain error."""
+    from interpscale._markdown import band_decades
+
+    assert d._band_decades(0.5, 2.0) == pytest.approx(math.log10(4.0)) == band_decades(0.5, 2.0)
+    assert d._band_decades(0.0, 0.0) == math.inf and d._band_decades(0.5, 0.0) == math.inf
+    assert d._band_decades(0.0, 3.0) == math.inf and d._band_decades(0.5, math.inf) == math.inf
+    assert d._band_decades(math.nan, 2.0) == math.inf and math.isnan(band_decades(math.nan, 2.0))
+
+
+def test_a_grid_whose_every_simulated_analysis_fails_is_tallied_not_raised():
+    """Two slices of two sizes: no slice parabola and too few points for Eq. 27, so every simulated
+    IsoFLOP fit and multiplier fails; the grid is assessed as answering nothing (it had ended the design
+    with a KeyError, or exit 2)."""
+    grid = _grid(slices=(1e9, 4e9), sizes=2)
+    truth, noise = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3), d.NoiseModel(run_sd=0.003)
+    gp = d.assess(grid, truth, noise, base="base", variant="variant", n_sims=2, n_boot=10, workers=1, warm=False)
+    assert gp.scenarios["growing"]["p_verdict"]["failed"] == 1.0 and gp.power == 0.0
+    assert math.isnan(gp.scenarios["constant"]["k_decades_mid"]) and "unbounded" in d._row(gp)["k band at middle (x)"]
+    ex = d.assess(grid, truth, noise, question="exponent", base="base", n_sims=2, n_boot=10, workers=1)
+    assert ex.alpha_P_halfwidth == math.inf and ex.scenarios["truth"]["p_identified"] == 0.0
+
+
+# tiny-demo's data and model with three larger sizes and budgets 10x smaller: every run of a grid the
+# design writes for it trains in 1-60 steps
+SMALL = """
+[plan]
+families = ["ar", "ar+concept"]
+sizes = ["L1d8", "L1d16", "L1d32"]
+seq_len = 16
+batch_tokens = 128
+tolerance = 0.3
+
+[plan.slices]
+"ar" = [2e7, 4e7]
+"ar+concept" = [2e7, 4e7]
+
+[size_presets.L1d8]
+base = "nano"
+n_layers = 1
+d_model = 8
+n_heads = 2
+
+[size_presets.L1d16]
+base = "nano"
+n_layers = 1
+d_model = 16
+n_heads = 2
+
+[size_presets.L1d32]
+base = "nano"
+n_layers = 1
+d_model = 32
+n_heads = 2
+
+[model]
+vocab_size = 192
+n_concepts = 4
+
+[train]
+lr = 1e-2
+vocab_size = 192
+eval_batches = 2
+log_every = 5
+
+[data]
+kind = "synthetic"
+n_concepts = 4
+n_docs = 120
+entities_per_concept = 4
+
+[launch]
+executor = "debug"
+max_parallel = 1
+runs_per_job = 12
+
+[fit]
+n_boot = 10
+"""
+
+
+def test_the_designs_recommended_preset_plans_and_trains_as_written(tmp_path, capsys):
+    """Issue 44's acceptance: the preset `design` writes runs through `plan` and `sweep launch --preset`
+    unchanged. A loose target: the planned grid (its smallest slice has 2 sizes, so no IsoFLOP fit)
+    falls short, the cheapest candidate (3 slices) meets it and is written as recommended.toml."""
+    import json
+
+    from interpscale.cli import main
+
+    preset, out = tmp_path / "small.toml", tmp_path / "design"
+    preset.write_text(SMALL)
+    assert main(["design", str(preset), "--question", "exponent", "--halfwidth", "10", "--noise", "0.003",
+                 "--sims", "2", "--screen-sims", "2", "--max-grids", "1", "--n-boot", "10", "--workers", "1",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    design = json.loads((out / "design.json").read_text())
+    assert design["planned"]["alpha_P_halfwidth"] == math.inf  # every simulated fit failed: counted, not raised
+    grid = design["recommended"]["grid"]
+    assert len(grid["slices"]) == 3 and grid["slices"] != design["planned"]["grid"]["slices"]
+    written = out / "recommended.toml"
+    assert main(["plan", "--preset", str(written)]) == 0
+    assert f"{grid['n_runs']} runs;" in capsys.readouterr().out
+    assert main(["sweep", "launch", "--preset", str(written), "--out", str(tmp_path / "sweep")]) == 0
+    results = pd.read_csv(tmp_path / "sweep" / "results.csv")
+    assert results["run_id"].nunique() == grid["n_runs"]  # every planned run trained and evaluated
+    for fam in ("ar", "ar+concept"):
+        got = sorted(results.loc[results["family"] == fam, "slice_flops"].unique())
+        assert got == pytest.approx(grid["slices"]), fam
+    assert results["loss"].notna().all() and (results["step"] > 0).all()

@@ -1,7 +1,7 @@
 """The ``interpscale`` command: a thin dispatcher over ``interpscale._commands`` (each module's
 ``add_arguments(parser)`` and ``run(args) -> int``, imported only when its subcommand runs).
 :func:`main` is the only place an exception becomes one stderr line and an exit code (bad
-input 2, failed work and the unexpected 1, Ctrl-C 130; ``-v`` adds the traceback). Options are
+input 2, failed work 1, Ctrl-C 130, an internal error -- a bug -- 70; ``-v`` adds the traceback). Options are
 checked while parsing (the ``type=`` validators of ``_commands.options``), before any work; a
 usage error is one line too, exit 2. Each warning line is logged once per run (docs/errors.md).
 """
@@ -9,6 +9,7 @@ usage error is one line too, exit 2. Each warning line is logged once per run (d
 from __future__ import annotations
 
 import argparse
+import dis
 import importlib
 import logging
 import os
@@ -17,7 +18,7 @@ import sys
 import traceback
 import warnings
 
-from interpscale.errors import FailedWork
+from interpscale.errors import FailedWork, UserError
 
 # subcommand (its module under interpscale._commands: the name with - as _) -> one-line help
 COMMANDS: dict[str, str] = {
@@ -38,9 +39,11 @@ COMMANDS: dict[str, str] = {
     "concepts": "concept annotation of a corpus: concepts build | check | synthetic | chunk | tag | library | annotate | validate",
 }
 
-# exceptions that mean "the user's input is wrong" (exit 2); FailedWork and the rest exit 1
-_BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+# exceptions that mean "the user's input is wrong" (exit 2): the declared type and a path that is not
+# there / in the way; a plain ValueError only when interpscale's own code raised it (``deliberate``)
+_BAD_INPUT = (UserError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
               PermissionError)
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: a bug, not the input and not work that failed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,10 +176,33 @@ def _quiet_warnings(verbose: int) -> None:
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit status of a command that raised ``exc``: 2 bad input, 130 Ctrl-C, else 1."""
+    """The exit status of a command that raised ``exc``: 2 bad input (a ``UserError``, a path not there
+    or in the way, a ValueError interpscale raised on purpose: :func:`deliberate`), 1 failed work
+    (``FailedWork``), 130 Ctrl-C, else ``INTERNAL_ERROR`` (a bug: a ValueError from numpy, scipy,
+    pandas or the standard library, such as ``math domain error``, is one, not the user's input)."""
     if isinstance(exc, KeyboardInterrupt):
         return 130
-    return 2 if isinstance(exc, _BAD_INPUT) and not isinstance(exc, FailedWork) else 1
+    if isinstance(exc, FailedWork):
+        return 1
+    if isinstance(exc, _BAD_INPUT) or (isinstance(exc, ValueError) and deliberate(exc)):
+        return 2
+    return INTERNAL_ERROR
+
+
+def deliberate(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by a ``raise`` statement of interpscale's own code: a message the
+    library wrote about what it was given (not yet a ``UserError``). Read off the innermost frame of
+    its traceback: a ValueError raised inside another package, or by a C function interpscale called
+    (``math.log(0)``: the frame's instruction is a call, not a raise), is not one."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("interpscale."):
+        return False
+    instr = next((i for i in dis.get_instructions(tb.tb_frame.f_code) if i.offset == tb.tb_lasti), None)
+    return instr is not None and instr.opname == "RAISE_VARARGS" and bool(instr.arg)
 
 
 def _message(exc: BaseException, verbose: int) -> str:
@@ -191,7 +217,8 @@ def _message(exc: BaseException, verbose: int) -> str:
                    "remove it or pick another path")
     if exit_code(exc) == 2 or isinstance(exc, FailedWork):
         return msg
-    return f"internal error: {type(exc).__name__}: {msg}{'' if verbose else ' (rerun with -v for the traceback)'}"
+    return (f"internal error (a bug, not bad input): {type(exc).__name__}: {msg}"
+            f"{'' if verbose else ' (rerun with -v for the traceback)'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from interpscale._markdown import band_decades
+from interpscale.errors import UserError
 from interpscale.orchestration import plan as plan_sweep
 from interpscale.orchestration.config import Preset, load_preset
 from interpscale.scaling import Analysis, fit_chinchilla, fit_isoflop, quiet
@@ -126,7 +128,7 @@ def noise_from_pilot(results: pd.DataFrame, *, loss: str = "loss", level: float 
             resid = y - np.polyval(np.polyfit(x, y, 1), x)
             ss_env, df_env = ss_env + float(resid @ resid), df_env + len(x) - 2
     if df_run < 1:
-        raise ValueError("pilot: no slice has 4 or more sizes, so run noise cannot be measured; "
+        raise UserError("pilot: no slice has 4 or more sizes, so run noise cannot be measured; "
                          "state it with --noise")
     run_var = ss_run / df_run
     mean_lev = lev_sum / max(n_lev, 1)
@@ -349,17 +351,21 @@ def joint_starts(grid: Grid, truths: Sequence[Truth], noise: NoiseModel, familie
     return np.unique(np.round(np.array(thetas), 9), axis=0) if thetas else None
 
 
-def _log_width(lo: float, hi: float) -> float:
-    """ln(hi / lo) of a positive band: inf when it is unbounded or collapsed to 0 at either end (a
-    simulated band of [0, 0] had stopped a whole design with a math domain error)."""
-    return math.log(hi / lo) if lo > 0 and hi > 0 else math.inf
+def _band_decades(lo: float, hi: float) -> float:
+    """Decades a positive band spans: the report's one rule (``_markdown.band_decades``, inf when the
+    band is unbounded or collapsed to 0 at either end; a simulated band of [0, 0] had stopped a whole
+    design with a math domain error), except that a band not computed (NaN) counts here as unbounded
+    too: a simulated sweep without one has told nothing about k."""
+    width = band_decades(lo, hi)
+    return math.inf if math.isnan(width) else width
 
 
 def analyse_once(job: SimJob, seed: int) -> dict:
     """The sweep's own analysis of one simulated table, reduced to what the design tallies."""
     df = simulate(job.grid, job.truth, job.noise, job.base, job.variant, seed)
     mid = float(np.sqrt(job.grid.slices[0] * job.grid.slices[-1]))
-    out: dict = dict(seed=seed)
+    # the bracketing share first: a failed analysis still has its grid's (all-failed tallies had no column)
+    out: dict = dict(seed=seed, bracketed_slices=_bracketed(df, job.base))
     with quiet():
         if job.question == "multiplier":
             try:  # a table the analysis cannot read is a failed sweep, counted as such
@@ -370,12 +376,15 @@ def analyse_once(job: SimJob, seed: int) -> dict:
                 return dict(out, verdict="failed", error=str(exc))
             k_mid = float(job.truth.k(mid))
             out.update(verdict=mf.verdict, method=mf.primary, k_mid=r_mid["k"],
-                       k_width_mid=_log_width(r_mid["lo"], r_mid["hi"]),
+                       k_decades_mid=_band_decades(r_mid["lo"], r_mid["hi"]),
                        k_cover_mid=bool(r_mid["lo"] <= k_mid <= r_mid["hi"]),
-                       k_width_target=_log_width(r_t["lo"], r_t["hi"]))
+                       k_decades_target=_band_decades(r_t["lo"], r_t["hi"]))
         else:
             rows = df[df["family"] == job.base]
-            iso = fit_isoflop(rows, n_boot=job.n_boot, level=job.level, seed=seed)
+            try:  # as above: a sweep whose IsoFLOP fit cannot be made has no interval (an unbounded one)
+                iso = fit_isoflop(rows, n_boot=job.n_boot, level=job.level, seed=seed)
+            except (ValueError, ArithmeticError) as exc:
+                return dict(out, status="failed", alpha_P_halfwidth=math.inf, error=str(exc))
             lo, hi = iso.ci.get("alpha_P", (math.nan, math.nan))
             out.update(alpha_P=iso.alpha_P, alpha_P_halfwidth=(hi - lo) / 2, status=iso.status.state,
                        bracketed=float(iso.slices["used"].mean()))
@@ -383,7 +392,6 @@ def analyse_once(job: SimJob, seed: int) -> dict:
                 ch = fit_chinchilla(rows["params"], rows["tokens"], rows["loss"], n_boot=0, grid=_starts(job))
                 pred = float(np.asarray(ch.predict_optimal(job.target)).ravel()[0])
                 out.update(forecast_error=pred / job.truth.optimal_loss(job.target) - 1)
-    out["bracketed_slices"] = _bracketed(df, job.base)
     return out
 
 
@@ -459,13 +467,16 @@ def _tally(rows: list[dict], question: str) -> dict:
     df = pd.DataFrame(rows)
     out: dict = dict(n=len(df), bracketed_slices=float(df["bracketed_slices"].mean()))
     if question == "multiplier":
+        # a failed analysis has a verdict and no band: columns no row had (every one failed) are empty
+        needed = ("method", "k_decades_mid", "k_cover_mid", "k_decades_target")
+        df = df.reindex(columns=list(dict.fromkeys([*df, *needed])))
         counts = df["verdict"].value_counts(normalize=True)
         out["p_verdict"] = {v: float(counts.get(v, 0.0)) for v in (*VERDICTS, "failed")}
         out["methods"] = {str(k): float(v) for k, v in df["method"].dropna().value_counts(normalize=True).items()}
-        fin = df["k_width_mid"].replace(np.inf, np.nan)
-        out.update(k_log_width_mid=float(fin.median()), k_cover_mid=float(df["k_cover_mid"].mean()),
-                   k_log_width_target=float(df["k_width_target"].replace(np.inf, np.nan).median()),
-                   k_unbounded_target=float(np.isinf(df["k_width_target"]).mean()))
+        fin = df["k_decades_mid"].replace(np.inf, np.nan)
+        out.update(k_decades_mid=float(fin.median()), k_cover_mid=float(df["k_cover_mid"].mean()),
+                   k_decades_target=float(df["k_decades_target"].replace(np.inf, np.nan).median()),
+                   k_unbounded_target=float(np.isinf(df["k_decades_target"]).mean()))
     else:
         out.update(alpha_P_halfwidth=float(df["alpha_P_halfwidth"].median()),
                    p_identified=float((df["status"] == "identified").mean()))
@@ -667,8 +678,8 @@ def _row(gp: GridPower, mark: str = "") -> dict:
         row.update({"power": f"{gp.power:.2f}", "false alarm": f"{gp.false_alarm:.2f}",
                     "undetermined (const / grow)": f"{c['p_verdict']['undetermined']:.2f} / "
                                                    f"{gr['p_verdict']['undetermined']:.2f}",
-                    "k band at middle (x)": f"{math.exp(c['k_log_width_mid']):.3g}"
-                    if math.isfinite(c["k_log_width_mid"]) else "unbounded",
+                    "k band at middle (x)": f"{10 ** c['k_decades_mid']:.3g}"
+                    if math.isfinite(c["k_decades_mid"]) else "unbounded",
                     "k covered at middle": f"{c['k_cover_mid']:.2f}",
                     "brackets": f"{c['bracketed_slices']:.2f}"})
     else:

@@ -1,5 +1,8 @@
 """Errors that mean "the user's input is wrong" rather than "the program is wrong"; ``cli.main``
-(the only place that does) turns them into one line on stderr and exit code 2, ``FailedWork`` 1."""
+(the only place that does) turns them into one line on stderr and exit code 2, ``FailedWork`` 1, and
+anything else -- a ValueError raised inside numpy, scipy or the standard library included -- into
+``cli.INTERNAL_ERROR`` (a bug). Raise ``UserError`` for bad input; a plain ValueError raised by
+interpscale's own code still counts as bad input (``cli.deliberate``) until it is converted."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The results table's columns and its one reader, :func:`read_results`: a bottom-level module
-(pandas only); every problem is a ``ValueError`` naming the file, column, row as the user sees
-it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and value.
+(pandas only); every problem is a ``UserError`` (bad input: a ValueError the CLI exits 2 on) naming the
+file, column, row as the user sees it (CSV/TSV: the line number, header = line 1; parquet: the 1-based row) and value.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from interpscale.errors import UserError
 from interpscale.paper import INTERP_METRICS, SLICE_TOLERANCE
 
 log = logging.getLogger("interpscale.results_table")
@@ -44,19 +45,19 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
     path = Path(source)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise ValueError(f"results table {path}: unsupported format {path.suffix or '(no suffix)'!r}; "
-                         "use .parquet or .csv (or .tsv)")
+        raise UserError(f"results table {path}: unsupported format {path.suffix or '(no suffix)'!r}; "
+                        "use .parquet or .csv (or .tsv)")
     if not path.is_file():
         if missing_ok and not path.exists():
             return pd.DataFrame({c: pd.Series(dtype=object) for c in RESULT_COLUMNS})
-        raise ValueError(f"results table {path} does not exist" if not path.exists()
-                         else f"results table {path} is not a file")
+        raise UserError(f"results table {path} does not exist" if not path.exists()
+                        else f"results table {path} is not a file")
     parquet = suffix == ".parquet"
     try:
         df = pd.read_parquet(path) if parquet else pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
     except Exception as exc:  # pyarrow / the C parser raise several types for a damaged file
         hint = "; its CSV twin may still be intact" if parquet else ""
-        raise ValueError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
+        raise UserError(f"results table {path} is unreadable ({type(exc).__name__}: {exc}){hint}") from None
     # CSV/TSV: data row i (0-based) is line i + 2 of the file; parquet: row i + 1
     return with_slices(validate_results(map_columns(df, columns, str(path)), where=str(path),
                                         row_offset=1 if parquet else 2, unit="row" if parquet else "line"))
@@ -65,7 +66,7 @@ def read_results(source: pd.DataFrame | str | os.PathLike, *, missing_ok: bool =
 def map_columns(df: pd.DataFrame, columns: Mapping[str, str] | None, where: str) -> pd.DataFrame:
     """``df`` with each ``columns[name]`` renamed to ``name`` (a results-table column); a column of
     the table already called ``name`` gives way to the mapped one. A mapped column the table lacks
-    is a ValueError naming it and the table's columns."""
+    is a UserError naming it and the table's columns."""
     columns = {k: v for k, v in (columns or {}).items() if v is not None and v != k}
     if not columns:
         return df
@@ -73,7 +74,7 @@ def map_columns(df: pd.DataFrame, columns: Mapping[str, str] | None, where: str)
     if missing:
         name, col = next(iter(missing.items()))
         flag = "run" if name == "run_id" else name
-        raise ValueError(f"{where}: no column {col!r} (--{flag}); the columns are {list(map(str, df.columns))}")
+        raise UserError(f"{where}: no column {col!r} (--{flag}); the columns are {list(map(str, df.columns))}")
     replaced = [k for k in columns if k in df.columns and k not in columns.values()]
     if replaced:
         log.info("%s: column(s) %s replaced by the mapped %s", where, replaced, [columns[k] for k in replaced])
@@ -98,19 +99,19 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
     df = df.reset_index(drop=True)
     dup = set(df.columns[df.columns.duplicated()])
     if dup:
-        raise ValueError(f"{where}: column(s) {sorted(map(str, dup))} appear more than once")
+        raise UserError(f"{where}: column(s) {sorted(map(str, dup))} appear more than once")
     for col in (c for c in BOOLEAN_COLUMNS if c in df.columns):
         parsed: list[bool | None] = []
         for i, v in enumerate(df[col].tolist()):
             try:
                 parsed.append(parse_bool(v))
             except ValueError:
-                raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: {v!r} is not a boolean "
-                                 f"(write true/false, yes/no or 1/0)") from None
+                raise UserError(f"{where}: column {col!r}, {unit} {i + row_offset}: {v!r} is not a boolean "
+                                f"(write true/false, yes/no or 1/0)") from None
         missing = [i for i, v in enumerate(parsed) if v is None]
         if missing and len(missing) < len(parsed):
-            raise ValueError(f"{where}: column {col!r}, {unit} {missing[0] + row_offset}: empty, while other "
-                             f"rows say true/false; fill it in ({len(missing)} empty cell(s))")
+            raise UserError(f"{where}: column {col!r}, {unit} {missing[0] + row_offset}: empty, while other "
+                            f"rows say true/false; fill it in ({len(missing)} empty cell(s))")
         df[col] = pd.Series([bool(v) for v in parsed], index=df.index, dtype=bool)
     for col in NUMERIC_COLUMNS:
         if col not in df.columns or pd.api.types.is_numeric_dtype(df[col]):
@@ -120,7 +121,7 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
         bad = num.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise ValueError(f"{where}: column {col!r}, {unit} {i + row_offset}: {raw.iloc[i]!r} is not a number")
+            raise UserError(f"{where}: column {col!r}, {unit} {i + row_offset}: {raw.iloc[i]!r} is not a number")
         df[col] = num.astype(float)
     # every row (and every subset filtered from it) can name itself as in the file: row_label
     df.attrs["rows"] = {"where": where, "unit": unit, "first": row_offset}
@@ -129,8 +130,9 @@ def validate_results(df: pd.DataFrame, *, where: str = "results table", row_offs
             bad = df[col].notna() & ~(df[col] > 0)
             if bad.any():
                 i = int(bad.to_numpy().nonzero()[0][0])
-                raise ValueError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not positive "
-                                 f"(a run's compute, parameters and tokens are > 0; {int(bad.sum())} such row(s))")
+                raise UserError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not "
+                                f"positive (a run's compute, parameters and tokens are > 0; "
+                                f"{int(bad.sum())} such row(s))")
     refuse_infinite(df)  # the one rule for non-finite values (below)
     return df
 
@@ -143,15 +145,15 @@ FINITE_COLUMNS = ("slice_flops", "flops", "params", "tokens", "seq_len", "step",
 
 
 def refuse_infinite(df: pd.DataFrame) -> None:
-    """ValueError naming file, column and line of the first +-inf in a measured or compute column."""
+    """UserError naming file, column and line of the first +-inf in a measured or compute column."""
     for col in (c for c in FINITE_COLUMNS if c in df.columns and pd.api.types.is_numeric_dtype(df[c])):
         bad = np.isinf(df[col].to_numpy(float))
         if bad.any():
             i = int(bad.nonzero()[0][0])
             where = df.attrs.get("rows", {}).get("where", "results table")
-            raise ValueError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not a "
-                             f"measurement (write the number, or leave the cell empty when it was not measured; "
-                             f"{int(bad.sum())} such row(s))")
+            raise UserError(f"{where}: column {col!r}, {row_label(df, i)}: {float(df[col].iloc[i]):g} is not a "
+                            f"measurement (write the number, or leave the cell empty when it was not measured; "
+                            f"{int(bad.sum())} such row(s))")
 
 
 def measured_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> tuple[pd.DataFrame, str]:
@@ -184,17 +186,17 @@ def row_label(table: pd.DataFrame | pd.Series, i: int) -> str:
 
 
 def require_values(df: pd.DataFrame, column: str) -> None:
-    """ValueError naming the file and ``column`` when the table has no rows, lacks the column,
+    """UserError naming the file and ``column`` when the table has no rows, lacks the column,
     or holds no number in it (every cell empty or NaN): nothing to fit or report."""
     where = df.attrs.get("rows", {}).get("where", "results table")
     if not len(df):
-        raise ValueError(f"{where}: the table has a header but no rows; nothing to fit or report")
+        raise UserError(f"{where}: the table has a header but no rows; nothing to fit or report")
     if column not in df.columns:
-        raise ValueError(f"{where}: no column {column!r}; have {list(df.columns)}")
+        raise UserError(f"{where}: no column {column!r}; have {list(df.columns)}")
     finite = pd.to_numeric(df[column], errors="coerce").map(math.isfinite)
     if not finite.any():
-        raise ValueError(f"{where}: column {column!r} holds no number (all {len(df)} rows are empty, NaN "
-                         f"or infinite, {row_label(df, 0)} to {row_label(df, len(df) - 1)})")
+        raise UserError(f"{where}: column {column!r} holds no number (all {len(df)} rows are empty, NaN "
+                        f"or infinite, {row_label(df, 0)} to {row_label(df, len(df) - 1)})")
 
 
 def repeated_rows(df: pd.DataFrame, columns: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:

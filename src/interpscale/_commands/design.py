@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from interpscale import design as d
+    from interpscale.errors import UserError
     from interpscale.orchestration.config import Preset
     from interpscale.results_table import read_results
 
@@ -66,12 +67,12 @@ def run(args: argparse.Namespace) -> int:
     variant = args.variant or (f"{base}+concept" if f"{base}+concept" in fams else None)
     for name, f in (("--base", base), ("--variant", variant)):
         if f is not None and f not in fams:
-            raise ValueError(f"design: {name} {f!r} is not a family of the preset ({', '.join(fams)})")
+            raise UserError(f"design: {name} {f!r} is not a family of the preset ({', '.join(fams)})")
     if args.question == "multiplier" and variant is None:
-        raise ValueError("design: the multiplier question needs --variant (the preset has no BASE+concept family)")
+        raise UserError("design: the multiplier question needs --variant (the preset has no BASE+concept family)")
     pilot = read_results(args.pilot) if args.pilot else None
     if pilot is None and args.noise is None:
-        raise ValueError("design: give a noise level: --pilot RESULTS or --noise SD")
+        raise UserError("design: give a noise level: --pilot RESULTS or --noise SD")
     noise = d.noise_from_pilot(pilot) if args.noise is None else d.NoiseModel(
         run_sd=args.noise, slice_sd=args.slice_noise or 0.0)
     if args.noise is None and args.slice_noise is not None:
