@@ -93,16 +93,25 @@ def test_swapping_base_and_variant_inverts_the_multiplier(a_b, a_v, c_b, c_v, lc
 
 def test_a_shock_shared_by_a_slice_cancels_in_the_paired_bootstrap():
     """Both families' losses at a slice share one large shock (e.g. that slice's evaluation batch):
-    pairing by slice keeps it out of k; slices that differ between the families cannot be paired."""
+    pairing by slice keeps it out of k's bootstrap; slices that differ between the families cannot be paired.
+    The reported band also carries the model error against the law-free k, which the shock moves (the variant's
+    minima are read between slices with different shocks): the bootstrap's part is each side's half-width with
+    that taken out in quadrature (``multiplier_lawfree.widen``)."""
     df = simulate_pair(noise=0.0, seed=4)
     shock = dict(zip(DEMO_SLICES, np.random.default_rng(0).normal(0, 0.02, len(DEMO_SLICES))))
     df["loss"] *= np.exp(df["slice_flops"].map(shock))
-    paired = _isoflop(df).at(MID)
     moved = df.copy()
     moved.loc[moved.family == "variant", "slice_flops"] *= 1.01  # same runs, slices no longer shared
     moved.loc[moved.family == "variant", "flops"] *= 1.01
-    unpaired = _isoflop(moved).at(MID)
-    assert math.log(paired["hi"] / paired["lo"]) < 0.25 * math.log(unpaired["hi"] / unpaired["lo"])
+    widths = {}
+    for how, table in (("paired", df), ("unpaired", moved)):
+        m = _isoflop(table)
+        r, zt = m.at(MID), 1.6448536 * m.model_error["isoflop"]
+        lk, lo, hi = (math.log(r[c]) for c in ("k", "lo", "hi"))
+        widths[how] = math.log(r["hi"] / r["lo"])
+        widths[how + " bootstrap"] = math.sqrt((lk - lo) ** 2 - zt**2) + math.sqrt((hi - lk) ** 2 - zt**2)
+    assert widths["paired bootstrap"] < 0.25 * widths["unpaired bootstrap"]
+    assert widths["paired"] < widths["unpaired"]
 
 
 def test_shared_exponent_f_test_matches_statsmodels():

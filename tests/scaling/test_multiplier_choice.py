@@ -17,7 +17,7 @@ from interpscale.scaling._base import FitStatus
 from interpscale.scaling.multiplier import (DEMO_SLICES, MULTIPLIER_METHODS, GrowthTest, MethodScore, _choose, _Reading,
                                             fit_multiplier, planted_multiplier, saturating_fit, saturating_log,
                                             simulate_pair)
-from interpscale.scaling.multiplier_lawfree import isotonic_decreasing, lawfree_log_k
+from interpscale.scaling.multiplier_lawfree import isotonic_decreasing, lawfree_log_k, model_error, widen
 
 MID = DEMO_SLICES[len(DEMO_SLICES) // 2]
 
@@ -43,6 +43,25 @@ def test_lawfree_reading_of_two_shifted_curves_is_the_shift_and_is_never_extrapo
     assert np.isnan(lk[0])  # below the base's slices
     assert np.isnan(lk[-1])  # the base's L* at 1e20 is below the variant's smallest minimum
     assert np.exp(lk[1:-1]) == pytest.approx(1.5, rel=0.01)
+
+
+def test_a_law_that_disagrees_with_the_lawfree_k_beyond_its_bootstrap_carries_the_excess_in_its_band():
+    z = 1.6448536269514722
+    point, lawfree = np.zeros(4), np.array([0.0, 0.1, -0.1, 0.05])
+    lo, hi = point - 0.02 * z, point + 0.02 * z  # the law's bootstrap sd 0.02, its disagreement RMS 0.075
+    tau = model_error(point, lo, hi, lawfree, 0.9)
+    assert tau == pytest.approx(math.sqrt(np.mean(lawfree**2) - 0.02**2))
+    lo2, hi2 = widen(point, lo, hi, tau, 0.9)
+    assert hi2 - point == pytest.approx(np.hypot(0.02 * z, z * tau)) and point - lo2 == pytest.approx(hi2 - point)
+    assert ((lo2 <= lawfree) & (lawfree <= hi2)).all() and not ((lo <= lawfree) & (lawfree <= hi)).all()
+    # a disagreement the bootstrap explains widens nothing; cells without a reading or with an infinite side
+    # do not count, and an infinite side stays infinite
+    assert model_error(point, point - 0.2, point + 0.2, lawfree, 0.9) == 0.0
+    assert widen(point, point - 0.2, point + 0.2, 0.0, 0.9)[1] == pytest.approx(point + 0.2)
+    hi_inf = np.where(np.arange(4) == 1, np.inf, hi)
+    assert model_error(point, lo, hi_inf, np.r_[lawfree[:3], np.nan], 0.9) == pytest.approx(
+        math.sqrt(np.mean(lawfree[[0, 2]] ** 2) - 0.02**2))
+    assert widen(point, lo, hi_inf, tau, 0.9)[1][1] == np.inf
 
 
 def test_saturating_fit_recovers_a_saturating_curve():
@@ -101,6 +120,8 @@ def test_with_an_irreducible_loss_the_chosen_method_finds_the_planted_multiplier
         assert len(lf) >= 3 and not lf["extrapolated"].any() and lf["compute"].max() <= DEMO_SLICES[-1]
         doc = m.growth_dict()
         assert doc["verdict"] == m.verdict and doc["primary"] == m.primary and doc["reason"] == m.reason
+        assert doc["model_error"] == pytest.approx(m.model_error) and set(m.model_error) == set(m.growth)
+        assert all(v >= 0 for v in m.model_error.values())
 
 
 def test_without_usable_slice_minima_an_identified_joint_fit_answers_unscored():

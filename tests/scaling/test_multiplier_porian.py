@@ -90,7 +90,8 @@ def porian_table(reading: str, n_boot: int = 1000, corpora=("rw", "owt2")) -> pd
     """One row per ordered pair of settings within a corpus: the reference slope and class, the verdict, the
     method that answered, the median |k / k_ref - 1| over the base's slices inside the sweep, the law-free
     cells covered by the answering method's band (and by the law-free band, the reference there), and the
-    reference's cells inside the sweep covered by the answering method's band."""
+    reference's cells inside the sweep covered by the answering method's band, the median width ln(hi / lo) of
+    the answering band inside the sweep and of the law-free band, and the answering method's model error."""
     laws = reference_laws(reading)
     lo, hi = WINDOW if reading == "window" else FULL
     t = slices()
@@ -114,7 +115,9 @@ def porian_table(reading: str, n_boot: int = 1000, corpora=("rw", "owt2")) -> pd
                             lawfree_covers_ref=int(((lf["lo"] <= ref.reindex(lf.index)) & (ref.reindex(lf.index) <= lf["hi"])).sum()),
                             ref_cells=len(inside),
                             ref_covered=int(((inside["lo"] <= r_in) & (r_in <= inside["hi"])).sum()),
-                            reason=m.reason))
+                            width=float(np.median(np.log(inside["hi"] / inside["lo"]))),
+                            lawfree_width=float(np.median(np.log(lf["hi"] / lf["lo"]))),
+                            model_error=m.model_error[m.primary], reason=m.reason))
     return pd.DataFrame(out)
 
 
@@ -140,24 +143,31 @@ def test_authors_recipe_reproduces_their_eight_laws():
 
 @pytest.mark.slow  # 12 fits at 200 replicates, ~25 s
 def test_window_reading_is_never_wrong_and_its_bands_cover_the_lawfree_k():
-    # measured: 7 right, 5 undetermined, 0 wrong; 43 of 43 law-free cells and 54 of 54 reference cells covered
+    # measured: 7 right, 5 undetermined, 0 wrong; 43 of 43 law-free cells and 54 of 54 reference cells covered;
+    # no pair's law disagrees with the law-free k beyond its bootstrap (model error 0, the bands as before)
     t = porian_table("window", n_boot=200, corpora=("rw",))
     right, undetermined = (t["verdict"] == t["ref_class"]), t["verdict"] == "undetermined"
     assert (right | undetermined).all(), t.loc[~(right | undetermined), ["base", "variant", "ref_slope", "verdict"]]
     assert right.sum() >= 7
     assert t["covered"].sum() >= 0.95 * t["cells"].sum() and t["ref_covered"].sum() >= 0.95 * t["ref_cells"].sum()
     assert t["k_err"].median() < 0.04  # measured 0.028
+    assert (t["model_error"] < 0.02).all()
 
 
 @pytest.mark.slow  # 12 fits at 200 replicates, ~55 s
 def test_full_reading_verdicts_agree_with_the_authors_recipe_and_the_bands_cover_their_k():
     # measured: 11 right, 1 undetermined (reference slope +0.027, at the class edge), 0 wrong; k within a median
-    # 2.2% of the authors'; the band covers their k in 123 of 123 cells, the law-free k in 87 of 114 (76%):
-    # the law-free reading is the noisier estimate (its own band covers their k in 113 of 114)
+    # 2.2% of the authors'; the band covers their k in 123 of 123 cells and the law-free k in 110 of 114 (87 of 114
+    # before the band carried the model error against the law-free k, docs/multiplier.md "Model error"); the
+    # law-free band covers their k in 113 of 114
     t = porian_table("full", n_boot=200, corpora=("rw",))
     right, undetermined = (t["verdict"] == t["ref_class"]), t["verdict"] == "undetermined"
     assert (right | undetermined).all(), t.loc[~(right | undetermined), ["base", "variant", "ref_slope", "verdict"]]
     assert right.sum() >= 11 and t["k_err"].median() < 0.03
     assert t["ref_covered"].sum() >= 0.95 * t["ref_cells"].sum()
     assert t["lawfree_covers_ref"].sum() >= 0.95 * t["cells"].sum()
-    assert t["covered"].sum() >= 0.7 * t["cells"].sum()
+    assert t["covered"].sum() >= 0.85 * t["cells"].sum()  # issue 42's acceptance
+    # the widening is not the law-free band: the answering band stays narrower (median ln(hi/lo) 0.263 against
+    # its 0.659; 0.215 over both corpora before the model error at 1,000 replicates); 8 of the 12 pairs widened
+    assert (t["model_error"] > 0).sum() >= 6
+    assert t["width"].median() < 0.35 and (t["width"] < t["lawfree_width"]).all()

@@ -29,7 +29,7 @@ from .bootstrap import N_BOOT
 from .joint import ChinchillaFit, fit_chinchilla, optimal_loss
 from .engine import wls
 from .isoflop import fit_isoflop, ols_lines
-from .multiplier_lawfree import lawfree_log_k, smoother
+from .multiplier_lawfree import lawfree_log_k, model_error, smoother, widen
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, slice_rows
 
 __all__ = ["GrowthTest", "MultiplierFit", "backbone_pairs", "SharedExponentTest", "VERDICTS", "family_forecasts", "fit_multiplier",
@@ -85,7 +85,8 @@ class MultiplierFit(FitFields):
     columns ``compute, k, lo, hi, method, extrapolated`` (method ``lawfree``: the law-free reading,
     inside the sweep only); ``growth`` one ``GrowthTest`` per method; ``primary`` the method that
     answers (the best ``scores``, docs/multiplier.md), ``equal`` the methods that fit about equally
-    well (their spread is in the primary's band), ``decided`` the verdict and ``reason`` why.
+    well (their spread is in the primary's band), ``decided`` the verdict and ``reason`` why; ``model_error``
+    method -> tau (ln k), the disagreement with the law-free k beyond the method's bootstrap, in its band.
     ``level``, ``warnings`` and ``status`` (the primary's, decided by ``fit_multiplier``) are
     ``FitFields``'; ``ci`` defaults to each method's interval of the growth slope."""
 
@@ -103,6 +104,7 @@ class MultiplierFit(FitFields):
     equal: tuple[str, ...] = ()
     decided: str | None = None
     reason: str = ""
+    model_error: dict = field(default_factory=dict)  # method -> tau (ln k), widening its band (model_error)
 
     def __post_init__(self):
         if not self.ci:  # the growth slope's interval per method, as the tests report it
@@ -135,7 +137,8 @@ class MultiplierFit(FitFields):
         d = self.test.to_dict()
         d.update(base=self.base, variant=self.variant, verdict=self.verdict, reason=self.reason,
                  primary=self.primary, scores=self.scores, equal=self.equal, tests=self.growth,
-                 shared_exponent=self.shared_exponent, paired=self.paired, statuses=self.statuses,
+                 model_error=self.model_error, shared_exponent=self.shared_exponent, paired=self.paired,
+                 statuses=self.statuses,
                  sweep_range=self.sweep_range, n_boot=self.n_boot, status=self.status, warnings=self.warnings)
         return jsonable(d)  # each test and status by its own to_dict
 
@@ -163,6 +166,7 @@ class MultiplierFit(FitFields):
             lines.append(f"  growth ({m}{', primary' if m == self.primary else ''}): k ~ C^{t.slope:+.3f} "
                          f"[{t.slope_lo:+.3f}, {t.slope_hi:+.3f}], p = {t.p_value:.3g}: {t.verdict}"
                          + (f"; score {sc.score:.3g}" if sc is not None else "")
+                         + (f"; model error {self.model_error[m]:.3g} in ln k" if self.model_error.get(m) else "")
                          + ("" if st.identified else f"  ({st})"))
         lines.append(f"  verdict: {self.verdict} ({self.reason})")
         if self.shared_exponent is not None:
@@ -687,6 +691,30 @@ def _computes(rows_b: pd.DataFrame, computes, target_compute) -> tuple[np.ndarra
     return C, sweep
 
 
+def _band(r: "_Reading", cells: slice, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """A method's bootstrap band (ln k) at ``cells`` of its computes (the point where it has no draws)."""
+    return _quantiles(r.draws[:, cells], level) if len(r.draws) else (r.point[cells], r.point[cells])
+
+
+def _method_rows(method, readings, C, n, sweep, forecasts, tau, equal, level) -> list[dict]:
+    """One method's rows at the table's computes C: its bootstrap band, at an extrapolated target widened to the
+    calibrated forecast half-width where that is wider; then its model error against the law-free k in
+    quadrature (``multiplier_lawfree.model_error``: the band covers what the law's own bootstrap does not explain
+    of its disagreement with the data, at every compute); the primary's then spans the k of the methods that fit
+    about equally well (``equal``; a flagged fit's inside the sweep only)."""
+    r = readings[method]
+    extrap = _outside(C, sweep, 1e-9) | _outside(np.exp(r.point[:n]) * C, r.vrange, SLICE_TOLERANCE)
+    half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, r.alpha_v) if e else 0.0
+                     for c, e in zip(C, extrap)])
+    lo, hi = _band(r, slice(None, n), level)
+    lo, hi = widen(r.point[:n], np.minimum(lo, r.point[:n] - half), np.maximum(hi, r.point[:n] + half), tau, level)
+    for m in equal:  # the spread between methods that fit about equally well
+        flagged = not readings[m].status.identified  # a flagged fit's k counts inside the sweep only
+        other = np.where(extrap & flagged | ~np.isfinite(readings[m].point[:n]), np.nan, readings[m].point[:n])
+        lo, hi = np.fmin(lo, other), np.fmax(hi, other)
+    return _rows(method, C, r.point[:n], lo, hi, extrap)
+
+
 def _readings(rows, envs, lc, sweep, o: _Options, methods, names, warnings) -> dict:
     """method -> ``_Reading`` for each method that could be fitted (the others skipped with a warning);
     ``envs``: both families' envelopes, or why they could not be made."""
@@ -741,18 +769,12 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
     lawfree = _lawfree(envs, lc, o) if envs is not None else (np.full(lc.size, np.nan),) * 3
     scores = _scores(readings, lawfree[0][n:], slice(n, None), envs[1].alpha if envs is not None else math.nan)
     primary, equal, primary_test, verdict, reason = _choose(readings, scores)
+    tau = {m: model_error(r.point[n:], *_band(r, slice(n, None), level), lawfree[0][n:], level)
+           for m, r in readings.items()}
     table = []
     for method, r in readings.items():
-        extrap = _outside(C, sweep, 1e-9) | _outside(np.exp(r.point[:n]) * C, r.vrange, SLICE_TOLERANCE)
-        half = np.array([_calibrated_halfwidth((forecasts or {}).get(float(c)), method, r.alpha_v) if e else 0.0
-                         for c, e in zip(C, extrap)])
-        lo, hi = _quantiles(r.draws[:, :n], level) if len(r.draws) else (r.point[:n], r.point[:n])
-        lo, hi = np.minimum(lo, r.point[:n] - half), np.maximum(hi, r.point[:n] + half)
-        for m in (equal if method == primary else ()):  # the spread between methods that fit about equally well
-            flagged = not readings[m].status.identified  # a flagged fit's k counts inside the sweep only
-            other = np.where(extrap & flagged | ~np.isfinite(readings[m].point[:n]), np.nan, readings[m].point[:n])
-            lo, hi = np.fmin(lo, other), np.fmax(hi, other)
-        table += _rows(method, C, r.point[:n], lo, hi, extrap)
+        table += _method_rows(method, readings, C, n, sweep, forecasts, tau[method],
+                              equal if method == primary else (), level)
     keep = np.isfinite(lawfree[0][:n])
     table += _rows("lawfree", C[keep], *(v[:n][keep] for v in lawfree), np.zeros(keep.sum(), bool))
     growth = {m: r.test if r.status.identified or r.test.verdict == "undetermined"  # no verdict from a flagged fit
@@ -768,7 +790,7 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
                          paired={m: r.how for m, r in readings.items()},
                          statuses={m: r.status for m, r in readings.items()}, sweep_range=sweep, n_boot=o.n_boot,
                          warnings=tuple(warnings), status=status, scores=scores, equal=equal, decided=verdict,
-                         reason=reason)
+                         reason=reason, model_error=tau)
 
 
 def family_forecasts(results: pd.DataFrame, base: str, variant: str, targets, *, loss: str = "loss",

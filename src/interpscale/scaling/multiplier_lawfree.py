@@ -7,13 +7,19 @@ L*(C) inside the variant's range of minima (nan elsewhere, never extrapolated).
 
 Bands: the slice-paired residual bootstrap of ``multiplier`` (a shared slice's two residuals drawn
 together), about a quadratic smoother of each family's minima in ln C; each replicate's deviation
-from the smoother's reading is added to the reading of the minima themselves."""
+from the smoother's reading is added to the reading of the minima themselves.
+
+Model error (``model_error``, ``widen``): where a law's k and this reading disagree by more than the law's own
+bootstrap allows, the law's band carries the excess in quadrature (docs/multiplier.md, "Model error")."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
-__all__ = ["isotonic_decreasing", "lawfree_log_k", "smoother"]
+import numpy as np
+from scipy import stats
+
+__all__ = ["isotonic_decreasing", "lawfree_log_k", "model_error", "smoother", "widen"]
 
 
 def isotonic_decreasing(y: np.ndarray) -> np.ndarray:
@@ -58,3 +64,29 @@ def smoother(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     fitted = X @ coef
     h = np.einsum("ij,ji->i", X, np.linalg.pinv(X))
     return fitted, (y - fitted) / np.sqrt(np.clip(1.0 - h, 1e-12, None))
+
+
+def model_error(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, lawfree: np.ndarray, level: float) -> float:
+    """A law's model error tau (ln k) against the data's own k: tau^2 = max(0, mean (ln k - ln k_lawfree)^2 -
+    mean s^2) over the cells where both are read, s = (hi - lo) / 2z the law's bootstrap sd there (its ``level``
+    band, z the normal quantile). The part of the disagreement the law's bootstrap does not explain; the
+    law-free reading's own noise is not subtracted, because the two are read off the same slice minima (their
+    errors are correlated, so var(d) is not the sum of the two bootstraps') and one sweep cannot tell that noise
+    from the law's misfit: the band says what the law cannot rule out. 0 when no cell is read."""
+    z = stats.norm.ppf(0.5 + level / 2.0)
+    with np.errstate(invalid="ignore"):  # an infinite band side (k never reached) is left out
+        d, s = point - lawfree, (hi - lo) / (2.0 * z)
+    ok = np.isfinite(d) & np.isfinite(s)
+    if not ok.any():
+        return 0.0
+    return math.sqrt(max(0.0, float(np.mean(d[ok] ** 2) - np.mean(s[ok] ** 2))))
+
+
+def widen(point: np.ndarray, lo: np.ndarray, hi: np.ndarray, tau: float, level: float):
+    """(lo, hi) with each side's half-width h made sqrt(h^2 + (z tau)^2): the band of ln k = law + model error,
+    the two independent (``model_error``; an infinite side stays infinite)."""
+    if not tau > 0:
+        return lo, hi
+    m = stats.norm.ppf(0.5 + level / 2.0) * tau
+    with np.errstate(invalid="ignore"):
+        return point - np.hypot(point - lo, m), point + np.hypot(hi - point, m)
