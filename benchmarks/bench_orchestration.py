@@ -7,6 +7,9 @@
 - DDP: step time of 2 CPU ranks (gloo, DDP, half the global batch each) vs 1 rank (all of it);
   ideal on 2 free cores is 0.5, and overhead = 2 x t(2 ranks) / t(1 rank) - 1
 - throughput: tokens/s and achieved FLOP/s (Eq. 23) per demo size, vs a 512x512 matmul
+- loop CPU/step (issue 45): process CPU time (every thread: the prefetch thread's too) per step of
+  the trainer's whole loop on demo runs, batches handed over one per step (``MAX_AHEAD = 1``, the
+  loop before issue 45) vs in blocks, alternated; wall time is not used (a loaded machine)
 
 Runs on CUDA as well (``--device cuda``: MFU from the GPU table is then in metrics.jsonl).
 """
@@ -14,6 +17,7 @@ Runs on CUDA as well (``--device cuda``: MFU from the GPU table is then in metri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -26,6 +30,7 @@ import torch.multiprocessing as mp
 
 from interpscale.models import build_model, flops_per_token, params_nonembedding, save_checkpoint
 from interpscale.data import PreparedData, prepare_data
+from interpscale.orchestration import parallel
 from interpscale.orchestration.runtime import cpu_peak_flops
 from interpscale.orchestration.planner import PlanOptions, plan
 from interpscale.orchestration.spec import RunSpec
@@ -128,15 +133,46 @@ def step_figures(tmp: str) -> None:
               f"save/step {t_save / t_step:5.2f}  fused/loop AdamW step {t_step / t_loop:5.2f}")
 
 
+def loop_figures(tmp: str, steps: int, rounds: int = 3,
+                 runs: tuple[str, ...] = ("ar:L1d12", "cdlm+concept:L1d8")) -> None:
+    from interpscale.orchestration.trainer import Trainer
+
+    p = plan("demo", PlanOptions(flops_per_s=1e10))
+    default = parallel.MAX_AHEAD
+    for name in runs:
+        family, size = name.split(":")
+        r = next(r for r in p.runs if (r.family, r.size) == (family, size))
+        r = dataclasses.replace(r, tokens=steps * r.batch_tokens)  # the demo's run, shortened
+        cpu: dict[int, list[float]] = {1: [], default: []}
+        for i in range(rounds + 1):  # the first round warms up (imports, data preparation)
+            for ahead in cpu:
+                parallel.MAX_AHEAD = ahead
+                run_dir = Path(tmp) / f"loop-{family}-{size}-{ahead}-{i}"
+                t = Trainer(r, run_dir, data_root=f"{tmp}/_data", progress=False, tensorboard=False, device="cpu")
+                t0 = time.process_time()
+                t.run()
+                if i:
+                    cpu[ahead].append((time.process_time() - t0) / steps)
+        parallel.MAX_AHEAD = default
+        one, block = statistics.median(cpu[1]), statistics.median(cpu[default])
+        ratio = statistics.median(b / a for a, b in zip(cpu[1], cpu[default]))
+        print(f"loop {name:18s} CPU/step: one batch per hand-off {1e3 * one:6.2f} ms, blocks {1e3 * block:6.2f} ms "
+              f"(median paired ratio {ratio:.3f}; {steps} steps x {rounds} rounds)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--loop-steps", type=int, default=400, help="steps per run of the loop CPU/step figure")
+    ap.add_argument("--only-loop", action="store_true", help="only the loop CPU/step figure (issue 45)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer_figures(tmp, args.device, args.steps)
-        step_figures(tmp)
+        if not args.only_loop:
+            trainer_figures(tmp, args.device, args.steps)
+            step_figures(tmp)
+        loop_figures(tmp, args.loop_steps)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ own all-reduce (DDP) or reduce-scatter (FSDP2), only on a step's last micro-batc
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
@@ -102,26 +103,64 @@ def seed_step(device: torch.device, seed: int) -> None:
         torch.cuda.manual_seed(seed)
 
 
+AHEAD_BYTES = 64 * 2**20  # host memory a hand-off's batches may take (two hand-offs are alive)
+MAX_AHEAD = 32  # batches per hand-off at most
+
+
 class Prefetcher:
-    """Builds the batch of step ``s + 1`` on a background thread while step ``s`` trains."""
+    """Builds the batches of the next steps on a background thread while the current ones train.
+
+    Batches go over in blocks (``ahead`` steps: as many as fit in ``AHEAD_BYTES``, at most
+    ``MAX_AHEAD``), not one per step: waking the thread and handing the GIL back and forth every
+    step cost 10-20% of a tiny CPU model's step, more than building its batch (issue 45,
+    benchmarks/README.md). A batch is a pure function of its step, so the values are the same;
+    an error building a batch is raised at that batch's step."""
 
     def __init__(self, make: Callable[[int], Batch], start: int, end: int):
         self.make, self.end, self.step = make, end, start
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
-        self.next = self.pool.submit(make, start) if start < end else None
+        self.ahead, self.ready = 1, collections.deque()  # the first block, one batch, sizes the rest
+        self.next = self._submit(start)
+
+    def _submit(self, start: int):
+        stop = min(start + self.ahead, self.end)
+        self.submitted = stop
+        return self.pool.submit(self._build, start, stop) if start < stop else None
+
+    def _build(self, start: int, stop: int) -> list:
+        out = []
+        for s in range(start, stop):
+            try:
+                out.append(self.make(s))
+            except Exception as exc:  # raised at its own step, after the batches before it trained
+                out.append(exc)
+                break
+        return out
 
     def __next__(self) -> Batch:
-        if self.next is None:
-            raise StopIteration
-        batch = self.next.result()
+        if not self.ready:
+            if self.next is None:
+                raise StopIteration
+            block = self.next.result()
+            if self.ahead == 1 and isinstance(block[0], Batch):
+                self.ahead = max(1, min(MAX_AHEAD, AHEAD_BYTES // max(1, batch_bytes(block[0]))))
+            self.ready.extend(block)
+            self.next = self._submit(self.submitted) if not isinstance(block[-1], Exception) else None
+        item = self.ready.popleft()
+        if isinstance(item, Exception):
+            raise item
         self.step += 1
-        self.next = self.pool.submit(self.make, self.step) if self.step < self.end else None
-        return batch
+        return item
 
     def close(self) -> None:
         if self.next is not None:
             self.next.cancel()
         self.pool.shutdown(wait=True)
+
+
+def batch_bytes(batch: Batch) -> int:
+    return sum(x.numel() * x.element_size() for x in (batch.tokens, batch.chunk_ids, batch.chunk_labels,
+                                                       batch.valid) if x is not None)
 
 
 def full_state(module: torch.nn.Module, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:

@@ -293,16 +293,19 @@ class Trainer:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
-        total, parts = 0.0, {}
-        for i, mb in enumerate(split(batch, self.n_micro)):
+        n = self.n_micro
+        # the mean over micro-batches; with one, x / 1 is x: skipping its ops is bitwise the same (issue 45)
+        mean = (lambda x: x) if n == 1 else (lambda x: x / n)  # noqa: E731
+        total, parts = None, {}
+        for i, mb in enumerate(split(batch, n)):
             seed_step(self.device, step_seed(self.spec.seed, step, self.rank, i))  # noise / gating draws
-            with sync(self.module, i == self.n_micro - 1):  # gradients all-reduced on the last only
+            with sync(self.module, i == n - 1):  # gradients all-reduced on the last only
                 with autocast:
                     loss, p = self.loss_fn(mb.to(self.device), step)
-                (loss / self.n_micro).backward()
-            total = total + loss.detach() / self.n_micro
+                mean(loss).backward()
+            total = _add(total, mean(loss.detach()))
             for k, v in p.items():
-                parts[k] = parts.get(k, 0.0) + (v.detach() if torch.is_tensor(v) else v) / self.n_micro
+                parts[k] = _add(parts.get(k), mean(v.detach() if torch.is_tensor(v) else v))
         gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.spec.grad_clip)
         opt.step()
         return {"loss": total, "grad_norm": gnorm, **parts}
@@ -316,6 +319,11 @@ class Trainer:
         if check is not None:  # host-side value checks, off the training thread
             check(batch)
         return pin(batch) if self.device.type == "cuda" else batch
+
+
+def _add(acc, x):
+    """``acc + x``, ``x`` itself at the first term (no ``0.0 + x`` op per value and step)."""
+    return x if acc is None else acc + x
 
 
 def _pick_device(device: str | None) -> torch.device:
