@@ -56,12 +56,14 @@ def test_cli_main_is_the_only_exception_to_exit_code_mapping():
                 if isinstance(inner, ast.Attribute) and inner.attr == "stderr":
                     offenders.append(f"{path.name}:{inner.lineno}: except ... writes to stderr")
     assert not offenders, offenders
-    # and cli.main maps: bad input 2, failed work 1, Ctrl-C 130
-    from interpscale.cli import exit_code
+    # and cli.main maps: bad input 2, failed work 1, Ctrl-C 130, a bug INTERNAL_ERROR (a ValueError is bad
+    # input only when interpscale's own code raised it: tests/test_cli_errors.py, the numeric-bug test)
+    from interpscale.cli import INTERNAL_ERROR, exit_code
     from interpscale.errors import ConfigError, FailedWork, UserError
 
     assert [exit_code(e) for e in (UserError("x"), ConfigError("x"), ValueError("x"), FileNotFoundError(2, "x"),
-                                   FailedWork("x"), RuntimeError("x"), KeyboardInterrupt())] == [2, 2, 2, 2, 1, 1, 130]
+                                   FailedWork("x"), RuntimeError("x"), KeyboardInterrupt())] == [
+        2, 2, INTERNAL_ERROR, 2, 1, INTERNAL_ERROR, 130]
 
 
 def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys):
