@@ -141,7 +141,8 @@ SHIMS = {"backtest", "fit_families", "fit_law_table", "forecast_from_results", "
 # a band's or an interval's level as a quantity (bootstrap primitives, a fit's own band), not a fit's options
 PRIMITIVES = {"check_level", "dropped", "pairs_weights", "cluster_weights", "percentile_ci", "band_from_draws",
               "prior_half_width", "error_interval", "chained_interval", "extrapolate", "compare_approaches",
-              "calibrate", "conformal_quantile", "growth_test", "simulate_pair"}
+              "calibrate", "conformal_quantile", "growth_test", "simulate_pair",
+              "model_error", "widen"}  # band arithmetic at a level, as band_from_draws
 # still loose, without options= (none left: add a name here only with the issue that will give it options=)
 NOT_YET: set[str] = set()
 
