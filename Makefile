@@ -23,8 +23,11 @@ demo: $(STAMP)
 demo-quick: $(STAMP)
 	$(VENV)/bin/interpscale demo --quick --out runs/demo-quick
 
+# one pytest worker per core of the 2-core CI machine; a test file stays on one worker, in order
+# (tests/conftest.py gives each worker one torch thread). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -13,6 +13,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one pytest worker per core (pytest-xdist): one intra-op thread each, or
+    # two workers' torch/OpenMP pools oversubscribe the cores (jobs a test starts inherit it)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
