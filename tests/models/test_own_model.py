@@ -101,6 +101,7 @@ def forget_plugin():
     from interpscale.models import FAMILIES, plugins
 
     loaded = list(plugins.LOADED)
+    plugins.LOADED[:] = []  # plugins another test of this worker loaded are not this test's
     yield
     FAMILIES.pop("gated-gpt", None)
     plugins.LOADED[:] = loaded
