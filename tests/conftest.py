@@ -4,6 +4,7 @@ the skip of `slurm`-marked tests when no SLURM cluster answers."""
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def find_reference_data(name: str) -> Path:
         if p.is_file():
             return p
     pytest.fail(f"reference data {name} is not in {DATA_DIR} (see tests/data/README.md)")
+
+
+@pytest.fixture(autouse=True)
+def _plugins_loaded_stay_with_their_test():
+    """The plugin modules a test loads (``plugins.LOADED``, which ``plan`` records in each run)
+    are forgotten after it, so no later test on the same pytest worker sees them."""
+    mod = sys.modules.get("interpscale.models.plugins")  # not imported here: `fit` tests run without torch
+    before = list(mod.LOADED) if mod else []
+    yield
+    mod = sys.modules.get("interpscale.models.plugins")
+    if mod is not None:
+        mod.LOADED[:] = before
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,7 @@ def test_cli_main_is_the_only_exception_to_exit_code_mapping():
         2, 2, INTERNAL_ERROR, 2, 1, INTERNAL_ERROR, 130]
 
 
-def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys, monkeypatch):
+def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys):
     """`fit RESULTS` is `fit families RESULTS`; a sweep without a verb is `sweep launch`."""
     from interpscale.analysis.example_data import example_results
 
@@ -80,8 +80,6 @@ def test_old_spellings_run_with_one_deprecation_line(tmp_path, capsys, monkeypat
     assert [ln for ln in err.splitlines() if "deprecated" in ln] == [
         "interpscale fit: deprecated spelling; write `interpscale fit families ...` (the form without `families` "
         "goes in the next release)"]
-    from interpscale.models import plugins
-    monkeypatch.setattr(plugins, "LOADED", list(plugins.LOADED))  # restored after: later tests must not see "json"
     assert main(["fit", "--plugin", "json", str(path), *argv]) == 0  # the command's own option before the table
     assert "deprecated spelling" in capsys.readouterr().err
     # the old launch spelling reaches `sweep launch`, which needs --preset

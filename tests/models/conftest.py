@@ -47,7 +47,7 @@ def chunked():
 def plugin(tmp_path):
     """``plugin(name, source)``: the source written to ``<name>.py`` and loaded as a plugin; the
     families it registered and the module are forgotten after the test."""
-    loaded, before = list(plugins.LOADED), set(FAMILIES)
+    before = set(FAMILIES)  # plugins.LOADED is restored by tests/conftest.py
     names = []
 
     def load(name: str, source: str):
@@ -60,6 +60,5 @@ def plugin(tmp_path):
     yield load
     for fam in set(FAMILIES) - before:
         FAMILIES.pop(fam)
-    plugins.LOADED[:] = loaded
     for name in names:
         sys.modules.pop(name, None)

@@ -97,14 +97,12 @@ def test_a_plugin_checkpoint_reloads_through_its_builder_in_a_fresh_process(tmp_
 
 @pytest.fixture
 def forget_plugin():
-    """Leave the session's registry as it was: the plugin this test imports is unregistered."""
-    from interpscale.models import FAMILIES, plugins
+    """Leave the session's registry as it was: the plugin this test imports is unregistered
+    (``plugins.LOADED``: tests/conftest.py)."""
+    from interpscale.models import FAMILIES
 
-    loaded = list(plugins.LOADED)
-    plugins.LOADED[:] = []  # plugins another test of this worker loaded are not this test's
     yield
     FAMILIES.pop("gated-gpt", None)
-    plugins.LOADED[:] = loaded
     sys.modules.pop("gated_gpt", None)
 
 
