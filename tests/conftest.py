@@ -35,14 +35,24 @@ def find_reference_data(name: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def _plugins_loaded_stay_with_their_test():
-    """The plugin modules a test loads (``plugins.LOADED``, which ``plan`` records in each run)
-    are forgotten after it, so no later test on the same pytest worker sees them."""
+    """The plugin modules a test loads are forgotten after it -- ``plugins.LOADED`` (which ``plan``
+    records in each run), their ``sys.modules`` entries and the families they registered -- so no
+    later test on the same pytest worker sees them (a file plugin of the same name loaded again from
+    elsewhere would otherwise find its family already registered)."""
     mod = sys.modules.get("interpscale.models.plugins")  # not imported here: `fit` tests run without torch
     before = list(mod.LOADED) if mod else []
     yield
     mod = sys.modules.get("interpscale.models.plugins")
-    if mod is not None:
-        mod.LOADED[:] = before
+    if mod is None or mod.LOADED == before:
+        return
+    new = {Path(m).stem if m.endswith(".py") else m for m in mod.LOADED if m not in before}
+    mod.LOADED[:] = before
+    families = sys.modules["interpscale.models.registry"].FAMILIES
+    for name in list(families):
+        if getattr(families[name].builder, "__module__", None) in new:
+            families.pop(name)
+    for m in new:
+        sys.modules.pop(m, None)
 
 
 @pytest.fixture(scope="session")

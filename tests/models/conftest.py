@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from interpscale.models import FAMILIES, build_model, plugins
+from interpscale.models import build_model, plugins
 
 
 
@@ -46,19 +46,12 @@ def chunked():
 @pytest.fixture
 def plugin(tmp_path):
     """``plugin(name, source)``: the source written to ``<name>.py`` and loaded as a plugin; the
-    families it registered and the module are forgotten after the test."""
-    before = set(FAMILIES)  # plugins.LOADED is restored by tests/conftest.py
-    names = []
+    module and the families it registered are forgotten after the test (tests/conftest.py)."""
 
     def load(name: str, source: str):
         path = tmp_path / f"{name}.py"
         path.write_text(textwrap.dedent(source))
-        names.append(name)
         plugins.load_plugins(str(path))
         return sys.modules[name]
 
-    yield load
-    for fam in set(FAMILIES) - before:
-        FAMILIES.pop(fam)
-    for name in names:
-        sys.modules.pop(name, None)
+    return load

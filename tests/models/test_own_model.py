@@ -95,18 +95,7 @@ def test_a_plugin_checkpoint_reloads_through_its_builder_in_a_fresh_process(tmp_
     assert out.stdout.split() == ["GatedGPT", "elementwise", "96", "96"]
 
 
-@pytest.fixture
-def forget_plugin():
-    """Leave the session's registry as it was: the plugin this test imports is unregistered
-    (``plugins.LOADED``: tests/conftest.py)."""
-    from interpscale.models import FAMILIES
-
-    yield
-    FAMILIES.pop("gated-gpt", None)
-    sys.modules.pop("gated_gpt", None)
-
-
-def test_preset_plugins_are_recorded_in_plugin_runs_and_loaded_with_the_spec(tmp_path, capsys, forget_plugin):
+def test_preset_plugins_are_recorded_in_plugin_runs_and_loaded_with_the_spec(tmp_path, capsys):
     """``[plan] plugins`` reaches the runs of the plugin family only (built-in runs keep their
     ids), and a process that loads such a spec can look the family up; a plugin that does not
     import is a named bad-input error (exit 2)."""
