@@ -20,7 +20,7 @@ from interpscale.orchestration import Sweep
 from interpscale.orchestration.checkpointer import completed_states
 from interpscale.orchestration.rundir import read_status
 
-STEPS = 1500  # long enough to be mid-training when signalled, seconds of CPU per run
+STEPS = 700  # long enough to be mid-training when signalled, seconds of CPU per run
 
 
 def _preset(tmp_path: Path, n_runs: int) -> Path:

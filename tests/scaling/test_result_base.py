@@ -90,3 +90,25 @@ def test_named_tuples_replace_positional_returns(results):
 
     r = repetition_inputs(np.array([1e8]), np.array([4e9]), np.array([1e9]))
     assert isinstance(r, RepetitionInputs) and r.R_D[0] == pytest.approx(3.0) and len(r) == 4
+
+
+def test_a_note_read_again_inside_log_once_is_logged_once_and_recorded_each_time(caplog):
+    """One report reads the same rows for each table and figure: its notes ("annealed mixes ...")
+    are logged once (each warning once), while every result keeps its own copy."""
+    from interpscale.scaling import log_once
+    from interpscale.scaling.tables import fit_rows
+
+    table = pd.DataFrame({"family": ["ar"] * 4, "params": [1e6, 2e6, 1e6, 2e6], "tokens": [1e8] * 4,
+                          "loss": [3.0, 2.9, 3.1, 3.0], "slice_flops": [6e14] * 4,
+                          "annealed": [True, True, False, False]})
+    per_call = [[], [], []]
+    with caplog.at_level("WARNING", logger="interpscale.scaling"), log_once():
+        for w in per_call:
+            fit_rows(table, warnings=w)
+    assert all(len(w) == 1 and "annealed mixes" in w[0] for w in per_call)
+    assert sum("annealed mixes" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="interpscale.scaling"):  # outside: each call logs, as before
+        fit_rows(table, warnings=[])
+        fit_rows(table, warnings=[])
+    assert sum("annealed mixes" in r.getMessage() for r in caplog.records) == 2

@@ -26,7 +26,7 @@ from interpscale._markdown import banded_cell as k_cell  # the one rule (tables.
 from interpscale.analysis.figures import CORE_COLUMNS, figure_options, render_figures, require_columns
 from interpscale.analysis.fit_status import fit_statuses, isoflop_fit_state, joint_fit_state, trend_status
 from interpscale.results_table import read_results
-from interpscale.scaling import N_BOOT, fmt_sub
+from interpscale.scaling import N_BOOT, fmt_sub, log_once
 from interpscale.scaling import backtest as backtest_budgets
 from interpscale.scaling.analysis import (Analysis, AnalysisOptions, AnnealSummary, analyse, anneal_summary,
                                           anneal_tables, family_multipliers, metric_trends, shown_computes)
@@ -541,6 +541,7 @@ def _figure_target(o: AnalysisOptions) -> dict | None:
     return {"flops": float(o.target_compute), **observed}
 
 
+@log_once()
 def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.PathLike, *, fits: Any = None,
                  run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = REPORT_BOOT,
                  figures: bool = True, source: str | None = None, target_compute: float | None = None,

@@ -26,7 +26,7 @@ Every result is a frozen dataclass with ``ci``, ``converged``, ``warnings``, ``p
 ``to_dict()`` and ``summary()``; fitted curves have bootstrap ``band(x, level)`` methods.
 """
 
-from ._base import FitStatus, ScalingFitWarning, fit_status, fmt_sub, keep_repeats, quiet
+from ._base import FitStatus, ScalingFitWarning, fit_status, fmt_sub, keep_repeats, log_once, quiet
 from .backtest import Backtest, backtest, nearest_budget
 from .bootstrap import KINDS as BOOTSTRAP_KINDS, N_BOOT, Bootstrap
 from .bounded import METRICS, BoundedFit, fit_bounded
@@ -53,7 +53,7 @@ __all__ = [
     "backtest", "Backtest", "nearest_budget", "compare_approaches", "ApproachComparison",
     "ForecastLedger", "Forecast", "forecast_from_results", "inputs_hash", "Bootstrap", "BOOTSTRAP_KINDS",
     "FORECAST_METHODS", "ForecastMethod", "ForecastOptions", "FamilyForecast", "forecast_family", "register_method",
-    "calibrate", "quiet", "keep_repeats", "fit_trend", "TrendFit",
+    "calibrate", "log_once", "quiet", "keep_repeats", "fit_trend", "TrendFit",
     "fit_data_constrained", "DataConstrainedFit", "data_constrained_objective", "data_constrained_law", "epoch_costs", "fit_overtraining", "OvertrainingFit",
     "fit_downstream_error", "DownstreamErrorFit", "fit_ladder", "LadderFit", "checkpoint_points", "read_runs", "RunTable",
 ]

@@ -92,6 +92,7 @@ def check_points(arrays: Mapping[str, Any], need: int, what: str, *, positive: b
 
 _KEEP_REPEATS: contextvars.ContextVar[bool] = contextvars.ContextVar("interpscale_keep_repeats", default=False)
 _ABOUT: contextvars.ContextVar[str] = contextvars.ContextVar("interpscale_fit_about", default="")
+_LOGGED: contextvars.ContextVar[set | None] = contextvars.ContextVar("interpscale_logged", default=None)
 
 
 @contextlib.contextmanager
@@ -122,6 +123,21 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
         i = next(i for i, grp in enumerate(inverse) if first[grp] != i)
         raise ValueError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical "
                          f"{', '.join(columns)}); drop or aggregate repeated measurements first")
+
+
+@contextlib.contextmanager
+def log_once():
+    """Inside (a ``with`` block or a decorated call), a fit's warning text is logged the first time
+    only, though every result still records it: one report reads the same rows for each table and
+    figure and would otherwise repeat the same note."""
+    if _LOGGED.get() is not None:  # an outer block already counts
+        yield
+        return
+    token = _LOGGED.set(set())
+    try:
+        yield
+    finally:
+        _LOGGED.reset(token)
 
 
 def about(label: str):
@@ -171,7 +187,11 @@ def emit(messages: list[str], msg: str, *, warn: bool = False, code: str = "note
     messages.append(msg)
     label = _ABOUT.get()
     prefix = f"{label}: " if label and not msg.startswith(f"{label}:") else ""
-    log.warning("%s%s", prefix, msg)
+    seen = _LOGGED.get()
+    if seen is None or prefix + msg not in seen:
+        log.warning("%s%s", prefix, msg)
+        if seen is not None:
+            seen.add(prefix + msg)
     if warn:
         _warnings.warn(str(msg), ScalingFitWarning, stacklevel=3)
 

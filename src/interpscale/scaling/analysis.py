@@ -28,7 +28,7 @@ import pandas as pd
 
 from interpscale import paper
 
-from ._base import DEFAULT_LEVEL, from_options, quiet
+from ._base import DEFAULT_LEVEL, from_options, log_once, quiet
 from .anneal_rows import loo_errors, loo_table, with_predicted_anneals
 from .backtest import Backtest, backtest
 from .bootstrap import N_BOOT
@@ -482,6 +482,7 @@ def anneal_tables(results: pd.DataFrame, loss: str = "loss") -> AnnealSummary | 
     return AnnealSummary(summary, loo_table(loo_errors(results, loss=loss))) if len(summary) else None
 
 
+@log_once()
 def analyse(results: pd.DataFrame, options: AnalysisOptions | None = None, *, fits: FamilyFits | None = None
             ) -> Analysis:
     """The one analysis of ``results`` under ``options`` (module doc), cached by the inputs' hash.

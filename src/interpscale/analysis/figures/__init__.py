@@ -29,6 +29,7 @@ from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, anneal_loss_
 from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_metrics
 from interpscale.analysis.figures.multiplier import multiplier_figure
 from interpscale.analysis.figures.overhead import concept_overhead_figure
+from interpscale.scaling import log_once
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -152,6 +153,7 @@ class FigureSet:
         return [p for ps in self.drawn.values() for p in ps]
 
 
+@log_once()
 def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits=None,
                    run_dirs: Iterable[str | os.PathLike] | None = None, n_boot: int = DEFAULT_FIG_BOOT,
                    target: Mapping | None = None, formats: tuple[str, ...] = ("png", "pdf"),

@@ -123,23 +123,32 @@ def compute_axis(ax, label: str = "Compute C (FLOPs)") -> None:
 
 
 def save_figure(fig, out_dir: str | os.PathLike, name: str, *, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write ``name.png`` (``DPI`` dots per inch) and ``name.pdf`` atomically into ``out_dir``; closes it."""
+    """Write ``name.png`` (``DPI`` dots per inch) and ``name.pdf`` atomically into ``out_dir``; closes it.
+
+    The layout and the tight bounding box are computed once and every format reuses them: a plain
+    ``savefig(bbox_inches="tight")`` lays the figure out and draws it twice per format, and on these
+    tick-heavy log panels that layout is most of a report's figure time."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths, layout = [], []
+    paths, caught = [], []
     try:
-        for fmt in formats:
-            path = out / f"{name}.{fmt}"
-            with atomic_path(path, suffix=f".{fmt}") as tmp, paper_style(), warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")
-                fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.03)
-            layout += [str(x.message) for x in w if "layout" in str(x.message)]
-            for x in w:  # any other warning goes on as it came
-                if "layout" not in str(x.message):
-                    warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
-            paths.append(path)
+        with paper_style(), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fig.draw_without_rendering()  # the layout engine runs here, once
+            bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.03)
+            fig.set_layout_engine("none")  # keep the positions just computed
+            for fmt in formats:
+                path = out / f"{name}.{fmt}"
+                with atomic_path(path, suffix=f".{fmt}") as tmp:
+                    fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches=bbox)
+                paths.append(path)
+        caught = list(w)
     finally:
         plt.close(fig)
+    layout = [str(x.message) for x in caught if "layout" in str(x.message)]
+    for x in caught:  # any other warning goes on as it came
+        if "layout" not in str(x.message):
+            warnings.warn_explicit(x.message, x.category, x.filename, x.lineno)
     if layout:  # matplotlib's own words, once, naming the figure (it is saved without the layout)
         logging.getLogger("interpscale.analysis.figures").warning(
             "figure %s: its panels did not fit their labels at this size, saved without the tidy layout "
