@@ -25,9 +25,10 @@ demo-quick: $(STAMP)
 
 # one pytest worker per core of the 2-core CI machine; a test file stays on one worker, in order
 # (tests/conftest.py gives each worker one torch thread). PYTEST_WORKERS=0 runs in one process.
+# --durations: the CI log lists the slowest tests (the 25-minute CI budget is spent there).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
