@@ -133,11 +133,8 @@ def log_once():
     if _LOGGED.get() is not None:  # an outer block already counts
         yield
         return
-    token = _LOGGED.set(set())
-    try:
+    with _setting(_LOGGED, set()):
         yield
-    finally:
-        _LOGGED.reset(token)
 
 
 def about(label: str):
