@@ -76,16 +76,24 @@ def test_grid_is_the_plans_and_the_written_preset_plans_as_written(tmp_path):
     assert Preset.load(str(path)).plan.max_sizes_per_slice == 3
 
 
-def test_assess_tallies_the_analysis():
+def test_assess_tallies_the_analysis(monkeypatch):
     grid = _grid(sizes=5)
     truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
-    gp = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), base="base", variant="variant", n_sims=2, n_boot=20,
-                  workers=1)
+    kw = dict(base="base", variant="variant", n_boot=20, workers=1)
+    gp = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), n_sims=2, **kw)
     for scen in ("constant", "growing"):
         p = gp.scenarios[scen]["p_verdict"]
         assert sum(p.values()) == pytest.approx(1.0) and gp.scenarios[scen]["n"] == 2
     assert 0 <= gp.power <= 1 and 0 <= gp.false_alarm <= 1
     assert gp.scenarios["constant"]["bracketed_slices"] == 1.0  # sizes centred on the optimum
+    # a confirmation with 3 sweeps after this screen of 2 adds one per truth (the screen's are the first
+    # seeds) and tallies as 3 simulated from scratch
+    calls, real = [], d.analyse_once
+    monkeypatch.setattr(d, "analyse_once", lambda job, seed: calls.append(seed) or real(job, seed))
+    confirmed = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), n_sims=3, more_of=gp, **kw)
+    assert len(calls) == 2 and confirmed.n_sims == 3
+    monkeypatch.undo()
+    assert confirmed.scenarios == d.assess(grid, truth, d.NoiseModel(run_sd=0.003), n_sims=3, **kw).scenarios
     ex = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), question="exponent", base="base", n_sims=2, n_boot=20,
                   workers=1)
     assert math.isfinite(ex.alpha_P_halfwidth) and ex.alpha_P_halfwidth > 0
@@ -125,17 +133,25 @@ def test_stated_world_is_centred_on_the_planned_sizes():
     assert truth.optimal_loss(math.sqrt(2e8 * 4e8)) == pytest.approx(3.0)
 
 
-def test_a_finished_sweep_states_its_achieved_power():
+def test_a_finished_sweep_states_its_achieved_power(monkeypatch):
+    """Its own grid simulated, then the larger grids widest first: a grid nested in one whose screen
+    fell short (fewer slices, the same sizes) is not simulated."""
     from interpscale.scaling.multiplier import simulate_pair
 
-    table = simulate_pair(1.3, 0.0, seed=3, sizes_per_slice=5, noise=0.02)
-    ap = d.achieved_power(table, "base", "variant", n_sims=3, n_boot=20, workers=1, extensions=[(9, 5)])
+    table = simulate_pair(1.3, 0.0, seed=3, sizes_per_slice=5, noise=0.05)  # a noisy sweep, far from 80%
+    seen, real = [], d.assess
+
+    def spy(grid, *a, **kw):
+        seen.append((len(grid.slices), grid.sizes_per_slice, kw["n_sims"]))
+        return real(grid, *a, **kw)
+
+    monkeypatch.setattr(d, "assess", spy)
+    ap = d.achieved_power(table, "base", "variant", n_sims=3, n_boot=20, workers=1, extensions=[(7, 5), (9, 5)])
     assert 0 <= ap.power <= 1 and 0 <= ap.false_alarm <= 1 and ap.n_sims == 3
     text = ap.sentence()
     assert "had power" in text and "5 slices x <= 5 sizes" in text
-    if ap.power < 0.8:
-        assert ("9 slices x 5 sizes" in text) == (ap.needed is not None)
-        assert ap.needed is None or ap.needed_compute > 1.9e12
+    assert ap.power < 0.8 and seen[:2] == [(5, 5, 3), (9, 5, 5)]  # its own grid, then the widest's screen
+    assert ap.needed is None and "no grid" in text and seen == seen[:2]  # (7, 5) lies inside it: not simulated
 
 
 def test_a_screen_stops_only_grids_whose_power_cannot_reach_the_target():

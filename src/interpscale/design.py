@@ -37,6 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from interpscale._markdown import band_decades
+from interpscale._toml import dumps as toml_dumps
 from interpscale.errors import UserError
 from interpscale.orchestration import plan as plan_sweep
 from interpscale.orchestration.config import Preset, load_preset
@@ -412,6 +413,8 @@ def run_many(job: SimJob, seeds: Sequence[int], workers: int,
              progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """``analyse_once`` of ``job`` at each seed, in ``workers`` processes (in order)."""
     out: list[dict] = []
+    if not seeds:
+        return out
     if workers <= 1:
         for s in seeds:
             out.append(analyse_once(job, s))
@@ -439,6 +442,10 @@ class GridPower:
     n_sims: int
     scenarios: dict
     seconds: float = 0.0
+    # each scenario's analyses by seed, and the joint-fit starts: a confirmation with more simulations
+    # adds to a screen's instead of repeating them (``assess(..., more_of=...)``)
+    analyses: dict = field(default_factory=dict, compare=False, repr=False)
+    starts: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def power(self) -> float:
@@ -488,9 +495,12 @@ def _tally(rows: list[dict], question: str) -> dict:
 def assess(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "multiplier", base: str,
            variant: str | None = None, growth: float = 0.05, target: float = 1e20, n_sims: int = DEFAULT_SIMS,
            n_boot: int = DESIGN_BOOT, level: float = 0.9, seed: int = 0, workers: int | None = None,
-           progress: Callable[[str, int, int], None] | None = None, warm: bool = True) -> GridPower:
+           progress: Callable[[str, int, int], None] | None = None, warm: bool = True,
+           more_of: GridPower | None = None) -> GridPower:
     """Simulate ``n_sims`` sweeps of ``grid`` per scenario and tally the analysis' answers; ``warm``:
-    the joint fits start from ``joint_starts`` (else from the full 243-start grid, the report's)."""
+    the joint fits start from ``joint_starts`` (else from the full 243-start grid, the report's).
+    ``more_of``: an earlier assessment of the same grid, truth, noise and seed with fewer simulations
+    (a screen); its analyses are the first of these (the same seeds) and are not repeated."""
     if question not in QUESTIONS:
         raise ValueError(f"design: question must be one of {QUESTIONS}, got {question!r}")
     if question == "multiplier" and not variant:
@@ -500,16 +510,23 @@ def assess(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "mult
                                 else float(np.sqrt(grid.slices[0] * grid.slices[-1])))
     scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \
         else {"truth": truth}
-    t0, out = time.monotonic(), {}
+    t0, out, done = time.monotonic(), {}, {}
     fams = (base, variant) if question == "multiplier" else (base,)
-    starts = joint_starts(grid, list(scen.values()), noise, fams, seed) if warm and question != "exponent" else None
+    if more_of is not None:
+        starts = more_of.starts
+    else:
+        starts = joint_starts(grid, list(scen.values()), noise, fams, seed) if warm and question != "exponent" else None
     for i, (name, tr) in enumerate(scen.items()):
         job = SimJob(grid, tr, noise, question, base, variant if question == "multiplier" else None, float(target),
                    int(n_boot), float(level), starts)
         seeds = [int(seed) * 1_000_003 + i * 100_003 + s for s in range(n_sims)]
+        have = more_of.analyses.get(name, {}) if more_of is not None else {}
         cb = (lambda d, n, name=name: progress(name, d, n)) if progress else None
-        out[name] = _tally(run_many(job, seeds, workers, cb), question)
-    return GridPower(grid=grid, question=question, n_sims=n_sims, scenarios=out, seconds=time.monotonic() - t0)
+        new = run_many(job, [s for s in seeds if s not in have], workers, cb)
+        done[name] = {**have, **{r["seed"]: r for r in new}}
+        out[name] = _tally([done[name][s] for s in seeds], question)
+    return GridPower(grid=grid, question=question, n_sims=n_sims, scenarios=out, seconds=time.monotonic() - t0,
+                     analyses=done, starts=starts)
 
 
 def meets(gp: GridPower, *, power: float = 0.8, false_alarm: float = 0.10, halfwidth: float = 0.05) -> bool:
@@ -636,36 +653,9 @@ def write_preset(preset, grid: Grid, path: str | os.PathLike) -> Path:
     fams = plan_sec.get("families") or sorted(set(grid.points["family"]))
     plan_sec["slices"] = {f: list(grid.slices) for f in fams}
     plan_sec["max_sizes_per_slice"] = int(grid.sizes_per_slice)
-    text = f"# written by `interpscale design`: {grid.describe()}\n" + _toml(src)
+    text = f"# written by `interpscale design`: {grid.describe()}\n" + toml_dumps(src)
     tomllib.loads(text)  # what we write must read back
     return atomic_write_text(Path(path), text)
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v) if isinstance(v, int) else f"{v:.6g}" if not float(v).is_integer() or abs(v) >= 1e6 \
-            else f"{v:.1f}"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise ValueError(f"cannot write {v!r} to TOML")
-
-
-def _toml(d: Mapping, prefix: str = "") -> str:
-    plain = [f"{_key(k)} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, Mapping)]
-    out = ("\n".join(plain) + "\n") if plain else ""
-    for k, v in d.items():
-        if isinstance(v, Mapping):
-            name = f"{prefix}{_key(k)}"
-            out += f"\n[{name}]\n" + _toml(v, name + ".")
-    return out
-
-
-def _key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(str(k))
 
 
 def _row(gp: GridPower, mark: str = "") -> dict:
@@ -855,14 +845,26 @@ def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: fl
     if gp.power >= power:
         return out
     n = len(grid.slices)
-    grow = extensions or {(n + 2, 5), (n + 4, 5), (2 * n, 5), (2 * n, 7), (3 * n, 5), (4 * n, 5)}
+    grow = sorted(extensions or {(n + 2, 5), (n + 4, 5), (2 * n, 5), (2 * n, 7), (3 * n, 5), (4 * n, 5)},
+                  key=lambda t: t[0] * t[1] * 2.0 ** t[0])  # cheapest first
+    grids = {t: extended_grid(grid, truth, (base, variant), *t) for t in grow}
     screen = dict(kw, n_sims=max(5, n_sims // 4))
-    for n_slices, sizes in sorted(grow, key=lambda t: t[0] * t[1] * 2.0 ** t[0]):  # cheapest first
-        g = extended_grid(grid, truth, (base, variant), n_slices, sizes)
-        if not could_reach(assess(g, truth, noise, **screen), power):
-            continue  # a screen's 90% upper bound on the power is short of the target: not confirmed
-        if assess(g, truth, noise, **kw).power >= power:
-            return dataclasses.replace(out, needed=f"{n_slices} slices x {sizes} sizes", needed_compute=g.compute)
+    screened: dict = {}
+
+    def reachable(t) -> bool:  # a screen's 90% upper bound on the power reaches the target (once per grid)
+        if t not in screened:
+            screened[t] = assess(grids[t], truth, noise, **screen)
+        return could_reach(screened[t], power)
+
+    # the widest grids first: one whose screen falls short rules out every grid nested in it (no more
+    # slices, sizes or range: less to go on), so a sweep far from its target screens 2 grids, not 6
+    widest = [t for t in grow if not any(u != t and nested(grids[t], grids[u]) for u in grow)]
+    short = [grids[t] for t in reversed(widest) if not reachable(t)]
+    for t in grow:
+        if any(nested(grids[t], f) for f in short) or not reachable(t):
+            continue  # not confirmed: its power cannot reach the target
+        if assess(grids[t], truth, noise, **kw, more_of=screened[t]).power >= power:  # the screen's sims reused
+            return dataclasses.replace(out, needed=f"{t[0]} slices x {t[1]} sizes", needed_compute=grids[t].compute)
     return out
 
 
