@@ -129,3 +129,23 @@ def test_no_k_anywhere_shows_the_losses_it_would_be_read_from(pair):
                if line.get_label().endswith("lowest loss per slice"))
     assert any("k not determined in this sweep" in t.get_text() for t in ax.texts)
     assert ax.get_ylabel() == "lowest loss in each slice" and ax.get_ylim()[1] / ax.get_ylim()[0] < 10
+
+
+def test_a_flagged_answer_read_at_one_budget_is_drawn_as_a_point_with_its_band(pair):
+    """The demo's cdlm pair: the joint fit answers, flagged, with k at one budget inside the sweep and no
+    law-free reading. A line of one point draws nothing, so the panel was empty: now a point and its band."""
+    df, m = pair
+    t = m.table[(m.table["method"] == m.primary)]
+    inside = t[~t["extrapolated"].astype(bool) & ~np.isin(t["compute"], TARGETS)]
+    one = inside.iloc[[len(inside) // 2]]
+    t = t[t["extrapolated"].astype(bool) | t.index.isin(one.index)]
+    flagged = {meth: FitStatus("flagged", "L∞ not pinned down") for meth in m.statuses}
+    fig = multiplier_figure(df, multipliers={("ar", "ar+concept"): replace(m, table=t, statuses=flagged)})
+    ax = fig.axes[0]
+    _assert_axes_fit(ax, m)
+    c, k, lo, hi = (float(one[col].iloc[0]) for col in ("compute", "k", "lo", "hi"))
+    points = [line for line in ax.get_lines() if line.get_marker() == "D"]
+    assert len(points) == 1 and points[0].get_xdata()[0] == c and points[0].get_ydata()[0] == k
+    assert any("answers, flagged" in label for label in ax.get_legend_handles_labels()[1])
+    _, ys = _drawn(ax)
+    assert np.isclose(ys, lo).any() and np.isclose(ys, hi).any()  # its band, as an error bar

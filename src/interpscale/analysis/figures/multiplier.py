@@ -146,13 +146,17 @@ def _draw_pair(ax, m: MultiplierFit, variant: str) -> tuple[list[float], list[fl
         color = family_color(variant) if primary else "0.4"
         inside = t[~t["extrapolated"].astype(bool) & ~np.isin(t["compute"], TARGETS)]
         banded = inside[[band_decades(lo, hi) <= MAX_DECADES for lo, hi in zip(inside["lo"], inside["hi"])]]
-        if primary and len(banded):
-            ax.fill_between(banded["compute"], banded["lo"], banded["hi"], color=color, lw=0, alpha=0.18)
-            keep(banded["compute"], banded["lo"], banded["hi"])
-        flag = "" if supports_extrapolation(m, method) else ", flagged"
-        if len(inside):
-            ax.plot(inside["compute"], inside["k"], style, color=color, lw=1.6 if primary else 1.0,
-                    label=f"{method} ({law}){', answers' if primary else ''}{flag}")
+        label = f"{method} ({law}){', answers' if primary else ''}{'' if supports_extrapolation(m, method) else ', flagged'}"
+        if len(inside) == 1:  # one budget inside the sweep: a point with its band (a one-point line draws nothing)
+            b = banded if primary else banded.iloc[:0]
+            ax.errorbar(inside["compute"], inside["k"], yerr=[b["k"] - b["lo"], b["hi"] - b["k"]] if len(b) else None,
+                        fmt="D", color=color, ms=4 if primary else 3, capsize=2, lw=1, label=label, zorder=3)
+            keep(inside["compute"], inside["k"], b["lo"], b["hi"])
+        elif len(inside):
+            if primary and len(banded):
+                ax.fill_between(banded["compute"], banded["lo"], banded["hi"], color=color, lw=0, alpha=0.18)
+                keep(banded["compute"], banded["lo"], banded["hi"])
+            ax.plot(inside["compute"], inside["k"], style, color=color, lw=1.6 if primary else 1.0, label=label)
             keep(inside["compute"], inside["k"])
         _draw_extrapolation(ax, m, method, style, color, keep)
     return xs, ys
