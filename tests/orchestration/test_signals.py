@@ -20,14 +20,17 @@ from interpscale.orchestration import Sweep
 from interpscale.orchestration.checkpointer import completed_states
 from interpscale.orchestration.rundir import read_status
 
-STEPS = 700  # long enough to be mid-training when signalled, seconds of CPU per run
+# Runs that a test trains to the end after a relaunch: long enough to be mid-training when signalled
+# (a few seconds per run). 700 was not: in a CI run both runs finished before Ctrl-C reached them.
+STEPS = 1500
+LONG = 6000  # runs only ever interrupted: they stop at the signal, so the length costs nothing
 
 
-def _preset(tmp_path: Path, n_runs: int) -> Path:
+def _preset(tmp_path: Path, n_runs: int, steps: int = STEPS) -> Path:
     from interpscale.models import flops_per_token
 
     M = flops_per_token("ar", "nano", 32, vocab_size=128, n_concepts=6, n_layers=1, d_model=16, n_heads=2)
-    slices = ", ".join(f"{M * (STEPS + 40 * i) * 128:.6g}" for i in range(n_runs))
+    slices = ", ".join(f"{M * (steps + 40 * i) * 128:.6g}" for i in range(n_runs))
     p = tmp_path / "signals.toml"
     p.write_text(f"""
 [plan]
@@ -121,7 +124,7 @@ def _one_line(err: str) -> str:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupting_the_launcher_stops_its_jobs_and_marks_runs_interrupted(tmp_path, how):
     out = tmp_path / "sw"
-    proc = _launch(_preset(tmp_path, 2), out)
+    proc = _launch(_preset(tmp_path, 2, LONG), out)
     dirs = _wait_training(out, 2, proc)
     if how == "ctrl-c":  # a terminal signals the whole foreground process group
         os.killpg(proc.pid, signal.SIGINT)
