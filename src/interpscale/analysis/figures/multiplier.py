@@ -151,7 +151,8 @@ def _draw_pair(ax, m: MultiplierFit, variant: str) -> tuple[list[float], list[fl
             b = banded if primary else banded.iloc[:0]
             ax.errorbar(inside["compute"], inside["k"], yerr=[b["k"] - b["lo"], b["hi"] - b["k"]] if len(b) else None,
                         fmt="D", color=color, ms=4 if primary else 3, capsize=2, lw=1, label=label, zorder=3)
-            keep(inside["compute"], inside["k"], b["lo"], b["hi"])
+            keep(inside["compute"], inside["k"])
+            keep(b["compute"], b["lo"], b["hi"])
         elif len(inside):
             if primary and len(banded):
                 ax.fill_between(banded["compute"], banded["lo"], banded["hi"], color=color, lw=0, alpha=0.18)
