@@ -234,6 +234,7 @@ def test_a_numeric_bug_is_an_internal_error_not_bad_input(tmp_path, capsys):
 
     from interpscale import design
     from interpscale.cli import INTERNAL_ERROR, exit_code
+    from interpscale.design import simulation
     from interpscale.results_table import read_results
 
     def raised(call):
@@ -246,7 +247,7 @@ def test_a_numeric_bug_is_an_internal_error_not_bad_input(tmp_path, capsys):
     assert INTERNAL_ERROR not in (0, 1, 2, 130)
     assert exit_code(raised(lambda: read_results(tmp_path / "r.txt"))) == 2  # a UserError
     assert exit_code(raised(lambda: design.NoiseModel(run_sd=-1.0))) == 2  # raised by interpscale, on purpose
-    assert exit_code(raised(lambda: design._sd_interval(-1.0, 3, 0.9))) == INTERNAL_ERROR  # math domain error
+    assert exit_code(raised(lambda: simulation._sd_interval(-1.0, 3, 0.9))) == INTERNAL_ERROR  # math domain error
     assert exit_code(raised(lambda: np.ones(2) + np.ones(3))) == INTERNAL_ERROR
     assert exit_code(ValueError("never raised")) == INTERNAL_ERROR  # no raise of interpscale's behind it
     # through the command: a plugin whose import hits a math domain error

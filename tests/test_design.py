@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from interpscale import design as d
+from interpscale.design import achieved, recommend, simulation
 from interpscale.orchestration import plan
 from interpscale.orchestration.config import Preset
 
@@ -89,7 +90,7 @@ def test_assess_tallies_the_analysis(monkeypatch):
     # a confirmation with 3 sweeps after this screen of 2 adds one per truth (the screen's are the first
     # seeds) and tallies as 3 simulated from scratch
     calls, real = [], d.analyse_once
-    monkeypatch.setattr(d, "analyse_once", lambda job, seed: calls.append(seed) or real(job, seed))
+    monkeypatch.setattr(simulation, "analyse_once", lambda job, seed: calls.append(seed) or real(job, seed))
     confirmed = d.assess(grid, truth, d.NoiseModel(run_sd=0.003), n_sims=3, more_of=gp, **kw)
     assert len(calls) == 2 and confirmed.n_sims == 3
     monkeypatch.undo()
@@ -135,23 +136,49 @@ def test_stated_world_is_centred_on_the_planned_sizes():
 
 def test_a_finished_sweep_states_its_achieved_power(monkeypatch):
     """Its own grid simulated, then the larger grids widest first: a grid nested in one whose screen
-    fell short (fewer slices, the same sizes) is not simulated."""
+    fell short (fewer slices, the same sizes) is not simulated, and a screen far short stops as soon as
+    its answer is settled (growing k only)."""
     from interpscale.scaling.multiplier import simulate_pair
 
     table = simulate_pair(1.3, 0.0, seed=3, sizes_per_slice=5, noise=0.05)  # a noisy sweep, far from 80%
-    seen, real = [], d.assess
+    seen, real_assess, real_many = [], achieved.assess, achieved.run_many
 
     def spy(grid, *a, **kw):
         seen.append((len(grid.slices), grid.sizes_per_slice, kw["n_sims"]))
-        return real(grid, *a, **kw)
+        return real_assess(grid, *a, **kw)
 
-    monkeypatch.setattr(d, "assess", spy)
+    def spy_many(job, seeds, *a, **kw):
+        seen.extend([(len(job.grid.slices), job.grid.sizes_per_slice, "growing")] * len(seeds))
+        return real_many(job, seeds, *a, **kw)
+
+    monkeypatch.setattr(achieved, "assess", spy)
+    monkeypatch.setattr(achieved, "run_many", spy_many)
     ap = d.achieved_power(table, "base", "variant", n_sims=3, n_boot=20, workers=1, extensions=[(7, 5), (9, 5)])
     assert 0 <= ap.power <= 1 and 0 <= ap.false_alarm <= 1 and ap.n_sims == 3
     text = ap.sentence()
     assert "had power" in text and "5 slices x <= 5 sizes" in text
-    assert ap.power < 0.8 and seen[:2] == [(5, 5, 3), (9, 5, 5)]  # its own grid, then the widest's screen
-    assert ap.needed is None and "no grid" in text and seen == seen[:2]  # (7, 5) lies inside it: not simulated
+    assert ap.power < 0.8 and seen[0] == (5, 5, 3)  # its own grid, both truths
+    assert ap.needed is None and "no grid" in text  # (7, 5) lies inside (9, 5): not simulated
+    # the widest's screen, growing k only: at most its 5 simulations (0 of 3 growing settles it: bound 0.73)
+    assert set(seen[1:]) == {(9, 5, "growing")} and 3 <= len(seen) - 1 <= 5
+
+
+def test_a_curtailed_power_test_answers_as_all_its_simulations_would():
+    """``PowerTest`` stops simulating once its answer is settled; its screen and confirmation answer as
+    the tallies of all their simulations (the same seeds, in ``assess``) do, for a grid that reaches the
+    target and for one that does not."""
+    grid, noise = _grid(slices=(1e9, 4e9, 1.6e10, 6.4e10), sizes=5), d.NoiseModel(run_sd=0.004)
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
+    kw = dict(base="base", variant="variant", growth=0.04, n_boot=20, seed=1)
+    full = d.assess(grid, truth, noise, n_sims=6, workers=1, **kw)
+    hits = [full.analyses["growing"][s]["verdict"] == "growing" for s in d.scenario_seeds(1, 1, 6)]
+    assert 0 < sum(hits) < 6, hits  # both answers below are reachable from this grid's simulations
+    for power in (0.3, 0.9):
+        pt = d.PowerTest(grid, truth, noise, power=power, n_screen=3, n_sims=6, workers=1, **kw)
+        assert pt.screen() == d.reaches(sum(hits[:3]), 3, power)
+        assert pt.confirm() == (sum(hits) >= math.ceil(power * 6 - 1e-9))
+        assert pt.hits == hits[:len(pt.hits)]  # the same simulations, in order
+    assert len(pt.hits) == hits.index(False) + 1  # 0.9 of 6 needs 6: the first other verdict settles it
 
 
 def test_a_screen_stops_only_grids_whose_power_cannot_reach_the_target():
@@ -263,10 +290,10 @@ def test_a_band_collapsed_to_zero_or_not_computed_is_an_unbounded_width_not_an_e
     collapsed to 0, unbounded or not computed (NaN) is an unbounded width, never a math domain error."""
     from interpscale._markdown import band_decades
 
-    assert d._band_decades(0.5, 2.0) == pytest.approx(math.log10(4.0)) == band_decades(0.5, 2.0)
-    assert d._band_decades(0.0, 0.0) == math.inf and d._band_decades(0.5, 0.0) == math.inf
-    assert d._band_decades(0.0, 3.0) == math.inf and d._band_decades(0.5, math.inf) == math.inf
-    assert d._band_decades(math.nan, 2.0) == math.inf and math.isnan(band_decades(math.nan, 2.0))
+    assert simulation._band_decades(0.5, 2.0) == pytest.approx(math.log10(4.0)) == band_decades(0.5, 2.0)
+    assert simulation._band_decades(0.0, 0.0) == math.inf and simulation._band_decades(0.5, 0.0) == math.inf
+    assert simulation._band_decades(0.0, 3.0) == math.inf and simulation._band_decades(0.5, math.inf) == math.inf
+    assert simulation._band_decades(math.nan, 2.0) == math.inf and math.isnan(band_decades(math.nan, 2.0))
 
 
 def test_a_grid_whose_every_simulated_analysis_fails_is_tallied_not_raised():
@@ -277,7 +304,8 @@ def test_a_grid_whose_every_simulated_analysis_fails_is_tallied_not_raised():
     truth, noise = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3), d.NoiseModel(run_sd=0.003)
     gp = d.assess(grid, truth, noise, base="base", variant="variant", n_sims=2, n_boot=10, workers=1, warm=False)
     assert gp.scenarios["growing"]["p_verdict"]["failed"] == 1.0 and gp.power == 0.0
-    assert math.isnan(gp.scenarios["constant"]["k_decades_mid"]) and "unbounded" in d._row(gp)["k band at middle (x)"]
+    assert math.isnan(gp.scenarios["constant"]["k_decades_mid"])
+    assert "unbounded" in recommend._row(gp)["k band at middle (x)"]
     ex = d.assess(grid, truth, noise, question="exponent", base="base", n_sims=2, n_boot=10, workers=1)
     assert ex.alpha_P_halfwidth == math.inf and ex.scenarios["truth"]["p_identified"] == 0.0
 

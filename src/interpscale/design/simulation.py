@@ -1,24 +1,6 @@
-"""Design a sweep before spending its compute (issue 44; docs/design.md): the chance that a planned
-IsoFLOP grid answers its question, by simulation, and the cheapest grid that would.
-
-A design is three things and one loop:
-
-- a **noise model** (``NoiseModel``): per-run log-loss noise about each slice's curve and a shared
-  shock per (family, slice), both with intervals, read off a pilot results table
-  (``noise_from_pilot``) or stated;
-- a **truth** to plant (``Truth``): the base family's joint law (Eq. 27, fitted to the pilot or
-  stated) and, for the multiplier question, the variant made from it with a planted k(C) =
-  k0 (C / pivot)^g as ``scaling.multiplier.simulate_pair`` does (constant k: g = 0; growing: g > 0);
-- a **grid** (``Grid``): the runs ``plan`` would train for a preset (its sizes, slices, pricing,
-  plugin and ``hf:`` families included) — the design never places a point ``plan`` would not;
-- ``simulate``: tables of that grid drawn from the truth with that noise, each analysed by the
-  same fit functions the sweep's own analysis runs (``fit_multiplier`` with its method choice,
-  ``fit_isoflop``, ``fit_chinchilla``), tallied into verdict probabilities and interval widths.
-
-``search`` walks candidate grids (number, spacing and range of slices, sizes per slice) in order of
-compute and returns the cheapest that meets a target; ``write_preset`` writes it as a TOML preset
-that ``plan`` and ``sweep launch`` accept unchanged. Simulations run in worker processes.
-"""
+"""The design's simulation (docs/design.md): the noise model, the planted truth, the grid ``plan``
+makes of a preset, simulated sweeps of it analysed by the sweep's own fit functions, and their tally
+for one grid (``assess``)."""
 
 from __future__ import annotations
 
@@ -29,19 +11,17 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from interpscale._markdown import band_decades
-from interpscale._toml import dumps as toml_dumps
 from interpscale.errors import UserError
 from interpscale.orchestration import plan as plan_sweep
-from interpscale.orchestration.config import Preset, load_preset
-from interpscale.scaling import Analysis, fit_chinchilla, fit_isoflop, quiet
+from interpscale.orchestration.config import Preset
+from interpscale.scaling import fit_chinchilla, fit_isoflop, quiet
 from interpscale.scaling.multiplier import VERDICTS, fit_multiplier, planted_multiplier
 from interpscale.scaling.tables import SLICE_TOLERANCE, fit_rows, slice_rows
 
@@ -53,8 +33,6 @@ DEFAULT_SIMS = 200
 WINDOW = 5  # sizes per slice parabola, as fit_isoflop's default window
 DEFAULT_LAW = dict(A_P=22.0, alpha=0.3, A_D=323.0, beta=0.3, L_inf=0.0)  # scaling.multiplier.SIM_LAW's shape
 
-
-# ---- the noise model ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class NoiseModel:
@@ -501,32 +479,49 @@ def assess(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "mult
     the joint fits start from ``joint_starts`` (else from the full 243-start grid, the report's).
     ``more_of``: an earlier assessment of the same grid, truth, noise and seed with fewer simulations
     (a screen); its analyses are the first of these (the same seeds) and are not repeated."""
-    if question not in QUESTIONS:
-        raise ValueError(f"design: question must be one of {QUESTIONS}, got {question!r}")
-    if question == "multiplier" and not variant:
-        raise ValueError("design: the multiplier question needs a variant family")
     workers = workers or min(os.cpu_count() or 1, 4)
-    truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
-                                else float(np.sqrt(grid.slices[0] * grid.slices[-1])))
-    scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \
-        else {"truth": truth}
+    jobs = scenario_jobs(grid, truth, noise, question=question, base=base, variant=variant, growth=growth,
+                         target=target, n_boot=n_boot, level=level, seed=seed, warm=warm and more_of is None,
+                         starts=more_of.starts if more_of is not None else None)
     t0, out, done = time.monotonic(), {}, {}
-    fams = (base, variant) if question == "multiplier" else (base,)
-    if more_of is not None:
-        starts = more_of.starts
-    else:
-        starts = joint_starts(grid, list(scen.values()), noise, fams, seed) if warm and question != "exponent" else None
-    for i, (name, tr) in enumerate(scen.items()):
-        job = SimJob(grid, tr, noise, question, base, variant if question == "multiplier" else None, float(target),
-                   int(n_boot), float(level), starts)
-        seeds = [int(seed) * 1_000_003 + i * 100_003 + s for s in range(n_sims)]
+    for i, (name, job) in enumerate(jobs.items()):
+        seeds = scenario_seeds(seed, i, n_sims)
         have = more_of.analyses.get(name, {}) if more_of is not None else {}
         cb = (lambda d, n, name=name: progress(name, d, n)) if progress else None
         new = run_many(job, [s for s in seeds if s not in have], workers, cb)
         done[name] = {**have, **{r["seed"]: r for r in new}}
         out[name] = _tally([done[name][s] for s in seeds], question)
+    starts = next(iter(jobs.values())).starts
     return GridPower(grid=grid, question=question, n_sims=n_sims, scenarios=out, seconds=time.monotonic() - t0,
                      analyses=done, starts=starts)
+
+
+def scenario_jobs(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str = "multiplier", base: str,
+                  variant: str | None = None, growth: float = 0.05, target: float = 1e20, n_boot: int = DESIGN_BOOT,
+                  level: float = 0.9, seed: int = 0, warm: bool = True,
+                  starts: np.ndarray | None = None) -> dict[str, SimJob]:
+    """Per scenario of ``question`` ("constant" and "growing" k for the multiplier, else "truth") the
+    job whose simulations ``assess`` tallies; scenario i's seeds are ``scenario_seeds(seed, i, n)``.
+    ``warm``: the joint fits start from ``joint_starts`` of every scenario (else from ``starts``,
+    else from the full 243-start grid, the report's)."""
+    if question not in QUESTIONS:
+        raise ValueError(f"design: question must be one of {QUESTIONS}, got {question!r}")
+    if question == "multiplier" and not variant:
+        raise ValueError("design: the multiplier question needs a variant family")
+    truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
+                                else float(np.sqrt(grid.slices[0] * grid.slices[-1])))
+    scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \
+        else {"truth": truth}
+    fams = (base, variant) if question == "multiplier" else (base,)
+    if warm and question != "exponent":
+        starts = joint_starts(grid, list(scen.values()), noise, fams, seed)
+    return {name: SimJob(grid, tr, noise, question, base, variant if question == "multiplier" else None,
+                         float(target), int(n_boot), float(level), starts) for name, tr in scen.items()}
+
+
+def scenario_seeds(seed: int, i: int, n: int) -> list[int]:
+    """The first ``n`` simulation seeds of scenario ``i``: a screen's are the first of its confirmation's."""
+    return [int(seed) * 1_000_003 + i * 100_003 + s for s in range(n)]
 
 
 def meets(gp: GridPower, *, power: float = 0.8, false_alarm: float = 0.10, halfwidth: float = 0.05) -> bool:
@@ -536,365 +531,3 @@ def meets(gp: GridPower, *, power: float = 0.8, false_alarm: float = 0.10, halfw
     return gp.alpha_P_halfwidth <= halfwidth
 
 
-# ---- the search -----------------------------------------------------------------------------
-
-def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0, 32.0, 64.0),
-                    sizes=(4, 5, 6), budget: float | None = None) -> Iterator[Grid]:
-    """Grids ``plan`` makes of ``preset``, cheapest first: geometric slices from the preset's smallest
-    budget over ``ranges`` (last / first), ``sizes`` per slice, within ``budget`` FLOPs. Ordered by
-    their nominal compute (sizes x the slices' sum) and planned only when reached."""
-    tree = Preset.load(preset)
-    first = min(min(v) for v in slices_of(tree).values())
-    specs = {(tuple(float(f"{first * r ** (i / (n - 1)):.4g}") for i in range(n)), s, f"{n}x{s} over {r:g}x")
-             for n in n_slices for r in ranges for s in sizes}
-    for sl, s, label in sorted(specs, key=lambda t: (t[1] * sum(t[0]), t[2])):
-        if budget is not None and s * sum(sl) * len(tree.plan.families) > budget * 1.5:
-            continue  # nominally far over the budget: not worth planning
-        try:
-            g = grid_from_plan(tree, slices=sl, sizes_per_slice=s, label=label)
-        except ValueError as exc:  # a slice no size fits
-            log.info("design: grid %s skipped: %s", label, exc)
-            continue
-        if budget is None or g.compute <= budget:
-            yield g
-
-
-def nested(grid: Grid, other: Grid) -> bool:
-    """Whether ``grid`` asks no more than ``other``: no more slices, all within ``other``'s range, and no
-    more sizes per slice. Such a grid has less information on every question the design asks, so when
-    ``other`` falls short of a target the search does not simulate it."""
-    return (len(grid.slices) <= len(other.slices) and grid.sizes_per_slice <= other.sizes_per_slice
-            and grid.slices[0] >= other.slices[0] * (1 - 1e-9) and grid.slices[-1] <= other.slices[-1] * (1 + 1e-9))
-
-
-def slices_of(tree) -> dict:
-    s = tree.plan.slices
-    return s if isinstance(s, dict) else {f: list(s) for f in tree.plan.families}
-
-
-@dataclass(frozen=True)
-class Design:
-    """The planned grid's assessment, every grid the search tried, and the recommendation (None when
-    no grid within the budget meets the target)."""
-
-    question: str
-    noise: NoiseModel
-    truth: Truth
-    planned: GridPower
-    tried: tuple[GridPower, ...] = ()
-    recommended: GridPower | None = None
-    target: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dict(question=self.question, noise=self.noise.to_dict(), truth=self.truth.to_dict(),
-                    target=self.target, planned=self.planned.to_dict(), tried=[t.to_dict() for t in self.tried],
-                    recommended=self.recommended.to_dict() if self.recommended else None)
-
-
-def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str, variant: str | None = None,
-           growth: float = 0.05, target: float = 1e20, power: float = 0.8, false_alarm: float = 0.10,
-           halfwidth: float = 0.05, budget: float | None = None, n_sims: int = DEFAULT_SIMS,
-           screen_sims: int = 40, max_grids: int = 12, n_boot: int = DESIGN_BOOT, seed: int = 0,
-           workers: int | None = None, progress=None, grids: Sequence[Grid] | None = None,
-           planned: Grid | None = None) -> Design:
-    """Assess the preset's own grid, then walk candidate grids cheapest first: each screened with
-    ``screen_sims`` simulations, a passing one confirmed with ``n_sims``; the first confirmed is the
-    recommendation. At most ``max_grids`` candidates are tried; ``planned``: the preset's own grid
-    when the caller has already planned it."""
-    kw = dict(question=question, base=base, variant=variant, growth=growth, target=target, n_boot=n_boot,
-              seed=seed, workers=workers)
-    goal = dict(power=power, false_alarm=false_alarm, halfwidth=halfwidth)
-    planned = assess(planned or grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
-                     progress=_stage(progress, "planned grid"), **kw)
-    tried, best = [], None
-    failed = [] if meets(planned, **goal) else [planned.grid]
-    cands = iter(grids) if grids is not None else candidate_grids(preset, budget=budget)
-    for g in cands:
-        if len(tried) >= max_grids:
-            break
-        within = next((f for f in failed if nested(g, f)), None)
-        if within is not None:  # a part of a grid that fell short cannot do better: not simulated
-            log.info("design: grid %s skipped: nested in %s, which fell short", g.label, within.label)
-            continue
-        i = len(tried)
-        gp = assess(g, truth, noise, n_sims=screen_sims, progress=_stage(progress, f"grid {i + 1}/{max_grids}"),
-                    **kw)
-        tried.append(gp)
-        if not meets(gp, **goal):
-            failed.append(g)
-        else:
-            gp = assess(g, truth, noise, n_sims=n_sims, progress=_stage(progress, f"confirm grid {i + 1}"), **kw)
-            tried[-1] = gp
-            if meets(gp, **goal):
-                best = gp
-                break
-            failed.append(g)
-    return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tuple(tried),
-                  recommended=best, target=dict(goal, growth=growth, target_compute=target, budget=budget))
-
-
-def _stage(progress, name):
-    return None if progress is None else (lambda scen, d, n: progress(f"{name}, {scen}", d, n))
-
-
-# ---- outputs --------------------------------------------------------------------------------
-
-def write_preset(preset, grid: Grid, path: str | os.PathLike) -> Path:
-    """``preset``'s TOML with its ``[plan]`` slices (every family) and ``max_sizes_per_slice``
-    replaced by ``grid``'s, so ``plan`` and ``sweep launch --preset`` run it as written."""
-    import tomllib
-
-    from interpscale._atomic import atomic_write_text
-
-    src = preset.to_table() if isinstance(preset, Preset) else dict(preset) if isinstance(preset, Mapping) \
-        else load_preset(preset)
-    src = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in src.items()}
-    plan_sec = src.setdefault("plan", {})
-    fams = plan_sec.get("families") or sorted(set(grid.points["family"]))
-    plan_sec["slices"] = {f: list(grid.slices) for f in fams}
-    plan_sec["max_sizes_per_slice"] = int(grid.sizes_per_slice)
-    text = f"# written by `interpscale design`: {grid.describe()}\n" + toml_dumps(src)
-    tomllib.loads(text)  # what we write must read back
-    return atomic_write_text(Path(path), text)
-
-
-def _row(gp: GridPower, mark: str = "") -> dict:
-    g = gp.grid
-    row = {"grid": f"{g.label}{mark}", "slices": len(g.slices), "range": f"{g.slices[0]:.3g}-{g.slices[-1]:.3g}",
-           "sizes/slice": g.sizes_per_slice, "runs": g.n_runs, "FLOPs": f"{g.compute:.3g}",
-           "est. wall": _minutes(g.wall_s), "sims": gp.n_sims}
-    if gp.question == "multiplier":
-        c, gr = gp.scenarios["constant"], gp.scenarios["growing"]
-        row.update({"power": f"{gp.power:.2f}", "false alarm": f"{gp.false_alarm:.2f}",
-                    "undetermined (const / grow)": f"{c['p_verdict']['undetermined']:.2f} / "
-                                                   f"{gr['p_verdict']['undetermined']:.2f}",
-                    "k band at middle (x)": f"{10 ** c['k_decades_mid']:.3g}"
-                    if math.isfinite(c["k_decades_mid"]) else "unbounded",
-                    "k covered at middle": f"{c['k_cover_mid']:.2f}",
-                    "brackets": f"{c['bracketed_slices']:.2f}"})
-    else:
-        t = gp.scenarios["truth"]
-        row.update({"alpha_P half-width": f"{t['alpha_P_halfwidth']:.3g}", "identified": f"{t['p_identified']:.2f}",
-                    "brackets": f"{t['bracketed_slices']:.2f}"})
-        if "forecast_abs_error" in t:
-            row["forecast |error|"] = f"{100 * t['forecast_abs_error']:.2f}%"
-    return row
-
-
-def _minutes(s: float) -> str:
-    return "-" if not math.isfinite(s) else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
-def render(design: Design) -> str:
-    """The design as markdown: what it assumed, the planned grid's chances, every grid tried and
-    the recommendation (or why there is none)."""
-    from interpscale._markdown import md_table
-
-    n, t, goal = design.noise, design.truth, design.target
-    lines = [f"# Sweep design: the {design.question} question", "",
-             f"- noise ({n.source}): run sd {n.run_sd:.4g} [{n.run_ci[0]:.3g}, {n.run_ci[1]:.3g}], slice shock sd "
-             f"{n.slice_sd:.4g} [{n.slice_ci[0]:.3g}, {n.slice_ci[1]:.3g}] (log loss, {round(100 * n.level)}% "
-             f"intervals, df {n.df_run} / {n.df_slice})",
-             f"- truth ({t.source}): {'Eq. 27' if t.kind == 'joint' else 'IsoFLOP envelopes (Eqs. 25-26)'} with " + ", ".join(f"{k} {v:.4g}" for k, v in t.law.items())
-             + (f"; k0 {t.multiplier:.3g}, planted growth {goal['growth']:g} vs none" if design.question ==
-                "multiplier" else "") + (f" ({t.note})" if t.note else ""),
-             (f"- target: power >= {goal['power']:g} for growth {goal['growth']:g} with <= {goal['false_alarm']:g} "
-              "false alarms" if design.question == "multiplier" else
-              f"- target: alpha_P's 90% half-width <= {goal['halfwidth']:g}")
-             + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else ""), ""]
-    rows = [_row(design.planned)] + [_row(g) for g in design.tried]
-    header = list(dict.fromkeys(k for r in rows for k in r))
-    lines += [md_table(header, [[r.get(k, "") for k in header] for r in rows]), ""]
-    r = design.recommended
-    if r is not None:
-        lines.append(f"**Recommended**: {r.grid.describe()}, estimated {_minutes(r.grid.wall_s)} wall "
-                     f"({_answer(r)}); written as recommended.toml.")
-    else:
-        lines.append(f"**No grid tried meets the target** ({len(design.tried)} tried, cheapest first"
-                     + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else "")
-                     + "); raise --budget or --max-grids, or lower the target.")
-    lines.append(f"Planned grid: {design.planned.grid.describe()} — {_answer(design.planned)}.")
-    return "\n".join(lines)
-
-
-def _answer(gp: GridPower) -> str:
-    if gp.question == "multiplier":
-        return f"power {gp.power:.2f}, false alarms {gp.false_alarm:.2f} over {gp.n_sims} simulated sweeps"
-    return f"alpha_P half-width {gp.alpha_P_halfwidth:.3g} over {gp.n_sims} simulated sweeps"
-
-
-def write_outputs(design: Design, preset, out: str | os.PathLike) -> list[Path]:
-    """DIR/design.json, design.md, design.png and (when a grid was recommended) recommended.toml."""
-    import json
-
-    import matplotlib.pyplot as plt
-
-    from interpscale._atomic import atomic_write_text
-    from interpscale.analysis.figures.design import design_figure
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [atomic_write_text(out / "design.json", json.dumps(design.to_dict(), indent=2, default=str) + "\n"),
-               atomic_write_text(out / "design.md", render(design) + "\n")]
-    multiplier = design.question == "multiplier"
-    value = (lambda gp: gp.power) if multiplier else (lambda gp: gp.alpha_P_halfwidth)
-    tried = list(design.tried)
-    fig = design_figure([g.grid.compute for g in tried], [value(g) for g in tried],
-                        labels=[g.grid.label for g in tried],
-                        ylabel="power (growing k detected)" if multiplier else "alpha_P 90% half-width",
-                        target=design.target["power"] if multiplier else design.target["halfwidth"],
-                        planned=(design.planned.grid.compute, value(design.planned)),
-                        recommended=None if design.recommended is None else (design.recommended.grid.compute,
-                                                                           value(design.recommended)),
-                        higher_is_better=multiplier)
-    fig.savefig(out / "design.png", dpi=150)
-    plt.close(fig)
-    written.append(out / "design.png")
-    if design.recommended is not None:
-        written.append(write_preset(preset, design.recommended.grid, out / "recommended.toml"))
-    return written
-
-
-# ---- a finished sweep's achieved power --------------------------------------------------------
-
-def grid_from_results(results: pd.DataFrame, families: Sequence[str], *, loss: str = "loss") -> Grid:
-    """The grid a finished sweep ran, read off its results table (the rows its fits use)."""
-    frames = []
-    for fam in families:
-        with quiet():
-            rows = fit_rows(results, family=fam, loss=loss)
-        rows = rows.assign(flops=rows["flops"] if "flops" in rows else 6.0 * rows["params"] * rows["tokens"])
-        frames.append(rows[["family", "slice_flops", "params", "tokens", "flops"]])
-    pts = pd.concat(frames, ignore_index=True).drop_duplicates()
-    per = pts.groupby(["family", "slice_flops"]).size()
-    return Grid(slices=tuple(sorted(pts["slice_flops"].unique())), sizes_per_slice=int(per.max()), points=pts,
-                compute=float(pts["flops"].sum()), n_runs=len(pts), label="this sweep")
-
-
-def extended_grid(grid: Grid, truth: Truth, families: Sequence[str], n_slices: int, sizes: int) -> Grid:
-    """``grid`` grown to ``n_slices`` slices at its own spacing (upward from its smallest) with
-    ``sizes`` sizes per slice a factor 2 apart about each family's planted optimum: the grid the
-    sweep would have needed, priced as C x runs (no plan: the preset is not known here)."""
-    s = np.asarray(grid.slices, float)
-    ratio = float(np.exp(np.diff(np.log(s)).mean())) if len(s) > 1 else 2.0
-    slices = s[0] * ratio ** np.arange(n_slices)
-    rows = []
-    for fam, is_variant in zip(families, (False, True)):
-        for C in slices:
-            m = truth.multiplier * (C / truth.pivot) ** truth.growth if is_variant else 1.0
-            p_opt = math.sqrt(m) * _optimum_params(truth, C / m)
-            for j in range(sizes):
-                P = p_opt * 2.0 ** (j - (sizes - 1) / 2)
-                rows.append(dict(family=fam, slice_flops=C, params=P, tokens=C / (6 * P), flops=C))
-    pts = pd.DataFrame(rows)
-    return Grid(slices=tuple(slices), sizes_per_slice=sizes, points=pts, compute=float(pts["flops"].sum()),
-                n_runs=len(pts), label=f"{n_slices}x{sizes}")
-
-
-def _optimum_params(truth: Truth, C: float) -> float:
-    lw = truth.law
-    if truth.kind == "isoflop":
-        return float(lw["a_P"] * C ** lw["alpha_P"])
-    a, b = lw["alpha"], lw["beta"]
-    return float((a * lw["A_P"] / (b * lw["A_D"])) ** (1 / (a + b)) * (C / 6) ** (b / (a + b)))
-
-
-@dataclass(frozen=True)
-class AchievedPower:
-    """What a finished sweep could decide: its power for ``growth`` at its own measured noise and
-    fitted truth, its false-alarm rate, and (when short of ``target``) the smallest grid tried that
-    would have reached it."""
-
-    power: float
-    false_alarm: float
-    growth: float
-    n_sims: int
-    target: float
-    sweep: str
-    needed: str | None = None
-    needed_compute: float = math.nan
-
-    def sentence(self) -> str:
-        s = (f"this sweep ({self.sweep}) had power {self.power:.2f} to detect a growth of {self.growth:g} "
-             f"(false alarms {self.false_alarm:.2f}; {self.n_sims} simulated sweeps at its measured noise)")
-        if self.power >= self.target:
-            return s
-        if self.needed is None:
-            return s + f"; no grid of up to 4x its slices reached power {self.target:g}"
-        return s + (f"; a grid of {self.needed_compute:.3g} FLOPs, {self.needed}, would decide a growth of "
-                    f"{self.growth:g} with {self.target:.0%} power")
-
-    def to_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), sentence=self.sentence())
-
-
-def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: float = 0.05, power: float = 0.8,
-                   n_sims: int = 40, n_boot: int = 50, loss: str = "loss", seed: int = 0,
-                   workers: int | None = None, extensions: Sequence[tuple[int, int]] | None = None) -> AchievedPower:
-    """The power a finished sweep had (``docs/design.md``): its own grid, noise and fitted truth
-    simulated with constant and with growing k; when short of ``power``, its grid grown (more
-    slices at its spacing, then more sizes) until a grid reaches it."""
-    noise = noise_from_pilot(results, loss=loss)
-    truth = truth_from_pilot(results, base, variant, loss=loss)
-    grid = grid_from_results(results, (base, variant), loss=loss)
-    truth = dataclasses.replace(truth, pivot=float(np.sqrt(grid.slices[0] * grid.slices[-1])))
-    kw = dict(base=base, variant=variant, growth=growth, n_sims=n_sims, n_boot=n_boot, seed=seed, workers=workers)
-    gp = assess(grid, truth, noise, **kw)
-    out = AchievedPower(power=gp.power, false_alarm=gp.false_alarm, growth=growth, n_sims=n_sims, target=power,
-                        sweep=f"{len(grid.slices)} slices x <= {grid.sizes_per_slice} sizes, {grid.compute:.3g} FLOPs")
-    if gp.power >= power:
-        return out
-    n = len(grid.slices)
-    grow = sorted(extensions or {(n + 2, 5), (n + 4, 5), (2 * n, 5), (2 * n, 7), (3 * n, 5), (4 * n, 5)},
-                  key=lambda t: t[0] * t[1] * 2.0 ** t[0])  # cheapest first
-    grids = {t: extended_grid(grid, truth, (base, variant), *t) for t in grow}
-    screen = dict(kw, n_sims=max(5, n_sims // 4))
-    screened: dict = {}
-
-    def reachable(t) -> bool:  # a screen's 90% upper bound on the power reaches the target (once per grid)
-        if t not in screened:
-            screened[t] = assess(grids[t], truth, noise, **screen)
-        return could_reach(screened[t], power)
-
-    # the widest grids first: one whose screen falls short rules out every grid nested in it (no more
-    # slices, sizes or range: less to go on), so a sweep far from its target screens 2 grids, not 6
-    widest = [t for t in grow if not any(u != t and nested(grids[t], grids[u]) for u in grow)]
-    short = [grids[t] for t in reversed(widest) if not reachable(t)]
-    for t in grow:
-        if any(nested(grids[t], f) for f in short) or not reachable(t):
-            continue  # not confirmed: its power cannot reach the target
-        if assess(grids[t], truth, noise, **kw, more_of=screened[t]).power >= power:  # the screen's sims reused
-            return dataclasses.replace(out, needed=f"{t[0]} slices x {t[1]} sizes", needed_compute=grids[t].compute)
-    return out
-
-
-def could_reach(gp: GridPower, power: float, level: float = 0.9) -> bool:
-    """Whether a screened grid's power could still reach ``power``: the one-sided ``level`` upper
-    Clopper-Pearson bound of its growing verdicts (x of n simulations) is at least ``power``. Five
-    simulations with none growing bound the power below 0.37, so a grid far short is not simulated
-    further (the finished sweep's achieved power searched 6 larger grids at full count: ~3 of the
-    demo's 8 minutes)."""
-    n = gp.n_sims
-    x = round(gp.power * n)
-    return x >= n or float(stats.beta.ppf(level, x + 1, n - x)) >= power
-
-
-def with_powers(analysis: Analysis, *, n_sims: int = 40, growth: float = 0.05, power: float = 0.8, seed: int = 0,
-                **options: Any) -> Analysis:
-    """``analysis`` with ``powers`` filled for each undetermined multiplier verdict: the power its sweep
-    had for ``growth`` and the grid that would have decided (:func:`achieved_power` on the analysed
-    table, ``options`` passed on: ``n_boot``, ``workers``, ``extensions``); the report says them in its
-    answer. A pair whose power cannot be simulated is logged."""
-    powers = dict(analysis.powers)
-    for (base, variant), m in analysis.multipliers.items():
-        if getattr(m, "verdict", None) != "undetermined" or (base, variant) in powers:
-            continue
-        log.info("achieved power of %s vs %s: %d simulated sweeps per truth on its grid, then larger grids "
-                 "until one reaches %.0f%% (docs/design.md)", variant, base, n_sims, 100 * power)
-        try:
-            powers[(base, variant)] = achieved_power(analysis.table, base, variant, growth=growth, power=power,
-                                                     n_sims=n_sims, loss=analysis.options.loss, seed=seed,
-                                                     **options)
-        except ValueError as exc:
-            log.warning("achieved power of %s vs %s not simulated: %s", variant, base, exc)
-    return dataclasses.replace(analysis, powers=powers)
