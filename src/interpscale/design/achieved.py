@@ -119,7 +119,7 @@ def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: fl
     def test(t) -> PowerTest:
         if t not in tests:
             tests[t] = PowerTest(grids[t], truth, noise, power=power, n_screen=max(5, n_sims // 4), n_sims=n_sims,
-                                 workers=workers, **kw)
+                                 workers=workers, starts=gp.starts, **kw)  # the same truth's joint-fit optima
         return tests[t]
 
     # the widest grids first: one whose screen falls short rules out every grid nested in it (no more
@@ -142,8 +142,10 @@ class PowerTest:
     power >= ``power``). A grid far short is settled after 3 of the screen's 5 simulations, not 10."""
 
     def __init__(self, grid: Grid, truth: Truth, noise, *, power: float, n_screen: int, n_sims: int,
-                 workers: int | None = None, **kw: Any):
-        self.job = scenario_jobs(grid, truth, noise, **kw)["growing"]  # starts from both scenarios, as assess's
+                 workers: int | None = None, starts: np.ndarray | None = None, **kw: Any):
+        # the joint fits start from ``starts`` when given (a finished sweep's own assessment: the end points of
+        # full multistarts on the same truth), else from both scenarios' ``joint_starts`` on this grid, as assess's
+        self.job = scenario_jobs(grid, truth, noise, warm=starts is None, starts=starts, **kw)["growing"]
         self.seeds = scenario_seeds(kw.get("seed", 0), 1, max(n_screen, n_sims))  # each answer reads its first
         self.power, self.n_screen, self.n_sims = power, n_screen, n_sims
         self.workers = workers or min(os.cpu_count() or 1, 4)
