@@ -254,7 +254,8 @@ def test_multiplier_section_beyond_the_sweep_says_not_determined(tmp_path):
     from interpscale.scaling.multiplier import simulate_pair
 
     df = simulate_pair(1.3, 0.0, seed=1, sizes_per_slice=5, noise=0.03, names=("ar", "ar+concept"))
-    md = write_report(df, tmp_path, figures=False, n_boot=20, target_compute=7.6e22, source="pair.csv").read_text()
+    md = write_report(df, tmp_path, figures=False, n_boot=20, target_compute=7.6e22, source="pair.csv",
+                      backtest=False).read_text()  # the multiplier section is what is read
     assert "## The answer" in md and "**ar+concept vs ar**" in md.split("## Data")[0]
     cells = re.findall(r"(?<![\w.])(\d[\d.e+-]*) \[(\d[\d.e+-]*), (\d[\d.e+-]*)\]", md.split("## Compute multiplier")[1])
     assert cells
