@@ -165,16 +165,17 @@ def test_a_finished_sweep_states_its_achieved_power(monkeypatch):
 
 def test_a_curtailed_power_test_answers_as_all_its_simulations_would():
     """``PowerTest`` stops simulating once its answer is settled; its screen and confirmation answer as
-    the tallies of all their simulations (the same seeds, in ``assess``) do, for a grid that reaches the
+    all their simulations (``assess``'s growing-k job and seeds) do, for a grid that reaches the
     target and for one that does not."""
     grid, noise = _grid(slices=(1e9, 4e9, 1.6e10, 6.4e10), sizes=5), d.NoiseModel(run_sd=0.004)
     truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
     kw = dict(base="base", variant="variant", growth=0.04, n_boot=20, seed=1)
-    full = d.assess(grid, truth, noise, n_sims=6, workers=1, **kw)
-    hits = [full.analyses["growing"][s]["verdict"] == "growing" for s in d.scenario_seeds(1, 1, 6)]
+    growing = d.scenario_jobs(grid, truth, noise, **kw)["growing"]  # assess's growing-k job and seeds
+    hits = [r["verdict"] == "growing" for r in d.run_many(growing, d.scenario_seeds(1, 1, 6), 1)]
     assert 0 < sum(hits) < 6, hits  # both answers below are reachable from this grid's simulations
     for power in (0.3, 0.9):
-        pt = d.PowerTest(grid, truth, noise, power=power, n_screen=3, n_sims=6, workers=1, **kw)
+        pt = d.PowerTest(grid, truth, noise, power=power, n_screen=3, n_sims=6, workers=1, starts=growing.starts,
+                         **kw)  # starts given, as a finished sweep gives its own
         assert pt.screen() == d.reaches(sum(hits[:3]), 3, power)
         assert pt.confirm() == (sum(hits) >= math.ceil(power * 6 - 1e-9))
         assert pt.hits == hits[:len(pt.hits)]  # the same simulations, in order
