@@ -183,16 +183,10 @@ def test_a_curtailed_power_test_answers_as_all_its_simulations_would():
 
 
 def test_a_screen_stops_only_grids_whose_power_cannot_reach_the_target():
-    def screened(x, n):
-        p = {"growing": x / n} if x else {}
-        return d.GridPower(grid=None, question="multiplier", n_sims=n,
-                           scenarios={"growing": {"p_verdict": p}, "constant": {"p_verdict": {}}}, seconds=0.0)
-
     # Clopper-Pearson one-sided 90% upper bounds: 0 of 5 -> 0.369, 3 of 5 -> 0.894, 2 of 5 -> 0.734
-    assert not d.could_reach(screened(0, 5), 0.8)
-    assert not d.could_reach(screened(2, 5), 0.8)
-    assert d.could_reach(screened(3, 5), 0.8) and d.could_reach(screened(5, 5), 0.8)
-    assert d.could_reach(screened(0, 5), 0.3)  # a low target is not screened out by none of five
+    assert not d.reaches(0, 5, 0.8) and not d.reaches(2, 5, 0.8)
+    assert d.reaches(3, 5, 0.8) and d.reaches(5, 5, 0.8)
+    assert d.reaches(0, 5, 0.3)  # a low target is not screened out by none of five
 
 
 EPOCH = Path(__file__).parent / "data" / "epoch" / "epoch_chinchilla_svg_extracted_data.csv"

@@ -20,7 +20,7 @@ compute and returns the cheapest that meets a target; ``write_preset`` writes it
 that ``plan`` and ``sweep launch`` accept unchanged. Simulations run in worker processes.
 """
 
-from interpscale.design.achieved import (AchievedPower, PowerTest, achieved_power, could_reach, extended_grid,
+from interpscale.design.achieved import (AchievedPower, PowerTest, achieved_power, extended_grid,
                                          grid_from_results, reaches, with_powers)
 from interpscale.design.recommend import (Design, candidate_grids, nested, render, search, slices_of,
                                        write_outputs, write_preset)
@@ -32,7 +32,7 @@ from interpscale.design.simulation import (DEFAULT_LAW, DEFAULT_SIMS, DEMO_WORLD
 
 __all__ = ["AchievedPower", "DEFAULT_LAW", "DEFAULT_SIMS", "DEMO_WORLD", "DESIGN_BOOT", "Design", "Grid", "GridPower",
            "NoiseModel", "PowerTest", "QUESTIONS", "SimJob", "Truth", "achieved_power", "analyse_once", "assess",
-           "candidate_grids", "could_reach", "extended_grid", "grid_from_plan", "grid_from_results", "joint_starts",
+           "candidate_grids", "extended_grid", "grid_from_plan", "grid_from_results", "joint_starts",
            "meets", "nested", "noise_from_pilot", "reaches", "render", "run_many", "scenario_jobs", "scenario_seeds",
            "search", "simulate", "slices_of", "truth_for_grid", "truth_from_pilot", "with_powers", "write_outputs",
            "write_preset"]

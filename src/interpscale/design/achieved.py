@@ -15,7 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from interpscale.design.recommend import nested
-from interpscale.design.simulation import (Grid, GridPower, Truth, assess, noise_from_pilot, run_many,
+from interpscale.design.simulation import (Grid, Truth, assess, noise_from_pilot, run_many,
                                            scenario_jobs, scenario_seeds, truth_from_pilot)
 from interpscale.scaling import Analysis, quiet
 from interpscale.scaling.tables import fit_rows
@@ -138,8 +138,9 @@ class PowerTest:
     """Whether a larger grid's power for ``growth`` reaches ``power``, from its growing-k scenario
     alone (whether a grid would decide needs no false-alarm rate), simulated ``workers`` at a time and
     only until the answer is settled -- curtailed sampling: the same answers, from the same seeds, as
-    ``assess`` of all ``n_screen`` (the screen, ``could_reach``) and all ``n_sims`` (the confirmation,
-    power >= ``power``). A grid far short is settled after 3 of the screen's 5 simulations, not 10."""
+    ``assess`` of all ``n_screen`` (the screen: ``reaches``) and all ``n_sims`` (the confirmation:
+    power >= ``power``). A grid far short is settled after 3 of its screen's 5 simulations (4 when run in
+    pairs), where both scenarios' 10 were simulated before."""
 
     def __init__(self, grid: Grid, truth: Truth, noise, *, power: float, n_screen: int, n_sims: int,
                  workers: int | None = None, starts: np.ndarray | None = None, **kw: Any):
@@ -170,16 +171,11 @@ class PowerTest:
         return self._answer(self.n_sims, lambda x, n: x >= math.ceil(self.power * n - 1e-9))  # power >= target
 
 
-def could_reach(gp: GridPower, power: float, level: float = 0.9) -> bool:
-    """Whether a screened grid's power could still reach ``power`` (``reaches`` of its growing verdicts)."""
-    return reaches(round(gp.power * gp.n_sims), gp.n_sims, power, level)
-
-
 def reaches(x: int, n: int, power: float, level: float = 0.9) -> bool:
     """Whether ``x`` growing verdicts of ``n`` simulations leave ``power`` within reach: the one-sided
     ``level`` upper Clopper-Pearson bound is at least ``power``. Five simulations with none growing
-    bound the power below 0.37, so a grid far short is not simulated further (the finished sweep's
-    achieved power searched 6 larger grids at full count: ~3 of the demo's 8 minutes)."""
+    bound the power below 0.37, so a grid far short is not simulated further (searching 6 larger grids
+    at full count had taken ~3 minutes of the demo)."""
     return x >= n or float(stats.beta.ppf(level, x + 1, n - x)) >= power
 
 
