@@ -145,20 +145,22 @@ def _draw_pair(ax, m: MultiplierFit, variant: str) -> tuple[list[float], list[fl
         primary = method == m.primary
         color = family_color(variant) if primary else "0.4"
         inside = t[~t["extrapolated"].astype(bool) & ~np.isin(t["compute"], TARGETS)]
-        banded = inside[[band_decades(lo, hi) <= MAX_DECADES for lo, hi in zip(inside["lo"], inside["hi"])]]
-        label = f"{method} ({law}){', answers' if primary else ''}{'' if supports_extrapolation(m, method) else ', flagged'}"
+        # a boolean row mask even when empty (an empty list would select no columns)
+        banded = inside[np.array([band_decades(lo, hi) <= MAX_DECADES for lo, hi in zip(inside["lo"], inside["hi"])],
+                                 dtype=bool)]
+        band = banded if primary else banded.iloc[:0]  # only the answering method's band is drawn
+        flag = "" if supports_extrapolation(m, method) else ", flagged"
+        label = f"{method} ({law}){', answers' if primary else ''}{flag}"
         if len(inside) == 1:  # one budget inside the sweep: a point with its band (a one-point line draws nothing)
-            b = banded if primary else banded.iloc[:0]
-            ax.errorbar(inside["compute"], inside["k"], yerr=[b["k"] - b["lo"], b["hi"] - b["k"]] if len(b) else None,
+            ax.errorbar(inside["compute"], inside["k"],
+                        yerr=[band["k"] - band["lo"], band["hi"] - band["k"]] if len(band) else None,
                         fmt="D", color=color, ms=4 if primary else 3, capsize=2, lw=1, label=label, zorder=3)
-            keep(inside["compute"], inside["k"])
-            keep(b["compute"], b["lo"], b["hi"])
         elif len(inside):
-            if primary and len(banded):
-                ax.fill_between(banded["compute"], banded["lo"], banded["hi"], color=color, lw=0, alpha=0.18)
-                keep(banded["compute"], banded["lo"], banded["hi"])
+            if len(band):
+                ax.fill_between(band["compute"], band["lo"], band["hi"], color=color, lw=0, alpha=0.18)
             ax.plot(inside["compute"], inside["k"], style, color=color, lw=1.6 if primary else 1.0, label=label)
-            keep(inside["compute"], inside["k"])
+        keep(inside["compute"], inside["k"])
+        keep(band["compute"], band["lo"], band["hi"])
         _draw_extrapolation(ax, m, method, style, color, keep)
     return xs, ys
 
