@@ -57,14 +57,18 @@ def test_preempted_job_requeues_and_resumes_bit_exactly(tmp_path, make_spec):
         time.sleep(0.2)
     else:
         pytest.fail(f"job {job.job_id} never started training: {read_status(d)}")
-    time.sleep(1.0)
-    # Preemption as submitit's Job._interrupt() does it (SIGTERM, then USR2 -> checkpoint and
-    # `scontrol requeue`), but with a pause between the two: sent back to back, slurmd can
-    # deliver the SIGTERM after the USR2 handler has started scontrol and kill it (seen on
-    # a freshly started cluster).
-    subprocess.run(["scancel", job.job_id, "--signal", "SIGTERM"], check=True)
-    time.sleep(1.0)
-    subprocess.run(["scancel", job.job_id, "--signal", "USR2"], check=True)
+    # Preemption as submitit's Job._interrupt() does it: SIGTERM (which submitit's handler only logs),
+    # then USR2 (checkpoint and `scontrol requeue`). The job's step is frozen (SIGSTOP) first, so the
+    # signals land mid-training however fast the machine (a fast one finished all 1,500 steps in the
+    # pauses once); both wait while it is stopped and arrive on SIGCONT -- before the USR2 handler
+    # starts scontrol, so the SIGTERM cannot kill it (seen when sent back to back on a running job).
+    subprocess.run(["scancel", job.job_id, "--signal", "STOP"], check=True)
+    time.sleep(0.5)
+    st = read_status(d)
+    assert st.get("state") == "running" and not st.get("segments_done"), f"frozen too late: {st}"
+    for sig in ("SIGTERM", "USR2", "CONT"):
+        subprocess.run(["scancel", job.job_id, "--signal", sig], check=True)
+        time.sleep(0.2)
     for _ in range(120):  # SLURM holds a requeued job ~2 min (BeginTime); release it now
         state = subprocess.run(["squeue", "-h", "-j", job.job_id, "-o", "%T"], capture_output=True,
                                text=True).stdout.strip()
