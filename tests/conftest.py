@@ -83,7 +83,12 @@ def slurm_unavailable() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """`@pytest.mark.slurm` tests run against the real cluster, or skip with the reason."""
+    """`@pytest.mark.slurm` tests run against the real cluster, or skip with the reason. Files holding a
+    `@pytest.mark.slow` test are collected first (in their own order, each file's tests in theirs):
+    ``--dist loadfile`` hands files out in collection order, so the longest start first and the run
+    does not end waiting on one of them started last (longest-first scheduling)."""
+    slow = {it.path for it in items if it.get_closest_marker("slow") is not None}
+    items.sort(key=lambda it: it.path not in slow)  # stable: only moves the slow files to the front
     marked = [it for it in items if it.get_closest_marker("slurm") is not None]
     if marked:
         reason = slurm_unavailable()

@@ -61,6 +61,7 @@ def doc_block(doc: str, lang: str, after: str) -> str:
 
 
 COMMANDS_IN_DOCS = documented_commands()
+pytestmark = pytest.mark.slow  # the quick demo, then every documented command on its outputs
 
 
 def test_the_docs_show_every_subcommand():

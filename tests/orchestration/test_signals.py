@@ -172,6 +172,7 @@ def _job_tasks(launcher_pid: int) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.slow  # two sweeps launched, signalled and launched again
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signalled_job_fails_the_launch_naming_its_runs_and_a_relaunch_finishes(tmp_path, sig):
     """Issue 37.4: SIGTERM or SIGKILL (the OOM killer's) to one job's process mid-sweep: the

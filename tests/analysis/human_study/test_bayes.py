@@ -24,6 +24,7 @@ def wine_fit(wine_model) -> OrdinalMixedResult:
     return wine_model.fit(draws=600, tune=600, chains=2, seed=1)
 
 
+@pytest.mark.slow  # the wine fixture samples the full model
 def test_wine_posterior_medians_within_one_sd_of_r_clmm(wine_fit):
     for k, v in R_CLMM.items():
         assert abs(wine_fit.coef[k] - v) < wine_fit.coef_sd[k], (k, wine_fit.coef[k])
@@ -103,6 +104,7 @@ def test_failed_diagnostics_are_warned(wine_model):
     assert any("ESS" in w for w in fit.warnings)
 
 
+@pytest.mark.slow  # 10 simulated studies, each sampled by NUTS
 def test_credible_interval_covers_true_llm_effect(small_study):
     """Ten simulated studies on one design (refits reuse the compiled model): the 95% CrI
     for the LLM-vs-human log-odds ratio covers the truth in >= 90% of them."""
