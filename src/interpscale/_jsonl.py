@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from interpscale.errors import UserError
+
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, object)`` for each non-blank line of ``path`` (1-based numbers)."""
@@ -20,7 +22,7 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
             try:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
+                raise UserError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
 
 
 def jsonable(value: Any) -> Any:

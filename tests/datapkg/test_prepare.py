@@ -19,6 +19,7 @@ from reference_packing import pack
 from interpscale.cli import main
 from interpscale.data import (CorpusConfig, Split, generate_documents, is_validation, open_data, prepare,
                               prepare_data, resolve_data_paths, write_concepts)
+from interpscale.errors import UserError
 
 CFG = {"kind": "synthetic", "n_concepts": 7, "n_docs": 150, "entities_per_concept": 5, "seed": 2}
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -249,7 +250,7 @@ def test_submitit_local_executor_one_task_per_file(tmp_path):
         assert (a / f).read_bytes() == (b / f).read_bytes() == (c / f).read_bytes() == (d / f).read_bytes()
     assert not (a / ".submitit").exists() and not (d / ".parts").exists()
     files[1].write_text('{"text": "ok"}\n{broken\n')  # a failing task names file and line; the other part is kept
-    with pytest.raises(ValueError, match=r"s1\.jsonl: line 2 is not valid JSON"):
+    with pytest.raises(UserError, match=r"s1\.jsonl: line 2 is not valid JSON"):
         prepare(files, tmp_path / "f", executor="local", tokenizer=a / "tokenizer.json", val_fraction=0.2)
     assert (tmp_path / "f" / ".parts" / "00000.json").exists()
 
