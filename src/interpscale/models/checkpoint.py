@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from interpscale._atomic import atomic_path
+from interpscale.errors import UserError
 from interpscale.models import plugins
 from interpscale.models.protocol import BUILD_ATTR, DataFields
 from interpscale.models.registry import build_model, get_family
@@ -158,7 +159,7 @@ def tokenizer_files(tokenizer: Any, config: dict[str, Any]) -> dict[str, str]:
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_file(str(tokenizer))
     n, V = tok.get_vocab_size(with_added_tokens=True), config.get("vocab_size")
     if V is not None and n > int(V):
-        raise ValueError(f"the tokenizer has {n} tokens, more than the model's vocab_size {V}; "
+        raise UserError(f"the tokenizer has {n} tokens, more than the model's vocab_size {V}; "
                          "give the tokenizer the model was trained with")
     special = {}
     for name, text in SPECIAL_TEXT.items():
@@ -167,7 +168,7 @@ def tokenizer_files(tokenizer: Any, config: dict[str, Any]) -> dict[str, str]:
         if found is not None:
             special[name] = found
     if "eos" not in special:
-        raise ValueError(f"the tokenizer has no end-of-sequence token ({SPECIAL_TEXT['eos']} or the config's eos_id)")
+        raise UserError(f"the tokenizer has no end-of-sequence token ({SPECIAL_TEXT['eos']} or the config's eos_id)")
     names = {"bos_token": special["eos"], "eos_token": special["eos"]}
     names |= {f"{k}_token": special[k] for k in ("pad", "mask") if k in special}
     names |= {"additional_special_tokens": [special["eoc"]]} if "eoc" in special else {}
@@ -223,10 +224,10 @@ def _read_dir(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         meta = json.loads((path / META).read_text())
         state = load_file(str(path / SAFETENSORS))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); it is incomplete "
+        raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); it is incomplete "
                          "or not a checkpoint: use another one or retrain") from exc
     if meta.get("format") != FORMAT_DIR:
-        raise ValueError(f"{path / META} is not an interpscale checkpoint (format {FORMAT_DIR!r})")
+        raise UserError(f"{path / META} is not an interpscale checkpoint (format {FORMAT_DIR!r})")
     if meta.get("hf_layout"):
         state = {f"hf.{k}": v for k, v in state.items()}
     return meta, state
@@ -270,7 +271,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
     shapes = [f"{k}: saved {tuple(state[k].shape)} vs config {tuple(own[k].shape)}"
               for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
     if missing or unexpected or shapes:
-        raise ValueError(f"checkpoint {path} does not match its config ({meta['family']}/{cfg.get('size')}): "
+        raise UserError(f"checkpoint {path} does not match its config ({meta['family']}/{cfg.get('size')}): "
                          f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
     model.load_state_dict(state, strict=True)
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
@@ -286,9 +287,9 @@ def _read_pt(path: Path, map_location: Any) -> tuple[dict[str, Any], dict[str, t
         # zip, unreadable, or bytes the restricted unpickler cannot follow (a text file: KeyError on its memo)
         why = f"{type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}" if isinstance(exc, (RuntimeError, OSError, EOFError)) \
             else "not a torch checkpoint file"  # (the restricted unpickler's KeyError / IndexError say nothing more)
-        raise ValueError(f"checkpoint {path} cannot be read ({why}); "
+        raise UserError(f"checkpoint {path} cannot be read ({why}); "
                          "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
+        raise UserError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
     build = json.loads(payload.get("build_json") or "null")
     return payload | {"config": json.loads(payload["config_json"]), "build": build}, payload["state_dict"]

@@ -28,6 +28,7 @@ import pandas as pd
 
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
+from interpscale.errors import UserError
 
 from ._base import DEFAULT_GRID, DEFAULT_LEVEL, check_level, fit_status, from_options, jsonable
 from .bootstrap import N_BOOT
@@ -45,7 +46,7 @@ def inputs_hash(table: pd.DataFrame, options: Mapping[str, Any] | None = None,
     and its options: the same inputs give the same hash on any machine."""
     cols = sorted(columns or table.columns, key=str)
     if missing := [c for c in cols if c not in table.columns]:
-        raise ValueError(f"inputs_hash: table lacks column(s) {missing}")
+        raise UserError(f"inputs_hash: table lacks column(s) {missing}")
     csv = table[cols].astype(str).sort_values(cols, kind="mergesort").to_csv(index=False, lineterminator="\n")
     h = hashlib.sha256(csv.encode())
     h.update(json.dumps(jsonable(dict(options or {})), sort_keys=True).encode())
@@ -132,17 +133,17 @@ class ForecastLedger:
         self.path = Path(path)
 
     def load(self) -> list[Forecast]:
-        """All forecasts; ValueError naming the file and line of any malformed entry."""
+        """All forecasts; a UserError naming the file and line of any malformed entry."""
         if not self.path.exists():
             return []
         out = []
         for i, d in iter_jsonl(self.path):
             try:
                 if extra := set(d) - _FIELDS:
-                    raise ValueError(f"unknown field(s) {sorted(extra)}")
+                    raise UserError(f"unknown field(s) {sorted(extra)}")
                 out.append(Forecast(**d))
             except (ValueError, TypeError) as exc:
-                raise ValueError(f"{self.path}: line {i}: not a forecast record ({exc})") from exc
+                raise UserError(f"{self.path}: line {i}: not a forecast record ({exc})") from exc
         return out
 
     def _save(self, forecasts: Sequence[Forecast]) -> None:
@@ -155,7 +156,7 @@ class ForecastLedger:
         if len(hits) != 1:
             have = ", ".join(f.id for f in self.load()) or "none"
             what = "no forecast" if not hits else f"{len(hits)} forecasts"
-            raise ValueError(f"{self.path}: {what} with id {forecast_id!r}; ids: {have}")
+            raise UserError(f"{self.path}: {what} with id {forecast_id!r}; ids: {have}")
         return hits[0]
 
     def record(self, *, target_compute: float, predicted: float, lo: float, hi: float, method: str,
@@ -168,11 +169,11 @@ class ForecastLedger:
         level = check_level(level)
         for name, v in (("target_compute", target_compute), ("predicted", predicted), ("lo", lo), ("hi", hi)):
             if not (isinstance(v, (int, float, np.floating)) and math.isfinite(v)):
-                raise ValueError(f"record: {name} must be a finite number, got {v!r}")
+                raise UserError(f"record: {name} must be a finite number, got {v!r}")
         if not target_compute > 0:
-            raise ValueError(f"record: target_compute must be positive, got {target_compute}")
+            raise UserError(f"record: target_compute must be positive, got {target_compute}")
         if not lo <= predicted <= hi:
-            raise ValueError(f"record: the interval [{lo}, {hi}] does not contain the prediction {predicted}")
+            raise UserError(f"record: the interval [{lo}, {hi}] does not contain the prediction {predicted}")
         num = dict(target_compute=target_compute, predicted=predicted, lo=lo, hi=hi, params=params, tokens=tokens,
                    raw_lo=raw_lo, raw_hi=raw_hi, ratio=ratio)
         body = dict({k: None if v is None else float(v) for k, v in num.items()}, created=created or _now(),
@@ -182,7 +183,7 @@ class ForecastLedger:
         fid = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
         existing = self.load()
         if any(f.id == fid for f in existing):
-            raise ValueError(f"{self.path}: forecast {fid} is already recorded")
+            raise UserError(f"{self.path}: forecast {fid} is already recorded")
         fc = Forecast(id=fid, **body)
         self._save(existing + [fc])
         return fc
@@ -190,7 +191,7 @@ class ForecastLedger:
     def check(self, forecast_id: str, observed: float, *, checked: str | None = None) -> Forecast:
         """Store the observed value (and date) with its forecast, atomically; return it scored."""
         if not (isinstance(observed, (int, float, np.floating)) and math.isfinite(observed)):
-            raise ValueError(f"check: observed must be a finite number, got {observed!r}")
+            raise UserError(f"check: observed must be a finite number, got {observed!r}")
         target = self.get(forecast_id)
         done = dataclasses.replace(target, observed=float(observed), checked=checked or _now())
         self._save([done if f.id == target.id else f for f in self.load()])
@@ -215,12 +216,12 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
         loss=loss, n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
         calibration=calibration), forecast_from_results).values()
     if target_compute is None and (params is None or tokens is None):
-        raise ValueError("give the target compute, or the run's params and tokens (its compute is then k·P·D)")
+        raise UserError("give the target compute, or the run's params and tokens (its compute is then k·P·D)")
     if target_compute is not None:
         positive_compute(target_compute)
     warnings: list[str] = []
     if missing := [c for c in ("params", "tokens", loss) if c not in results.columns]:
-        raise ValueError(f"results table lacks column {missing[0]!r}; have {list(results.columns)}")
+        raise UserError(f"results table lacks column {missing[0]!r}; have {list(results.columns)}")
     df = fit_rows(results, family=family, estimator=estimator, annealed=annealed, loss=loss, caller="forecast",
                   warnings=warnings, one_family=True)
     o = ForecastOptions(loss=loss, n_boot=n_boot, level=check_level(level), seed=seed, grid=grid, window=window,
@@ -229,11 +230,11 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
     fc = forecast_family(df, target_compute, method=method, options=o, params=params, tokens=tokens)
     b, flags = fc.best, fit_flags(fc.best.fit)
     if flags and not force:
-        raise ValueError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
+        raise UserError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
                          "forecast and interval are not to be trusted (--force records it anyway, the flag stored in "
                          "its note)")
     if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
-        raise ValueError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
+        raise UserError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
                          f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
                          "add budgets (3 or more IsoFLOP slices) or use another method")
     options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
@@ -265,12 +266,12 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     ``flops`` column); a ``target_compute`` outside k·P·D at the runs' smallest and largest k
     (1% either side) contradicts the run and is refused. Without params/tokens: ``target_compute``."""
     if (params is None) != (tokens is None):
-        raise ValueError("give both the run's params and tokens, or neither (compute-optimal allocation)")
+        raise UserError("give both the run's params and tokens, or neither (compute-optimal allocation)")
     if params is None:
         return float(target_compute)
     for name, v in (("params", params), ("tokens", tokens)):
         if not (math.isfinite(float(v)) and float(v) > 0):
-            raise ValueError(f"the run's {name} must be a positive number, got {v}")
+            raise UserError(f"the run's {name} must be a positive number, got {v}")
     pd_ = float(params) * float(tokens)
     derived = k * pd_
     if target_compute is None:
@@ -281,7 +282,7 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     given_k = float(target_compute) / pd_
     if not lo * (1 - K_SLACK) <= given_k <= hi * (1 + K_SLACK):
         span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
-        raise ValueError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
+        raise UserError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
                          f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
                          f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g}"
                          f"{'' if span == f'{k:.4g}' else f' (median k = {k:.4g})'}; "
