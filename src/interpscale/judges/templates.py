@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from interpscale._registry import Registry, resolve
+from interpscale.errors import UserError
 from interpscale.judges.parsing import PARSERS, Parsed
 
 OUTPUTS = tuple(PARSERS)  # the reply formats a template can ask for, each with its parser
@@ -44,7 +45,7 @@ class PromptTemplate:
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
-            raise ValueError(f"template {self.name!r}: output must be one of {OUTPUTS}, got {self.output!r}")
+            raise UserError(f"template {self.name!r}: output must be one of {OUTPUTS}, got {self.output!r}")
         self.fields  # noqa: B018  (checks the placeholder syntax)
 
     @property
@@ -55,13 +56,13 @@ class PromptTemplate:
             try:
                 out.update(f for _, f, _, _ in string.Formatter().parse(text) if f)
             except ValueError as exc:
-                raise ValueError(f"template {self.name!r}: bad placeholder syntax in {part} text: {exc}") from None
+                raise UserError(f"template {self.name!r}: bad placeholder syntax in {part} text: {exc}") from None
         return frozenset(out)
 
     def render(self, values: Mapping[str, Any]) -> list[dict[str, str]]:
         """Fill the placeholders and return chat messages."""
         if missing := sorted(self.fields - set(values)):
-            raise ValueError(f"template {self.name!r} needs values for {missing}")
+            raise UserError(f"template {self.name!r} needs values for {missing}")
         msgs = [{"role": "system", "content": self.system.format(**values)}] if self.system else []
         return msgs + [{"role": "user", "content": self.user.format(**values)}]
 
@@ -297,7 +298,7 @@ class TemplateSet:
         try:
             return self.templates[name]
         except KeyError:
-            raise ValueError(f"unknown judge template {name!r}; known: {sorted(self.templates)}") from None
+            raise UserError(f"unknown judge template {name!r}; known: {sorted(self.templates)}") from None
 
     def override(self, overrides: Mapping[str, Mapping[str, Any]]) -> "TemplateSet":
         """Replace the ``system``/``user``/``reask``/``max_tokens`` of named templates; an
@@ -307,12 +308,12 @@ class TemplateSet:
         for name, spec in overrides.items():
             base = self[name]
             if unknown := set(spec) - {"system", "user", "reask", "max_tokens", "version"}:
-                raise ValueError(f"template override {name!r}: unknown keys {sorted(unknown)}")
+                raise UserError(f"template override {name!r}: unknown keys {sorted(unknown)}")
             new = replace(base, **{k: v for k, v in spec.items() if k != "version"})
             if lost := base.fields - new.fields:
-                raise ValueError(f"template override {name!r} drops placeholders {sorted(lost)}")
+                raise UserError(f"template override {name!r} drops placeholders {sorted(lost)}")
             if extra := new.fields - base.fields:
-                raise ValueError(f"template override {name!r} uses unknown placeholders {sorted(extra)}")
+                raise UserError(f"template override {name!r} uses unknown placeholders {sorted(extra)}")
             digest = hashlib.sha256(json.dumps([new.system, new.user, new.reask], sort_keys=True).encode()).hexdigest()
             out[name] = replace(new, version=str(spec.get("version") or f"{name}-custom-{digest[:12]}"))
         return TemplateSet(out)
@@ -325,15 +326,15 @@ def load_templates(path: str | Path | None = None) -> TemplateSet:
         return TemplateSet()
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"template file {p} does not exist")
+        raise UserError(f"template file {p} does not exist")
     try:
         text = p.read_text(encoding="utf-8")
         data = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"template file {p}: {exc}") from None
+        raise UserError(f"template file {p}: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"template file {p}: expected a table of tables {{name: {{user: ...}}}}")
+        raise UserError(f"template file {p}: expected a table of tables {{name: {{user: ...}}}}")
     try:
         return TemplateSet().override(data)
     except ValueError as exc:
-        raise ValueError(f"template file {p}: {exc}") from None
+        raise UserError(f"template file {p}: {exc}") from None

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Optional
 
 from interpscale import paper
+from interpscale.errors import ConfigError
 from interpscale.models.types import EOC_ID, EOS_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 PAPER_N_CONCEPTS = paper.N_KNOWN  # Table 25: n, shared across all sizes
@@ -35,14 +36,14 @@ class ConfigRecord:
     def check(self, *positive: str) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "max_seq_len", *positive):
             if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
+                raise ConfigError(f"{self.family}: {name} must be positive, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"{self.family}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+            raise ConfigError(f"{self.family}: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % getattr(self, "n_kv_heads", 1):
-            raise ValueError(f"{self.family}: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
+            raise ConfigError(f"{self.family}: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}")
         for name in SPECIAL_ID_FIELDS:
             if not 0 <= int(getattr(self, name)) < self.vocab_size:
-                raise ValueError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
+                raise ConfigError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
                                  f"vocab_size={self.vocab_size}")
 
     @property
@@ -56,7 +57,7 @@ class ConfigRecord:
     def from_dict(cls, data: dict[str, Any]):
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
+            raise ConfigError(f"unknown {cls.__name__} fields: {unknown}")
         return cls(**data)
 
 
@@ -112,15 +113,15 @@ class ModelConfig(ConfigRecord):
     def __post_init__(self) -> None:
         self.check("n_kv_heads", "block_size", "loss_chunk_tokens")
         if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+            raise ConfigError(f"head_dim={self.head_dim} must be even for RoPE")
         if not 0.0 <= self.t_min < self.t_max <= 1.0:
-            raise ValueError(f"need 0 <= t_min < t_max <= 1, got t_min={self.t_min}, t_max={self.t_max}")
+            raise ConfigError(f"need 0 <= t_min < t_max <= 1, got t_min={self.t_min}, t_max={self.t_max}")
         if self.mask_schedule not in ("uniform", "gaussian"):
-            raise ValueError(f"mask_schedule must be 'uniform' or 'gaussian', got {self.mask_schedule!r}")
+            raise ConfigError(f"mask_schedule must be 'uniform' or 'gaussian', got {self.mask_schedule!r}")
         if self.indep_terms not in (1, 2):
-            raise ValueError(f"indep_terms must be 1 or 2, got {self.indep_terms!r}")
+            raise ConfigError(f"indep_terms must be 1 or 2, got {self.indep_terms!r}")
         if self.n_concepts < 0:
-            raise ValueError(f"n_concepts must be >= 0, got {self.n_concepts}")
+            raise ConfigError(f"n_concepts must be >= 0, got {self.n_concepts}")
         self.gauss_center = tuple(self.gauss_center)  # JSON round-trips tuples as lists
         self.anneal_alpha_known = tuple(self.anneal_alpha_known)
 
@@ -184,7 +185,7 @@ class Sizes(dict):
         """Add (or replace) preset ``name``: ``base``'s fields, then ``fields_`` (those ``ModelConfig``
         has; a family's own keys are passed to its builder as overrides). Built-in names are fixed."""
         if name in BUILTIN_SIZES and name != base:
-            raise ValueError(f"size {name!r} is a built-in preset; name the size preset otherwise")
+            raise ConfigError(f"size {name!r} is a built-in preset; name the size preset otherwise")
         if name in BUILTIN_SIZES:
             return self[name]
         own = {f.name for f in fields(ModelConfig)} - {"family", "size"}
@@ -233,7 +234,7 @@ TINY_SIZES = tuple(n for n in SIZES if n not in paper.TABLE23)
 def preset(size: str) -> ModelConfig:
     """The size preset ``size`` (built-in, defined or generated)."""
     if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; known sizes: {list(SIZES)} or generated L<layers>d<width>")
+        raise ConfigError(f"unknown size {size!r}; known sizes: {list(SIZES)} or generated L<layers>d<width>")
     return SIZES[size]
 
 
@@ -242,5 +243,5 @@ def make_config(family: str, size: str, **overrides: Any) -> ModelConfig:
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)
     if bad:
-        raise ValueError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
+        raise ConfigError(f"unknown model override(s) {bad}; valid: {sorted(known - {'family', 'size'})}")
     return _apply(preset(size), size, overrides, family)

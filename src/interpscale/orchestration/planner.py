@@ -19,7 +19,7 @@ import pandas as pd
 
 from interpscale.data.corpus import read_concepts
 from interpscale.data.loaders import describe, read_meta
-from interpscale.errors import FailedWork, UserError
+from interpscale.errors import ConfigError, FailedWork, UserError
 from interpscale.data.tokenizer import load_tokenizer
 from interpscale.models import FAMILIES, SIZES, params_nonembedding
 from interpscale.models import plugins as plugin_modules
@@ -101,7 +101,7 @@ def data_counts(source: dict) -> tuple[int | None, int | None]:
         what = source.get("tokenizer")
         return n, load_tokenizer(what).get_vocab_size() if what else None
     except OSError as exc:
-        raise ValueError(f"data {what!r}: {exc}") from exc
+        raise UserError(f"data {what!r}: {exc}") from exc
 
 
 def default_vocab_size(g: "_Grid") -> int:
@@ -124,7 +124,7 @@ def slice_targets(families: Sequence[str], slices) -> dict[str, list[float]]:
     per = {f: [float(c) for c in (slices[f] if isinstance(slices, dict) else slices)] for f in families
            if not isinstance(slices, dict) or f in slices}
     if missing := [f for f in families if f not in per]:
-        raise ValueError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
+        raise ConfigError(f"no slice targets for famil{'ies' if len(missing) > 1 else 'y'} {missing}")
     return per
 
 
@@ -176,11 +176,11 @@ def _grid(tree: Preset, all_sizes: bool) -> _Grid:
     for name, c in g.custom.items():  # [size_presets]: sizes by their own name (builders, spec.json, checkpoints)
         SIZES.define(name, c["base"], **{k: v for k, v in c.items() if k != "base"})
     if not g.families:
-        raise ValueError("no families to plan (pass families=... or a preset)")
+        raise ConfigError("no families to plan (pass families=... or a preset)")
     if not g.sizes:
-        raise ValueError("no sizes to plan (pass sizes=... or a preset)")
+        raise ConfigError("no sizes to plan (pass sizes=... or a preset)")
     if p.slices is None:
-        raise ValueError("no slice targets (pass slices=... or a preset)")
+        raise ConfigError("no slice targets (pass slices=... or a preset)")
     g.slices = slice_targets(g.families, p.slices)
     return g
 
@@ -191,14 +191,14 @@ def _data_fields(g: _Grid) -> dict[str, int]:
     n_data, v_data = data_counts(g.data)
     where = "the prepared data (meta.json)" if g.data.get("kind") == "prepared" else "the data source"
     if n_data is not None and "n_concepts" in g.overrides and int(g.overrides["n_concepts"]) != n_data:
-        raise ValueError(f"[model] n_concepts = {g.overrides['n_concepts']} but {where} has {n_data} "
+        raise ConfigError(f"[model] n_concepts = {g.overrides['n_concepts']} but {where} has {n_data} "
                          f"concepts; training uses the data's count, so the plan would price another model")
     if n_data is None and any(FAMILIES[f].is_concept for f in g.families):
         log.warning("the data source does not state its concept count; concept modules are priced at the "
                     "model's n_concepts, while training uses however many concepts the data has")
     vocab = g.train.get("vocab_size", g.overrides.get("vocab_size"))
     if v_data is not None and vocab is not None and int(vocab) < v_data:
-        raise ValueError(f"vocab_size = {vocab} but the tokenizer of {where} has {v_data} tokens; "
+        raise ConfigError(f"vocab_size = {vocab} but the tokenizer of {where} has {v_data} tokens; "
                          f"the model's vocabulary must hold every token (set [train] vocab_size >= {v_data})")
     if vocab is None:  # the model's vocabulary is the data's when it has one, else the rule's
         vocab = v_data if v_data is not None else default_vocab_size(g)
@@ -249,7 +249,7 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
             r["status"] = f"skipped: more than {g.max_sizes} sizes in slice"
         ok = ok[:g.max_sizes]
     if not ok and strict and cands:
-        raise ValueError(f"{cands[0]['family']}: no size fits slice C={cands[0]['C_target']:.3g} "
+        raise UserError(f"{cands[0]['family']}: no size fits slice C={cands[0]['C_target']:.3g} "
                          f"(sizes {g.sizes}; {[r['status'] for r in cands]})")
     return ok
 

@@ -16,6 +16,7 @@ from scipy import stats
 
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import jsonable
+from interpscale.errors import UserError
 from .bayes import OrdinalMixedResult, Priors, fit_ordinal_mixed
 from .design import (RANDOM, parse_random, require_columns, require_no_missing, validate_phase1,
                      validate_ratings, z_value)
@@ -45,13 +46,13 @@ def paired_comparison(ratings: pd.DataFrame, a: str = "llm", b: str = "human", *
     [0.58, 0.66] over 402 pairs)."""
     for t in (a, b):
         if t not in set(ratings["candidate_type"]):
-            raise ValueError(f"candidate_type {t!r} not in ratings "
+            raise UserError(f"candidate_type {t!r} not in ratings "
                              f"(levels: {sorted(set(ratings['candidate_type']))})")
     A = ratings.loc[ratings["candidate_type"] == a, ["context", cluster, "rating"]]
     B = ratings.loc[ratings["candidate_type"] == b, ["context", "rating"]]
     pairs = A.merge(B, on="context", suffixes=("_a", "_b"))
     if pairs.empty:
-        raise ValueError(f"no context holds both a {a!r} and a {b!r} rating")
+        raise UserError(f"no context holds both a {a!r} and a {b!r} rating")
     score = (np.sign(pairs["rating_a"] - pairs["rating_b"]) + 1) / 2
     per = pd.DataFrame({"c": pairs[cluster], "s": score}).groupby("c")["s"].agg(["sum", "size"])
     wins, n = per["sum"].to_numpy(), per["size"].to_numpy(float)
@@ -71,7 +72,7 @@ def type_summary(ratings: pd.DataFrame, *, ci: str = "t", n_boot: int = 2000, cl
     mean and the share of ratings >= 4 with its CI: t and Wilson intervals (``ci="t"``, ratings
     independent as in Figure 14) or concepts resampled for both (``ci="cluster"``)."""
     if ci not in ("t", "cluster"):
-        raise ValueError(f"ci must be 't' or 'cluster', got {ci!r}")
+        raise UserError(f"ci must be 't' or 'cluster', got {ci!r}")
     g = ratings.groupby("candidate_type")["rating"]
     out = pd.DataFrame({"mean": g.mean(), "sd": g.std(ddof=1), "n": g.size(),
                         "top_two": g.apply(lambda r: float(np.mean(r >= 4)))})
@@ -114,7 +115,7 @@ def icc1(data: pd.DataFrame, *, target: str, value: str) -> float:
     n_i, means = groups.size(), groups.mean()
     N, g = len(y), len(n_i)
     if g < 2 or N <= g:
-        raise ValueError("ICC needs at least two targets and some with repeated ratings "
+        raise UserError("ICC needs at least two targets and some with repeated ratings "
                          f"(targets={g}, ratings={N})")
     msb = float((n_i * (means - y.mean()) ** 2).sum() / (g - 1))
     msw = float(((y - groups.transform("mean")) ** 2).sum() / (N - g))
@@ -159,7 +160,7 @@ def coherence_dependence(ratings: pd.DataFrame, phase1: pd.DataFrame, *,
     (per type), and the gap (types[1] - types[0] mean fit) per coherence bin, split at ``edges``
     (left-closed: low < 3 <= mid < 4 <= high); ratings without Phase 1 data: ``n_unmatched``."""
     if len(labels) != len(edges) + 1:
-        raise ValueError(f"need {len(edges) + 1} labels for edges {list(edges)}, got {list(labels)}")
+        raise UserError(f"need {len(edges) + 1} labels for edges {list(edges)}, got {list(labels)}")
     p1 = validate_phase1(phase1)
     coh = p1.groupby("concept")["coherence"].mean().rename("coherence")
     r = ratings.assign(concept=ratings["concept"].astype(str)).join(coh, on="concept")
@@ -285,14 +286,14 @@ def analyse_study(ratings: pd.DataFrame, phase1: pd.DataFrame | None = None, *, 
     every Phase 2 table and reported as ``n_unmatched`` in the coherence analysis."""
     terms = parse_random(random)
     if not terms:
-        raise ValueError("random needs at least one grouping factor, e.g. 'rater,concept'")
+        raise UserError("random needs at least one grouping factor, e.g. 'rater,concept'")
     z_value(level)
     r = validate_ratings(ratings, reference=reference, min_rater_ratings=min_rater_ratings)
     missing = [g for g in terms if g not in r.columns]
     if missing:
-        raise ValueError(f"random-effect factor(s) {missing} are not columns of ratings ({list(r.columns)})")
+        raise UserError(f"random-effect factor(s) {missing} are not columns of ratings ({list(r.columns)})")
     if contrast not in set(r["candidate_type"]):
-        raise ValueError(f"contrast type {contrast!r} not in candidate_type levels {sorted(set(r['candidate_type']))}")
+        raise UserError(f"contrast type {contrast!r} not in candidate_type levels {sorted(set(r['candidate_type']))}")
     p1 = validate_phase1(phase1) if phase1 is not None else None
     ref = {"candidate_type": reference}
     return HumanStudyReport(
