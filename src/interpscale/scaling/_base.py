@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from interpscale._jsonl import jsonable  # noqa: F401  (the one converter; re-exported for the fitters)
+from interpscale.errors import UserError
 
 from .bootstrap import DEFAULT_LEVEL, DEFAULT_N_BOOT, check_level  # noqa: F401  (re-exported for the fitters)
 from .bootstrap import band_from_draws, curve_rows, resample_noise
@@ -43,18 +44,18 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: values are not numeric ({exc})") from exc
+        raise UserError(f"{name}: values are not numeric ({exc})") from exc
     if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+        raise UserError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     bad = np.zeros(arr.shape, bool) if allow_nan else ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} "
+        raise UserError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} "
                          f"({int(bad.sum())} bad rows)")
     bad = ~(arr > 0) & ~np.isnan(arr) if positive else bad
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; "
+        raise UserError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; "
                          "a log-scale fit needs values > 0")
     return arr
 
@@ -65,10 +66,10 @@ def check_weights(weights: Any, n: int) -> np.ndarray | None:
         return None
     w = as_array(weights, "weights")
     if w.size != n:
-        raise ValueError(f"weights: {w.size} values for {n} points")
+        raise UserError(f"weights: {w.size} values for {n} points")
     if (w < 0).any() or not w.sum() > 0:
         i = int(np.flatnonzero(w < 0)[0]) if (w < 0).any() else 0
-        raise ValueError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
+        raise UserError(f"weights: must be non-negative with a positive sum (row {i}: {w[i]!r})")
     return w
 
 
@@ -76,10 +77,10 @@ def check_lengths(arrays: Mapping[str, np.ndarray], need: int, what: str) -> int
     """The one length of the named ``arrays``, at least ``need`` (ValueError naming ``what`` otherwise)."""
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) > 1:
-        raise ValueError(f"mismatched lengths: {lengths}")
+        raise UserError(f"mismatched lengths: {lengths}")
     n = next(iter(lengths.values()))
     if n < need:
-        raise ValueError(f"{what}: need at least {need} points, got {n}")
+        raise UserError(f"{what}: need at least {need} points, got {n}")
     return n
 
 
@@ -121,7 +122,7 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
     inverse = np.asarray(inverse).reshape(-1)
     if len(first) < len(stacked):
         i = next(i for i, grp in enumerate(inverse) if first[grp] != i)
-        raise ValueError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical "
+        raise UserError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical "
                          f"{', '.join(columns)}); drop or aggregate repeated measurements first")
 
 

@@ -21,6 +21,8 @@ from scipy.signal import lfilter
 from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
+from interpscale.errors import UserError
+
 from ._base import DEFAULT_LEVEL, from_options
 from .engine import Projected, multistart
 
@@ -117,7 +119,7 @@ def check_branch(stable: Curve, curve: Curve, rows=None) -> int:
     pre = curve.lr[: len(curve.lr) if j is None else j]  # its own warm-up, before it joins the stable run
     down = np.flatnonzero(pre[1:] < pre[:-1] * (1 - LR_MATCH))
     if len(down):
-        raise ValueError(f"{what} lowers its learning rate at step {int(down[0]) + 1}, before it runs at the "
+        raise UserError(f"{what} lowers its learning rate at step {int(down[0]) + 1}, before it runs at the "
                          f"learning rate of the stable run {stable.name!r} after warm-up: it leaves before "
                          "warm-up ends")
     rows = np.sort(np.asarray(rows if rows is not None else np.arange(len(curve.lr)), float))
@@ -125,13 +127,13 @@ def check_branch(stable: Curve, curve: Curve, rows=None) -> int:
     slack = max(float(np.max(np.diff(x))) if len(x) > 1 else 0.0 for x in (stable.steps, upto))
     if j is None or j > max(ws, first) + slack:  # later than the log and its rows can place the warm-up's end
         runs = "never runs" if j is None else f"runs only from step {j}"
-        raise ValueError(f"{what} {runs} at the learning rate of the stable run {stable.name!r} after its warm-up "
+        raise UserError(f"{what} {runs} at the learning rate of the stable run {stable.name!r} after its warm-up "
                          f"(which ends by step {max(ws, first)}): its branch point is not in the stable run")
     if b >= len(curve.lr):
-        raise ValueError(f"{what} follows the stable run {stable.name!r} to its last step {len(curve.lr) - 1}: "
+        raise UserError(f"{what} follows the stable run {stable.name!r} to its last step {len(curve.lr) - 1}: "
                          "no branch point (its loss is the stable run's)")
     if not first <= b <= stable.final_step:
-        raise ValueError(f"{what} branches at step {b}, outside the stable run {stable.name!r}'s logged steps "
+        raise UserError(f"{what} branches at step {b}, outside the stable run {stable.name!r}'s logged steps "
                          f"({first}-{stable.final_step}): its branch point is not in the stable run")
     return b
 
@@ -304,9 +306,9 @@ N_PARAMS = {"offset-add": 1, "offset-mul": 1,
 def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> CurveModel:
     """Fit ``method`` on the stable curve and ``branches`` (each a schedule leaving the stable run)."""
     if method not in CURVE_METHODS:
-        raise ValueError(f"unknown curve method {method!r}; expected one of {', '.join(CURVE_METHODS)}")
+        raise UserError(f"unknown curve method {method!r}; expected one of {', '.join(CURVE_METHODS)}")
     if not branches:
-        raise ValueError(f"{method}: needs at least one annealed branch to fit")
+        raise UserError(f"{method}: needs at least one annealed branch to fit")
     model = CurveModel(method, stable, peak=float(np.max(np.abs(stable.lr))) or 1.0)
     if method in ("offset-add", "offset-mul"):
         base = np.array([model.stable_loss_at(branch_point(stable, b)) for b in branches])
@@ -315,7 +317,7 @@ def fit_curve_model(method: str, stable: Curve, branches: Sequence[Curve]) -> Cu
         return model
     f = _stack([_curve_features(on_stable(stable, c), model.peak) for c in (stable, *branches)])
     if len(f.loss) < N_PARAMS[method] + 1:
-        raise ValueError(f"{method}: {len(f.loss)} evaluated points for {N_PARAMS[method]} parameters")
+        raise UserError(f"{method}: {len(f.loss)} evaluated points for {N_PARAMS[method]} parameters")
     model.params = _fit_law(method, f)
     return model
 
@@ -375,7 +377,7 @@ def choose_method(loo_rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
         scores.setdefault(r["method"], []).append(abs(r["rel_error"]))
     mean = {m: (float(np.mean(v)) if np.all(np.isfinite(v)) else math.inf) for m, v in scores.items()}
     if not mean or all(not math.isfinite(v) for v in mean.values()):
-        raise ValueError("no predictor could be fitted with one branch left out (need >= 2 annealed branches)")
+        raise UserError("no predictor could be fitted with one branch left out (need >= 2 annealed branches)")
     return min(mean, key=lambda m: (mean[m], CURVE_METHODS.index(m))), mean
 
 
@@ -410,10 +412,10 @@ def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence
     level = from_options(options, {"level": level}, fit_predictor)["level"]
     prior = prior_half_width(level)
     if not branches:
-        raise ValueError(f"no annealed branch of the stable run {stable.name!r}: need at least one")
+        raise UserError(f"no annealed branch of the stable run {stable.name!r}: need at least one")
     if len(branches) == 1:
         if DEFAULT_METHOD not in (methods or CURVE_METHODS):
-            raise ValueError(f"with one annealed branch only the default predictor {DEFAULT_METHOD} can be used "
+            raise UserError(f"with one annealed branch only the default predictor {DEFAULT_METHOD} can be used "
                              "(nothing to leave out; its prior error is measured, docs/anneal.md)")
         how = f"prior: RMS error {100 * PRIOR_RMS:.2f}% of {DEFAULT_METHOD} from one branch on public logs"
         return CurvePredictor(fit_curve_model(DEFAULT_METHOD, stable, branches), [], {}, prior, how, level,
@@ -438,12 +440,12 @@ def split_runs(curves: Sequence[Curve], stable: str | None = None) -> tuple[Curv
     by_name = {c.name: c for c in curves}
     if stable is not None:
         if stable not in by_name:
-            raise ValueError(f"stable run {stable!r} is not in the log (runs: {', '.join(sorted(by_name))})")
+            raise UserError(f"stable run {stable!r} is not in the log (runs: {', '.join(sorted(by_name))})")
         st = by_name[stable]
     else:
         flat = [c for c in curves if _is_stable(c)]
         if not flat:
-            raise ValueError("no run of the log keeps a constant learning rate after warmup (name one with --stable)")
+            raise UserError("no run of the log keeps a constant learning rate after warmup (name one with --stable)")
         st = max(flat, key=lambda c: c.final_step)
     branches, skipped = [], []
     for c in curves:

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy.interpolate import Akima1DInterpolator
 from scipy.stats import norm, t as student_t
 
+from interpscale.errors import UserError
 from interpscale.results_table import merge_repeats, repeats_message
 
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_points, check_weights, emit,
@@ -403,19 +404,19 @@ def _check(results: pd.DataFrame, compute: str, params: str, loss: str, *, windo
     """(slice compute, params, loss) arrays after the checks (ValueError naming the bad input)."""
     for col in (compute, params, loss):
         if col not in results.columns:
-            raise ValueError(f"fit_isoflop: missing column {col!r}; have {list(results.columns)}")
+            raise UserError(f"fit_isoflop: missing column {col!r}; have {list(results.columns)}")
     if window is not None and window < 3:
-        raise ValueError(f"window must be >= 3 (a parabola has 3 parameters), got {window}")
+        raise UserError(f"window must be >= 3 (a parabola has 3 parameters), got {window}")
     if minimum not in ("parabola", "akima"):
-        raise ValueError(f"minimum must be 'parabola' or 'akima', got {minimum!r}")
+        raise UserError(f"minimum must be 'parabola' or 'akima', got {minimum!r}")
     if degenerate not in ("censor", "drop"):
-        raise ValueError(f"degenerate must be 'censor' or 'drop', got {degenerate!r}")
+        raise UserError(f"degenerate must be 'censor' or 'drop', got {degenerate!r}")
     if minimum == "akima" and spec.kind != "residual" and spec.n_boot > 0:
-        raise ValueError("minimum='akima' supports the residual bootstrap only")
+        raise UserError("minimum='akima' supports the residual bootstrap only")
     Cs, P, L = (as_array(results[c], c, positive=True) for c in (compute, params, loss))
     if np.unique(Cs).size < 2:
         what = f"a single slice ({Cs[0]:g})" if Cs.size else "no rows"
-        raise ValueError(f"fit_isoflop: column {compute!r} has {what}; power laws need >= 2 slices")
+        raise UserError(f"fit_isoflop: column {compute!r} has {what}; power laws need >= 2 slices")
     return Cs, P, L
 
 
@@ -518,7 +519,7 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
             emit(warnings, f"slice C={r['compute']:g}: {r['reason']}" + ("; excluded" if exclude_flagged else ""))
     used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
-        raise ValueError(f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
+        raise UserError(f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
                          + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"]))
     empty = dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"), math.nan)
     return slices.assign(**empty), used
@@ -565,7 +566,7 @@ def fit_isoflop(results: pd.DataFrame, *, compute: str = "slice_flops", params: 
                      groups=None if groups is None else np.asarray(groups)).checked(len(results), "fit_isoflop")
     Cs, P, L = _check(results, compute, params, loss, window=window, minimum=minimum, spec=spec, degenerate=degenerate)
     if slice_weights not in ("none", "n_points"):
-        raise ValueError(f"slice_weights must be 'none' or 'n_points', got {slice_weights!r}")
+        raise UserError(f"slice_weights must be 'none' or 'n_points', got {slice_weights!r}")
     rows, coef, fits = _fit_slices(Cs, P, L, window, minimum)
     slices, used = _used_slices(rows, fits, exclude_flagged, warnings)
     Cu = np.array([f["c"] for f in used])

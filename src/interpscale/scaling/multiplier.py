@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from interpscale._markdown import banded_cell  # the report's rule for a value and its band
+from interpscale.errors import UserError
 
 from ._base import DEFAULT_GRID, DEFAULT_LEVEL, FitFields, FitStatus, emit, from_options, jsonable, quiet
 from .bootstrap import N_BOOT
@@ -189,9 +190,9 @@ def _family_rows(results: pd.DataFrame, fam: str, *, loss: str, estimator, annea
     """The rows of one family that the fits use (``tables.fit_rows``, as ``fit_families``)."""
     for col in ("family", "params", "tokens", loss):  # slices: fit_rows derives them where there is no column
         if col not in results.columns:
-            raise ValueError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
+            raise UserError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
     if fam not in set(results["family"]):
-        raise ValueError(f"fit_multiplier: family {fam!r} not in the table; have "
+        raise UserError(f"fit_multiplier: family {fam!r} not in the table; have "
                          f"{sorted(set(results['family'].dropna().astype(str)))}")
     rows = fit_rows(results, family=fam, estimator=estimator, annealed=annealed, loss=loss, caller="fit_multiplier",
                     warnings=warnings)  # the one row rule (predicted anneals left out, as in every fit)
@@ -214,7 +215,7 @@ def _envelope(rows: pd.DataFrame, fam: str, loss: str, window, tolerance) -> _En
         iso = fit_isoflop(slice_rows(rows, tolerance), loss=loss, window=window, n_boot=0)
     s = iso.slices[iso.slices["used"]].sort_values("compute")
     if len(s) < 3:
-        raise ValueError(f"fit_multiplier: {fam}: {len(s)} usable IsoFLOP slices; the envelope's band needs >= 3")
+        raise UserError(f"fit_multiplier: {fam}: {len(s)} usable IsoFLOP slices; the envelope's band needs >= 3")
     C = s["compute"].to_numpy(float)
     return _Envelope(C, np.log(C), np.log(s["L_star"].to_numpy(float)), iso.power_L.log_a, iso.alpha_L)
 
@@ -687,7 +688,7 @@ def _computes(rows_b: pd.DataFrame, computes, target_compute) -> tuple[np.ndarra
     targets = np.atleast_1d(np.asarray([] if target_compute is None else target_compute, float))
     C = np.unique(np.concatenate([C, targets]))
     if not (C > 0).all():
-        raise ValueError(f"fit_multiplier: computes must be positive, got {C[~(C > 0)][0]!r}")
+        raise UserError(f"fit_multiplier: computes must be positive, got {C[~(C > 0)][0]!r}")
     return C, sweep
 
 
@@ -748,9 +749,9 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
         fit_multiplier).values()
     unknown = [m for m in methods if m not in MULTIPLIER_METHODS]
     if unknown or not methods:
-        raise ValueError(f"fit_multiplier: methods must be among {MULTIPLIER_METHODS}, got {list(methods)}")
+        raise UserError(f"fit_multiplier: methods must be among {MULTIPLIER_METHODS}, got {list(methods)}")
     if base == variant:
-        raise ValueError(f"fit_multiplier: base and variant are the same family ({base!r})")
+        raise UserError(f"fit_multiplier: base and variant are the same family ({base!r})")
     o = _Options(loss, int(n_boot), float(level), int(seed), window, tolerance, grid, float(margin))
     warnings: list[str] = []
     rows = tuple(_family_rows(results, f, loss=loss, estimator=estimator, annealed=annealed, warnings=warnings)
@@ -765,7 +766,7 @@ def fit_multiplier(results: pd.DataFrame, base: str, variant: str, *, computes=N
     readings = _readings(rows, envs, lc, sweep, o, methods, (base, variant), warnings)
     envs = None if isinstance(envs, str) else envs
     if not readings:
-        raise ValueError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
+        raise UserError(f"fit_multiplier: no method could compare {variant!r} with {base!r}: " + "; ".join(warnings))
     lawfree = _lawfree(envs, lc, o) if envs is not None else (np.full(lc.size, np.nan),) * 3
     scores = _scores(readings, lawfree[0][n:], slice(n, None), envs[1].alpha if envs is not None else math.nan)
     primary, equal, primary_test, verdict, reason = _choose(readings, scores)

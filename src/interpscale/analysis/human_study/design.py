@@ -12,25 +12,27 @@ import pandas as pd
 from scipy.special import expit, ndtr
 from scipy.stats import norm
 
+from interpscale.errors import UserError
+
 LINKS = ("logit", "probit")
 KINDS = ("zero", "conditional", "marginal")  # what a prediction conditions the random effects on
 
 
 def check_link(link: str) -> str:
     if link not in LINKS:
-        raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
+        raise UserError(f"link must be 'logit' or 'probit', got {link!r}")
     return link
 
 
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise ValueError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
+        raise UserError(f"kind must be 'zero', 'conditional' or 'marginal', got {kind!r}")
 
 
 def z_value(level: float) -> float:
     """Two-sided normal quantile for a ``level`` interval (0.95 -> 1.96)."""
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
+        raise UserError(f"level must be in (0, 1), got {level!r}")
     return float(norm.ppf(0.5 + level / 2))
 
 
@@ -120,7 +122,7 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str = "table
         raise TypeError(f"{what} must be a pandas DataFrame, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise ValueError(f"{what} is missing column(s) {missing}; it has {list(df.columns)}")
+        raise UserError(f"{what} is missing column(s) {missing}; it has {list(df.columns)}")
 
 
 def require_no_missing(df: pd.DataFrame, columns: Sequence[str], what: str = "table") -> None:
@@ -128,7 +130,7 @@ def require_no_missing(df: pd.DataFrame, columns: Sequence[str], what: str = "ta
     for col in columns:
         bad = df.index[df[col].isna()]
         if len(bad):
-            raise ValueError(f"{what}: column {col!r} has {len(bad)} missing value(s) at {_rows(bad)}; "
+            raise UserError(f"{what}: column {col!r} has {len(bad)} missing value(s) at {_rows(bad)}; "
                              "drop or impute them explicitly before fitting")
 
 
@@ -141,7 +143,7 @@ def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = 
     codes = as_key.map({k: i for i, k in enumerate(keys)})
     bad = values.index[codes.isna()]
     if len(bad):
-        raise ValueError(f"{what}: column {column!r} must take values in {levels}; "
+        raise UserError(f"{what}: column {column!r} must take values in {levels}; "
                          f"found {_rows(bad, values.loc[bad].tolist())}")
     return codes.to_numpy(dtype=np.int64)
 
@@ -162,15 +164,15 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
         df[col] = df[col].astype(str)
     types = sorted(df["candidate_type"].unique())
     if reference not in types:
-        raise ValueError(f"{what}: reference level {reference!r} not found in column 'candidate_type' "
+        raise UserError(f"{what}: reference level {reference!r} not found in column 'candidate_type' "
                          f"(levels: {types})")
     if len(types) < 2:
-        raise ValueError(f"{what}: need at least two candidate types, found {types}")
+        raise UserError(f"{what}: need at least two candidate types, found {types}")
     counts = df.groupby("rater").size()
     thin = counts[counts < min_rater_ratings]
     if len(thin):
         rows = df.index[df["rater"].isin(thin.index)]
-        raise ValueError(f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
+        raise UserError(f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
                          f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
                          "Remove them, or keep them with --min-rater-ratings 1.")
     return df
@@ -186,7 +188,7 @@ def validate_phase1(phase1: pd.DataFrame, *, scale: Sequence[int] = SCALE) -> pd
     df[["concept", "annotator"]] = df[["concept", "annotator"]].astype(str)
     dup = df.index[df.duplicated(["concept", "annotator"], keep=False)]
     if len(dup):
-        raise ValueError(f"{what}: an annotator rated the same concept twice at {_rows(dup)}")
+        raise UserError(f"{what}: an annotator rated the same concept twice at {_rows(dup)}")
     return df
 
 
@@ -228,9 +230,9 @@ def parse_random(spec: str | Sequence[str]) -> dict[str, tuple[str, ...]]:
         lhs, _, group = term.rpartition("|")
         slopes = tuple(s for s in lhs.split("+") if s and s not in ("1", "0"))
         if not group or "|" in lhs:
-            raise ValueError(f"random-effect term {raw!r} not understood; use 'group', '1|group' or 'factor|group'")
+            raise UserError(f"random-effect term {raw!r} not understood; use 'group', '1|group' or 'factor|group'")
         if group in out:
-            raise ValueError(f"grouping factor {group!r} appears twice in the random effects {list(terms)}")
+            raise UserError(f"grouping factor {group!r} appears twice in the random effects {list(terms)}")
         out[group] = slopes
     return out
 
@@ -252,7 +254,7 @@ def build_design(data: pd.DataFrame, *, response: str, fixed: Sequence[str], ran
     require_no_missing(data, [response, *fixed, *random], "data")
     unknown = set(reference) - set(fixed)
     if unknown:
-        raise ValueError(f"reference given for {sorted(unknown)}, which are not fixed effects {fixed}")
+        raise UserError(f"reference given for {sorted(unknown)}, which are not fixed effects {fixed}")
     y = ordinal_codes(data[response], levels, response, "data")
     cols, names = [], []
     for factor in fixed:
@@ -265,7 +267,7 @@ def build_design(data: pd.DataFrame, *, response: str, fixed: Sequence[str], ran
         present = sorted(col.unique())
         ref = str(reference.get(factor, present[0]))
         if ref not in present:
-            raise ValueError(f"reference level {ref!r} not found in column {factor!r} (levels: {present})")
+            raise UserError(f"reference level {ref!r} not found in column {factor!r} (levels: {present})")
         for level in present:
             if level != ref:
                 cols.append((col == level).to_numpy(float))
