@@ -263,3 +263,32 @@ def test_a_numeric_bug_is_an_internal_error_not_bad_input(tmp_path, capsys):
         assert "Traceback" in capsys.readouterr().err
     finally:
         sys.modules.pop(bug.stem, None)  # the half-imported plugin
+
+
+def test_bad_data_and_options_raise_user_error_by_type(tmp_path):
+    """What the user gave is wrong -> ``UserError`` (exit 2 by its type, not by reading the traceback):
+    a JSONL line that is not JSON, a forecast ledger line that is not a record, a results table
+    without a needed column, an unknown option value, a human study's missing column."""
+    import pandas as pd
+
+    from interpscale._jsonl import iter_jsonl
+    from interpscale.analysis.human_study.design import require_columns
+    from interpscale.errors import UserError
+    from interpscale.scaling import fit_isoflop
+    from interpscale.scaling.ledger import ForecastLedger
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n{not json\n')
+    with pytest.raises(UserError, match="bad.jsonl: line 2 is not valid JSON"):
+        list(iter_jsonl(bad))
+    ledger = tmp_path / "forecasts.jsonl"
+    ledger.write_text('{"surprise": 1}\n')
+    with pytest.raises(UserError, match="forecasts.jsonl: line 1: not a forecast record"):
+        ForecastLedger(ledger).load()
+    table = pd.DataFrame({"params": [1e6, 2e6, 4e6], "tokens": [1e8, 1e8, 1e8]})
+    with pytest.raises(UserError, match="missing column 'slice_flops'"):
+        fit_isoflop(table)
+    with pytest.raises(UserError, match="minimum must be 'parabola' or 'akima'"):
+        fit_isoflop(table.assign(loss=3.0, slice_flops=1e15), minimum="cubic")
+    with pytest.raises(UserError, match="ratings is missing column"):
+        require_columns(pd.DataFrame({"rating": [1]}), ["rating", "rater"], "ratings")
