@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from interpscale._atomic import atomic_write_text
-from interpscale.errors import UserError
+from interpscale.errors import ConfigError, UserError
 
 # label, description, nouns, verbs, adjectives (real words so lexical judges can score them)
 _THEMES: tuple[tuple[str, str, str, str, str], ...] = (
@@ -92,13 +92,13 @@ class CorpusConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_concepts:
-            raise ValueError(f"n_concepts must be >= 1, got {self.n_concepts}")
+            raise ConfigError(f"n_concepts must be >= 1, got {self.n_concepts}")
         if self.n_docs < 2:
-            raise ValueError(f"n_docs must be >= 2 (one is held out), got {self.n_docs}")
+            raise ConfigError(f"n_docs must be >= 2 (one is held out), got {self.n_docs}")
         for name in ("chunks_per_doc", "sentences_per_chunk"):
             lo, hi = getattr(self, name)
             if not 1 <= lo <= hi:
-                raise ValueError(f"{name} must satisfy 1 <= lo <= hi, got {(lo, hi)}")
+                raise ConfigError(f"{name} must satisfy 1 <= lo <= hi, got {(lo, hi)}")
 
 
 def corpus_config(source: dict) -> CorpusConfig:

@@ -26,11 +26,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, byte_level: boo
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size <= len(SPECIAL_TOKENS) + 16:
-        raise ValueError(f"vocab_size must exceed {len(SPECIAL_TOKENS) + 16}, got {vocab_size}")
+        raise UserError(f"vocab_size must exceed {len(SPECIAL_TOKENS) + 16}, got {vocab_size}")
     auto = byte_level is None
     byte_level = vocab_size >= BYTE_LEVEL_MIN_VOCAB if auto else byte_level
     if byte_level and vocab_size < BYTE_LEVEL_MIN_VOCAB:
-        raise ValueError(f"a byte-level BPE needs vocab_size >= {BYTE_LEVEL_MIN_VOCAB}, got {vocab_size}")
+        raise UserError(f"a byte-level BPE needs vocab_size >= {BYTE_LEVEL_MIN_VOCAB}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token=None))
     if byte_level:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -77,9 +77,9 @@ def special_ids(tok) -> dict[str, int]:
     ids = {name: tok.token_to_id(text) for name, text in SPECIAL_TEXT.items()}
     bad = [SPECIAL_TEXT[k] for k, v in ids.items() if v is None]
     if bad:
-        raise ValueError(f"tokenizer lacks special token(s) {bad}")
+        raise UserError(f"tokenizer lacks special token(s) {bad}")
     if len(set(ids.values())) != len(ids):
-        raise ValueError(f"special tokens share ids: {ids}")
+        raise UserError(f"special tokens share ids: {ids}")
     return ids
 
 

@@ -52,7 +52,7 @@ class NoiseModel:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.run_sd) and self.run_sd >= 0 and math.isfinite(self.slice_sd)
                 and self.slice_sd >= 0):
-            raise ValueError(f"noise: standard deviations must be finite and >= 0, got run {self.run_sd}, "
+            raise UserError(f"noise: standard deviations must be finite and >= 0, got run {self.run_sd}, "
                              f"slice {self.slice_sd}")
 
     def to_dict(self) -> dict:
@@ -217,7 +217,7 @@ def truth_for_grid(grid: "Grid", base: str, *, multiplier: float = 1.3, world: M
     w = dict(DEMO_WORLD, **(world or {}))
     pts = grid.points[grid.points["family"] == base]
     if pts.empty:
-        raise ValueError(f"design: the grid has no runs of family {base!r}")
+        raise UserError(f"design: the grid has no runs of family {base!r}")
     mid_P = pts.groupby("slice_flops")["params"].apply(lambda p: float(np.exp(np.log(p).mean())))
     x, y = np.log(mid_P.index.to_numpy(float)), np.log(mid_P.to_numpy(float))
     alpha_P, log_a = np.polyfit(x, y, 1) if len(x) > 1 else (0.5, y[0] - 0.5 * x[0])
@@ -280,7 +280,7 @@ def simulate(grid: Grid, truth: Truth, noise: NoiseModel, base: str, variant: st
             continue
         pts = grid.points[grid.points["family"] == fam]
         if pts.empty:
-            raise ValueError(f"design: the grid has no runs of family {fam!r}")
+            raise UserError(f"design: the grid has no runs of family {fam!r}")
         C = pts["slice_flops"].to_numpy(float)
         L = truth.loss(pts["params"].to_numpy(float), pts["tokens"].to_numpy(float), C, is_variant)
         _, inv = np.unique(C, return_inverse=True)
@@ -505,9 +505,9 @@ def scenario_jobs(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str 
     ``warm``: the joint fits start from ``joint_starts`` of every scenario (else from ``starts``,
     else from the full 243-start grid, the report's)."""
     if question not in QUESTIONS:
-        raise ValueError(f"design: question must be one of {QUESTIONS}, got {question!r}")
+        raise UserError(f"design: question must be one of {QUESTIONS}, got {question!r}")
     if question == "multiplier" and not variant:
-        raise ValueError("design: the multiplier question needs a variant family")
+        raise UserError("design: the multiplier question needs a variant family")
     truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
                                 else float(np.sqrt(grid.slices[0] * grid.slices[-1])))
     scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \

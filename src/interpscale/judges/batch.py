@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from interpscale._atomic import atomic_write_text
 from interpscale._jsonl import iter_jsonl
 from interpscale.judges.replies import Answer, MalformedReply, cap, read_completion
+from interpscale.errors import UserError
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -33,7 +34,7 @@ def read_batch_results(path: str | Path) -> dict[str, Answer | str]:
     for lineno, row in iter_jsonl(path):
         cid = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(cid, str):
-            raise ValueError(f"{path}: line {lineno} has no custom_id")
+            raise UserError(f"{path}: line {lineno} has no custom_id")
         err, resp = row.get("error"), row.get("response")
         code = resp.get("status_code") if isinstance(resp, dict) else None
         msg = err.get("message") if isinstance(err, dict) else err

@@ -13,6 +13,7 @@ from interpscale.judges.client import JudgeClient
 from interpscale.judges.lexical import LEXICAL_LABEL, LexicalJudge
 from interpscale.judges.templates import TemplateSet, load_templates
 from interpscale.judges.types import Judge
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.judges.scorers")
 
@@ -41,9 +42,9 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
     base_url, model = env.endpoint(base_url, model)
     batch = batch_write or batch_read
     if batch and not model:
-        raise ValueError(f"Batch API files need a judge model name (--model or ${env.ENV_MODEL})")
+        raise UserError(f"Batch API files need a judge model name (--model or ${env.ENV_MODEL})")
     if not batch and bool(base_url) != bool(model):
-        raise ValueError(f"a judge endpoint needs both base_url and model (got base_url={base_url!r}, "
+        raise UserError(f"a judge endpoint needs both base_url and model (got base_url={base_url!r}, "
                          f"model={model!r})")
     if not batch and not base_url:
         log.warning("no judge endpoint configured: scoring with the %s", LEXICAL_LABEL)

@@ -29,6 +29,7 @@ from interpscale.judges.retry import (DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, 
 from interpscale.judges.templates import PromptTemplate, TemplateSet
 from interpscale.judges.transport import Transport, open_transport
 from interpscale.judges.types import JudgeRecord
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class JudgeClient:
                             (top_logprobs is None or 0 <= top_logprobs <= 20,
                              f"top_logprobs must be in 0..20, got {top_logprobs}")):
             if not ok:
-                raise ValueError(problem)
+                raise UserError(problem)
         self.api_key_env, self.progress = api_key_env, progress
         self.concurrency, self.max_retries, self.timeout = concurrency, max_retries, timeout
         self.temperature, self.top_logprobs, self.seed = temperature, top_logprobs, seed

@@ -15,26 +15,27 @@ from typing import Any
 from interpscale._jsonl import iter_jsonl
 from interpscale.judges.steering import row_problem
 from interpscale.judges.types import ConceptCard
+from interpscale.errors import UserError
 
 
 def _rows(path: str | Path) -> list[tuple[str, dict]]:
     """``("<path>: line <n>", row)`` for every row, each row a JSON object."""
     if not Path(path).is_file():
-        raise ValueError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file")
     try:
         rows = list(iter_jsonl(path))
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     _need(rows, str(path), "no rows (the file is empty)")
     for lineno, row in rows:
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object")
+            raise UserError(f"{path}: line {lineno} is a JSON {type(row).__name__}, expected an object")
     return [(f"{path}: line {lineno}", row) for lineno, row in rows]
 
 
 def _need(ok: Any, where: str, what: str) -> None:
     if not ok:
-        raise ValueError(f"{where}: {what}")
+        raise UserError(f"{where}: {what}")
 
 
 def _card(where: str, d: Any) -> ConceptCard:

@@ -24,6 +24,7 @@ from interpscale._markdown import md_table
 from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
+from interpscale.errors import UserError
 
 
 def to_record(reply: JudgeRecord, value: Any = None, **meta: Any) -> JudgeRecord:
@@ -123,7 +124,7 @@ def score_alignment(cards: Sequence[ConceptCard], top_tokens: Sequence[Sequence[
     for i in idx:
         toks = [str(t) for t in top_tokens[i]]
         if not toks:
-            raise ValueError(f"score_alignment: concept {cards[i].label!r} (index {i}) has no tokens")
+            raise UserError(f"score_alignment: concept {cards[i].label!r} (index {i}) has no tokens")
         shown = "\n".join(t.strip() or repr(t) for t in toks)
         tasks.append(JudgeTask(judge.templates["alignment"], {"label": cards[i].label, "tokens": shown,
                                                               "description": cards[i].description},
@@ -164,7 +165,7 @@ def score_relevance(chunks: Sequence[str], candidates: Sequence[Sequence[Concept
     tasks = []
     for i, (chunk, cards) in enumerate(zip(chunks, candidates)):
         if not cards or len(cards) > 26:
-            raise ValueError(f"score_relevance: chunk {i} needs 1-26 candidate concepts, got {len(cards)}")
+            raise UserError(f"score_relevance: chunk {i} needs 1-26 candidate concepts, got {len(cards)}")
         letters = list(string.ascii_uppercase[: len(cards)])
         listing = "\n".join(f"{k}. {c.label}: {c.description}" for k, c in zip(letters, cards))
         tasks.append(JudgeTask(judge.templates["relevance"], {"chunk": chunk, "concepts": listing},
@@ -212,7 +213,7 @@ def plan_feature(acts: np.ndarray, *, n_explain: int = 5, n_top: int = 5, n_rand
     simulation set (so they never overlap); random excerpts from the rest."""
     n = acts.shape[0]
     if n < n_explain + n_top + n_random:
-        raise ValueError(f"auto-interp needs >= {n_explain + n_top + n_random} excerpts, got {n}")
+        raise UserError(f"auto-interp needs >= {n_explain + n_top + n_random} excerpts, got {n}")
     order = sorted(range(n), key=lambda i: (-float(acts[i].max()), i))
     head = order[: n_explain + n_top]
     explain, top = head[0::2], head[1::2]

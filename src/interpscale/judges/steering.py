@@ -24,6 +24,7 @@ from interpscale.judges.build import build_judge
 from interpscale.judges.client import JudgeTask
 from interpscale.judges.scorers import ScoreSummary, fmt, sample_indices, to_record
 from interpscale.judges.types import ConceptCard, Judge, JudgeRecord
+from interpscale.errors import UserError
 
 CONDITIONS = ("unsteered", "prompting", "steered")
 # Neutral, concept-free prefixes (our own); the paper used one fixed prompt.
@@ -283,7 +284,7 @@ def _check_benchmark(cards, prompts, conditions, strengths, select_fraction, max
             (not (steered and len(strengths) > 1 and len(prompts) < 2),
              "choosing among several strengths needs at least 2 prompts (held-out selection)")):
         if not ok:
-            raise ValueError(problem)
+            raise UserError(problem)
     return strengths
 
 
@@ -382,7 +383,7 @@ def score_steering_continuations(rows: Sequence[dict], *, judge: Judge | None = 
     items = []
     for i, row in enumerate(rows):
         if why := row_problem(row):
-            raise ValueError(f"steering row {i}: {why}")
+            raise UserError(f"steering row {i}: {why}")
         items.append(dict(card=ConceptCard.from_dict(row), prompt=str(row["prompt"]), continuation=str(row["continuation"]),
                           condition=row["condition"], strength=row.get("strength"), prompt_index=i))
     samples = judge_continuations(items, judge=judge, instruction=instruction_judge, with_prefix=quality_with_prefix)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Protocol, Sequence, get_args, runtime_checkable
+from interpscale.errors import UserError
 
 # How a judge reply was (or was not) turned into a score.
 #   ok          parsed on the first answer
@@ -33,18 +34,18 @@ class ConceptCard:
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label.strip():
-            raise ValueError(f"ConceptCard.label must be a non-empty string, got {self.label!r}")
+            raise UserError(f"ConceptCard.label must be a non-empty string, got {self.label!r}")
         if not isinstance(self.description, str):
-            raise ValueError(f"ConceptCard.description must be a string, got {self.description!r}")
+            raise UserError(f"ConceptCard.description must be a string, got {self.description!r}")
         object.__setattr__(self, "words", tuple(self.words))
         if bad := [w for w in self.words if not isinstance(w, str) or not w.strip()]:
-            raise ValueError(f"ConceptCard {self.label!r}: words must be non-empty strings, got {bad!r}")
+            raise UserError(f"ConceptCard {self.label!r}: words must be non-empty strings, got {bad!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ConceptCard":
         """Build from ``{label, description, words}`` (the concepts.json row format)."""
         if not isinstance(d, dict) or "label" not in d:
-            raise ValueError(f"concept card needs a 'label' key, got {d!r}")
+            raise UserError(f"concept card needs a 'label' key, got {d!r}")
         return cls(str(d["label"]), str(d.get("description", "")), tuple(d.get("words", ()) or ()))
 
     def to_dict(self) -> dict[str, Any]:

@@ -184,7 +184,7 @@ def _first_states(preset, families: Sequence[str] | None, initial: int,
             prior = prior_params(ref, c, cs[0], family, float(tokens_per_param))
             ok = t.index[(t["status"] == "ok") & t["size"].isin(names)].tolist()  # the first grid: the preset's
             if not ok:
-                raise ValueError(f"{family}: no size of {names} fits slice C={c:.3g}")
+                raise UserError(f"{family}: no size of {names} fits slice C={c:.3g}")
             k = min(range(len(ok)), key=lambda j: abs(math.log(t.at[ok[j], "P"] / prior)))  # nearest N*
             lo = max(0, min(k - (initial - 1) // 2, len(ok) - initial))
             chosen = [t.at[i, "size"] for i in ok[lo: lo + initial]]
@@ -473,7 +473,7 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
     (``interpscale.scaling.isoflop.slice_minimum``); ``sweep_options`` go to
     :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
     if initial < 3 or max_added < 0 or max_seeds < 1 or budget <= 0 or z <= 0:
-        raise ValueError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
+        raise UserError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
                          f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
     tree, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     limits, bud = Limits(max_added, max_seeds, z), None

@@ -23,6 +23,7 @@ from interpscale._atomic import atomic_write_text
 from interpscale.models.checkpoint import load_checkpoint, save_pretrained_dir
 from interpscale.orchestration.spec import RunSpec, Segment, reservoir_steps
 from interpscale.orchestration.teachers import attach_frozen
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 # one process saving / loading DCP states alone (no process group) is what we mean, not a slip
@@ -116,7 +117,7 @@ class Checkpointer:
             model, extra = load_checkpoint(path, map_location="cpu")
             return attach_frozen(model), extra
         except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
-            raise ValueError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
+            raise UserError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
                              f"delete it to restart from the previous state (nothing else was changed)") from exc
 
     def latest_state(self, seg: Segment | None = None) -> tuple[Path, dict[str, Any]] | None:
@@ -161,7 +162,7 @@ class Checkpointer:
             try:
                 extra.update(load_sharded(self.module, self.opt, Path(extra["dcp"]), self.rank))
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
-                raise ValueError(f"cannot resume from {extra['dcp']}: {exc}. Delete that directory to restart "
+                raise UserError(f"cannot resume from {extra['dcp']}: {exc}. Delete that directory to restart "
                                  "from the previous state") from exc
         if "rng" in extra:
             torch.set_rng_state(extra["rng"])

@@ -111,7 +111,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:  # built in code too, not only from a checked preset
         if self.parallel not in PARALLEL:
-            raise ValueError(f"unknown parallelism {self.parallel!r}; expected one of {PARALLEL}")
+            raise ConfigError(f"unknown parallelism {self.parallel!r}; expected one of {PARALLEL}")
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ def _overridden(cfg: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[st
     """``cfg`` with ``overrides`` written into their sections (None keeps the preset's value)."""
     given = {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items() if v is not None}
     if bad := [k for k in given if k != "size_presets" and k not in OVERRIDE_SECTIONS]:
-        raise ValueError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(f.name for f in fields(Recipe))}")
+        raise ConfigError(f"unknown training option(s) {sorted(bad)}; allowed: {sorted(f.name for f in fields(Recipe))}")
     out = dict(cfg)
     plan = out.get("plan", {})
     if "families" in given and "slices" not in given and isinstance(plan, Mapping) and isinstance(
@@ -315,12 +315,12 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
     if not p.suffix:
         p = config_dir() / f"{name_or_path}.toml"
     if not p.is_file():
-        raise ValueError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
+        raise UserError(f"unknown preset {str(name_or_path)!r}; available: {list_presets()} (or a .toml path)")
     with open(p, "rb") as f:
         try:
             cfg = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"preset {p} is not valid TOML: {exc}") from exc
+            raise ConfigError(f"preset {p} is not valid TOML: {exc}") from exc
     if isinstance(cfg.get("data"), dict):  # data paths are relative to the TOML, not the working directory
         cfg["data"] = resolve_data_paths(cfg["data"], p.resolve().parent)
     return cfg

@@ -28,6 +28,7 @@ from interpscale.models.checkpoint import list_checkpoints, weights_file
 from interpscale.orchestration.rundir import data_fingerprint, fingerprint_label, read_status
 from interpscale.results_table import RESULT_COLUMNS, read_results
 from interpscale.orchestration.spec import RunSpec
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, estimators: Sequence[str] | None
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tokens = EVAL_BATCH_TOKENS if eval_batch_tokens is None else int(eval_batch_tokens)
     if tokens < 1:
-        raise ValueError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
+        raise UserError(f"eval_batch_tokens must be positive, got {eval_batch_tokens}")
     rows = max(1, min(spec.batch_size, tokens // spec.seq_len))
     n_rows = (eval_batches or spec.eval_batches) * spec.batch_size  # the same validation rows whatever `rows`
     data = open_data(run_dir)
@@ -110,7 +111,7 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
     try:
         model, extra = load_checkpoint(ckpt, map_location=device)
     except Exception as exc:
-        raise ValueError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
+        raise UserError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
                          f"rows already evaluated in {table_path} are kept") from exc
     model.eval()
     interp_vals = dict(interp_metrics(model, batches, seed=seed)) if interp else {}
@@ -157,7 +158,7 @@ def write_results(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write ``path`` (.parquet) and its ``.csv`` twin, each atomically."""
     path = Path(path)
     if path.suffix != ".parquet":
-        raise ValueError(f"results path must end in .parquet, got {path}")
+        raise UserError(f"results path must end in .parquet, got {path}")
     df = _ordered(df)
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)

@@ -30,6 +30,7 @@ from interpscale.orchestration.rundir import (check_manifest, data_fingerprint, 
                                               write_manifest, write_status)
 from interpscale.orchestration.spec import RunSpec
 from interpscale.orchestration.trainer import init_run_dir, model_kwargs, prepare_run_data, train_run
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 __all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "SweepIncomplete", "TrainJob", "EvalJob", "run_cost", "pack"]
@@ -197,18 +198,18 @@ class Sweep:
 
     def _check(self) -> None:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
-            raise ValueError(f"unknown executor {self.executor!r}; expected one of {tuple(EXECUTORS)} "
+            raise UserError(f"unknown executor {self.executor!r}; expected one of {tuple(EXECUTORS)} "
                              f"or a submitit.Executor")
         counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
         if min(counts) < 1:
-            raise ValueError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
+            raise UserError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
         ids = [r.run_id for r in self.runs]
         if len(set(ids)) != len(ids):
-            raise ValueError("duplicate RunSpecs in sweep")
+            raise UserError("duplicate RunSpecs in sweep")
         world = self.nodes * self.tasks_per_node
         for r in self.runs:  # Table 24's global batch whatever the world size: it must split evenly
             if r.batch_size % world:
-                raise ValueError(f"{r.run_id}: batch of {r.batch_size} sequences does not split over "
+                raise UserError(f"{r.run_id}: batch of {r.batch_size} sequences does not split over "
                                  f"{world} tasks ({self.nodes} nodes x {self.tasks_per_node})")
         self.out_dir = p = Path(self.out_dir)
         while not p.exists() and p != p.parent:  # created by launch(), once every check has passed
@@ -237,7 +238,7 @@ class Sweep:
         """Re-open a sweep from its manifest (for ``sweep status`` / ``sweep collect``)."""
         out = Path(out_dir)
         if not (out / "sweep.json").exists():
-            raise ValueError(f"{out} is not a sweep directory (no sweep.json)")
+            raise UserError(f"{out} is not a sweep directory (no sweep.json)")
         return cls([RunSpec.load(d) for d in find_run_dirs(out)], out,
                    **{"estimate": read_manifest(out)["estimate"], **kwargs})
 

@@ -72,7 +72,7 @@ def read_status(run_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(p.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{p} is corrupt ({exc}); delete it to restart this run") from exc
+        raise UserError(f"{p} is corrupt ({exc}); delete it to restart this run") from exc
 
 
 def write_status(run_dir: Path, state: str, **fields: Any) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def find_run_dirs(path: str | os.PathLike) -> list[Path]:
         base = p / "runs" if (p / "runs").is_dir() else p
         found = sorted(d for d in base.iterdir() if (d / "spec.json").exists()) if base.is_dir() else []
     if not found:
-        raise ValueError(f"{p}: no run directories (no spec.json here, in runs/*, or in its subdirectories)")
+        raise UserError(f"{p}: no run directories (no spec.json here, in runs/*, or in its subdirectories)")
     return found
 
 

@@ -34,6 +34,7 @@ from interpscale._atomic import atomic_write_text
 from interpscale.orchestration.config import LaunchConfig
 from interpscale.orchestration.rundir import read_status
 from interpscale.orchestration.spec import reservoir_steps, segments
+from interpscale.errors import UserError
 
 _log = logging.getLogger(__name__)
 
@@ -130,11 +131,11 @@ def cpu_peak_flops() -> float:
 def sustained_flops(device: str, mfu: float | None = None) -> tuple[float, float]:
     """(sustained training FLOP/s per device, the MFU assumed) for a planner ``--device``."""
     if device not in PLAN_DEVICES:
-        raise ValueError(f"unknown device {device!r}; expected one of {sorted(PLAN_DEVICES)}")
+        raise UserError(f"unknown device {device!r}; expected one of {sorted(PLAN_DEVICES)}")
     d = PLAN_DEVICES[device]
     u = d["mfu"] if mfu is None else float(mfu)
     if not 0 < u <= 1:
-        raise ValueError(f"MFU must be in (0, 1], got {u}")
+        raise UserError(f"MFU must be in (0, 1], got {u}")
     peak = cpu_peak_flops() if device == "cpu" else d["peak"]
     return peak * u, u
 

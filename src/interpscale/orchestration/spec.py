@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from interpscale.errors import ConfigError, UserError
 
 
 ANNEAL_RULES = ("all", "every:K", "ends")
@@ -23,7 +24,7 @@ def anneal_every(rule: str) -> int | None:
     head, _, k = str(rule).partition(":")
     if head == "every" and k.isdigit() and int(k) >= 1:
         return int(k)
-    raise ValueError(f"anneal = {rule!r}: expected one of {', '.join(ANNEAL_RULES)} (K a positive integer)")
+    raise ConfigError(f"anneal = {rule!r}: expected one of {', '.join(ANNEAL_RULES)} (K a positive integer)")
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,12 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         if self.batch_tokens % self.seq_len:
-            raise ValueError(f"batch_tokens={self.batch_tokens} is not a multiple of seq_len={self.seq_len}")
+            raise ConfigError(f"batch_tokens={self.batch_tokens} is not a multiple of seq_len={self.seq_len}")
         if self.tokens < self.batch_tokens:
-            raise ValueError(f"{self.family}/{self.size}: D={self.tokens} tokens is smaller than one batch "
+            raise ConfigError(f"{self.family}/{self.size}: D={self.tokens} tokens is smaller than one batch "
                              f"({self.batch_tokens} tokens)")
         if not 0.0 <= self.decay_frac < 1.0:
-            raise ValueError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
+            raise ConfigError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
         anneal_every(self.anneal)  # a bad rule fails here, naming the value
         object.__setattr__(self, "betas", tuple(self.betas))
         object.__setattr__(self, "plugins", tuple(self.plugins))
@@ -118,7 +119,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSpec":
         if unknown := set(d) - {f.name for f in fields(cls)}:
-            raise ValueError(f"unknown RunSpec field(s) {sorted(unknown)}")
+            raise UserError(f"unknown RunSpec field(s) {sorted(unknown)}")
         return cls(**d)
 
     @classmethod
@@ -129,7 +130,7 @@ class RunSpec:
         try:
             spec = cls.from_dict(json.loads(p.read_text()))
         except (json.JSONDecodeError, TypeError) as exc:
-            raise ValueError(f"{p} is not a valid RunSpec: {exc}") from exc
+            raise UserError(f"{p} is not a valid RunSpec: {exc}") from exc
         if spec.plugins:  # every process that reads a run imports its family's plugin before the lookup
             from interpscale.models.plugins import load_plugins
 

@@ -16,6 +16,7 @@ from interpscale.models.types import Batch
 from interpscale.models.zoo.mxd import TopKSAE
 from interpscale.models.zoo.replace import capture_io, find_blocks
 from interpscale.orchestration.replacement import fit_sparse_layer
+from interpscale.errors import UserError
 
 
 def prepare_cocomix_teacher(teacher: nn.Module, batches: list[Batch], out_dir: str | os.PathLike, *,
@@ -47,13 +48,13 @@ def attach_frozen(model: nn.Module, device: torch.device | str | None = None) ->
         return model
     extra = model.config.extra
     if not extra.get("teacher_checkpoint"):
-        raise ValueError("this model needs a frozen teacher, but its config has no teacher_checkpoint "
+        raise UserError("this model needs a frozen teacher, but its config has no teacher_checkpoint "
                          "(pass the overrides returned by prepare_cocomix_teacher())")
     teacher, _ = load_checkpoint(extra["teacher_checkpoint"])
     sae, sae_layer = None, None
     if extra.get("variant", "cocomix") == "cocomix":
         if not extra.get("sae_checkpoint"):
-            raise ValueError("cocomix needs the teacher's SAE, but its config has no sae_checkpoint")
+            raise UserError("cocomix needs the teacher's SAE, but its config has no sae_checkpoint")
         blob = torch.load(extra["sae_checkpoint"], map_location="cpu", weights_only=True)
         sae = TopKSAE(blob["d"], blob["width"], blob["k"])
         sae.load_state_dict(blob["state_dict"])

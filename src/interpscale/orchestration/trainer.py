@@ -30,6 +30,7 @@ from interpscale.orchestration.parallel import (Prefetcher, load_optimizer, pin,
 from interpscale.orchestration.rundir import ensure_writable, read_status, write_status
 from interpscale.orchestration.spec import RunSpec, Segment, lr_at, segments
 from interpscale.orchestration.teachers import attach_frozen
+from interpscale.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def prepare_run_data(spec: RunSpec, data_root: str | os.PathLike) -> tuple[Path,
                         val_fraction=spec.val_fraction, seed=spec.seed)
     data = PreparedData(path, spec.seq_len)
     if data.val.n_tokens == 0:
-        raise ValueError(f"{path}: the data has no validation split; prepare it with val_fraction > 0")
+        raise UserError(f"{path}: the data has no validation split; prepare it with val_fraction > 0")
     model_kwargs(spec, data)  # a vocabulary / concept mismatch fails here
     return path, data
 
@@ -54,7 +55,7 @@ def init_run_dir(spec: RunSpec, run_dir: str | os.PathLike, data_root: str | os.
     if spec_path.exists():
         old = RunSpec.load(spec_path)
         if old != spec:
-            raise ValueError(f"{run_dir} already holds a different run ({old.run_id}); use another directory")
+            raise UserError(f"{run_dir} already holds a different run ({old.run_id}); use another directory")
     else:
         atomic_write_text(spec_path, json.dumps(spec.to_dict(), indent=1))
     if not (run_dir / "data.json").exists():
@@ -77,9 +78,9 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
                         special_ids={k: v for k, v in data.special_ids.items() if SPECIAL_IDS.get(k) != v})
     kw = dict(spec.model_overrides)
     if kw.get("n_concepts", data.n_concepts) != data.n_concepts:
-        raise ValueError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
+        raise UserError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
     if kw.get("vocab_size", spec.vocab_size) < data.vocab_size:
-        raise ValueError(f"model vocab_size={kw.get('vocab_size', spec.vocab_size)} < tokenizer vocabulary "
+        raise UserError(f"model vocab_size={kw.get('vocab_size', spec.vocab_size)} < tokenizer vocabulary "
                          f"{data.vocab_size}")
     return {"data": fields, **kw}
 
@@ -134,7 +135,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.data = open_data(self.run_dir)
         if spec.batch_size % self.world:
-            raise ValueError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
+            raise UserError(f"batch of {spec.batch_size} sequences does not split over {self.world} tasks")
         self.n_micro = _micro_batches(spec, spec.batch_size // self.world, self.world, cfg.micro_batch_tokens)
         self.concepts = get_family(spec.family).is_concept  # only concept families take labels
         # build: a partial, not the bound method, so no cycle keeps this trainer (and its lock) alive
@@ -212,7 +213,7 @@ class Trainer:
             torch.compiler.reset()
         named = set(self.observe.trackers)
         if unknown := named - set(TRACKERS):
-            raise ValueError(f"[observe] trackers: unknown {sorted(unknown)}; expected some of {list(TRACKERS)}")
+            raise ConfigError(f"[observe] trackers: unknown {sorted(unknown)}; expected some of {list(TRACKERS)}")
         named |= {"tensorboard"} if self.observe.tensorboard else set()
         self.trackers = Trackers(self.run_dir, self.spec, named) if self.rank == 0 and named else None
         try:
@@ -341,7 +342,7 @@ def _micro_batches(spec: RunSpec, rows: int, world: int, micro_batch_tokens: int
         return 1
     micro_rows = max(1, int(micro_batch_tokens) // spec.seq_len)
     if int(micro_batch_tokens) % spec.seq_len or rows % micro_rows:
-        raise ValueError(
+        raise UserError(
             f"micro_batch_tokens={micro_batch_tokens} must be a multiple of seq_len={spec.seq_len} and "
             f"divide this rank's {rows} rows x {spec.seq_len} tokens ({world} ranks, global "
             f"batch {spec.batch_tokens} tokens)")

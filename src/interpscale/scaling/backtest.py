@@ -24,6 +24,7 @@ from .bounded import METRICS, fit_bounded
 from .forecast import METHODS as FORECAST_METHODS
 from .forecast import ForecastOptions, fold_forecasts
 from .tables import SLICE_TOLERANCE, fit_rows, flops_per_token_per_param
+from interpscale.errors import UserError
 
 BOUNDED = "bounded"  # the metric fits (Eq. 29): not a loss forecast method, backtested here alone
 SCHEMES = ("rollout", "loo")
@@ -143,7 +144,7 @@ def _folds(budgets: np.ndarray, schemes: Sequence[str], min_train: int):
             for b in budgets:
                 yield scheme, budgets[budgets != b], np.array([b])
         else:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+            raise UserError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
 
 
 def _bounded_rows(train, test, metrics, o: ForecastOptions) -> list[dict]:
@@ -228,9 +229,9 @@ def backtest(results: pd.DataFrame, *, family: str | Sequence[str] | None = None
     if not isinstance(results, pd.DataFrame):
         raise ValueError("backtest: results must be a pandas DataFrame")
     if bad := [m for m in methods if m not in known]:
-        raise ValueError(f"backtest: unknown method(s) {bad}; choose from {known}")
+        raise UserError(f"backtest: unknown method(s) {bad}; choose from {known}")
     if min_train < 2:
-        raise ValueError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
+        raise UserError(f"min_train must be >= 2 (a power law needs two budgets), got {min_train}")
     warnings: list[str] = []
     if "family" not in results.columns:
         results = results.assign(family="all")

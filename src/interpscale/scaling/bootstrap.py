@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import numpy as np
+from interpscale.errors import UserError
 
 # The bootstrap replicates of each purpose, stated once (every default below reads this table):
 N_BOOT = {
@@ -47,7 +48,7 @@ __all__ = ["DEFAULT_LEVEL", "DEFAULT_N_BOOT", "N_BOOT", "KINDS", "Bootstrap", "b
 
 def check_level(level: float) -> float:
     if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise UserError(f"level must be in (0, 1), got {level}")
     return float(level)
 
 
@@ -67,15 +68,15 @@ class Bootstrap:
         a known kind, a level in (0, 1), a non-negative ``n_boot`` and, for ``cluster``,
         ``groups`` with one label per point."""
         if self.kind not in kinds:
-            raise ValueError(f"{what}: bootstrap must be one of {', '.join(map(repr, kinds))}, got {self.kind!r}")
+            raise UserError(f"{what}: bootstrap must be one of {', '.join(map(repr, kinds))}, got {self.kind!r}")
         check_level(self.level)
         if int(self.n_boot) < 0:
-            raise ValueError(f"{what}: n_boot must be >= 0, got {self.n_boot}")
+            raise UserError(f"{what}: n_boot must be >= 0, got {self.n_boot}")
         if self.kind == "cluster":
             if self.groups is None:
-                raise ValueError(f"{what}: bootstrap='cluster' needs groups (one label per row, e.g. run_id)")
+                raise UserError(f"{what}: bootstrap='cluster' needs groups (one label per row, e.g. run_id)")
             if len(self.groups) != n:
-                raise ValueError(f"{what}: groups: {len(self.groups)} labels for {n} rows")
+                raise UserError(f"{what}: groups: {len(self.groups)} labels for {n} rows")
         return self
 
     def intervals(self, draws: Mapping[str, np.ndarray], *, missing: str = "drop") -> dict:

@@ -28,6 +28,7 @@ from .isoflop import IsoFlopFit, PowerLawFit, fit_isoflop
 from .joint import ChinchillaFit, fit_chinchilla, optimal_allocation, optimal_loss
 from .tables import (SLICE_TOLERANCE, fit_rows, flops_per_token_per_param, row_groups,
                      slice_rows)
+from interpscale.errors import UserError
 
 # ---- extrapolation to a target compute ----
 
@@ -81,7 +82,7 @@ def extrapolate(joint: ChinchillaFit, loglinear: IsoFlopFit | PowerLawFit,
     """Predict the loss at ``compute`` with the joint form (at the given ``params``/``tokens``,
     else at the compute-optimal allocation) and with the log-linear L*(C) power law."""
     if not compute > 0:
-        raise ValueError(f"compute must be positive, got {compute}")
+        raise UserError(f"compute must be positive, got {compute}")
     if (params is None) != (tokens is None):
         raise ValueError("give both params and tokens, or neither (compute-optimal allocation)")
     level, k, C = level or joint.level, flops_per_token_per_param, np.array([compute])
@@ -154,7 +155,7 @@ def compare_approaches(isoflop: IsoFlopFit, joint: ChinchillaFit, compute, *, le
     (6 in the paper's accounting; read it off the data when FLOPs include attention)."""
     C = np.atleast_1d(np.asarray(compute, float))
     if not (C > 0).all():
-        raise ValueError(f"compute must be positive, got {C.tolist()}")
+        raise UserError(f"compute must be positive, got {C.tolist()}")
     lv, k = level or joint.level, float(flops_per_token_per_param)
     # Approach 2: power laws of the slice minima (Eq. 26)
     N2, L2 = isoflop.power_P.predict(C), isoflop.power_L.predict(C)
@@ -345,7 +346,7 @@ class FamilyFits:
         alpha_P, alpha_D, alpha_L, L_inf with percentile intervals of the difference of the
         two families' independent bootstrap draws."""
         if unknown := [k for k in (base, other) if k not in self.families]:
-            raise ValueError(f"compare: unknown family {unknown[0]!r}; have {list(self.families)}")
+            raise UserError(f"compare: unknown family {unknown[0]!r}; have {list(self.families)}")
         rows = []
         for name in TABLE6:
             (e0, d0), (e1, d1) = (_param_draws(self.families[k], name) for k in (base, other))
@@ -563,7 +564,7 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
     beside ``options``).
     """
     if method is not None and target_compute is None:
-        raise ValueError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
+        raise UserError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
                          "give target_compute (CLI: --method needs --target-compute)")
     loose = dict(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum)
@@ -579,6 +580,6 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
         out = {fam: _fit_family(fam, df, estimator, o, t, actual or {}, warnings)
                for fam in tqdm(fams, desc="fit families", unit="family", disable=None, leave=False)}
     if all(f.isoflop is None and f.chinchilla is None and not f.bounded for f in out.values()):
-        raise ValueError("fit_families: no family could be fitted: " + "; ".join(warnings))
+        raise UserError("fit_families: no family could be fitted: " + "; ".join(warnings))
     return FamilyFits(families=out, estimator=estimator, annealed=annealed, level=o.level,
                       target_compute=target_compute, warnings=tuple(warnings))

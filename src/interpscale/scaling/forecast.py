@@ -26,6 +26,7 @@ from .isoflop import fit_isoflop, slice_minimum
 from .joint import fit_chinchilla
 from .reach import conformal_quantile, rescale
 from .tables import SLICE_TOLERANCE, flops_per_token_per_param, row_groups, slice_rows
+from interpscale.errors import UserError
 
 # ---- options and methods by name ----
 
@@ -53,7 +54,7 @@ class FitOptions:
 
     def __post_init__(self):
         if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
+            raise UserError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got {self.calibration!r}")
 
     @classmethod
     def for_purpose(cls, purpose: str, **fields) -> "FitOptions":
@@ -118,7 +119,7 @@ def register_method(method: ForecastMethod, *, replace_existing: bool = False) -
 
 def get_method(name: str) -> ForecastMethod:
     if name not in METHODS:
-        raise ValueError(f"unknown forecast method {name!r}; choose from {', '.join(METHODS)}")
+        raise UserError(f"unknown forecast method {name!r}; choose from {', '.join(METHODS)}")
     return METHODS[name]
 
 
@@ -521,7 +522,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
     run_target = params is not None and tokens is not None
     names = [m for m in (methods or METHODS) if not (get_method(m).slices and (run_target or kind != "slices"))]
     if method is not None and method not in names:
-        raise ValueError(f"method {method!r} cannot forecast this target (it needs IsoFLOP slices and forecasts "
+        raise UserError(f"method {method!r} cannot forecast this target (it needs IsoFLOP slices and forecasts "
                          f"the loss-optimal L*(C) only); applicable: {', '.join(names)}")
     errors = rolling_origin(rows, names, o)
     chosen, score = choose_method(errors, names)
@@ -540,7 +541,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
             continue
         out[name] = MethodForecast(name, pred, lo, hi, clo, chi, score.get(name), msd, fit)
     if not out:
-        raise ValueError("no forecast method could fit these rows: " + "; ".join(warnings))
+        raise UserError("no forecast method could fit these rows: " + "; ".join(warnings))
     how = "user" if method else ("backtest" if chosen in out else "fallback (no backtest)")
     ok = errors[errors["status"] == "ok"]
     best = out[method or (chosen if chosen in out else next(iter(out)))]
@@ -553,7 +554,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
 
 def positive_compute(target_compute) -> float:
     if not (math.isfinite(float(target_compute)) and float(target_compute) > 0):
-        raise ValueError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
+        raise UserError(f"target_compute must be a positive number of FLOPs, got {target_compute}")
     return float(target_compute)
 
 
@@ -567,7 +568,7 @@ def forecast_runs(rows: pd.DataFrame, targets: pd.DataFrame, *, method: str = "j
     o = options or ForecastOptions(k=flops_per_token_per_param(rows))
     m = get_method(method)
     if m.slices:
-        raise ValueError(f"method {method!r} forecasts the loss-optimal L*(C), not runs at given (P, D)")
+        raise UserError(f"method {method!r} forecasts the loss-optimal L*(C), not runs at given (P, D)")
     errors = rolling_origin(rows, [method], o)
     with quiet():
         fit = m.fit(rows, o)

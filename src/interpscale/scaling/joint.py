@@ -22,6 +22,7 @@ from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, check_d
     check_weights, emit, fmt_ci, from_options, log)
 from .bootstrap import Bootstrap
 from .engine import STATUS, bootstrap_law, chunked, multistart
+from interpscale.errors import UserError
 
 # ---- the objective (Eq. 28) and the law ----
 
@@ -315,16 +316,16 @@ def _check(params, tokens, loss, *, delta, weights, overestimate_penalty, bound_
                            "fit_chinchilla (5 free parameters)")
     check_duplicates({"params": P, "tokens": D, "loss": L}, "fit_chinchilla")
     if not delta > 0:
-        raise ValueError(f"delta must be positive, got {delta}")
+        raise UserError(f"delta must be positive, got {delta}")
     if np.ptp(np.log(P)) == 0 or np.ptp(np.log(D)) == 0:
-        raise ValueError("params/tokens: need at least two distinct values of each")
+        raise UserError("params/tokens: need at least two distinct values of each")
     w = check_weights(weights, L.size)
     if not overestimate_penalty >= 1.0:
-        raise ValueError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
+        raise UserError(f"overestimate_penalty must be >= 1, got {overestimate_penalty}")
     e_max = float(np.log(L.min())) if bound_L_inf else None
     starts = {"epoch": epoch_grid, "coarse": coarse_grid}[grid]() if isinstance(grid, str) else np.asarray(grid, float)
     if starts.ndim != 2 or starts.shape[1] != 5:
-        raise ValueError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
+        raise UserError(f"grid: expected an (S, 5) array of (a, b, e, alpha, beta), got shape {starts.shape}")
     if e_max is not None:
         starts = starts.copy()
         starts[:, 2] = np.minimum(starts[:, 2], e_max - 1e-3)  # what the optimiser starts from

@@ -141,7 +141,7 @@ def _check(N, D, U, loss, need: int = 1, what: str = "data_constrained_objective
                               what)
     if (over := U > D * (1 + 1e-9)).any():
         i = int(np.flatnonzero(over)[0])
-        raise ValueError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
+        raise UserError(f"U (unique tokens): row {i} has U = {U[i]:g} > D = {D[i]:g}; unique tokens cannot exceed tokens seen")
     return N, D, U, L
 
 
@@ -254,7 +254,7 @@ def epoch_costs(params, tokens, unique_tokens: float, fit: DataConstrainedFit | 
     law = fit or data_constrained_law()
     P, D = check_points({"params": params, "tokens": tokens}, 1, "epoch_costs")
     if not unique_tokens > 0:
-        raise ValueError(f"unique_tokens must be positive, got {unique_tokens}")
+        raise UserError(f"unique_tokens must be positive, got {unique_tokens}")
     U = np.minimum(D, float(unique_tokens))
     repeated, fresh = law.predict(P, D, U), law.predict(P, D, D)
     return pd.DataFrame({"epochs": D / U, "loss_unique": fresh, "loss_repeated": repeated,
@@ -765,7 +765,7 @@ class PublishedLaw:
     def _fit_rows(self, rows: pd.DataFrame, o: ForecastOptions):
         need = ["params", "tokens", o.loss] + (["unique_tokens"] if self.unique else [])
         if missing := [c for c in need if c not in rows.columns]:
-            raise ValueError(f"the table has no column {missing[0]!r}")
+            raise UserError(f"the table has no column {missing[0]!r}")
         r = rows.dropna(subset=need)
         return self.fit(*(r[c] for c in need), **o.boot())
 

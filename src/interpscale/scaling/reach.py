@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ._base import DEFAULT_LEVEL, check_level
+from interpscale.errors import UserError
 
 __all__ = ["ErrorGrowth", "PUBLIC", "active", "conformal_quantile", "distance", "fit_error_growth",
            "leave_one_study_out", "own_sigma", "rescale", "using"]
@@ -54,7 +55,7 @@ class ErrorGrowth:
     def slope(self, rule: str = "studentized") -> float:
         """delta: how the rule's scores grow with ln d (studentized: gamma - sigma; distance: gamma - 1)."""
         if rule not in RULES:
-            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+            raise UserError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
         return self.gamma - self.sigma if rule == "studentized" else self.gamma - 1.0
 
     def rescale(self, a, a_t: float, ratio: float, ratios, rule: str = "studentized"):
@@ -116,14 +117,14 @@ def fit_error_growth(rows: pd.DataFrame, *, series: str = "series", study: str =
     distance only carry no slope. Raises ValueError when no series spans two distances."""
     need = {"ratio", "log_error", "spread", series, study}
     if missing := need - set(rows.columns):
-        raise ValueError(f"error-growth rows need columns {sorted(need)}; missing {sorted(missing)}")
+        raise UserError(f"error-growth rows need columns {sorted(need)}; missing {sorted(missing)}")
     r = rows[np.isfinite(rows["log_error"]) & (rows["log_error"] != 0) & np.isfinite(rows["spread"])
              & (rows["spread"] > 0) & np.isfinite(rows["ratio"]) & (rows["ratio"] > 0)]
     x = np.log(distance(r["ratio"]))
     g = r[series].astype(str).to_numpy()
     spans = pd.Series(x).groupby(g).transform(lambda v: v.max() > v.min()).to_numpy(bool)
     if not spans.any():
-        raise ValueError("no forecast series spans two extrapolation distances: no growth to measure")
+        raise UserError("no forecast series spans two extrapolation distances: no growth to measure")
     x, g, r = x[spans], g[spans], r[spans]
     lu, ls = np.log(np.abs(r["log_error"].to_numpy(float))), np.log(r["spread"].to_numpy(float))
     gamma, gamma_se = _slope(x, lu, g)

@@ -14,6 +14,7 @@ from interpscale.paper import SLICE_TOLERANCE
 from interpscale.results_table import merge_repeats, repeats_message, with_slices
 
 from ._base import emit
+from interpscale.errors import UserError
 
 ESTIMATOR_PREFERENCE = ("mdlm_elbo", "ar_ce", "fixed_rate", "fixed_grid", "per_block")  # paper §8.2.1
 
@@ -52,12 +53,12 @@ def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnin
     ``want`` is given but the column or the value is missing."""
     if col not in results.columns:
         if want is not None:
-            raise ValueError(f"{caller}: {_choice(what, want)} given but the table has no {col!r} column")
+            raise UserError(f"{caller}: {_choice(what, want)} given but the table has no {col!r} column")
         return results
     if want is not None:
         out = results[results[col] == want]
         if out.empty:
-            raise ValueError(f"{caller}: {_choice(what, want)}: no rows with {col} = {want}; "
+            raise UserError(f"{caller}: {_choice(what, want)}: no rows with {col} = {want}; "
                              f"values: {sorted(results[col].dropna().unique().tolist())}")
         return out
     vals = results[col].dropna().unique().tolist()
@@ -88,7 +89,7 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
     results = with_slices(results)
     if missing := [c for c in need if c not in results.columns]:
         derive = " (slices come from a flops column, or from params and tokens)" if "slice_flops" in missing else ""
-        raise ValueError(f"{caller}: results table lacks column(s) {missing}{derive}; have {list(results.columns)}")
+        raise UserError(f"{caller}: results table lacks column(s) {missing}{derive}; have {list(results.columns)}")
     warnings = [] if warnings is None else warnings
     if not predicted and "predicted" in results.columns:
         results = results[~results["predicted"].fillna(False).astype(bool)]
@@ -101,9 +102,9 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
         fams = sorted(df["family"].dropna().unique().tolist(), key=str)
         want = [family] if isinstance(family, str) else list(family or [])
         if one_family and not want and len(fams) > 1:
-            raise ValueError(f"the table has several families {fams}; choose one (--only-family NAME)")
+            raise UserError(f"the table has several families {fams}; choose one (--only-family NAME)")
         if unknown := [f for f in want if f not in fams]:
-            raise ValueError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
+            raise UserError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
                              f"have {fams}")
         parts = [select_rows(df[df["family"] == f], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
                              warnings, caller=caller, label=f"{f}: ") for f in (want or fams)]

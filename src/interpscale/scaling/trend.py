@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from ._base import DEFAULT_LEVEL, FitFields, FitStatus
+from interpscale.errors import UserError
 
 RISES, FALLS, FLAT, NOT_MEASURED = "rises", "falls", "no significant trend", "not measured"
 TREND_LEVEL = DEFAULT_LEVEL  # the paper's interval level (§8.2.1: 90% intervals)
@@ -87,21 +88,21 @@ def fit_trend(compute, metric, *, level: float = TREND_LEVEL, name: str = "metri
     if options is not None:
         level = options.level
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise UserError(f"level must be in (0, 1), got {level}")
     c, m = np.asarray(compute, float).ravel(), np.asarray(metric, float).ravel()
     if c.shape != m.shape:
-        raise ValueError(f"{name}: {c.size} compute values for {m.size} metric values")
+        raise UserError(f"{name}: {c.size} compute values for {m.size} metric values")
     keep = np.isfinite(c) & np.isfinite(m)
     c, m = c[keep], m[keep]
     if (c <= 0).any():
-        raise ValueError(f"{name}: compute must be > 0, got {float(c[c <= 0][0]):g}")
+        raise UserError(f"{name}: compute must be > 0, got {float(c[c <= 0][0]):g}")
     if c.size < MIN_POINTS:
-        raise ValueError(f"{name}: a trend needs at least {MIN_POINTS} points with a value, got {c.size}")
+        raise UserError(f"{name}: a trend needs at least {MIN_POINTS} points with a value, got {c.size}")
     x = np.log10(c)
     xm = float(x.mean())
     sxx = float(((x - xm) ** 2).sum())
     if not sxx > 0:
-        raise ValueError(f"{name}: every point has the same compute ({c[0]:g}); a trend needs two or more")
+        raise UserError(f"{name}: every point has the same compute ({c[0]:g}); a trend needs two or more")
     slope = float(((x - xm) * (m - m.mean())).sum() / sxx)
     intercept = float(m.mean() - slope * xm)
     resid = m - (intercept + slope * x)
