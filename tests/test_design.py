@@ -391,3 +391,70 @@ def test_the_designs_recommended_preset_plans_and_trains_as_written(tmp_path, ca
         got = sorted(results.loc[results["family"] == fam, "slice_flops"].unique())
         assert got == pytest.approx(grid["slices"]), fam
     assert results["loss"].notna().all() and (results["step"] > 0).all()
+
+
+def test_the_search_bisects_to_the_cheapest_grid_meeting_the_target(monkeypatch):
+    """Among 40 candidates whose power grows with compute, the search screens at doubling steps of
+    the cost order (1st, 2nd, 4th, 8th, 16th, 32nd), bisects between the last short grid and the
+    first passing one, and recommends the cheapest that meets the target: 11 screens where a walk
+    cheapest first takes 19. A failed confirmation moves the search upward, cheapest first."""
+    cands = [d.Grid(slices=(1e9, 2e9 + 1e8 * i), sizes_per_slice=5, points=pd.DataFrame(), compute=1e12 * (i + 1),
+                    label=f"g{i}") for i in range(40)]
+    power = lambda g: min(1.0, g.compute / 2.2e13)  # noqa: E731 -- meets 0.8 from g17 (1.8e13) on
+    calls = []
+
+    def assess(g, truth, noise, *, n_sims, question, more_of=None, **kw):
+        calls.append((g.label, n_sims, more_of is not None))
+        p = 0.0 if (g.label == "g17" and n_sims > 10) else power(g)  # g17's confirmation falls short
+        return simulation.GridPower(grid=g, question=question, n_sims=n_sims, scenarios={
+            "growing": {"p_verdict": {"growing": p}}, "constant": {"p_verdict": {"growing": 0.0}}})
+
+    monkeypatch.setattr(recommend, "assess", assess)
+    planned = dataclasses.replace(cands[0], slices=(1e9, 1.5e9), label="planned", compute=5e11)
+    design = recommend.search(TINY, None, None, question="multiplier", base="ar", variant="ar+concept",
+                              n_sims=40, screen_sims=10, grids=cands, planned=planned)
+    screened = [c[0] for c in calls if c[1] == 10]
+    assert screened[:6] == ["g0", "g1", "g3", "g7", "g15", "g31"]  # doubling steps until a screen passes
+    assert screened[6:] == ["g23", "g19", "g17", "g16", "g18"]  # bisection to g17; its confirmation fails
+    assert [c[0] for c in calls if c[2]] == ["g17", "g18"]  # confirmations add to their screens
+    assert design.recommended.grid.label == "g18" and design.candidates == 40
+    assert len(design.tried) == len(screened) and design.tried[-1].n_sims == 40
+
+
+def test_wide_candidate_grids_take_larger_shapes_and_their_preset_lists_them(tmp_path):
+    """A grid whose slices outgrow the preset's size ladder is planned with larger generated shapes
+    near each slice's optimum; the preset the design writes lists them, and ``plan`` makes the same grid."""
+    preset = Path(__file__).parents[1] / "configs" / "demo.toml"
+    wide = [g for g in d.candidate_grids(preset, n_slices=(5,), ranges=(512.0,), sizes=(5,))]
+    assert len(wide) == 1 and (g := wide[0]).slices[-1] == pytest.approx(3.2e9 * 512, rel=1e-3)
+    own = list(Preset.load(preset).plan.sizes)
+    extra = [z for z in g.sizes if z not in own]
+    assert extra and set(extra) <= set(recommend.LARGER_SHAPES) and list(g.sizes[:len(own)]) == own
+    top = g.points[g.points["slice_flops"] == g.slices[-1]]
+    assert top.groupby("family").size().min() >= 4  # the largest slice still has sizes about its optimum
+    small = next(d.candidate_grids(preset, n_slices=(3,), ranges=(8.0,), sizes=(5,)))
+    assert small.sizes == tuple(own)  # a grid the ladder covers adds nothing
+    written = recommend.write_preset(preset, g, tmp_path / "recommended.toml")
+    again = d.grid_from_plan(written)
+    assert again.n_runs == g.n_runs and again.compute == pytest.approx(g.compute) and again.sizes == g.sizes
+
+
+def test_beyond_the_presets_sizing_the_design_names_the_grid_that_would_decide():
+    """When no grid the preset's tokens-per-parameter sizing makes meets the multiplier target, the
+    design still names the cheapest larger grid at the planned spacing, with sizes about the planted
+    optimum, whose power reaches it, priced for the preset's families with a wall-time estimate."""
+    planned_grid = dataclasses.replace(_grid(slices=(1e9, 2e9, 4e9), sizes=5), wall_s=60.0, label="planned")
+    truth = d.Truth(law=d.DEFAULT_LAW, multiplier=1.3)
+    noise, kw = d.NoiseModel(run_sd=0.003), dict(base="base", variant="variant", growth=0.05, n_boot=20, seed=0)
+    planned = d.assess(planned_grid, truth, noise, n_sims=2, workers=1, **kw)
+    b = recommend._beyond(planned, truth, noise, power=0.8, n_sims=4, progress=None, workers=1, question="multiplier",
+                          target=1e20, **kw)
+    assert b is not None and len(b.slices) > len(planned_grid.slices)
+    s = np.log(b.slices)
+    assert b.slices[0] == pytest.approx(planned_grid.slices[0]) and np.allclose(np.diff(s), np.log(2.0))  # its spacing
+    assert b.wall_s == pytest.approx(planned_grid.wall_s * b.compute / planned_grid.compute)
+    design = recommend.Design(question="multiplier", noise=noise, truth=truth, planned=planned, candidates=0,
+                              target=dict(power=0.8, false_alarm=0.1, halfwidth=0.05, growth=0.05), beyond=b)
+    text = d.render(design)
+    assert "**Beyond the preset's sizing**" in text and f"{b.compute:.3g} FLOPs" in text
+    assert design.to_dict()["beyond"]["n_runs"] == b.n_runs

@@ -35,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sims", type=count, default=200, help="simulated sweeps per grid and truth (default 200)")
     p.add_argument("--screen-sims", type=count, default=40,
                    help="simulations that screen a candidate grid before it is confirmed (default 40)")
-    p.add_argument("--max-grids", type=non_negative_int, default=12, help="candidate grids tried, cheapest first (default 12; "
-                   "0: assess the planned grid only)")
+    p.add_argument("--max-grids", type=non_negative_int, default=24,
+                   help="candidate grids screened at most (default 24): in cost order at doubling steps, then "
+                   "bisected to the cheapest that meets the target (docs/design.md); 0: the planned grid only")
     p.add_argument("--n-boot", type=count, default=None,
                    help="bootstrap replicates inside each simulated analysis (default: the design's, 100)")
     p.add_argument("--seed", type=int, default=0)

@@ -21,18 +21,18 @@ that ``plan`` and ``sweep launch`` accept unchanged. Simulations run in worker p
 """
 
 from interpscale.design.achieved import (AchievedPower, PowerTest, achieved_power, extended_grid,
-                                         grid_from_results, reaches, with_powers)
-from interpscale.design.recommend import (Design, candidate_grids, nested, render, search, slices_of,
-                                       write_outputs, write_preset)
+                                         grid_from_results, larger_grid, reaches, with_powers)
+from interpscale.design.recommend import (Design, candidate_grids, render, search, slices_of, write_outputs,
+                                       write_preset)
 from interpscale.design.simulation import (DEFAULT_LAW, DEFAULT_SIMS, DEMO_WORLD, DESIGN_BOOT, QUESTIONS, Grid,
                                            GridPower, NoiseModel, SimJob, Truth, analyse_once, assess,
-                                           grid_from_plan, joint_starts, meets, noise_from_pilot, run_many,
+                                           grid_from_plan, joint_starts, meets, nested, noise_from_pilot, run_many,
                                            scenario_jobs, scenario_seeds, simulate, truth_for_grid,
                                            truth_from_pilot)
 
 __all__ = ["AchievedPower", "DEFAULT_LAW", "DEFAULT_SIMS", "DEMO_WORLD", "DESIGN_BOOT", "Design", "Grid", "GridPower",
            "NoiseModel", "PowerTest", "QUESTIONS", "SimJob", "Truth", "achieved_power", "analyse_once", "assess",
-           "candidate_grids", "extended_grid", "grid_from_plan", "grid_from_results", "joint_starts",
+           "candidate_grids", "extended_grid", "grid_from_plan", "grid_from_results", "joint_starts", "larger_grid",
            "meets", "nested", "noise_from_pilot", "reaches", "render", "run_many", "scenario_jobs", "scenario_seeds",
            "search", "simulate", "slices_of", "truth_for_grid", "truth_from_pilot", "with_powers", "write_outputs",
            "write_preset"]

@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from interpscale.design.recommend import nested
-from interpscale.design.simulation import (Grid, Truth, assess, noise_from_pilot, run_many,
+from interpscale.design.simulation import (Grid, Truth, assess, nested, noise_from_pilot, run_many,
                                            scenario_jobs, scenario_seeds, truth_from_pilot)
 from interpscale.scaling import Analysis, quiet
 from interpscale.scaling.tables import fit_rows
@@ -110,16 +109,30 @@ def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: fl
                         sweep=f"{len(grid.slices)} slices x <= {grid.sizes_per_slice} sizes, {grid.compute:.3g} FLOPs")
     if gp.power >= power:
         return out
+    found = larger_grid(grid, truth, noise, (base, variant), power=power, n_sims=n_sims, workers=workers,
+                        extensions=extensions, starts=gp.starts, **kw)
+    if found is None:
+        return out
+    return dataclasses.replace(out, needed=f"{len(found.slices)} slices x {found.sizes_per_slice} sizes",
+                               needed_compute=found.compute)
+
+
+def larger_grid(grid: Grid, truth: Truth, noise, families: Sequence[str], *, power: float, n_sims: int,
+                workers: int | None = None, extensions: Sequence[tuple[int, int]] | None = None,
+                starts: np.ndarray | None = None, **kw: Any) -> Grid | None:
+    """The cheapest of ``grid``'s extensions (:func:`extended_grid`: more slices at its spacing, more
+    sizes about the planted optimum) whose power for ``kw['growth']`` reaches ``power``, or None:
+    each a :class:`PowerTest` (its growing-k scenario, curtailed), the widest screened first."""
     n = len(grid.slices)
     grow = sorted(extensions or {(n + 2, 5), (n + 4, 5), (2 * n, 5), (2 * n, 7), (3 * n, 5), (4 * n, 5)},
                   key=lambda t: t[0] * t[1] * 2.0 ** t[0])  # cheapest first
-    grids = {t: extended_grid(grid, truth, (base, variant), *t) for t in grow}
+    grids = {t: extended_grid(grid, truth, families, *t) for t in grow}
     tests: dict = {}
 
     def test(t) -> PowerTest:
         if t not in tests:
             tests[t] = PowerTest(grids[t], truth, noise, power=power, n_screen=max(5, n_sims // 4), n_sims=n_sims,
-                                 workers=workers, starts=gp.starts, **kw)  # the same truth's joint-fit optima
+                                 workers=workers, starts=starts, **kw)  # the same truth's joint-fit optima
         return tests[t]
 
     # the widest grids first: one whose screen falls short rules out every grid nested in it (no more
@@ -130,8 +143,8 @@ def achieved_power(results: pd.DataFrame, base: str, variant: str, *, growth: fl
         if any(nested(grids[t], f) for f in short) or not test(t).screen():
             continue  # not confirmed: its power cannot reach the target
         if test(t).confirm():  # the screen's simulations are the confirmation's first
-            return dataclasses.replace(out, needed=f"{t[0]} slices x {t[1]} sizes", needed_compute=grids[t].compute)
-    return out
+            return grids[t]
+    return None
 
 
 class PowerTest:

@@ -4,6 +4,7 @@ outputs (design.json, design.md, design.png, recommended.toml)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -12,27 +13,39 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from interpscale._toml import dumps as toml_dumps
+from interpscale.design.achieved import larger_grid
 from interpscale.design.simulation import (DEFAULT_SIMS, DESIGN_BOOT, Grid, GridPower, NoiseModel, Truth, assess,
-                                           grid_from_plan, meets)
+                                           grid_from_plan, meets, nested)
 from interpscale.orchestration.config import Preset, load_preset
 
 log = logging.getLogger(__name__)
 
 
-def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0, 32.0, 64.0),
-                    sizes=(4, 5, 6), budget: float | None = None) -> Iterator[Grid]:
+# Shapes past a CPU preset's ladder, about 1.5-2x apart in 12 L d^2 (generated names, valid in any preset:
+# models.config.GENERATED): the slices of a wide grid need sizes near their optimum, not the ladder's largest.
+LARGER_SHAPES = ("L2d64", "L3d64", "L3d96", "L4d96", "L4d128", "L5d160", "L6d192")
+RANGES = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+
+
+def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=RANGES, sizes=(4, 5, 6), budget: float | None = None,
+                    ladder: Sequence[str] | None = None) -> Iterator[Grid]:
     """Grids ``plan`` makes of ``preset``, cheapest first: geometric slices from the preset's smallest
-    budget over ``ranges`` (last / first), ``sizes`` per slice, within ``budget`` FLOPs. Ordered by
-    their nominal compute (sizes x the slices' sum) and planned only when reached."""
+    budget over ``ranges`` (last / first), ``sizes`` per slice, within ``budget`` FLOPs, each planned
+    with the size ``ladder`` (default: the preset's, then the ``LARGER_SHAPES`` beyond its largest; a
+    grid keeps those it uses, and its preset lists them). Ordered by their nominal compute (sizes x the
+    slices' sum) and planned only when reached."""
     tree = Preset.load(preset)
     first = min(min(v) for v in slices_of(tree).values())
+    if ladder is None:
+        top = max((_shape(tree, z) for z in tree.plan.sizes), default=0)
+        ladder = list(tree.plan.sizes) + [z for z in LARGER_SHAPES if _shape(tree, z) > top]
     specs = {(tuple(float(f"{first * r ** (i / (n - 1)):.4g}") for i in range(n)), s, f"{n}x{s} over {r:g}x")
              for n in n_slices for r in ranges for s in sizes}
     for sl, s, label in sorted(specs, key=lambda t: (t[1] * sum(t[0]), t[2])):
         if budget is not None and s * sum(sl) * len(tree.plan.families) > budget * 1.5:
             continue  # nominally far over the budget: not worth planning
         try:
-            g = grid_from_plan(tree, slices=sl, sizes_per_slice=s, label=label)
+            g = grid_from_plan(tree, slices=sl, sizes_per_slice=s, label=label, sizes=ladder)
         except ValueError as exc:  # a slice no size fits
             log.info("design: grid %s skipped: %s", label, exc)
             continue
@@ -40,12 +53,16 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=(4.0, 8.0, 16.0,
             yield g
 
 
-def nested(grid: Grid, other: Grid) -> bool:
-    """Whether ``grid`` asks no more than ``other``: no more slices, all within ``other``'s range, and no
-    more sizes per slice. Such a grid has less information on every question the design asks, so when
-    ``other`` falls short of a target the search does not simulate it."""
-    return (len(grid.slices) <= len(other.slices) and grid.sizes_per_slice <= other.sizes_per_slice
-            and grid.slices[0] >= other.slices[0] * (1 - 1e-9) and grid.slices[-1] <= other.slices[-1] * (1 + 1e-9))
+def _shape(tree, name: str) -> int:
+    """12 L d^2 of a size (built-in, generated or the preset's ``[size_presets]``), to order a ladder;
+    0 when it is not known here (a plugin's own size)."""
+    from interpscale.models.config import SIZES
+
+    own = tree.size_presets.get(name) or {}
+    base = SIZES.get(own.get("base", name))
+    if base is None:
+        return 0
+    return 12 * int(own.get("n_layers", base.n_layers)) * int(own.get("d_model", base.d_model)) ** 2
 
 
 def slices_of(tree) -> dict:
@@ -65,54 +82,126 @@ class Design:
     tried: tuple[GridPower, ...] = ()
     recommended: GridPower | None = None
     target: dict = field(default_factory=dict)
+    candidates: int = 0  # the candidate grids within the budget, of which ``tried`` were screened
+    # when no grid the preset's sizing makes meets the multiplier target: the cheapest larger grid at the
+    # planned spacing, sizes about the planted optimum, that reaches the power (``achieved.larger_grid``)
+    beyond: Grid | None = None
+    beyond_tried: bool = False  # whether that larger grid was searched for (its largest: 4x the planned slices)
 
     def to_dict(self) -> dict:
         return dict(question=self.question, noise=self.noise.to_dict(), truth=self.truth.to_dict(),
                     target=self.target, planned=self.planned.to_dict(), tried=[t.to_dict() for t in self.tried],
-                    recommended=self.recommended.to_dict() if self.recommended else None)
+                    recommended=self.recommended.to_dict() if self.recommended else None,
+                    candidates=self.candidates, beyond=None if self.beyond is None else dict(
+                        slices=list(self.beyond.slices), sizes_per_slice=self.beyond.sizes_per_slice,
+                        n_runs=self.beyond.n_runs, compute=self.beyond.compute, wall_s=self.beyond.wall_s,
+                        label=self.beyond.label), beyond_tried=self.beyond_tried)
 
 
 def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str, variant: str | None = None,
            growth: float = 0.05, target: float = 1e20, power: float = 0.8, false_alarm: float = 0.10,
            halfwidth: float = 0.05, budget: float | None = None, n_sims: int = DEFAULT_SIMS,
-           screen_sims: int = 40, max_grids: int = 12, n_boot: int = DESIGN_BOOT, seed: int = 0,
+           screen_sims: int = 40, max_grids: int = 24, n_boot: int = DESIGN_BOOT, seed: int = 0,
            workers: int | None = None, progress=None, grids: Sequence[Grid] | None = None,
            planned: Grid | None = None) -> Design:
-    """Assess the preset's own grid, then walk candidate grids cheapest first: each screened with
-    ``screen_sims`` simulations, a passing one confirmed with ``n_sims``; the first confirmed is the
-    recommendation. At most ``max_grids`` candidates are tried; ``planned``: the preset's own grid
-    when the caller has already planned it."""
+    """Assess the preset's own grid, then search the candidate grids (cheapest first) for the cheapest
+    that meets the target: each grid screened with ``screen_sims`` simulations, a passing one confirmed
+    with ``n_sims``. The search probes the candidates at doubling steps of the cost order (1st, 2nd,
+    4th, 8th, ..., last) until a screen passes, then bisects between the last grid that fell short and
+    that one -- it assumes the power grows with compute along the order, so a few screens find the
+    threshold among tens of grids (docs/design.md) -- and confirms the cheapest passing grid; a failed
+    confirmation continues upward, cheapest first. At most ``max_grids`` grids are screened;
+    ``planned``: the preset's own grid when the caller has already planned it."""
     kw = dict(question=question, base=base, variant=variant, growth=growth, target=target, n_boot=n_boot,
               seed=seed, workers=workers)
     goal = dict(power=power, false_alarm=false_alarm, halfwidth=halfwidth)
     planned = assess(planned or grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
                      progress=_stage(progress, "planned grid"), **kw)
-    tried, best = [], None
+    cands = list(grids) if grids is not None else list(candidate_grids(preset, budget=budget))
     failed = [] if meets(planned, **goal) else [planned.grid]
-    cands = iter(grids) if grids is not None else candidate_grids(preset, budget=budget)
-    for g in cands:
-        if len(tried) >= max_grids:
-            break
-        within = next((f for f in failed if nested(g, f)), None)
-        if within is not None:  # a part of a grid that fell short cannot do better: not simulated
-            log.info("design: grid %s skipped: nested in %s, which fell short", g.label, within.label)
-            continue
-        i = len(tried)
-        gp = assess(g, truth, noise, n_sims=screen_sims, progress=_stage(progress, f"grid {i + 1}/{max_grids}"),
-                    **kw)
-        tried.append(gp)
-        if not meets(gp, **goal):
-            failed.append(g)
-        else:
-            gp = assess(g, truth, noise, n_sims=n_sims, progress=_stage(progress, f"confirm grid {i + 1}"),
-                        more_of=gp, **kw)  # the screen's simulations are the first of these
-            tried[-1] = gp
+    tried: list[GridPower] = []
+    screens: dict[int, GridPower | None] = {}  # candidate index -> its screen (None: not simulated)
+
+    def passes(i: int) -> bool:
+        if i not in screens:
+            g, within = cands[i], next((f for f in failed if nested(cands[i], f)), None)
+            if within is not None:  # a part of a grid that fell short cannot do better: not simulated
+                log.info("design: grid %s skipped: nested in %s, which fell short", g.label, within.label)
+                screens[i] = None
+            elif len(tried) >= max_grids:
+                raise _Exhausted
+            else:
+                screens[i] = assess(g, truth, noise, n_sims=screen_sims,
+                                    progress=_stage(progress, f"grid {len(tried) + 1} (of {len(cands)})"), **kw)
+                tried.append(screens[i])
+                if not meets(screens[i], **goal):
+                    failed.append(g)
+        return screens[i] is not None and meets(screens[i], **goal)
+
+    best = None
+    try:
+        lo, hi = -1, None  # the cost order's last index known short, its first passing screen
+        for i in _probes(len(cands)):
+            if passes(i):
+                hi = i
+                break
+            lo = i
+        while hi is not None and best is None:
+            while hi - lo > 1:  # bisect: the cheapest passing screen between them
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+            gp = assess(cands[hi], truth, noise, n_sims=n_sims, progress=_stage(progress, f"confirm {cands[hi].label}"),
+                        more_of=screens[hi], **kw)  # the screen's simulations are the first of these
+            tried[next(k for k, t in enumerate(tried) if t is screens[hi])] = screens[hi] = gp
             if meets(gp, **goal):
                 best = gp
-                break
-            failed.append(g)
+            else:
+                failed.append(cands[hi])
+                lo, hi = hi, next((j for j in range(hi + 1, len(cands)) if passes(j)), None)
+    except _Exhausted:
+        log.info("design: %d grids screened (--max-grids); the search stopped", max_grids)
+    beyond, beyond_tried = None, best is None and question == "multiplier" and grids is None and budget is None
+    if beyond_tried:
+        beyond = _beyond(planned, truth, noise, power=power, n_sims=n_sims, progress=progress, **kw)
     return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tuple(tried),
-                  recommended=best, target=dict(goal, growth=growth, target_compute=target, budget=budget))
+                  recommended=best, target=dict(goal, growth=growth, target_compute=target, budget=budget),
+                  candidates=len(cands), beyond=beyond, beyond_tried=beyond_tried)
+
+
+def _beyond(planned: GridPower, truth: Truth, noise: NoiseModel, *, power: float, n_sims: int, progress, base: str,
+            variant: str, workers: int | None, **kw) -> Grid | None:
+    """The cheapest larger grid at the planned spacing, sizes about the planted optimum (not the
+    preset's D/P rule), whose power reaches ``power``: priced as the pair's C x runs, its wall time at
+    the planned grid's FLOPs per second scaled to every family of the preset."""
+    g = planned.grid
+    truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
+                                else float(math.sqrt(g.slices[0] * g.slices[-1])))  # assess's, on the planned grid
+    if progress is not None:
+        progress("beyond the preset's sizing", 0, 1)
+    kw = {k: v for k, v in kw.items() if k != "question" and k != "target"}
+    found = larger_grid(g, truth, noise, (base, variant), power=power, n_sims=n_sims, workers=workers,
+                        starts=planned.starts, base=base, variant=variant, **kw)
+    if found is None:
+        return None
+    pair = float(g.points.loc[g.points["family"].isin([base, variant]), "flops"].sum())
+    whole = found.compute * g.compute / pair  # every family of the preset at the pair's share
+    return dataclasses.replace(found, compute=whole, wall_s=g.wall_s * whole / g.compute,
+                               n_runs=int(round(found.n_runs * g.n_runs / max(1, int(g.points["family"].isin(
+                                   [base, variant]).sum())))),
+                               label=f"{len(found.slices)}x{found.sizes_per_slice} at the planned spacing")
+
+
+class _Exhausted(Exception):
+    """``max_grids`` grids were screened."""
+
+
+def _probes(n: int) -> list[int]:
+    """Indices 0, 1, 3, 7, ... of a cost order of ``n`` grids, and its last."""
+    out, i = [], 0
+    while i < n - 1:
+        out.append(i)
+        i = 2 * i + 1
+    return out + [n - 1] if n else []
 
 
 def _stage(progress, name):
@@ -135,6 +224,8 @@ def write_preset(preset, grid: Grid, path: str | os.PathLike) -> Path:
     fams = plan_sec.get("families") or sorted(set(grid.points["family"]))
     plan_sec["slices"] = {f: list(grid.slices) for f in fams}
     plan_sec["max_sizes_per_slice"] = int(grid.sizes_per_slice)
+    if grid.sizes:  # the ladder it was planned with: the preset's, and larger shapes where its slices need them
+        plan_sec["sizes"] = list(grid.sizes)
     text = f"# written by `interpscale design`: {grid.describe()}\n" + toml_dumps(src)
     tomllib.loads(text)  # what we write must read back
     return atomic_write_text(Path(path), text)
@@ -184,17 +275,32 @@ def render(design: Design) -> str:
               "false alarms" if design.question == "multiplier" else
               f"- target: alpha_P's 90% half-width <= {goal['halfwidth']:g}")
              + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else ""), ""]
-    rows = [_row(design.planned)] + [_row(g) for g in design.tried]
+    rows = [_row(design.planned)] + [_row(g) for g in sorted(design.tried, key=lambda g: g.grid.compute)]
     header = list(dict.fromkeys(k for r in rows for k in r))
     lines += [md_table(header, [[r.get(k, "") for k in header] for r in rows]), ""]
     r = design.recommended
     if r is not None:
+        extra = [z for z in r.grid.sizes if z not in design.planned.grid.sizes]
         lines.append(f"**Recommended**: {r.grid.describe()}, estimated {_minutes(r.grid.wall_s)} wall "
-                     f"({_answer(r)}); written as recommended.toml.")
+                     f"({_answer(r)})" + (f"; it adds sizes {', '.join(extra)} to the preset's ladder" if extra
+                                          else "") + "; written as recommended.toml.")
     else:
-        lines.append(f"**No grid tried meets the target** ({len(design.tried)} tried, cheapest first"
-                     + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else "")
+        lines.append(f"**No grid tried meets the target** ({len(design.tried)} of {design.candidates} candidate "
+                     "grids screened" + (f", within {goal['budget']:.3g} FLOPs" if goal.get("budget") else "")
                      + "); raise --budget or --max-grids, or lower the target.")
+    if design.beyond is not None:
+        b = design.beyond
+        lines.append(f"**Beyond the preset's sizing**: {len(b.slices)} slices ({b.slices[0]:.3g}-{b.slices[-1]:.3g} "
+                     f"FLOPs, the planned spacing) x {b.sizes_per_slice} sizes a factor 2 apart about the planted "
+                     f"optimum, about {b.n_runs} runs and {b.compute:.3g} FLOPs for the preset's families, estimated "
+                     f"{_minutes(b.wall_s)} wall at the planned grid's FLOPs per second, reaches power "
+                     f"{goal['power']:g} for growth {goal['growth']:g} (its growing-k simulations; the false-alarm rate "
+                     "not simulated). The preset's sizes are chosen by tokens per parameter, which misses the planted "
+                     "optimum at these slices; list shapes near it in [plan] sizes to plan this grid.")
+    elif design.beyond_tried:
+        lines.append(f"**Beyond the preset's sizing**: no grid of up to {4 * len(design.planned.grid.slices)} slices "
+                     f"at the planned spacing, sizes about the planted optimum, reached power {goal['power']:g} "
+                     "either: at this noise and planted law the growth is not decidable by adding slices.")
     lines.append(f"Planned grid: {design.planned.grid.describe()} — {_answer(design.planned)}.")
     return "\n".join(lines)
 

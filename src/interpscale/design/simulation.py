@@ -235,7 +235,8 @@ def truth_for_grid(grid: "Grid", base: str, *, multiplier: float = 1.3, world: M
 class Grid:
     """A grid as ``plan`` would run it: ``points`` (family, slice_flops, params, tokens, flops) of
     the ``families`` simulated, ``compute`` the whole sweep's FLOPs (every family of the preset),
-    ``wall_s`` the plan's runtime estimate, ``slices`` and ``sizes_per_slice`` what was asked."""
+    ``wall_s`` the plan's runtime estimate, ``slices`` and ``sizes_per_slice`` what was asked,
+    ``sizes`` the size ladder ``plan`` chose from (the preset's, unless the grid was planned with more)."""
 
     slices: tuple[float, ...]
     sizes_per_slice: int
@@ -244,28 +245,41 @@ class Grid:
     wall_s: float = math.nan
     n_runs: int = 0
     label: str = ""
+    sizes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return (f"{len(self.slices)} slices x <= {self.sizes_per_slice} sizes, {self.slices[0]:.3g}-"
                 f"{self.slices[-1]:.3g} FLOPs, {self.n_runs} runs, {self.compute:.3g} FLOPs")
 
 
+def nested(grid: Grid, other: Grid) -> bool:
+    """Whether ``grid`` asks no more than ``other``: no more slices, all within ``other``'s range, and no
+    more sizes per slice. Such a grid has less information on every question the design asks, so when
+    ``other`` falls short of a target the search does not simulate it."""
+    return (len(grid.slices) <= len(other.slices) and grid.sizes_per_slice <= other.sizes_per_slice
+            and grid.slices[0] >= other.slices[0] * (1 - 1e-9) and grid.slices[-1] <= other.slices[-1] * (1 + 1e-9))
+
+
 def grid_from_plan(preset, *, slices: Sequence[float] | None = None, sizes_per_slice: int | None = None,
-                   label: str = "") -> Grid:
+                   label: str = "", sizes: Sequence[str] | None = None) -> Grid:
     """The grid ``plan`` makes of ``preset`` (a name, path or loaded tree) with its ``[plan]`` slices
-    (shared by every family) and ``max_sizes_per_slice`` replaced where given."""
+    (shared by every family), ``max_sizes_per_slice`` and size ladder ``sizes`` replaced where given;
+    the grid's ``sizes`` keep of an extended ladder the preset's own and the sizes the plan used."""
     tree = Preset.load(preset)
-    fams = list(tree.plan.families)
+    fams, own = list(tree.plan.families), list(tree.plan.sizes)
     tree = Preset.load(tree, slices=None if slices is None else {f: [float(c) for c in slices] for f in fams},
-                       max_sizes_per_slice=None if sizes_per_slice is None else int(sizes_per_slice))
+                       max_sizes_per_slice=None if sizes_per_slice is None else int(sizes_per_slice),
+                       sizes=None if sizes is None else list(sizes))
     with quiet():
         planned = plan_sweep(tree)
+    used = {r.size for r in planned.runs}
     pts = pd.DataFrame([dict(family=r.family, slice_flops=float(r.slice_flops), params=float(r.params),
                              tokens=float(r.tokens), flops=float(r.flops)) for r in planned.runs])
     got = tuple(sorted(pts["slice_flops"].unique()))
     return Grid(slices=got, sizes_per_slice=int(tree.plan.max_sizes_per_slice or pts.groupby(
         ["family", "slice_flops"]).size().max()), points=pts, compute=float(pts["flops"].sum()),
-        wall_s=float(planned.estimate.get("wall_s", math.nan)), n_runs=len(pts), label=label)
+        wall_s=float(planned.estimate.get("wall_s", math.nan)), n_runs=len(pts), label=label,
+        sizes=tuple(z for z in tree.plan.sizes if z in own or z in used))
 
 
 # ---- one simulated sweep and its analysis ---------------------------------------------------
@@ -443,7 +457,7 @@ class GridPower:
     def to_dict(self) -> dict:
         return dict(grid=dict(slices=list(self.grid.slices), sizes_per_slice=self.grid.sizes_per_slice,
                               n_runs=self.grid.n_runs, compute=self.grid.compute, wall_s=self.grid.wall_s,
-                              label=self.grid.label),
+                              label=self.grid.label, sizes=list(self.grid.sizes)),
                     question=self.question, n_sims=self.n_sims, scenarios=self.scenarios, power=self.power,
                     false_alarm=self.false_alarm, alpha_P_halfwidth=self.alpha_P_halfwidth, seconds=self.seconds)
 
