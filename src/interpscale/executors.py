@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import submitit
 
 from interpscale._registry import Registry
+from interpscale.errors import UserError
 
 # kind -> how to configure submitit's AutoExecutor for it (one registry entry per executor kind)
 EXECUTORS: Registry = Registry("executor")
@@ -48,11 +49,11 @@ def make_executor(kind: str | submitit.Executor, folder: str | os.PathLike, *, n
     array size (else ``scontrol show config``'s MaxArraySize)."""
     slurm = dict(slurm or {})
     if max_parallel < 1:
-        raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+        raise UserError(f"max_parallel must be >= 1, got {max_parallel}")
     if isinstance(kind, submitit.Executor):
         return Launcher(kind, type(kind).__name__, max_parallel, slurm.get("max_array_size"))
     if kind not in EXECUTORS:
-        raise ValueError(f"unknown executor {kind!r}; expected one of {', '.join(EXECUTORS)}")
+        raise UserError(f"unknown executor {kind!r}; expected one of {', '.join(EXECUTORS)}")
     ex = submitit.AutoExecutor(folder=Path(folder) / "%j", cluster=kind)
     timeout = slurm.pop("timeout_min", timeout_min)
     EXECUTORS.lookup(kind)(ex, name=name, timeout=timeout, slurm=slurm, max_parallel=max_parallel,
@@ -73,7 +74,7 @@ def _local(ex: submitit.AutoExecutor, *, name: str, timeout: float | None, nodes
            **_: Any) -> None:
     """This machine: one node, ``tasks_per_node`` tasks (a day's time limit unless given)."""
     if nodes != 1 and tasks_per_node != 1:
-        raise ValueError("the local executor runs one node; use tasks_per_node for several tasks")
+        raise UserError("the local executor runs one node; use tasks_per_node for several tasks")
     ex.update_parameters(name=name, timeout_min=int(timeout or 24 * 60), tasks_per_node=tasks_per_node * nodes)
 
 

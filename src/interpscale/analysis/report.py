@@ -33,6 +33,7 @@ from interpscale.scaling.analysis import (Analysis, AnalysisOptions, AnnealSumma
 from interpscale.scaling.trend import FLAT, NOT_MEASURED, TrendFit
 from interpscale.scaling.forecast import forecast_table
 from interpscale.scaling.multiplier import MultiplierFit, backbone_pairs
+from interpscale.errors import UserError
 
 __all__ = ["anneal_summary", "build_markdown", "isoflop_fit_state", "joint_fit_state", "markdown_to_html",
            "metric_trends", "problem_fits", "report_options", "scaling_table", "status_table", "trend_status",
@@ -558,7 +559,7 @@ def write_report(results: pd.DataFrame | str | os.PathLike, out_dir: str | os.Pa
         source = str(results) if not isinstance(results, pd.DataFrame) else "a DataFrame passed in by the caller"
     df = read_results(results)
     if not len(df):  # a header-only table would otherwise report "every fit converged"
-        raise ValueError(f"{source}: the results table has no rows; nothing to report")
+        raise UserError(f"{source}: the results table has no rows; nothing to report")
     require_columns(df, CORE_COLUMNS, "write_report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

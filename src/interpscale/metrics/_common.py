@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from interpscale.models.types import SPECIAL_IDS, Batch, ModelOutput, evaluating
+from interpscale.errors import UserError
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -73,7 +74,7 @@ def require_family(model: nn.Module, *, diffusion: bool, what: str) -> None:
     """Raise if ``what`` (an estimator / metric name) does not fit the model's family."""
     if is_diffusion(model) != diffusion:  # then the model's own family is the other kind
         need = "a diffusion (CDLM-style) model" if diffusion else "an autoregressive model"
-        raise ValueError(f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
+        raise UserError(f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
                          f"(is_diffusion={not diffusion}); pick an estimator for its family "
                          f"({'ar_ce' if diffusion else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})")
 
@@ -93,7 +94,7 @@ def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> 
         if mask_id is not None and bool((b.tokens == mask_id).any()):
             raise ValueError(f"batch {i}: clean validation tokens contain the [MASK] id {mask_id}")
     if sum(b.n_tokens for b in out) == 0:
-        raise ValueError("validation set is empty: every token is marked invalid (padding)")
+        raise UserError("validation set is empty: every token is marked invalid (padding)")
     return out
 
 

@@ -21,6 +21,7 @@ from interpscale.metrics._common import block_size, generate_text, is_diffusion,
 from interpscale.metrics.interp import concept_top_tokens as _top_ids
 from interpscale.models import load_checkpoint
 from interpscale.models.steering import Steering
+from interpscale.errors import UserError
 
 
 class ZooGenerator:
@@ -32,25 +33,25 @@ class ZooGenerator:
                  top_k: Optional[int] = None, layer: Optional[int] = None, steps_per_block: Optional[int] = None):
         n = getattr(model.config, "n_concepts", 0) or 0
         if len(cards) > n:
-            raise ValueError(f"{len(cards)} concept cards but the model has {n} known concepts")
+            raise UserError(f"{len(cards)} concept cards but the model has {n} known concepts")
         self.model, self.tokenizer = model, tokenizer
         self.index = {c.label: i for i, c in enumerate(cards)}
         if len(self.index) != len(cards):
-            raise ValueError("concept labels must be unique to map cards to concept ids")
+            raise UserError("concept labels must be unique to map cards to concept ids")
         self.temperature, self.top_k, self.layer, self.steps = temperature, top_k, layer, steps_per_block
 
     def __call__(self, prompt: str, *, card: Optional[ConceptCard], strength: Optional[float],
                  max_new_tokens: int, seed: int) -> str:
         ids = self.tokenizer.encode(prompt).ids
         if not ids:
-            raise ValueError(f"prompt {prompt!r} encodes to no tokens")
+            raise UserError(f"prompt {prompt!r} encodes to no tokens")
         max_len = int(self.model.config.max_seq_len)
         if max_len - int(max_new_tokens) < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room in max_seq_len={max_len}")
+            raise UserError(f"max_new_tokens={max_new_tokens} leaves no room in max_seq_len={max_len}")
         steer = None
         if card is not None:
             if card.label not in self.index:
-                raise ValueError(f"concept {card.label!r} is not in this model's concept library")
+                raise UserError(f"concept {card.label!r} is not in this model's concept library")
             steer = Steering(concepts=(self.index[card.label],), tau=float(strength if strength is not None else 1.0),
                              layer=self.layer)
         return generate_text(self.model, self.tokenizer, ids, int(max_new_tokens), max_len,
@@ -72,7 +73,7 @@ def _open(checkpoint: str | Path, run_dir: str | Path | None) -> tuple[Any, Any,
     rd = Path(run_dir) if run_dir else Path(checkpoint).parent.parent  # RUN_DIR/checkpoints/x.pt
     for name in ("tokenizer.json", "concepts.json"):
         if not (rd / name).is_file():
-            raise ValueError(f"run directory {rd} has no {name} (pass run_dir=...)")
+            raise UserError(f"run directory {rd} has no {name} (pass run_dir=...)")
     model, _ = load_checkpoint(Path(checkpoint))
     cards = [ConceptCard.from_dict(c) for c in read_concepts(rd / "concepts.json")]  # list order = concept id
     return model.eval(), load_tokenizer(rd / "tokenizer.json"), cards, rd
@@ -125,5 +126,5 @@ def judge_checkpoint_relevance(checkpoint: str | Path, texts: Sequence[str], *, 
     preds = predicted_concepts(model, tok, texts, top=top)
     bad = sorted({c for row in preds for c in row if c >= len(cards)})
     if bad:
-        raise ValueError(f"concepts {bad[:5]} are predicted but {rd / 'concepts.json'} has only {len(cards)} cards")
+        raise UserError(f"concepts {bad[:5]} are predicted but {rd / 'concepts.json'} has only {len(cards)} cards")
     return score_relevance(list(texts), [[cards[c] for c in row] for row in preds], judge=build_judge(judge))

@@ -20,6 +20,7 @@ from interpscale.metrics._common import (checked_batches, eval_mode, family_name
                                          seeded_generator, special_id, valid_mask)
 from interpscale.metrics.loss import draw_mask
 from interpscale.models.types import Batch, ModelOutput
+from interpscale.errors import UserError
 
 LOG_CLAMP = -100.0  # same floor torch's binary_cross_entropy puts on log terms
 
@@ -98,7 +99,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
     data = checked_batches(batches, mask_id=mask_id)
     for i, b in enumerate(data):
         if b.chunk_ids is None or b.chunk_labels is None:
-            raise ValueError(f"batch {i} has no concept annotations (chunk_ids / chunk_labels); interp metrics need annotated chunks")
+            raise UserError(f"batch {i} has no concept annotations (chunk_ids / chunk_labels); interp metrics need annotated chunks")
     device, W = model_device(model), lm_head_weight(model)
     gen = seeded_generator(device, seed, "interp")
     cl_sum, n_chunks, indep, contrib_sum, n_pred = 0.0, 0, [], 0.0, 0
@@ -112,7 +113,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
                 x = x.masked_fill(pred, mask_id)
             out: ModelOutput = model(x)
             if any(v is None for v in (out.known, out.unknown, out.residual, out.known_act)):
-                raise ValueError(f"interp metrics need a concept family (known/unknown/residual outputs); "
+                raise UserError(f"interp metrics need a concept family (known/unknown/residual outputs); "
                                  f"{family_name(model)!r} returned none")
             s, c = concept_loss_terms(out.known_act, batch.chunk_ids, batch.chunk_labels.to(out.known_act.dtype), valid)
             cl_sum, n_chunks = cl_sum + s, n_chunks + c
@@ -122,7 +123,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
             cc = concept_contribution(out.known[pred], out.unknown[pred], out.residual[pred], w_y)
             contrib_sum, n_pred = contrib_sum + float(cc.double().sum()), n_pred + int(cc.numel())
     if n_chunks == 0:
-        raise ValueError("no annotated chunk in the validation set (every chunk_id is -1 or padding)")
+        raise UserError("no annotated chunk in the validation set (every chunk_id is -1 or padding)")
     independence = sum(indep) / len(indep) if indep else float("nan")
     return {"concept_loss": cl_sum / n_chunks, "concept_independence": independence,
             "concept_contribution": contrib_sum / max(n_pred, 1)}
@@ -133,7 +134,7 @@ def known_concept_embeddings(model: nn.Module) -> torch.Tensor:
     concept = getattr(model, "concept", None)
     K = getattr(concept, "known_emb", None) if concept is not None else getattr(model, "known_emb", None)
     if not isinstance(K, torch.Tensor):
-        raise ValueError(f"{family_name(model)!r} has no known-concept embeddings (not a concept family)")
+        raise UserError(f"{family_name(model)!r} has no known-concept embeddings (not a concept family)")
     return K
 
 
@@ -163,6 +164,6 @@ def known_concept_alignment(model: nn.Module, cards: Sequence[Any], decode, *, j
 
     n = known_concept_embeddings(model).shape[0]
     if len(cards) != n:
-        raise ValueError(f"{len(cards)} concept cards for a model with {n} known concepts")
+        raise UserError(f"{len(cards)} concept cards for a model with {n} known concepts")
     cards = [c if isinstance(c, ConceptCard) else ConceptCard.from_dict(c) for c in cards]
     return score_alignment(cards, alignment_inputs(model, decode, k=k), judge=judge, n_sample=n_sample, seed=seed)

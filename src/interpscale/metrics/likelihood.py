@@ -22,6 +22,7 @@ from torch import nn
 
 from interpscale._jsonl import iter_jsonl
 from interpscale.metrics._common import block_size, eval_mode, is_diffusion, logits_of, model_device, special_id
+from interpscale.errors import UserError
 
 Request = tuple[list[int], list[int]]  # (context ids, continuation ids)
 
@@ -55,7 +56,7 @@ def loglikelihood(model: nn.Module, requests: Sequence[Request], *, n_samples: i
         prefix_id = special_id(model, "eos_id")
     for i, (ctx, cont) in enumerate(requests):
         if not cont:
-            raise ValueError(f"request {i}: empty continuation")
+            raise UserError(f"request {i}: empty continuation")
     if is_diffusion(model):
         return _diffusion(model, requests, n_samples=n_samples, seed=seed, batch_size=batch_size,
                           prefix_id=prefix_id, share_masks=share_masks)
@@ -102,7 +103,7 @@ def _diffusion(model, requests, *, n_samples, seed, batch_size, prefix_id, share
     for i, (ctx, cont) in enumerate(requests):
         L = len(cont)
         if L >= limit:
-            raise ValueError(f"request {i}: continuation of {L} tokens does not fit the model's {limit}-token context")
+            raise UserError(f"request {i}: continuation of {L} tokens does not fit the model's {limit}-token context")
         ctx = ([prefix_id] if not ctx else list(ctx))[-(limit - L):]
         # block-causal models take whole blocks: the rest of the last block stays [MASK],
         # exactly as when that block is being generated (never scored)
@@ -176,21 +177,21 @@ def load_mc_jsonl(path: Union[str, Path]) -> list[dict]:
     """Rows of a multiple-choice JSONL, validated; ``answer`` normalised to an int index."""
     rows = [_normalise(r, f"{path}:{ln}") for ln, r in iter_jsonl(path)]
     if not rows:
-        raise ValueError(f"{path}: no questions")
+        raise UserError(f"{path}: no questions")
     return rows
 
 
 def _normalise(r: dict, where: str) -> dict:
     for key in ("question", "choices", "answer"):
         if key not in r:
-            raise ValueError(f"{where}: missing field {key!r}")
+            raise UserError(f"{where}: missing field {key!r}")
     choices = list(r["choices"])
     if not 2 <= len(choices) <= len(LETTERS):
-        raise ValueError(f"{where}: need 2..{len(LETTERS)} choices, got {len(choices)}")
+        raise UserError(f"{where}: need 2..{len(LETTERS)} choices, got {len(choices)}")
     ans = r["answer"]
     idx = LETTERS.index(ans.strip().upper()) if isinstance(ans, str) and ans.strip().upper() in LETTERS else ans
     if not isinstance(idx, int) or not 0 <= idx < len(choices):
-        raise ValueError(f"{where}: answer {ans!r} is not a valid choice index or letter")
+        raise UserError(f"{where}: answer {ans!r} is not a valid choice index or letter")
     return {"question": str(r["question"]), "choices": choices, "answer": idx}
 
 

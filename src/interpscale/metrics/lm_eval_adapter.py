@@ -25,6 +25,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from interpscale._atomic import atomic_write_text  # noqa: E402
 from interpscale._jsonl import jsonable  # noqa: E402
 from interpscale.data.tokenizer import load_tokenizer  # noqa: E402
+from interpscale.errors import UserError  # noqa: E402
 from interpscale.metrics._common import family_name, generate_text, is_diffusion, special_id  # noqa: E402
 from interpscale.metrics.likelihood import encode_pair, loglikelihood, max_length  # noqa: E402
 
@@ -41,7 +42,7 @@ def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
     found = run_tokenizer(checkpoint)
     if found is None:
         ck = Path(checkpoint)
-        raise ValueError(f"no tokenizer.json found in or next to {ck} or in its run directory {ck.parent.parent}; "
+        raise UserError(f"no tokenizer.json found in or next to {ck} or in its run directory {ck.parent.parent}; "
                          f"pass tokenizer=PATH in model_args")
     return found
 
@@ -50,7 +51,7 @@ def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Option
     """The model (from the checkpoint ``path`` unless given) and its tokenizer (path or object)."""
     if model is None:
         if path is None:
-            raise ValueError(f"{who}: give pretrained=CHECKPOINT (or a model object)")
+            raise UserError(f"{who}: give pretrained=CHECKPOINT (or a model object)")
         from interpscale.models import load_checkpoint
 
         model, _ = load_checkpoint(path, map_location=device or "cpu")
@@ -58,7 +59,7 @@ def _load(path, model: Optional[torch.nn.Module], tokenizer: Any, device: Option
         model = model.to(device)
     if tokenizer is None:
         if path is None:
-            raise ValueError(f"{who}: pass tokenizer= with a model object")
+            raise UserError(f"{who}: pass tokenizer= with a model object")
         tokenizer = find_tokenizer(path)
     return model, tokenizer
 
@@ -78,12 +79,12 @@ class _InterpscaleLM(LM):
         super().__init__()
         unknown = sorted(set(kwargs) - HARNESS_ARGS)
         if unknown:
-            raise ValueError(f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, "
+            raise UserError(f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, "
                              f"checkpoint, tokenizer, device, batch_size, n_samples, seed, max_gen_toks")
         model, tokenizer = _load(checkpoint or pretrained, model, tokenizer, device, self.NAME)
         if is_diffusion(model) != self.DIFFUSION:
             other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"
-            raise ValueError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
+            raise UserError(f"{self.NAME} cannot score a {family_name(model)!r} checkpoint; use {other}")
         self.model, self.tok = model, load_tokenizer(tokenizer, add_specials=False)
         self._eos = special_id(model, "eos_id")  # the prepared corpus's EOS (pretrained tokenizers place it anywhere)
         self.batch_size = 16 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
@@ -180,7 +181,7 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
     names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else [str(t) for t in tasks]
     names = [t for t in names if t]
     if not names:
-        raise ValueError("no lm-eval task named")
+        raise UserError("no lm-eval task named")
     extra = [] if include_path is None else ([include_path] if isinstance(include_path, (str, Path)) else list(include_path))
     tm = task_manager(extra, include_defaults=False)  # indexing lm-eval's own tasks takes ~20 s
     unknown = [t for t in names if t not in tm.all_tasks]
@@ -189,7 +190,7 @@ def run_lm_eval(checkpoint: Union[str, Path, None], tasks: Union[str, Sequence[s
         unknown = [t for t in names if t not in tm.all_tasks]
     if unknown:
         bundled = sorted(t for t in tm.all_tasks if t.startswith("interpscale"))
-        raise ValueError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
+        raise UserError(f"unknown lm-eval task(s) {unknown}; bundled offline tasks: {bundled}")
     model, tokenizer = _load(checkpoint, model, tokenizer, device, "lm-eval")
     cls = InterpscaleDiffusion if is_diffusion(model) else InterpscaleAR  # the model is on ``device`` now
     lm = cls(model=model, tokenizer=tokenizer, n_samples=n_samples, batch_size=batch_size, seed=seed)

@@ -24,6 +24,7 @@ from interpscale._registry import Registry
 from interpscale.metrics._common import (block_size, checked_batches, eval_mode, logits_of, model_device,
                                          require_family, seeded_generator, special_id, valid_mask)
 from interpscale.models.types import Batch
+from interpscale.errors import UserError
 
 FIXED_RATE_TAU = 0.5  # Eq. 36
 GRID_RATES: tuple[float, ...] = tuple(k / 10 for k in range(1, 10))  # Eq. 37, t_k = k/10
@@ -250,15 +251,15 @@ ESTIMATORS: tuple[str, ...] = ("ar_ce",) + DIFFUSION_ESTIMATORS  # the built-in 
 # ---- one sweep, several estimators -----------------------------------------------------
 def _check_options(estimators, n_passes, antithetic, t_range, tau, rates, per_rate) -> None:
     if not estimators and not per_rate:
-        raise ValueError("no estimator requested")
+        raise UserError("no estimator requested")
     if n_passes < 1:
-        raise ValueError(f"n_passes must be >= 1, got {n_passes}")
+        raise UserError(f"n_passes must be >= 1, got {n_passes}")
     if antithetic and n_passes % 2:
-        raise ValueError(f"antithetic sampling pairs passes, so n_passes must be even (got {n_passes})")
+        raise UserError(f"antithetic sampling pairs passes, so n_passes must be even (got {n_passes})")
     if not 0.0 < t_range[0] < t_range[1] < 1.0:
-        raise ValueError(f"t_range must satisfy 0 < lo < hi < 1, got {t_range}")
+        raise UserError(f"t_range must satisfy 0 < lo < hi < 1, got {t_range}")
     if not 0.0 < tau < 1.0 or any(not 0.0 < r < 1.0 for r in rates):
-        raise ValueError(f"mask rates must lie in (0, 1); got tau={tau}, rates={tuple(rates)}")
+        raise UserError(f"mask rates must lie in (0, 1); got tau={tau}, rates={tuple(rates)}")
 
 
 def _sweep(ctx: EstimationContext, data: list[Batch], want: list[str], progress: bool) -> tuple[dict, int]:
@@ -325,7 +326,7 @@ def estimate_losses(model: nn.Module, batches: Iterable[Batch],
     b = block or block_size(model)
     short = min(bt.tokens.shape[1] for bt in data)
     if any(get_estimator(e).diffusion for e in want) and short < b:
-        raise ValueError(f"diffusion estimators need sequences of at least one block: the shortest sequence "
+        raise UserError(f"diffusion estimators need sequences of at least one block: the shortest sequence "
                          f"has {short} tokens, the model's block size is {b}")
     device = model_device(model)
     ctx = EstimationContext(

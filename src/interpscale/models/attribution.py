@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from interpscale.models.types import evaluating
+from interpscale.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def concept_contributions(model, tokens: torch.Tensor, chunk_ids: torch.Tensor, 
     """Γ^known_i = Σ_{t∈chunk} k_{i,t} K_iᵀ W_{y_t}, Γ^unknown_j likewise, plus the residual, for
     the ``targets`` y_t [B, T] (default: the argmax), with the activations composed (after top-k)."""
     if getattr(model, "concept", None) is None:
-        raise ValueError(f"family {model.config.family!r} has no concept module")
+        raise UserError(f"family {model.config.family!r} has no concept module")
     tokens = model.check_tokens(tokens)
     if chunk_ids.shape != tokens.shape:
         raise ValueError(f"chunk_ids shape {tuple(chunk_ids.shape)} != tokens shape {tuple(tokens.shape)}")

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interpscale.models.config import ModelConfig
+from interpscale.errors import ConfigError
 
 Selection = tuple[torch.Tensor, torch.Tensor]  # (σ of the selected logits, their ids) [.., k]
 
@@ -62,7 +63,7 @@ class ConceptModule(nn.Module):
         self.cfg = cfg
         d, n, m, r = cfg.d_model, cfg.n_concepts, cfg.n_unknown, cfg.concept_rank
         if n <= 0:
-            raise ValueError("concept families need n_concepts > 0")
+            raise ConfigError("concept families need n_concepts > 0")
         self.known_head = nn.Linear(d, n, bias=False)  # f, predictor d×n
         self.known_emb = nn.Parameter(torch.empty(n, d))  # K
         if r:

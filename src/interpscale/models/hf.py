@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from interpscale import paper
-from interpscale.errors import UserError
+from interpscale.errors import ConfigError, UserError
 from interpscale.models.checkpoint import load_checkpoint, run_tokenizer, save_pretrained_dir
 from interpscale.models.config import ConfigRecord, derived_heads, preset
 from interpscale.models.objectives import ar_targets, head_loss
@@ -60,10 +60,10 @@ class HFConfig(ConfigRecord):
     def __post_init__(self) -> None:
         self.check("n_kv_heads", "d_ff", "loss_chunk_tokens")
         if self.model_type in NEOX_STYLE and self.n_kv_heads != self.n_heads:
-            raise ValueError(f"{self.family}: {self.model_type} has no grouped-query attention; "
+            raise ConfigError(f"{self.family}: {self.model_type} has no grouped-query attention; "
                              f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
         if not isinstance(self.hf, dict):
-            raise ValueError(f"{self.family}: hf must be a table of Hugging Face config arguments, got {self.hf!r}")
+            raise ConfigError(f"{self.family}: hf must be a table of Hugging Face config arguments, got {self.hf!r}")
 
 
 CONFIG_FIELDS = frozenset(f.name for f in fields(HFConfig)) - {"family", "size", "model_type"} | {"mlp_ratio"}
@@ -77,7 +77,7 @@ def hf_config(family: str, size: str, *, data: DataFields = DataFields(), **over
     kw = {**data.config_fields(concept=False), **overrides}
     unknown = sorted(set(kw) - CONFIG_FIELDS)
     if unknown:
-        raise ValueError(f"unknown override(s) {unknown} for family {family!r}; valid: {sorted(CONFIG_FIELDS)}")
+        raise ConfigError(f"unknown override(s) {unknown} for family {family!r}; valid: {sorted(CONFIG_FIELDS)}")
     d = int(kw.pop("d_model", p.d_model))
     heads = int(kw.pop("n_heads", p.n_heads if d == p.d_model else derived_heads(p, d)))
     kw.setdefault("n_kv_heads", heads if model_type in NEOX_STYLE or heads != p.n_heads else p.n_kv_heads)

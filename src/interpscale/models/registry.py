@@ -156,7 +156,7 @@ def resolve_size(size: str, base: Optional[str] = None) -> str:
     if base and size != base and size not in SIZES:
         SIZES.define(size, base)
     if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; presets: {sorted(SIZES)} or generated L<layers>d<width>")
+        raise UserError(f"unknown size {size!r}; presets: {sorted(SIZES)} or generated L<layers>d<width>")
     return size
 
 

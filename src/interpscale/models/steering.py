@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from interpscale.models.objectives import mean_ce
+from interpscale.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,11 @@ class SteerState:
 def concept_direction(model, concepts: Sequence[int], kind: str = "known") -> torch.Tensor:
     """e_c = Σ K_c / ‖Σ K_c‖ (unit vector, §6.2.1)."""
     if getattr(model, "concept", None) is None:
-        raise ValueError(f"family {model.config.family!r} has no concept module to steer")
+        raise UserError(f"family {model.config.family!r} has no concept module to steer")
     emb = model.concept.known_emb if kind == "known" else model.concept.unknown_matrix()
     bad = [c for c in concepts if not 0 <= c < emb.size(0)]
     if bad:
-        raise ValueError(f"{kind} concept id(s) {bad} out of range [0, {emb.size(0)})")
+        raise UserError(f"{kind} concept id(s) {bad} out of range [0, {emb.size(0)})")
     v = emb[list(concepts)].sum(0).detach()
     norm = v.norm()
     if float(norm) == 0.0:
@@ -78,7 +79,7 @@ def steer_state(model, steer: Steering) -> SteerState:
     gamma = steer.gamma if steer.gamma is not None else calibrate_gamma(model, e, steer.tau)
     layer = model.config.n_layers // 2 if steer.layer is None else int(steer.layer)
     if not 0 <= layer <= model.config.n_layers:
-        raise ValueError(f"Steering.layer must be in [0, {model.config.n_layers}], got {layer}")
+        raise UserError(f"Steering.layer must be in [0, {model.config.n_layers}], got {layer}")
     if steer.suppress:
         penalty = steer.strength * alignment(model, e).clamp(min=0)  # Eq. 21
         g = -abs(gamma) if steer.suppress_inject else 0.0

@@ -19,6 +19,7 @@ from interpscale.paper import INTERP_METRICS
 from ._base import (DEFAULT_LEVEL, DEFAULT_N_BOOT, FitFields, FitStatus, as_array, check_duplicates,
     check_lengths, emit, fmt_ci, from_options)
 from .bootstrap import Bootstrap
+from interpscale.errors import UserError
 
 # metric -> (direction, natural bound); paper §8.3.1
 METRICS: dict[str, tuple[str, float]] = {k: (m.direction, m.bound) for k, m in INTERP_METRICS.items()}
@@ -212,18 +213,18 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
         direction = direction or d0
         bound = b0 if bound is None else bound
     if direction not in ("lower", "higher"):
-        raise ValueError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
+        raise UserError(f"direction must be 'lower' or 'higher' (or pass a known metric name), got {direction!r}")
     label = name or "metric"
     C, m = as_array(compute, "compute", positive=True), as_array(metric, label)
     check_lengths({"compute": C, "metric": m}, 4, f"fit_bounded({label})")
     check_duplicates({"compute": C, label: m}, f"fit_bounded({label})")
     if np.ptp(C) == 0:
-        raise ValueError("compute: all values are equal; need at least two distinct compute values")
+        raise UserError("compute: all values are equal; need at least two distinct compute values")
     sgn = 1.0 if direction == "lower" else -1.0
     side, bnd = (0, 0.0) if bound is None else (int(sgn), float(bound))
     if side and (side * (m - bnd) < 0).any():
         i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
-        raise ValueError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} "
+        raise UserError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} "
                          f"({direction} is better)")
     c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
     bound = None if bound is None else bnd

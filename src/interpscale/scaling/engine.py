@@ -22,6 +22,7 @@ import numpy as np
 
 from ._base import FitFields, FitStatus, emit, flags_of, fmt_ci
 from .bootstrap import Bootstrap, band_from_draws, curve_rows, dropped, resample_noise
+from interpscale.errors import UserError
 
 # ---- batched BFGS: many small minimisations advanced together ----
 
@@ -242,7 +243,7 @@ def huber(r: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
 
 def check_recipe(recipe: str) -> str:
     if recipe not in RECIPES:
-        raise ValueError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
+        raise UserError(f"recipe must be 'authors' or 'robust', got {recipe!r}")
     return recipe
 
 
@@ -255,7 +256,7 @@ class LawObjective:
 
     def __init__(self, law: Law, X: Any, T: np.ndarray, W: np.ndarray | None, loss: str, delta: float):
         if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+            raise UserError(f"loss must be one of {LOSSES}, got {loss!r}")
         self.law, self.X, self.T, self.W, self.loss, self.delta = law, X, T, W, loss, delta
 
     def __call__(self, Z: np.ndarray, rows: np.ndarray):

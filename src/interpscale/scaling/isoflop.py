@@ -112,7 +112,7 @@ def fit_power_law(x, y, *, weights=None, n_boot: int = DEFAULT_N_BOOT,
     w = check_weights(weights, n)
     lx, ly = np.log(x), np.log(y)
     if np.ptp(lx) == 0:
-        raise ValueError("x: all values are equal; a power law needs at least two distinct x")
+        raise UserError("x: all values are equal; a power law needs at least two distinct x")
     b0, b1 = ols_lines(lx, ly, w)
     fitted = b0 + b1 * lx
     resid = ly - fitted
@@ -346,7 +346,7 @@ class IsoFlopFit(FitFields):
         """The fitted Eq. 25 parabola of the slice with target ``slice_compute``, at ``params``."""
         key = min(self._coef, key=lambda c: abs(math.log(c / slice_compute)), default=None)
         if key is None or abs(math.log(key / slice_compute)) > 1e-6:
-            raise ValueError(f"no fitted slice with compute {slice_compute:g}; slices: {sorted(self._coef)}")
+            raise UserError(f"no fitted slice with compute {slice_compute:g}; slices: {sorted(self._coef)}")
         a, lp, Ls = self._coef[key]
         return a * (np.log(np.asarray(params, float)) - lp) ** 2 + Ls
 

@@ -30,6 +30,7 @@ from interpscale.analysis.figures.loss_curves import loss_curves_figure, read_me
 from interpscale.analysis.figures.multiplier import multiplier_figure
 from interpscale.analysis.figures.overhead import concept_overhead_figure
 from interpscale.scaling import log_once
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -57,7 +58,7 @@ def _first_drawable(draw: Callable[..., object], results: pd.DataFrame, preferre
             if not fall_back:
                 raise
             errors.append(str(exc))
-    raise ValueError(errors[0] if errors else f"no rows for any of the families {list(preferred)}")
+    raise UserError(errors[0] if errors else f"no rows for any of the families {list(preferred)}")
 
 
 def _cdlm_first(draw: Callable[..., object]) -> Callable[..., object]:
@@ -165,7 +166,7 @@ def render_figures(results_df: pd.DataFrame, out_dir: str | os.PathLike, *, fits
     makes it once, reusing ``fits``). A missing ``CORE_COLUMNS`` column is a ValueError."""
     require_columns(results_df, CORE_COLUMNS, "render_figures (Figures 22-24)")
     if results_df.empty:
-        raise ValueError("render_figures: the results table has no rows")
+        raise UserError("render_figures: the results table has no rows")
     analysis = figure_analysis(results_df, analysis if analysis is not None else fits, n_boot=n_boot,
                                forecasts=figure_targets(results_df, target), multipliers=True)
     drawn: dict[str, list[Path]] = {}

@@ -19,6 +19,7 @@ from matplotlib.transforms import ScaledTranslation
 from interpscale import paper
 from interpscale._atomic import atomic_path
 from interpscale.scaling.tables import fit_rows
+from interpscale.errors import UserError
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0  # inches: full text width
@@ -103,7 +104,7 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> No
     missing = [c for c in columns if c not in df.columns]
     if missing:
         also = f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else ""
-        raise ValueError(f"{figure} needs column {missing[0]!r}, which the results table lacks{also}"
+        raise UserError(f"{figure} needs column {missing[0]!r}, which the results table lacks{also}"
                          f"; present: {', '.join(map(str, df.columns))}")
 
 

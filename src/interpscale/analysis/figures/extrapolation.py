@@ -20,6 +20,7 @@ from interpscale.analysis.figures.isoflop import (DEFAULT_FIG_BOOT, STATE_COLORS
 from interpscale.analysis.fit_status import trend_status
 from interpscale.scaling import FORECAST_METHODS, Analysis, ForecastOptions, fit_status
 from interpscale.scaling.trend import FLAT, TrendFit
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -46,7 +47,7 @@ def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: S
         if metric in dropped:
             log.info("%s: %s left out (finite values per family: %s)", figure, metric, counts)
     if not keep:
-        raise ValueError(f"{figure}: no interpretability metric has {min_rows}+ finite values for "
+        raise UserError(f"{figure}: no interpretability metric has {min_rows}+ finite values for "
                          f"{', '.join(map(str, families))} (columns {', '.join(metrics)} are empty)")
     return keep
 
@@ -57,7 +58,7 @@ def metric_fit(fits: Any, family: str, metric: str):
     ff = fits.families.get(family) if fits is not None else None
     if ff is None or metric not in ff.bounded:
         why = (ff.skipped.get(metric) if ff is not None else None) or "no fits of the family"
-        raise ValueError(f"no Eq. 29 fit of {metric} for {family} ({why})")
+        raise UserError(f"no Eq. 29 fit of {metric} for {family} ({why})")
     return ff.bounded[metric]
 
 
@@ -128,7 +129,7 @@ def interp_scaling_figure(results: pd.DataFrame, *, fits: Mapping | None = None,
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     fams = [f for f in families if f in set(results["family"])]
     if not fams:
-        raise ValueError(f"{figure}: none of the families {list(families)} is in the results table")
+        raise UserError(f"{figure}: none of the families {list(families)} is in the results table")
     metrics = metrics_with_data(results, fams, metrics, figure)
     fits, trends = _fits_and_trends(results, fits, trends, n_boot)
     with paper_style():
@@ -171,7 +172,7 @@ def anneal_interp_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
                 # Table 30's trend: least squares of m on log10 C, either way (the Analysis's)
                 t = trends.get((family, metric, state), "the Analysis holds no trend")
                 if isinstance(t, str):  # the Analysis could not fit it: the figure cannot draw it
-                    raise ValueError(f"{figure}: {metric} ({STATE_LABELS[state].lower()}): {t}")
+                    raise UserError(f"{figure}: {metric} ({STATE_LABELS[state].lower()}): {t}")
                 ax.scatter(c, y, s=10, color=STATE_COLORS[state], marker=STATE_MARKERS[state], linewidths=0)
                 grid = np.geomspace(c.min(), c.max(), 50)
                 flat = t.direction == FLAT
@@ -193,7 +194,7 @@ def default_target(results: pd.DataFrame, family: str, target: Mapping | None = 
         big = family == paper.STEERLING_8B["family"] and c_max >= 1e18
         target = paper.STEERLING_8B if big else {"flops": 100.0 * c_max}
     if not float(target.get("flops") or 0) > 0:
-        raise ValueError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
+        raise UserError(f"{figure}: target needs a positive 'flops', got {target.get('flops')!r}")
     return dict(target)
 
 
@@ -201,13 +202,13 @@ def _family_forecast(a: Analysis, family: str, c_t: float):
     """(FamilyFit, FamilyForecast at ``c_t``) of the Analysis: its fits' own forecast, or the one
     ``figure_analysis`` asked for at the figure's target (``AnalysisOptions.forecast_targets``)."""
     if a.fits is None or family not in a.fits.families:
-        raise ValueError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}"
+        raise UserError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}"
                          + (f" ({a.fit_error})" if a.fit_error else ""))
     fc = a.forecast(family, c_t)
     if fc is None:
         why = next((v for (f, c), v in a.forecasts.items() if f == family and math.isclose(c, c_t, rel_tol=1e-9)),
                    "none made")
-        raise ValueError(f"Figure 24 (extrapolation_figure): no forecast of {family} at C = {c_t:.3g} ({why})")
+        raise UserError(f"Figure 24 (extrapolation_figure): no forecast of {family} at C = {c_t:.3g} ({why})")
     return a.fits[family], fc
 
 
@@ -241,7 +242,7 @@ def extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+concept",
     figure = "Figure 24 (extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "params", "tokens", "loss"), figure)
     if main_rows(results, family).empty:
-        raise ValueError(f"{figure}: no rows for family {family!r}")
+        raise UserError(f"{figure}: no rows for family {family!r}")
     target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
     a = figure_analysis(results, fits, n_boot=n_boot, forecasts=[(family, c_t)])  # fits ∪ forecast at c_t
@@ -320,7 +321,7 @@ def interp_extrapolation_figure(results: pd.DataFrame, *, family: str = "cdlm+co
     figure = "Figure 26 (interp_extrapolation_figure)"
     require_columns(results, ("family", "slice_flops", "flops", *metrics), figure)
     if family not in set(results["family"]):
-        raise ValueError(f"{figure}: no rows for family {family!r}")
+        raise UserError(f"{figure}: no rows for family {family!r}")
     target = default_target(results, family, target, figure)
     c_t = float(target["flops"])
     metrics = metrics_with_data(results, [family], metrics, figure)

@@ -7,6 +7,7 @@ import os
 import pandas as pd
 
 from interpscale.analysis.figures._style import new_figure, paper_style, save_figure
+from interpscale.errors import UserError
 
 TYPE_LABELS = {"llm": "LLM label", "human": "human label", "embedding": "embedding distractor",
                "taxonomy": "taxonomy distractor", "filler": "filler (floor)"}
@@ -19,9 +20,9 @@ def forest_figure(summary: pd.DataFrame, *, ax=None, midpoint: float = 3.0, scal
     saved (PNG + PDF) and the paths returned; else the Figure is."""
     missing = [c for c in ("mean", "ci_lo", "ci_hi") if c not in summary.columns]
     if missing:
-        raise ValueError(f"Figure 14 needs column(s) {missing} (from type_summary); present: {list(summary.columns)}")
+        raise UserError(f"Figure 14 needs column(s) {missing} (from type_summary); present: {list(summary.columns)}")
     if summary.empty:
-        raise ValueError("Figure 14: the summary table has no rows")
+        raise UserError("Figure 14: the summary table has no rows")
     with paper_style():
         if ax is None:
             ax = new_figure(1, 1, panel_height=0.32 * len(summary) + 0.6)[1][0, 0]

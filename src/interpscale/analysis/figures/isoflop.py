@@ -25,6 +25,7 @@ from interpscale.scaling import N_BOOT, FamilyFits
 from interpscale.scaling.analysis import (ELBO_ESTIMATORS, Analysis, AnalysisOptions, IsoflopGroup, analyse,
                                           anneal_states, mask_rate_groups)
 from interpscale.scaling.tables import slice_rows
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -133,7 +134,7 @@ def require_power_laws(summaries: Mapping[Any, IsoflopSummary], what: str, key: 
     ``summaries[key]`` (default: the first)."""
     if all(s.power_L is None for s in summaries.values()):
         why = (summaries[key] if key is not None else next(iter(summaries.values()))).warnings
-        raise ValueError(f"{what}: no compute-optimal power law ({'; '.join(why) or 'no usable slices'})")
+        raise UserError(f"{what}: no compute-optimal power law ({'; '.join(why) or 'no usable slices'})")
 
 
 def fmt_compute(c: float) -> str:
@@ -250,7 +251,7 @@ def family_summaries(results: pd.DataFrame, families: Sequence[str] | None, *, f
     for fam in fams:
         rows = main_rows(results, fam)
         if rows.empty:
-            raise ValueError(f"{figure}: no rows for family {fam!r}")
+            raise UserError(f"{figure}: no rows for family {fam!r}")
         # a precomputed IsoFlopFit from a FamilyFits or a dict (of FamilyFit or IsoFlopFit)
         per = None if fits is None else (fits if isinstance(fits, Mapping) else fits.families).get(fam)
         fit = getattr(per, "isoflop", per if hasattr(per, "slices") else None)
@@ -306,7 +307,7 @@ def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence
             continue
         out[est] = isoflop_summary(group=groups[("estimator", family, est)])
     if len(out) < 2:
-        raise ValueError(f"{figure}: needs rows under at least two estimators for family {family!r} "
+        raise UserError(f"{figure}: needs rows under at least two estimators for family {family!r} "
                          f"(column 'estimator'); found {sorted(out) or 'none'}")
     return out
 
@@ -358,7 +359,7 @@ def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figu
     require_columns(results, (*ISOFLOP_COLUMNS, "estimator", "mask_rate"), figure)
     rates = list(mask_rate_groups(results, family))
     if len(rates) < 2:
-        raise ValueError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
+        raise UserError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
                          f"family {family!r}; found {rates}")
     groups = figure_analysis(results, analysis, n_boot=n_boot).isoflop_groups
     return {t: isoflop_summary(group=groups[("mask_rate", family, t)]) for t in rates}
@@ -400,7 +401,7 @@ def state_rows(results: pd.DataFrame, family: str, figure: str,
     out = anneal_states(results, family)  # the rows the Analysis's state trends use
     missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
     if missing:
-        raise ValueError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
+        raise UserError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
                          "(column 'annealed' must hold both False and True)")
     return out
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from interpscale._jsonl import iter_jsonl
 from interpscale.analysis.figures._style import family_label, new_figure, ordered_families, paper_style
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.analysis.figures")
 FIGURE = "Loss curves (loss_curves_figure)"
@@ -29,14 +30,14 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     records) are skipped; a line that is not JSON is a ValueError naming the file and line."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
-        raise ValueError(f"{FIGURE}: {path} does not exist")
+        raise UserError(f"{FIGURE}: {path} does not exist")
     def num(value) -> float:
         return float(value) if isinstance(value, (int, float)) else math.nan
 
     try:
         records = [r for _, r in iter_jsonl(path) if math.isfinite(num(r.get("loss"))) and "step" in r]
     except ValueError as exc:
-        raise ValueError(f"{FIGURE}: {exc}") from None
+        raise UserError(f"{FIGURE}: {exc}") from None
     out = {k: np.array([num(r.get(k)) for r in records], dtype=float)
            for k in ("step", "loss", "tokens", "lr", *LOSS_PARTS)}
     if out["lm"].size and not np.isfinite(out["lm"]).any():  # a plain LM logs its LM loss as ``loss``
@@ -88,7 +89,7 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
     curve; one line per training segment against ``x`` ("tokens" or "step", log axis); ``smooth`` > 1
     a trailing moving average; one legend of model sizes on the right."""
     if x not in ("tokens", "step"):
-        raise ValueError(f"{FIGURE}: x must be 'tokens' or 'step', got {x!r}")
+        raise UserError(f"{FIGURE}: x must be 'tokens' or 'step', got {x!r}")
     runs = []
     for rd in run_dirs:
         rd = Path(rd)
@@ -99,7 +100,7 @@ def loss_curves_figure(run_dirs: Iterable[str | os.PathLike], *, x: str = "token
         info = _run_info(rd)
         runs.append((rd.name, str(info.get("family", "unknown")), info, m))
     if not runs:
-        raise ValueError(f"{FIGURE}: no run directory with logged losses")
+        raise UserError(f"{FIGURE}: no run directory with logged losses")
     families = ordered_families(r[1] for r in runs)
     parts = [k for k in LOSS_PARTS if any(np.isfinite(r[3][k]).any() for r in runs)]
     cmap = plt.get_cmap("viridis")

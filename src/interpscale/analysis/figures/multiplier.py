@@ -20,6 +20,7 @@ from interpscale._markdown import MAX_DECADES, band_decades
 from interpscale.analysis.figures._style import compute_axis, family_color, main_rows, paper_style
 from interpscale.analysis.figures.isoflop import figure_analysis  # the one place a figure asks for numbers
 from interpscale.scaling.multiplier import TARGETS, MultiplierFit, backbone_pairs
+from interpscale.errors import UserError
 
 log = logging.getLogger("interpscale.analysis.figures")
 
@@ -43,7 +44,7 @@ def multiplier_figure(results: pd.DataFrame, *, fits=None, n_boot: int | None = 
     ms = {p: m for p, m in multipliers.items() if isinstance(m, MultiplierFit)}
     if not ms:
         pairs = backbone_pairs(results["family"].unique()) if "family" in results else []
-        raise ValueError(f"no backbone/+Concept pair of families with a compute multiplier (pairs: {pairs})")
+        raise UserError(f"no backbone/+Concept pair of families with a compute multiplier (pairs: {pairs})")
     with paper_style():
         fig, axes = plt.subplots(1, len(ms), figsize=(4.2 * len(ms), 3.6), squeeze=False)
         for ax, ((base, variant), m) in zip(axes[0], ms.items()):

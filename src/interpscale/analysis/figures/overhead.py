@@ -8,6 +8,7 @@ import numpy as np
 
 from interpscale import paper
 from interpscale.analysis.figures._style import family_color, new_figure, paper_style
+from interpscale.errors import UserError
 
 STEERLING_BACKBONE = float(paper.STEERLING_8B["params"])  # §8.2.2: Steerling-8B
 
@@ -26,12 +27,12 @@ def concept_overhead_figure(sizes: Mapping[str, tuple[float, float]] | None = No
     the presets, overhead(P) = c(P) / (c(P) + P)."""
     sizes = dict(paper_size_params() if sizes is None else sizes)
     if len(sizes) < 2:
-        raise ValueError("Figure 21 (concept_overhead_figure) needs at least two sizes")
+        raise UserError("Figure 21 (concept_overhead_figure) needs at least two sizes")
     names = sorted(sizes, key=lambda s: sizes[s][0])
     backbone, total = np.array([sizes[s] for s in names], dtype=float).T
     if (backbone <= 0).any() or (total < backbone).any():
         bad = names[int(np.flatnonzero((backbone <= 0) | (total < backbone))[0])]
-        raise ValueError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
+        raise UserError(f"Figure 21: size {bad!r} needs 0 < backbone <= total params, got {sizes[bad]}")
     module = total - backbone
     frac = module / total
     q, log_k = np.polyfit(np.log(backbone), np.log(module), 1)  # c(P) = k P^q (q ≈ 1/3 when L grows with d)

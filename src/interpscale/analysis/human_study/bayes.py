@@ -17,6 +17,7 @@ import pandas as pd
 from interpscale._jsonl import jsonable
 from .design import (RANDOM, Design, category_probs, check_kind, design_rows, marginal_category_probs,
                      odds_ratios, ordinal_codes, ordinal_design, tail_names, text_table, z_value)
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Priors:
         for name in ("beta_sd", "threshold_sd", "sd_scale", "lkj_eta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
-                raise ValueError(f"prior {name} must be a positive number, got {v!r}")
+                raise UserError(f"prior {name} must be a positive number, got {v!r}")
 
     @classmethod
     def wide(cls) -> "Priors":
@@ -128,7 +129,7 @@ class OrdinalMixedResult:
                 var = var + np.einsum("nm,smk,nk->sn", Xg, flat(_group_cov(post, g, slopes)), Xg)
                 continue
             if g not in data.columns:
-                raise ValueError(f"data needs column {g!r} for conditional predictions")
+                raise UserError(f"data needs column {g!r} for conditional predictions")
             names = list(post[f"z_{g}"].coords[g].values)
             pos = data[g].astype(str).map({k: i for i, k in enumerate(names)})
             known = pos.notna().to_numpy()
@@ -181,7 +182,7 @@ def slope_columns(coef_names: Sequence[str], factor: str) -> list[int]:
     """Fixed-effect columns of ``factor`` (its treatment contrasts, or the covariate itself)."""
     cols = [j for j, n in enumerate(coef_names) if n == factor or n.startswith(f"{factor}[")]
     if not cols:
-        raise ValueError(f"random slope of {factor!r} needs {factor!r} among the fixed effects "
+        raise UserError(f"random slope of {factor!r} needs {factor!r} among the fixed effects "
                          f"{list(coef_names)}")
     return cols
 
@@ -358,7 +359,7 @@ SAMPLERS = ("auto", "nutpie", "pymc")  # auto: nutpie when installed
 
 def _resolve_sampler(sampler: str) -> str:
     if sampler not in SAMPLERS:
-        raise ValueError(f"sampler must be 'auto', 'nutpie' or 'pymc', got {sampler!r}")
+        raise UserError(f"sampler must be 'auto', 'nutpie' or 'pymc', got {sampler!r}")
     if sampler == "auto":
         return "nutpie" if importlib.util.find_spec("nutpie") else "pymc"
     return sampler
@@ -393,7 +394,7 @@ class OrdinalMixedModel:
         diagonal mass matrix adapts to poorly. PyMC's own sampler always uses a diagonal one.
         """
         if mass_matrix not in MASS_MATRICES:
-            raise ValueError(f"mass_matrix must be one of {MASS_MATRICES}, got {mass_matrix!r}")
+            raise UserError(f"mass_matrix must be one of {MASS_MATRICES}, got {mass_matrix!r}")
         z_value(level)  # 0 < level < 1
         ycodes = self.design.y
         if y is not None:

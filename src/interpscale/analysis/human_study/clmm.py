@@ -29,6 +29,7 @@ import torch  # this module is imported only when a mixed model is fitted
 from scipy import optimize, stats
 
 from .design import check_link
+from interpscale.errors import UserError
 
 _BIG = 1e4  # stands in for tau_0 = -inf and tau_K = +inf (F(1e4) == 1 exactly in float64)
 
@@ -201,9 +202,9 @@ def fit_clmm(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray], K: int
     """Maximise the Laplace (``nagq`` = 1) or AGQ (``nagq`` > 1, one factor) likelihood."""
     check_link(link)
     if nagq < 1:
-        raise ValueError(f"nagq must be >= 1, got {nagq}")
+        raise UserError(f"nagq must be >= 1, got {nagq}")
     if nagq > 1 and len(group_codes) != 1:
-        raise ValueError(f"adaptive quadrature (nagq={nagq}) needs exactly one grouping factor, "
+        raise UserError(f"adaptive quadrature (nagq={nagq}) needs exactly one grouping factor, "
                          f"got {len(group_codes)}; use nagq=1 (Laplace) for crossed factors")
     prob = _Problem(y, X, group_codes, K, link, nagq)
     p, G = X.shape[1], len(group_codes)

@@ -17,6 +17,7 @@ from interpscale._jsonl import jsonable
 from .design import (RANDOM, build_design, category_probs, check_kind, coef_name, design_rows,
                      marginal_category_probs, odds_ratios, ordinal_design, parse_random, random_formula,
                      tail_names, text_table, wald, z_value)
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class OrdinalResult:
             return marginal_category_probs(eta, tau, total, self.link)
         for g, modes in self.random_effects.items() if kind == "conditional" else ():
             if g not in data.columns:
-                raise ValueError(f"data needs column {g!r} for conditional predictions")
+                raise UserError(f"data needs column {g!r} for conditional predictions")
             eta = eta + data[g].astype(str).map(modes).fillna(0.0).to_numpy(float)
         return category_probs(eta, tau, self.link)
 
@@ -144,14 +145,14 @@ def fit_ordinal(data: pd.DataFrame, *, response: str = "rating", fixed: Sequence
                                   levels=levels, link=link)
     slopes = {g: s for g, s in rand.items() if s}
     if slopes:
-        raise ValueError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
+        raise UserError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
                          "the maximum-likelihood fit takes random intercepts")
     if rand and cluster is not None:
-        raise ValueError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
+        raise UserError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
     K, p = len(levels), len(design.coef_names)
     observed = np.unique(design.y)
     if len(observed) < K:
-        raise ValueError(f"{response!r} has no observations at level(s) "
+        raise UserError(f"{response!r} has no observations at level(s) "
                          f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
     if rand:
         params, ses, loglik, converged, warn, fit, se_all = _fit_mixed(design, K, p, link, nagq)
@@ -273,7 +274,7 @@ def fit_gaussian_mixed(data: pd.DataFrame, *, response: str = "rating", factor: 
     tolerance with ``"statsmodels"``: ``MixedLM``, the crossed effects as variance components
     in one all-encompassing group (minutes for 1,025 ratings on 2 cores)."""
     if engine not in ("reml", "statsmodels"):
-        raise ValueError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
+        raise UserError(f"engine must be 'reml' or 'statsmodels', got {engine!r}")
     zq = z_value(level)
     random = list(parse_random(random))
     design = build_design(data, response=response, fixed=[factor], random=random,

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from interpscale._jsonl import jsonable
 from .bayes import OrdinalMixedModel, OrdinalMixedResult
 from .frequentist import fit_gaussian_mixed, fit_ordinal
+from interpscale.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,11 @@ def simulate_study(*, n_concepts: int = 100, n_strata: int = 10, n_annotators: i
     App. D.3 with crossed rater / concept / context / label intercepts.
     """
     if n_raters > n_annotators:
-        raise ValueError(f"n_raters ({n_raters}) cannot exceed n_annotators ({n_annotators})")
+        raise UserError(f"n_raters ({n_raters}) cannot exceed n_annotators ({n_annotators})")
     if not n_full_concepts <= n_rated_concepts <= n_concepts:
-        raise ValueError("need n_full_concepts <= n_rated_concepts <= n_concepts")
+        raise UserError("need n_full_concepts <= n_rated_concepts <= n_concepts")
     if n_records < n_full_concepts * n_raters + (n_rated_concepts - n_full_concepts):
-        raise ValueError(f"n_records={n_records} too small for {n_full_concepts} fully rated concepts")
+        raise UserError(f"n_records={n_records} too small for {n_full_concepts} fully rated concepts")
     rng = np.random.default_rng(seed)
     effects = {**DEFAULT_EFFECTS, **(effects or {})}
     sd = {**DEFAULT_SD, **(sd or {})}
@@ -219,12 +220,12 @@ def power_analysis(truth: StudyTruth | OrdinalMixedResult | None = None, *,
     ``"gaussian_mixed"`` (crossed REML on raw scores) or ``"bayes"`` (short chains; slow).
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise UserError(f"method must be one of {METHODS}, got {method!r}")
     if isinstance(truth, OrdinalMixedResult):
         truth = truth_from_fit(truth)
     truth = truth or StudyTruth(effects=dict(DEFAULT_EFFECTS), thresholds=DEFAULT_THRESHOLDS, sd=dict(DEFAULT_SD))
     if contrast not in truth.effects:
-        raise ValueError(f"contrast {contrast!r} not among the simulated effects {sorted(truth.effects)}")
+        raise UserError(f"contrast {contrast!r} not among the simulated effects {sorted(truth.effects)}")
     coef = f"candidate_type[{contrast}]"
     rows = []
     ss = np.random.SeedSequence(seed)

@@ -17,6 +17,7 @@ from interpscale.models.types import Batch, ModelOutput
 from interpscale.models.zoo.common import BACKBONE_DEFAULTS, ZooConfig, ZooLM, backbone_config
 from interpscale.models.zoo.mxd import TopKSAE
 from interpscale.models.zoo.replace import find_blocks, override_output
+from interpscale.errors import ConfigError
 
 COCOMIX_DEFAULTS = {
     "variant": "cocomix",  # cocomix | pause | kd
@@ -76,9 +77,9 @@ def _dims(c: ZooConfig) -> tuple[int, int, int]:
     ex, t = c.extra, SIZES[c.extra["teacher_size"]]
     ins = ex["insert_layer"] if ex["insert_layer"] is not None else max(1, c.n_layers // 2)
     if ex["variant"] not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {ex['variant']!r}")
+        raise ConfigError(f"variant must be one of {VARIANTS}, got {ex['variant']!r}")
     if ex["variant"] != "kd" and not 0 < ins < c.n_layers:
-        raise ValueError(f"insert_layer={ins} must be in [1, n_layers={c.n_layers}) so that blocks remain after it")
+        raise ConfigError(f"insert_layer={ins} must be in [1, n_layers={c.n_layers}) so that blocks remain after it")
     return ins, ex["sae_width"] or 8 * t.d_model, ex["teacher_layer"] or max(1, t.n_layers // 2)
 
 
@@ -122,7 +123,7 @@ class CoCoMixLM(ZooLM):
         self.backbone = Backbone(backbone_config(config))
         if self.variant == "cocomix":
             if ex["k_concept"] > self.n_sae or ex["k_attr"] > self.n_sae:
-                raise ValueError(f"k_concept={ex['k_concept']} / k_attr={ex['k_attr']} exceed sae_width={self.n_sae}")
+                raise ConfigError(f"k_concept={ex['k_concept']} / k_attr={ex['k_attr']} exceed sae_width={self.n_sae}")
             self.concept_head = nn.Linear(d, self.n_sae)  # M (Eq. 2)
             self.compress = nn.Linear(self.n_sae, d)  # W, b (Eq. 3)
         elif self.variant == "pause":

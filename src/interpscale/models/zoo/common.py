@@ -12,6 +12,7 @@ from interpscale.models.config import SIZES, ConfigRecord, ModelConfig, derived_
 from interpscale.models.objectives import ar_loss as next_token_ce  # Eq. 1, shared with the backbone families
 from interpscale.models.protocol import FamilyModel
 from interpscale.models.types import Batch, DataFields, LossOutput, ModelOutput
+from interpscale.errors import ConfigError
 
 
 @dataclass
@@ -47,13 +48,13 @@ def make_zoo_config(family: str, size: str, defaults: dict[str, Any], *, data: D
     overrides.pop("family", None), overrides.pop("size", None)
     for key, value in overrides.items():
         if key not in _CORE and key not in defaults:
-            raise ValueError(f"unknown override {key!r} for family {family!r}; valid: {sorted(_CORE + tuple(defaults))}")
+            raise ConfigError(f"unknown override {key!r} for family {family!r}; valid: {sorted(_CORE + tuple(defaults))}")
         (core if key in _CORE else extra)[key] = value
     if "d_model" in overrides and "n_heads" not in overrides:
         core["n_heads"] = derived_heads(p, int(core["d_model"]))
     unknown = sorted(set(extra) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown extra key(s) {unknown} for family {family!r}; valid: {sorted(defaults)}")
+        raise ConfigError(f"unknown extra key(s) {unknown} for family {family!r}; valid: {sorted(defaults)}")
     return ZooConfig(family=family, size=size, extra=extra, **core)
 
 
