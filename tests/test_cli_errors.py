@@ -292,3 +292,22 @@ def test_bad_data_and_options_raise_user_error_by_type(tmp_path):
         fit_isoflop(table.assign(loss=3.0, slice_flops=1e15), minimum="cubic")
     with pytest.raises(UserError, match="ratings is missing column"):
         require_columns(pd.DataFrame({"rating": [1]}), ["rating", "rater"], "ratings")
+    # a preset, an executor, a multiple-choice file, a trend of one point, a figure's missing column
+    from interpscale.analysis.figures._style import require_columns as require_figure_columns
+    from interpscale.executors import make_executor
+    from interpscale.metrics.likelihood import load_mc_jsonl
+    from interpscale.orchestration.config import load_preset
+    from interpscale.scaling.trend import fit_trend
+
+    with pytest.raises(UserError, match="unknown preset 'no-such-preset'"):
+        load_preset("no-such-preset")
+    with pytest.raises(UserError, match="unknown executor 'cloud'"):
+        make_executor("cloud", tmp_path / "ex", max_parallel=1)
+    mc = tmp_path / "mc.jsonl"
+    mc.write_text('{"question": "?", "choices": ["a", "b"], "answer": "Z"}\n')
+    with pytest.raises(UserError, match="mc.jsonl:1: answer 'Z' is not a valid choice"):
+        load_mc_jsonl(mc)
+    with pytest.raises(UserError, match="a trend needs at least"):
+        fit_trend([1e18], [0.5])
+    with pytest.raises(UserError, match="needs column 'loss'"):
+        require_figure_columns(pd.DataFrame({"params": [1.0]}), ["loss"], "Figure 1")

@@ -47,7 +47,7 @@ def expand_run_dirs(paths) -> list[Path]:
                        if (d / "metrics.jsonl").exists())
         if not found:
             raise UserError(f"--run-dirs: {p} holds no run directory with a metrics.jsonl "
-                             f"(looked in {p} and {p / 'runs'})")
+                            f"(looked in {p} and {p / 'runs'})")
         out += found
     return out
 

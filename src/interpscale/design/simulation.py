@@ -53,7 +53,7 @@ class NoiseModel:
         if not (math.isfinite(self.run_sd) and self.run_sd >= 0 and math.isfinite(self.slice_sd)
                 and self.slice_sd >= 0):
             raise UserError(f"noise: standard deviations must be finite and >= 0, got run {self.run_sd}, "
-                             f"slice {self.slice_sd}")
+                            f"slice {self.slice_sd}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -108,7 +108,7 @@ def noise_from_pilot(results: pd.DataFrame, *, loss: str = "loss", level: float 
             ss_env, df_env = ss_env + float(resid @ resid), df_env + len(x) - 2
     if df_run < 1:
         raise UserError("pilot: no slice has 4 or more sizes, so run noise cannot be measured; "
-                         "state it with --noise")
+                        "state it with --noise")
     run_var = ss_run / df_run
     mean_lev = lev_sum / max(n_lev, 1)
     slice_var = max(ss_env / df_env - mean_lev * run_var, 0.0) if df_env else 0.0

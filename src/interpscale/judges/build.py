@@ -45,7 +45,7 @@ def build_judge(judge: Judge | None = None, *, base_url: str | None = None, mode
         raise UserError(f"Batch API files need a judge model name (--model or ${env.ENV_MODEL})")
     if not batch and bool(base_url) != bool(model):
         raise UserError(f"a judge endpoint needs both base_url and model (got base_url={base_url!r}, "
-                         f"model={model!r})")
+                        f"model={model!r})")
     if not batch and not base_url:
         log.warning("no judge endpoint configured: scoring with the %s", LEXICAL_LABEL)
         return LexicalJudge(templates=tset)

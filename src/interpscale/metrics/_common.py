@@ -75,8 +75,8 @@ def require_family(model: nn.Module, *, diffusion: bool, what: str) -> None:
     if is_diffusion(model) != diffusion:  # then the model's own family is the other kind
         need = "a diffusion (CDLM-style) model" if diffusion else "an autoregressive model"
         raise UserError(f"{what!r} needs {need}, but the model's family is {family_name(model)!r} "
-                         f"(is_diffusion={not diffusion}); pick an estimator for its family "
-                         f"({'ar_ce' if diffusion else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})")
+                        f"(is_diffusion={not diffusion}); pick an estimator for its family "
+                        f"({'ar_ce' if diffusion else 'mdlm_elbo, fixed_rate, fixed_grid, per_block'})")
 
 
 def checked_batches(batches: Iterable[Batch], *, mask_id: int | None = None) -> list[Batch]:

@@ -114,7 +114,7 @@ def interp_metrics(model: nn.Module, batches: Iterable[Batch], *, seed: int = 0,
             out: ModelOutput = model(x)
             if any(v is None for v in (out.known, out.unknown, out.residual, out.known_act)):
                 raise UserError(f"interp metrics need a concept family (known/unknown/residual outputs); "
-                                 f"{family_name(model)!r} returned none")
+                                f"{family_name(model)!r} returned none")
             s, c = concept_loss_terms(out.known_act, batch.chunk_ids, batch.chunk_labels.to(out.known_act.dtype), valid)
             cl_sum, n_chunks = cl_sum + s, n_chunks + c
             if int(valid.sum()) >= 2:

@@ -43,7 +43,7 @@ def find_tokenizer(checkpoint: Union[str, Path]) -> Path:
     if found is None:
         ck = Path(checkpoint)
         raise UserError(f"no tokenizer.json found in or next to {ck} or in its run directory {ck.parent.parent}; "
-                         f"pass tokenizer=PATH in model_args")
+                        f"pass tokenizer=PATH in model_args")
     return found
 
 
@@ -80,7 +80,7 @@ class _InterpscaleLM(LM):
         unknown = sorted(set(kwargs) - HARNESS_ARGS)
         if unknown:
             raise UserError(f"{self.NAME}: unknown model arg(s) {unknown}; accepted: pretrained, "
-                             f"checkpoint, tokenizer, device, batch_size, n_samples, seed, max_gen_toks")
+                            f"checkpoint, tokenizer, device, batch_size, n_samples, seed, max_gen_toks")
         model, tokenizer = _load(checkpoint or pretrained, model, tokenizer, device, self.NAME)
         if is_diffusion(model) != self.DIFFUSION:
             other = "interpscale-diffusion" if is_diffusion(model) else "interpscale-ar"

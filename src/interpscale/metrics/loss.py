@@ -327,7 +327,7 @@ def estimate_losses(model: nn.Module, batches: Iterable[Batch],
     short = min(bt.tokens.shape[1] for bt in data)
     if any(get_estimator(e).diffusion for e in want) and short < b:
         raise UserError(f"diffusion estimators need sequences of at least one block: the shortest sequence "
-                         f"has {short} tokens, the model's block size is {b}")
+                        f"has {short} tokens, the model's block size is {b}")
     device = model_device(model)
     ctx = EstimationContext(
         model=model, mask_id=mask_id, n_batches=len(data), groups=n_passes // 2 if antithetic else n_passes,

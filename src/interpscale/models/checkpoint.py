@@ -160,7 +160,7 @@ def tokenizer_files(tokenizer: Any, config: dict[str, Any]) -> dict[str, str]:
     n, V = tok.get_vocab_size(with_added_tokens=True), config.get("vocab_size")
     if V is not None and n > int(V):
         raise UserError(f"the tokenizer has {n} tokens, more than the model's vocab_size {V}; "
-                         "give the tokenizer the model was trained with")
+                        "give the tokenizer the model was trained with")
     special = {}
     for name, text in SPECIAL_TEXT.items():
         i = config.get(f"{name}_id")
@@ -225,7 +225,7 @@ def _read_dir(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         state = load_file(str(path / SAFETENSORS))
     except (OSError, ValueError) as exc:
         raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); it is incomplete "
-                         "or not a checkpoint: use another one or retrain") from exc
+                        "or not a checkpoint: use another one or retrain") from exc
     if meta.get("format") != FORMAT_DIR:
         raise UserError(f"{path / META} is not an interpscale checkpoint (format {FORMAT_DIR!r})")
     if meta.get("hf_layout"):
@@ -272,7 +272,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> tuple
               for k in sorted(set(own) & set(state)) if state[k].shape != own[k].shape]
     if missing or unexpected or shapes:
         raise UserError(f"checkpoint {path} does not match its config ({meta['family']}/{cfg.get('size')}): "
-                         f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
+                        f"missing={missing[:5]} unexpected={unexpected[:5]} shape mismatches={shapes[:5]}")
     model.load_state_dict(state, strict=True)
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
     return model, dict(meta.get("extra") or {})
@@ -288,7 +288,7 @@ def _read_pt(path: Path, map_location: Any) -> tuple[dict[str, Any], dict[str, t
         why = f"{type(exc).__name__}: {str(exc).split('. ')[0] or 'empty file'}" if isinstance(exc, (RuntimeError, OSError, EOFError)) \
             else "not a torch checkpoint file"  # (the restricted unpickler's KeyError / IndexError say nothing more)
         raise UserError(f"checkpoint {path} cannot be read ({why}); "
-                         "it is truncated or not a checkpoint: use another one or retrain") from exc
+                        "it is truncated or not a checkpoint: use another one or retrain") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path} is not an interpscale model checkpoint (format {FORMAT!r})")
     build = json.loads(payload.get("build_json") or "null")

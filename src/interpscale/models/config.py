@@ -44,7 +44,7 @@ class ConfigRecord:
         for name in SPECIAL_ID_FIELDS:
             if not 0 <= int(getattr(self, name)) < self.vocab_size:
                 raise ConfigError(f"{self.family}: {name}={getattr(self, name)!r} is not a token id of "
-                                 f"vocab_size={self.vocab_size}")
+                                  f"vocab_size={self.vocab_size}")
 
     @property
     def head_dim(self) -> int:

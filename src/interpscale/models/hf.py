@@ -61,7 +61,7 @@ class HFConfig(ConfigRecord):
         self.check("n_kv_heads", "d_ff", "loss_chunk_tokens")
         if self.model_type in NEOX_STYLE and self.n_kv_heads != self.n_heads:
             raise ConfigError(f"{self.family}: {self.model_type} has no grouped-query attention; "
-                             f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
+                              f"n_kv_heads={self.n_kv_heads} must equal n_heads={self.n_heads}")
         if not isinstance(self.hf, dict):
             raise ConfigError(f"{self.family}: hf must be a table of Hugging Face config arguments, got {self.hf!r}")
 

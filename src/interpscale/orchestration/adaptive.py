@@ -474,7 +474,7 @@ def adaptive_sweep(preset: str | os.PathLike, out_dir: str | os.PathLike, *, sli
     :meth:`Sweep.from_plan` (executor, max_parallel, ...)."""
     if initial < 3 or max_added < 0 or max_seeds < 1 or budget <= 0 or z <= 0:
         raise UserError(f"initial must be >= 3 (a parabola), max_added >= 0, max_seeds >= 1, budget > 0 and "
-                         f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
+                        f"z > 0, got {initial}, {max_added}, {max_seeds}, {budget}, {z}")
     tree, ladder, states = _first_states(preset, families, initial, tokens_per_param)
     limits, bud = Limits(max_added, max_seeds, z), None
     rounds, sweep = 0, None

@@ -118,7 +118,7 @@ class Checkpointer:
             return attach_frozen(model), extra
         except Exception as exc:  # truncated zip, wrong format, config mismatch, ...
             raise UserError(f"cannot resume from {path}: {exc}. The file is corrupt or foreign; "
-                             f"delete it to restart from the previous state (nothing else was changed)") from exc
+                            f"delete it to restart from the previous state (nothing else was changed)") from exc
 
     def latest_state(self, seg: Segment | None = None) -> tuple[Path, dict[str, Any]] | None:
         """The newest complete DCP state (of segment ``seg`` when given), or None."""
@@ -163,7 +163,7 @@ class Checkpointer:
                 extra.update(load_sharded(self.module, self.opt, Path(extra["dcp"]), self.rank))
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
                 raise UserError(f"cannot resume from {extra['dcp']}: {exc}. Delete that directory to restart "
-                                 "from the previous state") from exc
+                                "from the previous state") from exc
         if "rng" in extra:
             torch.set_rng_state(extra["rng"])
         if self.device.type == "cuda" and "cuda_rng" in extra:

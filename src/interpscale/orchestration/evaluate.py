@@ -112,7 +112,7 @@ def _evaluate_checkpoint(spec: RunSpec, ckpt: Path, estimators: Sequence[str], b
         model, extra = load_checkpoint(ckpt, map_location=device)
     except Exception as exc:
         raise UserError(f"checkpoint {ckpt} is corrupt or unreadable ({exc}); "
-                         f"rows already evaluated in {table_path} are kept") from exc
+                        f"rows already evaluated in {table_path} are kept") from exc
     model.eval()
     interp_vals = dict(interp_metrics(model, batches, seed=seed)) if interp else {}
     out = []

@@ -199,7 +199,7 @@ class Sweep:
     def _check(self) -> None:
         if not (isinstance(self.executor, submitit.Executor) or self.executor in EXECUTORS):
             raise UserError(f"unknown executor {self.executor!r}; expected one of {tuple(EXECUTORS)} "
-                             f"or a submitit.Executor")
+                            f"or a submitit.Executor")
         counts = (self.max_parallel, self.runs_per_job, self.nodes, self.tasks_per_node)
         if min(counts) < 1:
             raise UserError(f"max_parallel, runs_per_job, nodes, tasks_per_node must be >= 1, got {counts}")
@@ -210,7 +210,7 @@ class Sweep:
         for r in self.runs:  # Table 24's global batch whatever the world size: it must split evenly
             if r.batch_size % world:
                 raise UserError(f"{r.run_id}: batch of {r.batch_size} sequences does not split over "
-                                 f"{world} tasks ({self.nodes} nodes x {self.tasks_per_node})")
+                                f"{world} tasks ({self.nodes} nodes x {self.tasks_per_node})")
         self.out_dir = p = Path(self.out_dir)
         while not p.exists() and p != p.parent:  # created by launch(), once every check has passed
             p = p.parent

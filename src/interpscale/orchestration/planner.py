@@ -192,14 +192,14 @@ def _data_fields(g: _Grid) -> dict[str, int]:
     where = "the prepared data (meta.json)" if g.data.get("kind") == "prepared" else "the data source"
     if n_data is not None and "n_concepts" in g.overrides and int(g.overrides["n_concepts"]) != n_data:
         raise ConfigError(f"[model] n_concepts = {g.overrides['n_concepts']} but {where} has {n_data} "
-                         f"concepts; training uses the data's count, so the plan would price another model")
+                          f"concepts; training uses the data's count, so the plan would price another model")
     if n_data is None and any(FAMILIES[f].is_concept for f in g.families):
         log.warning("the data source does not state its concept count; concept modules are priced at the "
                     "model's n_concepts, while training uses however many concepts the data has")
     vocab = g.train.get("vocab_size", g.overrides.get("vocab_size"))
     if v_data is not None and vocab is not None and int(vocab) < v_data:
         raise ConfigError(f"vocab_size = {vocab} but the tokenizer of {where} has {v_data} tokens; "
-                         f"the model's vocabulary must hold every token (set [train] vocab_size >= {v_data})")
+                          f"the model's vocabulary must hold every token (set [train] vocab_size >= {v_data})")
     if vocab is None:  # the model's vocabulary is the data's when it has one, else the rule's
         vocab = v_data if v_data is not None else default_vocab_size(g)
         g.train["vocab_size"] = int(vocab)
@@ -250,7 +250,7 @@ def _choose(g: _Grid, cands: list[dict], strict: bool) -> list[dict]:
         ok = ok[:g.max_sizes]
     if not ok and strict and cands:
         raise UserError(f"{cands[0]['family']}: no size fits slice C={cands[0]['C_target']:.3g} "
-                         f"(sizes {g.sizes}; {[r['status'] for r in cands]})")
+                        f"(sizes {g.sizes}; {[r['status'] for r in cands]})")
     return ok
 
 

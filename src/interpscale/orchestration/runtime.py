@@ -371,8 +371,8 @@ def reprice(estimate: dict[str, Any], max_parallel: int | None = None,
     if not estimate.get("runs") or (mp, per) == (estimate.get("max_parallel"), estimate.get("runs_per_job")):
         return estimate
     wall = sweep_seconds(list(estimate["runs"].values()), max_parallel=mp, runs_per_job=per,
-                         prepare_s=float(estimate.get("prepare_s", 0.0)),
-                         job_start_s=float(estimate.get("job_start_s", JOB_START_S)))
+                        prepare_s=float(estimate.get("prepare_s", 0.0)),
+                        job_start_s=float(estimate.get("job_start_s", JOB_START_S)))
     return {**estimate, "wall_s": wall, "max_parallel": mp, "runs_per_job": per}
 
 
@@ -473,7 +473,7 @@ def price_runs(rows: list[dict], runs: dict[int, Any], rate: float | None,
     prepare_s = PREPARE_S_PER_DOC * int(data.get("n_docs", 1000)) if synthetic else 0.0
     job_s = job_start_seconds() if rate is None and per_run else JOB_START_S
     wall = sweep_seconds(list(per_run.values()), max_parallel=max_parallel, runs_per_job=per_job,
-                         prepare_s=prepare_s, job_start_s=job_s)
+                        prepare_s=prepare_s, job_start_s=job_s)
     return {"runs": per_run, "wall_s": wall, "prepare_s": prepare_s, "job_start_s": job_s,
             "max_spread": max(spreads, default=0.0), "max_parallel": max_parallel, "runs_per_job": per_job,
             "timed": rate is None}

@@ -68,7 +68,7 @@ class RunSpec:
             raise ConfigError(f"batch_tokens={self.batch_tokens} is not a multiple of seq_len={self.seq_len}")
         if self.tokens < self.batch_tokens:
             raise ConfigError(f"{self.family}/{self.size}: D={self.tokens} tokens is smaller than one batch "
-                             f"({self.batch_tokens} tokens)")
+                              f"({self.batch_tokens} tokens)")
         if not 0.0 <= self.decay_frac < 1.0:
             raise ConfigError(f"decay_frac must be in [0, 1), got {self.decay_frac}")
         anneal_every(self.anneal)  # a bad rule fails here, naming the value

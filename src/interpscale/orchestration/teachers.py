@@ -49,7 +49,7 @@ def attach_frozen(model: nn.Module, device: torch.device | str | None = None) ->
     extra = model.config.extra
     if not extra.get("teacher_checkpoint"):
         raise UserError("this model needs a frozen teacher, but its config has no teacher_checkpoint "
-                         "(pass the overrides returned by prepare_cocomix_teacher())")
+                        "(pass the overrides returned by prepare_cocomix_teacher())")
     teacher, _ = load_checkpoint(extra["teacher_checkpoint"])
     sae, sae_layer = None, None
     if extra.get("variant", "cocomix") == "cocomix":

@@ -81,7 +81,7 @@ def model_kwargs(spec: RunSpec, data: PreparedData) -> dict[str, Any]:
         raise UserError(f"model n_concepts={kw['n_concepts']} but the data has {data.n_concepts} concepts")
     if kw.get("vocab_size", spec.vocab_size) < data.vocab_size:
         raise UserError(f"model vocab_size={kw.get('vocab_size', spec.vocab_size)} < tokenizer vocabulary "
-                         f"{data.vocab_size}")
+                        f"{data.vocab_size}")
     return {"data": fields, **kw}
 
 

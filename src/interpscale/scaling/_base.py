@@ -51,12 +51,12 @@ def as_array(values: Any, name: str, *, positive: bool = False, allow_nan: bool 
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise UserError(f"{name}: non-finite value {arr[i].item()!r} at {_row(values, i)} "
-                         f"({int(bad.sum())} bad rows)")
+                        f"({int(bad.sum())} bad rows)")
     bad = ~(arr > 0) & ~np.isnan(arr) if positive else bad
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise UserError(f"{name}: non-positive value {arr[i].item()!r} at {_row(values, i)}; "
-                         "a log-scale fit needs values > 0")
+                        "a log-scale fit needs values > 0")
     return arr
 
 
@@ -123,7 +123,7 @@ def check_duplicates(columns: Mapping[str, np.ndarray], what: str) -> None:
     if len(first) < len(stacked):
         i = next(i for i, grp in enumerate(inverse) if first[grp] != i)
         raise UserError(f"{what}: duplicate rows {int(first[inverse[i]])} and {i} (identical "
-                         f"{', '.join(columns)}); drop or aggregate repeated measurements first")
+                        f"{', '.join(columns)}); drop or aggregate repeated measurements first")
 
 
 @contextlib.contextmanager

@@ -225,7 +225,7 @@ def _check(compute, metric, direction, bound, name) -> _Problem:
     if side and (side * (m - bnd) < 0).any():
         i = int(np.flatnonzero(side * (m - bnd) < 0)[0])
         raise UserError(f"{label}: value {m[i].item()!r} at row {i} lies beyond the bound {bnd} "
-                         f"({direction} is better)")
+                        f"({direction} is better)")
     c_ref = float(np.exp(np.log(C).mean()))  # fit in x = C / c_ref for conditioning
     bound = None if bound is None else bnd
     return _Problem(C, m, np.log(C / c_ref), c_ref, direction, bound, label, sgn, side, bnd)

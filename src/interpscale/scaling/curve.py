@@ -120,21 +120,21 @@ def check_branch(stable: Curve, curve: Curve, rows=None) -> int:
     down = np.flatnonzero(pre[1:] < pre[:-1] * (1 - LR_MATCH))
     if len(down):
         raise UserError(f"{what} lowers its learning rate at step {int(down[0]) + 1}, before it runs at the "
-                         f"learning rate of the stable run {stable.name!r} after warm-up: it leaves before "
-                         "warm-up ends")
+                        f"learning rate of the stable run {stable.name!r} after warm-up: it leaves before "
+                        "warm-up ends")
     rows = np.sort(np.asarray(rows if rows is not None else np.arange(len(curve.lr)), float))
     upto = rows[: int(np.searchsorted(rows, j if j is not None else np.inf)) + 1]
     slack = max(float(np.max(np.diff(x))) if len(x) > 1 else 0.0 for x in (stable.steps, upto))
     if j is None or j > max(ws, first) + slack:  # later than the log and its rows can place the warm-up's end
         runs = "never runs" if j is None else f"runs only from step {j}"
         raise UserError(f"{what} {runs} at the learning rate of the stable run {stable.name!r} after its warm-up "
-                         f"(which ends by step {max(ws, first)}): its branch point is not in the stable run")
+                        f"(which ends by step {max(ws, first)}): its branch point is not in the stable run")
     if b >= len(curve.lr):
         raise UserError(f"{what} follows the stable run {stable.name!r} to its last step {len(curve.lr) - 1}: "
-                         "no branch point (its loss is the stable run's)")
+                        "no branch point (its loss is the stable run's)")
     if not first <= b <= stable.final_step:
         raise UserError(f"{what} branches at step {b}, outside the stable run {stable.name!r}'s logged steps "
-                         f"({first}-{stable.final_step}): its branch point is not in the stable run")
+                        f"({first}-{stable.final_step}): its branch point is not in the stable run")
     return b
 
 
@@ -416,7 +416,7 @@ def fit_predictor(stable: Curve, branches: Sequence[Curve], *, methods: Sequence
     if len(branches) == 1:
         if DEFAULT_METHOD not in (methods or CURVE_METHODS):
             raise UserError(f"with one annealed branch only the default predictor {DEFAULT_METHOD} can be used "
-                             "(nothing to leave out; its prior error is measured, docs/anneal.md)")
+                            "(nothing to leave out; its prior error is measured, docs/anneal.md)")
         how = f"prior: RMS error {100 * PRIOR_RMS:.2f}% of {DEFAULT_METHOD} from one branch on public logs"
         return CurvePredictor(fit_curve_model(DEFAULT_METHOD, stable, branches), [], {}, prior, how, level,
                               chosen_by="default")

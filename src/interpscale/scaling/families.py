@@ -565,7 +565,7 @@ def fit_families(results: pd.DataFrame, *, estimator: str | None = None, anneale
     """
     if method is not None and target_compute is None:
         raise UserError(f"fit_families: method={method!r} chooses the forecast method at target_compute; "
-                         "give target_compute (CLI: --method needs --target-compute)")
+                        "give target_compute (CLI: --method needs --target-compute)")
     loose = dict(n_boot=n_boot, seed=seed, level=level, window=window, tolerance=tolerance, grid=grid, loss=loss,
                  minimum=minimum)
     from_options(options, loose, fit_families)  # the loose keywords beside options= are refused

@@ -523,7 +523,7 @@ def forecast_family(rows: pd.DataFrame, target_compute: float, *, method: str | 
     names = [m for m in (methods or METHODS) if not (get_method(m).slices and (run_target or kind != "slices"))]
     if method is not None and method not in names:
         raise UserError(f"method {method!r} cannot forecast this target (it needs IsoFLOP slices and forecasts "
-                         f"the loss-optimal L*(C) only); applicable: {', '.join(names)}")
+                        f"the loss-optimal L*(C) only); applicable: {', '.join(names)}")
     errors = rolling_origin(rows, names, o)
     chosen, score = choose_method(errors, names)
     ratio = target / (float(budgets.max()) if kind == "slices" else float(_run_compute(rows, o).max()))

@@ -520,7 +520,7 @@ def _used_slices(rows: list, fits: list, exclude_flagged: bool, warnings: list[s
     used = [f for f in fits if slices.loc[slices.compute == f["c"], "used"].item()]
     if len(used) < 2:
         raise UserError(f"fit_isoflop: only {len(used)} usable slice(s); flagged: "
-                         + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"]))
+                        + "; ".join(f"C={r['compute']:g}: {r['reason']}" for r in rows if r["reason"]))
     empty = dict.fromkeys(("P_star_lo", "P_star_hi", "L_star_lo", "L_star_hi", "degenerate_frac"), math.nan)
     return slices.assign(**empty), used
 

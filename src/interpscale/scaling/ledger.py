@@ -231,12 +231,12 @@ def forecast_from_results(results: pd.DataFrame, *, target_compute: float | None
     b, flags = fc.best, fit_flags(fc.best.fit)
     if flags and not force:
         raise UserError(f"the {fc.chosen} fit of {family or 'the family'} is flagged: {'; '.join(flags)}; its "
-                         "forecast and interval are not to be trusted (--force records it anyway, the flag stored in "
-                         "its note)")
+                        "forecast and interval are not to be trusted (--force records it anyway, the flag stored in "
+                        "its note)")
     if not b.raw_hi > b.raw_lo:  # e.g. a power law through exactly two slice minima: nothing left to resample
         raise UserError(f"the {fc.chosen} fit gives no prediction interval at C = {target_compute:.3g} "
-                         f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
-                         "add budgets (3 or more IsoFLOP slices) or use another method")
+                        f"([{b.raw_lo:.4g}, {b.raw_hi:.4g}] from {len(df)} rows); a forecast needs an interval: "
+                        "add budgets (3 or more IsoFLOP slices) or use another method")
     options = dict(method=method or "auto", loss=loss, target_compute=target_compute, params=params, tokens=tokens,
                    n_boot=n_boot, level=level, seed=seed, grid=grid, window=window, tolerance=tolerance,
                    flops_per_token_per_param=o.k)
@@ -283,9 +283,9 @@ def run_target_compute(rows: pd.DataFrame, target_compute: float | None, params:
     if not lo * (1 - K_SLACK) <= given_k <= hi * (1 + K_SLACK):
         span = f"{lo:.4g}" if hi <= lo * (1 + 1e-9) else f"{lo:.4g} to {hi:.4g}"
         raise UserError(f"the target compute {float(target_compute):.4g} contradicts the run's params "
-                         f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
-                         f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g}"
-                         f"{'' if span == f'{k:.4g}' else f' (median k = {k:.4g})'}; "
-                         f"{float(target_compute):.4g} implies k = {given_k:.4g}. Leave the compute out (it is "
-                         "derived) or fix it")
+                        f"{float(params):.4g} x tokens {float(tokens):.4g}: the table prices a run at C = k·P·D "
+                        f"with k = {span} FLOPs per token per parameter, i.e. {derived:.4g}"
+                        f"{'' if span == f'{k:.4g}' else f' (median k = {k:.4g})'}; "
+                        f"{float(target_compute):.4g} implies k = {given_k:.4g}. Leave the compute out (it is "
+                        "derived) or fix it")
     return float(target_compute)

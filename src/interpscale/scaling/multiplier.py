@@ -193,7 +193,7 @@ def _family_rows(results: pd.DataFrame, fam: str, *, loss: str, estimator, annea
             raise UserError(f"fit_multiplier: results table lacks column {col!r}; have {list(results.columns)}")
     if fam not in set(results["family"]):
         raise UserError(f"fit_multiplier: family {fam!r} not in the table; have "
-                         f"{sorted(set(results['family'].dropna().astype(str)))}")
+                        f"{sorted(set(results['family'].dropna().astype(str)))}")
     rows = fit_rows(results, family=fam, estimator=estimator, annealed=annealed, loss=loss, caller="fit_multiplier",
                     warnings=warnings)  # the one row rule (predicted anneals left out, as in every fit)
     return rows.dropna(subset=["slice_flops"])

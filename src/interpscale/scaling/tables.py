@@ -59,7 +59,7 @@ def select_rows(results: pd.DataFrame, col: str, want, prefer, what: str, warnin
         out = results[results[col] == want]
         if out.empty:
             raise UserError(f"{caller}: {_choice(what, want)}: no rows with {col} = {want}; "
-                             f"values: {sorted(results[col].dropna().unique().tolist())}")
+                            f"values: {sorted(results[col].dropna().unique().tolist())}")
         return out
     vals = results[col].dropna().unique().tolist()
     if len(vals) <= 1:
@@ -105,7 +105,7 @@ def fit_rows(results: pd.DataFrame, *, family=None, estimator: str | None = None
             raise UserError(f"the table has several families {fams}; choose one (--only-family NAME)")
         if unknown := [f for f in want if f not in fams]:
             raise UserError(f"{caller}: family {unknown[0] if len(unknown) == 1 else unknown} not in the table; "
-                             f"have {fams}")
+                            f"have {fams}")
         parts = [select_rows(df[df["family"] == f], "estimator", estimator, ESTIMATOR_PREFERENCE, "estimator",
                              warnings, caller=caller, label=f"{f}: ") for f in (want or fams)]
         df = pd.concat(parts) if parts else df.iloc[:0]

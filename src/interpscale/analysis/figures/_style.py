@@ -98,14 +98,14 @@ def new_figure(nrows: int, ncols: int, *, width: float | None = None, panel_heig
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], figure: str) -> None:
-    """ValueError naming the first missing column and the figure that needed it."""
+    """UserError naming the first missing column and the figure that needed it."""
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"{figure}: expected a pandas DataFrame results table, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
     if missing:
         also = f" (also missing: {', '.join(map(repr, missing[1:]))})" if len(missing) > 1 else ""
         raise UserError(f"{figure} needs column {missing[0]!r}, which the results table lacks{also}"
-                         f"; present: {', '.join(map(str, df.columns))}")
+                        f"; present: {', '.join(map(str, df.columns))}")
 
 
 def main_rows(df: pd.DataFrame, family: str) -> pd.DataFrame:

@@ -48,7 +48,7 @@ def metrics_with_data(results: pd.DataFrame, families: Sequence[str], metrics: S
             log.info("%s: %s left out (finite values per family: %s)", figure, metric, counts)
     if not keep:
         raise UserError(f"{figure}: no interpretability metric has {min_rows}+ finite values for "
-                         f"{', '.join(map(str, families))} (columns {', '.join(metrics)} are empty)")
+                        f"{', '.join(map(str, families))} (columns {', '.join(metrics)} are empty)")
     return keep
 
 
@@ -203,7 +203,7 @@ def _family_forecast(a: Analysis, family: str, c_t: float):
     ``figure_analysis`` asked for at the figure's target (``AnalysisOptions.forecast_targets``)."""
     if a.fits is None or family not in a.fits.families:
         raise UserError(f"Figure 24 (extrapolation_figure): no fits for family {family!r}"
-                         + (f" ({a.fit_error})" if a.fit_error else ""))
+                        + (f" ({a.fit_error})" if a.fit_error else ""))
     fc = a.forecast(family, c_t)
     if fc is None:
         why = next((v for (f, c), v in a.forecasts.items() if f == family and math.isclose(c, c_t, rel_tol=1e-9)),

@@ -308,7 +308,7 @@ def estimator_summaries(results: pd.DataFrame, family: str, estimators: Sequence
         out[est] = isoflop_summary(group=groups[("estimator", family, est)])
     if len(out) < 2:
         raise UserError(f"{figure}: needs rows under at least two estimators for family {family!r} "
-                         f"(column 'estimator'); found {sorted(out) or 'none'}")
+                        f"(column 'estimator'); found {sorted(out) or 'none'}")
     return out
 
 
@@ -360,7 +360,7 @@ def mask_rate_summaries(results: pd.DataFrame, family: str, *, n_boot: int, figu
     rates = list(mask_rate_groups(results, family))
     if len(rates) < 2:
         raise UserError(f"{figure}: needs fixed_rate rows at two or more values of 'mask_rate' for "
-                         f"family {family!r}; found {rates}")
+                        f"family {family!r}; found {rates}")
     groups = figure_analysis(results, analysis, n_boot=n_boot).isoflop_groups
     return {t: isoflop_summary(group=groups[("mask_rate", family, t)]) for t in rates}
 
@@ -402,7 +402,7 @@ def state_rows(results: pd.DataFrame, family: str, figure: str,
     missing = [STATE_LABELS[s] for s, rows in out.items() if rows.empty]
     if missing:
         raise UserError(f"{figure}: family {family!r} has no {' or '.join(missing).lower()} rows "
-                         "(column 'annealed' must hold both False and True)")
+                        "(column 'annealed' must hold both False and True)")
     return out
 
 

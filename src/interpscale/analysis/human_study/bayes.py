@@ -183,7 +183,7 @@ def slope_columns(coef_names: Sequence[str], factor: str) -> list[int]:
     cols = [j for j, n in enumerate(coef_names) if n == factor or n.startswith(f"{factor}[")]
     if not cols:
         raise UserError(f"random slope of {factor!r} needs {factor!r} among the fixed effects "
-                         f"{list(coef_names)}")
+                        f"{list(coef_names)}")
     return cols
 
 

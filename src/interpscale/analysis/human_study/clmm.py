@@ -205,7 +205,7 @@ def fit_clmm(y: np.ndarray, X: np.ndarray, group_codes: list[np.ndarray], K: int
         raise UserError(f"nagq must be >= 1, got {nagq}")
     if nagq > 1 and len(group_codes) != 1:
         raise UserError(f"adaptive quadrature (nagq={nagq}) needs exactly one grouping factor, "
-                         f"got {len(group_codes)}; use nagq=1 (Laplace) for crossed factors")
+                        f"got {len(group_codes)}; use nagq=1 (Laplace) for crossed factors")
     prob = _Problem(y, X, group_codes, K, link, nagq)
     p, G = X.shape[1], len(group_codes)
     as_t = lambda *arrays: [torch.as_tensor(a, dtype=torch.float64) for a in arrays]  # noqa: E731

@@ -131,7 +131,7 @@ def require_no_missing(df: pd.DataFrame, columns: Sequence[str], what: str = "ta
         bad = df.index[df[col].isna()]
         if len(bad):
             raise UserError(f"{what}: column {col!r} has {len(bad)} missing value(s) at {_rows(bad)}; "
-                             "drop or impute them explicitly before fitting")
+                            "drop or impute them explicitly before fitting")
 
 
 def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = "table") -> np.ndarray:
@@ -144,7 +144,7 @@ def ordinal_codes(values: pd.Series, levels: Sequence, column: str, what: str = 
     bad = values.index[codes.isna()]
     if len(bad):
         raise UserError(f"{what}: column {column!r} must take values in {levels}; "
-                         f"found {_rows(bad, values.loc[bad].tolist())}")
+                        f"found {_rows(bad, values.loc[bad].tolist())}")
     return codes.to_numpy(dtype=np.int64)
 
 
@@ -165,7 +165,7 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
     types = sorted(df["candidate_type"].unique())
     if reference not in types:
         raise UserError(f"{what}: reference level {reference!r} not found in column 'candidate_type' "
-                         f"(levels: {types})")
+                        f"(levels: {types})")
     if len(types) < 2:
         raise UserError(f"{what}: need at least two candidate types, found {types}")
     counts = df.groupby("rater").size()
@@ -173,8 +173,8 @@ def validate_ratings(ratings: pd.DataFrame, *, reference: str = "human", min_rat
     if len(thin):
         rows = df.index[df["rater"].isin(thin.index)]
         raise UserError(f"{what}: rater(s) {sorted(thin.index)} have fewer than {min_rater_ratings} "
-                         f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
-                         "Remove them, or keep them with --min-rater-ratings 1.")
+                        f"ratings ({_rows(rows)}); their random intercept would rest on the prior alone. "
+                        "Remove them, or keep them with --min-rater-ratings 1.")
     return df
 
 

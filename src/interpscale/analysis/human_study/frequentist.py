@@ -146,14 +146,14 @@ def fit_ordinal(data: pd.DataFrame, *, response: str = "rating", fixed: Sequence
     slopes = {g: s for g, s in rand.items() if s}
     if slopes:
         raise UserError(f"random slopes {slopes} are only in the Bayesian model (fit_ordinal_mixed); "
-                         "the maximum-likelihood fit takes random intercepts")
+                        "the maximum-likelihood fit takes random intercepts")
     if rand and cluster is not None:
         raise UserError("cluster-robust SEs and random effects are alternatives; pass one of cluster= or random=")
     K, p = len(levels), len(design.coef_names)
     observed = np.unique(design.y)
     if len(observed) < K:
         raise UserError(f"{response!r} has no observations at level(s) "
-                         f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
+                        f"{[levels[k] for k in range(K) if k not in observed]}; drop them from levels")
     if rand:
         params, ses, loglik, converged, warn, fit, se_all = _fit_mixed(design, K, p, link, nagq)
         method = "Laplace" if nagq == 1 else f"AGQ({nagq})"

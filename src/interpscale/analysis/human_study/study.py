@@ -47,7 +47,7 @@ def paired_comparison(ratings: pd.DataFrame, a: str = "llm", b: str = "human", *
     for t in (a, b):
         if t not in set(ratings["candidate_type"]):
             raise UserError(f"candidate_type {t!r} not in ratings "
-                             f"(levels: {sorted(set(ratings['candidate_type']))})")
+                            f"(levels: {sorted(set(ratings['candidate_type']))})")
     A = ratings.loc[ratings["candidate_type"] == a, ["context", cluster, "rating"]]
     B = ratings.loc[ratings["candidate_type"] == b, ["context", "rating"]]
     pairs = A.merge(B, on="context", suffixes=("_a", "_b"))
@@ -116,7 +116,7 @@ def icc1(data: pd.DataFrame, *, target: str, value: str) -> float:
     N, g = len(y), len(n_i)
     if g < 2 or N <= g:
         raise UserError("ICC needs at least two targets and some with repeated ratings "
-                         f"(targets={g}, ratings={N})")
+                        f"(targets={g}, ratings={N})")
     msb = float((n_i * (means - y.mean()) ** 2).sum() / (g - 1))
     msw = float(((y - groups.transform("mean")) ** 2).sum() / (N - g))
     k0 = (N - float((n_i**2).sum()) / N) / (g - 1)
