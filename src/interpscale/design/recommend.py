@@ -160,7 +160,9 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
                 lo, hi = hi, next((j for j in range(hi + 1, len(cands)) if passes(j)), None)
     except _Exhausted:
         log.info("design: %d grids screened (--max-grids); the search stopped", max_grids)
-    beyond, beyond_tried = None, best is None and question == "multiplier" and grids is None and budget is None
+    # no grid the preset sizes meets a multiplier target the planned grid misses: name the one that would
+    beyond, beyond_tried = None, (best is None and question == "multiplier" and grids is None and budget is None
+                                  and max_grids > 0 and not meets(planned, **goal))
     if beyond_tried:
         beyond = _beyond(planned, truth, noise, power=power, n_sims=n_sims, progress=progress, **kw)
     return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tuple(tried),
