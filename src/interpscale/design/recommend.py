@@ -179,7 +179,7 @@ def _beyond(planned: GridPower, truth: Truth, noise: NoiseModel, *, power: float
     truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
                                 else float(math.sqrt(g.slices[0] * g.slices[-1])))  # assess's, on the planned grid
     if progress is not None:
-        progress("beyond the preset's sizing", 0, 1)
+        progress("beyond the preset's sizing: larger grids at the planned spacing, growing k", 0, 0)
     kw = {k: v for k, v in kw.items() if k != "question" and k != "target"}
     found = larger_grid(g, truth, noise, (base, variant), power=power, n_sims=n_sims, workers=workers,
                         starts=planned.starts, base=base, variant=variant, **kw)
