@@ -297,8 +297,8 @@ def render(design: Design) -> str:
                      f"optimum, about {b.n_runs} runs and {b.compute:.3g} FLOPs for the preset's families, estimated "
                      f"{_minutes(b.wall_s)} wall at the planned grid's FLOPs per second, reaches power "
                      f"{goal['power']:g} for growth {goal['growth']:g} (its growing-k simulations; the false-alarm rate "
-                     "not simulated). The preset's sizes are chosen by tokens per parameter, which misses the planted "
-                     "optimum at these slices; list shapes near it in [plan] sizes to plan this grid.")
+                     "not simulated). `plan` places a slice's sizes by tokens per parameter, which misses the planted "
+                     "optimum at these slices, so this grid cannot be written as a preset: no recommended.toml.")
     elif design.beyond_tried:
         lines.append(f"**Beyond the preset's sizing**: no grid of up to {4 * len(design.planned.grid.slices)} slices "
                      f"at the planned spacing, sizes about the planted optimum, reached power {goal['power']:g} "
