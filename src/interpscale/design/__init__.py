@@ -15,9 +15,11 @@ A design is three things and one loop:
   same fit functions the sweep's own analysis runs (``fit_multiplier`` with its method choice,
   ``fit_isoflop``, ``fit_chinchilla``), tallied into verdict probabilities and interval widths.
 
-``search`` walks candidate grids (number, spacing and range of slices, sizes per slice) in order of
-compute and returns the cheapest that meets a target; ``write_preset`` writes it as a TOML preset
-that ``plan`` and ``sweep launch`` accept unchanged. Simulations run in worker processes.
+``search`` probes candidate grids (number, spacing and range of slices, sizes per slice) in order of
+compute, bisects to the cheapest that meets a target and ``write_preset`` writes it as a TOML preset
+that ``plan`` and ``sweep launch`` accept unchanged; when no grid the preset sizes meets it, the larger
+grid with sizes about the planted optimum that would (``larger_grid``) is named. Simulations run in
+worker processes.
 """
 
 from interpscale.design.achieved import (AchievedPower, PowerTest, achieved_power, extended_grid,

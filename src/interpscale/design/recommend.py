@@ -1,6 +1,7 @@
-"""The design's search (docs/design.md): candidate grids cheapest first, each assessed by
-simulation, the cheapest meeting the target recommended and written as a preset; the design's
-outputs (design.json, design.md, design.png, recommended.toml)."""
+"""The design's search (docs/design.md): candidate grids in order of cost, probed and bisected, each
+assessed by simulation, the cheapest meeting the target recommended and written as a preset (else the
+larger grid beyond the preset's sizing that would, named); the design's outputs (design.json,
+design.md, design.png, recommended.toml)."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
            screen_sims: int = 40, max_grids: int = 24, n_boot: int = DESIGN_BOOT, seed: int = 0,
            workers: int | None = None, progress=None, grids: Sequence[Grid] | None = None,
            planned: Grid | None = None) -> Design:
-    """Assess the preset's own grid, then search the candidate grids (cheapest first) for the cheapest
+    """Assess the preset's own grid, then search the candidate grids (in order of cost) for the cheapest
     that meets the target: each grid screened with ``screen_sims`` simulations, a passing one confirmed
     with ``n_sims``. The search probes the candidates at doubling steps of the cost order (1st, 2nd,
     4th, 8th, ..., last) until a screen passes, then bisects between the last grid that fell short and
