@@ -365,8 +365,9 @@ n_boot = 10
 
 def test_the_designs_recommended_preset_plans_and_trains_as_written(tmp_path, capsys):
     """Issue 44's acceptance: the preset `design` writes runs through `plan` and `sweep launch --preset`
-    unchanged. A loose target: the planned grid (its smallest slice has 2 sizes, so no IsoFLOP fit)
-    falls short, the cheapest candidate (3 slices) meets it and is written as recommended.toml."""
+    unchanged. A loose target: the planned grid (2 slices: no interval for alpha_P) falls short, and so
+    do the candidates whose fits use fewer than 3 slices; the cheapest with an interval meets it and is
+    written as recommended.toml."""
     import json
 
     from interpscale.cli import main
@@ -374,14 +375,15 @@ def test_the_designs_recommended_preset_plans_and_trains_as_written(tmp_path, ca
     preset, out = tmp_path / "small.toml", tmp_path / "design"
     preset.write_text(SMALL)
     assert main(["design", str(preset), "--question", "exponent", "--halfwidth", "10", "--noise", "0.003",
-                 "--sims", "2", "--screen-sims", "2", "--max-grids", "1", "--n-boot", "10", "--workers", "1",
+                 "--sims", "2", "--screen-sims", "2", "--n-boot", "10", "--workers", "1",
                  "--out", str(out)]) == 0
     err = capsys.readouterr().err  # not a terminal: plain progress lines, each stage to its end
     assert "design: planned grid, truth: 2/2 simulated sweeps" in err and "design: grid 1 (of " in err
     design = json.loads((out / "design.json").read_text())
     assert design["planned"]["alpha_P_halfwidth"] == math.inf  # every simulated fit failed: counted, not raised
     grid = design["recommended"]["grid"]
-    assert len(grid["slices"]) == 3 and grid["slices"] != design["planned"]["grid"]["slices"]
+    assert len(grid["slices"]) >= 3 and grid["slices"] != design["planned"]["grid"]["slices"]
+    assert all(t["grid"]["compute"] >= grid["compute"] or not t["alpha_P_halfwidth"] <= 10 for t in design["tried"])
     written = out / "recommended.toml"
     assert main(["plan", "--preset", str(written)]) == 0
     assert f"{grid['n_runs']} runs;" in capsys.readouterr().out
@@ -459,3 +461,14 @@ def test_beyond_the_presets_sizing_the_design_names_the_grid_that_would_decide()
     text = d.render(design)
     assert "**Beyond the preset's sizing**" in text and f"{b.compute:.3g} FLOPs" in text
     assert design.to_dict()["beyond"]["n_runs"] == b.n_runs
+
+
+def test_an_exponent_from_two_slices_has_no_interval_not_a_zero_width_one():
+    """Two slice optima fix a line exactly, so every bootstrap replicate gives the same alpha_P: the
+    design counts that as no interval (unbounded), never as a half-width of ~0 that meets any target."""
+    two = d.assess(_grid(slices=(1e9, 4e9), sizes=5), d.Truth(law=d.DEFAULT_LAW, multiplier=1.3),
+                   d.NoiseModel(run_sd=0.01), question="exponent", base="base", n_sims=2, n_boot=20, workers=1)
+    assert two.alpha_P_halfwidth == math.inf and not d.meets(two, halfwidth=10.0)
+    three = d.assess(_grid(slices=(1e9, 4e9, 1.6e10), sizes=5), d.Truth(law=d.DEFAULT_LAW, multiplier=1.3),
+                     d.NoiseModel(run_sd=0.01), question="exponent", base="base", n_sims=2, n_boot=20, workers=1)
+    assert 0 < three.alpha_P_halfwidth < math.inf

@@ -45,10 +45,14 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=RANGES, sizes=(4
     for sl, s, label in sorted(specs, key=lambda t: (t[1] * sum(t[0]), t[2])):
         if budget is not None and s * sum(sl) * len(tree.plan.families) > budget * 1.5:
             continue  # nominally far over the budget: not worth planning
-        try:
-            g = grid_from_plan(tree, slices=sl, sizes_per_slice=s, label=label, sizes=ladder)
-        except ValueError as exc:  # a slice no size fits
-            log.info("design: grid %s skipped: %s", label, exc)
+        g = None
+        for sizes_ in dict.fromkeys((tuple(ladder), tuple(tree.plan.sizes))):  # a family that refuses a shape:
+            try:                                                                 # the preset's own ladder
+                g = grid_from_plan(tree, slices=sl, sizes_per_slice=s, label=label, sizes=sizes_)
+                break
+            except ValueError as exc:  # a slice no size fits, or a family without that shape
+                log.info("design: grid %s with sizes %s not planned: %s", label, list(sizes_), exc)
+        if g is None:
             continue
         if budget is None or g.compute <= budget:
             yield g
@@ -118,7 +122,8 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
     goal = dict(power=power, false_alarm=false_alarm, halfwidth=halfwidth)
     planned = assess(planned or grid_from_plan(preset, label="planned"), truth, noise, n_sims=n_sims,
                      progress=_stage(progress, "planned grid"), **kw)
-    cands = list(grids) if grids is not None else list(candidate_grids(preset, budget=budget))
+    cands = sorted(grids if grids is not None else candidate_grids(preset, budget=budget),
+                   key=lambda g: g.compute)  # planned compute: the nominal order can differ
     failed = [] if meets(planned, **goal) else [planned.grid]
     tried: list[GridPower] = []
     screens: dict[int, GridPower | None] = {}  # candidate index -> its screen (None: not simulated)

@@ -379,6 +379,9 @@ def analyse_once(job: SimJob, seed: int) -> dict:
             except (ValueError, ArithmeticError) as exc:
                 return dict(out, status="failed", alpha_P_halfwidth=math.inf, error=str(exc))
             lo, hi = iso.ci.get("alpha_P", (math.nan, math.nan))
+            if int(iso.slices["used"].sum()) < 3 or not hi - lo > 1e-9:  # a line through two slice optima
+                lo, hi = -math.inf, math.inf  # (or optima pinned to the same sizes) has no residual: a bootstrap
+                # interval of zero width is not a measured one
             out.update(alpha_P=iso.alpha_P, alpha_P_halfwidth=(hi - lo) / 2, status=iso.status.state,
                        bracketed=float(iso.slices["used"].mean()))
             if job.question == "forecast":

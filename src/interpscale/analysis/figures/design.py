@@ -31,6 +31,11 @@ def design_figure(compute: Sequence[float], value: Sequence[float], *, labels: S
                                            (recommended, "*", "tab:red", "recommended")):
             if point is not None and all(np.isfinite(point)):
                 ax.plot(*point, marker, color=color, ms=9 if marker == "*" else 6, label=name, zorder=3)
+        drawn = ok.any() or any(p is not None and all(np.isfinite(p)) for p in (planned, recommended))
+        if not drawn and np.isfinite(C).any():  # every value unbounded (no interval): say so, keep the axes
+            ax.set_xlim(np.nanmin(C[np.isfinite(C)]) / 2, np.nanmax(C[np.isfinite(C)]) * 2)
+            ax.text(0.5, 0.5, "no grid tried has a finite value", transform=ax.transAxes, ha="center",
+                    fontsize=7, color="0.3")
         ax.set(xscale="log", xlabel="total compute of the sweep (FLOPs)", ylabel=ylabel)
         if higher_is_better:
             ax.set_ylim(-0.02, 1.02)
