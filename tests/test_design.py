@@ -472,3 +472,16 @@ def test_an_exponent_from_two_slices_has_no_interval_not_a_zero_width_one():
     three = d.assess(_grid(slices=(1e9, 4e9, 1.6e10), sizes=5), d.Truth(law=d.DEFAULT_LAW, multiplier=1.3),
                      d.NoiseModel(run_sd=0.01), question="exponent", base="base", n_sims=2, n_boot=20, workers=1)
     assert 0 < three.alpha_P_halfwidth < math.inf
+
+
+def test_candidate_grids_of_a_preset_with_a_hugging_face_family(tmp_path):
+    """A preset sweeping ``hf:llama`` beside ``ar`` (docs/own-model.md) gets the same candidates, the
+    wide ones planned with the larger shapes for both families, priced as ``plan`` prices them."""
+    preset = tmp_path / "hf.toml"
+    preset.write_text(TINY.read_text().replace('families = ["ar", "ar+concept"]', 'families = ["ar", "hf:llama"]')
+                      .replace('"ar+concept" = [2e8, 4e8]', '"hf:llama" = [2e8, 4e8]'))
+    grids = list(d.candidate_grids(preset, n_slices=(3, 5), ranges=(4.0, 256.0), sizes=(4,)))
+    assert len(grids) == 4 and all(set(g.points["family"]) == {"ar", "hf:llama"} for g in grids)
+    wide = max(grids, key=lambda g: g.compute)
+    assert set(wide.sizes) - set(Preset.load(preset).plan.sizes)  # larger shapes taken
+    assert plan(str(recommend.write_preset(preset, wide, tmp_path / "w.toml"))).runs  # and planned again
