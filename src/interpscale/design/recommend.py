@@ -22,8 +22,9 @@ from interpscale.orchestration.config import Preset, load_preset
 log = logging.getLogger(__name__)
 
 
-# Shapes past a CPU preset's ladder, about 1.5-2x apart in 12 L d^2 (generated names, valid in any preset:
+# Shapes past a CPU preset's ladder, about 1.5-2x apart in parameters (generated names, valid in any preset:
 # models.config.GENERATED): the slices of a wide grid need sizes near their optimum, not the ladder's largest.
+# Finer than the adaptive sweep's LADDER (~2.25x): with it a 1024x grid's largest ar slice gets 3 sizes, not 4.
 LARGER_SHAPES = ("L2d64", "L3d64", "L3d96", "L4d96", "L4d128", "L5d160", "L6d192")
 RANGES = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 
@@ -38,8 +39,8 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=RANGES, sizes=(4
     tree = Preset.load(preset)
     first = min(min(v) for v in slices_of(tree).values())
     if ladder is None:
-        top = max((_shape(tree, z) for z in tree.plan.sizes), default=0)
-        ladder = list(tree.plan.sizes) + [z for z in LARGER_SHAPES if _shape(tree, z) > top]
+        top = max((_size_params(tree, z) for z in tree.plan.sizes), default=0)
+        ladder = list(tree.plan.sizes) + [z for z in LARGER_SHAPES if _size_params(tree, z) > top]
     specs = {(tuple(float(f"{first * r ** (i / (n - 1)):.4g}") for i in range(n)), s, f"{n}x{s} over {r:g}x")
              for n in n_slices for r in ranges for s in sizes}
     for sl, s, label in sorted(specs, key=lambda t: (t[1] * sum(t[0]), t[2])):
@@ -58,16 +59,20 @@ def candidate_grids(preset, *, n_slices=(3, 4, 5, 7, 9), ranges=RANGES, sizes=(4
             yield g
 
 
-def _shape(tree, name: str) -> int:
-    """12 L d^2 of a size (built-in, generated or the preset's ``[size_presets]``), to order a ladder;
-    0 when it is not known here (a plugin's own size)."""
-    from interpscale.models.config import SIZES
+def _size_params(tree, name: str) -> int:
+    """Non-embedding parameters of a size (``models.lm.backbone_params``; built-in, generated or the
+    preset's ``[size_presets]``), to order a ladder; 0 when it is not known here (a plugin's own size)."""
+    from dataclasses import fields
+
+    from interpscale.models.config import SIZES, ModelConfig, make_config
+    from interpscale.models.lm import backbone_params
 
     own = tree.size_presets.get(name) or {}
-    base = SIZES.get(own.get("base", name))
-    if base is None:
+    base = own.get("base", name)
+    if SIZES.get(base) is None:
         return 0
-    return 12 * int(own.get("n_layers", base.n_layers)) * int(own.get("d_model", base.d_model)) ** 2
+    known = {f.name for f in fields(ModelConfig)} - {"family", "size"}
+    return backbone_params(make_config("", base, **{k: v for k, v in own.items() if k in known}))
 
 
 def slices_of(tree) -> dict:
