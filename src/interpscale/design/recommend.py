@@ -130,8 +130,8 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
     cands = sorted(grids if grids is not None else candidate_grids(preset, budget=budget),
                    key=lambda g: g.compute)  # planned compute: the nominal order can differ
     failed = [] if meets(planned, **goal) else [planned.grid]
-    tried: list[GridPower] = []
-    screens: dict[int, GridPower | None] = {}  # candidate index -> its screen (None: not simulated)
+    screens: dict[int, GridPower | None] = {}  # candidate index -> its screen, in screening order (None: skipped)
+    n_screened = lambda: sum(gp is not None for gp in screens.values())  # noqa: E731
 
     def passes(i: int) -> bool:
         if i not in screens:
@@ -139,12 +139,11 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
             if within is not None:  # a part of a grid that fell short cannot do better: not simulated
                 log.info("design: grid %s skipped: nested in %s, which fell short", g.label, within.label)
                 screens[i] = None
-            elif len(tried) >= max_grids:
+            elif n_screened() >= max_grids:
                 raise _Exhausted
             else:
                 screens[i] = assess(g, truth, noise, n_sims=screen_sims,
-                                    progress=_stage(progress, f"grid {len(tried) + 1} (of {len(cands)})"), **kw)
-                tried.append(screens[i])
+                                    progress=_stage(progress, f"grid {n_screened() + 1} (of {len(cands)})"), **kw)
                 if not meets(screens[i], **goal):
                     failed.append(g)
         return screens[i] is not None and meets(screens[i], **goal)
@@ -163,7 +162,7 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
                 lo, hi = (lo, mid) if passes(mid) else (mid, hi)
             gp = assess(cands[hi], truth, noise, n_sims=n_sims, progress=_stage(progress, f"confirm {cands[hi].label}"),
                         more_of=screens[hi], **kw)  # the screen's simulations are the first of these
-            tried[next(k for k, t in enumerate(tried) if t is screens[hi])] = screens[hi] = gp
+            screens[hi] = gp
             if meets(gp, **goal):
                 best = gp
             else:
@@ -176,7 +175,8 @@ def search(preset, truth: Truth, noise: NoiseModel, *, question: str, base: str,
                                   and max_grids > 0 and not meets(planned, **goal))
     if beyond_tried:
         beyond = _beyond(planned, truth, noise, power=power, n_sims=n_sims, progress=progress, **kw)
-    return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tuple(tried),
+    tried = tuple(gp for gp in screens.values() if gp is not None)
+    return Design(question=question, noise=noise, truth=truth, planned=planned, tried=tried,
                   recommended=best, target=dict(goal, growth=growth, target_compute=target, budget=budget),
                   candidates=len(cands), beyond=beyond, beyond_tried=beyond_tried)
 
@@ -307,8 +307,8 @@ def render(design: Design) -> str:
                      f"FLOPs, the planned spacing) x {b.sizes_per_slice} sizes a factor 2 apart about the planted "
                      f"optimum, about {b.n_runs} runs and {b.compute:.3g} FLOPs for the preset's families, estimated "
                      f"{_minutes(b.wall_s)} wall at the planned grid's FLOPs per second, reaches power "
-                     f"{goal['power']:g} for growth {goal['growth']:g} (its growing-k simulations; the false-alarm rate "
-                     "not simulated). `plan` places a slice's sizes by tokens per parameter, which misses the planted "
+                     f"{goal['power']:g} for growth {goal['growth']:g} (its growing-k simulations; the false-alarm "
+                     "rate not simulated). `plan` places a slice's sizes by tokens per parameter, which misses the planted "
                      "optimum at these slices, so this grid cannot be written as a preset: no recommended.toml.")
     elif design.beyond_tried:
         lines.append(f"**Beyond the preset's sizing**: no grid of up to {4 * len(design.planned.grid.slices)} slices "
