@@ -187,8 +187,7 @@ def _beyond(planned: GridPower, truth: Truth, noise: NoiseModel, *, power: float
     preset's D/P rule), whose power reaches ``power``: priced as the pair's C x runs, its wall time at
     the planned grid's FLOPs per second scaled to every family of the preset."""
     g = planned.grid
-    truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
-                                else float(math.sqrt(g.slices[0] * g.slices[-1])))  # assess's, on the planned grid
+    truth = truth.pivoted(g.slices)  # as assess placed it on the planned grid
     if progress is not None:
         progress("beyond the preset's sizing: larger grids at the planned spacing, growing k", 0, 0)
     kw = {k: v for k, v in kw.items() if k != "question" and k != "target"}
@@ -196,11 +195,10 @@ def _beyond(planned: GridPower, truth: Truth, noise: NoiseModel, *, power: float
                         starts=planned.starts, base=base, variant=variant, **kw)
     if found is None:
         return None
-    pair = float(g.points.loc[g.points["family"].isin([base, variant]), "flops"].sum())
-    whole = found.compute * g.compute / pair  # every family of the preset at the pair's share
+    pair = g.points[g.points["family"].isin([base, variant])]  # the planned grid's share of the pair
+    whole = found.compute * g.compute / float(pair["flops"].sum())  # every family of the preset, at that share
     return dataclasses.replace(found, compute=whole, wall_s=g.wall_s * whole / g.compute,
-                               n_runs=int(round(found.n_runs * g.n_runs / max(1, int(g.points["family"].isin(
-                                   [base, variant]).sum())))),
+                               n_runs=int(round(found.n_runs * g.n_runs / max(1, len(pair)))),
                                label=f"{len(found.slices)}x{found.sizes_per_slice} at the planned spacing")
 
 

@@ -140,6 +140,11 @@ class Truth:
     def with_growth(self, growth: float) -> "Truth":
         return dataclasses.replace(self, growth=float(growth))
 
+    def pivoted(self, slices: Sequence[float]) -> "Truth":
+        """k0 planted at the geometric middle of ``slices`` unless a pivot was given."""
+        return self if math.isfinite(self.pivot) else dataclasses.replace(
+            self, pivot=float(np.sqrt(slices[0] * slices[-1])))
+
     def loss(self, P: np.ndarray, D: np.ndarray, C: np.ndarray, variant: bool) -> np.ndarray:
         """Noise-free loss of the base (or the variant) at (P, D) on slice C."""
         lw = self.law
@@ -525,8 +530,7 @@ def scenario_jobs(grid: Grid, truth: Truth, noise: NoiseModel, *, question: str 
         raise UserError(f"design: question must be one of {QUESTIONS}, got {question!r}")
     if question == "multiplier" and not variant:
         raise UserError("design: the multiplier question needs a variant family")
-    truth = dataclasses.replace(truth, pivot=truth.pivot if math.isfinite(truth.pivot)
-                                else float(np.sqrt(grid.slices[0] * grid.slices[-1])))
+    truth = truth.pivoted(grid.slices)
     scen = {"constant": truth.with_growth(0.0), "growing": truth.with_growth(growth)} if question == "multiplier" \
         else {"truth": truth}
     fams = (base, variant) if question == "multiplier" else (base,)
