@@ -94,14 +94,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(stream, every_s: float = 30.0):
+def _progress(stream, every_s: float | None = None):
     """(progress, close) of the design's simulations: a tqdm bar on a terminal; elsewhere (a log, a batch
-    job) a plain line when a stage starts and at most every ``every_s`` seconds within one, with its ETA:
+    job) a plain line when a stage starts and at most every ``every_s`` seconds within one (default: the
+    sweep's ``PLAIN_EVERY_S``, once a minute), with its ETA:
     ``design: grid 3 (of 135), growing: 14/40 simulated sweeps (ETA 0.4 min)``."""
     import time
 
     from tqdm.auto import tqdm
 
+    from interpscale.orchestration.outcome import PLAIN_EVERY_S
+
+    every_s = PLAIN_EVERY_S if every_s is None else every_s
     if getattr(stream, "isatty", lambda: False)():
         bar = tqdm(total=0, unit="sim", file=stream, leave=False)
 
